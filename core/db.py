@@ -1,0 +1,59 @@
+"""Short-lived DuckDB connections to the one database file, and identifier quoting.
+
+DuckDB lets one process at a time open a file for writing, so every use opens, works and
+closes; a connection refused by another process's lock is retried until ``timeout``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+
+LOCK_TIMEOUT_S = 120.0
+
+
+def quote_ident(name: str) -> str:
+    """Quote an identifier for SQL; DuckDB cannot bind identifiers."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _is_lock_error(exc: duckdb.Error) -> bool:
+    return "lock" in str(exc).lower()
+
+
+@contextlib.contextmanager
+def connect(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Open ``path``, retrying while another process holds its lock, and always close it."""
+    deadline = time.monotonic() + timeout
+    delay = 0.02
+    while True:
+        try:
+            con = duckdb.connect(str(path))
+            break
+        except duckdb.IOException as exc:
+            if not _is_lock_error(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 1.5, 0.5)
+    try:
+        yield con
+    finally:
+        con.close()
+
+
+@contextlib.contextmanager
+def exclusive(lock_path: Path) -> Iterator[None]:
+    """Serialize a critical section across threads and processes with an OS file lock."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a+") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)

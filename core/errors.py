@@ -1,0 +1,50 @@
+"""Named errors. A ``UserError`` is one the user can fix; its message says what to change.
+
+Messages never carry data values: they name files, columns, expectations and counts only.
+"""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """An error caused by input the user controls (file, spec, parameter, budget)."""
+
+
+class SpecError(UserError):
+    """The release spec is malformed or names an impossible parameter."""
+
+
+class IngestError(UserError):
+    """The source file cannot be read into a table."""
+
+
+class ValidationFailed(UserError):
+    """The dataset failed its expectation suite; nothing was charged or published."""
+
+    def __init__(self, message: str, failures: list[dict]):
+        super().__init__(message)
+        self.failures = failures
+
+
+class ParameterError(UserError):
+    """A mechanism parameter does not fit the data or the mechanism."""
+
+
+class BudgetError(UserError):
+    """The ledger refuses a charge: no cap set, or the cap would be exceeded."""
+
+
+class ReleaseConflict(UserError):
+    """A release id is reused for a different release."""
+
+
+class LedgerCorrupt(Exception):
+    """The ledger's hash chain does not hold."""
+
+    def __init__(self, message: str, seq: int | None):
+        super().__init__(message)
+        self.seq = seq
+
+
+class InternalError(Exception):
+    """A state that should be impossible: this is a bug, not a user error."""

@@ -1,0 +1,308 @@
+"""The privacy-budget ledger: append-only, hash-chained, with per-dataset caps.
+
+Every event is a row and no row is ever updated: a cap being set (``cap``), a release being
+charged (``reserved``) and its outcome (``published`` or ``failed``). A release's status is its
+latest event. Each row's hash covers its content and the previous row's hash, so a changed,
+removed or reordered row breaks the chain and ``verify`` names it.
+
+Charges are serialized across threads and processes by an OS file lock held for the whole
+read-check-append transaction, so a cap is never exceeded and no entry is lost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from core.accounting import ZERO, Budget
+from core.db import connect, exclusive
+from core.errors import BudgetError, LedgerCorrupt, ReleaseConflict
+
+GENESIS = "0" * 64
+CAP, RESERVED, PUBLISHED, FAILED = "cap", "reserved", "published", "failed"
+
+_COLUMNS = (
+    "seq", "ts", "dataset", "release_id", "flow_run_id", "mechanism", "params",
+    "epsilon", "delta", "detail", "status", "prev_hash", "hash",
+)  # fmt: skip
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS ledger (
+    seq BIGINT PRIMARY KEY,
+    ts VARCHAR NOT NULL,
+    dataset VARCHAR NOT NULL,
+    release_id VARCHAR,
+    flow_run_id VARCHAR,
+    mechanism VARCHAR,
+    params VARCHAR NOT NULL,
+    epsilon DOUBLE NOT NULL,
+    delta DOUBLE NOT NULL,
+    detail VARCHAR NOT NULL,
+    status VARCHAR NOT NULL,
+    prev_hash VARCHAR NOT NULL,
+    hash VARCHAR NOT NULL
+)
+"""
+
+
+def _canonical(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One ledger row. ``params`` and ``detail`` are canonical JSON strings."""
+
+    seq: int
+    ts: str
+    dataset: str
+    release_id: str | None
+    flow_run_id: str | None
+    mechanism: str | None
+    params: str
+    epsilon: float
+    delta: float
+    detail: str
+    status: str
+    prev_hash: str
+    hash: str
+
+    def computed_hash(self) -> str:
+        body = {k: v for k, v in asdict(self).items() if k != "hash"}
+        return hashlib.sha256(_canonical(body).encode()).hexdigest()
+
+    @property
+    def budget(self) -> Budget:
+        return Budget(self.epsilon, self.delta)
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        out["params"] = json.loads(self.params)
+        out["detail"] = json.loads(self.detail)
+        return out
+
+
+@dataclass(frozen=True)
+class Charge:
+    """The result of ``reserve``: the charging entry and the release's status before the call."""
+
+    entry: Entry
+    previous_status: str | None  # None: newly charged; else the status of an earlier attempt
+
+
+@dataclass(frozen=True)
+class Totals:
+    dataset: str
+    cap: Budget | None
+    spent: Budget
+    releases: int
+    published: int
+    failed: int
+    pending: int
+
+    @property
+    def remaining(self) -> Budget | None:
+        if self.cap is None:
+            return None
+        return Budget(max(self.cap.epsilon - self.spent.epsilon, 0.0), max(self.cap.delta - self.spent.delta, 0.0))
+
+    def as_dict(self) -> dict:
+        def pair(b: Budget | None) -> dict | None:
+            return None if b is None else {"epsilon": b.epsilon, "delta": b.delta}
+
+        return {
+            "dataset": self.dataset, "cap": pair(self.cap), "spent": pair(self.spent),
+            "remaining": pair(self.remaining), "releases": self.releases,
+            "published": self.published, "failed": self.failed, "pending": self.pending,
+        }  # fmt: skip
+
+
+class Ledger:
+    """The ledger table inside the privrelease DuckDB file."""
+
+    def __init__(self, db_path: Path):
+        self.db_path = db_path
+        self._lock = db_path.with_name(db_path.name + ".ledger.lock")
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def set_budget(self, dataset: str, cap: Budget) -> Entry:
+        """Record a dataset's cap; later caps replace earlier ones, and the history keeps both."""
+        with exclusive(self._lock), connect(self.db_path) as con:
+            return self._append(con, dataset=dataset, status=CAP, epsilon=cap.epsilon, delta=cap.delta)
+
+    def reserve(
+        self,
+        dataset: str,
+        release_id: str,
+        cost: Budget,
+        mechanism: str,
+        params: dict,
+        detail: dict | None = None,
+        flow_run_id: str | None = None,
+    ) -> Charge:
+        """Charge ``cost`` for a release, atomically, once per release id.
+
+        A retry with the same release id and the same ``params`` returns the first charge;
+        the same id with other params is refused. A non-zero cost needs a cap (fail closed).
+        """
+        with exclusive(self._lock), connect(self.db_path) as con:
+            con.execute(_DDL)
+            earlier = _rows(con, "WHERE release_id = ? ORDER BY seq", [release_id])
+            if earlier:
+                first = earlier[0]
+                if first.dataset != dataset or first.params != _canonical(params) or first.mechanism != mechanism:
+                    raise ReleaseConflict(
+                        f"release id {release_id!r} was already used for a different release "
+                        f"(dataset, mechanism, parameters or input data differ); choose a new release_id."
+                    )
+                return Charge(first, earlier[-1].status)
+            if not cost.is_zero:
+                cap = self._cap(con, dataset)
+                if cap is None:
+                    raise BudgetError(
+                        f"dataset {dataset!r} has no privacy budget, so a DP release is refused; set one "
+                        f"with: privrelease ledger set-budget {dataset} --epsilon E --delta D"
+                    )
+                spent = self._spent(con, dataset)
+                if not (spent + cost).fits_within(cap):
+                    raise BudgetError(
+                        f"this release needs epsilon={cost.epsilon:g}, delta={cost.delta:g} but dataset "
+                        f"{dataset!r} has only epsilon={max(cap.epsilon - spent.epsilon, 0):g}, "
+                        f"delta={max(cap.delta - spent.delta, 0):g} left of its cap (epsilon={cap.epsilon:g}, "
+                        f"delta={cap.delta:g}); lower the release's cost or raise the cap with "
+                        f"privrelease ledger set-budget."
+                    )
+            entry = self._append(
+                con, dataset=dataset, release_id=release_id, flow_run_id=flow_run_id,
+                mechanism=mechanism, params=params, epsilon=cost.epsilon, delta=cost.delta,
+                detail=detail or {}, status=RESERVED,
+            )  # fmt: skip
+            return Charge(entry, None)
+
+    def settle(self, release_id: str, status: str, detail: dict | None = None, flow_run_id: str | None = None) -> Entry:
+        """Record a release's outcome. A failed release keeps its charge."""
+        if status not in (PUBLISHED, FAILED):
+            raise ValueError(f"a release settles as {PUBLISHED!r} or {FAILED!r}, not {status!r}")
+        with exclusive(self._lock), connect(self.db_path) as con:
+            con.execute(_DDL)
+            charged = _rows(con, "WHERE release_id = ? AND status = ? ORDER BY seq LIMIT 1", [release_id, RESERVED])
+            if not charged:
+                raise ValueError(f"release {release_id!r} was never charged")
+            first = charged[0]
+            latest = _rows(con, "WHERE release_id = ? ORDER BY seq DESC LIMIT 1", [release_id])[0]
+            if latest.status == PUBLISHED:
+                return latest  # a published release stays published, whatever a late retry reports
+            return self._append(
+                con, dataset=first.dataset, release_id=release_id, flow_run_id=flow_run_id,
+                mechanism=first.mechanism, status=status, detail=detail or {},
+            )
+
+    def _append(self, con, *, dataset: str, status: str, release_id: str | None = None,  # noqa: ANN001
+                flow_run_id: str | None = None, mechanism: str | None = None, params: dict | None = None,
+                epsilon: float = 0.0, delta: float = 0.0, detail: dict | None = None) -> Entry:
+        con.execute(_DDL)
+        con.execute("BEGIN TRANSACTION")
+        try:
+            last = con.execute("SELECT seq, hash FROM ledger ORDER BY seq DESC LIMIT 1").fetchall()
+            seq, prev = (last[0][0] + 1, last[0][1]) if last else (1, GENESIS)
+            draft = Entry(
+                seq=seq, ts=datetime.now(timezone.utc).isoformat(timespec="microseconds"),
+                dataset=dataset, release_id=release_id, flow_run_id=flow_run_id, mechanism=mechanism,
+                params=_canonical(params or {}), epsilon=float(epsilon), delta=float(delta),
+                detail=_canonical(detail or {}), status=status, prev_hash=prev, hash="",
+            )  # fmt: skip
+            entry = Entry(**{**asdict(draft), "hash": draft.computed_hash()})
+            con.execute(
+                f"INSERT INTO ledger ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
+                [getattr(entry, c) for c in _COLUMNS],
+            )
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        return entry
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _cap(self, con, dataset: str) -> Budget | None:  # noqa: ANN001
+        caps = _rows(con, "WHERE dataset = ? AND status = ? ORDER BY seq DESC LIMIT 1", [dataset, CAP])
+        return caps[0].budget if caps else None
+
+    def _spent(self, con, dataset: str) -> Budget:  # noqa: ANN001
+        eps, delta = con.execute(
+            "SELECT coalesce(sum(epsilon), 0), coalesce(sum(delta), 0) FROM ledger WHERE dataset = ? AND status = ?",
+            [dataset, RESERVED],
+        ).fetchall()[0]
+        return Budget(eps, delta)
+
+    def entries(self, dataset: str | None = None) -> list[Entry]:
+        """All entries in chain order, optionally of one dataset."""
+        with connect(self.db_path) as con:
+            con.execute(_DDL)
+            if dataset is None:
+                return _rows(con, "ORDER BY seq", [])
+            return _rows(con, "WHERE dataset = ? ORDER BY seq", [dataset])
+
+    def status(self, release_id: str) -> str | None:
+        with connect(self.db_path) as con:
+            con.execute(_DDL)
+            rows = _rows(con, "WHERE release_id = ? ORDER BY seq DESC LIMIT 1", [release_id])
+        return rows[0].status if rows else None
+
+    def totals(self) -> list[Totals]:
+        """Per dataset: cap, spent (basic composition), and release counts by status."""
+        entries = self.entries()
+        out = []
+        for dataset in sorted({e.dataset for e in entries}):
+            mine = [e for e in entries if e.dataset == dataset]
+            caps = [e.budget for e in mine if e.status == CAP]
+            spent = sum((e.budget for e in mine if e.status == RESERVED), ZERO)
+            latest: dict[str, str] = {}
+            for e in mine:
+                if e.release_id is not None:
+                    latest[e.release_id] = e.status
+            states = list(latest.values())
+            out.append(Totals(
+                dataset, caps[-1] if caps else None, spent, len(states),
+                states.count(PUBLISHED), states.count(FAILED), states.count(RESERVED),
+            ))  # fmt: skip
+        return out
+
+    def verify(self, releases_root: Path | None = None) -> int:
+        """Check the hash chain (and that every published manifest's entry is in it).
+
+        Returns the number of entries; raises ``LedgerCorrupt`` naming the first bad one.
+        """
+        entries = self.entries()
+        prev = GENESIS
+        for expected_seq, entry in enumerate(entries, start=1):
+            if entry.seq != expected_seq:
+                raise LedgerCorrupt(
+                    f"entry {entry.seq} stands where entry {expected_seq} should: an entry was removed or reordered",
+                    expected_seq,
+                )
+            if entry.prev_hash != prev:
+                raise LedgerCorrupt(f"entry {entry.seq} does not chain to entry {entry.seq - 1}", entry.seq)
+            if entry.computed_hash() != entry.hash:
+                raise LedgerCorrupt(f"entry {entry.seq} was changed after it was written", entry.seq)
+            prev = entry.hash
+        if releases_root is not None and releases_root.is_dir():
+            known = {(e.seq, e.hash) for e in entries}
+            for manifest in sorted(releases_root.glob("*/*/manifest.json")):
+                ref = json.loads(manifest.read_text()).get("ledger", {})
+                if (ref.get("seq"), ref.get("hash")) not in known:
+                    raise LedgerCorrupt(
+                        f"release {manifest.parent.name!r} cites ledger entry {ref.get('seq')} which is "
+                        "missing or different: entries were removed or rewritten",
+                        ref.get("seq"),
+                    )
+        return len(entries)
+
+
+def _rows(con, where: str, args: list) -> list[Entry]:  # noqa: ANN001
+    rows = con.execute(f"SELECT {', '.join(_COLUMNS)} FROM ledger {where}", args).fetchall()
+    return [Entry(*row) for row in rows]

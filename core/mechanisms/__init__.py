@@ -1,0 +1,20 @@
+"""The registry of release mechanisms, by the name a release spec uses."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from core.errors import SpecError
+from core.mechanisms import ra
+
+REGISTRY: dict[str, ModuleType] = {ra.NAME: ra}
+
+
+def get(name: str) -> ModuleType:
+    """The mechanism module called ``name``."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise SpecError(
+            f"unknown mechanism {name!r}; available: {', '.join(sorted(REGISTRY))}."
+        ) from None

@@ -1,0 +1,65 @@
+"""The shape every mechanism module has: a typed parameter object, ``plan`` and ``run``.
+
+A mechanism module exposes ``NAME``, ``Params`` (a pydantic model), ``needs(params)`` (what
+validation must ensure of the input), ``plan(params)`` (its privacy cost from public parameters
+only), ``run(frame, params, rng)`` and ``check(original, result, params)`` (output invariants).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict
+
+from core.accounting import Budget
+from core.validate import Needs
+
+
+class StrictParams(BaseModel):
+    """Base for parameter objects: unknown keys are errors, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a release will cost, known before any data is read."""
+
+    cost: Budget
+    guarantee: str  # one line, for the manifest and report
+    adjacency: str | None = None  # the neighbouring relation, for DP mechanisms
+    detail: dict = field(default_factory=dict)  # accountant detail for the ledger (e.g. sigmas)
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A bar chart for the report; rendered by ``core.publish``."""
+
+    filename: str
+    title: str
+    labels: list[str]
+    series: dict[str, list[float]]
+    ylabel: str = ""
+
+
+@dataclass(frozen=True)
+class Result:
+    """A mechanism's output: the released table and what the manifest and report say of it."""
+
+    data: pd.DataFrame
+    privacy: dict  # goes to manifest.json under "privacy"
+    report: str  # markdown section for report.md
+    charts: list[Chart] = field(default_factory=list)
+
+
+class Mechanism(Protocol):
+    NAME: str
+    Params: type[StrictParams]
+
+    def needs(self, params: StrictParams) -> Needs: ...
+    def plan(self, params: StrictParams) -> Plan: ...
+    def run(self, frame: pd.DataFrame, params: StrictParams, rng: np.random.Generator) -> Result: ...
+    def check(self, original: pd.DataFrame, result: Result, params: StrictParams) -> None: ...

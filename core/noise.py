@@ -1,0 +1,32 @@
+"""The one place that makes randomness for privacy mechanisms.
+
+Releases draw from the operating system's entropy. A fixed seed is accepted only in test mode
+(``PRIVRELEASE_TEST_MODE=1``), so a seed in a production spec cannot weaken a release.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from core.errors import SpecError
+
+TEST_MODE_ENV = "PRIVRELEASE_TEST_MODE"
+
+
+def test_mode() -> bool:
+    """Whether fixed seeds are allowed in this process."""
+    return os.environ.get(TEST_MODE_ENV, "") == "1"
+
+
+def generator(test_seed: int | None = None) -> np.random.Generator:
+    """A generator seeded from OS entropy, or from ``test_seed`` in test mode only."""
+    if test_seed is None:
+        return np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy=None)))
+    if not test_mode():
+        raise SpecError(
+            f"a fixed seed is accepted only in test mode; remove 'seed' from the spec, or set "
+            f"{TEST_MODE_ENV}=1 for a test run (its release is marked as a test release)."
+        )
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(test_seed)))

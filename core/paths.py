@@ -1,0 +1,24 @@
+"""Where privrelease keeps its state: everything lives under ``$PRIVRELEASE_HOME``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+HOME_ENV = "PRIVRELEASE_HOME"
+
+
+def home(explicit: str | os.PathLike | None = None) -> Path:
+    """The state folder: ``explicit``, else ``$PRIVRELEASE_HOME``, else ``./.privrelease``."""
+    root = Path(explicit or os.environ.get(HOME_ENV) or ".privrelease").resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def database(root: Path) -> Path:
+    """The DuckDB file holding ingested tables and the ledger."""
+    return root / "privrelease.duckdb"
+
+
+def releases(root: Path) -> Path:
+    return root / "releases"

@@ -1,0 +1,145 @@
+"""Validate a table with Great Expectations 1.x and turn the result into a plain report.
+
+The report and the error carry expectation types, columns, counts and observed types only,
+never the unexpected values Great Expectations collects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from core.errors import SpecError, ValidationFailed
+
+NUMERIC_TYPES = [
+    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64",
+    "float32", "float64", "Float32", "Float64",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a mechanism needs of its input table: columns present, non-null, of a kind."""
+
+    columns: tuple[str, ...]
+    numeric: tuple[str, ...] = ()
+
+    def expectations(self) -> list[dict]:
+        out: list[dict] = [{"type": "expect_table_row_count_to_be_between", "kwargs": {"min_value": 1}}]
+        for column in self.columns:
+            out.append({"type": "expect_column_to_exist", "kwargs": {"column": column}})
+            out.append({"type": "expect_column_values_to_not_be_null", "kwargs": {"column": column}})
+        for column in self.numeric:
+            out.append(
+                {"type": "expect_column_values_to_be_in_type_list",
+                 "kwargs": {"column": column, "type_list": NUMERIC_TYPES}}
+            )
+        return out
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    suite: str
+    success: bool
+    evaluated: int
+    failures: list[dict] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        return {"suite": self.suite, "success": self.success, "evaluated": self.evaluated,
+                "failures": self.failures}
+
+
+def load_suite(suite: str | list | None, schemas_dir: Path, spec_dir: Path) -> tuple[str, list[dict]]:
+    """Resolve the spec's ``suite``: a file (in the spec's folder or ``schemas/suites``) or a list."""
+    if suite is None:
+        return "mechanism-needs", []
+    if isinstance(suite, list):
+        return "inline", [_expectation(e) for e in suite]
+    candidates = [spec_dir / suite, schemas_dir / "suites" / suite, schemas_dir / suite]
+    path = next((p for p in candidates if p.is_file()), None)
+    if path is None:
+        raise SpecError(
+            f"dataset.suite {suite!r} was not found next to the spec or in schemas/suites/; "
+            "give a path to an expectation-suite JSON file or a list of expectations."
+        )
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"expectation suite {path.name!r} is not valid JSON (line {exc.lineno}).") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("expectations"), list):
+        raise SpecError(f"expectation suite {path.name!r} needs a top-level 'expectations' list.")
+    return str(doc.get("name") or path.stem), [_expectation(e) for e in doc["expectations"]]
+
+
+def _expectation(raw: object) -> dict:
+    if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
+        raise SpecError("each expectation needs a 'type' (for example expect_column_values_to_not_be_null) and 'kwargs'.")
+    kwargs = raw.get("kwargs", {})
+    if not isinstance(kwargs, dict):
+        raise SpecError(f"expectation {raw['type']!r}: 'kwargs' must be a mapping.")
+    return {"type": raw["type"], "kwargs": kwargs}
+
+
+def validate(frame: pd.DataFrame, suite_name: str, expectations: list[dict]) -> ValidationReport:
+    """Run the expectations on ``frame``; raise ``ValidationFailed`` listing what failed."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+    from great_expectations.exceptions import InvalidExpectationConfigurationError
+
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+    batch = (
+        context.data_sources.add_pandas(name="release")
+        .add_dataframe_asset(name="input")
+        .add_batch_definition_whole_dataframe("whole")
+    )
+    try:
+        suite = context.suites.add(gx.ExpectationSuite(name="suite", expectations=expectations))
+    except InvalidExpectationConfigurationError as exc:
+        reason = str(exc).split(":")[-1].strip()
+        raise SpecError(f"the expectation suite {suite_name!r} is not valid: {reason}.") from None
+    definition = context.validation_definitions.add(
+        gx.ValidationDefinition(name="validation", data=batch, suite=suite)
+    )
+    result = definition.run(batch_parameters={"dataframe": frame}, result_format="SUMMARY")
+    failures = [_failure(r) for r in result.results if not r.success]
+    failures.sort(key=lambda f: (f["expectation"], f["column"] or ""))
+    report = ValidationReport(suite_name, not failures, len(result.results), failures)
+    if failures:
+        lines = "; ".join(_describe(f) for f in failures)
+        raise ValidationFailed(
+            f"the dataset failed {len(failures)} of {report.evaluated} expectations of suite "
+            f"{suite_name!r}: {lines}. Nothing was charged or published; fix the data or the suite.",
+            failures,
+        )
+    return report
+
+
+def _failure(result) -> dict:  # noqa: ANN001 - a Great Expectations result object
+    config = result.expectation_config
+    res = result.result or {}
+    observed = res.get("observed_value")
+    return {
+        "expectation": config.type,
+        "column": config.kwargs.get("column"),
+        "unexpected_count": res.get("unexpected_count"),
+        # Only types and counts are safe to repeat; other observed values may be data.
+        "observed_type": observed if "type" in config.type and isinstance(observed, str) else None,
+    }
+
+
+def _describe(failure: dict) -> str:
+    where = f"{failure['expectation']}({failure['column']})" if failure["column"] else failure["expectation"]
+    if failure["unexpected_count"] is not None:
+        return f"{where}: {failure['unexpected_count']} unexpected rows"
+    if failure["observed_type"]:
+        return f"{where}: column has type {failure['observed_type']}"
+    if failure["expectation"] == "expect_table_row_count_to_be_between":
+        return f"{where}: the table has no rows or the wrong number of rows"
+    return f"{where}: failed (is the column missing?)"

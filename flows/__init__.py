@@ -1,0 +1,1 @@
+"""Prefect flows (one per workload) and the ``privrelease`` command line."""

@@ -1,0 +1,63 @@
+"""The release flow: ingest → validate → plan → charge → privatize → check → publish → settle.
+
+Parameters are paths, never data: Prefect stores flow parameters in plain text.
+"""
+
+from __future__ import annotations
+
+import re
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact
+
+from core.errors import UserError
+from core.ledger import FAILED, PUBLISHED
+from core.pipeline import Store, existing
+from tasks import release as t
+
+
+@flow(name="release", persist_result=False)
+def release(spec_path: str, home: str | None = None) -> dict:
+    """Release one dataset as its spec says; returns the release id, folder and ledger entry."""
+    log = get_run_logger()
+    store = Store.open(home)
+    spec = t.load_spec(spec_path)
+    ingested = t.ingest(store, spec)
+    log.info("ingested %s: %d rows, %d columns, sha256 %s", spec.dataset, ingested.rows,
+             len(ingested.columns), ingested.fingerprint[:16])  # fmt: skip
+    frame = t.load(store, ingested)
+    validation = t.validate(spec, frame)
+    log.info("validation passed: %d expectations of suite %r", validation.evaluated, validation.suite)
+    plan = t.plan(spec)
+    charge = t.charge(store, spec, plan, ingested)
+    if charge.previous_status == PUBLISHED:
+        log.info("release %s was already published; nothing charged or drawn", spec.release_id)
+        return _summary(existing(store, spec), str(store.releases / spec.dataset / spec.release_id), True)
+    log.info("ledger entry #%d: epsilon=%g delta=%g (%s)", charge.entry.seq, plan.cost.epsilon,
+             plan.cost.delta, "retry of an earlier charge" if charge.previous_status else "new charge")  # fmt: skip
+    try:
+        result = t.privatize(spec, frame)
+        published = t.publish(store, spec, plan, result, charge, ingested, validation)
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {exc}" if isinstance(exc, UserError) else type(exc).__name__
+        t.settle(store, spec, FAILED, reason)
+        raise
+    t.settle(store, spec, PUBLISHED)
+    log.info("published %s", published.folder)
+    create_markdown_artifact(
+        key=re.sub(r"[^a-z0-9-]+", "-", f"release-{spec.dataset}".lower()),
+        markdown=f"Release folder: `{published.folder}`\n\n" + (published.folder / "report.md").read_text(),
+        description=f"release {spec.release_id}",
+    )
+    return _summary(published.manifest, str(published.folder), False)
+
+
+def _summary(manifest: dict, folder: str, already: bool) -> dict:
+    return {
+        "release_id": manifest["release_id"],
+        "dataset": manifest["dataset"],
+        "folder": folder,
+        "already_published": already,
+        "ledger": manifest["ledger"],
+        "privacy": manifest["privacy"],
+    }
