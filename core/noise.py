@@ -20,13 +20,16 @@ def test_mode() -> bool:
     return os.environ.get(TEST_MODE_ENV, "") == "1"
 
 
-def generator(test_seed: int | None = None) -> np.random.Generator:
-    """A generator seeded from OS entropy, or from ``test_seed`` in test mode only."""
-    if test_seed is None:
-        return np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy=None)))
-    if not test_mode():
+def check_seed(test_seed: int | None) -> None:
+    """Refuse a fixed seed outside test mode (called when a spec is read, and again before use)."""
+    if test_seed is not None and not test_mode():
         raise SpecError(
             f"a fixed seed is accepted only in test mode; remove 'seed' from the spec, or set "
             f"{TEST_MODE_ENV}=1 for a test run (its release is marked as a test release)."
         )
+
+
+def generator(test_seed: int | None = None) -> np.random.Generator:
+    """A generator seeded from OS entropy, or from ``test_seed`` in test mode only."""
+    check_seed(test_seed)
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(test_seed)))

@@ -15,7 +15,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from core import mechanisms
+from core import mechanisms, noise
 from core.errors import SpecError
 from core.mechanisms.base import StrictParams
 
@@ -86,6 +86,7 @@ def parse(doc: object, spec_dir: Path) -> Release:
         spec = ReleaseSpec.model_validate(doc)
     except ValidationError as exc:
         raise SpecError(f"the release spec is invalid: {_describe(exc)}.") from None
+    noise.check_seed(spec.seed)
     module = mechanisms.get(spec.mechanism.name)
     try:
         params = module.Params.model_validate(spec.mechanism.params)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import traceback
@@ -27,6 +28,29 @@ def _prefect_env(root: Path) -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 
+class _NoUserErrorTraceback(logging.Formatter):
+    """Console formatter: a user error is shown as its message, without a traceback."""
+
+    def __init__(self, inner: logging.Formatter | None):
+        super().__init__()
+        self.inner = inner or logging.Formatter()
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.exc_info and isinstance(record.exc_info[1], UserError):
+            record = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
+        return self.inner.format(record)
+
+
+def _quiet_console() -> None:
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    loggers = [logging.getLogger(), *(v for v in logging.root.manager.loggerDict.values() if isinstance(v, logging.Logger))]
+    for logger in loggers:
+        for handler in logger.handlers:
+            if isinstance(handler, PrefectConsoleHandler) and not isinstance(handler.formatter, _NoUserErrorTraceback):
+                handler.setFormatter(_NoUserErrorTraceback(handler.formatter))
+
+
 def _run_release(spec_path: Path, root: Path) -> dict:
     from core import spec
 
@@ -34,6 +58,7 @@ def _run_release(spec_path: Path, root: Path) -> dict:
     _prefect_env(root)
     from flows.release import release
 
+    _quiet_console()
     return release(spec_path=str(spec_path.resolve()), home=str(root))
 
 

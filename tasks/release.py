@@ -26,7 +26,7 @@ def load_spec(spec_path: str) -> Release:
     return spec.load(spec_path)
 
 
-@task(name="ingest", retries=2, retry_delay_seconds=[2, 10], **RAW)
+@task(name="ingest", **RAW)
 def ingest(store: pipeline.Store, release: Release) -> Ingested:
     return pipeline.ingest(store, release)
 

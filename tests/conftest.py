@@ -1,0 +1,55 @@
+"""Test setup. Prefect reads its settings at import, so its home is set before anything imports it."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="privrelease-prefect-home-")
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ["PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW"] = "ignore"
+os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "120"
+os.environ.pop("PREFECT_API_URL", None)
+
+import pytest  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def prefect_server():
+    """One Prefect test server for the whole session (it costs ~10 s to start)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh $PRIVRELEASE_HOME."""
+    root = tmp_path / "home"
+    root.mkdir()
+    monkeypatch.setenv("PRIVRELEASE_HOME", str(root))
+    return root
+
+
+@pytest.fixture
+def test_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Allow fixed seeds (PRIVRELEASE_TEST_MODE=1)."""
+    monkeypatch.setenv("PRIVRELEASE_TEST_MODE", "1")
+
+
+def adult_clean():
+    """UCI Adult without rows that have a missing value ('?'): 30,162 rows."""
+    import pandas as pd
+
+    frame = pd.read_csv(SHARED_DATA / "uci" / "adult.data.gz", skipinitialspace=True, na_values="?")
+    frame.columns = [c.strip() for c in frame.columns]
+    return frame.dropna().reset_index(drop=True)
+
+
+ADULT_QI = ["education", "race", "sex", "workclass", "marital-status", "age", "relationship",
+            "native-country", "Salary"]  # fmt: skip

@@ -1,0 +1,184 @@
+"""The ledger: caps, idempotency, settlement, tamper evidence, and concurrent charges."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from core.accounting import Budget
+from core.errors import BudgetError, LedgerCorrupt, ReleaseConflict
+from core.ledger import FAILED, PUBLISHED, RESERVED, Ledger
+from tests.conftest import REPO
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Ledger:
+    return Ledger(tmp_path / "privrelease.duckdb")
+
+
+def charge(ledger: Ledger, release: str, eps: float, delta: float = 0.0, dataset: str = "d", **kw):
+    return ledger.reserve(dataset, release, Budget(eps, delta), "m", {"x": 1} | kw, {"sigma": 2.0})
+
+
+def test_dp_release_without_cap_is_refused(ledger):
+    with pytest.raises(BudgetError, match="ledger set-budget d"):
+        charge(ledger, "r1", 0.5)
+    assert ledger.entries() == []
+
+
+def test_zero_cost_release_needs_no_cap(ledger):
+    c = charge(ledger, "r1", 0.0)
+    assert c.previous_status is None and c.entry.status == RESERVED and c.entry.epsilon == 0
+
+
+def test_cap_is_enforced_and_refusal_appends_nothing(ledger):
+    ledger.set_budget("d", Budget(1.0, 1e-6))
+    charge(ledger, "r1", 0.6, 5e-7)
+    with pytest.raises(BudgetError, match=r"has only epsilon=0.4, delta=5e-07 left"):
+        charge(ledger, "r2", 0.5, 1e-7)
+    with pytest.raises(BudgetError, match="delta"):
+        charge(ledger, "r3", 0.1, 6e-7)
+    charge(ledger, "r4", 0.4, 5e-7)  # exactly the rest fits
+    assert [e.release_id for e in ledger.entries()] == [None, "r1", "r4"]
+    (t,) = ledger.totals()
+    assert t.spent == Budget(1.0, 1e-6) and t.remaining == Budget(0.0, 0.0)
+
+
+def test_equal_splits_add_up_to_the_cap(ledger):
+    ledger.set_budget("d", Budget(1.0, 0.0))
+    for i in range(10):
+        charge(ledger, f"r{i}", 0.1)  # 10 x 0.1 != 1.0 in floating point, within tolerance
+    with pytest.raises(BudgetError):
+        charge(ledger, "r10", 1e-6)
+
+
+def test_retry_is_charged_once_and_other_params_conflict(ledger):
+    ledger.set_budget("d", Budget(1.0, 0.0))
+    first = charge(ledger, "r1", 0.7)
+    again = charge(ledger, "r1", 0.7)
+    assert again.entry == first.entry and again.previous_status == RESERVED
+    assert len(ledger.entries()) == 2
+    with pytest.raises(ReleaseConflict, match="r1"):
+        charge(ledger, "r1", 0.7, x=2)
+    with pytest.raises(ReleaseConflict):
+        charge(ledger, "r1", 0.7, dataset="other")
+
+
+def test_settlement(ledger):
+    ledger.set_budget("d", Budget(1.0, 0.0))
+    charge(ledger, "ok", 0.2)
+    charge(ledger, "bad", 0.3)
+    ledger.settle("ok", PUBLISHED)
+    ledger.settle("bad", FAILED, {"reason": "boom"})
+    assert ledger.status("ok") == PUBLISHED and ledger.status("bad") == FAILED
+    assert ledger.settle("ok", FAILED).status == PUBLISHED  # published stays published
+    (t,) = ledger.totals()
+    assert t.spent.epsilon == pytest.approx(0.5)  # the failed release keeps its charge
+    assert (t.releases, t.published, t.failed, t.pending) == (2, 1, 1, 0)
+    assert charge(ledger, "bad", 0.3).previous_status == FAILED  # retry after failure: no new charge
+    assert ledger.totals()[0].spent.epsilon == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="never charged"):
+        ledger.settle("nope", PUBLISHED)
+
+
+def test_history_round_trips_through_json(ledger):
+    ledger.set_budget("d", Budget(2.0, 1e-5))
+    charge(ledger, "r1", 0.25, 1e-7)
+    entry = ledger.entries()[-1].as_dict()
+    assert entry["params"] == {"x": 1} and entry["detail"] == {"sigma": 2.0}
+    assert json.loads(json.dumps(entry)) == entry
+
+
+def _tamper(ledger: Ledger, sql: str) -> None:
+    con = duckdb.connect(str(ledger.db_path))
+    con.execute(sql)
+    con.close()
+
+
+@pytest.fixture
+def filled(ledger: Ledger) -> Ledger:
+    ledger.set_budget("d", Budget(5.0, 1e-5))
+    for i in range(4):
+        charge(ledger, f"r{i}", 0.5)
+        ledger.settle(f"r{i}", PUBLISHED)
+    assert ledger.verify() == 9
+    return ledger
+
+
+@pytest.mark.parametrize(
+    "sql,bad_seq",
+    [
+        ("UPDATE ledger SET epsilon = 0.05 WHERE seq = 4", 4),
+        ("UPDATE ledger SET status = 'failed' WHERE seq = 7", 7),
+        ("UPDATE ledger SET epsilon = 50 WHERE seq = 1", 1),
+        ("DELETE FROM ledger WHERE seq = 5", 5),
+        ("UPDATE ledger SET seq = CASE seq WHEN 3 THEN 6 WHEN 6 THEN 3 ELSE seq END", 3),
+    ],
+    ids=["changed-epsilon", "changed-status", "changed-cap", "deleted", "reordered"],
+)
+def test_tampering_is_detected(filled, sql, bad_seq):
+    _tamper(filled, sql)
+    with pytest.raises(LedgerCorrupt) as info:
+        filled.verify()
+    assert info.value.seq == bad_seq
+
+
+def test_truncation_is_detected_through_manifests(filled, tmp_path):
+    last = filled.entries()[-2]  # the charge of the last release, cited by its manifest
+    folder = tmp_path / "releases" / "d" / "r3"
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text(json.dumps({"ledger": {"seq": last.seq, "hash": last.hash}}))
+    assert filled.verify(tmp_path / "releases") == 9
+    _tamper(filled, f"DELETE FROM ledger WHERE seq >= {last.seq}")
+    filled.verify()  # the chain alone cannot see a cut tail ...
+    with pytest.raises(LedgerCorrupt, match="cites ledger entry 8"):
+        filled.verify(tmp_path / "releases")  # ... the manifests can
+
+
+WORKER = """
+import json, sys, time
+from pathlib import Path
+from core.accounting import Budget
+from core.errors import BudgetError
+from core.ledger import Ledger
+db, worker, start = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
+while not start.exists():
+    time.sleep(0.005)
+ledger, ok = Ledger(db), []
+for i in range(4):
+    try:
+        ledger.reserve("shared", f"w{worker}-{i}", Budget(0.05, 1e-8), "m", {}, {})
+        ok.append(f"w{worker}-{i}")
+    except BudgetError:
+        pass
+print(json.dumps(ok))
+"""
+
+
+def test_eight_processes_never_exceed_the_cap(ledger, tmp_path):
+    ledger.set_budget("shared", Budget(1.0, 2e-7))  # room for exactly 20 of the 32 attempts
+    start = tmp_path / "go"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WORKER, str(ledger.db_path), str(w), str(start)],
+                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for w in range(8)
+    ]  # fmt: skip
+    time.sleep(1.5)  # let every worker import and wait at the barrier
+    start.touch()
+    accepted = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err
+        accepted += json.loads(out)
+    charged = [e.release_id for e in ledger.entries() if e.status == RESERVED]
+    assert sorted(charged) == sorted(accepted)  # no entry lost, none invented
+    assert len(accepted) == 20
+    (t,) = ledger.totals()
+    assert t.spent.fits_within(t.cap)
+    assert ledger.verify() == 21
