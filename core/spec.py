@@ -6,6 +6,7 @@ The JSON schema in ``schemas/release-spec.schema.json`` is generated from these 
 
 from __future__ import annotations
 
+import json
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -128,3 +129,7 @@ def json_schema() -> dict:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "privrelease release spec"
     return schema
+
+
+if __name__ == "__main__":
+    print(json.dumps(json_schema(), indent=2))

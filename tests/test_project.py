@@ -1,0 +1,55 @@
+"""Project-level contracts: the spec schema, the stack, the layout rules, prefect.yaml."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+
+import jsonschema
+import phe.util
+import yaml
+
+from core import spec as spec_module
+from core.demo import DEMO_SPEC
+from tests.conftest import REPO
+
+
+def test_committed_spec_schema_matches_the_models():
+    committed = json.loads((REPO / "schemas" / "release-spec.schema.json").read_text())
+    assert committed == spec_module.json_schema(), "regenerate: python -m core.spec > schemas/release-spec.schema.json"
+
+
+def test_schema_accepts_the_demo_spec_and_rejects_bad_ones():
+    schema = json.loads((REPO / "schemas" / "release-spec.schema.json").read_text())
+    doc = yaml.safe_load(DEMO_SPEC)
+    jsonschema.validate(doc, schema)
+    for bad in (
+        {**doc, "extra": 1},
+        {**doc, "mechanism": {"name": "ra", "params": {**doc["mechanism"]["params"], "k": "three"}}},
+        {**doc, "mechanism": {"name": "nope", "params": {}}},
+        {**doc, "dataset": {**doc["dataset"], "format": "xlsx"}},
+    ):
+        assert list(jsonschema.Draft202012Validator(schema).iter_errors(bad)), bad
+
+
+def test_gmpy2_accelerates_phe():
+    assert phe.util.HAVE_GMP, "gmpy2 is missing: Paillier would run 8-10x slower"
+
+
+def test_core_never_imports_prefect():
+    for path in (REPO / "core").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n == "prefect" or n.startswith("prefect.") for n in names), path
+
+
+def test_prefect_yaml_entrypoints_import():
+    config = yaml.safe_load((REPO / "prefect.yaml").read_text())
+    assert config["deployments"]
+    for deployment in config["deployments"]:
+        module_path, name = deployment["entrypoint"].split(":")
+        module = importlib.import_module(module_path.removesuffix(".py").replace("/", "."))
+        assert hasattr(getattr(module, name), "fn"), deployment["entrypoint"]
