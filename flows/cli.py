@@ -108,11 +108,12 @@ def cmd_history(args: argparse.Namespace, root: Path) -> int:
     if args.json:
         print(json.dumps([e.as_dict() for e in entries], indent=2))
         return 0
-    header = f"{'seq':>4}  {'time (UTC)':<19}  {'dataset':<16} {'release':<34} {'mechanism':<9} {'status':<9} {'epsilon':>8} {'delta':>8}"
+    header = f"{'seq':>4}  {'time (UTC)':<19}  {'dataset':<16} {'release':<34} {'mechanism':<9} {'status':<9} {'epsilon':>8} {'delta':>8}  detail"
     print(header)
     for e in entries:
+        detail = " ".join(f"{k}={v}" for k, v in json.loads(e.detail).items())
         print(f"{e.seq:>4}  {e.ts[:19]:<19}  {e.dataset:<16} {e.release_id or '-':<34} {e.mechanism or '-':<9} "
-              f"{e.status:<9} {e.epsilon:>8.4g} {e.delta:>8.2g}")  # fmt: skip
+              f"{e.status:<9} {e.epsilon:>8.4g} {e.delta:>8.2g}  {detail}")  # fmt: skip
     return 0
 
 

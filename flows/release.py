@@ -40,9 +40,9 @@ def release(spec_path: str, home: str | None = None) -> dict:
         published = t.publish(store, spec, plan, result, charge, ingested, validation)
     except Exception as exc:
         reason = f"{type(exc).__name__}: {exc}" if isinstance(exc, UserError) else type(exc).__name__
-        t.settle(store, spec, FAILED, reason)
+        t.settle(store, spec, FAILED, {"reason": reason})
         raise
-    t.settle(store, spec, PUBLISHED)
+    t.settle(store, spec, PUBLISHED, result.headline)
     log.info("published %s", published.folder)
     create_markdown_artifact(
         key=re.sub(r"[^a-z0-9-]+", "-", f"release-{spec.dataset}".lower()),

@@ -65,6 +65,5 @@ def publish(
 
 
 @task(name="settle", **RAW)
-def settle(store: pipeline.Store, release: Release, status: str, reason: str | None = None) -> None:
-    detail = {"reason": reason} if reason else {}
+def settle(store: pipeline.Store, release: Release, status: str, detail: dict) -> None:
     store.ledger.settle(release.release_id, status, detail, flow_run.get_id())

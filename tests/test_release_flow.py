@@ -73,6 +73,10 @@ def test_release_end_to_end(prefect_server, home, test_mode, tmp_path, capsys):
     pd.testing.assert_frame_equal(parquet, released, check_dtype=False)
     entries = Ledger(home / "privrelease.duckdb").entries()
     assert [e.status for e in entries] == [RESERVED, PUBLISHED]
+    assert entries[0].epsilon == entries[0].delta == 0
+    assert json.loads(entries[1].detail) == {"pa": expected.privacy["pa"], "pa_max": expected.privacy["pa_max"], "variant": "ra"}
+    code, out, _ = cli(capsys, "ledger", "history")
+    assert code == 0 and f"pa={expected.privacy['pa']}" in out
     assert manifest["ledger"] == {"seq": entries[0].seq, "hash": entries[0].hash}
     assert manifest["validation"]["suite"] == "census_demo" and manifest["validation"]["success"]
     assert "Pa = " in (folder / "report.md").read_text()

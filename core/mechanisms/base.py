@@ -53,6 +53,7 @@ class Result:
     privacy: dict  # goes to manifest.json under "privacy"
     report: str  # markdown section for report.md
     charts: list[Chart] = field(default_factory=list)
+    headline: dict = field(default_factory=dict)  # the figures the ledger records with the outcome
 
 
 class Mechanism(Protocol):

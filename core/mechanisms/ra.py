@@ -143,7 +143,8 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
         "sensitive": params.sensitive,
         "expected_changed_fraction": changed,
     }
-    return Result(out, privacy, _report(privacy, h), [_chart(params.qi, h, select_rate, changed)])
+    headline = {"pa": privacy["pa"], "pa_max": privacy["pa_max"], "variant": privacy["variant"]}
+    return Result(out, privacy, _report(privacy, h), [_chart(params.qi, h, select_rate, changed)], headline)
 
 
 def _report(privacy: dict, h: np.ndarray) -> str:
