@@ -80,7 +80,7 @@ def cmd_demo(args: argparse.Namespace, root: Path) -> int:
     print(f"\nrelease folder: {summary['folder']}")
     print(f"ledger entry:   #{ledger['seq']} {ledger['hash']}")
     print(f"Pa:             {summary['privacy']['pa']:.4f}  (Pa_max {summary['privacy']['pa_max']:.4f})")
-    print(f"audit with:     privrelease --home {root} ledger history")
+    print(f"audit with:     {sys.argv[0]} --home {root} ledger history")
     return 0
 
 
