@@ -44,3 +44,47 @@ class Budget:
 
 
 ZERO = Budget(0.0, 0.0)
+
+
+# -- Gaussian mechanisms: GDP composition and the analytic Gaussian conversion ----------------------
+#
+# A Gaussian mechanism of l2-sensitivity 1 and noise sigma is (1/sigma)-GDP; T of them compose to
+# one with 1/sigma*^2 = sum 1/sigma_k^2 (Dong, Roth & Su). Its exact (eps, delta) curve is
+# delta(eps) = Phi(-eps*sigma + 1/(2 sigma)) - e^eps * Phi(-eps*sigma - 1/(2 sigma)) (Balle & Wang).
+
+
+def gaussian_delta(epsilon: float, sigma: float) -> float:
+    """The smallest delta for which noise ``sigma`` (sensitivity 1) is (epsilon, delta)-DP."""
+    from scipy.special import log_ndtr, ndtr
+
+    a = 1 / (2 * sigma)
+    return float(ndtr(-epsilon * sigma + a) - math.exp(epsilon + log_ndtr(-epsilon * sigma - a)))
+
+
+def gaussian_sigma(epsilon: float, delta: float) -> float:
+    """The smallest sigma for which a sensitivity-1 Gaussian mechanism is (epsilon, delta)-DP."""
+    from scipy.optimize import brentq
+
+    if not (epsilon > 0 and 0 < delta < 1):
+        raise ValueError(f"need epsilon > 0 and 0 < delta < 1, got ({epsilon}, {delta})")
+    hi = 1.0
+    while gaussian_delta(epsilon, hi) > delta:
+        hi *= 2
+    return float(brentq(lambda s: gaussian_delta(epsilon, s) - delta, 1e-6, hi, xtol=1e-14, rtol=1e-15))
+
+
+def gaussian_epsilon(sigma: float, delta: float) -> float:
+    """The smallest epsilon for which noise ``sigma`` is (epsilon, delta)-DP (inverse of the above)."""
+    from scipy.optimize import brentq
+
+    if gaussian_delta(0.0, sigma) <= delta:
+        return 0.0
+    hi = 1.0
+    while gaussian_delta(hi, sigma) > delta:
+        hi *= 2
+    return float(brentq(lambda e: gaussian_delta(e, sigma) - delta, 0.0, hi, xtol=1e-14, rtol=1e-15))
+
+
+def compose_sigmas(sigmas: list[float]) -> float:
+    """The single sigma equivalent to composing Gaussian mechanisms (GDP: mu^2 adds up)."""
+    return 1 / math.sqrt(sum(1 / s**2 for s in sigmas))

@@ -50,7 +50,12 @@ def fingerprint(path: Path) -> str:
 def _reader(fmt: str, delimiter: str) -> tuple[str, list]:
     if fmt == "csv":
         # Fixed dialect and strict mode: the sniffer must not guess its way around bad rows.
-        return "read_csv(?, header = true, skip = 0, delim = ?, quote = '\"', strict_mode = true)", [delimiter]
+        # Long fields (a whole mailbox or a 10 MB post in one cell) are allowed up to 128 MiB.
+        return (
+            "read_csv(?, header = true, skip = 0, delim = ?, quote = '\"', strict_mode = true, "
+            "max_line_size = 134217728)",
+            [delimiter],
+        )
     if fmt == "parquet":
         return "read_parquet(?)", []
     return "read_json(?, format = 'newline_delimited')", []
@@ -60,6 +65,8 @@ def _safe_reason(exc: duckdb.Error, fmt: str, delimiter: str) -> str:
     """Describe a reader error without repeating any of the file's content."""
     line = re.search(r"[Ll]ine:? (\d+)", str(exc))
     where = f" near line {line.group(1)}" if line else ""
+    if "unicode" in str(exc).lower() or "utf-8" in str(exc).lower():
+        return f"it is not UTF-8 encoded{where}; convert it to UTF-8 first"
     if fmt == "csv":
         return (
             f"it is not a well-formed CSV file with a header row and delimiter {delimiter!r}{where} "

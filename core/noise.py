@@ -33,3 +33,17 @@ def generator(test_seed: int | None = None) -> np.random.Generator:
     """A generator seeded from OS entropy, or from ``test_seed`` in test mode only."""
     check_seed(test_seed)
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(test_seed)))
+
+
+def gaussian(rng: np.random.Generator, sigma: float, size: int) -> np.ndarray:
+    """Independent N(0, sigma^2) draws."""
+    return rng.normal(0.0, sigma, size)
+
+
+def gaussian_tail(rng: np.random.Generator, sigma: float, threshold: float, size: int) -> np.ndarray:
+    """N(0, sigma^2) draws conditioned on exceeding ``threshold`` (a zero-weight item that passed)."""
+    from scipy.stats import truncnorm
+
+    if size == 0:
+        return np.empty(0)
+    return truncnorm.rvs(threshold / sigma, np.inf, scale=sigma, size=size, random_state=rng)

@@ -89,6 +89,7 @@ def manifest(
             "epsilon": plan.cost.epsilon,
             "delta": plan.cost.delta,
         },
+        **result.manifest,
         "ledger": {"seq": entry.seq, "hash": entry.hash},
         "input": {
             "source": ingested.source_name,
@@ -137,13 +138,15 @@ def publish(releases_root: Path, record: dict, result: Result) -> Published:
         con = duckdb.connect()
         try:
             relation = con.from_df(result.data)
-            relation.write_parquet(str(tmp / "data.parquet"))
-            relation.write_csv(str(tmp / "data.csv"))
+            names = [f"{result.name}.parquet"] + ([f"{result.name}.csv"] if result.csv else [])
+            relation.write_parquet(str(tmp / names[0]))
+            if result.csv:
+                relation.write_csv(str(tmp / names[1]))
         finally:
             con.close()
         for chart in result.charts:
             render_chart(chart, tmp / chart.filename)
-        files = {name: _sha256(tmp / name) for name in ("data.parquet", "data.csv")}
+        files = {name: _sha256(tmp / name) for name in names}
         record = {**record, "files": files}
         (tmp / "report.md").write_text(report(record, result))
         (tmp / "manifest.json").write_text(json.dumps(record, indent=2, sort_keys=False) + "\n")

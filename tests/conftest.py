@@ -12,7 +12,13 @@ os.environ["PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW"] = "ignore"
 os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "120"
 os.environ.pop("PREFECT_API_URL", None)
 
+import logging  # noqa: E402
+
 import pytest  # noqa: E402
+
+# Prefect's console handler keeps the stream it first saw; under pytest's capture that stream is
+# closed by later tests. Drop such write errors instead of printing them into the next test's stderr.
+logging.raiseExceptions = False
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO.parent / "shared" / "data"

@@ -5,9 +5,9 @@ from __future__ import annotations
 from types import ModuleType
 
 from core.errors import SpecError
-from core.mechanisms import ra
+from core.mechanisms import dpne, ra
 
-REGISTRY: dict[str, ModuleType] = {ra.NAME: ra}
+REGISTRY: dict[str, ModuleType] = {ra.NAME: ra, dpne.NAME: dpne}
 
 
 def get(name: str) -> ModuleType:

@@ -1,0 +1,416 @@
+"""DPNE: differentially private n-gram extraction (Kim, Gopi, Kulkarni & Yekhanin, 2021).
+
+Level 1 is DP set union with the weighted Gaussian policy and the threshold rho_1 of
+Theorem 2.1. Level k >= 2 keeps only valid candidates V_k (both-side pruning by default:
+prefix and suffix released at level k-1; single-side: prefix at k-1 and last word at 1),
+thresholds the users' sparse histogram at rho_k = sigma_k * Phi^-1(1 - eta*min(1, |S_k-1|/|V_k|)),
+and adds the zero-weight candidates that would have crossed the threshold: their number is
+Binomial(|V_k| - |supp H_k|, Phi(-rho_k/sigma_k)), each drawn uniformly from V_k minus supp H_k.
+|V_k| is computed exactly (sum over (k-2)-grams y of L(y)*R(y)), not estimated.
+
+Privacy: user-level (epsilon, delta)-DP under add/remove-one-user adjacency. Each user adds a
+vector of l2 norm at most 1 per level (at most Delta_k distinct valid k-grams, each weighted
+1/sqrt(|U_i|)); the levels compose as Gaussian DP (1/sigma*^2 = sum 1/sigma_k^2), converted
+with the analytic Gaussian at delta/2, and rho_1 bounds the new-item event by delta/2.
+
+Histograms are built in DuckDB; the per-user subsample orders a user's n-grams by a keyed hash
+whose 64-bit key comes from ``core.noise`` (any selection that depends only on the user's own
+data keeps the l2 bound; the key makes it uniform and unpredictable).
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from dataclasses import dataclass
+from typing import Literal
+
+import duckdb
+import numpy as np
+import pandas as pd
+from pydantic import Field, model_validator
+from scipy.stats import norm
+
+from core import noise
+from core.accounting import Budget, compose_sigmas, gaussian_sigma
+from core.db import quote_ident
+from core.errors import InternalError
+from core.mechanisms.base import Chart, Plan, Result, StrictParams
+from core.validate import Needs
+
+NAME = "dpne"
+SEP = " "  # tokens never contain whitespace, so joining with a space is unambiguous
+
+
+class Params(StrictParams):
+    """DPNE's public parameters (the paper's defaults where it has them)."""
+
+    user_column: str = Field(min_length=1, description="column identifying the user (the privacy unit)")
+    text_column: str = Field(min_length=1, description="column holding one post's text")
+    epsilon: float = Field(gt=0, le=50, description="total epsilon")
+    delta: float = Field(gt=0, lt=1, description="total delta")
+    T: int = Field(9, ge=1, le=50, description="longest n-gram length")
+    delta0: int | list[int] = Field(100, description="per-level cap on a user's distinct k-grams (one value, or one per level)")
+    eta: float = Field(0.01, gt=0, lt=1, description="tolerated fraction of spurious n-grams at levels >= 2")
+    split: Literal["equal", "geometric"] = Field("equal", description="how the budget is split over levels")
+    c: float | None = Field(None, gt=0, lt=1, description="geometric split: sigma_k = c * sigma_(k-1)")
+    pruning: Literal["both", "single"] = Field("both", description="candidate pruning for levels >= 2")
+    tokenizer: Literal["whitespace", "words"] = Field("whitespace", description="whitespace tokens, or lower-cased words")
+    publish_weights: bool = Field(False, description="publish the noisy weight of each released n-gram")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Params:
+        if isinstance(self.delta0, list):
+            if len(self.delta0) != self.T:
+                raise ValueError(f"delta0 has {len(self.delta0)} entries but T is {self.T}")
+            if any(d < 1 for d in self.delta0):
+                raise ValueError("every delta0 entry must be at least 1")
+        elif self.delta0 < 1:
+            raise ValueError("delta0 must be at least 1")
+        if (self.split == "geometric") != (self.c is not None):
+            raise ValueError("c is required with split: geometric, and only then")
+        return self
+
+    @property
+    def caps(self) -> list[int]:
+        return list(self.delta0) if isinstance(self.delta0, list) else [self.delta0] * self.T
+
+
+# -- accounting (public parameters only) ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Accounting:
+    sigma_star: float
+    sigmas: list[float]
+    rho_1: float
+
+
+def level_sigmas(sigma_star: float, T: int, split: str, c: float | None) -> list[float]:
+    """Per-level noise with sum 1/sigma_k^2 = 1/sigma*^2: equal, or geometric with ratio c."""
+    if split == "equal":
+        return [math.sqrt(T) * sigma_star] * T
+    assert c is not None
+    sigma_1 = sigma_star * math.sqrt(sum(c ** (-2 * k) for k in range(T)))
+    return [sigma_1 * c**k for k in range(T)]
+
+
+def dpsu_threshold(sigma: float, cap: int, delta_part: float) -> float:
+    """rho = max over t <= cap of 1/sqrt(t) + sigma * Phi^-1((1 - delta_part)^(1/t)) (Theorem 2.1).
+
+    A lone user with t items of weight 1/sqrt(t) then gets any of them released with
+    probability at most ``delta_part``.
+    """
+    t = np.arange(1, cap + 1, dtype=float)
+    tail = -np.expm1(np.log1p(-delta_part) / t)  # 1 - (1 - delta_part)^(1/t), without cancellation
+    return float(np.max(1 / np.sqrt(t) + sigma * norm.isf(tail)))
+
+
+def accounting(params: Params) -> Accounting:
+    sigma_star = gaussian_sigma(params.epsilon, params.delta / 2)
+    sigmas = level_sigmas(sigma_star, params.T, params.split, params.c)
+    return Accounting(sigma_star, sigmas, dpsu_threshold(sigmas[0], params.caps[0], params.delta / 2))
+
+
+def needs(params: Params) -> Needs:
+    return Needs(columns=(params.user_column, params.text_column))
+
+
+def plan(params: Params) -> Plan:
+    acc = accounting(params)
+    return Plan(
+        cost=Budget(params.epsilon, params.delta),
+        guarantee=f"user-level (epsilon={params.epsilon:g}, delta={params.delta:g})-differential privacy (DPNE, Kim et al.)",
+        adjacency="add or remove one user (all of the user's posts)",
+        detail={
+            "accountant": "gaussian-dp",
+            "sigma_star": acc.sigma_star,
+            "sigmas": acc.sigmas,
+            "mu": 1 / acc.sigma_star,
+            "rho_1": acc.rho_1,
+            "delta_conversion": params.delta / 2,
+            "delta_new_items": params.delta / 2,
+        },
+    )
+
+
+# -- the corpus in DuckDB ---------------------------------------------------------------------------
+
+
+def _tokens_sql(tokenizer: str, text: str) -> str:
+    if tokenizer == "words":
+        return f"regexp_extract_all(lower({text}), '[\\p{{L}}\\p{{N}}]+')"
+    return f"list_filter(string_split_regex({text}, '\\s+'), lambda x: x <> '')"
+
+
+def corpus(con: duckdb.DuckDBPyConnection, frame: pd.DataFrame, params: Params) -> None:
+    """Table ``tokens(uid, post, pos, token)``: one row per token position of every post.
+
+    Positions, not per-post lists, keep memory proportional to the text even for a 10 MB post.
+    """
+    con.register("corpus_input", frame)
+    user, text = quote_ident(params.user_column), quote_ident(params.text_column)
+    con.execute(
+        f"""
+        CREATE OR REPLACE TABLE tokens AS
+        WITH posts AS (
+            SELECT {user} AS uid, row_number() OVER () AS post,
+                   {_tokens_sql(params.tokenizer, f"CAST({text} AS VARCHAR)")} AS toks
+            FROM corpus_input
+        )
+        SELECT uid, post, unnest(generate_series(1, len(toks))) AS pos, unnest(toks) AS token FROM posts
+        """
+    )
+    con.unregister("corpus_input")
+
+
+def positions(con: duckdb.DuckDBPyConnection, k: int, pruning: str) -> None:
+    """Table ``cand_k(uid, post, pos, gram)``: the valid k-grams at every position.
+
+    Level 1: every token. Both-side: the (k-1)-grams at pos and pos+1 were released (``hits``).
+    Single-side: the (k-1)-gram at pos and the word at pos+k-1 were released.
+    """
+    if k == 1:
+        sql = "SELECT uid, post, pos, token AS gram FROM tokens"
+    elif pruning == "both":
+        sql = (
+            f"SELECT a.uid, a.post, a.pos, a.gram || '{SEP}' || t.token AS gram FROM hits_{k - 1} a "
+            f"JOIN hits_{k - 1} b ON b.post = a.post AND b.pos = a.pos + 1 "
+            f"JOIN tokens t ON t.post = a.post AND t.pos = a.pos + {k - 1}"
+        )
+    else:
+        sql = (
+            f"SELECT a.uid, a.post, a.pos, a.gram || '{SEP}' || b.gram AS gram FROM hits_{k - 1} a "
+            f"JOIN hits_1 b ON b.post = a.post AND b.pos = a.pos + {k - 1}"
+        )
+    con.execute(f"CREATE OR REPLACE TABLE cand_{k} AS {sql}")
+
+
+def mark(con: duckdb.DuckDBPyConnection, k: int) -> None:
+    """Table ``hits_k``: the positions of ``cand_k`` whose k-gram was released."""
+    con.execute(
+        f"CREATE OR REPLACE TABLE hits_{k} AS SELECT * FROM cand_{k} "
+        f"WHERE gram IN (SELECT gram FROM released WHERE n = {k})"
+    )
+
+
+def entries_sql(grams_sql: str) -> str:
+    """Each user's contribution vector as rows (uid, gram, weight): the user's distinct grams, at
+    most ``$cap`` of them (chosen by a hash keyed with ``$key``), each weighted 1/sqrt(kept)."""
+    return f"""
+        WITH g AS (SELECT DISTINCT uid, gram FROM ({grams_sql})),
+        ranked AS (
+            SELECT uid, gram,
+                   row_number() OVER (PARTITION BY uid ORDER BY hash(uid, gram, $key::UBIGINT), gram) AS rk
+            FROM g
+        ),
+        kept AS (SELECT uid, gram, count(*) OVER (PARTITION BY uid) AS m FROM ranked WHERE rk <= $cap)
+        SELECT uid, gram, 1 / sqrt(m) AS weight FROM kept
+    """
+
+
+def histogram(con: duckdb.DuckDBPyConnection, grams_sql: str, cap: int, key: int) -> pd.DataFrame:
+    """The weighted-Gaussian-policy histogram: users' contribution vectors summed, sorted by gram."""
+    return con.execute(
+        f"SELECT gram, sum(weight) AS weight FROM ({entries_sql(grams_sql)}) GROUP BY gram ORDER BY gram",
+        {"key": key, "cap": cap},
+    ).df()
+
+
+# -- valid candidates V_k -----------------------------------------------------------------------------
+
+
+class Candidates:
+    """V_k as a structure: counted exactly and sampled uniformly without listing it."""
+
+    def __init__(self, previous: list[str], words: list[str], pruning: str):
+        self.pruning = pruning
+        self.previous = np.array(previous, dtype=object)
+        self.words = np.array(words, dtype=object)
+        if pruning == "both":
+            # Group (k-1)-grams x.y by y (for L) and y.z by y (for R); V_k = sum over y of L(y) R(y).
+            left: dict[str, list[str]] = {}
+            right: dict[str, list[str]] = {}
+            for gram in previous:
+                head, _, tail = gram.partition(SEP)
+                left.setdefault(tail, []).append(head)
+                stem, _, last = gram.rpartition(SEP)
+                right.setdefault(stem, []).append(last)
+            self.ys = [y for y in left if y in right]
+            self.left = [np.array(left[y], dtype=object) for y in self.ys]
+            self.right = [np.array(right[y], dtype=object) for y in self.ys]
+            self.weights = np.array([len(a) * len(b) for a, b in zip(self.left, self.right)], dtype=np.int64)
+            self.size = int(self.weights.sum())
+        else:
+            self.size = len(previous) * len(words)
+
+    def sample(self, rng: np.random.Generator, count: int) -> list[str]:
+        """``count`` uniform draws (with replacement) from V_k."""
+        if self.pruning == "single":
+            w = self.previous[rng.integers(0, len(self.previous), count)]
+            z = self.words[rng.integers(0, len(self.words), count)]
+            return [f"{a}{SEP}{b}" for a, b in zip(w, z)]
+        groups = rng.choice(len(self.ys), size=count, p=self.weights / self.size)
+        out = []
+        for g, u, v in zip(groups, rng.random(count), rng.random(count)):
+            x = self.left[g][int(u * len(self.left[g]))]
+            z = self.right[g][int(v * len(self.right[g]))]
+            y = self.ys[g]
+            out.append(f"{x}{SEP}{y}{SEP}{z}" if y else f"{x}{SEP}{z}")
+        return out
+
+    def sample_outside(self, rng: np.random.Generator, count: int, taken: set[str]) -> list[str]:
+        """``count`` distinct uniform draws from V_k minus ``taken`` (rejection sampling)."""
+        if count > self.size - len(taken):
+            raise InternalError("asked for more zero-weight candidates than V_k holds")
+        chosen: dict[str, None] = {}
+        while len(chosen) < count:
+            for gram in self.sample(rng, max(64, 2 * (count - len(chosen)))):
+                if gram not in taken and gram not in chosen:
+                    chosen[gram] = None
+                    if len(chosen) == count:
+                        break
+        return list(chosen)
+
+
+# -- the mechanism ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Level:
+    k: int
+    sigma: float
+    rho: float
+    candidates: int  # |V_k| (level 1: the support of H_1; not released)
+    released: int
+    simulated: int  # zero-weight candidates that crossed rho_k (not released: depends on |supp H_k|)
+
+
+def extract(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> tuple[pd.DataFrame, list[Level]]:
+    """Run DPNE; returns the released n-grams (ngram, n, noisy_weight) and the per-level accounting."""
+    acc = accounting(params)
+    key = int(rng.integers(0, 2**63))
+    con = duckdb.connect(config={"temp_directory": tempfile.gettempdir(), "preserve_insertion_order": False})
+    try:
+        corpus(con, frame, params)
+        con.execute("CREATE TABLE released (gram VARCHAR, n INTEGER, noisy_weight DOUBLE)")
+        levels: list[Level] = []
+        words: list[str] = []
+        previous: list[str] = []
+        for k in range(1, params.T + 1):
+            sigma = acc.sigmas[k - 1]
+            space = Candidates(previous, words, params.pruning) if k > 1 else None
+            if space is not None and space.size == 0:  # nothing valid: this and later levels are empty
+                levels += [Level(j, acc.sigmas[j - 1], math.nan, 0, 0, 0) for j in range(k, params.T + 1)]
+                break
+            positions(con, k, params.pruning)
+            hist = histogram(con, f"SELECT uid, gram FROM cand_{k}", params.caps[k - 1], key)
+            noisy = hist["weight"].to_numpy() + noise.gaussian(rng, sigma, len(hist))
+            if space is None:
+                rho, size, simulated = acc.rho_1, len(hist), []
+            else:
+                size = space.size
+                rho = sigma * float(norm.isf(params.eta * min(1.0, len(previous) / size)))
+                n_sim = int(rng.binomial(size - len(hist), float(norm.sf(rho / sigma))))
+                simulated = space.sample_outside(rng, n_sim, set(hist["gram"]))
+            keep = noisy > rho
+            out = pd.DataFrame({
+                "gram": list(hist["gram"][keep]) + simulated,
+                "n": k,
+                "noisy_weight": np.concatenate([noisy[keep], noise.gaussian_tail(rng, sigma, rho, len(simulated))]),
+            }).sort_values("gram", kind="stable")  # fmt: skip
+            con.append("released", out)
+            mark(con, k)
+            con.execute(f"DROP TABLE cand_{k}")
+            if k > 2:
+                con.execute(f"DROP TABLE hits_{k - 1}")  # hits_1 stays: single-side pruning reads it
+            levels.append(Level(k, sigma, rho, size, len(out), len(simulated)))
+            previous = list(out["gram"])
+            if k == 1:
+                words = previous
+        released = con.execute("SELECT gram AS ngram, n, noisy_weight FROM released ORDER BY n, gram").df()
+    finally:
+        con.close()
+    return released, levels
+
+
+def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result:
+    released, levels = extract(frame, params, rng)
+    acc = accounting(params)
+    counts = {str(lv.k): lv.released for lv in levels}
+    table = released if params.publish_weights else released[["ngram", "n"]]
+    privacy = {
+        "model": "user-level (epsilon, delta)-differential privacy",
+        "epsilon": params.epsilon,
+        "delta": params.delta,
+        "sigma_star": acc.sigma_star,
+        "sigmas": [lv.sigma for lv in levels],
+        "rho": [None if math.isnan(lv.rho) else lv.rho for lv in levels],
+        "valid_candidates": [None if lv.k == 1 else lv.candidates for lv in levels],
+        "pruning": params.pruning,
+    }
+    headline = {
+        "counts_by_length": counts,
+        "rho": privacy["rho"],
+        "valid_candidates": privacy["valid_candidates"],
+        "simulated_zero_weight": [lv.simulated for lv in levels],
+    }
+    chart = Chart("ngrams_by_length.png", "n-grams released per length", [str(lv.k) for lv in levels],
+                  {"released": [float(lv.released) for lv in levels]}, "n-grams")  # fmt: skip
+    return Result(table, privacy, _report(params, acc, levels), [chart], headline,
+                  name="ngrams", csv=False, manifest={"counts_by_length": counts})  # fmt: skip
+
+
+def _report(params: Params, acc: Accounting, levels: list[Level]) -> str:
+    rows = "\n".join(
+        f"| {lv.k} | {lv.released} | {lv.sigma:.4f} | {'—' if math.isnan(lv.rho) else f'{lv.rho:.4f}'} | "
+        f"{'—' if lv.k == 1 else lv.candidates} |"
+        for lv in levels
+    )
+    return (
+        "## DPNE\n\n"
+        f"User-level (epsilon = {params.epsilon:g}, delta = {params.delta:g})-DP: adding or removing one user "
+        "(all of their posts) changes the probability of any output by at most a factor e^epsilon, plus delta.\n\n"
+        f"- Composed noise sigma* = {acc.sigma_star:.6f} (Gaussian DP, analytic conversion at delta/2); "
+        f"budget split: {params.split}{f' (c = {params.c})' if params.c else ''}.\n"
+        f"- rho_1 = {acc.rho_1:.4f} bounds the chance that any n-gram of a single user is released by delta/2.\n"
+        f"- Levels >= 2: {params.pruning}-side pruning, thresholds for at most eta = {params.eta:g} spurious n-grams "
+        "per released (k-1)-gram; zero-weight candidates were simulated exactly.\n"
+        f"- Caps per user and level: {params.caps}; tokenizer: {params.tokenizer}.\n\n"
+        "| length k | released | sigma_k | rho_k | valid candidates V_k |\n|---|---|---|---|---|\n" + rows + "\n\n"
+        "The number of zero-weight candidates simulated at each level is recorded in the ledger, not here: "
+        "it depends on how many distinct n-grams users hold, which the release does not protect.\n"
+    )
+
+
+def check(original: pd.DataFrame, result: Result, params: Params) -> None:
+    """Invariants: lengths, no duplicates, S_k ⊆ V_k, no spurious 1-grams, downward closure."""
+    table = result.data
+    grams = table["ngram"].tolist()
+    if len(set(grams)) != len(grams):
+        raise InternalError("DPNE released an n-gram twice")
+    lengths = table["ngram"].str.count(SEP).to_numpy() + 1 if len(table) else np.array([], dtype=int)
+    if len(table) and not (lengths == table["n"].to_numpy()).all():
+        raise InternalError("DPNE released an n-gram of the wrong length")
+    by_length: dict[int, set[str]] = {}
+    for gram, n in zip(grams, table["n"]):
+        by_length.setdefault(int(n), set()).add(gram)
+    words = by_length.get(1, set())
+    con = duckdb.connect()
+    try:
+        corpus(con, original, params)
+        known = {w for (w,) in con.execute("SELECT DISTINCT token FROM tokens").fetchall()}
+    finally:
+        con.close()
+    if not words <= known:
+        raise InternalError("DPNE released a 1-gram no user holds")
+    for k, level in by_length.items():
+        if k == 1:
+            continue
+        lower = by_length.get(k - 1, set())
+        for gram in level:
+            head, _, tail = gram.partition(SEP)
+            stem, _, last = gram.rpartition(SEP)
+            ok = stem in lower and (tail in lower if params.pruning == "both" else last in words)
+            if not ok:
+                raise InternalError(f"DPNE released a length-{k} n-gram outside V_{k}")

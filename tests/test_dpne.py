@@ -1,0 +1,293 @@
+"""DPNE: accounting reference values, contribution bounds, validity, invariants, statistics.
+
+Statistical tests use fixed seeds; z-tests assert |z| < 4.5 (two-sided rate 6.8e-6 each).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import subprocess
+import sys
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+from pydantic import ValidationError
+from scipy.stats import chisquare, norm
+
+from core.accounting import compose_sigmas, gaussian_delta, gaussian_epsilon, gaussian_sigma
+from core.mechanisms import dpne
+
+Z_LIMIT = 4.5
+
+
+def seeded(seed: int) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(seed))
+
+
+def params(**kw) -> dpne.Params:
+    base = {"user_column": "user", "text_column": "text", "epsilon": 4.0, "delta": 1e-7, "T": 4, "delta0": 20}
+    return dpne.Params(**(base | kw))
+
+
+def phrase_corpus(users: int = 3000, seed: int = 0) -> pd.DataFrame:
+    """Users post phrases from a small grammar (frequent n-grams) plus random word noise."""
+    rng = seeded(seed)
+    phrases = ["the cat sat on the mat", "to be or not to be", "a b c d e", "privacy is the product"]
+    noise_words = [f"z{i}" for i in range(300)]
+    rows = []
+    for u in range(users):
+        for _ in range(int(rng.integers(1, 4))):
+            text = phrases[int(rng.integers(0, len(phrases)))]
+            text += " " + " ".join(rng.choice(noise_words, size=int(rng.integers(0, 4))))
+            rows.append((u, text))
+    return pd.DataFrame(rows, columns=["user", "text"])
+
+
+# -- accounting --------------------------------------------------------------------------------------
+
+
+def test_reference_sigmas_and_thresholds():
+    assert gaussian_sigma(4, 5e-8) == pytest.approx(1.327904, abs=1e-6)
+    assert gaussian_sigma(1, 5e-8) == pytest.approx(4.808702, abs=1e-6)
+    acc = dpne.accounting(params(T=9, delta0=300))
+    assert acc.sigma_star == pytest.approx(1.327904, abs=1e-6)
+    assert acc.sigmas == pytest.approx([3.983711] * 9, abs=1e-6)
+    assert acc.rho_1 == pytest.approx(25.0851, abs=1e-4)
+    assert dpne.accounting(params(T=9, delta0=100)).rho_1 == pytest.approx(24.4381, abs=1e-4)
+    msnbc = dpne.accounting(params(epsilon=1, T=6, delta0=10))
+    assert msnbc.sigmas[0] == pytest.approx(11.778867, abs=1e-6)
+    assert msnbc.rho_1 == pytest.approx(67.8177, abs=1e-4)
+    assert dpne.dpsu_threshold(1.327904, 300, 5e-8) == pytest.approx(8.4002, abs=1e-3)
+
+
+def test_geometric_split():
+    acc = dpne.accounting(params(T=9, delta0=300, split="geometric", c=0.9))
+    assert acc.sigmas[0] == pytest.approx(6.5243, abs=1e-4) and acc.sigmas[-1] == pytest.approx(2.8085, abs=1e-4)
+    assert compose_sigmas(acc.sigmas) == pytest.approx(acc.sigma_star, rel=1e-12)
+    assert acc.rho_1 == pytest.approx(41.046, abs=1e-3)
+    acc = dpne.accounting(params(T=9, delta0=300, split="geometric", c=0.8))
+    assert acc.sigmas[0] == pytest.approx(13.0722, abs=1e-4) and acc.sigmas[-1] == pytest.approx(2.1931, abs=1e-4)
+    assert acc.rho_1 == pytest.approx(82.183, abs=1e-3)
+
+
+PLD = """
+import json, sys
+import dp_accounting
+from dp_accounting.pld import pld_privacy_accountant
+sigmas, delta = json.loads(sys.argv[1]), float(sys.argv[2])
+pld = pld_privacy_accountant.PLDAccountant()
+pld.compose(dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(noise_multiplier=s) for s in sigmas]))
+print(pld.get_epsilon(target_delta=delta))
+"""
+
+
+def _pld_epsilon(sigmas: list[float], delta: float) -> float:
+    """dp-accounting's PLD accountant, in its own process (absl's logging set-up upsets Prefect's
+    console handler under pytest's capture)."""
+    out = subprocess.run([sys.executable, "-c", PLD, json.dumps(sigmas), repr(delta)], capture_output=True,
+                         text=True, check=True, timeout=120)  # fmt: skip
+    return float(out.stdout)
+
+
+@pytest.mark.parametrize("eps,delta,T,split,c", [(4, 1e-7, 9, "equal", None), (1, 1e-7, 6, "equal", None),
+                                                 (0.5, 1e-6, 3, "geometric", 0.7), (8, 1e-9, 12, "geometric", 0.95)])
+def test_inverse_accounting_and_independent_pld(eps, delta, T, split, c):
+    acc = dpne.accounting(params(epsilon=eps, delta=delta, T=T, split=split, c=c))
+    sigma = compose_sigmas(acc.sigmas)
+    assert gaussian_epsilon(sigma, delta / 2) == pytest.approx(eps, rel=1e-9)
+    assert gaussian_delta(eps, sigma) == pytest.approx(delta / 2, rel=1e-6)
+    pld_eps = _pld_epsilon(acc.sigmas, delta / 2)
+    assert pld_eps >= eps - 1e-6  # PLD is conservative (pessimistic discretization) ...
+    assert pld_eps == pytest.approx(eps, abs=1e-3)  # ... and agrees to its default precision
+
+
+def test_rho_1_bounds_a_lone_user_by_half_delta():
+    sigma, cap, half = 3.983711, 300, 5e-8
+    rho = dpne.dpsu_threshold(sigma, cap, half)
+    t = np.arange(1, cap + 1)
+    leak = -np.expm1(t * norm.logcdf((rho - 1 / np.sqrt(t)) / sigma))  # 1 - Phi(.)^t
+    assert (leak <= half * (1 + 1e-9)).all()
+    assert leak.max() == pytest.approx(half, rel=1e-6)  # tight at the worst t
+
+
+@pytest.mark.parametrize(
+    "kw,message",
+    [({"delta0": [5, 5]}, "delta0 has 2 entries"), ({"split": "geometric"}, "c is required"),
+     ({"c": 0.5}, "c is required"), ({"delta": 0}, "greater than 0"), ({"epsilon": -1}, "greater than 0"),
+     ({"pruning": "left"}, "'both' or 'single'"), ({"delta0": 0}, "at least 1")],
+)
+def test_bad_parameters(kw, message):
+    with pytest.raises(ValidationError, match=message):
+        params(**kw)
+
+
+# -- contributions and validity ------------------------------------------------------------------------
+
+
+def _con(frame: pd.DataFrame, p: dpne.Params) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    dpne.corpus(con, frame, p)
+    return con
+
+
+def _levels(con: duckdb.DuckDBPyConnection, pruning: str, released: dict[int, set[str]], upto: int) -> None:
+    """Build cand_1..cand_upto as the mechanism does, with the given sets taken as released."""
+    con.execute("CREATE TABLE released (gram VARCHAR, n INTEGER, noisy_weight DOUBLE)")
+    for n, grams in released.items():
+        con.executemany("INSERT INTO released VALUES (?, ?, 0)", [[g, n] for g in sorted(grams)])
+    for k in range(1, upto + 1):
+        dpne.positions(con, k, pruning)
+        if k < upto:
+            dpne.mark(con, k)
+
+
+@pytest.mark.parametrize("pruning", ["both", "single"])
+def test_each_users_vector_has_unit_norm_and_at_most_cap_entries(pruning):
+    frame = phrase_corpus(400)
+    frame.loc[len(frame)] = (9999, " ".join(f"w{i}" for i in range(5000)))  # a heavy user
+    p = params(pruning=pruning, delta0=[7, 5, 3, 2])
+    con = _con(frame, p)
+    tokens = {t for text in frame["text"] for t in text.split()}
+    bigrams = {" ".join(b) for text in frame["text"] for b in zip(text.split(), text.split()[1:])}
+    _levels(con, pruning, {1: tokens, 2: bigrams}, 3)
+    for k in (1, 2, 3):
+        grams = f"SELECT uid, gram FROM cand_{k}"
+        rows = con.execute(dpne.entries_sql(grams), {"key": 12345, "cap": p.caps[k - 1]}).df()
+        per_user = rows.groupby("uid")["weight"]
+        assert per_user.size().max() == p.caps[k - 1]  # the heavy user is capped
+        norms = np.sqrt(per_user.apply(lambda w: (w**2).sum()))
+        assert np.allclose(norms, 1.0, atol=1e-12)
+        heavy = set(rows.loc[rows["uid"] == 9999, "gram"])
+        assert all(g.startswith("w") for g in heavy)  # a user contributes only their own n-grams
+        hist = dpne.histogram(con, grams, p.caps[k - 1], 12345)
+        assert hist["weight"].sum() == pytest.approx(rows["weight"].sum())
+
+
+def _brute_force(previous: set[str], words: set[str], k: int, pruning: str) -> set[str]:
+    out = set()
+    for w in previous:
+        for z in words:
+            gram = f"{w} {z}"
+            toks = gram.split()
+            suffix_ok = " ".join(toks[1:]) in previous if pruning == "both" else True
+            if len(toks) == k and suffix_ok and toks[0] in words:
+                out.add(gram)
+    return out
+
+
+def _closed_levels(seed: int) -> tuple[set[str], set[str], set[str]]:
+    rng = seeded(seed)
+    words = {f"{c}" for c in "abcdef"}
+    s2 = {f"{x} {y}" for x, y in itertools.product(sorted(words), repeat=2) if rng.random() < 0.5}
+    v3 = _brute_force(s2, words, 3, "both")
+    s3 = {g for g in sorted(v3) if rng.random() < 0.5}
+    return words, s2, s3
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("pruning", ["both", "single"])
+def test_exact_candidate_count_and_uniform_sampler(seed, pruning):
+    words, s2, s3 = _closed_levels(seed)
+    for k, previous in ((2, words), (3, s2), (4, s3)):
+        truth = _brute_force(previous, words, k, pruning)
+        space = dpne.Candidates(sorted(previous), sorted(words), pruning)
+        assert space.size == len(truth)
+        if not truth:
+            continue
+        draws = space.sample(seeded(seed), 200 * len(truth))
+        assert set(draws) == truth
+        counts = pd.Series(draws).value_counts().reindex(sorted(truth)).to_numpy()
+        assert chisquare(counts).pvalue > 1e-6
+        taken = set(sorted(truth)[: len(truth) // 2])
+        outside = space.sample_outside(seeded(seed), len(truth) - len(taken), taken)
+        assert set(outside) == truth - taken
+
+
+@pytest.mark.parametrize("pruning", ["both", "single"])
+def test_sql_validity_matches_brute_force(pruning):
+    words, s2, _ = _closed_levels(3)
+    texts = [" ".join(t) for t in itertools.product(sorted(words | {"q"}), repeat=3)]
+    frame = pd.DataFrame({"user": range(len(texts)), "text": texts})
+    con = _con(frame, params(pruning=pruning))
+    _levels(con, pruning, {1: words, 2: s2}, 3)
+    got2 = {g for (g,) in con.execute("SELECT DISTINCT gram FROM cand_2").fetchall()}
+    assert got2 == _brute_force(words, words, 2, pruning)
+    got3 = {g for (g,) in con.execute("SELECT DISTINCT gram FROM cand_3").fetchall()}
+    assert got3 == _brute_force(s2, words, 3, pruning)
+
+
+# -- the mechanism end to end (core) ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pruning", ["both", "single"])
+def test_output_invariants_and_reproducibility(pruning):
+    frame = phrase_corpus()
+    p = params(pruning=pruning, T=6, eta=0.2)
+    first = dpne.run(frame, p, seeded(1))
+    dpne.check(frame, first, p)
+    table = first.data
+    released = set(table["ngram"])
+    known_words = {t for text in frame["text"] for t in text.split()}
+    assert set(table.loc[table["n"] == 1, "ngram"]) <= known_words
+    if pruning == "both":  # downward closed: every contiguous subgram is released too
+        for gram in released:
+            toks = gram.split()
+            for i, j in itertools.combinations(range(len(toks) + 1), 2):
+                assert " ".join(toks[i:j]) in released
+    assert {"the cat sat on the mat", "to be or not to be"} <= released
+    assert first.manifest["counts_by_length"] == {str(k): int((table["n"] == k).sum()) for k in range(1, 7)}
+    assert dpne.run(frame, p, seeded(1)).data.equals(table)
+    assert not dpne.run(frame, p, seeded(2)).data.equals(table)
+
+
+def test_planted_ngrams_of_single_users_are_never_released():
+    frame = phrase_corpus(2000)
+    planted = [f"secret{i} phrase{i} here{i}" for i in range(200)]
+    frame = pd.concat([frame, pd.DataFrame({"user": range(50_000, 50_200), "text": planted})], ignore_index=True)
+    p = params(T=9, delta0=300)  # the paper's Reddit settings
+    for seed in range(10):
+        out = set(dpne.run(frame, p, seeded(seed)).data["ngram"])
+        assert not any(tok in g for g in out for tok in ("secret", "phrase", "here"))
+    # At rho_1 = 25.09, sigma_1 = 3.98, one user's word is released with probability < 1e-9;
+    # 10 runs x 600 planted words leave a false alarm below 1e-5.
+
+
+def test_nonexistent_ngrams_match_the_binomial_expectation():
+    """Users hold single words (no real bigram except one), so released bigrams are spurious."""
+    words = [f"w{i}" for i in range(40)]
+    texts = [w for w in words for _ in range(200)] + ["w0 w1"] * 300
+    frame = pd.DataFrame({"user": range(len(texts)), "text": texts})
+    p = params(T=2, delta0=5, eta=0.5, epsilon=2)
+    acc = dpne.accounting(p)
+    rng = seeded(77)
+    runs, spurious = 40, []
+    for _ in range(runs):
+        out = dpne.run(frame, p, rng)
+        bigrams = set(out.data.loc[out.data["n"] == 2, "ngram"])
+        assert len(out.data[out.data["n"] == 1]) == 40  # every word is common enough
+        spurious.append(len(bigrams - {"w0 w1"}))
+        assert out.headline["simulated_zero_weight"][1] == len(bigrams - {"w0 w1"})
+    v2, supp = 40 * 40, 1
+    prob = float(norm.sf(acc.sigmas[1] * norm.isf(0.5 * min(1, 40 / v2)) / acc.sigmas[1]))
+    assert prob == pytest.approx(0.5 * 40 / v2)
+    n = v2 - supp
+    z = (np.mean(spurious) - n * prob) / math.sqrt(n * prob * (1 - prob) / runs)
+    assert abs(z) < Z_LIMIT
+    assert np.mean(spurious) <= 0.5 * 40 * 1.2  # Prop. 2.2: at most eta * |S_1| expected
+
+
+def test_publish_weights_and_empty_levels():
+    frame = pd.DataFrame({"user": range(500), "text": ["alpha"] * 500})
+    out = dpne.run(frame, params(T=3, publish_weights=True), seeded(4))
+    assert list(out.data.columns) == ["ngram", "n", "noisy_weight"]
+    assert out.data["noisy_weight"].iloc[0] == pytest.approx(500, abs=6 * dpne.accounting(params(T=3)).sigmas[0])
+    spurious = out.data[out.data["n"] > 1]
+    assert (spurious["noisy_weight"] > np.array(out.privacy["rho"])[spurious["n"].to_numpy() - 1]).all()
+    hidden = dpne.run(frame, params(T=3), seeded(4))
+    assert list(hidden.data.columns) == ["ngram", "n"]
+    nothing = dpne.run(pd.DataFrame({"user": [1], "text": ["lonely"]}), params(T=3), seeded(4))
+    assert nothing.manifest["counts_by_length"] == {"1": 0, "2": 0, "3": 0}
