@@ -65,7 +65,7 @@ def _safe_reason(exc: duckdb.Error, fmt: str, delimiter: str) -> str:
     """Describe a reader error without repeating any of the file's content."""
     line = re.search(r"[Ll]ine:? (\d+)", str(exc))
     where = f" near line {line.group(1)}" if line else ""
-    if "unicode" in str(exc).lower() or "utf-8" in str(exc).lower():
+    if "invalid unicode" in str(exc).lower() or "not utf-8 encoded" in str(exc).lower():
         return f"it is not UTF-8 encoded{where}; convert it to UTF-8 first"
     if fmt == "csv":
         return (
