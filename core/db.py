@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import random
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +18,8 @@ from pathlib import Path
 import duckdb
 
 LOCK_TIMEOUT_S = 120.0
+# Working memory of a scratch database; past it DuckDB spills to disk, so large corpora stay bounded.
+SCRATCH_MEMORY = os.environ.get("PRIVRELEASE_DUCKDB_MEMORY", "2GB")
 
 
 def quote_ident(name: str) -> str:
@@ -57,3 +61,12 @@ def exclusive(lock_path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def scratch() -> duckdb.DuckDBPyConnection:
+    """An in-memory database for a mechanism's intermediate tables, spilling to the temp folder."""
+    return duckdb.connect(config={
+        "temp_directory": tempfile.gettempdir(),
+        "memory_limit": SCRATCH_MEMORY,
+        "preserve_insertion_order": False,
+    })  # fmt: skip

@@ -291,3 +291,21 @@ def test_publish_weights_and_empty_levels():
     assert list(hidden.data.columns) == ["ngram", "n"]
     nothing = dpne.run(pd.DataFrame({"user": [1], "text": ["lonely"]}), params(T=3), seeded(4))
     assert nothing.manifest["counts_by_length"] == {"1": 0, "2": 0, "3": 0}
+
+
+def test_baseline_grams_match_brute_force_and_baselines_run():
+    frame = phrase_corpus(300)
+    con = _con(frame, params())
+    for k in (1, 2, 3):
+        got = {(u, g) for u, g in con.execute(dpne._all_grams_sql(k)).fetchall()}
+        truth = {(u, " ".join(t.split()[i:i + k])) for u, t in zip(frame["user"], frame["text"])
+                 for i in range(len(t.split()) - k + 1)}  # fmt: skip
+        assert got == truth
+    big = phrase_corpus(3000)
+    for variant in ("all", "even", "single"):
+        counts = dpne.baseline(big, params(T=3), seeded(5), variant)
+        assert list(counts) == [1, 2, 3]
+        # the 17 words of the four phrases are held by ~750 users each: every baseline finds them
+        assert 17 <= counts[1] <= 17 + 300
+    with pytest.raises(ValueError, match="unknown baseline"):
+        dpne.baseline(big, params(T=3), seeded(5), "some")

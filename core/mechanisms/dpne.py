@@ -21,7 +21,6 @@ data keeps the l2 bound; the key makes it uniform and unpredictable).
 from __future__ import annotations
 
 import math
-import tempfile
 from dataclasses import dataclass
 from typing import Literal
 
@@ -33,7 +32,7 @@ from scipy.stats import norm
 
 from core import noise
 from core.accounting import Budget, compose_sigmas, gaussian_sigma
-from core.db import quote_ident
+from core.db import quote_ident, scratch
 from core.errors import InternalError
 from core.mechanisms.base import Chart, Plan, Result, StrictParams
 from core.validate import Needs
@@ -290,7 +289,7 @@ def extract(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> tu
     """Run DPNE; returns the released n-grams (ngram, n, noisy_weight) and the per-level accounting."""
     acc = accounting(params)
     key = int(rng.integers(0, 2**63))
-    con = duckdb.connect(config={"temp_directory": tempfile.gettempdir(), "preserve_insertion_order": False})
+    con = scratch()
     try:
         corpus(con, frame, params)
         con.execute("CREATE TABLE released (gram VARCHAR, n INTEGER, noisy_weight DOUBLE)")
@@ -396,7 +395,7 @@ def check(original: pd.DataFrame, result: Result, params: Params) -> None:
     for gram, n in zip(grams, table["n"]):
         by_length.setdefault(int(n), set()).add(gram)
     words = by_length.get(1, set())
-    con = duckdb.connect()
+    con = scratch()
     try:
         corpus(con, original, params)
         known = {w for (w,) in con.execute("SELECT DISTINCT token FROM tokens").fetchall()}
@@ -414,3 +413,49 @@ def check(original: pd.DataFrame, result: Result, params: Params) -> None:
             ok = stem in lower and (tail in lower if params.pruning == "both" else last in words)
             if not ok:
                 raise InternalError(f"DPNE released a length-{k} n-gram outside V_{k}")
+
+
+# -- DPSU baselines of the paper's Tables 3-4 (benchmarks only, not a release mechanism) ---------------
+
+
+def _all_grams_sql(k: int) -> str:
+    """(uid, gram) for every k-gram position, without pruning."""
+    if k == 1:
+        return "SELECT uid, token AS gram FROM tokens"
+    leads = ", ".join(f"lead(token, {j}) OVER w" for j in range(1, k))
+    return (
+        f"SELECT uid, gram FROM (SELECT uid, concat_ws('{SEP}', token, {leads}) AS gram, "
+        f"lead(token, {k - 1}) OVER w AS last FROM tokens WINDOW w AS (PARTITION BY post ORDER BY pos)) "
+        "WHERE last IS NOT NULL"
+    )
+
+
+def baseline(frame: pd.DataFrame, params: Params, rng: np.random.Generator, variant: str) -> dict[int, int]:
+    """Counts by length for DPSU-all, DPSU-even or DPSU-single (one independent run per length).
+
+    all: one DPSU over n-grams of every length, cap T*Delta_0, sigma*. even: one DPSU per length
+    with sigma = sqrt(T)*sigma* and delta/(2T) each. single: the whole budget on each length.
+    """
+    sigma_star = gaussian_sigma(params.epsilon, params.delta / 2)
+    cap, T, key = params.caps[0], params.T, int(rng.integers(0, 2**63))
+    con = scratch()
+    try:
+        corpus(con, frame, params)
+
+        def union(sql: str, cap_: int, sigma: float, delta_part: float) -> pd.Series:
+            hist = histogram(con, sql, cap_, key)
+            keep = hist["weight"].to_numpy() + noise.gaussian(rng, sigma, len(hist)) > dpsu_threshold(sigma, cap_, delta_part)
+            return hist["gram"][keep].str.count(SEP) + 1
+
+        if variant == "all":
+            lengths = union(" UNION ALL ".join(_all_grams_sql(k) for k in range(1, T + 1)), T * cap, sigma_star, params.delta / 2)
+            return {k: int((lengths == k).sum()) for k in range(1, T + 1)}
+        if variant == "even":
+            sigma, part = math.sqrt(T) * sigma_star, params.delta / (2 * T)
+        elif variant == "single":
+            sigma, part = sigma_star, params.delta / 2
+        else:
+            raise ValueError(f"unknown baseline {variant!r}")
+        return {k: len(union(_all_grams_sql(k), cap, sigma, part)) for k in range(1, T + 1)}
+    finally:
+        con.close()
