@@ -50,13 +50,25 @@ def _fsync_tree(folder: Path) -> None:
 
 
 def render_chart(chart: Chart, path: Path) -> None:
-    """Grouped bar chart, written as PNG."""
+    """Grouped bar chart or side-by-side scatter plots, written as PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
+    if chart.kind == "scatter":
+        fig, axes = plt.subplots(1, len(chart.points), figsize=(5 * len(chart.points), 4.5), sharex=True, sharey=True)
+        for ax, (name, (xs, ys)) in zip(np.atleast_1d(axes), chart.points.items()):
+            ax.scatter(xs, ys, s=2, alpha=0.4)
+            ax.set_title(name, fontsize=9)
+            ax.set_xlabel(chart.axes[0])
+            ax.set_ylabel(chart.axes[1])
+        fig.suptitle(chart.title, fontsize=10)
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        return
     x = np.arange(len(chart.labels))
     width = 0.8 / max(len(chart.series), 1)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.8 * len(chart.labels) + 2), 4))

@@ -5,12 +5,14 @@ from __future__ import annotations
 from types import ModuleType
 
 from core.errors import SpecError
-from core.mechanisms import dpne, ra
+from core.mechanisms import dpne, ra, swapping
 
-REGISTRY: dict[str, ModuleType] = {ra.NAME: ra, dpne.NAME: dpne}
+REGISTRY: dict[str, ModuleType | object] = {
+    ra.NAME: ra, dpne.NAME: dpne, swapping.MEWS.NAME: swapping.MEWS, swapping.MEDS.NAME: swapping.MEDS, swapping.EDS.NAME: swapping.EDS,
+}
 
 
-def get(name: str) -> ModuleType:
+def get(name: str) -> ModuleType | object:
     """The mechanism module called ``name``."""
     try:
         return REGISTRY[name]

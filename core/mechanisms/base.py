@@ -36,13 +36,16 @@ class Plan:
 
 @dataclass(frozen=True)
 class Chart:
-    """A bar chart for the report; rendered by ``core.publish``."""
+    """A chart for the report, rendered by ``core.publish``: grouped bars, or scatter ``points``."""
 
     filename: str
     title: str
     labels: list[str]
     series: dict[str, list[float]]
     ylabel: str = ""
+    kind: str = "bar"
+    points: dict = field(default_factory=dict)  # name -> (x array, y array), for kind "scatter"
+    axes: tuple[str, str] = ("", "")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,496 @@
+"""Local data swapping: MEWS (multivariate equi-width), MEDS (multivariate equi-depth), EDS (rank).
+
+Swapping is value-invariant: every column's released values are a permutation of its original
+values. Tuples are first localized into bins, then values move only inside a bin.
+
+- MEWS: bins are the non-empty cells of an equi-width grid on the swapping set S, cells
+  ``[min + c*t, min + (c+1)*t)`` per attribute; every value stays in its cell, so it changes by
+  less than t. The width is given, or drawn uniformly (and kept secret) from the feasible,
+  pairwise-different partitions of a range [t_lb, t_ub]: the hidden width is the privacy argument.
+- MEDS: bins of k tuples built around the farthest pair (MDAV-style), on standardized S.
+- EDS: univariate rank swapping, bins of k consecutive ranks.
+
+Inside a bin each attribute is permuted independently (``cyclic``: a random cycle, so every
+tuple takes another's value; ``pairs``: random pairs, one 3-cycle in an odd bin) or the whole
+S vector moves together (``block``). None of these is differential privacy; the ledger records
+the release with epsilon = delta = 0 and its disclosure risk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import Field, model_validator
+from scipy.spatial import ConvexHull, QhullError, cKDTree
+
+from core.accounting import ZERO
+from core.errors import InternalError, ParameterError
+from core.mechanisms.base import Chart, Plan, Result, StrictParams
+from core.validate import Needs
+
+SwapMode = Literal["cyclic", "pairs", "block"]
+
+
+class _Common(StrictParams):
+    swap_set: list[str] = Field(min_length=1, description="attributes swapped together (S)")
+    swap_mode: SwapMode = Field("cyclic", description="cyclic | pairs: each attribute permuted on its own; block: x[S] moves whole")
+    others: Literal["eds", "keep"] = Field("keep", description="numeric attributes outside S: rank-swapped (EDS) or left alone")
+    k: int | None = Field(None, ge=2, description="bin depth for MEDS and EDS (tuples per bin)")
+
+    @model_validator(mode="after")
+    def _unique(self) -> _Common:
+        if len(set(self.swap_set)) != len(self.swap_set):
+            raise ValueError("swap_set lists a column twice")
+        return self
+
+
+class MEWSParams(_Common):
+    """MEWS: explicit ``widths``, or a ``t_range`` from which the width is drawn and kept secret."""
+
+    widths: float | dict[str, float] | None = Field(None, description="cell width: one for all of S, or per attribute")
+    t_range: tuple[float, float] | None = Field(None, description="[t_lb, t_ub]: candidate widths (scalar, in width_units)")
+    width_units: Literal["sd", "absolute"] = Field("sd", description="widths in standard deviations or in the data's units")
+    candidates: int = Field(100, ge=2, le=10_000, description="grid points tried on t_range")
+    singletons: Literal["merge", "suppress", "error"] = Field("merge", description="cells holding one tuple (explicit widths)")
+
+    @model_validator(mode="after")
+    def _width_choice(self) -> MEWSParams:
+        if (self.widths is None) == (self.t_range is None):
+            raise ValueError("give exactly one of widths and t_range")
+        values = [self.widths] if isinstance(self.widths, (int, float)) else list((self.widths or {}).values())
+        if isinstance(self.widths, dict) and set(self.widths) != set(self.swap_set):
+            raise ValueError("widths must name exactly the swap_set columns")
+        if self.t_range is not None:
+            values = list(self.t_range)
+            if not self.t_range[0] < self.t_range[1]:
+                raise ValueError("t_range must be [t_lb, t_ub] with t_lb < t_ub")
+        if any(not math.isfinite(v) or v <= 0 for v in values):
+            raise ValueError("widths must be finite and positive")
+        if self.others == "eds" and self.k is None:
+            raise ValueError("others: eds needs k (the rank-swapping depth)")
+        return self
+
+
+class DepthParams(_Common):
+    """MEDS and EDS: bins of ``k`` tuples."""
+
+    @model_validator(mode="after")
+    def _depth(self) -> DepthParams:
+        if self.k is None:
+            raise ValueError("k (tuples per bin) is required")
+        return self
+
+
+# -- swapping inside bins (vectorized over all bins at once) -------------------------------------------
+
+
+def _grouped_order(bins: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows sorted by bin, in random order inside each bin; and each position's bin start and size."""
+    order = np.argsort(bins + rng.random(len(bins)))  # bins are integers: the fraction only shuffles inside
+    sorted_bins = bins[order]
+    starts_mask = np.r_[True, sorted_bins[1:] != sorted_bins[:-1]]
+    start_idx = np.flatnonzero(starts_mask)
+    sizes = np.diff(np.r_[start_idx, len(bins)])
+    group = np.cumsum(starts_mask) - 1
+    return order, start_idx[group], sizes[group]
+
+
+def partner_positions(bins: np.ndarray, mode: str, rng: np.random.Generator) -> np.ndarray:
+    """``src`` with row i receiving the value of row src[i]; src stays inside i's bin."""
+    n = len(bins)
+    order, start, size = _grouped_order(bins, rng)
+    pos = np.arange(n)
+    r = pos - start  # rank inside the bin (random order)
+    if mode == "pairs":
+        odd = size % 2 == 1
+        in_triple = odd & (r >= size - 3) & (size >= 3)
+        nxt = np.where(r % 2 == 0, pos + 1, pos - 1)
+        # the last three of an odd bin form a 3-cycle
+        nxt = np.where(in_triple, np.where(r == size - 1, pos - 2, pos + 1), nxt)
+        nxt = np.where(size == 1, pos, nxt)
+    else:  # a single random cycle through the bin
+        nxt = np.where(r == size - 1, start, pos + 1)
+    src = np.empty(n, dtype=np.int64)
+    src[order] = order[nxt]
+    return src
+
+
+def swap(frame: pd.DataFrame, columns: list[str], bins: np.ndarray, mode: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Swapped values per column, and the partner index of each row (per column)."""
+    partners: dict[str, np.ndarray] = {}
+    shared = partner_positions(bins, "cyclic", rng) if mode == "block" else None
+    for column in columns:
+        src = shared if shared is not None else partner_positions(bins, mode, rng)
+        partners[column] = src
+    return partners
+
+
+def apply(frame: pd.DataFrame, partners: dict[str, np.ndarray]) -> pd.DataFrame:
+    out = frame.copy()
+    for column, src in partners.items():
+        out[column] = frame[column].to_numpy()[src]
+    return out
+
+
+# -- MEWS grid ------------------------------------------------------------------------------------------
+
+
+def cell_keys(values: np.ndarray, widths: np.ndarray) -> np.ndarray:
+    """One int64 key per row for its grid cell (origin = column minimum, half-open cells)."""
+    lo = values.min(axis=0)
+    idx = np.floor((values - lo) / widths).astype(np.int64)
+    radix = idx.max(axis=0) + 1
+    key = np.zeros(len(values), dtype=np.int64)
+    for j in range(values.shape[1]):
+        if key.max(initial=0) > np.iinfo(np.int64).max // max(int(radix[j]), 1):
+            raise ParameterError("the widths are so small that the grid has more than 2^63 cells; widen them")
+        key = key * radix[j] + idx[:, j]
+    return key
+
+
+@dataclass(frozen=True)
+class Partition:
+    labels: np.ndarray  # 0..d-1 per row, numbered by first occurrence
+    sizes: np.ndarray
+
+    @property
+    def degree(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def fingerprint(self) -> str:
+        return hashlib.sha256(self.labels.tobytes()).hexdigest()
+
+
+def partition(keys: np.ndarray) -> Partition:
+    """Canonical labels of a grouping: equal groupings of rows give equal labels."""
+    _, first, inverse, counts = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first)] = np.arange(len(first))
+    return Partition(rank[inverse], counts[np.argsort(rank)])
+
+
+def _matrix(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
+    values = frame[columns].to_numpy(dtype=float)
+    if not np.isfinite(values).all():
+        raise ParameterError(f"the swap set {columns} holds NaN or infinite values; clean them first")
+    return values
+
+
+def _scales(values: np.ndarray, units: str) -> np.ndarray:
+    if units == "absolute":
+        return np.ones(values.shape[1])
+    sd = values.std(axis=0, ddof=1) if len(values) > 1 else np.zeros(values.shape[1])
+    return np.where(sd > 0, sd, 1.0)  # a constant column has one cell whatever its width
+
+
+def candidate_partitions(values: np.ndarray, scales: np.ndarray, t_range: tuple[float, float], count: int) -> list[tuple[float, Partition]]:
+    """The pruning scheme: feasible (every cell ≥ 2 tuples), pairwise-different partitions on the grid."""
+    seen: set[str] = set()
+    kept = []
+    for tau in np.linspace(t_range[0], t_range[1], count):
+        part = partition(cell_keys(values, tau * scales))
+        if part.sizes.min() < 2 or part.fingerprint in seen:
+            continue
+        seen.add(part.fingerprint)
+        kept.append((float(tau), part))
+    return kept
+
+
+def _merge_singletons(values: np.ndarray, widths: np.ndarray, part: Partition) -> tuple[np.ndarray, int, int]:
+    """Join each lone tuple to the nearest cell that has ≥ 2 tuples (Chebyshev distance in cells)."""
+    labels = part.labels.copy()
+    lone = np.flatnonzero(part.sizes[labels] == 1)
+    big = np.flatnonzero(part.sizes >= 2)
+    if len(lone) == 0:
+        return labels, 0, 0
+    if len(big) == 0:
+        raise ParameterError("every tuple is alone in its cell; widen the widths")
+    idx = np.floor((values - values.min(axis=0)) / widths).astype(np.int64)
+    _, first_row = np.unique(labels, return_index=True)  # labels are 0..d-1: first row of each cell
+    dist, nearest = cKDTree(idx[first_row[big]]).query(idx[lone], p=np.inf)
+    labels[lone] = big[nearest]
+    return labels, len(lone), int(dist.max())
+
+
+# -- EDS and MEDS bins ----------------------------------------------------------------------------------
+
+
+def rank_bins(values: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """EDS bins: consecutive ranks (ties in random order), k per bin; a short last bin joins the previous."""
+    n = len(values)
+    order = np.lexsort((rng.random(n), values))
+    bins = np.empty(n, dtype=np.int64)
+    b = np.arange(n) // k
+    last = (n - 1) // k
+    if n % k and n > k:
+        b = np.minimum(b, last - 1)  # the short tail joins the bin before it
+    bins[order] = b
+    return bins
+
+
+def _diameter_pair(points: np.ndarray, rows: np.ndarray) -> tuple[int, int]:
+    """The exact farthest pair among ``rows`` (Euclidean): over hull vertices when that is cheaper."""
+    candidates = rows
+    dims = points.shape[1]
+    if len(rows) > 2000 and dims >= 2:
+        try:
+            candidates = rows[ConvexHull(points[rows]).vertices]
+        except QhullError:  # degenerate (flat) sets: fall back to all points
+            candidates = rows
+    elif dims == 1:
+        col = points[rows, 0]
+        return int(rows[col.argmin()]), int(rows[col.argmax()])
+    best, pair = -1.0, (int(candidates[0]), int(candidates[0]))
+    pts = points[candidates]
+    for start in range(0, len(candidates), 512):
+        block = ((pts[start:start + 512, None, :] - pts[None, :, :]) ** 2).sum(axis=2)
+        i, j = np.unravel_index(block.argmax(), block.shape)
+        if block[i, j] > best:
+            best, pair = float(block[i, j]), (int(candidates[start + i]), int(candidates[j]))
+    return pair
+
+
+def meds_bins(values: np.ndarray, k: int) -> tuple[np.ndarray, tuple[int, int] | None]:
+    """MDAV-style bins on standardized S: k nearest around each end of the farthest pair.
+
+    Returns the bin of each row and the first farthest pair (for checking against brute force).
+    Cost O(n^2) per iteration on the hull vertices, O(n/k) iterations.
+    """
+    n = len(values)
+    sd = values.std(axis=0)
+    z = (values - values.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
+    bins = np.full(n, -1, dtype=np.int64)
+    remaining = np.arange(n)
+    label, first_pair = 0, None
+    while len(remaining) >= 2 * k:
+        r, s = _diameter_pair(z, remaining)
+        first_pair = first_pair or (r, s)
+        for centre in (r, s):
+            dist = ((z[remaining] - z[centre]) ** 2).sum(axis=1)
+            dist[remaining == centre] = -1.0  # the centre itself is always in its bin
+            take = remaining[np.argpartition(dist, k - 1)[:k]]
+            bins[take] = label
+            label += 1
+            remaining = remaining[bins[remaining] < 0]
+    if len(remaining) >= k or label == 0:
+        bins[remaining] = label
+    elif len(remaining):
+        # fewer than k left: each joins the bin of its nearest already-binned tuple
+        placed = np.flatnonzero(bins >= 0)
+        for row in remaining:
+            bins[row] = bins[placed[((z[placed] - z[row]) ** 2).sum(axis=1).argmin()]]
+    return bins, first_pair
+
+
+# -- the three mechanisms -----------------------------------------------------------------------------
+
+
+def needs_numeric(params: _Common) -> Needs:
+    return Needs(columns=tuple(params.swap_set), numeric=tuple(params.swap_set))
+
+
+def plan_swapping(name: str) -> Plan:
+    return Plan(cost=ZERO, guarantee=f"{name}: value-invariant local swapping with disclosure risk P; not differential privacy")
+
+
+def _others(frame: pd.DataFrame, params: _Common, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """EDS on the numeric columns outside S, when asked."""
+    if params.others == "keep":
+        return {}
+    out = {}
+    for column in frame.columns:
+        if column in params.swap_set or not pd.api.types.is_numeric_dtype(frame[column]):
+            continue
+        values = frame[column].to_numpy()
+        if pd.isna(values).any():
+            raise ParameterError(f"column {column!r} outside the swap set has missing values; EDS needs complete columns")
+        out |= swap(frame, [column], rank_bins(values, params.k, rng), params.swap_mode, rng)
+    return out
+
+
+def _risk(partners: dict[str, np.ndarray], candidates: list[Partition]) -> float:
+    """Hidden-width risk: max over tuples and attributes of (1/q)·Σ_j 1[partner in B_j]/(|B_j| − 1)."""
+    worst = 0.0
+    for src in partners.values():
+        total = np.zeros(len(src))
+        for part in candidates:
+            same = part.labels == part.labels[src]
+            size = part.sizes[part.labels]
+            total += np.where(same & (size > 1), 1.0 / np.maximum(size - 1, 1), 0.0)
+        worst = max(worst, float(total.max(initial=0.0)) / len(candidates))
+    return worst
+
+
+def _delta_rho(original: pd.DataFrame, released: pd.DataFrame) -> pd.DataFrame:
+    """|rho - rho_hat| for every pair of numeric columns (for the report)."""
+    numeric = [c for c in original.columns if pd.api.types.is_numeric_dtype(original[c])]
+    a, b = original[numeric].corr().to_numpy(), released[numeric].corr().to_numpy()
+    rows = [(numeric[i], numeric[j], abs(a[i, j] - b[i, j])) for i in range(len(numeric)) for j in range(i + 1, len(numeric))]
+    return pd.DataFrame(rows, columns=["x", "y", "delta_rho"])
+
+
+def _finish(name: str, frame: pd.DataFrame, params: _Common, bins: np.ndarray, risk: dict, rng: np.random.Generator,
+            keep_rows: np.ndarray | None = None, candidates: list[Partition] | None = None) -> Result:  # fmt: skip
+    """Swap inside ``bins``, apply EDS outside S if asked, and state the risk figures."""
+    partners_s = swap(frame, params.swap_set, bins, params.swap_mode, rng)
+    partners = partners_s | _others(frame, params, rng)
+    released = apply(frame, partners)
+    kept_bins = bins if keep_rows is None else bins[keep_rows]
+    if keep_rows is not None:
+        released = released[keep_rows].reset_index(drop=True)
+    sizes = np.bincount(kept_bins)
+    sizes = sizes[sizes > 0]
+    degree, smallest = int(len(sizes)), int(sizes.min()) if len(sizes) else 0
+    risk = {"partition_degree": degree, "minimal_bin_size": smallest,
+            "p_known": 1.0 / (smallest - 1) if smallest > 1 else 1.0, **risk}  # fmt: skip
+    if candidates is not None:
+        # The paper's model: the attacker knows only the range, so any of the q_ew partitions may
+        # be the one used. But d and the minimal bin size are published too, and only candidates
+        # that match them remain plausible: the risk given what is published is reported beside it.
+        consistent = [p for p in candidates if p.degree == degree and int(p.sizes.min()) == smallest]
+        risk |= {"p_hidden": _risk(partners_s, candidates), "q_consistent": len(consistent),
+                 "p_hidden_given_published": _risk(partners_s, consistent)}  # fmt: skip
+    else:
+        risk |= {"p_hidden": risk["p_known"], "p_hidden_given_published": risk["p_known"]}
+    privacy = {"model": "local data swapping (not differential privacy)", "epsilon": 0.0, "delta": 0.0,
+               "swap_set": list(params.swap_set), "swap_mode": params.swap_mode,
+               "others_swapped_with_eds": sorted(set(partners) - set(params.swap_set)), **risk}  # fmt: skip
+    original = frame if keep_rows is None else frame[keep_rows].reset_index(drop=True)
+    report = _report(name, privacy, _delta_rho(original, released))
+    pairs = [(x, y) for i, x in enumerate(params.swap_set) for y in params.swap_set[i + 1:]][:3]
+    charts = [_scatter(original, released, x, y, i) for i, (x, y) in enumerate(pairs)]
+    headline = {k: privacy[k] for k in ("partition_degree", "p_known", "p_hidden")}
+    return Result(released, privacy, report, charts, headline,
+                  manifest={"risk": {k: privacy[k] for k in ("p_known", "p_hidden", "p_hidden_given_published")},
+                            "partition_degree": degree})  # fmt: skip
+
+
+def _report(name: str, privacy: dict, dr: pd.DataFrame) -> str:
+    lines = "\n".join(f"- {k.replace('_', ' ')}: {v}" for k, v in privacy.items() if k not in ("model", "epsilon", "delta"))
+    table = "\n".join(f"| {r.x} | {r.y} | {r.delta_rho:.4f} |" for r in dr.itertuples())
+    mean = f"{dr['delta_rho'].mean():.4f} (sd {dr['delta_rho'].std(ddof=0):.4f})" if len(dr) else "n/a"
+    return (
+        f"## {name.upper()}\n\nValues were swapped between tuples of the same bin: every column holds exactly its "
+        "original values, in another order. Not differential privacy; the ledger records epsilon = delta = 0.\n\n"
+        f"{lines}\n\n### Correlation change Δρ = |ρ − ρ̂| over pairs of numeric columns\n\nmean {mean}\n\n"
+        "| x | y | Δρ |\n|---|---|---|\n" + table + "\n"
+    )
+
+
+def _scatter(original: pd.DataFrame, released: pd.DataFrame, x: str, y: str, i: int) -> Chart:
+    step = max(1, len(original) // 5000)  # plot at most about 5,000 points of each
+    points = {
+        "original": (original[x].to_numpy(float)[::step], original[y].to_numpy(float)[::step]),
+        "released": (released[x].to_numpy(float)[::step], released[y].to_numpy(float)[::step]),
+    }
+    return Chart(f"swap_scatter_{i + 1}.png", f"{x} vs {y}: original and released", [], {}, kind="scatter",
+                 points=points, axes=(x, y))  # fmt: skip
+
+
+class _MEWS:
+    NAME = "mews"
+    Params = MEWSParams
+
+    @staticmethod
+    def needs(params: MEWSParams) -> Needs:
+        return needs_numeric(params)
+
+    @staticmethod
+    def plan(params: MEWSParams) -> Plan:
+        return plan_swapping("MEWS")
+
+    @staticmethod
+    def run(frame: pd.DataFrame, params: MEWSParams, rng: np.random.Generator) -> Result:
+        values = _matrix(frame, params.swap_set)
+        if len(frame) < 2:
+            raise ParameterError("swapping needs at least 2 rows")
+        scales = _scales(values, params.width_units)
+        keep_rows, merged, reach, candidates = None, 0, 0, None
+        if params.t_range is not None:
+            found = candidate_partitions(values, scales, params.t_range, params.candidates)
+            if not found:
+                raise ParameterError(
+                    f"no width in t_range {list(params.t_range)} puts at least 2 tuples in every cell; "
+                    "raise t_ub (the largest change you tolerate)"
+                )
+            _, part = found[int(rng.integers(0, len(found)))]  # the width used stays secret
+            labels, candidates = part.labels, [p for _, p in found]
+            risk = {"t_range": list(params.t_range), "width_units": params.width_units, "q_ew": len(found),
+                    "max_change_bound": {c: float(params.t_range[1] * sc) for c, sc in zip(params.swap_set, scales)}}  # fmt: skip
+        else:
+            w = params.widths
+            widths = (np.array([w[c] for c in params.swap_set]) if isinstance(w, dict) else np.full(len(scales), w)) * scales
+            part = partition(cell_keys(values, widths))
+            labels = part.labels
+            lone = int((part.sizes == 1).sum())
+            if lone and params.singletons == "error":
+                raise ParameterError(
+                    f"{lone} tuples are alone in their cell with these widths; widen them, or set singletons: merge"
+                )
+            if lone and params.singletons == "merge":
+                labels, merged, reach = _merge_singletons(values, widths, part)
+            if lone and params.singletons == "suppress":
+                keep_rows = part.sizes[part.labels] >= 2
+            risk = {"widths": dict(zip(params.swap_set, widths.tolist())), "q_ew": 1,
+                    "max_change_bound": {c: float(wv) * (1 + reach) for c, wv in zip(params.swap_set, widths)}}  # fmt: skip
+        risk |= {"cells": part.degree, "merged_singletons": merged,
+                 "suppressed_tuples": 0 if keep_rows is None else int((~keep_rows).sum())}  # fmt: skip
+        return _finish("mews", frame, params, labels, risk, rng, keep_rows, candidates)
+
+    @staticmethod
+    def check(original: pd.DataFrame, result: Result, params: MEWSParams) -> None:
+        check_value_invariance(original, result, params)
+
+
+def check_value_invariance(original: pd.DataFrame, result: Result, params: _Common) -> None:
+    """Every released column is a permutation of the original; untouched columns are identical."""
+    released = result.data
+    if list(released.columns) != list(original.columns):
+        raise InternalError("swapping changed the columns")
+    if len(released) != len(original):
+        return  # suppressed rows: the per-bin invariants are checked in the tests
+    swapped = set(params.swap_set) | set(result.privacy["others_swapped_with_eds"])
+    for column in original.columns:
+        if column in swapped:
+            if not np.array_equal(np.sort(released[column].to_numpy()), np.sort(original[column].to_numpy())):
+                raise InternalError(f"swapping changed the values of {column!r}")
+        elif not released[column].equals(original[column]):
+            raise InternalError(f"swapping changed the untouched column {column!r}")
+
+
+class _Depth:
+    def __init__(self, name: str):
+        self.NAME = name
+        self.Params = DepthParams
+
+    def needs(self, params: DepthParams) -> Needs:
+        return needs_numeric(params)
+
+    def plan(self, params: DepthParams) -> Plan:
+        return plan_swapping(self.NAME.upper())
+
+    def run(self, frame: pd.DataFrame, params: DepthParams, rng: np.random.Generator) -> Result:
+        values = _matrix(frame, params.swap_set)
+        if len(frame) < 2:
+            raise ParameterError("swapping needs at least 2 rows")
+        if self.NAME == "meds":
+            bins, _ = meds_bins(values, params.k)
+        else:
+            if len(params.swap_set) != 1:
+                raise ParameterError("EDS swaps one attribute at a time: give a single swap_set column, or use MEDS")
+            bins = rank_bins(values[:, 0], params.k, rng)
+        return _finish(self.NAME, frame, params, bins, {"k": params.k}, rng)
+
+    def check(self, original: pd.DataFrame, result: Result, params: DepthParams) -> None:
+        check_value_invariance(original, result, params)
+
+
+MEWS = _MEWS()
+MEDS = _Depth("meds")
+EDS = _Depth("eds")
