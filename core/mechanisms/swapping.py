@@ -238,7 +238,7 @@ def _diameter_pair(points: np.ndarray, rows: np.ndarray) -> tuple[int, int]:
     """The exact farthest pair among ``rows`` (Euclidean): over hull vertices when that is cheaper."""
     candidates = rows
     dims = points.shape[1]
-    if len(rows) > 2000 and dims >= 2:
+    if len(rows) > 2000 and 2 <= dims <= 4:  # qhull grows exponentially with the dimension
         try:
             candidates = rows[ConvexHull(points[rows]).vertices]
         except QhullError:  # degenerate (flat) sets: fall back to all points
