@@ -201,9 +201,10 @@ def test_eds_ranks_and_values():
     assert np.bincount(bins).min() >= 10 and np.bincount(bins).max() <= 19
     out = sw.EDS.run(frame, sw.DepthParams(swap_set=["x"], k=10), seeded(1)).data
     assert sorted(out["x"]) == sorted(frame["x"]) and out["y"].equals(frame["y"])
-    order = np.argsort(frame["x"].to_numpy())
-    assert (np.abs(np.argsort(np.argsort(out["x"].to_numpy())) - np.argsort(np.argsort(frame["x"].to_numpy()))) < 20).all()
-    assert len(order) == 1003
+    rank_before = np.argsort(np.argsort(frame["x"].to_numpy()))
+    rank_after = np.argsort(np.argsort(out["x"].to_numpy()))
+    assert (np.abs(rank_after - rank_before) < 19).all()  # a value moves within its bin of <= 19 ranks
+    assert (rank_after != rank_before).mean() > 0.99
 
 
 def test_others_with_eds_and_value_invariance_everywhere():

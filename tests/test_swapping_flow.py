@@ -74,4 +74,6 @@ def test_bad_input(prefect_server, home, tmp_path, capsys, params, message):
     code, _, err = cli(capsys, "release", str(write(tmp_path / "bad", binormal(300), "mews", **params)))
     assert code == 2 and message in err.strip().splitlines()[-1]
     assert not (home / "releases" / "survey").exists()
-    assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] in ([], [RESERVED, "failed"])
+    statuses = [e.status for e in Ledger(home / "privrelease.duckdb").entries()] if (home / "privrelease.duckdb").exists() else []
+    # feasibility depends on the data, so it is found while privatizing: recorded (at zero cost) as failed
+    assert statuses == ([RESERVED, "failed"] if "t_range" in params else [])

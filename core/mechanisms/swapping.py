@@ -120,17 +120,14 @@ def partner_positions(bins: np.ndarray, mode: str, rng: np.random.Generator) -> 
     return src
 
 
-def swap(frame: pd.DataFrame, columns: list[str], bins: np.ndarray, mode: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Swapped values per column, and the partner index of each row (per column)."""
-    partners: dict[str, np.ndarray] = {}
+def swap(columns: list[str], bins: np.ndarray, mode: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Per column, the row each row takes its value from (one shared cycle in block mode)."""
     shared = partner_positions(bins, "cyclic", rng) if mode == "block" else None
-    for column in columns:
-        src = shared if shared is not None else partner_positions(bins, mode, rng)
-        partners[column] = src
-    return partners
+    return {c: shared if shared is not None else partner_positions(bins, mode, rng) for c in columns}
 
 
 def apply(frame: pd.DataFrame, partners: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The frame with each swapped column's values taken from the partner rows."""
     out = frame.copy()
     for column, src in partners.items():
         out[column] = frame[column].to_numpy()[src]
@@ -310,7 +307,7 @@ def _others(frame: pd.DataFrame, params: _Common, rng: np.random.Generator) -> d
         values = frame[column].to_numpy()
         if pd.isna(values).any():
             raise ParameterError(f"column {column!r} outside the swap set has missing values; EDS needs complete columns")
-        out |= swap(frame, [column], rank_bins(values, params.k, rng), params.swap_mode, rng)
+        out |= swap([column], rank_bins(values, params.k, rng), params.swap_mode, rng)
     return out
 
 
@@ -338,7 +335,7 @@ def _delta_rho(original: pd.DataFrame, released: pd.DataFrame) -> pd.DataFrame:
 def _finish(name: str, frame: pd.DataFrame, params: _Common, bins: np.ndarray, risk: dict, rng: np.random.Generator,
             keep_rows: np.ndarray | None = None, candidates: list[Partition] | None = None) -> Result:  # fmt: skip
     """Swap inside ``bins``, apply EDS outside S if asked, and state the risk figures."""
-    partners_s = swap(frame, params.swap_set, bins, params.swap_mode, rng)
+    partners_s = swap(params.swap_set, bins, params.swap_mode, rng)
     partners = partners_s | _others(frame, params, rng)
     released = apply(frame, partners)
     kept_bins = bins if keep_rows is None else bins[keep_rows]
