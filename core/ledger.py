@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from core.accounting import ZERO, Budget
+from core.accounting import ZERO, Budget, compose_sigmas, gaussian_epsilon
 from core.db import connect, exclusive
 from core.errors import BudgetError, LedgerCorrupt, ReleaseConflict
 
@@ -102,6 +102,7 @@ class Totals:
     published: int
     failed: int
     pending: int
+    gdp_epsilon: float | None = None  # the tighter total when every charge is a Gaussian-DP release
 
     @property
     def remaining(self) -> Budget | None:
@@ -117,6 +118,7 @@ class Totals:
             "dataset": self.dataset, "cap": pair(self.cap), "spent": pair(self.spent),
             "remaining": pair(self.remaining), "releases": self.releases,
             "published": self.published, "failed": self.failed, "pending": self.pending,
+            "gdp": None if self.gdp_epsilon is None else {"epsilon": self.gdp_epsilon, "delta": self.spent.delta},
         }  # fmt: skip
 
 
@@ -266,9 +268,10 @@ class Ledger:
                 if e.release_id is not None:
                     latest[e.release_id] = e.status
             states = list(latest.values())
+            charges = [e for e in mine if e.status == RESERVED and not e.budget.is_zero]
             out.append(Totals(
                 dataset, caps[-1] if caps else None, spent, len(states),
-                states.count(PUBLISHED), states.count(FAILED), states.count(RESERVED),
+                states.count(PUBLISHED), states.count(FAILED), states.count(RESERVED), _gdp_epsilon(charges),
             ))  # fmt: skip
         return out
 
@@ -301,6 +304,21 @@ class Ledger:
                         ref.get("seq"),
                     )
         return len(entries)
+
+
+def _gdp_epsilon(charges: list[Entry]) -> float | None:
+    """Composed epsilon of Gaussian-DP charges at the same total delta as basic composition.
+
+    Each such charge is a set of sensitivity-1 Gaussian mechanisms (its ``sigmas``) whose
+    conversion used ``delta_conversion``; the rest of its delta covers other events (DPNE's
+    new-item event). The sigmas of all charges compose as one Gaussian (GDP), converted at the
+    summed conversion deltas. None when any charge is of another kind.
+    """
+    details = [json.loads(e.detail) for e in charges]
+    if not details or any(d.get("accountant") != "gaussian-dp" for d in details):
+        return None
+    sigmas = [s for d in details for s in d["sigmas"]]
+    return gaussian_epsilon(compose_sigmas(sigmas), sum(d["delta_conversion"] for d in details))
 
 
 def _rows(con, where: str, args: list) -> list[Entry]:  # noqa: ANN001

@@ -128,9 +128,10 @@ def cmd_totals(args: argparse.Namespace, root: Path) -> int:
     def pair(b: Budget | None) -> str:
         return "no cap" if b is None else f"{b.epsilon:.4g} / {b.delta:.2g}"
 
-    print(f"{'dataset':<16} {'cap eps/delta':>18} {'spent eps/delta':>18} {'remaining':>18}  releases (published/failed/pending)")
+    print(f"{'dataset':<16} {'cap eps/delta':>18} {'spent eps/delta':>18} {'remaining':>18} {'GDP eps':>8}  releases (published/failed/pending)")
     for t in totals:
-        print(f"{t.dataset:<16} {pair(t.cap):>18} {pair(t.spent):>18} {pair(t.remaining):>18}  "
+        gdp = "-" if t.gdp_epsilon is None else f"{t.gdp_epsilon:.4g}"
+        print(f"{t.dataset:<16} {pair(t.cap):>18} {pair(t.spent):>18} {pair(t.remaining):>18} {gdp:>8}  "
               f"{t.releases} ({t.published}/{t.failed}/{t.pending})")  # fmt: skip
     return 0
 

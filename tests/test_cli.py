@@ -33,7 +33,8 @@ def test_ledger_commands(tmp_path: Path):
     assert [(e["seq"], e["status"], e["epsilon"]) for e in history] == [(1, "cap", 2.0)]
     totals = json.loads(run(home, "ledger", "totals", "--json").stdout)
     assert totals == [{"dataset": "census", "cap": {"epsilon": 2.0, "delta": 1e-6}, "spent": {"epsilon": 0.0, "delta": 0.0},
-                       "remaining": {"epsilon": 2.0, "delta": 1e-6}, "releases": 0, "published": 0, "failed": 0, "pending": 0}]  # fmt: skip
+                       "remaining": {"epsilon": 2.0, "delta": 1e-6}, "releases": 0, "published": 0, "failed": 0, "pending": 0,
+                       "gdp": None}]  # fmt: skip
     assert "census" in run(home, "ledger", "totals").stdout
     assert "cap" in run(home, "ledger", "history", "--dataset", "census").stdout
     ok = run(home, "ledger", "verify")

@@ -11,7 +11,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from core.accounting import Budget
+from core.accounting import Budget, compose_sigmas, gaussian_epsilon
+from core.mechanisms import dpne
 from core.errors import BudgetError, LedgerCorrupt, ReleaseConflict
 from core.ledger import FAILED, PUBLISHED, RESERVED, Ledger
 from tests.conftest import REPO
@@ -144,7 +145,8 @@ def test_truncation_is_detected_through_manifests(filled, tmp_path):
 WORKER = """
 import json, sys, time
 from pathlib import Path
-from core.accounting import Budget
+from core.accounting import Budget, compose_sigmas, gaussian_epsilon
+from core.mechanisms import dpne
 from core.errors import BudgetError
 from core.ledger import Ledger
 db, worker, start = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
@@ -182,3 +184,19 @@ def test_eight_processes_never_exceed_the_cap(ledger, tmp_path):
     (t,) = ledger.totals()
     assert t.spent.fits_within(t.cap)
     assert ledger.verify() == 21
+
+
+def test_gdp_total_for_gaussian_histories(ledger):
+    ledger.set_budget("d", Budget(10.0, 1e-5))
+    plans = [dpne.plan(dpne.Params(user_column="u", text_column="t", epsilon=eps, delta=1e-7, T=T))
+             for eps, T in ((1.0, 6), (2.0, 9), (1.0, 3))]  # fmt: skip
+    for i, plan in enumerate(plans):
+        ledger.reserve("d", f"r{i}", plan.cost, "dpne", {"i": i}, plan.detail)
+    (t,) = ledger.totals()
+    sigmas = [s for p in plans for s in p.detail["sigmas"]]
+    expected = gaussian_epsilon(compose_sigmas(sigmas), 3 * 0.5e-7)
+    assert t.gdp_epsilon == pytest.approx(expected, rel=1e-9)
+    assert t.gdp_epsilon < t.spent.epsilon == pytest.approx(4.0)  # tighter than basic composition
+    assert t.as_dict()["gdp"] == {"epsilon": t.gdp_epsilon, "delta": t.spent.delta}
+    charge(ledger, "other", 0.5)  # a charge of another kind: no GDP total
+    assert ledger.totals()[0].gdp_epsilon is None
