@@ -45,10 +45,32 @@ def connect(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[duckdb.Duck
                 raise
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 1.5, 0.5)
+    handle = _Handle(con)
     try:
-        yield con
+        yield handle  # type: ignore[misc] - a stand-in that forwards to the connection
     finally:
-        con.close()
+        handle.release()
+
+
+class _Handle:
+    """Forwards to a DuckDB connection until released, then lets it go.
+
+    A traceback that outlives the ``with`` block (Prefect keeps failed runs' exceptions) holds
+    the caller's frame, and with it this handle, but not the closed connection itself.
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection):
+        self._con: duckdb.DuckDBPyConnection | None = con
+
+    def __getattr__(self, name: str):  # noqa: ANN204
+        if self._con is None:
+            raise duckdb.ConnectionException("the connection is closed")
+        return getattr(self._con, name)
+
+    def release(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
 
 
 @contextlib.contextmanager

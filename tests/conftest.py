@@ -59,3 +59,4 @@ def adult_clean():
 
 ADULT_QI = ["education", "race", "sex", "workclass", "marital-status", "age", "relationship",
             "native-country", "Salary"]  # fmt: skip
+
