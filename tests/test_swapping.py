@@ -273,3 +273,15 @@ def test_seeds():
     a = sw.MEWS.run(frame, mews(), seeded(9)).data
     assert a.equals(sw.MEWS.run(frame, mews(), seeded(9)).data)
     assert not a.equals(sw.MEWS.run(frame, mews(), seeded(10)).data)
+
+
+def test_check_catches_a_value_moved_out_of_its_cell():
+    frame = binormal(500)
+    p = mews()
+    result = sw.MEWS.run(frame, p, seeded(0))
+    sw.MEWS.check(frame, result, p)
+    broken = result.data.copy()
+    i, j = broken["x"].idxmin(), broken["x"].idxmax()
+    broken.loc[[i, j], "x"] = broken.loc[[j, i], "x"].to_numpy()  # still a permutation, but far
+    with pytest.raises(Exception, match="moved further than its cell allows"):
+        sw.MEWS.check(frame, sw.Result(broken, result.privacy, result.report), p)
