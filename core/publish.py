@@ -50,13 +50,26 @@ def _fsync_tree(folder: Path) -> None:
 
 
 def render_chart(chart: Chart, path: Path) -> None:
-    """Grouped bar chart or side-by-side scatter plots, written as PNG."""
+    """Grouped bars, step lines or side-by-side scatter plots, written as PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
+    if chart.kind == "line":
+        fig, ax = plt.subplots(figsize=(8, 4))
+        for name, (xs, ys) in chart.points.items():
+            ax.step(xs, ys, where="post", marker="o", label=name)
+        ax.set_title(chart.title, fontsize=10)
+        ax.set_xlabel(chart.axes[0])
+        ax.set_ylabel(chart.axes[1])
+        ax.legend(fontsize=8)
+        fig.autofmt_xdate()
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        return
     if chart.kind == "scatter":
         fig, axes = plt.subplots(1, len(chart.points), figsize=(5 * len(chart.points), 4.5), sharex=True, sharey=True)
         for ax, (name, (xs, ys)) in zip(np.atleast_1d(axes), chart.points.items()):

@@ -36,7 +36,7 @@ class Plan:
 
 @dataclass(frozen=True)
 class Chart:
-    """A chart for the report, rendered by ``core.publish``: grouped bars, or scatter ``points``."""
+    """A chart rendered by ``core.publish``: grouped bars, or ``points`` as scatter or step lines."""
 
     filename: str
     title: str
@@ -44,7 +44,7 @@ class Chart:
     series: dict[str, list[float]]
     ylabel: str = ""
     kind: str = "bar"
-    points: dict = field(default_factory=dict)  # name -> (x array, y array), for kind "scatter"
+    points: dict = field(default_factory=dict)  # name -> (x array, y array), for "scatter" and "line"
     axes: tuple[str, str] = ("", "")
 
 

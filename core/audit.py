@@ -1,0 +1,63 @@
+"""The ledger audit: history, per-dataset totals, the hash-chain check, and spend over time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from core.errors import LedgerCorrupt
+from core.ledger import RESERVED, Entry, Ledger, Totals
+from core.mechanisms.base import Chart
+
+
+@dataclass(frozen=True)
+class Audit:
+    entries: list[Entry]
+    totals: list[Totals]
+    problem: str | None  # None when the chain and the manifests check out
+
+    def markdown(self, chart: str | None) -> str:
+        status = "**intact**" if self.problem is None else f"**BROKEN**: {self.problem}"
+        rows = "\n".join(
+            f"| {t.dataset} | {_pair(t.cap)} | {_pair(t.spent)} | {_pair(t.remaining)} | "
+            f"{'-' if t.gdp_epsilon is None else f'{t.gdp_epsilon:.4g}'} | {t.published} / {t.failed} / {t.pending} |"
+            for t in self.totals
+        )
+        picture = f"\n\nBudget spent over time: `{chart}`\n" if chart else ""
+        return (
+            f"# Ledger audit\n\nHash chain: {status} ({len(self.entries)} entries).\n\n"
+            "| dataset | cap (eps / delta) | spent | remaining | GDP eps | published / failed / pending |\n"
+            "|---|---|---|---|---|---|\n" + rows + picture
+        )
+
+
+def _pair(budget) -> str:  # noqa: ANN001
+    return "no cap" if budget is None else f"{budget.epsilon:.4g} / {budget.delta:.2g}"
+
+
+def audit(ledger: Ledger, releases_root: Path) -> Audit:
+    """Read everything an auditor needs; a broken chain is reported, not raised."""
+    try:
+        ledger.verify(releases_root)
+        problem = None
+    except LedgerCorrupt as exc:
+        problem = f"entry {exc.seq}: {exc}"
+    return Audit(ledger.entries(), ledger.totals(), problem)
+
+
+def spend_chart(entries: list[Entry]) -> Chart | None:
+    """Cumulative epsilon charged per dataset against time (steps at each charge)."""
+    charges = [e for e in entries if e.status == RESERVED and e.epsilon > 0]
+    if not charges:
+        return None
+    frame = pd.DataFrame({"dataset": [e.dataset for e in charges], "ts": pd.to_datetime([e.ts for e in charges]),
+                          "epsilon": [e.epsilon for e in charges]})  # fmt: skip
+    points = {
+        name: (group["ts"].to_numpy(), np.cumsum(group["epsilon"].to_numpy()))
+        for name, group in frame.groupby("dataset", sort=True)
+    }
+    return Chart("ledger_spend.png", "Epsilon spent per dataset (basic composition)", [], {}, "epsilon",
+                 kind="line", points=points, axes=("time (UTC)", "epsilon"))  # fmt: skip

@@ -1,0 +1,28 @@
+"""The ledger-audit flow: publishes the ledger's history, totals and chain check as artifacts."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from core.errors import LedgerCorrupt
+from core.pipeline import Store
+from tasks import audit as t
+
+
+@flow(name="ledger-audit", persist_result=False)
+def ledger_audit(home: str | None = None) -> list[dict]:
+    """Audit the ledger; the run fails (after publishing its artifacts) if the chain is broken."""
+    store = Store.open(home)
+    audit = t.read(store)
+    chart = t.chart(store, audit, datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
+    totals = [x.as_dict() for x in audit.totals]
+    create_table_artifact(key="ledger-totals", table=totals, description="per dataset: cap, spent, remaining")
+    create_table_artifact(key="ledger-history", table=[e.as_dict() for e in audit.entries], description="every entry")
+    create_markdown_artifact(key="ledger-audit", markdown=audit.markdown(chart), description="ledger audit")
+    get_run_logger().info("audited %d entries over %d datasets", len(audit.entries), len(totals))
+    if audit.problem is not None:
+        raise LedgerCorrupt(f"the ledger's hash chain is broken at {audit.problem}", None)
+    return totals

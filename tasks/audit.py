@@ -1,0 +1,28 @@
+"""Tasks of the ledger audit (the ledger holds public parameters only; still never cached)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from core import audit as _audit
+from core.pipeline import Store
+from core.publish import render_chart
+
+
+@task(name="read-ledger", cache_policy=NO_CACHE, persist_result=False)
+def read(store: Store) -> _audit.Audit:
+    return _audit.audit(store.ledger, store.releases)
+
+
+@task(name="chart-spend", cache_policy=NO_CACHE, persist_result=False)
+def chart(store: Store, audit: _audit.Audit, stamp: str) -> str | None:
+    spec = _audit.spend_chart(audit.entries)
+    if spec is None:
+        return None
+    path = store.root / "audit" / f"ledger-spend-{stamp}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    render_chart(spec, path)
+    return str(path)
