@@ -56,10 +56,29 @@ def census(rows: int = 20_000, seed: int = DEMO_SEED) -> pd.DataFrame:
     return frame
 
 
+_PHRASES = [
+    "the release went out on time", "privacy budget left for this quarter", "please send the report",
+    "see you at the meeting", "thanks for the quick reply", "the data looks good to me",
+]
+_WORDS = [f"word{i}" for i in range(400)]
+
+
+def posts(users: int = 3_000, seed: int = DEMO_SEED) -> pd.DataFrame:
+    """A small corpus: each user writes a few posts mixing common phrases and rarer words."""
+    rng = np.random.default_rng(seed)
+    per_user = rng.integers(1, 5, users)
+    user = np.repeat(np.arange(users), per_user)
+    phrase = np.array(_PHRASES)[rng.integers(0, len(_PHRASES), len(user))]
+    extra = [" ".join(rng.choice(_WORDS, size=int(k))) for k in rng.integers(0, 5, len(user))]
+    return pd.DataFrame({"user": user, "text": [f"{p} {e}".strip() for p, e in zip(phrase, extra)]})
+
+
 def write_demo(folder: Path, rows: int = 20_000) -> Path:
-    """Write the demo table and its release spec; returns the spec's path."""
+    """Write the demo table, the demo corpus and their release specs; returns the table's spec."""
     folder.mkdir(parents=True, exist_ok=True)
     census(rows).to_csv(folder / "census.csv", index=False)
+    posts().to_csv(folder / "posts.csv", index=False)
+    (folder / "posts-dpne.yaml").write_text(DEMO_NGRAM_SPEC)
     spec = folder / "census-ra.yaml"
     spec.write_text(DEMO_SPEC)
     return spec
@@ -79,4 +98,23 @@ mechanism:
     qi: [age, workclass, education, marital-status, relationship, race, sex, native-country, salary]
     sensitive: occupation
     p: uniform
+"""
+
+DEMO_NGRAM_SPEC = """\
+# An n-gram release of the demo corpus with DPNE: user-level (epsilon, delta)-DP.
+# It needs a budget first: privrelease ledger set-budget posts-demo --epsilon 2 --delta 1e-6
+dataset:
+  id: posts-demo
+  source: posts.csv
+  format: csv
+mechanism:
+  name: dpne
+  params:
+    user_column: user
+    text_column: text
+    epsilon: 1.0
+    delta: 1.0e-7
+    T: 4
+    delta0: 10
+    tokenizer: words
 """

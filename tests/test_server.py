@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from core.accounting import Budget
 from core.demo import write_demo
 from core.ledger import PUBLISHED, Ledger
 from tests.conftest import REPO
@@ -69,6 +70,18 @@ def server(tmp_path_factory):
         log.close()
 
 
+def _create_run(api: str, deployment_id: str, parameters: dict) -> httpx.Response:
+    """POST /deployments/{id}/create_flow_run, as the UI does; SQLite-backed servers answer 503
+    while busy (right after a deploy), so retry those for a while."""
+    for _ in range(30):
+        response = httpx.post(f"{api}/deployments/{deployment_id}/create_flow_run", json={"parameters": parameters},
+                              timeout=10)  # fmt: skip
+        if response.status_code != 503:
+            return response
+        time.sleep(1)
+    return response
+
+
 def _run(env: dict, *args: str) -> str:
     out = subprocess.run([str(BIN / "prefect"), *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
@@ -88,7 +101,7 @@ def test_release_triggered_like_the_ui(server):
         deployment = httpx.get(f"{api}/deployments/name/release/tabular-release", timeout=10).json()
         assert deployment["parameters"]["home"] == env["PRIVRELEASE_HOME"]
         # what the UI's Run button sends: POST /deployments/{id}/create_flow_run
-        run = httpx.post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={"parameters": {}}, timeout=10)
+        run = _create_run(api, deployment["id"], {})
         assert run.status_code == 201, run.text
         run_id = run.json()["id"]
         deadline = time.monotonic() + 240
@@ -106,9 +119,39 @@ def test_release_triggered_like_the_ui(server):
         assert [e.status for e in entries][-1] == PUBLISHED
         assert manifest["ledger"]["hash"] == entries[-2].hash and entries[-1].flow_run_id == run_id
         # an invalid parameter is rejected by the server before any run starts
-        bad = httpx.post(f"{api}/deployments/{deployment['id']}/create_flow_run",
-                         json={"parameters": {"spec_path": 42}}, timeout=10)  # fmt: skip
+        bad = _create_run(api, deployment["id"], {"spec_path": 42})
         assert bad.status_code == 409 and "spec_path" in bad.text
     finally:
         _stop(worker)
         log.close()
+
+
+def test_concurrent_runs_through_the_worker_never_exceed_the_cap(server):
+    """Four n-gram releases of epsilon 1 at once against a cap of 2: two publish, two are refused."""
+    env, root = server
+    api = env["PREFECT_API_URL"]
+    home = Path(env["PRIVRELEASE_HOME"])
+    Ledger(home / "privrelease.duckdb").set_budget("posts-demo", Budget(2.0, 1e-6))
+    deployment = httpx.get(f"{api}/deployments/name/release/ngram-release", timeout=10).json()
+    log = open(root / "worker2.log", "w")
+    worker = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", "privrelease", "--install-policy", "never"],
+                              env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    try:
+        ids = [_create_run(api, deployment["id"], {}).json()["id"] for _ in range(4)]
+        deadline, states = time.monotonic() + 300, {}
+        while len(states) < 4:
+            for run_id in ids:
+                state = httpx.get(f"{api}/flow_runs/{run_id}", timeout=10).json()["state"]["type"]
+                if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+                    states[run_id] = state
+            assert time.monotonic() < deadline, (root / "worker2.log").read_text()[-3000:]
+            time.sleep(1)
+    finally:
+        _stop(worker)
+        log.close()
+    assert sorted(states.values()) == ["COMPLETED", "COMPLETED", "FAILED", "FAILED"], (root / "worker2.log").read_text()[-3000:]
+    ledger = Ledger(home / "privrelease.duckdb")
+    charges = [e for e in ledger.entries("posts-demo") if e.status == "reserved"]
+    assert len(charges) == 2 and sum(e.epsilon for e in charges) == 2.0
+    assert len(list((home / "releases" / "posts-demo").iterdir())) == 2
+    assert ledger.verify() >= 3
