@@ -11,10 +11,10 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from core import mechanisms, noise
 from core.errors import SpecError
@@ -49,6 +49,31 @@ class ReleaseSpec(BaseModel):
     dataset: DatasetSpec
     mechanism: MechanismSpec
     seed: int | None = Field(None, ge=0, description="test mode only (PRIVRELEASE_TEST_MODE=1)")
+
+
+def _choice(name: str, params: type[StrictParams]) -> type[BaseModel]:
+    return create_model(
+        f"{name.upper()}Mechanism", __config__=ConfigDict(extra="forbid", frozen=True),
+        name=(Literal[name], Field(name, description="mechanism")), params=(params, ...),
+    )  # fmt: skip
+
+
+# The mechanism as a typed choice: what a Prefect form renders (a selector, then each
+# mechanism's own fields with their bounds and descriptions).
+MechanismChoice = Annotated[
+    Union[tuple(_choice(n, m.Params) for n, m in sorted(mechanisms.REGISTRY.items()))],  # noqa: UP007
+    Field(discriminator="name"),
+]
+
+
+class ReleaseRequest(BaseModel):
+    """A release spec as a typed flow parameter (for runs triggered from the UI)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    release_id: str | None = Field(None, pattern=ID_PATTERN, description="optional; a retry with the same id is charged once")
+    dataset: DatasetSpec = Field(description="the input; a relative source is resolved against $PRIVRELEASE_HOME")
+    mechanism: MechanismChoice
 
 
 @dataclass(frozen=True)

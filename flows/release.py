@@ -10,18 +10,24 @@ import re
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 
-from core.errors import UserError
+from core.errors import SpecError, UserError
 from core.ledger import FAILED, PUBLISHED
 from core.pipeline import Store, existing
+from core.spec import ReleaseRequest
 from tasks import release as t
 
 
 @flow(name="release", persist_result=False)
-def release(spec_path: str, home: str | None = None) -> dict:
-    """Release one dataset as its spec says; returns the release id, folder and ledger entry."""
+def release(spec_path: str | None = None, request: ReleaseRequest | None = None, home: str | None = None) -> dict:
+    """Release one dataset as its spec file (``spec_path``) or a typed ``request`` says.
+
+    Returns the release id, folder and ledger entry.
+    """
     log = get_run_logger()
     store = Store.open(home)
-    spec = t.load_spec(spec_path)
+    if (spec_path is None) == (request is None):
+        raise SpecError("give either spec_path (a release spec file) or request (a typed release spec), not both")
+    spec = t.load_spec(spec_path) if spec_path is not None else t.parse_request(request, store)
     ingested = t.ingest(store, spec)
     log.info("ingested %s: %d rows, %d columns, sha256 %s", spec.dataset, ingested.rows,
              len(ingested.columns), ingested.fingerprint[:16])  # fmt: skip

@@ -26,6 +26,11 @@ def load_spec(spec_path: str) -> Release:
     return spec.load(spec_path)
 
 
+@task(name="parse-request", **RAW)
+def parse_request(request: spec.ReleaseRequest, store: pipeline.Store) -> Release:
+    return spec.parse(request.model_dump(mode="json"), store.root)
+
+
 @task(name="ingest", **RAW)
 def ingest(store: pipeline.Store, release: Release) -> Ingested:
     return pipeline.ingest(store, release)

@@ -197,3 +197,21 @@ def test_canary_never_reaches_prefect(prefect_server, home, test_mode, tmp_path,
     blob = b"".join(p.read_bytes() for p in places)
     assert b"canary-ds" in blob  # control: the flow's log lines and parameters are in what we scan
     assert CANARY.encode() not in blob
+
+
+def test_typed_request_and_its_errors(prefect_server, home, tmp_path):
+    from core.errors import SpecError
+    from core.spec import ReleaseRequest
+    from flows.release import release
+
+    (home / "in").mkdir()
+    census(400).to_csv(home / "in" / "census.csv", index=False)
+    request = ReleaseRequest.model_validate({
+        "dataset": {"id": "census", "source": "in/census.csv", "format": "csv"},
+        "mechanism": {"name": "ra", "params": {"qi": QI, "sensitive": "occupation"}},
+    })  # fmt: skip
+    summary = release(request=request, home=str(home))
+    assert Path(summary["folder"]).parent == home / "releases" / "census"
+    with pytest.raises(SpecError, match="either spec_path"):
+        release(home=str(home))
+    assert len(reserved(home)) == 1

@@ -82,6 +82,17 @@ def _create_run(api: str, deployment_id: str, parameters: dict) -> httpx.Respons
     return response
 
 
+def _wait(api: str, run_id: str, log: Path, timeout: float = 240) -> str:
+    """Poll a flow run until it ends; returns its final state type."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = httpx.get(f"{api}/flow_runs/{run_id}", timeout=10).json()["state"]["type"]
+        if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+            return state
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(1)
+
+
 def _run(env: dict, *args: str) -> str:
     out = subprocess.run([str(BIN / "prefect"), *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
@@ -104,14 +115,7 @@ def test_release_triggered_like_the_ui(server):
         run = _create_run(api, deployment["id"], {})
         assert run.status_code == 201, run.text
         run_id = run.json()["id"]
-        deadline = time.monotonic() + 240
-        while True:
-            state = httpx.get(f"{api}/flow_runs/{run_id}", timeout=10).json()["state"]["type"]
-            if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
-                break
-            assert time.monotonic() < deadline, (root / "worker.log").read_text()[-3000:]
-            time.sleep(1)
-        assert state == "COMPLETED", (root / "worker.log").read_text()[-3000:]
+        assert _wait(api, run_id, root / "worker.log") == "COMPLETED"
         home = Path(env["PRIVRELEASE_HOME"])
         (folder,) = list((home / "releases" / "census-demo").iterdir())
         manifest = json.loads((folder / "manifest.json").read_text())
@@ -121,6 +125,17 @@ def test_release_triggered_like_the_ui(server):
         # an invalid parameter is rejected by the server before any run starts
         bad = _create_run(api, deployment["id"], {"spec_path": 42})
         assert bad.status_code == 409 and "spec_path" in bad.text
+        # the typed form: a release filled in field by field, as in the UI's form
+        request = {"dataset": {"id": "census-demo", "source": "demo/census.csv", "format": "csv"},
+                   "mechanism": {"name": "ra", "params": {"qi": ["age", "sex", "race"], "sensitive": "occupation", "k": 2}}}
+        typed = _create_run(api, deployment["id"], {"spec_path": None, "request": request})
+        assert typed.status_code == 201, typed.text
+        assert _wait(api, typed.json()["id"], root / "worker.log") == "COMPLETED"
+        assert len(list((home / "releases" / "census-demo").iterdir())) == 2
+        bad_form = {**request, "mechanism": {"name": "dpne", "params": {"user_column": "u", "text_column": "t",
+                                                                          "epsilon": -1, "delta": 1e-7}}}
+        rejected = _create_run(api, deployment["id"], {"spec_path": None, "request": bad_form})
+        assert rejected.status_code == 409 and "epsilon" in rejected.text
     finally:
         _stop(worker)
         log.close()
@@ -138,14 +153,7 @@ def test_concurrent_runs_through_the_worker_never_exceed_the_cap(server):
                               env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
         ids = [_create_run(api, deployment["id"], {}).json()["id"] for _ in range(4)]
-        deadline, states = time.monotonic() + 300, {}
-        while len(states) < 4:
-            for run_id in ids:
-                state = httpx.get(f"{api}/flow_runs/{run_id}", timeout=10).json()["state"]["type"]
-                if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
-                    states[run_id] = state
-            assert time.monotonic() < deadline, (root / "worker2.log").read_text()[-3000:]
-            time.sleep(1)
+        states = {run_id: _wait(api, run_id, root / "worker2.log", 300) for run_id in ids}
     finally:
         _stop(worker)
         log.close()
