@@ -5,7 +5,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test serve bench clean
 
 $(STAMP): pyproject.toml requirements.lock.txt
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -17,6 +17,9 @@ $(STAMP): pyproject.toml requirements.lock.txt
 
 demo: $(STAMP)
 	$(VENV)/bin/privrelease demo
+
+serve: $(STAMP)
+	bash scripts/serve.sh
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest

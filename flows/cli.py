@@ -75,6 +75,9 @@ def cmd_demo(args: argparse.Namespace, root: Path) -> int:
     from core.demo import write_demo
 
     spec_path = write_demo(root / "demo", rows=args.rows)
+    if args.prepare_only:
+        print(f"demo inputs and specs written to {spec_path.parent}")
+        return 0
     summary = _run_release(spec_path, root)
     ledger = summary["ledger"]
     print(f"\nrelease folder: {summary['folder']}")
@@ -159,6 +162,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="generate a sample census table and release it with RA")
     p.add_argument("--rows", type=int, default=20_000)
+    p.add_argument("--prepare-only", action="store_true", help="write the demo inputs and specs, release nothing")
     p.set_defaults(func=cmd_demo)
 
     ledger = sub.add_parser("ledger", help="read and manage the privacy-budget ledger")
