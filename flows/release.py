@@ -1,6 +1,7 @@
 """The release flow: ingest → validate → plan → charge → privatize → check → publish → settle.
 
-Parameters are paths, never data: Prefect stores flow parameters in plain text.
+Parameters are paths and public release parameters, never data: Prefect stores flow
+parameters in plain text.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def release(spec_path: str | None = None, request: ReleaseRequest | None = None,
     log = get_run_logger()
     store = Store.open(home)
     if (spec_path is None) == (request is None):
-        raise SpecError("give either spec_path (a release spec file) or request (a typed release spec), not both")
+        raise SpecError("give either spec_path (a release spec file) or request (a typed release spec): exactly one")
     spec = t.load_spec(spec_path) if spec_path is not None else t.parse_request(request, store)
     ingested = t.ingest(store, spec)
     log.info("ingested %s: %d rows, %d columns, sha256 %s", spec.dataset, ingested.rows,
