@@ -140,17 +140,10 @@ def load(path: str | Path) -> Release:
 
 
 def json_schema() -> dict:
-    """The release-spec JSON schema, with each mechanism's parameters as a tagged alternative."""
-    schema = ReleaseSpec.model_json_schema()
-    alternatives = []
-    for name, module in sorted(mechanisms.REGISTRY.items()):
-        alternatives.append({
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["name", "params"],
-            "properties": {"name": {"const": name}, "params": module.Params.model_json_schema()},
-        })  # fmt: skip
-    schema["$defs"]["MechanismSpec"] = {"oneOf": alternatives, "description": "the mechanism and its parameters"}
+    """The release-spec JSON schema: the typed request (each mechanism's parameters as a tagged
+    alternative) plus the test-mode ``seed`` of a spec file."""
+    schema = ReleaseRequest.model_json_schema()
+    schema["properties"]["seed"] = ReleaseSpec.model_json_schema()["properties"]["seed"]
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "privrelease release spec"
     return schema

@@ -9,6 +9,7 @@ import duckdb
 import pytest
 import yaml
 
+from core.accounting import Budget
 from core.ledger import PUBLISHED, RESERVED, Ledger
 from tests.test_dpne import phrase_corpus
 from tests.test_release_flow import cli
@@ -75,7 +76,7 @@ def test_dpne_release_charges_then_publishes(prefect_server, home, tmp_path, cap
     ids=["no-user-column", "empty-corpus", "not-utf8"],
 )
 def test_bad_corpus_is_refused_before_the_charge(prefect_server, home, tmp_path, capsys, text, params, message):
-    Ledger(home / "privrelease.duckdb").set_budget("posts", __import__("core.accounting").accounting.Budget(10, 1e-5))
+    Ledger(home / "privrelease.duckdb").set_budget("posts", Budget(10, 1e-5))
     spec = write_corpus(tmp_path / "bad", text, **params)
     code, _, err = cli(capsys, "release", str(spec))
     assert code == 2 and message in err.strip().splitlines()[-1]
@@ -91,7 +92,7 @@ def test_a_ten_megabyte_post_is_capped_not_fatal(prefect_server, home, tmp_path,
     spec = write_corpus(tmp_path / "big", lines, T=3)
     doc = yaml.safe_load(spec.read_text())
     spec.write_text(yaml.safe_dump({**doc, "seed": 5}))
-    Ledger(home / "privrelease.duckdb").set_budget("posts", __import__("core.accounting").accounting.Budget(10, 1e-5))
+    Ledger(home / "privrelease.duckdb").set_budget("posts", Budget(10, 1e-5))
     code, out, err = cli(capsys, "release", str(spec))
     assert code == 0, err
     table = duckdb.connect().execute("SELECT * FROM read_parquet(?)", [str(Path(out.split("folder ")[1].split()[0]) / "ngrams.parquet")]).df()

@@ -13,6 +13,7 @@ import yaml
 
 from core import noise
 from core.demo import census
+from core.accounting import Budget
 from core.ledger import FAILED, PUBLISHED, RESERVED, Ledger
 from core.mechanisms import ra
 from flows.cli import main
@@ -135,7 +136,7 @@ def _bad_cases() -> list:
 
 @pytest.mark.parametrize("frame,overrides,message", _bad_cases())
 def test_bad_input_is_refused_before_anything_is_charged(prefect_server, home, tmp_path, capsys, frame, overrides, message):
-    Ledger(home / "privrelease.duckdb").set_budget("census", __import__("core.accounting").accounting.Budget(1, 1e-6))
+    Ledger(home / "privrelease.duckdb").set_budget("census", Budget(1, 1e-6))
     spec = write_case(tmp_path / "case", frame, **overrides)
     code, out, err = cli(capsys, "release", str(spec))
     assert code == 2, err
