@@ -47,3 +47,13 @@ def gaussian_tail(rng: np.random.Generator, sigma: float, threshold: float, size
     if size == 0:
         return np.empty(0)
     return truncnorm.rvs(threshold / sigma, np.inf, scale=sigma, size=size, random_state=rng)
+
+
+def laplace(rng: np.random.Generator, scale: float, size: int) -> np.ndarray:
+    """Independent Laplace(0, scale) draws."""
+    return rng.laplace(0.0, scale, size)
+
+
+def gumbel(rng: np.random.Generator, size: int) -> np.ndarray:
+    """Standard Gumbel draws: the argmax of log-weight + Gumbel is an exponential-mechanism draw."""
+    return rng.gumbel(0.0, 1.0, size)

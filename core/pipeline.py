@@ -57,7 +57,7 @@ def load(store: Store, ingested: _ingest.Ingested) -> pd.DataFrame:
 def validate(release: Release, frame: pd.DataFrame) -> _validate.ValidationReport:
     """The dataset's suite (if any) plus what the mechanism needs of its input."""
     name, expectations = _validate.load_suite(release.spec.dataset.suite, SCHEMAS_DIR, release.spec_dir)
-    needs = mechanisms.get(release.mechanism).needs(release.params)
+    needs = mechanisms.get(release.mechanism).needs(release.params, tuple(frame.columns))
     return _validate.validate(frame, name, expectations + needs.expectations())
 
 

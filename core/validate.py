@@ -22,12 +22,16 @@ NUMERIC_TYPES = [
 ]  # fmt: skip
 
 
+FLOAT_MAX = 1.7976931348623157e308  # the largest finite float64
+
+
 @dataclass(frozen=True)
 class Needs:
     """What a mechanism needs of its input table: columns present, non-null, of a kind."""
 
     columns: tuple[str, ...]
     numeric: tuple[str, ...] = ()
+    finite: tuple[str, ...] = ()  # numeric columns that must hold no infinities
 
     def expectations(self) -> list[dict]:
         out: list[dict] = [{"type": "expect_table_row_count_to_be_between", "kwargs": {"min_value": 1}}]
@@ -38,6 +42,11 @@ class Needs:
             out.append(
                 {"type": "expect_column_values_to_be_in_type_list",
                  "kwargs": {"column": column, "type_list": NUMERIC_TYPES}}
+            )
+        for column in self.finite:
+            out.append(
+                {"type": "expect_column_values_to_be_between",
+                 "kwargs": {"column": column, "min_value": -FLOAT_MAX, "max_value": FLOAT_MAX}}
             )
         return out
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from types import ModuleType
 
 from core.errors import SpecError
-from core.mechanisms import dpne, ra, swapping
+from core.mechanisms import dpne, outliers, ra, swapping
 
 REGISTRY: dict[str, ModuleType | object] = {
-    ra.NAME: ra, dpne.NAME: dpne, swapping.MEWS.NAME: swapping.MEWS, swapping.MEDS.NAME: swapping.MEDS, swapping.EDS.NAME: swapping.EDS,
+    ra.NAME: ra, dpne.NAME: dpne, outliers.NAME: outliers, swapping.MEWS.NAME: swapping.MEWS, swapping.MEDS.NAME: swapping.MEDS, swapping.EDS.NAME: swapping.EDS,
 }
 
 

@@ -1,7 +1,7 @@
 """The shape every mechanism module has: a typed parameter object, ``plan`` and ``run``.
 
-A mechanism module exposes ``NAME``, ``Params`` (a pydantic model), ``needs(params)`` (what
-validation must ensure of the input), ``plan(params)`` (its privacy cost from public parameters
+A mechanism module exposes ``NAME``, ``Params`` (a pydantic model), ``needs(params, schema)`` (what
+validation must ensure of the input, given its column names), ``plan(params)`` (its privacy cost from public parameters
 only), ``run(frame, params, rng)`` and ``check(original, result, params)`` (output invariants).
 """
 
@@ -66,7 +66,7 @@ class Mechanism(Protocol):
     NAME: str
     Params: type[StrictParams]
 
-    def needs(self, params: StrictParams) -> Needs: ...
+    def needs(self, params: StrictParams, schema: tuple[str, ...]) -> Needs: ...
     def plan(self, params: StrictParams) -> Plan: ...
     def run(self, frame: pd.DataFrame, params: StrictParams, rng: np.random.Generator) -> Result: ...
     def check(self, original: pd.DataFrame, result: Result, params: StrictParams) -> None: ...

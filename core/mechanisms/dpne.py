@@ -111,7 +111,7 @@ def accounting(params: Params) -> Accounting:
     return Accounting(sigma_star, sigmas, dpsu_threshold(sigmas[0], params.caps[0], params.delta / 2))
 
 
-def needs(params: Params) -> Needs:
+def needs(params: Params, schema: tuple[str, ...]) -> Needs:
     return Needs(columns=(params.user_column, params.text_column))
 
 

@@ -56,7 +56,7 @@ class Params(StrictParams):
         return self
 
 
-def needs(params: Params) -> Needs:
+def needs(params: Params, schema: tuple[str, ...]) -> Needs:
     return Needs(columns=(*params.qi, params.sensitive))
 
 

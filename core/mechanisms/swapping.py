@@ -395,7 +395,7 @@ class _MEWS:
     Params = MEWSParams
 
     @staticmethod
-    def needs(params: MEWSParams) -> Needs:
+    def needs(params: MEWSParams, schema: tuple[str, ...]) -> Needs:
         return needs_numeric(params)
 
     @staticmethod
@@ -473,7 +473,7 @@ class _Depth:
         self.NAME = name
         self.Params = DepthParams
 
-    def needs(self, params: DepthParams) -> Needs:
+    def needs(self, params: DepthParams, schema: tuple[str, ...]) -> Needs:
         return needs_numeric(params)
 
     def plan(self, params: DepthParams) -> Plan:

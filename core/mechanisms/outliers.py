@@ -1,0 +1,661 @@
+"""DP outlier statistics (Okada et al.): the count of distance-based outliers in a subspace, and
+the top-h subspaces holding the most outliers.
+
+A record is an outlier in subspace S when fewer than k *other* records lie within RMS distance r
+(closed ball). Counts are released with Gaussian noise scaled to the smooth upper bound S_UB of
+the local sensitivity (Theorem 2 with p = 1); subspaces are chosen with the exponential mechanism
+on u = q / GS^UB_c, drawn without replacement (Gumbel top-h). Neighbouring tables differ in one
+record (replace-one) and N is public, as in the paper.
+
+Two things are released privately that the paper leaves raw: the noise scale (S_UB/α is a
+function of the data; its logarithm has sensitivity β, so it is released with Laplace noise on a
+small share of the budget), and data-derived standardization (a charged Gaussian estimate).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import Field, model_validator
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
+from scipy.spatial import cKDTree
+
+from core import noise
+from core.accounting import Budget, gaussian_sigma
+from core.errors import InternalError, ParameterError
+from core.mechanisms.base import Chart, Plan, Result, StrictParams
+from core.validate import Needs
+
+NAME = "outliers"
+RADIUS_SLACK = 1e-9  # relative: points at exactly distance r stay inside despite float rounding
+SEB_SLACK = 1e-7  # relative: miniball's tolerance, resolved towards inclusion (covers only grow)
+MAX_SUBSPACES = 20_000
+MAX_BALLS = 2_000_000  # exact-cover work per count before the run stops and asks for exact_until
+ADJACENCY = "replace one record (the number of records N is public)"
+
+# Upper bounds on the kissing number K_d (exact for d = 1, 2, 3, 4, 8, 24; otherwise the
+# semidefinite-programming bounds of Mittelmann & Vallentin 2010, which later work only lowers).
+KISSING_UPPER = {
+    1: 2, 2: 6, 3: 12, 4: 24, 5: 44, 6: 78, 7: 134, 8: 240, 9: 364, 10: 554, 11: 870, 12: 1357,
+    13: 2069, 14: 3183, 15: 4866, 16: 7355, 17: 11072, 18: 16572, 19: 24812, 20: 36764,
+    21: 54584, 22: 82340, 23: 124416, 24: 196560,
+}  # fmt: skip
+
+
+def kissing_upper(d: int) -> int:
+    """A valid upper bound on the kissing number in R^d (3^d − 1 by volume beyond the table)."""
+    if d < 1:
+        raise ValueError("dimension must be >= 1")
+    return KISSING_UPPER.get(d, 3**d - 1)
+
+
+def gs_upper(n: int, k: int, c: int) -> int:
+    """Theorem 4's upper bound on the global sensitivity of q_count in a c-dimensional subspace."""
+    return min(n, k * kissing_upper(c) + 1)
+
+
+def gs_lower(n: int, k: int, c: int) -> int:
+    """The paper's 'Global' baseline: the GS *lower* bound min(N, 2ck+1). Not a valid DP scale."""
+    return min(n, 2 * c * k + 1)
+
+
+def alpha(epsilon: float, delta: float) -> float:
+    """Theorem 2 (p = 1): the noise is S/α · N(0, 1)."""
+    return epsilon / (5 * math.sqrt(2 * math.log(2 / delta)))
+
+
+def beta(epsilon: float, delta: float) -> float:
+    """Theorem 2 (p = 1): the smoothness S must have."""
+    return epsilon / (4 * (1 + math.log(2 / delta)))
+
+
+def gaussian_global_std(gs: float, epsilon: float, delta: float) -> float:
+    """Theorem 1's noise std for global sensitivity ``gs`` (the paper's constant 2 ln(2/δ))."""
+    return gs * math.sqrt(2 * math.log(2 / delta)) / epsilon
+
+
+# -- parameters -------------------------------------------------------------------------------------
+
+
+class PublicScale(StrictParams):
+    mean: float = Field(description="public mean of the column")
+    std: float = Field(gt=0, description="public standard deviation of the column")
+
+
+class PrivateScale(StrictParams):
+    """Estimate means and standard deviations from the data with the Gaussian mechanism (charged)."""
+
+    bounds: dict[str, tuple[float, float]] = Field(
+        min_length=1, description="public clipping range [low, high] per column for the estimate"
+    )
+    share: float = Field(0.1, gt=0, lt=1, description="fraction of epsilon and delta spent on the estimate")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> PrivateScale:
+        for column, (lo, hi) in self.bounds.items():
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+                raise ValueError(f"standardize.bounds[{column!r}] must be finite with low < high")
+        return self
+
+
+class Params(StrictParams):
+    """Public parameters of an outlier-statistics release. ``epsilon``/``delta`` are the total."""
+
+    query: Literal["count", "top_subspaces"] = Field("count", description="count: outliers in one subspace; top_subspaces: the h c-dim subspaces with most outliers")
+    columns: list[str] | None = Field(None, min_length=1, description="count: the subspace; top_subspaces: the candidate columns (default: every column)")
+    k: int = Field(ge=1, le=10_000, description="an outlier has fewer than k other records within r")
+    r: float = Field(gt=0, allow_inf_nan=False, description="radius, in RMS distance over the subspace (standardized units unless standardize is false)")
+    epsilon: float = Field(gt=0, le=100, description="total epsilon charged")
+    delta: float = Field(0.0, ge=0, lt=1, description="total delta charged (needed by counts and by a private standardization)")
+    c: int = Field(1, ge=1, le=64, description="top_subspaces: dimension of the candidate subspaces")
+    h: int = Field(1, ge=1, le=1000, description="top_subspaces: number of subspaces chosen")
+    release_counts: bool = Field(True, description="top_subspaces: also release the noisy count of each chosen subspace")
+    count_share: float = Field(0.5, gt=0, lt=1, description="top_subspaces: fraction of the query budget for the counts")
+    scale_share: float = Field(0.1, ge=0, lt=1, description="fraction of each count's budget spent releasing its noise std (0: not released)")
+    standardize: Literal[False] | dict[str, PublicScale] | PrivateScale | None = Field(
+        None, description="false (raw units), public {column: {mean, std}}, or {bounds, share} for a charged estimate"
+    )
+    exact_until: int | None = Field(None, ge=0, description="compute the max ball cover exactly for t < exact_until and use the band count beyond (public switch); default exact throughout")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Params:
+        if self.standardize is None:
+            raise ValueError(
+                "standardize is required: give the public mean and std per column ({column: {mean, std}}), "
+                "{bounds: {column: [low, high]}} to estimate them privately (charged), or false for raw units"
+            )
+        if self.columns is not None and len(set(self.columns)) != len(self.columns):
+            raise ValueError("columns lists a column twice")
+        if self.query == "count" and self.delta == 0:
+            raise ValueError("a count is released with Gaussian noise and needs delta > 0")
+        if self.query == "top_subspaces" and self.release_counts and self.delta == 0:
+            raise ValueError("release_counts needs delta > 0 (the counts get Gaussian noise); or set release_counts: false")
+        if isinstance(self.standardize, PrivateScale) and self.delta == 0:
+            raise ValueError("a private standardization uses the Gaussian mechanism and needs delta > 0")
+        if self.columns is not None:
+            try:
+                resolve(self, tuple(self.columns))
+            except ParameterError as exc:
+                raise ValueError(str(exc).removeprefix("outliers: ").rstrip(".")) from None
+        return self
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """How the total (epsilon, delta) is split between the parts of the query."""
+
+    standardize: Budget
+    select: float  # epsilon of the whole top-h selection (0 for a count)
+    count: Budget  # per released count
+    scale: float  # epsilon per released noise std
+    counts: int  # number of released counts
+
+
+def allocate(params: Params) -> Allocation:
+    s = params.standardize.share if isinstance(params.standardize, PrivateScale) else 0.0
+    eps, delta = params.epsilon * (1 - s), params.delta * (1 - s)
+    if params.query == "count":
+        counts, select = 1, 0.0
+    elif params.release_counts:
+        counts, select = params.h, eps * (1 - params.count_share)
+        eps *= params.count_share
+    else:
+        counts, select, eps = 0, eps, 0.0
+    per = eps / counts if counts else 0.0
+    return Allocation(
+        standardize=Budget(params.epsilon * s, params.delta * s),
+        select=select,
+        count=Budget(per * (1 - params.scale_share), delta / counts if counts else 0.0),
+        scale=per * params.scale_share,
+        counts=counts,
+    )
+
+
+def resolve(params: Params, schema: tuple[str, ...]) -> tuple[list[str], list[tuple[str, ...]]]:
+    """The columns used and the candidate subspaces, from public parameters and the column names."""
+    columns = list(params.columns) if params.columns is not None else list(schema)
+    missing = [c for c in columns if c not in schema]
+    if missing:
+        raise ParameterError(f"outliers: columns {missing} are not in the table (it has {list(schema)}).")
+    if isinstance(params.standardize, dict | PrivateScale):
+        given = params.standardize if isinstance(params.standardize, dict) else params.standardize.bounds
+        absent = [c for c in columns if c not in given]
+        if absent:
+            raise ParameterError(f"outliers: standardize gives no scale for columns {absent}; add them or set standardize: false.")
+    if params.query == "count":
+        return columns, [tuple(columns)]
+    if params.c > len(columns):
+        raise ParameterError(f"outliers: c={params.c} is larger than the {len(columns)} candidate columns.")
+    n_sub = math.comb(len(columns), params.c)
+    if params.h > n_sub:
+        raise ParameterError(f"outliers: h={params.h} is more than the {n_sub} candidate subspaces of dimension {params.c}.")
+    if n_sub > MAX_SUBSPACES:
+        raise ParameterError(f"outliers: {n_sub} candidate subspaces is more than {MAX_SUBSPACES}; list fewer columns or lower c.")
+    return columns, list(combinations(columns, params.c))
+
+
+def needs(params: Params, schema: tuple[str, ...]) -> Needs:
+    columns, _ = resolve(params, schema)
+    return Needs(columns=tuple(columns), numeric=tuple(columns), finite=tuple(columns))
+
+
+def plan(params: Params) -> Plan:
+    a = allocate(params)
+    what = "count of outliers" if params.query == "count" else f"top-{params.h} subspaces of dimension {params.c}"
+    return Plan(
+        cost=Budget(params.epsilon, params.delta if (a.counts or a.standardize.delta) else 0.0),
+        guarantee=f"record-level (epsilon={params.epsilon:g}, delta={params.delta:g})-differential privacy: DP {what} (Okada et al.)",
+        adjacency=ADJACENCY,
+        detail={
+            "accountant": "basic",
+            "standardize": [a.standardize.epsilon, a.standardize.delta],
+            "select_epsilon": a.select,
+            "count": [a.count.epsilon, a.count.delta],
+            "scale_epsilon": a.scale,
+            "counts": a.counts,
+        },
+    )
+
+
+# -- geometry: degrees, counts and the exact max ball cover -----------------------------------------
+
+
+def subspace_points(z: np.ndarray) -> np.ndarray:
+    """Coordinates scaled by 1/sqrt(|S|), so Euclidean distance is the paper's RMS distance."""
+    return np.ascontiguousarray(z, dtype=float) / math.sqrt(z.shape[1])
+
+
+def degrees(points: np.ndarray, r: float) -> np.ndarray:
+    """Number of *other* records within distance r of each record (closed ball), by KD-tree."""
+    tree = cKDTree(points)
+    return tree.query_ball_point(points, r * (1 + RADIUS_SLACK), return_length=True, workers=-1) - 1
+
+
+def count(points: np.ndarray, k: int, r: float) -> int:
+    """q_count: records with fewer than k neighbours."""
+    return int((degrees(points, r) < k).sum())
+
+
+class Cover:
+    """max over balls B(x, r), x anywhere, of |B ∩ P| for subsets P of one point set, exactly.
+
+    1-D: a sliding window of width 2r. 2-D: candidate centres (each point, and the two centres of
+    radius-r circles through each pair). Higher: branch and bound over cliques of the 2r-graph,
+    with the smallest enclosing ball deciding whether a set fits, per connected component, on distinct points
+    weighted by multiplicity. Which method runs depends on the dimension only (``method`` overrides
+    it, for tests that check the methods against each other).
+    """
+
+    METHODS = ("window", "centres", "search")
+
+    def __init__(self, points: np.ndarray, r: float, method: str | None = None):
+        self.rho = r * (1 + RADIUS_SLACK)
+        self.work = 0  # enclosing balls computed, against MAX_BALLS
+        dim = points.shape[1]
+        self.method = method or self.METHODS[min(dim, 3) - 1]
+        if {"window": dim == 1, "centres": dim == 2, "search": True}.get(self.method) is not True:
+            raise ValueError(f"cover method {self.method!r} does not apply in {dim} dimensions")
+        if self.method == "window":
+            x = points[:, 0]
+            self.order = np.argsort(x, kind="stable")
+            xs = x[self.order]
+            self.window_end = np.searchsorted(xs, xs + 2 * self.rho, side="right")
+            return
+        self.unique, self.inverse = np.unique(points, axis=0, return_inverse=True)
+        self.inverse = self.inverse.ravel()
+        tree = cKDTree(self.unique)
+        if self.method == "centres":
+            centres = np.vstack([self.unique, *_circle_centres(self.unique, tree.query_pairs(2 * self.rho, output_type="ndarray"), self.rho)])
+            self.incidence = _incidence(cKDTree(centres), tree, self.rho, len(centres), len(self.unique))
+            return
+        pairs = tree.query_pairs(2 * self.rho, output_type="ndarray")
+        m = len(self.unique)
+        ones = np.ones(len(pairs), dtype=np.int8)
+        self.graph = csr_matrix((ones, (pairs[:, 0], pairs[:, 1])), shape=(m, m))
+        self.graph = (self.graph + self.graph.T).tocsr()
+        self.incidence = _incidence(tree, tree, self.rho, m, m)  # balls centred on the points: a lower bound
+
+    def max_cover(self, mask: np.ndarray) -> int:
+        """The largest number of masked records one closed ball of radius r can hold."""
+        if not mask.any():
+            return 0
+        if self.method == "window":
+            inside = mask[self.order].astype(np.int64)
+            cum = np.concatenate([[0], np.cumsum(inside)])
+            starts = np.flatnonzero(inside)
+            return int((cum[self.window_end[starts]] - cum[starts]).max())
+        weight = np.bincount(self.inverse, weights=mask, minlength=len(self.unique)).astype(np.int64)
+        if self.method == "centres":
+            return int((self.incidence @ weight).max())
+        return self._branch_and_bound(weight)
+
+    def _branch_and_bound(self, weight: np.ndarray) -> int:
+        live = np.flatnonzero(weight)
+        best = int((self.incidence[:, live] @ weight[live]).max())
+        sub = self.graph[live][:, live]
+        n_comp, label = connected_components(sub, directed=False)
+        totals = np.bincount(label, weights=weight[live], minlength=n_comp)
+        limit = self.rho**2 * (1 + SEB_SLACK)
+        for comp in np.argsort(-totals, kind="stable"):
+            if totals[comp] <= best:
+                break
+            members = live[label == comp]
+            neighbours = {v: set(self.graph.indices[self.graph.indptr[v]:self.graph.indptr[v + 1]]) for v in members}
+
+            def expand(chosen: list[int], ball: tuple[np.ndarray, float], have: int, cands: list[int]) -> None:
+                nonlocal best
+                room = sum(int(weight[v]) for v in cands)
+                for i, v in enumerate(cands):
+                    if have + room <= best:
+                        return
+                    room -= int(weight[v])
+                    if not _inside(self.unique[v], ball):
+                        self.work += 1
+                        if self.work > MAX_BALLS:
+                            raise ParameterError(
+                                f"outliers: the exact max-ball cover needed more than {MAX_BALLS:,} enclosing-ball "
+                                "computations (dense records in 3 or more dimensions). Set exact_until (e.g. 10) so "
+                                "that later steps use the band-count bound; the charge for this run stands."
+                            )
+                    grown = ball if _inside(self.unique[v], ball) else _ball_through(self.unique[chosen], self.unique[v])
+                    if grown[1] <= limit:
+                        best = max(best, have + int(weight[v]))
+                        rest = np.array([u for u in cands[i + 1:] if u in neighbours[v]], dtype=np.int64)
+                        if rest.size:  # a radius-r ball holding the chosen set is centred within
+                            reach = self.rho + math.sqrt(max(limit - grown[1], 0.0))  # sqrt(r² − seb²) of its centre
+                            rest = rest[((self.unique[rest] - grown[0]) ** 2).sum(axis=1) <= reach**2 * (1 + SEB_SLACK)]
+                        expand([*chosen, v], grown, have + int(weight[v]), rest.tolist())
+
+            expand([], (np.zeros(self.unique.shape[1]), -1.0), 0, sorted(members, key=lambda v: -weight[v]))
+        return best
+
+
+# -- smallest enclosing balls --------------------------------------------------------------------------
+#
+# Welzl's algorithm in Gärtner's move-to-front form, with the circumsphere of the boundary set
+# solved by least squares in its affine hull. Boundary sets on real data are often affinely
+# dependent (grid-valued columns, ties); miniball 1.2 solves them exactly and raises
+# LinAlgError, so it serves only as a test oracle on points in general position.
+
+
+def _inside(p: np.ndarray, ball: tuple[np.ndarray, float]) -> bool:
+    centre, r2 = ball
+    return r2 >= 0 and float(((p - centre) ** 2).sum()) <= r2 * (1 + 1e-12) + 1e-300
+
+
+def _circumball(boundary: list[np.ndarray]) -> tuple[np.ndarray, float]:
+    """The smallest ball with every boundary point on its sphere (centre in their affine hull)."""
+    p0 = boundary[0]
+    if len(boundary) == 1:
+        return p0.copy(), 0.0
+    u = np.array(boundary[1:]) - p0
+    gram = u @ u.T
+    lam = np.linalg.lstsq(gram, np.diag(gram) / 2, rcond=None)[0]
+    centre = p0 + lam @ u
+    return centre, float(((centre - p0) ** 2).sum())
+
+
+def _move_to_front(points: list[np.ndarray], end: int, boundary: list[np.ndarray], dim: int) -> tuple[np.ndarray, float]:
+    ball = _circumball(boundary) if boundary else (np.zeros(dim), -1.0)
+    if len(boundary) == dim + 1:
+        return ball
+    for i in range(end):
+        if not _inside(points[i], ball):
+            ball = _move_to_front(points, i, [*boundary, points[i]], dim)
+            points.insert(0, points.pop(i))
+    return ball
+
+
+def enclosing_ball(points: np.ndarray) -> tuple[np.ndarray, float]:
+    """The smallest ball holding every row of ``points``: (centre, squared radius)."""
+    points = np.asarray(points, dtype=float)
+    return _move_to_front(list(points), len(points), [], points.shape[1])
+
+
+def _ball_through(inside: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, float]:
+    """The smallest ball holding ``inside`` and p, for p outside the smallest ball of ``inside``
+    (p is then on its boundary)."""
+    return _move_to_front(list(np.asarray(inside, dtype=float)), len(inside), [p], len(p))
+
+
+def _circle_centres(points: np.ndarray, pairs: np.ndarray, rho: float) -> list[np.ndarray]:
+    """Centres of the two radius-rho circles through each pair of distinct points."""
+    if len(pairs) == 0:
+        return []
+    a, b = points[pairs[:, 0]], points[pairs[:, 1]]
+    mid, diff = (a + b) / 2, b - a
+    half = np.linalg.norm(diff, axis=1) / 2
+    keep = half > 0
+    mid, diff, half = mid[keep], diff[keep], half[keep]
+    normal = np.stack([-diff[:, 1], diff[:, 0]], axis=1) / (2 * half)[:, None]
+    offset = np.sqrt(np.maximum(rho**2 - half**2, 0.0))[:, None] * normal
+    return [mid + offset, mid - offset]
+
+
+def _incidence(centres: cKDTree, points: cKDTree, rho: float, n_centres: int, n_points: int) -> csr_matrix:
+    """Sparse 0/1 matrix: centre i's closed ball of radius rho holds point j."""
+    pairs = centres.sparse_distance_matrix(points, rho * (1 + SEB_SLACK), output_type="ndarray")
+    ones = np.ones(len(pairs), dtype=np.int64)
+    return csr_matrix((ones, (pairs["i"], pairs["j"])), shape=(n_centres, n_points))
+
+
+# -- the smooth upper bound (Theorem 6, Algorithm 2) -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Smooth:
+    value: float  # S_UB
+    argmax: int  # the t attaining it
+    steps: int  # exact-cover steps Algorithm 2 ran before its early stop
+
+
+def band_sizes(deg: np.ndarray, j: int, n: int) -> np.ndarray:
+    """|P_j^(t)| = #{y : |deg(y) − j| <= t} for t = 0..n."""
+    cum = np.concatenate([[0], np.cumsum(np.bincount(deg, minlength=n))])  # cum[i] = #{deg < i}
+    t = np.arange(n + 1)
+    hi = np.minimum(j + t, n - 1) + 1
+    lo = np.clip(j - t, 0, n)
+    return np.maximum(cum[np.clip(hi, 0, n)] - cum[lo], 0)
+
+
+def bounds_by_t(deg: np.ndarray, k: int, cover: Cover, exact_until: int | None = None) -> np.ndarray:
+    """B_t = min(N, max(M_k^(t), M_{k−1}^(t)) + t + 1) for every t = 0..N (no early stop)."""
+    n = len(deg)
+    stop = n + 1 if exact_until is None else min(exact_until, n + 1)
+    bands = np.maximum(band_sizes(deg, k, n), band_sizes(deg, k - 1, n))
+    out = np.empty(n + 1)
+    for t in range(n + 1):
+        m = max(cover.max_cover(np.abs(deg - j) <= t) for j in (k, k - 1)) if t < stop else bands[t]
+        out[t] = min(n, m + t + 1)
+    return out
+
+
+def smooth_bound(deg: np.ndarray, k: int, b: float, cover: Cover, exact_until: int | None = None) -> Smooth:
+    """S_UB = max_t e^{−tβ} B_t by Algorithm 2: exact covers for t < exact_until with the
+    look-ahead early stop; band counts (always >= the cover) from exact_until on."""
+    n = len(deg)
+    t_all = np.arange(n + 1)
+    decay = np.exp(-t_all * b)
+    bands = np.stack([band_sizes(deg, k, n), band_sizes(deg, k - 1, n)])
+    stop = n + 1 if exact_until is None else min(exact_until, n + 1)
+    tail = decay[stop:] * np.minimum(n, bands[:, stop:].max(axis=0) + t_all[stop:] + 1)
+    best, arg = (float(tail.max()), stop + int(tail.argmax())) if tail.size else (0.0, 0)
+    m_prev, p_prev = np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64)
+    for t in range(stop):
+        # Proposition 1: no later step can beat M^(t−1) plus every record of the new bands.
+        s = slice(t, stop)
+        ahead = (m_prev[:, None] + bands[:, s] - p_prev[:, None]).max(axis=0)
+        if (decay[s] * np.minimum(n, ahead + t_all[s] + 1)).max() <= best:
+            return Smooth(best, arg, t)
+        m = np.array([
+            m_prev[i] if t and bands[i, t] == p_prev[i] else cover.max_cover(np.abs(deg - j) <= t)
+            for i, j in enumerate((k, k - 1))
+        ])  # fmt: skip
+        value = decay[t] * min(n, m.max() + t + 1)
+        if value > best:
+            best, arg = float(value), t
+        m_prev, p_prev = m, bands[:, t].copy()
+    return Smooth(best, arg, stop)
+
+
+# -- release -------------------------------------------------------------------------------------------
+
+
+def standardized(frame: pd.DataFrame, columns: list[str], params: Params, budget: Budget,
+                 rng: np.random.Generator) -> tuple[np.ndarray, dict]:  # fmt: skip
+    """The columns as a float matrix in the units r is given in, and the scales used (public)."""
+    x = frame[columns].to_numpy(dtype=float)
+    spec = params.standardize
+    if spec is False:
+        return x, {"method": "none"}
+    if isinstance(spec, dict):
+        mean = np.array([spec[c].mean for c in columns])
+        std = np.array([spec[c].std for c in columns])
+        method = "public"
+    else:
+        mean, std = private_scale(x, np.array([spec.bounds[c] for c in columns]), budget, rng)
+        method = "private (Gaussian mechanism, charged)"
+    scales = {c: {"mean": float(m), "std": float(s)} for c, m, s in zip(columns, mean, std)}
+    return (x - mean) / std, {"method": method, "scales": scales}
+
+
+def private_scale(x: np.ndarray, bounds: np.ndarray, budget: Budget, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Means and stds from clipped sums with one Gaussian mechanism (replace-one sensitivity).
+
+    Each column is mapped onto [−1, 1] by its public bounds; replacing a record moves a column's
+    sum by at most 2 and its sum of squares by at most 1, so the l2 sensitivity is sqrt(5d).
+    """
+    n, d = x.shape
+    centre, half = bounds.mean(axis=1), (bounds[:, 1] - bounds[:, 0]) / 2
+    y = (np.clip(x, bounds[:, 0], bounds[:, 1]) - centre) / half
+    sigma = math.sqrt(5 * d) * gaussian_sigma(budget.epsilon, budget.delta)
+    noisy = np.concatenate([y.sum(axis=0), (y * y).sum(axis=0)]) + noise.gaussian(rng, sigma, 2 * d)
+    m1 = np.clip(noisy[:d] / n, -1, 1)
+    var = np.clip(noisy[d:] / n - m1**2, (1 / n) ** 2, 1)  # a floor keeps the scale positive
+    return centre + half * m1, half * np.sqrt(var)
+
+
+def select_top(utility: np.ndarray, h: int, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+    """h distinct indices: h exponential-mechanism draws without replacement, each at epsilon/h
+    with weight exp(ε_draw·u/2) (Δu <= 1), so the selection is epsilon-DP in total."""
+    scores = (epsilon / h) * utility / 2 + noise.gumbel(rng, len(utility))
+    return np.argsort(-scores, kind="stable")[:h]
+
+
+@dataclass(frozen=True)
+class Counted:
+    subspace: tuple[str, ...]
+    true_count: int  # never released
+    noisy: float
+    noise_std: float  # S_UB/α, never released
+    noise_std_released: float | None
+    global_std: float
+    smooth: Smooth
+
+
+def noisy_count(z: np.ndarray, subspace: tuple[str, ...], params: Params, a: Allocation, rng: np.random.Generator) -> Counted:
+    """Charge-then-draw is the caller's; here: q + (S_UB/α)·N(0,1), and ln(S_UB/α) + Laplace(β/ε_scale)."""
+    pts = subspace_points(z)
+    deg = degrees(pts, params.r)
+    q = int((deg < params.k).sum())
+    al, be = alpha(a.count.epsilon, a.count.delta), beta(a.count.epsilon, a.count.delta)
+    smooth = smooth_bound(deg, params.k, be, Cover(pts, params.r), params.exact_until)
+    std = smooth.value / al
+    noisy = float(q + noise.gaussian(rng, std, 1)[0])
+    released = None
+    if a.scale > 0:  # S_UB is β-smooth, so ln S_UB has sensitivity β
+        released = float(std * math.exp(noise.laplace(rng, be / a.scale, 1)[0]))
+    gs = gaussian_global_std(gs_upper(len(z), params.k, len(subspace)), a.count.epsilon, a.count.delta)
+    return Counted(subspace, q, noisy, std, released, gs, smooth)
+
+
+def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result:
+    columns, subspaces = resolve(params, tuple(frame.columns))
+    n = len(frame)
+    if n < 2:
+        raise ParameterError("outliers: the table needs at least 2 records.")
+    a = allocate(params)
+    z, scaling = standardized(frame, columns, params, a.standardize, rng)
+    index = {c: i for i, c in enumerate(columns)}
+    cols = {s: [index[c] for c in s] for s in subspaces}
+    chosen: list[tuple[str, ...]] = subspaces
+    selection = None
+    if params.query == "top_subspaces":
+        gs = gs_upper(n, params.k, params.c)
+        utility = np.array([count(subspace_points(z[:, cols[s]]), params.k, params.r) for s in subspaces]) / gs
+        picked = select_top(utility, params.h, a.select, rng)
+        chosen = [subspaces[i] for i in picked]
+        selection = {"candidates": len(subspaces), "utility_divisor": gs, "epsilon": a.select}
+    counted = [noisy_count(z[:, cols[s]], s, params, a, rng) for s in chosen] if a.counts else []
+    return _result(params, a, n, scaling, chosen, counted, selection)
+
+
+def _result(params: Params, a: Allocation, n: int, scaling: dict, chosen: list[tuple[str, ...]],
+            counted: list[Counted], selection: dict | None) -> Result:  # fmt: skip
+    rows = []
+    for rank, s in enumerate(chosen, start=1):
+        c = counted[rank - 1] if counted else None
+        rows.append({
+            "rank": rank, "subspace": ",".join(s),
+            "noisy_count": c.noisy if c else None,
+            "noise_std": c.noise_std_released if c else None,
+            "global_noise_std": c.global_std if c else None,
+        })  # fmt: skip
+    data = pd.DataFrame(rows)
+    if params.query == "count":
+        data = data.drop(columns="rank")
+        result = {"subspace": list(chosen[0]), "count": counted[0].noisy}
+        noise_std: object = counted[0].noise_std_released
+    else:
+        result = [{"subspace": list(s), "count": (counted[i].noisy if counted else None)} for i, s in enumerate(chosen)]
+        noise_std = [c.noise_std_released for c in counted] if counted else None
+    privacy = {
+        "model": "(epsilon, delta)-differential privacy",
+        "epsilon": params.epsilon,
+        "delta": plan(params).cost.delta,
+        "adjacency": ADJACENCY,
+        "n_records": n,
+        "query": params.query,
+        "k": params.k,
+        "r": params.r,
+        "allocation": plan(params).detail,
+        "alpha": alpha(a.count.epsilon, a.count.delta) if a.counts else None,
+        "beta": beta(a.count.epsilon, a.count.delta) if a.counts else None,
+        "noise_std_release": (
+            {"method": "exp(ln(S_UB/alpha) + Laplace(beta/epsilon_scale))", "laplace_scale_log": beta(a.count.epsilon, a.count.delta) / a.scale}
+            if a.counts and a.scale > 0 else None
+        ),
+        "standardization": scaling,
+        "selection": selection,
+    }  # fmt: skip
+    headline = {"query": params.query, "subspaces": [",".join(s) for s in chosen]}
+    report = _report(params, privacy, data)
+    charts = [_chart(data)] if counted else []
+    return Result(data, privacy, report, charts, headline, name="outliers",
+                  manifest={"result": result, "noise_std": noise_std})  # fmt: skip
+
+
+def _report(params: Params, privacy: dict, data: pd.DataFrame) -> str:
+    lines = [
+        "## DP outlier statistics",
+        "",
+        f"Query **{params.query}**: an outlier has fewer than k={params.k} other records within RMS distance "
+        f"r={params.r:g} ({privacy['standardization']['method']} standardization), among N={privacy['n_records']} "
+        "records (N is public).",
+        "",
+    ]
+    if params.query == "top_subspaces":
+        sel = privacy["selection"]
+        lines += [
+            f"The {params.h} subspace(s) below were chosen among {sel['candidates']} of dimension {params.c} by "
+            f"the exponential mechanism (epsilon={sel['epsilon']:.4g} in total, utility = count / {sel['utility_divisor']}).",
+            "",
+        ]
+    if data["noisy_count"].notna().any():
+        lines += [
+            "| " + " | ".join(data.columns) + " |",
+            "|" + "---|" * len(data.columns),
+            *("| " + " | ".join(_cell(v) for v in row) + " |" for row in data.itertuples(index=False)),
+            "",
+            "`noise_std` is the smooth-sensitivity noise scale S_UB/α, itself released with noise "
+            "(Laplace on its logarithm, scale "
+            f"{privacy['noise_std_release']['laplace_scale_log']:.3g}) because it depends on the data; "
+            if privacy["noise_std_release"] else "The noise scale is not released (scale_share is 0). ",
+            "`global_noise_std` is what the Gaussian mechanism with the global-sensitivity upper bound "
+            "min(N, k·K_c + 1) would need for the same budget. Counts are not clamped or rounded.",
+        ]
+    else:
+        lines += ["Chosen: " + "; ".join(f"{{{s}}}" for s in data["subspace"]) + " (counts not released)."]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(v: object) -> str:
+    return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+
+def _chart(data: pd.DataFrame) -> Chart:
+    series = {"noisy count": data["noisy_count"].tolist(), "global-sensitivity noise std": data["global_noise_std"].tolist()}
+    if data["noise_std"].notna().all():
+        series["smooth noise std (released)"] = data["noise_std"].tolist()
+    return Chart("outliers.png", "Noisy outlier counts and noise scales", data["subspace"].tolist(), series, "records")
+
+
+def check(original: pd.DataFrame, result: Result, params: Params) -> None:
+    """The release names distinct, existing subspaces of the right shape and finite values."""
+    columns, subspaces = resolve(params, tuple(original.columns))
+    names = result.data["subspace"].tolist()
+    expected = 1 if params.query == "count" else params.h
+    if len(names) != expected or len(set(names)) != expected:
+        raise InternalError(f"outliers: expected {expected} distinct subspaces, got {len(names)}")
+    known = {",".join(s) for s in subspaces}
+    if not set(names) <= known:
+        raise InternalError("outliers: a released subspace is not a candidate")
+    counts = result.data["noisy_count"].dropna().to_numpy(dtype=float)
+    if not np.isfinite(counts).all():
+        raise InternalError("outliers: a released count is not finite")
