@@ -221,13 +221,13 @@ def test_alpha_beta_and_noise_scales_at_the_reference_parameters():
     assert o.beta(1, 0.01) == pytest.approx(0.0396931, rel=1e-5)
     assert o.alpha(0.5, 0.01) == pytest.approx(0.030720, rel=1e-4) and o.beta(0.5, 0.01) == pytest.approx(0.019847, rel=1e-4)
     assert 1 / o.alpha(1, 0.01) == pytest.approx(16.276236, rel=1e-7)
-    assert o.gaussian_global_std(13, 0.5, 0.01) == pytest.approx(84.636, abs=1e-3)
+    assert o.paper_global_std(13, 0.5, 0.01) == pytest.approx(84.636, abs=1e-3)
 
 
 def test_released_count_noise_has_std_s_over_alpha_and_the_released_scale_is_lognormal_laplace():
     rng = np.random.default_rng(2024)
     z = np.concatenate([rng.normal(0, 1, 60), rng.normal(9, 4, 5)])[:, None]
-    params = o.Params(k=3, r=0.5, epsilon=1.0, delta=0.01, standardize=False)
+    params = o.Params(k=3, r=0.5, epsilon=1.0, delta=0.01, standardize=False, noise="smooth")
     a = o.allocate(params)
     draws = [o.noisy_count(z, ("a",), params, a, rng) for _ in range(3000)]
     std, q0 = draws[0].noise_std, draws[0].true_count
@@ -237,6 +237,21 @@ def test_released_count_noise_has_std_s_over_alpha_and_the_released_scale_is_log
     assert stats.kstest(noise / std, "norm").pvalue > 1e-3
     logs = np.log([d.noise_std_released for d in draws]) - math.log(std)
     assert stats.kstest(logs, "laplace", args=(0, o.beta(a.count.epsilon, a.count.delta) / a.scale)).pvalue > 1e-3
+
+
+def test_auto_noise_is_decided_from_public_parameters_only():
+    """Global sensitivity wins at the paper's N = 50; smooth sensitivity can win for large N in 8-D."""
+    small = o.Params(k=3, r=1.1, epsilon=0.5, delta=0.01, standardize=False)
+    assert o.uses_global(small, o.allocate(small), 50, 2)
+    large = o.Params(k=3, r=0.1, epsilon=1.0, delta=1e-6, standardize=False)
+    assert not o.uses_global(large, o.allocate(large), 100_000, 8)
+    forced = large.model_copy(update={"noise": "global"})
+    assert o.uses_global(forced, o.allocate(forced), 100_000, 8)
+    # the drawn std of a global count is public: it is the same for any table of that size
+    rng = np.random.default_rng(4)
+    a = o.allocate(small)
+    stds = {o.noisy_count(rng.normal(0, 1, (50, 2)), ("a", "b"), small, a, rng).noise_std_released for _ in range(3)}
+    assert len(stds) == 1 and stds.pop() == pytest.approx(19 * o.gaussian_sigma(0.5, 0.01))
 
 
 def test_budget_allocation_adds_up():

@@ -75,8 +75,9 @@ def beta(epsilon: float, delta: float) -> float:
     return epsilon / (4 * (1 + math.log(2 / delta)))
 
 
-def gaussian_global_std(gs: float, epsilon: float, delta: float) -> float:
-    """Theorem 1's noise std for global sensitivity ``gs`` (the paper's constant 2 ln(2/δ))."""
+def paper_global_std(gs: float, epsilon: float, delta: float) -> float:
+    """Theorem 1's noise std for global sensitivity ``gs`` (the paper's constant 2 ln(2/δ), valid
+    for epsilon < 1); for reproducing its comparison. Releases use the analytic Gaussian."""
     return gs * math.sqrt(2 * math.log(2 / delta)) / epsilon
 
 
@@ -120,6 +121,9 @@ class Params(StrictParams):
     scale_share: float = Field(0.1, ge=0, lt=1, description="fraction of each count's budget spent releasing its noise std (0: not released)")
     standardize: Literal[False] | dict[str, PublicScale] | PrivateScale | None = Field(
         None, description="false (raw units), public {column: {mean, std}}, or {bounds, share} for a charged estimate"
+    )
+    noise: Literal["auto", "smooth", "global"] = Field(
+        "auto", description="count noise: smooth sensitivity (S_UB/α), global sensitivity (min(N, k·K_c+1)), or auto: global whenever it beats the least noise smooth sensitivity could give for this N (public)"
     )
     exact_until: int | None = Field(None, ge=0, description="compute the max ball cover exactly for t < exact_until and use the band count beyond (public switch); default exact throughout")
 
@@ -508,22 +512,50 @@ def select_top(utility: np.ndarray, h: int, epsilon: float, rng: np.random.Gener
     return np.argsort(-scores, kind="stable")[:h]
 
 
+def smooth_floor(n: int, b: float) -> float:
+    """The least S_UB any table of n records can have: B_t >= min(n, t + 1)."""
+    t = np.arange(n + 1)
+    return float((np.exp(-t * b) * np.minimum(n, t + 1)).max())
+
+
+def global_std(n: int, k: int, c: int, budget: Budget) -> float:
+    """Noise std of the Gaussian mechanism on GS^UB (the analytic Gaussian: exact for every epsilon)."""
+    return gs_upper(n, k, c) * gaussian_sigma(budget.epsilon, budget.delta)
+
+
+def uses_global(params: Params, a: Allocation, n: int, c: int) -> bool:
+    """Decided from public parameters and N only, never from the data."""
+    if params.noise != "auto":
+        return params.noise == "global"
+    whole = Budget(a.count.epsilon + a.scale, a.count.delta)
+    smooth_least = smooth_floor(n, beta(a.count.epsilon, a.count.delta)) / alpha(a.count.epsilon, a.count.delta)
+    return global_std(n, params.k, c, whole) <= smooth_least
+
+
 @dataclass(frozen=True)
 class Counted:
     subspace: tuple[str, ...]
+    method: str  # "smooth" or "global"
     true_count: int  # never released
     noisy: float
-    noise_std: float  # S_UB/α, never released
+    noise_std: float  # the std drawn with; released exactly only for "global"
     noise_std_released: float | None
     global_std: float
-    smooth: Smooth
+    smooth: Smooth | None
 
 
 def noisy_count(z: np.ndarray, subspace: tuple[str, ...], params: Params, a: Allocation, rng: np.random.Generator) -> Counted:
-    """Charge-then-draw is the caller's; here: q + (S_UB/α)·N(0,1), and ln(S_UB/α) + Laplace(β/ε_scale)."""
+    """q + (S_UB/α)·N(0,1) with ln(S_UB/α) released as ln + Laplace(β/ε_scale), or q + GS·σ·N(0,1).
+
+    The caller has charged the ledger already."""
+    n = len(z)
     pts = subspace_points(z)
     deg = degrees(pts, params.r)
     q = int((deg < params.k).sum())
+    whole = Budget(a.count.epsilon + a.scale, a.count.delta)
+    gs = global_std(n, params.k, len(subspace), whole)
+    if uses_global(params, a, n, len(subspace)):
+        return Counted(subspace, "global", q, float(q + noise.gaussian(rng, gs, 1)[0]), gs, gs, gs, None)
     al, be = alpha(a.count.epsilon, a.count.delta), beta(a.count.epsilon, a.count.delta)
     smooth = smooth_bound(deg, params.k, be, Cover(pts, params.r), params.exact_until)
     std = smooth.value / al
@@ -531,8 +563,7 @@ def noisy_count(z: np.ndarray, subspace: tuple[str, ...], params: Params, a: All
     released = None
     if a.scale > 0:  # S_UB is β-smooth, so ln S_UB has sensitivity β
         released = float(std * math.exp(noise.laplace(rng, be / a.scale, 1)[0]))
-    gs = gaussian_global_std(gs_upper(len(z), params.k, len(subspace)), a.count.epsilon, a.count.delta)
-    return Counted(subspace, q, noisy, std, released, gs, smooth)
+    return Counted(subspace, "smooth", q, noisy, std, released, gs, smooth)
 
 
 def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result:
@@ -564,6 +595,7 @@ def _result(params: Params, a: Allocation, n: int, scaling: dict, chosen: list[t
         rows.append({
             "rank": rank, "subspace": ",".join(s),
             "noisy_count": c.noisy if c else None,
+            "noise": c.method if c else None,
             "noise_std": c.noise_std_released if c else None,
             "global_noise_std": c.global_std if c else None,
         })  # fmt: skip
@@ -587,9 +619,10 @@ def _result(params: Params, a: Allocation, n: int, scaling: dict, chosen: list[t
         "allocation": plan(params).detail,
         "alpha": alpha(a.count.epsilon, a.count.delta) if a.counts else None,
         "beta": beta(a.count.epsilon, a.count.delta) if a.counts else None,
+        "noise": sorted({c.method for c in counted}),
         "noise_std_release": (
             {"method": "exp(ln(S_UB/alpha) + Laplace(beta/epsilon_scale))", "laplace_scale_log": beta(a.count.epsilon, a.count.delta) / a.scale}
-            if a.counts and a.scale > 0 else None
+            if any(c.method == "smooth" for c in counted) and a.scale > 0 else None
         ),
         "standardization": scaling,
         "selection": selection,
@@ -623,12 +656,13 @@ def _report(params: Params, privacy: dict, data: pd.DataFrame) -> str:
             "|" + "---|" * len(data.columns),
             *("| " + " | ".join(_cell(v) for v in row) + " |" for row in data.itertuples(index=False)),
             "",
-            "`noise_std` is the smooth-sensitivity noise scale S_UB/α, itself released with noise "
-            "(Laplace on its logarithm, scale "
-            f"{privacy['noise_std_release']['laplace_scale_log']:.3g}) because it depends on the data; "
-            if privacy["noise_std_release"] else "The noise scale is not released (scale_share is 0). ",
-            "`global_noise_std` is what the Gaussian mechanism with the global-sensitivity upper bound "
-            "min(N, k·K_c + 1) would need for the same budget. Counts are not clamped or rounded.",
+            "`noise` says which mechanism drew each count. With `smooth`, `noise_std` is the "
+            "smooth-sensitivity scale S_UB/α, itself released with noise (Laplace on its logarithm, scale "
+            f"{privacy['noise_std_release']['laplace_scale_log']:.3g}) because it depends on the data."
+            if privacy["noise_std_release"] else "",
+            "With `global`, the noise std is public (it depends only on N, k, c and the budget) and exact. "
+            "`global_noise_std` is what the Gaussian mechanism on the global-sensitivity upper bound "
+            "min(N, k·K_c + 1) needs for the same budget. Counts are not clamped or rounded.",
         ]
     else:
         lines += ["Chosen: " + "; ".join(f"{{{s}}}" for s in data["subspace"]) + " (counts not released)."]
