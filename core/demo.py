@@ -7,6 +7,7 @@ its generator is fixed so every demo shows the same table.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +87,25 @@ def logins(rows: int = 500, seed: int = DEMO_SEED) -> pd.DataFrame:
     return frame.round(3)
 
 
+_SPAM = ["free money", "click here now", "limited offer", "winner claim your prize", "cheap pills", "act now",
+         "unsubscribe", "100% guaranteed", "wire transfer", "lowest price"]
+_HAM = ["meeting at ten", "draft of the report", "see attached minutes", "lunch tomorrow", "budget review",
+        "thanks for the notes", "schedule for next week", "the release is out", "call me later", "project update"]
+
+
+def mail(messages: int = 300, seed: int = DEMO_SEED) -> list[dict]:
+    """Labelled sample mail for the spam demo: spam and ham share words, in different proportions."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(messages):
+        spam = bool(rng.random() < 0.35)
+        own, other = (_SPAM, _HAM) if spam else (_HAM, _SPAM)
+        words = [own[k] for k in rng.integers(0, len(own), rng.integers(2, 6))] + [other[k] for k in rng.integers(0, len(other), rng.integers(0, 3))]
+        rng.shuffle(words)
+        out.append({"text": f"Subject: note {i}\n\n" + ". ".join(words), "label": "spam" if spam else "ham"})
+    return out
+
+
 def write_demo(folder: Path, rows: int = 20_000) -> Path:
     """Write the demo table, the demo corpus and their release specs; returns the table's spec."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -94,6 +114,11 @@ def write_demo(folder: Path, rows: int = 20_000) -> Path:
     (folder / "posts-dpne.yaml").write_text(DEMO_NGRAM_SPEC)
     logins().to_csv(folder / "logins.csv", index=False)
     (folder / "logins-outliers.yaml").write_text(DEMO_OUTLIER_SPEC)
+    spam = folder / "mail"
+    spam.mkdir(exist_ok=True)
+    for name, part in (("user-1", mail(120, 1)), ("user-2", mail(120, 2)), ("test", mail(200, 3))):
+        (spam / f"{name}.jsonl").write_text("".join(json.dumps(m) + "\n" for m in part))
+    (folder / "spam-training.yaml").write_text(DEMO_SPAM_SPEC)
     spec = folder / "census-ra.yaml"
     spec.write_text(DEMO_SPEC)
     return spec
@@ -157,4 +182,18 @@ mechanism:
       mb_sent: {mean: 50, std: 15}
       hour: {mean: 13, std: 3}
       failed_logins: {mean: 1, std: 0.5}
+"""
+
+DEMO_SPAM_SPEC = """\
+# Two mail providers train one spam filter with the server; nobody shows anyone their mail.
+# Run with: privrelease spam train spam-training.yaml (a new run_id for each run)
+run_id: spam-demo
+users: [mail/user-1.jsonl, mail/user-2.jsonl]
+test: mail/test.jsonl
+features: {modulus: 1000000, reduction: hash, dimension: 512, seed: 0}
+key_bits: 2048
+learning_rate: 0.05
+rounds: 3
+mode: batch
+block_size: 1000
 """

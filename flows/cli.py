@@ -71,6 +71,44 @@ def cmd_release(args: argparse.Namespace, root: Path) -> int:
     return 0
 
 
+def cmd_spam_train(args: argparse.Namespace, root: Path) -> int:
+    from core.spam.training import load_spec
+
+    load_spec(args.spec)  # fail fast on a bad spec, before Prefect starts
+    _prefect_env(root)
+    from flows.spam import spam_filter_training
+
+    _quiet_console()
+    summary = spam_filter_training(spec_path=str(Path(args.spec).resolve()), home=str(root))
+    print(f"run {summary['run_id']}: AUC private {summary['auc_private']:.6f}, plaintext {summary['auc_plain']:.6f}")
+    print(f"folder {summary['folder']}")
+    return 0
+
+
+def cmd_spam_classify(args: argparse.Namespace, root: Path) -> int:
+    from core.errors import SpecError
+    from core.spam.training import classify_message
+
+    folder = root / "spam" / args.run_id
+    if not (folder / "model.npy").is_file():
+        raise SpecError(f"no trained spam run {args.run_id!r} under {root / 'spam'}; train one with privrelease spam train.")
+    message = Path(args.message)
+    if not message.is_file():
+        raise SpecError(f"message file {args.message!r} does not exist.")
+    label, _ = classify_message(folder, message.read_bytes().decode("utf-8", "surrogateescape"))
+    print(label)
+    return 0
+
+
+def cmd_spam_split(args: argparse.Namespace, root: Path) -> int:
+    from core.spam.training import split_corpus
+
+    written = split_corpus(Path(args.corpus), Path(args.out), args.users, args.test_fraction, args.seed)
+    for path in written:
+        print(path)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace, root: Path) -> int:
     from core.demo import write_demo
 
@@ -164,6 +202,23 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rows", type=int, default=20_000)
     p.add_argument("--prepare-only", action="store_true", help="write the demo inputs and specs, release nothing")
     p.set_defaults(func=cmd_demo)
+
+    spam = sub.add_parser("spam", help="private spam-filter training and classification")
+    ssub = spam.add_subparsers(dest="spam_command", required=True)
+    p = ssub.add_parser("train", help="run the spam-filter-training flow for a spam spec")
+    p.add_argument("spec", help="spam spec (YAML)")
+    p.set_defaults(func=cmd_spam_train)
+    p = ssub.add_parser("classify", help="classify one message privately against a trained run; prints spam or ham")
+    p.add_argument("run_id")
+    p.add_argument("message", help="file holding the raw message")
+    p.set_defaults(func=cmd_spam_classify)
+    p = ssub.add_parser("split", help="split one labelled corpus into per-user files and a test file (stratified)")
+    p.add_argument("corpus", help="JSON lines with text and label (optionally .gz)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--users", type=int, default=3)
+    p.add_argument("--test-fraction", type=float, default=0.2)
+    p.add_argument("--seed", type=int, default=0, help="fixes the split (public; not privacy noise)")
+    p.set_defaults(func=cmd_spam_split)
 
     ledger = sub.add_parser("ledger", help="read and manage the privacy-budget ledger")
     lsub = ledger.add_subparsers(dest="ledger_command", required=True)

@@ -1,0 +1,79 @@
+"""Private spam-filter training through its Prefect flow and the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from core.demo import mail
+from core.ledger import PUBLISHED, RESERVED, Ledger
+from core.spam import features as F
+from tests.test_release_flow import cli
+
+
+def corpus(folder: Path, capsys) -> list[str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "all.jsonl").write_text("".join(json.dumps(m) + "\n" for m in mail(240, 5)))
+    code, out, err = cli(capsys, "spam", "split", str(folder / "all.jsonl"), "--out", str(folder), "--users", "3")
+    assert code == 0, err
+    return out.split()
+
+
+def spec(folder: Path, **changes) -> Path:
+    doc = {"run_id": "r1", "users": ["user-1.jsonl", "user-2.jsonl", "user-3.jsonl"], "test": "test.jsonl",
+           "features": {"modulus": 100_000, "reduction": "hash", "dimension": 512, "seed": 0},
+           "key_bits": 512, "learning_rate": 0.2, "rounds": 3, "mode": "online", "block_size": 60, **changes}  # fmt: skip
+    (folder / "spam.yaml").write_text(yaml.safe_dump(doc))
+    return folder / "spam.yaml"
+
+
+def test_training_flow_end_to_end_and_private_classification(prefect_server, home, tmp_path, capsys):
+    paths = corpus(tmp_path / "mail", capsys)
+    assert [Path(p).name for p in paths] == ["user-1.jsonl", "user-2.jsonl", "user-3.jsonl", "test.jsonl"]
+    sizes = [len(Path(p).read_text().splitlines()) for p in paths]
+    assert sum(sizes) == 240 and sizes[3] == 48
+    code, out, err = cli(capsys, "spam", "train", str(spec(tmp_path / "mail")))
+    assert code == 0, err
+    folder = home / "spam" / "r1"
+    assert sorted(p.name for p in folder.iterdir()) == ["model.npy", "report.json", "report.md", "roc.png", "transcript.jsonl"]
+    report = json.loads((folder / "report.json").read_text())
+    assert {"auc_private", "auc_plain", "rounds", "seconds_per_round", "key_bits", "features"} <= set(report)
+    assert report["rounds"] == 3 and len(report["seconds_per_round"]) == 3 and report["key_bits"] == 512
+    assert report["auc_private"] > 0.85 and f"{report['auc_private']:.4g}" == f"{report['auc_plain']:.4g}"
+    assert report["max_weight_gap"] < 1e-9
+    lines = [json.loads(line) for line in (folder / "transcript.jsonl").read_text().splitlines()]
+    assert set(lines[0]) == {"round", "sender", "receiver", "kind", "payload", "count", "bytes", "digest"}
+    assert {m["payload"] for m in lines if m["sender"] != "server"} == {"ciphertext"}
+    assert {m["kind"] for m in lines if m["payload"] == "public"} == {"public-key-and-parameters"}
+    assert sum(1 for m in lines if m["round"] == 1) == 18  # 3 users × 6 messages
+    entries = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "r1"]
+    assert [(e.status, e.epsilon) for e in entries] == [(RESERVED, 0.0), (PUBLISHED, 0.0)]
+    assert json.loads(entries[1].detail)["transcript_sha256"] == report["transcript_sha256"]
+    # private classification: the client's label is the sign of the server's model on its message
+    w = np.load(folder / "model.npy")
+    params = F.FeatureParams(modulus=100_000, reduction="hash", dimension=512)
+    for i, message in enumerate(mail(6, 77)):
+        path = tmp_path / f"m{i}.eml"
+        path.write_text(message["text"])
+        code, out, err = cli(capsys, "spam", "classify", "r1", str(path))
+        assert code == 0, err
+        score = w[F.Reducer(params).apply(F.grams(message["text"], 100_000))].sum()
+        assert out.strip() == ("spam" if score > 0 else "ham")
+    code, _, err = cli(capsys, "spam", "train", str(spec(tmp_path / "mail")))
+    assert code == 2 and "already exists" in err
+
+
+def test_bad_mail_is_refused_before_anything_is_recorded(prefect_server, home, tmp_path, capsys):
+    corpus(tmp_path / "mail", capsys)
+    with (tmp_path / "mail" / "user-2.jsonl").open("a") as fh:
+        fh.write(json.dumps({"text": "hello", "label": "maybe"}) + "\n")
+    code, _, err = cli(capsys, "spam", "train", str(spec(tmp_path / "mail", run_id="r2")))
+    assert code == 2 and "label' (spam or ham)" in err and "user-2.jsonl line" in err
+    assert not (home / "spam" / "r2").exists()
+    code, _, err = cli(capsys, "spam", "train", str(spec(tmp_path / "mail", run_id="r3", key_bits=256)))
+    assert code == 2 and "key_bits: Input should be greater than or equal to 512" in err
+    code, _, err = cli(capsys, "spam", "classify", "nope", str(tmp_path / "mail" / "test.jsonl"))
+    assert code == 2 and "no trained spam run 'nope'" in err
