@@ -109,6 +109,10 @@ def test_release_triggered_like_the_ui(server):
     worker = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", "privrelease", "--install-policy", "never"],
                               env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
+        for flow_name, name in (("release", "outlier-stats"), ("spam-filter-training", "spam-filter-training"),
+                                ("ledger-audit", "ledger-audit")):  # fmt: skip
+            other = httpx.get(f"{api}/deployments/name/{flow_name}/{name}", timeout=10).json()
+            assert Path(other["parameters"]["spec_path" if "spec_path" in other["parameters"] else "home"]).exists()
         deployment = httpx.get(f"{api}/deployments/name/release/tabular-release", timeout=10).json()
         assert deployment["parameters"]["home"] == env["PRIVRELEASE_HOME"]
         # what the UI's Run button sends: POST /deployments/{id}/create_flow_run
