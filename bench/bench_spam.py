@@ -21,6 +21,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from core import parallel  # noqa: E402
 from core.spam import features as F  # noqa: E402
 from core.spam import protocol as P  # noqa: E402
 from core.spam.paillier import KeyPair  # noqa: E402
@@ -30,7 +31,7 @@ CORPUS = REPO.parent / "shared" / "data" / "spamassassin" / "spamassassin.jsonl.
 
 
 def repro(key_bits: int, rounds: int, users: int) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, parallel.using("dask", n_workers=2):
         out = Path(tmp)
         split_corpus(CORPUS, out, users, 0.2, 0)
         spec = SpamSpec(run_id="bench", users=[f"user-{k + 1}.jsonl" for k in range(users)], test="test.jsonl",
@@ -55,11 +56,12 @@ def timing(block: int, workers: int) -> None:
     reducer = F.Reducer(F.FeatureParams(modulus=1_000_000, reduction="hash", dimension=10_000))
     x = [reducer.apply(F.grams(texts[i], 1_000_000)) for i in pick]
     nnz = sum(len(v) for v in x)
-    server = P.Server(2048, rng.normal(0, 0.01, 10_000), 0.001, None, workers)
-    user = P.User("user-1", x, labels[pick], server.public_key, server.scales, np.random.default_rng(1), workers)
-    t = time.perf_counter()
-    times, _ = P.train_round(server, [user], [np.arange(block)], P.Channel())
-    total = time.perf_counter() - t
+    server = P.Server(2048, rng.normal(0, 0.01, 10_000), 0.001, None)
+    user = P.User("user-1", x, labels[pick], server.public_key, server.scales, np.random.default_rng(1))
+    with parallel.using("dask" if workers > 1 else "local", n_workers=workers):
+        t = time.perf_counter()
+        times, _ = P.train_round(server, [user], [np.arange(block)], P.Channel())
+        total = time.perf_counter() - t
     print(f"2048-bit round, block {block}, d 10,000, {nnz:,} non-zero features, workers {workers}: {total:.1f} s "
           f"= {total / block:.3f} s per message")  # fmt: skip
     for step, seconds in times.seconds.items():

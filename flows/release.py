@@ -7,10 +7,13 @@ parameters in plain text.
 from __future__ import annotations
 
 import re
+from typing import Annotated, Literal
 
 from prefect import flow, get_run_logger
+from pydantic import Field
 from prefect.artifacts import create_markdown_artifact
 
+from core import parallel
 from core.errors import SpecError, UserError
 from core.ledger import FAILED, PUBLISHED
 from core.pipeline import Store, existing
@@ -19,10 +22,15 @@ from tasks import release as t
 
 
 @flow(name="release", persist_result=False)
-def release(spec_path: str | None = None, request: ReleaseRequest | None = None, home: str | None = None) -> dict:
+def release(
+    spec_path: str | None = None, request: ReleaseRequest | None = None, home: str | None = None,
+    runner: Literal["local", "dask"] = "local", dask_address: str | None = None,
+    dask_workers: Annotated[int, Field(ge=1, le=256)] = 2,
+) -> dict:  # fmt: skip
     """Release one dataset as its spec file (``spec_path``) or a typed ``request`` says.
 
-    Returns the release id, folder and ledger entry.
+    ``runner: dask`` spreads the mechanism's heavy pieces over a Dask cluster: ``dask_address``,
+    or a local cluster of ``dask_workers`` processes. Returns the release id, folder and ledger entry.
     """
     log = get_run_logger()
     store = Store.open(home)
@@ -43,7 +51,8 @@ def release(spec_path: str | None = None, request: ReleaseRequest | None = None,
     log.info("ledger entry #%d: epsilon=%g delta=%g (%s)", charge.entry.seq, plan.cost.epsilon,
              plan.cost.delta, "retry of an earlier charge" if charge.previous_status else "new charge")  # fmt: skip
     try:
-        result = t.privatize(spec, frame)
+        with parallel.using(runner, dask_address, dask_workers):
+            result = t.privatize(spec, frame)
         published = t.publish(store, spec, plan, result, charge, ingested, validation)
     except Exception as exc:
         reason = f"{type(exc).__name__}: {exc}" if isinstance(exc, UserError) else type(exc).__name__

@@ -10,6 +10,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
 
+from core import parallel
 from core.accounting import ZERO
 from core.errors import SpecError, UserError
 from core.ledger import FAILED, PUBLISHED
@@ -33,13 +34,14 @@ def spam_filter_training(spec_path: str, home: str | None = None) -> dict:
                          spec.model_dump(mode="json", exclude={"seed"}), {"guarantee": "semi-honest secure computation (Paillier)"},
                          flow_run.get_id())  # fmt: skip
     try:
-        training = t.setup(spec, base)
-        log.info("setup: %d users, %d features, %d-bit key, mask range %d", len(training.users), spec.features.size,
-                 spec.key_bits, training.server.scales.mask_range)  # fmt: skip
-        for number in range(1, spec.rounds + 1):
-            r = t.run_round(training, number)
-            log.info("round %d: %.2f s, %d messages, %d ciphertexts, %.1f MB", number, r.seconds, r.messages,
-                     r.ciphertexts, r.bytes / 1e6)  # fmt: skip
+        with parallel.using("dask" if spec.workers > 1 or spec.dask_address else "local", spec.dask_address, spec.workers):
+            training = t.setup(spec, base)
+            log.info("setup: %d users, %d features, %d-bit key, mask range %d", len(training.users), spec.features.size,
+                     spec.key_bits, training.server.scales.mask_range)  # fmt: skip
+            for number in range(1, spec.rounds + 1):
+                r = t.run_round(training, number)
+                log.info("round %d: %.2f s, %d messages, %d ciphertexts, %.1f MB", number, r.seconds, r.messages,
+                         r.ciphertexts, r.bytes / 1e6)  # fmt: skip
         report = t.write(training, folder)
     except Exception as exc:
         reason = f"{type(exc).__name__}: {exc}" if isinstance(exc, UserError) else type(exc).__name__

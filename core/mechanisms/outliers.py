@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from itertools import combinations
 from typing import Literal
 
@@ -30,6 +31,7 @@ from core import noise
 from core.accounting import Budget, gaussian_sigma
 from core.errors import InternalError, ParameterError
 from core.mechanisms.base import Chart, Plan, Result, StrictParams
+from core.parallel import fan_out
 from core.validate import Needs
 
 NAME = "outliers"
@@ -544,26 +546,40 @@ class Counted:
     smooth: Smooth | None
 
 
-def noisy_count(z: np.ndarray, subspace: tuple[str, ...], params: Params, a: Allocation, rng: np.random.Generator) -> Counted:
+@dataclass(frozen=True)
+class Measured:
+    """A subspace's true count and (for smooth noise) its S_UB: pure, so it can run anywhere."""
+
+    q: int
+    smooth: Smooth | None
+
+
+def measure(z: np.ndarray, params: Params, smooth: bool, b: float = 0.0) -> Measured:
+    pts = subspace_points(z)
+    deg = degrees(pts, params.r)
+    bound = smooth_bound(deg, params.k, b, Cover(pts, params.r), params.exact_until) if smooth else None
+    return Measured(int((deg < params.k).sum()), bound)
+
+
+def noisy_count(z: np.ndarray, subspace: tuple[str, ...], params: Params, a: Allocation, rng: np.random.Generator,
+                measured: Measured | None = None) -> Counted:  # fmt: skip
     """q + (S_UB/α)·N(0,1) with ln(S_UB/α) released as ln + Laplace(β/ε_scale), or q + GS·σ·N(0,1).
 
     The caller has charged the ledger already."""
     n = len(z)
-    pts = subspace_points(z)
-    deg = degrees(pts, params.r)
-    q = int((deg < params.k).sum())
     whole = Budget(a.count.epsilon + a.scale, a.count.delta)
     gs = global_std(n, params.k, len(subspace), whole)
-    if uses_global(params, a, n, len(subspace)):
-        return Counted(subspace, "global", q, float(q + noise.gaussian(rng, gs, 1)[0]), gs, gs, gs, None)
+    use_global = uses_global(params, a, n, len(subspace))
     al, be = alpha(a.count.epsilon, a.count.delta), beta(a.count.epsilon, a.count.delta)
-    smooth = smooth_bound(deg, params.k, be, Cover(pts, params.r), params.exact_until)
-    std = smooth.value / al
-    noisy = float(q + noise.gaussian(rng, std, 1)[0])
+    m = measured or measure(z, params, not use_global, be)
+    if use_global:
+        return Counted(subspace, "global", m.q, float(m.q + noise.gaussian(rng, gs, 1)[0]), gs, gs, gs, None)
+    std = m.smooth.value / al
+    noisy = float(m.q + noise.gaussian(rng, std, 1)[0])
     released = None
     if a.scale > 0:  # S_UB is β-smooth, so ln S_UB has sensitivity β
         released = float(std * math.exp(noise.laplace(rng, be / a.scale, 1)[0]))
-    return Counted(subspace, "smooth", q, noisy, std, released, gs, smooth)
+    return Counted(subspace, "smooth", m.q, noisy, std, released, gs, m.smooth)
 
 
 def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result:
@@ -579,11 +595,17 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
     selection = None
     if params.query == "top_subspaces":
         gs = gs_upper(n, params.k, params.c)
-        utility = np.array([count(subspace_points(z[:, cols[s]]), params.k, params.r) for s in subspaces]) / gs
+        counts = fan_out(partial(measure, params=params, smooth=False), [z[:, cols[s]] for s in subspaces])
+        utility = np.array([m.q for m in counts]) / gs
         picked = select_top(utility, params.h, a.select, rng)
         chosen = [subspaces[i] for i in picked]
         selection = {"candidates": len(subspaces), "utility_divisor": gs, "epsilon": a.select}
-    counted = [noisy_count(z[:, cols[s]], s, params, a, rng) for s in chosen] if a.counts else []
+    counted = []
+    if a.counts:  # the heavy part (S_UB) fans out; noise is drawn here, in order
+        smooth = not uses_global(params, a, n, len(chosen[0]))
+        measured = fan_out(partial(measure, params=params, smooth=smooth, b=beta(a.count.epsilon, a.count.delta)),
+                           [z[:, cols[s]] for s in chosen])  # fmt: skip
+        counted = [noisy_count(z[:, cols[s]], s, params, a, rng, m) for s, m in zip(chosen, measured)]
     return _result(params, a, n, scaling, chosen, counted, selection)
 
 

@@ -10,13 +10,13 @@ every party applies before sending a ciphertext it derived from someone else's.
 from __future__ import annotations
 
 import secrets
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 
 import gmpy2
 from phe import paillier
 
+from core import parallel
 from core.errors import ParameterError
 
 
@@ -57,13 +57,13 @@ class PublicKey:
         """A fresh r^n mod n²."""
         return gmpy2.powmod(secrets.randbelow(self.n - 1) + 1, self.n, self.nsquare)
 
-    def obfuscators(self, count: int, workers: int = 1) -> list[gmpy2.mpz]:
-        """``count`` fresh r^n, fanned out over processes when there are many (the costly part)."""
-        if workers <= 1 or count < 64:
-            return [self.obfuscator() for _ in range(count)]
-        chunks = [count // workers + (i < count % workers) for i in range(workers)]
-        with ProcessPoolExecutor(workers) as pool:
-            return [x for part in pool.map(_obfuscators, [self.n] * workers, chunks) for x in part]
+    def obfuscators(self, count: int) -> list[gmpy2.mpz]:
+        """``count`` fresh r^n (the costly part), fanned out in blocks over the current cluster.
+
+        Only the public key travels; the cluster must be the party's own, since r^n is its secret."""
+        pieces = 4 * parallel.workers() if count >= 256 else 1
+        sizes = [count // pieces + (i < count % pieces) for i in range(pieces)]
+        return [x for part in parallel.fan_out(partial(_obfuscators, self.n), sizes) for x in part]
 
     def encrypt(self, value: int, what: str, obfuscator: gmpy2.mpz | None = None) -> gmpy2.mpz:
         self.check(value, what)
@@ -92,7 +92,8 @@ class PublicKey:
 
 
 def _obfuscators(n: int, count: int) -> list[gmpy2.mpz]:
-    return PublicKey(n).obfuscators(count)
+    key = PublicKey(n)
+    return [key.obfuscator() for _ in range(count)]
 
 
 class KeyPair:

@@ -123,14 +123,12 @@ class Server:
 
     name = "server"
 
-    def __init__(self, key_bits: int, weights: np.ndarray, learning_rate: float = 0.0, mask_range: int | None = None,
-                 workers: int = 1):  # fmt: skip
+    def __init__(self, key_bits: int, weights: np.ndarray, learning_rate: float = 0.0, mask_range: int | None = None):
         self._keys = KeyPair(key_bits)
         self.public_key = self._keys.public
         self.scales = Scales.plan(self.public_key.bits, mask_range)
         self.w = np.asarray(weights, dtype=float)
         self.eta = learning_rate
-        self.workers = workers
 
     def encrypted_weights(self, times: StepTimes) -> list[int]:
         """Step 1: E[round(C_w·w)], afresh every round (the server owns w, so scales never grow)."""
@@ -138,7 +136,7 @@ class Server:
         key = self.public_key
         w = [int(v) for v in np.rint(np.ldexp(self.w, W_BITS)).astype(object)]
         key.check(sum(abs(v) for v in w) + (self.scales.mask_range << W_BITS), "|z| + R at scale C_w")
-        out = [key.encrypt(v, "w", o) for v, o in zip(w, key.obfuscators(len(w), self.workers))]
+        out = [key.encrypt(v, "w", o) for v, o in zip(w, key.obfuscators(len(w)))]
         times.add("1 encrypt w", t)
         return out
 
@@ -189,14 +187,13 @@ class User:
     """Holds mail (feature sets and labels) and only the public key."""
 
     def __init__(self, name: str, features: list[np.ndarray], labels: np.ndarray, public_key: PublicKey, scales: Scales,
-                 rng: np.random.Generator, workers: int = 1):  # fmt: skip
+                 rng: np.random.Generator):  # fmt: skip
         self.name = name
         self._x = features
         self._y = labels.astype(int)
         self.public_key = public_key
         self.scales = scales
         self._rng = rng
-        self.workers = workers
         self._block: np.ndarray = np.empty(0, dtype=int)
         self._r: list[int] = []
         self._q: list[int] = []
@@ -247,7 +244,7 @@ class User:
         for w, i in zip(signed, self._block):
             for j in self._x[i]:
                 grad[j] = key.add(grad[j], w)
-        out = [key.rerandomize(g, o) for g, o in zip(grad, key.obfuscators(dimension, self.workers))]
+        out = [key.rerandomize(g, o) for g, o in zip(grad, key.obfuscators(dimension))]
         times.add("9-10 unmask, gradient", t)
         return out
 

@@ -41,7 +41,8 @@ class SpamSpec(BaseModel):
     mode: Literal["batch", "online"] = Field("batch", description="batch: every message each round; online: each user's next block")
     block_size: int = Field(1000, ge=1, le=1_000_000, description="online mode: messages per user per round")
     mask_range: int | None = Field(None, ge=1, le=10_000, description="R of the additive mask; default: the largest the key allows")
-    workers: int = Field(1, ge=1, le=64, description="processes for the vector encryptions")
+    workers: int = Field(1, ge=1, le=64, description="Dask worker processes for the vector encryptions (1: in process)")
+    dask_address: str | None = Field(None, description="an existing Dask scheduler for the vector encryptions, instead of a local cluster")
     seed: int | None = Field(None, ge=0, description="test mode only: fixes the masks (PRIVRELEASE_TEST_MODE=1)")
 
 
@@ -172,14 +173,14 @@ class Training:
         user_x = [[reducer.apply(g) for g in user] for user in raw]
         test_x = [reducer.apply(F.grams(text, spec.features.modulus)) for text in test_texts]
         d = spec.features.size
-        server = Server(spec.key_bits, np.zeros(d), spec.learning_rate, spec.mask_range, spec.workers)
+        server = Server(spec.key_bits, np.zeros(d), spec.learning_rate, spec.mask_range)
         channel = Channel()
         users = []
         for k, (x, (_, y)) in enumerate(zip(user_x, mails)):
             name = f"user-{k + 1}"
             got = channel.public(server.name, name, "public-key-and-parameters",
                                  {"n": server.public_key.n, **server.scales.public(), **spec.features.model_dump()})  # fmt: skip
-            users.append(User(name, x, y, server.public_key, server.scales, noise.generator(_seed(spec.seed, k)), spec.workers))
+            users.append(User(name, x, y, server.public_key, server.scales, noise.generator(_seed(spec.seed, k))))
             assert got["n"] == server.public_key.n
         return cls(spec, server, users, user_x, [y for _, y in mails], test_x, test_y, reducer, channel,
                    np.zeros(d), setup_seconds=time.perf_counter() - t)  # fmt: skip
