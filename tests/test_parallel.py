@@ -69,3 +69,15 @@ def test_release_flow_with_the_dask_runner(prefect_server, home, test_mode, tmp_
         out = release(spec_path=str(spec), home=str(home), runner=runner, dask_address=cluster if runner == "dask" else None)
         manifests.append(json.loads((Path(out["folder"]) / "manifest.json").read_text()))
     assert manifests[0]["result"] == manifests[1]["result"] and manifests[0]["noise_std"] == manifests[1]["noise_std"]
+
+
+def test_dpne_histograms_sharded_on_dask_match_in_process(cluster):
+    from core.mechanisms import dpne
+    from tests.test_dpne import params, phrase_corpus
+
+    frame = phrase_corpus(1200)
+    p = params(pruning="both", delta0=[7, 5, 3, 2])
+    local, levels = dpne.extract(frame, p, np.random.default_rng(21))
+    with parallel.using("dask", cluster):
+        spread, spread_levels = dpne.extract(frame, p, np.random.default_rng(21))
+    assert len(local) > 20 and local.equals(spread) and levels == spread_levels

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -41,9 +42,9 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=15)
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("server")
+@contextmanager
+def running_server(root: Path):
+    """A `prefect server` on a free port with its own PREFECT_HOME; yields the environment for clients."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env |= {
@@ -64,10 +65,17 @@ def server(tmp_path_factory):
                 pass
             assert proc.poll() is None and time.monotonic() < deadline, (root / "server.log").read_text()[-2000:]
             time.sleep(0.5)
-        yield env, root
+        yield env
     finally:
         _stop(proc)
         log.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("server")
+    with running_server(root) as env:
+        yield env, root
 
 
 def _create_run(api: str, deployment_id: str, parameters: dict) -> httpx.Response:

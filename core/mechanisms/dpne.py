@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import duckdb
@@ -30,7 +31,7 @@ import pandas as pd
 from pydantic import Field, model_validator
 from scipy.stats import norm
 
-from core import noise
+from core import noise, parallel
 from core.accounting import Budget, compose_sigmas, gaussian_sigma
 from core.db import quote_ident, scratch
 from core.errors import InternalError
@@ -194,8 +195,8 @@ def mark(con: duckdb.DuckDBPyConnection, k: int) -> None:
 
 
 def entries_sql(grams_sql: str) -> str:
-    """Each user's contribution vector as rows (uid, gram, weight): the user's distinct grams, at
-    most ``$cap`` of them (chosen by a hash keyed with ``$key``), each weighted 1/sqrt(kept)."""
+    """Each user's contribution vector as rows (uid, gram, m, weight): the user's distinct grams, at
+    most ``$cap`` of them (chosen by a hash keyed with ``$key``), each weighted 1/sqrt(m), m of them kept."""
     return f"""
         WITH g AS (SELECT DISTINCT uid, gram FROM ({grams_sql})),
         ranked AS (
@@ -204,16 +205,50 @@ def entries_sql(grams_sql: str) -> str:
             FROM g
         ),
         kept AS (SELECT uid, gram, count(*) OVER (PARTITION BY uid) AS m FROM ranked WHERE rk <= $cap)
-        SELECT uid, gram, 1 / sqrt(m) AS weight FROM kept
+        SELECT uid, gram, m, 1 / sqrt(m) AS weight FROM kept
     """
 
 
-def histogram(con: duckdb.DuckDBPyConnection, grams_sql: str, cap: int, key: int) -> pd.DataFrame:
-    """The weighted-Gaussian-policy histogram: users' contribution vectors summed, sorted by gram."""
+def _user_counts(con: duckdb.DuckDBPyConnection, grams_sql: str, cap: int, key: int) -> pd.DataFrame:
+    """How many users give each gram weight 1/sqrt(m), per (gram, m): exact integers, so shards add up exactly."""
     return con.execute(
-        f"SELECT gram, sum(weight) AS weight FROM ({entries_sql(grams_sql)}) GROUP BY gram ORDER BY gram",
+        f"SELECT gram, m, count(*) AS users FROM ({entries_sql(grams_sql)}) GROUP BY ALL",
         {"key": key, "cap": cap},
     ).df()
+
+
+def shard_counts(rows: pd.DataFrame, cap: int, key: int) -> pd.DataFrame:
+    """``_user_counts`` of one user shard, in a scratch database of its own (runs on a Dask worker)."""
+    con = scratch()
+    try:
+        con.register("shard", rows)
+        return _user_counts(con, "SELECT uid, gram FROM shard", cap, key)
+    finally:
+        con.close()
+
+
+def histogram(con: duckdb.DuckDBPyConnection, grams_sql: str, cap: int, key: int) -> pd.DataFrame:
+    """The weighted-Gaussian-policy histogram: users' contribution vectors summed, sorted by gram.
+
+    Sharded by a hash of the user when a Dask cluster is in use (a user's grams stay together);
+    weights are summed in a fixed order from integer counts, so the result does not depend on
+    how many shards there were.
+    """
+    shards = parallel.workers()
+    if shards == 1:
+        parts = [_user_counts(con, grams_sql, cap, key)]
+    else:
+        source = f"SELECT DISTINCT uid, gram FROM ({grams_sql}) WHERE hash(uid) % {shards} = "
+        parts = parallel.fan_out(partial(shard_counts, cap=cap, key=key), [con.execute(source + str(i)).df() for i in range(shards)])
+    merged = duckdb.connect()
+    try:
+        merged.register("parts", pd.concat(parts, ignore_index=True))
+        return merged.execute(
+            "WITH t AS (SELECT gram, m, sum(users) AS users FROM parts GROUP BY gram, m) "
+            "SELECT gram, sum(users / sqrt(m) ORDER BY m) AS weight FROM t GROUP BY gram ORDER BY gram"
+        ).df()
+    finally:
+        merged.close()
 
 
 # -- valid candidates V_k -----------------------------------------------------------------------------
