@@ -36,7 +36,7 @@ def repro(key_bits: int, rounds: int, users: int) -> None:
         split_corpus(CORPUS, out, users, 0.2, 0)
         spec = SpamSpec(run_id="bench", users=[f"user-{k + 1}.jsonl" for k in range(users)], test="test.jsonl",
                         features=F.FeatureParams(modulus=1_000_000, reduction="hash", dimension=10_000),
-                        key_bits=key_bits, learning_rate=0.001, rounds=rounds, mode="batch", workers=2)  # fmt: skip
+                        key_bits=key_bits, learning_rate=0.001, rounds=rounds, mode="batch")  # fmt: skip
         t = time.perf_counter()
         training = Training.setup(spec, out)
         print(f"setup (features, keys): {time.perf_counter() - t:.1f} s; users hold {[len(u) for u in training.users]}")

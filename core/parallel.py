@@ -24,7 +24,7 @@ def fan_out(fn: Callable[..., Any], items: Iterable[Any]) -> list[Any]:
     items = list(items)
     if client is None or len(items) < 2:
         return [fn(x) for x in items]
-    futures = client.map(fn, items, pure=False)
+    futures = client.map(fn, client.scatter(items), pure=False)  # data travels once, outside the task graph
     return client.gather(futures)
 
 

@@ -51,7 +51,13 @@ def _quiet_console() -> None:
                 handler.setFormatter(_NoUserErrorTraceback(handler.formatter))
 
 
-def _run_release(spec_path: Path, root: Path) -> dict:
+def _runner(args: argparse.Namespace) -> dict:
+    """The flows' Dask settings from --dask / --dask-address / --dask-workers."""
+    dask = args.dask or args.dask_address is not None
+    return {"runner": "dask" if dask else "local", "dask_address": args.dask_address, "dask_workers": args.dask_workers}
+
+
+def _run_release(spec_path: Path, root: Path, runner: dict) -> dict:
     from core import spec
 
     spec.load(spec_path)  # fail fast on a bad spec, before Prefect starts
@@ -59,11 +65,11 @@ def _run_release(spec_path: Path, root: Path) -> dict:
     from flows.release import release
 
     _quiet_console()
-    return release(spec_path=str(spec_path.resolve()), home=str(root))
+    return release(spec_path=str(spec_path.resolve()), home=str(root), **runner)
 
 
 def cmd_release(args: argparse.Namespace, root: Path) -> int:
-    summary = _run_release(Path(args.spec), root)
+    summary = _run_release(Path(args.spec), root, _runner(args))
     print(f"release {summary['release_id']}")
     print(f"folder {summary['folder']}")
     if summary["already_published"]:
@@ -79,7 +85,7 @@ def cmd_spam_train(args: argparse.Namespace, root: Path) -> int:
     from flows.spam import spam_filter_training
 
     _quiet_console()
-    summary = spam_filter_training(spec_path=str(Path(args.spec).resolve()), home=str(root))
+    summary = spam_filter_training(spec_path=str(Path(args.spec).resolve()), home=str(root), **_runner(args))
     print(f"run {summary['run_id']}: AUC private {summary['auc_private']:.6f}, plaintext {summary['auc_plain']:.6f}")
     print(f"folder {summary['folder']}")
     return 0
@@ -189,6 +195,12 @@ def cmd_verify(args: argparse.Namespace, root: Path) -> int:
     return 0
 
 
+def _dask_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dask", action="store_true", help="spread the heavy pieces over a local Dask cluster")
+    p.add_argument("--dask-address", help="an existing Dask scheduler (implies --dask)")
+    p.add_argument("--dask-workers", type=int, default=2, help="worker processes of the local cluster")
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="privrelease", description="Batch releases of privacy-protected data.")
     top.add_argument("--home", help=f"state folder (default ${paths.HOME_ENV} or ./.privrelease)")
@@ -196,6 +208,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("release", help="run the release flow for a release spec")
     p.add_argument("spec", help="release spec (YAML)")
+    _dask_options(p)
     p.set_defaults(func=cmd_release)
 
     p = sub.add_parser("demo", help="generate a sample census table and release it with RA")
@@ -207,6 +220,7 @@ def parser() -> argparse.ArgumentParser:
     ssub = spam.add_subparsers(dest="spam_command", required=True)
     p = ssub.add_parser("train", help="run the spam-filter-training flow for a spam spec")
     p.add_argument("spec", help="spam spec (YAML)")
+    _dask_options(p)
     p.set_defaults(func=cmd_spam_train)
     p = ssub.add_parser("classify", help="classify one message privately against a trained run; prints spam or ham")
     p.add_argument("run_id")

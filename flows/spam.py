@@ -6,9 +6,12 @@ the digest of its transcript. Parameters are paths, never mail.
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
+from pydantic import Field
 
 from core import parallel
 from core.accounting import ZERO
@@ -22,8 +25,15 @@ LEDGER_DATASET = "spam-filter"
 
 
 @flow(name="spam-filter-training", persist_result=False)
-def spam_filter_training(spec_path: str, home: str | None = None) -> dict:
-    """Train the shared spam filter privately between the server and the users of the spec."""
+def spam_filter_training(
+    spec_path: str, home: str | None = None, runner: Literal["local", "dask"] = "local",
+    dask_address: str | None = None, dask_workers: Annotated[int, Field(ge=1, le=256)] = 2,
+) -> dict:  # fmt: skip
+    """Train the shared spam filter privately between the server and the users of the spec.
+
+    ``runner: dask`` spreads the Paillier vector operations over a Dask cluster (``dask_address``,
+    or a local one of ``dask_workers`` processes); only public keys travel to it.
+    """
     log = get_run_logger()
     store = Store.open(home)
     spec, base = load_spec(spec_path)
@@ -34,7 +44,7 @@ def spam_filter_training(spec_path: str, home: str | None = None) -> dict:
                          spec.model_dump(mode="json", exclude={"seed"}), {"guarantee": "semi-honest secure computation (Paillier)"},
                          flow_run.get_id())  # fmt: skip
     try:
-        with parallel.using("dask" if spec.workers > 1 or spec.dask_address else "local", spec.dask_address, spec.workers):
+        with parallel.using(runner, dask_address, dask_workers):
             training = t.setup(spec, base)
             log.info("setup: %d users, %d features, %d-bit key, mask range %d", len(training.users), spec.features.size,
                      spec.key_bits, training.server.scales.mask_range)  # fmt: skip

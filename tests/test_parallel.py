@@ -66,8 +66,13 @@ def test_release_flow_with_the_dask_runner(prefect_server, home, test_mode, tmp_
     for runner in ("local", "dask"):
         doc = yaml.safe_load(spec.read_text())
         spec.write_text(yaml.safe_dump({**doc, "release_id": f"r-{runner}"}))
-        out = release(spec_path=str(spec), home=str(home), runner=runner, dask_address=cluster if runner == "dask" else None)
-        manifests.append(json.loads((Path(out["folder"]) / "manifest.json").read_text()))
+        if runner == "local":
+            folder = release(spec_path=str(spec), home=str(home))["folder"]
+        else:  # through the command line, as an operator would
+            code, out, err = cli(capsys, "release", str(spec), "--dask-address", cluster)
+            assert code == 0, err
+            folder = out.split("folder ")[1].split()[0]
+        manifests.append(json.loads((Path(folder) / "manifest.json").read_text()))
     assert manifests[0]["result"] == manifests[1]["result"] and manifests[0]["noise_std"] == manifests[1]["noise_std"]
 
 

@@ -41,8 +41,6 @@ class SpamSpec(BaseModel):
     mode: Literal["batch", "online"] = Field("batch", description="batch: every message each round; online: each user's next block")
     block_size: int = Field(1000, ge=1, le=1_000_000, description="online mode: messages per user per round")
     mask_range: int | None = Field(None, ge=1, le=10_000, description="R of the additive mask; default: the largest the key allows")
-    workers: int = Field(1, ge=1, le=64, description="Dask worker processes for the vector encryptions (1: in process)")
-    dask_address: str | None = Field(None, description="an existing Dask scheduler for the vector encryptions, instead of a local cluster")
     seed: int | None = Field(None, ge=0, description="test mode only: fixes the masks (PRIVRELEASE_TEST_MODE=1)")
 
 
