@@ -23,7 +23,7 @@ def brute_degrees(x: np.ndarray, r: float) -> np.ndarray:
 
 
 def q(x: np.ndarray, k: int, r: float) -> int:
-    return o.count(o.subspace_points(x), k, r)
+    return int((o.degrees(o.subspace_points(x), r) < k).sum())
 
 
 def bounds(x: np.ndarray, k: int, r: float, exact_until: int | None = None) -> np.ndarray:

@@ -243,11 +243,6 @@ def degrees(points: np.ndarray, r: float) -> np.ndarray:
     return tree.query_ball_point(points, r * (1 + RADIUS_SLACK), return_length=True, workers=-1) - 1
 
 
-def count(points: np.ndarray, k: int, r: float) -> int:
-    """q_count: records with fewer than k neighbours."""
-    return int((degrees(points, r) < k).sum())
-
-
 class Cover:
     """max over balls B(x, r), x anywhere, of |B ∩ P| for subsets P of one point set, exactly.
 
