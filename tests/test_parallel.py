@@ -45,7 +45,7 @@ def test_paillier_vector_operations_on_dask_match_in_process(cluster):
     x, y = toy(30, 300, 3)  # d = 300: the obfuscators fan out in blocks
     results = []
     for kind in ("local", "dask"):
-        server, users = P.Server(512, np.zeros(300), 0.1), None
+        server = P.Server(512, np.zeros(300), 0.1)
         users = [P.User("user-1", x, y, server.public_key, server.scales, np.random.default_rng(4))]
         with parallel.using(kind, cluster if kind == "dask" else None):
             _, gradient = P.train_round(server, users, [np.arange(30)], P.Channel())

@@ -214,9 +214,10 @@ def needs(params: Params, schema: tuple[str, ...]) -> Needs:
 def plan(params: Params) -> Plan:
     a = allocate(params)
     what = "count of outliers" if params.query == "count" else f"top-{params.h} subspaces of dimension {params.c}"
+    cost = Budget(params.epsilon, params.delta if (a.counts or a.standardize.delta) else 0.0)
     return Plan(
-        cost=Budget(params.epsilon, params.delta if (a.counts or a.standardize.delta) else 0.0),
-        guarantee=f"record-level (epsilon={params.epsilon:g}, delta={params.delta:g})-differential privacy: DP {what} (Okada et al.)",
+        cost=cost,
+        guarantee=f"record-level (epsilon={cost.epsilon:g}, delta={cost.delta:g})-differential privacy: DP {what} (Okada et al.)",
         adjacency=ADJACENCY,
         detail={
             "accountant": "basic",
@@ -316,6 +317,7 @@ class Cover:
                     if have + room <= best:
                         return
                     room -= int(weight[v])
+                    grown = ball
                     if not _inside(self.unique[v], ball):
                         self.work += 1
                         if self.work > MAX_BALLS:
@@ -324,7 +326,7 @@ class Cover:
                                 "computations (dense records in 3 or more dimensions). Set exact_until (e.g. 10) so "
                                 "that later steps use the band-count bound; the charge for this run stands."
                             )
-                    grown = ball if _inside(self.unique[v], ball) else _ball_through(self.unique[chosen], self.unique[v])
+                        grown = _ball_through(self.unique[chosen], self.unique[v])
                     if grown[1] <= limit:
                         best = max(best, have + int(weight[v]))
                         rest = np.array([u for u in cands[i + 1:] if u in neighbours[v]], dtype=np.int64)
@@ -624,16 +626,17 @@ def _result(params: Params, a: Allocation, n: int, scaling: dict, chosen: list[t
     else:
         result = [{"subspace": list(s), "count": (counted[i].noisy if counted else None)} for i, s in enumerate(chosen)]
         noise_std = [c.noise_std_released for c in counted] if counted else None
+    planned = plan(params)
     privacy = {
         "model": "(epsilon, delta)-differential privacy",
         "epsilon": params.epsilon,
-        "delta": plan(params).cost.delta,
+        "delta": planned.cost.delta,
         "adjacency": ADJACENCY,
         "n_records": n,
         "query": params.query,
         "k": params.k,
         "r": params.r,
-        "allocation": plan(params).detail,
+        "allocation": planned.detail,
         "alpha": alpha(a.count.epsilon, a.count.delta) if a.counts else None,
         "beta": beta(a.count.epsilon, a.count.delta) if a.counts else None,
         "noise": sorted({c.method for c in counted}),
