@@ -122,7 +122,7 @@ def cmd_demo(args: argparse.Namespace, root: Path) -> int:
     if args.prepare_only:
         print(f"demo inputs and specs written to {spec_path.parent}")
         return 0
-    summary = _run_release(spec_path, root)
+    summary = _run_release(spec_path, root, {"runner": "local", "dask_address": None, "dask_workers": 2})
     ledger = summary["ledger"]
     print(f"\nrelease folder: {summary['folder']}")
     print(f"ledger entry:   #{ledger['seq']} {ledger['hash']}")

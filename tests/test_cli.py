@@ -79,3 +79,12 @@ def test_internal_error_exits_1_without_details(tmp_path: Path):
     (home / "privrelease.duckdb").write_text("this is not a database")
     r = run(home, "ledger", "history")
     assert r.returncode == 1 and r.stderr.startswith("internal error (") and "Traceback" not in r.stderr
+
+
+def test_demo_in_a_fresh_home(tmp_path: Path):
+    """The README's first command, as a newcomer runs it: a fresh home, its own temporary Prefect server."""
+    home = tmp_path / "home"
+    r = run(home, "demo", "--rows", "2000", env={"PREFECT_HOME": str(tmp_path / "prefect")})
+    assert r.returncode == 0, r.stderr[-2000:]
+    folder = Path(next(line for line in r.stdout.splitlines() if line.startswith("release folder:")).split(":", 1)[1].strip())
+    assert (folder / "manifest.json").is_file() and (folder / "report.md").is_file()
