@@ -22,20 +22,20 @@ class Audit:
     def markdown(self, chart: str | None) -> str:
         status = "**intact**" if self.problem is None else f"**BROKEN**: {self.problem}"
         rows = "\n".join(
-            f"| {t.dataset} | {_pair(t.cap)} | {_pair(t.spent)} | {_pair(t.remaining)} | "
+            f"| {t.dataset} | {t.kind or '-'} | {_pair(t.cap)} | {_pair(t.spent)} | {_pair(t.remaining)} | "
             f"{'-' if t.gdp_epsilon is None else f'{t.gdp_epsilon:.4g}'} | {t.published} / {t.failed} / {t.pending} |"
             for t in self.totals
         )
         picture = f"\n\nBudget spent over time: `{chart}`\n" if chart else ""
         return (
             f"# Ledger audit\n\nHash chain: {status} ({len(self.entries)} entries).\n\n"
-            "| dataset | cap (eps / delta) | spent | remaining | GDP eps | published / failed / pending |\n"
-            "|---|---|---|---|---|---|\n" + rows + picture
+            "| dataset | kind | cap (eps / delta) | spent | remaining | GDP eps | published / failed / pending |\n"
+            "|---|---|---|---|---|---|---|\n" + rows + picture
         )
 
 
 def _pair(budget) -> str:  # noqa: ANN001
-    return "no cap" if budget is None else f"{budget.epsilon:.4g} / {budget.delta:.2g}"
+    return "-" if budget is None else f"{budget.epsilon:.4g} / {budget.delta:.2g}"
 
 
 def audit(ledger: Ledger, releases_root: Path) -> Audit:
@@ -50,7 +50,7 @@ def audit(ledger: Ledger, releases_root: Path) -> Audit:
 
 def spend_chart(entries: list[Entry]) -> Chart | None:
     """Cumulative epsilon charged per dataset against time (steps at each charge)."""
-    charges = [e for e in entries if e.status == RESERVED and e.epsilon > 0]
+    charges = [e for e in entries if e.status == RESERVED and e.kind == "dp"]
     if not charges:
         return None
     frame = pd.DataFrame({"dataset": [e.dataset for e in charges], "ts": pd.to_datetime([e.ts for e in charges]),

@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from core import paths
+
 DEMO_SEED = 20100101
 
 _CATEGORIES: dict[str, dict[str, float]] = {
@@ -106,32 +108,54 @@ def mail(messages: int = 300, seed: int = DEMO_SEED) -> list[dict]:
     return out
 
 
-def write_demo(folder: Path, rows: int = 20_000) -> Path:
-    """Write the demo table, the demo corpus and their release specs; returns the table's spec."""
+SUITES = Path(__file__).resolve().parent.parent / "schemas" / "suites"
+
+
+def write_demo(home: Path, rows: int = 20_000) -> Path:
+    """Act as the data steward: write the sample sources under the data root, register them (DP ones
+    with a cap), and write the analyst's release requests. Returns the census request's path."""
+    from core.accounting import Budget
+    from core.ledger import Ledger
+    from core.registry import Registry, Unit, data_root
+
+    root = data_root()
+    folder = root / "demo"
     folder.mkdir(parents=True, exist_ok=True)
     census(rows).to_csv(folder / "census.csv", index=False)
     posts().to_csv(folder / "posts.csv", index=False)
-    (folder / "posts-dpne.yaml").write_text(DEMO_NGRAM_SPEC)
     logins().to_csv(folder / "logins.csv", index=False)
-    (folder / "logins-outliers.yaml").write_text(DEMO_OUTLIER_SPEC)
     spam = folder / "mail"
     spam.mkdir(exist_ok=True)
     for name, part in (("user-1", mail(120, 1)), ("user-2", mail(120, 2)), ("test", mail(200, 3))):
         (spam / f"{name}.jsonl").write_text("".join(json.dumps(m) + "\n" for m in part))
-    (folder / "spam-training.yaml").write_text(DEMO_SPAM_SPEC)
-    spec = folder / "census-ra.yaml"
-    spec.write_text(DEMO_SPEC)
-    return spec
+    registry, ledger = Registry(home), Ledger(paths.database(home))
+    registered = {d.id for d in registry.list()}
+    for dataset_id, source, unit, purpose, suite, cap in (
+        ("census-demo", "census.csv", "record", "sdc", SUITES / "census_demo.json", None),
+        ("posts-demo", "posts.csv", "user:user", "dp", None, Budget(4.0, 1e-5)),
+        ("logins-demo", "logins.csv", "record", "dp", None, Budget(8.0, 1e-4)),
+    ):  # fmt: skip
+        if dataset_id in registered:
+            registry.refresh(dataset_id, root)
+            continue
+        registry.add(dataset_id, f"demo/{source}", "csv", Unit.parse(unit), purpose,
+                     suite=str(suite) if suite else None, root=root)  # fmt: skip
+        if cap is not None:
+            ledger.set_budget(dataset_id, cap)
+    requests = home / "requests"
+    requests.mkdir(exist_ok=True)
+    (requests / "posts-dpne.yaml").write_text(DEMO_NGRAM_REQUEST)
+    (requests / "logins-outliers.yaml").write_text(DEMO_OUTLIER_REQUEST)
+    (requests / "spam-training.yaml").write_text(DEMO_SPAM_SPEC.replace("mail/", f"{folder}/mail/"))
+    request = requests / "census-ra.yaml"
+    request.write_text(DEMO_REQUEST)
+    return request
 
 
-DEMO_SPEC = """\
-# A release of the demo census table with RA (Yang & Qiao): one QI cell per record is
-# redrawn from its column's marginal; occupation (the sensitive column) is never changed.
-dataset:
-  id: census-demo
-  source: census.csv
-  format: csv
-  suite: census_demo.json        # schemas/suites/census_demo.json
+DEMO_REQUEST = """\
+# The analyst's request: release the registered demo census table with RA (Yang & Qiao): one QI
+# cell per record is redrawn from its column's marginal; occupation (the sensitive column) is kept.
+dataset: census-demo
 mechanism:
   name: ra
   params:
@@ -140,17 +164,13 @@ mechanism:
     p: uniform
 """
 
-DEMO_NGRAM_SPEC = """\
-# An n-gram release of the demo corpus with DPNE: user-level (epsilon, delta)-DP.
-# It needs a budget first: privrelease ledger set-budget posts-demo --epsilon 2 --delta 1e-6
-dataset:
-  id: posts-demo
-  source: posts.csv
-  format: csv
+DEMO_NGRAM_REQUEST = """\
+# An n-gram release of the registered demo corpus with DPNE: user-level (epsilon, delta)-DP.
+# The unit (one user = all posts sharing a 'user' value) was fixed by the steward at registration.
+dataset: posts-demo
 mechanism:
   name: dpne
   params:
-    user_column: user
     text_column: text
     epsilon: 1.0
     delta: 1.0e-7
@@ -159,13 +179,10 @@ mechanism:
     tokenizer: words
 """
 
-DEMO_OUTLIER_SPEC = """\
+DEMO_OUTLIER_REQUEST = """\
 # Which two features hold the most unusual login sessions, and how many? Record-level DP
-# (Okada et al.). It needs a budget first: privrelease ledger set-budget logins-demo --epsilon 4 --delta 1e-4
-dataset:
-  id: logins-demo
-  source: logins.csv
-  format: csv
+# (Okada et al.), within the cap the steward set for logins-demo.
+dataset: logins-demo
 mechanism:
   name: outliers
   params:

@@ -2,7 +2,9 @@
 
 Every event is a row and no row is ever updated: a cap being set (``cap``), a release being
 charged (``reserved``) and its outcome (``published`` or ``failed``). A release's status is its
-latest event. Each row's hash covers its content and the previous row's hash, so a changed,
+latest event. Each charge states the guarantee it stands for (``kind``): ``dp`` with (epsilon,
+delta) under the dataset's adjacency, ``sdc`` (no epsilon: its risk figures are in the outcome) or
+``mpc`` (a cryptographic protocol run). Only ``dp`` charges count against a cap. Each row's hash covers its content and the previous row's hash, so a changed,
 removed or reordered row breaks the chain and ``verify`` names it.
 
 Charges are serialized across threads and processes by an OS file lock held for the whole
@@ -23,9 +25,10 @@ from core.errors import BudgetError, LedgerCorrupt, ReleaseConflict
 
 GENESIS = "0" * 64
 CAP, RESERVED, PUBLISHED, FAILED = "cap", "reserved", "published", "failed"
+KINDS = ("dp", "sdc", "mpc")
 
 _COLUMNS = (
-    "seq", "ts", "dataset", "release_id", "flow_run_id", "mechanism", "params",
+    "seq", "ts", "dataset", "release_id", "flow_run_id", "kind", "adjacency", "mechanism", "params",
     "epsilon", "delta", "detail", "status", "prev_hash", "hash",
 )  # fmt: skip
 
@@ -36,6 +39,8 @@ CREATE TABLE IF NOT EXISTS ledger (
     dataset VARCHAR NOT NULL,
     release_id VARCHAR,
     flow_run_id VARCHAR,
+    kind VARCHAR,
+    adjacency VARCHAR,
     mechanism VARCHAR,
     params VARCHAR NOT NULL,
     epsilon DOUBLE NOT NULL,
@@ -61,6 +66,8 @@ class Entry:
     dataset: str
     release_id: str | None
     flow_run_id: str | None
+    kind: str | None  # dp, sdc or mpc for a charge; None for a cap
+    adjacency: str | None  # a dp charge's neighbouring relation
     mechanism: str | None
     params: str
     epsilon: float
@@ -95,9 +102,13 @@ class Charge:
 
 @dataclass(frozen=True)
 class Totals:
+    """One dataset's account. ``spent`` sums its dp charges only; an sdc or mpc dataset has none."""
+
     dataset: str
+    kind: str | None  # dp, sdc or mpc (None: only a cap so far)
+    adjacency: str | None
     cap: Budget | None
-    spent: Budget
+    spent: Budget | None
     releases: int
     published: int
     failed: int
@@ -106,7 +117,7 @@ class Totals:
 
     @property
     def remaining(self) -> Budget | None:
-        if self.cap is None:
+        if self.cap is None or self.spent is None:
             return None
         return Budget(max(self.cap.epsilon - self.spent.epsilon, 0.0), max(self.cap.delta - self.spent.delta, 0.0))
 
@@ -115,10 +126,12 @@ class Totals:
             return None if b is None else {"epsilon": b.epsilon, "delta": b.delta}
 
         return {
-            "dataset": self.dataset, "cap": pair(self.cap), "spent": pair(self.spent),
+            "dataset": self.dataset, "kind": self.kind, "adjacency": self.adjacency,
+            "cap": pair(self.cap), "spent": pair(self.spent),
             "remaining": pair(self.remaining), "releases": self.releases,
             "published": self.published, "failed": self.failed, "pending": self.pending,
-            "gdp": None if self.gdp_epsilon is None else {"epsilon": self.gdp_epsilon, "delta": self.spent.delta},
+            "gdp": None if self.gdp_epsilon is None or self.spent is None
+            else {"epsilon": self.gdp_epsilon, "delta": self.spent.delta},
         }  # fmt: skip
 
 
@@ -136,21 +149,32 @@ class Ledger:
         with exclusive(self._lock), connect(self.db_path) as con:
             return self._append(con, dataset=dataset, status=CAP, epsilon=cap.epsilon, delta=cap.delta)
 
+    def admit(self, dataset: str, cost: Budget) -> None:
+        """Refuse, without writing, a dp charge the dataset's cap cannot take (the early check)."""
+        with connect(self.db_path) as con:
+            con.execute(_DDL)
+            self._check_cap(con, dataset, cost)
+
     def reserve(
         self,
         dataset: str,
         release_id: str,
-        cost: Budget,
+        kind: str,
+        cost: Budget | None,
+        adjacency: str | None,
         mechanism: str,
         params: dict,
         detail: dict | None = None,
         flow_run_id: str | None = None,
     ) -> Charge:
-        """Charge ``cost`` for a release, atomically, once per release id.
+        """Charge a release, atomically, once per release id.
 
-        A retry with the same release id and the same ``params`` returns the first charge;
-        the same id with other params is refused. A non-zero cost needs a cap (fail closed).
+        A retry with the same release id and the same ``params`` returns the first charge; the same
+        id with other params is refused. A dp charge needs a cap (fail closed) and the dataset's one
+        adjacency; sdc and mpc runs carry no epsilon.
         """
+        if kind not in KINDS or (kind == "dp") != (cost is not None) or (kind == "dp") != (adjacency is not None):
+            raise ValueError(f"a {kind!r} charge takes a cost and an adjacency exactly when it is dp")
         with exclusive(self._lock), connect(self.db_path) as con:
             con.execute(_DDL)
             earlier = _rows(con, "WHERE release_id = ? ORDER BY seq", [release_id])
@@ -159,31 +183,44 @@ class Ledger:
                 if first.dataset != dataset or first.params != _canonical(params) or first.mechanism != mechanism:
                     raise ReleaseConflict(
                         f"release id {release_id!r} was already used for a different release "
-                        f"(dataset, mechanism, parameters or input data differ); choose a new release_id."
+                        f"(dataset, mechanism, parameters or registration differ); choose a new release_id."
                     )
                 return Charge(first, earlier[-1].status)
-            if not cost.is_zero:
-                cap = self._cap(con, dataset)
-                if cap is None:
-                    raise BudgetError(
-                        f"dataset {dataset!r} has no privacy budget, so a DP release is refused; set one "
-                        f"with: privrelease ledger set-budget {dataset} --epsilon E --delta D"
-                    )
-                spent = self._spent(con, dataset)
-                if not (spent + cost).fits_within(cap):
-                    raise BudgetError(
-                        f"this release needs epsilon={cost.epsilon:g}, delta={cost.delta:g} but dataset "
-                        f"{dataset!r} has only epsilon={max(cap.epsilon - spent.epsilon, 0):g}, "
-                        f"delta={max(cap.delta - spent.delta, 0):g} left of its cap (epsilon={cap.epsilon:g}, "
-                        f"delta={cap.delta:g}); lower the release's cost or raise the cap with "
-                        f"privrelease ledger set-budget."
-                    )
+            kinds = {e.kind for e in _rows(con, "WHERE dataset = ? AND status = ?", [dataset, RESERVED])}
+            if kinds - {kind}:
+                raise BudgetError(f"dataset {dataset!r} has {kinds.pop()} entries in the ledger; one dataset holds "
+                                  f"one kind of release, not {kind}.")  # fmt: skip
+            if kind == "dp":
+                self._check_cap(con, dataset, cost, adjacency)
             entry = self._append(
-                con, dataset=dataset, release_id=release_id, flow_run_id=flow_run_id,
-                mechanism=mechanism, params=params, epsilon=cost.epsilon, delta=cost.delta,
+                con, dataset=dataset, release_id=release_id, flow_run_id=flow_run_id, kind=kind,
+                adjacency=adjacency, mechanism=mechanism, params=params,
+                epsilon=cost.epsilon if cost else 0.0, delta=cost.delta if cost else 0.0,
                 detail=detail or {}, status=RESERVED,
             )  # fmt: skip
             return Charge(entry, None)
+
+    def _check_cap(self, con, dataset: str, cost: Budget, adjacency: str | None = None) -> None:  # noqa: ANN001
+        cap = self._cap(con, dataset)
+        if cap is None:
+            raise BudgetError(
+                f"dataset {dataset!r} has no privacy budget, so a DP release is refused; set one "
+                f"with: privrelease ledger set-budget {dataset} --epsilon E --delta D"
+            )
+        other = [e.adjacency for e in _rows(con, "WHERE dataset = ? AND kind = 'dp' AND status = ?", [dataset, RESERVED])
+                 if adjacency is not None and e.adjacency != adjacency]  # fmt: skip
+        if other:
+            raise BudgetError(f"dataset {dataset!r} was charged under another adjacency ({other[0]}); DP costs "
+                              "under different neighbouring relations do not add up under one cap.")  # fmt: skip
+        spent = self._spent(con, dataset)
+        if not (spent + cost).fits_within(cap):
+            raise BudgetError(
+                f"this release needs epsilon={cost.epsilon:g}, delta={cost.delta:g} but dataset "
+                f"{dataset!r} has only epsilon={max(cap.epsilon - spent.epsilon, 0):g}, "
+                f"delta={max(cap.delta - spent.delta, 0):g} left of its cap (epsilon={cap.epsilon:g}, "
+                f"delta={cap.delta:g}); lower the release's cost or raise the cap with "
+                f"privrelease ledger set-budget."
+            )
 
     def settle(self, release_id: str, status: str, detail: dict | None = None, flow_run_id: str | None = None) -> Entry:
         """Record a release's outcome. A failed release keeps its charge."""
@@ -199,12 +236,13 @@ class Ledger:
             if latest.status == PUBLISHED:
                 return latest  # a published release stays published, whatever a late retry reports
             return self._append(
-                con, dataset=first.dataset, release_id=release_id, flow_run_id=flow_run_id,
+                con, dataset=first.dataset, release_id=release_id, flow_run_id=flow_run_id, kind=first.kind,
                 mechanism=first.mechanism, status=status, detail=detail or {},
             )
 
     def _append(self, con, *, dataset: str, status: str, release_id: str | None = None,  # noqa: ANN001
-                flow_run_id: str | None = None, mechanism: str | None = None, params: dict | None = None,
+                flow_run_id: str | None = None, kind: str | None = None, adjacency: str | None = None,
+                mechanism: str | None = None, params: dict | None = None,
                 epsilon: float = 0.0, delta: float = 0.0, detail: dict | None = None) -> Entry:
         con.execute(_DDL)
         con.execute("BEGIN TRANSACTION")
@@ -213,7 +251,8 @@ class Ledger:
             seq, prev = (last[0][0] + 1, last[0][1]) if last else (1, GENESIS)
             draft = Entry(
                 seq=seq, ts=datetime.now(timezone.utc).isoformat(timespec="microseconds"),
-                dataset=dataset, release_id=release_id, flow_run_id=flow_run_id, mechanism=mechanism,
+                dataset=dataset, release_id=release_id, flow_run_id=flow_run_id, kind=kind, adjacency=adjacency,
+                mechanism=mechanism,
                 params=_canonical(params or {}), epsilon=float(epsilon), delta=float(delta),
                 detail=_canonical(detail or {}), status=status, prev_hash=prev, hash="",
             )  # fmt: skip
@@ -236,7 +275,8 @@ class Ledger:
 
     def _spent(self, con, dataset: str) -> Budget:  # noqa: ANN001
         eps, delta = con.execute(
-            "SELECT coalesce(sum(epsilon), 0), coalesce(sum(delta), 0) FROM ledger WHERE dataset = ? AND status = ?",
+            "SELECT coalesce(sum(epsilon), 0), coalesce(sum(delta), 0) FROM ledger "
+            "WHERE dataset = ? AND status = ? AND kind = 'dp'",
             [dataset, RESERVED],
         ).fetchall()[0]
         return Budget(eps, delta)
@@ -256,22 +296,24 @@ class Ledger:
         return rows[0].status if rows else None
 
     def totals(self) -> list[Totals]:
-        """Per dataset: cap, spent (basic composition), and release counts by status."""
+        """Per dataset: its kind, cap, dp spend (basic composition), and release counts by status."""
         entries = self.entries()
         out = []
         for dataset in sorted({e.dataset for e in entries}):
             mine = [e for e in entries if e.dataset == dataset]
             caps = [e.budget for e in mine if e.status == CAP]
-            spent = sum((e.budget for e in mine if e.status == RESERVED), ZERO)
+            charges = [e for e in mine if e.status == RESERVED]
+            kind = charges[0].kind if charges else ("dp" if caps else None)
+            dp = [e for e in charges if e.kind == "dp"]
+            spent = sum((e.budget for e in dp), ZERO) if kind == "dp" else None
             latest: dict[str, str] = {}
             for e in mine:
                 if e.release_id is not None:
                     latest[e.release_id] = e.status
             states = list(latest.values())
-            charges = [e for e in mine if e.status == RESERVED and not e.budget.is_zero]
             out.append(Totals(
-                dataset, caps[-1] if caps else None, spent, len(states),
-                states.count(PUBLISHED), states.count(FAILED), states.count(RESERVED), _gdp_epsilon(charges),
+                dataset, kind, dp[0].adjacency if dp else None, caps[-1] if caps else None, spent, len(states),
+                states.count(PUBLISHED), states.count(FAILED), states.count(RESERVED), _gdp_epsilon(dp),
             ))  # fmt: skip
         return out
 

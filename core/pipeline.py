@@ -1,6 +1,10 @@
 """The release pipeline's steps as plain functions; ``flows/release.py`` runs them as tasks.
 
-ingest → validate → plan → charge → privatize → check → publish → settle.
+prepare → load → charge → privatize → check → publish → settle.
+
+``prepare`` reads only public facts (the request, the registered schema, the ledger's totals),
+so a wrong request is refused in well under a second and before anything is charged. Only
+``load`` touches the rows, and nothing after it can refuse for a reason that depends on them.
 """
 
 from __future__ import annotations
@@ -11,26 +15,26 @@ from pathlib import Path
 
 import pandas as pd
 
-from core import ingest as _ingest
 from core import mechanisms, noise, paths
 from core import publish as _publish
-from core import validate as _validate
+from core import spec as _spec
+from core.errors import SpecError
 from core.ledger import Charge, Ledger
-from core.mechanisms.base import Plan, Result
-from core.spec import Release
-
-SCHEMAS_DIR = Path(__file__).resolve().parent.parent / "schemas"
+from core.mechanisms.base import DPCost, Plan, Result
+from core.registry import Registry
+from core.spec import Release, ReleaseRequest
 
 
 @dataclass(frozen=True)
 class Store:
-    """The state folder: the DuckDB database (tables and ledger) and the releases."""
+    """The state folder: the DuckDB database (registry and ledger), snapshots and releases."""
 
     root: Path
 
     @classmethod
-    def open(cls, explicit: str | Path | None = None) -> Store:
-        return cls(paths.home(explicit))
+    def open(cls) -> Store:
+        """The home configured for this process (``$PRIVRELEASE_HOME``): never a request's choice."""
+        return cls(paths.home())
 
     @property
     def db(self) -> Path:
@@ -44,58 +48,64 @@ class Store:
     def ledger(self) -> Ledger:
         return Ledger(self.db)
 
-
-def ingest(store: Store, release: Release) -> _ingest.Ingested:
-    ds = release.spec.dataset
-    return _ingest.ingest(store.db, ds.id, release.source, ds.format, ds.delimiter)
-
-
-def load(store: Store, ingested: _ingest.Ingested) -> pd.DataFrame:
-    return _ingest.load(store.db, ingested)
+    @property
+    def registry(self) -> Registry:
+        return Registry(self.root)
 
 
-def validate(release: Release, frame: pd.DataFrame) -> _validate.ValidationReport:
-    """The dataset's suite (if any) plus what the mechanism needs of its input."""
-    name, expectations = _validate.load_suite(release.spec.dataset.suite, SCHEMAS_DIR, release.spec_dir)
-    needs = mechanisms.get(release.mechanism).needs(release.params, tuple(frame.columns))
-    return _validate.validate(frame, name, expectations + needs.expectations())
+def prepare(store: Store, request: ReleaseRequest) -> tuple[Release, Plan]:
+    """Bind a request to its registered dataset and plan it; refuse what cannot run, from public facts."""
+    dataset = store.registry.get(request.dataset)
+    release = _spec.bind(request, dataset)
+    module = mechanisms.get(release.mechanism)
+    plan_ = module.plan(release.params)
+    if plan_.cost.kind != dataset.purpose:
+        kinds = {"dp": "differentially private releases", "sdc": "statistical disclosure control (RA, swapping)"}
+        raise SpecError(f"dataset {dataset.id!r} is registered for {kinds[dataset.purpose]}; mechanism "
+                        f"{release.mechanism!r} gives {kinds[plan_.cost.kind]}. Ask the data steward for a "
+                        "dataset registered for that purpose.")  # fmt: skip
+    if isinstance(plan_.cost, DPCost) and plan_.cost.unit != dataset.unit.kind:
+        raise SpecError(f"mechanism {release.mechanism!r} is private for a {plan_.cost.unit} unit, but dataset "
+                        f"{dataset.id!r} is registered with unit {dataset.unit}.")  # fmt: skip
+    module.needs(release.params, tuple(dataset.schema.columns)).check(dataset.schema, dataset.id)
+    if isinstance(plan_.cost, DPCost):
+        store.ledger.admit(dataset.id, plan_.cost.budget)
+    return release, plan_
 
 
-def plan(release: Release) -> Plan:
-    return mechanisms.get(release.mechanism).plan(release.params)
+def load(store: Store, release: Release) -> pd.DataFrame:
+    return store.registry.load(release.dataset)
 
 
-def charge(store: Store, release: Release, plan_: Plan, ingested: _ingest.Ingested, flow_run_id: str | None) -> Charge:
-    """Reserve the release's cost; the reservation pins the parameters and the input's fingerprint."""
+def charge(store: Store, release: Release, plan_: Plan, flow_run_id: str | None) -> Charge:
+    """Reserve the release's cost; the reservation pins the parameters and the registration version."""
     params = {
         "mechanism": release.params.model_dump(mode="json"),
-        "input_fingerprint": ingested.fingerprint,
-        "test_mode": release.spec.seed is not None,
+        "registration": release.dataset.version,
+        "test_mode": release.seed is not None,
     }
+    cost = plan_.cost
     return store.ledger.reserve(
-        release.dataset, release.release_id, plan_.cost, release.mechanism, params, plan_.detail, flow_run_id
-    )
+        release.dataset.id, release.release_id, cost.kind, cost.budget if isinstance(cost, DPCost) else None,
+        release.dataset.unit.adjacency if isinstance(cost, DPCost) else None, release.mechanism, params,
+        plan_.detail, flow_run_id,
+    )  # fmt: skip
 
 
 def privatize(release: Release, frame: pd.DataFrame) -> Result:
     """Run the mechanism on fresh randomness (a fixed seed only in test mode), then check it."""
     module = mechanisms.get(release.mechanism)
-    result = module.run(frame, release.params, noise.generator(release.spec.seed))
+    result = module.run(frame, release.params, noise.generator(release.seed))
     module.check(frame, result, release.params)
     return result
 
 
-def publish(
-    store: Store, release: Release, plan_: Plan, result: Result, charge_: Charge,
-    ingested: _ingest.Ingested, validation: _validate.ValidationReport,
-) -> _publish.Published:  # fmt: skip
-    record = _publish.manifest(
-        release, plan_, result, charge_.entry, ingested, validation, release.spec.seed is not None
-    )
+def publish(store: Store, release: Release, plan_: Plan, result: Result, charge_: Charge) -> _publish.Published:
+    record = _publish.manifest(release, plan_, result, charge_.entry)
     return _publish.publish(store.releases, record, result)
 
 
 def existing(store: Store, release: Release) -> dict:
     """The manifest of a release that is already published."""
-    folder = _publish.release_folder(store.releases, release.dataset, release.release_id)
+    folder = _publish.release_folder(store.releases, release.dataset.id, release.release_id)
     return json.loads((folder / "manifest.json").read_text())

@@ -1,7 +1,8 @@
 """Publish a release: data, manifest and report written to a temporary folder, then renamed.
 
 A reader sees either no release folder or a complete one. The manifest is the release's
-machine-readable record; ``report.md`` (with its charts) is the one a person reads.
+machine-readable record; ``report.md`` (with its charts) is the one a person reads. The manifest
+lists every other file with its digest.
 """
 
 from __future__ import annotations
@@ -19,11 +20,9 @@ import duckdb
 
 from core import __version__
 from core.errors import ReleaseConflict
-from core.ingest import Ingested
 from core.ledger import Entry
-from core.mechanisms.base import Chart, Plan, Result
+from core.mechanisms.base import Chart, DPCost, Plan, Result
 from core.spec import Release
-from core.validate import ValidationReport
 
 
 @dataclass(frozen=True)
@@ -96,55 +95,52 @@ def render_chart(chart: Chart, path: Path) -> None:
     plt.close(fig)
 
 
-def manifest(
-    release: Release, plan: Plan, result: Result, entry: Entry, ingested: Ingested,
-    validation: ValidationReport, test_mode: bool,
-) -> dict:  # fmt: skip
-    """The machine-readable record of a release (public parameters and metadata only)."""
+def manifest(release: Release, plan: Plan, result: Result, entry: Entry) -> dict:
+    """The machine-readable record of a release: public values and the mechanism's DP outputs only.
+
+    Nothing here is measured on the input: the dataset is described by its registration (schema,
+    unit, and the row count only where the unit makes it public), never by a fingerprint.
+    """
+    cost = plan.cost
+    dp = isinstance(cost, DPCost)
     return {
         "release_id": release.release_id,
-        "dataset": release.dataset,
+        "dataset": release.dataset.id,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "test_mode": test_mode,
+        "test_mode": release.seed is not None,
         "mechanism": {"name": release.mechanism, "params": release.params.model_dump(mode="json")},
         "privacy": {
+            "kind": cost.kind,
             "guarantee": plan.guarantee,
-            "adjacency": plan.adjacency,
+            "adjacency": release.dataset.unit.adjacency if dp else None,
             **result.privacy,
-            "epsilon": plan.cost.epsilon,
-            "delta": plan.cost.delta,
+            "epsilon": cost.budget.epsilon if dp else None,
+            "delta": cost.budget.delta if dp else None,
         },
         **result.manifest,
         "ledger": {"seq": entry.seq, "hash": entry.hash},
-        "input": {
-            "source": ingested.source_name,
-            "format": release.spec.dataset.format,
-            "fingerprint": ingested.fingerprint,
-            "rows": ingested.rows,
-            "columns": ingested.columns,
-        },
-        "validation": validation.summary(),
+        "input": release.dataset.public(),
         "software": {"privrelease": __version__, "duckdb": duckdb.__version__},
     }
 
 
 def report(record: dict, result: Result) -> str:
-    """report.md: what was released, under which guarantee, at what cost, and how it was checked."""
-    p, v = record["privacy"], record["validation"]
+    """report.md: what was released, under which guarantee, at what cost."""
+    p, ds = record["privacy"], record["input"]
     charts = "".join(f"![{c.title}]({c.filename})\n\n" for c in result.charts)
     files = "\n".join(f"- `{name}` (sha256 `{digest[:16]}…`)" for name, digest in record["files"].items())
-    failed = "none" if not v["failures"] else f"{len(v['failures'])}"
+    cost = (f"epsilon = {p['epsilon']:g}, delta = {p['delta']:g} ({p['adjacency']})" if p["kind"] == "dp"
+            else "none: not differential privacy (statistical disclosure control; see its risk figures)")
+    rows = "" if ds["rows"] is None else f", {ds['rows']} records (public under its unit)"
     return (
         f"# Release `{record['release_id']}` of dataset `{record['dataset']}`\n\n"
         + ("> **Test release**: made with a fixed seed in test mode; not for publication.\n\n" if record["test_mode"] else "")
         + "| | |\n|---|---|\n"
         f"| mechanism | `{record['mechanism']['name']}` |\n"
         f"| guarantee | {p['guarantee']} |\n"
-        f"| privacy cost charged | epsilon = {p['epsilon']:g}, delta = {p['delta']:g} |\n"
+        f"| privacy cost charged | {cost} |\n"
         f"| ledger entry | #{record['ledger']['seq']} (`{record['ledger']['hash'][:16]}…`) |\n"
-        f"| input | `{record['input']['source']}`, {record['input']['rows']} rows, "
-        f"sha256 `{record['input']['fingerprint'][:16]}…` |\n"
-        f"| validation | suite `{v['suite']}`: {v['evaluated']} expectations, failures: {failed} |\n"
+        f"| dataset | `{ds['id']}` registration {ds['version']}, unit `{ds['unit']}`, {len(ds['schema'])} columns{rows} |\n"
         f"| created | {record['created']} |\n\n"
         f"Parameters: `{json.dumps(record['mechanism']['params'])}`\n\n"
         + result.report + "\n" + charts + "## Files\n\n" + files + "\n"
@@ -171,9 +167,9 @@ def publish(releases_root: Path, record: dict, result: Result) -> Published:
             con.close()
         for chart in result.charts:
             render_chart(chart, tmp / chart.filename)
-        files = {name: _sha256(tmp / name) for name in names}
-        record = {**record, "files": files}
-        (tmp / "report.md").write_text(report(record, result))
+        files = {name: _sha256(tmp / name) for name in [*names, *(c.filename for c in result.charts)]}
+        (tmp / "report.md").write_text(report({**record, "files": files}, result))
+        record = {**record, "files": {**files, "report.md": _sha256(tmp / "report.md")}}
         (tmp / "manifest.json").write_text(json.dumps(record, indent=2, sort_keys=False) + "\n")
         _fsync_tree(tmp)
         os.rename(tmp, final)

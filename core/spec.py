@@ -1,4 +1,4 @@
-"""Release specs: the YAML a steward writes, checked before anything runs.
+"""Release requests: a registered dataset, a mechanism and its public parameters, checked before anything runs.
 
 The JSON schema in ``schemas/release-spec.schema.json`` is generated from these models
 (``json_schema()``); a test keeps the file and the models in step.
@@ -18,37 +18,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from core import mechanisms, noise
 from core.errors import SpecError
+from core.ids import ID_PATTERN
 from core.mechanisms.base import StrictParams
-
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,79}$"
-
-
-class DatasetSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    id: str = Field(pattern=ID_PATTERN, description="dataset id: the ledger's budget unit and the release folder")
-    source: str = Field(min_length=1, description="path of the input file, relative to the spec's folder")
-    format: Literal["csv", "parquet", "jsonl"] = Field(description="file format")
-    delimiter: str = Field(",", min_length=1, max_length=1, description="CSV field delimiter")
-    suite: str | list[dict] | None = Field(
-        None, description="expectation suite: a JSON file (next to the spec or in schemas/suites) or inline expectations"
-    )
+from core.registry import Dataset
 
 
-class MechanismSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(description="mechanism name")
-    params: dict = Field(default_factory=dict, description="the mechanism's parameters")
-
-
-class ReleaseSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    release_id: str | None = Field(None, pattern=ID_PATTERN, description="optional; a retry with the same id is charged once")
-    dataset: DatasetSpec
-    mechanism: MechanismSpec
-    seed: int | None = Field(None, ge=0, description="test mode only (PRIVRELEASE_TEST_MODE=1)")
+def _request_params(module: object) -> type[StrictParams]:
+    """A mechanism's parameters as a request may give them: without its unit parameter, which the
+    registry fills in (the privacy unit is the steward's, not the analyst's)."""
+    unit = getattr(module, "UNIT_PARAM", None)
+    if unit is None:
+        return module.Params
+    fields = {n: (f.annotation, f) for n, f in module.Params.model_fields.items() if n != unit}
+    return create_model(f"{module.NAME.upper()}RequestParams", __base__=StrictParams, **fields)
 
 
 def _choice(name: str, params: type[StrictParams]) -> type[BaseModel]:
@@ -61,38 +44,38 @@ def _choice(name: str, params: type[StrictParams]) -> type[BaseModel]:
 # The mechanism as a typed choice: what a Prefect form renders (a selector, then each
 # mechanism's own fields with their bounds and descriptions).
 MechanismChoice = Annotated[
-    Union[tuple(_choice(n, m.Params) for n, m in sorted(mechanisms.REGISTRY.items()))],  # noqa: UP007
+    Union[tuple(_choice(n, _request_params(m)) for n, m in sorted(mechanisms.REGISTRY.items()))],  # noqa: UP007
     Field(discriminator="name"),
 ]
 
 
 class ReleaseRequest(BaseModel):
-    """A release spec as a typed flow parameter (for runs triggered from the UI)."""
+    """A release request: a registered dataset, a mechanism and its public parameters, nothing else."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     release_id: str | None = Field(None, pattern=ID_PATTERN, description="optional; a retry with the same id is charged once")
-    dataset: DatasetSpec = Field(description="the input; a relative source is resolved against $PRIVRELEASE_HOME")
+    dataset: str = Field(pattern=ID_PATTERN, description="id of a dataset the data steward registered")
     mechanism: MechanismChoice
+    seed: int | None = Field(None, ge=0, description="test mode only (PRIVRELEASE_TEST_MODE=1)")
 
 
 @dataclass(frozen=True)
 class Release:
-    """A checked spec: paths resolved, mechanism parameters parsed, release id fixed."""
+    """A checked request against its registered dataset: parameters parsed, release id fixed."""
 
-    spec: ReleaseSpec
+    request: ReleaseRequest
     release_id: str
-    source: Path
-    spec_dir: Path
+    dataset: Dataset
     params: StrictParams
 
     @property
-    def dataset(self) -> str:
-        return self.spec.dataset.id
+    def mechanism(self) -> str:
+        return self.request.mechanism.name
 
     @property
-    def mechanism(self) -> str:
-        return self.spec.mechanism.name
+    def seed(self) -> int | None:
+        return self.request.seed
 
 
 def _describe(exc: ValidationError, prefix: str = "") -> str:
@@ -104,48 +87,57 @@ def _describe(exc: ValidationError, prefix: str = "") -> str:
     return "; ".join(parts)
 
 
-def parse(doc: object, spec_dir: Path) -> Release:
-    """Check a spec document (already parsed from YAML) and resolve it."""
+def parse(doc: object) -> ReleaseRequest:
+    """Check a request document (already parsed from YAML or JSON) against the request schema."""
     if not isinstance(doc, dict):
-        raise SpecError("a release spec is a YAML mapping with keys dataset, mechanism (and optionally release_id, seed).")
+        raise SpecError("a release request is a mapping with keys dataset, mechanism (and optionally release_id, seed).")
+    if isinstance(doc.get("dataset"), dict):
+        raise SpecError("dataset is the id of a registered dataset, not a source description; the data steward "
+                        "registers sources with 'privrelease dataset add'.")  # fmt: skip
+    mechanism = doc.get("mechanism")
+    if isinstance(mechanism, dict) and isinstance(mechanism.get("name"), str):
+        mechanisms.get(mechanism["name"])  # an unknown name gets the list of known ones
     try:
-        spec = ReleaseSpec.model_validate(doc)
+        request = ReleaseRequest.model_validate(doc)
     except ValidationError as exc:
-        raise SpecError(f"the release spec is invalid: {_describe(exc)}.") from None
-    noise.check_seed(spec.seed)
-    module = mechanisms.get(spec.mechanism.name)
-    try:
-        params = module.Params.model_validate(spec.mechanism.params)
-    except ValidationError as exc:
-        raise SpecError(f"the release spec is invalid: {_describe(exc, 'mechanism.params')}.") from None
-    release_id = spec.release_id or (
-        f"{spec.dataset.id}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
-    )
-    source = (spec_dir / spec.dataset.source).resolve()
-    return Release(spec, release_id, source, spec_dir.resolve(), params)
+        raise SpecError(f"the release request is invalid: {_describe(exc)}.") from None
+    noise.check_seed(request.seed)
+    return request
 
 
-def load(path: str | Path) -> Release:
-    """Read and check a release spec file."""
+def bind(request: ReleaseRequest, dataset: Dataset) -> Release:
+    """The request's parameters as the mechanism takes them, with the registered unit filled in."""
+    module = mechanisms.get(request.mechanism.name)
+    params = request.mechanism.params.model_dump()
+    unit = getattr(module, "UNIT_PARAM", None)
+    if unit is not None:
+        if dataset.unit.column is None:
+            raise SpecError(f"mechanism {request.mechanism.name!r} protects users, but dataset {dataset.id!r} is "
+                            "registered with unit 'record'; it needs a dataset registered with --unit user:COLUMN.")  # fmt: skip
+        params[unit] = dataset.unit.column
+    release_id = request.release_id or f"{dataset.id}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+    return Release(request, release_id, dataset, module.Params.model_validate(params))
+
+
+def load(path: str | Path) -> ReleaseRequest:
+    """Read and check a release request file (YAML or JSON)."""
     path = Path(path)
     if not path.is_file():
-        raise SpecError(f"release spec {str(path)!r} is not a file.")
+        raise SpecError(f"release request {str(path)!r} is not a file.")
     try:
         doc = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        raise SpecError(f"release spec {path.name!r} is not valid YAML{where}.") from None
-    return parse(doc, path.parent)
+        raise SpecError(f"release request {path.name!r} is not valid YAML{where}.") from None
+    return parse(doc)
 
 
 def json_schema() -> dict:
-    """The release-spec JSON schema: the typed request (each mechanism's parameters as a tagged
-    alternative) plus the test-mode ``seed`` of a spec file."""
+    """The release-request JSON schema: each mechanism's parameters as a tagged alternative."""
     schema = ReleaseRequest.model_json_schema()
-    schema["properties"]["seed"] = ReleaseSpec.model_json_schema()["properties"]["seed"]
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "privrelease release spec"
+    schema["title"] = "privrelease release request"
     return schema
 
 

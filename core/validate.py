@@ -1,7 +1,8 @@
-"""Validate a table with Great Expectations 1.x and turn the result into a plain report.
+"""Validate a table against the steward's expectation suite with Great Expectations 1.x.
 
-The report and the error carry expectation types, columns, counts and observed types only,
-never the unexpected values Great Expectations collects.
+This runs at registration, for the data steward, who may see the data: failures give counts.
+They still never repeat the unexpected values Great Expectations collects, so a message can be
+pasted into a ticket. Releases never run it: a failed expectation would be a free count.
 """
 
 from __future__ import annotations
@@ -14,41 +15,6 @@ from pathlib import Path
 import pandas as pd
 
 from core.errors import SpecError, ValidationFailed
-
-NUMERIC_TYPES = [
-    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64",
-    "float32", "float64", "Float32", "Float64",
-]  # fmt: skip
-
-
-FLOAT_MAX = 1.7976931348623157e308  # the largest finite float64
-
-
-@dataclass(frozen=True)
-class Needs:
-    """What a mechanism needs of its input table: columns present, non-null, of a kind."""
-
-    columns: tuple[str, ...]
-    numeric: tuple[str, ...] = ()
-    finite: tuple[str, ...] = ()  # numeric columns that must hold no infinities
-
-    def expectations(self) -> list[dict]:
-        out: list[dict] = [{"type": "expect_table_row_count_to_be_between", "kwargs": {"min_value": 1}}]
-        for column in self.columns:
-            out.append({"type": "expect_column_to_exist", "kwargs": {"column": column}})
-            out.append({"type": "expect_column_values_to_not_be_null", "kwargs": {"column": column}})
-        for column in self.numeric:
-            out.append(
-                {"type": "expect_column_values_to_be_in_type_list",
-                 "kwargs": {"column": column, "type_list": NUMERIC_TYPES}}
-            )
-        for column in self.finite:
-            out.append(
-                {"type": "expect_column_values_to_be_between",
-                 "kwargs": {"column": column, "min_value": -FLOAT_MAX, "max_value": FLOAT_MAX}}
-            )
-        return out
 
 
 @dataclass(frozen=True)
@@ -63,19 +29,11 @@ class ValidationReport:
                 "failures": self.failures}
 
 
-def load_suite(suite: str | list | None, schemas_dir: Path, spec_dir: Path) -> tuple[str, list[dict]]:
-    """Resolve the spec's ``suite``: a file (in the spec's folder or ``schemas/suites``) or a list."""
-    if suite is None:
-        return "mechanism-needs", []
-    if isinstance(suite, list):
-        return "inline", [_expectation(e) for e in suite]
-    candidates = [spec_dir / suite, schemas_dir / "suites" / suite, schemas_dir / suite]
-    path = next((p for p in candidates if p.is_file()), None)
-    if path is None:
-        raise SpecError(
-            f"dataset.suite {suite!r} was not found next to the spec or in schemas/suites/; "
-            "give a path to an expectation-suite JSON file or a list of expectations."
-        )
+def load_suite(suite: str) -> tuple[str, list[dict]]:
+    """A steward's expectation suite: a JSON file with an ``expectations`` list."""
+    path = Path(suite)
+    if not path.is_file():
+        raise SpecError(f"--suite {suite!r} is not a file; give an expectation-suite JSON file.")
     try:
         doc = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
@@ -128,7 +86,7 @@ def validate(frame: pd.DataFrame, suite_name: str, expectations: list[dict]) -> 
         lines = "; ".join(_describe(f) for f in failures)
         raise ValidationFailed(
             f"the dataset failed {len(failures)} of {report.evaluated} expectations of suite "
-            f"{suite_name!r}: {lines}. Nothing was charged or published; fix the data or the suite.",
+            f"{suite_name!r}: {lines}. Nothing was registered; fix the data or the suite.",
             failures,
         )
     return report

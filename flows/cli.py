@@ -57,19 +57,21 @@ def _runner(args: argparse.Namespace) -> dict:
     return {"runner": "dask" if dask else "local", "dask_address": args.dask_address, "dask_workers": args.dask_workers}
 
 
-def _run_release(spec_path: Path, root: Path, runner: dict) -> dict:
-    from core import spec
+def _run_release(request_path: Path, runner: dict) -> dict:
+    """Check the request against public facts first (well under a second), then run the flow."""
+    from core import pipeline, spec
 
-    spec.load(spec_path)  # fail fast on a bad spec, before Prefect starts
-    _prefect_env(root)
+    request = spec.load(request_path)
+    pipeline.prepare(pipeline.Store.open(), request)  # fail fast, before Prefect starts
+    _prefect_env(paths.home())
     from flows.release import release
 
     _quiet_console()
-    return release(spec_path=str(spec_path.resolve()), home=str(root), **runner)
+    return release(request=request, **runner)
 
 
 def cmd_release(args: argparse.Namespace, root: Path) -> int:
-    summary = _run_release(Path(args.spec), root, _runner(args))
+    summary = _run_release(Path(args.request), _runner(args))
     print(f"release {summary['release_id']}")
     print(f"folder {summary['folder']}")
     if summary["already_published"]:
@@ -118,11 +120,11 @@ def cmd_spam_split(args: argparse.Namespace, root: Path) -> int:
 def cmd_demo(args: argparse.Namespace, root: Path) -> int:
     from core.demo import write_demo
 
-    spec_path = write_demo(root / "demo", rows=args.rows)
+    request = write_demo(root, rows=args.rows)
     if args.prepare_only:
-        print(f"demo inputs and specs written to {spec_path.parent}")
+        print(f"demo datasets registered; release requests written to {request.parent}")
         return 0
-    summary = _run_release(spec_path, root, {"runner": "local", "dask_address": None, "dask_workers": 2})
+    summary = _run_release(request, {"runner": "local", "dask_address": None, "dask_workers": 2})
     ledger = summary["ledger"]
     print(f"\nrelease folder: {summary['folder']}")
     print(f"ledger entry:   #{ledger['seq']} {ledger['hash']}")
@@ -131,9 +133,70 @@ def cmd_demo(args: argparse.Namespace, root: Path) -> int:
     return 0
 
 
+def cmd_dataset_add(args: argparse.Namespace, root: Path) -> int:
+    from core.registry import Registry, Unit, read_schema
+
+    schema = read_schema(args.schema) if args.schema else None
+    dataset, inferred = Registry(root).add(
+        args.id, args.source, args.format, Unit.parse(args.unit), args.purpose, schema,
+        str(Path(args.suite).resolve()) if args.suite else None, args.delimiter,
+    )  # fmt: skip
+    _show(dataset)
+    if inferred:
+        print("\nschema (inferred from the file, now public; keep it and pass it with --schema next time):")
+        print(dataset.schema.yaml(), end="")
+    return 0
+
+
+def _show(dataset) -> None:  # noqa: ANN001 - core.registry.Dataset
+    rows = "" if dataset.rows is None else f", {dataset.rows} rows (public)"
+    print(f"dataset {dataset.id}: registration {dataset.version}, unit {dataset.unit}, purpose {dataset.purpose}, "
+          f"{len(dataset.schema.columns)} columns{rows}")  # fmt: skip
+
+
+def cmd_dataset_list(args: argparse.Namespace, root: Path) -> int:
+    from core.registry import Registry
+
+    datasets = Registry(root).list()
+    if args.json:
+        print(json.dumps([d.public() for d in datasets], indent=2))
+        return 0
+    for dataset in datasets:
+        _show(dataset)
+    if not datasets:
+        print("no datasets registered; register one with privrelease dataset add")
+    return 0
+
+
+def cmd_dataset_show(args: argparse.Namespace, root: Path) -> int:
+    from core.registry import Registry
+
+    print(json.dumps(Registry(root).get(args.id).public(), indent=2))
+    return 0
+
+
+def cmd_dataset_refresh(args: argparse.Namespace, root: Path) -> int:
+    from core.registry import Registry
+
+    _show(Registry(root).refresh(args.id))
+    return 0
+
+
+def cmd_dataset_drop(args: argparse.Namespace, root: Path) -> int:
+    from core.registry import Registry
+
+    Registry(root).drop(args.id)
+    print(f"dataset {args.id}: stored rows deleted; its registration history and ledger entries remain")
+    return 0
+
+
 def cmd_set_budget(args: argparse.Namespace, root: Path) -> int:
     from core.ledger import Ledger
+    from core.registry import Registry
 
+    if Registry(root).get(args.dataset).purpose != "dp":
+        raise UserError(f"dataset {args.dataset!r} is registered for statistical disclosure control, which has "
+                        "no epsilon; a privacy budget applies to datasets registered with --purpose dp.")  # fmt: skip
     try:
         cap = Budget(args.epsilon, args.delta)
     except ValueError as exc:
@@ -155,12 +218,14 @@ def cmd_history(args: argparse.Namespace, root: Path) -> int:
     if args.json:
         print(json.dumps([e.as_dict() for e in entries], indent=2))
         return 0
-    header = f"{'seq':>4}  {'time (UTC)':<19}  {'dataset':<16} {'release':<34} {'mechanism':<9} {'status':<9} {'epsilon':>8} {'delta':>8}  detail"
+    header = (f"{'seq':>4}  {'time (UTC)':<19}  {'dataset':<16} {'release':<34} {'kind':<4} {'mechanism':<9} "
+              f"{'status':<9} {'epsilon':>8} {'delta':>8}  detail")  # fmt: skip
     print(header)
     for e in entries:
         detail = " ".join(f"{k}={v}" for k, v in json.loads(e.detail).items())
-        print(f"{e.seq:>4}  {e.ts[:19]:<19}  {e.dataset:<16} {e.release_id or '-':<34} {e.mechanism or '-':<9} "
-              f"{e.status:<9} {e.epsilon:>8.4g} {e.delta:>8.2g}  {detail}")  # fmt: skip
+        money = f"{e.epsilon:>8.4g} {e.delta:>8.2g}" if e.kind == "dp" or e.status == "cap" else f"{'-':>8} {'-':>8}"
+        print(f"{e.seq:>4}  {e.ts[:19]:<19}  {e.dataset:<16} {e.release_id or '-':<34} {e.kind or '-':<4} "
+              f"{e.mechanism or '-':<9} {e.status:<9} {money}  {detail}")  # fmt: skip
     return 0
 
 
@@ -175,11 +240,15 @@ def cmd_totals(args: argparse.Namespace, root: Path) -> int:
     def pair(b: Budget | None) -> str:
         return "no cap" if b is None else f"{b.epsilon:.4g} / {b.delta:.2g}"
 
-    print(f"{'dataset':<16} {'cap eps/delta':>18} {'spent eps/delta':>18} {'remaining':>18} {'GDP eps':>8}  releases (published/failed/pending)")
+    print(f"{'dataset':<16} {'kind':<4} {'cap eps/delta':>18} {'spent eps/delta':>18} {'remaining':>18} {'GDP eps':>8}  "
+          "releases (published/failed/pending)")  # fmt: skip
     for t in totals:
         gdp = "-" if t.gdp_epsilon is None else f"{t.gdp_epsilon:.4g}"
-        print(f"{t.dataset:<16} {pair(t.cap):>18} {pair(t.spent):>18} {pair(t.remaining):>18} {gdp:>8}  "
-              f"{t.releases} ({t.published}/{t.failed}/{t.pending})")  # fmt: skip
+        if t.kind == "dp":
+            money = f"{pair(t.cap):>18} {pair(t.spent):>18} {pair(t.remaining):>18} {gdp:>8}"
+        else:  # no epsilon is claimed for sdc and mpc runs, so none is shown
+            money = f"{'not DP: no budget':>18} {'-':>18} {'-':>18} {'-':>8}"
+        print(f"{t.dataset:<16} {t.kind or '-':<4} {money}  {t.releases} ({t.published}/{t.failed}/{t.pending})")
     return 0
 
 
@@ -206,15 +275,41 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--home", help=f"state folder (default ${paths.HOME_ENV} or ./.privrelease)")
     sub = top.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("release", help="run the release flow for a release spec")
-    p.add_argument("spec", help="release spec (YAML)")
+    p = sub.add_parser("release", help="run the release flow for a release request")
+    p.add_argument("request", help="release request (YAML or JSON): dataset id, mechanism, parameters")
     _dask_options(p)
     p.set_defaults(func=cmd_release)
 
-    p = sub.add_parser("demo", help="generate a sample census table and release it with RA")
+    p = sub.add_parser("demo", help="register sample datasets as the steward, then release the census one with RA")
     p.add_argument("--rows", type=int, default=20_000)
-    p.add_argument("--prepare-only", action="store_true", help="write the demo inputs and specs, release nothing")
+    p.add_argument("--prepare-only", action="store_true", help="register the demo datasets, release nothing")
     p.set_defaults(func=cmd_demo)
+
+    ds = sub.add_parser("dataset", help="the data steward's dataset registry")
+    dsub = ds.add_subparsers(dest="dataset_command", required=True)
+    p = dsub.add_parser("add", help="ingest a source once, check it, and register it")
+    p.add_argument("id")
+    p.add_argument("--source", required=True, help="file under the data root ($PRIVRELEASE_DATA_ROOT)")
+    p.add_argument("--format", required=True, choices=["csv", "parquet", "jsonl"])
+    p.add_argument("--unit", required=True, help="privacy unit: record, or user:COLUMN")
+    p.add_argument("--purpose", required=True, choices=["dp", "sdc"],
+                   help="dp: differentially private releases; sdc: RA and swapping")
+    p.add_argument("--schema", help="declared schema (YAML/JSON); without it the inferred one is printed")
+    p.add_argument("--suite", help="Great Expectations suite (JSON) checked at registration and refresh")
+    p.add_argument("--delimiter", default=",", help="CSV delimiter")
+    p.set_defaults(func=cmd_dataset_add)
+    p = dsub.add_parser("list", help="registered datasets (public facts)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_dataset_list)
+    p = dsub.add_parser("show", help="one dataset's public facts: unit, purpose, schema")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_dataset_show)
+    p = dsub.add_parser("refresh", help="re-ingest and re-check from the registered source")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_dataset_refresh)
+    p = dsub.add_parser("drop", help="delete the stored rows (the ledger keeps its entries)")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_dataset_drop)
 
     spam = sub.add_parser("spam", help="private spam-filter training and classification")
     ssub = spam.add_subparsers(dest="spam_command", required=True)
@@ -256,6 +351,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     root = paths.home(args.home)
+    os.environ[paths.HOME_ENV] = str(root)  # the flows read the home from the environment, never a parameter
     try:
         return args.func(args, root)
     except UserError as exc:

@@ -1,6 +1,7 @@
 """Tasks of the release pipeline. Each calls one core step.
 
-Tasks whose inputs or outputs carry raw rows are never cached or persisted (``RAW``).
+Tasks whose inputs or outputs carry raw rows are never cached or persisted (``RAW``); the others
+are kept out of result storage too, since nothing here needs to be replayed.
 """
 
 from __future__ import annotations
@@ -10,50 +11,28 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
-from core import pipeline, spec
-from core.ingest import Ingested
+from core import pipeline
 from core.ledger import Charge
 from core.mechanisms.base import Plan, Result
 from core.publish import Published
-from core.spec import Release
-from core.validate import ValidationReport
+from core.spec import Release, ReleaseRequest
 
 RAW = {"cache_policy": NO_CACHE, "persist_result": False}
 
 
-@task(name="load-spec", **RAW)
-def load_spec(spec_path: str) -> Release:
-    return spec.load(spec_path)
+@task(name="prepare", **RAW)
+def prepare(store: pipeline.Store, request: ReleaseRequest) -> tuple[Release, Plan]:
+    return pipeline.prepare(store, request)
 
 
-@task(name="parse-request", **RAW)
-def parse_request(request: spec.ReleaseRequest, store: pipeline.Store) -> Release:
-    return spec.parse(request.model_dump(mode="json"), store.root)
-
-
-@task(name="ingest", **RAW)
-def ingest(store: pipeline.Store, release: Release) -> Ingested:
-    return pipeline.ingest(store, release)
-
-
-@task(name="load-table", **RAW)
-def load(store: pipeline.Store, ingested: Ingested) -> pd.DataFrame:
-    return pipeline.load(store, ingested)
-
-
-@task(name="validate", **RAW)
-def validate(release: Release, frame: pd.DataFrame) -> ValidationReport:
-    return pipeline.validate(release, frame)
-
-
-@task(name="plan", **RAW)
-def plan(release: Release) -> Plan:
-    return pipeline.plan(release)
+@task(name="load-snapshot", **RAW)
+def load(store: pipeline.Store, release: Release) -> pd.DataFrame:
+    return pipeline.load(store, release)
 
 
 @task(name="charge", **RAW)
-def charge(store: pipeline.Store, release: Release, plan_: Plan, ingested: Ingested) -> Charge:
-    return pipeline.charge(store, release, plan_, ingested, flow_run.get_id())
+def charge(store: pipeline.Store, release: Release, plan_: Plan) -> Charge:
+    return pipeline.charge(store, release, plan_, flow_run.get_id())
 
 
 @task(name="privatize", **RAW)
@@ -62,11 +41,8 @@ def privatize(release: Release, frame: pd.DataFrame) -> Result:
 
 
 @task(name="publish", **RAW)
-def publish(
-    store: pipeline.Store, release: Release, plan_: Plan, result: Result, charge_: Charge,
-    ingested: Ingested, validation: ValidationReport,
-) -> Published:  # fmt: skip
-    return pipeline.publish(store, release, plan_, result, charge_, ingested, validation)
+def publish(store: pipeline.Store, release: Release, plan_: Plan, result: Result, charge_: Charge) -> Published:
+    return pipeline.publish(store, release, plan_, result, charge_)
 
 
 @task(name="settle", **RAW)

@@ -1,21 +1,23 @@
 """The shape every mechanism module has: a typed parameter object, ``plan`` and ``run``.
 
-A mechanism module exposes ``NAME``, ``Params`` (a pydantic model), ``needs(params, schema)`` (what
-validation must ensure of the input, given its column names), ``plan(params)`` (its privacy cost from public parameters
-only), ``run(frame, params, rng)`` and ``check(original, result, params)`` (output invariants).
+A mechanism module exposes ``NAME``, ``Params`` (a pydantic model), ``needs(params, columns)`` (what
+the registered schema must provide, given its column names), ``plan(params)`` (its cost from public
+parameters only: a ``DPCost`` or ``NoDP``), ``run(frame, params, rng)`` and ``check(original, result,
+params)`` (output invariants). A mechanism whose privacy unit is a column names that parameter in
+``UNIT_PARAM``: the pipeline fills it from the dataset's registered unit, never from a request.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from core.accounting import Budget
-from core.validate import Needs
+from core.schema import Needs
 
 
 class StrictParams(BaseModel):
@@ -25,12 +27,27 @@ class StrictParams(BaseModel):
 
 
 @dataclass(frozen=True)
+class DPCost:
+    """An (epsilon, delta) charge, valid for datasets whose privacy unit is ``unit``."""
+
+    budget: Budget
+    unit: Literal["record", "user"]
+    kind: Literal["dp"] = "dp"
+
+
+@dataclass(frozen=True)
+class NoDP:
+    """No differential privacy: statistical disclosure control, whose risk figures the release states."""
+
+    kind: Literal["sdc"] = "sdc"
+
+
+@dataclass(frozen=True)
 class Plan:
     """What a release will cost, known before any data is read."""
 
-    cost: Budget
+    cost: DPCost | NoDP
     guarantee: str  # one line, for the manifest and report
-    adjacency: str | None = None  # the neighbouring relation, for DP mechanisms
     detail: dict = field(default_factory=dict)  # accountant detail for the ledger (e.g. sigmas)
 
 
@@ -66,7 +83,7 @@ class Mechanism(Protocol):
     NAME: str
     Params: type[StrictParams]
 
-    def needs(self, params: StrictParams, schema: tuple[str, ...]) -> Needs: ...
+    def needs(self, params: StrictParams, columns: tuple[str, ...]) -> Needs: ...
     def plan(self, params: StrictParams) -> Plan: ...
     def run(self, frame: pd.DataFrame, params: StrictParams, rng: np.random.Generator) -> Result: ...
     def check(self, original: pd.DataFrame, result: Result, params: StrictParams) -> None: ...

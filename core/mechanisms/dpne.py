@@ -35,10 +35,11 @@ from core import noise, parallel
 from core.accounting import Budget, compose_sigmas, gaussian_sigma
 from core.db import quote_ident, scratch
 from core.errors import InternalError
-from core.mechanisms.base import Chart, Plan, Result, StrictParams
-from core.validate import Needs
+from core.mechanisms.base import Chart, DPCost, Plan, Result, StrictParams
+from core.schema import Needs
 
 NAME = "dpne"
+UNIT_PARAM = "user_column"  # filled from the dataset's registered unit
 SEP = " "  # tokens never contain whitespace, so joining with a space is unambiguous
 
 
@@ -119,9 +120,8 @@ def needs(params: Params, schema: tuple[str, ...]) -> Needs:
 def plan(params: Params) -> Plan:
     acc = accounting(params)
     return Plan(
-        cost=Budget(params.epsilon, params.delta),
+        cost=DPCost(Budget(params.epsilon, params.delta), "user"),
         guarantee=f"user-level (epsilon={params.epsilon:g}, delta={params.delta:g})-differential privacy (DPNE, Kim et al.)",
-        adjacency="add or remove one user (all of the user's posts)",
         detail={
             "accountant": "gaussian-dp",
             "sigma_star": acc.sigma_star,

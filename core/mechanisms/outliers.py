@@ -30,9 +30,9 @@ from scipy.spatial import cKDTree
 from core import noise
 from core.accounting import Budget, gaussian_sigma
 from core.errors import InternalError, ParameterError
-from core.mechanisms.base import Chart, Plan, Result, StrictParams
+from core.mechanisms.base import Chart, DPCost, Plan, Result, StrictParams
 from core.parallel import fan_out
-from core.validate import Needs
+from core.schema import Needs
 
 NAME = "outliers"
 RADIUS_SLACK = 1e-9  # relative: points at exactly distance r stay inside despite float rounding
@@ -208,7 +208,7 @@ def resolve(params: Params, schema: tuple[str, ...]) -> tuple[list[str], list[tu
 
 def needs(params: Params, schema: tuple[str, ...]) -> Needs:
     columns, _ = resolve(params, schema)
-    return Needs(columns=tuple(columns), numeric=tuple(columns), finite=tuple(columns))
+    return Needs(columns=tuple(columns), numeric=tuple(columns))
 
 
 def plan(params: Params) -> Plan:
@@ -216,9 +216,8 @@ def plan(params: Params) -> Plan:
     what = "count of outliers" if params.query == "count" else f"top-{params.h} subspaces of dimension {params.c}"
     cost = Budget(params.epsilon, params.delta if (a.counts or a.standardize.delta) else 0.0)
     return Plan(
-        cost=cost,
+        cost=DPCost(cost, "record"),
         guarantee=f"record-level (epsilon={cost.epsilon:g}, delta={cost.delta:g})-differential privacy: DP {what} (Okada et al.)",
-        adjacency=ADJACENCY,
         detail={
             "accountant": "basic",
             "standardize": [a.standardize.epsilon, a.standardize.delta],

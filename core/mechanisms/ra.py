@@ -15,10 +15,9 @@ import numpy as np
 import pandas as pd
 from pydantic import Field, model_validator
 
-from core.accounting import ZERO
 from core.errors import InternalError, ParameterError
-from core.mechanisms.base import Chart, Plan, Result, StrictParams
-from core.validate import Needs
+from core.mechanisms.base import Chart, NoDP, Plan, Result, StrictParams
+from core.schema import Needs
 
 NAME = "ra"
 P_TOLERANCE = 1e-9
@@ -62,7 +61,7 @@ def needs(params: Params, schema: tuple[str, ...]) -> Needs:
 
 def plan(params: Params) -> Plan:
     variant = "Enhanced RA" if params.k is not None else "RA"
-    return Plan(cost=ZERO, guarantee=f"{variant}: probabilistic anonymity Pa (Yang & Qiao, eq. 1); not differential privacy")
+    return Plan(cost=NoDP(), guarantee=f"{variant}: probabilistic anonymity Pa (Yang & Qiao, eq. 1); not differential privacy")
 
 
 def entropies(frame: pd.DataFrame, columns: list[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -28,10 +28,9 @@ import pandas as pd
 from pydantic import Field, model_validator
 from scipy.spatial import ConvexHull, QhullError, cKDTree
 
-from core.accounting import ZERO
 from core.errors import InternalError, ParameterError
-from core.mechanisms.base import Chart, Plan, Result, StrictParams
-from core.validate import Needs
+from core.mechanisms.base import Chart, NoDP, Plan, Result, StrictParams
+from core.schema import Needs
 
 SwapMode = Literal["cyclic", "pairs", "block"]
 
@@ -293,7 +292,7 @@ def needs_numeric(params: _Common) -> Needs:
 
 
 def plan_swapping(name: str) -> Plan:
-    return Plan(cost=ZERO, guarantee=f"{name}: value-invariant local swapping with disclosure risk P; not differential privacy")
+    return Plan(cost=NoDP(), guarantee=f"{name}: value-invariant local swapping with disclosure risk P; not differential privacy")
 
 
 def _others(frame: pd.DataFrame, params: _Common, rng: np.random.Generator) -> dict[str, np.ndarray]:

@@ -1,0 +1,411 @@
+"""The dataset registry: what the data steward registered, and the one stored snapshot of it.
+
+Registration is the only step that reads a source file. The steward may see the data, so its
+errors give counts and line numbers. What it records splits in two:
+
+- public facts (``Dataset``): id, privacy unit, purpose, the schema (column names, types,
+  nullability), the row count when the unit makes it public, and a registration version;
+- private facts: the source path and the snapshot's digest, used only to check that the stored
+  snapshot is the one registered. Releases read the snapshot, never the source.
+
+A dataset id is bound to its unit and purpose for good: the ledger keys budgets by id, so the
+same id must always mean the same adjacency.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+import pandas as pd
+import yaml
+from pydantic import ValidationError
+
+from core import paths
+from core.db import connect, exclusive, quote_ident
+from core.errors import IngestError, SpecError, UserError
+from core.ids import check_id
+from core.schema import TYPES, Column, Schema
+
+FORMATS = ("csv", "parquet", "jsonl")
+PURPOSES = ("dp", "sdc")
+# DuckDB type → registered type; anything else is stored as text.
+_DUCK = {
+    "TINYINT": "integer", "SMALLINT": "integer", "INTEGER": "integer", "BIGINT": "integer", "HUGEINT": "integer",
+    "UTINYINT": "integer", "USMALLINT": "integer", "UINTEGER": "integer", "UBIGINT": "integer",
+    "FLOAT": "float", "DOUBLE": "float", "BOOLEAN": "boolean", "DATE": "date", "TIMESTAMP": "timestamp",
+    "VARCHAR": "string",
+}  # fmt: skip
+_CAST = {"integer": "BIGINT", "float": "DOUBLE", "string": "VARCHAR", "boolean": "BOOLEAN", "date": "DATE",
+         "timestamp": "TIMESTAMP"}  # fmt: skip
+_CONTROL = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"  # control characters other than tab, LF and CR
+DATA_ROOT_ENV = "PRIVRELEASE_DATA_ROOT"
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS datasets (
+    id VARCHAR NOT NULL, version INTEGER NOT NULL, unit VARCHAR NOT NULL, purpose VARCHAR NOT NULL,
+    format VARCHAR NOT NULL, delimiter VARCHAR NOT NULL, source VARCHAR NOT NULL, schema VARCHAR NOT NULL,
+    suite VARCHAR, rows BIGINT, registered VARCHAR NOT NULL, snapshot VARCHAR, digest VARCHAR,
+    PRIMARY KEY (id, version)
+)
+"""
+
+
+@dataclass(frozen=True)
+class Unit:
+    """The privacy unit: one record, or every record of one user (``user:COLUMN``)."""
+
+    kind: Literal["record", "user"]
+    column: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Unit:
+        if text == "record":
+            return cls("record")
+        if text.startswith("user:") and text[5:]:
+            return cls("user", text[5:])
+        raise SpecError(f"--unit must be 'record' or 'user:COLUMN' (the column naming each user), got {text!r}.")
+
+    def __str__(self) -> str:
+        return "record" if self.kind == "record" else f"user:{self.column}"
+
+    @property
+    def adjacency(self) -> str:
+        """The neighbouring relation DP releases of this dataset are made under."""
+        if self.kind == "record":
+            return "replace one record (the number of records N is public)"
+        return f"add or remove one user (all records sharing a {self.column!r} value)"
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A registered dataset's public facts: all a release request is checked against."""
+
+    id: str
+    version: int
+    unit: Unit
+    purpose: Literal["dp", "sdc"]
+    schema: Schema
+    rows: int | None  # public only under the record unit
+    registered: str
+
+    def public(self) -> dict:
+        return {
+            "id": self.id, "version": self.version, "unit": str(self.unit), "purpose": self.purpose,
+            "adjacency": self.unit.adjacency if self.purpose == "dp" else None,
+            "rows": self.rows, "registered": self.registered,
+            "schema": {n: c.model_dump() for n, c in self.schema.columns.items()},
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Private:
+    source: str
+    format: str
+    delimiter: str
+    suite: str | None
+    snapshot: str | None
+    digest: str | None
+
+
+def data_root() -> Path:
+    """Where registered sources must live: ``$PRIVRELEASE_DATA_ROOT``, else ``<home>/data``."""
+    root = Path(os.environ.get(DATA_ROOT_ENV) or paths.home() / "data").resolve()
+    return root
+
+
+def resolve_source(source: str, root: Path) -> Path:
+    """The source path inside the data root; anything outside it, also through symlinks, is refused."""
+    path = (root / source).resolve()
+    if not path.is_relative_to(root):
+        raise SpecError(
+            f"--source must lie inside the data root {str(root)!r} (set {DATA_ROOT_ENV} to change it); "
+            "paths outside it, also through symbolic links, are refused."
+        )
+    if not path.is_file():
+        raise IngestError(f"--source {source!r} is not a file under the data root {str(root)!r}.")
+    if path.stat().st_size == 0:
+        raise IngestError(f"--source {source!r} is empty (0 bytes); nothing to register.")
+    return path
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _reader(fmt: str, delimiter: str) -> tuple[str, list]:
+    if fmt == "csv":
+        # Fixed dialect and strict mode: the sniffer must not guess its way around bad rows.
+        return ("read_csv(?, header = true, skip = 0, delim = ?, quote = '\"', strict_mode = true, "
+                "max_line_size = 134217728)", [delimiter])  # fmt: skip
+    if fmt == "parquet":
+        return "read_parquet(?)", []
+    return "read_json(?, format = 'newline_delimited')", []
+
+
+def _reader_error(exc: Exception, fmt: str, delimiter: str) -> str:
+    line = re.search(r"[Ll]ine:? (\d+)", str(exc))
+    where = f" near line {line.group(1)}" if line else ""
+    if "unicode" in str(exc).lower() or "utf-8" in str(exc).lower():
+        return f"it is not UTF-8 encoded{where}; convert it to UTF-8 first"
+    if fmt == "csv":
+        return (f"it is not a well-formed CSV file with a header row and delimiter {delimiter!r}{where} (every row "
+                "needs the header's number of fields, quotes must be balanced); fix the file or pass --delimiter")
+    if fmt == "parquet":
+        return "it is not a readable Parquet file; check --format"
+    return f"it is not valid JSON lines (one object per line){where}; check --format"
+
+
+def _csv_header(path: Path, delimiter: str) -> list[str]:
+    with open(path, newline="", encoding="utf-8", errors="replace") as handle:
+        return next(csv.reader(handle, delimiter=delimiter), [])
+
+
+class Registry:
+    """The ``datasets`` table of the store, and the snapshots under ``<home>/datasets``."""
+
+    def __init__(self, home: Path):
+        self.home = home
+        self.db = paths.database(home)
+        self._lock = self.db.with_name(self.db.name + ".registry.lock")
+
+    # -- steward ---------------------------------------------------------------------------------
+
+    def add(
+        self, dataset_id: str, source: str, fmt: str, unit: Unit, purpose: str,
+        schema: Schema | None = None, suite: str | None = None, delimiter: str = ",", root: Path | None = None,
+    ) -> tuple[Dataset, bool]:  # fmt: skip
+        """Register a dataset; returns it and whether its schema was inferred (and so must be shown)."""
+        check_id(dataset_id, "dataset id")
+        if fmt not in FORMATS:
+            raise SpecError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}.")
+        if purpose not in PURPOSES:
+            raise SpecError(f"--purpose must be 'dp' (differentially private releases) or 'sdc' (RA, swapping), got {purpose!r}.")
+        if purpose == "sdc" and unit.kind != "record":
+            raise SpecError("an sdc dataset releases perturbed records: its unit is 'record'.")
+        with exclusive(self._lock):
+            earlier = self._versions(dataset_id)
+            if earlier and earlier[-1][1] is not None:
+                raise SpecError(f"dataset {dataset_id!r} is already registered; use 'privrelease dataset refresh "
+                                f"{dataset_id}' to re-ingest it, or choose another id.")  # fmt: skip
+            if earlier and (earlier[0][0].unit, earlier[0][0].purpose) != (unit, purpose):
+                raise SpecError(
+                    f"dataset id {dataset_id!r} was registered before with unit {earlier[0][0].unit} and purpose "
+                    f"{earlier[0][0].purpose}; its ledger entries are bound to them. Register under another id."
+                )
+            path = resolve_source(source, (root or data_root()))
+            self._refuse_duplicate(dataset_id, path)
+            version = len(earlier) + 1
+            return self._ingest(dataset_id, version, path, fmt, delimiter, unit, purpose, schema, suite)
+
+    def refresh(self, dataset_id: str, root: Path | None = None) -> Dataset:
+        """Re-ingest and re-check a dataset from its registered source, schema and suite."""
+        with exclusive(self._lock):
+            current, private = self._current(dataset_id)
+            path = resolve_source(private.source, root or data_root())
+            dataset, _ = self._ingest(
+                dataset_id, current.version + 1, path, private.format, private.delimiter, current.unit,
+                current.purpose, current.schema, private.suite,
+            )  # fmt: skip
+            return dataset
+
+    def drop(self, dataset_id: str) -> None:
+        """Delete the stored rows; the registration history and the ledger keep their entries."""
+        with exclusive(self._lock):
+            current, private = self._current(dataset_id)
+            if private.snapshot:
+                Path(private.snapshot).unlink(missing_ok=True)
+            with connect(self.db) as con:
+                con.execute("UPDATE datasets SET snapshot = NULL, digest = NULL WHERE id = ?", [dataset_id])
+
+    # -- everyone --------------------------------------------------------------------------------
+
+    def list(self) -> list[Dataset]:
+        if not self.db.exists():
+            return []
+        with connect(self.db) as con:
+            con.execute(_DDL)
+            rows = con.execute(
+                "SELECT id, max(version) FROM datasets WHERE snapshot IS NOT NULL GROUP BY id ORDER BY id"
+            ).fetchall()
+        return [self.get(i) for i, _ in rows]
+
+    def get(self, dataset_id: str) -> Dataset:
+        """A registered dataset's public facts; an unknown id is a user error naming the fix."""
+        return self._current(dataset_id)[0]
+
+    def load(self, dataset: Dataset) -> pd.DataFrame:
+        """The stored snapshot, after checking it is the one registered (its digest stays private)."""
+        current, private = self._current(dataset.id)
+        path = Path(private.snapshot or "")
+        if current.version != dataset.version or not path.is_file() or _sha256(path) != private.digest:
+            raise UserError(f"dataset {dataset.id!r} changed since registration; ask the data steward to check it.")
+        with connect(self.db) as con:  # serialized with other store users; the snapshot is read-only
+            return con.execute("SELECT * FROM read_parquet(?)", [str(path)]).df()
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _versions(self, dataset_id: str) -> list[tuple[Dataset, str | None]]:
+        if not self.db.exists():
+            return []
+        with connect(self.db) as con:
+            con.execute(_DDL)
+            rows = con.execute(
+                "SELECT id, version, unit, purpose, schema, rows, registered, snapshot FROM datasets WHERE id = ? "
+                "ORDER BY version", [dataset_id],
+            ).fetchall()  # fmt: skip
+        return [(_dataset(r[:7]), r[7]) for r in rows]
+
+    def _current(self, dataset_id: str) -> tuple[Dataset, _Private]:
+        check_id(dataset_id, "dataset id")
+        rows = []
+        if self.db.exists():
+            with connect(self.db) as con:
+                con.execute(_DDL)
+                rows = con.execute(
+                    "SELECT id, version, unit, purpose, schema, rows, registered, source, format, delimiter, suite, "
+                    "snapshot, digest FROM datasets WHERE id = ? ORDER BY version DESC LIMIT 1", [dataset_id],
+                ).fetchall()  # fmt: skip
+        if not rows or rows[0][11] is None:
+            raise SpecError(f"dataset {dataset_id!r} is not registered; the data steward registers it with "
+                            "'privrelease dataset add' (see 'privrelease dataset list').")  # fmt: skip
+        return _dataset(rows[0][:7]), _Private(*rows[0][7:])
+
+    def _refuse_duplicate(self, dataset_id: str, path: Path) -> None:
+        if not self.db.exists():
+            return
+        with connect(self.db) as con:
+            con.execute(_DDL)
+            other = con.execute(
+                "SELECT DISTINCT id FROM datasets WHERE source = ? AND id <> ? AND snapshot IS NOT NULL",
+                [str(path), dataset_id],
+            ).fetchall()
+        if other:
+            raise SpecError(f"this source is already registered as dataset {other[0][0]!r}; one source has one "
+                            "budget, so release it under that id.")  # fmt: skip
+
+    def _ingest(
+        self, dataset_id: str, version: int, path: Path, fmt: str, delimiter: str, unit: Unit, purpose: str,
+        schema: Schema | None, suite: str | None,
+    ) -> tuple[Dataset, bool]:  # fmt: skip
+        folder = self.home / "datasets" / dataset_id
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        snapshot = folder / f"v{version}.parquet"
+        reader, extra = _reader(fmt, delimiter)
+        if fmt == "csv":
+            header = _csv_header(path, delimiter)
+            dupes = sorted({h for h in header if header.count(h) > 1})
+            if dupes:
+                raise IngestError(f"the CSV header repeats column names {dupes}; give every column a unique name.")
+        with connect(self.db) as con:
+            con.execute(_DDL)
+            try:
+                con.execute(f"CREATE TEMP TABLE incoming AS SELECT * FROM {reader}", [str(path), *extra])
+            except Exception as exc:  # noqa: BLE001 - DuckDB raises several types; none is echoed
+                raise IngestError(f"could not read {path.name!r}: {_reader_error(exc, fmt, delimiter)}.") from None
+            found = con.execute(
+                "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'incoming' "
+                "ORDER BY ordinal_position"
+            ).fetchall()
+            total = con.execute("SELECT count(*) FROM incoming").fetchall()[0][0]
+            if total == 0:
+                raise IngestError(f"{path.name!r} has a header but no rows; nothing to register.")
+            inferred = schema is None
+            if schema is None:
+                schema = Schema(columns={
+                    name: Column(type=_DUCK.get(dtype, "string"), nullable=bool(con.execute(
+                        f"SELECT count(*) FROM incoming WHERE {quote_ident(name)} IS NULL").fetchall()[0][0]))
+                    for name, dtype in found
+                })  # fmt: skip
+            _check(con, schema, [n for n, _ in found], path.name)
+            frame = con.execute(
+                "SELECT " + ", ".join(f"CAST({quote_ident(n)} AS {_CAST[c.type]}) AS {quote_ident(n)}"
+                                      for n, c in schema.columns.items()) + " FROM incoming"
+            ).df()  # fmt: skip
+            if suite is not None:
+                from core.validate import load_suite, validate
+
+                name, expectations = load_suite(suite)
+                validate(frame, name, expectations)
+            tmp = snapshot.with_suffix(".tmp")
+            con.register("snapshot_frame", frame)
+            con.execute(f"COPY (SELECT * FROM snapshot_frame) TO '{tmp}' (FORMAT parquet)")
+            con.unregister("snapshot_frame")
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, snapshot)
+            rows = total if unit.kind == "record" else None
+            registered = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            con.execute(
+                "INSERT INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [dataset_id, version, str(unit), purpose, fmt, delimiter, str(path), schema.model_dump_json(), suite,
+                 rows, registered, str(snapshot), _sha256(snapshot)],
+            )  # fmt: skip
+            con.execute("UPDATE datasets SET snapshot = NULL, digest = NULL WHERE id = ? AND version < ?",
+                        [dataset_id, version])  # fmt: skip
+        for old in folder.glob("v*.parquet"):
+            if old != snapshot:
+                old.unlink()
+        return Dataset(dataset_id, version, unit, purpose, schema, rows, registered), inferred
+
+
+def _check(con, schema: Schema, found: list[str], name: str) -> None:  # noqa: ANN001 - a DuckDB handle
+    """The file against the declared schema, with counts and line numbers (the steward's view)."""
+    declared = list(schema.columns)
+    if declared != found:
+        missing = [c for c in declared if c not in found]
+        extra = [c for c in found if c not in declared]
+        raise IngestError(
+            f"{name!r} does not match the declared schema: missing columns {missing}, undeclared columns {extra}"
+            + ("" if missing or extra else ", columns in another order") + "; fix the file or the schema."
+        )
+    problems = []
+    for column, spec in schema.columns.items():
+        q = quote_ident(column)
+        checks = [(f"TRY_CAST({q} AS {_CAST[spec.type]}) IS NULL AND {q} IS NOT NULL", f"not of type {spec.type}")]
+        if not spec.nullable:
+            checks.append((f"{q} IS NULL", "empty (the schema says nullable: false)"))
+        if spec.type == "float":
+            checks.append((f"isinf(TRY_CAST({q} AS DOUBLE)) OR isnan(TRY_CAST({q} AS DOUBLE))", "infinite or NaN"))
+        if spec.type == "string":
+            checks.append((f"regexp_matches(CAST({q} AS VARCHAR), '{_CONTROL}')", "holding NUL or control characters"))
+        for predicate, what in checks:
+            bad = con.execute(
+                f"SELECT count(*), list(line ORDER BY line)[1:5] FROM (SELECT row_number() OVER () + 1 AS line, * "
+                f"FROM incoming) WHERE {predicate}"
+            ).fetchall()[0]  # fmt: skip
+            if bad[0]:
+                problems.append(f"column {column!r}: {bad[0]} values {what} (first at lines {bad[1]})")
+    if problems:
+        raise IngestError(f"{name!r} does not fit the declared schema: " + "; ".join(problems) + ".")
+
+
+def _dataset(row: tuple) -> Dataset:
+    dataset_id, version, unit, purpose, schema, rows, registered = row
+    return Dataset(dataset_id, version, Unit.parse(unit), purpose, Schema.model_validate_json(schema), rows, registered)
+
+
+def read_schema(path: str) -> Schema:
+    """A steward's schema file (YAML or JSON: ``columns: {name: {type, nullable}}``)."""
+    file = Path(path)
+    if not file.is_file():
+        raise SpecError(f"--schema {path!r} is not a file.")
+    try:
+        doc = yaml.safe_load(file.read_text())
+        return Schema.model_validate(doc)
+    except yaml.YAMLError:
+        raise SpecError(f"--schema {file.name!r} is not valid YAML or JSON.") from None
+    except ValidationError as exc:
+        where = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise SpecError(f"--schema {file.name!r} is invalid ({where}); each column needs a type among "
+                        f"{', '.join(TYPES)} and optionally nullable: true.") from None  # fmt: skip
+
