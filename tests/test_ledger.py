@@ -23,19 +23,41 @@ def ledger(tmp_path: Path) -> Ledger:
     return Ledger(tmp_path / "privrelease.duckdb")
 
 
-def charge(ledger: Ledger, release: str, eps: float, delta: float = 0.0, dataset: str = "d", **kw):
-    return ledger.reserve(dataset, release, Budget(eps, delta), "m", {"x": 1} | kw, {"sigma": 2.0})
+ADJ = "replace one record"
+
+
+def charge(ledger: Ledger, release: str, eps: float, delta: float = 0.0, dataset: str = "d", adjacency: str = ADJ, **kw):
+    return ledger.reserve(dataset, release, "dp", Budget(eps, delta), adjacency, "m", {"x": 1} | kw, {"sigma": 2.0})
 
 
 def test_dp_release_without_cap_is_refused(ledger):
     with pytest.raises(BudgetError, match="ledger set-budget d"):
         charge(ledger, "r1", 0.5)
+    with pytest.raises(BudgetError, match="ledger set-budget d"):
+        charge(ledger, "r1", 0.0)  # a dp charge fails closed even at zero cost
     assert ledger.entries() == []
 
 
-def test_zero_cost_release_needs_no_cap(ledger):
-    c = charge(ledger, "r1", 0.0)
-    assert c.previous_status is None and c.entry.status == RESERVED and c.entry.epsilon == 0
+def test_sdc_release_needs_no_cap_and_shows_no_dp_total(ledger):
+    c = ledger.reserve("s", "r1", "sdc", None, None, "ra", {}, {})
+    assert c.previous_status is None and c.entry.status == RESERVED and c.entry.kind == "sdc"
+    ledger.settle("r1", PUBLISHED, {"pa": 30.0})
+    (t,) = ledger.totals()
+    assert (t.kind, t.cap, t.spent, t.remaining, t.published) == ("sdc", None, None, None, 1)
+    assert t.as_dict()["spent"] is None and t.as_dict()["gdp"] is None
+    with pytest.raises(ValueError, match="exactly when it is dp"):
+        ledger.reserve("s", "r2", "sdc", Budget(1.0), None, "ra", {}, {})  # an sdc run cannot carry an epsilon
+    ledger.set_budget("s", Budget(1.0))
+    with pytest.raises(BudgetError, match="one kind of release"):
+        charge(ledger, "r3", 0.1, dataset="s")
+
+
+def test_dp_charges_under_another_adjacency_are_refused(ledger):
+    ledger.set_budget("d", Budget(2.0, 0.0))
+    charge(ledger, "r1", 0.5)
+    with pytest.raises(BudgetError, match="another adjacency"):
+        charge(ledger, "r2", 0.5, adjacency="add or remove one user")
+    assert [e.release_id for e in ledger.entries()] == [None, "r1"]
 
 
 def test_cap_is_enforced_and_refusal_appends_nothing(ledger):
@@ -155,7 +177,7 @@ while not start.exists():
 ledger, ok = Ledger(db), []
 for i in range(4):
     try:
-        ledger.reserve("shared", f"w{worker}-{i}", Budget(0.05, 1e-8), "m", {}, {})
+        ledger.reserve("shared", f"w{worker}-{i}", "dp", Budget(0.05, 1e-8), "replace one record", "m", {}, {})
         ok.append(f"w{worker}-{i}")
     except BudgetError:
         pass
@@ -191,7 +213,7 @@ def test_gdp_total_for_gaussian_histories(ledger):
     plans = [dpne.plan(dpne.Params(user_column="u", text_column="t", epsilon=eps, delta=1e-7, T=T))
              for eps, T in ((1.0, 6), (2.0, 9), (1.0, 3))]  # fmt: skip
     for i, plan in enumerate(plans):
-        ledger.reserve("d", f"r{i}", plan.cost, "dpne", {"i": i}, plan.detail)
+        ledger.reserve("d", f"r{i}", "dp", plan.cost.budget, ADJ, "dpne", {"i": i}, plan.detail)
     (t,) = ledger.totals()
     sigmas = [s for p in plans for s in p.detail["sigmas"]]
     expected = gaussian_epsilon(compose_sigmas(sigmas), 3 * 0.5e-7)
