@@ -328,6 +328,9 @@ class Registry:
                     for name, dtype in found
                 })  # fmt: skip
             _check(con, schema, [n for n, _ in found], path.name)
+            if unit.column is not None and (unit.column not in schema.columns or schema.columns[unit.column].nullable):
+                raise IngestError(f"--unit names column {unit.column!r}, which the file lacks or leaves empty in some "
+                                  "rows; every record needs its user.")  # fmt: skip
             frame = con.execute(
                 "SELECT " + ", ".join(f"CAST({quote_ident(n)} AS {_CAST[c.type]}) AS {quote_ident(n)}"
                                       for n, c in schema.columns.items()) + " FROM incoming"

@@ -13,18 +13,22 @@ QI = ["age", "workclass", "education", "marital-status", "relationship", "race",
 
 
 def register(
-    home: Path, frame: pd.DataFrame | str, dataset_id: str = "census", unit: str = "record", purpose: str = "sdc",
-    schema: Schema | None = None, suite: str | None = None,
+    home: Path, frame: pd.DataFrame | str | bytes, dataset_id: str = "census", unit: str = "record",
+    purpose: str = "sdc", schema: Schema | None = None, suite: str | None = None, fmt: str = "csv",
 ) -> Dataset:  # fmt: skip
-    """Write ``frame`` (or raw CSV text) under the home's data root and register it."""
+    """Write ``frame`` (or raw file content) under the home's data root and register it, as a steward."""
     root = home / "data"
     root.mkdir(parents=True, exist_ok=True)
-    path = root / f"{dataset_id}.csv"
-    if isinstance(frame, str):
+    path = root / f"{dataset_id}.{fmt}"
+    if isinstance(frame, bytes):
+        path.write_bytes(frame)
+    elif isinstance(frame, str):
         path.write_text(frame)
+    elif fmt == "jsonl":
+        path.write_text(frame.to_json(orient="records", lines=True))
     else:
         frame.to_csv(path, index=False)
-    dataset, _ = Registry(home).add(dataset_id, path.name, "csv", Unit.parse(unit), purpose, schema, suite, root=root)
+    dataset, _ = Registry(home).add(dataset_id, path.name, fmt, Unit.parse(unit), purpose, schema, suite, root=root)
     return dataset
 
 

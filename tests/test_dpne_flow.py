@@ -12,31 +12,24 @@ import yaml
 from core.accounting import Budget
 from core.ledger import PUBLISHED, RESERVED, Ledger
 from tests.test_dpne import phrase_corpus
+from tests.helpers import register
 from tests.test_release_flow import cli
 
-DPNE = {"name": "dpne", "params": {"user_column": "user", "text_column": "text", "epsilon": 4.0,
+DPNE = {"name": "dpne", "params": {"text_column": "text", "epsilon": 4.0,
                                    "delta": 1e-7, "T": 5, "delta0": 20, "tokenizer": "words"}}  # fmt: skip
 
 
-def write_corpus(folder: Path, text: str | bytes | None = None, fmt: str = "csv", **params) -> Path:
+def write_corpus(home: Path, folder: Path, frame=None, fmt: str = "csv", seed: int | None = None, **params) -> Path:  # noqa: ANN001
+    """Register a corpus (user unit, DP purpose) and write a DPNE request for it."""
+    register(home, phrase_corpus(1500) if frame is None else frame, "posts", "user:user", "dp", fmt=fmt)
+    doc = {"dataset": "posts", "mechanism": {"name": "dpne", "params": {**DPNE["params"], **params}}}
     folder.mkdir(parents=True, exist_ok=True)
-    source = folder / f"corpus.{fmt}"
-    if text is None:
-        frame = phrase_corpus(1500)
-        if fmt == "jsonl":
-            source.write_text(frame.to_json(orient="records", lines=True))
-        else:
-            frame.to_csv(source, index=False)
-    else:
-        source.write_bytes(text if isinstance(text, bytes) else text.encode())
-    mechanism = {"name": "dpne", "params": {**DPNE["params"], **params}}
-    spec = {"dataset": {"id": "posts", "source": source.name, "format": fmt}, "mechanism": mechanism}
-    (folder / "spec.yaml").write_text(yaml.safe_dump(spec))
-    return folder / "spec.yaml"
+    (folder / "request.yaml").write_text(yaml.safe_dump(doc if seed is None else {**doc, "seed": seed}))
+    return folder / "request.yaml"
 
 
 def test_dpne_release_charges_then_publishes(prefect_server, home, tmp_path, capsys):
-    spec = write_corpus(tmp_path / "a", fmt="jsonl", publish_weights=True)
+    spec = write_corpus(home, tmp_path / "a", fmt="jsonl", publish_weights=True)
     code, _, err = cli(capsys, "release", str(spec))
     assert code == 2 and "no privacy budget" in err and "privrelease ledger set-budget posts" in err
     assert not (home / "releases" / "posts").exists()
@@ -51,11 +44,14 @@ def test_dpne_release_charges_then_publishes(prefect_server, home, tmp_path, cap
     assert manifest["counts_by_length"] == {str(k): int((table["n"] == k).sum()) for k in range(1, 6)}
     assert "the cat sat on the" in set(table["ngram"])
     assert manifest["privacy"]["adjacency"].startswith("add or remove one user")
+    assert manifest["input"]["rows"] is None  # the corpus size is not public under the user unit
+    assert manifest["mechanism"]["params"]["user_column"] == "user"  # filled from the registration
     reserved, published = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id]
     assert (reserved.status, reserved.epsilon, reserved.delta) == (RESERVED, 4.0, 1e-7)
     detail = json.loads(reserved.detail)
     assert detail["sigma_star"] == pytest.approx(1.327904, abs=1e-6) and len(detail["sigmas"]) == 5 and detail["rho_1"] > 0
     assert published.status == PUBLISHED
+    assert "simulated" not in json.dumps([e.as_dict() for e in Ledger(home / "privrelease.duckdb").entries()])
     assert json.loads(published.detail)["counts_by_length"] == manifest["counts_by_length"]
     report = (folder / "report.md").read_text()
     assert "sigma* = 1.327904" in report and "simulated" not in json.dumps(manifest)
@@ -67,21 +63,29 @@ def test_dpne_release_charges_then_publishes(prefect_server, home, tmp_path, cap
 
 
 @pytest.mark.parametrize(
-    "text,params,message",
+    "text,unit,message",
     [
-        (None, {"user_column": "author"}, "expect_column_to_exist(author)"),
-        ("user,text\n", {}, "the table has 0 rows"),
-        (b"user,text\n1,caf\xe9 \xff\xfe\n", {}, "not UTF-8 encoded"),
+        (None, "user:author", "--unit names column 'author', which the file lacks"),
+        ("user,text\n", "user:user", "has a header but no rows"),
+        (b"user,text\n1,caf\xe9 \xff\xfe\n", "user:user", "not UTF-8 encoded"),
+        ("user,text\n1,hello\n2,a\x00b\n", "user:user", "column 'text': 1 values holding NUL or control characters"),
+        ("user,text,text\n1,a,b\n", "user:user", "the CSV header repeats column names ['text']"),
     ],
-    ids=["no-user-column", "empty-corpus", "not-utf8"],
+    ids=["no-user-column", "empty-corpus", "not-utf8", "nul-byte", "duplicate-header"],
 )
-def test_bad_corpus_is_refused_before_the_charge(prefect_server, home, tmp_path, capsys, text, params, message):
-    Ledger(home / "privrelease.duckdb").set_budget("posts", Budget(10, 1e-5))
-    spec = write_corpus(tmp_path / "bad", text, **params)
+def test_bad_corpus_is_refused_at_registration(home, tmp_path, text, unit, message):
+    from core.errors import IngestError
+
+    with pytest.raises(IngestError) as info:
+        register(home, phrase_corpus(50) if text is None else text, "posts", unit, "dp")
+    assert message in str(info.value)
+    assert not (home / "datasets" / "posts").exists() or not list((home / "datasets" / "posts").iterdir())
+
+
+def test_user_column_in_a_request_is_refused(home, tmp_path, capsys):
+    spec = write_corpus(home, tmp_path / "u", user_column="text")
     code, _, err = cli(capsys, "release", str(spec))
-    assert code == 2 and message in err.strip().splitlines()[-1]
-    assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] == ["cap"]
-    assert not (home / "releases" / "posts").exists()
+    assert code == 2 and "user_column: Extra inputs are not permitted" in err
 
 
 def test_a_ten_megabyte_post_is_capped_not_fatal(prefect_server, home, tmp_path, capsys, test_mode):
@@ -89,9 +93,7 @@ def test_a_ten_megabyte_post_is_capped_not_fatal(prefect_server, home, tmp_path,
     huge = " ".join(f"tok{i % 200_000}" for i in range(1_250_000))  # about 10 MB, one user
     lines = frame.to_csv(index=False) + f'77777,"{huge}"\n'
     assert len(huge) > 10_000_000
-    spec = write_corpus(tmp_path / "big", lines, T=3)
-    doc = yaml.safe_load(spec.read_text())
-    spec.write_text(yaml.safe_dump({**doc, "seed": 5}))
+    spec = write_corpus(home, tmp_path / "big", lines, T=3, seed=5)
     Ledger(home / "privrelease.duckdb").set_budget("posts", Budget(10, 1e-5))
     code, out, err = cli(capsys, "release", str(spec))
     assert code == 0, err

@@ -11,19 +11,20 @@ import pytest
 import yaml
 
 from core.ledger import PUBLISHED, RESERVED, Ledger
+from tests.helpers import register
 from tests.test_outliers import planted
 from tests.test_release_flow import cli
 
 PUBLIC = {c: {"mean": 0.0, "std": 1.0} for c in "abcde"}
 
 
-def write(folder: Path, frame: pd.DataFrame, **params) -> Path:
+def write(home: Path, folder: Path, frame: pd.DataFrame, seed: int | None = None, **params) -> Path:
+    """Register ``frame`` (record unit, DP purpose) and write an outliers request for it."""
+    register(home, frame, "sessions", "record", "dp")
     folder.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(folder / "table.csv", index=False)
-    spec = {"dataset": {"id": "sessions", "source": "table.csv", "format": "csv"},
-            "mechanism": {"name": "outliers", "params": params}}  # fmt: skip
-    (folder / "spec.yaml").write_text(yaml.safe_dump(spec))
-    return folder / "spec.yaml"
+    doc = {"dataset": "sessions", "mechanism": {"name": "outliers", "params": params}}
+    (folder / "request.yaml").write_text(yaml.safe_dump(doc if seed is None else {**doc, "seed": seed}))
+    return folder / "request.yaml"
 
 
 def entries(home: Path) -> list:
@@ -32,7 +33,7 @@ def entries(home: Path) -> list:
 
 
 def test_count_release_charges_then_publishes(prefect_server, home, tmp_path, capsys):
-    spec = write(tmp_path / "a", planted(), columns=["a", "b"], k=3, r=0.1, epsilon=1.0, delta=1e-4,
+    spec = write(home, tmp_path / "a", planted(), columns=["a", "b"], k=3, r=0.1, epsilon=1.0, delta=1e-4,
                  standardize=PUBLIC, noise="smooth")  # fmt: skip
     assert cli(capsys, "ledger", "set-budget", "sessions", "--epsilon", "3", "--delta", "1e-3")[0] == 0
     code, out, err = cli(capsys, "release", str(spec))
@@ -54,10 +55,8 @@ def test_count_release_charges_then_publishes(prefect_server, home, tmp_path, ca
 def test_top_subspaces_release_with_private_standardization(prefect_server, home, test_mode, tmp_path, capsys):
     frame = planted(2000, seed=1).assign(a=lambda f: f["a"] * 50 + 100)  # a on another scale
     bounds = {"a": [-100, 300], "b": [-5, 5], "c": [-5, 5], "d": [-5, 5], "e": [-5, 5]}
-    spec = write(tmp_path / "b", frame, query="top_subspaces", c=1, h=2, k=3, r=0.05, epsilon=8.0, delta=1e-4,
-                 standardize={"bounds": bounds, "share": 0.25})  # fmt: skip
-    doc = yaml.safe_load(spec.read_text())
-    spec.write_text(yaml.safe_dump({**doc, "seed": 7}))
+    spec = write(home, tmp_path / "b", frame, seed=7, query="top_subspaces", c=1, h=2, k=3, r=0.05, epsilon=8.0,
+                 delta=1e-4, standardize={"bounds": bounds, "share": 0.25})  # fmt: skip
     assert cli(capsys, "ledger", "set-budget", "sessions", "--epsilon", "10", "--delta", "1e-3")[0] == 0
     code, out, err = cli(capsys, "release", str(spec))
     assert code == 0, err
@@ -76,27 +75,34 @@ def test_top_subspaces_release_with_private_standardization(prefect_server, home
 @pytest.mark.parametrize(
     "change,params,message",
     [
-        ("text", {}, "expect_column_values_to_be_in_type_list(note): column has type str"),
-        ("nan", {}, "expect_column_values_to_not_be_null(c): 1 unexpected rows"),
-        ("inf", {}, "expect_column_values_to_be_between(d): 1 unexpected rows"),
+        ("text", {}, "column 'note' of dataset 'sessions' is registered as string"),
+        ("nan", {}, "column 'c' of dataset 'sessions' may hold empty values"),
         (None, {"columns": ["a", "zz"]}, "columns ['zz'] are not in the table"),
         (None, {"query": "top_subspaces", "c": 2, "h": 11}, "h=11 is more than the 10 candidate subspaces"),
         (None, {"r": -1.0}, "r: Input should be greater than 0"),
         (None, {"k": 0}, "k: Input should be greater than or equal to 1"),
     ],
-    ids=["non-numeric", "nan", "infinite", "missing-column", "h-too-large", "negative-r", "k-zero"],
+    ids=["non-numeric", "nullable", "missing-column", "h-too-large", "negative-r", "k-zero"],
 )
-def test_bad_input_is_refused_before_the_charge(prefect_server, home, tmp_path, capsys, change, params, message):
+def test_bad_request_is_refused_before_the_charge(prefect_server, home, tmp_path, capsys, change, params, message):
     frame = planted(200)
     if change == "text":
         frame["note"] = "x"
     elif change == "nan":
         frame.loc[5, "c"] = np.nan
-    elif change == "inf":
-        frame.loc[5, "d"] = np.inf
     base = {"k": 3, "r": 0.1, "epsilon": 1.0, "delta": 1e-4, "standardize": False, **params}
+    spec = write(home, tmp_path / "bad", frame, **base)
     assert cli(capsys, "ledger", "set-budget", "sessions", "--epsilon", "3", "--delta", "1e-3")[0] == 0
-    code, _, err = cli(capsys, "release", str(write(tmp_path / "bad", frame, **base)))
+    code, _, err = cli(capsys, "release", str(spec))
     assert code == 2 and message in err.strip().splitlines()[-1], err
     assert not (home / "releases" / "sessions").exists()
     assert entries(home) == []
+
+
+def test_infinite_values_are_refused_at_registration(home):
+    from core.errors import IngestError
+
+    frame = planted(200)
+    frame.loc[5, "d"] = np.inf
+    with pytest.raises(IngestError, match=r"column 'd': 1 values infinite or NaN \(first at lines \[7\]\)"):
+        register(home, frame, "sessions", "record", "dp")

@@ -11,22 +11,22 @@ import pytest
 import yaml
 
 from core.ledger import PUBLISHED, RESERVED, Ledger
+from tests.helpers import register
 from tests.test_release_flow import cli
 from tests.test_swapping import binormal
 
 
-def write(folder: Path, frame: pd.DataFrame, name: str, **params) -> Path:
+def write(home: Path, folder: Path, frame: pd.DataFrame, name: str, **params) -> Path:
+    """Register ``frame`` (record unit, SDC purpose) and write a swapping request for it."""
+    register(home, frame, "survey", "record", "sdc")
     folder.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(folder / "table.csv", index=False)
-    spec = {"dataset": {"id": "survey", "source": "table.csv", "format": "csv"},
-            "mechanism": {"name": name, "params": params}}  # fmt: skip
-    (folder / "spec.yaml").write_text(yaml.safe_dump(spec))
-    return folder / "spec.yaml"
+    (folder / "request.yaml").write_text(yaml.safe_dump({"dataset": "survey", "mechanism": {"name": name, "params": params}}))
+    return folder / "request.yaml"
 
 
 def test_mews_release_end_to_end(prefect_server, home, tmp_path, capsys):
     frame = binormal(3000)[["id", "x", "label", "y", "z"]]
-    spec = write(tmp_path / "a", frame, "mews", swap_set=["x", "y"], t_range=[0.1, 1.0], width_units="sd",
+    spec = write(home, tmp_path / "a", frame, "mews", swap_set=["x", "y"], t_range=[0.1, 1.0], width_units="sd",
                  others="eds", k=5)  # fmt: skip
     code, out, err = cli(capsys, "release", str(spec))
     assert code == 0, err
@@ -47,14 +47,14 @@ def test_mews_release_end_to_end(prefect_server, home, tmp_path, capsys):
     report = (folder / "report.md").read_text()
     assert "Δρ" in report and "swap_scatter_1.png" in report and "delta_rho" not in json.dumps(manifest)
     reserved, published = [e for e in Ledger(home / "privrelease.duckdb").entries()]
-    assert (reserved.status, reserved.epsilon, reserved.delta) == (RESERVED, 0.0, 0.0)
+    assert (reserved.status, reserved.kind, reserved.epsilon, reserved.delta) == (RESERVED, "sdc", 0.0, 0.0)
     assert published.status == PUBLISHED and json.loads(published.detail)["partition_degree"] == manifest["partition_degree"]
 
 
 @pytest.mark.parametrize("name,params", [("meds", {"swap_set": ["x", "y"], "k": 20}), ("eds", {"swap_set": ["z"], "k": 10})])
 def test_depth_baselines_release(prefect_server, home, tmp_path, capsys, name, params):
     frame = binormal(600)
-    code, out, err = cli(capsys, "release", str(write(tmp_path / name, frame, name, **params)))
+    code, out, err = cli(capsys, "release", str(write(home, tmp_path / name, frame, name, **params)))
     assert code == 0, err
     manifest = json.loads((Path(out.split("folder ")[1].split()[0]) / "manifest.json").read_text())
     assert manifest["privacy"]["minimal_bin_size"] >= params["k"]
@@ -63,17 +63,17 @@ def test_depth_baselines_release(prefect_server, home, tmp_path, capsys, name, p
 @pytest.mark.parametrize(
     "params,message",
     [
-        ({"swap_set": ["x", "label"], "widths": 0.5}, "expect_column_values_to_be_in_type_list(label): column has type str"),
-        ({"swap_set": ["x", "income"], "widths": 0.5}, "expect_column_to_exist(income)"),
+        ({"swap_set": ["x", "label"], "widths": 0.5}, "column 'label' of dataset 'survey' is registered as string"),
+        ({"swap_set": ["x", "income"], "widths": 0.5}, "dataset 'survey' has no column 'income'"),
         ({"swap_set": ["x", "y"], "widths": -0.5}, "widths must be finite and positive"),
         ({"swap_set": ["x", "y"], "t_range": [1e-6, 2e-6], "width_units": "absolute"}, "no width in t_range"),
     ],
     ids=["non-numeric", "missing-column", "negative-width", "no-feasible-width"],
 )
 def test_bad_input(prefect_server, home, tmp_path, capsys, params, message):
-    code, _, err = cli(capsys, "release", str(write(tmp_path / "bad", binormal(300), "mews", **params)))
+    code, _, err = cli(capsys, "release", str(write(home, tmp_path / "bad", binormal(300), "mews", **params)))
     assert code == 2 and message in err.strip().splitlines()[-1]
     assert not (home / "releases" / "survey").exists()
-    statuses = [e.status for e in Ledger(home / "privrelease.duckdb").entries()] if (home / "privrelease.duckdb").exists() else []
+    statuses = [e.status for e in Ledger(home / "privrelease.duckdb").entries()]
     # feasibility depends on the data, so it is found while privatizing: recorded (at zero cost) as failed
     assert statuses == ([RESERVED, "failed"] if "t_range" in params else [])

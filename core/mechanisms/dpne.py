@@ -387,7 +387,6 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
         "counts_by_length": counts,
         "rho": privacy["rho"],
         "valid_candidates": privacy["valid_candidates"],
-        "simulated_zero_weight": [lv.simulated for lv in levels],
     }
     chart = Chart("ngrams_by_length.png", "n-grams released per length", [str(lv.k) for lv in levels],
                   {"released": [float(lv.released) for lv in levels]}, "n-grams")  # fmt: skip
@@ -412,8 +411,8 @@ def _report(params: Params, acc: Accounting, levels: list[Level]) -> str:
         "per released (k-1)-gram; zero-weight candidates were simulated exactly.\n"
         f"- Caps per user and level: {params.caps}; tokenizer: {params.tokenizer}.\n\n"
         "| length k | released | sigma_k | rho_k | valid candidates V_k |\n|---|---|---|---|---|\n" + rows + "\n\n"
-        "The number of zero-weight candidates simulated at each level is recorded in the ledger, not here: "
-        "it depends on how many distinct n-grams users hold, which the release does not protect.\n"
+        "How many zero-weight candidates were simulated is kept nowhere: it depends on how many distinct "
+        "n-grams users hold, which the release does not protect.\n"
     )
 
 

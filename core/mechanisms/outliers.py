@@ -39,7 +39,6 @@ RADIUS_SLACK = 1e-9  # relative: points at exactly distance r stay inside despit
 SEB_SLACK = 1e-7  # relative: miniball's tolerance, resolved towards inclusion (covers only grow)
 MAX_SUBSPACES = 20_000
 MAX_BALLS = 2_000_000  # exact-cover work per count before the run stops and asks for exact_until
-ADJACENCY = "replace one record (the number of records N is public)"
 
 # Upper bounds on the kissing number K_d (exact for d = 1, 2, 3, 4, 8, 24; otherwise the
 # semidefinite-programming bounds of Mittelmann & Vallentin 2010, which later work only lowers).
@@ -629,8 +628,7 @@ def _result(params: Params, a: Allocation, n: int, scaling: dict, chosen: list[t
     privacy = {
         "model": "(epsilon, delta)-differential privacy",
         "epsilon": params.epsilon,
-        "delta": planned.cost.delta,
-        "adjacency": ADJACENCY,
+        "delta": planned.cost.budget.delta,
         "n_records": n,
         "query": params.query,
         "k": params.k,
