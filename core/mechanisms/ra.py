@@ -165,8 +165,8 @@ def _report(privacy: dict, select_rate: np.ndarray) -> str:
     k = privacy["k"]
     variant = f"Enhanced RA (k = {k})" if k else "RA"
     cells = f"{k} distinct QI cells" if k else "one QI cell"
-    best = ("any distribution over which k cells to redraw reaches (Prop. 7's argument on k-subsets; Enhanced RA "
-            "draws them uniformly)" if k else "any column-choice p reaches (Prop. 7)")  # fmt: skip
+    best = ("every way of choosing which k cells to redraw (Prop. 7's argument on k-subsets; Enhanced RA chooses "
+            "uniformly)" if k else "every column-choice p (Prop. 7)")  # fmt: skip
     rows = "\n".join(f"| {c} | {r:.4f} |" for c, r in zip(privacy["qi"], select_rate))
     return (
         f"## {variant}\n\n"
@@ -174,7 +174,7 @@ def _report(privacy: dict, select_rate: np.ndarray) -> str:
         f"column's original marginal; the sensitive column `{privacy['sensitive']}` and all non-QI columns are unchanged.\n\n"
         f"- **Pa = {privacy['pa']:.4f}**: an attacker who sees a released record's QI values guesses the original "
         f"combination with probability about 1/Pa = {1 / privacy['pa']:.4f}.\n"
-        f"- Pa_max = {privacy['pa_max']:.4f} ≥ Pa: the largest Pa {best} on these marginals.\n"
+        f"- Pa_max = {privacy['pa_max']:.4f} ≥ Pa: the largest Pa on these marginals over {best}.\n"
         f"- Not differential privacy: the ledger records this release with epsilon = delta = 0.\n\n"
         "| QI column | chance of being redrawn |\n|---|---|\n" + rows + "\n"
     )
