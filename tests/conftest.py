@@ -52,7 +52,7 @@ def real_data(relative: str) -> Path:
     """A file of the real data sets under $PRIVRELEASE_DATA; skips the test when that is unset."""
     root = os.environ.get("PRIVRELEASE_DATA")
     if not root:
-        pytest.skip("real data not available: set PRIVRELEASE_DATA to the folder holding uci/, msnbc/, spamassassin/")
+        pytest.skip(f"needs the public data set {relative}: set PRIVRELEASE_DATA to the folder that holds it")
     return Path(root) / relative
 
 
