@@ -6,8 +6,9 @@ values. Tuples are first localized into bins, then values move only inside a bin
 - MEWS: bins are the non-empty cells of an equi-width grid on the swapping set S, cells
   ``[min + c*t, min + (c+1)*t)`` per attribute; every value stays in its cell, so it changes by
   less than t. A lone tuple merged into the nearest cell (explicit widths) widens that bin: the
-  published bound is t times the widest bin in cells, capped at the column's range. The width is given, or drawn uniformly (and kept secret) from the feasible,
-  pairwise-different partitions of a range [t_lb, t_ub]: the hidden width is the privacy argument.
+  published bound is t times the widest bin in cells, capped at the column's range. The width is
+  given, or drawn uniformly (and kept secret) from the feasible, pairwise-different partitions of
+  a range [t_lb, t_ub]: the hidden width is the privacy argument.
 - MEDS: bins of k tuples built around the farthest pair (MDAV-style), on standardized S.
 - EDS: univariate rank swapping, bins of k consecutive ranks.
 
@@ -229,7 +230,9 @@ def _within_range(bounds: dict[str, float], released: pd.DataFrame) -> dict[str,
 
     The range is that of the released column, which holds the same values as the original.
     """
-    return {c: min(b, float(released[c].max() - released[c].min())) if len(released) else 0.0 for c, b in bounds.items()}
+    if len(released) == 0:
+        return {c: 0.0 for c in bounds}
+    return {c: min(b, float(released[c].max() - released[c].min())) for c, b in bounds.items()}
 
 
 # -- EDS and MEDS bins ----------------------------------------------------------------------------------
@@ -382,9 +385,10 @@ def _finish(name: str, frame: pd.DataFrame, params: _Common, bins: np.ndarray, r
 
 def _report(name: str, privacy: dict) -> str:
     lines = "\n".join(f"- {k.replace('_', ' ')}: {v}" for k, v in privacy.items() if k not in ("model", "epsilon", "delta"))
-    bound = ("The max change bound, per column of S, is a true bound: no released value differs from the value its row "
-             "held by more than it. It is the cell width (t_ub for a hidden width) times the widest bin in cells (a lone "
-             "tuple merged into a nearby cell widens that bin), capped at the column's range (max − min).\n"
+    bound = ("The max change bound, per column of S, is a true bound: no released value differs from the value "
+             "its row held by more than it. It is the cell width (t_ub for a hidden width) times the widest bin in "
+             "cells (a lone tuple merged into a nearby cell widens that bin), capped at the column's range "
+             "(max − min).\n"
              if "max_change_bound" in privacy else "")  # fmt: skip
     return (
         f"## {name.upper()}\n\nValues were swapped between tuples of the same bin: every column holds exactly its "
@@ -396,7 +400,8 @@ def _report(name: str, privacy: dict) -> str:
 def _scatter(released: pd.DataFrame, x: str, y: str, i: int) -> Chart:
     step = max(1, len(released) // 5000)  # plot at most about 5,000 points
     points = {"released": (released[x].to_numpy(float)[::step], released[y].to_numpy(float)[::step])}
-    return Chart(f"swap_scatter_{i + 1}.png", f"{x} vs {y}: released", [], {}, kind="scatter", points=points, axes=(x, y))
+    return Chart(f"swap_scatter_{i + 1}.png", f"{x} vs {y}: released", [], {}, kind="scatter",
+                 points=points, axes=(x, y))  # fmt: skip
 
 
 class _MEWS:
@@ -444,7 +449,7 @@ class _MEWS:
             if lone and params.singletons == "suppress":
                 keep_rows = part.sizes[part.labels] >= 2
             risk = {"widths": dict(zip(params.swap_set, widths.tolist())), "q_ew": 1,
-                    "max_change_bound": {c: float(wv * cells) for c, wv, cells in zip(params.swap_set, widths, span)}}  # fmt: skip
+                    "max_change_bound": {c: float(wv * n) for c, wv, n in zip(params.swap_set, widths, span)}}  # fmt: skip
         risk |= {"cells": part.degree, "merged_singletons": merged,
                  "suppressed_tuples": 0 if keep_rows is None else int((~keep_rows).sum())}  # fmt: skip
         return _finish("mews", frame, params, labels, risk, rng, keep_rows, candidates)
