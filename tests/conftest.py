@@ -48,6 +48,14 @@ def test_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PRIVRELEASE_TEST_MODE", "1")
 
 
+def real_data(relative: str) -> Path:
+    """A file of the real data sets under $PRIVRELEASE_DATA; skips the test when that is unset."""
+    root = os.environ.get("PRIVRELEASE_DATA")
+    if not root:
+        pytest.skip(f"needs the public data set {relative}: set PRIVRELEASE_DATA to the folder that holds it")
+    return Path(root) / relative
+
+
 def adult_clean():
     """UCI Adult without rows that have a missing value ('?'): 30,162 rows."""
     import pandas as pd

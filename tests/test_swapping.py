@@ -249,11 +249,13 @@ def test_edge_cases():
 
 
 def test_merged_singletons_bound():
-    frame = pd.DataFrame({"x": [0.0, 0.1, 0.2, 0.3, 3.9], "y": [0.0] * 5})
+    frame = pd.DataFrame({"x": [0.0, 0.1, 0.2, 0.3, 3.9, 9.0, 9.1], "y": [0.0] * 7})
     result = sw.MEWS.run(frame, mews(widths=1.0), seeded(0))
     assert result.privacy["merged_singletons"] == 1
-    assert result.privacy["max_change_bound"]["x"] == pytest.approx(4.0)  # 3 cells away: (1 + 3) t
+    assert result.privacy["max_change_bound"]["x"] == pytest.approx(4.0)  # 3 cells away: cells 0..3, 4 t
     assert (np.abs(result.data["x"] - frame["x"]) <= 4.0).all()
+    clipped = sw.MEWS.run(frame[:5], mews(widths=1.0), seeded(0))  # the same bin, but x spans only 3.9
+    assert clipped.privacy["max_change_bound"]["x"] == pytest.approx(3.9)
 
 
 @pytest.mark.parametrize(

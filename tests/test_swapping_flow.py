@@ -45,7 +45,8 @@ def test_mews_release_end_to_end(prefect_server, home, tmp_path, capsys):
     assert manifest["partition_degree"] == manifest["privacy"]["partition_degree"] >= 1
     assert "widths" not in manifest["privacy"] and manifest["privacy"]["q_ew"] >= 1
     report = (folder / "report.md").read_text()
-    assert "Δρ" in report and "swap_scatter_1.png" in report and "delta_rho" not in json.dumps(manifest)
+    assert "max change bound" in report and "swap_scatter_1.png" in report and "delta_rho" not in json.dumps(manifest)
+    assert "Δρ" not in report and "original" not in report.split("## Files")[0].replace("original values", "")
     reserved, published = [e for e in Ledger(home / "privrelease.duckdb").entries()]
     assert (reserved.status, reserved.kind, reserved.epsilon, reserved.delta) == (RESERVED, "sdc", 0.0, 0.0)
     assert published.status == PUBLISHED and json.loads(published.detail)["partition_degree"] == manifest["partition_degree"]

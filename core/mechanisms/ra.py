@@ -64,14 +64,13 @@ def plan(params: Params) -> Plan:
     return Plan(cost=NoDP(), guarantee=f"{variant}: probabilistic anonymity Pa (Yang & Qiao, eq. 1); not differential privacy")
 
 
-def entropies(frame: pd.DataFrame, columns: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Shannon entropy (nats) and collision probability sum_v f(v)^2 of each column's marginal."""
-    h, collision = [], []
+def entropies(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
+    """Shannon entropy (nats) of each column's marginal."""
+    h = []
     for column in columns:
         f = frame[column].value_counts(normalize=True, dropna=False).to_numpy(dtype=float)
         h.append(float(-(f * np.log(f)).sum()))
-        collision.append(float((f * f).sum()))
-    return np.array(h), np.array(collision)
+    return np.array(h)
 
 
 def choice_probabilities(params: Params, h: np.ndarray) -> np.ndarray:
@@ -95,6 +94,21 @@ def log_pa(h: np.ndarray, p: np.ndarray | None = None, k: int | None = None) -> 
     return float((p[live] * (-np.log(p[live]) + h[live])).sum())
 
 
+def log_pa_max(h: np.ndarray, k: int | None = None) -> float:
+    """ln Pa_max, the largest Pa that any choice distribution over k-subsets of the QI columns reaches.
+
+    ln Pa(q) = H(q) + Σ_S q_S·Σ_{i∈S} H_i is at most ln Σ_S Π_{i∈S} e^{H_i} (Gibbs; equality at
+    q_S ∝ Π e^{H_i}), Prop. 7's argument on k-subsets: Σ e^{H_i} for RA (k = 1), and the k-th
+    elementary symmetric sum of the e^{H_i} for Enhanced RA, whose uniform q it bounds.
+    """
+    k = k or 1
+    e = np.full(k + 1, -np.inf)
+    e[0] = 0.0
+    for hi in h:  # e[j] = ln e_j(e^H) over the columns seen so far (m columns, not records)
+        e[1:] = np.logaddexp(e[1:], e[:-1] + hi)
+    return float(e[k])
+
+
 def _selection(n: int, p: np.ndarray, k: int | None, rng: np.random.Generator) -> np.ndarray:
     """Boolean n×m mask of the cells to redraw."""
     m = len(p)
@@ -116,7 +130,7 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
     if missing:
         raise ParameterError(f"RA needs columns {missing} which the table does not have.")
     n, m = len(frame), len(params.qi)
-    h, collision = entropies(frame, params.qi)
+    h = entropies(frame, params.qi)
     p = choice_probabilities(params, h)
     mask = _selection(n, p, params.k, rng)
     out = frame.copy()
@@ -127,8 +141,7 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
         out[column] = frame[column].array.take(source)
     select_rate = p if params.k is None else np.full(m, params.k / m)
     pa = math.exp(log_pa(h, p, params.k))
-    pa_max = float(np.exp(h).sum())
-    changed = dict(zip(params.qi, (select_rate * (1 - collision)).round(6).tolist()))
+    pa_max = max(math.exp(log_pa_max(h, params.k)), pa)  # equal in exact arithmetic at the optimum or k = m
     privacy = {
         "model": "probabilistic anonymity (not differential privacy)",
         "variant": "enhanced_ra" if params.k is not None else "ra",
@@ -140,39 +153,38 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
         "k": params.k,
         "qi": list(params.qi),
         "sensitive": params.sensitive,
-        "expected_changed_fraction": changed,
     }
     headline = {"pa": privacy["pa"], "pa_max": privacy["pa_max"], "variant": privacy["variant"]}
-    return Result(out, privacy, _report(privacy, h), [_chart(params.qi, h, select_rate, changed)], headline)
+    # Report and chart state the risk figures and the selection rates only: no statistic of the
+    # original table beyond Pa and Pa_max (the per-column diversities they are built from stay in the run).
+    return Result(out, privacy, _report(privacy, select_rate), [_chart(params.qi, select_rate)], headline)
 
 
-def _report(privacy: dict, h: np.ndarray) -> str:
+def _report(privacy: dict, select_rate: np.ndarray) -> str:
     k = privacy["k"]
     variant = f"Enhanced RA (k = {k})" if k else "RA"
     cells = f"{k} distinct QI cells" if k else "one QI cell"
-    rows = "\n".join(
-        f"| {c} | {math.exp(hi):.3f} | {pi:.4f} | {privacy['expected_changed_fraction'][c]:.4f} |"
-        for c, hi, pi in zip(privacy["qi"], h, privacy["p"])
-    )
+    best = ("every way of choosing which k cells to redraw (Prop. 7's argument on k-subsets; Enhanced RA chooses "
+            "uniformly)" if k else "every column-choice p (Prop. 7)")  # fmt: skip
+    rows = "\n".join(f"| {c} | {r:.4f} |" for c, r in zip(privacy["qi"], select_rate))
     return (
         f"## {variant}\n\n"
         f"Each record had {cells} redrawn from the "
         f"column's original marginal; the sensitive column `{privacy['sensitive']}` and all non-QI columns are unchanged.\n\n"
         f"- **Pa = {privacy['pa']:.4f}**: an attacker who sees a released record's QI values guesses the original "
         f"combination with probability about 1/Pa = {1 / privacy['pa']:.4f}.\n"
-        f"- Pa_max = {privacy['pa_max']:.4f} (the best column-choice p for these marginals, Prop. 7).\n"
+        f"- Pa_max = {privacy['pa_max']:.4f} ≥ Pa: the largest Pa on these marginals over {best}.\n"
         f"- Not differential privacy: the ledger records this release with epsilon = delta = 0.\n\n"
-        "| QI column | diversity e^H | choice probability | expected changed fraction |\n"
-        "|---|---|---|---|\n" + rows + "\n"
+        "| QI column | chance of being redrawn |\n|---|---|\n" + rows + "\n"
     )
 
 
-def _chart(qi: list[str], h: np.ndarray, rate: np.ndarray, changed: dict[str, float]) -> Chart:
+def _chart(qi: list[str], rate: np.ndarray) -> Chart:
     return Chart(
         filename="ra_columns.png",
-        title="Per QI column: chance of being redrawn vs. chance of actually changing",
+        title="Per QI column: chance that a record's cell is redrawn",
         labels=list(qi),
-        series={"redrawn": rate.tolist(), "changed (expected)": [changed[c] for c in qi]},
+        series={"redrawn": rate.tolist()},
         ylabel="fraction of records",
     )
 

@@ -5,8 +5,10 @@ values. Tuples are first localized into bins, then values move only inside a bin
 
 - MEWS: bins are the non-empty cells of an equi-width grid on the swapping set S, cells
   ``[min + c*t, min + (c+1)*t)`` per attribute; every value stays in its cell, so it changes by
-  less than t. The width is given, or drawn uniformly (and kept secret) from the feasible,
-  pairwise-different partitions of a range [t_lb, t_ub]: the hidden width is the privacy argument.
+  less than t. A lone tuple merged into the nearest cell (explicit widths) widens that bin: the
+  published bound is t times the widest bin in cells, capped at the column's range. The width is
+  given, or drawn uniformly (and kept secret) from the feasible, pairwise-different partitions of
+  a range [t_lb, t_ub]: the hidden width is the privacy argument.
 - MEDS: bins of k tuples built around the farthest pair (MDAV-style), on standardized S.
 - EDS: univariate rank swapping, bins of k consecutive ranks.
 
@@ -198,20 +200,38 @@ def candidate_partitions(values: np.ndarray, scales: np.ndarray, t_range: tuple[
     return kept
 
 
-def _merge_singletons(values: np.ndarray, widths: np.ndarray, part: Partition) -> tuple[np.ndarray, int, int]:
-    """Join each lone tuple to the nearest cell that has ≥ 2 tuples (Chebyshev distance in cells)."""
+def _merge_singletons(values: np.ndarray, widths: np.ndarray, part: Partition) -> tuple[np.ndarray, int, np.ndarray]:
+    """Join each lone tuple to the nearest cell that has ≥ 2 tuples (Chebyshev distance in cells).
+
+    Returns the labels, the number merged, and per attribute the widest bin in cells: lone tuples
+    from opposite sides of one cell make a bin up to 2·reach + 1 cells wide, and that span, not
+    the reach, bounds how far a value can move.
+    """
     labels = part.labels.copy()
     lone = np.flatnonzero(part.sizes[labels] == 1)
     big = np.flatnonzero(part.sizes >= 2)
     if len(lone) == 0:
-        return labels, 0, 0
+        return labels, 0, np.ones(values.shape[1], dtype=np.int64)
     if len(big) == 0:
         raise ParameterError("every tuple is alone in its cell; widen the widths")
     idx = np.floor((values - values.min(axis=0)) / widths).astype(np.int64)
     _, first_row = np.unique(labels, return_index=True)  # labels are 0..d-1: first row of each cell
-    dist, nearest = cKDTree(idx[first_row[big]]).query(idx[lone], p=np.inf)
+    _, nearest = cKDTree(idx[first_row[big]]).query(idx[lone], p=np.inf)
     labels[lone] = big[nearest]
-    return labels, len(lone), int(dist.max())
+    order = np.argsort(labels, kind="stable")
+    starts = np.flatnonzero(np.r_[True, labels[order][1:] != labels[order][:-1]])
+    span = np.maximum.reduceat(idx[order], starts) - np.minimum.reduceat(idx[order], starts) + 1
+    return labels, len(lone), span.max(axis=0)
+
+
+def _within_range(bounds: dict[str, float], released: pd.DataFrame) -> dict[str, float]:
+    """Each bound clipped to its column's range: no value moves further than max − min.
+
+    The range is that of the released column, which holds the same values as the original.
+    """
+    if len(released) == 0:
+        return {c: 0.0 for c in bounds}
+    return {c: min(b, float(released[c].max() - released[c].min())) for c, b in bounds.items()}
 
 
 # -- EDS and MEDS bins ----------------------------------------------------------------------------------
@@ -323,14 +343,6 @@ def _risk(partners: dict[str, np.ndarray], candidates: list[Partition]) -> float
     return worst
 
 
-def _delta_rho(original: pd.DataFrame, released: pd.DataFrame) -> pd.DataFrame:
-    """|rho - rho_hat| for every pair of numeric columns (for the report)."""
-    numeric = [c for c in original.columns if pd.api.types.is_numeric_dtype(original[c])]
-    a, b = original[numeric].corr().to_numpy(), released[numeric].corr().to_numpy()
-    rows = [(numeric[i], numeric[j], abs(a[i, j] - b[i, j])) for i in range(len(numeric)) for j in range(i + 1, len(numeric))]
-    return pd.DataFrame(rows, columns=["x", "y", "delta_rho"])
-
-
 def _finish(name: str, frame: pd.DataFrame, params: _Common, bins: np.ndarray, risk: dict, rng: np.random.Generator,
             keep_rows: np.ndarray | None = None, candidates: list[Partition] | None = None) -> Result:  # fmt: skip
     """Swap inside ``bins``, apply EDS outside S if asked, and state the risk figures."""
@@ -340,6 +352,8 @@ def _finish(name: str, frame: pd.DataFrame, params: _Common, bins: np.ndarray, r
     kept_bins = bins if keep_rows is None else bins[keep_rows]
     if keep_rows is not None:
         released = released[keep_rows].reset_index(drop=True)
+    if "max_change_bound" in risk:
+        risk = risk | {"max_change_bound": _within_range(risk["max_change_bound"], released)}
     sizes = np.bincount(kept_bins)
     sizes = sizes[sizes > 0]
     degree, smallest = int(len(sizes)), int(sizes.min()) if len(sizes) else 0
@@ -357,35 +371,35 @@ def _finish(name: str, frame: pd.DataFrame, params: _Common, bins: np.ndarray, r
     privacy = {"model": "local data swapping (not differential privacy)", "epsilon": 0.0, "delta": 0.0,
                "swap_set": list(params.swap_set), "swap_mode": params.swap_mode,
                "others_swapped_with_eds": sorted(set(partners) - set(params.swap_set)), **risk}  # fmt: skip
-    original = frame if keep_rows is None else frame[keep_rows].reset_index(drop=True)
-    report = _report(name, privacy, _delta_rho(original, released))
+    # The report and charts draw on the released table and the risk figures only: the original
+    # records (and any statistic of them beyond the stated figures) never leave the run.
     pairs = [(x, y) for i, x in enumerate(params.swap_set) for y in params.swap_set[i + 1:]][:3]
-    charts = [_scatter(original, released, x, y, i) for i, (x, y) in enumerate(pairs)]
+    charts = [_scatter(released, x, y, i) for i, (x, y) in enumerate(pairs)]
+    report = _report(name, privacy)
     headline = {k: privacy[k] for k in ("partition_degree", "p_known", "p_hidden")}
     return Result(released, privacy, report, charts, headline,
                   manifest={"risk": {k: privacy[k] for k in ("p_known", "p_hidden", "p_hidden_given_published")},
                             "partition_degree": degree})  # fmt: skip
 
 
-def _report(name: str, privacy: dict, dr: pd.DataFrame) -> str:
+def _report(name: str, privacy: dict) -> str:
     lines = "\n".join(f"- {k.replace('_', ' ')}: {v}" for k, v in privacy.items() if k not in ("model", "epsilon", "delta"))
-    table = "\n".join(f"| {r.x} | {r.y} | {r.delta_rho:.4f} |" for r in dr.itertuples())
-    mean = f"{dr['delta_rho'].mean():.4f} (sd {dr['delta_rho'].std(ddof=0):.4f})" if len(dr) else "n/a"
+    bound = ("The max change bound, per column of S, is a true bound: no released value differs from the value "
+             "its row held by more than it. It is the cell width (t_ub for a hidden width) times the widest bin in "
+             "cells (a lone tuple merged into a nearby cell widens that bin), capped at the column's range "
+             "(max − min).\n"
+             if "max_change_bound" in privacy else "")  # fmt: skip
     return (
         f"## {name.upper()}\n\nValues were swapped between tuples of the same bin: every column holds exactly its "
         "original values, in another order. Not differential privacy; the ledger records epsilon = delta = 0.\n\n"
-        f"{lines}\n\n### Correlation change Δρ = |ρ − ρ̂| over pairs of numeric columns\n\nmean {mean}\n\n"
-        "| x | y | Δρ |\n|---|---|---|\n" + table + "\n"
+        f"{lines}\n\n{bound}"
     )
 
 
-def _scatter(original: pd.DataFrame, released: pd.DataFrame, x: str, y: str, i: int) -> Chart:
-    step = max(1, len(original) // 5000)  # plot at most about 5,000 points of each
-    points = {
-        "original": (original[x].to_numpy(float)[::step], original[y].to_numpy(float)[::step]),
-        "released": (released[x].to_numpy(float)[::step], released[y].to_numpy(float)[::step]),
-    }
-    return Chart(f"swap_scatter_{i + 1}.png", f"{x} vs {y}: original and released", [], {}, kind="scatter",
+def _scatter(released: pd.DataFrame, x: str, y: str, i: int) -> Chart:
+    step = max(1, len(released) // 5000)  # plot at most about 5,000 points
+    points = {"released": (released[x].to_numpy(float)[::step], released[y].to_numpy(float)[::step])}
+    return Chart(f"swap_scatter_{i + 1}.png", f"{x} vs {y}: released", [], {}, kind="scatter",
                  points=points, axes=(x, y))  # fmt: skip
 
 
@@ -407,7 +421,7 @@ class _MEWS:
         if len(frame) < 2:
             raise ParameterError("swapping needs at least 2 rows")
         scales = _scales(values, params.width_units)
-        keep_rows, merged, reach, candidates = None, 0, 0, None
+        keep_rows, merged, candidates = None, 0, None
         if params.t_range is not None:
             found = candidate_partitions(values, scales, params.t_range, params.candidates)
             if not found:
@@ -423,18 +437,18 @@ class _MEWS:
             w = params.widths
             widths = (np.array([w[c] for c in params.swap_set]) if isinstance(w, dict) else np.full(len(scales), w)) * scales
             part = partition(cell_keys(values, widths))
-            labels = part.labels
+            labels, span = part.labels, np.ones(len(widths), dtype=np.int64)
             lone = int((part.sizes == 1).sum())
             if lone and params.singletons == "error":
                 raise ParameterError(
                     f"{lone} tuples are alone in their cell with these widths; widen them, or set singletons: merge"
                 )
             if lone and params.singletons == "merge":
-                labels, merged, reach = _merge_singletons(values, widths, part)
+                labels, merged, span = _merge_singletons(values, widths, part)
             if lone and params.singletons == "suppress":
                 keep_rows = part.sizes[part.labels] >= 2
             risk = {"widths": dict(zip(params.swap_set, widths.tolist())), "q_ew": 1,
-                    "max_change_bound": {c: float(wv) * (1 + reach) for c, wv in zip(params.swap_set, widths)}}  # fmt: skip
+                    "max_change_bound": {c: float(wv * n) for c, wv, n in zip(params.swap_set, widths, span)}}  # fmt: skip
         risk |= {"cells": part.degree, "merged_singletons": merged,
                  "suppressed_tuples": 0 if keep_rows is None else int((~keep_rows).sum())}  # fmt: skip
         return _finish("mews", frame, params, labels, risk, rng, keep_rows, candidates)
