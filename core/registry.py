@@ -156,7 +156,7 @@ def _reader(fmt: str, delimiter: str) -> tuple[str, list]:
 def _reader_error(exc: Exception, fmt: str, delimiter: str) -> str:
     line = re.search(r"[Ll]ine:? (\d+)", str(exc))
     where = f" near line {line.group(1)}" if line else ""
-    if "unicode" in str(exc).lower() or "utf-8" in str(exc).lower():
+    if "invalid unicode" in str(exc).lower() or "not utf-8 encoded" in str(exc).lower():
         return f"it is not UTF-8 encoded{where}; convert it to UTF-8 first"
     if fmt == "csv":
         return (f"it is not a well-formed CSV file with a header row and delimiter {delimiter!r}{where} (every row "

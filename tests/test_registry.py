@@ -1,0 +1,167 @@
+"""The dataset registry: ingestion into a stored snapshot, the steward's schema and suite, the data root."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pytest
+
+from core import validate
+from core.db import quote_ident
+from core.demo import SUITES, census
+from core.errors import IngestError, SpecError, UserError, ValidationFailed
+from core.registry import Registry, Unit, read_schema
+from core.schema import Column, Needs, Schema
+from tests.helpers import register
+
+HOSTILE = 'we"ird; DROP TABLE ledger; --'
+
+
+def test_quote_ident_survives_hostile_names(tmp_path: Path):
+    con = duckdb.connect(str(tmp_path / "x.duckdb"))
+    con.execute(f"CREATE TABLE t ({quote_ident(HOSTILE)} INTEGER)")
+    con.execute("INSERT INTO t VALUES (1)")
+    assert con.execute(f"SELECT {quote_ident(HOSTILE)} FROM t").fetchall() == [(1,)]
+    assert [r[0] for r in con.execute("SHOW TABLES").fetchall()] == ["t"]
+
+
+def test_register_load_refresh_drop(tmp_path: Path):
+    home = tmp_path / "home"
+    frame = pd.DataFrame({HOSTILE: [1, 2, 3], "b": ["x", "y", None]})
+    ds = register(home, frame, "ds")
+    assert (ds.version, ds.rows, str(ds.unit), ds.purpose) == (1, 3, "record", "sdc")
+    assert ds.schema.columns == {HOSTILE: Column(type="integer"), "b": Column(type="string", nullable=True)}
+    registry = Registry(home)
+    assert list(registry.load(ds)[HOSTILE]) == [1, 2, 3]
+    (snapshot,) = (home / "datasets" / "ds").iterdir()
+    assert oct(snapshot.stat().st_mode & 0o777) == "0o600"
+    (home / "data" / "ds.csv").write_text(f'"{HOSTILE.replace(chr(34), chr(34) * 2)}",b\n1,x\n2,y\n3,\n4,w\n')
+    again = registry.refresh("ds", home / "data")
+    assert (again.version, again.rows) == (2, 4)
+    with pytest.raises(UserError, match="changed since registration"):
+        registry.load(ds)  # a release planned against version 1 does not read version 2
+    assert len(registry.load(again)) == 4 and [p.name for p in (home / "datasets" / "ds").iterdir()] == ["v2.parquet"]
+    registry.drop("ds")
+    assert registry.list() == [] and not list((home / "datasets" / "ds").iterdir())
+    with pytest.raises(SpecError, match="is not registered"):
+        registry.get("ds")
+    with pytest.raises(SpecError, match="registered before with unit record and purpose sdc"):
+        register(home, frame, "ds", purpose="dp")  # the id stays bound to its unit and purpose
+    assert register(home, frame, "ds").version == 3
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_other_formats(tmp_path: Path, fmt: str):
+    root = tmp_path / "data"
+    root.mkdir()
+    frame = pd.DataFrame({"a": [1, 2], "b": ["x", "y"]})
+    if fmt == "parquet":
+        duckdb.connect().from_df(frame).write_parquet(str(root / "in.parquet"))
+    else:
+        (root / "in.jsonl").write_text(frame.to_json(orient="records", lines=True))
+    ds, inferred = Registry(tmp_path).add("ds", f"in.{fmt}", fmt, Unit("record"), "dp", root=root)
+    assert inferred and ds.rows == 2 and list(ds.schema.columns) == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    "content,fmt,message",
+    [
+        ("a,b,c\n1,2,3\n4,SECRET5\n7,8,9\n", "csv", "not a well-formed CSV"),
+        ("a,b\n1,\"unterminated\n", "csv", "not a well-formed CSV"),
+        ("", "csv", "is empty"),
+        ("a,b\n1,2\n", "parquet", "not a readable Parquet"),
+        ('{"a": 1}\n{"a": SECRET\n', "jsonl", "not valid JSON lines"),
+        ("a,a\n1,2\n", "csv", r"the CSV header repeats column names \['a'\]"),
+    ],
+    ids=["ragged-csv", "unbalanced-quote", "empty-file", "csv-as-parquet", "broken-jsonl", "duplicate-header"],
+)
+def test_unreadable_files_get_a_clear_error_without_content(tmp_path: Path, content, fmt, message):
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "in.data").write_text(content)
+    with pytest.raises(IngestError, match=message) as info:
+        Registry(tmp_path).add("ds", "in.data", fmt, Unit("record"), "sdc", root=root)
+    assert "SECRET" not in str(info.value)
+    assert Registry(tmp_path).list() == []
+
+
+def test_sources_outside_the_data_root_are_refused(tmp_path: Path):
+    root = tmp_path / "data"
+    root.mkdir()
+    (tmp_path / "secret.csv").write_text("a\n1\n")
+    os.symlink(tmp_path / "secret.csv", root / "link.csv")
+    for source in ("../secret.csv", str(tmp_path / "secret.csv"), "link.csv", "/etc/passwd"):
+        with pytest.raises(SpecError, match="must lie inside the data root"):
+            Registry(tmp_path).add("ds", source, "csv", Unit("record"), "sdc", root=root)
+    with pytest.raises(IngestError, match="is not a file under the data root"):
+        Registry(tmp_path).add("ds", "nope.csv", "csv", Unit("record"), "sdc", root=root)
+
+
+def test_one_source_one_id(tmp_path: Path):
+    home = tmp_path / "home"
+    register(home, census(50), "a")
+    with pytest.raises(SpecError, match="already registered as dataset 'a'"):
+        Registry(home).add("b", "a.csv", "csv", Unit("record"), "sdc", root=home / "data")
+    with pytest.raises(SpecError, match="is already registered; use 'privrelease dataset refresh a'"):
+        register(home, census(50), "a")
+
+
+def test_declared_schema_is_enforced_with_line_numbers(tmp_path: Path):
+    home = tmp_path / "home"
+    schema = Schema(columns={"age": Column(type="integer"), "city": Column(type="string")})
+    text = "age,city\n30,Oslo\nforty,Bergen\n41,\n52,Tromsø\n"
+    with pytest.raises(IngestError) as info:
+        register(home, text, "ds", schema=schema)
+    message = str(info.value)
+    assert "column 'age': 1 values not of type integer (first at lines [3])" in message
+    assert "column 'city': 1 values empty (the schema says nullable: false) (first at lines [4])" in message
+    with pytest.raises(IngestError, match=r"missing columns \['zip'\], undeclared columns \['city'\]"):
+        register(home, "age,city\n1,x\n", "ds", schema=Schema(columns={"age": Column(type="integer"),
+                                                                         "zip": Column(type="string")}))  # fmt: skip
+    ds = register(home, "age,city\n1,x\n2,y\n", "ds", schema=schema)
+    assert ds.schema == schema
+    (tmp_path / "schema.yaml").write_text(schema.yaml())
+    assert read_schema(str(tmp_path / "schema.yaml")) == schema
+    (tmp_path / "bad.yaml").write_text("columns: {age: {type: number}}")
+    with pytest.raises(SpecError, match="each column needs a type among integer, float"):
+        read_schema(str(tmp_path / "bad.yaml"))
+
+
+def test_suite_runs_at_registration_with_counts(tmp_path: Path):
+    home = tmp_path / "home"
+    frame = census(1200)
+    frame.loc[[3, 9], "sex"] = "SECRETVALUE"
+    with pytest.raises(ValidationFailed) as info:
+        register(home, frame, suite=str(SUITES / "census_demo.json"))
+    text = str(info.value)
+    assert "expect_column_values_to_be_in_set(sex): 2 unexpected rows" in text and "Nothing was registered" in text
+    assert "SECRETVALUE" not in text and Registry(home).list() == []
+    assert register(home, census(1200), suite=str(SUITES / "census_demo.json")).rows == 1200
+
+
+def test_suite_files(tmp_path: Path):
+    name, exps = validate.load_suite(str(SUITES / "census_demo.json"))
+    assert name == "census_demo" and len(exps) == 8
+    with pytest.raises(SpecError, match="is not a file"):
+        validate.load_suite(str(tmp_path / "nope.json"))
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(SpecError, match="not valid JSON"):
+        validate.load_suite(str(tmp_path / "bad.json"))
+    with pytest.raises(SpecError, match="expect_nonsense not found"):
+        validate.validate(pd.DataFrame({"a": [1]}), "inline", [{"type": "expect_nonsense", "kwargs": {}}])
+    with pytest.raises(SpecError, match="expect_column_values_to_not_be_null"):
+        validate.validate(pd.DataFrame({"a": [1]}), "inline", [{"type": "expect_column_values_to_not_be_null", "kwargs": {}}])
+
+
+def test_needs_are_checked_against_the_public_schema():
+    schema = Schema(columns={"a": Column(type="string"), "b": Column(type="float", nullable=True), "c": Column(type="integer")})
+    Needs(columns=("c",), numeric=("c",)).check(schema, "ds")
+    with pytest.raises(SpecError, match="dataset 'ds' has no column 'z'"):
+        Needs(columns=("z",)).check(schema, "ds")
+    with pytest.raises(SpecError, match="column 'b' of dataset 'ds' may hold empty values"):
+        Needs(columns=("b",)).check(schema, "ds")
+    with pytest.raises(SpecError, match="column 'a' of dataset 'ds' is registered as string"):
+        Needs(columns=("a",), numeric=("a",)).check(schema, "ds")
