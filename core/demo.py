@@ -118,7 +118,7 @@ def write_demo(home: Path, rows: int = 20_000) -> Path:
     from core.ledger import Ledger
     from core.registry import Registry, Unit, data_root
 
-    root = data_root()
+    root = data_root(home)
     folder = root / "demo"
     folder.mkdir(parents=True, exist_ok=True)
     census(rows).to_csv(folder / "census.csv", index=False)

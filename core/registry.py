@@ -114,10 +114,9 @@ class _Private:
     digest: str | None
 
 
-def data_root() -> Path:
+def data_root(home: Path) -> Path:
     """Where registered sources must live: ``$PRIVRELEASE_DATA_ROOT``, else ``<home>/data``."""
-    root = Path(os.environ.get(DATA_ROOT_ENV) or paths.home() / "data").resolve()
-    return root
+    return Path(os.environ.get(DATA_ROOT_ENV) or home / "data").resolve()
 
 
 def resolve_source(source: str, root: Path) -> Path:
@@ -203,7 +202,7 @@ class Registry:
                     f"dataset id {dataset_id!r} was registered before with unit {earlier[0][0].unit} and purpose "
                     f"{earlier[0][0].purpose}; its ledger entries are bound to them. Register under another id."
                 )
-            path = resolve_source(source, (root or data_root()))
+            path = resolve_source(source, root or data_root(self.home))
             self._refuse_duplicate(dataset_id, path)
             version = len(earlier) + 1
             return self._ingest(dataset_id, version, path, fmt, delimiter, unit, purpose, schema, suite)
@@ -212,7 +211,7 @@ class Registry:
         """Re-ingest and re-check a dataset from its registered source, schema and suite."""
         with exclusive(self._lock):
             current, private = self._current(dataset_id)
-            path = resolve_source(private.source, root or data_root())
+            path = resolve_source(private.source, root or data_root(self.home))
             dataset, _ = self._ingest(
                 dataset_id, current.version + 1, path, private.format, private.delimiter, current.unit,
                 current.purpose, current.schema, private.suite,

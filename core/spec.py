@@ -1,6 +1,6 @@
 """Release requests: a registered dataset, a mechanism and its public parameters, checked before anything runs.
 
-The JSON schema in ``schemas/release-spec.schema.json`` is generated from these models
+The JSON schema in ``schemas/release-request.schema.json`` is generated from these models
 (``json_schema()``); a test keeps the file and the models in step.
 """
 

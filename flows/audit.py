@@ -13,9 +13,10 @@ from tasks import audit as t
 
 
 @flow(name="ledger-audit", persist_result=False)
-def ledger_audit(home: str | None = None) -> list[dict]:
-    """Audit the ledger; the run fails (after publishing its artifacts) if the chain is broken."""
-    store = Store.open(home)
+def ledger_audit() -> list[dict]:
+    """Audit the ledger of the worker's home; the run fails (after publishing its artifacts) if the
+    chain is broken."""
+    store = Store.open()
     audit = t.read(store)
     chart = t.chart(store, audit, datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
     totals = [x.as_dict() for x in audit.totals]

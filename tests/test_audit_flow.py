@@ -18,12 +18,11 @@ from flows.cli import main
 def _fill(home) -> None:
     ledger = Ledger(home / "privrelease.duckdb")
     ledger.set_budget("posts", Budget(6.0, 1e-6))
-    ledger.set_budget("census", Budget(1.0, 1e-7))
     for i, eps in enumerate((1.0, 2.0)):
         plan = dpne.plan(dpne.Params(user_column="u", text_column="t", epsilon=eps, delta=1e-7, T=4))
-        ledger.reserve("posts", f"p{i}", plan.cost, "dpne", {"i": i}, plan.detail)
+        ledger.reserve("posts", f"p{i}", "dp", plan.cost.budget, "add or remove one user", "dpne", {"i": i}, plan.detail)
         ledger.settle(f"p{i}", PUBLISHED)
-    ledger.reserve("census", "c0", Budget(0, 0), "ra", {}, {})
+    ledger.reserve("survey", "c0", "sdc", None, None, "ra", {}, {})
 
 
 async def _artifacts(flow_run_id) -> dict:
@@ -41,7 +40,7 @@ def test_audit_artifacts_match_the_cli(prefect_server, home, capsys):
     from flows.audit import ledger_audit
 
     _fill(home)
-    state = ledger_audit(home=str(home), return_state=True)
+    state = ledger_audit(return_state=True)
     assert state.is_completed()
     artifacts = asyncio.run(_artifacts(state.state_details.flow_run_id))
     assert main(["ledger", "totals", "--json"]) == 0
@@ -50,9 +49,10 @@ def test_audit_artifacts_match_the_cli(prefect_server, home, capsys):
     assert (json.loads(table) if isinstance(table, str) else table) == cli_totals
     assert state.result() == cli_totals
     history = artifacts["ledger-history"]
-    assert len(json.loads(history) if isinstance(history, str) else history) == 7
+    assert len(json.loads(history) if isinstance(history, str) else history) == 6
     markdown = artifacts["ledger-audit"]
-    assert "Hash chain: **intact** (7 entries)" in markdown and "ledger-spend-" in markdown
+    assert "Hash chain: **intact** (6 entries)" in markdown and "ledger-spend-" in markdown
+    assert "| survey | sdc | - | - | - | - |" in markdown  # no DP total is claimed for an sdc dataset
     posts = next(t for t in cli_totals if t["dataset"] == "posts")
     assert posts["gdp"]["epsilon"] < posts["spent"]["epsilon"] == pytest.approx(3.0)
     assert list((home / "audit").glob("ledger-spend-*.png"))
@@ -63,11 +63,11 @@ def test_audit_of_a_tampered_ledger_fails_after_reporting(prefect_server, home):
 
     _fill(home)
     con = duckdb.connect(str(home / "privrelease.duckdb"))
-    con.execute("UPDATE ledger SET epsilon = 0.1 WHERE seq = 3")
+    con.execute("UPDATE ledger SET epsilon = 0.1 WHERE seq = 2")
     con.close()
-    state = ledger_audit(home=str(home), return_state=True)
+    state = ledger_audit(return_state=True)
     assert state.is_failed()
-    with pytest.raises(LedgerCorrupt, match="entry 3"):
+    with pytest.raises(LedgerCorrupt, match="entry 2"):
         state.result()
     artifacts = asyncio.run(_artifacts(state.state_details.flow_run_id))
-    assert "**BROKEN**: entry 3" in artifacts["ledger-audit"]
+    assert "**BROKEN**: entry 2" in artifacts["ledger-audit"]

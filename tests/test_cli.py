@@ -11,7 +11,8 @@ import duckdb
 import pytest
 
 from tests.conftest import REPO
-from tests.test_release_flow import write_case
+from core.demo import census
+from tests.helpers import write_request
 
 EXE = str(Path(os.sys.executable).parent / "privrelease")
 
@@ -22,23 +23,51 @@ def run(home: Path, *args: str, env: dict | None = None) -> subprocess.Completed
     return subprocess.run([EXE, *args], cwd=REPO, env=environ, capture_output=True, text=True, timeout=300)
 
 
-def test_ledger_commands(tmp_path: Path):
+def test_dataset_and_ledger_commands(tmp_path: Path):
     home = tmp_path / "home"
+    (home / "data").mkdir(parents=True)
+    census(300).to_csv(home / "data" / "census.csv", index=False)
+    r = run(home, "dataset", "add", "census", "--source", "census.csv", "--format", "csv", "--unit", "record",
+            "--purpose", "dp")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "dataset census: registration 1, unit record, purpose dp, 11 columns, 300 rows (public)"
+    assert "schema (inferred from the file, now public" in r.stdout and "  age:\n    type: integer" in r.stdout
+    (tmp_path / "schema.yaml").write_text(r.stdout.split("--schema next time):\n", 1)[1])
+    r = run(home, "dataset", "add", "census2", "--source", "census.csv", "--format", "csv", "--unit", "record",
+            "--purpose", "dp", "--schema", str(tmp_path / "schema.yaml"))  # fmt: skip
+    assert r.returncode == 2 and r.stderr.startswith("error: this source is already registered as dataset 'census'")
+    r = run(home, "dataset", "add", "x", "--source", "/etc/passwd", "--format", "csv", "--unit", "record", "--purpose", "sdc")
+    assert r.returncode == 2 and "must lie inside the data root" in r.stderr and "Traceback" not in r.stderr
+    r = run(home, "dataset", "list")
+    assert r.returncode == 0 and r.stdout.splitlines()[0].startswith("dataset census: registration 1")
+    shown = json.loads(run(home, "dataset", "show", "census").stdout)
+    assert set(shown) == {"id", "version", "unit", "purpose", "adjacency", "rows", "registered", "schema"}
+    assert "source" not in json.dumps(shown) and "digest" not in json.dumps(shown)
+    r = run(home, "dataset", "refresh", "census")
+    assert r.returncode == 0 and r.stdout.startswith("dataset census: registration 2")
+
     r = run(home, "ledger", "set-budget", "census", "--epsilon", "2", "--delta", "1e-6")
     assert r.returncode == 0 and "epsilon=2 delta=1e-06" in r.stdout
     r = run(home, "ledger", "set-budget", "census", "--epsilon", "-1", "--delta", "0")
     assert r.returncode == 2 and r.stderr.startswith("error: invalid budget: epsilon must be finite and >= 0")
     assert "Traceback" not in r.stderr
+    for bad_id in ("../x", "nope", ""):
+        r = run(home, "ledger", "set-budget", bad_id, "--epsilon", "1", "--delta", "0")
+        assert r.returncode == 2 and r.stderr.startswith("error: dataset"), r.stderr
     history = json.loads(run(home, "ledger", "history", "--json").stdout)
     assert [(e["seq"], e["status"], e["epsilon"]) for e in history] == [(1, "cap", 2.0)]
     totals = json.loads(run(home, "ledger", "totals", "--json").stdout)
-    assert totals == [{"dataset": "census", "cap": {"epsilon": 2.0, "delta": 1e-6}, "spent": {"epsilon": 0.0, "delta": 0.0},
-                       "remaining": {"epsilon": 2.0, "delta": 1e-6}, "releases": 0, "published": 0, "failed": 0, "pending": 0,
-                       "gdp": None}]  # fmt: skip
-    assert "census" in run(home, "ledger", "totals").stdout
+    assert totals == [{"dataset": "census", "kind": "dp", "adjacency": None, "cap": {"epsilon": 2.0, "delta": 1e-6},
+                       "spent": {"epsilon": 0.0, "delta": 0.0}, "remaining": {"epsilon": 2.0, "delta": 1e-6},
+                       "releases": 0, "published": 0, "failed": 0, "pending": 0, "gdp": None}]  # fmt: skip
+    assert run(home, "ledger", "totals").stdout.splitlines()[1].startswith("census           dp")
     assert "cap" in run(home, "ledger", "history", "--dataset", "census").stdout
     ok = run(home, "ledger", "verify")
     assert ok.returncode == 0 and "1 entries" in ok.stdout
+    r = run(home, "dataset", "drop", "census")
+    assert r.returncode == 0 and r.stdout.startswith("dataset census: stored rows deleted")
+    assert run(home, "dataset", "list").stdout.startswith("no datasets registered")
     con = duckdb.connect(str(home / "privrelease.duckdb"))
     con.execute("UPDATE ledger SET epsilon = 200 WHERE seq = 1")
     con.close()
@@ -46,31 +75,37 @@ def test_ledger_commands(tmp_path: Path):
     assert bad.returncode == 3 and "FAILED at entry 1" in bad.stderr
 
 
-def test_bad_spec_exits_2_with_one_paragraph_and_no_traceback(tmp_path: Path):
-    spec = write_case(tmp_path / "case", mechanism__params__p=[0.5] * 9)
+def test_bad_request_exits_2_with_one_paragraph_and_no_traceback(tmp_path: Path):
+    spec = write_request(tmp_path / "case", mechanism__params__p=[0.5] * 9)
     r = run(tmp_path / "home", "release", str(spec))
     assert r.returncode == 2
-    assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: the release spec is invalid: mechanism.params: p must sum to 1")
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: the release request is invalid: mechanism.ra.params: p must sum to 1")
     r = run(tmp_path / "home", "release", str(tmp_path / "missing.yaml"))
     assert r.returncode == 2 and "is not a file" in r.stderr
 
 
 def test_release_in_a_real_process(prefect_server, tmp_path: Path):
-    """Against the session's Prefect server; a validation failure shows no traceback on the console."""
+    """Against the session's Prefect server, after the steward registered the table."""
     import prefect.settings
 
     env = {"PREFECT_API_URL": prefect.settings.PREFECT_API_URL.value()}
-    good = write_case(tmp_path / "good")
-    r = run(tmp_path / "home", "release", str(good), env=env)
+    home = tmp_path / "home"
+    (home / "data").mkdir(parents=True)
+    census(500).to_csv(home / "data" / "census.csv", index=False)
+    assert run(home, "dataset", "add", "census", "--source", "census.csv", "--format", "csv", "--unit", "record",
+               "--purpose", "sdc").returncode == 0  # fmt: skip
+    r = run(home, "release", str(write_request(tmp_path / "good")), env=env)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert lines[0].startswith("release census-") and lines[1].startswith("folder ")
     assert (Path(lines[1].split(" ", 1)[1]) / "manifest.json").is_file()
-    bad = write_case(tmp_path / "bad", mechanism__params__qi=["age", "no-such-column"])
-    r = run(tmp_path / "home", "release", str(bad), env=env)
+    r = run(home, "release", str(write_request(tmp_path / "bad", mechanism__params__qi=["age", "no-such-column"])), env=env)
     assert r.returncode == 2
-    assert r.stderr.strip().splitlines()[-1].startswith("error: the dataset failed")
-    assert "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == ["error: dataset 'census' has no column 'no-such-column'; its columns are "
+                                              "['age', 'workclass', 'education', 'marital-status', 'occupation', "
+                                              "'relationship', 'race', 'sex', 'native-country', 'hours-per-week', 'salary']."]  # fmt: skip
+    r = run(home, "ledger", "set-budget", "census", "--epsilon", "1", "--delta", "0")
+    assert r.returncode == 2 and "registered for statistical disclosure control" in r.stderr
 
 
 def test_internal_error_exits_1_without_details(tmp_path: Path):
@@ -78,6 +113,8 @@ def test_internal_error_exits_1_without_details(tmp_path: Path):
     home.mkdir()
     (home / "privrelease.duckdb").write_text("this is not a database")
     r = run(home, "ledger", "history")
+    assert r.returncode == 1 and r.stderr.startswith("internal error (") and "Traceback" not in r.stderr
+    r = run(home, "dataset", "list")
     assert r.returncode == 1 and r.stderr.startswith("internal error (") and "Traceback" not in r.stderr
 
 
@@ -88,3 +125,6 @@ def test_demo_in_a_fresh_home(tmp_path: Path):
     assert r.returncode == 0, r.stderr[-2000:]
     folder = Path(next(line for line in r.stdout.splitlines() if line.startswith("release folder:")).split(":", 1)[1].strip())
     assert (folder / "manifest.json").is_file() and (folder / "report.md").is_file()
+    r = run(home, "dataset", "list")
+    assert r.returncode == 0 and [line.split(":")[0] for line in r.stdout.splitlines()] == [
+        "dataset census-demo", "dataset logins-demo", "dataset posts-demo"]

@@ -56,18 +56,18 @@ def test_paillier_vector_operations_on_dask_match_in_process(cluster):
 def test_release_flow_with_the_dask_runner(prefect_server, home, test_mode, tmp_path, capsys, cluster):
     import yaml
 
+    from core import spec as spec_module
     from flows.release import release
 
-    spec = write(tmp_path / "a", planted(300), columns=["a", "b", "c"], query="top_subspaces", h=2, k=3, r=0.1,
-                 epsilon=2.0, delta=1e-4, standardize=PUBLIC)  # fmt: skip
-    spec.write_text(yaml.safe_dump({**yaml.safe_load(spec.read_text()), "seed": 5}))
+    spec = write(home, tmp_path / "a", planted(300), seed=5, columns=["a", "b", "c"], query="top_subspaces", h=2, k=3,
+                 r=0.1, epsilon=2.0, delta=1e-4, standardize=PUBLIC)  # fmt: skip
     assert cli(capsys, "ledger", "set-budget", "sessions", "--epsilon", "10", "--delta", "1e-3")[0] == 0
     manifests = []
     for runner in ("local", "dask"):
         doc = yaml.safe_load(spec.read_text())
         spec.write_text(yaml.safe_dump({**doc, "release_id": f"r-{runner}"}))
         if runner == "local":
-            folder = release(spec_path=str(spec), home=str(home))["folder"]
+            folder = release(request=spec_module.load(spec))["folder"]
         else:  # through the command line, as an operator would
             code, out, err = cli(capsys, "release", str(spec), "--dask-address", cluster)
             assert code == 0, err

@@ -11,24 +11,25 @@ import phe.util
 import yaml
 
 from core import spec as spec_module
-from core.demo import DEMO_SPEC
+from core.demo import DEMO_REQUEST
 from tests.conftest import REPO
 
 
 def test_committed_spec_schema_matches_the_models():
-    committed = json.loads((REPO / "schemas" / "release-spec.schema.json").read_text())
-    assert committed == spec_module.json_schema(), "regenerate: python -m core.spec > schemas/release-spec.schema.json"
+    committed = json.loads((REPO / "schemas" / "release-request.schema.json").read_text())
+    assert committed == spec_module.json_schema(), "regenerate: python -m core.spec > schemas/release-request.schema.json"
 
 
 def test_schema_accepts_the_demo_spec_and_rejects_bad_ones():
-    schema = json.loads((REPO / "schemas" / "release-spec.schema.json").read_text())
-    doc = yaml.safe_load(DEMO_SPEC)
+    schema = json.loads((REPO / "schemas" / "release-request.schema.json").read_text())
+    doc = yaml.safe_load(DEMO_REQUEST)
     jsonschema.validate(doc, schema)
     for bad in (
         {**doc, "extra": 1},
         {**doc, "mechanism": {"name": "ra", "params": {**doc["mechanism"]["params"], "k": "three"}}},
         {**doc, "mechanism": {"name": "nope", "params": {}}},
-        {**doc, "dataset": {**doc["dataset"], "format": "xlsx"}},
+        {**doc, "dataset": {"id": "census-demo", "source": "census.csv", "format": "csv"}},
+        {**doc, "mechanism": {"name": "dpne", "params": {"user_column": "u", "text_column": "t", "epsilon": 1, "delta": 1e-7}}},
     ):
         assert list(jsonschema.Draft202012Validator(schema).iter_errors(bad)), bad
 

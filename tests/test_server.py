@@ -110,19 +110,21 @@ def _run(env: dict, *args: str) -> str:
 def test_release_triggered_like_the_ui(server):
     env, root = server
     api = env["PREFECT_API_URL"]
-    write_demo(Path(env["PRIVRELEASE_HOME"]) / "demo", rows=2000)
+    write_demo(Path(env["PRIVRELEASE_HOME"]), rows=2000)
     _run(env, "work-pool", "create", "privrelease", "--type", "process")
     _run(env, "--no-prompt", "deploy", "--all")
     log = open(root / "worker.log", "w")
     worker = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", "privrelease", "--install-policy", "never"],
                               env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
-        for flow_name, name in (("release", "outlier-stats"), ("spam-filter-training", "spam-filter-training"),
-                                ("ledger-audit", "ledger-audit")):  # fmt: skip
-            other = httpx.get(f"{api}/deployments/name/{flow_name}/{name}", timeout=10).json()
-            assert Path(other["parameters"]["spec_path" if "spec_path" in other["parameters"] else "home"]).exists()
+        spam = httpx.get(f"{api}/deployments/name/spam-filter-training/spam-filter-training", timeout=10).json()
+        assert Path(spam["parameters"]["spec_path"]).exists()
+        for name in ("tabular-release", "ngram-release", "outlier-stats"):
+            other = httpx.get(f"{api}/deployments/name/release/{name}", timeout=10).json()
+            assert set(other["parameters"]) == {"request"}  # no home, source or path in a release form
+        audit = httpx.get(f"{api}/deployments/name/ledger-audit/ledger-audit", timeout=10).json()
+        assert audit["parameters"] == {}
         deployment = httpx.get(f"{api}/deployments/name/release/tabular-release", timeout=10).json()
-        assert deployment["parameters"]["home"] == env["PRIVRELEASE_HOME"]
         # what the UI's Run button sends: POST /deployments/{id}/create_flow_run
         run = _create_run(api, deployment["id"], {})
         assert run.status_code == 201, run.text
@@ -135,18 +137,19 @@ def test_release_triggered_like_the_ui(server):
         assert [e.status for e in entries][-1] == PUBLISHED
         assert manifest["ledger"]["hash"] == entries[-2].hash and entries[-1].flow_run_id == run_id
         # an invalid parameter is rejected by the server before any run starts
-        bad = _create_run(api, deployment["id"], {"spec_path": 42})
-        assert bad.status_code == 409 and "spec_path" in bad.text
+        bad = _create_run(api, deployment["id"], {"request": {"dataset": {"id": "x", "source": "/etc/passwd"}}})
+        assert bad.status_code == 409 and "dataset" in bad.text
+        bad = _create_run(api, deployment["id"], {"home": "/tmp/elsewhere"})
+        assert bad.status_code == 409 and "home" in bad.text
         # the typed form: a release filled in field by field, as in the UI's form
-        request = {"dataset": {"id": "census-demo", "source": "demo/census.csv", "format": "csv"},
+        request = {"dataset": "census-demo",
                    "mechanism": {"name": "ra", "params": {"qi": ["age", "sex", "race"], "sensitive": "occupation", "k": 2}}}
-        typed = _create_run(api, deployment["id"], {"spec_path": None, "request": request})
+        typed = _create_run(api, deployment["id"], {"request": request})
         assert typed.status_code == 201, typed.text
         assert _wait(api, typed.json()["id"], root / "worker.log") == "COMPLETED"
         assert len(list((home / "releases" / "census-demo").iterdir())) == 2
-        bad_form = {**request, "mechanism": {"name": "dpne", "params": {"user_column": "u", "text_column": "t",
-                                                                          "epsilon": -1, "delta": 1e-7}}}
-        rejected = _create_run(api, deployment["id"], {"spec_path": None, "request": bad_form})
+        bad_form = {**request, "mechanism": {"name": "dpne", "params": {"text_column": "t", "epsilon": -1, "delta": 1e-7}}}
+        rejected = _create_run(api, deployment["id"], {"request": bad_form})
         assert rejected.status_code == 409 and "epsilon" in rejected.text
     finally:
         _stop(worker)
