@@ -1,0 +1,232 @@
+"""The whole release surface on neighbouring datasets.
+
+For each DP mechanism, the real release flow runs on D and on a neighbour D' under the dataset's
+unit (one record replaced; one user's posts removed), with the same test seed, each in its own
+home. Every byte an analyst or auditor can read must then be the same, except the mechanism's DP
+outputs: the release folder (file names; manifest and report with the DP outputs masked), the
+ledger, and Prefect's flow-run parameters, names of tasks, logs and artifacts.
+
+Masking is by value, not by position: a token of the report or an artifact may differ only where
+both runs print one of their own DP outputs (to the printed precision). Anything else that
+differs (a count, a size, a fingerprint, a simulated number) fails the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from core.accounting import Budget
+from core.ledger import Ledger
+from core.spec import parse
+from tests.helpers import register
+from tests.test_dpne import phrase_corpus
+from tests.test_outliers import planted
+
+PUBLIC_SCALES = {c: {"mean": 0.0, "std": 1.0} for c in "abcde"}
+
+
+def _neighbours_posts() -> tuple[pd.DataFrame, pd.DataFrame]:
+    corpus = phrase_corpus(600, seed=3)
+    loud = pd.DataFrame({"user": [10_000] * 3, "text": ["my secret phrase here"] * 3})
+    return pd.concat([corpus, loud], ignore_index=True), corpus
+
+
+def _neighbours_records() -> tuple[pd.DataFrame, pd.DataFrame]:
+    d = planted(300, seed=4)
+    d_prime = d.copy()
+    d_prime.iloc[0] = [0.1, -0.2, 0.3, 0.0, 0.5]  # an outlier replaced by an ordinary record
+    return d, d_prime
+
+
+CASES = {
+    "dpne": (_neighbours_posts, "user:user",
+             {"name": "dpne", "params": {"text_column": "text", "epsilon": 2.0, "delta": 1e-6, "T": 3, "delta0": 10,
+                                         "tokenizer": "words", "publish_weights": True}},
+             [("counts_by_length",), ("privacy", "rho"), ("privacy", "valid_candidates")]),
+    "outliers-count": (_neighbours_records, "record",
+                       {"name": "outliers", "params": {"query": "count", "columns": ["a", "b"], "k": 3, "r": 0.5,
+                                                       "epsilon": 1.0, "delta": 1e-4, "standardize": PUBLIC_SCALES,
+                                                       "noise": "smooth"}},
+                       [("result",), ("noise_std",)]),
+    "outliers-top": (_neighbours_records, "record",
+                     {"name": "outliers", "params": {"query": "top_subspaces", "c": 1, "h": 2, "k": 3, "r": 0.5,
+                                                     "epsilon": 2.0, "delta": 1e-4, "standardize": PUBLIC_SCALES,
+                                                     "release_counts": True}},
+                     [("result",), ("noise_std",)]),
+}  # fmt: skip
+
+
+def _pop(doc: dict, path: tuple[str, ...]) -> object:
+    node = doc
+    for key in path[:-1]:
+        node = node[key]
+    return node.pop(path[-1])
+
+
+def _numbers(value: object) -> list[float]:
+    if isinstance(value, bool) or value is None:
+        return []
+    if isinstance(value, int | float):
+        return [float(value)]
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _numbers(v)]
+    if isinstance(value, list):
+        return [x for v in value for x in _numbers(v)]
+    return []
+
+
+_TOKEN = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def _printed(token: str, outputs: list) -> bool:
+    """Whether ``token`` prints one of ``outputs`` at the token's own precision (a string output, such
+    as a published file's digest or the run's timestamp, may be shortened with an ellipsis)."""
+    texts = [o for o in outputs if isinstance(o, str)]
+    if any(len(token) >= 17 and o.startswith(token.rstrip("…")) or token == o for o in texts):
+        return True
+    outputs = [o for o in outputs if not isinstance(o, str)]
+    if not _TOKEN.fullmatch(token):
+        return False
+    decimals = len(token.split(".")[1].split("e")[0]) if "." in token else 0
+    value = float(token)
+    return any(abs(value - v) <= 0.5 * 10**-decimals * (1 + 1e-9) + 1e-12 * abs(v) for v in outputs)
+
+
+def _same_but_outputs(a: str, b: str, out_a: list[float], out_b: list[float], what: str) -> None:
+    ta, tb = re.split(r"(\s+|\||`|,|\(|\)|=)", a), re.split(r"(\s+|\||`|,|\(|\)|=)", b)
+    assert len(ta) == len(tb), f"{what}: different shapes"
+    for x, y in zip(ta, tb):
+        if x != y:
+            assert _printed(x, out_a) and _printed(y, out_b), f"{what}: {x!r} vs {y!r} is not a DP output"
+
+
+async def _prefect_surface(flow_run_id: str) -> dict:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter, ArtifactFilterFlowRunId, LogFilter, LogFilterFlowRunId, TaskRunFilter, TaskRunFilterFlowRunId,
+    )  # fmt: skip
+
+    async with get_client() as client:
+        run = await client.read_flow_run(flow_run_id)
+        logs = await client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))
+        artifacts = await client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id])))
+        tasks = await client.read_task_runs(task_run_filter=TaskRunFilter(flow_run_id=TaskRunFilterFlowRunId(any_=[run.id])))
+    return {
+        "parameters": run.parameters,
+        "state": run.state.message if run.state else None,
+        "logs": sorted(log.message.replace(run.name, "<run>") for log in logs),
+        "artifacts": sorted((a.key, a.type, a.description, a.data) for a in artifacts),
+        "tasks": sorted(re.sub(r"-[0-9a-f]{3}$", "", t.name) for t in tasks),
+    }
+
+
+def _release(home: Path, frame: pd.DataFrame, unit: str, mechanism: dict, monkeypatch) -> dict:  # noqa: ANN001
+    """Register ``frame`` and release it with a fixed id and seed; returns everything readable."""
+    from flows.release import release
+
+    monkeypatch.setenv("PRIVRELEASE_HOME", str(home))
+    register(home, frame, "ds", unit, "dp")
+    Ledger(home / "privrelease.duckdb").set_budget("ds", Budget(10.0, 1e-3))
+    summary = release(request=parse({"release_id": "r1", "dataset": "ds", "mechanism": mechanism, "seed": 11}))
+    folder = Path(summary["folder"])
+    entries = [e.as_dict() for e in Ledger(home / "privrelease.duckdb").entries()]
+    return {
+        "files": sorted(p.name for p in folder.iterdir()),
+        "manifest": json.loads((folder / "manifest.json").read_text()),
+        "report": (folder / "report.md").read_text(),
+        "ledger": entries,
+        "home": str(home),
+    }
+
+
+def _read_prefect(run: dict) -> None:
+    """Prefect's copy of the run, once its log lines have been shipped to the server."""
+    surface = asyncio.run(_prefect_surface(run["ledger"][-1]["flow_run_id"]))
+    run["prefect"] = json.loads(json.dumps(surface).replace(run.pop("home"), "<home>"))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_only_dp_outputs_differ_between_neighbours(prefect_server, test_mode, tmp_path, monkeypatch, case):
+    make, unit, mechanism, output_paths = CASES[case]
+    d, d_prime = make()
+    from prefect.logging.handlers import APILogHandler
+
+    runs = [_release(tmp_path / name, frame, unit, mechanism, monkeypatch) for name, frame in (("d", d), ("dp", d_prime))]
+    APILogHandler().flush()
+    time.sleep(2.5)
+    for run in runs:
+        _read_prefect(run)
+    outputs = []
+    for run in runs:
+        manifest = run["manifest"]
+        found = [_pop(manifest, p) for p in output_paths]
+        # public but run-specific: digests of the published files (which hold DP outputs only), the
+        # time of the run, and the ledger hash that covers it
+        varying = [*manifest.pop("files").values(), manifest.pop("created"), manifest["ledger"].pop("hash")]
+        manifest["input"].pop("registered")
+        outputs.append(_numbers(found) + varying)
+        for entry in run["ledger"]:
+            for key in ("ts", "hash", "prev_hash", "flow_run_id"):
+                entry.pop(key)
+            for key in ("counts_by_length", "rho", "valid_candidates"):
+                entry["detail"].pop(key, None)
+        run["prefect"]["artifacts"] = [list(a) for a in run["prefect"]["artifacts"]]
+    a, b = runs
+    assert a["files"] == b["files"]
+    assert a["manifest"] == b["manifest"]
+    assert a["ledger"] == b["ledger"]
+    assert a["prefect"]["parameters"] == b["prefect"]["parameters"]
+    assert a["prefect"]["tasks"] == b["prefect"]["tasks"]
+    assert a["prefect"]["logs"] == b["prefect"]["logs"]
+    assert a["prefect"]["state"] == b["prefect"]["state"]
+    _same_but_outputs(a["report"], b["report"], *outputs, "report.md")
+    assert len(a["prefect"]["artifacts"]) == len(b["prefect"]["artifacts"]) == 1
+    (art_a,), (art_b,) = a["prefect"]["artifacts"], b["prefect"]["artifacts"]
+    assert art_a[:3] == art_b[:3]
+    _same_but_outputs(art_a[3], art_b[3], *outputs, "release artifact")
+    assert outputs[0] != outputs[1] or case == "dpne"  # control: the neighbours do differ in what is released
+
+
+def test_the_harness_catches_a_published_exact_size(prefect_server, test_mode, tmp_path, monkeypatch):
+    """Control: a count measured on the input, printed in the report, is caught as a difference."""
+    d, d_prime = _neighbours_posts()
+    report_a = f"| released | 12 |\n| posts | {len(d)} |"
+    report_b = f"| released | 11 |\n| posts | {len(d_prime)} |"
+    _same_but_outputs(report_a.replace(f"{len(d)}", "0"), report_b.replace(f"{len(d_prime)}", "0"), [12.0], [11.0], "ok")
+    with pytest.raises(AssertionError, match="is not a DP output"):
+        _same_but_outputs(report_a, report_b, [12.0], [11.0], "report")
+
+
+def test_dpne_on_neighbouring_corpora_keeps_a_user_unique_phrase_private():
+    """Statistical check over 200 runs per corpus: an n-gram only the removed user holds is never
+    released (P <= delta = 1e-6 per run, so seeing it even once in 200 runs has probability
+    <= 2e-4), and a shared phrase is released about as often with and without that user."""
+    from core.mechanisms import dpne
+    from scipy.stats import binomtest
+
+    d, d_prime = _neighbours_posts()
+    params = dpne.Params(user_column="user", text_column="text", epsilon=1.0, delta=1e-6, T=1, delta0=10,
+                         tokenizer="words")  # fmt: skip
+    runs = 200
+
+    def released(frame: pd.DataFrame, p: dpne.Params, seed: int) -> set[str]:
+        return set(dpne.extract(frame, p, np.random.Generator(np.random.PCG64(seed)))[0]["ngram"])
+
+    seen_d = [released(d, params, s) for s in range(runs)]
+    seen_dp = [released(d_prime, params, 10_000 + s) for s in range(runs)]
+    assert not any("secret" in s for s in seen_d) and not any("secret" in s for s in seen_dp)
+    for word in ("cat", "privacy"):
+        hits_d, hits_dp = sum(word in s for s in seen_d), sum(word in s for s in seen_dp)
+        # two-sided exact test at 1e-3: the one-user difference moves no frequency detectably
+        assert binomtest(hits_d, runs, max(min(hits_dp / runs, 1 - 1e-9), 1e-9)).pvalue > 1e-3 or hits_d == hits_dp
+    # control: the event is observable; once 40 users hold the phrase it is released in most runs
+    many = pd.concat([d_prime, pd.DataFrame({"user": range(20_000, 20_040), "text": "my secret phrase here"})])
+    assert sum("secret" in released(many, params, s) for s in range(20)) >= 15
