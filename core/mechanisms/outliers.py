@@ -15,17 +15,19 @@ small share of the budget), and data-derived standardization (a charged Gaussian
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import dataclass, replace
+from functools import lru_cache, partial
 from itertools import combinations
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 from pydantic import Field, model_validator
+from scipy.optimize import brentq
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
+from scipy.stats import norm
 
 from core import noise
 from core.accounting import Budget, gaussian_sigma
@@ -38,7 +40,8 @@ NAME = "outliers"
 RADIUS_SLACK = 1e-9  # relative: points at exactly distance r stay inside despite float rounding
 SEB_SLACK = 1e-7  # relative: miniball's tolerance, resolved towards inclusion (covers only grow)
 MAX_SUBSPACES = 20_000
-MAX_BALLS = 2_000_000  # exact-cover work per count before the run stops and asks for exact_until
+MAX_BALLS = 2_000_000  # enclosing balls one count may compute; exact_steps keeps the worst case under it
+MIN_DELTA = 1e-300  # per count: ln(2/δ) and the analytic Gaussian are computed in double precision
 ADJACENCY = "replace one record (the number of records N is public)"
 
 # Upper bounds on the kissing number K_d (exact for d = 1, 2, 3, 4, 8, 24; otherwise the
@@ -69,12 +72,31 @@ def gs_lower(n: int, k: int, c: int) -> int:
 
 def alpha(epsilon: float, delta: float) -> float:
     """Theorem 2 (p = 1): the noise is S/α · N(0, 1)."""
-    return epsilon / (5 * math.sqrt(2 * math.log(2 / delta)))
+    return epsilon / (5 * math.sqrt(2 * (math.log(2) - math.log(delta))))
 
 
 def beta(epsilon: float, delta: float) -> float:
     """Theorem 2 (p = 1): the smoothness S must have."""
-    return epsilon / (4 * (1 + math.log(2 / delta)))
+    return epsilon / (4 * (1 + math.log(2) - math.log(delta)))
+
+
+def smooth_log_failure(epsilon: float, delta: float) -> float:
+    """ln(δ_D + e^{ε/2}·δ_S): the δ Theorem 2's proof delivers (docs/REPRODUCTION.md derives it).
+
+    δ_D = Pr[(e^{2β} − 1)Z²/2 − β > ε/2], the dilation property's failure mass at its worst λ = β;
+    δ_S = Pr[αZ + α²/2 > ε/2], the sliding property's at its worst |Δ| = α; Z ~ N(0, 1).
+    """
+    a, b = alpha(epsilon, delta), beta(epsilon, delta)
+    log_dilation = math.log(2) + float(norm.logsf(math.sqrt((epsilon + 2 * b) / math.expm1(2 * b))))
+    log_sliding = float(norm.logsf(epsilon / (2 * a) - a / 2))
+    return float(np.logaddexp(log_dilation, epsilon / 2 + log_sliding))
+
+
+@lru_cache(maxsize=256)
+def smooth_epsilon_max(delta: float) -> float:
+    """The largest per-count epsilon for which the smooth-sensitivity Gaussian is (epsilon, delta)-DP
+    by Theorem 2's proof: the root of smooth_log_failure(ε, δ) = ln δ (the failure grows with ε)."""
+    return float(brentq(lambda e: smooth_log_failure(e, delta) - math.log(delta), 1e-9, 1e3, xtol=1e-12, rtol=1e-14))
 
 
 def paper_global_std(gs: float, epsilon: float, delta: float) -> float:
@@ -127,7 +149,8 @@ class Params(StrictParams):
     noise: Literal["auto", "smooth", "global"] = Field(
         "auto", description="count noise: smooth sensitivity (S_UB/α), global sensitivity (min(N, k·K_c+1)), or auto: global whenever it beats the least noise smooth sensitivity could give for this N (public)"
     )
-    exact_until: int | None = Field(None, ge=0, description="compute the max ball cover exactly for t < exact_until and use the band count beyond (public switch); default exact throughout")
+    exact_until: int | None = Field(None, ge=0, description="compute the max ball cover exactly for t < exact_until and use the band count beyond (public switch); default exact throughout (in 3-D and above, at most as far as exact_steps allows)")
+    rows: int | None = Field(None, ge=2, description="the public number of records N declared with the dataset, set by the service from its registration (never by the analyst): counts are then clamped to [0, N] and must come from a table of N records")
 
     @model_validator(mode="after")
     def _consistent(self) -> Params:
@@ -144,6 +167,17 @@ class Params(StrictParams):
             raise ValueError("release_counts needs delta > 0 (the counts get Gaussian noise); or set release_counts: false")
         if isinstance(self.standardize, PrivateScale) and self.delta == 0:
             raise ValueError("a private standardization uses the Gaussian mechanism and needs delta > 0")
+        a = allocate(self)
+        for what, part in (("per count", a.count), ("of the standardization", a.standardize)):
+            if 0 < part.delta < MIN_DELTA:
+                raise ValueError(f"delta {what} is {part.delta:.3g}, below {MIN_DELTA:g} (the Gaussian's calibration is "
+                                 "computed in double precision); raise delta")  # fmt: skip
+        if a.counts and self.noise == "smooth" and a.count.epsilon > smooth_epsilon_max(a.count.delta):
+            raise ValueError(
+                f"epsilon per count is {a.count.epsilon:.6g}, above {smooth_epsilon_max(a.count.delta):.6g}: the most "
+                f"the smooth-sensitivity Gaussian's proof covers at delta per count {a.count.delta:.3g} (Theorem 2; "
+                "docs/REPRODUCTION.md derives the bound). Lower epsilon or use noise: global"
+            )
         if self.columns is not None:
             try:
                 resolve(self, tuple(self.columns))
@@ -320,12 +354,8 @@ class Cover:
                     grown = ball
                     if not _inside(self.unique[v], ball):
                         self.work += 1
-                        if self.work > MAX_BALLS:
-                            raise ParameterError(
-                                f"outliers: the exact max-ball cover needed more than {MAX_BALLS:,} enclosing-ball "
-                                "computations (dense records in 3 or more dimensions). Set exact_until (e.g. 10) so "
-                                "that later steps use the band-count bound; the charge for this run stands."
-                            )
+                        if self.work > MAX_BALLS:  # exact_steps rules this out for every table
+                            raise InternalError(f"outliers: the max-ball search passed {MAX_BALLS:,} enclosing balls")
                         grown = _ball_through(self.unique[chosen], self.unique[v])
                     if grown[1] <= limit:
                         best = max(best, have + int(weight[v]))
@@ -427,6 +457,20 @@ def band_sizes(deg: np.ndarray, j: int, n: int) -> np.ndarray:
     return np.maximum(cum[np.clip(hi, 0, n)] - cum[lo], 0)
 
 
+def exact_steps(n: int, c: int, exact_until: int | None) -> int:
+    """How many steps t of Algorithm 2 get an exact max-ball cover, from public values only.
+
+    1-D and 2-D covers are polynomial: every step up to exact_until. The 3-D-and-above search
+    computes at most 2^N − 1 enclosing balls per cover (one per subset of distinct points) and two
+    covers per step, so only steps whose worst case stays under MAX_BALLS are exact; the rest use
+    the band count. The search can therefore never stop on the data, and the switch is public.
+    """
+    stop = n + 1 if exact_until is None else min(exact_until, n + 1)
+    if c < 3:
+        return stop
+    return 0 if n > 40 else min(stop, MAX_BALLS // (2 * (2**n - 1)))
+
+
 def bounds_by_t(deg: np.ndarray, k: int, cover: Cover, exact_until: int | None = None) -> np.ndarray:
     """B_t = min(N, max(M_k^(t), M_{k−1}^(t)) + t + 1) for every t = 0..N (no early stop)."""
     n = len(deg)
@@ -439,7 +483,7 @@ def bounds_by_t(deg: np.ndarray, k: int, cover: Cover, exact_until: int | None =
     return out
 
 
-def smooth_bound(deg: np.ndarray, k: int, b: float, cover: Cover, exact_until: int | None = None) -> Smooth:
+def smooth_bound(deg: np.ndarray, k: int, b: float, cover: Cover | None, exact_until: int | None = None) -> Smooth:
     """S_UB = max_t e^{−tβ} B_t by Algorithm 2: exact covers for t < exact_until with the
     look-ahead early stop; band counts (always >= the cover) from exact_until on."""
     n = len(deg)
@@ -526,6 +570,8 @@ def uses_global(params: Params, a: Allocation, n: int, c: int) -> bool:
     """Decided from public parameters and N only, never from the data."""
     if params.noise != "auto":
         return params.noise == "global"
+    if a.count.epsilon > smooth_epsilon_max(a.count.delta):
+        return True  # beyond the range Theorem 2's proof covers (plain smooth is refused there)
     whole = Budget(a.count.epsilon + a.scale, a.count.delta)
     smooth_least = smooth_floor(n, beta(a.count.epsilon, a.count.delta)) / alpha(a.count.epsilon, a.count.delta)
     return global_std(n, params.k, c, whole) <= smooth_least
@@ -554,7 +600,10 @@ class Measured:
 def measure(z: np.ndarray, params: Params, smooth: bool, b: float = 0.0) -> Measured:
     pts = subspace_points(z)
     deg = degrees(pts, params.r)
-    bound = smooth_bound(deg, params.k, b, Cover(pts, params.r), params.exact_until) if smooth else None
+    bound = None
+    if smooth:
+        steps = exact_steps(len(z), z.shape[1], params.exact_until)
+        bound = smooth_bound(deg, params.k, b, Cover(pts, params.r) if steps else None, steps)
     return Measured(int((deg < params.k).sum()), bound)
 
 
@@ -579,11 +628,27 @@ def noisy_count(z: np.ndarray, subspace: tuple[str, ...], params: Params, a: All
     return Counted(subspace, "smooth", m.q, noisy, std, released, gs, m.smooth)
 
 
+def clamped(c: Counted, rows: int | None) -> Counted:
+    """The noisy count moved into the range every count lies in: [0, N] with a public N, else [0, ∞).
+    Post-processing of the DP output, so it costs nothing."""
+    return replace(c, noisy=float(np.clip(c.noisy, 0, np.inf if rows is None else rows)))
+
+
+def public_std(c: Counted, n: int, a: Allocation) -> tuple[float, bool]:
+    """A noise std the report may state, from public values and DP outputs only: the exact global
+    std, the released smooth std, or else the least smooth std for N (True: a lower bound)."""
+    if c.noise_std_released is not None:
+        return c.noise_std_released, False
+    return smooth_floor(n, beta(a.count.epsilon, a.count.delta)) / alpha(a.count.epsilon, a.count.delta), True
+
+
 def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result:
     columns, subspaces = resolve(params, tuple(frame.columns))
     n = len(frame)
     if n < 2:
         raise ParameterError("outliers: the table needs at least 2 records.")
+    if params.rows is not None and params.rows != n:
+        raise InternalError("outliers: the table does not have the number of records declared with the dataset")
     a = allocate(params)
     z, scaling = standardized(frame, columns, params, a.standardize, rng)
     index = {c: i for i, c in enumerate(columns)}
@@ -602,7 +667,7 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
         smooth = not uses_global(params, a, n, len(chosen[0]))
         measured = fan_out(partial(measure, params=params, smooth=smooth, b=beta(a.count.epsilon, a.count.delta)),
                            [z[:, cols[s]] for s in chosen])  # fmt: skip
-        counted = [noisy_count(z[:, cols[s]], s, params, a, rng, m) for s, m in zip(chosen, measured)]
+        counted = [clamped(noisy_count(z[:, cols[s]], s, params, a, rng, m), params.rows) for s, m in zip(chosen, measured)]
     return _result(params, a, n, scaling, chosen, counted, selection)
 
 
@@ -646,15 +711,35 @@ def _result(params: Params, a: Allocation, n: int, scaling: dict, chosen: list[t
         ),
         "standardization": scaling,
         "selection": selection,
+        "clamped_to": [0, params.rows],
+        "exact_cover_steps": (
+            exact_steps(n, len(chosen[0]), params.exact_until) if any(c.method == "smooth" for c in counted) else None
+        ),
     }  # fmt: skip
     headline = {"query": params.query, "subspaces": [",".join(s) for s in chosen]}
-    report = _report(params, privacy, data)
+    report = _report(params, privacy, data, _swamped(params, a, n, counted))
     charts = [_chart(data)] if counted else []
     return Result(data, privacy, report, charts, headline, name="outliers",
                   manifest={"result": result, "noise_std": noise_std})  # fmt: skip
 
 
-def _report(params: Params, privacy: dict, data: pd.DataFrame) -> str:
+def _swamped(params: Params, a: Allocation, n: int, counted: list[Counted]) -> list[str]:
+    """Report lines for counts whose noise std exceeds the public range [0, N] of any count."""
+    if params.rows is None:
+        return []
+    lines = []
+    for c in counted:
+        std, least = public_std(c, n, a)
+        if std > params.rows:
+            lines.append(
+                f"- **{','.join(c.subspace)}: the noise std ({'at least ' if least else ''}{std:.4g}) exceeds {params.rows}, "
+                "the whole range of possible counts**: the released count says almost nothing about the true one. "
+                "Raise epsilon, or ask a question with fewer records at stake."
+            )  # fmt: skip
+    return lines
+
+
+def _report(params: Params, privacy: dict, data: pd.DataFrame, swamped: list[str]) -> str:
     lines = [
         "## DP outlier statistics",
         "",
@@ -682,7 +767,11 @@ def _report(params: Params, privacy: dict, data: pd.DataFrame) -> str:
             if privacy["noise_std_release"] else "",
             "With `global`, the noise std is public (it depends only on N, k, c and the budget) and exact. "
             "`global_noise_std` is what the Gaussian mechanism on the global-sensitivity upper bound "
-            "min(N, k·K_c + 1) needs for the same budget. Counts are not clamped or rounded.",
+            "min(N, k·K_c + 1) needs for the same budget. "
+            + (f"Counts are clamped to [0, {params.rows}], the range every count lies in (N is declared with the dataset); "
+               if params.rows is not None else "Counts are clamped at 0 (no number of records was declared, so not above); ")
+            + "clamping is post-processing and costs nothing. They are not rounded.",
+            *([""] + swamped if swamped else []),
         ]
     else:
         lines += ["Chosen: " + "; ".join(f"{{{s}}}" for s in data["subspace"]) + " (counts not released)."]
@@ -713,3 +802,5 @@ def check(original: pd.DataFrame, result: Result, params: Params) -> None:
     counts = result.data["noisy_count"].dropna().to_numpy(dtype=float)
     if not np.isfinite(counts).all():
         raise InternalError("outliers: a released count is not finite")
+    if (counts < 0).any() or (params.rows is not None and (counts > params.rows).any()):
+        raise InternalError("outliers: a released count is outside its clamp range")
