@@ -85,7 +85,7 @@ def timing() -> None:
             try:
                 s = o.smooth_bound(o.degrees(pts, 0.5), 3, o.beta(1, DELTA), o.Cover(pts, 0.5), until)
                 what = f"S_UB {s.value:.2f}, t* {s.argmax}, exact steps {s.steps}"
-            except o.ParameterError:
+            except o.InternalError:
                 what = "stopped at the enclosing-ball limit"
             print(f"n={n} exact_until={until}: {time.perf_counter() - t:.2f} s ({what})")
 

@@ -183,7 +183,7 @@ def test_the_report_says_when_the_noise_dwarfs_every_possible_count():
 
 
 def test_one_cover_computes_at_most_one_ball_per_subset_of_distinct_points():
-    """The premise of exact_steps: a cover over m distinct points computes at most 2^m − 1 balls."""
+    """The premise of cover_plan: a search over m distinct points computes at most 2^m − 1 balls."""
     rng = np.random.default_rng(21)
     for _ in range(150):
         n = int(rng.integers(2, 12))
@@ -195,12 +195,56 @@ def test_one_cover_computes_at_most_one_ball_per_subset_of_distinct_points():
         assert cover.work <= 2**m - 1
 
 
-def test_exact_steps_is_a_public_function_that_keeps_the_worst_case_under_the_limit():
-    assert o.exact_steps(1000, 1, None) == 1001 and o.exact_steps(1000, 2, 7) == 7
-    assert o.exact_steps(15, 3, None) == 16 and o.exact_steps(16, 3, None) == 15 and o.exact_steps(21, 3, None) == 0
-    for n in range(2, 45):
-        steps = o.exact_steps(n, 3, None)
-        assert 2 * steps * (2**n - 1) <= o.MAX_BALLS and steps <= n + 1
+def test_cover_plan_is_a_public_function_that_keeps_the_worst_case_within_the_limits():
+    assert o.cover_plan(1000, 1, None) == ("window", 1001) and o.cover_plan(1000, 2, 7) == ("centres", 7)
+    assert o.cover_plan(15, 3, None) == ("search", 16) and o.cover_plan(16, 3, None) == ("blocks", 17)
+    assert o.cover_plan(100, 3, 30) == ("blocks", 30) and o.cover_plan(400_000, 3, None) == ("band", 0)
+    for n in range(2, 60):
+        for c in range(3, 12):
+            method, steps = o.cover_plan(n, c, None)
+            assert steps <= n + 1
+            assert method != "search" or 2 * steps * (2**n - 1) <= o.MAX_BALLS
+            assert method != "blocks" or 3**c * n <= o.MAX_BLOCK_ENTRIES
+
+
+@pytest.mark.parametrize("dim", [1, 2, 3, 4])
+def test_the_blocks_bound_is_an_upper_bound_that_grows_by_at_most_one_per_point(dim):
+    """What Theorem 6's smoothness and Proposition 1's early stop use of a max cover: it bounds the
+    exact cover, never shrinks when a point is added, and grows by at most one."""
+    rng = np.random.default_rng(40 + dim)
+    exact = {1: "window", 2: "centres"}.get(dim, "search")
+    for _ in range(150):
+        n = int(rng.integers(2, 14))
+        p = (rng.integers(0, 4, (n, dim)) if rng.random() < 0.5 else rng.normal(0, 1, (n, dim))).astype(float)
+        r = float(rng.choice([0.5, 1.0, 1.5]))
+        blocks, oracle = o.Cover(p, r, "blocks"), o.Cover(p, r, exact)
+        mask = rng.random(n) < 0.7
+        assert blocks.max_cover(mask) >= oracle.max_cover(mask)
+        for extra in np.flatnonzero(~mask)[:3]:
+            more = mask.copy()
+            more[extra] = True
+            assert blocks.max_cover(mask) <= blocks.max_cover(more) <= blocks.max_cover(mask) + 1
+
+
+@pytest.mark.parametrize("dim,trials", [(3, 200), (4, 100)])
+def test_blocks_bounds_keep_local_sensitivity_and_smoothness_on_random_neighbours(dim, trials):
+    rng = np.random.default_rng(300 + dim)
+    b = o.beta(0.5, 0.01)
+    for trial in range(trials):
+        n = int(rng.integers(2, 14))
+        x = rng.integers(0, 3, (n, dim)).astype(float)
+        y = neighbour(x, rng, 3)
+        k, r = int(rng.integers(1, 4)), float(rng.choice([0.5, 1.0, 1.5]))
+        until = None if trial % 3 else int(rng.integers(0, 4))
+        px, py = o.subspace_points(x), o.subspace_points(y)
+        dx, dy = o.degrees(px, r), o.degrees(py, r)
+        bx = o.bounds_by_t(dx, k, o.Cover(px, r, "blocks"), until)
+        by = o.bounds_by_t(dy, k, o.Cover(py, r, "blocks"), until)
+        assert abs(q(x, k, r) - q(y, k, r)) <= bx[0] and np.all(by[:-1] <= bx[1:])
+        sx = o.smooth_bound(dx, k, b, o.Cover(px, r, "blocks"), until).value
+        sy = o.smooth_bound(dy, k, b, o.Cover(py, r, "blocks"), until).value
+        assert sx == pytest.approx((np.exp(-np.arange(n + 1) * b) * bx).max(), rel=1e-12)
+        assert sy <= math.exp(b) * sx * (1 + 1e-12)
 
 
 def test_a_dense_3d_table_completes_and_publishes_nothing_that_depends_on_the_search(monkeypatch):
@@ -223,8 +267,8 @@ def test_a_dense_3d_table_completes_and_publishes_nothing_that_depends_on_the_se
         result = o.run(frame, params, np.random.default_rng(1))
         o.check(frame, result, params)
         privacy.append(result.privacy)
-    assert privacy[0]["exact_cover_steps"] == 0 and privacy[0] == privacy[1] == privacy[2]
-    # the band-count bound used instead is still an upper bound on the local sensitivity ...
+    assert privacy[0]["cover"] == {"method": "blocks", "steps": 31} and privacy[0] == privacy[1] == privacy[2]
+    # the blocks bound used instead is still an upper bound on the local sensitivity ...
     y = neighbour(dense, rng, 2)
     m = o.measure(dense, params, True, b)
     assert abs(q(dense, k, r) - q(y, k, r)) <= m.smooth.value

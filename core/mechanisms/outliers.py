@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache, partial
-from itertools import combinations
+from itertools import combinations, product
 from typing import Literal
 
 import numpy as np
@@ -41,6 +41,7 @@ RADIUS_SLACK = 1e-9  # relative: points at exactly distance r stay inside despit
 SEB_SLACK = 1e-7  # relative: miniball's tolerance, resolved towards inclusion (covers only grow)
 MAX_SUBSPACES = 20_000
 MAX_BALLS = 2_000_000  # enclosing balls one count may compute; exact_steps keeps the worst case under it
+MAX_BLOCK_ENTRIES = 10_000_000  # worst-case size of the blocks bound's incidence matrix
 MIN_DELTA = 1e-300  # per count: ln(2/δ) and the analytic Gaussian are computed in double precision
 ADJACENCY = "replace one record (the number of records N is public)"
 
@@ -279,13 +280,15 @@ def degrees(points: np.ndarray, r: float) -> np.ndarray:
 
 
 class Cover:
-    """max over balls B(x, r), x anywhere, of |B ∩ P| for subsets P of one point set, exactly.
+    """max over balls B(x, r), x anywhere, of |B ∩ P| for subsets P of one point set.
 
-    1-D: a sliding window of width 2r. 2-D: candidate centres (each point, and the two centres of
-    radius-r circles through each pair). Higher: branch and bound over cliques of the 2r-graph,
-    with the smallest enclosing ball deciding whether a set fits, per connected component, on distinct points
-    weighted by multiplicity. Which method runs depends on the dimension only (``method`` overrides
-    it, for tests that check the methods against each other).
+    Exact: 1-D, a sliding window of width 2r; 2-D, candidate centres (each point, and the two
+    centres of radius-r circles through each pair); higher, branch and bound over cliques of the
+    2r-graph, with the smallest enclosing ball deciding whether a set fits, per connected
+    component, on distinct points weighted by multiplicity. ``blocks`` is a polynomial upper bound
+    in any dimension: the most points in one block of 2^d grid cells of side 2r (every ball fits in
+    one). ``cover_plan`` picks the method from public values; ``method`` overrides the dimension's
+    exact default, for tests.
     """
 
     METHODS = ("window", "centres", "search")
@@ -295,7 +298,7 @@ class Cover:
         self.work = 0  # enclosing balls computed, against MAX_BALLS
         dim = points.shape[1]
         self.method = method or self.METHODS[min(dim, 3) - 1]
-        if {"window": dim == 1, "centres": dim == 2, "search": True}.get(self.method) is not True:
+        if {"window": dim == 1, "centres": dim == 2, "search": True, "blocks": True}.get(self.method) is not True:
             raise ValueError(f"cover method {self.method!r} does not apply in {dim} dimensions")
         if self.method == "window":
             x = points[:, 0]
@@ -305,6 +308,9 @@ class Cover:
             return
         self.unique, self.inverse = np.unique(points, axis=0, return_inverse=True)
         self.inverse = self.inverse.ravel()
+        if self.method == "blocks":
+            self.incidence = _block_incidence(self.unique, self.rho)
+            return
         tree = cKDTree(self.unique)
         if self.method == "centres":
             centres = np.vstack([self.unique, *_circle_centres(self.unique, tree.query_pairs(2 * self.rho, output_type="ndarray"), self.rho)])
@@ -327,7 +333,7 @@ class Cover:
             starts = np.flatnonzero(inside)
             return int((cum[self.window_end[starts]] - cum[starts]).max())
         weight = np.bincount(self.inverse, weights=mask, minlength=len(self.unique)).astype(np.int64)
-        if self.method == "centres":
+        if self.method in ("centres", "blocks"):
             return int((self.incidence @ weight).max())
         return self._branch_and_bound(weight)
 
@@ -354,7 +360,7 @@ class Cover:
                     grown = ball
                     if not _inside(self.unique[v], ball):
                         self.work += 1
-                        if self.work > MAX_BALLS:  # exact_steps rules this out for every table
+                        if self.work > MAX_BALLS:  # cover_plan rules this out for every table
                             raise InternalError(f"outliers: the max-ball search passed {MAX_BALLS:,} enclosing balls")
                         grown = _ball_through(self.unique[chosen], self.unique[v])
                     if grown[1] <= limit:
@@ -431,6 +437,29 @@ def _circle_centres(points: np.ndarray, pairs: np.ndarray, rho: float) -> list[n
     return [mid + offset, mid - offset]
 
 
+def _block_incidence(points: np.ndarray, rho: float) -> csr_matrix:
+    """Sparse 0/1 matrix: block b (2^d cells of side 2rho, by its lowest cell) holds point j.
+
+    A closed ball of radius rho (with the enclosing-ball tolerance) spans at most two consecutive
+    cells per axis, so it lies in one block. A point near a cell edge may round into either cell;
+    it counts in every block either cell belongs to, so the bound holds whatever the rounding.
+    Each point counts once per block: the bound grows by at most one per added point.
+    """
+    side = 2 * rho * (1 + SEB_SLACK)
+    slack = np.abs(points) * 1e-12 + 1e-300
+    lowest = np.floor((points - slack) / side).astype(np.int64) - 1  # lowest block corner per axis
+    highest = np.floor((points + slack) / side).astype(np.int64)
+    corners, members = [], []
+    for offset in product(range(3), repeat=points.shape[1]):
+        corner = lowest + np.array(offset)
+        fits = (corner <= highest).all(axis=1)
+        corners.append(corner[fits])
+        members.append(np.flatnonzero(fits))
+    _, block = np.unique(np.vstack(corners), axis=0, return_inverse=True)
+    member = np.concatenate(members)
+    return csr_matrix((np.ones(len(member), dtype=np.int64), (block.ravel(), member)), shape=(int(block.max()) + 1, len(points)))
+
+
 def _incidence(centres: cKDTree, points: cKDTree, rho: float, n_centres: int, n_points: int) -> csr_matrix:
     """Sparse 0/1 matrix: centre i's closed ball of radius rho holds point j."""
     pairs = centres.sparse_distance_matrix(points, rho * (1 + SEB_SLACK), output_type="ndarray")
@@ -457,18 +486,24 @@ def band_sizes(deg: np.ndarray, j: int, n: int) -> np.ndarray:
     return np.maximum(cum[np.clip(hi, 0, n)] - cum[lo], 0)
 
 
-def exact_steps(n: int, c: int, exact_until: int | None) -> int:
-    """How many steps t of Algorithm 2 get an exact max-ball cover, from public values only.
+def cover_plan(n: int, c: int, exact_until: int | None) -> tuple[str, int]:
+    """The max-cover method of Algorithm 2 and the steps t it runs for (band counts after), from
+    public values only, so that no table can make the search stop or run out of memory.
 
-    1-D and 2-D covers are polynomial: every step up to exact_until. The 3-D-and-above search
-    computes at most 2^N − 1 enclosing balls per cover (one per subset of distinct points) and two
-    covers per step, so only steps whose worst case stays under MAX_BALLS are exact; the rest use
-    the band count. The search can therefore never stop on the data, and the switch is public.
+    1-D and 2-D covers are exact and polynomial: every step up to exact_until. In 3-D and above
+    the exact search computes at most 2^N − 1 enclosing balls per cover (one per subset of
+    distinct points) and two covers per step: it runs only when that worst case, over every step,
+    stays within MAX_BALLS. Otherwise the blocks bound runs, when its worst-case size (3^c entries
+    per record) stays within MAX_BLOCK_ENTRIES; otherwise band counts throughout.
     """
     stop = n + 1 if exact_until is None else min(exact_until, n + 1)
     if c < 3:
-        return stop
-    return 0 if n > 40 else min(stop, MAX_BALLS // (2 * (2**n - 1)))
+        return Cover.METHODS[c - 1], stop
+    if n <= 40 and 2 * stop * (2**n - 1) <= MAX_BALLS:
+        return "search", stop
+    if 3**c * n <= MAX_BLOCK_ENTRIES:
+        return "blocks", stop
+    return "band", 0
 
 
 def bounds_by_t(deg: np.ndarray, k: int, cover: Cover, exact_until: int | None = None) -> np.ndarray:
@@ -602,8 +637,8 @@ def measure(z: np.ndarray, params: Params, smooth: bool, b: float = 0.0) -> Meas
     deg = degrees(pts, params.r)
     bound = None
     if smooth:
-        steps = exact_steps(len(z), z.shape[1], params.exact_until)
-        bound = smooth_bound(deg, params.k, b, Cover(pts, params.r) if steps else None, steps)
+        method, steps = cover_plan(len(z), z.shape[1], params.exact_until)
+        bound = smooth_bound(deg, params.k, b, Cover(pts, params.r, method) if steps else None, steps)
     return Measured(int((deg < params.k).sum()), bound)
 
 
@@ -712,8 +747,9 @@ def _result(params: Params, a: Allocation, n: int, scaling: dict, chosen: list[t
         "standardization": scaling,
         "selection": selection,
         "clamped_to": [0, params.rows],
-        "exact_cover_steps": (
-            exact_steps(n, len(chosen[0]), params.exact_until) if any(c.method == "smooth" for c in counted) else None
+        "cover": (
+            dict(zip(("method", "steps"), cover_plan(n, len(chosen[0]), params.exact_until)))
+            if any(c.method == "smooth" for c in counted) else None
         ),
     }  # fmt: skip
     headline = {"query": params.query, "subspaces": [",".join(s) for s in chosen]}
