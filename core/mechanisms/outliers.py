@@ -10,6 +10,9 @@ record (replace-one) and N is public, as in the paper.
 Two things are released privately that the paper leaves raw: the noise scale (S_UB/α is a
 function of the data; its logarithm has sensitivity β, so it is released with Laplace noise on a
 small share of the budget), and data-derived standardization (a charged Gaussian estimate).
+Theorem 2 holds only up to a per-count epsilon (smooth_epsilon_max), enforced before any charge;
+which max-cover bound runs is decided from public values (cover_plan), so no run stops on the
+data; released counts are clamped to their range.
 """
 
 from __future__ import annotations
@@ -150,7 +153,7 @@ class Params(StrictParams):
     noise: Literal["auto", "smooth", "global"] = Field(
         "auto", description="count noise: smooth sensitivity (S_UB/α), global sensitivity (min(N, k·K_c+1)), or auto: global whenever it beats the least noise smooth sensitivity could give for this N (public)"
     )
-    exact_until: int | None = Field(None, ge=0, description="compute the max ball cover exactly for t < exact_until and use the band count beyond (public switch); default exact throughout (in 3-D and above, at most as far as exact_steps allows)")
+    exact_until: int | None = Field(None, ge=0, description="compute the max ball cover exactly for t < exact_until and use the band count beyond (public switch); default exact throughout (in 3-D and above, cover_plan decides from N and the dimension)")
     rows: int | None = Field(None, ge=2, description="the public number of records N declared with the dataset, set by the service from its registration (never by the analyst): counts are then clamped to [0, N] and must come from a table of N records")
 
     @model_validator(mode="after")
@@ -457,7 +460,8 @@ def _block_incidence(points: np.ndarray, rho: float) -> csr_matrix:
         members.append(np.flatnonzero(fits))
     _, block = np.unique(np.vstack(corners), axis=0, return_inverse=True)
     member = np.concatenate(members)
-    return csr_matrix((np.ones(len(member), dtype=np.int64), (block.ravel(), member)), shape=(int(block.max()) + 1, len(points)))
+    shape = (int(block.max()) + 1, len(points))
+    return csr_matrix((np.ones(len(member), dtype=np.int64), (block.ravel(), member)), shape=shape)
 
 
 def _incidence(centres: cKDTree, points: cKDTree, rho: float, n_centres: int, n_points: int) -> csr_matrix:
@@ -702,7 +706,8 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
         smooth = not uses_global(params, a, n, len(chosen[0]))
         measured = fan_out(partial(measure, params=params, smooth=smooth, b=beta(a.count.epsilon, a.count.delta)),
                            [z[:, cols[s]] for s in chosen])  # fmt: skip
-        counted = [clamped(noisy_count(z[:, cols[s]], s, params, a, rng, m), params.rows) for s, m in zip(chosen, measured)]
+        counted = [clamped(noisy_count(z[:, cols[s]], s, params, a, rng, m), params.rows)
+                   for s, m in zip(chosen, measured)]  # fmt: skip
     return _result(params, a, n, scaling, chosen, counted, selection)
 
 
