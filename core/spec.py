@@ -24,13 +24,18 @@ from core.registry import Dataset
 
 
 
+def _filled(module: object) -> tuple[str, ...]:
+    """The parameters the registry fills in: the unit's column, the public number of records."""
+    return tuple(p for p in (getattr(module, "UNIT_PARAM", None), getattr(module, "ROWS_PARAM", None)) if p)
+
+
 def _request_params(module: object) -> type[StrictParams]:
-    """A mechanism's parameters as a request may give them: without its unit parameter, which the
-    registry fills in (the privacy unit is the steward's, not the analyst's)."""
-    unit = getattr(module, "UNIT_PARAM", None)
-    if unit is None:
+    """A mechanism's parameters as a request may give them: without those the registry fills in (the
+    privacy unit and the public size are the steward's facts, not the analyst's choice)."""
+    filled = _filled(module)
+    if not filled:
         return module.Params
-    fields = {n: (f.annotation, f) for n, f in module.Params.model_fields.items() if n != unit}
+    fields = {n: (f.annotation, f) for n, f in module.Params.model_fields.items() if n not in filled}
     return create_model(f"{module.NAME.upper()}RequestParams", __base__=StrictParams, **fields)
 
 
@@ -109,14 +114,23 @@ def bind(request: ReleaseRequest, dataset: Dataset) -> Release:
     """The request's parameters as the mechanism takes them, with the registered unit filled in."""
     module = mechanisms.get(request.mechanism.name)
     params = request.mechanism.params.model_dump()
-    unit = getattr(module, "UNIT_PARAM", None)
+    unit, rows = getattr(module, "UNIT_PARAM", None), getattr(module, "ROWS_PARAM", None)
     if unit is not None:
         if dataset.unit.column is None:
             raise SpecError(f"mechanism {request.mechanism.name!r} protects users, but dataset {dataset.id!r} is "
                             "registered with unit 'record'; it needs a dataset registered with --unit user:COLUMN.")  # fmt: skip
         params[unit] = dataset.unit.column
+    if rows is not None:
+        if dataset.rows is None:
+            raise SpecError(f"mechanism {request.mechanism.name!r} needs a public number of records, but dataset "
+                            f"{dataset.id!r} is registered with unit {dataset.unit}; it needs --unit record.")  # fmt: skip
+        params[rows] = dataset.rows
+    try:
+        checked = module.Params.model_validate(params)
+    except ValidationError as exc:
+        raise SpecError(f"the release request is invalid: {_describe(exc, 'mechanism.params')}.") from None
     release_id = request.release_id or f"{dataset.id}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
-    return Release(request, release_id, dataset, module.Params.model_validate(params))
+    return Release(request, release_id, dataset, checked)
 
 
 def load(path: str | Path) -> ReleaseRequest:

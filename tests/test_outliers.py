@@ -361,9 +361,14 @@ def test_public_and_private_standardization():
     ids=["no-standardize", "k-0", "r-0", "no-delta", "h-too-large", "duplicate-column", "scale-missing", "bad-bounds"],
 )
 def test_parameter_errors_are_clear(tmp_path, params, message):
+    from core.registry import Dataset, Unit
+    from core.schema import Column, Schema
+    from core.spec import bind
+
     doc = {"dataset": "t", "mechanism": {"name": "outliers", "params": params}}
+    public = Dataset("t", 1, Unit("record"), "dp", Schema(columns={c: Column(type="float") for c in "ab"}), 300, "")
     with pytest.raises(Exception) as info:
-        parse(doc)
+        bind(parse(doc), public)
     assert message in str(info.value)
 
 

@@ -81,8 +81,9 @@ def test_top_subspaces_release_with_private_standardization(prefect_server, home
         (None, {"query": "top_subspaces", "c": 2, "h": 11}, "h=11 is more than the 10 candidate subspaces"),
         (None, {"r": -1.0}, "r: Input should be greater than 0"),
         (None, {"k": 0}, "k: Input should be greater than or equal to 1"),
+        (None, {"noise": "smooth", "epsilon": 30.0}, "delta per count 0.0001 (Theorem 2; docs/REPRODUCTION.md derives the bound). Lower epsilon or use noise: global"),
     ],
-    ids=["non-numeric", "nullable", "missing-column", "h-too-large", "negative-r", "k-zero"],
+    ids=["non-numeric", "nullable", "missing-column", "h-too-large", "negative-r", "k-zero", "smooth-epsilon-bound"],
 )
 def test_bad_request_is_refused_before_the_charge(prefect_server, home, tmp_path, capsys, change, params, message):
     frame = planted(200)

@@ -10,22 +10,27 @@ record (replace-one) and N is public, as in the paper.
 Two things are released privately that the paper leaves raw: the noise scale (S_UB/α is a
 function of the data; its logarithm has sensitivity β, so it is released with Laplace noise on a
 small share of the budget), and data-derived standardization (a charged Gaussian estimate).
+Theorem 2 holds only up to a per-count epsilon (smooth_epsilon_max), enforced before any charge;
+which max-cover bound runs is decided from public values (cover_plan), so no run stops on the
+data; released counts are clamped to their range.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from functools import partial
-from itertools import combinations
+from dataclasses import dataclass, replace
+from functools import lru_cache, partial
+from itertools import combinations, product
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 from pydantic import Field, model_validator
+from scipy.optimize import brentq
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
+from scipy.stats import norm
 
 from core import noise
 from core.accounting import Budget, gaussian_sigma
@@ -35,10 +40,13 @@ from core.parallel import fan_out
 from core.schema import Needs
 
 NAME = "outliers"
+ROWS_PARAM = "rows"  # filled from the dataset's registration (N is public under the record unit)
 RADIUS_SLACK = 1e-9  # relative: points at exactly distance r stay inside despite float rounding
 SEB_SLACK = 1e-7  # relative: miniball's tolerance, resolved towards inclusion (covers only grow)
 MAX_SUBSPACES = 20_000
-MAX_BALLS = 2_000_000  # exact-cover work per count before the run stops and asks for exact_until
+MAX_BALLS = 2_000_000  # enclosing balls one count may compute; cover_plan keeps the worst case under it
+MAX_BLOCK_ENTRIES = 10_000_000  # worst-case size of the blocks bound's incidence matrix
+MIN_DELTA = 1e-300  # per count: ln(2/δ) and the analytic Gaussian are computed in double precision
 
 # Upper bounds on the kissing number K_d (exact for d = 1, 2, 3, 4, 8, 24; otherwise the
 # semidefinite-programming bounds of Mittelmann & Vallentin 2010, which later work only lowers).
@@ -68,12 +76,31 @@ def gs_lower(n: int, k: int, c: int) -> int:
 
 def alpha(epsilon: float, delta: float) -> float:
     """Theorem 2 (p = 1): the noise is S/α · N(0, 1)."""
-    return epsilon / (5 * math.sqrt(2 * math.log(2 / delta)))
+    return epsilon / (5 * math.sqrt(2 * (math.log(2) - math.log(delta))))
 
 
 def beta(epsilon: float, delta: float) -> float:
     """Theorem 2 (p = 1): the smoothness S must have."""
-    return epsilon / (4 * (1 + math.log(2 / delta)))
+    return epsilon / (4 * (1 + math.log(2) - math.log(delta)))
+
+
+def smooth_log_failure(epsilon: float, delta: float) -> float:
+    """ln(δ_D + e^{ε/2}·δ_S): the δ Theorem 2's proof delivers (docs/REPRODUCTION.md derives it).
+
+    δ_D = Pr[(e^{2β} − 1)Z²/2 − β > ε/2], the dilation property's failure mass at its worst λ = β;
+    δ_S = Pr[αZ + α²/2 > ε/2], the sliding property's at its worst |Δ| = α; Z ~ N(0, 1).
+    """
+    a, b = alpha(epsilon, delta), beta(epsilon, delta)
+    log_dilation = math.log(2) + float(norm.logsf(math.sqrt((epsilon + 2 * b) / math.expm1(2 * b))))
+    log_sliding = float(norm.logsf(epsilon / (2 * a) - a / 2))
+    return float(np.logaddexp(log_dilation, epsilon / 2 + log_sliding))
+
+
+@lru_cache(maxsize=256)
+def smooth_epsilon_max(delta: float) -> float:
+    """The largest per-count epsilon for which the smooth-sensitivity Gaussian is (epsilon, delta)-DP
+    by Theorem 2's proof: the root of smooth_log_failure(ε, δ) = ln δ (the failure grows with ε)."""
+    return float(brentq(lambda e: smooth_log_failure(e, delta) - math.log(delta), 1e-9, 1e3, xtol=1e-12, rtol=1e-14))
 
 
 def paper_global_std(gs: float, epsilon: float, delta: float) -> float:
@@ -126,7 +153,8 @@ class Params(StrictParams):
     noise: Literal["auto", "smooth", "global"] = Field(
         "auto", description="count noise: smooth sensitivity (S_UB/α), global sensitivity (min(N, k·K_c+1)), or auto: global whenever it beats the least noise smooth sensitivity could give for this N (public)"
     )
-    exact_until: int | None = Field(None, ge=0, description="compute the max ball cover exactly for t < exact_until and use the band count beyond (public switch); default exact throughout")
+    exact_until: int | None = Field(None, ge=0, description="compute the max ball cover exactly for t < exact_until and use the band count beyond (public switch); default exact throughout (in 3-D and above, cover_plan decides from N and the dimension)")
+    rows: int | None = Field(None, ge=2, description="the public number of records N declared with the dataset, set by the service from its registration (never by the analyst): counts are then clamped to [0, N] and must come from a table of N records")
 
     @model_validator(mode="after")
     def _consistent(self) -> Params:
@@ -143,6 +171,17 @@ class Params(StrictParams):
             raise ValueError("release_counts needs delta > 0 (the counts get Gaussian noise); or set release_counts: false")
         if isinstance(self.standardize, PrivateScale) and self.delta == 0:
             raise ValueError("a private standardization uses the Gaussian mechanism and needs delta > 0")
+        a = allocate(self)
+        for what, part in (("per count", a.count), ("of the standardization", a.standardize)):
+            if 0 < part.delta < MIN_DELTA:
+                raise ValueError(f"delta {what} is {part.delta:.3g}, below {MIN_DELTA:g} (the Gaussian's calibration is "
+                                 "computed in double precision); raise delta")  # fmt: skip
+        if a.counts and self.noise == "smooth" and a.count.epsilon > smooth_epsilon_max(a.count.delta):
+            raise ValueError(
+                f"epsilon per count is {a.count.epsilon:.6g}, above {smooth_epsilon_max(a.count.delta):.6g}: the most "
+                f"the smooth-sensitivity Gaussian's proof covers at delta per count {a.count.delta:.3g} (Theorem 2; "
+                "docs/REPRODUCTION.md derives the bound). Lower epsilon or use noise: global"
+            )
         if self.columns is not None:
             try:
                 resolve(self, tuple(self.columns))
@@ -243,13 +282,15 @@ def degrees(points: np.ndarray, r: float) -> np.ndarray:
 
 
 class Cover:
-    """max over balls B(x, r), x anywhere, of |B ∩ P| for subsets P of one point set, exactly.
+    """max over balls B(x, r), x anywhere, of |B ∩ P| for subsets P of one point set.
 
-    1-D: a sliding window of width 2r. 2-D: candidate centres (each point, and the two centres of
-    radius-r circles through each pair). Higher: branch and bound over cliques of the 2r-graph,
-    with the smallest enclosing ball deciding whether a set fits, per connected component, on distinct points
-    weighted by multiplicity. Which method runs depends on the dimension only (``method`` overrides
-    it, for tests that check the methods against each other).
+    Exact: 1-D, a sliding window of width 2r; 2-D, candidate centres (each point, and the two
+    centres of radius-r circles through each pair); higher, branch and bound over cliques of the
+    2r-graph, with the smallest enclosing ball deciding whether a set fits, per connected
+    component, on distinct points weighted by multiplicity. ``blocks`` is a polynomial upper bound
+    in any dimension: the most points in one block of 2^d grid cells of side 2r (every ball fits in
+    one). ``cover_plan`` picks the method from public values; ``method`` overrides the dimension's
+    exact default, for tests.
     """
 
     METHODS = ("window", "centres", "search")
@@ -259,7 +300,7 @@ class Cover:
         self.work = 0  # enclosing balls computed, against MAX_BALLS
         dim = points.shape[1]
         self.method = method or self.METHODS[min(dim, 3) - 1]
-        if {"window": dim == 1, "centres": dim == 2, "search": True}.get(self.method) is not True:
+        if {"window": dim == 1, "centres": dim == 2, "search": True, "blocks": True}.get(self.method) is not True:
             raise ValueError(f"cover method {self.method!r} does not apply in {dim} dimensions")
         if self.method == "window":
             x = points[:, 0]
@@ -269,6 +310,9 @@ class Cover:
             return
         self.unique, self.inverse = np.unique(points, axis=0, return_inverse=True)
         self.inverse = self.inverse.ravel()
+        if self.method == "blocks":
+            self.incidence = _block_incidence(self.unique, self.rho)
+            return
         tree = cKDTree(self.unique)
         if self.method == "centres":
             centres = np.vstack([self.unique, *_circle_centres(self.unique, tree.query_pairs(2 * self.rho, output_type="ndarray"), self.rho)])
@@ -291,7 +335,7 @@ class Cover:
             starts = np.flatnonzero(inside)
             return int((cum[self.window_end[starts]] - cum[starts]).max())
         weight = np.bincount(self.inverse, weights=mask, minlength=len(self.unique)).astype(np.int64)
-        if self.method == "centres":
+        if self.method in ("centres", "blocks"):
             return int((self.incidence @ weight).max())
         return self._branch_and_bound(weight)
 
@@ -318,12 +362,8 @@ class Cover:
                     grown = ball
                     if not _inside(self.unique[v], ball):
                         self.work += 1
-                        if self.work > MAX_BALLS:
-                            raise ParameterError(
-                                f"outliers: the exact max-ball cover needed more than {MAX_BALLS:,} enclosing-ball "
-                                "computations (dense records in 3 or more dimensions). Set exact_until (e.g. 10) so "
-                                "that later steps use the band-count bound; the charge for this run stands."
-                            )
+                        if self.work > MAX_BALLS:  # cover_plan rules this out for every table
+                            raise InternalError(f"outliers: the max-ball search passed {MAX_BALLS:,} enclosing balls")
                         grown = _ball_through(self.unique[chosen], self.unique[v])
                     if grown[1] <= limit:
                         best = max(best, have + int(weight[v]))
@@ -399,6 +439,30 @@ def _circle_centres(points: np.ndarray, pairs: np.ndarray, rho: float) -> list[n
     return [mid + offset, mid - offset]
 
 
+def _block_incidence(points: np.ndarray, rho: float) -> csr_matrix:
+    """Sparse 0/1 matrix: block b (2^d cells of side 2rho, by its lowest cell) holds point j.
+
+    A closed ball of radius rho (with the enclosing-ball tolerance) spans at most two consecutive
+    cells per axis, so it lies in one block. A point near a cell edge may round into either cell;
+    it counts in every block either cell belongs to, so the bound holds whatever the rounding.
+    Each point counts once per block: the bound grows by at most one per added point.
+    """
+    side = 2 * rho * (1 + SEB_SLACK)
+    slack = np.abs(points) * 1e-12 + 1e-300
+    lowest = np.floor((points - slack) / side).astype(np.int64) - 1  # lowest block corner per axis
+    highest = np.floor((points + slack) / side).astype(np.int64)
+    corners, members = [], []
+    for offset in product(range(3), repeat=points.shape[1]):
+        corner = lowest + np.array(offset)
+        fits = (corner <= highest).all(axis=1)
+        corners.append(corner[fits])
+        members.append(np.flatnonzero(fits))
+    _, block = np.unique(np.vstack(corners), axis=0, return_inverse=True)
+    member = np.concatenate(members)
+    shape = (int(block.max()) + 1, len(points))
+    return csr_matrix((np.ones(len(member), dtype=np.int64), (block.ravel(), member)), shape=shape)
+
+
 def _incidence(centres: cKDTree, points: cKDTree, rho: float, n_centres: int, n_points: int) -> csr_matrix:
     """Sparse 0/1 matrix: centre i's closed ball of radius rho holds point j."""
     pairs = centres.sparse_distance_matrix(points, rho * (1 + SEB_SLACK), output_type="ndarray")
@@ -425,6 +489,26 @@ def band_sizes(deg: np.ndarray, j: int, n: int) -> np.ndarray:
     return np.maximum(cum[np.clip(hi, 0, n)] - cum[lo], 0)
 
 
+def cover_plan(n: int, c: int, exact_until: int | None) -> tuple[str, int]:
+    """The max-cover method of Algorithm 2 and the steps t it runs for (band counts after), from
+    public values only, so that no table can make the search stop or run out of memory.
+
+    1-D and 2-D covers are exact and polynomial: every step up to exact_until. In 3-D and above
+    the exact search computes at most 2^N − 1 enclosing balls per cover (one per subset of
+    distinct points) and two covers per step: it runs only when that worst case, over every step,
+    stays within MAX_BALLS. Otherwise the blocks bound runs, when its worst-case size (3^c entries
+    per record) stays within MAX_BLOCK_ENTRIES; otherwise band counts throughout.
+    """
+    stop = n + 1 if exact_until is None else min(exact_until, n + 1)
+    if c < 3:
+        return Cover.METHODS[c - 1], stop
+    if n <= 40 and 2 * stop * (2**n - 1) <= MAX_BALLS:
+        return "search", stop
+    if 3**c * n <= MAX_BLOCK_ENTRIES:
+        return "blocks", stop
+    return "band", 0
+
+
 def bounds_by_t(deg: np.ndarray, k: int, cover: Cover, exact_until: int | None = None) -> np.ndarray:
     """B_t = min(N, max(M_k^(t), M_{k−1}^(t)) + t + 1) for every t = 0..N (no early stop)."""
     n = len(deg)
@@ -437,7 +521,7 @@ def bounds_by_t(deg: np.ndarray, k: int, cover: Cover, exact_until: int | None =
     return out
 
 
-def smooth_bound(deg: np.ndarray, k: int, b: float, cover: Cover, exact_until: int | None = None) -> Smooth:
+def smooth_bound(deg: np.ndarray, k: int, b: float, cover: Cover | None, exact_until: int | None = None) -> Smooth:
     """S_UB = max_t e^{−tβ} B_t by Algorithm 2: exact covers for t < exact_until with the
     look-ahead early stop; band counts (always >= the cover) from exact_until on."""
     n = len(deg)
@@ -524,6 +608,8 @@ def uses_global(params: Params, a: Allocation, n: int, c: int) -> bool:
     """Decided from public parameters and N only, never from the data."""
     if params.noise != "auto":
         return params.noise == "global"
+    if a.count.epsilon > smooth_epsilon_max(a.count.delta):
+        return True  # beyond the range Theorem 2's proof covers (plain smooth is refused there)
     whole = Budget(a.count.epsilon + a.scale, a.count.delta)
     smooth_least = smooth_floor(n, beta(a.count.epsilon, a.count.delta)) / alpha(a.count.epsilon, a.count.delta)
     return global_std(n, params.k, c, whole) <= smooth_least
@@ -552,7 +638,10 @@ class Measured:
 def measure(z: np.ndarray, params: Params, smooth: bool, b: float = 0.0) -> Measured:
     pts = subspace_points(z)
     deg = degrees(pts, params.r)
-    bound = smooth_bound(deg, params.k, b, Cover(pts, params.r), params.exact_until) if smooth else None
+    bound = None
+    if smooth:
+        method, steps = cover_plan(len(z), z.shape[1], params.exact_until)
+        bound = smooth_bound(deg, params.k, b, Cover(pts, params.r, method) if steps else None, steps)
     return Measured(int((deg < params.k).sum()), bound)
 
 
@@ -577,11 +666,27 @@ def noisy_count(z: np.ndarray, subspace: tuple[str, ...], params: Params, a: All
     return Counted(subspace, "smooth", m.q, noisy, std, released, gs, m.smooth)
 
 
+def clamped(c: Counted, rows: int | None) -> Counted:
+    """The noisy count moved into the range every count lies in: [0, N] with a public N, else [0, ∞).
+    Post-processing of the DP output, so it costs nothing."""
+    return replace(c, noisy=float(np.clip(c.noisy, 0, np.inf if rows is None else rows)))
+
+
+def public_std(c: Counted, n: int, a: Allocation) -> tuple[float, bool]:
+    """A noise std the report may state, from public values and DP outputs only: the exact global
+    std, the released smooth std, or else the least smooth std for N (True: a lower bound)."""
+    if c.noise_std_released is not None:
+        return c.noise_std_released, False
+    return smooth_floor(n, beta(a.count.epsilon, a.count.delta)) / alpha(a.count.epsilon, a.count.delta), True
+
+
 def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result:
     columns, subspaces = resolve(params, tuple(frame.columns))
     n = len(frame)
     if n < 2:
         raise ParameterError("outliers: the table needs at least 2 records.")
+    if params.rows is not None and params.rows != n:
+        raise InternalError("outliers: the table does not have the number of records declared with the dataset")
     a = allocate(params)
     z, scaling = standardized(frame, columns, params, a.standardize, rng)
     index = {c: i for i, c in enumerate(columns)}
@@ -600,7 +705,8 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
         smooth = not uses_global(params, a, n, len(chosen[0]))
         measured = fan_out(partial(measure, params=params, smooth=smooth, b=beta(a.count.epsilon, a.count.delta)),
                            [z[:, cols[s]] for s in chosen])  # fmt: skip
-        counted = [noisy_count(z[:, cols[s]], s, params, a, rng, m) for s, m in zip(chosen, measured)]
+        counted = [clamped(noisy_count(z[:, cols[s]], s, params, a, rng, m), params.rows)
+                   for s, m in zip(chosen, measured)]  # fmt: skip
     return _result(params, a, n, scaling, chosen, counted, selection)
 
 
@@ -643,15 +749,36 @@ def _result(params: Params, a: Allocation, n: int, scaling: dict, chosen: list[t
         ),
         "standardization": scaling,
         "selection": selection,
+        "clamped_to": [0, params.rows],
+        "cover": (
+            dict(zip(("method", "steps"), cover_plan(n, len(chosen[0]), params.exact_until)))
+            if any(c.method == "smooth" for c in counted) else None
+        ),
     }  # fmt: skip
     headline = {"query": params.query, "subspaces": [",".join(s) for s in chosen]}
-    report = _report(params, privacy, data)
+    report = _report(params, privacy, data, _swamped(params, a, n, counted))
     charts = [_chart(data)] if counted else []
     return Result(data, privacy, report, charts, headline, name="outliers",
                   manifest={"result": result, "noise_std": noise_std})  # fmt: skip
 
 
-def _report(params: Params, privacy: dict, data: pd.DataFrame) -> str:
+def _swamped(params: Params, a: Allocation, n: int, counted: list[Counted]) -> list[str]:
+    """Report lines for counts whose noise std exceeds the public range [0, N] of any count."""
+    if params.rows is None:
+        return []
+    lines = []
+    for c in counted:
+        std, least = public_std(c, n, a)
+        if std > params.rows:
+            lines.append(
+                f"- **{','.join(c.subspace)}: the noise std ({'at least ' if least else ''}{std:.4g}) exceeds {params.rows}, "
+                "the whole range of possible counts**: the released count says almost nothing about the true one. "
+                "Raise epsilon, or ask a question with fewer records at stake."
+            )  # fmt: skip
+    return lines
+
+
+def _report(params: Params, privacy: dict, data: pd.DataFrame, swamped: list[str]) -> str:
     lines = [
         "## DP outlier statistics",
         "",
@@ -679,7 +806,11 @@ def _report(params: Params, privacy: dict, data: pd.DataFrame) -> str:
             if privacy["noise_std_release"] else "",
             "With `global`, the noise std is public (it depends only on N, k, c and the budget) and exact. "
             "`global_noise_std` is what the Gaussian mechanism on the global-sensitivity upper bound "
-            "min(N, k·K_c + 1) needs for the same budget. Counts are not clamped or rounded.",
+            "min(N, k·K_c + 1) needs for the same budget. "
+            + (f"Counts are clamped to [0, {params.rows}], the range every count lies in (N is declared with the dataset); "
+               if params.rows is not None else "Counts are clamped at 0 (no number of records was declared, so not above); ")
+            + "clamping is post-processing and costs nothing. They are not rounded.",
+            *([""] + swamped if swamped else []),
         ]
     else:
         lines += ["Chosen: " + "; ".join(f"{{{s}}}" for s in data["subspace"]) + " (counts not released)."]
@@ -710,3 +841,5 @@ def check(original: pd.DataFrame, result: Result, params: Params) -> None:
     counts = result.data["noisy_count"].dropna().to_numpy(dtype=float)
     if not np.isfinite(counts).all():
         raise InternalError("outliers: a released count is not finite")
+    if (counts < 0).any() or (params.rows is not None and (counts > params.rows).any()):
+        raise InternalError("outliers: a released count is outside its clamp range")
