@@ -206,16 +206,17 @@ def test_the_harness_catches_a_published_exact_size(prefect_server, test_mode, t
 
 
 def test_dpne_on_neighbouring_corpora_keeps_a_user_unique_phrase_private():
-    """Statistical check over 200 runs per corpus: an n-gram only the removed user holds is never
-    released (P <= delta = 1e-6 per run, so seeing it even once in 200 runs has probability
-    <= 2e-4), and a shared phrase is released about as often with and without that user."""
+    """Statistical check over 100 runs per corpus: an n-gram only the removed user holds is never
+    released (P <= delta = 1e-6 per run, so seeing it even once in 100 runs has probability
+    <= 1e-4), and a shared phrase is released about as often with and without that user (an exact
+    binomial test at level 1e-3 per word)."""
     from core.mechanisms import dpne
     from scipy.stats import binomtest
 
     d, d_prime = _neighbours_posts()
     params = dpne.Params(user_column="user", text_column="text", epsilon=1.0, delta=1e-6, T=1, delta0=10,
                          tokenizer="words")  # fmt: skip
-    runs = 200
+    runs = 100
 
     def released(frame: pd.DataFrame, p: dpne.Params, seed: int) -> set[str]:
         return set(dpne.extract(frame, p, np.random.Generator(np.random.PCG64(seed)))[0]["ngram"])
@@ -227,6 +228,6 @@ def test_dpne_on_neighbouring_corpora_keeps_a_user_unique_phrase_private():
         hits_d, hits_dp = sum(word in s for s in seen_d), sum(word in s for s in seen_dp)
         # two-sided exact test at 1e-3: the one-user difference moves no frequency detectably
         assert binomtest(hits_d, runs, max(min(hits_dp / runs, 1 - 1e-9), 1e-9)).pvalue > 1e-3 or hits_d == hits_dp
-    # control: the event is observable; once 40 users hold the phrase it is released in most runs
-    many = pd.concat([d_prime, pd.DataFrame({"user": range(20_000, 20_040), "text": "my secret phrase here"})])
-    assert sum("secret" in released(many, params, s) for s in range(20)) >= 15
+    # control: the event is observable; once 150 users hold the phrase it is released in most runs
+    many = pd.concat([d_prime, pd.DataFrame({"user": range(20_000, 20_150), "text": "my secret phrase here"})])
+    assert sum("secret" in released(many, params, s) for s in range(20)) >= 18
