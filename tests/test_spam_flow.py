@@ -30,7 +30,7 @@ def spec(folder: Path, **changes) -> Path:
     return folder / "spam.yaml"
 
 
-def test_training_flow_end_to_end_and_private_classification(prefect_server, home, tmp_path, capsys):
+def test_training_flow_end_to_end_and_private_classification(prefect_server, home, test_mode, tmp_path, capsys):
     paths = corpus(tmp_path / "mail", capsys)
     assert [Path(p).name for p in paths] == ["user-1.jsonl", "user-2.jsonl", "user-3.jsonl", "test.jsonl"]
     sizes = [len(Path(p).read_text().splitlines()) for p in paths]

@@ -314,16 +314,16 @@ def markdown(report: dict) -> str:
     ])  # fmt: skip
 
 
-def classify_message(folder: Path, text: str, key_bits: int | None = None, seed: int | None = None) -> tuple[str, Channel]:
-    """Run the private classification protocol for one message against a trained run's model."""
-    from core.spam.protocol import Client, classify
+def classify_message(folder: Path, text: str, key_bits: int | None = None) -> tuple[str, Channel]:
+    """Run the private classification protocol (``classify``) for one message against a trained run's model."""
+    from core.spam.classify import ClassifyClient, Wire, classify, service
 
     report = json.loads((folder / "report.json").read_text())
     params = F.FeatureParams.model_validate({k: v for k, v in report["features"].items() if k != "data_dependent"})
     keep = np.load(folder / "feature_map.npy") if (folder / "feature_map.npy").exists() else None
     x = F.Reducer(params, keep).apply(F.grams(text, params.modulus))
-    server = Server(key_bits or report["key_bits"], np.load(folder / "model.npy"))
-    client = Client(x, server.public_key, noise.generator(seed))
-    channel = Channel()
-    channel.public(server.name, "client", "public-key", {"n": server.public_key.n})
-    return classify(server, client, channel), channel
+    server, keys, weights = service(folder, np.load(folder / "model.npy"), key_bits or report["key_bits"])
+    wire = Wire(Channel())
+    client = ClassifyClient(wire.send(server.name, "client", "public-keys", keys),
+                            wire.send(server.name, "client", "encrypted-weights", weights))  # fmt: skip
+    return classify(server, client, wire, x), wire.channel

@@ -1,0 +1,243 @@
+"""Private classification: the client learns the sign of its score (0 reads as ham); the server, that a query happened.
+
+Once per model the server publishes its public keys (Paillier, DGK) and E[W_j], W_j = round(2^48·w_j).
+Per message:
+
+1. client → server  E[d], d = z + r with z = 2^ℓ + S − 1 ∈ [0, 2^{ℓ+1}) for S = Σ_{j∈x} W_j, and r
+   uniform on [0, 2^{ℓ+1+κ}) from the OS. The server decrypts d: for any two scores the
+   distributions of d differ by at most 2^{ℓ+1}/2^{ℓ+1+κ} = 2^{−κ} in total variation.
+2. server → client  DGK encryptions of the ℓ low bits of d (d̂ = d mod 2^ℓ).
+3. client → server  the DGK comparison's ℓ + 1 blinded, shuffled terms (``compare``) for d̂ vs
+   r̂ = r mod 2^ℓ with the client's uniform bit δ_A. The server learns only δ_B, and
+   δ_A ⊕ δ_B = t = [d̂ < r̂] (the carry of ẑ + r̂ into bit ℓ), so δ_B alone is a uniform bit.
+4. server → client  β = ⌊d/2^ℓ⌋ ⊕ δ_B (mod 2), one bit. Since ⌊d/2^ℓ⌋ = z_ℓ + ⌊r/2^ℓ⌋ + t, the
+   client reads z_ℓ = [S ≥ 1] = β ⊕ ⌊r/2^ℓ⌋ ⊕ δ_A (mod 2): spam iff z_ℓ = 1.
+
+The client's view is the public keys, semantically secure ciphertexts and β, which is its own
+answer XOR its own random bits. The server's view is d (2^{−κ}-close to a value independent of the
+score), DGK terms that are 0 at most once and otherwise uniform non-zero in Z_u, and δ_B (uniform).
+Semi-honest parties; the functionality itself is a sign oracle on the client's chosen x.
+
+Parties share no objects: each holds its own secrets and they exchange bytes through a ``Wire``,
+which records every message in the run's ``Channel`` labelled by inspecting the bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+from pathlib import Path
+
+import gmpy2
+import numpy as np
+from phe import paillier
+
+from core import noise
+from core.errors import ParameterError
+from core.spam import compare as C
+from core.spam.paillier import PublicKey
+from core.spam.protocol import Channel, Message
+
+SCALE_BITS = 48  # W_j = round(2^48·w_j), as in training
+SCORE_BITS = 72  # ℓ: |S − 1| < 2^72, i.e. |wᵀx| < 2^24
+KAPPA = 80  # statistical hiding of the score in what the server decrypts
+PRODUCTION_BITS = 2048
+
+
+# -- bytes on the wire -------------------------------------------------------------------------------
+
+
+def pack_json(value: dict) -> bytes:
+    return b"J" + json.dumps(value, sort_keys=True).encode()
+
+
+def pack_ints(group: bytes, values: list[int], width: int) -> bytes:
+    """``group`` names the ring the integers live in: P (Paillier, mod n²) or D (DGK, mod n)."""
+    return b"I" + group + width.to_bytes(2, "big") + b"".join(int(v).to_bytes(width, "big") for v in values)
+
+
+def pack_bit(bit: int) -> bytes:
+    return b"B" + bytes([bit & 1])
+
+
+def unpack(data: bytes) -> dict | list[int] | int:
+    if data[:1] == b"J":
+        return json.loads(data[1:])
+    if data[:1] == b"B":
+        return data[1]
+    width = int.from_bytes(data[2:4], "big")
+    return [int.from_bytes(data[i : i + width], "big") for i in range(4, len(data), width)]
+
+
+class Wire:
+    """Delivers bytes between the parties and records each message, labelled from its content.
+
+    An integer payload is "ciphertext" only if every integer is a unit of the named ring with the
+    bit length of a uniformly random element (a plaintext score or bit would be far shorter) and
+    is not an encoding without randomness (Paillier's 1 + mn ≡ 1 mod n, DGK's g^m); anything else
+    is "plaintext", key messages are "public"."""
+
+    def __init__(self, channel: Channel):
+        self.channel = channel
+        self._rings: dict[bytes, tuple[int, int, set[int]]] = {}  # group → (modulus, n, encodings without randomness)
+
+    def send(self, sender: str, receiver: str, kind: str, data: bytes) -> bytes:
+        label, count = self.inspect(data)
+        self.channel.log.append(Message(self.channel.round, sender, receiver, kind, label, count, len(data),
+                                        hashlib.sha256(data).hexdigest()))  # fmt: skip
+        return bytes(data)
+
+    def inspect(self, data: bytes) -> tuple[str, int]:
+        value = unpack(data)
+        if isinstance(value, dict):
+            if {"paillier_n", "dgk_n"} <= set(value):
+                n, g = value["dgk_n"], value["dgk_g"]
+                self._rings = {b"P": (value["paillier_n"] ** 2, value["paillier_n"], set()),
+                               b"D": (n, n, {int(gmpy2.powmod(g, m, n)) for m in range(value["dgk_u"])})}  # fmt: skip
+            return "public", len(value)
+        if isinstance(value, int):
+            return "plaintext", 1
+        modulus, n, bare = self._rings.get(data[1:2], (0, 1, set()))
+        random_looking = all(modulus.bit_length() - 64 <= v.bit_length() and v < modulus and gmpy2.gcd(v, n) == 1
+                             and v % n != 1 and v not in bare for v in value)  # fmt: skip
+        return ("ciphertext" if modulus and random_looking else "plaintext"), len(value)
+
+
+# -- the parties ---------------------------------------------------------------------------------------
+
+
+class ClassifyServer:
+    """Owns the model, the Paillier and the DGK secret keys; sees one masked value and one bit per query."""
+
+    name = "server"
+
+    def __init__(self, weights: np.ndarray, p: int, q: int, dgk: C.DGKKey):
+        self._w = [int(v) for v in np.rint(np.ldexp(np.asarray(weights, dtype=float), SCALE_BITS))]
+        if sum(abs(v) for v in self._w) + 1 >= 1 << SCORE_BITS:
+            raise ParameterError(f"the model's weights sum to more than 2^{SCORE_BITS - SCALE_BITS} in magnitude; scores "
+                                 "that large cannot be compared privately: retrain with a smaller learning rate.")
+        self._p, self._q, self._dgk = gmpy2.mpz(p), gmpy2.mpz(q), dgk
+        self.public_key = PublicKey(int(p * q))
+        self.public_key.check(1 << (SCORE_BITS + 2 + KAPPA), "the masked score")
+        self._secret = paillier.PaillierPrivateKey(paillier.PaillierPublicKey(int(p * q)), int(p), int(q))
+        self._high = 0
+
+    @classmethod
+    def generate(cls, weights: np.ndarray, key_bits: int = PRODUCTION_BITS) -> ClassifyServer:
+        if key_bits < PRODUCTION_BITS and not noise.test_mode():
+            raise ParameterError(f"classification keys need at least {PRODUCTION_BITS} bits outside test mode; "
+                                 f"train the run with key_bits: {PRODUCTION_BITS} or more.")
+        _, secret = paillier.generate_paillier_keypair(n_length=key_bits)
+        t = C.PRODUCTION_T if key_bits >= C.PRODUCTION_BITS else 80
+        dgk = C.DGKKey.generate(max(key_bits, 512), t, int(gmpy2.next_prime(3 * SCORE_BITS + 3)))
+        return cls(weights, secret.p, secret.q, dgk)
+
+    def state(self) -> dict:
+        """Everything needed to restore this server (its own secret, never sent)."""
+        return {"paillier": {"p": int(self._p), "q": int(self._q)}, "dgk": self._dgk.to_dict()}
+
+    @classmethod
+    def restore(cls, weights: np.ndarray, state: dict) -> ClassifyServer:
+        return cls(weights, state["paillier"]["p"], state["paillier"]["q"], C.DGKKey.from_dict(state["dgk"]))
+
+    def public_keys(self) -> bytes:
+        dgk = self._dgk.public
+        return pack_json({"paillier_n": self.public_key.n, "dgk_n": dgk.n, "dgk_g": dgk.g, "dgk_h": dgk.h, "dgk_u": dgk.u,
+                          "dgk_t": dgk.t, "scale_bits": SCALE_BITS, "score_bits": SCORE_BITS, "kappa": KAPPA})  # fmt: skip
+
+    def encrypted_weights(self) -> bytes:
+        """E[W_j] for every feature, with r^n computed modulo p² and q² (the key holder's shortcut)."""
+        key, p2, q2 = self.public_key, self._p**2, self._q**2
+        ep, eq, q2_inv = key.n % (self._p * (self._p - 1)), key.n % (self._q * (self._q - 1)), gmpy2.invert(q2, p2)
+        out = []
+        for v in self._w:
+            r = secrets.randbelow(key.n - 1) + 1
+            rp, rq = gmpy2.powmod(r, ep, p2), gmpy2.powmod(r, eq, q2)
+            out.append(key.encrypt(v, "w", rq + q2 * ((rp - rq) * q2_inv % p2)))
+        return pack_ints(b"P", out, key.ciphertext_bytes)
+
+    def comparison_bits(self, data: bytes) -> bytes:
+        """Step 2: decrypt d, keep ⌊d/2^ℓ⌋, send the DGK encryptions of d mod 2^ℓ bit by bit."""
+        (c,) = unpack(data)
+        d = int(self._secret.raw_decrypt(c))
+        if d >> (SCORE_BITS + 2 + KAPPA):
+            raise ParameterError("the masked score is out of range: the client must use the published parameters.")
+        self._high = d >> SCORE_BITS
+        return pack_ints(b"D", C.bit_ciphertexts(self._dgk, d, SCORE_BITS), (self._dgk.public.bits + 7) // 8)
+
+    def masked_result(self, data: bytes) -> bytes:
+        """Step 4: δ_B from the zero test, and β = ⌊d/2^ℓ⌋ ⊕ δ_B; then forget the query."""
+        terms = unpack(data)
+        if len(terms) != SCORE_BITS + 1:
+            raise ParameterError(f"the comparison needs {SCORE_BITS + 1} terms: the client must use the published ones.")
+        beta, self._high = (self._high ^ C.share(self._dgk, terms)) & 1, 0
+        return pack_bit(beta)
+
+
+class ClassifyClient:
+    """Holds the published keys and E[W], and one message at a time; learns only each message's label."""
+
+    name = "client"
+
+    def __init__(self, keys: bytes, weights: bytes):
+        k = unpack(keys)
+        if (k["scale_bits"], k["score_bits"], k["kappa"]) != (SCALE_BITS, SCORE_BITS, KAPPA):
+            raise ParameterError("the server published other classification parameters than this client implements.")
+        self.public_key = PublicKey(k["paillier_n"])
+        self.dgk = C.DGKPublic(k["dgk_n"], k["dgk_g"], k["dgk_h"], k["dgk_u"], k["dgk_t"])
+        self._weights = [gmpy2.mpz(c) for c in unpack(weights)]
+        self._r = self._delta = 0
+
+    def _mask(self) -> int:
+        return secrets.randbits(SCORE_BITS + 1 + KAPPA)
+
+    def masked_score(self, features: np.ndarray) -> bytes:
+        """Step 1: E[S + 2^ℓ − 1 + r]; the fresh encryption of 2^ℓ − 1 + r re-randomizes the product."""
+        key, score = self.public_key, gmpy2.mpz(1)
+        for j in np.asarray(features, dtype=np.int64):
+            score = score * self._weights[j] % key.nsquare
+        self._r = self._mask()
+        out = key.add(score, key.encrypt((1 << SCORE_BITS) - 1 + self._r, "2^ℓ − 1 + r"))
+        return pack_ints(b"P", [out], key.ciphertext_bytes)
+
+    def comparison_terms(self, data: bytes) -> bytes:
+        """Step 3: the DGK terms for d̂ < r mod 2^ℓ, with a fresh uniform δ_A."""
+        self._delta = secrets.randbits(1)
+        terms = C.blinded_terms(self.dgk, unpack(data), self._r & ((1 << SCORE_BITS) - 1), self._delta)
+        return pack_ints(b"D", terms, (self.dgk.bits + 7) // 8)
+
+    def label(self, data: bytes) -> str:
+        """z_ℓ = β ⊕ ⌊r/2^ℓ⌋ ⊕ δ_A = [S ≥ 1]."""
+        return "spam" if (unpack(data) ^ (self._r >> SCORE_BITS) ^ self._delta) & 1 else "ham"
+
+
+def classify(server: ClassifyServer, client: ClassifyClient, wire: Wire, features: np.ndarray) -> str:
+    """One query (steps 1–4) for a message's features; the client was built from the server's published bytes."""
+    score = wire.send(client.name, server.name, "masked-score", client.masked_score(features))
+    bits = wire.send(server.name, client.name, "comparison-bits", server.comparison_bits(score))
+    terms = wire.send(client.name, server.name, "comparison-terms", client.comparison_terms(bits))
+    return client.label(wire.send(server.name, client.name, "masked-result", server.masked_result(terms)))
+
+
+def service(folder: Path, weights: np.ndarray, key_bits: int) -> tuple[ClassifyServer, bytes, bytes]:
+    """The server's classification state for a run's model: made once, kept beside the model (mode 600).
+
+    Returns the server and its published keys and E[W] (made again if the model changed)."""
+    home = folder / "classifier"
+    home.mkdir(mode=0o700, exist_ok=True)
+    digest = hashlib.sha256(np.asarray(weights, dtype=float).tobytes()).hexdigest()
+    state_path, keys_path, weights_path = home / "server.json", home / "public-keys.bin", home / "encrypted-weights.bin"
+    if state_path.exists():
+        state = json.loads(state_path.read_text())
+        if state["model_sha256"] == digest:
+            return ClassifyServer.restore(weights, state), keys_path.read_bytes(), weights_path.read_bytes()
+        state_path.unlink()
+    server = ClassifyServer.generate(weights, key_bits)
+    keys_path.write_bytes(server.public_keys())
+    weights_path.write_bytes(server.encrypted_weights())
+    fd = os.open(state_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # 0600 from the first byte
+    with os.fdopen(fd, "w") as fh:
+        json.dump({**server.state(), "model_sha256": digest}, fh)
+    return server, keys_path.read_bytes(), weights_path.read_bytes()
