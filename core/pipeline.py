@@ -1,6 +1,9 @@
-"""The release pipeline's steps as plain functions; ``flows/release.py`` runs them as tasks.
+"""The release pipeline: its steps as plain functions, and ``release``, the one sequence of them.
 
 prepare → load → charge → privatize → check → publish → settle.
+
+``flows/release.py`` runs the same sequence with each step as a Prefect task (``tasks/release.py``
+has the same names); the command line runs it directly when no Prefect server is configured.
 
 ``prepare`` reads only public facts (the request, the registered schema, the ledger's totals),
 so a wrong request is refused in well under a second and before anything is charged. Only
@@ -10,16 +13,18 @@ so a wrong request is refused in well under a second and before anything is char
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 
 from core import mechanisms, noise, paths
 from core import publish as _publish
 from core import spec as _spec
-from core.errors import SpecError
-from core.ledger import Charge, Ledger
+from core.errors import SpecError, UserError
+from core.ledger import FAILED, PUBLISHED, Charge, Ledger
 from core.mechanisms.base import DPCost, Plan, Result
 from core.registry import Registry
 from core.spec import Release, ReleaseRequest
@@ -77,7 +82,7 @@ def load(store: Store, release: Release) -> pd.DataFrame:
     return store.registry.load(release.dataset)
 
 
-def charge(store: Store, release: Release, plan_: Plan, flow_run_id: str | None) -> Charge:
+def charge(store: Store, release: Release, plan_: Plan, flow_run_id: str | None = None) -> Charge:
     """Reserve the release's cost; the reservation pins the parameters and the registration version."""
     params = {
         "mechanism": release.params.model_dump(mode="json"),
@@ -105,7 +110,48 @@ def publish(store: Store, release: Release, plan_: Plan, result: Result, charge_
     return _publish.publish(store.releases, record, result)
 
 
-def existing(store: Store, release: Release) -> dict:
-    """The manifest of a release that is already published."""
-    folder = _publish.release_folder(store.releases, release.dataset.id, release.release_id)
-    return json.loads((folder / "manifest.json").read_text())
+def settle(store: Store, release: Release, status: str, detail: dict, flow_run_id: str | None = None) -> None:
+    store.ledger.settle(release.release_id, status, detail, flow_run_id)
+
+
+DIRECT = SimpleNamespace(prepare=prepare, load=load, charge=charge, privatize=privatize, publish=publish, settle=settle)
+
+
+def release(store: Store, request: ReleaseRequest, steps: SimpleNamespace = DIRECT,
+            log: logging.Logger | logging.LoggerAdapter = logging.getLogger("privrelease")) -> dict:  # fmt: skip
+    """Run one release; returns its summary. A failure after the charge is settled as failed, the
+    charge kept; its message is kept only for user errors (an internal one may carry data)."""
+    spec, plan_ = steps.prepare(store, request)
+    frame = steps.load(store, spec)
+    charged = steps.charge(store, spec, plan_)
+    folder = _publish.release_folder(store.releases, spec.dataset.id, spec.release_id)
+    if charged.previous_status == PUBLISHED:
+        log.info("release %s was already published; nothing charged or drawn", spec.release_id)
+        return summary(json.loads((folder / "manifest.json").read_text()), folder, True)
+    cost = plan_.cost
+    log.info("ledger entry #%d: %s (%s)", charged.entry.seq,
+             f"epsilon={cost.budget.epsilon:g} delta={cost.budget.delta:g}" if isinstance(cost, DPCost) else cost.kind,
+             "retry of an earlier charge" if charged.previous_status else "new charge")  # fmt: skip
+    try:
+        result = steps.privatize(spec, frame)
+        published = steps.publish(store, spec, plan_, result, charged)
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {exc}" if isinstance(exc, UserError) else type(exc).__name__
+        steps.settle(store, spec, FAILED, {"reason": reason})
+        raise
+    steps.settle(store, spec, PUBLISHED, result.headline)
+    log.info("published %s", published.folder)
+    return summary(published.manifest, published.folder, False)
+
+
+def summary(manifest: dict, folder: Path, already: bool) -> dict:
+    """What a caller is told of a release: public values only."""
+    return {
+        "release_id": manifest["release_id"],
+        "dataset": manifest["dataset"],
+        "folder": str(folder),
+        "already_published": already,
+        "mechanism": manifest["mechanism"]["name"],
+        "ledger": manifest["ledger"],
+        "privacy": manifest["privacy"],
+    }

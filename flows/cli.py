@@ -57,17 +57,35 @@ def _runner(args: argparse.Namespace) -> dict:
     return {"runner": "dask" if dask else "local", "dask_address": args.dask_address, "dask_workers": args.dask_workers}
 
 
+def _prefect_server() -> bool:
+    """Whether a Prefect server is configured (environment or active profile) to record the run."""
+    _prefect_env(paths.home())
+    import prefect.settings
+
+    return bool(prefect.settings.PREFECT_API_URL.value())
+
+
 def _run_release(request_path: Path, runner: dict) -> dict:
-    """Check the request against public facts first (well under a second), then run the flow."""
-    from core import pipeline, spec
+    """Check the request against public facts first (well under a second), then release: as a flow
+    run on the configured Prefect server, or directly when none is configured (no temporary server)."""
+    from core import parallel, pipeline, spec
 
     request = spec.load(request_path)
-    pipeline.prepare(pipeline.Store.open(), request)  # fail fast, before Prefect starts
-    _prefect_env(paths.home())
-    from flows.release import release
+    store = pipeline.Store.open()
+    pipeline.prepare(store, request)  # fail fast, before anything starts
+    if _prefect_server():
+        from flows.release import release
 
-    _quiet_console()
-    return release(request=request, **runner)
+        _quiet_console()
+        return release(request=request, **runner)
+    log = logging.getLogger("privrelease")
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s | %(message)s", "%H:%M:%S"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+    with parallel.using(runner["runner"], runner["dask_address"], runner["dask_workers"]):
+        return pipeline.release(store, request, log=log)
 
 
 def cmd_release(args: argparse.Namespace, root: Path) -> int:
@@ -87,7 +105,7 @@ def cmd_spam_train(args: argparse.Namespace, root: Path) -> int:
     from flows.spam import spam_filter_training
 
     _quiet_console()
-    summary = spam_filter_training(spec_path=str(Path(args.spec).resolve()), home=str(root), **_runner(args))
+    summary = spam_filter_training(spec_path=str(Path(args.spec).resolve()), **_runner(args))
     print(f"run {summary['run_id']}: AUC private {summary['auc_private']:.6f}, plaintext {summary['auc_plain']:.6f}")
     print(f"folder {summary['folder']}")
     return 0

@@ -14,7 +14,6 @@ from prefect.runtime import flow_run
 from pydantic import Field
 
 from core import parallel
-from core.accounting import ZERO
 from core.errors import SpecError, UserError
 from core.ledger import FAILED, PUBLISHED
 from core.pipeline import Store
@@ -26,7 +25,7 @@ LEDGER_DATASET = "spam-filter"
 
 @flow(name="spam-filter-training", persist_result=False)
 def spam_filter_training(
-    spec_path: str, home: str | None = None, runner: Literal["local", "dask"] = "local",
+    spec_path: str, runner: Literal["local", "dask"] = "local",
     dask_address: str | None = None, dask_workers: Annotated[int, Field(ge=1, le=256)] = 2,
 ) -> dict:  # fmt: skip
     """Train the shared spam filter privately between the server and the users of the spec.
@@ -35,12 +34,12 @@ def spam_filter_training(
     or a local one of ``dask_workers`` processes); only public keys travel to it.
     """
     log = get_run_logger()
-    store = Store.open(home)
+    store = Store.open()
     spec, base = load_spec(spec_path)
     folder = store.root / "spam" / spec.run_id
     if folder.exists():
         raise SpecError(f"spam run {spec.run_id!r} already exists at {folder}; choose a new run_id.")
-    store.ledger.reserve(LEDGER_DATASET, spec.run_id, ZERO, "spam-filter-training",
+    store.ledger.reserve(LEDGER_DATASET, spec.run_id, "mpc", None, None, "spam-filter-training",
                          spec.model_dump(mode="json", exclude={"seed"}), {"guarantee": "semi-honest secure computation (Paillier)"},
                          flow_run.get_id())  # fmt: skip
     try:

@@ -1,4 +1,4 @@
-"""Tasks of the release pipeline. Each calls one core step.
+"""Tasks of the release pipeline. Each calls one core step; ``core.pipeline.release`` sequences them.
 
 Tasks whose inputs or outputs carry raw rows are never cached or persisted (``RAW``); the others
 are kept out of result storage too, since nothing here needs to be replayed.
@@ -47,4 +47,4 @@ def publish(store: pipeline.Store, release: Release, plan_: Plan, result: Result
 
 @task(name="settle", **RAW)
 def settle(store: pipeline.Store, release: Release, status: str, detail: dict) -> None:
-    store.ledger.settle(release.release_id, status, detail, flow_run.get_id())
+    pipeline.settle(store, release, status, detail, flow_run.get_id())

@@ -50,7 +50,7 @@ def test_training_flow_end_to_end_and_private_classification(prefect_server, hom
     assert {m["kind"] for m in lines if m["payload"] == "public"} == {"public-key-and-parameters"}
     assert sum(1 for m in lines if m["round"] == 1) == 18  # 3 users × 6 messages
     entries = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "r1"]
-    assert [(e.status, e.epsilon) for e in entries] == [(RESERVED, 0.0), (PUBLISHED, 0.0)]
+    assert [(e.status, e.kind, e.epsilon) for e in entries] == [(RESERVED, "mpc", 0.0), (PUBLISHED, "mpc", 0.0)]
     assert json.loads(entries[1].detail)["transcript_sha256"] == report["transcript_sha256"]
     # private classification: the client's label is the sign of the server's model on its message
     w = np.load(folder / "model.npy")
