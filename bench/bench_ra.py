@@ -59,23 +59,27 @@ def time_mechanism(frame: pd.DataFrame, params: ra.Params, repeats: int = 5) -> 
     return statistics.median(times), peak / 2**20
 
 
-def release_adult() -> list[float]:
-    """Two releases in one fresh home: the first also creates Prefect's database."""
+def release_adult() -> tuple[float, list[float]]:
+    """The steward registers Adult once, then two releases from the CLI in that home, with no Prefect
+    server configured (the run is direct; with PREFECT_API_URL set it is a flow run on that server)."""
     walls = []
     with tempfile.TemporaryDirectory() as tmp:
-        adult().to_csv(Path(tmp) / "adult.csv", index=False)
-        (Path(tmp) / "spec.yaml").write_text(
-            "dataset: {id: adult, source: adult.csv, format: csv}\n"
-            f"mechanism: {{name: ra, params: {{qi: {QI}, sensitive: occupation}}}}\n"
-        )
-        env = {**os.environ, "PRIVRELEASE_HOME": str(Path(tmp) / "home")}
-        env.pop("PREFECT_API_URL", None)
+        data = Path(tmp) / "home" / "data"
+        data.mkdir(parents=True)
+        adult().to_csv(data / "adult.csv", index=False)
+        (Path(tmp) / "request.yaml").write_text(f"dataset: adult\nmechanism: {{name: ra, params: {{qi: {QI}, sensitive: occupation}}}}\n")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+        env["PRIVRELEASE_HOME"] = str(Path(tmp) / "home")
         exe = Path(sys.executable).parent / "privrelease"
+        t = time.perf_counter()
+        subprocess.run([str(exe), "dataset", "add", "adult", "--source", "adult.csv", "--format", "csv", "--unit", "record",
+                        "--purpose", "sdc"], env=env, check=True, capture_output=True)  # fmt: skip
+        registration = time.perf_counter() - t
         for _ in range(2):
             t = time.perf_counter()
-            subprocess.run([str(exe), "release", str(Path(tmp) / "spec.yaml")], env=env, check=True, capture_output=True)
+            subprocess.run([str(exe), "release", str(Path(tmp) / "request.yaml")], env=env, check=True, capture_output=True)
             walls.append(time.perf_counter() - t)
-    return walls
+    return registration, walls
 
 
 def main() -> None:
@@ -93,10 +97,10 @@ def main() -> None:
         median, peak = time_mechanism(frame, params)
         print(f"{label:<20} median {median:.3f} s   peak traced memory {peak:.0f} MiB")
     if not args.skip_release and ADULT.exists():
-        cold, warm = release_adult()
+        registration, (first, second) = release_adult()
         rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-        print(f"privrelease release on Adult (30,162 rows, temporary Prefect server): {cold:.1f} s wall in a fresh "
-              f"home (creates Prefect's database), {warm:.1f} s the next time; peak RSS {rss:.0f} MiB")  # fmt: skip
+        print(f"Adult (30,162 rows): dataset add {registration:.1f} s; privrelease release {first:.1f} s, then "
+              f"{second:.1f} s; peak RSS {rss:.0f} MiB")  # fmt: skip
 
 
 if __name__ == "__main__":

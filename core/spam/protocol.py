@@ -3,7 +3,7 @@
 The server owns w and the only secret key; users own their mail. Parties hold private state and
 exchange messages only through a ``Channel``, which records who sent what kind of message of how
 many bytes, and whether its payload is ciphertext or public. One training round (per user, on a
-block of the user's messages; Pathak et al. §4.2, with DECISIONS' changes):
+block of the user's messages; Pathak et al. §4.2, with the changes the README lists):
 
 1. server → user   E[w] at scale C_w, encrypted afresh each round              (d ciphertexts)
 2–3. user → server E[z_i − r_i], z_i = y_i wᵀx_i, r_i uniform on [−R, R]       (n)
