@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 from core import noise  # noqa: E402
 from core.mechanisms import dpne  # noqa: E402
 
-MSNBC = REPO.parent / "shared" / "data" / "msnbc" / "msnbc990928.seq.gz"
+MSNBC = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "msnbc" / "msnbc990928.seq.gz"
 TABLE4 = {
     "DPNE": [17, 254, 1273, 1954, 2221, 2020],
     "DPSU-all": [17, 249, 930, 1145, 1007, 768],

@@ -9,6 +9,7 @@ mean and std, as the paper did (a benchmark, not a release).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from core.mechanisms import outliers as o  # noqa: E402
 
-UCI = REPO.parent / "shared" / "data" / "uci"
+UCI = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "uci"
 DELTA = 0.01
 ADULT_NUMERIC = ["age", "education-num", "capital-gain", "capital-loss", "hours-per-week"]
 

@@ -27,7 +27,7 @@ from core import noise  # noqa: E402
 from core.demo import census  # noqa: E402
 from core.mechanisms import ra  # noqa: E402
 
-ADULT = REPO.parent / "shared" / "data" / "uci" / "adult.data.gz"
+ADULT = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "uci" / "adult.data.gz"
 QI = ["education", "race", "sex", "workclass", "marital-status", "age", "relationship", "native-country", "Salary"]
 
 

@@ -10,6 +10,7 @@ of real messages with 10^4 features and compares it with the Paillier operations
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import sys
 import tempfile
@@ -27,7 +28,7 @@ from core.spam import protocol as P  # noqa: E402
 from core.spam.paillier import KeyPair  # noqa: E402
 from core.spam.training import SpamSpec, Training, read_mail, split_corpus  # noqa: E402
 
-CORPUS = REPO.parent / "shared" / "data" / "spamassassin" / "spamassassin.jsonl.gz"
+CORPUS = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "spamassassin" / "spamassassin.jsonl.gz"
 
 
 def repro(key_bits: int, rounds: int, users: int) -> None:

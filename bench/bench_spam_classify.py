@@ -26,7 +26,7 @@ from core.spam import features as F  # noqa: E402
 from core.spam.protocol import Channel  # noqa: E402
 from core.spam.training import read_mail  # noqa: E402
 
-CORPUS = Path(os.environ.get("PRIVRELEASE_DATA", REPO.parent / "shared" / "data")) / "spamassassin" / "spamassassin.jsonl.gz"
+CORPUS = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "spamassassin" / "spamassassin.jsonl.gz"
 
 
 def per_op(f, repeat: int = 200) -> float:

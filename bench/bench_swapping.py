@@ -8,6 +8,7 @@ docs/REPRODUCTION.md by hand.
 from __future__ import annotations
 
 import argparse
+import os
 import itertools
 import sys
 import time
@@ -21,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from core.mechanisms import swapping as sw  # noqa: E402
 
-UCI = REPO.parent / "shared" / "data" / "uci"
+UCI = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "uci"
 
 
 def rng(seed: int) -> np.random.Generator:

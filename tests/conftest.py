@@ -21,7 +21,6 @@ import pytest  # noqa: E402
 logging.raiseExceptions = False
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED_DATA = REPO.parent / "shared" / "data"
 
 
 @pytest.fixture(scope="session")
@@ -60,7 +59,7 @@ def adult_clean():
     """UCI Adult without rows that have a missing value ('?'): 30,162 rows."""
     import pandas as pd
 
-    frame = pd.read_csv(SHARED_DATA / "uci" / "adult.data.gz", skipinitialspace=True, na_values="?")
+    frame = pd.read_csv(real_data("uci/adult.data.gz"), skipinitialspace=True, na_values="?")
     frame.columns = [c.strip() for c in frame.columns]
     return frame.dropna().reset_index(drop=True)
 
