@@ -23,7 +23,7 @@ import pandas as pd
 from core import mechanisms, noise, paths
 from core import publish as _publish
 from core import spec as _spec
-from core.errors import SpecError, UserError
+from core.errors import ReleaseConflict, SpecError, UserError
 from core.ledger import FAILED, PUBLISHED, Charge, Ledger
 from core.mechanisms.base import DPCost, Plan, Result
 from core.registry import Registry
@@ -128,10 +128,15 @@ def release(store: Store, request: ReleaseRequest, steps: SimpleNamespace = DIRE
     if charged.previous_status == PUBLISHED:
         log.info("release %s was already published; nothing charged or drawn", spec.release_id)
         return summary(json.loads((folder / "manifest.json").read_text()), folder, True)
+    if charged.previous_status is not None:  # one charge, one draw: never a second draw under it
+        raise ReleaseConflict(
+            f"release {spec.release_id!r} was charged before and did not publish (its ledger status is "
+            f"{charged.previous_status}); another attempt would draw new noise under the same charge. "
+            "Release again under a new release_id, which is a new charge."
+        )
     cost = plan_.cost
-    log.info("ledger entry #%d: %s (%s)", charged.entry.seq,
-             f"epsilon={cost.budget.epsilon:g} delta={cost.budget.delta:g}" if isinstance(cost, DPCost) else cost.kind,
-             "retry of an earlier charge" if charged.previous_status else "new charge")  # fmt: skip
+    log.info("ledger entry #%d: %s", charged.entry.seq,
+             f"epsilon={cost.budget.epsilon:g} delta={cost.budget.delta:g}" if isinstance(cost, DPCost) else cost.kind)
     try:
         result = steps.privatize(spec, frame)
         published = steps.publish(store, spec, plan_, result, charged)

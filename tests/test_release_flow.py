@@ -144,6 +144,11 @@ def test_failure_after_charge_keeps_the_charge_and_publishes_nothing(prefect_ser
     assert code == 2 and "already exists" in err
     assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] == [RESERVED, FAILED]
     assert list(squatter.iterdir()) == [] and [p.name for p in squatter.parent.iterdir()] == ["taken"]
+    squatter.rmdir()
+    code, _, err = cli(capsys, "release", str(spec))  # a retry would draw again under the same charge
+    assert code == 2 and "was charged before and did not publish (its ledger status is failed)" in err
+    assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] == [RESERVED, FAILED]
+    assert not squatter.exists()
 
 
 def test_flow_itself_rejects_a_bad_request(prefect_server, home, tmp_path):
