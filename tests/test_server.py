@@ -137,10 +137,11 @@ def test_release_triggered_like_the_ui(server):
         assert [e.status for e in entries][-1] == PUBLISHED
         assert manifest["ledger"]["hash"] == entries[-2].hash and entries[-1].flow_run_id == run_id
         # an invalid parameter is rejected by the server before any run starts
-        bad = _create_run(api, deployment["id"], {"request": {"dataset": {"id": "x", "source": "/etc/passwd"}}})
-        assert bad.status_code == 409 and "dataset" in bad.text
-        bad = _create_run(api, deployment["id"], {"home": "/tmp/elsewhere"})
-        assert bad.status_code == 409 and "home" in bad.text
+        source = {**deployment["parameters"]["request"], "dataset": {"id": "x", "source": "/etc/passwd", "format": "csv"}}
+        bad = _create_run(api, deployment["id"], {"request": source})
+        assert bad.status_code == 409 and "request.dataset" in bad.text
+        form = deployment["parameter_openapi_schema"]["properties"]
+        assert set(form) == {"request", "runner", "dask_address", "dask_workers"}  # no home, source or path to fill in
         # the typed form: a release filled in field by field, as in the UI's form
         request = {"dataset": "census-demo",
                    "mechanism": {"name": "ra", "params": {"qi": ["age", "sex", "race"], "sensitive": "occupation", "k": 2}}}
