@@ -13,12 +13,14 @@ vectorized, on integer arithmetic and uniform 64-bit words (rejection, so no mod
 output is a function of one integer, so it has no low-order bits of the input to leak.
 
 Why the continuous proofs still hold (the "grid lemma", proved in the README's Noise section):
-with ``s = sigma / grid >= 2**20``, on ``|k| <= 40 s`` the pmf of N_Z(0, s^2) is within a factor
+with ``s = sigma / grid >= 2**20``, on ``|k| <= 60 s`` the pmf of N_Z(0, s^2) is within a factor
 ``e^{±ETA}`` of the pmf of the *rounded* continuous Gaussian round(N(0, s^2)), which is a
-post-processing of the continuous Gaussian mechanism; the mass beyond 40 s is below e^-799. So a
-mechanism proved (epsilon, delta)-DP with continuous Gaussian noise, whose neighbours differ in at
-most ``c`` noised coordinates, is (epsilon + 2 c ETA, e^{c ETA} delta + 2 c TAIL)-DP with this
-sampler: ``continuous_budget`` returns the budget to calibrate the continuous proof at.
+post-processing of the continuous Gaussian mechanism. With neighbours at most ``MAX_SHIFT`` stds
+apart per coordinate, an output leaves that range around either neighbour with probability at
+most TAIL = 2 e^{-(60 - 40)^2 / 2} (N_Z is subgaussian). So a mechanism proved (epsilon, delta)-DP
+with continuous Gaussian noise, whose neighbours differ in at most ``c`` noised coordinates, is
+(epsilon + 2 c ETA, e^{c ETA} delta + 2 c TAIL)-DP with this sampler: ``continuous_budget``
+returns the budget to calibrate the continuous proof at, ``check_shift`` the shift assumption.
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ from core.errors import SpecError
 
 TEST_MODE_ENV = "PRIVRELEASE_TEST_MODE"
 
-MIN_UNITS = 2.0**20  # sigma / grid is at least this (so the grid lemma's ETA is below 1e-10)
-BULK = 40  # the lemma's range |k| <= BULK * s
+MIN_UNITS = 2.0**20  # sigma / grid is at least this (so the grid lemma's ETA is below 2e-10)
+BULK = 60  # the lemma's range |k| <= BULK * s
+MAX_SHIFT = 40  # neighbours' true values differ by at most this many noise stds per coordinate
 ETA = (BULK**2 / 24 + 1 / 8) / MIN_UNITS**2 + 1e-300  # + 2 sum e^{-2 pi^2 s^2 n^2}, far below 1e-300
-TAIL = 2 * math.exp(-(BULK**2) / 2 + 1)  # P[|Z| > BULK s] for N_Z(0, s^2), s >= 1 (generous)
+TAIL = 2 * math.exp(-((BULK - MAX_SHIFT) ** 2) / 2)  # P[|Z| > (BULK - MAX_SHIFT) s]: 2.8e-87
 _U64_MAX = np.uint64(2**64 - 1)
 
 
@@ -93,11 +96,15 @@ def below(rng: np.random.Generator, m: np.ndarray) -> np.ndarray:
 
 
 def bernoulli_exp(rng: np.random.Generator, num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    """Exact Bernoulli(exp(-num/den)) per entry (num >= 0, 1 <= den < 2**57): the integer part as
-    repeated Bernoulli(1/e), the fraction by the alternating-series method (Algorithm 1)."""
+    """Exact Bernoulli(exp(-num/den)) per entry (num >= 0, 1 <= den < 2**56)."""
     num, den = np.broadcast_arrays(np.asarray(num, dtype=np.int64), np.asarray(den, dtype=np.int64))
-    whole, frac = num // den, num % den
-    alive = np.ones(num.shape, dtype=bool)
+    return _bernoulli_exp_split(rng, num // den, num % den, den)
+
+
+def _bernoulli_exp_split(rng: np.random.Generator, whole: np.ndarray, frac: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """Bernoulli(exp(-(whole + frac/den))): the integer part as repeated Bernoulli(1/e), the fraction
+    by the alternating-series method (Algorithm 1)."""
+    alive = np.ones(whole.shape, dtype=bool)
     left = whole.copy()
     while True:  # each round kills ~63% of those still owing a Bernoulli(1/e)
         owe = np.flatnonzero(alive & (left > 0))
@@ -115,6 +122,8 @@ def _bernoulli_exp_fraction(rng: np.random.Generator, num: np.ndarray, den: np.n
     k = np.ones(num.shape, dtype=np.int64)
     running = np.arange(num.size)
     while running.size:
+        if k[running].max() >= 2**62 // den[running].max():  # needs K >= 128: probability < 1/127!
+            raise ValueError("exact Bernoulli sampler left its integer range")
         hit = below(rng, den[running] * k[running]) < num[running]
         k[running[hit]] += 1
         running = running[hit]
@@ -151,13 +160,20 @@ def discrete_gaussian_units(rng: np.random.Generator, s2: int, size: int) -> np.
     """
     t = math.isqrt(s2) + 1
     c = -(-s2 // t)
-    if 2 * t * c * 64 >= 2**62:
-        raise ValueError("noise scale too large for the exact sampler's integer range")
+    den = 2 * t * c
+    if den >= 2**56:
+        raise ValueError("noise std above 2^27.5 grid steps: outside the exact sampler's integer range")
     out = np.empty(size, dtype=np.int64)
     todo = np.arange(size)
     while todo.size:
         y = discrete_laplace(rng, t, todo.size)
-        ok = bernoulli_exp(rng, (np.abs(y) - c) ** 2, np.full(todo.size, 2 * t * c))
+        a = np.abs(y) - c
+        big = np.abs(a) >= 2**31  # a^2 would overflow int64: split it with Python integers (rare)
+        sq = np.where(big, 0, a) ** 2
+        whole, frac = sq // den, sq % den
+        for i in np.flatnonzero(big):
+            whole[i], frac[i] = divmod(int(a[i]) ** 2, den)
+        ok = _bernoulli_exp_split(rng, whole, frac, np.full(todo.size, den))
         out[todo[ok]] = y[ok]
         todo = todo[~ok]
     return out
@@ -186,6 +202,13 @@ def continuous_budget(epsilon: float, delta: float, coordinates: int) -> tuple[f
     if eps <= 0 or dlt <= 0:
         raise ValueError("budget too small for the discrete sampler's slack")
     return eps, dlt
+
+
+def check_shift(sensitivity: float, sigma: float) -> None:
+    """Refuse a noise std so small that neighbours sit more than MAX_SHIFT stds apart (only budgets
+    with delta near 1 get there), outside the range the grid lemma is stated for."""
+    if sensitivity > MAX_SHIFT * sigma:
+        raise ValueError(f"noise std {sigma:.3g} is below 1/{MAX_SHIFT} of the sensitivity: lower epsilon or delta")
 
 
 def gaussian(rng: np.random.Generator, sigma: float, units: np.ndarray, unit: float) -> np.ndarray:

@@ -121,6 +121,7 @@ def accounting(params: Params) -> Accounting:
     so Theorem 2.1's threshold at the sampler's actual std sigma' >= sigma_1, plus one grid step."""
     sigma_star = gaussian_sigma(*noise.continuous_budget(params.epsilon, params.delta / 2, sum(params.caps)))
     sigmas = level_sigmas(sigma_star, params.T, params.split, params.c)
+    noise.check_shift(1.0, min(sigmas))
     units = [noise.grid(s) for s in sigmas]
     actual = units[0] * math.sqrt(noise.gaussian_variance_units(sigmas[0], units[0]))
     return Accounting(sigma_star, sigmas, dpsu_threshold(actual, params.caps[0], params.delta / 2) + units[0], units)

@@ -504,6 +504,7 @@ def private_scale(x: np.ndarray, bounds: np.ndarray, budget: Budget, rng: np.ran
     centre, half = bounds.mean(axis=1), (bounds[:, 1] - bounds[:, 0]) / 2
     y = (np.clip(x, bounds[:, 0], bounds[:, 1]) - centre) / half
     sigma = math.sqrt(5 * d) * gaussian_sigma(*noise.continuous_budget(budget.epsilon, budget.delta, 2 * d))
+    noise.check_shift(math.sqrt(5 * d), sigma)
     unit = min(1.0, noise.grid(sigma))
     yu = np.rint(y / unit).astype(np.int64)
     sq = (yu * yu) // round(1 / unit)  # floor(y^2 / unit) in grid units (unit is a power of two <= 1)
@@ -585,6 +586,7 @@ def noisy_count(z: np.ndarray, subspace: tuple[str, ...], params: Params, a: All
     al, be = alpha(a.count.epsilon, a.count.delta), beta(a.count.epsilon, a.count.delta)
     m = measured or measure(z, params, not use_global, be)
     if use_global:
+        noise.check_shift(gs_upper(n, params.k, len(subspace)), gs)
         return Counted(subspace, "global", m.q, _noisy_count(rng, m.q, gs), gs, gs, gs, None)
     std = m.smooth.value / al
     noisy = _noisy_count(rng, m.q, std)
@@ -598,9 +600,11 @@ def noisy_count(z: np.ndarray, subspace: tuple[str, ...], params: Params, a: All
 
 
 def _noisy_count(rng: np.random.Generator, q: int, std: float) -> float:
-    """q + exact discrete Gaussian noise of std ``std`` on its power-of-two grid (q is on every such grid)."""
+    """q + exact discrete Gaussian noise of std ``std`` on its power-of-two grid u <= 1 (q is on it),
+    rounded to an integer: the fine grid follows the (possibly data-dependent) std, the published
+    value only the public integer grid (post-processing)."""
     unit = min(1.0, noise.grid(std))
-    return float(noise.gaussian(rng, std, np.array([round(q / unit)]), unit)[0])
+    return float(np.rint(noise.gaussian(rng, std, np.array([round(q / unit)]), unit)[0]))
 
 
 def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result:
