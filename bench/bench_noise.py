@@ -50,7 +50,12 @@ def samplers() -> None:
     t = time.perf_counter()
     for _ in range(10_000):
         noise.gaussian(rng, 496.0, one, noise.grid(496.0))
-    rate("discrete Gaussian, one value a call (outlier counts)", 10_000, time.perf_counter() - t)
+    rate("discrete Gaussian, one value a call (global outlier counts)", 10_000, time.perf_counter() - t)
+    unit = noise.scalar_grid(40.0)
+    t = time.perf_counter()
+    for _ in range(10_000):
+        noise.exact_gaussian(rng, 496.0, 0, unit)
+    rate("exact_gaussian in Python integers, s >= 2^40 (smooth outlier counts)", 10_000, time.perf_counter() - t)
     t = time.perf_counter()
     for _ in range(10_000):
         noise.laplace(rng, 0.5, one, noise.grid(0.5))

@@ -194,14 +194,73 @@ def grid(sigma: float) -> float:
     return 2.0 ** math.floor(math.log2(sigma / MIN_UNITS))
 
 
-def continuous_budget(epsilon: float, delta: float, coordinates: int) -> tuple[float, float]:
+def continuous_budget(epsilon: float, delta: float, coordinates: int, eta: float = ETA) -> tuple[float, float]:
     """The (epsilon, delta) to calibrate a continuous-Gaussian proof at so that the discrete sampler,
-    on at most ``coordinates`` noised values that differ between neighbours, meets (epsilon, delta)."""
-    eps = epsilon - 2 * coordinates * ETA
-    dlt = (delta - 2 * coordinates * TAIL) * math.exp(-coordinates * ETA)
+    on at most ``coordinates`` noised values that differ between neighbours, meets (epsilon, delta)
+    (``eta``: ETA for the vectorized sampler, ETA_SCALAR for ``exact_gaussian``)."""
+    eps = epsilon - 2 * coordinates * eta
+    dlt = (delta - 2 * coordinates * TAIL) * math.exp(-coordinates * eta)
     if eps <= 0 or dlt <= 0:
         raise ValueError("budget too small for the discrete sampler's slack")
     return eps, dlt
+
+
+# -- one value at a time, in Python integers: for the few values whose std is data-dependent -----------
+
+SCALAR_UNITS = 2.0**40  # std / grid at least this for ``exact_gaussian``
+SCALAR_BULK = 10**6  # its lemma range: ETA_SCALAR = (10^12 / 24 + 1/8) / 2^78 < 1.4e-13
+ETA_SCALAR = (SCALAR_BULK**2 / 24 + 1 / 8) / (SCALAR_UNITS / 2) ** 2  # s >= 2^39 (float slack on the bound)
+
+
+def scalar_grid(least_std: float) -> float:
+    """A public grid for a value whose std is at least ``least_std`` (a public bound), at most 1."""
+    return min(1.0, 2.0 ** math.floor(math.log2(least_std / SCALAR_UNITS)))
+
+
+def exact_gaussian(rng: np.random.Generator, std: float, units: int, unit: float) -> float:
+    """``unit * (units + Z)``, Z ~ N_Z(0, s2) with s2 = ceil((std/unit)^2), any size: Algorithm 3 in
+    Python integers (about 0.1 ms). Requires std/unit >= 2^40 (``scalar_grid``)."""
+    ratio = Fraction(std) / Fraction(unit)
+    if ratio < SCALAR_UNITS / 2:
+        raise ValueError("exact_gaussian needs std/unit >= 2^40; take the unit from scalar_grid")
+    s2 = math.ceil(ratio * ratio)
+    t = math.isqrt(s2) + 1
+    while True:
+        y = _scalar_laplace(rng, t)
+        if _scalar_bernoulli_exp(rng, (abs(y) * t - s2) ** 2, 2 * s2 * t * t):
+            return float(Fraction(units + y) * Fraction(unit))
+
+
+def _randbelow(rng: np.random.Generator, m: int) -> int:
+    n = (m.bit_length() + 63) // 64
+    while True:
+        w = int.from_bytes(words(rng, n).tobytes(), "little") >> (64 * n - m.bit_length())
+        if w < m:
+            return w
+
+
+def _scalar_bernoulli_exp(rng: np.random.Generator, num: int, den: int) -> bool:
+    while num > den:
+        if not _scalar_bernoulli_exp(rng, 1, 1):
+            return False
+        num -= den
+    k = 1
+    while _randbelow(rng, den * k) < num:
+        k += 1
+    return k % 2 == 1
+
+
+def _scalar_laplace(rng: np.random.Generator, t: int) -> int:
+    while True:
+        u = _randbelow(rng, t)
+        if not _scalar_bernoulli_exp(rng, u, t):
+            continue
+        v = 0
+        while _scalar_bernoulli_exp(rng, 1, 1):
+            v += 1
+        x, negative = u + t * v, _randbelow(rng, 2) == 1
+        if not (negative and x == 0):
+            return -x if negative else x
 
 
 def check_shift(sensitivity: float, sigma: float) -> None:

@@ -177,6 +177,7 @@ def allocate(params: Params) -> Allocation:
         counts, select, eps = 0, eps, 0.0
     per = eps / counts if counts else 0.0
     # each count's continuous proof is calibrated a hair inside its share, for the discrete sampler
+    # (the smooth count uses exact_gaussian, whose slack is smaller: ETA covers both)
     count = Budget(*noise.continuous_budget(per * (1 - params.scale_share), delta / counts, 1)) if counts else Budget(0.0)
     return Allocation(
         standardize=Budget(params.epsilon * s, params.delta * s),
@@ -587,9 +588,14 @@ def noisy_count(z: np.ndarray, subspace: tuple[str, ...], params: Params, a: All
     m = measured or measure(z, params, not use_global, be)
     if use_global:
         noise.check_shift(gs_upper(n, params.k, len(subspace)), gs)
-        return Counted(subspace, "global", m.q, _noisy_count(rng, m.q, gs), gs, gs, gs, None)
+        unit = min(1.0, noise.grid(gs))  # gs is public, so is its grid
+        noisy = float(np.rint(noise.gaussian(rng, gs, np.array([round(m.q / unit)]), unit)[0]))
+        return Counted(subspace, "global", m.q, noisy, gs, gs, gs, None)
     std = m.smooth.value / al
-    noisy = _noisy_count(rng, m.q, std)
+    # std is data: its grid must not be. S_UB >= smooth_floor(N, β) gives a public one; exact
+    # Python-integer sampling covers any std/unit. Published rounded to an integer (post-processing).
+    unit = noise.scalar_grid(smooth_floor(n, be) / al)
+    noisy = float(np.rint(noise.exact_gaussian(rng, std, round(m.q / unit), unit)))
     released = None
     if a.scale > 0:  # S_UB is β-smooth, so ln S_UB has sensitivity β; on a grid, β + one step
         unit = noise.grid(be / a.scale)
@@ -598,13 +604,6 @@ def noisy_count(z: np.ndarray, subspace: tuple[str, ...], params: Params, a: All
         released = float(math.exp(log))
     return Counted(subspace, "smooth", m.q, noisy, std, released, gs, m.smooth)
 
-
-def _noisy_count(rng: np.random.Generator, q: int, std: float) -> float:
-    """q + exact discrete Gaussian noise of std ``std`` on its power-of-two grid u <= 1 (q is on it),
-    rounded to an integer: the fine grid follows the (possibly data-dependent) std, the published
-    value only the public integer grid (post-processing)."""
-    unit = min(1.0, noise.grid(std))
-    return float(np.rint(noise.gaussian(rng, std, np.array([round(q / unit)]), unit)[0]))
 
 
 def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result:
