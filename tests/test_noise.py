@@ -150,3 +150,18 @@ def test_production_draws_come_from_the_operating_system(monkeypatch):
 
     monkeypatch.setattr(noise.os, "urandom", urandom)
     assert list(noise.words(rng, 3)) == [int.from_bytes(bytes(range(8)), "little")] * 3 and calls == [24]
+
+
+def test_python_integer_path_for_data_dependent_stds(test_mode):
+    rng = noise.generator(9)
+    draws = np.array([noise._scalar_laplace(rng, 3) for _ in range(20_000)])
+    support = np.arange(-12, 13)
+    assert _chisquare(draws, support, _tail_weights(support, lambda k: math.exp(-abs(k) / 3), 400)) > ALARM
+    hits = sum(noise._scalar_bernoulli_exp(rng, 7, 3) for _ in range(20_000))
+    p = math.exp(-7 / 3)
+    assert abs(hits - 20_000 * p) <= 3.29 * math.sqrt(20_000 * p * (1 - p))
+    unit = noise.scalar_grid(2.0)  # a public grid from a lower bound on the std
+    z = np.array([noise.exact_gaussian(rng, 7.0, 0, unit) for _ in range(3000)])
+    assert stats.kstest(z / 7.0, "norm").pvalue > ALARM
+    with pytest.raises(ValueError, match="std/unit"):
+        noise.exact_gaussian(rng, 7.0, 0, noise.grid(7.0))  # only 2^20 steps: refused
