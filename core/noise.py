@@ -41,6 +41,7 @@ MAX_SHIFT = 40  # neighbours' true values differ by at most this many noise stds
 ETA = (BULK**2 / 24 + 1 / 8) / MIN_UNITS**2 + 1e-300  # + 2 sum e^{-2 pi^2 s^2 n^2}, far below 1e-300
 TAIL = 2 * math.exp(-((BULK - MAX_SHIFT) ** 2) / 2)  # P[|Z| > (BULK - MAX_SHIFT) s]: 2.8e-87
 _U64_MAX = np.uint64(2**64 - 1)
+FEW = 16  # up to this many values, the same algorithms run in Python integers
 
 
 def test_mode() -> bool:
@@ -223,12 +224,16 @@ def exact_gaussian(rng: np.random.Generator, std: float, units: int, unit: float
     ratio = Fraction(std) / Fraction(unit)
     if ratio < SCALAR_UNITS / 2:
         raise ValueError("exact_gaussian needs std/unit >= 2^40; take the unit from scalar_grid")
-    s2 = math.ceil(ratio * ratio)
+    return float(Fraction(units + _scalar_gaussian(rng, math.ceil(ratio * ratio))) * Fraction(unit))
+
+
+def _scalar_gaussian(rng: np.random.Generator, s2: int) -> int:
+    """N_Z(0, s2) for any integer s2 (Algorithm 3 with t = isqrt(s2) + 1, exact rationals)."""
     t = math.isqrt(s2) + 1
     while True:
         y = _scalar_laplace(rng, t)
         if _scalar_bernoulli_exp(rng, (abs(y) * t - s2) ** 2, 2 * s2 * t * t):
-            return float(Fraction(units + y) * Fraction(unit))
+            return y
 
 
 def _randbelow(rng: np.random.Generator, m: int) -> int:
@@ -274,7 +279,11 @@ def gaussian(rng: np.random.Generator, sigma: float, units: np.ndarray, unit: fl
     """``unit * (units + Z)``: integer true values (in grid ``unit``, from ``grid(sigma)``) plus
     exact discrete Gaussian noise of std at least ``sigma``; every output lies on the grid."""
     units = np.asarray(units, dtype=np.int64)
-    z = discrete_gaussian_units(rng, gaussian_variance_units(sigma, unit), units.size)
+    s2 = gaussian_variance_units(sigma, unit)
+    if units.size <= FEW:  # a handful of values: the integer loop beats numpy's per-call overhead
+        z = np.array([_scalar_gaussian(rng, s2) for _ in range(units.size)], dtype=np.int64)
+    else:
+        z = discrete_gaussian_units(rng, s2, units.size)
     return (units + z.reshape(units.shape)).astype(float) * unit
 
 
@@ -330,7 +339,11 @@ def laplace(rng: np.random.Generator, scale: float, units: np.ndarray, unit: flo
     """``unit * (units + Y)``, Y ~ Lap_Z(t) with t = ceil(scale/unit): the geometric mechanism,
     pure epsilon-DP for integer sensitivity Delta_units when t >= Delta_units / epsilon."""
     units = np.asarray(units, dtype=np.int64)
-    y = discrete_laplace(rng, math.ceil(scale / unit), units.size)
+    t = math.ceil(scale / unit)
+    if units.size <= FEW:
+        y = np.array([_scalar_laplace(rng, t) for _ in range(units.size)], dtype=np.int64)
+    else:
+        y = discrete_laplace(rng, t, units.size)
     return (units + y.reshape(units.shape)).astype(float) * unit
 
 

@@ -157,6 +157,9 @@ def test_python_integer_path_for_data_dependent_stds(test_mode):
     draws = np.array([noise._scalar_laplace(rng, 3) for _ in range(20_000)])
     support = np.arange(-12, 13)
     assert _chisquare(draws, support, _tail_weights(support, lambda k: math.exp(-abs(k) / 3), 400)) > ALARM
+    draws = np.array([noise._scalar_gaussian(rng, 10) for _ in range(20_000)])  # pmf ∝ exp(-k^2/20)
+    support = np.arange(-10, 11)
+    assert _chisquare(draws, support, _tail_weights(support, lambda k: math.exp(-k * k / 20), 200)) > ALARM
     hits = sum(noise._scalar_bernoulli_exp(rng, 7, 3) for _ in range(20_000))
     p = math.exp(-7 / 3)
     assert abs(hits - 20_000 * p) <= 3.29 * math.sqrt(20_000 * p * (1 - p))
