@@ -667,7 +667,7 @@ def _result(params: Params, a: Allocation, n: int, scaling: dict, chosen: list[t
         "beta": beta(a.count.epsilon, a.count.delta) if a.counts else None,
         "noise": sorted({c.method for c in counted}),
         "noise_std_release": (
-            {"method": "exp(ln(S_UB/alpha) + Laplace(beta/epsilon_scale))", "laplace_scale_log": beta(a.count.epsilon, a.count.delta) / a.scale}
+            {"method": "exp(grid * (round(ln(S_UB/alpha) / grid) + discrete Laplace)), Laplace scale >= (beta + grid) / epsilon_scale", "laplace_scale_log": beta(a.count.epsilon, a.count.delta) / a.scale}
             if any(c.method == "smooth" for c in counted) and a.scale > 0 else None
         ),
         "standardization": scaling,
