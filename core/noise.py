@@ -182,8 +182,7 @@ def discrete_gaussian_units(rng: np.random.Generator, s2: int, size: int) -> np.
 
 def gaussian_variance_units(sigma: float, grid: float) -> int:
     """The integer variance in grid units used for noise std ``sigma`` (never below (sigma/grid)^2)."""
-    t_c = (sigma / grid) ** 2
-    s2 = math.ceil(t_c)
+    s2 = math.ceil((Fraction(sigma) / Fraction(grid)) ** 2)  # exact: no float rounding below sigma^2
     t = math.isqrt(s2) + 1
     return t * -(-s2 // t)
 
@@ -195,12 +194,12 @@ def grid(sigma: float) -> float:
     return 2.0 ** math.floor(math.log2(sigma / MIN_UNITS))
 
 
-def continuous_budget(epsilon: float, delta: float, coordinates: int, eta: float = ETA) -> tuple[float, float]:
+def continuous_budget(epsilon: float, delta: float, coordinates: int) -> tuple[float, float]:
     """The (epsilon, delta) to calibrate a continuous-Gaussian proof at so that the discrete sampler,
-    on at most ``coordinates`` noised values that differ between neighbours, meets (epsilon, delta)
-    (``eta``: ETA for the vectorized sampler, ETA_SCALAR for ``exact_gaussian``)."""
-    eps = epsilon - 2 * coordinates * eta
-    dlt = (delta - 2 * coordinates * TAIL) * math.exp(-coordinates * eta)
+    on at most ``coordinates`` noised values that differ between neighbours, meets (epsilon, delta).
+    (``exact_gaussian``'s slack is smaller, so this covers it too.)"""
+    eps = epsilon - 2 * coordinates * ETA
+    dlt = (delta - 2 * coordinates * TAIL) * math.exp(-coordinates * ETA)
     if eps <= 0 or dlt <= 0:
         raise ValueError("budget too small for the discrete sampler's slack")
     return eps, dlt
@@ -208,9 +207,9 @@ def continuous_budget(epsilon: float, delta: float, coordinates: int, eta: float
 
 # -- one value at a time, in Python integers: for the few values whose std is data-dependent -----------
 
-SCALAR_UNITS = 2.0**40  # std / grid at least this for ``exact_gaussian``
-SCALAR_BULK = 10**6  # its lemma range: ETA_SCALAR = (10^12 / 24 + 1/8) / 2^78 < 1.4e-13
-ETA_SCALAR = (SCALAR_BULK**2 / 24 + 1 / 8) / (SCALAR_UNITS / 2) ** 2  # s >= 2^39 (float slack on the bound)
+# std / grid at least this for ``exact_gaussian`` (2^39 accepted, for float slack in the caller's
+# bound): the lemma then holds on |k| <= 10^6 s with eta = (10^12/24 + 1/8) / 2^78 < 1.4e-13 < ETA.
+SCALAR_UNITS = 2.0**40
 
 
 def scalar_grid(least_std: float) -> float:
