@@ -168,3 +168,11 @@ def test_python_integer_path_for_data_dependent_stds(test_mode):
     assert stats.kstest(z / 7.0, "norm").pvalue > ALARM
     with pytest.raises(ValueError, match="std/unit"):
         noise.exact_gaussian(rng, 7.0, 0, noise.grid(7.0))  # only 2^20 steps: refused
+
+
+def test_noise_below_the_lemmas_range_is_refused_with_the_bound():
+    noise.check_shift(40.0, 1.0)  # at the bound: fine
+    with pytest.raises(ValueError, match="below 1/40 of the sensitivity: lower epsilon or delta"):
+        noise.check_shift(40.5, 1.0)
+    with pytest.raises(ValueError, match="budget too small"):
+        noise.continuous_budget(1e-12, 1e-9, 10**4)

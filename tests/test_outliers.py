@@ -234,6 +234,7 @@ def test_released_count_noise_has_std_s_over_alpha_and_the_released_scale_is_log
     std, q0 = draws[0].noise_std, draws[0].true_count
     assert std == pytest.approx(draws[0].smooth.value / o.alpha(a.count.epsilon, a.count.delta))
     noise = np.array([d.noisy for d in draws]) - q0
+    assert (noise == np.round(noise)).all()  # published on the public integer grid, whatever S_UB is
     # KS against N(0, std^2); a false alarm has probability 0.001
     assert stats.kstest(noise / std, "norm").pvalue > 1e-3
     logs = np.log([d.noise_std_released for d in draws]) - math.log(std)
