@@ -2,17 +2,46 @@
 
 Releases draw from the operating system's entropy. A fixed seed is accepted only in test mode
 (``PRIVRELEASE_TEST_MODE=1``), so a seed in a production spec cannot weaken a release.
+
+No published value is made with floating-point noise: a float sample ``x + noise`` carries the
+true value in its low-order bits (Mironov, "On Significance of the Least Significant Bits for
+Differential Privacy"). Every DP value is ``grid * (value_units + Z)`` with integers only: the true
+value is put on a public grid first (the mechanism accounts for that rounding in its sensitivity),
+and ``Z`` is drawn *exactly* from the discrete Gaussian or discrete Laplace with the samplers of
+Canonne, Kamath & Steinke, "The Discrete Gaussian for Differential Privacy" (Algorithms 1-3),
+vectorized, on integer arithmetic and uniform 64-bit words (rejection, so no modulo bias). The
+output is a function of one integer, so it has no low-order bits of the input to leak.
+
+Why the continuous proofs still hold (the "grid lemma", proved in the README's Noise section):
+with ``s = sigma / grid >= 2**20``, on ``|k| <= 60 s`` the pmf of N_Z(0, s^2) is within a factor
+``e^{±ETA}`` of the pmf of the *rounded* continuous Gaussian round(N(0, s^2)), which is a
+post-processing of the continuous Gaussian mechanism. With neighbours at most ``MAX_SHIFT`` stds
+apart per coordinate, an output leaves that range around either neighbour with probability at
+most TAIL = 2 e^{-(60 - 40)^2 / 2} (N_Z is subgaussian). So a mechanism proved (epsilon, delta)-DP
+with continuous Gaussian noise, whose neighbours differ in at most ``c`` noised coordinates, is
+(epsilon + 2 c ETA, e^{c ETA} delta + 2 c TAIL)-DP with this sampler: ``continuous_budget``
+returns the budget to calibrate the continuous proof at, ``check_shift`` the shift assumption.
 """
 
 from __future__ import annotations
 
+import math
 import os
+from fractions import Fraction
 
 import numpy as np
 
 from core.errors import SpecError
 
 TEST_MODE_ENV = "PRIVRELEASE_TEST_MODE"
+
+MIN_UNITS = 2.0**20  # sigma / grid is at least this (so the grid lemma's ETA is below 2e-10)
+BULK = 60  # the lemma's range |k| <= BULK * s
+MAX_SHIFT = 40  # neighbours' true values differ by at most this many noise stds per coordinate
+ETA = (BULK**2 / 24 + 1 / 8) / MIN_UNITS**2 + 1e-300  # + 2 sum e^{-2 pi^2 s^2 n^2}, far below 1e-300
+TAIL = 2 * math.exp(-((BULK - MAX_SHIFT) ** 2) / 2)  # P[|Z| > (BULK - MAX_SHIFT) s]: 2.8e-87
+_U64_MAX = np.uint64(2**64 - 1)
+FEW = 16  # up to this many values, the same algorithms run in Python integers
 
 
 def test_mode() -> bool:
@@ -29,31 +58,315 @@ def check_seed(test_seed: int | None) -> None:
         )
 
 
-def generator(test_seed: int | None = None) -> np.random.Generator:
-    """A generator seeded from OS entropy, or from ``test_seed`` in test mode only."""
+class Randomness(np.random.Generator):
+    """A numpy Generator (for structural choices) whose DP noise words come from ``os.urandom``,
+    or, in test mode with a seed only, from the seeded stream so a test run is reproducible."""
+
+    def __init__(self, test_seed: int | None):
+        super().__init__(np.random.PCG64(np.random.SeedSequence(test_seed)))
+        self.from_os = test_seed is None
+
+
+def generator(test_seed: int | None = None) -> Randomness:
+    """Randomness from OS entropy, or from ``test_seed`` in test mode only."""
     check_seed(test_seed)
-    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(test_seed)))
+    return Randomness(test_seed)
 
 
-def gaussian(rng: np.random.Generator, sigma: float, size: int) -> np.ndarray:
-    """Independent N(0, sigma^2) draws."""
-    return rng.normal(0.0, sigma, size)
+def words(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` uniform 64-bit words: the only source the exact samplers read."""
+    if isinstance(rng, Randomness) and rng.from_os:
+        return np.frombuffer(os.urandom(8 * n), dtype=np.uint64).copy()
+    return rng.bit_generator.random_raw(n).astype(np.uint64)
 
 
-def gaussian_tail(rng: np.random.Generator, sigma: float, threshold: float, size: int) -> np.ndarray:
-    """N(0, sigma^2) draws conditioned on exceeding ``threshold`` (a zero-weight item that passed)."""
-    from scipy.stats import truncnorm
+def below(rng: np.random.Generator, m: np.ndarray) -> np.ndarray:
+    """Exactly uniform integers in [0, m) for each entry of ``m`` (1 <= m < 2**63), by rejection."""
+    m = np.asarray(m, dtype=np.uint64)
+    out = np.empty(m.shape, dtype=np.uint64)
+    todo = np.arange(m.size)
+    flat_m, flat_out = m.reshape(-1), out.reshape(-1)
+    while todo.size:
+        mm = flat_m[todo]
+        w = words(rng, todo.size)
+        r = (_U64_MAX % mm + np.uint64(1)) % mm  # 2**64 mod m
+        ok = w <= _U64_MAX - r
+        flat_out[todo[ok]] = w[ok] % mm[ok]
+        todo = todo[~ok]
+    return out.astype(np.int64)
 
-    if size == 0:
-        return np.empty(0)
-    return truncnorm.rvs(threshold / sigma, np.inf, scale=sigma, size=size, random_state=rng)
+
+def bernoulli_exp(rng: np.random.Generator, num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """Exact Bernoulli(exp(-num/den)) per entry (num >= 0, 1 <= den < 2**56)."""
+    num, den = np.broadcast_arrays(np.asarray(num, dtype=np.int64), np.asarray(den, dtype=np.int64))
+    return _bernoulli_exp_split(rng, num // den, num % den, den)
 
 
-def laplace(rng: np.random.Generator, scale: float, size: int) -> np.ndarray:
-    """Independent Laplace(0, scale) draws."""
-    return rng.laplace(0.0, scale, size)
+def _bernoulli_exp_split(rng: np.random.Generator, whole: np.ndarray, frac: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """Bernoulli(exp(-(whole + frac/den))): the integer part as repeated Bernoulli(1/e), the fraction
+    by the alternating-series method (Algorithm 1)."""
+    alive = np.ones(whole.shape, dtype=bool)
+    left = whole.copy()
+    while True:  # each round kills ~63% of those still owing a Bernoulli(1/e)
+        owe = np.flatnonzero(alive & (left > 0))
+        if owe.size == 0:
+            break
+        alive[owe] = _bernoulli_exp_fraction(rng, np.ones(owe.size, np.int64), np.ones(owe.size, np.int64))
+        left[owe] -= 1
+    idx = np.flatnonzero(alive)
+    alive[idx] = _bernoulli_exp_fraction(rng, frac[idx], den[idx])
+    return alive
 
 
-def gumbel(rng: np.random.Generator, size: int) -> np.ndarray:
-    """Standard Gumbel draws: the argmax of log-weight + Gumbel is an exponential-mechanism draw."""
-    return rng.gumbel(0.0, 1.0, size)
+def _bernoulli_exp_fraction(rng: np.random.Generator, num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """Bernoulli(exp(-g)), g = num/den in [0, 1]: K = first k with Bernoulli(g/k) = 0; 1 iff K odd."""
+    k = np.ones(num.shape, dtype=np.int64)
+    running = np.arange(num.size)
+    while running.size:
+        if k[running].max() >= 2**62 // den[running].max():  # needs K >= 128: probability < 1/127!
+            raise ValueError("exact Bernoulli sampler left its integer range")
+        hit = below(rng, den[running] * k[running]) < num[running]
+        k[running[hit]] += 1
+        running = running[hit]
+    return k % 2 == 1
+
+
+def discrete_laplace(rng: np.random.Generator, t: int, size: int) -> np.ndarray:
+    """Exact Lap_Z(t): P[Y = y] ∝ exp(-|y|/t), t a positive integer (Algorithm 2 with s = 1)."""
+    out = np.empty(size, dtype=np.int64)
+    todo = np.arange(size)
+    while todo.size:
+        n = todo.size
+        u = below(rng, np.full(n, t))
+        ok = bernoulli_exp(rng, u, np.full(n, t))
+        v = np.zeros(n, dtype=np.int64)
+        going = np.flatnonzero(ok)
+        while going.size:  # V ~ Geometric(1 - 1/e): count Bernoulli(1/e) successes
+            more = bernoulli_exp(rng, np.ones(going.size, np.int64), np.ones(going.size, np.int64))
+            v[going[more]] += 1
+            going = going[more]
+        x = u + t * v
+        negative = (words(rng, n) & np.uint64(1)).astype(bool)
+        ok &= ~(negative & (x == 0))
+        out[todo[ok]] = np.where(negative, -x, x)[ok]
+        todo = todo[~ok]
+    return out
+
+
+def discrete_gaussian_units(rng: np.random.Generator, s2: int, size: int) -> np.ndarray:
+    """Exact N_Z(0, s2') with s2' >= s2 the least multiple of t = isqrt(s2) + 1 (Algorithm 3).
+
+    Making sigma^2/t an integer c keeps the acceptance exponent (|Y| - c)^2 / (2 t c) rational
+    with small integers; the variance only grows (by less than t), which only adds privacy.
+    """
+    t = math.isqrt(s2) + 1
+    c = -(-s2 // t)
+    den = 2 * t * c
+    if den >= 2**56:
+        raise ValueError("noise std above 2^27.5 grid steps: outside the exact sampler's integer range")
+    out = np.empty(size, dtype=np.int64)
+    todo = np.arange(size)
+    while todo.size:
+        y = discrete_laplace(rng, t, todo.size)
+        a = np.abs(y) - c
+        big = np.abs(a) >= 2**31  # a^2 would overflow int64: split it with Python integers (rare)
+        sq = np.where(big, 0, a) ** 2
+        whole, frac = sq // den, sq % den
+        for i in np.flatnonzero(big):
+            whole[i], frac[i] = divmod(int(a[i]) ** 2, den)
+        ok = _bernoulli_exp_split(rng, whole, frac, np.full(todo.size, den))
+        out[todo[ok]] = y[ok]
+        todo = todo[~ok]
+    return out
+
+
+def gaussian_variance_units(sigma: float, grid: float) -> int:
+    """The integer variance in grid units used for noise std ``sigma`` (never below (sigma/grid)^2)."""
+    s2 = math.ceil((Fraction(sigma) / Fraction(grid)) ** 2)  # exact: no float rounding below sigma^2
+    t = math.isqrt(s2) + 1
+    return t * -(-s2 // t)
+
+
+def grid(sigma: float) -> float:
+    """The public grid for noise std ``sigma``: the largest power of two with sigma/grid >= 2^20."""
+    if not (sigma > 0 and math.isfinite(sigma)):
+        raise ValueError(f"noise std must be positive and finite, got {sigma}")
+    return 2.0 ** math.floor(math.log2(sigma / MIN_UNITS))
+
+
+def continuous_budget(epsilon: float, delta: float, coordinates: int) -> tuple[float, float]:
+    """The (epsilon, delta) to calibrate a continuous-Gaussian proof at so that the discrete sampler,
+    on at most ``coordinates`` noised values that differ between neighbours, meets (epsilon, delta).
+    (``exact_gaussian``'s slack is smaller, so this covers it too.)"""
+    eps = epsilon - 2 * coordinates * ETA
+    dlt = (delta - 2 * coordinates * TAIL) * math.exp(-coordinates * ETA)
+    if eps <= 0 or dlt <= 0:
+        raise ValueError("budget too small for the discrete sampler's slack")
+    return eps, dlt
+
+
+# -- one value at a time, in Python integers: for the few values whose std is data-dependent -----------
+
+# std / grid at least this for ``exact_gaussian`` (2^39 accepted, for float slack in the caller's
+# bound): the lemma then holds on |k| <= 10^6 s with eta = (10^12/24 + 1/8) / 2^78 < 1.4e-13 < ETA.
+SCALAR_UNITS = 2.0**40
+
+
+def scalar_grid(least_std: float) -> float:
+    """A public grid for a value whose std is at least ``least_std`` (a public bound), at most 1."""
+    return min(1.0, 2.0 ** math.floor(math.log2(least_std / SCALAR_UNITS)))
+
+
+def exact_gaussian(rng: np.random.Generator, std: float, units: int, unit: float) -> float:
+    """``unit * (units + Z)``, Z ~ N_Z(0, s2) with s2 = ceil((std/unit)^2), any size: Algorithm 3 in
+    Python integers (about 0.1 ms). Requires std/unit >= 2^40 (``scalar_grid``)."""
+    ratio = Fraction(std) / Fraction(unit)
+    if ratio < SCALAR_UNITS / 2:
+        raise ValueError("exact_gaussian needs std/unit >= 2^40; take the unit from scalar_grid")
+    return float(Fraction(units + _scalar_gaussian(rng, math.ceil(ratio * ratio))) * Fraction(unit))
+
+
+def _scalar_gaussian(rng: np.random.Generator, s2: int) -> int:
+    """N_Z(0, s2) for any integer s2 (Algorithm 3 with t = isqrt(s2) + 1, exact rationals)."""
+    t = math.isqrt(s2) + 1
+    while True:
+        y = _scalar_laplace(rng, t)
+        if _scalar_bernoulli_exp(rng, (abs(y) * t - s2) ** 2, 2 * s2 * t * t):
+            return y
+
+
+def _randbelow(rng: np.random.Generator, m: int) -> int:
+    n = (m.bit_length() + 63) // 64
+    while True:
+        w = int.from_bytes(words(rng, n).tobytes(), "little") >> (64 * n - m.bit_length())
+        if w < m:
+            return w
+
+
+def _scalar_bernoulli_exp(rng: np.random.Generator, num: int, den: int) -> bool:
+    while num > den:
+        if not _scalar_bernoulli_exp(rng, 1, 1):
+            return False
+        num -= den
+    k = 1
+    while _randbelow(rng, den * k) < num:
+        k += 1
+    return k % 2 == 1
+
+
+def _scalar_laplace(rng: np.random.Generator, t: int) -> int:
+    while True:
+        u = _randbelow(rng, t)
+        if not _scalar_bernoulli_exp(rng, u, t):
+            continue
+        v = 0
+        while _scalar_bernoulli_exp(rng, 1, 1):
+            v += 1
+        x, negative = u + t * v, _randbelow(rng, 2) == 1
+        if not (negative and x == 0):
+            return -x if negative else x
+
+
+def check_shift(sensitivity: float, sigma: float) -> None:
+    """Refuse a noise std so small that neighbours sit more than MAX_SHIFT stds apart (only budgets
+    with delta near 1 get there), outside the range the grid lemma is stated for."""
+    if sensitivity > MAX_SHIFT * sigma:
+        raise ValueError(f"noise std {sigma:.3g} is below 1/{MAX_SHIFT} of the sensitivity: lower epsilon or delta")
+
+
+def gaussian(rng: np.random.Generator, sigma: float, units: np.ndarray, unit: float) -> np.ndarray:
+    """``unit * (units + Z)``: integer true values (in grid ``unit``, from ``grid(sigma)``) plus
+    exact discrete Gaussian noise of std at least ``sigma``; every output lies on the grid."""
+    units = np.asarray(units, dtype=np.int64)
+    s2 = gaussian_variance_units(sigma, unit)
+    if units.size <= FEW:  # a handful of values: the integer loop beats numpy's per-call overhead
+        z = np.array([_scalar_gaussian(rng, s2) for _ in range(units.size)], dtype=np.int64)
+    else:
+        z = discrete_gaussian_units(rng, s2, units.size)
+    return (units + z.reshape(units.shape)).astype(float) * unit
+
+
+def gaussian_tail(rng: np.random.Generator, sigma: float, unit: float, threshold: float, size: int) -> np.ndarray:
+    """``unit * Z`` for Z ~ the same discrete Gaussian as ``gaussian`` conditioned on unit*Z > threshold
+    (threshold >= 0): proposal n0 + Geometric(exp(-n0/s2)), accepted with prob exp(-j^2/(2 s2)),
+    because exp(-(n0+j)^2/(2 s2)) = exp(-n0^2/(2 s2)) exp(-j n0/s2) exp(-j^2/(2 s2))."""
+    s2 = gaussian_variance_units(sigma, unit)
+    n0 = math.floor(threshold / unit) + 1
+    if n0 < 1:
+        raise ValueError("the tail sampler needs a threshold >= 0")
+    out = np.empty(size, dtype=np.int64)
+    todo = np.arange(size)
+    while todo.size:
+        n = todo.size
+        j = _geometric(rng, n0, s2, n)
+        ok = bernoulli_exp(rng, j * j, np.full(n, 2 * s2))
+        out[todo[ok]] = n0 + j[ok]
+        todo = todo[~ok]
+    return out.astype(float) * unit
+
+
+def tail_probability(sigma: float, unit: float, threshold: float) -> float:
+    """P[unit * Z > threshold] for that discrete Gaussian, to within a factor e^{±ETA} + TAIL: the
+    rounded-Gaussian value P[N(0, s2) >= n0 - 1/2] (the grid lemma)."""
+    from scipy.stats import norm
+
+    s2 = gaussian_variance_units(sigma, unit)
+    n0 = math.floor(threshold / unit) + 1
+    return float(norm.sf((n0 - 0.5) / math.sqrt(s2)))
+
+
+def _geometric(rng: np.random.Generator, a: int, b: int, size: int) -> np.ndarray:
+    """Exact one-sided geometric: P[J = j] ∝ exp(-j a / b) (Algorithm 2's floor(X / a), X with ratio e^{-1/b})."""
+    out = np.empty(size, dtype=np.int64)
+    todo = np.arange(size)
+    while todo.size:
+        n = todo.size
+        u = below(rng, np.full(n, b))
+        ok = bernoulli_exp(rng, u, np.full(n, b))
+        v = np.zeros(n, dtype=np.int64)
+        going = np.flatnonzero(ok)
+        while going.size:
+            more = bernoulli_exp(rng, np.ones(going.size, np.int64), np.ones(going.size, np.int64))
+            v[going[more]] += 1
+            going = going[more]
+        out[todo[ok]] = ((u + b * v) // a)[ok]
+        todo = todo[~ok]
+    return out
+
+
+def laplace(rng: np.random.Generator, scale: float, units: np.ndarray, unit: float) -> np.ndarray:
+    """``unit * (units + Y)``, Y ~ Lap_Z(t) with t = ceil(scale/unit): the geometric mechanism,
+    pure epsilon-DP for integer sensitivity Delta_units when t >= Delta_units / epsilon."""
+    units = np.asarray(units, dtype=np.int64)
+    t = math.ceil(scale / unit)
+    if units.size <= FEW:
+        y = np.array([_scalar_laplace(rng, t) for _ in range(units.size)], dtype=np.int64)
+    else:
+        y = discrete_laplace(rng, t, units.size)
+    return (units + y.reshape(units.shape)).astype(float) * unit
+
+
+def permute_and_flip(rng: np.random.Generator, quality: np.ndarray, rate: Fraction) -> int:
+    """One exact permute-and-flip draw (McKenna & Sheldon, "Permute-and-Flip: A new mechanism for
+    differentially private selection"): visit candidates in a uniform random order and stop at the
+    first i accepted with prob exp(-rate (q* - q_i)). With integer qualities of sensitivity Delta
+    and rate = epsilon / (2 Delta) it is epsilon-DP; the argmax is always accepted, so it stops."""
+    quality = np.asarray(quality, dtype=np.int64)
+    order = _permutation(rng, quality.size)
+    gap = quality.max() - quality[order]
+    accept = bernoulli_exp(rng, gap * rate.numerator, np.full(quality.size, rate.denominator))
+    return int(order[np.argmax(accept)])
+
+
+def _permutation(rng: np.random.Generator, n: int) -> np.ndarray:
+    """A uniform permutation (Fisher-Yates with exact uniform indices)."""
+    perm = np.arange(n)
+    picks = below(rng, np.arange(n, 0, -1)) if n else np.empty(0, np.int64)
+    for i, j in enumerate(picks):  # n is the number of candidates, not of records
+        perm[i], perm[i + j] = perm[i + j], perm[i]
+    return perm
+
+
+def rate(epsilon: float, sensitivity: int) -> Fraction:
+    """epsilon / (2 Delta) rounded down to a multiple of 2^-32 (a smaller rate only adds privacy)."""
+    return Fraction(math.floor(epsilon / (2 * sensitivity) * 2**32), 2**32)

@@ -18,6 +18,7 @@ import pytest
 from pydantic import ValidationError
 from scipy.stats import chisquare, norm
 
+from core import noise
 from core.accounting import compose_sigmas, gaussian_delta, gaussian_epsilon, gaussian_sigma
 from core.mechanisms import dpne
 
@@ -96,10 +97,14 @@ def _pld_epsilon(sigmas: list[float], delta: float) -> float:
 @pytest.mark.parametrize("eps,delta,T,split,c", [(4, 1e-7, 9, "equal", None), (1, 1e-7, 6, "equal", None),
                                                  (0.5, 1e-6, 3, "geometric", 0.7), (8, 1e-9, 12, "geometric", 0.95)])
 def test_inverse_accounting_and_independent_pld(eps, delta, T, split, c):
-    acc = dpne.accounting(params(epsilon=eps, delta=delta, T=T, split=split, c=c))
+    p = params(epsilon=eps, delta=delta, T=T, split=split, c=c)
+    acc = dpne.accounting(p)
     sigma = compose_sigmas(acc.sigmas)
-    assert gaussian_epsilon(sigma, delta / 2) == pytest.approx(eps, rel=1e-9)
-    assert gaussian_delta(eps, sigma) == pytest.approx(delta / 2, rel=1e-6)
+    # the continuous proof is calibrated at the discrete sampler's budget, a hair inside (eps, delta/2)
+    eps_c, delta_c = noise.continuous_budget(eps, delta / 2, sum(p.caps))
+    assert 0 < eps - eps_c < 1e-6 and 0 < delta / 2 - delta_c < 1e-6 * delta
+    assert gaussian_epsilon(sigma, delta_c) == pytest.approx(eps_c, rel=1e-9)
+    assert gaussian_delta(eps_c, sigma) == pytest.approx(delta_c, rel=1e-6)
     pld_eps = _pld_epsilon(acc.sigmas, delta / 2)
     assert pld_eps >= eps - 1e-6  # PLD is conservative (pessimistic discretization) ...
     assert pld_eps == pytest.approx(eps, abs=1e-3)  # ... and agrees to its default precision
@@ -157,14 +162,17 @@ def test_each_users_vector_has_unit_norm_and_at_most_cap_entries(pruning):
     for k in (1, 2, 3):
         grams = f"SELECT uid, gram FROM cand_{k}"
         rows = con.execute(dpne.entries_sql(grams), {"key": 12345, "cap": p.caps[k - 1]}).df()
-        per_user = rows.groupby("uid")["weight"]
-        assert per_user.size().max() == p.caps[k - 1]  # the heavy user is capped
-        norms = np.sqrt(per_user.apply(lambda w: (w**2).sum()))
-        assert np.allclose(norms, 1.0, atol=1e-12)
+        assert rows.groupby("uid").size().max() == p.caps[k - 1]  # the heavy user is capped
+        assert (rows.groupby("uid")["m"].agg(["size", "first"]).diff(axis=1)["first"] == 0).all()
+        unit = 2.0**-18
+        w = dpne.unit_weights(p.caps[k - 1], unit)
+        m = np.arange(1, len(w))
+        assert (m * w[1:] ** 2 <= 4**18).all()  # ||v||_2 <= 1 exactly on the grid ...
+        assert (m * (w[1:] + 1) ** 2 > 4**18).all()  # ... and w(m) is the largest such weight
         heavy = set(rows.loc[rows["uid"] == 9999, "gram"])
         assert all(g.startswith("w") for g in heavy)  # a user contributes only their own n-grams
-        hist = dpne.histogram(con, grams, p.caps[k - 1], 12345)
-        assert hist["weight"].sum() == pytest.approx(rows["weight"].sum())
+        hist = dpne.histogram(con, grams, p.caps[k - 1], 12345, unit)
+        assert hist["units"].sum() == w[rows["m"].to_numpy()].sum()  # exact integer sums
 
 
 def _brute_force(previous: set[str], words: set[str], k: int, pruning: str) -> set[str]:

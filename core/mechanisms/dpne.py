@@ -16,11 +16,19 @@ with the analytic Gaussian at delta/2, and rho_1 bounds the new-item event by de
 Histograms are built in DuckDB; the per-user subsample orders a user's n-grams by a keyed hash
 whose 64-bit key comes from ``core.noise`` (any selection that depends only on the user's own
 data keeps the l2 bound; the key makes it uniform and unpredictable).
+
+Noise: each level has a public grid u_k = ``noise.grid(sigma_k)``. A user's weight 1/sqrt(m) is
+rounded *down* to the grid (the vector's l2 norm stays <= 1, so the sensitivity is unchanged),
+histograms are exact integers in grid units, and the exact discrete Gaussian of ``core.noise`` is
+added in integers, so no published weight carries low-order bits of a true one. The continuous
+proof is calibrated at ``noise.continuous_budget`` (at most sum(Delta_k) noised coordinates differ
+between neighbours), and rho_1 adds one grid step for the discrete tail (see ``accounting``).
 """
 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from dataclasses import dataclass
 from functools import partial
 from typing import Literal
@@ -52,7 +60,7 @@ class Params(StrictParams):
     delta: float = Field(gt=0, lt=1, description="total delta")
     T: int = Field(9, ge=1, le=50, description="longest n-gram length")
     delta0: int | list[int] = Field(100, description="per-level cap on a user's distinct k-grams (one value, or one per level)")
-    eta: float = Field(0.01, gt=0, lt=1, description="tolerated fraction of spurious n-grams at levels >= 2")
+    eta: float = Field(0.01, gt=0, le=0.5, description="tolerated fraction of spurious n-grams at levels >= 2 (rho_k >= 0)")
     split: Literal["equal", "geometric"] = Field("equal", description="how the budget is split over levels")
     c: float | None = Field(None, gt=0, lt=1, description="geometric split: sigma_k = c * sigma_(k-1)")
     pruning: Literal["both", "single"] = Field("both", description="candidate pruning for levels >= 2")
@@ -85,6 +93,7 @@ class Accounting:
     sigma_star: float
     sigmas: list[float]
     rho_1: float
+    units: list[float]  # the public grid of each level
 
 
 def level_sigmas(sigma_star: float, T: int, split: str, c: float | None) -> list[float]:
@@ -108,9 +117,22 @@ def dpsu_threshold(sigma: float, cap: int, delta_part: float) -> float:
 
 
 def accounting(params: Params) -> Accounting:
-    sigma_star = gaussian_sigma(params.epsilon, params.delta / 2)
+    """sigma* from the continuous proof at the budget the discrete sampler needs; rho_1 for the
+    discrete noise: P[Z >= n] <= P[N(0, s'^2) >= n - 1] (the normalizer of N_Z is >= sqrt(2 pi) s'),
+    so Theorem 2.1's threshold at the sampler's actual std sigma' >= sigma_1, plus one grid step."""
+    sigma_star = gaussian_sigma(*noise.continuous_budget(params.epsilon, params.delta / 2, sum(params.caps)))
     sigmas = level_sigmas(sigma_star, params.T, params.split, params.c)
-    return Accounting(sigma_star, sigmas, dpsu_threshold(sigmas[0], params.caps[0], params.delta / 2))
+    noise.check_shift(1.0, min(sigmas))
+    units = [noise.grid(s) for s in sigmas]
+    actual = units[0] * math.sqrt(noise.gaussian_variance_units(sigmas[0], units[0]))
+    return Accounting(sigma_star, sigmas, dpsu_threshold(actual, params.caps[0], params.delta / 2) + units[0], units)
+
+
+def unit_weights(cap: int, unit: float) -> np.ndarray:
+    """w(m) = floor(1 / (sqrt(m) unit)), exactly, for m = 0..cap (index 0 unused): a user's weight in
+    grid units, rounded down so that m w(m)^2 unit^2 <= 1."""
+    u2 = Fraction(unit) ** 2
+    return np.array([0] + [math.isqrt(int(1 / (u2 * m))) for m in range(1, cap + 1)], dtype=np.int64)
 
 
 def needs(params: Params, schema: tuple[str, ...]) -> Needs:
@@ -130,6 +152,8 @@ def plan(params: Params) -> Plan:
             "rho_1": acc.rho_1,
             "delta_conversion": params.delta / 2,
             "delta_new_items": params.delta / 2,
+            "noise": "exact discrete Gaussian on a public grid per level (core.noise)",
+            "grids": acc.units,
         },
     )
 
@@ -195,8 +219,8 @@ def mark(con: duckdb.DuckDBPyConnection, k: int) -> None:
 
 
 def entries_sql(grams_sql: str) -> str:
-    """Each user's contribution vector as rows (uid, gram, m, weight): the user's distinct grams, at
-    most ``$cap`` of them (chosen by a hash keyed with ``$key``), each weighted 1/sqrt(m), m of them kept."""
+    """Each user's contribution vector as rows (uid, gram, m): the user's distinct grams, at most
+    ``$cap`` of them (chosen by a hash keyed with ``$key``), m of them kept, each weighted w(m)."""
     return f"""
         WITH g AS (SELECT DISTINCT uid, gram FROM ({grams_sql})),
         ranked AS (
@@ -205,7 +229,7 @@ def entries_sql(grams_sql: str) -> str:
             FROM g
         ),
         kept AS (SELECT uid, gram, count(*) OVER (PARTITION BY uid) AS m FROM ranked WHERE rk <= $cap)
-        SELECT uid, gram, m, 1 / sqrt(m) AS weight FROM kept
+        SELECT uid, gram, m FROM kept
     """
 
 
@@ -227,12 +251,12 @@ def shard_counts(rows: pd.DataFrame, cap: int, key: int) -> pd.DataFrame:
         con.close()
 
 
-def histogram(con: duckdb.DuckDBPyConnection, grams_sql: str, cap: int, key: int) -> pd.DataFrame:
-    """The weighted-Gaussian-policy histogram: users' contribution vectors summed, sorted by gram.
+def histogram(con: duckdb.DuckDBPyConnection, grams_sql: str, cap: int, key: int, unit: float) -> pd.DataFrame:
+    """The weighted-Gaussian-policy histogram (gram, units): users' contribution vectors summed in
+    grid units (exact integers), sorted by gram.
 
     Sharded by a hash of the user when a Dask cluster is in use (a user's grams stay together);
-    weights are summed in a fixed order from integer counts, so the result does not depend on
-    how many shards there were.
+    integer sums do not depend on how many shards there were.
     """
     shards = parallel.workers()
     if shards == 1:
@@ -243,9 +267,10 @@ def histogram(con: duckdb.DuckDBPyConnection, grams_sql: str, cap: int, key: int
     merged = duckdb.connect()
     try:
         merged.register("parts", pd.concat(parts, ignore_index=True))
+        w = unit_weights(cap, unit)
+        merged.register("w", pd.DataFrame({"m": np.arange(len(w)), "w": w}))
         return merged.execute(
-            "WITH t AS (SELECT gram, m, sum(users) AS users FROM parts GROUP BY gram, m) "
-            "SELECT gram, sum(users / sqrt(m) ORDER BY m) AS weight FROM t GROUP BY gram ORDER BY gram"
+            "SELECT gram, CAST(sum(users * w) AS BIGINT) AS units FROM parts JOIN w USING (m) GROUP BY gram ORDER BY gram"
         ).df()
     finally:
         merged.close()
@@ -279,17 +304,20 @@ class Candidates:
             self.size = len(previous) * len(words)
 
     def sample(self, rng: np.random.Generator, count: int) -> list[str]:
-        """``count`` uniform draws (with replacement) from V_k."""
+        """``count`` exactly uniform draws (with replacement) from V_k: an index in [0, |V_k|) from
+        ``noise.below``, decoded through the integer group sizes (no float probabilities)."""
         if self.pruning == "single":
-            w = self.previous[rng.integers(0, len(self.previous), count)]
-            z = self.words[rng.integers(0, len(self.words), count)]
+            w = self.previous[noise.below(rng, np.full(count, len(self.previous)))]
+            z = self.words[noise.below(rng, np.full(count, len(self.words)))]
             return [f"{a}{SEP}{b}" for a, b in zip(w, z)]
-        groups = rng.choice(len(self.ys), size=count, p=self.weights / self.size)
+        index = noise.below(rng, np.full(count, self.size))
+        ends = np.cumsum(self.weights)
+        groups = np.searchsorted(ends, index, side="right")
+        within = index - (ends[groups] - self.weights[groups])
         out = []
-        for g, u, v in zip(groups, rng.random(count), rng.random(count)):
-            x = self.left[g][int(u * len(self.left[g]))]
-            z = self.right[g][int(v * len(self.right[g]))]
-            y = self.ys[g]
+        for g, r in zip(groups, within):
+            right = self.right[g]
+            x, z, y = self.left[g][r // len(right)], right[r % len(right)], self.ys[g]
             out.append(f"{x}{SEP}{y}{SEP}{z}" if y else f"{x}{SEP}{z}")
         return out
 
@@ -323,7 +351,7 @@ class Level:
 def extract(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> tuple[pd.DataFrame, list[Level]]:
     """Run DPNE; returns the released n-grams (ngram, n, noisy_weight) and the per-level accounting."""
     acc = accounting(params)
-    key = int(rng.integers(0, 2**63))
+    key = int(noise.words(rng, 1)[0] >> np.uint64(1))
     con = scratch()
     try:
         corpus(con, frame, params)
@@ -332,26 +360,26 @@ def extract(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> tu
         words: list[str] = []
         previous: list[str] = []
         for k in range(1, params.T + 1):
-            sigma = acc.sigmas[k - 1]
+            sigma, unit = acc.sigmas[k - 1], acc.units[k - 1]
             space = Candidates(previous, words, params.pruning) if k > 1 else None
             if space is not None and space.size == 0:  # nothing valid: this and later levels are empty
                 levels += [Level(j, acc.sigmas[j - 1], math.nan, 0, 0, 0) for j in range(k, params.T + 1)]
                 break
             positions(con, k, params.pruning)
-            hist = histogram(con, f"SELECT uid, gram FROM cand_{k}", params.caps[k - 1], key)
-            noisy = hist["weight"].to_numpy() + noise.gaussian(rng, sigma, len(hist))
+            hist = histogram(con, f"SELECT uid, gram FROM cand_{k}", params.caps[k - 1], key, unit)
+            noisy = noise.gaussian(rng, sigma, hist["units"].to_numpy(), unit)
             if space is None:
                 rho, size, simulated = acc.rho_1, len(hist), []
             else:
                 size = space.size
                 rho = sigma * float(norm.isf(params.eta * min(1.0, len(previous) / size)))
-                n_sim = int(rng.binomial(size - len(hist), float(norm.sf(rho / sigma))))
+                n_sim = int(rng.binomial(size - len(hist), noise.tail_probability(sigma, unit, rho)))
                 simulated = space.sample_outside(rng, n_sim, set(hist["gram"]))
             keep = noisy > rho
             out = pd.DataFrame({
                 "gram": list(hist["gram"][keep]) + simulated,
                 "n": k,
-                "noisy_weight": np.concatenate([noisy[keep], noise.gaussian_tail(rng, sigma, rho, len(simulated))]),
+                "noisy_weight": np.concatenate([noisy[keep], noise.gaussian_tail(rng, sigma, unit, rho, len(simulated))]),
             }).sort_values("gram", kind="stable")  # fmt: skip
             con.append("released", out)
             mark(con, k)
@@ -471,14 +499,15 @@ def baseline(frame: pd.DataFrame, params: Params, rng: np.random.Generator, vari
     with sigma = sqrt(T)*sigma* and delta/(2T) each. single: the whole budget on each length.
     """
     sigma_star = gaussian_sigma(params.epsilon, params.delta / 2)
-    cap, T, key = params.caps[0], params.T, int(rng.integers(0, 2**63))
+    cap, T, key = params.caps[0], params.T, int(noise.words(rng, 1)[0] >> np.uint64(1))
     con = scratch()
     try:
         corpus(con, frame, params)
 
         def union(sql: str, cap_: int, sigma: float, delta_part: float) -> pd.Series:
-            hist = histogram(con, sql, cap_, key)
-            keep = hist["weight"].to_numpy() + noise.gaussian(rng, sigma, len(hist)) > dpsu_threshold(sigma, cap_, delta_part)
+            unit = noise.grid(sigma)
+            hist = histogram(con, sql, cap_, key, unit)
+            keep = noise.gaussian(rng, sigma, hist["units"].to_numpy(), unit) > dpsu_threshold(sigma, cap_, delta_part) + unit
             return hist["gram"][keep].str.count(SEP) + 1
 
         if variant == "all":

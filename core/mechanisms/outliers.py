@@ -3,9 +3,11 @@ the top-h subspaces holding the most outliers.
 
 A record is an outlier in subspace S when fewer than k *other* records lie within RMS distance r
 (closed ball). Counts are released with Gaussian noise scaled to the smooth upper bound S_UB of
-the local sensitivity (Theorem 2 with p = 1); subspaces are chosen with the exponential mechanism
-on u = q / GS^UB_c, drawn without replacement (Gumbel top-h). Neighbouring tables differ in one
-record (replace-one) and N is public, as in the paper.
+the local sensitivity (Theorem 2 with p = 1); subspaces are chosen by h exact permute-and-flip
+draws without replacement on the counts q (sensitivity GS^UB_c), each epsilon/h-DP like the
+paper's exponential mechanism and never worse in expected utility. Neighbouring tables differ in
+one record (replace-one) and N is public, as in the paper. All noise is ``core.noise``'s exact
+discrete noise on a public grid (no float noise is published).
 
 Two things are released privately that the paper leaves raw: the noise scale (S_UB/α is a
 function of the data; its logarithm has sensitivity β, so it is released with Laplace noise on a
@@ -212,10 +214,13 @@ def allocate(params: Params) -> Allocation:
     else:
         counts, select, eps = 0, eps, 0.0
     per = eps / counts if counts else 0.0
+    # each count's continuous proof is calibrated a hair inside its share, for the discrete sampler
+    # (the smooth count uses exact_gaussian, whose slack is smaller: ETA covers both)
+    count = Budget(*noise.continuous_budget(per * (1 - params.scale_share), delta / counts, 1)) if counts else Budget(0.0)
     return Allocation(
         standardize=Budget(params.epsilon * s, params.delta * s),
         select=select,
-        count=Budget(per * (1 - params.scale_share), delta / counts if counts else 0.0),
+        count=count,
         scale=per * params.scale_share,
         counts=counts,
     )
@@ -573,24 +578,36 @@ def standardized(frame: pd.DataFrame, columns: list[str], params: Params, budget
 def private_scale(x: np.ndarray, bounds: np.ndarray, budget: Budget, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Means and stds from clipped sums with one Gaussian mechanism (replace-one sensitivity).
 
-    Each column is mapped onto [−1, 1] by its public bounds; replacing a record moves a column's
-    sum by at most 2 and its sum of squares by at most 1, so the l2 sensitivity is sqrt(5d).
+    Each column is mapped onto [−1, 1] by its public bounds and each value put on the noise grid
+    (y to the nearest grid point, y^2 rounded down: still in [−1, 1] and [0, 1]); replacing a record
+    moves a column's sum by at most 2 and its sum of squares by at most 1, so the l2 sensitivity is
+    sqrt(5d). Sums are exact integers in grid units; the noise is ``core.noise``'s discrete Gaussian.
     """
     n, d = x.shape
     centre, half = bounds.mean(axis=1), (bounds[:, 1] - bounds[:, 0]) / 2
     y = (np.clip(x, bounds[:, 0], bounds[:, 1]) - centre) / half
-    sigma = math.sqrt(5 * d) * gaussian_sigma(budget.epsilon, budget.delta)
-    noisy = np.concatenate([y.sum(axis=0), (y * y).sum(axis=0)]) + noise.gaussian(rng, sigma, 2 * d)
+    sigma = math.sqrt(5 * d) * gaussian_sigma(*noise.continuous_budget(budget.epsilon, budget.delta, 2 * d))
+    noise.check_shift(math.sqrt(5 * d), sigma)
+    unit = min(1.0, noise.grid(sigma))
+    yu = np.rint(y / unit).astype(np.int64)
+    sq = (yu * yu) // round(1 / unit)  # floor(y^2 / unit) in grid units (unit is a power of two <= 1)
+    noisy = noise.gaussian(rng, sigma, np.concatenate([yu.sum(axis=0), sq.sum(axis=0)]), unit)
     m1 = np.clip(noisy[:d] / n, -1, 1)
     var = np.clip(noisy[d:] / n - m1**2, (1 / n) ** 2, 1)  # a floor keeps the scale positive
     return centre + half * m1, half * np.sqrt(var)
 
 
-def select_top(utility: np.ndarray, h: int, epsilon: float, rng: np.random.Generator) -> np.ndarray:
-    """h distinct indices: h exponential-mechanism draws without replacement, each at epsilon/h
-    with weight exp(ε_draw·u/2) (Δu <= 1), so the selection is epsilon-DP in total."""
-    scores = (epsilon / h) * utility / 2 + noise.gumbel(rng, len(utility))
-    return np.argsort(-scores, kind="stable")[:h]
+def select_top(quality: np.ndarray, sensitivity: int, h: int, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+    """h distinct indices: h exact permute-and-flip draws without replacement on the integer
+    counts (sensitivity ``sensitivity``), each epsilon/h-DP, so the selection is epsilon-DP in total."""
+    left = np.arange(len(quality))
+    picked = []
+    step = noise.rate(epsilon / h, sensitivity)
+    for _ in range(h):  # h selections, not records
+        i = noise.permute_and_flip(rng, quality[left], step)
+        picked.append(int(left[i]))
+        left = np.delete(left, i)
+    return np.array(picked, dtype=np.int64)
 
 
 def smooth_floor(n: int, b: float) -> float:
@@ -657,12 +674,21 @@ def noisy_count(z: np.ndarray, subspace: tuple[str, ...], params: Params, a: All
     al, be = alpha(a.count.epsilon, a.count.delta), beta(a.count.epsilon, a.count.delta)
     m = measured or measure(z, params, not use_global, be)
     if use_global:
-        return Counted(subspace, "global", m.q, float(m.q + noise.gaussian(rng, gs, 1)[0]), gs, gs, gs, None)
+        noise.check_shift(gs_upper(n, params.k, len(subspace)), gs)
+        unit = min(1.0, noise.grid(gs))  # gs is public, so is its grid
+        noisy = float(np.rint(noise.gaussian(rng, gs, np.array([round(m.q / unit)]), unit)[0]))
+        return Counted(subspace, "global", m.q, noisy, gs, gs, gs, None)
     std = m.smooth.value / al
-    noisy = float(m.q + noise.gaussian(rng, std, 1)[0])
+    # std is data: its grid must not be. S_UB >= smooth_floor(N, β) gives a public one; exact
+    # Python-integer sampling covers any std/unit. Published rounded to an integer (post-processing).
+    unit = noise.scalar_grid(smooth_floor(n, be) / al)
+    noisy = float(np.rint(noise.exact_gaussian(rng, std, round(m.q / unit), unit)))
     released = None
-    if a.scale > 0:  # S_UB is β-smooth, so ln S_UB has sensitivity β
-        released = float(std * math.exp(noise.laplace(rng, be / a.scale, 1)[0]))
+    if a.scale > 0:  # S_UB is β-smooth, so ln S_UB has sensitivity β; on a grid, β + one step
+        unit = noise.grid(be / a.scale)
+        step = math.ceil(be / unit) + 1
+        log = noise.laplace(rng, step * unit / a.scale, np.array([round(math.log(std) / unit)]), unit)[0]
+        released = float(math.exp(log))
     return Counted(subspace, "smooth", m.q, noisy, std, released, gs, m.smooth)
 
 
@@ -696,8 +722,7 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
     if params.query == "top_subspaces":
         gs = gs_upper(n, params.k, params.c)
         counts = fan_out(partial(measure, params=params, smooth=False), [z[:, cols[s]] for s in subspaces])
-        utility = np.array([m.q for m in counts]) / gs
-        picked = select_top(utility, params.h, a.select, rng)
+        picked = select_top(np.array([m.q for m in counts]), gs, params.h, a.select, rng)
         chosen = [subspaces[i] for i in picked]
         selection = {"candidates": len(subspaces), "utility_divisor": gs, "epsilon": a.select}
     counted = []
@@ -744,7 +769,7 @@ def _result(params: Params, a: Allocation, n: int, scaling: dict, chosen: list[t
         "beta": beta(a.count.epsilon, a.count.delta) if a.counts else None,
         "noise": sorted({c.method for c in counted}),
         "noise_std_release": (
-            {"method": "exp(ln(S_UB/alpha) + Laplace(beta/epsilon_scale))", "laplace_scale_log": beta(a.count.epsilon, a.count.delta) / a.scale}
+            {"method": "exp(grid * (round(ln(S_UB/alpha) / grid) + discrete Laplace)), Laplace scale >= (beta + grid) / epsilon_scale", "laplace_scale_log": beta(a.count.epsilon, a.count.delta) / a.scale}
             if any(c.method == "smooth" for c in counted) and a.scale > 0 else None
         ),
         "standardization": scaling,
@@ -791,7 +816,7 @@ def _report(params: Params, privacy: dict, data: pd.DataFrame, swamped: list[str
         sel = privacy["selection"]
         lines += [
             f"The {params.h} subspace(s) below were chosen among {sel['candidates']} of dimension {params.c} by "
-            f"the exponential mechanism (epsilon={sel['epsilon']:.4g} in total, utility = count / {sel['utility_divisor']}).",
+            f"permute-and-flip (epsilon={sel['epsilon']:.4g} in total, quality = count, sensitivity {sel['utility_divisor']}).",
             "",
         ]
     if data["noisy_count"].notna().any():
