@@ -5,11 +5,15 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test serve bench clean
+.PHONY: demo test lint serve bench clean
 
 $(STAMP): pyproject.toml requirements.lock.txt
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.lock.txt 2>&1 | sed '/is ignored: it is neither/d'
+	@echo "installing the pinned dependencies into $(VENV) (about a minute the first time)..."
+	$(VENV)/bin/pip install --disable-pip-version-check --progress-bar off -r requirements.lock.txt 2>&1 \
+		| sed -u '/is ignored: it is neither/d' | grep --line-buffered -E '^(Collecting|Successfully|ERROR)' \
+		| sed -u -E 's/^Collecting ([^ ]+).*/  collecting \1/' || true
+	test -x $(VENV)/bin/prefect
 	$(VENV)/bin/python -c "import prefect, great_expectations, duckdb, gmpy2"
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e . 2>&1 | sed '/is ignored: it is neither/d'
 	$(VENV)/bin/privrelease --help > /dev/null
@@ -24,8 +28,11 @@ serve: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest
 
-bench: $(STAMP)
-	$(VENV)/bin/python bench/bench_ra.py
+lint: $(STAMP)
+	$(VENV)/bin/ruff check core flows tasks tests bench
+
+bench: $(STAMP)  # every benchmark; each needs PRIVRELEASE_DATA for the public data sets
+	for b in bench/bench_*.py; do echo "== $$b"; $(VENV)/bin/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .privrelease
+	rm -rf $(VENV)

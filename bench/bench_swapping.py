@@ -8,8 +8,8 @@ docs/REPRODUCTION.md by hand.
 from __future__ import annotations
 
 import argparse
-import os
 import itertools
+import os
 import sys
 import time
 from pathlib import Path

@@ -34,7 +34,7 @@ class Audit:
         )
 
 
-def _pair(budget) -> str:  # noqa: ANN001
+def _pair(budget) -> str:
     return "-" if budget is None else f"{budget.epsilon:.4g} / {budget.delta:.2g}"
 
 

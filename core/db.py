@@ -62,7 +62,7 @@ class _Handle:
     def __init__(self, con: duckdb.DuckDBPyConnection):
         self._con: duckdb.DuckDBPyConnection | None = con
 
-    def __getattr__(self, name: str):  # noqa: ANN204
+    def __getattr__(self, name: str):
         if self._con is None:
             raise duckdb.ConnectionException("the connection is closed")
         return getattr(self._con, name)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from core.accounting import ZERO, Budget, compose_sigmas, gaussian_epsilon
@@ -200,7 +200,7 @@ class Ledger:
             )  # fmt: skip
             return Charge(entry, None)
 
-    def _check_cap(self, con, dataset: str, cost: Budget, adjacency: str | None = None) -> None:  # noqa: ANN001
+    def _check_cap(self, con, dataset: str, cost: Budget, adjacency: str | None = None) -> None:
         cap = self._cap(con, dataset)
         if cap is None:
             raise BudgetError(
@@ -240,7 +240,7 @@ class Ledger:
                 mechanism=first.mechanism, status=status, detail=detail or {},
             )
 
-    def _append(self, con, *, dataset: str, status: str, release_id: str | None = None,  # noqa: ANN001
+    def _append(self, con, *, dataset: str, status: str, release_id: str | None = None,
                 flow_run_id: str | None = None, kind: str | None = None, adjacency: str | None = None,
                 mechanism: str | None = None, params: dict | None = None,
                 epsilon: float = 0.0, delta: float = 0.0, detail: dict | None = None) -> Entry:
@@ -250,7 +250,7 @@ class Ledger:
             last = con.execute("SELECT seq, hash FROM ledger ORDER BY seq DESC LIMIT 1").fetchall()
             seq, prev = (last[0][0] + 1, last[0][1]) if last else (1, GENESIS)
             draft = Entry(
-                seq=seq, ts=datetime.now(timezone.utc).isoformat(timespec="microseconds"),
+                seq=seq, ts=datetime.now(UTC).isoformat(timespec="microseconds"),
                 dataset=dataset, release_id=release_id, flow_run_id=flow_run_id, kind=kind, adjacency=adjacency,
                 mechanism=mechanism,
                 params=_canonical(params or {}), epsilon=float(epsilon), delta=float(delta),
@@ -269,11 +269,11 @@ class Ledger:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def _cap(self, con, dataset: str) -> Budget | None:  # noqa: ANN001
+    def _cap(self, con, dataset: str) -> Budget | None:
         caps = _rows(con, "WHERE dataset = ? AND status = ? ORDER BY seq DESC LIMIT 1", [dataset, CAP])
         return caps[0].budget if caps else None
 
-    def _spent(self, con, dataset: str) -> Budget:  # noqa: ANN001
+    def _spent(self, con, dataset: str) -> Budget:
         eps, delta = con.execute(
             "SELECT coalesce(sum(epsilon), 0), coalesce(sum(delta), 0) FROM ledger "
             "WHERE dataset = ? AND status = ? AND kind = 'dp'",
@@ -363,6 +363,6 @@ def _gdp_epsilon(charges: list[Entry]) -> float | None:
     return gaussian_epsilon(compose_sigmas(sigmas), sum(d["delta_conversion"] for d in details))
 
 
-def _rows(con, where: str, args: list) -> list[Entry]:  # noqa: ANN001
+def _rows(con, where: str, args: list) -> list[Entry]:
     rows = con.execute(f"SELECT {', '.join(_COLUMNS)} FROM ledger {where}", args).fetchall()
     return [Entry(*row) for row in rows]

@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import platformdirs
+
 HOME_ENV = "PRIVRELEASE_HOME"
+DEFAULT_HOME = platformdirs.user_data_dir("privrelease")
 
 
 def home(explicit: str | os.PathLike | None = None) -> Path:
-    """The state folder: ``explicit``, else ``$PRIVRELEASE_HOME``, else ``./.privrelease``."""
-    root = Path(explicit or os.environ.get(HOME_ENV) or ".privrelease").resolve()
+    """The state folder: ``explicit``, else ``$PRIVRELEASE_HOME``, else the per-user data folder
+    (one fixed place, so a command run from another directory still finds the same ledger)."""
+    root = Path(explicit or os.environ.get(HOME_ENV) or DEFAULT_HOME).resolve()
     root.mkdir(parents=True, exist_ok=True)
     return root
 

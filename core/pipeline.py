@@ -159,4 +159,7 @@ def summary(manifest: dict, folder: Path, already: bool) -> dict:
         "mechanism": manifest["mechanism"]["name"],
         "ledger": manifest["ledger"],
         "privacy": manifest["privacy"],
+        "headline": {k: manifest[k] for k in ("result", "counts_by_length") if k in manifest}
+        | {k: manifest["privacy"][k] for k in ("pa", "pa_max") if k in manifest["privacy"]}
+        | ({"risk": manifest["risk"]} if "risk" in manifest else {}),
     }

@@ -10,10 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import secrets
+import shutil
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -106,7 +106,7 @@ def manifest(release: Release, plan: Plan, result: Result, entry: Entry) -> dict
     return {
         "release_id": release.release_id,
         "dataset": release.dataset.id,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "test_mode": release.seed is not None,
         "mechanism": {"name": release.mechanism, "params": release.params.model_dump(mode="json")},
         "privacy": {

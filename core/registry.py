@@ -19,7 +19,7 @@ import hashlib
 import os
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -346,7 +346,7 @@ class Registry:
             os.chmod(tmp, 0o600)
             os.replace(tmp, snapshot)
             rows = total if unit.kind == "record" else None
-            registered = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            registered = datetime.now(UTC).isoformat(timespec="seconds")
             con.execute(
                 "INSERT INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [dataset_id, version, str(unit), purpose, fmt, delimiter, str(path), schema.model_dump_json(), suite,
@@ -360,7 +360,7 @@ class Registry:
         return Dataset(dataset_id, version, unit, purpose, schema, rows, registered), inferred
 
 
-def _check(con, schema: Schema, found: list[str], name: str) -> None:  # noqa: ANN001 - a DuckDB handle
+def _check(con, schema: Schema, found: list[str], name: str) -> None:
     """The file against the declared schema, with counts and line numbers (the steward's view)."""
     declared = list(schema.columns)
     if declared != found:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
@@ -21,7 +21,6 @@ from core.errors import SpecError
 from core.ids import ID_PATTERN
 from core.mechanisms.base import StrictParams
 from core.registry import Dataset
-
 
 
 def _filled(module: object) -> tuple[str, ...]:
@@ -129,7 +128,7 @@ def bind(request: ReleaseRequest, dataset: Dataset) -> Release:
         checked = module.Params.model_validate(params)
     except ValidationError as exc:
         raise SpecError(f"the release request is invalid: {_describe(exc, 'mechanism.params')}.") from None
-    release_id = request.release_id or f"{dataset.id}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+    release_id = request.release_id or f"{dataset.id}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
     return Release(request, release_id, dataset, checked)
 
 

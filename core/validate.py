@@ -92,7 +92,7 @@ def validate(frame: pd.DataFrame, suite_name: str, expectations: list[dict]) -> 
     return report
 
 
-def _failure(result) -> dict:  # noqa: ANN001 - a Great Expectations result object
+def _failure(result) -> dict:
     config = result.expectation_config
     res = result.result or {}
     observed = res.get("observed_value")

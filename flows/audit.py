@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -18,7 +18,7 @@ def ledger_audit() -> list[dict]:
     chain is broken."""
     store = Store.open()
     audit = t.read(store)
-    chart = t.chart(store, audit, datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
+    chart = t.chart(store, audit, datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"))
     totals = [x.as_dict() for x in audit.totals]
     create_table_artifact(key="ledger-totals", table=totals, description="per dataset: cap, spent, remaining")
     create_table_artifact(key="ledger-history", table=[e.as_dict() for e in audit.entries], description="every entry")

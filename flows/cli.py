@@ -14,7 +14,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from core import paths
+from core import __version__, paths
 from core.accounting import Budget
 from core.errors import LedgerCorrupt, UserError
 
@@ -57,14 +57,6 @@ def _runner(args: argparse.Namespace) -> dict:
     return {"runner": "dask" if dask else "local", "dask_address": args.dask_address, "dask_workers": args.dask_workers}
 
 
-def _prefect_server() -> bool:
-    """Whether a Prefect server is configured (environment or active profile) to record the run."""
-    _prefect_env(paths.home())
-    import prefect.settings
-
-    return bool(prefect.settings.PREFECT_API_URL.value())
-
-
 def _run_release(request_path: Path, runner: dict) -> dict:
     """Check the request against public facts first (well under a second), then release: as a flow
     run on the configured Prefect server, or directly when none is configured (no temporary server)."""
@@ -73,7 +65,7 @@ def _run_release(request_path: Path, runner: dict) -> dict:
     request = spec.load(request_path)
     store = pipeline.Store.open()
     pipeline.prepare(store, request)  # fail fast, before anything starts
-    if _prefect_server():
+    if _prefect_api_url():
         from flows.release import release
 
         _quiet_console()
@@ -90,11 +82,63 @@ def _run_release(request_path: Path, runner: dict) -> dict:
 
 def cmd_release(args: argparse.Namespace, root: Path) -> int:
     summary = _run_release(Path(args.request), _runner(args))
+    if args.json:
+        print(json.dumps({**summary, "budget_left": _left(summary["dataset"])}, indent=2))
+        return 0
     print(f"release {summary['release_id']}")
     print(f"folder {summary['folder']}")
+    if args.quiet:
+        return 0
     if summary["already_published"]:
         print("(already published earlier; nothing was charged again)")
+    p = summary["privacy"]
+    cost = f"epsilon={p['epsilon']:g} delta={p['delta']:g}" if p["kind"] == "dp" else f"none ({p['kind']}: not DP)"
+    left = _left(summary["dataset"])
+    print(f"mechanism {summary['mechanism']}; charged {cost}"
+          + (f"; left epsilon={left['epsilon']:.4g} delta={left['delta']:.3g}" if left else ""))  # fmt: skip
+    if summary["headline"]:
+        print("result " + ", ".join(f"{k}={v}" for k, v in summary["headline"].items()))
+    print(f"home {paths.home()}")
     return 0
+
+
+def _left(dataset: str) -> dict | None:
+    from core.ledger import Ledger
+
+    totals = next((t for t in Ledger(paths.database(paths.home())).totals() if t.dataset == dataset), None)
+    return None if totals is None or totals.remaining is None else {"epsilon": totals.remaining.epsilon,
+                                                                    "delta": totals.remaining.delta}  # fmt: skip
+
+
+def cmd_info(args: argparse.Namespace, root: Path) -> int:
+    from core.ledger import Ledger
+    from core.registry import DATA_ROOT_ENV, Registry, data_root
+
+    entries = Ledger(paths.database(root)).entries() if paths.database(root).exists() else []
+    info = {
+        "version": __version__,
+        "home": str(root),
+        "home_from": args.home_from,
+        "data_root": str(data_root(root)),
+        "data_root_from": f"${DATA_ROOT_ENV}" if os.environ.get(DATA_ROOT_ENV) else "default (<home>/data)",
+        "ledger_head": {"seq": entries[-1].seq, "hash": entries[-1].hash} if entries else None,
+        "datasets": [d.id for d in Registry(root).list()],
+        "prefect_api_url": _prefect_api_url(),
+    }
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    for key, value in info.items():
+        print(f"{key:<15} {value if value not in (None, []) else '-'}")
+    return 0
+
+
+def _prefect_api_url() -> str | None:
+    """The Prefect server releases report to, if one is configured; else they run directly."""
+    _prefect_env(paths.home())
+    import prefect.settings
+
+    return prefect.settings.PREFECT_API_URL.value() or None
 
 
 def cmd_spam_train(args: argparse.Namespace, root: Path) -> int:
@@ -166,7 +210,7 @@ def cmd_dataset_add(args: argparse.Namespace, root: Path) -> int:
     return 0
 
 
-def _show(dataset) -> None:  # noqa: ANN001 - core.registry.Dataset
+def _show(dataset) -> None:
     rows = "" if dataset.rows is None else f", {dataset.rows} rows (public)"
     print(f"dataset {dataset.id}: registration {dataset.version}, unit {dataset.unit}, purpose {dataset.purpose}, "
           f"{len(dataset.schema.columns)} columns{rows}")  # fmt: skip
@@ -290,11 +334,14 @@ def _dask_options(p: argparse.ArgumentParser) -> None:
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="privrelease", description="Batch releases of privacy-protected data.")
-    top.add_argument("--home", help=f"state folder (default ${paths.HOME_ENV} or ./.privrelease)")
+    top.add_argument("--version", action="version", version=f"privrelease {__version__}")
+    top.add_argument("--home", help=f"state folder (default ${paths.HOME_ENV}, else {paths.DEFAULT_HOME})")
     sub = top.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("release", help="run the release flow for a release request")
     p.add_argument("request", help="release request (YAML or JSON): dataset id, mechanism, parameters")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--quiet", action="store_true", help="print only the release id and folder")
     _dask_options(p)
     p.set_defaults(func=cmd_release)
 
@@ -302,6 +349,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rows", type=int, default=20_000)
     p.add_argument("--prepare-only", action="store_true", help="register the demo datasets, release nothing")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("info", help="home, data root, ledger head, registered datasets, Prefect server")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_info)
 
     ds = sub.add_parser("dataset", help="the data steward's dataset registry")
     dsub = ds.add_subparsers(dest="dataset_command", required=True)
@@ -368,10 +419,15 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    args.home_from = "--home" if args.home else (f"${paths.HOME_ENV}" if os.environ.get(paths.HOME_ENV) else "default")
     root = paths.home(args.home)
     os.environ[paths.HOME_ENV] = str(root)  # the flows read the home from the environment, never a parameter
     try:
         return args.func(args, root)
+    except BrokenPipeError:  # the reader went away (e.g. `| head -1`): stop quietly, as other tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -12,9 +12,9 @@ os.environ["PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW"] = "ignore"
 os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "120"
 os.environ.pop("PREFECT_API_URL", None)
 
-import logging  # noqa: E402
+import logging
 
-import pytest  # noqa: E402
+import pytest
 
 # Prefect's console handler keeps the stream it first saw; under pytest's capture that stream is
 # closed by later tests. Drop such write errors instead of printing them into the next test's stderr.

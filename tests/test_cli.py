@@ -8,10 +8,9 @@ import subprocess
 from pathlib import Path
 
 import duckdb
-import pytest
 
-from tests.conftest import REPO
 from core.demo import census
+from tests.conftest import REPO
 from tests.helpers import write_request
 
 EXE = str(Path(os.sys.executable).parent / "privrelease")
@@ -128,3 +127,44 @@ def test_demo_in_a_fresh_home(tmp_path: Path):
     r = run(home, "dataset", "list")
     assert r.returncode == 0 and [line.split(":")[0] for line in r.stdout.splitlines()] == [
         "dataset census-demo", "dataset logins-demo", "dataset posts-demo"]
+
+
+def test_help_version_info_and_a_closed_pipe(tmp_path: Path):
+    home = tmp_path / "home"
+    r = run(home, "--help")
+    assert r.returncode == 0 and r.stdout.startswith("usage: privrelease")
+    for command in ("release", "demo", "info", "dataset", "ledger", "spam"):
+        assert command in r.stdout
+    r = run(home, "--version")
+    assert r.returncode == 0 and r.stdout.strip() == "privrelease 0.1.0"
+    r = run(home, "info")
+    assert r.returncode == 0 and r.stdout.splitlines()[:3] == [
+        "version         0.1.0", f"home            {home}", "home_from       $PRIVRELEASE_HOME"]
+    info = json.loads(run(home, "info", "--json").stdout)
+    assert info["data_root"] == str(home / "data") and info["datasets"] == [] and info["ledger_head"] is None
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "PRIVRELEASE_HOME"))}
+    environ["HOME"] = str(tmp_path / "user")
+    r = subprocess.run([EXE, "info", "--json"], cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=120)
+    assert json.loads(r.stdout)["home"] == str(tmp_path / "user" / ".local" / "share" / "privrelease")  # not ./.privrelease
+    r = subprocess.run(f"{EXE} --home {home} dataset list --json | head -1", shell=True, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout == "[]\n" and r.stderr == ""
+
+
+def test_release_summary_json_and_quiet(tmp_path: Path):
+    """Without a Prefect server configured, a release runs directly: no temporary server."""
+    home = tmp_path / "home"
+    (home / "data").mkdir(parents=True)
+    census(400).to_csv(home / "data" / "census.csv", index=False)
+    assert run(home, "dataset", "add", "census", "--source", "census.csv", "--format", "csv", "--unit", "record",
+               "--purpose", "sdc").returncode == 0  # fmt: skip
+    r = run(home, "release", str(write_request(tmp_path / "a")))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("release census-") and lines[1].startswith("folder ")
+    assert lines[2] == "mechanism ra; charged none (sdc: not DP)" and lines[3].startswith("result pa=")
+    assert lines[4] == f"home {home}" and "Starting temporary server" not in r.stderr
+    r = run(home, "release", str(write_request(tmp_path / "b")), "--quiet")
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 2
+    summary = json.loads(run(home, "release", str(write_request(tmp_path / "c")), "--json").stdout)
+    assert summary["mechanism"] == "ra" and summary["privacy"]["kind"] == "sdc" and summary["budget_left"] is None
+    assert set(summary["headline"]) == {"pa", "pa_max"}

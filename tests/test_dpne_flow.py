@@ -11,15 +11,15 @@ import yaml
 
 from core.accounting import Budget
 from core.ledger import PUBLISHED, RESERVED, Ledger
-from tests.test_dpne import phrase_corpus
 from tests.helpers import register
+from tests.test_dpne import phrase_corpus
 from tests.test_release_flow import cli
 
 DPNE = {"name": "dpne", "params": {"text_column": "text", "epsilon": 4.0,
                                    "delta": 1e-7, "T": 5, "delta0": 20, "tokenizer": "words"}}  # fmt: skip
 
 
-def write_corpus(home: Path, folder: Path, frame=None, fmt: str = "csv", seed: int | None = None, **params) -> Path:  # noqa: ANN001
+def write_corpus(home: Path, folder: Path, frame=None, fmt: str = "csv", seed: int | None = None, **params) -> Path:
     """Register a corpus (user unit, DP purpose) and write a DPNE request for it."""
     register(home, phrase_corpus(1500) if frame is None else frame, "posts", "user:user", "dp", fmt=fmt)
     doc = {"dataset": "posts", "mechanism": {"name": "dpne", "params": {**DPNE["params"], **params}}}

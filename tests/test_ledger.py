@@ -12,9 +12,9 @@ import duckdb
 import pytest
 
 from core.accounting import Budget, compose_sigmas, gaussian_epsilon
-from core.mechanisms import dpne
 from core.errors import BudgetError, LedgerCorrupt, ReleaseConflict
 from core.ledger import FAILED, PUBLISHED, RESERVED, Ledger
+from core.mechanisms import dpne
 from tests.conftest import REPO
 
 

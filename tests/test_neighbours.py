@@ -111,7 +111,12 @@ def _same_but_outputs(a: str, b: str, out_a: list[float], out_b: list[float], wh
 async def _prefect_surface(flow_run_id: str) -> dict:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
-        ArtifactFilter, ArtifactFilterFlowRunId, LogFilter, LogFilterFlowRunId, TaskRunFilter, TaskRunFilterFlowRunId,
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        LogFilter,
+        LogFilterFlowRunId,
+        TaskRunFilter,
+        TaskRunFilterFlowRunId,
     )  # fmt: skip
 
     async with get_client() as client:
@@ -128,7 +133,7 @@ async def _prefect_surface(flow_run_id: str) -> dict:
     }
 
 
-def _release(home: Path, frame: pd.DataFrame, unit: str, mechanism: dict, monkeypatch) -> dict:  # noqa: ANN001
+def _release(home: Path, frame: pd.DataFrame, unit: str, mechanism: dict, monkeypatch) -> dict:
     """Register ``frame`` and release it with a fixed id and seed; returns everything readable."""
     from flows.release import release
 
@@ -210,8 +215,9 @@ def test_dpne_on_neighbouring_corpora_keeps_a_user_unique_phrase_private():
     released (P <= delta = 1e-6 per run, so seeing it even once in 100 runs has probability
     <= 1e-4), and a shared phrase is released about as often with and without that user (an exact
     binomial test at level 1e-3 per word)."""
-    from core.mechanisms import dpne
     from scipy.stats import binomtest
+
+    from core.mechanisms import dpne
 
     d, d_prime = _neighbours_posts()
     params = dpne.Params(user_column="user", text_column="text", epsilon=1.0, delta=1e-6, T=1, delta0=10,

@@ -11,7 +11,6 @@ import pandas as pd
 import pytest
 
 from core import noise
-from core.accounting import Budget
 from core.demo import SUITES, census
 from core.ledger import FAILED, PUBLISHED, RESERVED, Ledger
 from core.mechanisms import ra

@@ -28,8 +28,8 @@ between neighbours), and rho_1 adds one grid step for the discrete tail (see ``a
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import partial
 from typing import Literal
 
@@ -40,7 +40,7 @@ from pydantic import Field, model_validator
 from scipy.stats import norm
 
 from core import noise, parallel
-from core.accounting import Budget, compose_sigmas, gaussian_sigma
+from core.accounting import Budget, gaussian_sigma
 from core.db import quote_ident, scratch
 from core.errors import InternalError
 from core.mechanisms.base import Chart, DPCost, Plan, Result, StrictParams

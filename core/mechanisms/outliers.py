@@ -372,7 +372,7 @@ class Cover:
                         grown = _ball_through(self.unique[chosen], self.unique[v])
                     if grown[1] <= limit:
                         best = max(best, have + int(weight[v]))
-                        rest = np.array([u for u in cands[i + 1:] if u in neighbours[v]], dtype=np.int64)
+                        rest = np.array([u for u in cands[i + 1:] if u in neighbours[v]], dtype=np.int64)  # noqa: B023 - used at once
                         if rest.size:  # a radius-r ball holding the chosen set is centred within
                             reach = self.rho + math.sqrt(max(limit - grown[1], 0.0))  # sqrt(r² − seb²) of its centre
                             rest = rest[((self.unique[rest] - grown[0]) ** 2).sum(axis=1) <= reach**2 * (1 + SEB_SLACK)]
