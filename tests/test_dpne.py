@@ -274,11 +274,11 @@ def test_nonexistent_ngrams_match_the_binomial_expectation():
     rng = seeded(77)
     runs, spurious = 40, []
     for _ in range(runs):
-        out = dpne.run(frame, p, rng)
-        bigrams = set(out.data.loc[out.data["n"] == 2, "ngram"])
-        assert len(out.data[out.data["n"] == 1]) == 40  # every word is common enough
+        out, levels = dpne.extract(frame, p, rng)
+        bigrams = set(out.loc[out["n"] == 2, "ngram"])
+        assert len(out[out["n"] == 1]) == 40  # every word is common enough
         spurious.append(len(bigrams - {"w0 w1"}))
-        assert out.headline["simulated_zero_weight"][1] == len(bigrams - {"w0 w1"})
+        assert levels[1].simulated == len(bigrams - {"w0 w1"})  # internal only: published nowhere
     v2, supp = 40 * 40, 1
     prob = float(norm.sf(acc.sigmas[1] * norm.isf(0.5 * min(1, 40 / v2)) / acc.sigmas[1]))
     assert prob == pytest.approx(0.5 * 40 / v2)

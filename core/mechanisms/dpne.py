@@ -37,7 +37,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 from pydantic import Field, model_validator
-from scipy.stats import norm
+from scipy.special import ndtri  # the normal quantile: scipy.stats costs 0.6 s to import
 
 from core import noise, parallel
 from core.accounting import Budget, gaussian_sigma
@@ -113,7 +113,7 @@ def dpsu_threshold(sigma: float, cap: int, delta_part: float) -> float:
     """
     t = np.arange(1, cap + 1, dtype=float)
     tail = -np.expm1(np.log1p(-delta_part) / t)  # 1 - (1 - delta_part)^(1/t), without cancellation
-    return float(np.max(1 / np.sqrt(t) + sigma * norm.isf(tail)))
+    return float(np.max(1 / np.sqrt(t) + sigma * -ndtri(tail)))
 
 
 def accounting(params: Params) -> Accounting:
@@ -372,7 +372,7 @@ def extract(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> tu
                 rho, size, simulated = acc.rho_1, len(hist), []
             else:
                 size = space.size
-                rho = sigma * float(norm.isf(params.eta * min(1.0, len(previous) / size)))
+                rho = sigma * float(-ndtri(params.eta * min(1.0, len(previous) / size)))
                 n_sim = int(rng.binomial(size - len(hist), noise.tail_probability(sigma, unit, rho)))
                 simulated = space.sample_outside(rng, n_sim, set(hist["gram"]))
             keep = noisy > rho
