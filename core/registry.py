@@ -252,6 +252,18 @@ class Registry:
         with connect(self.db) as con:  # serialized with other store users; the snapshot is read-only
             return con.execute("SELECT * FROM read_parquet(?)", [str(path)]).df()
 
+    def identifiers(self, dataset: Dataset) -> list[str]:
+        """Columns holding a different value in every row: identifier-like, for the steward to drop
+        before an sdc release publishes them as they are (a steward's check; it reads the rows)."""
+        _, private = self._current(dataset.id)
+        columns = list(dataset.schema.columns)
+        with connect(self.db) as con:
+            counts = con.execute(
+                "SELECT count(*), " + ", ".join(f"count(DISTINCT {quote_ident(c)})" for c in columns)
+                + " FROM read_parquet(?)", [private.snapshot],
+            ).fetchall()[0]  # fmt: skip
+        return [c for c, n in zip(columns, counts[1:]) if counts[0] > 1 and n == counts[0]]
+
     # -- internals -------------------------------------------------------------------------------
 
     def _versions(self, dataset_id: str) -> list[tuple[Dataset, str | None]]:

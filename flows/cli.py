@@ -204,6 +204,10 @@ def cmd_dataset_add(args: argparse.Namespace, root: Path) -> int:
         str(Path(args.suite).resolve()) if args.suite else None, args.delimiter,
     )  # fmt: skip
     _show(dataset)
+    if dataset.purpose == "sdc":
+        for column in Registry(root).identifiers(dataset):
+            print(f"warning: column {column!r} holds a different value in every row (an identifier?); an sdc "
+                  "release publishes it as it is. Drop it from the source and refresh, unless it is meant to be public.")
     if inferred:
         print("\nschema (inferred from the file, now public; keep it and pass it with --schema next time):")
         print(dataset.schema.yaml(), end="")

@@ -317,3 +317,15 @@ def test_baseline_grams_match_brute_force_and_baselines_run():
         assert 17 <= counts[1] <= 17 + 300
     with pytest.raises(ValueError, match="unknown baseline"):
         dpne.baseline(big, params(T=3), seeded(5), "some")
+
+
+def test_an_empty_release_is_explained_from_public_values():
+    """A corpus too small for the threshold: the report says why, with the public rho_1."""
+    frame = pd.DataFrame({"user": range(5), "text": ["the same words"] * 5})
+    p = params(T=2, epsilon=1.0, delta=1e-7, delta0=3)
+    out = dpne.run(frame, p, seeded(1))
+    acc = dpne.accounting(p)
+    assert out.data.empty and "**Nothing was released.**" in out.report
+    assert f"passes rho_1 = {acc.rho_1:.4g}" in out.report and f"at least {math.ceil(acc.rho_1)} users" in out.report
+    full = dpne.run(phrase_corpus(3000), params(), seeded(2))
+    assert not full.data.empty and "Nothing was released" not in full.report

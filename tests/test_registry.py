@@ -165,3 +165,9 @@ def test_needs_are_checked_against_the_public_schema():
         Needs(columns=("b",)).check(schema, "ds")
     with pytest.raises(SpecError, match="column 'a' of dataset 'ds' is registered as string"):
         Needs(columns=("a",), numeric=("a",)).check(schema, "ds")
+
+
+def test_identifier_like_columns_are_named_for_the_steward(tmp_path: Path):
+    frame = census(200).assign(ssn=[f"{i:09d}" for i in range(200)])
+    ds = register(tmp_path / "home", frame)
+    assert Registry(tmp_path / "home").identifiers(ds) == ["ssn"]

@@ -441,6 +441,19 @@ def _report(params: Params, acc: Accounting, levels: list[Level]) -> str:
         "| length k | released | sigma_k | rho_k | valid candidates V_k |\n|---|---|---|---|---|\n" + rows + "\n\n"
         "How many zero-weight candidates were simulated is kept nowhere: it depends on how many distinct "
         "n-grams users hold, which the release does not protect.\n"
+        + ("" if levels and levels[0].released else _empty(params, acc))
+    )
+
+
+def _empty(params: Params, acc: Accounting) -> str:
+    """Why nothing was released, from public values: a word needs about rho_1 users' full weight."""
+    holders = math.ceil(acc.rho_1 * math.sqrt(params.caps[0]))
+    return (
+        f"\n**Nothing was released.** A word is released only when its users' summed weight, plus noise of "
+        f"sigma_1 = {acc.sigmas[0]:.3g}, passes rho_1 = {acc.rho_1:.4g}. A user adds 1/sqrt(t) to each of their t "
+        f"distinct words (at most {params.caps[0]}), so a word needs at least {math.ceil(acc.rho_1)} users who hold "
+        f"it alone, or about {holders} users who each hold {params.caps[0]} distinct words. A larger corpus, a "
+        "larger epsilon or delta, or a smaller delta0 lowers that bar.\n"
     )
 
 
