@@ -230,14 +230,8 @@ class Registry:
     # -- everyone --------------------------------------------------------------------------------
 
     def list(self) -> list[Dataset]:
-        if not self.db.exists():
-            return []
-        with connect(self.db) as con:
-            con.execute(_DDL)
-            rows = con.execute(
-                "SELECT id, max(version) FROM datasets WHERE snapshot IS NOT NULL GROUP BY id ORDER BY id"
-            ).fetchall()
-        return [self.get(i) for i, _ in rows]
+        rows = self._query("SELECT id FROM datasets WHERE snapshot IS NOT NULL GROUP BY id ORDER BY id", [])
+        return [self.get(i) for (i,) in rows]
 
     def get(self, dataset_id: str) -> Dataset:
         """A registered dataset's public facts; an unknown id is a user error naming the fix."""
@@ -266,41 +260,33 @@ class Registry:
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _versions(self, dataset_id: str) -> list[tuple[Dataset, str | None]]:
+    def _query(self, sql: str, args: list) -> list[tuple]:
+        """Rows of the registry table; none before anything was registered in this home."""
         if not self.db.exists():
             return []
         with connect(self.db) as con:
             con.execute(_DDL)
-            rows = con.execute(
-                "SELECT id, version, unit, purpose, schema, rows, registered, snapshot FROM datasets WHERE id = ? "
-                "ORDER BY version", [dataset_id],
-            ).fetchall()  # fmt: skip
+            return con.execute(sql, args).fetchall()
+
+    def _versions(self, dataset_id: str) -> list[tuple[Dataset, str | None]]:
+        rows = self._query("SELECT id, version, unit, purpose, schema, rows, registered, snapshot FROM datasets "
+                           "WHERE id = ? ORDER BY version", [dataset_id])  # fmt: skip
         return [(_dataset(r[:7]), r[7]) for r in rows]
 
     def _current(self, dataset_id: str) -> tuple[Dataset, _Private]:
         check_id(dataset_id, "dataset id")
-        rows = []
-        if self.db.exists():
-            with connect(self.db) as con:
-                con.execute(_DDL)
-                rows = con.execute(
-                    "SELECT id, version, unit, purpose, schema, rows, registered, source, format, delimiter, suite, "
-                    "snapshot, digest FROM datasets WHERE id = ? ORDER BY version DESC LIMIT 1", [dataset_id],
-                ).fetchall()  # fmt: skip
+        rows = self._query(
+            "SELECT id, version, unit, purpose, schema, rows, registered, source, format, delimiter, suite, snapshot, "
+            "digest FROM datasets WHERE id = ? ORDER BY version DESC LIMIT 1", [dataset_id],
+        )  # fmt: skip
         if not rows or rows[0][11] is None:
             raise SpecError(f"dataset {dataset_id!r} is not registered; the data steward registers it with "
                             "'privrelease dataset add' (see 'privrelease dataset list').")  # fmt: skip
         return _dataset(rows[0][:7]), _Private(*rows[0][7:])
 
     def _refuse_duplicate(self, dataset_id: str, path: Path) -> None:
-        if not self.db.exists():
-            return
-        with connect(self.db) as con:
-            con.execute(_DDL)
-            other = con.execute(
-                "SELECT DISTINCT id FROM datasets WHERE source = ? AND id <> ? AND snapshot IS NOT NULL",
-                [str(path), dataset_id],
-            ).fetchall()
+        other = self._query("SELECT DISTINCT id FROM datasets WHERE source = ? AND id <> ? AND snapshot IS NOT NULL",
+                            [str(path), dataset_id])  # fmt: skip
         if other:
             raise SpecError(f"this source is already registered as dataset {other[0][0]!r}; one source has one "
                             "budget, so release it under that id.")  # fmt: skip
