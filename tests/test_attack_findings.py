@@ -177,3 +177,26 @@ def test_out_of_range_public_parameters_are_user_errors(tmp_path, monkeypatch, c
     code = main(["--home", str(home), "release", str(request)])
     err = capsys.readouterr().err
     assert code == 2 and "internal error" not in err, err
+
+
+# -- finding 6: a seed outside test mode is refused only after the charge on the flow path -------------
+
+
+@pytest.mark.xfail(strict=True, reason="finding 6: the flow takes a ReleaseRequest model; the seed is checked at privatize")
+def test_a_seed_outside_test_mode_is_refused_before_the_charge(tmp_path, monkeypatch):
+    """The command line calls ``spec.parse`` (which checks the seed); the Prefect flow receives the
+    request as a validated model and hands it to ``pipeline.release``, whose first seed check is
+    ``noise.generator`` inside ``privatize``: the deployment's Run form charges the ledger, then fails."""
+    from core.errors import SpecError
+    from core.spec import ReleaseRequest
+
+    monkeypatch.delenv("PRIVRELEASE_TEST_MODE", raising=False)
+    home = tmp_path / "home"
+    register(home, _ages(60), "people", "record", "dp")
+    store = _store(home, monkeypatch)
+    Ledger(store.db).set_budget("people", Budget(10, 1e-3))
+    request = ReleaseRequest.model_validate({"dataset": "people", "seed": 1, "mechanism": {"name": "outliers", "params": {
+        "query": "count", "columns": ["age"], "k": 1, "r": 1.0, "epsilon": 1.0, "delta": 1e-5, "standardize": False}}})  # fmt: skip
+    with pytest.raises(SpecError, match="test mode"):
+        pipeline.release(store, request)  # what flows/release.py runs with its `request` parameter
+    assert [e.status for e in Ledger(store.db).entries()] == ["cap"], "the refused request was charged"
