@@ -231,3 +231,29 @@ def test_one_content_has_one_budget(tmp_path):
     except Exception:  # noqa: BLE001
         pass
     assert accepted == [], f"registered the same rows under a new id (new budget): {accepted}"
+
+
+# -- finding 0: a flow run may set the worker's environment (test mode, home) or its command -----------
+
+
+@pytest.mark.xfail(strict=True, reason="finding 0: the pool's default process template exposes env and command per run")
+def test_a_flow_run_cannot_set_the_workers_environment():
+    """``prefect work-pool create privrelease --type process`` (scripts/serve.sh, README) takes
+    Prefect's default process template: ``env``, ``command`` and ``working_dir`` are job variables,
+    and a flow run's own ``job_variables`` override the deployment's (prefect/workers/base.py merges
+    ``flow_run.job_variables`` last). Whoever may start a deployment run (UI custom run,
+    ``prefect deployment run --job-variable``) sets ``PRIVRELEASE_TEST_MODE=1`` and a ``seed`` (noise
+    they reproduce offline from the public N, so the exact values), ``PRIVRELEASE_HOME`` (another
+    ledger), or the command itself. The pool must fix them in its base job template."""
+    import json
+    import re
+
+    from prefect.workers.process import ProcessWorker
+
+    serve = (Path(__file__).resolve().parent.parent / "scripts" / "serve.sh").read_text()
+    (create,) = [line for line in serve.splitlines() if "work-pool create" in line]
+    given = re.search(r"--base-job-template\s+(\S+)", create)
+    template = (json.loads((Path(__file__).resolve().parent.parent / given.group(1).strip("\"'")).read_text())
+                if given else ProcessWorker.get_default_base_job_template())  # fmt: skip
+    exposed = {"env", "command", "working_dir"} & set(template["variables"].get("properties", {}))
+    assert not exposed, f"every flow run may set {sorted(exposed)}"
