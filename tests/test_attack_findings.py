@@ -156,12 +156,14 @@ def test_swapping_errors_carry_no_count(tmp_path, monkeypatch):
 # -- finding 5: public parameters that crash as internal errors (no data involved, exit code 1) -------
 
 
-@pytest.mark.xfail(strict=True, reason="finding 5: inf/nan scale and unbounded delta0 give internal errors")
+@pytest.mark.xfail(strict=True, reason="finding 5: inf/nan scale, unbounded delta0, tiny c give internal errors")
 @pytest.mark.parametrize("params", [
     {"name": "outliers", "params": {"query": "count", "columns": ["age"], "k": 1, "r": 1.0, "epsilon": 1.0,
                                     "delta": 1e-5, "standardize": {"age": {"mean": float("inf"), "std": 1.0}}}},
     {"name": "dpne", "params": {"text_column": "text", "epsilon": 1.0, "delta": 1e-6, "delta0": 10**12}},
-], ids=["outliers-inf-mean", "dpne-delta0-1e12"])  # fmt: skip
+    {"name": "dpne", "params": {"text_column": "text", "epsilon": 1.0, "delta": 1e-6, "T": 50, "split": "geometric",
+                                "c": 1e-10}},
+], ids=["outliers-inf-mean", "dpne-delta0-1e12", "dpne-geometric-overflow"])  # fmt: skip
 def test_out_of_range_public_parameters_are_user_errors(tmp_path, monkeypatch, capsys, params):
     import yaml
 
