@@ -31,7 +31,7 @@ def rest(runs: int) -> None:
     with tempfile.TemporaryDirectory() as tmp, running_server(Path(tmp)) as env:
         api = env["PREFECT_API_URL"]
         write_demo(Path(env["PRIVRELEASE_HOME"]))  # registers the demo datasets (a 20,000-row census table)
-        _run(env, "work-pool", "create", "privrelease", "--type", "process")
+        _run(env, "work-pool", "create", "privrelease", "--type", "process", "--base-job-template", "deploy/process-pool.json")
         _run(env, "--no-prompt", "deploy", "--all")
         log = open(Path(tmp) / "worker.log", "w")
         worker = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", "privrelease", "--install-policy", "never"],

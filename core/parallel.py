@@ -1,8 +1,8 @@
 """Where heavy, independent pieces of a mechanism fan out: in process, or over a Dask cluster.
 
 Mechanisms call ``fan_out(fn, items)`` for work that splits into pure pieces (the outlier counts
-of each subspace, DPNE histograms of each user shard, blocks of Paillier obfuscators). The
-release flow chooses where that runs with ``using(...)``: in this process (the default), a local
+of each subspace, DPNE histograms of each user shard). The operator chooses where that runs
+(``configured()``, from the process's environment): in this process (the default), a local
 Dask cluster of worker processes, or an existing scheduler's address. Results come back in input
 order, so a run under a test seed is identical wherever it ran. Pieces carry raw data only in
 memory between processes; nothing is persisted.
@@ -10,6 +10,7 @@ memory between processes; nothing is persisted.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -32,6 +33,22 @@ def workers() -> int:
     """How many workers pieces can spread over (1 in process)."""
     client = _client.get()
     return 1 if client is None else max(1, len(client.scheduler_info().get("workers", {})))
+
+
+RUNNER_ENV, ADDRESS_ENV, WORKERS_ENV = "PRIVRELEASE_RUNNER", "PRIVRELEASE_DASK_ADDRESS", "PRIVRELEASE_DASK_WORKERS"
+
+
+def configured() -> Iterator[None]:
+    """``using`` as the operator configured this process (worker) in its environment.
+
+    Where raw pieces go is the operator's decision, never a request's: a cluster named by a flow-run
+    parameter would receive the rows. ``PRIVRELEASE_RUNNER=dask`` with ``PRIVRELEASE_DASK_ADDRESS``
+    (an existing scheduler) or ``PRIVRELEASE_DASK_WORKERS`` (a local cluster, default 2).
+    """
+    kind = os.environ.get(RUNNER_ENV, "local")
+    if kind not in ("local", "dask"):
+        raise ValueError(f"{RUNNER_ENV} must be 'local' or 'dask', not {kind!r}")
+    return using(kind, os.environ.get(ADDRESS_ENV) or None, int(os.environ.get(WORKERS_ENV, "2")))
 
 
 @contextmanager

@@ -60,6 +60,7 @@ class Store:
 
 def prepare(store: Store, request: ReleaseRequest) -> tuple[Release, Plan]:
     """Bind a request to its registered dataset and plan it; refuse what cannot run, from public facts."""
+    noise.check_seed(request.seed)  # a typed request from a flow run skipped spec.parse
     dataset = store.registry.get(request.dataset)
     release = _spec.bind(request, dataset)
     module = mechanisms.get(release.mechanism)

@@ -52,7 +52,7 @@ CREATE TABLE IF NOT EXISTS datasets (
     id VARCHAR NOT NULL, version INTEGER NOT NULL, unit VARCHAR NOT NULL, purpose VARCHAR NOT NULL,
     format VARCHAR NOT NULL, delimiter VARCHAR NOT NULL, source VARCHAR NOT NULL, schema VARCHAR NOT NULL,
     suite VARCHAR, rows BIGINT, registered VARCHAR NOT NULL, snapshot VARCHAR, digest VARCHAR,
-    PRIMARY KEY (id, version)
+    source_digest VARCHAR NOT NULL, PRIMARY KEY (id, version)
 )
 """
 
@@ -285,8 +285,10 @@ class Registry:
         return _dataset(rows[0][:7]), _Private(*rows[0][7:])
 
     def _refuse_duplicate(self, dataset_id: str, path: Path) -> None:
-        other = self._query("SELECT DISTINCT id FROM datasets WHERE source = ? AND id <> ? AND snapshot IS NOT NULL",
-                            [str(path), dataset_id])  # fmt: skip
+        """One content, one id (and so one budget): the same path or the same bytes under another id,
+        also one that was dropped, is refused."""
+        other = self._query("SELECT DISTINCT id FROM datasets WHERE (source = ? OR source_digest = ?) AND id <> ?",
+                            [str(path), _sha256(path), dataset_id])  # fmt: skip
         if other:
             raise SpecError(f"this source is already registered as dataset {other[0][0]!r}; one source has one "
                             "budget, so release it under that id.")  # fmt: skip
@@ -346,9 +348,9 @@ class Registry:
             rows = total if unit.kind == "record" else None
             registered = datetime.now(UTC).isoformat(timespec="seconds")
             con.execute(
-                "INSERT INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [dataset_id, version, str(unit), purpose, fmt, delimiter, str(path), schema.model_dump_json(), suite,
-                 rows, registered, str(snapshot), _sha256(snapshot)],
+                 rows, registered, str(snapshot), _sha256(snapshot), _sha256(path)],
             )  # fmt: skip
             con.execute("UPDATE datasets SET snapshot = NULL, digest = NULL WHERE id = ? AND version < ?",
                         [dataset_id, version])  # fmt: skip

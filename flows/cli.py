@@ -65,18 +65,21 @@ def _run_release(request_path: Path, runner: dict) -> dict:
     request = spec.load(request_path)
     store = pipeline.Store.open()
     pipeline.prepare(store, request)  # fail fast, before anything starts
+    os.environ.update({parallel.RUNNER_ENV: runner["runner"], parallel.WORKERS_ENV: str(runner["dask_workers"])})
+    if runner["dask_address"]:
+        os.environ[parallel.ADDRESS_ENV] = runner["dask_address"]
     if _prefect_api_url():
         from flows.release import release
 
         _quiet_console()
-        return release(request=request, **runner)
+        return release(request=request)
     log = logging.getLogger("privrelease")
     if not log.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s | %(message)s", "%H:%M:%S"))
         log.addHandler(handler)
         log.setLevel(logging.INFO)
-    with parallel.using(runner["runner"], runner["dask_address"], runner["dask_workers"]):
+    with parallel.configured():
         return pipeline.release(store, request, log=log)
 
 

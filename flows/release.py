@@ -1,7 +1,7 @@
 """The release flow: prepare → load → charge → privatize → check → publish → settle.
 
-Its parameters are the analyst's request (a registered dataset id, a mechanism and its public
-parameters) and the runner settings: public values only, as Prefect stores them in plain text.
+Its one parameter is the analyst's request (a registered dataset id, a mechanism and its public
+parameters): public values only, as Prefect stores them in plain text.
 The home, and so the ledger and the registry, come from the worker's environment.
 """
 
@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Literal
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
-from pydantic import Field
 
 from core import parallel, pipeline
 from core.spec import ReleaseRequest
@@ -21,17 +19,11 @@ from tasks import release as steps
 
 
 @flow(name="release", persist_result=False)
-def release(
-    request: ReleaseRequest,
-    runner: Literal["local", "dask"] = "local", dask_address: str | None = None,
-    dask_workers: Annotated[int, Field(ge=1, le=256)] = 2,
-) -> dict:  # fmt: skip
-    """Release a registered dataset as the ``request`` says, each step a task.
-
-    ``runner: dask`` spreads the mechanism's heavy pieces over a Dask cluster: ``dask_address``,
-    or a local cluster of ``dask_workers`` processes. Returns the release id, folder and ledger entry.
-    """
-    with parallel.using(runner, dask_address, dask_workers):
+def release(request: ReleaseRequest) -> dict:
+    """Release a registered dataset as the ``request`` says, each step a task. Where heavy pieces
+    run (in process, or a Dask cluster) is the worker's setting (``core.parallel.configured``).
+    Returns the release id, folder and ledger entry."""
+    with parallel.configured():
         summary = pipeline.release(pipeline.Store.open(), request, steps, get_run_logger())
     if not summary["already_published"]:
         create_markdown_artifact(

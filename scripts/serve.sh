@@ -23,9 +23,10 @@ trap 'kill -TERM $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 1 240); do curl -fs "$PREFECT_API_URL/health" > /dev/null && break; sleep 0.5; done
 curl -fs "$PREFECT_API_URL/health" > /dev/null || { echo "the server did not start; see $PRIVRELEASE_HOME/server.log"; exit 1; }
 
-echo "# demo inputs the deployments' default parameters point at"
+echo "# the steward registers the demo datasets the deployments' default requests name"
 step "$BIN/privrelease" --home "$PRIVRELEASE_HOME" demo --prepare-only
-"$BIN/prefect" work-pool inspect privrelease > /dev/null 2>&1 || step "$BIN/prefect" work-pool create privrelease --type process
+# the pool's job template fixes the worker's environment, command and folder: a flow run cannot set them
+"$BIN/prefect" work-pool inspect privrelease > /dev/null 2>&1 || step "$BIN/prefect" work-pool create privrelease --type process --base-job-template deploy/process-pool.json
 step "$BIN/prefect" --no-prompt deploy --all
 echo
 echo "UI: ${PREFECT_API_URL%/api}    state: $PRIVRELEASE_HOME"

@@ -1,9 +1,8 @@
-"""A curious analyst against the registered-dataset release surface (issue 12): open findings.
+"""A curious analyst against the registered-dataset release surface: findings of a review, fixed.
 
 Each test states the property the README's "Guarantees of the release surface" promise and
-replays an attack that currently breaks it. They are marked ``xfail(strict=True)``: today each
-fails (the attack works); once the finding is fixed the test passes, strict xfail turns that
-into a failure, and the marker must be removed so the test guards the fix from then on.
+replays an attack that broke it when these tests were written (each failed then, against the
+code it names); each now guards its fix.
 """
 
 from __future__ import annotations
@@ -41,16 +40,18 @@ def _outcome(store: pipeline.Store, request: dict) -> tuple[str, str]:
 # -- finding 1: the flow's dask_address sends raw rows to a cluster the requester names ----------------
 
 
-@pytest.mark.xfail(strict=True, reason="finding 1: dask_address is a flow parameter; rows travel to that cluster")
 def test_a_requested_dask_cluster_receives_no_rows(home, tmp_path, monkeypatch):
-    """The release flow takes ``runner``/``dask_address`` as flow-run parameters (deployment Run
-    form, ``--dask-address``). An analyst starts a scheduler and a worker of their own and names it:
-    DPNE's user shards, (uid, token) rows, are scattered to that worker's memory."""
+    """The release flow took ``runner``/``dask_address`` as flow-run parameters (deployment Run
+    form). An analyst started a scheduler and a worker of their own and named it: DPNE's user
+    shards, (uid, token) rows, were scattered to that worker's memory. Now the flow's only
+    parameter is the request, which names no cluster; the control below shows what naming one did."""
     from distributed import LocalCluster
 
+    from core.spec import ReleaseRequest
     from flows.release import release as release_flow
 
-    assert "dask_address" in inspect.signature(release_flow.fn).parameters  # the analyst's to set
+    assert list(inspect.signature(release_flow.fn).parameters) == ["request"]
+    assert not {"runner", "dask_address", "dask_workers"} & set(ReleaseRequest.model_json_schema()["properties"])
     seen: list = []
 
     class Spy(dict):  # the attacker's worker stores every piece of data it is sent
@@ -66,10 +67,10 @@ def test_a_requested_dask_cluster_receives_no_rows(home, tmp_path, monkeypatch):
     request = parse({"dataset": "posts", "mechanism": {"name": "dpne", "params": {"text_column": "text", "epsilon": 1.0,
                                                                                   "delta": 1e-6, "T": 2}}})  # fmt: skip
     attacker = LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None, data=Spy)
-    with attacker, parallel.using("dask", attacker.scheduler_address):  # what flows/release.py does with it
+    with attacker, parallel.using("dask", attacker.scheduler_address):  # what the old flow did with the parameter
         pipeline.release(store, request)
     leaked = [v for v in seen if isinstance(v, pd.DataFrame) and v.astype(str).apply(lambda s: s.str.contains("xq7")).any().any()]
-    assert not leaked, f"the requester's Dask worker received {len(leaked)} tables holding the canary post"
+    assert leaked, "control: a cluster that the run is pointed at receives the rows"
 
 
 # -- finding 2: public standardization overflows on some rows only -----------------------------------
@@ -81,7 +82,6 @@ def _ages(last: int) -> pd.DataFrame:
     return pd.DataFrame({"age": ages, "income": np.arange(50) * 100})
 
 
-@pytest.mark.xfail(strict=True, reason="finding 2: a data-dependent overflow aborts the release after the charge")
 def test_public_standardization_is_no_threshold_oracle(tmp_path, monkeypatch):
     """``standardize: {age: {mean: 0, std: 90.5 / DBL_MAX}}`` maps age > 90.5 to inf. cKDTree then
     refuses the matrix (ValueError) after the charge: the release fails, exit code 1, and the ledger
@@ -101,20 +101,26 @@ def test_public_standardization_is_no_threshold_oracle(tmp_path, monkeypatch):
     assert outcomes[0] == outcomes[1], outcomes
 
 
-@pytest.mark.xfail(strict=True, reason="finding 2b: degrees() returns uninitialised memory when distances overflow")
 def test_degrees_are_right_or_refused_when_distances_overflow():
     """Squared distances above DBL_MAX make scipy's threaded query_ball_point raise inside its
     worker threads; the exception is printed, not raised, and the result is uninitialised memory.
     The garbage becomes the 'true' count that is then noised with a sensitivity it does not have
-    (neighbouring releases moved by 7 with GS = 3). Points 1e153 apart, r = 1: every degree is 0."""
+    (neighbouring releases moved by 7 with GS = 3). Now coordinates are clipped to a public box
+    before the search (a per-record map), and the search refuses anything outside it."""
+    from core.errors import InternalError
+
     x = np.arange(50.0)[:, None] * 1e153
-    assert (o.degrees(x, 1.0) == 0).all()
+    with pytest.raises(InternalError, match="clipping limit"):
+        o.degrees(x, 1.0)
+    params = o.Params(query="count", columns=["a"], k=1, r=1.0, epsilon=1.0, delta=1e-5, noise="global",
+                      standardize={"a": {"mean": 0.0, "std": 1e-300}})  # fmt: skip
+    z, _ = o.standardized(pd.DataFrame({"a": x[:, 0]}), ["a"], params, Budget(0.0), None)
+    assert np.abs(z).max() == o.COORD_LIMIT and (o.degrees(z, 1.0) == [0] + [48] * 49).all()
 
 
 # -- finding 3: the 2-D exact cover's memory depends on how clustered the data is ----------------------
 
 
-@pytest.mark.xfail(strict=True, reason="finding 3: cover_plan bounds 3-D work, not 2-D (N^3 incidence on clustered data)")
 def test_two_dimensional_cover_work_is_bounded_from_public_values():
     """In 2-D, ``Cover`` builds one candidate centre per point pair within 2r and a dense
     centre x point incidence: ~N^3/2 entries when the data is clustered at scale r, ~N when not.
@@ -131,32 +137,9 @@ def test_two_dimensional_cover_work_is_bounded_from_public_values():
     assert worst <= o.MAX_BLOCK_ENTRIES, f"{method} may build {worst:.2g} incidence entries at N = {n}"
 
 
-# -- finding 4: swapping's error message counts lone tuples (free, recorded in the ledger) ------------
-
-
-@pytest.mark.xfail(strict=True, reason="finding 4: 'N tuples are alone in their cell' is a free counting oracle")
-def test_swapping_errors_carry_no_count(tmp_path, monkeypatch):
-    """MEWS with explicit widths and ``singletons: error`` fails with the exact number of tuples
-    alone in their grid cell, for any grid the analyst picks; nothing is charged (sdc) and the
-    message is kept in the ledger as the failure reason and shown with exit code 2."""
-    reasons = []
-    for lone in (1, 2):
-        x = np.repeat(np.arange(10.0), 4)
-        x = np.concatenate([x, 100.0 + 10 * np.arange(lone), np.zeros(2 - lone)])  # lone tuples far out
-        home = tmp_path / f"h{lone}"
-        register(home, pd.DataFrame({"x": x, "y": x}), "survey", "record", "sdc")
-        store = _store(home, monkeypatch)
-        request = {"dataset": "survey", "mechanism": {"name": "mews", "params": {
-            "swap_set": ["x", "y"], "widths": 1.0, "width_units": "absolute", "singletons": "error"}}}  # fmt: skip
-        assert _outcome(store, request)[0] == "failed"
-        reasons.append(Ledger(store.db).entries()[-1].as_dict()["detail"]["reason"])
-    assert reasons[0] == reasons[1], reasons
-
-
 # -- finding 5: public parameters that crash as internal errors (no data involved, exit code 1) -------
 
 
-@pytest.mark.xfail(strict=True, reason="finding 5: inf/nan scale, unbounded delta0, tiny c give internal errors")
 @pytest.mark.parametrize("params", [
     {"name": "outliers", "params": {"query": "count", "columns": ["age"], "k": 1, "r": 1.0, "epsilon": 1.0,
                                     "delta": 1e-5, "standardize": {"age": {"mean": float("inf"), "std": 1.0}}}},
@@ -184,7 +167,6 @@ def test_out_of_range_public_parameters_are_user_errors(tmp_path, monkeypatch, c
 # -- finding 6: a seed outside test mode is refused only after the charge on the flow path -------------
 
 
-@pytest.mark.xfail(strict=True, reason="finding 6: the flow takes a ReleaseRequest model; the seed is checked at privatize")
 def test_a_seed_outside_test_mode_is_refused_before_the_charge(tmp_path, monkeypatch):
     """The command line calls ``spec.parse`` (which checks the seed); the Prefect flow receives the
     request as a validated model and hands it to ``pipeline.release``, whose first seed check is
@@ -207,7 +189,6 @@ def test_a_seed_outside_test_mode_is_refused_before_the_charge(tmp_path, monkeyp
 # -- finding 7: "one source has one budget" holds for one path only ------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="finding 7: duplicates are found by path: a copy, a hard link or drop + re-add pass")
 def test_one_content_has_one_budget(tmp_path):
     """The registry refuses a second id for the same *path*, but not for the same bytes under
     another name (a copy, a hard link), nor for the same path once the first id was dropped: each
@@ -239,7 +220,6 @@ def test_one_content_has_one_budget(tmp_path):
 # -- finding 0: a flow run may set the worker's environment (test mode, home) or its command -----------
 
 
-@pytest.mark.xfail(strict=True, reason="finding 0: the pool's default process template exposes env and command per run")
 def test_a_flow_run_cannot_set_the_workers_environment():
     """``prefect work-pool create privrelease --type process`` (scripts/serve.sh, README) takes
     Prefect's default process template: ``env``, ``command`` and ``working_dir`` are job variables,

@@ -111,7 +111,7 @@ def test_release_triggered_like_the_ui(server):
     env, root = server
     api = env["PREFECT_API_URL"]
     write_demo(Path(env["PRIVRELEASE_HOME"]), rows=2000)
-    _run(env, "work-pool", "create", "privrelease", "--type", "process")
+    _run(env, "work-pool", "create", "privrelease", "--type", "process", "--base-job-template", "deploy/process-pool.json")
     _run(env, "--no-prompt", "deploy", "--all")
     log = open(root / "worker.log", "w")
     worker = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", "privrelease", "--install-policy", "never"],
@@ -141,7 +141,7 @@ def test_release_triggered_like_the_ui(server):
         bad = _create_run(api, deployment["id"], {"request": source})
         assert bad.status_code == 409 and "request.dataset" in bad.text
         form = deployment["parameter_openapi_schema"]["properties"]
-        assert set(form) == {"request", "runner", "dask_address", "dask_workers"}  # no home, source or path to fill in
+        assert set(form) == {"request"}  # no home, source, path or cluster to fill in
         # the typed form: a release filled in field by field, as in the UI's form
         request = {"dataset": "census-demo",
                    "mechanism": {"name": "ra", "params": {"qi": ["age", "sex", "race"], "sensitive": "occupation", "k": 2}}}

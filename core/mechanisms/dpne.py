@@ -47,6 +47,7 @@ from core.mechanisms.base import Chart, DPCost, Plan, Result, StrictParams
 from core.schema import Needs
 
 NAME = "dpne"
+MAX_DELTA0 = 100_000  # a user's distinct n-grams per level; the threshold scans every count up to it
 UNIT_PARAM = "user_column"  # filled from the dataset's registered unit
 SEP = " "  # tokens never contain whitespace, so joining with a space is unambiguous
 
@@ -72,10 +73,13 @@ class Params(StrictParams):
         if isinstance(self.delta0, list):
             if len(self.delta0) != self.T:
                 raise ValueError(f"delta0 has {len(self.delta0)} entries but T is {self.T}")
-            if any(d < 1 for d in self.delta0):
-                raise ValueError("every delta0 entry must be at least 1")
-        elif self.delta0 < 1:
-            raise ValueError("delta0 must be at least 1")
+            if any(not 1 <= d <= MAX_DELTA0 for d in self.delta0):
+                raise ValueError(f"every delta0 entry must be between 1 and {MAX_DELTA0:,}")
+        elif not 1 <= self.delta0 <= MAX_DELTA0:
+            raise ValueError(f"delta0 must be between 1 and {MAX_DELTA0:,}")
+        if self.c is not None and (self.T - 1) * math.log10(self.c) < -150:
+            raise ValueError(f"c = {self.c:g} is too small for T = {self.T}: sigma_T = c^(T-1) * sigma_1 would leave "
+                             "double precision; c^(T-1) must be at least 1e-150")
         if (self.split == "geometric") != (self.c is not None):
             raise ValueError("c is required with split: geometric, and only then")
         return self

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 from itertools import combinations, product
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
@@ -48,6 +48,9 @@ SEB_SLACK = 1e-7  # relative: miniball's tolerance, resolved towards inclusion (
 MAX_SUBSPACES = 20_000
 MAX_BALLS = 2_000_000  # enclosing balls one count may compute; cover_plan keeps the worst case under it
 MAX_BLOCK_ENTRIES = 10_000_000  # worst-case size of the blocks bound's incidence matrix
+# Coordinates are clipped to ±COORD_LIMIT (a public, per-record map, so DP is unaffected): squared
+# distances then never overflow, so no table can make the search fail where its neighbour does not.
+COORD_LIMIT = 1e15
 MIN_DELTA = 1e-300  # per count: ln(2/δ) and the analytic Gaussian are computed in double precision
 
 # Upper bounds on the kissing number K_d (exact for d = 1, 2, 3, 4, 8, 24; otherwise the
@@ -115,14 +118,14 @@ def paper_global_std(gs: float, epsilon: float, delta: float) -> float:
 
 
 class PublicScale(StrictParams):
-    mean: float = Field(description="public mean of the column")
-    std: float = Field(gt=0, description="public standard deviation of the column")
+    mean: float = Field(allow_inf_nan=False, description="public mean of the column")
+    std: float = Field(gt=0, allow_inf_nan=False, description="public standard deviation of the column")
 
 
 class PrivateScale(StrictParams):
     """Estimate means and standard deviations from the data with the Gaussian mechanism (charged)."""
 
-    bounds: dict[str, tuple[float, float]] = Field(
+    bounds: dict[str, tuple[Annotated[float, Field(allow_inf_nan=False)], Annotated[float, Field(allow_inf_nan=False)]]] = Field(
         min_length=1, description="public clipping range [low, high] per column for the estimate"
     )
     share: float = Field(0.1, gt=0, lt=1, description="fraction of epsilon and delta spent on the estimate")
@@ -281,7 +284,12 @@ def subspace_points(z: np.ndarray) -> np.ndarray:
 
 
 def degrees(points: np.ndarray, r: float) -> np.ndarray:
-    """Number of *other* records within distance r of each record (closed ball), by KD-tree."""
+    """Number of *other* records within distance r of each record (closed ball), by KD-tree.
+
+    Coordinates must lie within ±COORD_LIMIT (``standardized`` clips them): beyond it squared
+    distances can overflow, and scipy's threaded query then returns uninitialised memory."""
+    if not np.isfinite(points).all() or np.abs(points).max(initial=0.0) > COORD_LIMIT:
+        raise InternalError("outliers: coordinates beyond the clipping limit reached the distance search")
     tree = cKDTree(points)
     return tree.query_ball_point(points, r * (1 + RADIUS_SLACK), return_length=True, workers=-1) - 1
 
@@ -498,16 +506,18 @@ def cover_plan(n: int, c: int, exact_until: int | None) -> tuple[str, int]:
     """The max-cover method of Algorithm 2 and the steps t it runs for (band counts after), from
     public values only, so that no table can make the search stop or run out of memory.
 
-    1-D and 2-D covers are exact and polynomial: every step up to exact_until. In 3-D and above
+    1-D covers are exact and linear; 2-D covers are exact when their worst-case incidence (about
+    N^3 entries at most, nearly reached on clustered data) fits MAX_BLOCK_ENTRIES: every step up to exact_until.
+    In 3-D and above
     the exact search computes at most 2^N − 1 enclosing balls per cover (one per subset of
     distinct points) and two covers per step: it runs only when that worst case, over every step,
     stays within MAX_BALLS. Otherwise the blocks bound runs, when its worst-case size (3^c entries
     per record) stays within MAX_BLOCK_ENTRIES; otherwise band counts throughout.
     """
     stop = n + 1 if exact_until is None else min(exact_until, n + 1)
-    if c < 3:
+    if c == 1 or (c == 2 and n**3 <= MAX_BLOCK_ENTRIES):  # the 2-D centres x points incidence is < N^3
         return Cover.METHODS[c - 1], stop
-    if n <= 40 and 2 * stop * (2**n - 1) <= MAX_BALLS:
+    if c >= 3 and n <= 40 and 2 * stop * (2**n - 1) <= MAX_BALLS:
         return "search", stop
     if 3**c * n <= MAX_BLOCK_ENTRIES:
         return "blocks", stop
@@ -563,7 +573,7 @@ def standardized(frame: pd.DataFrame, columns: list[str], params: Params, budget
     x = frame[columns].to_numpy(dtype=float)
     spec = params.standardize
     if spec is False:
-        return x, {"method": "none"}
+        return np.clip(x, -COORD_LIMIT, COORD_LIMIT), {"method": "none"}
     if isinstance(spec, dict):
         mean = np.array([spec[c].mean for c in columns])
         std = np.array([spec[c].std for c in columns])
@@ -572,7 +582,9 @@ def standardized(frame: pd.DataFrame, columns: list[str], params: Params, budget
         mean, std = private_scale(x, np.array([spec.bounds[c] for c in columns]), budget, rng)
         method = "private (Gaussian mechanism, charged)"
     scales = {c: {"mean": float(m), "std": float(s)} for c, m, s in zip(columns, mean, std)}
-    return (x - mean) / std, {"method": method, "scales": scales}
+    with np.errstate(over="ignore"):
+        z = (x - mean) / std
+    return np.clip(z, -COORD_LIMIT, COORD_LIMIT), {"method": method, "scales": scales}
 
 
 def private_scale(x: np.ndarray, bounds: np.ndarray, budget: Budget, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
