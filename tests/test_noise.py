@@ -174,5 +174,5 @@ def test_noise_below_the_lemmas_range_is_refused_with_the_bound():
     noise.check_shift(40.0, 1.0)  # at the bound: fine
     with pytest.raises(ValueError, match="below 1/40 of the sensitivity: lower epsilon or delta"):
         noise.check_shift(40.5, 1.0)
-    with pytest.raises(ValueError, match="budget too small"):
+    with pytest.raises(ValueError, match="too small for the exact sampler"):
         noise.continuous_budget(1e-12, 1e-9, 10**4)

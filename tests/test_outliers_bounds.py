@@ -111,8 +111,8 @@ def test_the_bound_applies_to_each_count_of_a_top_h_release():
 @pytest.mark.parametrize(
     "params,message",
     [
-        ({"delta": 1e-301}, "delta per count is 1e-301, below 1e-300"),
-        ({"standardize": {"bounds": {"a": [0, 1]}, "share": 0.4}, "delta": 2e-300, "columns": ["a"]}, "delta of the standardization is 8e-301, below 1e-300"),
+        ({"delta": 1e-301}, "delta 1e-301 are too small for the exact sampler, which needs epsilon above"),
+        ({"standardize": {"bounds": {"a": [0, 1]}, "share": 0.4}, "delta": 2e-300, "columns": ["a"]}, "are too small for the exact sampler"),
         ({"query": "top_subspaces", "columns": ["a", "b"], "c": 3}, "c=3 is larger than the 2 candidate columns"),
         ({"query": "top_subspaces", "columns": [f"x{i}" for i in range(30)], "c": 5}, "142506 candidate subspaces is more than 20000"),
         ({"query": "top_subspaces", "delta": 0}, "release_counts needs delta > 0"),
@@ -196,7 +196,8 @@ def test_one_cover_computes_at_most_one_ball_per_subset_of_distinct_points():
 
 
 def test_cover_plan_is_a_public_function_that_keeps_the_worst_case_within_the_limits():
-    assert o.cover_plan(1000, 1, None) == ("window", 1001) and o.cover_plan(1000, 2, 7) == ("centres", 7)
+    assert o.cover_plan(1000, 1, None) == ("window", 1001) and o.cover_plan(200, 2, 7) == ("centres", 7)
+    assert o.cover_plan(1000, 2, 7) == ("blocks", 7)  # the centres' N^3 worst case would exceed the limit
     assert o.cover_plan(15, 3, None) == ("search", 16) and o.cover_plan(16, 3, None) == ("blocks", 17)
     assert o.cover_plan(100, 3, 30) == ("blocks", 30) and o.cover_plan(400_000, 3, None) == ("band", 0)
     for n in range(2, 60):

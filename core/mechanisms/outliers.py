@@ -51,7 +51,6 @@ MAX_BLOCK_ENTRIES = 10_000_000  # worst-case size of the blocks bound's incidenc
 # Coordinates are clipped to ±COORD_LIMIT (a public, per-record map, so DP is unaffected): squared
 # distances then never overflow, so no table can make the search fail where its neighbour does not.
 COORD_LIMIT = 1e15
-MIN_DELTA = 1e-300  # per count: ln(2/δ) and the analytic Gaussian are computed in double precision
 
 # Upper bounds on the kissing number K_d (exact for d = 1, 2, 3, 4, 8, 24; otherwise the
 # semidefinite-programming bounds of Mittelmann & Vallentin 2010, which later work only lowers).
@@ -176,11 +175,7 @@ class Params(StrictParams):
             raise ValueError("release_counts needs delta > 0 (the counts get Gaussian noise); or set release_counts: false")
         if isinstance(self.standardize, PrivateScale) and self.delta == 0:
             raise ValueError("a private standardization uses the Gaussian mechanism and needs delta > 0")
-        a = allocate(self)
-        for what, part in (("per count", a.count), ("of the standardization", a.standardize)):
-            if 0 < part.delta < MIN_DELTA:
-                raise ValueError(f"delta {what} is {part.delta:.3g}, below {MIN_DELTA:g} (the Gaussian's calibration is "
-                                 "computed in double precision); raise delta")  # fmt: skip
+        a = allocate(self)  # refuses a budget below the exact sampler's slack (noise.continuous_budget)
         if a.counts and self.noise == "smooth" and a.count.epsilon > smooth_epsilon_max(a.count.delta):
             raise ValueError(
                 f"epsilon per count is {a.count.epsilon:.6g}, above {smooth_epsilon_max(a.count.delta):.6g}: the most "
