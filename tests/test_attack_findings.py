@@ -240,3 +240,6 @@ def test_a_flow_run_cannot_set_the_workers_environment():
                 if given else ProcessWorker.get_default_base_job_template())  # fmt: skip
     exposed = {"env", "command", "working_dir"} & set(template["variables"].get("properties", {}))
     assert not exposed, f"every flow run may set {sorted(exposed)}"
+    # Prefect merges any `env` a run sends into a dict-valued env of the template, so the server must
+    # refuse variables the template does not declare (tests/test_server.py sends them: 422)
+    assert template["variables"].get("additionalProperties") is False

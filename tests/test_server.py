@@ -140,6 +140,16 @@ def test_release_triggered_like_the_ui(server):
         source = {**deployment["parameters"]["request"], "dataset": {"id": "x", "source": "/etc/passwd", "format": "csv"}}
         bad = _create_run(api, deployment["id"], {"request": source})
         assert bad.status_code == 409 and "request.dataset" in bad.text
+        # a run cannot set the worker's environment (test mode, another home) or its command
+        seeded = {**deployment["parameters"]["request"], "seed": 7}
+        hostile = httpx.post(f"{api}/deployments/{deployment['id']}/create_flow_run", timeout=10, json={
+            "parameters": {"request": seeded}, "job_variables": {"env": {"PRIVRELEASE_TEST_MODE": "1"}}})  # fmt: skip
+        assert hostile.status_code == 422 and "'env' was unexpected" in hostile.text
+        dotted = httpx.post(f"{api}/deployments/{deployment['id']}/create_flow_run", timeout=10, json={
+            "parameters": {"request": seeded}, "job_variables": {"env.PRIVRELEASE_TEST_MODE": "1"}})  # fmt: skip
+        assert dotted.status_code == 422
+        assert len(list((home / "releases" / "census-demo").iterdir())) == 1
+        assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()][-1] == PUBLISHED  # nothing charged
         form = deployment["parameter_openapi_schema"]["properties"]
         assert set(form) == {"request"}  # no home, source, path or cluster to fill in
         # the typed form: a release filled in field by field, as in the UI's form
