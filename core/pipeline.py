@@ -123,7 +123,10 @@ def release(store: Store, request: ReleaseRequest, steps: SimpleNamespace = DIRE
     """Run one release; returns its summary. A failure after the charge is settled as failed, the
     charge kept; its message is kept only for user errors (an internal one may carry data)."""
     spec, plan_ = steps.prepare(store, request)
+    log.info("prepare: %s on dataset %s (registration %d), release %s", spec.mechanism, spec.dataset.id,
+             spec.dataset.version, spec.release_id)  # fmt: skip
     frame = steps.load(store, spec)
+    log.info("load: the registered snapshot, checked against its registration")
     charged = steps.charge(store, spec, plan_)
     folder = _publish.release_folder(store.releases, spec.dataset.id, spec.release_id)
     if charged.previous_status == PUBLISHED:
@@ -136,17 +139,18 @@ def release(store: Store, request: ReleaseRequest, steps: SimpleNamespace = DIRE
             "Release again under a new release_id, which is a new charge."
         )
     cost = plan_.cost
-    log.info("ledger entry #%d: %s", charged.entry.seq,
+    log.info("charge: ledger entry #%d, %s", charged.entry.seq,
              f"epsilon={cost.budget.epsilon:g} delta={cost.budget.delta:g}" if isinstance(cost, DPCost) else cost.kind)
     try:
         result = steps.privatize(spec, frame)
+        log.info("privatize: %s ran and its output checks passed", spec.mechanism)
         published = steps.publish(store, spec, plan_, result, charged)
     except Exception as exc:
         reason = f"{type(exc).__name__}: {exc}" if isinstance(exc, UserError) else type(exc).__name__
         steps.settle(store, spec, FAILED, {"reason": reason})
         raise
     steps.settle(store, spec, PUBLISHED, result.headline)
-    log.info("published %s", published.folder)
+    log.info("publish: %s", published.folder)
     return summary(published.manifest, published.folder, False)
 
 
