@@ -116,7 +116,7 @@ def write_demo(folder: Path, rows: int = 20_000) -> Path:
     (folder / "logins-outliers.yaml").write_text(DEMO_OUTLIER_SPEC)
     spam = folder / "mail"
     spam.mkdir(exist_ok=True)
-    for name, part in (("user-1", mail(120, 1)), ("user-2", mail(120, 2)), ("test", mail(200, 3))):
+    for name, part in (("user-1", mail(600, 1)), ("user-2", mail(600, 2)), ("test", mail(200, 3))):
         (spam / f"{name}.jsonl").write_text("".join(json.dumps(m) + "\n" for m in part))
     (folder / "spam-training.yaml").write_text(DEMO_SPAM_SPEC)
     spec = folder / "census-ra.yaml"
@@ -192,7 +192,7 @@ users: [mail/user-1.jsonl, mail/user-2.jsonl]
 test: mail/test.jsonl
 features: {modulus: 1000000, reduction: hash, dimension: 512, seed: 0}
 key_bits: 2048
-learning_rate: 0.05
+learning_rate: 0.0001
 rounds: 3
 mode: batch
 block_size: 1000
