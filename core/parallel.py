@@ -1,9 +1,9 @@
 """Where heavy, independent pieces of a mechanism fan out: in process, or over a Dask cluster.
 
 Mechanisms call ``fan_out(fn, items)`` for work that splits into pure pieces (the outlier counts
-of each subspace, DPNE histograms of each user shard, blocks of Paillier obfuscators). The
-release flow chooses where that runs with ``using(...)``: in this process (the default), a local
-Dask cluster of worker processes, or an existing scheduler's address. Results come back in input
+of each subspace, DPNE histograms of each user shard). The release flow chooses where that runs
+with ``using(...)``: in this process (the default), a local Dask cluster of worker processes, or
+an existing scheduler's address. Results come back in input
 order, so a run under a test seed is identical wherever it ran. Pieces carry raw data only in
 memory between processes; nothing is persisted.
 """
