@@ -101,9 +101,11 @@ def setup(server: Local, users: list[Local], channel: Channel) -> None:
         u.receive()
 
 
-def train_round(server: Local, users: list[Local], channel: Channel, round_: int) -> tuple[StepTimes, np.ndarray]:
+def train_round(server: Local, users: list[Local], channel: Channel, round_: int,
+                precompute: bool = False) -> tuple[StepTimes, np.ndarray]:  # fmt: skip
     """One round: E[w] to every user, the users' masked gradients (computed concurrently when the
-    parties are processes) back to the server, which decrypts only their sum and steps."""
+    parties are processes) back to the server, which decrypts only their sum and steps.
+    ``precompute``: meanwhile the server prepares the next round's r^n (its offline phase)."""
     times = StepTimes()
     channel.round = round_
     t = time.perf_counter()
@@ -112,8 +114,12 @@ def train_round(server: Local, users: list[Local], channel: Channel, round_: int
     t = time.perf_counter()
     for u in users:
         u.send("gradient", channel.deliver(server.name, u.name, "encrypted-weights", weights), round_)
+    if precompute:
+        server.send("precompute")
     replies = [channel.deliver(u.name, server.name, "masked-gradient", u.receive()) for u in users]
-    times.add("2-3 users: gradient, pack, mask (concurrent)", t)
+    if precompute:
+        server.receive()
+    times.add("2-3 users: gradient, pack, mask (concurrent)" + (" | server: next r^n" if precompute else ""), t)
     t = time.perf_counter()
     gradient = server.call("aggregate", *replies)
     times.add("4 server: sum, decrypt, update", t)

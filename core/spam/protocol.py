@@ -156,14 +156,24 @@ class Server:
         self.eta = learning_rate
         self.schedule = {"mode": mode, "block_size": block_size}
         self.layout: Layout | None = None
+        self._obfuscators: list[gmpy2.mpz] = []
+
+    def precompute(self) -> None:
+        """Offline phase: the next E[w]'s d fresh r^n, which do not depend on w, computed while the
+        server would otherwise wait (during setup, and while the users work on a round)."""
+        self._obfuscators = [self._keys.obfuscator() for _ in range(len(self.w))]
 
     def encrypted_weights(self, times: StepTimes) -> list[gmpy2.mpz]:
-        """E[round(C_w·w)], afresh (CRT encryption: the server holds the factors)."""
+        """E[round(C_w·w)], afresh: precomputed r^n if there are, else CRT encryption now."""
         t = time.perf_counter()
         if np.abs(self.w).sum() >= 2**L1_BITS:
             raise ParameterError(f"the model's L1 norm passed the public bound 2^{L1_BITS} (training diverged); "
                                  "use a smaller learning_rate.")  # fmt: skip
-        out = [self._keys.encrypt(int(v), "w") for v in np.rint(np.ldexp(self.w, W_BITS)).astype(np.int64).tolist()]
+        if len(self._obfuscators) < len(self.w):
+            self.precompute()
+        ready, self._obfuscators = self._obfuscators, []  # each r^n is used once
+        key = self.public_key
+        out = [key.encrypt(v, "w", r) for v, r in zip(np.rint(np.ldexp(self.w, W_BITS)).astype(np.int64).tolist(), ready)]
         times.add("1 server: encrypt w", t)
         return out
 

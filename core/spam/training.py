@@ -205,6 +205,7 @@ class Training:
                      for k, path in enumerate(paths)]  # fmt: skip
             channel = Channel()
             parties.setup(server, users, channel)
+            server.call("precompute")  # the first round's r^n: offline, counted in the setup time
         except BaseException:
             for party in [server, *users]:
                 party.close()
@@ -217,7 +218,7 @@ class Training:
         number = len(self.rounds)
         blocks = schedule([len(y) for y in self.user_y], self.spec, number)
         before = len(self.channel.log)
-        times, gradient = parties.train_round(self.server, self.users, self.channel, number)
+        times, gradient = parties.train_round(self.server, self.users, self.channel, number, number + 1 < self.spec.rounds)
         seconds = time.perf_counter() - t
         xs = [x for ux, b in zip(self.user_x, blocks) for x in (ux[i] for i in b)]
         ys = np.concatenate([uy[b] for uy, b in zip(self.user_y, blocks)])
