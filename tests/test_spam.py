@@ -158,10 +158,11 @@ def test_rounds_track_the_plaintext_rule_and_the_server_decrypts_only_the_sum(te
     assert server.layout.ciphertexts < 30  # packing: fewer ciphertexts (and decryptions) than coordinates
 
 
-def test_a_4352_bit_key_trains_without_overflow(test_mode):
+@pytest.mark.parametrize("bits", [3072, 4352])
+def test_large_keys_train_without_overflow(test_mode, bits):
     """Keys ≥ 4,248 bits used to raise OverflowError (float scales); every scale is now an integer."""
     x, y = toy(6, 5, 9)
-    server, _, (s, us), channel = group(4352, x, y, 5, 2)
+    server, _, (s, us), channel = group(bits, x, y, 5, 2)
     _, gradient = Q.train_round(s, us, channel, 0)
     assert gradient == pytest.approx(plain_gradient(x[0::2] + x[1::2], np.concatenate([y[0::2], y[1::2]]), np.zeros(5)), abs=1e-12)
 
@@ -184,6 +185,9 @@ def test_participation_floors_are_enforced_by_the_users(monkeypatch):
     alone.gradient(weights, 0)
     with pytest.raises(ParameterError, match="used once"):
         alone.gradient(weights, 0)
+    server.w[0] = 2.0**20
+    with pytest.raises(ParameterError, match="L1 norm passed the public bound.*smaller learning_rate"):
+        server.weights_message()
     monkeypatch.delenv("PRIVRELEASE_TEST_MODE")
     with pytest.raises(ParameterError, match="a round sums 16 messages.*at least 1000.*raise block_size"):
         P.check_participation(2, 16)

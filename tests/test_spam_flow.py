@@ -78,6 +78,6 @@ def test_bad_mail_is_refused_before_anything_is_recorded(prefect_server, home, t
     code, _, err = cli(capsys, "spam", "train", str(spec(tmp_path / "mail", run_id="r3", key_bits=256)))
     assert code == 2 and "key_bits: Input should be greater than or equal to 512" in err
     code, _, err = cli(capsys, "spam", "train", str(spec(tmp_path / "mail", run_id="r4", users=["user-1.jsonl"])))
-    assert code == 2 and "at least 2 users" in err and not (home / "spam" / "r4").exists()
+    assert code == 2 and "users: List should have at least 2 items" in err and not (home / "spam" / "r4").exists()
     code, _, err = cli(capsys, "spam", "classify", "nope", str(tmp_path / "mail" / "test.jsonl"))
     assert code == 2 and "no trained spam run 'nope'" in err

@@ -38,7 +38,7 @@ class SpamSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     run_id: str = Field(pattern=ID_PATTERN, description="names the run folder and its ledger entry")
-    users: list[str] = Field(min_length=1, max_length=1000, description="one JSON-lines file per user (at least 2): text, label (spam | ham)")
+    users: list[str] = Field(min_length=2, max_length=1000, description="one JSON-lines file per user (at least 2): text, label (spam | ham)")
     test: str = Field(description="JSON-lines file for evaluation only")
     features: F.FeatureParams = Field(default_factory=F.FeatureParams)
     key_bits: int = Field(2048, ge=512, le=8192, description="Paillier modulus size: 2048 or more (3072 past 2030); less only in test mode")
