@@ -94,6 +94,17 @@ def test_key_sizes_below_2048_bits_are_for_tests_only(monkeypatch):
     assert KeyPair(2048).public.bits == 2048
 
 
+def test_a_spec_with_a_small_key_is_refused_outside_test_mode(monkeypatch):
+    from pydantic import ValidationError
+
+    from core.spam.training import SpamSpec
+
+    monkeypatch.delenv("PRIVRELEASE_TEST_MODE", raising=False)
+    with pytest.raises(ValidationError, match="key_bits must be a multiple of 8 and at least 2048"):
+        SpamSpec(run_id="r", users=["a", "b"], test="t", key_bits=1024)
+    assert SpamSpec(run_id="r", users=["a", "b"], test="t").key_bits == 2048
+
+
 def test_overflow_is_detected_not_wrapped(keys512):
     key = keys512.public
     with pytest.raises(Overflow, match="use larger key_bits"):
