@@ -199,10 +199,10 @@ class Training:
         test_x = [reducer.apply(F.grams(text, spec.features.modulus)) for text in test_texts]
         d = spec.features.size
         server = parties.Remote("server", Server, spec.key_bits, np.zeros(d), spec.learning_rate, spec.mode, spec.block_size)
-        users: list[parties.Local] = [server]
+        users: list[parties.Local] = []
         try:
-            users = [parties.Remote(f"user-{k + 1}", load_user, f"user-{k + 1}", path, spec.features.model_dump(), reducer.keep)
-                     for k, path in enumerate(paths)]  # fmt: skip
+            for k, path in enumerate(paths):
+                users.append(parties.Remote(f"user-{k + 1}", load_user, f"user-{k + 1}", path, spec.features.model_dump(), reducer.keep))
             channel = Channel()
             parties.setup(server, users, channel)
             server.call("precompute")  # the first round's r^n: offline, counted in the setup time
