@@ -2,7 +2,6 @@
 
 Run: .venv/bin/python bench/bench_runner.py rest [--runs 3]
      .venv/bin/python bench/bench_runner.py dpne        (MSNBC, the DPNE mechanism, in process vs 2 Dask workers)
-     .venv/bin/python bench/bench_runner.py spam [--block 200]   (one 2048-bit round, d = 10^4)
 """
 
 from __future__ import annotations
@@ -61,32 +60,12 @@ def dpne() -> None:
             print(f"{kind}: {time.perf_counter() - t:.1f} s ({len(released)} n-grams)", flush=True)
 
 
-def spam(block: int) -> None:
-    from bench.bench_spam import CORPUS
-    from core.spam import features as F
-    from core.spam import protocol as P
-    from core.spam.training import read_mail
-
-    texts, labels = read_mail(CORPUS)
-    pick = np.random.default_rng(0).choice(len(texts), block, replace=False)
-    reducer = F.Reducer(F.FeatureParams(modulus=1_000_000, reduction="hash", dimension=10_000))
-    x = [reducer.apply(F.grams(texts[i], 1_000_000)) for i in pick]
-    for kind in ("local", "dask"):
-        server = P.Server(2048, np.random.default_rng(0).normal(0, 0.01, 10_000), 0.001)
-        user = P.User("user-1", x, labels[pick], server.public_key, server.scales, np.random.default_rng(1))
-        with parallel.using(kind, n_workers=2):
-            t = time.perf_counter()
-            times, _ = P.train_round(server, [user], [np.arange(block)], P.Channel())
-            print(f"{kind}: {time.perf_counter() - t:.1f} s; " + ", ".join(f"{k} {v:.1f}" for k, v in times.seconds.items()), flush=True)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["rest", "dpne", "spam"])
+    ap.add_argument("what", choices=["rest", "dpne"])
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--block", type=int, default=200)
     args = ap.parse_args()
-    {"rest": lambda: rest(args.runs), "dpne": dpne, "spam": lambda: spam(args.block)}[args.what]()
+    {"rest": lambda: rest(args.runs), "dpne": dpne}[args.what]()
 
 
 if __name__ == "__main__":

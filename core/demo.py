@@ -126,7 +126,7 @@ def write_demo(home: Path, rows: int = 20_000) -> Path:
     logins().to_csv(folder / "logins.csv", index=False)
     spam = folder / "mail"
     spam.mkdir(exist_ok=True)
-    for name, part in (("user-1", mail(120, 1)), ("user-2", mail(120, 2)), ("test", mail(200, 3))):
+    for name, part in (("user-1", mail(600, 1)), ("user-2", mail(600, 2)), ("test", mail(200, 3))):
         (spam / f"{name}.jsonl").write_text("".join(json.dumps(m) + "\n" for m in part))
     registry, ledger = Registry(home), Ledger(paths.database(home))
     registered = {d.id for d in registry.list()}
@@ -209,7 +209,7 @@ users: [mail/user-1.jsonl, mail/user-2.jsonl]
 test: mail/test.jsonl
 features: {modulus: 1000000, reduction: hash, dimension: 512, seed: 0}
 key_bits: 2048
-learning_rate: 0.05
+learning_rate: 0.0001
 rounds: 3
 mode: batch
 block_size: 1000

@@ -152,7 +152,7 @@ def cmd_spam_train(args: argparse.Namespace, root: Path) -> int:
     from flows.spam import spam_filter_training
 
     _quiet_console()
-    summary = spam_filter_training(spec_path=str(Path(args.spec).resolve()), **_runner(args))
+    summary = spam_filter_training(spec_path=str(Path(args.spec).resolve()))
     print(f"run {summary['run_id']}: AUC private {summary['auc_private']:.6f}, plaintext {summary['auc_plain']:.6f}")
     print(f"folder {summary['folder']}")
     return 0
@@ -391,7 +391,6 @@ def parser() -> argparse.ArgumentParser:
     ssub = spam.add_subparsers(dest="spam_command", required=True)
     p = ssub.add_parser("train", help="run the spam-filter-training flow for a spam spec")
     p.add_argument("spec", help="spam spec (YAML)")
-    _dask_options(p)
     p.set_defaults(func=cmd_spam_train)
     p = ssub.add_parser("classify", help="classify one message privately against a trained run; prints spam or ham")
     p.add_argument("run_id")

@@ -6,14 +6,10 @@ the digest of its transcript. Parameters are paths, never mail.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
-
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
-from pydantic import Field
 
-from core import parallel
 from core.errors import SpecError, UserError
 from core.ledger import FAILED, PUBLISHED
 from core.pipeline import Store
@@ -24,14 +20,11 @@ LEDGER_DATASET = "spam-filter"
 
 
 @flow(name="spam-filter-training", persist_result=False)
-def spam_filter_training(
-    spec_path: str, runner: Literal["local", "dask"] = "local",
-    dask_address: str | None = None, dask_workers: Annotated[int, Field(ge=1, le=256)] = 2,
-) -> dict:  # fmt: skip
+def spam_filter_training(spec_path: str) -> dict:
     """Train the shared spam filter privately between the server and the users of the spec.
 
-    ``runner: dask`` spreads the Paillier vector operations over a Dask cluster (``dask_address``,
-    or a local one of ``dask_workers`` processes); only public keys travel to it.
+    Each party runs in its own process on this machine and computes its secrets there; there is
+    no Dask option, since a party's randomness must not be computed on a shared cluster.
     """
     log = get_run_logger()
     store = Store.open()
@@ -43,15 +36,17 @@ def spam_filter_training(
                          spec.model_dump(mode="json", exclude={"seed"}), {"guarantee": "semi-honest secure computation (Paillier)"},
                          flow_run.get_id())  # fmt: skip
     try:
-        with parallel.using(runner, dask_address, dask_workers):
-            training = t.setup(spec, base)
-            log.info("setup: %d users, %d features, %d-bit key, mask range %d", len(training.users), spec.features.size,
-                     spec.key_bits, training.server.scales.mask_range)  # fmt: skip
+        training = t.setup(spec, base)
+        try:
+            log.info("setup: %d users (one process each), %d features, %d-bit key", len(training.users), spec.features.size,
+                     spec.key_bits)  # fmt: skip
             for number in range(1, spec.rounds + 1):
                 r = t.run_round(training, number)
                 log.info("round %d: %.2f s, %d messages, %d ciphertexts, %.1f MB", number, r.seconds, r.messages,
                          r.ciphertexts, r.bytes / 1e6)  # fmt: skip
-        report = t.write(training, folder)
+            report = t.write(training, folder)
+        finally:
+            training.close()
     except Exception as exc:
         reason = f"{type(exc).__name__}: {exc}" if isinstance(exc, UserError) else type(exc).__name__
         store.ledger.settle(spec.run_id, FAILED, {"reason": reason}, flow_run.get_id())

@@ -10,11 +10,9 @@ import pytest
 
 from core import parallel
 from core.mechanisms import outliers as o
-from core.spam import protocol as P
 from tests.test_outliers import planted
 from tests.test_outliers_flow import PUBLIC, write
 from tests.test_release_flow import cli
-from tests.test_spam import toy
 
 
 @pytest.fixture(scope="module")
@@ -39,18 +37,6 @@ def test_outlier_counts_on_dask_match_in_process(cluster):
     with parallel.using("dask", cluster):
         spread = o.run(frame, params, np.random.default_rng(11))
     assert local.data.equals(spread.data) and local.manifest == spread.manifest
-
-
-def test_paillier_vector_operations_on_dask_match_in_process(cluster):
-    x, y = toy(30, 300, 3)  # d = 300: the obfuscators fan out in blocks
-    results = []
-    for kind in ("local", "dask"):
-        server = P.Server(512, np.zeros(300), 0.1)
-        users = [P.User("user-1", x, y, server.public_key, server.scales, np.random.default_rng(4))]
-        with parallel.using(kind, cluster if kind == "dask" else None):
-            _, gradient = P.train_round(server, users, [np.arange(30)], P.Channel())
-        results.append(gradient)
-    assert np.array_equal(results[0], results[1])
 
 
 def test_release_flow_with_the_dask_runner(prefect_server, home, test_mode, tmp_path, capsys, cluster):

@@ -1,23 +1,30 @@
-"""Private spam-filter training: Paillier and fixed point, each protocol step against plaintext,
-multi-party sums, classification, transcript and hiding checks, features and reductions."""
+"""Private spam-filter training: Paillier (against phe), key policy, packing and masks, the
+protocol against its plaintext rule, participation floors, classification, processes, features."""
 
 from __future__ import annotations
 
-import math
+import json
 
+import gmpy2
 import numpy as np
 import pytest
+from phe import paillier as phe
 from scipy import stats
 
+from core.errors import ParameterError, UserError
 from core.spam import features as F
+from core.spam import parties as Q
 from core.spam import protocol as P
-from core.spam.paillier import KeyPair, Overflow, PublicKey
-from core.spam.training import plain_gradient
+from core.spam.aggregation import Agreement, Layout
+from core.spam.paillier import KeyPair, Overflow
+from core.spam.training import load_user, plain_gradient
 
 
 @pytest.fixture(scope="module")
 def keys512() -> KeyPair:
-    return KeyPair(512)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PRIVRELEASE_TEST_MODE", "1")
+        return KeyPair(512)
 
 
 def toy(n: int, d: int, seed: int) -> tuple[list[np.ndarray], np.ndarray]:
@@ -28,14 +35,17 @@ def toy(n: int, d: int, seed: int) -> tuple[list[np.ndarray], np.ndarray]:
     return x, y
 
 
-def parties(key_bits: int, x: list[np.ndarray], y: np.ndarray, d: int, users: int, eta: float = 0.1, seed: int = 0):
+def group(key_bits: int, x: list[np.ndarray], y: np.ndarray, d: int, users: int, eta: float = 0.1, user_class=P.User):
+    """A server and ``users`` users (user k holds messages k, k + users, ...), set up in process."""
     server = P.Server(key_bits, np.zeros(d), eta)
-    group = [P.User(f"user-{k + 1}", x[k::users], y[k::users], server.public_key, server.scales,
-                    np.random.default_rng(seed + k)) for k in range(users)]  # fmt: skip
-    return server, group
+    members = [user_class(f"user-{k + 1}", x[k::users], y[k::users]) for k in range(users)]
+    parties = Q.Local(server), [Q.Local(u) for u in members]
+    channel = P.Channel()
+    Q.setup(*parties, channel)
+    return server, members, parties, channel
 
 
-# -- Paillier and fixed point ------------------------------------------------------------------------
+# -- Paillier ---------------------------------------------------------------------------------------------------
 
 
 def test_paillier_round_trips_negatives_and_homomorphisms(keys512):
@@ -44,8 +54,8 @@ def test_paillier_round_trips_negatives_and_homomorphisms(keys512):
     for _ in range(50):
         a, b = (int(v) for v in rng.integers(-(2**62), 2**62, 2))
         k = int(rng.integers(-1000, 1000))
-        ca, cb = key.encrypt(a, "a"), key.encrypt(b, "b")
-        assert keys512.decrypt(ca, key.half, "a") == a
+        ca, cb = key.encrypt(a, "a"), keys512.encrypt(b, "b")  # a user's encryption and the key holder's CRT one
+        assert keys512.decrypt(ca, key.half, "a") == a and keys512.decrypt(cb, key.half, "b") == b
         assert keys512.decrypt(key.add(ca, cb), key.half, "a+b") == a + b
         assert keys512.decrypt(key.scale(ca, k), key.half, "k·a") == k * a
         assert keys512.decrypt(key.negate(ca), key.half, "−a") == -a
@@ -54,165 +64,174 @@ def test_paillier_round_trips_negatives_and_homomorphisms(keys512):
         assert again != ca and keys512.decrypt(again, key.half, "a") == a
     edge = key.half - 1
     assert keys512.decrypt(key.encrypt(-edge, "edge"), key.half, "edge") == -edge
+    assert key.unpack(key.pack([ca, cb])) == [ca, cb]
+
+
+def test_our_paillier_agrees_with_phe(keys512):
+    """Same keys, either implementation encrypts, the other decrypts."""
+    public = phe.PaillierPublicKey(keys512.public.n)
+    private = phe.PaillierPrivateKey(public, int(keys512._p), int(keys512._q))
+    for m in (0, 1, 12345, keys512.public.n - 1, 2**300 + 7):
+        assert int(keys512.raw_decrypt(gmpy2.mpz(public.raw_encrypt(m)))) == m
+        assert private.raw_decrypt(int(keys512.encrypt(m % keys512.public.n - (keys512.public.n if m > keys512.public.half else 0), "m"))) == m
+
+
+def test_the_key_holders_obfuscators_are_fresh_nth_residues(keys512):
+    obfuscators = {int(keys512.obfuscator()) for _ in range(200)}
+    assert len(obfuscators) == 200
+    assert all(keys512.raw_decrypt(gmpy2.mpz(o)) == 0 for o in list(obfuscators)[:20])  # r^n encrypts 0
+    # uniform over the n-th residues: the low bit of an n-th residue's representative is a fair coin (false alarm 0.001)
+    assert stats.binomtest(sum(o & 1 for o in obfuscators), 200).pvalue > 1e-3
+
+
+def test_key_sizes_below_2048_bits_are_for_tests_only(monkeypatch):
+    monkeypatch.delenv("PRIVRELEASE_TEST_MODE", raising=False)
+    for bits in (512, 1024, 2040):
+        with pytest.raises(ParameterError, match="at least 2048.*test runs only"):
+            KeyPair(bits)
+    with pytest.raises(ParameterError, match="multiple of 8"):
+        KeyPair(2052)
+    assert KeyPair(2048).public.bits == 2048
+
+
+def test_a_spec_with_a_small_key_is_refused_outside_test_mode(monkeypatch):
+    from pydantic import ValidationError
+
+    from core.spam.training import SpamSpec
+
+    monkeypatch.delenv("PRIVRELEASE_TEST_MODE", raising=False)
+    with pytest.raises(ValidationError, match="key_bits must be a multiple of 8 and at least 2048"):
+        SpamSpec(run_id="r", users=["a", "b"], test="t", key_bits=1024)
+    assert SpamSpec(run_id="r", users=["a", "b"], test="t").key_bits == 2048
 
 
 def test_overflow_is_detected_not_wrapped(keys512):
     key = keys512.public
     with pytest.raises(Overflow, match="use larger key_bits"):
         key.encrypt(key.half, "too big")
-    c = key.encrypt(1 << 300, "big")
     with pytest.raises(Overflow, match="outside its range"):
-        keys512.decrypt(c, 1 << 200, "bounded")
-    with pytest.raises(Overflow, match="cannot hold mask range"):
-        P.Scales.plan(512, mask_range=60)
+        keys512.decrypt(key.encrypt(1 << 300, "big"), 1 << 200, "bounded")
+    with pytest.raises(ParameterError, match="cannot hold one gradient slot"):
+        Layout(64, 10, 2, 1000).check()
 
 
-def test_fixed_point_encoding_is_exact_rounding():
-    for value in (1.0, 0.5, math.pi, 1e-30, math.exp(-63), 123456.789):
-        for bits in (10, 60, 200):
-            exact = value * 2**bits
-            assert abs(P._fixed(value, bits) - exact) <= 0.5 + 1e-9 * exact
+# -- packing and masks ----------------------------------------------------------------------------------------
 
 
-def test_scales_fit_the_key_and_grow_with_it():
-    small, large = P.Scales.plan(512), P.Scales.plan(2048)
-    assert small.q_bits >= 128 and large.mask_range > 10 * small.mask_range
-    for s in (small, large):
-        step6 = s.e_bits + math.ceil(s.clip * P.LOG2E) + s.r_bits + math.ceil(s.mask_range * P.LOG2E) + 2
-        assert step6 + s.q_bits < s.key_bits - 2
+def test_layout_packs_extreme_values_of_every_user_without_carries():
+    layout = Layout(512, 23, 3, 1000).check()
+    assert layout.slots * layout.slot_bits <= 510 and layout.ciphertexts == -(-23 // layout.slots)
+    top = layout.offset - 1
+    rng = np.random.default_rng(2)
+    values = [[int(v) for v in rng.choice([-top, top, 0, 1, -1], 23)] for _ in range(3)]
+    totals = [0] * layout.ciphertexts
+    for user in values:
+        for j, v in enumerate(user):
+            totals[j // layout.slots] += (v + layout.offset) << ((j % layout.slots) * layout.slot_bits)
+    assert max(totals).bit_length() <= 510  # below n/4 for any 512-bit n
+    assert layout.unpack(totals) == [sum(col) for col in zip(*values)]
 
 
-# -- the protocol against its plaintext counterpart -----------------------------------------------------
+def test_pairwise_masks_cancel_in_the_sum_and_change_every_round():
+    n = int(gmpy2.next_prime(2**511))
+    members = [Agreement() for _ in range(4)]
+    keys = [a.public_key() for a in members]
+    for k, a in enumerate(members):
+        a.agree(k, keys, b"run")
+    for round_ in (0, 1):
+        masks = [a.mask(n, round_, 5) for a in members]
+        assert [sum(col) % n for col in zip(*masks)] == [0] * 5
+        assert all(0 <= m < n for ms in masks for m in ms) and len({m for ms in masks for m in ms}) == 20
+    assert members[0].mask(n, 0, 5) != members[0].mask(n, 1, 5)
+    with pytest.raises(ParameterError, match="every user's key once"):
+        Agreement().agree(0, keys, b"run")
 
 
-def test_each_intermediate_of_one_round_decrypts_to_its_plaintext_value():
-    x, y = toy(30, 40, 2)
-    server, (user,) = parties(512, x, y, 40, 1)
-    server.w = np.random.default_rng(3).normal(0, 0.5, 40)
-    keys, s, times = server._keys, server.scales, P.StepTimes()
-    z = np.array([yi * server.w[xi].sum() for xi, yi in zip(x, y)])
-    block = np.arange(len(y))
-    weights = server.encrypted_weights(times)
-    assert [keys.decrypt(c, keys.public.half, "w") / 2**P.W_BITS for c in weights] == pytest.approx(server.w, abs=1e-14)
-    masked = user.masked_scores(weights, block, times)
-    r = np.array(user._r) / 2**P.W_BITS
-    assert np.abs(r).max() <= s.mask_range
-    u = np.array([keys.decrypt(c, keys.public.half, "u") for c in masked]) / 2**P.W_BITS
-    assert u == pytest.approx(z - r, abs=1e-12)
-    exps = server.exponentials(masked, times)
-    e = np.array([keys.decrypt(c, keys.public.half, "e") for c in exps], dtype=float) / 2**s.e_bits
-    assert e == pytest.approx(np.exp(z - r), rel=1e-12)
-    denominators = user.masked_denominators(exps, times)
-    q = np.array(user._q, dtype=float)
-    got = np.array([keys.decrypt(c, keys.public.half, "qd") for c in denominators], dtype=float) / 2.0 ** (s.e_bits + s.r_bits)
-    assert got / q == pytest.approx(1 + np.exp(z), rel=1e-12)
-    recips = server.reciprocals(denominators, times)
-    back = np.array([keys.decrypt(c, keys.public.half, "1/qd") for c in recips], dtype=float) / 2.0**s.s_bits
-    assert back * q == pytest.approx(1 / (1 + np.exp(z)), rel=1e-12)
-    grad = user.encrypted_gradient(recips, 40, times)
-    g = np.array([keys.decrypt(c, keys.public.half, "g") for c in grad], dtype=float) / 2.0**s.s_bits
-    assert g == pytest.approx(plain_gradient(x, y, server.w), abs=1e-12)
+# -- the protocol against its plaintext rule ---------------------------------------------------------------
 
 
-def test_several_rounds_track_plaintext_gradient_ascent_and_users_sum_to_the_pooled_gradient():
+def test_rounds_track_the_plaintext_rule_and_the_server_decrypts_only_the_sum(test_mode):
     x, y = toy(45, 30, 4)
-    server, users = parties(512, x, y, 30, 3, eta=0.2)
+    server, users, (s, us), channel = group(512, x, y, 30, 3, eta=0.2)
     w = np.zeros(30)
     pooled_x = [xi for k in range(3) for xi in x[k::3]]
     pooled_y = np.concatenate([y[k::3] for k in range(3)])
-    for _ in range(4):
-        _, gradient = P.train_round(server, users, [np.arange(len(u)) for u in users], P.Channel())
+    for r in range(4):
+        _, gradient = Q.train_round(s, us, channel, r)
         plain = plain_gradient(pooled_x, pooled_y, w)
         assert gradient == pytest.approx(plain, abs=1e-12)  # the sum of three users' shares
         w = w + 0.2 * plain
         assert server.w == pytest.approx(w, abs=1e-12)
     assert np.abs(w).max() > 0.1  # the model did move
+    per_round = [m for m in channel.log if m.round == 3]
+    assert [m.kind for m in per_round] == ["encrypted-weights"] * 3 + ["masked-gradient"] * 3
+    assert all(m.count == server.layout.ciphertexts for m in per_round if m.kind == "masked-gradient")
+    assert server.layout.ciphertexts < 30  # packing: fewer ciphertexts (and decryptions) than coordinates
 
 
-def test_message_and_ciphertext_counts_per_round():
-    x, y = toy(20, 16, 5)
-    server, users = parties(512, x, y, 16, 2)
-    channel = P.Channel()
-    blocks = [np.arange(len(u)) for u in users]
-    P.train_round(server, users, blocks, channel)
-    assert len(channel.log) == 6 * 2  # three round trips per user
-    for user, block in zip(users, blocks):
-        mine = [m for m in channel.log if user.name in (m.sender, m.receiver)]
-        assert [m.kind for m in mine] == ["encrypted-weights", "masked-scores", "masked-exponentials",
-                                          "masked-denominators", "masked-reciprocals", "encrypted-gradient"]  # fmt: skip
-        assert sum(m.count for m in mine) == 4 * len(block) + 2 * 16  # the paper's 4n + 2d
-        assert all(m.bytes == m.count * server.public_key.ciphertext_bytes for m in mine)
+@pytest.mark.parametrize("bits", [3072, 4352])
+def test_large_keys_train_without_overflow(test_mode, bits):
+    """Keys ≥ 4,248 bits used to raise OverflowError (float scales); every scale is now an integer."""
+    x, y = toy(6, 5, 9)
+    server, _, (s, us), channel = group(bits, x, y, 5, 2)
+    _, gradient = Q.train_round(s, us, channel, 0)
+    assert gradient == pytest.approx(plain_gradient(x[0::2] + x[1::2], np.concatenate([y[0::2], y[1::2]]), np.zeros(5)), abs=1e-12)
+
+
+def test_participation_floors_are_enforced_by_the_users(monkeypatch):
+    x, y = toy(8, 6, 3)
+    monkeypatch.setenv("PRIVRELEASE_TEST_MODE", "1")
+    with pytest.raises(ParameterError, match="at least 2 users"):
+        group(512, x, y, 6, 1)
+    server = P.Server(512, np.zeros(6))
+    alone = P.User("user-1", x, y)
+    directory = server.directory(alone.announce(), P.User("user-2", x, y).announce())
+    doc = json.loads(directory[1:])
+    with pytest.raises(ParameterError, match="at least 2 users"):  # a server that drops the other user is refused
+        alone.setup(P.public_message({**doc, "users": ["user-1"], "keys": doc["keys"][:1], "sizes": doc["sizes"][:1]}))
+    with pytest.raises(ParameterError, match="does not follow from the public sizes"):
+        alone.setup(P.public_message({**doc, "layout": {**doc["layout"], "slots": 1}}))
+    alone.setup(directory)
+    weights = server.weights_message()
+    alone.gradient(weights, 0)
+    with pytest.raises(ParameterError, match="used once"):
+        alone.gradient(weights, 0)
+    server.w[0] = 2.0**20
+    with pytest.raises(ParameterError, match="L1 norm passed the public bound.*smaller learning_rate"):
+        server.weights_message()
+    monkeypatch.delenv("PRIVRELEASE_TEST_MODE")
+    with pytest.raises(ParameterError, match="a round sums 16 messages.*at least 1000.*raise block_size"):
+        P.check_participation(2, 16)
+    P.check_participation(2, 1000)
+
+
+def test_parties_run_in_their_own_processes_with_only_their_own_secrets(test_mode, tmp_path):
+    from core.demo import mail
+
+    params = F.FeatureParams(modulus=10_000, dimension=64).model_dump()
+    paths = []
+    for k in range(2):
+        paths.append(tmp_path / f"user-{k + 1}.jsonl")
+        paths[-1].write_text("".join(json.dumps(m) + "\n" for m in mail(12, k)))
+    server = Q.Remote("server", P.Server, 512, np.zeros(64), 0.01)
+    users = [Q.Remote(f"user-{k + 1}", load_user, f"user-{k + 1}", p, params, None) for k, p in enumerate(paths)]
+    try:
+        channel = P.Channel()
+        Q.setup(server, users, channel)
+        _, gradient = Q.train_round(server, users, channel, 0)
+        local = [load_user(f"user-{k + 1}", p, params, None) for k, p in enumerate(paths)]
+        x = [xi for u in local for xi in u._x]
+        y = np.concatenate([u._y for u in local])
+        assert gradient == pytest.approx(plain_gradient([np.array(v) for v in x], y, np.zeros(64)), abs=1e-12)
+        assert not any(hasattr(p, "party") for p in [server, *users])  # this process holds pipes, not parties
+        with pytest.raises(UserError, match="used once"):  # errors cross the process boundary by type and message
+            users[0].call("gradient", server.call("weights_message"), 0)
+    finally:
+        for p in [server, *users]:
+            p.close()
 
 
 # -- classification ---------------------------------------------------------------------------------------
-
-
-def test_classification_equals_the_sign_of_the_score_even_at_tiny_margins():
-    d = 8
-    server = P.Server(512, np.zeros(d))
-    rng = np.random.default_rng(6)
-    for margin in (3.0, 1e-3, 1e-9, -1e-9, -2.5, 0.0):
-        x = np.array([1, 4, 6])
-        w = rng.normal(0, 1, d)
-        w[x] = [0.75, -0.5, margin - 0.25]  # wᵀx = margin, within 2^-48 (0.0 exactly)
-        server.w = w
-        for seed in range(4):  # the client's random sign must not matter
-            label = P.classify(server, P.Client(x, server.public_key, np.random.default_rng(seed)), P.Channel())
-            assert label == ("spam" if margin > 0 else "ham"), margin
-
-
-def test_the_server_sees_a_sign_independent_of_the_label():
-    server = P.Server(512, np.array([2.0, -2.0]))
-    signs = {"spam": [], "ham": []}
-    for seed in range(200):
-        for x, label, offset in ((np.array([0]), "spam", 0), (np.array([1]), "ham", 10_000)):
-            client = P.Client(x, server.public_key, np.random.default_rng(seed + offset))
-            signs[label].append(server.sign(client.masked_score(server.encrypted_weights(P.StepTimes()))))
-    table = [[signs[k].count(1), signs[k].count(-1)] for k in signs]
-    assert stats.fisher_exact(table).pvalue > 1e-3  # false alarm rate 0.001
-
-
-# -- what each party sees --------------------------------------------------------------------------------
-
-
-def test_transcript_has_no_plaintext_and_users_never_hold_the_secret_key():
-    x, y = toy(12, 10, 7)
-    server, users = parties(512, x, y, 10, 2)
-    channel = P.Channel()
-    P.train_round(server, users, [np.arange(len(u)) for u in users], channel)
-    to_server = [m for m in channel.log if m.receiver == "server"]
-    to_users = [m for m in channel.log if m.receiver != "server"]
-    assert to_server and all(m.payload == "ciphertext" for m in to_server)  # no plaintext x or y
-    assert all(m.payload == "ciphertext" for m in to_users)  # no plaintext w
-    for user in users:
-        for value in vars(user).values():
-            assert not isinstance(value, KeyPair)
-            assert type(value).__module__.split(".")[0] != "phe"
-        assert isinstance(user.public_key, PublicKey) and not hasattr(user.public_key, "_secret")
-
-
-def test_masked_values_the_server_decrypts_do_not_depend_on_the_data():
-    """KS: u = z − r and ln(q(1 + e^z)) for scores −4 and +4 come from indistinguishable laws."""
-    x = [np.array([0])] * 300 + [np.array([1])] * 300
-    y = np.ones(600, dtype=int)
-    server = P.Server(1024, np.array([-4.0, 4.0]))
-    user = P.User("user-1", x, y, server.public_key, server.scales, np.random.default_rng(8))
-    keys, times = server._keys, P.StepTimes()
-    masked = user.masked_scores(server.encrypted_weights(times), np.arange(600), times)
-    u = np.array([keys.decrypt(c, keys.public.half, "u") for c in masked], dtype=float) / 2**P.W_BITS
-    # false alarm rate 0.001 each; the additive mask's total variation is 8/(2R) = 0.036 here
-    assert stats.ks_2samp(u[:300], u[300:]).pvalue > 1e-3
-    denominators = user.masked_denominators(server.exponentials(masked, times), times)
-    logs = np.array([math.log(keys.decrypt(c, keys.public.half, "v")) for c in denominators])
-    assert stats.ks_2samp(logs[:300], logs[300:]).pvalue > 1e-3
-
-
-def test_a_2048_bit_round_matches_plaintext():
-    x, y = toy(4, 6, 9)
-    server, users = parties(2048, x, y, 6, 1)
-    assert server.public_key.bits == 2048 and server.scales.mask_range > 250
-    _, gradient = P.train_round(server, users, [np.arange(4)], P.Channel())
-    assert gradient == pytest.approx(plain_gradient(x, y, np.zeros(6)), abs=1e-12)
 
 
 # -- features ------------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ def corpus(folder: Path, capsys) -> list[str]:
 def spec(folder: Path, **changes) -> Path:
     doc = {"run_id": "r1", "users": ["user-1.jsonl", "user-2.jsonl", "user-3.jsonl"], "test": "test.jsonl",
            "features": {"modulus": 100_000, "reduction": "hash", "dimension": 512, "seed": 0},
-           "key_bits": 512, "learning_rate": 0.2, "rounds": 3, "mode": "online", "block_size": 60, **changes}  # fmt: skip
+           "key_bits": 512, "learning_rate": 4e-4, "rounds": 3, "mode": "online", "block_size": 60, **changes}  # fmt: skip
     (folder / "spam.yaml").write_text(yaml.safe_dump(doc))
     return folder / "spam.yaml"
 
@@ -46,9 +46,11 @@ def test_training_flow_end_to_end_and_private_classification(prefect_server, hom
     assert report["max_weight_gap"] < 1e-9
     lines = [json.loads(line) for line in (folder / "transcript.jsonl").read_text().splitlines()]
     assert set(lines[0]) == {"round", "sender", "receiver", "kind", "payload", "count", "bytes", "digest"}
-    assert {m["payload"] for m in lines if m["sender"] != "server"} == {"ciphertext"}
-    assert {m["kind"] for m in lines if m["payload"] == "public"} == {"public-key-and-parameters"}
-    assert sum(1 for m in lines if m["round"] == 1) == 18  # 3 users × 6 messages
+    # labels come from inspecting the bytes: only the setup's announcements and directory are public
+    assert {m["kind"] for m in lines if m["payload"] == "public"} == {"announcement", "directory"}
+    assert {m["payload"] for m in lines if m["kind"] != "announcement" and m["sender"] != "server"} == {"ciphertext"}
+    assert sum(1 for m in lines if m["round"] == 1) == 6  # 3 users × (E[w] in, masked gradient out)
+    assert folder.joinpath("model.npy").stat().st_mode & 0o777 == 0o600
     entries = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "r1"]
     assert [(e.status, e.kind, e.epsilon) for e in entries] == [(RESERVED, "mpc", 0.0), (PUBLISHED, "mpc", 0.0)]
     assert json.loads(entries[1].detail)["transcript_sha256"] == report["transcript_sha256"]
@@ -66,7 +68,7 @@ def test_training_flow_end_to_end_and_private_classification(prefect_server, hom
     assert code == 2 and "already exists" in err
 
 
-def test_bad_mail_is_refused_before_anything_is_recorded(prefect_server, home, tmp_path, capsys):
+def test_bad_mail_is_refused_before_anything_is_recorded(prefect_server, home, test_mode, tmp_path, capsys):
     corpus(tmp_path / "mail", capsys)
     with (tmp_path / "mail" / "user-2.jsonl").open("a") as fh:
         fh.write(json.dumps({"text": "hello", "label": "maybe"}) + "\n")
@@ -75,5 +77,7 @@ def test_bad_mail_is_refused_before_anything_is_recorded(prefect_server, home, t
     assert not (home / "spam" / "r2").exists()
     code, _, err = cli(capsys, "spam", "train", str(spec(tmp_path / "mail", run_id="r3", key_bits=256)))
     assert code == 2 and "key_bits: Input should be greater than or equal to 512" in err
+    code, _, err = cli(capsys, "spam", "train", str(spec(tmp_path / "mail", run_id="r4", users=["user-1.jsonl"])))
+    assert code == 2 and "users: List should have at least 2 items" in err and not (home / "spam" / "r4").exists()
     code, _, err = cli(capsys, "spam", "classify", "nope", str(tmp_path / "mail" / "test.jsonl"))
     assert code == 2 and "no trained spam run 'nope'" in err

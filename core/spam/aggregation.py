@@ -1,0 +1,109 @@
+"""Secure aggregation of the users' encrypted gradients: pairwise zero-sum masks over Z_n.
+
+As in Bonawitz et al., "Practical Secure Aggregation for Privacy-Preserving Machine Learning"
+(semi-honest server, no dropouts): every pair of users (u, v) agrees on a secret by X25519 over
+the server, which only relays the public keys. From it each round's masks are expanded with
+SHAKE-256 into integers uniform mod n (up to 2^-128 statistical distance); u adds them and v
+subtracts them. One user's masked plaintext is then uniform on Z_n as long as one other user's
+secret is unknown to the server, and the masks cancel in the sum of all users' messages.
+
+Several fixed-point gradient coordinates are packed into one plaintext (``Layout``), each slot
+offset to be non-negative and wide enough that the sum over all users cannot carry into the next
+slot, so the server decrypts d / slots plaintexts instead of d.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from core.errors import ParameterError
+
+W_BITS = 48  # C_w = 2^48: the scale of w, of a score wᵀx and of t = 2y − wᵀx
+L1_BITS = 20  # public cap on ‖w‖₁ (2^20): bounds every score, and so the slot width
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a user's d gradient coordinates (each 4·C_w·g_j, an integer) fill plaintexts mod n."""
+
+    key_bits: int
+    dimension: int
+    users: int
+    max_block: int  # the most messages any user sums in one round (public)
+
+    @property
+    def value_bits(self) -> int:
+        """|4·C_w·g_j| < 2^value_bits for one user: max_block terms, each |t| < (2 + 2^20)·C_w."""
+        return W_BITS + L1_BITS + 1 + math.ceil(math.log2(self.max_block + 1))
+
+    @property
+    def slot_bits(self) -> int:
+        """Room for the sum over all users of (value + 2^value_bits) ∈ [0, 2^(value_bits + 1))."""
+        return self.value_bits + 1 + math.ceil(math.log2(self.users))
+
+    @property
+    def slots(self) -> int:
+        return (self.key_bits - 2) // self.slot_bits  # the sum stays below 2^(key_bits − 2) < n
+
+    @property
+    def ciphertexts(self) -> int:
+        return -(-self.dimension // self.slots)
+
+    @property
+    def offset(self) -> int:
+        return 1 << self.value_bits
+
+    def check(self) -> Layout:
+        if self.slots < 1:
+            raise ParameterError(f"a {self.key_bits}-bit key cannot hold one gradient slot of {self.slot_bits} bits; use larger key_bits.")
+        return self
+
+    def public(self) -> dict:
+        return {"key_bits": self.key_bits, "dimension": self.dimension, "users": self.users, "max_block": self.max_block,
+                "w_bits": W_BITS, "l1_bits": L1_BITS, "slot_bits": self.slot_bits, "slots": self.slots}  # fmt: skip
+
+    def unpack(self, totals: list[int]) -> list[int]:
+        """The d summed slot values 4·C_w·Σ_users g_j from the decrypted sums of all users' plaintexts."""
+        mask, shift, k, b = (1 << self.slot_bits) - 1, self.users * self.offset, self.slots, self.slot_bits
+        return [((totals[j // k] >> ((j % k) * b)) & mask) - shift for j in range(self.dimension)]
+
+
+class Agreement:
+    """One user's X25519 key pair for the run (fresh, from the OS) and its pairwise seeds."""
+
+    def __init__(self) -> None:
+        self._secret = X25519PrivateKey.generate()
+        self._seeds: dict[int, tuple[int, bytes]] = {}
+
+    def public_key(self) -> bytes:
+        return self._secret.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+    def agree(self, me: int, keys: list[bytes], context: bytes) -> None:
+        """Seeds with every other user; ``me`` is this user's index in ``keys`` (the public order)."""
+        if len(set(keys)) != len(keys) or keys[me] != self.public_key():
+            raise ParameterError("the user directory must list every user's key once, this user's at its own index.")
+        for v, key in enumerate(keys):
+            if v != me:
+                shared = self._secret.exchange(X25519PublicKey.from_public_bytes(key))
+                lo, hi = sorted((me, v))
+                seed = hashlib.sha256(b"privrelease-spam-mask|" + context + b"|%d|%d|" % (lo, hi) + shared).digest()
+                self._seeds[v] = (1 if me < v else -1, seed)
+
+    def mask(self, n: int, round_: int, count: int) -> list[int]:
+        """This user's ``count`` mask values mod n for a round: Σ_v ±PRG(seed_uv); zero-sum over users."""
+        width = (n.bit_length() + 128 + 7) // 8
+        out = [0] * count
+        for sign, seed in self._seeds.values():
+            stream = hashlib.shake_256(seed + round_.to_bytes(8, "big")).digest(width * count)
+            for i in range(count):
+                out[i] += sign * int.from_bytes(stream[i * width : (i + 1) * width], "big")
+        return [v % n for v in out]
+
+    @property
+    def peers(self) -> int:
+        return len(self._seeds)

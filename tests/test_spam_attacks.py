@@ -1,0 +1,196 @@
+"""A curious server runs the honest training protocol, then attacks what it received.
+
+Each attack (margin recovery, label and feature recovery on a small block, decrypting one user's
+gradient) must fail against the protocol, measured against a stated chance level, and must succeed
+against a deliberately weakened user that skips the pairwise masks, so each test can fail. The
+transcript test reads the real payloads of both inboxes. Small keys (test mode) keep it fast.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from core.spam import features as F
+from core.spam import parties as Q
+from core.spam import protocol as P
+from core.spam.aggregation import W_BITS
+from core.spam.training import read_mail
+from tests.conftest import real_data
+
+D = 400
+
+
+class Unmasked(P.User):
+    """Weakened: no pairwise masks, so the server can decrypt this user's message on its own."""
+
+    def setup(self, directory: bytes) -> None:
+        super().setup(directory)
+        self._agreement.mask = lambda n, round_, count: [0] * count
+
+
+class Inbox(Q.Local):
+    """A party that keeps every payload it receives: what it can analyse afterwards."""
+
+    def __init__(self, party):
+        super().__init__(party)
+        self.received: list[bytes] = []
+
+    def send(self, method: str, *args) -> None:
+        self.received += [a for a in args if isinstance(a, bytes)]
+        super().send(method, *args)
+
+
+def block_of(seed: int, messages: int, features: int = 8):
+    """Messages with disjoint features (the easiest case for the attacker) and random labels."""
+    rng = np.random.default_rng(seed)
+    pool = rng.permutation(D)[: messages * features].reshape(messages, features)
+    return [np.sort(row) for row in pool], rng.choice([-1, 1], messages)
+
+
+def honest_round(seed: int, per_user: int, user_class=P.User):
+    """Two users, ``per_user`` messages each, one round at a random current model; returns the
+    server, the server's inbox, and user 1's messages, labels and the integer w the round used."""
+    x, y = block_of(seed, 2 * per_user)
+    server = P.Server(512, np.random.default_rng(seed).normal(0, 0.05, D), 0.01)
+    w_int = np.rint(np.ldexp(server.w, W_BITS)).astype(np.int64)
+    users = [user_class("user-1", x[:per_user], y[:per_user]), P.User("user-2", x[per_user:], y[per_user:])]
+    inbox = Inbox(server)
+    channel = P.Channel()
+    Q.setup(inbox, [Q.Local(u) for u in users], channel)
+    Q.train_round(inbox, [Q.Local(u) for u in users], channel, 0)
+    return server, inbox, x[:per_user], y[:per_user], w_int
+
+
+# -- the attacker's tools: its own key, the public layout, its own model ----------------------------
+
+
+def alone(server: P.Server, payload: bytes) -> list[int]:
+    """Decrypt one user's message and read its slots as that user's gradient (4·C_w·g_j)."""
+    layout, key = server.layout, server.public_key
+    totals = [int(server._keys.raw_decrypt(c)) for c in P.read_ciphertexts(payload, key, layout.ciphertexts, "x")]
+    mask = (1 << layout.slot_bits) - 1
+    return [((totals[j // layout.slots] >> ((j % layout.slots) * layout.slot_bits)) & mask) - layout.offset
+            for j in range(layout.dimension)]  # fmt: skip
+
+
+def recover(coords: list[int], w_int: np.ndarray) -> list[tuple[frozenset, int, float]]:
+    """Group coordinates by value; a group whose value is t = 2y·C_w − wᵀx over its own features
+    with y = ±1 is a message: its features, its label, its margin."""
+    groups: dict[int, list[int]] = {}
+    for j, v in enumerate(coords):
+        if v:
+            groups.setdefault(v, []).append(j)
+    found = []
+    for v, js in groups.items():
+        s = int(w_int[js].sum())
+        if (v + s) in (2 << W_BITS, -(2 << W_BITS)):
+            y = 1 if v + s > 0 else -1
+            found.append((frozenset(js), y, y * s / 2.0**W_BITS))
+    return found
+
+
+def user_message(inbox: Inbox) -> bytes:
+    return [p for p in inbox.received if p[:1] == b"C"][0]  # the first masked gradient: user 1's
+
+
+# -- the attacks ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("weakened", [False, True])
+def test_margin_label_and_feature_recovery_on_a_small_block(test_mode, weakened):
+    """(a) margins and (b) labels and feature sets of user 1's 4-message block, from its message alone.
+    Chance level: an exact 48-bit margin or an exact 8-of-400 feature set, about 0."""
+    hits = {"margins": 0, "messages": 0}
+    for seed in range(3):
+        server, inbox, x, y, w_int = honest_round(seed, 4, Unmasked if weakened else P.User)
+        truth = {frozenset(xi.tolist()): (int(yi), yi * w_int[xi].sum() / 2.0**W_BITS) for xi, yi in zip(x, y)}
+        for features, label, margin in recover(alone(server, user_message(inbox)), w_int):
+            if features in truth:
+                hits["messages"] += truth[features][0] == label
+                hits["margins"] += truth[features][1] == margin
+    if weakened:
+        assert hits == {"margins": 12, "messages": 12}  # every message of every block, exactly
+    else:
+        assert hits == {"margins": 0, "messages": 0}
+
+
+@pytest.mark.parametrize("weakened", [False, True])
+def test_guessing_a_users_label_from_its_message(test_mode, weakened):
+    """(b) one-message blocks: guess user 1's label as the sign of its decrypted gradient's sum.
+    Chance level 1/2; the protocol must not beat it (binomial test, false alarm 0.001)."""
+    right = 0
+    trials = 40
+    for seed in range(trials):
+        server, inbox, _, y, _ = honest_round(100 + seed, 1, Unmasked if weakened else P.User)
+        right += (1 if sum(alone(server, user_message(inbox))) > 0 else -1) == y[0]
+    if weakened:
+        assert right == trials
+    else:
+        assert stats.binomtest(right, trials, 0.5).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("weakened", [False, True])
+def test_decrypting_one_users_gradient_on_its_own(test_mode, weakened):
+    """(c) the server decrypts user 1's message by itself and compares it with user 1's true
+    gradient. Chance of one slot matching: 2^-slot_bits; a user's plaintext must look uniform on Z_n."""
+    matched, uniform = [], []
+    for seed in range(20):
+        server, inbox, x, y, w_int = honest_round(200 + seed, 3, Unmasked if weakened else P.User)
+        truth = np.zeros(D, dtype=object)
+        for xi, yi in zip(x, y):
+            truth[xi] += (int(yi) << (W_BITS + 1)) - int(w_int[xi].sum())
+        got = alone(server, user_message(inbox))
+        matched.append(sum(int(g == t) for g, t in zip(got, truth)) / D)
+        c = P.read_ciphertexts(user_message(inbox), server.public_key, server.layout.ciphertexts, "x")[0]
+        uniform.append(int(server._keys.raw_decrypt(c)) / server.public_key.n)
+    if weakened:
+        assert min(matched) == 1.0
+        assert stats.kstest(uniform, "uniform").pvalue < 1e-3  # packed gradients sit far below n
+    else:
+        assert max(matched) < 0.01  # most true coordinates are 0: a match would be a uniform slot hitting 0
+        assert stats.kstest(uniform, "uniform").pvalue > 1e-3  # false alarm 0.001
+
+
+def test_transcript_payloads_hold_no_plaintext_features_labels_margins_or_weights(test_mode):
+    x, y = block_of(7, 6)
+    server = P.Server(512, np.random.default_rng(7).normal(0, 0.05, D), 0.01)
+    users = [Inbox(P.User(f"user-{k + 1}", x[k::2], y[k::2])) for k in range(2)]
+    inbox, channel = Inbox(server), P.Channel()
+    Q.setup(inbox, users, channel)
+    Q.train_round(inbox, users, channel, 0)
+    key, n = server.public_key, server.public_key.n
+    for payload in inbox.received:  # the server's inbox
+        label, _ = P.inspect(payload, key)
+        if label == "public":
+            assert set(P.read_public(payload, "a")) == {"user", "x25519", "messages"}
+        else:
+            assert label == "ciphertext"
+            for c in key.unpack(payload[1:]):
+                m = int(server._keys.raw_decrypt(c))
+                assert min(m, n - m) > n >> 64  # no small signed value: no feature index, label or margin
+    for user in users:  # the users' inboxes
+        directory, weights = user.received
+        assert set(P.read_public(directory, "d")) == {"n", "layout", "mode", "block_size", "sizes", "users", "keys"}
+        assert P.inspect(weights, key) == ("ciphertext", D)
+    # the inspection can fail: E[w] without fresh randomness is plaintext on the wire, and so is a
+    # user's unmasked, un-randomized gradient coordinate
+    assert P.inspect(P.ciphertext_message([key.trivial(v) for v in (5, -3)], key), key)[0] == "plaintext"
+    small = server._keys.raw_decrypt(key.encrypt(-(3 << W_BITS), "margin"))
+    assert not min(int(small), n - int(small)) > n >> 64
+
+
+def test_the_round_floor_leaves_no_spamassassin_message_alone_in_the_aggregate():
+    """What the server decrypts is Σ_i x_i·t_i over the round (the parity tests pin this): a message
+    owning a feature no other message of the round has shows its t_i on that coordinate. At the
+    floor of 1000 messages no message does; at 50 most do (so this test can fail)."""
+    texts, _ = read_mail(real_data("spamassassin/spamassassin.jsonl.gz"))
+    reducer = F.Reducer(F.FeatureParams())
+    rng = np.random.default_rng(0)
+    exposed = {}
+    for size in (50, P.MIN_ROUND_MESSAGES):
+        x = [reducer.apply(F.grams(texts[i], 1_000_000)) for i in rng.choice(len(texts), size, replace=False)]
+        counts = np.bincount(np.concatenate(x), minlength=10_000)
+        exposed[size] = np.mean([bool((counts[xi] == 1).any()) for xi in x])
+    assert exposed[P.MIN_ROUND_MESSAGES] == 0.0 and exposed[50] > 0.5
