@@ -123,7 +123,7 @@ def test_rho_1_bounds_a_lone_user_by_half_delta():
     "kw,message",
     [({"delta0": [5, 5]}, "delta0 has 2 entries"), ({"split": "geometric"}, "c is required"),
      ({"c": 0.5}, "c is required"), ({"delta": 0}, "greater than 0"), ({"epsilon": -1}, "greater than 0"),
-     ({"pruning": "left"}, "'both' or 'single'"), ({"delta0": 0}, "at least 1")],
+     ({"pruning": "left"}, "'both' or 'single'"), ({"delta0": 0}, "between 1 and 100,000")],
 )
 def test_bad_parameters(kw, message):
     with pytest.raises(ValidationError, match=message):

@@ -198,9 +198,10 @@ def positions(con: duckdb.DuckDBPyConnection, k: int, pruning: str) -> None:
     Level 1: every token. Both-side: the (k-1)-grams at pos and pos+1 were released (``hits``).
     Single-side: the (k-1)-gram at pos and the word at pos+k-1 were released.
     """
-    if k == 1:
-        sql = "SELECT uid, post, pos, token AS gram FROM tokens"
-    elif pruning == "both":
+    if k == 1:  # a view: level 1 is the tokens themselves, no copy of the corpus
+        con.execute("CREATE OR REPLACE VIEW cand_1 AS SELECT uid, post, pos, token AS gram FROM tokens")
+        return
+    if pruning == "both":
         sql = (
             f"SELECT a.uid, a.post, a.pos, a.gram || '{SEP}' || t.token AS gram FROM hits_{k - 1} a "
             f"JOIN hits_{k - 1} b ON b.post = a.post AND b.pos = a.pos + 1 "
@@ -387,7 +388,7 @@ def extract(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> tu
             }).sort_values("gram", kind="stable")  # fmt: skip
             con.append("released", out)
             mark(con, k)
-            con.execute(f"DROP TABLE cand_{k}")
+            con.execute(f"DROP {'VIEW' if k == 1 else 'TABLE'} cand_{k}")
             if k > 2:
                 con.execute(f"DROP TABLE hits_{k - 1}")  # hits_1 stays: single-side pruning reads it
             levels.append(Level(k, sigma, rho, size, len(out), len(simulated)))
