@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from core import lease
 from core.accounting import ZERO, Budget, compose_sigmas, gaussian_epsilon
 from core.db import connect, exclusive
 from core.errors import BudgetError, LedgerCorrupt, ReleaseConflict
@@ -29,7 +30,7 @@ KINDS = ("dp", "sdc", "mpc")
 
 _COLUMNS = (
     "seq", "ts", "dataset", "release_id", "flow_run_id", "kind", "adjacency", "mechanism", "params",
-    "epsilon", "delta", "detail", "status", "prev_hash", "hash",
+    "epsilon", "delta", "detail", "holder", "status", "prev_hash", "hash",
 )  # fmt: skip
 
 _DDL = """
@@ -49,7 +50,8 @@ CREATE TABLE IF NOT EXISTS ledger (
     status VARCHAR NOT NULL,
     prev_hash VARCHAR NOT NULL,
     hash VARCHAR NOT NULL
-)
+);
+ALTER TABLE ledger ADD COLUMN IF NOT EXISTS holder VARCHAR;
 """
 
 
@@ -73,6 +75,7 @@ class Entry:
     epsilon: float
     delta: float
     detail: str
+    holder: str | None  # a charge's process (host, pid, start time: public), so a dead one is recognised
     status: str
     prev_hash: str
     hash: str
@@ -196,7 +199,7 @@ class Ledger:
                 con, dataset=dataset, release_id=release_id, flow_run_id=flow_run_id, kind=kind,
                 adjacency=adjacency, mechanism=mechanism, params=params,
                 epsilon=cost.epsilon if cost else 0.0, delta=cost.delta if cost else 0.0,
-                detail=detail or {}, status=RESERVED,
+                detail=detail or {}, holder=lease.me(), status=RESERVED,
             )  # fmt: skip
             return Charge(entry, None)
 
@@ -228,22 +231,57 @@ class Ledger:
             raise ValueError(f"a release settles as {PUBLISHED!r} or {FAILED!r}, not {status!r}")
         with exclusive(self._lock), connect(self.db_path) as con:
             con.execute(_DDL)
-            charged = _rows(con, "WHERE release_id = ? AND status = ? ORDER BY seq LIMIT 1", [release_id, RESERVED])
-            if not charged:
-                raise ValueError(f"release {release_id!r} was never charged")
-            first = charged[0]
-            latest = _rows(con, "WHERE release_id = ? ORDER BY seq DESC LIMIT 1", [release_id])[0]
-            if latest.status == PUBLISHED:
-                return latest  # a published release stays published, whatever a late retry reports
-            return self._append(
-                con, dataset=first.dataset, release_id=release_id, flow_run_id=flow_run_id, kind=first.kind,
-                mechanism=first.mechanism, status=status, detail=detail or {},
-            )
+            return self._settle(con, release_id, status, detail, flow_run_id)
+
+    def _settle(self, con, release_id: str, status: str, detail: dict | None, flow_run_id: str | None) -> Entry:
+        charged = _rows(con, "WHERE release_id = ? AND status = ? ORDER BY seq LIMIT 1", [release_id, RESERVED])
+        if not charged:
+            raise ValueError(f"release {release_id!r} was never charged")
+        first = charged[0]
+        latest = _rows(con, "WHERE release_id = ? ORDER BY seq DESC LIMIT 1", [release_id])[0]
+        if latest.status == PUBLISHED:
+            return latest  # a published release stays published, whatever a late retry reports
+        return self._append(
+            con, dataset=first.dataset, release_id=release_id, flow_run_id=flow_run_id, kind=first.kind,
+            mechanism=first.mechanism, status=status, detail=detail or {},
+        )
+
+    def recover(self, releases_root: Path) -> list[Entry]:
+        """Settle every charge whose holder is gone: ``published`` if its release folder is in place
+        (the process died between publishing and settling), else ``failed`` (reason ``interrupted``),
+        keeping its charge. Returns the outcomes written."""
+        if not self.db_path.exists():
+            return []
+        with exclusive(self._lock), connect(self.db_path) as con:
+            con.execute(_DDL)
+            out = []
+            for charge in self._open(con):
+                if lease.alive(charge.holder, charge.ts):
+                    continue
+                manifest = releases_root / charge.dataset / str(charge.release_id) / "manifest.json"
+                cited = json.loads(manifest.read_text()).get("ledger") if manifest.is_file() else None
+                if cited == {"seq": charge.seq, "hash": charge.hash}:
+                    out.append(self._settle(con, charge.release_id, PUBLISHED, {"recovered": "interrupted after publishing"}, None))
+                else:
+                    out.append(self._settle(con, charge.release_id, FAILED, {"reason": "interrupted"}, None))
+            return out
+
+    def pending(self) -> list[Entry]:
+        """Charges without an outcome yet (their holders are still running, or not yet recovered)."""
+        with connect(self.db_path) as con:
+            con.execute(_DDL)
+            return self._open(con)
+
+    @staticmethod
+    def _open(con) -> list[Entry]:
+        return _rows(con, "WHERE status = ? AND release_id IN (SELECT release_id FROM ledger GROUP BY release_id "
+                          "HAVING count(*) = 1) ORDER BY seq", [RESERVED])  # fmt: skip
 
     def _append(self, con, *, dataset: str, status: str, release_id: str | None = None,
                 flow_run_id: str | None = None, kind: str | None = None, adjacency: str | None = None,
                 mechanism: str | None = None, params: dict | None = None,
-                epsilon: float = 0.0, delta: float = 0.0, detail: dict | None = None) -> Entry:
+                epsilon: float = 0.0, delta: float = 0.0, detail: dict | None = None,
+                holder: str | None = None) -> Entry:
         con.execute(_DDL)
         con.execute("BEGIN TRANSACTION")
         try:
@@ -254,7 +292,7 @@ class Ledger:
                 dataset=dataset, release_id=release_id, flow_run_id=flow_run_id, kind=kind, adjacency=adjacency,
                 mechanism=mechanism,
                 params=_canonical(params or {}), epsilon=float(epsilon), delta=float(delta),
-                detail=_canonical(detail or {}), status=status, prev_hash=prev, hash="",
+                detail=_canonical(detail or {}), holder=holder, status=status, prev_hash=prev, hash="",
             )  # fmt: skip
             entry = Entry(**{**asdict(draft), "hash": draft.computed_hash()})
             con.execute(
