@@ -4,8 +4,12 @@ Every event is a row and no row is ever updated: a cap being set (``cap``), a re
 charged (``reserved``) and its outcome (``published`` or ``failed``). A release's status is its
 latest event. Each charge states the guarantee it stands for (``kind``): ``dp`` with (epsilon,
 delta) under the dataset's adjacency, ``sdc`` (no epsilon: its risk figures are in the outcome) or
-``mpc`` (a cryptographic protocol run). Only ``dp`` charges count against a cap. Each row's hash covers its content and the previous row's hash, so a changed,
-removed or reordered row breaks the chain and ``verify`` names it.
+``mpc`` (a cryptographic protocol run). Only ``dp`` charges count against a cap.
+
+Each row's hash is an HMAC-SHA256, under a key kept outside the database, of its content and the
+previous row's hash, so a changed, removed or reordered row breaks the chain and cannot be
+re-chained without the key; every row written is also anchored (``core.anchors``) outside the
+database, so a cut tail or a restored older copy fails ``verify`` too.
 
 Charges are serialized across threads and processes by an OS file lock held for the whole
 read-check-append transaction, so a cap is never exceeded and no entry is lost.
@@ -14,12 +18,13 @@ read-check-append transaction, so a cap is never exceeded and no entry is lost.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from core import lease
+from core import anchors, lease
 from core.accounting import ZERO, Budget, compose_sigmas, gaussian_epsilon
 from core.db import connect, exclusive
 from core.errors import BudgetError, LedgerCorrupt, ReleaseConflict
@@ -80,9 +85,9 @@ class Entry:
     prev_hash: str
     hash: str
 
-    def computed_hash(self) -> str:
+    def computed_hash(self, key: bytes) -> str:
         body = {k: v for k, v in asdict(self).items() if k != "hash"}
-        return hashlib.sha256(_canonical(body).encode()).hexdigest()
+        return hmac.new(key, _canonical(body).encode(), hashlib.sha256).hexdigest()
 
     @property
     def budget(self) -> Budget:
@@ -143,6 +148,7 @@ class Ledger:
 
     def __init__(self, db_path: Path):
         self.db_path = db_path
+        self.home = db_path.parent  # where the key and the anchors live, unless configured elsewhere
         self._lock = db_path.with_name(db_path.name + ".ledger.lock")
 
     # -- writing -------------------------------------------------------------------------------
@@ -287,6 +293,7 @@ class Ledger:
         try:
             last = con.execute("SELECT seq, hash FROM ledger ORDER BY seq DESC LIMIT 1").fetchall()
             seq, prev = (last[0][0] + 1, last[0][1]) if last else (1, GENESIS)
+            key = anchors.key(self.home, create=not last)
             draft = Entry(
                 seq=seq, ts=datetime.now(UTC).isoformat(timespec="microseconds"),
                 dataset=dataset, release_id=release_id, flow_run_id=flow_run_id, kind=kind, adjacency=adjacency,
@@ -294,7 +301,7 @@ class Ledger:
                 params=_canonical(params or {}), epsilon=float(epsilon), delta=float(delta),
                 detail=_canonical(detail or {}), holder=holder, status=status, prev_hash=prev, hash="",
             )  # fmt: skip
-            entry = Entry(**{**asdict(draft), "hash": draft.computed_hash()})
+            entry = Entry(**{**asdict(draft), "hash": draft.computed_hash(key)})
             con.execute(
                 f"INSERT INTO ledger ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
                 [getattr(entry, c) for c in _COLUMNS],
@@ -303,7 +310,16 @@ class Ledger:
         except BaseException:
             con.execute("ROLLBACK")
             raise
+        anchors.append(self.home, entry.seq, entry.hash, status)  # still under the ledger lock
         return entry
+
+    def anchor(self) -> Entry | None:
+        """Anchor the current head once more (the audit does, after a clean ``verify``)."""
+        with exclusive(self._lock):
+            entries = self.entries()
+            if entries:
+                anchors.append(self.home, entries[-1].seq, entries[-1].hash, "audit")
+            return entries[-1] if entries else None
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -356,11 +372,15 @@ class Ledger:
         return out
 
     def verify(self, releases_root: Path | None = None) -> int:
-        """Check the hash chain (and that every published manifest's entry is in it).
+        """Check the HMAC chain, that every anchor and every published manifest's entry is in it.
 
         Returns the number of entries; raises ``LedgerCorrupt`` naming the first bad one.
         """
         entries = self.entries()
+        marks = anchors.read(self.home)
+        if not entries and not marks:
+            return 0
+        key = anchors.key(self.home, create=False)
         prev = GENESIS
         for expected_seq, entry in enumerate(entries, start=1):
             if entry.seq != expected_seq:
@@ -370,11 +390,18 @@ class Ledger:
                 )
             if entry.prev_hash != prev:
                 raise LedgerCorrupt(f"entry {entry.seq} does not chain to entry {entry.seq - 1}", entry.seq)
-            if entry.computed_hash() != entry.hash:
+            if not hmac.compare_digest(entry.computed_hash(key), entry.hash):
                 raise LedgerCorrupt(f"entry {entry.seq} was changed after it was written", entry.seq)
             prev = entry.hash
+        known = {(e.seq, e.hash) for e in entries}
+        for mark in marks:
+            if (mark["seq"], mark["hash"]) not in known:
+                raise LedgerCorrupt(
+                    f"entry {mark['seq']}, anchored at {mark['ts']}, is missing or different: the ledger was cut "
+                    "short, rolled back to an older copy or rewritten",
+                    mark["seq"],
+                )
         if releases_root is not None and releases_root.is_dir():
-            known = {(e.seq, e.hash) for e in entries}
             for manifest in sorted(releases_root.glob("*/*/manifest.json")):
                 ref = json.loads(manifest.read_text()).get("ledger", {})
                 if (ref.get("seq"), ref.get("hash")) not in known:

@@ -469,6 +469,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except LedgerCorrupt as exc:
+        print(f"ledger verification FAILED: {exc}", file=sys.stderr)
+        return 3
     except Exception as exc:  # noqa: BLE001 - the last line of defence: no data in the message
         if os.environ.get(DEBUG_ENV) == "1":
             traceback.print_exc()

@@ -11,6 +11,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from core import anchors
 from core.accounting import Budget, compose_sigmas, gaussian_epsilon
 from core.errors import BudgetError, LedgerCorrupt, ReleaseConflict
 from core.ledger import FAILED, PUBLISHED, RESERVED, Ledger
@@ -159,7 +160,10 @@ def test_truncation_is_detected_through_manifests(filled, tmp_path):
     (folder / "manifest.json").write_text(json.dumps({"ledger": {"seq": last.seq, "hash": last.hash}}))
     assert filled.verify(tmp_path / "releases") == 9
     _tamper(filled, f"DELETE FROM ledger WHERE seq >= {last.seq}")
-    filled.verify()  # the chain alone cannot see a cut tail ...
+    with pytest.raises(LedgerCorrupt, match="entry 8, anchored at"):
+        filled.verify()  # the anchors see a cut tail ...
+    anchors.anchors_path(filled.home).unlink()
+    filled.verify()  # ... the chain alone cannot ...
     with pytest.raises(LedgerCorrupt, match="cites ledger entry 8"):
         filled.verify(tmp_path / "releases")  # ... the manifests can
 
@@ -167,6 +171,7 @@ def test_truncation_is_detected_through_manifests(filled, tmp_path):
 WORKER = """
 import json, sys, time
 from pathlib import Path
+from core import anchors
 from core.accounting import Budget, compose_sigmas, gaussian_epsilon
 from core.mechanisms import dpne
 from core.errors import BudgetError
