@@ -21,11 +21,12 @@ import hashlib
 import hmac
 import json
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 from datetime import UTC, datetime
 from pathlib import Path
 
 from core import anchors, lease
-from core.accounting import ZERO, Budget, compose_sigmas, gaussian_epsilon
+from core.accounting import Budget, compose_sigmas, gaussian_epsilon
 from core.db import connect, exclusive
 from core.errors import BudgetError, LedgerCorrupt, ReleaseConflict
 
@@ -127,7 +128,14 @@ class Totals:
     def remaining(self) -> Budget | None:
         if self.cap is None or self.spent is None:
             return None
-        return Budget(max(self.cap.epsilon - self.spent.epsilon, 0.0), max(self.cap.delta - self.spent.delta, 0.0))
+        return Budget(float(max(_exact(self.cap.epsilon) - _exact(self.spent.epsilon), 0)),
+                      float(max(_exact(self.cap.delta) - _exact(self.spent.delta), 0)))
+
+    @property
+    def over_cap(self) -> bool:
+        """Whether the spend already exceeds the cap (after a cap was lowered), compared exactly."""
+        return self.cap is not None and self.spent is not None and (
+            _exact(self.spent.epsilon) > _exact(self.cap.epsilon) or _exact(self.spent.delta) > _exact(self.cap.delta))
 
     def as_dict(self) -> dict:
         def pair(b: Budget | None) -> dict | None:
@@ -221,13 +229,14 @@ class Ledger:
         if other:
             raise BudgetError(f"dataset {dataset!r} was charged under another adjacency ({other[0]}); DP costs "
                               "under different neighbouring relations do not add up under one cap.")  # fmt: skip
-        spent = self._spent(con, dataset)
-        if not (spent + cost).fits_within(cap):
+        cap_eps, cap_delta = _exact(cap.epsilon), _exact(cap.delta)
+        spent_eps, spent_delta = self._spent(con, dataset)
+        if spent_eps + _exact(cost.epsilon) > cap_eps or spent_delta + _exact(cost.delta) > cap_delta:
             raise BudgetError(
-                f"this release needs epsilon={cost.epsilon:g}, delta={cost.delta:g} but dataset "
-                f"{dataset!r} has only epsilon={max(cap.epsilon - spent.epsilon, 0):g}, "
-                f"delta={max(cap.delta - spent.delta, 0):g} left of its cap (epsilon={cap.epsilon:g}, "
-                f"delta={cap.delta:g}); lower the release's cost or raise the cap with "
+                f"this release needs epsilon={cost.epsilon:.6g}, delta={cost.delta:.6g} but dataset "
+                f"{dataset!r} has only epsilon={float(max(cap_eps - spent_eps, 0)):.6g}, "
+                f"delta={float(max(cap_delta - spent_delta, 0)):.6g} left of its cap (epsilon={cap.epsilon:.6g}, "
+                f"delta={cap.delta:.6g}); lower the release's cost or raise the cap with "
                 f"privrelease ledger set-budget."
             )
 
@@ -327,13 +336,11 @@ class Ledger:
         caps = _rows(con, "WHERE dataset = ? AND status = ? ORDER BY seq DESC LIMIT 1", [dataset, CAP])
         return caps[0].budget if caps else None
 
-    def _spent(self, con, dataset: str) -> Budget:
-        eps, delta = con.execute(
-            "SELECT coalesce(sum(epsilon), 0), coalesce(sum(delta), 0) FROM ledger "
-            "WHERE dataset = ? AND status = ? AND kind = 'dp'",
-            [dataset, RESERVED],
-        ).fetchall()[0]
-        return Budget(eps, delta)
+    def _spent(self, con, dataset: str) -> tuple[Fraction, Fraction]:
+        """The dataset's dp spend, summed exactly: each amount is the decimal it was written as."""
+        rows = con.execute("SELECT epsilon, delta FROM ledger WHERE dataset = ? AND status = ? AND kind = 'dp'",
+                           [dataset, RESERVED]).fetchall()  # fmt: skip
+        return sum((_exact(e) for e, _ in rows), Fraction(0)), sum((_exact(d) for _, d in rows), Fraction(0))
 
     def entries(self, dataset: str | None = None) -> list[Entry]:
         """All entries in chain order, optionally of one dataset."""
@@ -359,7 +366,8 @@ class Ledger:
             charges = [e for e in mine if e.status == RESERVED]
             kind = charges[0].kind if charges else ("dp" if caps else None)
             dp = [e for e in charges if e.kind == "dp"]
-            spent = sum((e.budget for e in dp), ZERO) if kind == "dp" else None
+            spent = Budget(float(sum((_exact(e.epsilon) for e in dp), Fraction(0))),
+                           float(sum((_exact(e.delta) for e in dp), Fraction(0)))) if kind == "dp" else None
             latest: dict[str, str] = {}
             for e in mine:
                 if e.release_id is not None:
@@ -411,6 +419,11 @@ class Ledger:
                         ref.get("seq"),
                     )
         return len(entries)
+
+
+def _exact(amount: float) -> Fraction:
+    """An amount as the decimal it was given as (its shortest repr), so sums of splits have no residue."""
+    return Fraction(repr(float(amount)))
 
 
 def _gdp_epsilon(charges: list[Entry]) -> float | None:

@@ -272,8 +272,9 @@ def cmd_set_budget(args: argparse.Namespace, root: Path) -> int:
     ledger = Ledger(paths.database(root))
     entry = ledger.set_budget(args.dataset, cap)
     print(f"cap for {args.dataset}: epsilon={cap.epsilon:g} delta={cap.delta:g} (ledger entry #{entry.seq})")
-    spent = next((t.spent for t in ledger.totals() if t.dataset == args.dataset), None)
-    if spent is not None and not spent.fits_within(cap):
+    totals = next((t for t in ledger.totals() if t.dataset == args.dataset), None)
+    if totals is not None and totals.over_cap:
+        spent = totals.spent
         print(f"note: {args.dataset} has already spent epsilon={spent.epsilon:g} delta={spent.delta:g}; "
               "no further DP release fits under this cap")  # fmt: skip
     return 0
