@@ -18,13 +18,14 @@ DEFAULT_LEASE_S = 6 * 3600
 
 
 def _start_time(pid: int) -> str | None:
-    """The process's start (boot id and clock ticks since boot), or None where /proc is missing."""
+    """The process's start (boot id and clock ticks since boot), or None where /proc is missing;
+    "exited" for a killed process its parent has not reaped yet (a zombie cannot settle anything)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return None
-    return f"{boot}:{stat.rsplit(')', 1)[1].split()[19]}"
+    return "exited" if fields[0] in ("Z", "X") else f"{boot}:{fields[19]}"
 
 
 def lease_seconds() -> float:

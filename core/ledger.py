@@ -21,8 +21,8 @@ import hashlib
 import hmac
 import json
 from dataclasses import asdict, dataclass
-from fractions import Fraction
 from datetime import UTC, datetime
+from fractions import Fraction
 from pathlib import Path
 
 from core import anchors, lease

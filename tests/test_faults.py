@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,33 @@ def test_fault_hook_is_refused_outside_test_mode(dp_home, monkeypatch, capsys):
     code, _, err = cli(capsys, "release", str(request))
     assert code == 2 and "names a step boundary, one of prepare, load, charge" in err
     assert statuses(home) == []
+
+
+def test_holder_liveness_by_pid_start_time_and_lease():
+    """Alive while its process runs; dead once killed (even unreaped), for a reused pid, or past its lease."""
+    from datetime import UTC, datetime, timedelta
+
+    from core import lease
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        doc = {"host": lease.socket.gethostname(), "pid": child.pid, "start": lease._start_time(child.pid), "lease_s": 60}
+        now = datetime.now(UTC)
+        holder = json.dumps(doc)
+        assert lease.alive(holder, now.isoformat())
+        assert not lease.alive(json.dumps({**doc, "start": doc["start"] + "0"}), now.isoformat())  # pid reused
+        os.kill(child.pid, signal.SIGKILL)
+        for _ in range(500):  # until the kernel has made it a zombie; it is not reaped yet
+            if Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+            time.sleep(0.01)
+        else:
+            pytest.fail("the killed child never became a zombie")
+        assert not lease.alive(holder, now.isoformat())
+    finally:
+        child.kill()
+        child.wait()
+    assert not lease.alive(holder, now.isoformat())  # reaped: no such process
+    elsewhere = json.dumps({**doc, "host": "another-host"})
+    assert lease.alive(elsewhere, (now - timedelta(seconds=59)).isoformat())  # another host: its lease decides
+    assert not lease.alive(elsewhere, (now - timedelta(seconds=61)).isoformat())
