@@ -169,3 +169,31 @@ def test_holder_liveness_by_pid_start_time_and_lease():
     elsewhere = json.dumps({**doc, "host": "another-host"})
     assert lease.alive(elsewhere, (now - timedelta(seconds=59)).isoformat())  # another host: its lease decides
     assert not lease.alive(elsewhere, (now - timedelta(seconds=61)).isoformat())
+
+
+def test_eight_concurrent_releases_settle_only_their_own(dp_home, tmp_path, capsys):
+    """Eight ``privrelease release`` processes at once against a cap for five: each runs recovery while the
+    others hold live charges, and none is settled as interrupted; five publish, three are refused."""
+    home, request = dp_home
+    doc = yaml.safe_load(request.read_text())
+    procs = []
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "PRIVRELEASE_FAULT"))}
+    env.update(PRIVRELEASE_HOME=str(home), PRIVRELEASE_TEST_MODE="1", PYTHONPATH=str(REPO))
+    for i in range(8):
+        path = tmp_path / f"c{i}.yaml"
+        path.write_text(yaml.safe_dump({**doc, "release_id": f"c{i}", "mechanism": {
+            "name": "outliers", "params": {**PARAMS, "epsilon": 0.6}}}))  # fmt: skip
+        procs.append(subprocess.Popen([sys.executable, "-m", "flows.cli", "release", str(path)], cwd=REPO, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))  # fmt: skip
+    codes = []
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        codes.append(proc.returncode)
+        assert proc.returncode == 0 or (proc.returncode == 2 and "has only epsilon=0, delta=0.0005 left" in err), err
+    assert sorted(codes) == [0] * 5 + [2] * 3  # the cap (3.0) holds five charges of 0.6, exactly
+    entries = Ledger(home / "privrelease.duckdb").entries()
+    assert [e.status for e in entries].count(RESERVED) == 5 and [e.status for e in entries].count(PUBLISHED) == 5
+    assert FAILED not in [e.status for e in entries]
+    assert len(complete_releases(home)) == 5 and staged(home) == []
+    code, out, _ = cli(capsys, "ledger", "verify")
+    assert code == 0 and "pending" not in out
