@@ -42,6 +42,7 @@ def audit(ledger: Ledger, releases_root: Path) -> Audit:
     """Read everything an auditor needs; a broken chain is reported, not raised."""
     try:
         ledger.verify(releases_root)
+        ledger.anchor()  # the audit pins the head it checked, outside the database
         problem = None
     except LedgerCorrupt as exc:
         problem = f"entry {exc.seq}: {exc}"

@@ -4,8 +4,12 @@ Every event is a row and no row is ever updated: a cap being set (``cap``), a re
 charged (``reserved``) and its outcome (``published`` or ``failed``). A release's status is its
 latest event. Each charge states the guarantee it stands for (``kind``): ``dp`` with (epsilon,
 delta) under the dataset's adjacency, ``sdc`` (no epsilon: its risk figures are in the outcome) or
-``mpc`` (a cryptographic protocol run). Only ``dp`` charges count against a cap. Each row's hash covers its content and the previous row's hash, so a changed,
-removed or reordered row breaks the chain and ``verify`` names it.
+``mpc`` (a cryptographic protocol run). Only ``dp`` charges count against a cap.
+
+Each row's hash is an HMAC-SHA256, under a key kept outside the database, of its content and the
+previous row's hash, so a changed, removed or reordered row breaks the chain and cannot be
+re-chained without the key; every row written is also anchored (``core.anchors``) outside the
+database, so a cut tail or a restored older copy fails ``verify`` too.
 
 Charges are serialized across threads and processes by an OS file lock held for the whole
 read-check-append transaction, so a cap is never exceeded and no entry is lost.
@@ -14,12 +18,15 @@ read-check-append transaction, so a cap is never exceeded and no entry is lost.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from fractions import Fraction
 from pathlib import Path
 
-from core.accounting import ZERO, Budget, compose_sigmas, gaussian_epsilon
+from core import anchors, lease
+from core.accounting import Budget, compose_sigmas, gaussian_epsilon
 from core.db import connect, exclusive
 from core.errors import BudgetError, LedgerCorrupt, ReleaseConflict
 
@@ -29,7 +36,7 @@ KINDS = ("dp", "sdc", "mpc")
 
 _COLUMNS = (
     "seq", "ts", "dataset", "release_id", "flow_run_id", "kind", "adjacency", "mechanism", "params",
-    "epsilon", "delta", "detail", "status", "prev_hash", "hash",
+    "epsilon", "delta", "detail", "holder", "status", "prev_hash", "hash",
 )  # fmt: skip
 
 _DDL = """
@@ -49,7 +56,8 @@ CREATE TABLE IF NOT EXISTS ledger (
     status VARCHAR NOT NULL,
     prev_hash VARCHAR NOT NULL,
     hash VARCHAR NOT NULL
-)
+);
+ALTER TABLE ledger ADD COLUMN IF NOT EXISTS holder VARCHAR;
 """
 
 
@@ -73,13 +81,14 @@ class Entry:
     epsilon: float
     delta: float
     detail: str
+    holder: str | None  # a charge's process (host, pid, start time: public), so a dead one is recognised
     status: str
     prev_hash: str
     hash: str
 
-    def computed_hash(self) -> str:
+    def computed_hash(self, key: bytes) -> str:
         body = {k: v for k, v in asdict(self).items() if k != "hash"}
-        return hashlib.sha256(_canonical(body).encode()).hexdigest()
+        return hmac.new(key, _canonical(body).encode(), hashlib.sha256).hexdigest()
 
     @property
     def budget(self) -> Budget:
@@ -119,7 +128,14 @@ class Totals:
     def remaining(self) -> Budget | None:
         if self.cap is None or self.spent is None:
             return None
-        return Budget(max(self.cap.epsilon - self.spent.epsilon, 0.0), max(self.cap.delta - self.spent.delta, 0.0))
+        return Budget(float(max(_exact(self.cap.epsilon) - _exact(self.spent.epsilon), 0)),
+                      float(max(_exact(self.cap.delta) - _exact(self.spent.delta), 0)))
+
+    @property
+    def over_cap(self) -> bool:
+        """Whether the spend already exceeds the cap (after a cap was lowered), compared exactly."""
+        return self.cap is not None and self.spent is not None and (
+            _exact(self.spent.epsilon) > _exact(self.cap.epsilon) or _exact(self.spent.delta) > _exact(self.cap.delta))
 
     def as_dict(self) -> dict:
         def pair(b: Budget | None) -> dict | None:
@@ -140,6 +156,7 @@ class Ledger:
 
     def __init__(self, db_path: Path):
         self.db_path = db_path
+        self.home = db_path.parent  # where the key and the anchors live, unless configured elsewhere
         self._lock = db_path.with_name(db_path.name + ".ledger.lock")
 
     # -- writing -------------------------------------------------------------------------------
@@ -196,7 +213,7 @@ class Ledger:
                 con, dataset=dataset, release_id=release_id, flow_run_id=flow_run_id, kind=kind,
                 adjacency=adjacency, mechanism=mechanism, params=params,
                 epsilon=cost.epsilon if cost else 0.0, delta=cost.delta if cost else 0.0,
-                detail=detail or {}, status=RESERVED,
+                detail=detail or {}, holder=lease.me(), status=RESERVED,
             )  # fmt: skip
             return Charge(entry, None)
 
@@ -212,13 +229,14 @@ class Ledger:
         if other:
             raise BudgetError(f"dataset {dataset!r} was charged under another adjacency ({other[0]}); DP costs "
                               "under different neighbouring relations do not add up under one cap.")  # fmt: skip
-        spent = self._spent(con, dataset)
-        if not (spent + cost).fits_within(cap):
+        cap_eps, cap_delta = _exact(cap.epsilon), _exact(cap.delta)
+        spent_eps, spent_delta = self._spent(con, dataset)
+        if spent_eps + _exact(cost.epsilon) > cap_eps or spent_delta + _exact(cost.delta) > cap_delta:
             raise BudgetError(
-                f"this release needs epsilon={cost.epsilon:g}, delta={cost.delta:g} but dataset "
-                f"{dataset!r} has only epsilon={max(cap.epsilon - spent.epsilon, 0):g}, "
-                f"delta={max(cap.delta - spent.delta, 0):g} left of its cap (epsilon={cap.epsilon:g}, "
-                f"delta={cap.delta:g}); lower the release's cost or raise the cap with "
+                f"this release needs epsilon={cost.epsilon:.6g}, delta={cost.delta:.6g} but dataset "
+                f"{dataset!r} has only epsilon={float(max(cap_eps - spent_eps, 0)):.6g}, "
+                f"delta={float(max(cap_delta - spent_delta, 0)):.6g} left of its cap (epsilon={cap.epsilon:.6g}, "
+                f"delta={cap.delta:.6g}); lower the release's cost or raise the cap with "
                 f"privrelease ledger set-budget."
             )
 
@@ -228,35 +246,71 @@ class Ledger:
             raise ValueError(f"a release settles as {PUBLISHED!r} or {FAILED!r}, not {status!r}")
         with exclusive(self._lock), connect(self.db_path) as con:
             con.execute(_DDL)
-            charged = _rows(con, "WHERE release_id = ? AND status = ? ORDER BY seq LIMIT 1", [release_id, RESERVED])
-            if not charged:
-                raise ValueError(f"release {release_id!r} was never charged")
-            first = charged[0]
-            latest = _rows(con, "WHERE release_id = ? ORDER BY seq DESC LIMIT 1", [release_id])[0]
-            if latest.status == PUBLISHED:
-                return latest  # a published release stays published, whatever a late retry reports
-            return self._append(
-                con, dataset=first.dataset, release_id=release_id, flow_run_id=flow_run_id, kind=first.kind,
-                mechanism=first.mechanism, status=status, detail=detail or {},
-            )
+            return self._settle(con, release_id, status, detail, flow_run_id)
+
+    def _settle(self, con, release_id: str, status: str, detail: dict | None, flow_run_id: str | None) -> Entry:
+        charged = _rows(con, "WHERE release_id = ? AND status = ? ORDER BY seq LIMIT 1", [release_id, RESERVED])
+        if not charged:
+            raise ValueError(f"release {release_id!r} was never charged")
+        first = charged[0]
+        latest = _rows(con, "WHERE release_id = ? ORDER BY seq DESC LIMIT 1", [release_id])[0]
+        if latest.status == PUBLISHED:
+            return latest  # a published release stays published, whatever a late retry reports
+        return self._append(
+            con, dataset=first.dataset, release_id=release_id, flow_run_id=flow_run_id, kind=first.kind,
+            mechanism=first.mechanism, status=status, detail=detail or {},
+        )
+
+    def recover(self, releases_root: Path) -> list[Entry]:
+        """Settle every charge whose holder is gone: ``published`` if its release folder is in place
+        (the process died between publishing and settling), else ``failed`` (reason ``interrupted``),
+        keeping its charge. Returns the outcomes written."""
+        if not self.db_path.exists():
+            return []
+        with exclusive(self._lock), connect(self.db_path) as con:
+            con.execute(_DDL)
+            out = []
+            for charge in self._open(con):
+                if lease.alive(charge.holder, charge.ts):
+                    continue
+                manifest = releases_root / charge.dataset / str(charge.release_id) / "manifest.json"
+                cited = json.loads(manifest.read_text()).get("ledger") if manifest.is_file() else None
+                if cited == {"seq": charge.seq, "hash": charge.hash}:
+                    out.append(self._settle(con, charge.release_id, PUBLISHED, {"recovered": "interrupted after publishing"}, None))
+                else:
+                    out.append(self._settle(con, charge.release_id, FAILED, {"reason": "interrupted"}, None))
+            return out
+
+    def pending(self) -> list[Entry]:
+        """Charges without an outcome yet (their holders are still running, or not yet recovered)."""
+        with connect(self.db_path) as con:
+            con.execute(_DDL)
+            return self._open(con)
+
+    @staticmethod
+    def _open(con) -> list[Entry]:
+        return _rows(con, "WHERE status = ? AND release_id IN (SELECT release_id FROM ledger GROUP BY release_id "
+                          "HAVING count(*) = 1) ORDER BY seq", [RESERVED])  # fmt: skip
 
     def _append(self, con, *, dataset: str, status: str, release_id: str | None = None,
                 flow_run_id: str | None = None, kind: str | None = None, adjacency: str | None = None,
                 mechanism: str | None = None, params: dict | None = None,
-                epsilon: float = 0.0, delta: float = 0.0, detail: dict | None = None) -> Entry:
+                epsilon: float = 0.0, delta: float = 0.0, detail: dict | None = None,
+                holder: str | None = None) -> Entry:
         con.execute(_DDL)
         con.execute("BEGIN TRANSACTION")
         try:
             last = con.execute("SELECT seq, hash FROM ledger ORDER BY seq DESC LIMIT 1").fetchall()
             seq, prev = (last[0][0] + 1, last[0][1]) if last else (1, GENESIS)
+            key = anchors.key(self.home, create=not last)
             draft = Entry(
                 seq=seq, ts=datetime.now(UTC).isoformat(timespec="microseconds"),
                 dataset=dataset, release_id=release_id, flow_run_id=flow_run_id, kind=kind, adjacency=adjacency,
                 mechanism=mechanism,
                 params=_canonical(params or {}), epsilon=float(epsilon), delta=float(delta),
-                detail=_canonical(detail or {}), status=status, prev_hash=prev, hash="",
+                detail=_canonical(detail or {}), holder=holder, status=status, prev_hash=prev, hash="",
             )  # fmt: skip
-            entry = Entry(**{**asdict(draft), "hash": draft.computed_hash()})
+            entry = Entry(**{**asdict(draft), "hash": draft.computed_hash(key)})
             con.execute(
                 f"INSERT INTO ledger ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
                 [getattr(entry, c) for c in _COLUMNS],
@@ -265,7 +319,16 @@ class Ledger:
         except BaseException:
             con.execute("ROLLBACK")
             raise
+        anchors.append(self.home, entry.seq, entry.hash, status)  # still under the ledger lock
         return entry
+
+    def anchor(self) -> Entry | None:
+        """Anchor the current head once more (the audit does, after a clean ``verify``)."""
+        with exclusive(self._lock):
+            entries = self.entries()
+            if entries:
+                anchors.append(self.home, entries[-1].seq, entries[-1].hash, "audit")
+            return entries[-1] if entries else None
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -273,13 +336,11 @@ class Ledger:
         caps = _rows(con, "WHERE dataset = ? AND status = ? ORDER BY seq DESC LIMIT 1", [dataset, CAP])
         return caps[0].budget if caps else None
 
-    def _spent(self, con, dataset: str) -> Budget:
-        eps, delta = con.execute(
-            "SELECT coalesce(sum(epsilon), 0), coalesce(sum(delta), 0) FROM ledger "
-            "WHERE dataset = ? AND status = ? AND kind = 'dp'",
-            [dataset, RESERVED],
-        ).fetchall()[0]
-        return Budget(eps, delta)
+    def _spent(self, con, dataset: str) -> tuple[Fraction, Fraction]:
+        """The dataset's dp spend, summed exactly: each amount is the decimal it was written as."""
+        rows = con.execute("SELECT epsilon, delta FROM ledger WHERE dataset = ? AND status = ? AND kind = 'dp'",
+                           [dataset, RESERVED]).fetchall()  # fmt: skip
+        return sum((_exact(e) for e, _ in rows), Fraction(0)), sum((_exact(d) for _, d in rows), Fraction(0))
 
     def entries(self, dataset: str | None = None) -> list[Entry]:
         """All entries in chain order, optionally of one dataset."""
@@ -305,7 +366,8 @@ class Ledger:
             charges = [e for e in mine if e.status == RESERVED]
             kind = charges[0].kind if charges else ("dp" if caps else None)
             dp = [e for e in charges if e.kind == "dp"]
-            spent = sum((e.budget for e in dp), ZERO) if kind == "dp" else None
+            spent = Budget(float(sum((_exact(e.epsilon) for e in dp), Fraction(0))),
+                           float(sum((_exact(e.delta) for e in dp), Fraction(0)))) if kind == "dp" else None
             latest: dict[str, str] = {}
             for e in mine:
                 if e.release_id is not None:
@@ -318,11 +380,15 @@ class Ledger:
         return out
 
     def verify(self, releases_root: Path | None = None) -> int:
-        """Check the hash chain (and that every published manifest's entry is in it).
+        """Check the HMAC chain, that every anchor and every published manifest's entry is in it.
 
         Returns the number of entries; raises ``LedgerCorrupt`` naming the first bad one.
         """
         entries = self.entries()
+        marks = anchors.read(self.home)
+        if not entries and not marks:
+            return 0
+        key = anchors.key(self.home, create=False)
         prev = GENESIS
         for expected_seq, entry in enumerate(entries, start=1):
             if entry.seq != expected_seq:
@@ -332,11 +398,18 @@ class Ledger:
                 )
             if entry.prev_hash != prev:
                 raise LedgerCorrupt(f"entry {entry.seq} does not chain to entry {entry.seq - 1}", entry.seq)
-            if entry.computed_hash() != entry.hash:
+            if not hmac.compare_digest(entry.computed_hash(key), entry.hash):
                 raise LedgerCorrupt(f"entry {entry.seq} was changed after it was written", entry.seq)
             prev = entry.hash
+        known = {(e.seq, e.hash) for e in entries}
+        for mark in marks:
+            if (mark["seq"], mark["hash"]) not in known:
+                raise LedgerCorrupt(
+                    f"entry {mark['seq']}, anchored at {mark['ts']}, is missing or different: the ledger was cut "
+                    "short, rolled back to an older copy or rewritten",
+                    mark["seq"],
+                )
         if releases_root is not None and releases_root.is_dir():
-            known = {(e.seq, e.hash) for e in entries}
             for manifest in sorted(releases_root.glob("*/*/manifest.json")):
                 ref = json.loads(manifest.read_text()).get("ledger", {})
                 if (ref.get("seq"), ref.get("hash")) not in known:
@@ -346,6 +419,11 @@ class Ledger:
                         ref.get("seq"),
                     )
         return len(entries)
+
+
+def _exact(amount: float) -> Fraction:
+    """An amount as the decimal it was given as (its shortest repr), so sums of splits have no residue."""
+    return Fraction(repr(float(amount)))
 
 
 def _gdp_epsilon(charges: list[Entry]) -> float | None:

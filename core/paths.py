@@ -26,3 +26,8 @@ def database(root: Path) -> Path:
 
 def releases(root: Path) -> Path:
     return root / "releases"
+
+
+def staging(root: Path) -> Path:
+    """Where a release is written before it is renamed into ``releases/``: same filesystem, never published."""
+    return root / "staging"

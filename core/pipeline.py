@@ -2,6 +2,10 @@
 
 prepare → load → charge → privatize → check → publish → settle.
 
+Every charge ends in an outcome: a release killed after its charge is settled as failed
+(``interrupted``) or, if its folder was already in place, as published, by ``recover``, which
+the next release and every ledger command run first. A retry never draws under an old charge.
+
 ``flows/release.py`` runs the same sequence with each step as a Prefect task (``tasks/release.py``
 has the same names); the command line runs it directly when no Prefect server is configured.
 
@@ -14,13 +18,14 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
 
-from core import mechanisms, noise, paths
+from core import faults, mechanisms, noise, paths
 from core import publish as _publish
 from core import spec as _spec
 from core.errors import ReleaseConflict, SpecError, UserError
@@ -48,6 +53,10 @@ class Store:
     @property
     def releases(self) -> Path:
         return paths.releases(self.root)
+
+    @property
+    def staging(self) -> Path:
+        return paths.staging(self.root)
 
     @property
     def ledger(self) -> Ledger:
@@ -108,11 +117,26 @@ def privatize(release: Release, frame: pd.DataFrame) -> Result:
 
 def publish(store: Store, release: Release, plan_: Plan, result: Result, charge_: Charge) -> _publish.Published:
     record = _publish.manifest(release, plan_, result, charge_.entry)
-    return _publish.publish(store.releases, record, result)
+    return _publish.publish(store.releases, store.staging, record, result)
 
 
 def settle(store: Store, release: Release, status: str, detail: dict, flow_run_id: str | None = None) -> None:
     store.ledger.settle(release.release_id, status, detail, flow_run_id)
+    for folder in _publish.staged(store.staging, release.dataset.id, release.release_id):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def recover(store: Store) -> list:
+    """Settle the charges of interrupted releases and remove staging no live release holds.
+
+    Run by every command that touches the ledger, so no charge stays without an outcome."""
+    settled = store.ledger.recover(store.releases)
+    if store.staging.is_dir():
+        live = {(e.dataset, e.release_id) for e in store.ledger.pending()}
+        for folder in store.staging.glob("*/*"):
+            if (folder.parent.name, folder.name.rsplit(".", 1)[0]) not in live:
+                shutil.rmtree(folder, ignore_errors=True)
+    return settled
 
 
 DIRECT = SimpleNamespace(prepare=prepare, load=load, charge=charge, privatize=privatize, publish=publish, settle=settle)
@@ -122,12 +146,17 @@ def release(store: Store, request: ReleaseRequest, steps: SimpleNamespace = DIRE
             log: logging.Logger | logging.LoggerAdapter = logging.getLogger("privrelease")) -> dict:  # fmt: skip
     """Run one release; returns its summary. A failure after the charge is settled as failed, the
     charge kept; its message is kept only for user errors (an internal one may carry data)."""
+    faults.check()
+    recover(store)
     spec, plan_ = steps.prepare(store, request)
     log.info("prepare: %s on dataset %s (registration %d), release %s", spec.mechanism, spec.dataset.id,
              spec.dataset.version, spec.release_id)  # fmt: skip
+    faults.point("prepare")
     frame = steps.load(store, spec)
     log.info("load: the registered snapshot, checked against its registration")
+    faults.point("load")
     charged = steps.charge(store, spec, plan_)
+    faults.point("charge")
     folder = _publish.release_folder(store.releases, spec.dataset.id, spec.release_id)
     if charged.previous_status == PUBLISHED:
         log.info("release %s was already published; nothing charged or drawn", spec.release_id)
@@ -144,12 +173,15 @@ def release(store: Store, request: ReleaseRequest, steps: SimpleNamespace = DIRE
     try:
         result = steps.privatize(spec, frame)
         log.info("privatize: %s ran and its output checks passed", spec.mechanism)
+        faults.point("privatize")
         published = steps.publish(store, spec, plan_, result, charged)
+        faults.point("publish")
     except Exception as exc:
         reason = f"{type(exc).__name__}: {exc}" if isinstance(exc, UserError) else type(exc).__name__
         steps.settle(store, spec, FAILED, {"reason": reason})
         raise
     steps.settle(store, spec, PUBLISHED, result.headline)
+    faults.point("settle")
     log.info("publish: %s", published.folder)
     return summary(published.manifest, published.folder, False)
 

@@ -1,6 +1,8 @@
-"""Publish a release: data, manifest and report written to a temporary folder, then renamed.
+"""Publish a release: data, manifest and report written to a staging folder, then renamed.
 
-A reader sees either no release folder or a complete one. The manifest is the release's
+The staging folder lives under ``<home>/staging``, outside the published tree but on the same
+filesystem, so a reader of ``releases/`` sees either no release folder or a complete one, and an
+interrupted release leaves nothing readable there. The manifest is the release's
 machine-readable record; ``report.md`` (with its charts) is the one a person reads. The manifest
 lists every other file with its digest.
 """
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import duckdb
 
-from core import __version__
+from core import __version__, faults
 from core.errors import ReleaseConflict
 from core.ledger import Entry
 from core.mechanisms.base import Chart, DPCost, Plan, Result
@@ -35,17 +37,26 @@ def release_folder(releases_root: Path, dataset: str, release_id: str) -> Path:
     return releases_root / dataset / release_id
 
 
+def staged(staging_root: Path, dataset: str, release_id: str) -> list[Path]:
+    """The staging folders of one release (normally none: publishing renames or removes them)."""
+    return sorted((staging_root / dataset).glob(f"{release_id}.*"))
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _fsync_tree(folder: Path) -> None:
     for path in [*folder.iterdir(), folder]:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fsync(path)
 
 
 def render_chart(chart: Chart, path: Path) -> None:
@@ -147,13 +158,15 @@ def report(record: dict, result: Result) -> str:
     )
 
 
-def publish(releases_root: Path, record: dict, result: Result) -> Published:
-    """Write the release atomically; refuse if the release folder already exists."""
+def publish(releases_root: Path, staging_root: Path, record: dict, result: Result) -> Published:
+    """Write the release to staging, then rename it into place; refuse if the release folder exists."""
     final = release_folder(releases_root, record["dataset"], record["release_id"])
     if final.exists():
         raise ReleaseConflict(f"release folder {final} already exists; choose a new release_id.")
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".tmp-{record['release_id']}-{secrets.token_hex(4)}"
+    tmp = staging_root / record["dataset"] / f"{record['release_id']}.{secrets.token_hex(4)}"
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(staging_root, 0o700)  # staged results are not yet released: readable by their owner only
     tmp.mkdir()
     try:
         con = duckdb.connect()
@@ -172,7 +185,9 @@ def publish(releases_root: Path, record: dict, result: Result) -> Published:
         record = {**record, "files": {**files, "report.md": _sha256(tmp / "report.md")}}
         (tmp / "manifest.json").write_text(json.dumps(record, indent=2, sort_keys=False) + "\n")
         _fsync_tree(tmp)
+        faults.point("staged")
         os.rename(tmp, final)
+        _fsync(final.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

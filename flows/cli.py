@@ -260,9 +260,11 @@ def cmd_dataset_drop(args: argparse.Namespace, root: Path) -> int:
 
 
 def cmd_set_budget(args: argparse.Namespace, root: Path) -> int:
+    from core.ids import check_id
     from core.ledger import Ledger
     from core.registry import Registry
 
+    check_id(args.dataset, "dataset id")
     if Registry(root).get(args.dataset).purpose != "dp":
         raise UserError(f"dataset {args.dataset!r} is registered for statistical disclosure control, which has "
                         "no epsilon; a privacy budget applies to datasets registered with --purpose dp.")  # fmt: skip
@@ -273,8 +275,9 @@ def cmd_set_budget(args: argparse.Namespace, root: Path) -> int:
     ledger = Ledger(paths.database(root))
     entry = ledger.set_budget(args.dataset, cap)
     print(f"cap for {args.dataset}: epsilon={cap.epsilon:g} delta={cap.delta:g} (ledger entry #{entry.seq})")
-    spent = next((t.spent for t in ledger.totals() if t.dataset == args.dataset), None)
-    if spent is not None and not spent.fits_within(cap):
+    totals = next((t for t in ledger.totals() if t.dataset == args.dataset), None)
+    if totals is not None and totals.over_cap:
+        spent = totals.spent
         print(f"note: {args.dataset} has already spent epsilon={spent.epsilon:g} delta={spent.delta:g}; "
               "no further DP release fits under this cap")  # fmt: skip
     return 0
@@ -322,15 +325,43 @@ def cmd_totals(args: argparse.Namespace, root: Path) -> int:
 
 
 def cmd_verify(args: argparse.Namespace, root: Path) -> int:
+    from datetime import UTC, datetime
+
     from core.ledger import Ledger
 
+    ledger = Ledger(paths.database(root))
     try:
-        n = Ledger(paths.database(root)).verify(paths.releases(root))
+        n = ledger.verify(paths.releases(root))
     except LedgerCorrupt as exc:
         print(f"ledger verification FAILED at entry {exc.seq}: {exc}", file=sys.stderr)
         return 3
     print(f"ledger ok: {n} entries, hash chain intact, every published release's entry present")
+    now = datetime.now(UTC)
+    for e in ledger.pending() if n else []:
+        age = (now - datetime.fromisoformat(e.ts)).total_seconds()
+        print(f"pending: release {e.release_id} of {e.dataset} (entry #{e.seq}) charged {age:.0f} s ago, "
+              "its process still running")  # fmt: skip
     return 0
+
+
+def cmd_recover(args: argparse.Namespace, root: Path) -> int:
+    """Run by main before every ledger command; this one only reports what it settled."""
+    settled = getattr(args, "recovered", [])
+    for e in settled:
+        print(f"release {e.release_id} of {e.dataset}: interrupted, settled as {e.status} (ledger entry #{e.seq})")
+    if not settled:
+        print("no interrupted release to settle")
+    return 0
+
+
+def _recover(root: Path) -> list:
+    """Settle interrupted releases and clear their staging before a command reads the ledger."""
+    from core import pipeline
+
+    settled = pipeline.recover(pipeline.Store(root))
+    for e in settled:
+        print(f"note: release {e.release_id} was interrupted; settled as {e.status}", file=sys.stderr)
+    return settled
 
 
 def _dask_options(p: argparse.ArgumentParser) -> None:
@@ -418,8 +449,10 @@ def parser() -> argparse.ArgumentParser:
     p = lsub.add_parser("totals", help="per dataset: cap, spent, remaining")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_totals)
-    p = lsub.add_parser("verify", help="check the hash chain (exit 3 if broken)")
+    p = lsub.add_parser("verify", help="check the hash chain (exit 3 if broken) and list pending charges")
     p.set_defaults(func=cmd_verify)
+    p = lsub.add_parser("recover", help="settle the charges of interrupted releases (every ledger command does too)")
+    p.set_defaults(func=cmd_recover)
     return top
 
 
@@ -429,6 +462,8 @@ def main(argv: list[str] | None = None) -> int:
     root = paths.home(args.home)
     os.environ[paths.HOME_ENV] = str(root)  # the flows read the home from the environment, never a parameter
     try:
+        if args.command in ("ledger", "info") and paths.database(root).exists():
+            args.recovered = _recover(root)
         return args.func(args, root)
     except BrokenPipeError:  # the reader went away (e.g. `| head -1`): stop quietly, as other tools do
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -437,6 +472,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except LedgerCorrupt as exc:
+        print(f"ledger verification FAILED: {exc}", file=sys.stderr)
+        return 3
     except Exception as exc:  # noqa: BLE001 - the last line of defence: no data in the message
         if os.environ.get(DEBUG_ENV) == "1":
             traceback.print_exc()

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from core import audit as _audit
-from core.pipeline import Store
+from core.errors import LedgerCorrupt
+from core.pipeline import Store, recover
 from core.publish import render_chart
 
 
 @task(name="read-ledger", cache_policy=NO_CACHE, persist_result=False)
 def read(store: Store) -> _audit.Audit:
+    with contextlib.suppress(LedgerCorrupt):  # a broken ledger is reported by the audit itself
+        recover(store)  # interrupted releases are settled before the audit reads the ledger
     return _audit.audit(store.ledger, store.releases)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from core import anchors
 from core.accounting import Budget, compose_sigmas, gaussian_epsilon
 from core.errors import BudgetError, LedgerCorrupt, ReleaseConflict
 from core.ledger import FAILED, PUBLISHED, RESERVED, Ledger
@@ -73,12 +74,26 @@ def test_cap_is_enforced_and_refusal_appends_nothing(ledger):
     assert t.spent == Budget(1.0, 1e-6) and t.remaining == Budget(0.0, 0.0)
 
 
-def test_equal_splits_add_up_to_the_cap(ledger):
+def test_equal_splits_add_up_to_the_cap_exactly(ledger):
     ledger.set_budget("d", Budget(1.0, 0.0))
     for i in range(10):
-        charge(ledger, f"r{i}", 0.1)  # 10 x 0.1 != 1.0 in floating point, within tolerance
-    with pytest.raises(BudgetError):
-        charge(ledger, "r10", 1e-6)
+        charge(ledger, f"r{i}", 0.1)  # 10 x 0.1 != 1.0 in floating point; exactly 1 as decimals
+    with pytest.raises(BudgetError, match=r"has only epsilon=0, delta=0 left"):
+        charge(ledger, "r10", 1e-12)  # a float tolerance (1e-9 of the cap) would have let this through
+    (t,) = ledger.totals()
+    assert t.spent == Budget(1.0, 0.0) and t.remaining == Budget(0.0, 0.0)
+
+
+def test_no_float_residue_in_what_is_left(ledger):
+    ledger.set_budget("d", Budget(1.0, 7e-7))
+    for i, delta in enumerate((6e-7, 5e-8, 5e-8)):  # in floats 7e-7 - (6e-7 + 5e-8 + 5e-8) = 1.06e-22
+        charge(ledger, f"r{i}", 0.25, delta)
+    assert 7e-7 - (6e-7 + 5e-8 + 5e-8) > 0  # control: the residue is real in floating point
+    with pytest.raises(BudgetError) as info:
+        charge(ledger, "r3", 0.5, 1e-9)
+    assert "has only epsilon=0.25, delta=0 left of its cap (epsilon=1, delta=7e-07)" in str(info.value)
+    assert ledger.totals()[0].remaining == Budget(0.25, 0.0)
+    charge(ledger, "r4", 0.25, 0.0)  # exactly the rest of epsilon still fits
 
 
 def test_retry_is_charged_once_and_other_params_conflict(ledger):
@@ -159,7 +174,10 @@ def test_truncation_is_detected_through_manifests(filled, tmp_path):
     (folder / "manifest.json").write_text(json.dumps({"ledger": {"seq": last.seq, "hash": last.hash}}))
     assert filled.verify(tmp_path / "releases") == 9
     _tamper(filled, f"DELETE FROM ledger WHERE seq >= {last.seq}")
-    filled.verify()  # the chain alone cannot see a cut tail ...
+    with pytest.raises(LedgerCorrupt, match="entry 8, anchored at"):
+        filled.verify()  # the anchors see a cut tail ...
+    anchors.anchors_path(filled.home).unlink()
+    filled.verify()  # ... the chain alone cannot ...
     with pytest.raises(LedgerCorrupt, match="cites ledger entry 8"):
         filled.verify(tmp_path / "releases")  # ... the manifests can
 
@@ -167,6 +185,7 @@ def test_truncation_is_detected_through_manifests(filled, tmp_path):
 WORKER = """
 import json, sys, time
 from pathlib import Path
+from core import anchors
 from core.accounting import Budget, compose_sigmas, gaussian_epsilon
 from core.mechanisms import dpne
 from core.errors import BudgetError
@@ -222,3 +241,27 @@ def test_gdp_total_for_gaussian_histories(ledger):
     assert t.as_dict()["gdp"] == {"epsilon": t.gdp_epsilon, "delta": t.spent.delta}
     charge(ledger, "other", 0.5)  # a charge of another kind: no GDP total
     assert ledger.totals()[0].gdp_epsilon is None
+
+
+@pytest.mark.parametrize("bad", ["../x", "", "a/b", "a b"])
+def test_set_budget_checks_the_id_as_requests_do(home, capsys, bad):
+    from tests.test_release_flow import cli
+
+    code, _, err = cli(capsys, "ledger", "set-budget", bad, "--epsilon", "1", "--delta", "0")
+    assert code == 2 and err.strip() == ("error: dataset id must be 1-80 characters of letters, digits, '_', '.' or "
+                                         "'-', starting with a letter or digit.")  # fmt: skip
+    assert not (home / "privrelease.duckdb").exists()
+
+
+def test_lowering_the_cap_below_the_spend_is_noted(home, capsys):
+    from tests.helpers import register
+    from tests.test_outliers import planted
+    from tests.test_release_flow import cli
+
+    register(home, planted(50), "d", "record", "dp")
+    assert cli(capsys, "ledger", "set-budget", "d", "--epsilon", "1", "--delta", "0")[0] == 0
+    charge(Ledger(home / "privrelease.duckdb"), "r1", 0.3)
+    code, out, _ = cli(capsys, "ledger", "set-budget", "d", "--epsilon", "0.3", "--delta", "0")
+    assert code == 0 and "note" not in out  # exactly the spend: not over
+    code, out, _ = cli(capsys, "ledger", "set-budget", "d", "--epsilon", "0.2", "--delta", "0")
+    assert code == 0 and "note: d has already spent epsilon=0.3 delta=0; no further DP release fits" in out

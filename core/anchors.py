@@ -1,0 +1,73 @@
+"""What the ledger is checked against, kept outside its database: the chain key and the anchors.
+
+Threat model: an operator who can write the database file (edit, delete, reorder rows, restore an
+old copy) but not the key file nor the anchors file. The key makes each row's hash an HMAC, so a
+row cannot be rewritten and re-chained without it; the anchors, an append-only list of chain heads
+(one per entry written, and one per audit), pin how far the chain reached, so a cut tail or a
+restored older copy no longer matches them. Deploy both where the database's writer cannot write:
+another user's files, an append-only (``chattr +a``) or remote filesystem.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from datetime import UTC, datetime
+from pathlib import Path
+
+from core.errors import LedgerCorrupt
+
+KEY_ENV = "PRIVRELEASE_LEDGER_KEY_FILE"
+ANCHORS_ENV = "PRIVRELEASE_LEDGER_ANCHORS"
+
+
+def key_path(home: Path) -> Path:
+    return Path(os.environ.get(KEY_ENV) or home / "keys" / "ledger.key")
+
+
+def anchors_path(home: Path) -> Path:
+    return Path(os.environ.get(ANCHORS_ENV) or home / "anchors" / "ledger.anchors")
+
+
+def key(home: Path, create: bool) -> bytes:
+    """The chain key; made (0600) only for a ledger that has no entries yet, else it must exist."""
+    path = key_path(home)
+    if not path.exists():
+        if not create:
+            raise LedgerCorrupt(f"the ledger key {path} is missing, so no entry can be checked; restore it "
+                                f"(or point ${KEY_ENV} at it).", None)  # fmt: skip
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_hex(32) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+    return bytes.fromhex(path.read_text().strip())
+
+
+def append(home: Path, seq: int, hash_: str, why: str) -> None:
+    """Record that the chain reached entry ``seq`` with ``hash_`` (appended and synced, never rewritten)."""
+    path = anchors_path(home)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps({"seq": seq, "hash": hash_, "ts": datetime.now(UTC).isoformat(timespec="seconds"), "why": why})
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read(home: Path) -> list[dict]:
+    """Every anchor written, oldest first (a torn last line, from a crash while writing it, is skipped)."""
+    path = anchors_path(home)
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out

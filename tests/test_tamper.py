@@ -1,0 +1,136 @@
+"""The tamper matrix: an operator who can write the database file, but not the key or the anchors.
+
+Every case ends with ``privrelease ledger verify`` exiting 3. Controls show what protects: the same
+rewrite with the key passes, and a rollback passes once the anchors are gone (both outside the
+threat model), so the tests could fail.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from core import anchors
+from core.accounting import Budget
+from core.ledger import GENESIS, PUBLISHED, Ledger, _rows
+from tests.test_release_flow import cli
+
+ADJ = "replace one record"
+
+
+@pytest.fixture
+def ledger(home: Path) -> Ledger:
+    """Cap, four charges each published, then a lowered cap: 10 entries."""
+    ledger = Ledger(home / "privrelease.duckdb")
+    ledger.set_budget("d", Budget(5.0, 1e-5))
+    for i in range(4):
+        ledger.reserve("d", f"r{i}", "dp", Budget(0.5), ADJ, "m", {"i": i}, {})
+        ledger.settle(f"r{i}", PUBLISHED)
+    ledger.set_budget("d", Budget(2.5, 1e-6))
+    return ledger
+
+
+def sql(ledger: Ledger, statement: str) -> None:
+    con = duckdb.connect(str(ledger.db_path))
+    con.execute(statement)
+    con.close()
+
+
+def rechain(ledger: Ledger, key: bytes) -> None:
+    """Recompute every hash from the first entry on, as a forger holding ``key`` would."""
+    con = duckdb.connect(str(ledger.db_path))
+    prev = GENESIS
+    for entry in _rows(con, "ORDER BY seq", []):
+        fixed = dataclasses.replace(entry, prev_hash=prev, hash="")
+        fixed = dataclasses.replace(fixed, hash=fixed.computed_hash(key))
+        con.execute("UPDATE ledger SET prev_hash = ?, hash = ? WHERE seq = ?", [fixed.prev_hash, fixed.hash, entry.seq])
+        prev = fixed.hash
+    con.close()
+
+
+def verify(capsys) -> tuple[int, str]:
+    code, out, err = cli(capsys, "ledger", "verify")
+    return code, out + err
+
+
+def test_untouched_ledger_verifies(ledger, capsys):
+    code, out = verify(capsys)
+    assert code == 0 and "ledger ok: 10 entries" in out
+    assert len(anchors.read(ledger.home)) == 10  # one anchor per entry, cap changes included
+
+
+@pytest.mark.parametrize("statement,seq", [
+    ("UPDATE ledger SET epsilon = 0.05 WHERE seq = 4", 4),
+    ("UPDATE ledger SET status = 'failed' WHERE seq = 7", 7),
+    ("DELETE FROM ledger WHERE seq = 5", 5),
+    ("UPDATE ledger SET seq = CASE seq WHEN 3 THEN 6 WHEN 6 THEN 3 ELSE seq END", 3),
+    ("DELETE FROM ledger WHERE seq = 10", 10),
+    ("DELETE FROM ledger WHERE seq >= 9", 9),
+    ("UPDATE ledger SET epsilon = 50 WHERE seq = 10", 10),
+], ids=["edit", "edit-status", "delete-middle", "reorder", "delete-tail", "delete-tail-2", "edit-last-cap"])  # fmt: skip
+def test_row_tampering_exits_3(ledger, capsys, statement, seq):
+    sql(ledger, statement)
+    code, out = verify(capsys)
+    assert code == 3 and f"FAILED at entry {seq}" in out
+
+
+def test_recompute_after_edit_without_the_key_exits_3(ledger, capsys):
+    sql(ledger, "UPDATE ledger SET epsilon = 0.05 WHERE seq IN (2, 4, 6, 8)")  # charges made cheap
+    rechain(ledger, b"a guessed key")
+    code, out = verify(capsys)
+    assert code == 3 and "FAILED at entry 1: entry 1 was changed" in out
+    anchors.anchors_path(ledger.home).unlink()
+    assert verify(capsys)[0] == 3  # the key alone catches it
+    rechain(ledger, anchors.key(ledger.home, create=False))  # control: with the key, and no anchors, it passes
+    assert verify(capsys)[0] == 0
+
+
+def test_recompute_with_the_key_is_still_caught_by_the_anchors(ledger, capsys):
+    sql(ledger, "UPDATE ledger SET epsilon = 0.05 WHERE seq = 4")
+    rechain(ledger, anchors.key(ledger.home, create=False))
+    code, out = verify(capsys)
+    assert code == 3 and "FAILED at entry 4: entry 4, anchored at" in out
+
+
+def test_edit_last_and_recompute_without_the_key_exits_3(ledger, capsys):
+    sql(ledger, "DELETE FROM ledger WHERE seq = 10")  # drop the lowered cap ...
+    rechain(ledger, b"")  # ... and re-chain what is left with a wrong key
+    assert verify(capsys)[0] == 3
+
+
+def test_rollback_of_the_whole_file_exits_3(ledger, capsys, tmp_path):
+    old = tmp_path / "old.duckdb"
+    shutil.copy(ledger.db_path, old)
+    ledger.reserve("d", "r9", "dp", Budget(0.5), ADJ, "m", {"i": 9}, {})
+    ledger.settle("r9", PUBLISHED)
+    shutil.copy(old, ledger.db_path)  # the older copy: a charge forgotten
+    code, out = verify(capsys)
+    assert code == 3 and "entry 11, anchored at" in out and "rolled back" in out
+    anchors.anchors_path(ledger.home).unlink()  # control: without the anchors the rollback passes
+    assert verify(capsys)[0] == 0
+
+
+def test_rollback_of_cap_changes_exits_3(ledger, capsys, tmp_path):
+    old = tmp_path / "old.duckdb"
+    shutil.copy(ledger.db_path, old)
+    ledger.set_budget("d", Budget(2.0, 1e-7))  # the cap lowered again ...
+    shutil.copy(old, ledger.db_path)  # ... and the copy from before it restored
+    code, out = verify(capsys)
+    assert code == 3 and "FAILED at entry 11" in out
+
+
+def test_missing_key_exits_3(ledger, capsys):
+    anchors.key_path(ledger.home).unlink()
+    code, out = verify(capsys)
+    assert code == 3 and "the ledger key" in out and "is missing" in out
+
+
+def test_key_is_private_and_lives_outside_the_database(ledger):
+    path = anchors.key_path(ledger.home)
+    assert path.stat().st_mode & 0o777 == 0o600
+    raw = ledger.db_path.read_bytes()
+    assert path.read_text().strip().encode() not in raw and anchors.key(ledger.home, False) not in raw
