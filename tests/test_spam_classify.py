@@ -18,6 +18,7 @@ from scipy import stats
 from core.errors import ParameterError
 from core.spam import classify as K
 from core.spam import compare as C
+from core.spam.parties import Local
 from core.spam.protocol import Channel
 
 ELL, KAPPA, ONE = K.SCORE_BITS, K.KAPPA, 1 << K.SCALE_BITS
@@ -58,7 +59,7 @@ def setup(weights: np.ndarray, dgk: C.DGKKey) -> tuple[K.ClassifyServer, bytes, 
 
 def query(server, keys, weights, wire, x, client_type=K.ClassifyClient) -> tuple[str, K.ClassifyClient]:
     client = client_type(keys, weights)
-    return K.classify(server, client, wire, x), client
+    return K.classify(Local(server), client, wire, x), client
 
 
 def integer_model(rng: np.random.Generator, d: int, bits: int) -> tuple[np.ndarray, np.ndarray]:
@@ -274,3 +275,27 @@ def test_errors_say_what_to_change(dgk, monkeypatch):
         K.ClassifyServer.generate(np.zeros(2), 1024)
     with pytest.raises(ParameterError, match="DGK keys need at least 2048 bits and t = 224 outside test mode"):
         C.DGKKey.generate(1024, 224)
+
+
+def test_the_server_party_runs_in_its_own_process(tmp_path, test_mode):
+    """The classification server reads its model and makes its keys in a spawned process: the client's
+    process holds only the pipe and the public bytes, and still gets the sign."""
+    import os
+
+    from core.spam.parties import Remote
+
+    w = np.zeros(16)
+    w[[2, 5]] = [0.75, -0.25]
+    np.save(tmp_path / "model.npy", w)
+    server = Remote("server", K.ServerParty, tmp_path, 512)
+    try:
+        assert server._process.pid != os.getpid() and not hasattr(server, "party")
+        keys, weights = server.call("publication")
+        wire = K.Wire(Channel())
+        client = K.ClassifyClient(wire.send("server", "client", "public-keys", keys),
+                                  wire.send("server", "client", "encrypted-weights", weights))  # fmt: skip
+        assert K.classify(server, client, wire, np.array([2, 5])) == "spam"  # 0.75 - 0.25 > 0
+        assert K.classify(server, client, wire, np.array([5])) == "ham"
+    finally:
+        server.close()
+    assert oct((tmp_path / "classifier" / "server.json").stat().st_mode & 0o777) == "0o600"

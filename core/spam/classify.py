@@ -38,6 +38,7 @@ from core import noise
 from core.errors import ParameterError
 from core.spam import compare as C
 from core.spam.paillier import PublicKey
+from core.spam.parties import Local
 from core.spam.protocol import Channel, Message
 
 SCALE_BITS = 48  # W_j = round(2^48·w_j), as in training
@@ -213,12 +214,33 @@ class ClassifyClient:
         return "spam" if (unpack(data) ^ (self._r >> SCORE_BITS) ^ self._delta) & 1 else "ham"
 
 
-def classify(server: ClassifyServer, client: ClassifyClient, wire: Wire, features: np.ndarray) -> str:
-    """One query (steps 1–4) for a message's features; the client was built from the server's published bytes."""
+def classify(server: Local, client: ClassifyClient, wire: Wire, features: np.ndarray) -> str:
+    """One query (steps 1–4) for a message's features; the client was built from the server's published
+    bytes. ``server`` is the server party: in its own process (``parties.Remote``) or, in tests, ``Local``."""
     score = wire.send(client.name, server.name, "masked-score", client.masked_score(features))
-    bits = wire.send(server.name, client.name, "comparison-bits", server.comparison_bits(score))
+    bits = wire.send(server.name, client.name, "comparison-bits", server.call("comparison_bits", score))
     terms = wire.send(client.name, server.name, "comparison-terms", client.comparison_terms(bits))
-    return client.label(wire.send(server.name, client.name, "masked-result", server.masked_result(terms)))
+    return client.label(wire.send(server.name, client.name, "masked-result", server.call("masked_result", terms)))
+
+
+class ServerParty:
+    """The classification server as a party of its own: its model, keys and state are read and made
+    inside its process, which publishes only the public keys and E[W]."""
+
+    name = "server"
+
+    def __init__(self, folder: Path, key_bits: int):
+        self._server, keys, weights = service(folder, np.load(folder / "model.npy"), key_bits)
+        self._published = (keys, weights)
+
+    def publication(self) -> tuple[bytes, bytes]:
+        return self._published
+
+    def comparison_bits(self, data: bytes) -> bytes:
+        return self._server.comparison_bits(data)
+
+    def masked_result(self, data: bytes) -> bytes:
+        return self._server.masked_result(data)
 
 
 def service(folder: Path, weights: np.ndarray, key_bits: int) -> tuple[ClassifyServer, bytes, bytes]:

@@ -341,14 +341,19 @@ def markdown(report: dict) -> str:
 
 def classify_message(folder: Path, text: str, key_bits: int | None = None) -> tuple[str, Channel]:
     """Run the private classification protocol (``classify``) for one message against a trained run's model."""
-    from core.spam.classify import ClassifyClient, Wire, classify, service
+    from core.spam.classify import ClassifyClient, ServerParty, Wire, classify
+    from core.spam.parties import Remote
 
     report = json.loads((folder / "report.json").read_text())
     params = F.FeatureParams.model_validate({k: v for k, v in report["features"].items() if k != "data_dependent"})
     keep = np.load(folder / "feature_map.npy") if (folder / "feature_map.npy").exists() else None
     x = F.Reducer(params, keep).apply(F.grams(text, params.modulus))
-    server, keys, weights = service(folder, np.load(folder / "model.npy"), key_bits or report["key_bits"])
-    wire = Wire(Channel())
-    client = ClassifyClient(wire.send(server.name, "client", "public-keys", keys),
-                            wire.send(server.name, "client", "encrypted-weights", weights))  # fmt: skip
-    return classify(server, client, wire, x), wire.channel
+    server = Remote("server", ServerParty, folder, key_bits or report["key_bits"])  # the model and keys stay there
+    try:
+        keys, weights = server.call("publication")
+        wire = Wire(Channel())
+        client = ClassifyClient(wire.send(server.name, "client", "public-keys", keys),
+                                wire.send(server.name, "client", "encrypted-weights", weights))  # fmt: skip
+        return classify(server, client, wire, x), wire.channel
+    finally:
+        server.close()
