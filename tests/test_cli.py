@@ -168,3 +168,29 @@ def test_release_summary_json_and_quiet(tmp_path: Path):
     summary = json.loads(run(home, "release", str(write_request(tmp_path / "c")), "--json").stdout)
     assert summary["mechanism"] == "ra" and summary["privacy"]["kind"] == "sdc" and summary["budget_left"] is None
     assert set(summary["headline"]) == {"pa", "pa_max"}
+
+
+def test_spam_commands_as_typed(tmp_path: Path):
+    """split → train (its flow, on Prefect's temporary server) → classify, each a real process."""
+    import yaml
+
+    from core.demo import mail
+
+    home, folder = tmp_path / "home", tmp_path / "mail"
+    folder.mkdir()
+    (folder / "all.jsonl").write_text("".join(json.dumps(m) + "\n" for m in mail(200, 5)))
+    env = {"PRIVRELEASE_TEST_MODE": "1", "PREFECT_HOME": str(tmp_path / "prefect")}  # 512-bit keys need test mode
+    r = run(home, "spam", "split", str(folder / "all.jsonl"), "--out", str(folder), "--users", "2", env=env)
+    assert r.returncode == 0 and r.stdout.splitlines()[0] == str(folder / "user-1.jsonl")
+    doc = {"run_id": "cli", "users": ["user-1.jsonl", "user-2.jsonl"], "test": "test.jsonl",
+           "features": {"modulus": 100_000, "reduction": "hash", "dimension": 256, "seed": 0},
+           "key_bits": 512, "learning_rate": 1e-4, "rounds": 2, "mode": "batch", "block_size": 1000}  # fmt: skip
+    (folder / "spam.yaml").write_text(yaml.safe_dump(doc))
+    r = run(home, "spam", "train", str(folder / "spam.yaml"), env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.startswith("run cli: AUC private ") and f"folder {home / 'spam' / 'cli'}" in r.stdout
+    (folder / "msg.eml").write_text("Subject: x\n\nfree money, click here now, winner claim your prize")
+    r = run(home, "spam", "classify", "cli", str(folder / "msg.eml"), env=env)
+    assert r.returncode == 0 and r.stdout.strip() in ("spam", "ham"), r.stderr[-2000:]
+    r = run(home, "spam", "classify", "nope", str(folder / "msg.eml"), env=env)
+    assert r.returncode == 2 and r.stderr.startswith("error: no trained spam run 'nope'")
