@@ -28,6 +28,23 @@ def _prefect_env(root: Path) -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 
+def _start_prefect() -> None:
+    """With no server configured, Prefect starts a temporary one that migrates its SQLite database;
+    processes starting together in a fresh home would race on those migrations. Start it under a
+    lock, so the database is created once and the others find it ready."""
+    import prefect.settings
+
+    if prefect.settings.PREFECT_API_URL.value():
+        return
+    from prefect.client.orchestration import get_client
+
+    from core.db import exclusive
+
+    with exclusive(Path(prefect.settings.PREFECT_HOME.value()) / "privrelease-start.lock"):
+        with get_client(sync_client=True) as client:  # starts this process's temporary server
+            client.api_healthcheck()
+
+
 class _NoUserErrorTraceback(logging.Formatter):
     """Console formatter: a user error is shown as its message, without a traceback."""
 
@@ -149,6 +166,7 @@ def cmd_spam_train(args: argparse.Namespace, root: Path) -> int:
 
     load_spec(args.spec)  # fail fast on a bad spec, before Prefect starts
     _prefect_env(root)
+    _start_prefect()
     from flows.spam import spam_filter_training
 
     _quiet_console()

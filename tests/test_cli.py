@@ -194,3 +194,18 @@ def test_spam_commands_as_typed(tmp_path: Path):
     assert r.returncode == 0 and r.stdout.strip() in ("spam", "ham"), r.stderr[-2000:]
     r = run(home, "spam", "classify", "nope", str(folder / "msg.eml"), env=env)
     assert r.returncode == 2 and r.stderr.startswith("error: no trained spam run 'nope'")
+
+
+def test_concurrent_first_start_of_prefect_in_a_fresh_home(tmp_path: Path):
+    """Eight processes start Prefect's temporary server on one new database at once (without the lock,
+    2 and 4 of 8 printed migration tracebacks in two trials here): the first
+    migrates it under the lock, the others find it ready; each runs a flow, none shows a traceback."""
+    code = ("from flows.cli import _prefect_env, _start_prefect; from pathlib import Path; import sys; "
+            "_prefect_env(Path(sys.argv[1])); _start_prefect(); from prefect import flow; "
+            "print(flow(name='probe')(lambda: 41)() + 1)")  # fmt: skip
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    procs = [subprocess.Popen([os.sys.executable, "-c", code, str(tmp_path)], cwd=REPO, env=environ, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(8)]  # fmt: skip
+    results = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 8, [err[-1500:] for _, err in results]
+    assert all(out.strip().endswith("42") and "Traceback" not in err for out, err in results)
