@@ -59,8 +59,11 @@ class _NoUserErrorTraceback(logging.Formatter):
 
 
 def _quiet_console() -> None:
+    """One line per pipeline step on the console: the flow's own lines, not a line per task state
+    (the run's page in the UI shows those), and a user error without its traceback."""
     from prefect.logging.handlers import PrefectConsoleHandler
 
+    logging.getLogger("prefect.task_runs").setLevel(logging.WARNING)
     loggers = [logging.getLogger(), *(v for v in logging.root.manager.loggerDict.values() if isinstance(v, logging.Logger))]
     for logger in loggers:
         for handler in logger.handlers:
