@@ -64,6 +64,8 @@ def test_dataset_and_ledger_commands(tmp_path: Path):
     assert "cap" in run(home, "ledger", "history", "--dataset", "census").stdout
     ok = run(home, "ledger", "verify")
     assert ok.returncode == 0 and "1 entries" in ok.stdout
+    r = run(home, "ledger", "recover")
+    assert r.returncode == 0 and r.stdout.splitlines()[0] == "no interrupted release to settle"
     r = run(home, "dataset", "drop", "census")
     assert r.returncode == 0 and r.stdout.startswith("dataset census: stored rows deleted")
     assert run(home, "dataset", "list").stdout.startswith("no datasets registered")
