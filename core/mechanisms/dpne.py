@@ -193,23 +193,23 @@ def corpus(con: duckdb.DuckDBPyConnection, frame: pd.DataFrame, params: Params) 
 
 
 def positions(con: duckdb.DuckDBPyConnection, k: int, pruning: str) -> None:
-    """Table ``cand_k(uid, post, pos, gram)``: the valid k-grams at every position.
+    """Table ``cand_k(uid, post, pos, gram, last)``: the valid k-grams at every position, and their
+    last token (so the next level extends a gram without joining the whole token table again).
 
     Level 1: every token. Both-side: the (k-1)-grams at pos and pos+1 were released (``hits``).
     Single-side: the (k-1)-gram at pos and the word at pos+k-1 were released.
     """
     if k == 1:  # a view: level 1 is the tokens themselves, no copy of the corpus
-        con.execute("CREATE OR REPLACE VIEW cand_1 AS SELECT uid, post, pos, token AS gram FROM tokens")
+        con.execute("CREATE OR REPLACE VIEW cand_1 AS SELECT uid, post, pos, token AS gram, token AS last FROM tokens")
         return
     if pruning == "both":
         sql = (
-            f"SELECT a.uid, a.post, a.pos, a.gram || '{SEP}' || t.token AS gram FROM hits_{k - 1} a "
-            f"JOIN hits_{k - 1} b ON b.post = a.post AND b.pos = a.pos + 1 "
-            f"JOIN tokens t ON t.post = a.post AND t.pos = a.pos + {k - 1}"
+            f"SELECT a.uid, a.post, a.pos, a.gram || '{SEP}' || b.last AS gram, b.last FROM hits_{k - 1} a "
+            f"JOIN hits_{k - 1} b ON b.post = a.post AND b.pos = a.pos + 1"
         )
     else:
         sql = (
-            f"SELECT a.uid, a.post, a.pos, a.gram || '{SEP}' || b.gram AS gram FROM hits_{k - 1} a "
+            f"SELECT a.uid, a.post, a.pos, a.gram || '{SEP}' || b.gram AS gram, b.gram AS last FROM hits_{k - 1} a "
             f"JOIN hits_1 b ON b.post = a.post AND b.pos = a.pos + {k - 1}"
         )
     con.execute(f"CREATE OR REPLACE TABLE cand_{k} AS {sql}")
@@ -225,16 +225,19 @@ def mark(con: duckdb.DuckDBPyConnection, k: int) -> None:
 
 def entries_sql(grams_sql: str) -> str:
     """Each user's contribution vector as rows (uid, gram, m): the user's distinct grams, at most
-    ``$cap`` of them (chosen by a hash keyed with ``$key``), m of them kept, each weighted w(m)."""
+    ``$cap`` of them (chosen by a hash keyed with ``$key``), m of them kept, each weighted w(m).
+    Only users over the cap are ranked: the others keep every gram, so most rows skip the sort."""
     return f"""
         WITH g AS (SELECT DISTINCT uid, gram FROM ({grams_sql})),
+        sized AS (SELECT uid, gram, count(*) OVER (PARTITION BY uid) AS total FROM g),
         ranked AS (
             SELECT uid, gram,
                    row_number() OVER (PARTITION BY uid ORDER BY hash(uid, gram, $key::UBIGINT), gram) AS rk
-            FROM g
-        ),
-        kept AS (SELECT uid, gram, count(*) OVER (PARTITION BY uid) AS m FROM ranked WHERE rk <= $cap)
-        SELECT uid, gram, m FROM kept
+            FROM sized WHERE total > $cap
+        )
+        SELECT uid, gram, total AS m FROM sized WHERE total <= $cap
+        UNION ALL
+        SELECT uid, gram, $cap AS m FROM ranked WHERE rk <= $cap
     """
 
 
@@ -477,8 +480,11 @@ def check(original: pd.DataFrame, result: Result, params: Params) -> None:
     words = by_length.get(1, set())
     con = scratch()
     try:
-        corpus(con, original, params)
-        known = {w for (w,) in con.execute("SELECT DISTINCT token FROM tokens").fetchall()}
+        con.register("corpus_input", original)
+        text = quote_ident(params.text_column)
+        known = {w for (w,) in con.execute(
+            f"SELECT DISTINCT unnest({_tokens_sql(params.tokenizer, f'CAST({text} AS VARCHAR)')}) FROM corpus_input"
+        ).fetchall()}  # fmt: skip
     finally:
         con.close()
     if not words <= known:
