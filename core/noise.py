@@ -131,23 +131,34 @@ def _bernoulli_exp_fraction(rng: np.random.Generator, num: np.ndarray, den: np.n
     return k % 2 == 1
 
 
-def discrete_laplace(rng: np.random.Generator, t: int, size: int) -> np.ndarray:
-    """Exact Lap_Z(t): P[Y = y] ∝ exp(-|y|/t), t a positive integer (Algorithm 2 with s = 1)."""
+def _geometric(rng: np.random.Generator, a: int, b: int, size: int) -> np.ndarray:
+    """Exact one-sided geometric: P[J = j] ∝ exp(-j a / b) (Algorithm 2's floor(X / a), X with ratio e^{-1/b})."""
     out = np.empty(size, dtype=np.int64)
     todo = np.arange(size)
     while todo.size:
         n = todo.size
-        u = below(rng, np.full(n, t))
-        ok = bernoulli_exp(rng, u, np.full(n, t))
+        u = below(rng, np.full(n, b))
+        ok = bernoulli_exp(rng, u, np.full(n, b))
         v = np.zeros(n, dtype=np.int64)
         going = np.flatnonzero(ok)
-        while going.size:  # V ~ Geometric(1 - 1/e): count Bernoulli(1/e) successes
+        while going.size:
             more = bernoulli_exp(rng, np.ones(going.size, np.int64), np.ones(going.size, np.int64))
             v[going[more]] += 1
             going = going[more]
-        x = u + t * v
-        negative = (words(rng, n) & np.uint64(1)).astype(bool)
-        ok &= ~(negative & (x == 0))
+        out[todo[ok]] = ((u + b * v) // a)[ok]
+        todo = todo[~ok]
+    return out
+
+
+def discrete_laplace(rng: np.random.Generator, t: int, size: int) -> np.ndarray:
+    """Exact Lap_Z(t): P[Y = y] ∝ exp(-|y|/t), t a positive integer (Algorithm 2 with s = 1): a
+    geometric magnitude with a uniform sign, a negative zero rejected."""
+    out = np.empty(size, dtype=np.int64)
+    todo = np.arange(size)
+    while todo.size:
+        x = _geometric(rng, 1, t, todo.size)
+        negative = (words(rng, todo.size) & np.uint64(1)).astype(bool)
+        ok = ~(negative & (x == 0))
         out[todo[ok]] = np.where(negative, -x, x)[ok]
         todo = todo[~ok]
     return out
@@ -315,25 +326,6 @@ def tail_probability(sigma: float, unit: float, threshold: float) -> float:
     s2 = gaussian_variance_units(sigma, unit)
     n0 = math.floor(threshold / unit) + 1
     return float(norm.sf((n0 - 0.5) / math.sqrt(s2)))
-
-
-def _geometric(rng: np.random.Generator, a: int, b: int, size: int) -> np.ndarray:
-    """Exact one-sided geometric: P[J = j] ∝ exp(-j a / b) (Algorithm 2's floor(X / a), X with ratio e^{-1/b})."""
-    out = np.empty(size, dtype=np.int64)
-    todo = np.arange(size)
-    while todo.size:
-        n = todo.size
-        u = below(rng, np.full(n, b))
-        ok = bernoulli_exp(rng, u, np.full(n, b))
-        v = np.zeros(n, dtype=np.int64)
-        going = np.flatnonzero(ok)
-        while going.size:
-            more = bernoulli_exp(rng, np.ones(going.size, np.int64), np.ones(going.size, np.int64))
-            v[going[more]] += 1
-            going = going[more]
-        out[todo[ok]] = ((u + b * v) // a)[ok]
-        todo = todo[~ok]
-    return out
 
 
 def laplace(rng: np.random.Generator, scale: float, units: np.ndarray, unit: float) -> np.ndarray:
