@@ -10,7 +10,8 @@ the next release and every ledger command run first. A retry never draws under a
 has the same names); the command line runs it directly when no Prefect server is configured.
 
 ``prepare`` reads only public facts (the request, the registered schema, the ledger's totals),
-so a wrong request is refused in well under a second and before anything is charged. Only
+so a wrong request is refused before anything is charged (in under a second of which nearly all
+is interpreter start and imports; see bench/RESULTS.md). Only
 ``load`` touches the rows, and nothing after it can refuse for a reason that depends on them.
 """
 

@@ -78,7 +78,7 @@ def _runner(args: argparse.Namespace) -> dict:
 
 
 def _run_release(request_path: Path, runner: dict) -> dict:
-    """Check the request against public facts first (well under a second), then release: as a flow
+    """Check the request against public facts first (under a second), then release: as a flow
     run on the configured Prefect server, or directly when none is configured (no temporary server)."""
     from core import parallel, pipeline, spec
 
