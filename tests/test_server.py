@@ -167,6 +167,31 @@ def test_release_triggered_like_the_ui(server):
         log.close()
 
 
+def test_spam_training_deployment_runs_on_the_worker(server):
+    """The demo's spam training (2048-bit keys, 2 users, 1,200 messages) as a deployment run: its
+    parties in their own processes under the worker, each round a task, an mpc entry in the ledger."""
+    env, root = server
+    api = env["PREFECT_API_URL"]
+    home = Path(env["PRIVRELEASE_HOME"])
+    deployment = httpx.get(f"{api}/deployments/name/spam-filter-training/spam-filter-training", timeout=10).json()
+    log = open(root / "worker3.log", "w")
+    worker = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", "privrelease", "--install-policy", "never"],
+                              env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    try:
+        run = _create_run(api, deployment["id"], {})
+        assert run.status_code == 201, run.text
+        assert _wait(api, run.json()["id"], root / "worker3.log", 300) == "COMPLETED", (root / "worker3.log").read_text()[-3000:]
+        tasks = httpx.post(f"{api}/task_runs/filter", timeout=10, json={
+            "flow_runs": {"id": {"any_": [run.json()["id"]]}}}).json()  # fmt: skip
+    finally:
+        _stop(worker)
+        log.close()
+    assert {"round-1", "round-2", "round-3"} <= {t["name"] for t in tasks}
+    entries = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "spam-demo"]
+    assert [(e.kind, e.status) for e in entries] == [("mpc", "reserved"), ("mpc", "published")]
+    assert oct((home / "spam" / "spam-demo" / "model.npy").stat().st_mode & 0o777) == "0o600"
+
+
 def test_concurrent_runs_through_the_worker_never_exceed_the_cap(server):
     """Four n-gram releases of epsilon 1 at once against a cap of 2: two publish, two are refused."""
     env, root = server
