@@ -9,7 +9,6 @@ lists every other file with its digest.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import secrets
@@ -24,6 +23,7 @@ from core import __version__, faults
 from core.errors import ReleaseConflict
 from core.ledger import Entry
 from core.mechanisms.base import Chart, DPCost, Plan, Result
+from core.registry import file_sha256
 from core.spec import Release
 
 
@@ -40,10 +40,6 @@ def release_folder(releases_root: Path, dataset: str, release_id: str) -> Path:
 def staged(staging_root: Path, dataset: str, release_id: str) -> list[Path]:
     """The staging folders of one release (normally none: publishing renames or removes them)."""
     return sorted((staging_root / dataset).glob(f"{release_id}.*"))
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _fsync(path: Path) -> None:
@@ -180,9 +176,9 @@ def publish(releases_root: Path, staging_root: Path, record: dict, result: Resul
             con.close()
         for chart in result.charts:
             render_chart(chart, tmp / chart.filename)
-        files = {name: _sha256(tmp / name) for name in [*names, *(c.filename for c in result.charts)]}
+        files = {name: file_sha256(tmp / name) for name in [*names, *(c.filename for c in result.charts)]}
         (tmp / "report.md").write_text(report({**record, "files": files}, result))
-        record = {**record, "files": {**files, "report.md": _sha256(tmp / "report.md")}}
+        record = {**record, "files": {**files, "report.md": file_sha256(tmp / "report.md")}}
         (tmp / "manifest.json").write_text(json.dumps(record, indent=2, sort_keys=False) + "\n")
         _fsync_tree(tmp)
         faults.point("staged")

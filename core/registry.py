@@ -134,7 +134,8 @@ def resolve_source(source: str, root: Path) -> Path:
     return path
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file, read in 1 MiB chunks (snapshots and sources can be large)."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -241,7 +242,7 @@ class Registry:
         """The stored snapshot, after checking it is the one registered (its digest stays private)."""
         current, private = self._current(dataset.id)
         path = Path(private.snapshot or "")
-        if current.version != dataset.version or not path.is_file() or _sha256(path) != private.digest:
+        if current.version != dataset.version or not path.is_file() or file_sha256(path) != private.digest:
             raise UserError(f"dataset {dataset.id!r} changed since registration; ask the data steward to check it.")
         with connect(self.db) as con:  # serialized with other store users; the snapshot is read-only
             return con.execute("SELECT * FROM read_parquet(?)", [str(path)]).df()
@@ -288,7 +289,7 @@ class Registry:
         """One content, one id (and so one budget): the same path or the same bytes under another id,
         also one that was dropped, is refused."""
         other = self._query("SELECT DISTINCT id FROM datasets WHERE (source = ? OR source_digest = ?) AND id <> ?",
-                            [str(path), _sha256(path), dataset_id])  # fmt: skip
+                            [str(path), file_sha256(path), dataset_id])  # fmt: skip
         if other:
             raise SpecError(f"this source is already registered as dataset {other[0][0]!r}; one source has one "
                             "budget, so release it under that id.")  # fmt: skip
@@ -350,7 +351,7 @@ class Registry:
             con.execute(
                 "INSERT INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [dataset_id, version, str(unit), purpose, fmt, delimiter, str(path), schema.model_dump_json(), suite,
-                 rows, registered, str(snapshot), _sha256(snapshot), _sha256(path)],
+                 rows, registered, str(snapshot), file_sha256(snapshot), file_sha256(path)],
             )  # fmt: skip
             con.execute("UPDATE datasets SET snapshot = NULL, digest = NULL WHERE id = ? AND version < ?",
                         [dataset_id, version])  # fmt: skip
