@@ -5,7 +5,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint serve bench clean
+.PHONY: demo test lint serve serve-pg bench clean
 
 $(STAMP): pyproject.toml requirements.lock.txt
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -25,7 +25,11 @@ demo: $(STAMP)
 serve: $(STAMP)
 	bash scripts/serve.sh
 
+serve-pg: $(STAMP)  # the same, with the ledger and Prefect's server on PostgreSQL ($$PRIVRELEASE_LEDGER_URL)
+	bash scripts/serve-pg.sh
+
 test: $(STAMP)
+	bash scripts/system-deps.sh
 	$(VENV)/bin/python -m pytest
 
 lint: $(STAMP)

@@ -24,6 +24,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench import dpne_baselines  # noqa: E402
 from core import noise  # noqa: E402
 from core.mechanisms import dpne  # noqa: E402
 
@@ -119,7 +120,7 @@ def main() -> None:
     print("| method | k=1 | 2 | 3 | 4 | 5 | 6 | total |")
     print(f"| DPNE (ours, {args.runs} runs) | {summarize(rows)} |")
     for variant in ("all", "even", "single"):
-        base = [list(dpne.baseline(frame, params, noise.generator(), variant).values()) for _ in range(args.runs)]
+        base = [list(dpne_baselines.baseline(frame, params, noise.generator(), variant).values()) for _ in range(args.runs)]
         print(f"| DPSU-{variant} (ours) | {summarize(base)} |")
     for name, row in TABLE4.items():
         print(f"| {name} (paper) | " + " | ".join(map(str, row)) + f" | {sum(row) if name != 'DPSU-single' else '-'} |")

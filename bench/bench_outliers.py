@@ -20,7 +20,12 @@ import pandas as pd
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.outliers_baselines import gs_lower, paper_global_std  # noqa: E402
+from core.accounting import Budget  # noqa: E402
+from core.errors import InternalError  # noqa: E402
 from core.mechanisms import outliers as o  # noqa: E402
+from core.mechanisms import outliers_geometry as geo  # noqa: E402
+from core.mechanisms import outliers_sensitivity as sens  # noqa: E402
 
 UCI = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "uci"
 DELTA = 0.01
@@ -65,28 +70,28 @@ def timing() -> None:
     print("## S_UB on Synthetic 2 (N = 500, d = 10, k = 3, r = 0.13, delta = 0.01)")
     x, _ = synthetic2(0)
     for eps in (0.2, 0.8, 3.2):
-        b = o.beta(eps, DELTA)
+        b = sens.beta(eps, DELTA)
         t = time.perf_counter()
         steps = []
         for cols in [[j] for j in range(10)] + [list(range(10))]:
-            pts = o.subspace_points(x[:, cols])
-            steps.append(o.smooth_bound(o.degrees(pts, 0.13), 3, b, o.Cover(pts, 0.13)).steps)
+            pts = geo.subspace_points(x[:, cols])
+            steps.append(sens.smooth_bound(geo.degrees(pts, 0.13), 3, b, geo.Cover(pts, 0.13)).steps)
         print(f"eps={eps}: all 10 1-D subspaces + the full space: {time.perf_counter() - t:.3f} s (steps {steps})")
     print("## degrees, N = 1,000,000 standard normal, r = 0.05")
     for dim in (1, 3):
-        pts = o.subspace_points(np.random.default_rng(1).normal(size=(1_000_000, dim)))
+        pts = geo.subspace_points(np.random.default_rng(1).normal(size=(1_000_000, dim)))
         t = time.perf_counter()
-        deg = o.degrees(pts, 0.05)
+        deg = geo.degrees(pts, 0.05)
         print(f"{dim}-D: {time.perf_counter() - t:.2f} s (mean degree {deg.mean():.0f})")
     print("## exact cover cost on dense 3-D data (standard normal, r = 0.5, k = 3, eps = 1)")
     for n in (50, 100, 200):
-        pts = o.subspace_points(np.random.default_rng(1).normal(size=(n, 3)))
+        pts = geo.subspace_points(np.random.default_rng(1).normal(size=(n, 3)))
         for until in (None, 10, 5):
             t = time.perf_counter()
             try:
-                s = o.smooth_bound(o.degrees(pts, 0.5), 3, o.beta(1, DELTA), o.Cover(pts, 0.5), until)
+                s = sens.smooth_bound(geo.degrees(pts, 0.5), 3, sens.beta(1, DELTA), geo.Cover(pts, 0.5), until)
                 what = f"S_UB {s.value:.2f}, t* {s.argmax}, exact steps {s.steps}"
-            except o.InternalError:
+            except InternalError:
                 what = "stopped at the enclosing-ball limit"
             print(f"n={n} exact_until={until}: {time.perf_counter() - t:.2f} s ({what})")
     blocks_timing()
@@ -96,31 +101,31 @@ def blocks_timing() -> None:
     """What releases use in 3-D beyond the search's public worst case: the blocks bound."""
     print("## blocks bound against band counts on dense 3-D data (standard normal, r = 0.5, k = 3, eps = 1)")
     for n in (50, 100, 200, 2000, 20000):
-        pts = o.subspace_points(np.random.default_rng(1).normal(size=(n, 3)))
-        deg = o.degrees(pts, 0.5)
+        pts = geo.subspace_points(np.random.default_rng(1).normal(size=(n, 3)))
+        deg = geo.degrees(pts, 0.5)
         t = time.perf_counter()
-        s = o.smooth_bound(deg, 3, o.beta(1, DELTA), o.Cover(pts, 0.5, "blocks"))
+        s = sens.smooth_bound(deg, 3, sens.beta(1, DELTA), geo.Cover(pts, 0.5, "blocks"))
         took = time.perf_counter() - t
-        band = o.smooth_bound(deg, 3, o.beta(1, DELTA), None, 0)
-        print(f"n={n} plan={o.cover_plan(n, 3, None)}: blocks {took:.2f} s (S_UB {s.value:.2f}), band S_UB {band.value:.2f}")
+        band = sens.smooth_bound(deg, 3, sens.beta(1, DELTA), None, 0)
+        print(f"n={n} plan={sens.cover_plan(n, 3, None)}: blocks {took:.2f} s (S_UB {s.value:.2f}), band S_UB {band.value:.2f}")
 
 
 def count_experiment() -> list[dict]:
     rows = []
     eps_grid = np.round(np.arange(0.1, 1.0, 0.1), 1)
     for name, (x, _), r in (("Synthetic 1", synthetic1(0), 1.1), ("Adult 1", adult(45, 0), 0.35)):
-        pts = o.subspace_points(x)
-        deg = o.degrees(pts, r)
-        cover = o.Cover(pts, r)
+        pts = geo.subspace_points(x)
+        deg = geo.degrees(pts, r)
+        cover = geo.Cover(pts, r)
         n, d = x.shape
         for eps in eps_grid:
-            s = o.smooth_bound(deg, 3, o.beta(eps, DELTA), cover)
+            s = sens.smooth_bound(deg, 3, sens.beta(eps, DELTA), cover)
             rows.append({
                 "data": name, "eps": eps, "q": int((deg < 3).sum()), "S_UB": s.value, "t*": s.argmax,
-                "smooth": s.value / o.alpha(eps, DELTA),
-                "global_lower (paper, not private)": o.paper_global_std(o.gs_lower(n, 3, d), eps, DELTA),
-                "global_upper (valid)": o.paper_global_std(o.gs_upper(n, 3, d), eps, DELTA),
-                "global_upper analytic": o.global_std(n, 3, d, o.Budget(eps, DELTA)),
+                "smooth": s.value / sens.alpha(eps, DELTA),
+                "global_lower (paper, not private)": paper_global_std(gs_lower(n, 3, d), eps, DELTA),
+                "global_upper (valid)": paper_global_std(sens.gs_upper(n, 3, d), eps, DELTA),
+                "global_upper analytic": sens.global_std(n, 3, d, Budget(eps, DELTA)),
             })  # fmt: skip
     return rows
 
@@ -132,7 +137,7 @@ def topk_experiment(runs: int) -> tuple[list[dict], dict]:
     rows, truths = [], {}
     for name, ((x, label), r) in sets.items():
         n, d = x.shape
-        flagged = np.array([o.degrees(o.subspace_points(x[:, [j]]), r) < 3 for j in range(d)])
+        flagged = np.array([geo.degrees(geo.subspace_points(x[:, [j]]), r) < 3 for j in range(d)])
         counts = flagged.sum(axis=1)
         if name == "Synthetic 2":
             truth = {0, 1}
@@ -141,7 +146,7 @@ def topk_experiment(runs: int) -> tuple[list[dict], dict]:
             rate_in = flagged[:, label == 0].mean(axis=1)
             truth = set(np.flatnonzero(rate_out >= 2 * np.maximum(rate_in, 1e-9)).tolist())
         truths[name] = {"counts": counts.tolist(), "truth": sorted(truth)}
-        u = counts / o.gs_upper(n, 3, 1)
+        u = counts / sens.gs_upper(n, 3, 1)
         for eps in (0.2, 0.4, 0.8, 1.6, 3.2):
             for h in (1, 2, 3, 4, 5):
                 for variant, scale in (("ours (eps-DP)", 1.0), ("paper (2eps-DP)", 2.0)):

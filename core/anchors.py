@@ -6,6 +6,10 @@ row cannot be rewritten and re-chained without it; the anchors, an append-only l
 (one per entry written, and one per audit), pin how far the chain reached, so a cut tail or a
 restored older copy no longer matches them. Deploy both where the database's writer cannot write:
 another user's files, an append-only (``chattr +a``) or remote filesystem.
+
+``$PRIVRELEASE_LEDGER_ANCHORS`` may name several files separated by ``:``: entries are anchored in
+the first, and all are checked, so an auditor of a ledger shared by several workers (each with its
+own anchors) can check against all of them at once.
 """
 
 from __future__ import annotations
@@ -26,8 +30,14 @@ def key_path(home: Path) -> Path:
     return Path(os.environ.get(KEY_ENV) or home / "keys" / "ledger.key")
 
 
+def anchors_paths(home: Path) -> list[Path]:
+    """The anchors files: the first is written, all are checked."""
+    configured = [Path(p) for p in os.environ.get(ANCHORS_ENV, "").split(os.pathsep) if p]
+    return configured or [home / "anchors" / "ledger.anchors"]
+
+
 def anchors_path(home: Path) -> Path:
-    return Path(os.environ.get(ANCHORS_ENV) or home / "anchors" / "ledger.anchors")
+    return anchors_paths(home)[0]
 
 
 def key(home: Path, create: bool) -> bytes:
@@ -60,14 +70,13 @@ def append(home: Path, seq: int, hash_: str, why: str) -> None:
 
 
 def read(home: Path) -> list[dict]:
-    """Every anchor written, oldest first (a torn last line, from a crash while writing it, is skipped)."""
-    path = anchors_path(home)
-    if not path.exists():
-        return []
+    """Every anchor written, file by file, oldest first (a torn last line, from a crash while writing
+    it, is skipped)."""
     out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
+    for path in anchors_paths(home):
+        for line in path.read_text().splitlines() if path.exists() else []:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
     return out

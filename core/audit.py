@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from core.charts import Chart
 from core.errors import LedgerCorrupt
 from core.ledger import RESERVED, Entry, Ledger, Totals
-from core.mechanisms.base import Chart
 
 
 @dataclass(frozen=True)

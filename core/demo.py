@@ -130,17 +130,19 @@ def write_demo(home: Path, rows: int = 20_000) -> Path:
         (spam / f"{name}.jsonl").write_text("".join(json.dumps(m) + "\n" for m in part))
     registry, ledger = Registry(home), Ledger(paths.database(home))
     registered = {d.id for d in registry.list()}
+    capped = {t.dataset for t in ledger.totals() if t.cap is not None}
+    # caps that cover a few dozen runs of each form's defaults (the UI's Quick run)
     for dataset_id, source, unit, purpose, suite, cap in (
         ("census-demo", "census.csv", "record", "sdc", SUITES / "census_demo.json", None),
-        ("posts-demo", "posts.csv", "user:user", "dp", None, Budget(4.0, 1e-5)),
-        ("logins-demo", "logins.csv", "record", "dp", None, Budget(8.0, 1e-4)),
+        ("posts-demo", "posts.csv", "user:user", "dp", None, Budget(20.0, 1e-5)),
+        ("logins-demo", "logins.csv", "record", "dp", None, Budget(40.0, 1e-3)),
     ):  # fmt: skip
         if dataset_id in registered:
             registry.refresh(dataset_id, root)
-            continue
-        registry.add(dataset_id, f"demo/{source}", "csv", Unit.parse(unit), purpose,
-                     suite=str(suite) if suite else None, root=root)  # fmt: skip
-        if cap is not None:
+        else:
+            registry.add(dataset_id, f"demo/{source}", "csv", Unit.parse(unit), purpose,
+                         suite=str(suite) if suite else None, root=root)  # fmt: skip
+        if cap is not None and dataset_id not in capped:
             ledger.set_budget(dataset_id, cap)
     requests = home / "requests"
     requests.mkdir(exist_ok=True)

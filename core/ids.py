@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 from core.errors import SpecError
+from core.params import ID_PATTERN
 
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,79}$"
 _ID = re.compile(ID_PATTERN)
 
 

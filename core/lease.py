@@ -3,6 +3,10 @@
 A holder is public bookkeeping (host name, process id, process start time), never data. On its own
 host a holder is alive while a process with its id and start time exists, so a reused pid does not
 keep a dead charge open; a holder on another host is trusted until its lease runs out.
+
+With one ledger shared by workers with different homes (PostgreSQL), a dead holder's charge is
+settled by a command run in its own home, which holds its release folders; another home settles it
+only once its lease ran out (as failed, since it cannot see the other home's folders).
 """
 
 from __future__ import annotations
@@ -32,21 +36,31 @@ def lease_seconds() -> float:
     return float(os.environ.get(LEASE_ENV, DEFAULT_LEASE_S))
 
 
-def me() -> str:
-    """This process as a holder (canonical JSON, as stored in the ledger)."""
+def me(home: Path) -> str:
+    """This process, working in ``home``, as a holder (canonical JSON, as stored in the ledger)."""
     pid = os.getpid()
-    doc = {"host": socket.gethostname(), "pid": pid, "start": _start_time(pid), "lease_s": lease_seconds()}
+    doc = {"host": socket.gethostname(), "pid": pid, "start": _start_time(pid), "lease_s": lease_seconds(),
+           "home": str(home)}  # fmt: skip
     return json.dumps(doc, sort_keys=True, separators=(",", ":"))
+
+
+def _expired(since: str, lease_s: float, now: datetime | None) -> bool:
+    return ((now or datetime.now(UTC)) - datetime.fromisoformat(since)).total_seconds() >= lease_s
+
+
+def ours(holder: str | None, since: str, home: Path, now: datetime | None = None) -> bool:
+    """Whether a command in ``home`` may settle this dead holder's charge: its own, or one whose lease ran out."""
+    doc = json.loads(holder) if holder else {}
+    return doc.get("home", str(home)) == str(home) or _expired(since, doc["lease_s"], now)
 
 
 def alive(holder: str | None, since: str, now: datetime | None = None) -> bool:
     """Whether the holder of a charge made at ``since`` (ISO time) may still settle it."""
-    now = now or datetime.now(UTC)
     if holder is None:  # a charge from before holders were recorded: its lease alone decides
-        return (now - datetime.fromisoformat(since)).total_seconds() < DEFAULT_LEASE_S
+        return not _expired(since, DEFAULT_LEASE_S, now)
     doc = json.loads(holder)
     if doc["host"] != socket.gethostname():
-        return (now - datetime.fromisoformat(since)).total_seconds() < doc["lease_s"]
+        return not _expired(since, doc["lease_s"], now)
     try:
         os.kill(doc["pid"], 0)
     except ProcessLookupError:

@@ -11,15 +11,19 @@ previous row's hash, so a changed, removed or reordered row breaks the chain and
 re-chained without the key; every row written is also anchored (``core.anchors``) outside the
 database, so a cut tail or a restored older copy fails ``verify`` too.
 
-Charges are serialized across threads and processes by an OS file lock held for the whole
-read-check-append transaction, so a cap is never exceeded and no entry is lost.
+The ledger lives in a store (``core.store``): the home's DuckDB file, where an OS file lock
+serializes each read-check-append transaction, or PostgreSQL (``$PRIVRELEASE_LEDGER_URL``), where
+the transaction locks the dataset's row for the check and the chain head's row for the append, so
+workers on several hosts never exceed a cap nor lose an entry.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -27,8 +31,8 @@ from pathlib import Path
 
 from core import anchors, lease
 from core.accounting import Budget, compose_sigmas, gaussian_epsilon
-from core.db import connect, exclusive
 from core.errors import BudgetError, LedgerCorrupt, ReleaseConflict
+from core.store import Store, open_store
 
 GENESIS = "0" * 64
 CAP, RESERVED, PUBLISHED, FAILED = "cap", "reserved", "published", "failed"
@@ -38,27 +42,6 @@ _COLUMNS = (
     "seq", "ts", "dataset", "release_id", "flow_run_id", "kind", "adjacency", "mechanism", "params",
     "epsilon", "delta", "detail", "holder", "status", "prev_hash", "hash",
 )  # fmt: skip
-
-_DDL = """
-CREATE TABLE IF NOT EXISTS ledger (
-    seq BIGINT PRIMARY KEY,
-    ts VARCHAR NOT NULL,
-    dataset VARCHAR NOT NULL,
-    release_id VARCHAR,
-    flow_run_id VARCHAR,
-    kind VARCHAR,
-    adjacency VARCHAR,
-    mechanism VARCHAR,
-    params VARCHAR NOT NULL,
-    epsilon DOUBLE NOT NULL,
-    delta DOUBLE NOT NULL,
-    detail VARCHAR NOT NULL,
-    status VARCHAR NOT NULL,
-    prev_hash VARCHAR NOT NULL,
-    hash VARCHAR NOT NULL
-);
-ALTER TABLE ledger ADD COLUMN IF NOT EXISTS holder VARCHAR;
-"""
 
 
 def _canonical(value: object) -> str:
@@ -152,24 +135,32 @@ class Totals:
 
 
 class Ledger:
-    """The ledger table inside the privrelease DuckDB file."""
+    """The ledger table, in the home's DuckDB file or the configured PostgreSQL database."""
 
-    def __init__(self, db_path: Path):
+    def __init__(self, db_path: Path, store: Store | None = None):
         self.db_path = db_path
         self.home = db_path.parent  # where the key and the anchors live, unless configured elsewhere
-        self._lock = db_path.with_name(db_path.name + ".ledger.lock")
+        self.store = store or open_store(db_path)
+
+    @contextlib.contextmanager
+    def _write(self, dataset: str | None = None) -> Iterator[tuple]:
+        """A write transaction; each entry it appended is anchored once it is committed."""
+        written: list[Entry] = []
+        with self.store.write(dataset) as con:
+            yield con, written
+        for entry in written:
+            anchors.append(self.home, entry.seq, entry.hash, entry.status)
 
     # -- writing -------------------------------------------------------------------------------
 
     def set_budget(self, dataset: str, cap: Budget) -> Entry:
         """Record a dataset's cap; later caps replace earlier ones, and the history keeps both."""
-        with exclusive(self._lock), connect(self.db_path) as con:
-            return self._append(con, dataset=dataset, status=CAP, epsilon=cap.epsilon, delta=cap.delta)
+        with self._write(dataset) as (con, written):
+            return self._append(con, written, dataset=dataset, status=CAP, epsilon=cap.epsilon, delta=cap.delta)
 
     def admit(self, dataset: str, cost: Budget) -> None:
         """Refuse, without writing, a dp charge the dataset's cap cannot take (the early check)."""
-        with connect(self.db_path) as con:
-            con.execute(_DDL)
+        with self.store.read() as con:
             self._check_cap(con, dataset, cost)
 
     def reserve(
@@ -192,30 +183,41 @@ class Ledger:
         """
         if kind not in KINDS or (kind == "dp") != (cost is not None) or (kind == "dp") != (adjacency is not None):
             raise ValueError(f"a {kind!r} charge takes a cost and an adjacency exactly when it is dp")
-        with exclusive(self._lock), connect(self.db_path) as con:
-            con.execute(_DDL)
-            earlier = _rows(con, "WHERE release_id = ? ORDER BY seq", [release_id])
-            if earlier:
-                first = earlier[0]
-                if first.dataset != dataset or first.params != _canonical(params) or first.mechanism != mechanism:
-                    raise ReleaseConflict(
-                        f"release id {release_id!r} was already used for a different release "
-                        f"(dataset, mechanism, parameters or registration differ); choose a new release_id."
-                    )
-                return Charge(first, earlier[-1].status)
+        with self._write(dataset) as (con, written):
+            earlier = self._earlier(con, release_id, dataset, mechanism, params)
+            if earlier is not None:
+                return earlier
             kinds = {e.kind for e in _rows(con, "WHERE dataset = ? AND status = ?", [dataset, RESERVED])}
             if kinds - {kind}:
                 raise BudgetError(f"dataset {dataset!r} has {kinds.pop()} entries in the ledger; one dataset holds "
                                   f"one kind of release, not {kind}.")  # fmt: skip
             if kind == "dp":
                 self._check_cap(con, dataset, cost, adjacency)
+            self.store.lock_head(con)
+            earlier = self._earlier(con, release_id, dataset, mechanism, params)  # the same id on another dataset
+            if earlier is not None:
+                return earlier
             entry = self._append(
-                con, dataset=dataset, release_id=release_id, flow_run_id=flow_run_id, kind=kind,
+                con, written, dataset=dataset, release_id=release_id, flow_run_id=flow_run_id, kind=kind,
                 adjacency=adjacency, mechanism=mechanism, params=params,
                 epsilon=cost.epsilon if cost else 0.0, delta=cost.delta if cost else 0.0,
-                detail=detail or {}, holder=lease.me(), status=RESERVED,
+                detail=detail or {}, holder=lease.me(self.home), status=RESERVED,
             )  # fmt: skip
             return Charge(entry, None)
+
+    @staticmethod
+    def _earlier(con, release_id: str, dataset: str, mechanism: str, params: dict) -> Charge | None:
+        """The first charge of this release id, if any; one for a different release is a conflict."""
+        earlier = _rows(con, "WHERE release_id = ? ORDER BY seq", [release_id])
+        if not earlier:
+            return None
+        first = earlier[0]
+        if first.dataset != dataset or first.params != _canonical(params) or first.mechanism != mechanism:
+            raise ReleaseConflict(
+                f"release id {release_id!r} was already used for a different release "
+                f"(dataset, mechanism, parameters or registration differ); choose a new release_id."
+            )
+        return Charge(first, earlier[-1].status)
 
     def _check_cap(self, con, dataset: str, cost: Budget, adjacency: str | None = None) -> None:
         cap = self._cap(con, dataset)
@@ -244,11 +246,12 @@ class Ledger:
         """Record a release's outcome. A failed release keeps its charge."""
         if status not in (PUBLISHED, FAILED):
             raise ValueError(f"a release settles as {PUBLISHED!r} or {FAILED!r}, not {status!r}")
-        with exclusive(self._lock), connect(self.db_path) as con:
-            con.execute(_DDL)
-            return self._settle(con, release_id, status, detail, flow_run_id)
+        with self._write() as (con, written):
+            return self._settle(con, written, release_id, status, detail, flow_run_id)
 
-    def _settle(self, con, release_id: str, status: str, detail: dict | None, flow_run_id: str | None) -> Entry:
+    def _settle(self, con, written: list, release_id: str, status: str, detail: dict | None,
+                flow_run_id: str | None) -> Entry:
+        self.store.lock_head(con)  # before reading the latest status, so two outcomes cannot both be written
         charged = _rows(con, "WHERE release_id = ? AND status = ? ORDER BY seq LIMIT 1", [release_id, RESERVED])
         if not charged:
             raise ValueError(f"release {release_id!r} was never charged")
@@ -257,7 +260,7 @@ class Ledger:
         if latest.status == PUBLISHED:
             return latest  # a published release stays published, whatever a late retry reports
         return self._append(
-            con, dataset=first.dataset, release_id=release_id, flow_run_id=flow_run_id, kind=first.kind,
+            con, written, dataset=first.dataset, release_id=release_id, flow_run_id=flow_run_id, kind=first.kind,
             mechanism=first.mechanism, status=status, detail=detail or {},
         )
 
@@ -265,26 +268,25 @@ class Ledger:
         """Settle every charge whose holder is gone: ``published`` if its release folder is in place
         (the process died between publishing and settling), else ``failed`` (reason ``interrupted``),
         keeping its charge. Returns the outcomes written."""
-        if not self.db_path.exists():
+        if not self.store.exists():
             return []
-        with exclusive(self._lock), connect(self.db_path) as con:
-            con.execute(_DDL)
+        with self._write() as (con, written):
             out = []
             for charge in self._open(con):
-                if lease.alive(charge.holder, charge.ts):
+                if lease.alive(charge.holder, charge.ts) or not lease.ours(charge.holder, charge.ts, self.home):
                     continue
                 manifest = releases_root / charge.dataset / str(charge.release_id) / "manifest.json"
                 cited = json.loads(manifest.read_text()).get("ledger") if manifest.is_file() else None
                 if cited == {"seq": charge.seq, "hash": charge.hash}:
-                    out.append(self._settle(con, charge.release_id, PUBLISHED, {"recovered": "interrupted after publishing"}, None))
+                    out.append(self._settle(con, written, charge.release_id, PUBLISHED,
+                                            {"recovered": "interrupted after publishing"}, None))  # fmt: skip
                 else:
-                    out.append(self._settle(con, charge.release_id, FAILED, {"reason": "interrupted"}, None))
+                    out.append(self._settle(con, written, charge.release_id, FAILED, {"reason": "interrupted"}, None))
             return out
 
     def pending(self) -> list[Entry]:
         """Charges without an outcome yet (their holders are still running, or not yet recovered)."""
-        with connect(self.db_path) as con:
-            con.execute(_DDL)
+        with self.store.read() as con:
             return self._open(con)
 
     @staticmethod
@@ -292,43 +294,40 @@ class Ledger:
         return _rows(con, "WHERE status = ? AND release_id IN (SELECT release_id FROM ledger GROUP BY release_id "
                           "HAVING count(*) = 1) ORDER BY seq", [RESERVED])  # fmt: skip
 
-    def _append(self, con, *, dataset: str, status: str, release_id: str | None = None,
+    def _append(self, con, written: list, *, dataset: str, status: str, release_id: str | None = None,
                 flow_run_id: str | None = None, kind: str | None = None, adjacency: str | None = None,
                 mechanism: str | None = None, params: dict | None = None,
                 epsilon: float = 0.0, delta: float = 0.0, detail: dict | None = None,
                 holder: str | None = None) -> Entry:
-        con.execute(_DDL)
-        con.execute("BEGIN TRANSACTION")
-        try:
-            last = con.execute("SELECT seq, hash FROM ledger ORDER BY seq DESC LIMIT 1").fetchall()
-            seq, prev = (last[0][0] + 1, last[0][1]) if last else (1, GENESIS)
-            key = anchors.key(self.home, create=not last)
-            draft = Entry(
-                seq=seq, ts=datetime.now(UTC).isoformat(timespec="microseconds"),
-                dataset=dataset, release_id=release_id, flow_run_id=flow_run_id, kind=kind, adjacency=adjacency,
-                mechanism=mechanism,
-                params=_canonical(params or {}), epsilon=float(epsilon), delta=float(delta),
-                detail=_canonical(detail or {}), holder=holder, status=status, prev_hash=prev, hash="",
-            )  # fmt: skip
-            entry = Entry(**{**asdict(draft), "hash": draft.computed_hash(key)})
-            con.execute(
-                f"INSERT INTO ledger ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
-                [getattr(entry, c) for c in _COLUMNS],
-            )
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
-        anchors.append(self.home, entry.seq, entry.hash, status)  # still under the ledger lock
+        self.store.lock_head(con)
+        last = _rows(con, "ORDER BY seq DESC LIMIT 1", [])
+        key = anchors.key(self.home, create=not last)
+        if last and not hmac.compare_digest(last[0].computed_hash(key), last[0].hash):
+            raise LedgerCorrupt(
+                f"entry {last[0].seq}, the chain's head, does not check out under this process's ledger key "
+                f"({anchors.key_path(self.home)}): every worker needs the same key file (${anchors.KEY_ENV}), "
+                "or the entry was changed; nothing was written. Run privrelease ledger verify.", last[0].seq)
+        draft = Entry(
+            seq=last[0].seq + 1 if last else 1, ts=datetime.now(UTC).isoformat(timespec="microseconds"),
+            dataset=dataset, release_id=release_id, flow_run_id=flow_run_id, kind=kind, adjacency=adjacency,
+            mechanism=mechanism,
+            params=_canonical(params or {}), epsilon=float(epsilon), delta=float(delta),
+            detail=_canonical(detail or {}), holder=holder, status=status,
+            prev_hash=last[0].hash if last else GENESIS, hash="",
+        )  # fmt: skip
+        entry = Entry(**{**asdict(draft), "hash": draft.computed_hash(key)})
+        con.execute(f"INSERT INTO ledger ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
+                    [getattr(entry, c) for c in _COLUMNS])  # fmt: skip
+        written.append(entry)
         return entry
 
     def anchor(self) -> Entry | None:
         """Anchor the current head once more (the audit does, after a clean ``verify``)."""
-        with exclusive(self._lock):
-            entries = self.entries()
-            if entries:
-                anchors.append(self.home, entries[-1].seq, entries[-1].hash, "audit")
-            return entries[-1] if entries else None
+        with self.store.read() as con:
+            head = _rows(con, "ORDER BY seq DESC LIMIT 1", [])
+        if head:
+            anchors.append(self.home, head[0].seq, head[0].hash, "audit")
+        return head[0] if head else None
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -344,15 +343,13 @@ class Ledger:
 
     def entries(self, dataset: str | None = None) -> list[Entry]:
         """All entries in chain order, optionally of one dataset."""
-        with connect(self.db_path) as con:
-            con.execute(_DDL)
+        with self.store.read() as con:
             if dataset is None:
                 return _rows(con, "ORDER BY seq", [])
             return _rows(con, "WHERE dataset = ? ORDER BY seq", [dataset])
 
     def status(self, release_id: str) -> str | None:
-        with connect(self.db_path) as con:
-            con.execute(_DDL)
+        with self.store.read() as con:
             rows = _rows(con, "WHERE release_id = ? ORDER BY seq DESC LIMIT 1", [release_id])
         return rows[0].status if rows else None
 
@@ -384,41 +381,45 @@ class Ledger:
 
         Returns the number of entries; raises ``LedgerCorrupt`` naming the first bad one.
         """
-        entries = self.entries()
-        marks = anchors.read(self.home)
-        if not entries and not marks:
-            return 0
-        key = anchors.key(self.home, create=False)
-        prev = GENESIS
-        for expected_seq, entry in enumerate(entries, start=1):
-            if entry.seq != expected_seq:
+        return check_chain(self.entries(), self.home, releases_root)
+
+
+def check_chain(entries: list[Entry], home: Path, releases_root: Path | None = None) -> int:
+    """``verify`` of the given entries, with the key and anchors configured for ``home``."""
+    marks = anchors.read(home)
+    if not entries and not marks:
+        return 0
+    key = anchors.key(home, create=False)
+    prev = GENESIS
+    for expected_seq, entry in enumerate(entries, start=1):
+        if entry.seq != expected_seq:
+            raise LedgerCorrupt(
+                f"entry {entry.seq} stands where entry {expected_seq} should: an entry was removed or reordered",
+                expected_seq,
+            )
+        if entry.prev_hash != prev:
+            raise LedgerCorrupt(f"entry {entry.seq} does not chain to entry {entry.seq - 1}", entry.seq)
+        if not hmac.compare_digest(entry.computed_hash(key), entry.hash):
+            raise LedgerCorrupt(f"entry {entry.seq} was changed after it was written", entry.seq)
+        prev = entry.hash
+    known = {(e.seq, e.hash) for e in entries}
+    for mark in marks:
+        if (mark["seq"], mark["hash"]) not in known:
+            raise LedgerCorrupt(
+                f"entry {mark['seq']}, anchored at {mark['ts']}, is missing or different: the ledger was cut "
+                "short, rolled back to an older copy or rewritten",
+                mark["seq"],
+            )
+    if releases_root is not None and releases_root.is_dir():
+        for manifest in sorted(releases_root.glob("*/*/manifest.json")):
+            ref = json.loads(manifest.read_text()).get("ledger", {})
+            if (ref.get("seq"), ref.get("hash")) not in known:
                 raise LedgerCorrupt(
-                    f"entry {entry.seq} stands where entry {expected_seq} should: an entry was removed or reordered",
-                    expected_seq,
+                    f"release {manifest.parent.name!r} cites ledger entry {ref.get('seq')} which is "
+                    "missing or different: entries were removed or rewritten",
+                    ref.get("seq"),
                 )
-            if entry.prev_hash != prev:
-                raise LedgerCorrupt(f"entry {entry.seq} does not chain to entry {entry.seq - 1}", entry.seq)
-            if not hmac.compare_digest(entry.computed_hash(key), entry.hash):
-                raise LedgerCorrupt(f"entry {entry.seq} was changed after it was written", entry.seq)
-            prev = entry.hash
-        known = {(e.seq, e.hash) for e in entries}
-        for mark in marks:
-            if (mark["seq"], mark["hash"]) not in known:
-                raise LedgerCorrupt(
-                    f"entry {mark['seq']}, anchored at {mark['ts']}, is missing or different: the ledger was cut "
-                    "short, rolled back to an older copy or rewritten",
-                    mark["seq"],
-                )
-        if releases_root is not None and releases_root.is_dir():
-            for manifest in sorted(releases_root.glob("*/*/manifest.json")):
-                ref = json.loads(manifest.read_text()).get("ledger", {})
-                if (ref.get("seq"), ref.get("hash")) not in known:
-                    raise LedgerCorrupt(
-                        f"release {manifest.parent.name!r} cites ledger entry {ref.get('seq')} which is "
-                        "missing or different: entries were removed or rewritten",
-                        ref.get("seq"),
-                    )
-        return len(entries)
+    return len(entries)
 
 
 def _exact(amount: float) -> Fraction:

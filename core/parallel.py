@@ -1,36 +1,101 @@
-"""Where heavy, independent pieces of a mechanism fan out: in process, or over a Dask cluster.
+"""Where heavy, independent pieces of a mechanism run: in process, or over a Dask cluster.
 
-Mechanisms call ``fan_out(fn, items)`` for work that splits into pure pieces (the outlier counts
-of each subspace, DPNE histograms of each user shard). The operator chooses where that runs
-(``configured()``, from the process's environment): in this process (the default), a local
-Dask cluster of worker processes, or an existing scheduler's address. Results come back in input
-order, so a run under a test seed is identical wherever it ran. Pieces carry raw data only in
-memory between processes; nothing is persisted.
+``partitioned(open_fn, specs)`` opens state that stays where it was opened between steps: DPNE's
+user partitions each read their own rows from the stored snapshot on a worker, keep their token
+tables there across levels, and send back only per-level aggregates; rows never travel from the
+flow. The operator chooses where that runs (``configured()``, from the process's environment): in
+this process (the default), a local Dask cluster of worker processes, or an existing scheduler's
+address. Results come back in input order, so a run under a test seed is identical wherever it
+ran. Nothing is persisted on the workers. Only DPNE gains from a cluster (bench/RESULTS.md):
+every other mechanism runs in process whatever the setting, and the runner says so when it starts.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Callable, Iterable, Iterator
+import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
+from uuid import uuid4
 
 _client: ContextVar[Any] = ContextVar("privrelease_dask_client", default=None)
 
 
-def fan_out(fn: Callable[..., Any], items: Iterable[Any]) -> list[Any]:
-    """``[fn(x) for x in items]``, on the current Dask cluster if there is one."""
-    client = _client.get()
-    items = list(items)
-    if client is None or len(items) < 2:
-        return [fn(x) for x in items]
-    futures = client.map(fn, client.scatter(items), pure=False)  # data travels once, outside the task graph
-    return client.gather(futures)
+class Partitions:
+    """Opened state, one per spec, each held by one process (a Dask worker, or this one) until closed."""
+
+    def __init__(self, client: Any, tokens: list[str], where: list[str | None]):
+        self._client, self._tokens, self._where = client, tokens, where
+
+    def map(self, fn: Callable[..., Any], *args: Any) -> list[Any]:
+        """``[fn(state, *args) for state in partitions]``, each where its state lives, concurrently on Dask."""
+        if self._client is None:
+            return [_step(t, fn, args) for t in self._tokens]
+        futures = [self._client.submit(_step, t, fn, args, workers=[w], allow_other_workers=False, pure=False)
+                   for t, w in zip(self._tokens, self._where)]  # fmt: skip
+        return self._client.gather(futures)
+
+
+_held: dict[str, Any] = {}  # the partitions this process holds, by token
+
+
+def _open(token: str, open_fn: Callable[[Any], Any], spec: Any) -> None:
+    _held[token] = open_fn(spec)
+
+
+def _step(token: str, fn: Callable[..., Any], args: tuple) -> Any:
+    if token not in _held:
+        raise RuntimeError("a Dask worker lost its partition (it restarted); run the release again")
+    return fn(_held[token], *args)
+
+
+def _close(token: str) -> None:
+    state = _held.pop(token, None)
+    if state is not None:
+        state.close()
+
+
+@contextmanager
+def partitioned(open_fn: Callable[[Any], Any], specs: list[Any], spread: bool = True) -> Iterator[Partitions]:
+    """``open_fn(spec)`` for each spec, spread round-robin over the workers (in this process without
+    a cluster, or when not ``spread``); the states' ``close()`` runs when the block ends, also on errors."""
+    client = _client.get() if spread else None
+    tokens = [uuid4().hex for _ in specs]
+    addresses = sorted(client.scheduler_info()["workers"]) if client is not None else [None]
+    where = [addresses[i % len(addresses)] for i in range(len(specs))]
+    try:
+        if client is None:
+            for token, spec in zip(tokens, specs):
+                _open(token, open_fn, spec)
+        else:
+            client.gather([client.submit(_open, t, open_fn, s, workers=[w], allow_other_workers=False, pure=False)
+                           for t, s, w in zip(tokens, specs, where)])  # fmt: skip
+        yield Partitions(client, tokens, where)
+    finally:
+        if client is None:
+            for token in tokens:
+                _close(token)
+        else:
+            client.gather([client.submit(_close, t, workers=[w], pure=False) for t, w in zip(tokens, where)])
+
+
+def worker_threads() -> int | None:
+    """The threads this Dask worker was started with (``--nthreads``); None outside a worker."""
+    if "distributed" not in sys.modules:  # not a worker; and importing Dask costs a second
+        return None
+    from distributed import get_worker
+
+    try:
+        return get_worker().state.nthreads
+    except ValueError:
+        return None
 
 
 def workers() -> int:
-    """How many workers pieces can spread over (1 in process)."""
+    """How many workers partitions can spread over (1 in process)."""
     client = _client.get()
     return 1 if client is None else max(1, len(client.scheduler_info().get("workers", {})))
 
@@ -53,11 +118,13 @@ def configured() -> Iterator[None]:
 
 @contextmanager
 def using(kind: str = "local", address: str | None = None, n_workers: int = 2) -> Iterator[None]:
-    """Run ``fan_out`` pieces in process (``local``) or on Dask (``dask``: ``address``, or a local
+    """Hold ``partitioned`` state in process (``local``) or on Dask (``dask``: ``address``, or a local
     cluster of ``n_workers`` single-threaded worker processes started for the block)."""
     if kind == "local":
         yield
         return
+    logging.getLogger("privrelease").info("Dask runner: DPNE counts its user partitions on the cluster's workers; "
+                                          "every other mechanism runs in this process (it would not gain).")  # fmt: skip
     from distributed import Client, LocalCluster
 
     cluster = None if address else LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,

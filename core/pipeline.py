@@ -93,6 +93,16 @@ def load(store: Store, release: Release) -> pd.DataFrame:
     return store.registry.load(release.dataset)
 
 
+def reserve(store: Store, dataset: str, run_id: str, mechanism: str, plan_: Plan, params: dict,
+            adjacency: str | None, flow_run_id: str | None = None) -> Charge:  # fmt: skip
+    """Reserve a run's cost as its plan states it: the one way every flow (release, spam training)
+    charges the ledger. Only a DP cost carries a budget and the dataset's adjacency."""
+    cost = plan_.cost
+    dp = isinstance(cost, DPCost)
+    return store.ledger.reserve(dataset, run_id, cost.kind, cost.budget if dp else None, adjacency if dp else None,
+                                mechanism, params, plan_.detail, flow_run_id)  # fmt: skip
+
+
 def charge(store: Store, release: Release, plan_: Plan, flow_run_id: str | None = None) -> Charge:
     """Reserve the release's cost; the reservation pins the parameters and the registration version."""
     params = {
@@ -100,12 +110,8 @@ def charge(store: Store, release: Release, plan_: Plan, flow_run_id: str | None 
         "registration": release.dataset.version,
         "test_mode": release.seed is not None,
     }
-    cost = plan_.cost
-    return store.ledger.reserve(
-        release.dataset.id, release.release_id, cost.kind, cost.budget if isinstance(cost, DPCost) else None,
-        release.dataset.unit.adjacency if isinstance(cost, DPCost) else None, release.mechanism, params,
-        plan_.detail, flow_run_id,
-    )  # fmt: skip
+    return reserve(store, release.dataset.id, release.release_id, release.mechanism, plan_, params,
+                   release.dataset.unit.adjacency, flow_run_id)  # fmt: skip
 
 
 def privatize(release: Release, frame: pd.DataFrame) -> Result:
@@ -121,10 +127,16 @@ def publish(store: Store, release: Release, plan_: Plan, result: Result, charge_
     return _publish.publish(store.releases, store.staging, record, result)
 
 
-def settle(store: Store, release: Release, status: str, detail: dict, flow_run_id: str | None = None) -> None:
-    store.ledger.settle(release.release_id, status, detail, flow_run_id)
-    for folder in _publish.staged(store.staging, release.dataset.id, release.release_id):
+def settle(store: Store, dataset: str, run_id: str, status: str, detail: dict, flow_run_id: str | None = None) -> None:
+    """Record a run's outcome (every flow's one way) and remove any staging it left."""
+    store.ledger.settle(run_id, status, detail, flow_run_id)
+    for folder in _publish.staged(store.staging, dataset, run_id):
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def failure(exc: BaseException) -> dict:
+    """A failed run's ledger detail: the message is kept only for user errors (an internal one may carry data)."""
+    return {"reason": f"{type(exc).__name__}: {exc}" if isinstance(exc, UserError) else type(exc).__name__}
 
 
 def recover(store: Store) -> list:
@@ -145,8 +157,8 @@ DIRECT = SimpleNamespace(prepare=prepare, load=load, charge=charge, privatize=pr
 
 def release(store: Store, request: ReleaseRequest, steps: SimpleNamespace = DIRECT,
             log: logging.Logger | logging.LoggerAdapter = logging.getLogger("privrelease")) -> dict:  # fmt: skip
-    """Run one release; returns its summary. A failure after the charge is settled as failed, the
-    charge kept; its message is kept only for user errors (an internal one may carry data)."""
+    """Run one release; returns its summary. A failure after the charge is settled as failed (``failure``),
+    the charge kept."""
     faults.check()
     recover(store)
     spec, plan_ = steps.prepare(store, request)
@@ -178,10 +190,9 @@ def release(store: Store, request: ReleaseRequest, steps: SimpleNamespace = DIRE
         published = steps.publish(store, spec, plan_, result, charged)
         faults.point("publish")
     except Exception as exc:
-        reason = f"{type(exc).__name__}: {exc}" if isinstance(exc, UserError) else type(exc).__name__
-        steps.settle(store, spec, FAILED, {"reason": reason})
+        steps.settle(store, spec.dataset.id, spec.release_id, FAILED, failure(exc))
         raise
-    steps.settle(store, spec, PUBLISHED, result.headline)
+    steps.settle(store, spec.dataset.id, spec.release_id, PUBLISHED, result.headline)
     faults.point("settle")
     log.info("publish: %s", published.folder)
     return summary(published.manifest, published.folder, False)

@@ -20,9 +20,10 @@ from pathlib import Path
 import duckdb
 
 from core import __version__, faults
-from core.errors import ReleaseConflict
+from core.charts import render_chart
+from core.errors import InternalError, ReleaseConflict
 from core.ledger import Entry
-from core.mechanisms.base import Chart, DPCost, Plan, Result
+from core.mechanisms.base import COST_KEYS, DPCost, Plan, Result
 from core.registry import file_sha256
 from core.spec import Release
 
@@ -55,53 +56,6 @@ def _fsync_tree(folder: Path) -> None:
         _fsync(path)
 
 
-def render_chart(chart: Chart, path: Path) -> None:
-    """Grouped bars, step lines or side-by-side scatter plots, written as PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    if chart.kind == "line":
-        fig, ax = plt.subplots(figsize=(8, 4))
-        for name, (xs, ys) in chart.points.items():
-            ax.step(xs, ys, where="post", marker="o", label=name)
-        ax.set_title(chart.title, fontsize=10)
-        ax.set_xlabel(chart.axes[0])
-        ax.set_ylabel(chart.axes[1])
-        ax.legend(fontsize=8)
-        fig.autofmt_xdate()
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        return
-    if chart.kind == "scatter":
-        fig, axes = plt.subplots(1, len(chart.points), figsize=(5 * len(chart.points), 4.5), sharex=True, sharey=True)
-        for ax, (name, (xs, ys)) in zip(np.atleast_1d(axes), chart.points.items()):
-            ax.scatter(xs, ys, s=2, alpha=0.4)
-            ax.set_title(name, fontsize=9)
-            ax.set_xlabel(chart.axes[0])
-            ax.set_ylabel(chart.axes[1])
-        fig.suptitle(chart.title, fontsize=10)
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        return
-    x = np.arange(len(chart.labels))
-    width = 0.8 / max(len(chart.series), 1)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.8 * len(chart.labels) + 2), 4))
-    for i, (name, values) in enumerate(chart.series.items()):
-        ax.bar(x + (i - (len(chart.series) - 1) / 2) * width, values, width, label=name)
-    ax.set_xticks(x, chart.labels, rotation=30, ha="right")
-    ax.set_title(chart.title, fontsize=10)
-    ax.set_ylabel(chart.ylabel)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
 def manifest(release: Release, plan: Plan, result: Result, entry: Entry) -> dict:
     """The machine-readable record of a release: public values and the mechanism's DP outputs only.
 
@@ -110,19 +64,22 @@ def manifest(release: Release, plan: Plan, result: Result, entry: Entry) -> dict
     """
     cost = plan.cost
     dp = isinstance(cost, DPCost)
+    if set(result.privacy) & set(COST_KEYS):
+        raise InternalError("a mechanism's result restates its cost; the plan states it once")
     return {
         "release_id": release.release_id,
         "dataset": release.dataset.id,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "test_mode": release.seed is not None,
         "mechanism": {"name": release.mechanism, "params": release.params.model_dump(mode="json")},
-        "privacy": {
+        "privacy": {  # the cost as the plan states it (COST_KEYS), then what the run found
             "kind": cost.kind,
             "guarantee": plan.guarantee,
             "adjacency": release.dataset.unit.adjacency if dp else None,
-            **result.privacy,
+            "model": cost.model,
             "epsilon": cost.budget.epsilon if dp else None,
             "delta": cost.budget.delta if dp else None,
+            **result.privacy,
         },
         **result.manifest,
         "ledger": {"seq": entry.seq, "hash": entry.hash},

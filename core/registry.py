@@ -10,6 +10,11 @@ errors give counts and line numbers. What it records splits in two:
 
 A dataset id is bound to its unit and purpose for good: the ledger keys budgets by id, so the
 same id must always mean the same adjacency.
+
+Registrations live in the ledger's store (``core.store``: the home's DuckDB file, or PostgreSQL);
+snapshots live under the snapshot folder (``$PRIVRELEASE_SNAPSHOT_DIR``, else ``<home>/datasets``),
+recorded relative to it, so workers with different homes that share one PostgreSQL store read them
+from one shared folder, each checked against the registered digest before use.
 """
 
 from __future__ import annotations
@@ -23,15 +28,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
+import duckdb
 import pandas as pd
 import yaml
 from pydantic import ValidationError
 
 from core import paths
-from core.db import connect, exclusive, quote_ident
+from core.db import quote_ident
 from core.errors import IngestError, SpecError, UserError
 from core.ids import check_id
 from core.schema import TYPES, Column, Schema
+from core.store import open_store
 
 FORMATS = ("csv", "parquet", "jsonl")
 PURPOSES = ("dp", "sdc")
@@ -46,16 +53,9 @@ _CAST = {"integer": "BIGINT", "float": "DOUBLE", "string": "VARCHAR", "boolean":
          "timestamp": "TIMESTAMP"}  # fmt: skip
 _CONTROL = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"  # control characters other than tab, LF and CR
 DATA_ROOT_ENV = "PRIVRELEASE_DATA_ROOT"
-
-_DDL = """
-CREATE TABLE IF NOT EXISTS datasets (
-    id VARCHAR NOT NULL, version INTEGER NOT NULL, unit VARCHAR NOT NULL, purpose VARCHAR NOT NULL,
-    format VARCHAR NOT NULL, delimiter VARCHAR NOT NULL, source VARCHAR NOT NULL, schema VARCHAR NOT NULL,
-    suite VARCHAR, rows BIGINT, registered VARCHAR NOT NULL, snapshot VARCHAR, digest VARCHAR,
-    source_digest VARCHAR NOT NULL, PRIMARY KEY (id, version)
-)
-"""
-
+SNAPSHOT_ENV = "PRIVRELEASE_SNAPSHOT_DIR"
+COLUMNS = ("id", "version", "unit", "purpose", "format", "delimiter", "source", "schema", "suite", "rows", "registered",
+           "snapshot", "digest", "source_digest")  # fmt: skip
 
 @dataclass(frozen=True)
 class Unit:
@@ -119,6 +119,11 @@ def data_root(home: Path) -> Path:
     return Path(os.environ.get(DATA_ROOT_ENV) or home / "data").resolve()
 
 
+def snapshot_root(home: Path) -> Path:
+    """Where snapshots are written and read: ``$PRIVRELEASE_SNAPSHOT_DIR``, else ``<home>/datasets``."""
+    return Path(os.environ.get(SNAPSHOT_ENV) or home / "datasets").resolve()
+
+
 def resolve_source(source: str, root: Path) -> Path:
     """The source path inside the data root; anything outside it, also through symlinks, is refused."""
     path = (root / source).resolve()
@@ -172,12 +177,11 @@ def _csv_header(path: Path, delimiter: str) -> list[str]:
 
 
 class Registry:
-    """The ``datasets`` table of the store, and the snapshots under ``<home>/datasets``."""
+    """The ``datasets`` table of the store, and the snapshots under the snapshot folder."""
 
     def __init__(self, home: Path):
         self.home = home
-        self.db = paths.database(home)
-        self._lock = self.db.with_name(self.db.name + ".registry.lock")
+        self.store = open_store(paths.database(home))
 
     # -- steward ---------------------------------------------------------------------------------
 
@@ -193,7 +197,7 @@ class Registry:
             raise SpecError(f"--purpose must be 'dp' (differentially private releases) or 'sdc' (RA, swapping), got {purpose!r}.")
         if purpose == "sdc" and unit.kind != "record":
             raise SpecError("an sdc dataset releases perturbed records: its unit is 'record'.")
-        with exclusive(self._lock):
+        with self.store.lock("registry"):
             earlier = self._versions(dataset_id)
             if earlier and earlier[-1][1] is not None:
                 raise SpecError(f"dataset {dataset_id!r} is already registered; use 'privrelease dataset refresh "
@@ -210,7 +214,7 @@ class Registry:
 
     def refresh(self, dataset_id: str, root: Path | None = None) -> Dataset:
         """Re-ingest and re-check a dataset from its registered source, schema and suite."""
-        with exclusive(self._lock):
+        with self.store.lock("registry"):
             current, private = self._current(dataset_id)
             path = resolve_source(private.source, root or data_root(self.home))
             dataset, _ = self._ingest(
@@ -221,11 +225,11 @@ class Registry:
 
     def drop(self, dataset_id: str) -> None:
         """Delete the stored rows; the registration history and the ledger keep their entries."""
-        with exclusive(self._lock):
+        with self.store.lock("registry"):
             current, private = self._current(dataset_id)
             if private.snapshot:
-                Path(private.snapshot).unlink(missing_ok=True)
-            with connect(self.db) as con:
+                self._snapshot(private).unlink(missing_ok=True)
+            with self.store.write() as con:
                 con.execute("UPDATE datasets SET snapshot = NULL, digest = NULL WHERE id = ?", [dataset_id])
 
     # -- everyone --------------------------------------------------------------------------------
@@ -241,32 +245,38 @@ class Registry:
     def load(self, dataset: Dataset) -> pd.DataFrame:
         """The stored snapshot, after checking it is the one registered (its digest stays private)."""
         current, private = self._current(dataset.id)
-        path = Path(private.snapshot or "")
+        path = self._snapshot(private)
         if current.version != dataset.version or not path.is_file() or file_sha256(path) != private.digest:
             raise UserError(f"dataset {dataset.id!r} changed since registration; ask the data steward to check it.")
-        with connect(self.db) as con:  # serialized with other store users; the snapshot is read-only
-            return con.execute("SELECT * FROM read_parquet(?)", [str(path)]).df()
+        with duckdb.connect() as con:  # in memory, default settings (row order kept)
+            frame = con.execute("SELECT * FROM read_parquet(?)", [str(path)]).df()
+        frame.attrs["snapshot"] = str(path)  # immutable once written: Dask workers may read their partition from it
+        return frame
 
     def identifiers(self, dataset: Dataset) -> list[str]:
         """Columns holding a different value in every row: identifier-like, for the steward to drop
         before an sdc release publishes them as they are (a steward's check; it reads the rows)."""
         _, private = self._current(dataset.id)
         columns = list(dataset.schema.columns)
-        with connect(self.db) as con:
+        with duckdb.connect() as con:
             counts = con.execute(
                 "SELECT count(*), " + ", ".join(f"count(DISTINCT {quote_ident(c)})" for c in columns)
-                + " FROM read_parquet(?)", [private.snapshot],
+                + " FROM read_parquet(?)", [str(self._snapshot(private))],
             ).fetchall()[0]  # fmt: skip
         return [c for c, n in zip(columns, counts[1:]) if counts[0] > 1 and n == counts[0]]
 
     # -- internals -------------------------------------------------------------------------------
 
+    def _snapshot(self, private: _Private) -> Path:
+        """The snapshot's file: its recorded path under the snapshot folder (an absolute one, from
+        before snapshots were recorded relative to it, stays as it is)."""
+        return snapshot_root(self.home) / (private.snapshot or "missing")
+
     def _query(self, sql: str, args: list) -> list[tuple]:
         """Rows of the registry table; none before anything was registered in this home."""
-        if not self.db.exists():
+        if not self.store.exists():
             return []
-        with connect(self.db) as con:
-            con.execute(_DDL)
+        with self.store.read() as con:
             return con.execute(sql, args).fetchall()
 
     def _versions(self, dataset_id: str) -> list[tuple[Dataset, str | None]]:
@@ -298,7 +308,7 @@ class Registry:
         self, dataset_id: str, version: int, path: Path, fmt: str, delimiter: str, unit: Unit, purpose: str,
         schema: Schema | None, suite: str | None,
     ) -> tuple[Dataset, bool]:  # fmt: skip
-        folder = self.home / "datasets" / dataset_id
+        folder = snapshot_root(self.home) / dataset_id
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         snapshot = folder / f"v{version}.parquet"
         reader, extra = _reader(fmt, delimiter)
@@ -307,8 +317,7 @@ class Registry:
             dupes = sorted({h for h in header if header.count(h) > 1})
             if dupes:
                 raise IngestError(f"the CSV header repeats column names {dupes}; give every column a unique name.")
-        with connect(self.db) as con:
-            con.execute(_DDL)
+        with duckdb.connect() as con:
             try:
                 con.execute(f"CREATE TEMP TABLE incoming AS SELECT * FROM {reader}", [str(path), *extra])
             except Exception as exc:  # noqa: BLE001 - DuckDB raises several types; none is echoed
@@ -346,12 +355,13 @@ class Registry:
             con.unregister("snapshot_frame")
             os.chmod(tmp, 0o600)
             os.replace(tmp, snapshot)
-            rows = total if unit.kind == "record" else None
-            registered = datetime.now(UTC).isoformat(timespec="seconds")
+        rows = total if unit.kind == "record" else None
+        registered = datetime.now(UTC).isoformat(timespec="seconds")
+        with self.store.write() as con:
             con.execute(
-                "INSERT INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO datasets ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
                 [dataset_id, version, str(unit), purpose, fmt, delimiter, str(path), schema.model_dump_json(), suite,
-                 rows, registered, str(snapshot), file_sha256(snapshot), file_sha256(path)],
+                 rows, registered, f"{dataset_id}/{snapshot.name}", file_sha256(snapshot), file_sha256(path)],
             )  # fmt: skip
             con.execute("UPDATE datasets SET snapshot = NULL, digest = NULL WHERE id = ? AND version < ?",
                         [dataset_id, version])  # fmt: skip

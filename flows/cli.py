@@ -17,58 +17,10 @@ from pathlib import Path
 from core import __version__, paths
 from core.accounting import Budget
 from core.errors import LedgerCorrupt, UserError
+from flows.cli_dataset import cmd_dataset_add, cmd_dataset_drop, cmd_dataset_list, cmd_dataset_refresh, cmd_dataset_show
+from flows.launch import prefect_api_url, prefect_env, quiet_console, start_prefect
 
 DEBUG_ENV = "PRIVRELEASE_DEBUG"
-
-
-def _prefect_env(root: Path) -> None:
-    """Prefect reads its settings at import: keep its state under our home unless told otherwise."""
-    os.environ.setdefault("PREFECT_HOME", str(root / "prefect"))
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-
-
-def _start_prefect() -> None:
-    """With no server configured, Prefect starts a temporary one that migrates its SQLite database;
-    processes starting together in a fresh home would race on those migrations. Start it under a
-    lock, so the database is created once and the others find it ready."""
-    import prefect.settings
-
-    if prefect.settings.PREFECT_API_URL.value():
-        return
-    from prefect.client.orchestration import get_client
-
-    from core.db import exclusive
-
-    with exclusive(Path(prefect.settings.PREFECT_HOME.value()) / "privrelease-start.lock"):
-        with get_client(sync_client=True) as client:  # starts this process's temporary server
-            client.api_healthcheck()
-
-
-class _NoUserErrorTraceback(logging.Formatter):
-    """Console formatter: a user error is shown as its message, without a traceback."""
-
-    def __init__(self, inner: logging.Formatter | None):
-        super().__init__()
-        self.inner = inner or logging.Formatter()
-
-    def format(self, record: logging.LogRecord) -> str:
-        if record.exc_info and isinstance(record.exc_info[1], UserError):
-            record = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
-        return self.inner.format(record)
-
-
-def _quiet_console() -> None:
-    """One line per pipeline step on the console: the flow's own lines, not a line per task state
-    (the run's page in the UI shows those), and a user error without its traceback."""
-    from prefect.logging.handlers import PrefectConsoleHandler
-
-    logging.getLogger("prefect.task_runs").setLevel(logging.WARNING)
-    loggers = [logging.getLogger(), *(v for v in logging.root.manager.loggerDict.values() if isinstance(v, logging.Logger))]
-    for logger in loggers:
-        for handler in logger.handlers:
-            if isinstance(handler, PrefectConsoleHandler) and not isinstance(handler.formatter, _NoUserErrorTraceback):
-                handler.setFormatter(_NoUserErrorTraceback(handler.formatter))
 
 
 def _runner(args: argparse.Namespace) -> dict:
@@ -88,10 +40,10 @@ def _run_release(request_path: Path, runner: dict) -> dict:
     os.environ.update({parallel.RUNNER_ENV: runner["runner"], parallel.WORKERS_ENV: str(runner["dask_workers"])})
     if runner["dask_address"]:
         os.environ[parallel.ADDRESS_ENV] = runner["dask_address"]
-    if _prefect_api_url():
+    if prefect_api_url():
         from flows.release import release
 
-        _quiet_console()
+        quiet_console()
         return release(request=request)
     log = logging.getLogger("privrelease")
     if not log.handlers:
@@ -137,16 +89,18 @@ def cmd_info(args: argparse.Namespace, root: Path) -> int:
     from core.ledger import Ledger
     from core.registry import DATA_ROOT_ENV, Registry, data_root
 
-    entries = Ledger(paths.database(root)).entries() if paths.database(root).exists() else []
+    ledger = Ledger(paths.database(root))
+    entries = ledger.entries() if ledger.store.exists() else []
     info = {
         "version": __version__,
         "home": str(root),
         "home_from": args.home_from,
         "data_root": str(data_root(root)),
         "data_root_from": f"${DATA_ROOT_ENV}" if os.environ.get(DATA_ROOT_ENV) else "default (<home>/data)",
+        "ledger_store": ledger.store.describe(),
         "ledger_head": {"seq": entries[-1].seq, "hash": entries[-1].hash} if entries else None,
         "datasets": [d.id for d in Registry(root).list()],
-        "prefect_api_url": _prefect_api_url(),
+        "prefect_api_url": prefect_api_url(),
     }
     if args.json:
         print(json.dumps(info, indent=2))
@@ -156,23 +110,15 @@ def cmd_info(args: argparse.Namespace, root: Path) -> int:
     return 0
 
 
-def _prefect_api_url() -> str | None:
-    """The Prefect server releases report to, if one is configured; else they run directly."""
-    _prefect_env(paths.home())
-    import prefect.settings
-
-    return prefect.settings.PREFECT_API_URL.value() or None
-
-
 def cmd_spam_train(args: argparse.Namespace, root: Path) -> int:
-    from core.spam.training import load_spec
+    from core.spam.spec import load_spec
 
     load_spec(args.spec)  # fail fast on a bad spec, before Prefect starts
-    _prefect_env(root)
-    _start_prefect()
+    prefect_env(root)
+    start_prefect()
     from flows.spam import spam_filter_training
 
-    _quiet_console()
+    quiet_console()
     summary = spam_filter_training(spec_path=str(Path(args.spec).resolve()))
     print(f"run {summary['run_id']}: AUC private {summary['auc_private']:.6f}, plaintext {summary['auc_plain']:.6f}")
     print(f"folder {summary['folder']}")
@@ -216,67 +162,6 @@ def cmd_demo(args: argparse.Namespace, root: Path) -> int:
     print(f"ledger entry:   #{ledger['seq']} {ledger['hash']}")
     print(f"Pa:             {summary['privacy']['pa']:.4f}  (Pa_max {summary['privacy']['pa_max']:.4f})")
     print(f"audit with:     {sys.argv[0]} --home {root} ledger history")
-    return 0
-
-
-def cmd_dataset_add(args: argparse.Namespace, root: Path) -> int:
-    from core.registry import Registry, Unit, read_schema
-
-    schema = read_schema(args.schema) if args.schema else None
-    dataset, inferred = Registry(root).add(
-        args.id, args.source, args.format, Unit.parse(args.unit), args.purpose, schema,
-        str(Path(args.suite).resolve()) if args.suite else None, args.delimiter,
-    )  # fmt: skip
-    _show(dataset)
-    if dataset.purpose == "sdc":
-        for column in Registry(root).identifiers(dataset):
-            print(f"warning: column {column!r} holds a different value in every row (an identifier?); an sdc "
-                  "release publishes it as it is. Drop it from the source and refresh, unless it is meant to be public.")
-    if inferred:
-        print("\nschema (inferred from the file, now public; keep it and pass it with --schema next time):")
-        print(dataset.schema.yaml(), end="")
-    return 0
-
-
-def _show(dataset) -> None:
-    rows = "" if dataset.rows is None else f", {dataset.rows} rows (public)"
-    print(f"dataset {dataset.id}: registration {dataset.version}, unit {dataset.unit}, purpose {dataset.purpose}, "
-          f"{len(dataset.schema.columns)} columns{rows}")  # fmt: skip
-
-
-def cmd_dataset_list(args: argparse.Namespace, root: Path) -> int:
-    from core.registry import Registry
-
-    datasets = Registry(root).list()
-    if args.json:
-        print(json.dumps([d.public() for d in datasets], indent=2))
-        return 0
-    for dataset in datasets:
-        _show(dataset)
-    if not datasets:
-        print("no datasets registered; register one with privrelease dataset add")
-    return 0
-
-
-def cmd_dataset_show(args: argparse.Namespace, root: Path) -> int:
-    from core.registry import Registry
-
-    print(json.dumps(Registry(root).get(args.id).public(), indent=2))
-    return 0
-
-
-def cmd_dataset_refresh(args: argparse.Namespace, root: Path) -> int:
-    from core.registry import Registry
-
-    _show(Registry(root).refresh(args.id))
-    return 0
-
-
-def cmd_dataset_drop(args: argparse.Namespace, root: Path) -> int:
-    from core.registry import Registry
-
-    Registry(root).drop(args.id)
-    print(f"dataset {args.id}: stored rows deleted; its registration history and ledger entries remain")
     return 0
 
 
@@ -375,6 +260,20 @@ def cmd_recover(args: argparse.Namespace, root: Path) -> int:
     return 0
 
 
+def cmd_migrate(args: argparse.Namespace, root: Path) -> int:
+    from core import anchors
+    from core.migrate import migrate
+    from core.registry import SNAPSHOT_ENV, snapshot_root
+    from core.store import URL_ENV, redact
+
+    entries, registrations = migrate(root, args.to)
+    print(f"migrated {entries} ledger entries and {registrations} registrations into {redact(args.to)}; "
+          "the hash chain verifies there")  # fmt: skip
+    print(f"every worker now needs: {URL_ENV} set to that URL, this ledger key ({anchors.key_path(root)}, via "
+          f"${anchors.KEY_ENV}) and the snapshots ({snapshot_root(root)}) in its ${SNAPSHOT_ENV}")  # fmt: skip
+    return 0
+
+
 def _recover(root: Path) -> list:
     """Settle interrupted releases and clear their staging before a command reads the ledger."""
     from core import pipeline
@@ -385,8 +284,14 @@ def _recover(root: Path) -> list:
     return settled
 
 
+def _has_ledger(root: Path) -> bool:
+    from core.store import open_store
+
+    return open_store(paths.database(root)).exists()
+
+
 def _dask_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dask", action="store_true", help="spread the heavy pieces over a local Dask cluster")
+    p.add_argument("--dask", action="store_true", help="DPNE only: spread its user partitions over a local Dask cluster")
     p.add_argument("--dask-address", help="an existing Dask scheduler (implies --dask)")
     p.add_argument("--dask-workers", type=int, default=2, help="worker processes of the local cluster")
 
@@ -474,6 +379,10 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_verify)
     p = lsub.add_parser("recover", help="settle the charges of interrupted releases (every ledger command does too)")
     p.set_defaults(func=cmd_recover)
+    p = lsub.add_parser("migrate", help="copy this home's ledger and registrations into an empty PostgreSQL database")
+    p.add_argument("--to", required=True, metavar="URL",
+                   help="postgresql://USER@HOST:PORT/DB (keep the password in PGPASSWORD or ~/.pgpass)")
+    p.set_defaults(func=cmd_migrate)
     return top
 
 
@@ -483,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     root = paths.home(args.home)
     os.environ[paths.HOME_ENV] = str(root)  # the flows read the home from the environment, never a parameter
     try:
-        if args.command in ("ledger", "info") and paths.database(root).exists():
+        if args.command in ("ledger", "info") and _has_ledger(root):
             args.recovered = _recover(root)
         return args.func(args, root)
     except BrokenPipeError:  # the reader went away (e.g. `| head -1`): stop quietly, as other tools do

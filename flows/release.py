@@ -1,21 +1,72 @@
 """The release flow: prepare → load → charge → privatize → check → publish → settle.
 
-Its one parameter is the analyst's request (a registered dataset id, a mechanism and its public
-parameters): public values only, as Prefect stores them in plain text.
-The home, and so the ledger and the registry, come from the worker's environment.
+``release`` takes the analyst's request (a registered dataset id, a mechanism and its public
+parameters) as the command line does; the forms of the UI (``flows/forms.py``) build the same
+request from flat parameters and run it with ``run_request``. Public values only, as Prefect
+stores parameters in plain text. The home, and so the ledger and the registry, come from the
+worker's environment.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import re
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
+from prefect.exceptions import FailedRun
+from prefect.states import Failed, State
 
-from core import parallel, pipeline
+from core import parallel, pipeline, spec
+from core.errors import UserError
 from core.spec import ReleaseRequest
+from flows.artifacts import readable
 from tasks import release as steps
+
+DEBUG_ENV = "PRIVRELEASE_DEBUG"
+# A form's request is checked in the flow itself, before any task: a refusal is one line in the log
+# and in the run's state message, not a task failure with its traceback.
+FORM_STEPS = SimpleNamespace(**{**vars(steps), "prepare": pipeline.prepare})
+
+
+def _kinds(error: type) -> set[str]:
+    return {error.__name__}.union(*(_kinds(sub) for sub in error.__subclasses__()))
+
+
+class OneLine(logging.Filter):
+    """A user error is one line in a run's log, the flow's own: the task that raised it does not log
+    it again (nor its traceback), nor does the engine re-raise the run the flow already failed with
+    it. All of them stay with PRIVRELEASE_DEBUG=1."""
+
+    TASK_FAILED = re.compile(rf"Finished in state Failed\('Task run encountered an exception ({'|'.join(_kinds(UserError))}):")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if os.environ.get(DEBUG_ENV) == "1":
+            return True
+        exc = record.exc_info[1] if record.exc_info else None
+        task = record.name == "prefect.task_runs"
+        if isinstance(exc, FailedRun) or (task and (isinstance(exc, UserError) or self.TASK_FAILED.match(record.getMessage()))):
+            return False
+        if isinstance(exc, UserError):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+for _name in ("prefect.flow_runs", "prefect.task_runs"):
+    logging.getLogger(_name).addFilter(OneLine())
+
+
+def _artifact(summary: dict) -> None:
+    folder = Path(summary["folder"])
+    create_markdown_artifact(
+        key=re.sub(r"[^a-z0-9-]+", "-", f"release-{summary['dataset']}".lower()),
+        markdown=f"Release folder: `{folder}`\n\n" + readable((folder / "report.md").read_text(), folder),
+        description=f"release {summary['release_id']}",
+    )
 
 
 @flow(name="release", persist_result=False)
@@ -26,9 +77,25 @@ def release(request: ReleaseRequest) -> dict:
     with parallel.configured():
         summary = pipeline.release(pipeline.Store.open(), request, steps, get_run_logger())
     if not summary["already_published"]:
-        create_markdown_artifact(
-            key=re.sub(r"[^a-z0-9-]+", "-", f"release-{summary['dataset']}".lower()),
-            markdown=f"Release folder: `{summary['folder']}`\n\n" + (Path(summary["folder"]) / "report.md").read_text(),
-            description=f"release {summary['release_id']}",
-        )
+        _artifact(summary)
+    return summary
+
+
+def run_request(release_id: str, dataset: str, mechanism: str, params: dict | Callable[[], dict]) -> dict | State:
+    """Run a form's release request (its ``params``, or a function that assembles them) through the
+    pipeline. A request the mechanism or the dataset refuses (a bound across fields, a column the
+    registration lacks, the remaining budget) fails the run with that one line; the traceback only
+    with PRIVRELEASE_DEBUG=1."""
+    log = get_run_logger()
+    try:
+        doc = {"dataset": dataset, "mechanism": {"name": mechanism, "params": params() if callable(params) else params}}
+        request = spec.parse(doc | ({"release_id": release_id} if release_id else {}))
+        with parallel.configured():
+            summary = pipeline.release(pipeline.Store.open(), request, FORM_STEPS, log)
+    except UserError as exc:
+        message = re.sub(r"mechanism\.[a-z]+\.params(\.|: )", "", str(exc))  # the form's fields are flat
+        log.error("%s", message, exc_info=os.environ.get(DEBUG_ENV) == "1")
+        return Failed(message=message)
+    if not summary["already_published"]:
+        _artifact(summary)
     return summary

@@ -1,19 +1,21 @@
 """The spam-filter training flow: setup → one task per protocol round → report.
 
-The run is recorded in the ledger (no epsilon: the protocol's guarantee is cryptographic) with
-the digest of its transcript. Parameters are paths, never mail.
+The run is reserved and settled in the ledger like a release (``tasks.ledger``), at the cost its
+plan states (no epsilon: the protocol's guarantee is cryptographic), with the digest of its transcript.
+Parameters are paths, never mail.
 """
 
 from __future__ import annotations
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from prefect.runtime import flow_run
 
-from core.errors import SpecError, UserError
+from core.errors import SpecError
 from core.ledger import FAILED, PUBLISHED
-from core.pipeline import Store
-from core.spam.training import load_spec
+from core.mechanisms import spam_training
+from core.pipeline import Store, failure
+from core.spam.spec import load_spec
+from tasks import ledger
 from tasks import spam as t
 
 LEDGER_DATASET = "spam-filter"
@@ -32,9 +34,8 @@ def spam_filter_training(spec_path: str) -> dict:
     folder = store.root / "spam" / spec.run_id
     if folder.exists():
         raise SpecError(f"spam run {spec.run_id!r} already exists at {folder}; choose a new run_id.")
-    store.ledger.reserve(LEDGER_DATASET, spec.run_id, "mpc", None, None, "spam-filter-training",
-                         spec.model_dump(mode="json", exclude={"seed"}), {"guarantee": "semi-honest secure computation (Paillier)"},
-                         flow_run.get_id())  # fmt: skip
+    ledger.reserve(store, LEDGER_DATASET, spec.run_id, spam_training.NAME, spam_training.plan(spec),
+                   spec.model_dump(mode="json", exclude={"seed"}), None)  # fmt: skip
     try:
         training = t.setup(spec, base)
         try:
@@ -48,11 +49,10 @@ def spam_filter_training(spec_path: str) -> dict:
         finally:
             training.close()
     except Exception as exc:
-        reason = f"{type(exc).__name__}: {exc}" if isinstance(exc, UserError) else type(exc).__name__
-        store.ledger.settle(spec.run_id, FAILED, {"reason": reason}, flow_run.get_id())
+        ledger.settle(store, LEDGER_DATASET, spec.run_id, FAILED, failure(exc))
         raise
-    store.ledger.settle(spec.run_id, PUBLISHED, {k: report[k] for k in ("transcript_sha256", "auc_private", "auc_plain")},
-                        flow_run.get_id())  # fmt: skip
+    ledger.settle(store, LEDGER_DATASET, spec.run_id, PUBLISHED,
+                  {k: report[k] for k in ("transcript_sha256", "auc_private", "auc_plain")})  # fmt: skip
     create_table_artifact(
         key="spam-rounds", description=f"spam run {spec.run_id}: seconds and traffic per round",
         table=[{"round": r["round"], "seconds": round(r["seconds"], 3), "ciphertexts": r["ciphertexts"], "bytes": r["bytes"]}

@@ -9,6 +9,8 @@ export PRIVRELEASE_REPO=$PWD
 export PRIVRELEASE_HOME=${PRIVRELEASE_HOME:-$PWD/.privrelease}
 export PREFECT_HOME=${PREFECT_HOME:-$PRIVRELEASE_HOME/prefect-server}
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
+# the worker asks for new runs every second (Prefect's default is 10 s: up to 10 s before a submitted run starts)
+export PREFECT_WORKER_QUERY_SECONDS=${PREFECT_WORKER_QUERY_SECONDS:-1}
 PORT=${PREFECT_PORT:-4200}
 export PREFECT_API_URL=${PREFECT_API_URL:-http://127.0.0.1:$PORT/api}
 mkdir -p "$PRIVRELEASE_HOME"

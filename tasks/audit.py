@@ -8,9 +8,9 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from core import audit as _audit
+from core.charts import render_chart
 from core.errors import LedgerCorrupt
 from core.pipeline import Store, recover
-from core.publish import render_chart
 
 
 @task(name="read-ledger", cache_policy=NO_CACHE, persist_result=False)

@@ -1,4 +1,5 @@
 """Tasks of the release pipeline. Each calls one core step; ``core.pipeline.release`` sequences them.
+The outcome is settled by ``tasks.ledger.settle``, the task every flow settles with.
 
 Tasks whose inputs or outputs carry raw rows are never cached or persisted (``RAW``); the others
 are kept out of result storage too, since nothing here needs to be replayed.
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import pandas as pd
 from prefect import task
-from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
 from core import pipeline
@@ -16,8 +16,9 @@ from core.ledger import Charge
 from core.mechanisms.base import Plan, Result
 from core.publish import Published
 from core.spec import Release, ReleaseRequest
+from tasks.ledger import RAW, settle
 
-RAW = {"cache_policy": NO_CACHE, "persist_result": False}
+__all__ = ["charge", "load", "prepare", "privatize", "publish", "settle"]  # the steps core.pipeline.release runs
 
 
 @task(name="prepare", **RAW)
@@ -43,8 +44,3 @@ def privatize(release: Release, frame: pd.DataFrame) -> Result:
 @task(name="publish", **RAW)
 def publish(store: pipeline.Store, release: Release, plan_: Plan, result: Result, charge_: Charge) -> Published:
     return pipeline.publish(store, release, plan_, result, charge_)
-
-
-@task(name="settle", **RAW)
-def settle(store: pipeline.Store, release: Release, status: str, detail: dict) -> None:
-    pipeline.settle(store, release, status, detail, flow_run.get_id())

@@ -6,8 +6,9 @@ from pathlib import Path
 
 from prefect import task
 
-from core.spam.training import RoundReport, SpamSpec, Training
-from tasks.release import RAW
+from core.spam.spec import SpamSpec
+from core.spam.training import RoundReport, Training
+from tasks.ledger import RAW
 
 
 @task(name="spam-setup", **RAW)

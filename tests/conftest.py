@@ -67,3 +67,42 @@ def adult_clean():
 ADULT_QI = ["education", "race", "sex", "workclass", "marital-status", "age", "relationship",
             "native-country", "Salary"]  # fmt: skip
 
+
+@pytest.fixture(scope="session")
+def served(tmp_path_factory):
+    """`make serve` without its worker: a real `prefect server`, the demo datasets, the pool and every
+    deployment; shared by the server and browser tests (each starts its own worker)."""
+    from tests.test_server import deploy, running_server
+
+    root = tmp_path_factory.mktemp("server")
+    with running_server(root) as env:
+        deploy(env)
+        yield env, root
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """One real PostgreSQL 15 server for the session (about a second to start); no skip if it cannot."""
+    from tests.pg import cluster
+
+    with cluster() as url:
+        yield url
+
+
+@pytest.fixture
+def pg_url(pg_server: str):
+    """A fresh, empty database on the session's server; dropped afterwards."""
+    import uuid
+
+    import psycopg
+
+    from core import store
+
+    name = f"t{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(pg_server, autocommit=True) as con:
+        con.execute(f"CREATE DATABASE {name}")
+    url = f"{pg_server.rsplit('/', 1)[0]}/{name}"
+    yield url
+    store.close(url)
+    with psycopg.connect(pg_server, autocommit=True) as con:
+        con.execute(f"DROP DATABASE {name} WITH (FORCE)")

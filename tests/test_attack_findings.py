@@ -18,6 +18,8 @@ from core import parallel, pipeline
 from core.accounting import Budget
 from core.ledger import Ledger
 from core.mechanisms import outliers as o
+from core.mechanisms import outliers_geometry as geo
+from core.mechanisms import outliers_sensitivity as sens
 from core.spec import parse
 from flows.cli import main
 from tests.helpers import register
@@ -111,11 +113,11 @@ def test_degrees_are_right_or_refused_when_distances_overflow():
 
     x = np.arange(50.0)[:, None] * 1e153
     with pytest.raises(InternalError, match="clipping limit"):
-        o.degrees(x, 1.0)
+        geo.degrees(x, 1.0)
     params = o.Params(query="count", columns=["a"], k=1, r=1.0, epsilon=1.0, delta=1e-5, noise="global",
                       standardize={"a": {"mean": 0.0, "std": 1e-300}})  # fmt: skip
     z, _ = o.standardized(pd.DataFrame({"a": x[:, 0]}), ["a"], params, Budget(0.0), None)
-    assert np.abs(z).max() == o.COORD_LIMIT and (o.degrees(z, 1.0) == [0] + [48] * 49).all()
+    assert np.abs(z).max() == geo.COORD_LIMIT and (geo.degrees(z, 1.0) == [0] + [48] * 49).all()
 
 
 # -- finding 3: the 2-D exact cover's memory depends on how clustered the data is ----------------------
@@ -128,13 +130,13 @@ def test_two_dimensional_cover_work_is_bounded_from_public_values():
     leaving the charge 'reserved') after the charge, on clustered data only. cover_plan must
     bound the worst case from N and c, as it does in 3-D with MAX_BALLS / MAX_BLOCK_ENTRIES."""
     rng = np.random.default_rng(0)
-    nnz = {n: o.Cover(rng.uniform(0, 0.5, (n, 2)), 1.0).incidence.nnz for n in (60, 120)}
-    spread = o.Cover(rng.uniform(0, 100, (120, 2)), 1.0).incidence.nnz
+    nnz = {n: geo.Cover(rng.uniform(0, 0.5, (n, 2)), 1.0).incidence.nnz for n in (60, 120)}
+    spread = geo.Cover(rng.uniform(0, 100, (120, 2)), 1.0).incidence.nnz
     assert nnz[120] / nnz[60] > 6 and spread < 1000  # cubic growth on clustered data only
     n = 2000
-    method, steps = o.cover_plan(n, 2, None)
+    method, steps = sens.cover_plan(n, 2, None)
     worst = (n + n * (n - 1)) * n if method == "centres" and steps else 3**2 * n
-    assert worst <= o.MAX_BLOCK_ENTRIES, f"{method} may build {worst:.2g} incidence entries at N = {n}"
+    assert worst <= geo.MAX_BLOCK_ENTRIES, f"{method} may build {worst:.2g} incidence entries at N = {n}"
 
 
 # -- finding 5: public parameters that crash as internal errors (no data involved, exit code 1) -------

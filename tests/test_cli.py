@@ -202,7 +202,7 @@ def test_concurrent_first_start_of_prefect_in_a_fresh_home(tmp_path: Path):
     """Eight processes start Prefect's temporary server on one new database at once (without the lock,
     2 and 4 of 8 printed migration tracebacks in two trials here): the first
     migrates it under the lock, the others find it ready; each runs a flow, none shows a traceback."""
-    code = ("from flows.cli import _prefect_env, _start_prefect; from pathlib import Path; import sys; "
+    code = ("from flows.launch import prefect_env as _prefect_env, start_prefect as _start_prefect; from pathlib import Path; import sys; "
             "_prefect_env(Path(sys.argv[1])); _start_prefect(); from prefect import flow; "
             "print(flow(name='probe')(lambda: 41)() + 1)")  # fmt: skip
     environ = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}

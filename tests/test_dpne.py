@@ -18,6 +18,7 @@ import pytest
 from pydantic import ValidationError
 from scipy.stats import chisquare, norm
 
+from bench import dpne_baselines as baselines
 from core import noise
 from core.accounting import compose_sigmas, gaussian_delta, gaussian_epsilon, gaussian_sigma
 from core.mechanisms import dpne
@@ -305,18 +306,18 @@ def test_baseline_grams_match_brute_force_and_baselines_run():
     frame = phrase_corpus(300)
     con = _con(frame, params())
     for k in (1, 2, 3):
-        got = {(u, g) for u, g in con.execute(dpne._all_grams_sql(k)).fetchall()}
+        got = {(u, g) for u, g in con.execute(baselines.all_grams_sql(k)).fetchall()}
         truth = {(u, " ".join(t.split()[i:i + k])) for u, t in zip(frame["user"], frame["text"])
                  for i in range(len(t.split()) - k + 1)}  # fmt: skip
         assert got == truth
     big = phrase_corpus(3000)
     for variant in ("all", "even", "single"):
-        counts = dpne.baseline(big, params(T=3), seeded(5), variant)
+        counts = baselines.baseline(big, params(T=3), seeded(5), variant)
         assert list(counts) == [1, 2, 3]
         # the 17 words of the four phrases are held by ~750 users each: every baseline finds them
         assert 17 <= counts[1] <= 17 + 300
     with pytest.raises(ValueError, match="unknown baseline"):
-        dpne.baseline(big, params(T=3), seeded(5), "some")
+        baselines.baseline(big, params(T=3), seeded(5), "some")
 
 
 def test_an_empty_release_is_explained_from_public_values():

@@ -1,4 +1,5 @@
-"""The ledger: caps, idempotency, settlement, tamper evidence, and concurrent charges."""
+"""The ledger: caps, idempotency, settlement, tamper evidence, and concurrent charges, on both stores
+(the home's DuckDB file and a real PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from core import anchors
@@ -17,11 +17,16 @@ from core.errors import BudgetError, LedgerCorrupt, ReleaseConflict
 from core.ledger import FAILED, PUBLISHED, RESERVED, Ledger
 from core.mechanisms import dpne
 from tests.conftest import REPO
+from tests.pg import raw_sql
 
 
-@pytest.fixture
-def ledger(tmp_path: Path) -> Ledger:
-    return Ledger(tmp_path / "privrelease.duckdb")
+@pytest.fixture(params=["duckdb", "postgresql"])
+def ledger(request, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ledger:
+    if request.param == "postgresql":
+        monkeypatch.setenv("PRIVRELEASE_LEDGER_URL", request.getfixturevalue("pg_url"))
+    ledger = Ledger(tmp_path / "privrelease.duckdb")
+    assert ledger.store.kind == request.param
+    return ledger
 
 
 ADJ = "replace one record"
@@ -133,12 +138,6 @@ def test_history_round_trips_through_json(ledger):
     assert json.loads(json.dumps(entry)) == entry
 
 
-def _tamper(ledger: Ledger, sql: str) -> None:
-    con = duckdb.connect(str(ledger.db_path))
-    con.execute(sql)
-    con.close()
-
-
 @pytest.fixture
 def filled(ledger: Ledger) -> Ledger:
     ledger.set_budget("d", Budget(5.0, 1e-5))
@@ -149,6 +148,10 @@ def filled(ledger: Ledger) -> Ledger:
     return ledger
 
 
+# Entries 3 and 6 swap places (in two steps: PostgreSQL checks the key after each row).
+REORDER = ("UPDATE ledger SET seq = -seq WHERE seq IN (3, 6)", "UPDATE ledger SET seq = seq + 9 WHERE seq < 0")
+
+
 @pytest.mark.parametrize(
     "sql,bad_seq",
     [
@@ -156,12 +159,12 @@ def filled(ledger: Ledger) -> Ledger:
         ("UPDATE ledger SET status = 'failed' WHERE seq = 7", 7),
         ("UPDATE ledger SET epsilon = 50 WHERE seq = 1", 1),
         ("DELETE FROM ledger WHERE seq = 5", 5),
-        ("UPDATE ledger SET seq = CASE seq WHEN 3 THEN 6 WHEN 6 THEN 3 ELSE seq END", 3),
+        (REORDER, 3),
     ],
     ids=["changed-epsilon", "changed-status", "changed-cap", "deleted", "reordered"],
 )
 def test_tampering_is_detected(filled, sql, bad_seq):
-    _tamper(filled, sql)
+    raw_sql(filled, *(sql if isinstance(sql, tuple) else (sql,)))
     with pytest.raises(LedgerCorrupt) as info:
         filled.verify()
     assert info.value.seq == bad_seq
@@ -173,7 +176,7 @@ def test_truncation_is_detected_through_manifests(filled, tmp_path):
     folder.mkdir(parents=True)
     (folder / "manifest.json").write_text(json.dumps({"ledger": {"seq": last.seq, "hash": last.hash}}))
     assert filled.verify(tmp_path / "releases") == 9
-    _tamper(filled, f"DELETE FROM ledger WHERE seq >= {last.seq}")
+    raw_sql(filled, f"DELETE FROM ledger WHERE seq >= {last.seq}")
     with pytest.raises(LedgerCorrupt, match="entry 8, anchored at"):
         filled.verify()  # the anchors see a cut tail ...
     anchors.anchors_path(filled.home).unlink()

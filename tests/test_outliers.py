@@ -10,10 +10,13 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from bench.outliers_baselines import gs_lower, paper_global_std
 from core import noise
-from core.accounting import ZERO
+from core.accounting import ZERO, gaussian_sigma
 from core.errors import ParameterError
 from core.mechanisms import outliers as o
+from core.mechanisms import outliers_geometry as geo
+from core.mechanisms import outliers_sensitivity as sens
 from core.spec import parse
 
 
@@ -24,17 +27,30 @@ def brute_degrees(x: np.ndarray, r: float) -> np.ndarray:
 
 
 def q(x: np.ndarray, k: int, r: float) -> int:
-    return int((o.degrees(o.subspace_points(x), r) < k).sum())
+    return int((geo.degrees(geo.subspace_points(x), r) < k).sum())
+
+
+def bounds_by_t(deg: np.ndarray, k: int, cover: geo.Cover, exact_until: int | None = None) -> np.ndarray:
+    """B_t = min(N, max(M_k^(t), M_{k−1}^(t)) + t + 1) for every t = 0..N: Theorem 6's bounds
+    without Algorithm 2's early stop, the oracle its smooth bound is checked against."""
+    n = len(deg)
+    stop = n + 1 if exact_until is None else min(exact_until, n + 1)
+    bands = np.maximum(sens.band_sizes(deg, k, n), sens.band_sizes(deg, k - 1, n))
+    out = np.empty(n + 1)
+    for t in range(n + 1):
+        m = max(cover.max_cover(np.abs(deg - j) <= t) for j in (k, k - 1)) if t < stop else bands[t]
+        out[t] = min(n, m + t + 1)
+    return out
 
 
 def bounds(x: np.ndarray, k: int, r: float, exact_until: int | None = None) -> np.ndarray:
-    pts = o.subspace_points(x)
-    return o.bounds_by_t(o.degrees(pts, r), k, o.Cover(pts, r), exact_until)
+    pts = geo.subspace_points(x)
+    return bounds_by_t(geo.degrees(pts, r), k, geo.Cover(pts, r), exact_until)
 
 
 def s_ub(x: np.ndarray, k: int, r: float, b: float, exact_until: int | None = None) -> float:
-    pts = o.subspace_points(x)
-    return o.smooth_bound(o.degrees(pts, r), k, b, o.Cover(pts, r), exact_until).value
+    pts = geo.subspace_points(x)
+    return sens.smooth_bound(geo.degrees(pts, r), k, b, geo.Cover(pts, r), exact_until).value
 
 
 def neighbour(x: np.ndarray, rng: np.random.Generator, high: int) -> np.ndarray:
@@ -54,14 +70,14 @@ def test_degrees_match_brute_force_with_ties_and_exact_distances(dim):
         x = rng.integers(0, 5, (int(rng.integers(1, 30)), dim)).astype(float)
         r = float(rng.choice([0.5, 1.0, 2.0, math.sqrt(2)]))
         expected = brute_degrees(x, r)
-        assert np.array_equal(o.degrees(o.subspace_points(x), r), expected)
+        assert np.array_equal(geo.degrees(geo.subspace_points(x), r), expected)
         for k in (1, 2, 4):
             assert q(x, k, r) == int((expected < k).sum())
 
 
 def test_self_is_not_a_neighbour_but_a_duplicate_is():
-    assert o.degrees(np.array([[0.0]]), 1.0).tolist() == [0]
-    assert o.degrees(np.array([[3.0], [3.0], [9.0]]), 1.0).tolist() == [1, 1, 0]
+    assert geo.degrees(np.array([[0.0]]), 1.0).tolist() == [0]
+    assert geo.degrees(np.array([[3.0], [3.0], [9.0]]), 1.0).tolist() == [1, 1, 0]
     assert q(np.array([[0.0], [10.0], [20.0]]), 3, 100.0) == 3  # N - 1 < k: every record is an outlier
 
 
@@ -83,12 +99,12 @@ def test_invariances_and_monotonicity():
 
 
 def test_kissing_table_is_exact_where_known_and_monotone():
-    assert [o.kissing_upper(d) for d in (1, 2, 3, 4, 8, 24)] == [2, 6, 12, 24, 240, 196560]
-    table = [o.kissing_upper(d) for d in range(1, 40)]
+    assert [sens.kissing_upper(d) for d in (1, 2, 3, 4, 8, 24)] == [2, 6, 12, 24, 240, 196560]
+    table = [sens.kissing_upper(d) for d in range(1, 40)]
     assert all(a < b for a, b in zip(table, table[1:]))
-    assert o.kissing_upper(25) == 3**25 - 1
-    assert o.gs_upper(1000, 3, 1) == 7 and o.gs_upper(1000, 3, 2) == 19 and o.gs_upper(50, 3, 4) == 50
-    assert o.gs_lower(50, 3, 2) == 13 and o.gs_lower(50, 3, 7) == 43
+    assert sens.kissing_upper(25) == 3**25 - 1
+    assert sens.gs_upper(1000, 3, 1) == 7 and sens.gs_upper(1000, 3, 2) == 19 and sens.gs_upper(50, 3, 4) == 50
+    assert gs_lower(50, 3, 2) == 13 and gs_lower(50, 3, 7) == 43
 
 
 def _move_far(x: np.ndarray) -> np.ndarray:
@@ -101,7 +117,7 @@ def _move_far(x: np.ndarray) -> np.ndarray:
 def test_construction_1d_reaches_2k_plus_1(k):
     r = 1.0
     x = np.array([[0.0]] + [[-r]] * k + [[r]] * k)
-    assert q(x, k, r) == 0 and q(_move_far(x), k, r) == 2 * k + 1 == o.gs_upper(len(x), k, 1)
+    assert q(x, k, r) == 0 and q(_move_far(x), k, r) == 2 * k + 1 == sens.gs_upper(len(x), k, 1)
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 4])
@@ -110,7 +126,7 @@ def test_construction_2d_pentagon_reaches_5k_plus_1(k):
     angles = 2 * np.pi * np.arange(5) / 5
     ring = np.sqrt(2) * r * np.stack([np.cos(angles), np.sin(angles)], axis=1)  # RMS distance r from the centre
     x = np.vstack([[0.0, 0.0], np.repeat(ring, k, axis=0)])
-    assert q(x, k, r) == 0 and q(_move_far(x), k, r) == 5 * k + 1 <= o.gs_upper(len(x), k, 2)
+    assert q(x, k, r) == 0 and q(_move_far(x), k, r) == 5 * k + 1 <= sens.gs_upper(len(x), k, 2)
 
 
 @pytest.mark.parametrize("dim,k", [(1, 2), (2, 3), (3, 2), (4, 1)])
@@ -118,7 +134,7 @@ def test_cross_construction_reaches_2dk_plus_1(dim, k):
     r = 1.0
     arms = np.vstack([np.eye(dim), -np.eye(dim)]) * math.sqrt(dim) * r  # RMS distance r along each axis
     x = np.vstack([np.zeros(dim), np.repeat(arms, k, axis=0)])
-    assert q(x, k, r) == 0 and q(_move_far(x), k, r) == 2 * dim * k + 1 <= o.gs_upper(len(x), k, dim)
+    assert q(x, k, r) == 0 and q(_move_far(x), k, r) == 2 * dim * k + 1 <= sens.gs_upper(len(x), k, dim)
 
 
 # -- max ball cover ----------------------------------------------------------------------------------
@@ -128,7 +144,7 @@ def _exhaustive_cover(p: np.ndarray, r: float) -> int:
     """Algorithm 1 without pruning: the largest subset whose smallest enclosing ball fits."""
     for size in range(len(p), 0, -1):
         for chosen in itertools.combinations(range(len(p)), size):
-            if o.enclosing_ball(p[list(chosen)])[1] <= r * r * (1 + 1e-7):
+            if geo.enclosing_ball(p[list(chosen)])[1] <= r * r * (1 + 1e-7):
                 return size
     return 0
 
@@ -141,9 +157,9 @@ def test_branch_and_bound_matches_the_1d_and_2d_oracles(dim, oracle):
         p = (rng.integers(0, 6, (n, dim)) if rng.random() < 0.5 else rng.normal(0, 1.5, (n, dim))).astype(float)
         r = float(rng.choice([0.5, 1.0, 1.7]))
         mask = rng.random(n) < 0.8
-        assert o.Cover(p, r, "search").max_cover(mask) == o.Cover(p, r, oracle).max_cover(mask)
-    assert o.Cover(np.zeros((3, dim)), 1.0).max_cover(np.zeros(3, bool)) == 0
-    assert o.Cover(np.zeros((1, dim)), 1.0).max_cover(np.ones(1, bool)) == 1
+        assert geo.Cover(p, r, "search").max_cover(mask) == geo.Cover(p, r, oracle).max_cover(mask)
+    assert geo.Cover(np.zeros((3, dim)), 1.0).max_cover(np.zeros(3, bool)) == 0
+    assert geo.Cover(np.zeros((1, dim)), 1.0).max_cover(np.ones(1, bool)) == 1
 
 
 def test_branch_and_bound_matches_exhaustive_search_in_3d():
@@ -152,7 +168,7 @@ def test_branch_and_bound_matches_exhaustive_search_in_3d():
         n = int(rng.integers(1, 11))
         p = (rng.integers(0, 4, (n, 3)) if rng.random() < 0.5 else rng.normal(0, 1, (n, 3))).astype(float)
         r = float(rng.choice([0.5, 1.0, 1.5]))
-        assert o.Cover(p, r).max_cover(np.ones(n, bool)) == _exhaustive_cover(p, r)
+        assert geo.Cover(p, r).max_cover(np.ones(n, bool)) == _exhaustive_cover(p, r)
 
 
 def test_enclosing_ball_agrees_with_miniball_in_general_position():
@@ -162,12 +178,12 @@ def test_enclosing_ball_agrees_with_miniball_in_general_position():
     for _ in range(200):
         dim = int(rng.integers(2, 6))
         p = rng.normal(0, 1, (int(rng.integers(1, 30)), dim))
-        assert o.enclosing_ball(p)[1] == pytest.approx(miniball.get_bounding_ball(p)[1], rel=1e-6, abs=1e-12)
+        assert geo.enclosing_ball(p)[1] == pytest.approx(miniball.get_bounding_ball(p)[1], rel=1e-6, abs=1e-12)
 
 
 def test_enclosing_ball_handles_collinear_grid_points_that_break_miniball():
     p = np.array([[0.0, 0.0], [1.0, 0.0], [2.0, 0.0], [2.0, 0.0]])
-    centre, r2 = o.enclosing_ball(p)
+    centre, r2 = geo.enclosing_ball(p)
     assert r2 == pytest.approx(1.0) and centre == pytest.approx([1.0, 0.0])
 
 
@@ -178,7 +194,7 @@ def test_enclosing_ball_handles_collinear_grid_points_that_break_miniball():
 def test_local_sensitivity_and_smoothness_on_random_neighbours(dim, trials, high):
     """|q(X) − q(X')| <= B_0(X) <= S_UB(X), B_t(X') <= B_{t+1}(X), S_UB(X') <= e^β S_UB(X)."""
     rng = np.random.default_rng(100 + dim)
-    b = o.beta(0.5, 0.01)
+    b = sens.beta(0.5, 0.01)
     for trial in range(trials):
         n = int(rng.integers(2, 14))
         x = rng.integers(0, high, (n, dim)).astype(float)
@@ -196,7 +212,7 @@ def test_local_sensitivity_and_smoothness_on_random_neighbours(dim, trials, high
 @pytest.mark.parametrize("epsilon", [0.1, 0.5, 0.9, 3.0])
 def test_early_stop_equals_the_full_maximum(epsilon):
     rng = np.random.default_rng(int(epsilon * 10))
-    b = o.beta(epsilon, 0.01)
+    b = sens.beta(epsilon, 0.01)
     for dim in (1, 2, 3):
         for _ in range(6):
             x = np.vstack([rng.normal(0, 1, (30, dim)), rng.normal(8, 5, (4, dim))])
@@ -210,7 +226,7 @@ def test_synthetic_1_smooth_bound_at_the_paper_parameters():
     rng = np.random.default_rng(0)
     x = np.vstack([rng.normal(0, 1, (45, 2)), rng.normal(20, 10, (5, 2))])
     assert q(x, 3, 1.1) == 5
-    got = [s_ub(x, 3, 1.1, o.beta(e, 0.01)) for e in (0.1, 0.5, 0.7, 0.9)]
+    got = [s_ub(x, 3, 1.1, sens.beta(e, 0.01)) for e in (0.1, 0.5, 0.7, 0.9)]
     assert got == pytest.approx([45.28, 30.44, 25.15, 20.79], abs=0.01)
 
 
@@ -218,11 +234,11 @@ def test_synthetic_1_smooth_bound_at_the_paper_parameters():
 
 
 def test_alpha_beta_and_noise_scales_at_the_reference_parameters():
-    assert o.alpha(1, 0.01) == pytest.approx(0.0614393, rel=1e-6)
-    assert o.beta(1, 0.01) == pytest.approx(0.0396931, rel=1e-5)
-    assert o.alpha(0.5, 0.01) == pytest.approx(0.030720, rel=1e-4) and o.beta(0.5, 0.01) == pytest.approx(0.019847, rel=1e-4)
-    assert 1 / o.alpha(1, 0.01) == pytest.approx(16.276236, rel=1e-7)
-    assert o.paper_global_std(13, 0.5, 0.01) == pytest.approx(84.636, abs=1e-3)
+    assert sens.alpha(1, 0.01) == pytest.approx(0.0614393, rel=1e-6)
+    assert sens.beta(1, 0.01) == pytest.approx(0.0396931, rel=1e-5)
+    assert sens.alpha(0.5, 0.01) == pytest.approx(0.030720, rel=1e-4) and sens.beta(0.5, 0.01) == pytest.approx(0.019847, rel=1e-4)
+    assert 1 / sens.alpha(1, 0.01) == pytest.approx(16.276236, rel=1e-7)
+    assert paper_global_std(13, 0.5, 0.01) == pytest.approx(84.636, abs=1e-3)
 
 
 def test_released_count_noise_has_std_s_over_alpha_and_the_released_scale_is_lognormal_laplace():
@@ -232,13 +248,13 @@ def test_released_count_noise_has_std_s_over_alpha_and_the_released_scale_is_log
     a = o.allocate(params)
     draws = [o.noisy_count(z, ("a",), params, a, rng) for _ in range(3000)]
     std, q0 = draws[0].noise_std, draws[0].true_count
-    assert std == pytest.approx(draws[0].smooth.value / o.alpha(a.count.epsilon, a.count.delta))
+    assert std == pytest.approx(draws[0].smooth.value / sens.alpha(a.count.epsilon, a.count.delta))
     noise = np.array([d.noisy for d in draws]) - q0
     assert (noise == np.round(noise)).all()  # published on the public integer grid, whatever S_UB is
     # KS against N(0, std^2); a false alarm has probability 0.001
     assert stats.kstest(noise / std, "norm").pvalue > 1e-3
     logs = np.log([d.noise_std_released for d in draws]) - math.log(std)
-    assert stats.kstest(logs, "laplace", args=(0, o.beta(a.count.epsilon, a.count.delta) / a.scale)).pvalue > 1e-3
+    assert stats.kstest(logs, "laplace", args=(0, sens.beta(a.count.epsilon, a.count.delta) / a.scale)).pvalue > 1e-3
 
 
 def test_auto_noise_is_decided_from_public_parameters_only():
@@ -253,7 +269,7 @@ def test_auto_noise_is_decided_from_public_parameters_only():
     rng = np.random.default_rng(4)
     a = o.allocate(small)
     stds = {o.noisy_count(rng.normal(0, 1, (50, 2)), ("a", "b"), small, a, rng).noise_std_released for _ in range(3)}
-    assert len(stds) == 1 and stds.pop() == pytest.approx(19 * o.gaussian_sigma(0.5, 0.01))
+    assert len(stds) == 1 and stds.pop() == pytest.approx(19 * gaussian_sigma(0.5, 0.01))
 
 
 def test_budget_allocation_adds_up():
@@ -326,7 +342,7 @@ def test_utility_has_sensitivity_at_most_one_for_c_equal_1():
         x = rng.integers(0, 6, (int(rng.integers(3, 20)), 1)).astype(float)
         k = int(rng.integers(1, 4))
         y = neighbour(x, rng, 6)
-        assert abs(q(x, k, 1.0) - q(y, k, 1.0)) / o.gs_upper(len(x), k, 1) <= 1
+        assert abs(q(x, k, 1.0) - q(y, k, 1.0)) / sens.gs_upper(len(x), k, 1) <= 1
 
 
 # -- run on a frame ------------------------------------------------------------------------------------

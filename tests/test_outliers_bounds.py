@@ -12,7 +12,9 @@ from scipy.stats import norm
 
 from core.errors import InternalError
 from core.mechanisms import outliers as o
-from tests.test_outliers import neighbour, planted, q
+from core.mechanisms import outliers_geometry as geo
+from core.mechanisms import outliers_sensitivity as sens
+from tests.test_outliers import bounds_by_t, neighbour, planted, q
 
 DELTAS = [1e-2, 1e-4, 1e-7, 1e-12]
 
@@ -38,12 +40,12 @@ def hockey_stick(eps: float, shift: float, log_scale: float) -> float:
 
 @pytest.mark.parametrize("delta", DELTAS)
 def test_epsilon_bound_is_exactly_where_the_proof_condition_stops_holding(delta):
-    e = o.smooth_epsilon_max(delta)
+    e = sens.smooth_epsilon_max(delta)
     assert 12 < e < 19
-    assert o.smooth_log_failure(e * (1 - 1e-9), delta) < math.log(delta) < o.smooth_log_failure(e * (1 + 1e-9), delta)
+    assert sens.smooth_log_failure(e * (1 - 1e-9), delta) < math.log(delta) < sens.smooth_log_failure(e * (1 + 1e-9), delta)
     # the failure grows with epsilon, so everything below the bound is covered
     grid = np.linspace(0.01, 2 * e, 200)
-    logs = [o.smooth_log_failure(x, delta) for x in grid]
+    logs = [sens.smooth_log_failure(x, delta) for x in grid]
     assert all(a < b for a, b in zip(logs, logs[1:]))
 
 
@@ -51,8 +53,8 @@ def test_epsilon_bound_is_exactly_where_the_proof_condition_stops_holding(delta)
 def test_failure_masses_match_a_numerical_oracle_and_their_worst_cases(delta):
     """The closed forms are the largest failure masses of the dilation (over |λ| <= β) and the sliding
     (over |Δ| <= α) properties at epsilon/2, each integrated here from the density."""
-    eps = 0.9 * o.smooth_epsilon_max(delta)
-    a, b = o.alpha(eps, delta), o.beta(eps, delta)
+    eps = 0.9 * sens.smooth_epsilon_max(delta)
+    a, b = sens.alpha(eps, delta), sens.beta(eps, delta)
     dilation = [density_mass(lambda z, lam=lam: math.expm1(2 * lam) * z * z / 2 - lam, eps / 2) for lam in np.linspace(-b, b, 9)]
     sliding = [density_mass(lambda z, d=d: z * d + d * d / 2, eps / 2) for d in np.linspace(-a, a, 9)]
     assert max(dilation) == pytest.approx(dilation[-1], rel=1e-9) and dilation[0] == 0.0
@@ -61,7 +63,7 @@ def test_failure_masses_match_a_numerical_oracle_and_their_worst_cases(delta):
     log_dilation = math.log(2) + float(norm.logsf(math.sqrt((eps + 2 * b) / math.expm1(2 * b))))
     assert dilation[-1] == pytest.approx(math.exp(log_dilation), rel=2e-3)
     total = dilation[-1] + math.exp(eps / 2) * sliding[-1]
-    assert total == pytest.approx(math.exp(o.smooth_log_failure(eps, delta)), rel=2e-3) and total < delta
+    assert total == pytest.approx(math.exp(sens.smooth_log_failure(eps, delta)), rel=2e-3) and total < delta
 
 
 @pytest.mark.parametrize("delta", [1e-4, 1e-7])
@@ -69,8 +71,8 @@ def test_the_guarantee_holds_at_the_bound_and_fails_far_outside_it(delta):
     """Neighbouring outputs are N(q, σ²) and N(q', σ'²) with |ln σ'/σ| <= β and |q − q'| <= α·min(σ, σ').
     At the bound their privacy loss stays within (epsilon, delta) for every such pair; at the
     epsilon = 100 once accepted, a scale change alone breaks delta by orders of magnitude."""
-    for eps, ok in ((o.smooth_epsilon_max(delta), True), (100.0, False)):
-        a, b = o.alpha(eps, delta), o.beta(eps, delta)
+    for eps, ok in ((sens.smooth_epsilon_max(delta), True), (100.0, False)):
+        a, b = sens.alpha(eps, delta), sens.beta(eps, delta)
         worst = max(hockey_stick(eps, a * min(1, math.exp(lam)), lam) for lam in np.linspace(-b, b, 9))
         assert (worst <= delta) is ok
     assert worst > 30 * delta
@@ -83,7 +85,7 @@ def _spec(**params) -> o.Params:
 
 @pytest.mark.parametrize("delta", [1e-4, 1e-7])
 def test_smooth_noise_is_refused_just_outside_the_bound_and_accepted_just_inside(delta):
-    per_count = o.smooth_epsilon_max(delta)
+    per_count = sens.smooth_epsilon_max(delta)
     total = per_count / 0.9  # scale_share 0.1 of the count's budget goes to its released std
     base = {"k": 3, "r": 0.1, "delta": delta, "standardize": False, "noise": "smooth"}
     inside = _spec(epsilon=total * (1 - 1e-7), **base)
@@ -103,7 +105,7 @@ def test_the_bound_applies_to_each_count_of_a_top_h_release():
     """h counts share the budget: the bound is on epsilon and delta *per count*."""
     base = {"query": "top_subspaces", "h": 2, "count_share": 0.9, "k": 3, "r": 0.1, "delta": 2e-4,
             "standardize": False, "noise": "smooth"}  # fmt: skip
-    limit = o.smooth_epsilon_max(1e-4)  # count_share 0.9, then 2 counts, then scale_share 0.1
+    limit = sens.smooth_epsilon_max(1e-4)  # count_share 0.9, then 2 counts, then scale_share 0.1
     assert o.allocate(_spec(epsilon=limit * 2 / 0.81 * 0.999, **base)).count.delta == pytest.approx(1e-4)
     with pytest.raises(Exception, match="above"):
         _spec(epsilon=limit * 2 / 0.81 * 1.001, **base)
@@ -189,7 +191,7 @@ def test_one_cover_computes_at_most_one_ball_per_subset_of_distinct_points():
     for _ in range(150):
         n = int(rng.integers(2, 12))
         p = (rng.integers(0, 3, (n, 3)) if rng.random() < 0.5 else rng.normal(0, 0.6, (n, 3))).astype(float)
-        cover = o.Cover(p, float(rng.choice([0.5, 1.0, 1.5])))
+        cover = geo.Cover(p, float(rng.choice([0.5, 1.0, 1.5])))
         mask = rng.random(n) < 0.9
         cover.max_cover(mask)
         m = len(np.unique(p[mask], axis=0))
@@ -197,16 +199,16 @@ def test_one_cover_computes_at_most_one_ball_per_subset_of_distinct_points():
 
 
 def test_cover_plan_is_a_public_function_that_keeps_the_worst_case_within_the_limits():
-    assert o.cover_plan(1000, 1, None) == ("window", 1001) and o.cover_plan(200, 2, 7) == ("centres", 7)
-    assert o.cover_plan(1000, 2, 7) == ("blocks", 7)  # the centres' N^3 worst case would exceed the limit
-    assert o.cover_plan(15, 3, None) == ("search", 16) and o.cover_plan(16, 3, None) == ("blocks", 17)
-    assert o.cover_plan(100, 3, 30) == ("blocks", 30) and o.cover_plan(400_000, 3, None) == ("band", 0)
+    assert sens.cover_plan(1000, 1, None) == ("window", 1001) and sens.cover_plan(200, 2, 7) == ("centres", 7)
+    assert sens.cover_plan(1000, 2, 7) == ("blocks", 7)  # the centres' N^3 worst case would exceed the limit
+    assert sens.cover_plan(15, 3, None) == ("search", 16) and sens.cover_plan(16, 3, None) == ("blocks", 17)
+    assert sens.cover_plan(100, 3, 30) == ("blocks", 30) and sens.cover_plan(400_000, 3, None) == ("band", 0)
     for n in range(2, 60):
         for c in range(3, 12):
-            method, steps = o.cover_plan(n, c, None)
+            method, steps = sens.cover_plan(n, c, None)
             assert steps <= n + 1
-            assert method != "search" or 2 * steps * (2**n - 1) <= o.MAX_BALLS
-            assert method != "blocks" or 3**c * n <= o.MAX_BLOCK_ENTRIES
+            assert method != "search" or 2 * steps * (2**n - 1) <= geo.MAX_BALLS
+            assert method != "blocks" or 3**c * n <= geo.MAX_BLOCK_ENTRIES
 
 
 @pytest.mark.parametrize("dim", [1, 2, 3, 4])
@@ -219,7 +221,7 @@ def test_the_blocks_bound_is_an_upper_bound_that_grows_by_at_most_one_per_point(
         n = int(rng.integers(2, 14))
         p = (rng.integers(0, 4, (n, dim)) if rng.random() < 0.5 else rng.normal(0, 1, (n, dim))).astype(float)
         r = float(rng.choice([0.5, 1.0, 1.5]))
-        blocks, oracle = o.Cover(p, r, "blocks"), o.Cover(p, r, exact)
+        blocks, oracle = geo.Cover(p, r, "blocks"), geo.Cover(p, r, exact)
         mask = rng.random(n) < 0.7
         assert blocks.max_cover(mask) >= oracle.max_cover(mask)
         for extra in np.flatnonzero(~mask)[:3]:
@@ -231,36 +233,36 @@ def test_the_blocks_bound_is_an_upper_bound_that_grows_by_at_most_one_per_point(
 @pytest.mark.parametrize("dim,trials", [(3, 200), (4, 100)])
 def test_blocks_bounds_keep_local_sensitivity_and_smoothness_on_random_neighbours(dim, trials):
     rng = np.random.default_rng(300 + dim)
-    b = o.beta(0.5, 0.01)
+    b = sens.beta(0.5, 0.01)
     for trial in range(trials):
         n = int(rng.integers(2, 14))
         x = rng.integers(0, 3, (n, dim)).astype(float)
         y = neighbour(x, rng, 3)
         k, r = int(rng.integers(1, 4)), float(rng.choice([0.5, 1.0, 1.5]))
         until = None if trial % 3 else int(rng.integers(0, 4))
-        px, py = o.subspace_points(x), o.subspace_points(y)
-        dx, dy = o.degrees(px, r), o.degrees(py, r)
-        bx = o.bounds_by_t(dx, k, o.Cover(px, r, "blocks"), until)
-        by = o.bounds_by_t(dy, k, o.Cover(py, r, "blocks"), until)
+        px, py = geo.subspace_points(x), geo.subspace_points(y)
+        dx, dy = geo.degrees(px, r), geo.degrees(py, r)
+        bx = bounds_by_t(dx, k, geo.Cover(px, r, "blocks"), until)
+        by = bounds_by_t(dy, k, geo.Cover(py, r, "blocks"), until)
         assert abs(q(x, k, r) - q(y, k, r)) <= bx[0] and np.all(by[:-1] <= bx[1:])
-        sx = o.smooth_bound(dx, k, b, o.Cover(px, r, "blocks"), until).value
-        sy = o.smooth_bound(dy, k, b, o.Cover(py, r, "blocks"), until).value
+        sx = sens.smooth_bound(dx, k, b, geo.Cover(px, r, "blocks"), until).value
+        sy = sens.smooth_bound(dy, k, b, geo.Cover(py, r, "blocks"), until).value
         assert sx == pytest.approx((np.exp(-np.arange(n + 1) * b) * bx).max(), rel=1e-12)
         assert sy <= math.exp(b) * sx * (1 + 1e-12)
 
 
 def test_a_dense_3d_table_completes_and_publishes_nothing_that_depends_on_the_search(monkeypatch):
-    monkeypatch.setattr(o, "MAX_BALLS", 300)  # what 2,000,000 is to large tables, 300 is to these
+    monkeypatch.setattr(geo, "MAX_BALLS", 300)  # what 2,000,000 is to large tables, 300 is to these
     rng = np.random.default_rng(0)
     dense = rng.normal(0, 1, (30, 3))
     sparse = dense * 10
-    r, k, b = 0.8, 3, o.beta(1.0, 1e-4)
+    r, k, b = 0.8, 3, sens.beta(1.0, 1e-4)
     # the weakened variant, an exact search under the limit, stops on the dense table only
     with pytest.raises(InternalError):
-        pts = o.subspace_points(dense)
-        o.smooth_bound(o.degrees(pts, r), k, b, o.Cover(pts, r), None)
-    pts = o.subspace_points(sparse)
-    o.smooth_bound(o.degrees(pts, r), k, b, o.Cover(pts, r), None)
+        pts = geo.subspace_points(dense)
+        sens.smooth_bound(geo.degrees(pts, r), k, b, geo.Cover(pts, r), None)
+    pts = geo.subspace_points(sparse)
+    sens.smooth_bound(geo.degrees(pts, r), k, b, geo.Cover(pts, r), None)
     # the release completes on both and on a neighbour, and publishes the same non-DP fields
     params = o.Params(k=k, r=r, epsilon=1.0, delta=1e-4, standardize=False, noise="smooth", rows=30)
     privacy = []

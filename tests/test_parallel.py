@@ -1,17 +1,25 @@
-"""Runs on a Dask cluster (2 worker processes) give exactly what in-process runs give."""
+"""Runs on a Dask cluster (2 worker processes) give exactly what in-process runs give, and the
+workers read their users from the stored snapshot: no rows travel from the flow."""
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 from pathlib import Path
 
+import duckdb
 import numpy as np
+import pandas as pd
 import pytest
+import yaml
 
 from core import parallel
+from core.mechanisms import dpne
 from core.mechanisms import outliers as o
+from tests.helpers import register
+from tests.test_dpne import params, phrase_corpus
 from tests.test_outliers import planted
-from tests.test_outliers_flow import PUBLIC, write
 from tests.test_release_flow import cli
 
 
@@ -23,52 +31,101 @@ def cluster():
         yield c.scheduler_address
 
 
-def test_fan_out_keeps_order_and_uses_the_workers(cluster):
-    with parallel.using("dask", cluster):
+class Counter:
+    """A partition's state: where it lives and how often it was stepped."""
+
+    def __init__(self, start: int):
+        self.value, self.pid = start, os.getpid()
+
+    def close(self) -> None:
+        self.value = None
+
+
+def bump(state: Counter, by: int) -> tuple[int, int]:
+    state.value += by
+    return state.value, state.pid
+
+
+def held() -> int:
+    return len(parallel._held)
+
+
+def test_partitions_keep_state_on_their_worker_in_order(cluster):
+    from distributed import Client
+
+    with parallel.using("dask", cluster), parallel.partitioned(Counter, [0, 100, 200]) as parts:
         assert parallel.workers() == 2
-        assert parallel.fan_out(abs, range(-50, 0)) == list(range(50, 0, -1))
-    assert parallel.workers() == 1 and parallel.fan_out(abs, [-1]) == [1]
+        parts.map(bump, 1)
+        second = parts.map(bump, 10)  # the state opened on a worker stayed there
+        assert [v for v, _ in second] == [11, 111, 211]
+        pids = [p for _, p in second]
+        assert pids[0] == pids[2] != pids[1] != os.getpid()  # round-robin over the two worker processes
+    with Client(cluster) as client:
+        assert sum(client.run(held).values()) == 0  # closed and forgotten when the block ended
+    with parallel.partitioned(Counter, [5]) as parts:  # no cluster: in this process
+        assert parts.map(bump, 1) == [(6, os.getpid())] and parallel.workers() == 1
+    assert held() == 0
 
 
-def test_outlier_counts_on_dask_match_in_process(cluster):
-    frame = planted(400, seed=2)
-    params = o.Params(query="top_subspaces", c=2, h=3, k=3, r=0.1, epsilon=3.0, delta=1e-4, standardize=False, noise="smooth")
-    local = o.run(frame, params, np.random.default_rng(11))
-    with parallel.using("dask", cluster):
-        spread = o.run(frame, params, np.random.default_rng(11))
-    assert local.data.equals(spread.data) and local.manifest == spread.manifest
+def snapshot(tmp_path: Path, frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """``frame`` stored as Parquet and read back, as the registry hands it to a release."""
+    path = str(tmp_path / "v1.parquet")
+    duckdb.connect().from_df(frame).write_parquet(path)
+    stored = duckdb.connect().execute("SELECT * FROM read_parquet(?)", [path]).df()
+    return stored, path
 
 
-def test_release_flow_with_the_dask_runner(prefect_server, home, test_mode, tmp_path, capsys, cluster):
-    import yaml
-
-    from core import spec as spec_module
-    from flows.release import release
-
-    spec = write(home, tmp_path / "a", planted(300), seed=5, columns=["a", "b", "c"], query="top_subspaces", h=2, k=3,
-                 r=0.1, epsilon=2.0, delta=1e-4, standardize=PUBLIC)  # fmt: skip
-    assert cli(capsys, "ledger", "set-budget", "sessions", "--epsilon", "10", "--delta", "1e-3")[0] == 0
-    manifests = []
-    for runner in ("local", "dask"):
-        doc = yaml.safe_load(spec.read_text())
-        spec.write_text(yaml.safe_dump({**doc, "release_id": f"r-{runner}"}))
-        if runner == "local":
-            folder = release(request=spec_module.load(spec))["folder"]
-        else:  # through the command line, as an operator would
-            code, out, err = cli(capsys, "release", str(spec), "--dask-address", cluster)
-            assert code == 0, err
-            folder = out.split("folder ")[1].split()[0]
-        manifests.append(json.loads((Path(folder) / "manifest.json").read_text()))
-    assert manifests[0]["result"] == manifests[1]["result"] and manifests[0]["noise_std"] == manifests[1]["noise_std"]
-
-
-def test_dpne_histograms_sharded_on_dask_match_in_process(cluster):
-    from core.mechanisms import dpne
-    from tests.test_dpne import params, phrase_corpus
-
-    frame = phrase_corpus(1200)
+def test_dpne_on_dask_reads_its_partitions_from_the_snapshot_and_matches_in_process(cluster, tmp_path):
+    frame, path = snapshot(tmp_path, phrase_corpus(1200))
+    assert frame.groupby("user").size().max() > 1  # users with several posts: the per-user cap spans posts
     p = params(pruning="both", delta0=[7, 5, 3, 2])
     local, levels = dpne.extract(frame, p, np.random.default_rng(21))
     with parallel.using("dask", cluster):
-        spread, spread_levels = dpne.extract(frame, p, np.random.default_rng(21))
+        spread, spread_levels = dpne.extract(frame.iloc[:0], p, np.random.default_rng(21), snapshot=path)
+        unstored = dpne.extract(frame.iloc[:0], p, np.random.default_rng(21))[0]
     assert len(local) > 20 and local.equals(spread) and levels == spread_levels
+    # the workers read the file (the frame they were not sent is empty); without one, in process
+    assert unstored.empty and dpne.extract(frame.iloc[:0], p, np.random.default_rng(21), snapshot=path)[0].empty
+
+
+def transitions(address: str) -> int:
+    """How many task state transitions the cluster's scheduler has seen."""
+    from distributed import Client
+
+    with Client(address) as client:
+        return client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.transition_counter)
+
+
+def test_release_on_the_dask_runner_matches_in_process(prefect_server, home, test_mode, tmp_path, capsys, cluster,
+                                                       monkeypatch):  # fmt: skip
+    for name in (parallel.RUNNER_ENV, parallel.ADDRESS_ENV, parallel.WORKERS_ENV):  # the CLI sets them; restored after
+        monkeypatch.setenv(name, "")
+    register(home, phrase_corpus(600), "posts", "user:user", "dp")
+    assert cli(capsys, "ledger", "set-budget", "posts", "--epsilon", "10", "--delta", "1e-5")[0] == 0
+    mechanism = {"name": "dpne", "params": {"text_column": "text", "epsilon": 4.0, "delta": 1e-7, "T": 3, "delta0": 5,
+                                            "publish_weights": True}}  # fmt: skip
+    manifests, used = [], []
+    for runner in ("local", "dask"):
+        before = transitions(cluster)
+        spec = tmp_path / f"{runner}.yaml"
+        spec.write_text(yaml.safe_dump({"dataset": "posts", "seed": 9, "release_id": f"r-{runner}", "mechanism": mechanism}))
+        code, out, err = cli(capsys, "release", str(spec), *(["--dask-address", cluster] if runner == "dask" else []))
+        assert code == 0, err
+        used.append(transitions(cluster) > before)
+        folder = Path(out.split("folder ")[1].split()[0])
+        manifests.append((json.loads((folder / "manifest.json").read_text()), duckdb.read_parquet(str(folder / "ngrams.parquet")).df()))
+    (local, local_table), (spread, spread_table) = manifests
+    assert used == [False, True]  # the partitions ran on the cluster only when the CLI named it
+    assert sum(local["counts_by_length"].values()) > 5 and local["counts_by_length"] == spread["counts_by_length"]
+    assert local_table.equals(spread_table)
+
+
+def test_other_mechanisms_ignore_the_cluster_and_say_so(cluster, caplog):
+    frame = planted(400, seed=2)
+    p = o.Params(query="top_subspaces", c=2, h=3, k=3, r=0.1, epsilon=3.0, delta=1e-4, standardize=False, noise="smooth")
+    before = transitions(cluster)
+    with caplog.at_level(logging.INFO, logger="privrelease"), parallel.using("dask", cluster):
+        spread = o.run(frame, p, np.random.default_rng(11))
+    assert transitions(cluster) == before  # no task reached the cluster
+    assert "every other mechanism runs in this process" in caplog.text
+    assert o.run(frame, p, np.random.default_rng(11)).data.equals(spread.data)

@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-import pytest
 
 from core.accounting import Budget
 from core.demo import write_demo
@@ -22,6 +21,7 @@ from core.ledger import PUBLISHED, Ledger
 from tests.conftest import REPO
 
 BIN = Path(sys.executable).parent
+RELEASE_FORMS = ("ra", "mews", "meds", "eds", "dpne", "outlier-count", "outlier-top-subspaces")
 
 
 def _free_port() -> int:
@@ -43,8 +43,9 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @contextmanager
-def running_server(root: Path):
-    """A `prefect server` on a free port with its own PREFECT_HOME; yields the environment for clients."""
+def running_server(root: Path, extra: dict | None = None):
+    """A `prefect server` on a free port with its own PREFECT_HOME (and ``extra`` settings, e.g. its
+    database); yields the environment for clients."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env |= {
@@ -52,6 +53,7 @@ def running_server(root: Path):
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_WORKER_QUERY_SECONDS": "1",
         "PRIVRELEASE_HOME": str(root / "home"), "PRIVRELEASE_REPO": str(REPO),
     }  # fmt: skip
+    env |= extra or {}
     log = open(root / "server.log", "w")
     proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
@@ -71,11 +73,30 @@ def running_server(root: Path):
         log.close()
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("server")
-    with running_server(root) as env:
-        yield env, root
+def deploy(env: dict) -> None:
+    """What `make serve` does before its worker: the demo datasets, the pool, every deployment."""
+    write_demo(Path(env["PRIVRELEASE_HOME"]), rows=2000)
+    _run(env, "work-pool", "create", "privrelease", "--type", "process", "--base-job-template", "deploy/process-pool.json")
+    _run(env, "--no-prompt", "deploy", "--all")
+
+
+@contextmanager
+def worker(env: dict, log_path: Path):
+    """A `prefect worker` on the pool, as `make serve` starts it."""
+    log = open(log_path, "w")
+    proc = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", "privrelease", "--install-policy", "never"],
+                            env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    try:
+        yield proc
+    finally:
+        _stop(proc)
+        log.close()
+
+
+def deployment(api: str, name: str) -> dict:
+    """A deployment by its name (one name per deployment in prefect.yaml)."""
+    (found,) = httpx.post(f"{api}/deployments/filter", json={"deployments": {"name": {"any_": [name]}}}, timeout=10).json()
+    return found
 
 
 def _create_run(api: str, deployment_id: str, parameters: dict) -> httpx.Response:
@@ -101,32 +122,37 @@ def _wait(api: str, run_id: str, log: Path, timeout: float = 240) -> str:
         time.sleep(1)
 
 
+def _logs(api: str, run_id: str, timeout: float = 30) -> list[dict]:
+    """A run's log lines, once its last one ("Finished in state ...") has reached the server."""
+    deadline = time.monotonic() + timeout
+    while True:
+        logs = httpx.post(f"{api}/logs/filter", timeout=10, json={"logs": {"flow_run_id": {"any_": [run_id]}}}).json()
+        if any(x["message"].startswith("Finished in state") for x in logs) or time.monotonic() > deadline:
+            return logs
+        time.sleep(0.5)
+
+
 def _run(env: dict, *args: str) -> str:
     out = subprocess.run([str(BIN / "prefect"), *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     return out.stdout
 
 
-def test_release_triggered_like_the_ui(server):
-    env, root = server
+def test_release_triggered_like_the_ui(served):
+    env, root = served
     api = env["PREFECT_API_URL"]
-    write_demo(Path(env["PRIVRELEASE_HOME"]), rows=2000)
-    _run(env, "work-pool", "create", "privrelease", "--type", "process", "--base-job-template", "deploy/process-pool.json")
-    _run(env, "--no-prompt", "deploy", "--all")
-    log = open(root / "worker.log", "w")
-    worker = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", "privrelease", "--install-policy", "never"],
-                              env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-    try:
-        spam = httpx.get(f"{api}/deployments/name/spam-filter-training/spam-filter-training", timeout=10).json()
+    with worker(env, root / "worker.log"):
+        spam = deployment(api, "spam-filter-training")
         assert Path(spam["parameters"]["spec_path"]).exists()
-        for name in ("tabular-release", "ngram-release", "outlier-stats"):
-            other = httpx.get(f"{api}/deployments/name/release/{name}", timeout=10).json()
-            assert set(other["parameters"]) == {"request"}  # no home, source or path in a release form
-        audit = httpx.get(f"{api}/deployments/name/ledger-audit/ledger-audit", timeout=10).json()
-        assert audit["parameters"] == {}
-        deployment = httpx.get(f"{api}/deployments/name/release/tabular-release", timeout=10).json()
-        # what the UI's Run button sends: POST /deployments/{id}/create_flow_run
-        run = _create_run(api, deployment["id"], {})
+        for name in RELEASE_FORMS:
+            form = deployment(api, name)["parameter_openapi_schema"]["properties"]
+            # no home, source, path or cluster to fill in: the dataset's id and the mechanism's parameters
+            assert "dataset" in form and not set(form) & {"home", "source", "spec_path", "request", "runner", "dask_address",
+                                                          "dask_workers", "seed"}, name  # fmt: skip
+        assert deployment(api, "ledger-audit")["parameters"] == {}
+        ra = deployment(api, "ra")
+        # what the UI's Quick run sends: POST /deployments/{id}/create_flow_run with the form's defaults
+        run = _create_run(api, ra["id"], {})
         assert run.status_code == 201, run.text
         run_id = run.json()["id"]
         assert _wait(api, run_id, root / "worker.log") == "COMPLETED"
@@ -137,77 +163,70 @@ def test_release_triggered_like_the_ui(server):
         assert [e.status for e in entries][-1] == PUBLISHED
         assert manifest["ledger"]["hash"] == entries[-2].hash and entries[-1].flow_run_id == run_id
         # an invalid parameter is rejected by the server before any run starts
-        source = {**deployment["parameters"]["request"], "dataset": {"id": "x", "source": "/etc/passwd", "format": "csv"}}
-        bad = _create_run(api, deployment["id"], {"request": source})
-        assert bad.status_code == 409 and "request.dataset" in bad.text
+        bad = _create_run(api, ra["id"], {"dataset": {"id": "x", "source": "/etc/passwd", "format": "csv"}})
+        assert bad.status_code == 409 and "dataset" in bad.text
         # a run cannot set the worker's environment (test mode, another home) or its command
-        seeded = {**deployment["parameters"]["request"], "seed": 7}
-        hostile = httpx.post(f"{api}/deployments/{deployment['id']}/create_flow_run", timeout=10, json={
-            "parameters": {"request": seeded}, "job_variables": {"env": {"PRIVRELEASE_TEST_MODE": "1"}}})  # fmt: skip
+        hostile = httpx.post(f"{api}/deployments/{ra['id']}/create_flow_run", timeout=10, json={
+            "parameters": {}, "job_variables": {"env": {"PRIVRELEASE_TEST_MODE": "1"}}})  # fmt: skip
         assert hostile.status_code == 422 and "'env' was unexpected" in hostile.text
-        dotted = httpx.post(f"{api}/deployments/{deployment['id']}/create_flow_run", timeout=10, json={
-            "parameters": {"request": seeded}, "job_variables": {"env.PRIVRELEASE_TEST_MODE": "1"}})  # fmt: skip
+        dotted = httpx.post(f"{api}/deployments/{ra['id']}/create_flow_run", timeout=10, json={
+            "parameters": {}, "job_variables": {"env.PRIVRELEASE_TEST_MODE": "1"}})  # fmt: skip
         assert dotted.status_code == 422
         assert len(list((home / "releases" / "census-demo").iterdir())) == 1
         assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()][-1] == PUBLISHED  # nothing charged
-        form = deployment["parameter_openapi_schema"]["properties"]
-        assert set(form) == {"request"}  # no home, source, path or cluster to fill in
-        # the typed form: a release filled in field by field, as in the UI's form
-        request = {"dataset": "census-demo",
-                   "mechanism": {"name": "ra", "params": {"qi": ["age", "sex", "race"], "sensitive": "occupation", "k": 2}}}
-        typed = _create_run(api, deployment["id"], {"request": request})
+        # the typed form: a release filled in field by field (Enhanced RA: RA's form with k set)
+        typed = _create_run(api, ra["id"], {"qi": ["age", "sex", "race"], "sensitive": "occupation", "k": 2})
         assert typed.status_code == 201, typed.text
         assert _wait(api, typed.json()["id"], root / "worker.log") == "COMPLETED"
         assert len(list((home / "releases" / "census-demo").iterdir())) == 2
-        bad_form = {**request, "mechanism": {"name": "dpne", "params": {"text_column": "t", "epsilon": -1, "delta": 1e-7}}}
-        rejected = _create_run(api, deployment["id"], {"request": bad_form})
+        # a bound the schema states is checked by the server, naming the field
+        rejected = _create_run(api, deployment(api, "dpne")["id"], {"epsilon": -1})
         assert rejected.status_code == 409 and "epsilon" in rejected.text
-    finally:
-        _stop(worker)
-        log.close()
+        # one the schema cannot state (k against the number of QI columns) fails the run at once, in one line
+        wrong = _create_run(api, ra["id"], {"qi": ["age", "sex"], "k": 10}).json()["id"]
+        assert _wait(api, wrong, root / "worker.log") == "FAILED"
+        message = httpx.get(f"{api}/flow_runs/{wrong}", timeout=10).json()["state"]["message"]
+        assert message == "the release request is invalid: k must be between 1 and the number of QI columns (2), got 10."
+        logs = _logs(api, wrong)
+        assert [x["message"] for x in logs if x["level"] >= 40] == [message]  # once, without a traceback
+        # one found only in the data (no MEWS width in the range fits these rows): once too, not per task
+        infeasible = _create_run(api, deployment(api, "mews")["id"], {"t_lb": 0.5, "t_ub": 1.0}).json()["id"]
+        assert _wait(api, infeasible, root / "worker.log") == "FAILED"
+        message = httpx.get(f"{api}/flow_runs/{infeasible}", timeout=10).json()["state"]["message"]
+        assert message.startswith("no width in t_range [0.5, 1.0] puts at least 2 tuples in every cell")
+        assert [x["message"] for x in _logs(api, infeasible) if x["level"] >= 40] == [message]
+        assert len(list((home / "releases" / "census-demo").iterdir())) == 2
 
 
-def test_spam_training_deployment_runs_on_the_worker(server):
+def test_spam_training_deployment_runs_on_the_worker(served):
     """The demo's spam training (2048-bit keys, 2 users, 1,200 messages) as a deployment run: its
     parties in their own processes under the worker, each round a task, an mpc entry in the ledger."""
-    env, root = server
+    env, root = served
     api = env["PREFECT_API_URL"]
     home = Path(env["PRIVRELEASE_HOME"])
-    deployment = httpx.get(f"{api}/deployments/name/spam-filter-training/spam-filter-training", timeout=10).json()
-    log = open(root / "worker3.log", "w")
-    worker = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", "privrelease", "--install-policy", "never"],
-                              env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-    try:
-        run = _create_run(api, deployment["id"], {})
+    spam = deployment(api, "spam-filter-training")
+    with worker(env, root / "worker3.log"):
+        run = _create_run(api, spam["id"], {})
         assert run.status_code == 201, run.text
         assert _wait(api, run.json()["id"], root / "worker3.log", 300) == "COMPLETED", (root / "worker3.log").read_text()[-3000:]
         tasks = httpx.post(f"{api}/task_runs/filter", timeout=10, json={
             "flow_runs": {"id": {"any_": [run.json()["id"]]}}}).json()  # fmt: skip
-    finally:
-        _stop(worker)
-        log.close()
     assert {"round-1", "round-2", "round-3"} <= {t["name"] for t in tasks}
     entries = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "spam-demo"]
     assert [(e.kind, e.status) for e in entries] == [("mpc", "reserved"), ("mpc", "published")]
     assert oct((home / "spam" / "spam-demo" / "model.npy").stat().st_mode & 0o777) == "0o600"
 
 
-def test_concurrent_runs_through_the_worker_never_exceed_the_cap(server):
+def test_concurrent_runs_through_the_worker_never_exceed_the_cap(served):
     """Four n-gram releases of epsilon 1 at once against a cap of 2: two publish, two are refused."""
-    env, root = server
+    env, root = served
     api = env["PREFECT_API_URL"]
     home = Path(env["PRIVRELEASE_HOME"])
     Ledger(home / "privrelease.duckdb").set_budget("posts-demo", Budget(2.0, 1e-6))
-    deployment = httpx.get(f"{api}/deployments/name/release/ngram-release", timeout=10).json()
-    log = open(root / "worker2.log", "w")
-    worker = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", "privrelease", "--install-policy", "never"],
-                              env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-    try:
-        ids = [_create_run(api, deployment["id"], {}).json()["id"] for _ in range(4)]
+    dpne = deployment(api, "dpne")
+    with worker(env, root / "worker2.log"):
+        ids = [_create_run(api, dpne["id"], {}).json()["id"] for _ in range(4)]
         states = {run_id: _wait(api, run_id, root / "worker2.log", 300) for run_id in ids}
-    finally:
-        _stop(worker)
-        log.close()
     assert sorted(states.values()) == ["COMPLETED", "COMPLETED", "FAILED", "FAILED"], (root / "worker2.log").read_text()[-3000:]
     ledger = Ledger(home / "privrelease.duckdb")
     charges = [e for e in ledger.entries("posts-demo") if e.status == "reserved"]

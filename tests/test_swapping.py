@@ -10,6 +10,7 @@ from scipy.stats import chisquare
 
 from core.errors import ParameterError
 from core.mechanisms import swapping as sw
+from core.mechanisms import swapping_bins as sb
 
 
 def seeded(seed: int) -> np.random.Generator:
@@ -141,7 +142,7 @@ def test_hidden_width_risk_against_brute_force():
     frame = binormal(300, extra=False).to_numpy()
     found = [p for _, p in sw.candidate_partitions(frame, np.ones(2), (0.3, 2.0), 40)]
     assert len(found) >= 3
-    src = sw.partner_positions(found[1].labels, "cyclic", seeded(6))
+    src = sb.partner_positions(found[1].labels, "cyclic", seeded(6))
     worst = 0.0
     for i in range(len(frame)):
         terms = []
@@ -156,7 +157,7 @@ def test_hidden_width_risk_against_brute_force():
 
 def test_pairs_are_valid():
     bins = np.repeat(np.arange(50), np.r_[np.full(25, 2), np.arange(3, 28)])
-    src = sw.partner_positions(bins, "pairs", seeded(4))
+    src = sb.partner_positions(bins, "pairs", seeded(4))
     assert (bins[src] == bins).all()  # partners share a bin
     for b in np.unique(bins):
         rows = np.flatnonzero(bins == b)
@@ -171,7 +172,7 @@ def test_pairs_are_valid():
 def test_cyclic_partner_is_uniform_over_the_bin():
     bins = np.zeros(6, dtype=np.int64)
     rng = seeded(5)
-    partners = [sw.partner_positions(bins, "cyclic", rng)[0] for _ in range(6000)]
+    partners = [sb.partner_positions(bins, "cyclic", rng)[0] for _ in range(6000)]
     counts = np.bincount(partners, minlength=6)
     assert counts[0] == 0  # a tuple never keeps its own value
     assert chisquare(counts[1:]).pvalue > 1e-4

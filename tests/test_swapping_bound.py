@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from core.charts import render_chart
 from core.mechanisms import swapping as sw
-from core.publish import render_chart
 from tests.conftest import real_data
 from tests.test_swapping import binormal, mews, seeded
 

@@ -2,7 +2,8 @@
 
 Every case ends with ``privrelease ledger verify`` exiting 3. Controls show what protects: the same
 rewrite with the key passes, and a rollback passes once the anchors are gone (both outside the
-threat model), so the tests could fail.
+threat model), so the tests could fail. Row tampering is tried on both stores (DuckDB, PostgreSQL);
+the whole-file rollbacks are DuckDB's.
 """
 
 from __future__ import annotations
@@ -11,21 +12,32 @@ import dataclasses
 import shutil
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from core import anchors
 from core.accounting import Budget
-from core.ledger import GENESIS, PUBLISHED, Ledger, _rows
+from core.ledger import GENESIS, PUBLISHED, Ledger
+from tests.pg import raw_sql
 from tests.test_release_flow import cli
 
 ADJ = "replace one record"
 
 
+@pytest.fixture(params=["duckdb", "postgresql"])
+def ledger(request, home: Path, monkeypatch: pytest.MonkeyPatch) -> Ledger:
+    """Cap, four charges each published, then a lowered cap: 10 entries, on either store."""
+    if request.param == "postgresql":
+        monkeypatch.setenv("PRIVRELEASE_LEDGER_URL", request.getfixturevalue("pg_url"))
+    return _fill(Ledger(home / "privrelease.duckdb"))
+
+
 @pytest.fixture
-def ledger(home: Path) -> Ledger:
-    """Cap, four charges each published, then a lowered cap: 10 entries."""
-    ledger = Ledger(home / "privrelease.duckdb")
+def duck_ledger(home: Path) -> Ledger:
+    """The same, in the home's DuckDB file."""
+    return _fill(Ledger(home / "privrelease.duckdb"))
+
+
+def _fill(ledger: Ledger) -> Ledger:
     ledger.set_budget("d", Budget(5.0, 1e-5))
     for i in range(4):
         ledger.reserve("d", f"r{i}", "dp", Budget(0.5), ADJ, "m", {"i": i}, {})
@@ -34,22 +46,15 @@ def ledger(home: Path) -> Ledger:
     return ledger
 
 
-def sql(ledger: Ledger, statement: str) -> None:
-    con = duckdb.connect(str(ledger.db_path))
-    con.execute(statement)
-    con.close()
-
-
 def rechain(ledger: Ledger, key: bytes) -> None:
     """Recompute every hash from the first entry on, as a forger holding ``key`` would."""
-    con = duckdb.connect(str(ledger.db_path))
     prev = GENESIS
-    for entry in _rows(con, "ORDER BY seq", []):
+    for entry in ledger.entries():
         fixed = dataclasses.replace(entry, prev_hash=prev, hash="")
         fixed = dataclasses.replace(fixed, hash=fixed.computed_hash(key))
-        con.execute("UPDATE ledger SET prev_hash = ?, hash = ? WHERE seq = ?", [fixed.prev_hash, fixed.hash, entry.seq])
+        raw_sql(ledger, "UPDATE ledger SET prev_hash = ?, hash = ? WHERE seq = ?",
+                args=[fixed.prev_hash, fixed.hash, entry.seq])
         prev = fixed.hash
-    con.close()
 
 
 def verify(capsys) -> tuple[int, str]:
@@ -67,19 +72,19 @@ def test_untouched_ledger_verifies(ledger, capsys):
     ("UPDATE ledger SET epsilon = 0.05 WHERE seq = 4", 4),
     ("UPDATE ledger SET status = 'failed' WHERE seq = 7", 7),
     ("DELETE FROM ledger WHERE seq = 5", 5),
-    ("UPDATE ledger SET seq = CASE seq WHEN 3 THEN 6 WHEN 6 THEN 3 ELSE seq END", 3),
+    (("UPDATE ledger SET seq = -seq WHERE seq IN (3, 6)", "UPDATE ledger SET seq = seq + 9 WHERE seq < 0"), 3),
     ("DELETE FROM ledger WHERE seq = 10", 10),
     ("DELETE FROM ledger WHERE seq >= 9", 9),
     ("UPDATE ledger SET epsilon = 50 WHERE seq = 10", 10),
 ], ids=["edit", "edit-status", "delete-middle", "reorder", "delete-tail", "delete-tail-2", "edit-last-cap"])  # fmt: skip
 def test_row_tampering_exits_3(ledger, capsys, statement, seq):
-    sql(ledger, statement)
+    raw_sql(ledger, *(statement if isinstance(statement, tuple) else (statement,)))
     code, out = verify(capsys)
     assert code == 3 and f"FAILED at entry {seq}" in out
 
 
 def test_recompute_after_edit_without_the_key_exits_3(ledger, capsys):
-    sql(ledger, "UPDATE ledger SET epsilon = 0.05 WHERE seq IN (2, 4, 6, 8)")  # charges made cheap
+    raw_sql(ledger, "UPDATE ledger SET epsilon = 0.05 WHERE seq IN (2, 4, 6, 8)")  # charges made cheap
     rechain(ledger, b"a guessed key")
     code, out = verify(capsys)
     assert code == 3 and "FAILED at entry 1: entry 1 was changed" in out
@@ -90,35 +95,35 @@ def test_recompute_after_edit_without_the_key_exits_3(ledger, capsys):
 
 
 def test_recompute_with_the_key_is_still_caught_by_the_anchors(ledger, capsys):
-    sql(ledger, "UPDATE ledger SET epsilon = 0.05 WHERE seq = 4")
+    raw_sql(ledger, "UPDATE ledger SET epsilon = 0.05 WHERE seq = 4")
     rechain(ledger, anchors.key(ledger.home, create=False))
     code, out = verify(capsys)
     assert code == 3 and "FAILED at entry 4: entry 4, anchored at" in out
 
 
 def test_edit_last_and_recompute_without_the_key_exits_3(ledger, capsys):
-    sql(ledger, "DELETE FROM ledger WHERE seq = 10")  # drop the lowered cap ...
+    raw_sql(ledger, "DELETE FROM ledger WHERE seq = 10")  # drop the lowered cap ...
     rechain(ledger, b"")  # ... and re-chain what is left with a wrong key
     assert verify(capsys)[0] == 3
 
 
-def test_rollback_of_the_whole_file_exits_3(ledger, capsys, tmp_path):
+def test_rollback_of_the_whole_file_exits_3(duck_ledger, capsys, tmp_path):
     old = tmp_path / "old.duckdb"
-    shutil.copy(ledger.db_path, old)
-    ledger.reserve("d", "r9", "dp", Budget(0.5), ADJ, "m", {"i": 9}, {})
-    ledger.settle("r9", PUBLISHED)
-    shutil.copy(old, ledger.db_path)  # the older copy: a charge forgotten
+    shutil.copy(duck_ledger.db_path, old)
+    duck_ledger.reserve("d", "r9", "dp", Budget(0.5), ADJ, "m", {"i": 9}, {})
+    duck_ledger.settle("r9", PUBLISHED)
+    shutil.copy(old, duck_ledger.db_path)  # the older copy: a charge forgotten
     code, out = verify(capsys)
     assert code == 3 and "entry 11, anchored at" in out and "rolled back" in out
-    anchors.anchors_path(ledger.home).unlink()  # control: without the anchors the rollback passes
+    anchors.anchors_path(duck_ledger.home).unlink()  # control: without the anchors the rollback passes
     assert verify(capsys)[0] == 0
 
 
-def test_rollback_of_cap_changes_exits_3(ledger, capsys, tmp_path):
+def test_rollback_of_cap_changes_exits_3(duck_ledger, capsys, tmp_path):
     old = tmp_path / "old.duckdb"
-    shutil.copy(ledger.db_path, old)
-    ledger.set_budget("d", Budget(2.0, 1e-7))  # the cap lowered again ...
-    shutil.copy(old, ledger.db_path)  # ... and the copy from before it restored
+    shutil.copy(duck_ledger.db_path, old)
+    duck_ledger.set_budget("d", Budget(2.0, 1e-7))  # the cap lowered again ...
+    shutil.copy(old, duck_ledger.db_path)  # ... and the copy from before it restored
     code, out = verify(capsys)
     assert code == 3 and "FAILED at entry 11" in out
 
@@ -129,8 +134,8 @@ def test_missing_key_exits_3(ledger, capsys):
     assert code == 3 and "the ledger key" in out and "is missing" in out
 
 
-def test_key_is_private_and_lives_outside_the_database(ledger):
-    path = anchors.key_path(ledger.home)
+def test_key_is_private_and_lives_outside_the_database(duck_ledger):
+    path = anchors.key_path(duck_ledger.home)
     assert path.stat().st_mode & 0o777 == 0o600
-    raw = ledger.db_path.read_bytes()
-    assert path.read_text().strip().encode() not in raw and anchors.key(ledger.home, False) not in raw
+    raw = duck_ledger.db_path.read_bytes()
+    assert path.read_text().strip().encode() not in raw and anchors.key(duck_ledger.home, False) not in raw

@@ -1,19 +1,35 @@
-"""The registry of release mechanisms, by the name a release spec uses."""
+"""The registry of mechanisms, by the name a release spec (or a flow) uses.
+
+``REGISTRY`` holds the table mechanisms a release request can name; ``MECHANISMS`` every mechanism
+the command line and the deployments can run, spam-filter training included. Each is checked
+against the contract of ``core.mechanisms.base`` when registered (``tests/test_contract.py``
+checks what a run returns).
+"""
 
 from __future__ import annotations
 
-from types import ModuleType
-
 from core.errors import SpecError
-from core.mechanisms import dpne, outliers, ra, swapping
-
-REGISTRY: dict[str, ModuleType | object] = {
-    ra.NAME: ra, dpne.NAME: dpne, outliers.NAME: outliers, swapping.MEWS.NAME: swapping.MEWS, swapping.MEDS.NAME: swapping.MEDS, swapping.EDS.NAME: swapping.EDS,
-}
+from core.mechanisms import dpne, outliers, ra, spam_training, swapping
+from core.mechanisms.base import Mechanism, TableMechanism
 
 
-def get(name: str) -> ModuleType | object:
-    """The mechanism module called ``name``."""
+def registry(*mechanisms: object, kind: type = Mechanism) -> dict:
+    """The mechanisms by name, each checked to implement ``kind`` (a protocol of ``base``)."""
+    for m in mechanisms:
+        if not isinstance(m, kind):
+            members = ("NAME", "Params", "plan") + (("needs", "run", "check") if kind is TableMechanism else ())
+            missing = [a for a in members if not hasattr(m, a)]
+            raise TypeError(f"mechanism {getattr(m, 'NAME', m)!r} is not a {kind.__name__}: it lacks {', '.join(missing)}")
+    return {m.NAME: m for m in mechanisms}
+
+
+REGISTRY: dict[str, TableMechanism] = registry(ra, dpne, outliers, swapping.MEWS, swapping.MEDS, swapping.EDS,
+                                               kind=TableMechanism)  # fmt: skip
+MECHANISMS: dict[str, Mechanism] = {**REGISTRY, **registry(spam_training)}
+
+
+def get(name: str) -> TableMechanism:
+    """The table mechanism called ``name``."""
     try:
         return REGISTRY[name]
     except KeyError:

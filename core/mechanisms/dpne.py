@@ -30,20 +30,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import partial
 from typing import Literal
 
 import duckdb
 import numpy as np
 import pandas as pd
+import scipy  # submodules load on first use: a flow that never runs DPNE never imports scipy.special
 from pydantic import Field, model_validator
-from scipy.special import ndtri  # the normal quantile: scipy.stats costs 0.6 s to import
 
 from core import noise, parallel
 from core.accounting import Budget, gaussian_sigma
+from core.charts import Chart
 from core.db import quote_ident, scratch
 from core.errors import InternalError
-from core.mechanisms.base import Chart, DPCost, Plan, Result, StrictParams
+from core.mechanisms.base import DPCost, Plan, Result
+from core.params import StrictParams
 from core.schema import Needs
 
 NAME = "dpne"
@@ -117,7 +118,7 @@ def dpsu_threshold(sigma: float, cap: int, delta_part: float) -> float:
     """
     t = np.arange(1, cap + 1, dtype=float)
     tail = -np.expm1(np.log1p(-delta_part) / t)  # 1 - (1 - delta_part)^(1/t), without cancellation
-    return float(np.max(1 / np.sqrt(t) + sigma * -ndtri(tail)))
+    return float(np.max(1 / np.sqrt(t) + sigma * -scipy.special.ndtri(tail)))
 
 
 def accounting(params: Params) -> Accounting:
@@ -171,12 +172,17 @@ def _tokens_sql(tokenizer: str, text: str) -> str:
     return f"list_filter(string_split_regex({text}, '\\s+'), lambda x: x <> '')"
 
 
-def corpus(con: duckdb.DuckDBPyConnection, frame: pd.DataFrame, params: Params) -> None:
-    """Table ``tokens(uid, post, pos, token)``: one row per token position of every post.
+def corpus(con: duckdb.DuckDBPyConnection, source: pd.DataFrame | str, params: Params, where: str = "TRUE") -> None:
+    """Table ``tokens(uid, post, pos, token)``: one row per token position of every post (of the rows
+    ``where`` selects), from a frame or a Parquet file read in place.
 
     Positions, not per-post lists, keep memory proportional to the text even for a 10 MB post.
     """
-    con.register("corpus_input", frame)
+    if isinstance(source, str):
+        rows = "read_parquet('" + source.replace("'", "''") + "')"
+    else:
+        con.register("corpus_input", source)
+        rows = "corpus_input"
     user, text = quote_ident(params.user_column), quote_ident(params.text_column)
     con.execute(
         f"""
@@ -184,33 +190,38 @@ def corpus(con: duckdb.DuckDBPyConnection, frame: pd.DataFrame, params: Params) 
         WITH posts AS (
             SELECT {user} AS uid, row_number() OVER () AS post,
                    {_tokens_sql(params.tokenizer, f"CAST({text} AS VARCHAR)")} AS toks
-            FROM corpus_input
+            FROM {rows} WHERE {where}
         )
         SELECT uid, post, unnest(generate_series(1, len(toks))) AS pos, unnest(toks) AS token FROM posts
         """
     )
-    con.unregister("corpus_input")
+    if not isinstance(source, str):
+        con.unregister("corpus_input")
 
 
 def positions(con: duckdb.DuckDBPyConnection, k: int, pruning: str) -> None:
-    """Table ``cand_k(uid, post, pos, gram, last)``: the valid k-grams at every position, and their
-    last token (so the next level extends a gram without joining the whole token table again).
+    """Table ``cand_k(uid, at, gram, last)``: the valid k-grams at every position, and their last
+    token (so the next level extends a gram without joining the whole token table again).
 
-    Level 1: every token. Both-side: the (k-1)-grams at pos and pos+1 were released (``hits``).
-    Single-side: the (k-1)-gram at pos and the word at pos+k-1 were released.
+    ``at = post * stride + pos`` with a stride longer than any post: one integer key per position,
+    and at + 1 never lands in the next post. Level 1: every token. Both-side: the (k-1)-grams at
+    ``at`` and ``at + 1`` were released (``hits``). Single-side: the (k-1)-gram at ``at`` and the
+    word at ``at + k - 1`` were released.
     """
     if k == 1:  # a view: level 1 is the tokens themselves, no copy of the corpus
-        con.execute("CREATE OR REPLACE VIEW cand_1 AS SELECT uid, post, pos, token AS gram, token AS last FROM tokens")
+        stride = con.execute("SELECT coalesce(max(pos), 0) + 1 FROM tokens").fetchall()[0][0]
+        con.execute(f"CREATE OR REPLACE VIEW cand_1 AS SELECT uid, post * {stride} + pos AS at, token AS gram, "
+                    "token AS last FROM tokens")  # fmt: skip
         return
     if pruning == "both":
         sql = (
-            f"SELECT a.uid, a.post, a.pos, a.gram || '{SEP}' || b.last AS gram, b.last FROM hits_{k - 1} a "
-            f"JOIN hits_{k - 1} b ON b.post = a.post AND b.pos = a.pos + 1"
+            f"SELECT a.uid, a.at, a.gram || '{SEP}' || b.last AS gram, b.last FROM hits_{k - 1} a "
+            f"JOIN hits_{k - 1} b ON b.at = a.at + 1"
         )
     else:
         sql = (
-            f"SELECT a.uid, a.post, a.pos, a.gram || '{SEP}' || b.gram AS gram, b.gram AS last FROM hits_{k - 1} a "
-            f"JOIN hits_1 b ON b.post = a.post AND b.pos = a.pos + {k - 1}"
+            f"SELECT a.uid, a.at, a.gram || '{SEP}' || b.gram AS gram, b.gram AS last FROM hits_{k - 1} a "
+            f"JOIN hits_1 b ON b.at = a.at + {k - 1}"
         )
     con.execute(f"CREATE OR REPLACE TABLE cand_{k} AS {sql}")
 
@@ -249,29 +260,10 @@ def _user_counts(con: duckdb.DuckDBPyConnection, grams_sql: str, cap: int, key: 
     ).df()
 
 
-def shard_counts(rows: pd.DataFrame, cap: int, key: int) -> pd.DataFrame:
-    """``_user_counts`` of one user shard, in a scratch database of its own (runs on a Dask worker)."""
-    con = scratch()
-    try:
-        con.register("shard", rows)
-        return _user_counts(con, "SELECT uid, gram FROM shard", cap, key)
-    finally:
-        con.close()
-
-
-def histogram(con: duckdb.DuckDBPyConnection, grams_sql: str, cap: int, key: int, unit: float) -> pd.DataFrame:
-    """The weighted-Gaussian-policy histogram (gram, units): users' contribution vectors summed in
-    grid units (exact integers), sorted by gram.
-
-    Sharded by a hash of the user when a Dask cluster is in use (a user's grams stay together);
-    integer sums do not depend on how many shards there were.
-    """
-    shards = parallel.workers()
-    if shards == 1:
-        parts = [_user_counts(con, grams_sql, cap, key)]
-    else:
-        source = f"SELECT DISTINCT uid, gram FROM ({grams_sql}) WHERE hash(uid) % {shards} = "
-        parts = parallel.fan_out(partial(shard_counts, cap=cap, key=key), [con.execute(source + str(i)).df() for i in range(shards)])
+def weigh(parts: list[pd.DataFrame], cap: int, unit: float) -> pd.DataFrame:
+    """The weighted-Gaussian-policy histogram (gram, units) from partitions' ``_user_counts``: users'
+    contribution vectors summed in grid units (exact integers, so the sum does not depend on how
+    many partitions there were), sorted by gram."""
     merged = duckdb.connect()
     try:
         merged.register("parts", pd.concat(parts, ignore_index=True))
@@ -282,6 +274,42 @@ def histogram(con: duckdb.DuckDBPyConnection, grams_sql: str, cap: int, key: int
         ).df()
     finally:
         merged.close()
+
+
+def histogram(con: duckdb.DuckDBPyConnection, grams_sql: str, cap: int, key: int, unit: float) -> pd.DataFrame:
+    """``weigh`` of the users' grams that ``grams_sql`` selects, all in ``con``."""
+    return weigh([_user_counts(con, grams_sql, cap, key)], cap, unit)
+
+
+def open_partition(spec: tuple[pd.DataFrame | str, Params, int, int]) -> duckdb.DuckDBPyConnection:
+    """One user partition's ``tokens`` in a scratch database of its own: the users with
+    hash(user) % parts = part (all of a user's posts, so the per-user cap applies within it), read
+    from the frame or, on a Dask worker, from the stored snapshot itself."""
+    source, params, parts, part = spec
+    con = scratch()
+    threads = parallel.worker_threads()
+    if threads:  # a worker started with --nthreads 1 keeps DuckDB to one core too
+        con.execute(f"SET threads = {threads}")
+    user = quote_ident(params.user_column)
+    corpus(con, source, params, f"hash({user}) % {parts} = {part}" if parts > 1 else "TRUE")
+    con.execute("CREATE TABLE released (gram VARCHAR, n INTEGER)")
+    return con
+
+
+def partition_level(con: duckdb.DuckDBPyConnection, k: int, previous: list[str], pruning: str, cap: int,
+                    key: int) -> pd.DataFrame:  # fmt: skip
+    """Level k on one partition: mark where the released (k-1)-grams ``previous`` occur, build
+    ``cand_k``, and return its ``_user_counts`` (the only thing that leaves the partition)."""
+    if k > 1:
+        con.append("released", pd.DataFrame({"gram": previous, "n": k - 1}))
+        mark(con, k - 1)
+        con.execute(f"DROP {'VIEW' if k == 2 else 'TABLE'} cand_{k - 1}")
+        if k == 2:
+            con.execute("DROP TABLE tokens")  # hits_1 holds what later levels read; the working set shrinks
+        if k > 3:
+            con.execute(f"DROP TABLE hits_{k - 2}")  # hits_1 stays: single-side pruning reads it
+    positions(con, k, pruning)
+    return _user_counts(con, f"SELECT uid, gram FROM cand_{k}", cap, key)
 
 
 # -- valid candidates V_k -----------------------------------------------------------------------------
@@ -356,63 +384,59 @@ class Level:
     simulated: int  # zero-weight candidates that crossed rho_k (not released: depends on |supp H_k|)
 
 
-def extract(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> tuple[pd.DataFrame, list[Level]]:
-    """Run DPNE; returns the released n-grams (ngram, n, noisy_weight) and the per-level accounting."""
+def extract(frame: pd.DataFrame, params: Params, rng: np.random.Generator,
+            snapshot: str | None = None) -> tuple[pd.DataFrame, list[Level]]:  # fmt: skip
+    """Run DPNE; returns the released n-grams (ngram, n, noisy_weight) and the per-level accounting.
+
+    The users' grams are counted in user partitions (``parallel.partitioned``): one in process, one
+    per worker on a Dask cluster, where each worker reads its users from ``snapshot`` (the stored
+    Parquet file ``frame`` was read from) and keeps them across levels. Only the exact per-level
+    counts come back; the key, the noise and every threshold stay in this process.
+    """
     acc = accounting(params)
     key = int(noise.words(rng, 1)[0] >> np.uint64(1))
-    con = scratch()
-    try:
-        corpus(con, frame, params)
-        con.execute("CREATE TABLE released (gram VARCHAR, n INTEGER, noisy_weight DOUBLE)")
-        levels: list[Level] = []
-        words: list[str] = []
-        previous: list[str] = []
+    parts = parallel.workers() if snapshot else 1  # rows never travel: without the stored file, in process
+    specs = [(snapshot if parts > 1 else frame, params, parts, i) for i in range(parts)]
+    levels: list[Level] = []
+    released: list[pd.DataFrame] = []
+    words: list[str] = []
+    previous: list[str] = []
+    with parallel.partitioned(open_partition, specs, spread=parts > 1) as partitions:
         for k in range(1, params.T + 1):
-            sigma, unit = acc.sigmas[k - 1], acc.units[k - 1]
+            sigma, unit, cap = acc.sigmas[k - 1], acc.units[k - 1], params.caps[k - 1]
             space = Candidates(previous, words, params.pruning) if k > 1 else None
             if space is not None and space.size == 0:  # nothing valid: this and later levels are empty
                 levels += [Level(j, acc.sigmas[j - 1], math.nan, 0, 0, 0) for j in range(k, params.T + 1)]
                 break
-            positions(con, k, params.pruning)
-            hist = histogram(con, f"SELECT uid, gram FROM cand_{k}", params.caps[k - 1], key, unit)
+            hist = weigh(partitions.map(partition_level, k, previous, params.pruning, cap, key), cap, unit)
             noisy = noise.gaussian(rng, sigma, hist["units"].to_numpy(), unit)
             if space is None:
                 rho, size, simulated = acc.rho_1, len(hist), []
             else:
                 size = space.size
-                rho = sigma * float(-ndtri(params.eta * min(1.0, len(previous) / size)))
+                rho = sigma * float(-scipy.special.ndtri(params.eta * min(1.0, len(previous) / size)))
                 n_sim = int(rng.binomial(size - len(hist), noise.tail_probability(sigma, unit, rho)))
                 simulated = space.sample_outside(rng, n_sim, set(hist["gram"]))
             keep = noisy > rho
             out = pd.DataFrame({
-                "gram": list(hist["gram"][keep]) + simulated,
-                "n": k,
+                "ngram": list(hist["gram"][keep]) + simulated,
+                "n": np.int32(k),
                 "noisy_weight": np.concatenate([noisy[keep], noise.gaussian_tail(rng, sigma, unit, rho, len(simulated))]),
-            }).sort_values("gram", kind="stable")  # fmt: skip
-            con.append("released", out)
-            mark(con, k)
-            con.execute(f"DROP {'VIEW' if k == 1 else 'TABLE'} cand_{k}")
-            if k > 2:
-                con.execute(f"DROP TABLE hits_{k - 1}")  # hits_1 stays: single-side pruning reads it
+            }).sort_values("ngram", kind="stable")  # fmt: skip
+            released.append(out)
             levels.append(Level(k, sigma, rho, size, len(out), len(simulated)))
-            previous = list(out["gram"])
+            previous = list(out["ngram"])
             if k == 1:
                 words = previous
-        released = con.execute("SELECT gram AS ngram, n, noisy_weight FROM released ORDER BY n, gram").df()
-    finally:
-        con.close()
-    return released, levels
+    return pd.concat(released, ignore_index=True), levels
 
 
 def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result:
-    released, levels = extract(frame, params, rng)
+    released, levels = extract(frame, params, rng, frame.attrs.get("snapshot"))
     acc = accounting(params)
     counts = {str(lv.k): lv.released for lv in levels}
     table = released if params.publish_weights else released[["ngram", "n"]]
     privacy = {
-        "model": "user-level (epsilon, delta)-differential privacy",
-        "epsilon": params.epsilon,
-        "delta": params.delta,
         "sigma_star": acc.sigma_star,
         "sigmas": [lv.sigma for lv in levels],
         "rho": [None if math.isnan(lv.rho) else lv.rho for lv in levels],
@@ -499,50 +523,3 @@ def check(original: pd.DataFrame, result: Result, params: Params) -> None:
             ok = stem in lower and (tail in lower if params.pruning == "both" else last in words)
             if not ok:
                 raise InternalError(f"DPNE released a length-{k} n-gram outside V_{k}")
-
-
-# -- DPSU baselines of the paper's Tables 3-4 (benchmarks only, not a release mechanism) ---------------
-
-
-def _all_grams_sql(k: int) -> str:
-    """(uid, gram) for every k-gram position, without pruning."""
-    if k == 1:
-        return "SELECT uid, token AS gram FROM tokens"
-    leads = ", ".join(f"lead(token, {j}) OVER w" for j in range(1, k))
-    return (
-        f"SELECT uid, gram FROM (SELECT uid, concat_ws('{SEP}', token, {leads}) AS gram, "
-        f"lead(token, {k - 1}) OVER w AS last FROM tokens WINDOW w AS (PARTITION BY post ORDER BY pos)) "
-        "WHERE last IS NOT NULL"
-    )
-
-
-def baseline(frame: pd.DataFrame, params: Params, rng: np.random.Generator, variant: str) -> dict[int, int]:
-    """Counts by length for DPSU-all, DPSU-even or DPSU-single (one independent run per length).
-
-    all: one DPSU over n-grams of every length, cap T*Delta_0, sigma*. even: one DPSU per length
-    with sigma = sqrt(T)*sigma* and delta/(2T) each. single: the whole budget on each length.
-    """
-    sigma_star = gaussian_sigma(params.epsilon, params.delta / 2)
-    cap, T, key = params.caps[0], params.T, int(noise.words(rng, 1)[0] >> np.uint64(1))
-    con = scratch()
-    try:
-        corpus(con, frame, params)
-
-        def union(sql: str, cap_: int, sigma: float, delta_part: float) -> pd.Series:
-            unit = noise.grid(sigma)
-            hist = histogram(con, sql, cap_, key, unit)
-            keep = noise.gaussian(rng, sigma, hist["units"].to_numpy(), unit) > dpsu_threshold(sigma, cap_, delta_part) + unit
-            return hist["gram"][keep].str.count(SEP) + 1
-
-        if variant == "all":
-            lengths = union(" UNION ALL ".join(_all_grams_sql(k) for k in range(1, T + 1)), T * cap, sigma_star, params.delta / 2)
-            return {k: int((lengths == k).sum()) for k in range(1, T + 1)}
-        if variant == "even":
-            sigma, part = math.sqrt(T) * sigma_star, params.delta / (2 * T)
-        elif variant == "single":
-            sigma, part = sigma_star, params.delta / 2
-        else:
-            raise ValueError(f"unknown baseline {variant!r}")
-        return {k: len(union(_all_grams_sql(k), cap, sigma, part)) for k in range(1, T + 1)}
-    finally:
-        con.close()

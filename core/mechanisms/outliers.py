@@ -15,104 +15,48 @@ small share of the budget), and data-derived standardization (a charged Gaussian
 Theorem 2 holds only up to a per-count epsilon (smooth_epsilon_max), enforced before any charge;
 which max-cover bound runs is decided from public values (cover_plan), so no run stops on the
 data; released counts are clamped to their range.
+
+This module holds the parameters and the release; ``outliers_geometry`` the distances and max ball
+covers, ``outliers_sensitivity`` the noise scales and the budget split, ``outliers_report`` what a
+release says.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from functools import lru_cache, partial
-from itertools import combinations, product
+from itertools import combinations
 from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
 from pydantic import Field, model_validator
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components
-from scipy.spatial import cKDTree
-from scipy.special import log_ndtr  # log Φ; scipy.stats would add 0.3 s to every command's start
 
 from core import noise
 from core.accounting import Budget, gaussian_sigma
 from core.errors import InternalError, ParameterError
-from core.mechanisms.base import Chart, DPCost, Plan, Result, StrictParams
-from core.parallel import fan_out
+from core.mechanisms.base import DPCost, Plan, Result
+from core.mechanisms.outliers_geometry import COORD_LIMIT, Cover, degrees, subspace_points
+from core.mechanisms.outliers_report import describe
+from core.mechanisms.outliers_sensitivity import (
+    Allocation,
+    Counted,
+    Smooth,
+    alpha,
+    beta,
+    cover_plan,
+    global_std,
+    gs_upper,
+    smooth_bound,
+    smooth_epsilon_max,
+    smooth_floor,
+)
+from core.params import StrictParams
 from core.schema import Needs
 
 NAME = "outliers"
 ROWS_PARAM = "rows"  # filled from the dataset's registration (N is public under the record unit)
-RADIUS_SLACK = 1e-9  # relative: points at exactly distance r stay inside despite float rounding
-SEB_SLACK = 1e-7  # relative: miniball's tolerance, resolved towards inclusion (covers only grow)
 MAX_SUBSPACES = 20_000
-MAX_BALLS = 2_000_000  # enclosing balls one count may compute; cover_plan keeps the worst case under it
-MAX_BLOCK_ENTRIES = 10_000_000  # worst-case size of the blocks bound's incidence matrix
-# Coordinates are clipped to ±COORD_LIMIT (a public, per-record map, so DP is unaffected): squared
-# distances then never overflow, so no table can make the search fail where its neighbour does not.
-COORD_LIMIT = 1e15
-
-# Upper bounds on the kissing number K_d (exact for d = 1, 2, 3, 4, 8, 24; otherwise the
-# semidefinite-programming bounds of Mittelmann & Vallentin 2010, which later work only lowers).
-KISSING_UPPER = {
-    1: 2, 2: 6, 3: 12, 4: 24, 5: 44, 6: 78, 7: 134, 8: 240, 9: 364, 10: 554, 11: 870, 12: 1357,
-    13: 2069, 14: 3183, 15: 4866, 16: 7355, 17: 11072, 18: 16572, 19: 24812, 20: 36764,
-    21: 54584, 22: 82340, 23: 124416, 24: 196560,
-}  # fmt: skip
-
-
-def kissing_upper(d: int) -> int:
-    """A valid upper bound on the kissing number in R^d (3^d − 1 by volume beyond the table)."""
-    if d < 1:
-        raise ValueError("dimension must be >= 1")
-    return KISSING_UPPER.get(d, 3**d - 1)
-
-
-def gs_upper(n: int, k: int, c: int) -> int:
-    """Theorem 4's upper bound on the global sensitivity of q_count in a c-dimensional subspace."""
-    return min(n, k * kissing_upper(c) + 1)
-
-
-def gs_lower(n: int, k: int, c: int) -> int:
-    """The paper's 'Global' baseline: the GS *lower* bound min(N, 2ck+1). Not a valid DP scale."""
-    return min(n, 2 * c * k + 1)
-
-
-def alpha(epsilon: float, delta: float) -> float:
-    """Theorem 2 (p = 1): the noise is S/α · N(0, 1)."""
-    return epsilon / (5 * math.sqrt(2 * (math.log(2) - math.log(delta))))
-
-
-def beta(epsilon: float, delta: float) -> float:
-    """Theorem 2 (p = 1): the smoothness S must have."""
-    return epsilon / (4 * (1 + math.log(2) - math.log(delta)))
-
-
-def smooth_log_failure(epsilon: float, delta: float) -> float:
-    """ln(δ_D + e^{ε/2}·δ_S): the δ Theorem 2's proof delivers (docs/REPRODUCTION.md derives it).
-
-    δ_D = Pr[(e^{2β} − 1)Z²/2 − β > ε/2], the dilation property's failure mass at its worst λ = β;
-    δ_S = Pr[αZ + α²/2 > ε/2], the sliding property's at its worst |Δ| = α; Z ~ N(0, 1).
-    """
-    a, b = alpha(epsilon, delta), beta(epsilon, delta)
-    log_dilation = math.log(2) + float(log_ndtr(-math.sqrt((epsilon + 2 * b) / math.expm1(2 * b))))
-    log_sliding = float(log_ndtr(-(epsilon / (2 * a) - a / 2)))
-    return float(np.logaddexp(log_dilation, epsilon / 2 + log_sliding))
-
-
-@lru_cache(maxsize=256)
-def smooth_epsilon_max(delta: float) -> float:
-    """The largest per-count epsilon for which the smooth-sensitivity Gaussian is (epsilon, delta)-DP
-    by Theorem 2's proof: the root of smooth_log_failure(ε, δ) = ln δ (the failure grows with ε)."""
-    from scipy.optimize import brentq  # imported here: only requests that use smooth noise need it
-
-    return float(brentq(lambda e: smooth_log_failure(e, delta) - math.log(delta), 1e-9, 1e3, xtol=1e-12, rtol=1e-14))
-
-
-def paper_global_std(gs: float, epsilon: float, delta: float) -> float:
-    """Theorem 1's noise std for global sensitivity ``gs`` (the paper's constant 2 ln(2/δ), valid
-    for epsilon < 1); for reproducing its comparison. Releases use the analytic Gaussian."""
-    return gs * math.sqrt(2 * math.log(2 / delta)) / epsilon
-
 
 # -- parameters -------------------------------------------------------------------------------------
 
@@ -191,17 +135,6 @@ class Params(StrictParams):
         return self
 
 
-@dataclass(frozen=True)
-class Allocation:
-    """How the total (epsilon, delta) is split between the parts of the query."""
-
-    standardize: Budget
-    select: float  # epsilon of the whole top-h selection (0 for a count)
-    count: Budget  # per released count
-    scale: float  # epsilon per released noise std
-    counts: int  # number of released counts
-
-
 def allocate(params: Params) -> Allocation:
     s = params.standardize.share if isinstance(params.standardize, PrivateScale) else 0.0
     eps, delta = params.epsilon * (1 - s), params.delta * (1 - s)
@@ -271,295 +204,6 @@ def plan(params: Params) -> Plan:
     )
 
 
-# -- geometry: degrees, counts and the exact max ball cover -----------------------------------------
-
-
-def subspace_points(z: np.ndarray) -> np.ndarray:
-    """Coordinates scaled by 1/sqrt(|S|), so Euclidean distance is the paper's RMS distance."""
-    return np.ascontiguousarray(z, dtype=float) / math.sqrt(z.shape[1])
-
-
-def degrees(points: np.ndarray, r: float) -> np.ndarray:
-    """Number of *other* records within distance r of each record (closed ball), by KD-tree.
-
-    Coordinates must lie within ±COORD_LIMIT (``standardized`` clips them): beyond it squared
-    distances can overflow, and scipy's threaded query then returns uninitialised memory."""
-    if not np.isfinite(points).all() or np.abs(points).max(initial=0.0) > COORD_LIMIT:
-        raise InternalError("outliers: coordinates beyond the clipping limit reached the distance search")
-    tree = cKDTree(points)
-    return tree.query_ball_point(points, r * (1 + RADIUS_SLACK), return_length=True, workers=-1) - 1
-
-
-class Cover:
-    """max over balls B(x, r), x anywhere, of |B ∩ P| for subsets P of one point set.
-
-    Exact: 1-D, a sliding window of width 2r; 2-D, candidate centres (each point, and the two
-    centres of radius-r circles through each pair); higher, branch and bound over cliques of the
-    2r-graph, with the smallest enclosing ball deciding whether a set fits, per connected
-    component, on distinct points weighted by multiplicity. ``blocks`` is a polynomial upper bound
-    in any dimension: the most points in one block of 2^d grid cells of side 2r (every ball fits in
-    one). ``cover_plan`` picks the method from public values; ``method`` overrides the dimension's
-    exact default, for tests.
-    """
-
-    METHODS = ("window", "centres", "search")
-
-    def __init__(self, points: np.ndarray, r: float, method: str | None = None):
-        self.rho = r * (1 + RADIUS_SLACK)
-        self.work = 0  # enclosing balls computed, against MAX_BALLS
-        dim = points.shape[1]
-        self.method = method or self.METHODS[min(dim, 3) - 1]
-        if {"window": dim == 1, "centres": dim == 2, "search": True, "blocks": True}.get(self.method) is not True:
-            raise ValueError(f"cover method {self.method!r} does not apply in {dim} dimensions")
-        if self.method == "window":
-            x = points[:, 0]
-            self.order = np.argsort(x, kind="stable")
-            xs = x[self.order]
-            self.window_end = np.searchsorted(xs, xs + 2 * self.rho, side="right")
-            return
-        self.unique, self.inverse = np.unique(points, axis=0, return_inverse=True)
-        self.inverse = self.inverse.ravel()
-        if self.method == "blocks":
-            self.incidence = _block_incidence(self.unique, self.rho)
-            return
-        tree = cKDTree(self.unique)
-        if self.method == "centres":
-            centres = np.vstack([self.unique, *_circle_centres(self.unique, tree.query_pairs(2 * self.rho, output_type="ndarray"), self.rho)])
-            self.incidence = _incidence(cKDTree(centres), tree, self.rho, len(centres), len(self.unique))
-            return
-        pairs = tree.query_pairs(2 * self.rho, output_type="ndarray")
-        m = len(self.unique)
-        ones = np.ones(len(pairs), dtype=np.int8)
-        self.graph = csr_matrix((ones, (pairs[:, 0], pairs[:, 1])), shape=(m, m))
-        self.graph = (self.graph + self.graph.T).tocsr()
-        self.incidence = _incidence(tree, tree, self.rho, m, m)  # balls centred on the points: a lower bound
-
-    def max_cover(self, mask: np.ndarray) -> int:
-        """The largest number of masked records one closed ball of radius r can hold."""
-        if not mask.any():
-            return 0
-        if self.method == "window":
-            inside = mask[self.order].astype(np.int64)
-            cum = np.concatenate([[0], np.cumsum(inside)])
-            starts = np.flatnonzero(inside)
-            return int((cum[self.window_end[starts]] - cum[starts]).max())
-        weight = np.bincount(self.inverse, weights=mask, minlength=len(self.unique)).astype(np.int64)
-        if self.method in ("centres", "blocks"):
-            return int((self.incidence @ weight).max())
-        return self._branch_and_bound(weight)
-
-    def _branch_and_bound(self, weight: np.ndarray) -> int:
-        live = np.flatnonzero(weight)
-        best = int((self.incidence[:, live] @ weight[live]).max())
-        sub = self.graph[live][:, live]
-        n_comp, label = connected_components(sub, directed=False)
-        totals = np.bincount(label, weights=weight[live], minlength=n_comp)
-        limit = self.rho**2 * (1 + SEB_SLACK)
-        for comp in np.argsort(-totals, kind="stable"):
-            if totals[comp] <= best:
-                break
-            members = live[label == comp]
-            neighbours = {v: set(self.graph.indices[self.graph.indptr[v]:self.graph.indptr[v + 1]]) for v in members}
-
-            def expand(chosen: list[int], ball: tuple[np.ndarray, float], have: int, cands: list[int]) -> None:
-                nonlocal best
-                room = sum(int(weight[v]) for v in cands)
-                for i, v in enumerate(cands):
-                    if have + room <= best:
-                        return
-                    room -= int(weight[v])
-                    grown = ball
-                    if not _inside(self.unique[v], ball):
-                        self.work += 1
-                        if self.work > MAX_BALLS:  # cover_plan rules this out for every table
-                            raise InternalError(f"outliers: the max-ball search passed {MAX_BALLS:,} enclosing balls")
-                        grown = _ball_through(self.unique[chosen], self.unique[v])
-                    if grown[1] <= limit:
-                        best = max(best, have + int(weight[v]))
-                        rest = np.array([u for u in cands[i + 1:] if u in neighbours[v]], dtype=np.int64)  # noqa: B023 - used at once
-                        if rest.size:  # a radius-r ball holding the chosen set is centred within
-                            reach = self.rho + math.sqrt(max(limit - grown[1], 0.0))  # sqrt(r² − seb²) of its centre
-                            rest = rest[((self.unique[rest] - grown[0]) ** 2).sum(axis=1) <= reach**2 * (1 + SEB_SLACK)]
-                        expand([*chosen, v], grown, have + int(weight[v]), rest.tolist())
-
-            expand([], (np.zeros(self.unique.shape[1]), -1.0), 0, sorted(members, key=lambda v: -weight[v]))
-        return best
-
-
-# -- smallest enclosing balls --------------------------------------------------------------------------
-#
-# Welzl's algorithm in Gärtner's move-to-front form, with the circumsphere of the boundary set
-# solved by least squares in its affine hull. Boundary sets on real data are often affinely
-# dependent (grid-valued columns, ties); miniball 1.2 solves them exactly and raises
-# LinAlgError, so it serves only as a test oracle on points in general position.
-
-
-def _inside(p: np.ndarray, ball: tuple[np.ndarray, float]) -> bool:
-    centre, r2 = ball
-    return r2 >= 0 and float(((p - centre) ** 2).sum()) <= r2 * (1 + 1e-12) + 1e-300
-
-
-def _circumball(boundary: list[np.ndarray]) -> tuple[np.ndarray, float]:
-    """The smallest ball with every boundary point on its sphere (centre in their affine hull)."""
-    p0 = boundary[0]
-    if len(boundary) == 1:
-        return p0.copy(), 0.0
-    u = np.array(boundary[1:]) - p0
-    gram = u @ u.T
-    lam = np.linalg.lstsq(gram, np.diag(gram) / 2, rcond=None)[0]
-    centre = p0 + lam @ u
-    return centre, float(((centre - p0) ** 2).sum())
-
-
-def _move_to_front(points: list[np.ndarray], end: int, boundary: list[np.ndarray], dim: int) -> tuple[np.ndarray, float]:
-    ball = _circumball(boundary) if boundary else (np.zeros(dim), -1.0)
-    if len(boundary) == dim + 1:
-        return ball
-    for i in range(end):
-        if not _inside(points[i], ball):
-            ball = _move_to_front(points, i, [*boundary, points[i]], dim)
-            points.insert(0, points.pop(i))
-    return ball
-
-
-def enclosing_ball(points: np.ndarray) -> tuple[np.ndarray, float]:
-    """The smallest ball holding every row of ``points``: (centre, squared radius)."""
-    points = np.asarray(points, dtype=float)
-    return _move_to_front(list(points), len(points), [], points.shape[1])
-
-
-def _ball_through(inside: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, float]:
-    """The smallest ball holding ``inside`` and p, for p outside the smallest ball of ``inside``
-    (p is then on its boundary)."""
-    return _move_to_front(list(np.asarray(inside, dtype=float)), len(inside), [p], len(p))
-
-
-def _circle_centres(points: np.ndarray, pairs: np.ndarray, rho: float) -> list[np.ndarray]:
-    """Centres of the two radius-rho circles through each pair of distinct points."""
-    if len(pairs) == 0:
-        return []
-    a, b = points[pairs[:, 0]], points[pairs[:, 1]]
-    mid, diff = (a + b) / 2, b - a
-    half = np.linalg.norm(diff, axis=1) / 2
-    keep = half > 0
-    mid, diff, half = mid[keep], diff[keep], half[keep]
-    normal = np.stack([-diff[:, 1], diff[:, 0]], axis=1) / (2 * half)[:, None]
-    offset = np.sqrt(np.maximum(rho**2 - half**2, 0.0))[:, None] * normal
-    return [mid + offset, mid - offset]
-
-
-def _block_incidence(points: np.ndarray, rho: float) -> csr_matrix:
-    """Sparse 0/1 matrix: block b (2^d cells of side 2rho, by its lowest cell) holds point j.
-
-    A closed ball of radius rho (with the enclosing-ball tolerance) spans at most two consecutive
-    cells per axis, so it lies in one block. A point near a cell edge may round into either cell;
-    it counts in every block either cell belongs to, so the bound holds whatever the rounding.
-    Each point counts once per block: the bound grows by at most one per added point.
-    """
-    side = 2 * rho * (1 + SEB_SLACK)
-    slack = np.abs(points) * 1e-12 + 1e-300
-    lowest = np.floor((points - slack) / side).astype(np.int64) - 1  # lowest block corner per axis
-    highest = np.floor((points + slack) / side).astype(np.int64)
-    corners, members = [], []
-    for offset in product(range(3), repeat=points.shape[1]):
-        corner = lowest + np.array(offset)
-        fits = (corner <= highest).all(axis=1)
-        corners.append(corner[fits])
-        members.append(np.flatnonzero(fits))
-    _, block = np.unique(np.vstack(corners), axis=0, return_inverse=True)
-    member = np.concatenate(members)
-    shape = (int(block.max()) + 1, len(points))
-    return csr_matrix((np.ones(len(member), dtype=np.int64), (block.ravel(), member)), shape=shape)
-
-
-def _incidence(centres: cKDTree, points: cKDTree, rho: float, n_centres: int, n_points: int) -> csr_matrix:
-    """Sparse 0/1 matrix: centre i's closed ball of radius rho holds point j."""
-    pairs = centres.sparse_distance_matrix(points, rho * (1 + SEB_SLACK), output_type="ndarray")
-    ones = np.ones(len(pairs), dtype=np.int64)
-    return csr_matrix((ones, (pairs["i"], pairs["j"])), shape=(n_centres, n_points))
-
-
-# -- the smooth upper bound (Theorem 6, Algorithm 2) -------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Smooth:
-    value: float  # S_UB
-    argmax: int  # the t attaining it
-    steps: int  # exact-cover steps Algorithm 2 ran before its early stop
-
-
-def band_sizes(deg: np.ndarray, j: int, n: int) -> np.ndarray:
-    """|P_j^(t)| = #{y : |deg(y) − j| <= t} for t = 0..n."""
-    cum = np.concatenate([[0], np.cumsum(np.bincount(deg, minlength=n))])  # cum[i] = #{deg < i}
-    t = np.arange(n + 1)
-    hi = np.minimum(j + t, n - 1) + 1
-    lo = np.clip(j - t, 0, n)
-    return np.maximum(cum[np.clip(hi, 0, n)] - cum[lo], 0)
-
-
-def cover_plan(n: int, c: int, exact_until: int | None) -> tuple[str, int]:
-    """The max-cover method of Algorithm 2 and the steps t it runs for (band counts after), from
-    public values only, so that no table can make the search stop or run out of memory.
-
-    1-D covers are exact and linear; 2-D covers are exact when their worst-case incidence (about
-    N^3 entries at most, nearly reached on clustered data) fits MAX_BLOCK_ENTRIES: every step up to exact_until.
-    In 3-D and above
-    the exact search computes at most 2^N − 1 enclosing balls per cover (one per subset of
-    distinct points) and two covers per step: it runs only when that worst case, over every step,
-    stays within MAX_BALLS. Otherwise the blocks bound runs, when its worst-case size (3^c entries
-    per record) stays within MAX_BLOCK_ENTRIES; otherwise band counts throughout.
-    """
-    stop = n + 1 if exact_until is None else min(exact_until, n + 1)
-    if c == 1 or (c == 2 and n**3 <= MAX_BLOCK_ENTRIES):  # the 2-D centres x points incidence is < N^3
-        return Cover.METHODS[c - 1], stop
-    if c >= 3 and n <= 40 and 2 * stop * (2**n - 1) <= MAX_BALLS:
-        return "search", stop
-    if 3**c * n <= MAX_BLOCK_ENTRIES:
-        return "blocks", stop
-    return "band", 0
-
-
-def bounds_by_t(deg: np.ndarray, k: int, cover: Cover, exact_until: int | None = None) -> np.ndarray:
-    """B_t = min(N, max(M_k^(t), M_{k−1}^(t)) + t + 1) for every t = 0..N (no early stop)."""
-    n = len(deg)
-    stop = n + 1 if exact_until is None else min(exact_until, n + 1)
-    bands = np.maximum(band_sizes(deg, k, n), band_sizes(deg, k - 1, n))
-    out = np.empty(n + 1)
-    for t in range(n + 1):
-        m = max(cover.max_cover(np.abs(deg - j) <= t) for j in (k, k - 1)) if t < stop else bands[t]
-        out[t] = min(n, m + t + 1)
-    return out
-
-
-def smooth_bound(deg: np.ndarray, k: int, b: float, cover: Cover | None, exact_until: int | None = None) -> Smooth:
-    """S_UB = max_t e^{−tβ} B_t by Algorithm 2: exact covers for t < exact_until with the
-    look-ahead early stop; band counts (always >= the cover) from exact_until on."""
-    n = len(deg)
-    t_all = np.arange(n + 1)
-    decay = np.exp(-t_all * b)
-    bands = np.stack([band_sizes(deg, k, n), band_sizes(deg, k - 1, n)])
-    stop = n + 1 if exact_until is None else min(exact_until, n + 1)
-    tail = decay[stop:] * np.minimum(n, bands[:, stop:].max(axis=0) + t_all[stop:] + 1)
-    best, arg = (float(tail.max()), stop + int(tail.argmax())) if tail.size else (0.0, 0)
-    m_prev, p_prev = np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64)
-    for t in range(stop):
-        # Proposition 1: no later step can beat M^(t−1) plus every record of the new bands.
-        s = slice(t, stop)
-        ahead = (m_prev[:, None] + bands[:, s] - p_prev[:, None]).max(axis=0)
-        if (decay[s] * np.minimum(n, ahead + t_all[s] + 1)).max() <= best:
-            return Smooth(best, arg, t)
-        m = np.array([
-            m_prev[i] if t and bands[i, t] == p_prev[i] else cover.max_cover(np.abs(deg - j) <= t)
-            for i, j in enumerate((k, k - 1))
-        ])  # fmt: skip
-        value = decay[t] * min(n, m.max() + t + 1)
-        if value > best:
-            best, arg = float(value), t
-        m_prev, p_prev = m, bands[:, t].copy()
-    return Smooth(best, arg, stop)
-
-
 # -- release -------------------------------------------------------------------------------------------
 
 
@@ -618,17 +262,6 @@ def select_top(quality: np.ndarray, sensitivity: int, h: int, epsilon: float, rn
     return np.array(picked, dtype=np.int64)
 
 
-def smooth_floor(n: int, b: float) -> float:
-    """The least S_UB any table of n records can have: B_t >= min(n, t + 1)."""
-    t = np.arange(n + 1)
-    return float((np.exp(-t * b) * np.minimum(n, t + 1)).max())
-
-
-def global_std(n: int, k: int, c: int, budget: Budget) -> float:
-    """Noise std of the Gaussian mechanism on GS^UB (the analytic Gaussian: exact for every epsilon)."""
-    return gs_upper(n, k, c) * gaussian_sigma(budget.epsilon, budget.delta)
-
-
 def uses_global(params: Params, a: Allocation, n: int, c: int) -> bool:
     """Decided from public parameters and N only, never from the data."""
     if params.noise != "auto":
@@ -638,18 +271,6 @@ def uses_global(params: Params, a: Allocation, n: int, c: int) -> bool:
     whole = Budget(a.count.epsilon + a.scale, a.count.delta)
     smooth_least = smooth_floor(n, beta(a.count.epsilon, a.count.delta)) / alpha(a.count.epsilon, a.count.delta)
     return global_std(n, params.k, c, whole) <= smooth_least
-
-
-@dataclass(frozen=True)
-class Counted:
-    subspace: tuple[str, ...]
-    method: str  # "smooth" or "global"
-    true_count: int  # never released
-    noisy: float
-    noise_std: float  # the std drawn with; released exactly only for "global"
-    noise_std_released: float | None
-    global_std: float
-    smooth: Smooth | None
 
 
 @dataclass(frozen=True)
@@ -706,14 +327,6 @@ def clamped(c: Counted, rows: int | None) -> Counted:
     return replace(c, noisy=float(np.clip(c.noisy, 0, np.inf if rows is None else rows)))
 
 
-def public_std(c: Counted, n: int, a: Allocation) -> tuple[float, bool]:
-    """A noise std the report may state, from public values and DP outputs only: the exact global
-    std, the released smooth std, or else the least smooth std for N (True: a lower bound)."""
-    if c.noise_std_released is not None:
-        return c.noise_std_released, False
-    return smooth_floor(n, beta(a.count.epsilon, a.count.delta)) / alpha(a.count.epsilon, a.count.delta), True
-
-
 def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result:
     columns, subspaces = resolve(params, tuple(frame.columns))
     n = len(frame)
@@ -729,136 +342,19 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
     selection = None
     if params.query == "top_subspaces":
         gs = gs_upper(n, params.k, params.c)
-        counts = fan_out(partial(measure, params=params, smooth=False), [z[:, cols[s]] for s in subspaces])
+        counts = [measure(z[:, cols[s]], params=params, smooth=False) for s in subspaces]
         picked = select_top(np.array([m.q for m in counts]), gs, params.h, a.select, rng)
         chosen = [subspaces[i] for i in picked]
         selection = {"candidates": len(subspaces), "utility_divisor": gs, "epsilon": a.select}
     counted = []
-    if a.counts:  # the heavy part (S_UB) fans out; noise is drawn here, in order
+    if a.counts:  # the heavy part (S_UB) first; noise is drawn here, in order
         smooth = not uses_global(params, a, n, len(chosen[0]))
-        measured = fan_out(partial(measure, params=params, smooth=smooth, b=beta(a.count.epsilon, a.count.delta)),
-                           [z[:, cols[s]] for s in chosen])  # fmt: skip
+        b = beta(a.count.epsilon, a.count.delta)
+        measured = [measure(z[:, cols[s]], params=params, smooth=smooth, b=b) for s in chosen]
         counted = [clamped(noisy_count(z[:, cols[s]], s, params, a, rng, m), params.rows)
                    for s, m in zip(chosen, measured)]  # fmt: skip
-    return _result(params, a, n, scaling, chosen, counted, selection)
+    return describe(params, a, n, scaling, chosen, counted, selection, plan(params).detail)
 
-
-def _result(params: Params, a: Allocation, n: int, scaling: dict, chosen: list[tuple[str, ...]],
-            counted: list[Counted], selection: dict | None) -> Result:  # fmt: skip
-    rows = []
-    for rank, s in enumerate(chosen, start=1):
-        c = counted[rank - 1] if counted else None
-        rows.append({
-            "rank": rank, "subspace": ",".join(s),
-            "noisy_count": c.noisy if c else None,
-            "noise": c.method if c else None,
-            "noise_std": c.noise_std_released if c else None,
-            "global_noise_std": c.global_std if c else None,
-        })  # fmt: skip
-    data = pd.DataFrame(rows)
-    if params.query == "count":
-        data = data.drop(columns="rank")
-        result = {"subspace": list(chosen[0]), "count": counted[0].noisy}
-        noise_std: object = counted[0].noise_std_released
-    else:
-        result = [{"subspace": list(s), "count": (counted[i].noisy if counted else None)} for i, s in enumerate(chosen)]
-        noise_std = [c.noise_std_released for c in counted] if counted else None
-    planned = plan(params)
-    privacy = {
-        "model": "(epsilon, delta)-differential privacy",
-        "epsilon": params.epsilon,
-        "delta": planned.cost.budget.delta,
-        "n_records": n,
-        "query": params.query,
-        "k": params.k,
-        "r": params.r,
-        "allocation": planned.detail,
-        "alpha": alpha(a.count.epsilon, a.count.delta) if a.counts else None,
-        "beta": beta(a.count.epsilon, a.count.delta) if a.counts else None,
-        "noise": sorted({c.method for c in counted}),
-        "noise_std_release": (
-            {"method": "exp(grid * (round(ln(S_UB/alpha) / grid) + discrete Laplace)), Laplace scale >= (beta + grid) / epsilon_scale", "laplace_scale_log": beta(a.count.epsilon, a.count.delta) / a.scale}
-            if any(c.method == "smooth" for c in counted) and a.scale > 0 else None
-        ),
-        "standardization": scaling,
-        "selection": selection,
-        "clamped_to": [0, params.rows],
-        "cover": (
-            dict(zip(("method", "steps"), cover_plan(n, len(chosen[0]), params.exact_until)))
-            if any(c.method == "smooth" for c in counted) else None
-        ),
-    }  # fmt: skip
-    headline = {"query": params.query, "subspaces": [",".join(s) for s in chosen]}
-    report = _report(params, privacy, data, _swamped(params, a, n, counted))
-    charts = [_chart(data)] if counted else []
-    return Result(data, privacy, report, charts, headline, name="outliers",
-                  manifest={"result": result, "noise_std": noise_std})  # fmt: skip
-
-
-def _swamped(params: Params, a: Allocation, n: int, counted: list[Counted]) -> list[str]:
-    """Report lines for counts whose noise std exceeds the public range [0, N] of any count."""
-    if params.rows is None:
-        return []
-    lines = []
-    for c in counted:
-        std, least = public_std(c, n, a)
-        if std > params.rows:
-            lines.append(
-                f"- **{','.join(c.subspace)}: the noise std ({'at least ' if least else ''}{std:.4g}) exceeds {params.rows}, "
-                "the whole range of possible counts**: the released count says almost nothing about the true one. "
-                "Raise epsilon, or ask a question with fewer records at stake."
-            )  # fmt: skip
-    return lines
-
-
-def _report(params: Params, privacy: dict, data: pd.DataFrame, swamped: list[str]) -> str:
-    lines = [
-        "## DP outlier statistics",
-        "",
-        f"Query **{params.query}**: an outlier has fewer than k={params.k} other records within RMS distance "
-        f"r={params.r:g} ({privacy['standardization']['method']} standardization), among N={privacy['n_records']} "
-        "records (N is public).",
-        "",
-    ]
-    if params.query == "top_subspaces":
-        sel = privacy["selection"]
-        lines += [
-            f"The {params.h} subspace(s) below were chosen among {sel['candidates']} of dimension {params.c} by "
-            f"permute-and-flip (epsilon={sel['epsilon']:.4g} in total, quality = count, sensitivity {sel['utility_divisor']}).",
-            "",
-        ]
-    if data["noisy_count"].notna().any():
-        lines += [
-            "| " + " | ".join(data.columns) + " |",
-            "|" + "---|" * len(data.columns),
-            *("| " + " | ".join(_cell(v) for v in row) + " |" for row in data.itertuples(index=False)),
-            "",
-            "`noise` says which mechanism drew each count. With `smooth`, `noise_std` is the "
-            "smooth-sensitivity scale S_UB/α, itself released with noise (Laplace on its logarithm, scale "
-            f"{privacy['noise_std_release']['laplace_scale_log']:.3g}) because it depends on the data."
-            if privacy["noise_std_release"] else "",
-            "With `global`, the noise std is public (it depends only on N, k, c and the budget) and exact. "
-            "`global_noise_std` is what the Gaussian mechanism on the global-sensitivity upper bound "
-            "min(N, k·K_c + 1) needs for the same budget. "
-            + (f"Counts are clamped to [0, {params.rows}], the range every count lies in (N is declared with the dataset); "
-               if params.rows is not None else "Counts are clamped at 0 (no number of records was declared, so not above); ")
-            + "clamping is post-processing and costs nothing. They are not rounded.",
-            *([""] + swamped if swamped else []),
-        ]
-    else:
-        lines += ["Chosen: " + "; ".join(f"{{{s}}}" for s in data["subspace"]) + " (counts not released)."]
-    return "\n".join(lines) + "\n"
-
-
-def _cell(v: object) -> str:
-    return f"{v:.3f}" if isinstance(v, float) else str(v)
-
-
-def _chart(data: pd.DataFrame) -> Chart:
-    series = {"noisy count": data["noisy_count"].tolist(), "global-sensitivity noise std": data["global_noise_std"].tolist()}
-    if data["noise_std"].notna().all():
-        series["smooth noise std (released)"] = data["noise_std"].tolist()
-    return Chart("outliers.png", "Noisy outlier counts and noise scales", data["subspace"].tolist(), series, "records")
 
 
 def check(original: pd.DataFrame, result: Result, params: Params) -> None:

@@ -15,8 +15,10 @@ import numpy as np
 import pandas as pd
 from pydantic import Field, model_validator
 
+from core.charts import Chart
 from core.errors import InternalError, ParameterError
-from core.mechanisms.base import Chart, NoDP, Plan, Result, StrictParams
+from core.mechanisms.base import NoDP, Plan, Result
+from core.params import StrictParams
 from core.schema import Needs
 
 NAME = "ra"
@@ -61,7 +63,7 @@ def needs(params: Params, schema: tuple[str, ...]) -> Needs:
 
 def plan(params: Params) -> Plan:
     variant = "Enhanced RA" if params.k is not None else "RA"
-    return Plan(cost=NoDP(), guarantee=f"{variant}: probabilistic anonymity Pa (Yang & Qiao, eq. 1); not differential privacy")
+    return Plan(cost=NoDP("probabilistic anonymity (not differential privacy)"), guarantee=f"{variant}: probabilistic anonymity Pa (Yang & Qiao, eq. 1); not differential privacy")
 
 
 def entropies(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
@@ -143,10 +145,7 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
     pa = math.exp(log_pa(h, p, params.k))
     pa_max = max(math.exp(log_pa_max(h, params.k)), pa)  # equal in exact arithmetic at the optimum or k = m
     privacy = {
-        "model": "probabilistic anonymity (not differential privacy)",
         "variant": "enhanced_ra" if params.k is not None else "ra",
-        "epsilon": 0.0,
-        "delta": 0.0,
         "pa": round(pa, 6),
         "pa_max": round(pa_max, 6),
         "p": [round(x, 9) for x in p.tolist()],

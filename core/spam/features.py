@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from core.mechanisms.base import StrictParams
+from core.params import StrictParams
 
 MAX_BYTES = 35_000
 DATA_DEPENDENT = ("df", "multinomial")

@@ -1,0 +1,147 @@
+"""What an outliers release says: its table, privacy section, report and chart, from DP outputs and
+public values only (the true counts in ``Counted`` never reach them)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import pandas as pd
+
+from core.charts import Chart
+from core.mechanisms.base import Result
+from core.mechanisms.outliers_sensitivity import Allocation, Counted, alpha, beta, cover_plan, smooth_floor
+
+
+class Query(Protocol):
+    """The public parameters a report states (``outliers.Params`` has them)."""
+
+    query: str
+    k: int
+    r: float
+    c: int
+    h: int
+    rows: int | None
+    exact_until: int | None
+
+
+def public_std(c: Counted, n: int, a: Allocation) -> tuple[float, bool]:
+    """A noise std the report may state, from public values and DP outputs only: the exact global
+    std, the released smooth std, or else the least smooth std for N (True: a lower bound)."""
+    if c.noise_std_released is not None:
+        return c.noise_std_released, False
+    return smooth_floor(n, beta(a.count.epsilon, a.count.delta)) / alpha(a.count.epsilon, a.count.delta), True
+
+
+def describe(params: Query, a: Allocation, n: int, scaling: dict, chosen: list[tuple[str, ...]],
+             counted: list[Counted], selection: dict | None, allocation: dict) -> Result:  # fmt: skip
+    """The released table (rank, subspace, noisy count, noise), its privacy section, report and chart."""
+    rows = []
+    for rank, s in enumerate(chosen, start=1):
+        c = counted[rank - 1] if counted else None
+        rows.append({
+            "rank": rank, "subspace": ",".join(s),
+            "noisy_count": c.noisy if c else None,
+            "noise": c.method if c else None,
+            "noise_std": c.noise_std_released if c else None,
+            "global_noise_std": c.global_std if c else None,
+        })  # fmt: skip
+    data = pd.DataFrame(rows)
+    if params.query == "count":
+        data = data.drop(columns="rank")
+        result = {"subspace": list(chosen[0]), "count": counted[0].noisy}
+        noise_std: object = counted[0].noise_std_released
+    else:
+        result = [{"subspace": list(s), "count": (counted[i].noisy if counted else None)} for i, s in enumerate(chosen)]
+        noise_std = [c.noise_std_released for c in counted] if counted else None
+    privacy = {
+        "n_records": n,
+        "query": params.query,
+        "k": params.k,
+        "r": params.r,
+        "allocation": allocation,
+        "alpha": alpha(a.count.epsilon, a.count.delta) if a.counts else None,
+        "beta": beta(a.count.epsilon, a.count.delta) if a.counts else None,
+        "noise": sorted({c.method for c in counted}),
+        "noise_std_release": (
+            {"method": "exp(grid * (round(ln(S_UB/alpha) / grid) + discrete Laplace)), Laplace scale >= (beta + grid) / epsilon_scale", "laplace_scale_log": beta(a.count.epsilon, a.count.delta) / a.scale}
+            if any(c.method == "smooth" for c in counted) and a.scale > 0 else None
+        ),
+        "standardization": scaling,
+        "selection": selection,
+        "clamped_to": [0, params.rows],
+        "cover": (
+            dict(zip(("method", "steps"), cover_plan(n, len(chosen[0]), params.exact_until)))
+            if any(c.method == "smooth" for c in counted) else None
+        ),
+    }  # fmt: skip
+    headline = {"query": params.query, "subspaces": [",".join(s) for s in chosen]}
+    report = _report(params, privacy, data, _swamped(params, a, n, counted))
+    charts = [_chart(data)] if counted else []
+    return Result(data, privacy, report, charts, headline, name="outliers",
+                  manifest={"result": result, "noise_std": noise_std})  # fmt: skip
+
+
+def _swamped(params: Query, a: Allocation, n: int, counted: list[Counted]) -> list[str]:
+    """Report lines for counts whose noise std exceeds the public range [0, N] of any count."""
+    if params.rows is None:
+        return []
+    lines = []
+    for c in counted:
+        std, least = public_std(c, n, a)
+        if std > params.rows:
+            lines.append(
+                f"- **{','.join(c.subspace)}: the noise std ({'at least ' if least else ''}{std:.4g}) exceeds {params.rows}, "
+                "the whole range of possible counts**: the released count says almost nothing about the true one. "
+                "Raise epsilon, or ask a question with fewer records at stake."
+            )  # fmt: skip
+    return lines
+
+
+def _report(params: Query, privacy: dict, data: pd.DataFrame, swamped: list[str]) -> str:
+    lines = [
+        "## DP outlier statistics",
+        "",
+        f"Query **{params.query}**: an outlier has fewer than k={params.k} other records within RMS distance "
+        f"r={params.r:g} ({privacy['standardization']['method']} standardization), among N={privacy['n_records']} "
+        "records (N is public).",
+        "",
+    ]
+    if params.query == "top_subspaces":
+        sel = privacy["selection"]
+        lines += [
+            f"The {params.h} subspace(s) below were chosen among {sel['candidates']} of dimension {params.c} by "
+            f"permute-and-flip (epsilon={sel['epsilon']:.4g} in total, quality = count, sensitivity {sel['utility_divisor']}).",
+            "",
+        ]
+    if data["noisy_count"].notna().any():
+        lines += [
+            "| " + " | ".join(data.columns) + " |",
+            "|" + "---|" * len(data.columns),
+            *("| " + " | ".join(_cell(v) for v in row) + " |" for row in data.itertuples(index=False)),
+            "",
+            "`noise` says which mechanism drew each count. With `smooth`, `noise_std` is the "
+            "smooth-sensitivity scale S_UB/α, itself released with noise (Laplace on its logarithm, scale "
+            f"{privacy['noise_std_release']['laplace_scale_log']:.3g}) because it depends on the data."
+            if privacy["noise_std_release"] else "",
+            "With `global`, the noise std is public (it depends only on N, k, c and the budget) and exact. "
+            "`global_noise_std` is what the Gaussian mechanism on the global-sensitivity upper bound "
+            "min(N, k·K_c + 1) needs for the same budget. "
+            + (f"Counts are clamped to [0, {params.rows}], the range every count lies in (N is declared with the dataset); "
+               if params.rows is not None else "Counts are clamped at 0 (no number of records was declared, so not above); ")
+            + "clamping is post-processing and costs nothing. They are not rounded.",
+            *([""] + swamped if swamped else []),
+        ]
+    else:
+        lines += ["Chosen: " + "; ".join(f"{{{s}}}" for s in data["subspace"]) + " (counts not released)."]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(v: object) -> str:
+    return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+
+def _chart(data: pd.DataFrame) -> Chart:
+    series = {"noisy count": data["noisy_count"].tolist(), "global-sensitivity noise std": data["global_noise_std"].tolist()}
+    if data["noise_std"].notna().all():
+        series["smooth noise std (released)"] = data["noise_std"].tolist()
+    return Chart("outliers.png", "Noisy outlier counts and noise scales", data["subspace"].tolist(), series, "records")

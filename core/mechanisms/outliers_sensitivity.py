@@ -1,0 +1,172 @@
+"""The noise scales of DP outlier counts (Okada et al.): global sensitivity bounds, Theorem 2's
+smooth-sensitivity constants and their valid range, and the smooth upper bound S_UB (Theorem 6,
+Algorithm 2), computed on the max ball covers of ``outliers_geometry``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import scipy  # submodules load on first use; scipy.special.log_ndtr is log Φ (scipy.stats would cost 0.3 s)
+
+from core.accounting import Budget, gaussian_sigma
+from core.mechanisms import outliers_geometry as geometry
+
+# Upper bounds on the kissing number K_d (exact for d = 1, 2, 3, 4, 8, 24; otherwise the
+# semidefinite-programming bounds of Mittelmann & Vallentin 2010, which later work only lowers).
+KISSING_UPPER = {
+    1: 2, 2: 6, 3: 12, 4: 24, 5: 44, 6: 78, 7: 134, 8: 240, 9: 364, 10: 554, 11: 870, 12: 1357,
+    13: 2069, 14: 3183, 15: 4866, 16: 7355, 17: 11072, 18: 16572, 19: 24812, 20: 36764,
+    21: 54584, 22: 82340, 23: 124416, 24: 196560,
+}  # fmt: skip
+
+
+def kissing_upper(d: int) -> int:
+    """A valid upper bound on the kissing number in R^d (3^d − 1 by volume beyond the table)."""
+    if d < 1:
+        raise ValueError("dimension must be >= 1")
+    return KISSING_UPPER.get(d, 3**d - 1)
+
+
+def gs_upper(n: int, k: int, c: int) -> int:
+    """Theorem 4's upper bound on the global sensitivity of q_count in a c-dimensional subspace."""
+    return min(n, k * kissing_upper(c) + 1)
+
+
+def alpha(epsilon: float, delta: float) -> float:
+    """Theorem 2 (p = 1): the noise is S/α · N(0, 1)."""
+    return epsilon / (5 * math.sqrt(2 * (math.log(2) - math.log(delta))))
+
+
+def beta(epsilon: float, delta: float) -> float:
+    """Theorem 2 (p = 1): the smoothness S must have."""
+    return epsilon / (4 * (1 + math.log(2) - math.log(delta)))
+
+
+def smooth_log_failure(epsilon: float, delta: float) -> float:
+    """ln(δ_D + e^{ε/2}·δ_S): the δ Theorem 2's proof delivers (docs/REPRODUCTION.md derives it).
+
+    δ_D = Pr[(e^{2β} − 1)Z²/2 − β > ε/2], the dilation property's failure mass at its worst λ = β;
+    δ_S = Pr[αZ + α²/2 > ε/2], the sliding property's at its worst |Δ| = α; Z ~ N(0, 1).
+    """
+    a, b = alpha(epsilon, delta), beta(epsilon, delta)
+    log_dilation = math.log(2) + float(scipy.special.log_ndtr(-math.sqrt((epsilon + 2 * b) / math.expm1(2 * b))))
+    log_sliding = float(scipy.special.log_ndtr(-(epsilon / (2 * a) - a / 2)))
+    return float(np.logaddexp(log_dilation, epsilon / 2 + log_sliding))
+
+
+@lru_cache(maxsize=256)
+def smooth_epsilon_max(delta: float) -> float:
+    """The largest per-count epsilon for which the smooth-sensitivity Gaussian is (epsilon, delta)-DP
+    by Theorem 2's proof: the root of smooth_log_failure(ε, δ) = ln δ (the failure grows with ε)."""
+    return float(scipy.optimize.brentq(lambda e: smooth_log_failure(e, delta) - math.log(delta), 1e-9, 1e3, xtol=1e-12, rtol=1e-14))
+
+
+# -- the budget split and a drawn count ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """How the total (epsilon, delta) is split between the parts of the query."""
+
+    standardize: Budget
+    select: float  # epsilon of the whole top-h selection (0 for a count)
+    count: Budget  # per released count
+    scale: float  # epsilon per released noise std
+    counts: int  # number of released counts
+
+
+@dataclass(frozen=True)
+class Counted:
+    """One subspace's count as drawn: the noisy value and the scales; only DP outputs of it are released."""
+
+    subspace: tuple[str, ...]
+    method: str  # "smooth" or "global"
+    true_count: int  # never released
+    noisy: float
+    noise_std: float  # the std drawn with; released exactly only for "global"
+    noise_std_released: float | None
+    global_std: float
+    smooth: Smooth | None
+
+
+# -- the smooth upper bound (Theorem 6, Algorithm 2) -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Smooth:
+    value: float  # S_UB
+    argmax: int  # the t attaining it
+    steps: int  # exact-cover steps Algorithm 2 ran before its early stop
+
+
+def band_sizes(deg: np.ndarray, j: int, n: int) -> np.ndarray:
+    """|P_j^(t)| = #{y : |deg(y) − j| <= t} for t = 0..n."""
+    cum = np.concatenate([[0], np.cumsum(np.bincount(deg, minlength=n))])  # cum[i] = #{deg < i}
+    t = np.arange(n + 1)
+    hi = np.minimum(j + t, n - 1) + 1
+    lo = np.clip(j - t, 0, n)
+    return np.maximum(cum[np.clip(hi, 0, n)] - cum[lo], 0)
+
+
+def cover_plan(n: int, c: int, exact_until: int | None) -> tuple[str, int]:
+    """The max-cover method of Algorithm 2 and the steps t it runs for (band counts after), from
+    public values only, so that no table can make the search stop or run out of memory.
+
+    1-D covers are exact and linear; 2-D covers are exact when their worst-case incidence (about
+    N^3 entries at most, nearly reached on clustered data) fits MAX_BLOCK_ENTRIES: every step up to exact_until.
+    In 3-D and above
+    the exact search computes at most 2^N − 1 enclosing balls per cover (one per subset of
+    distinct points) and two covers per step: it runs only when that worst case, over every step,
+    stays within MAX_BALLS. Otherwise the blocks bound runs, when its worst-case size (3^c entries
+    per record) stays within MAX_BLOCK_ENTRIES; otherwise band counts throughout.
+    """
+    stop = n + 1 if exact_until is None else min(exact_until, n + 1)
+    if c == 1 or (c == 2 and n**3 <= geometry.MAX_BLOCK_ENTRIES):  # the 2-D centres x points incidence is < N^3
+        return geometry.Cover.METHODS[c - 1], stop
+    if c >= 3 and n <= 40 and 2 * stop * (2**n - 1) <= geometry.MAX_BALLS:
+        return "search", stop
+    if 3**c * n <= geometry.MAX_BLOCK_ENTRIES:
+        return "blocks", stop
+    return "band", 0
+
+
+def smooth_bound(deg: np.ndarray, k: int, b: float, cover: geometry.Cover | None, exact_until: int | None = None) -> Smooth:
+    """S_UB = max_t e^{−tβ} B_t by Algorithm 2: exact covers for t < exact_until with the
+    look-ahead early stop; band counts (always >= the cover) from exact_until on."""
+    n = len(deg)
+    t_all = np.arange(n + 1)
+    decay = np.exp(-t_all * b)
+    bands = np.stack([band_sizes(deg, k, n), band_sizes(deg, k - 1, n)])
+    stop = n + 1 if exact_until is None else min(exact_until, n + 1)
+    tail = decay[stop:] * np.minimum(n, bands[:, stop:].max(axis=0) + t_all[stop:] + 1)
+    best, arg = (float(tail.max()), stop + int(tail.argmax())) if tail.size else (0.0, 0)
+    m_prev, p_prev = np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64)
+    for t in range(stop):
+        # Proposition 1: no later step can beat M^(t−1) plus every record of the new bands.
+        s = slice(t, stop)
+        ahead = (m_prev[:, None] + bands[:, s] - p_prev[:, None]).max(axis=0)
+        if (decay[s] * np.minimum(n, ahead + t_all[s] + 1)).max() <= best:
+            return Smooth(best, arg, t)
+        m = np.array([
+            m_prev[i] if t and bands[i, t] == p_prev[i] else cover.max_cover(np.abs(deg - j) <= t)
+            for i, j in enumerate((k, k - 1))
+        ])  # fmt: skip
+        value = decay[t] * min(n, m.max() + t + 1)
+        if value > best:
+            best, arg = float(value), t
+        m_prev, p_prev = m, bands[:, t].copy()
+    return Smooth(best, arg, stop)
+
+def smooth_floor(n: int, b: float) -> float:
+    """The least S_UB any table of n records can have: B_t >= min(n, t + 1)."""
+    t = np.arange(n + 1)
+    return float((np.exp(-t * b) * np.minimum(n, t + 1)).max())
+
+
+def global_std(n: int, k: int, c: int, budget: Budget) -> float:
+    """Noise std of the Gaussian mechanism on GS^UB (the analytic Gaussian: exact for every epsilon)."""
+    return gs_upper(n, k, c) * gaussian_sigma(budget.epsilon, budget.delta)

@@ -1,0 +1,269 @@
+"""Where the ledger and the dataset registrations live: the home's DuckDB file, or PostgreSQL.
+
+``$PRIVRELEASE_LEDGER_URL`` (``postgresql://…``) chooses PostgreSQL; unset, the embedded DuckDB
+file under the home is used, as on one machine. Both give the same tables and the same SQL (``?``
+placeholders); they differ in how writers are serialized:
+
+- DuckDB: an OS file lock around each write transaction (one host only);
+- PostgreSQL: row locks inside the transaction, so writers on any host are serialized by the
+  database: ``SELECT … FOR UPDATE`` on the dataset's row for a charge's read-check-append, and on
+  the chain head's row for the append itself (the chain is one sequence over all datasets).
+
+A URL's password is never printed: messages show ``redact(url)``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
+
+from core.db import connect, exclusive
+from core.errors import UserError
+
+URL_ENV = "PRIVRELEASE_LEDGER_URL"
+SCHEMA = "privrelease"  # PostgreSQL schema of our tables, apart from Prefect's when they share a database
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS ledger (
+    seq BIGINT PRIMARY KEY, ts VARCHAR NOT NULL, dataset VARCHAR NOT NULL, release_id VARCHAR, flow_run_id VARCHAR,
+    kind VARCHAR, adjacency VARCHAR, mechanism VARCHAR, params VARCHAR NOT NULL, epsilon DOUBLE NOT NULL,
+    delta DOUBLE NOT NULL, detail VARCHAR NOT NULL, status VARCHAR NOT NULL, prev_hash VARCHAR NOT NULL,
+    hash VARCHAR NOT NULL, holder VARCHAR
+);
+CREATE TABLE IF NOT EXISTS datasets (
+    id VARCHAR NOT NULL, version INTEGER NOT NULL, unit VARCHAR NOT NULL, purpose VARCHAR NOT NULL,
+    format VARCHAR NOT NULL, delimiter VARCHAR NOT NULL, source VARCHAR NOT NULL, schema VARCHAR NOT NULL,
+    suite VARCHAR, rows BIGINT, registered VARCHAR NOT NULL, snapshot VARCHAR, digest VARCHAR,
+    source_digest VARCHAR NOT NULL, PRIMARY KEY (id, version)
+);
+"""
+_DUCK_UPGRADE = "ALTER TABLE ledger ADD COLUMN IF NOT EXISTS holder VARCHAR;"  # files from before holders
+# PostgreSQL only: the rows writers lock, and indexes for the per-charge lookups.
+_PG_TABLES = """
+CREATE TABLE IF NOT EXISTS ledger_datasets (dataset VARCHAR PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS ledger_head (id INTEGER PRIMARY KEY CHECK (id = 1));
+INSERT INTO ledger_head VALUES (1) ON CONFLICT DO NOTHING;
+CREATE INDEX IF NOT EXISTS ledger_by_release ON ledger (release_id);
+CREATE INDEX IF NOT EXISTS ledger_by_dataset ON ledger (dataset, status);
+"""
+
+
+class Con(Protocol):
+    def execute(self, sql: str, args: list | None = None): ...
+
+
+class Store(Protocol):
+    kind: str
+
+    def describe(self) -> str: ...
+    def exists(self) -> bool: ...
+    def read(self) -> contextlib.AbstractContextManager[Con]: ...
+    def write(self, dataset: str | None = None) -> contextlib.AbstractContextManager[Con]: ...
+    def lock_head(self, con: Con) -> None: ...
+    def lock(self, name: str) -> contextlib.AbstractContextManager[None]: ...
+
+
+class StoreUnavailable(UserError):
+    """The PostgreSQL store could not be reached, or the connection was lost mid-transaction."""
+
+
+def redact(url: str) -> str:
+    """The URL with its password, if any, replaced by ``***``."""
+    return re.sub(r"^([a-z+]+://[^:/@]*):[^@]*@", r"\1:***@", url)
+
+
+def checked(value: str, where: str) -> str:
+    """A PostgreSQL URL, or a user error naming where it came from (shown without its password)."""
+    if not value.startswith(("postgresql://", "postgres://")):
+        raise UserError(f"{where} must be a postgresql://USER@HOST:PORT/DATABASE URL; got {redact(value)!r}.")
+    return value
+
+
+def url() -> str | None:
+    """The configured PostgreSQL URL, or None (unset) for the home's DuckDB file."""
+    value = os.environ.get(URL_ENV) or None
+    return None if value is None else checked(value, f"${URL_ENV} (unset it for the home's DuckDB file)")
+
+
+def close(url: str) -> None:
+    """Close this process's connections to ``url`` (before its database is dropped, say)."""
+    pool = _POOLS.pop(url, None)
+    if pool is not None:
+        pool.close()
+
+
+def moved(db_path: Path) -> Path:
+    """The mark ``ledger migrate`` leaves beside a DuckDB file whose contents now live in PostgreSQL."""
+    return db_path.with_name(db_path.name + ".migrated")
+
+
+def open_store(db_path: Path) -> Store:
+    """The store this process is configured for: PostgreSQL if ``$PRIVRELEASE_LEDGER_URL`` is set."""
+    configured = url()
+    if configured:
+        return PgStore(configured)
+    if moved(db_path).exists():
+        raise UserError(f"this home's ledger and registrations were moved to {moved(db_path).read_text().strip()} "
+                        f"(privrelease ledger migrate); set ${URL_ENV} to that database's URL. The old file is kept "
+                        "for the record only: releasing from it would spend the budgets a second time.")  # fmt: skip
+    return DuckStore(db_path)
+
+
+class DuckStore:
+    """The home's DuckDB file, one writer at a time under an OS file lock."""
+
+    kind = "duckdb"
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def describe(self) -> str:
+        return str(self.path)
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Con]:
+        with connect(self.path) as con:
+            con.execute(_TABLES + _DUCK_UPGRADE)
+            yield con
+
+    @contextlib.contextmanager
+    def write(self, dataset: str | None = None) -> Iterator[Con]:
+        """One transaction under the file lock (which serializes every writer, whatever the dataset)."""
+        with exclusive(self.path.with_name(self.path.name + ".ledger.lock")), self.read() as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                yield con
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+
+    def lock_head(self, con: Con) -> None:
+        """The file lock already serializes every writer."""
+
+    @contextlib.contextmanager
+    def lock(self, name: str) -> Iterator[None]:
+        with exclusive(self.path.with_name(f"{self.path.name}.{name}.lock")):
+            yield
+
+
+_POOLS: dict[str, object] = {}
+_POOLS_LOCK = threading.Lock()  # a flow's tasks run in threads: one pool per URL and process
+
+
+class PgStore:
+    """A PostgreSQL database shared by every worker; a small connection pool per process."""
+
+    kind = "postgresql"
+
+    def __init__(self, url: str):
+        self.url = url
+
+    def describe(self) -> str:
+        return redact(self.url)
+
+    def exists(self) -> bool:
+        return True
+
+    def _pool(self):
+        with _POOLS_LOCK:
+            return _POOLS.get(self.url) or self._open_pool()
+
+    def _open_pool(self):
+        """Create the tables if needed, then this process's pool (checked connections: a dropped
+        one is replaced, not handed out)."""
+        from psycopg_pool import ConnectionPool
+
+        with self._guard("could not connect to"):
+            self._create_schema()
+            pool = ConnectionPool(self.url, min_size=1, max_size=4, open=False, name="privrelease",
+                                  kwargs={"options": f"-c search_path={SCHEMA}"},
+                                  check=ConnectionPool.check_connection)  # fmt: skip
+            pool.open(wait=True, timeout=30)
+        atexit.register(pool.close)
+        _POOLS[self.url] = pool
+        return pool
+
+    def _create_schema(self) -> None:
+        """Create the tables once, under a lock, so workers starting together do not race on it."""
+        import psycopg
+
+        with psycopg.connect(self.url, connect_timeout=10) as con:
+            if con.execute(f"SELECT to_regclass('{SCHEMA}.ledger_head')").fetchone()[0] is not None:
+                return
+            con.execute("SELECT pg_advisory_xact_lock(hashtext('privrelease schema'))")
+            con.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+            con.execute(f"SET LOCAL search_path = {SCHEMA}")
+            con.execute(_TABLES.replace(" DOUBLE ", " DOUBLE PRECISION ") + _PG_TABLES)
+
+    @contextlib.contextmanager
+    def _guard(self, what: str) -> Iterator[None]:
+        """Turn a lost or refused connection into a clear error that never shows the password."""
+        import psycopg
+        from psycopg_pool import PoolTimeout
+
+        try:
+            yield
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            password = re.match(r"^[a-z+]+://[^:/@]*:([^@]*)@", self.url)
+            if password and password.group(1):
+                reason = reason.replace(password.group(1), "***")
+            raise StoreUnavailable(
+                f"{what} the ledger database {self.describe()} (${URL_ENV}): {reason}. An unfinished transaction "
+                "is rolled back by the database, so nothing was half-written; check the server and the URL, then "
+                "run the command again (a retried release is charged at most once)."
+            ) from None
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Con]:
+        pool = self._pool()
+        with self._guard("lost the connection to"), pool.connection() as raw:
+            yield _PgCon(raw)
+
+    @contextlib.contextmanager
+    def write(self, dataset: str | None = None) -> Iterator[Con]:
+        """One transaction; with a dataset, its row is locked first, so its charges are checked one at a time."""
+        with self.read() as con:
+            if dataset is not None:
+                con.execute("INSERT INTO ledger_datasets VALUES (?) ON CONFLICT DO NOTHING", [dataset])
+                con.execute("SELECT dataset FROM ledger_datasets WHERE dataset = ? FOR UPDATE", [dataset])
+            yield con
+
+    def lock_head(self, con: Con) -> None:
+        """Lock the chain's head until commit: appends, from any dataset or host, take turns."""
+        con.execute("SELECT id FROM ledger_head WHERE id = 1 FOR UPDATE")
+
+    @contextlib.contextmanager
+    def lock(self, name: str) -> Iterator[None]:
+        """A lock across hosts, held by a transaction (released if its process dies)."""
+        with self.read() as con:
+            con.execute("SELECT pg_advisory_xact_lock(hashtext(?))", [f"privrelease {name}"])
+            yield
+
+
+class _PgCon:
+    """A psycopg connection taking DuckDB-style ``?`` placeholders, so both stores run the same SQL."""
+
+    def __init__(self, raw):
+        self.raw = raw
+
+    @staticmethod
+    def _sql(sql: str, args) -> str:
+        return sql if args is None else sql.replace("%", "%%").replace("?", "%s")
+
+    def execute(self, sql: str, args: list | None = None):
+        return self.raw.execute(self._sql(sql, args), args)
+
+    def executemany(self, sql: str, rows: list) -> None:
+        with self.raw.cursor() as cur:
+            cur.executemany(self._sql(sql, rows), rows)

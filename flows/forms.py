@@ -1,0 +1,251 @@
+"""The analyst's forms: one flow per mechanism, each with flat typed parameters.
+
+Prefect's default UI renders a flat parameter (a string, a number with its bounds, a choice, a
+list of typed items) as a form field, but a tagged union of objects as a raw JSON box. So each
+mechanism gets a flow of its own whose parameters are that mechanism's public parameters, with
+the bounds, defaults and descriptions of its ``Params``; the flow assembles the same release
+request a request file or the command line gives and runs the one pipeline (``run_request``).
+Mapping-shaped parameters (outliers' per-column scales, MEWS's per-column widths) are lists of
+typed items here. No operator setting (home, runner, cluster) is a parameter.
+"""
+
+from functools import partial
+from typing import Annotated, Any, Literal
+
+from prefect import flow
+from pydantic import BaseModel, Field
+
+from core.errors import SpecError
+from core.ids import ID_PATTERN
+from core.mechanisms import dpne, outliers, ra, swapping
+from core.mechanisms.base import StrictParams
+from flows.release import run_request
+
+
+def bounded(model: type[BaseModel], name: str) -> Any:
+    """A ``Params`` field's type with its bounds, as a form parameter's annotation: one source for both."""
+    field = model.model_fields[name]
+    return Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+
+
+Dataset = Annotated[str, Field(pattern=ID_PATTERN)]
+ReleaseId = Annotated[str, Field(pattern=f"^$|{ID_PATTERN}")]  # empty: a fresh id
+COMMON = {
+    "dataset": "id of a dataset the data steward registered",
+    "release_id": "optional; a retry with the same id is charged once (default: a fresh id)",
+}
+
+
+def form(*models: type[BaseModel], **extra: str):
+    """Name each parameter in the flow's docstring with its ``Params`` description: what the form
+    shows under the field (Prefect takes descriptions from a Google-style Args section)."""
+
+    def decorate(fn):
+        names = fn.__code__.co_varnames[: fn.__code__.co_argcount]
+        described = {**COMMON, **{n: f.description for m in models for n, f in m.model_fields.items() if f.description}}
+        described |= extra
+        args = "".join(f"\n    {n}: {described[n]}" for n in names if n in described)
+        fn.__doc__ = f"{fn.__doc__}\n\nArgs:{args}\n"
+        return fn
+
+    return decorate
+
+
+class ColumnScale(StrictParams):
+    """One column's public scale: its values are standardized as (x - mean) / std."""
+
+    column: str = Field(min_length=1, description="column of the registered dataset")
+    mean: bounded(outliers.PublicScale, "mean") = Field(description=outliers.PublicScale.model_fields["mean"].description)
+    std: bounded(outliers.PublicScale, "std") = Field(description=outliers.PublicScale.model_fields["std"].description)
+
+
+class ColumnRange(StrictParams):
+    """One column's public clipping range, for a charged estimate of its scale."""
+
+    column: str = Field(min_length=1, description="column of the registered dataset")
+    low: float = Field(allow_inf_nan=False, description="public lower end of the column's values")
+    high: float = Field(allow_inf_nan=False, description="public upper end (above low)")
+
+
+class ColumnWidth(StrictParams):
+    """One swapped column's cell width."""
+
+    column: str = Field(min_length=1, description="column of the swap set")
+    width: float = Field(gt=0, allow_inf_nan=False, description="cell width, in width_units")
+
+
+RA_QI = ["age", "workclass", "education", "marital-status", "relationship", "race", "sex", "native-country", "salary"]
+LOGIN_SCALES = [ColumnScale(column="duration_min", mean=30, std=8), ColumnScale(column="mb_sent", mean=50, std=15),
+                ColumnScale(column="hour", mean=13, std=3), ColumnScale(column="failed_logins", mean=1, std=0.5)]  # fmt: skip
+
+
+@flow(name="release-ra", persist_result=False)
+@form(ra.Params, p="which QI column to redraw (k = 0): uniformly, or with the Pa-maximizing (entropy) choice",
+      p_per_column="instead of p: one probability per QI column, in qi's order, summing to 1",
+      k="0: RA, one QI cell per record redrawn; 1 .. number of QI columns: Enhanced RA, k distinct cells")  # fmt: skip
+def ra_release(
+    dataset: Dataset = "census-demo",
+    qi: bounded(ra.Params, "qi") = RA_QI,
+    sensitive: bounded(ra.Params, "sensitive") = "occupation",
+    k: Annotated[int, Field(ge=0)] = 0,
+    p: Literal["uniform", "entropy"] = "uniform",
+    p_per_column: list[Annotated[float, Field(ge=0, le=1)]] = [],  # noqa: B006
+    release_id: ReleaseId = "",
+) -> dict:
+    """Release a registered table with RA (Yang & Qiao) or Enhanced RA: QI cells redrawn from their
+    column's marginal; the sensitive column is never changed."""
+    params = {"qi": qi, "sensitive": sensitive, "p": p_per_column or p} | ({"k": k} if k else {})
+    return run_request(release_id, dataset, "ra", params)
+
+
+@flow(name="release-mews", persist_result=False)
+@form(swapping.MEWSParams, t_lb="smallest candidate cell width (in width_units); used when no width is given",
+      t_ub="largest candidate cell width; the width is drawn from [t_lb, t_ub] and kept secret",
+      width="one explicit cell width for every swapped column (instead of a secret width from [t_lb, t_ub])",
+      widths="explicit cell widths, one per swapped column (instead of a secret width)",
+      k="rank-swapping depth (tuples per bin) when others is eds")  # fmt: skip
+def mews_release(
+    dataset: Dataset = "census-demo",
+    swap_set: bounded(swapping.MEWSParams, "swap_set") = ["age", "hours-per-week"],  # noqa: B006
+    t_lb: Annotated[float, Field(gt=0)] = 1.0,
+    t_ub: Annotated[float, Field(gt=0)] = 3.0,
+    width: Annotated[float | None, Field(gt=0)] = None,
+    widths: list[ColumnWidth] = [],  # noqa: B006
+    width_units: Literal["sd", "absolute"] = "sd",
+    swap_mode: swapping.SwapMode = "cyclic",
+    others: Literal["eds", "keep"] = "keep",
+    k: Annotated[int | None, Field(ge=2)] = None,
+    candidates: bounded(swapping.MEWSParams, "candidates") = 100,
+    singletons: Literal["merge", "suppress", "error"] = "merge",
+    release_id: ReleaseId = "",
+) -> dict:
+    """Swap values inside the cells of an equi-width grid (MEWS): every value moves by less than the
+    cell width, whose secret draw is the privacy argument."""
+    if width is not None or widths:
+        choice = {"widths": width if not widths else {w.column: w.width for w in widths}}
+    else:
+        choice = {"t_range": [t_lb, t_ub]}
+    params = {"swap_set": swap_set, "width_units": width_units, "swap_mode": swap_mode, "others": others,
+              "candidates": candidates, "singletons": singletons, **choice} | ({"k": k} if k is not None else {})  # fmt: skip
+    return run_request(release_id, dataset, "mews", params)
+
+
+def _depth(name: str, swap_set: list[str], k: int):
+    """MEDS and EDS share their parameters: the swapped columns and the bin depth."""
+
+    def depth_release(
+        dataset: Dataset = "census-demo",
+        swap_set: bounded(swapping.DepthParams, "swap_set") = swap_set,
+        k: Annotated[int, Field(ge=2)] = k,
+        swap_mode: swapping.SwapMode = "cyclic",
+        others: Literal["eds", "keep"] = "keep",
+        release_id: ReleaseId = "",
+    ) -> dict:
+        params = {"swap_set": swap_set, "k": k, "swap_mode": swap_mode, "others": others}
+        return run_request(release_id, dataset, name, params)
+
+    depth_release.__doc__ = {
+        "meds": "Swap values inside bins of k tuples built around the farthest pair (MEDS, multivariate equi-depth).",
+        "eds": "Rank-swap values inside bins of k consecutive ranks (EDS, univariate equi-depth).",
+    }[name]
+    described = form(swapping.DepthParams, k="tuples per bin (bin depth)")(depth_release)
+    return flow(name=f"release-{name}", persist_result=False)(described)
+
+
+meds_release = _depth("meds", ["age", "hours-per-week"], 20)
+eds_release = _depth("eds", ["hours-per-week"], 10)
+
+
+@flow(name="release-dpne", persist_result=False)
+@form(dpne.Params, delta0="cap on a user's distinct k-grams at every level",
+      delta0_per_level="instead of delta0: one cap per level 1 .. T")  # fmt: skip
+def dpne_release(
+    dataset: Dataset = "posts-demo",
+    text_column: bounded(dpne.Params, "text_column") = "text",
+    epsilon: bounded(dpne.Params, "epsilon") = 1.0,
+    delta: bounded(dpne.Params, "delta") = 1e-7,
+    T: bounded(dpne.Params, "T") = 4,
+    delta0: Annotated[int, Field(ge=1)] = 10,
+    delta0_per_level: list[Annotated[int, Field(ge=1)]] = [],  # noqa: B006
+    eta: bounded(dpne.Params, "eta") = 0.01,
+    split: Literal["equal", "geometric"] = "equal",
+    c: bounded(dpne.Params, "c") = None,
+    pruning: Literal["both", "single"] = "both",
+    tokenizer: Literal["whitespace", "words"] = "words",
+    publish_weights: bool = False,
+    release_id: ReleaseId = "",
+) -> dict:
+    """Release the frequent n-grams of a registered corpus with DPNE (user-level differential privacy)."""
+    params = {"text_column": text_column, "epsilon": epsilon, "delta": delta, "T": T, "delta0": delta0_per_level or delta0, "eta": eta,
+              "split": split, "c": c, "pruning": pruning, "tokenizer": tokenizer, "publish_weights": publish_weights}  # fmt: skip
+    return run_request(release_id, dataset, "dpne", params)
+
+
+def _outlier_params(columns: list[str], standardize: list[ColumnScale], estimate: list[ColumnRange],
+                    estimate_share: float, **given: Any) -> dict:  # fmt: skip
+    """The outliers request: public scales, a charged estimate from public ranges, or raw units (neither)."""
+    if standardize and estimate:
+        raise SpecError("give either standardize (public scales) or estimate (a charged estimate), not both.")
+    scales: object = False
+    if standardize:
+        scales = {s.column: {"mean": s.mean, "std": s.std} for s in standardize}
+    elif estimate:
+        scales = {"bounds": {r.column: [r.low, r.high] for r in estimate}, "share": estimate_share}
+    return {"columns": columns or None, "standardize": scales, **given}
+
+
+OUTLIERS = {
+    "standardize": "public mean and std per column (e.g. from an earlier published report); empty: raw units",
+    "estimate": "instead of standardize: estimate each column's scale privately (charged) within a public range",
+    "estimate_share": "fraction of epsilon and delta spent on that estimate",
+}
+
+
+@flow(name="release-outlier-count", persist_result=False)
+@form(outliers.Params, **OUTLIERS, columns="the subspace: the columns the distance is measured over")
+def outlier_count_release(
+    dataset: Dataset = "logins-demo",
+    columns: Annotated[list[str], Field(min_length=1)] = ["mb_sent", "hour"],  # noqa: B006
+    k: bounded(outliers.Params, "k") = 3,
+    r: bounded(outliers.Params, "r") = 0.2,
+    epsilon: bounded(outliers.Params, "epsilon") = 0.5,
+    delta: bounded(outliers.Params, "delta") = 1e-6,
+    standardize: list[ColumnScale] = LOGIN_SCALES,
+    estimate: list[ColumnRange] = [],  # noqa: B006
+    estimate_share: bounded(outliers.PrivateScale, "share") = 0.1,
+    scale_share: bounded(outliers.Params, "scale_share") = 0.1,
+    noise: Literal["auto", "smooth", "global"] = "auto",
+    release_id: ReleaseId = "",
+) -> dict:
+    """Release a DP count of the outliers of a registered numeric table in one subspace (record-level DP)."""
+    params = partial(_outlier_params, columns, standardize, estimate, estimate_share, query="count", k=k, r=r,
+                     epsilon=epsilon, delta=delta, scale_share=scale_share, noise=noise)  # fmt: skip
+    return run_request(release_id, dataset, "outliers", params)
+
+
+@flow(name="release-outlier-top-subspaces", persist_result=False)
+@form(outliers.Params, **OUTLIERS, columns="the candidate columns (empty: every column)")
+def outlier_top_release(
+    dataset: Dataset = "logins-demo",
+    columns: list[str] = [],  # noqa: B006
+    c: bounded(outliers.Params, "c") = 1,
+    h: bounded(outliers.Params, "h") = 2,
+    k: bounded(outliers.Params, "k") = 3,
+    r: bounded(outliers.Params, "r") = 0.05,
+    epsilon: bounded(outliers.Params, "epsilon") = 1.0,
+    delta: bounded(outliers.Params, "delta") = 1e-5,
+    release_counts: bool = True,
+    count_share: bounded(outliers.Params, "count_share") = 0.5,
+    standardize: list[ColumnScale] = LOGIN_SCALES,
+    estimate: list[ColumnRange] = [],  # noqa: B006
+    estimate_share: bounded(outliers.PrivateScale, "share") = 0.1,
+    scale_share: bounded(outliers.Params, "scale_share") = 0.1,
+    noise: Literal["auto", "smooth", "global"] = "auto",
+    release_id: ReleaseId = "",
+) -> dict:
+    """Release which c-column subspaces hold the most outliers of a registered numeric table, and
+    (optionally) their DP counts (record-level DP)."""
+    params = partial(_outlier_params, columns, standardize, estimate, estimate_share, query="top_subspaces", c=c, h=h,
+                     k=k, r=r, epsilon=epsilon, delta=delta, release_counts=release_counts, count_share=count_share,
+                     scale_share=scale_share, noise=noise)  # fmt: skip
+    return run_request(release_id, dataset, "outliers", params)

@@ -1,0 +1,60 @@
+"""The UI's forms (flows/forms.py) build the request a request file gives: each alternative a form
+offers in place of a mapping or a union reaches the mechanism as that mechanism's parameter, and a
+refusal fails the run with one line naming what to change."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from core.demo import write_demo
+from core.ledger import Ledger
+
+
+@pytest.fixture
+def demo(home: Path) -> Path:
+    write_demo(home, rows=2000)
+    return home
+
+
+def _manifest(summary: dict) -> dict:
+    return json.loads((Path(summary["folder"]) / "manifest.json").read_text())
+
+
+def test_alternatives_reach_the_mechanism(prefect_server, demo):
+    from flows.forms import ColumnRange, dpne_release, outlier_count_release, ra_release
+
+    ra = _manifest(ra_release(qi=["age", "sex"], p_per_column=[0.25, 0.75]))
+    assert ra["mechanism"]["params"]["p"] == [0.25, 0.75] and ra["mechanism"]["params"]["k"] is None  # plain RA
+    enhanced = _manifest(ra_release(qi=["age", "sex", "race"], k=2))
+    assert enhanced["mechanism"]["params"]["k"] == 2
+    ngrams = _manifest(dpne_release(epsilon=0.5, T=2, delta0_per_level=[5, 3]))
+    assert ngrams["mechanism"]["params"]["delta0"] == [5, 3]
+    ranges = [ColumnRange(column="mb_sent", low=0, high=800), ColumnRange(column="hour", low=0, high=24)]
+    estimated = _manifest(outlier_count_release(standardize=[], estimate=ranges, estimate_share=0.2))
+    assert estimated["mechanism"]["params"]["standardize"] == {"bounds": {"mb_sent": [0.0, 800.0], "hour": [0.0, 24.0]},
+                                                               "share": 0.2}  # fmt: skip
+    raw = _manifest(outlier_count_release(standardize=[], r=5.0))
+    assert raw["mechanism"]["params"]["standardize"] is False
+
+
+REFUSALS = [
+    ("ra_release", {"qi": ["age", "sex"], "k": 10}, "k must be between 1 and the number of QI columns (2), got 10"),
+    ("ra_release", {"qi": ["age", "postcode"]}, "dataset 'census-demo' has no column 'postcode'"),
+    ("outlier_count_release", {"estimate": [{"column": "hour", "low": 0, "high": 24}]},
+     "give either standardize (public scales) or estimate (a charged estimate), not both."),
+    ("dpne_release", {"epsilon": 30.0}, "has only epsilon=20, delta=1e-05 left of its cap"),
+]
+
+
+def test_refusals_fail_the_run_in_one_line(prefect_server, demo):
+    """k against the QI columns, a column the registration lacks, two scalings at once, the budget."""
+    import flows.forms
+
+    for form, params, message in REFUSALS:
+        state = getattr(flows.forms, form)(**params, return_state=True)
+        assert state.is_failed() and message in state.message and "\n" not in state.message, (form, state.message)
+    assert not (demo / "releases").exists()
+    assert all(e.status == "cap" for e in Ledger(demo / "privrelease.duckdb").entries())  # nothing charged

@@ -1,0 +1,112 @@
+"""Results under a test seed stay byte-identical: one release per mechanism, digests of its files.
+
+Each case registers a small synthetic table and runs the release pipeline with a fixed seed and
+release id. The data files, the report and the manifest (with the times and the ledger hash
+masked: they depend on the clock) and the ledger entries must have the digests recorded here. A
+change that moves any released byte fails this test; if the change is meant, record the new
+digests (``print(digests(...))`` below) and say in the commit why the outputs changed. Charts
+(PNG) are left out: their bytes depend on the font rasterizer, not on the release.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from core import pipeline
+from core.accounting import Budget
+from core.ledger import Ledger
+from core.spec import parse
+from tests.helpers import QI, register
+from tests.test_dpne import phrase_corpus
+from tests.test_outliers import planted
+from tests.test_swapping import binormal
+
+SCALES = {c: {"mean": 0.0, "std": 1.0} for c in "abcde"}
+
+
+def _census(n: int = 400) -> pd.DataFrame:
+    rng = np.random.default_rng(1)
+    frame = pd.DataFrame({c: rng.choice([f"{c}{i}" for i in range(4)], n) for c in QI})
+    frame["occupation"] = rng.choice(["o1", "o2", "o3"], n)
+    return frame
+
+
+CASES = {  # name -> (table, unit, purpose, mechanism)
+    "ra": (_census, "record", "sdc", {"name": "ra", "params": {"qi": QI, "sensitive": "occupation", "p": "entropy"}}),
+    "era": (_census, "record", "sdc", {"name": "ra", "params": {"qi": QI, "sensitive": "occupation", "k": 3}}),
+    "mews": (lambda: binormal(800)[["id", "x", "label", "y", "z"]], "record", "sdc",
+             {"name": "mews", "params": {"swap_set": ["x", "y"], "t_range": [0.1, 1.0], "width_units": "sd",
+                                         "others": "eds", "k": 5}}),
+    "meds": (lambda: binormal(600), "record", "sdc", {"name": "meds", "params": {"swap_set": ["x", "y"], "k": 20}}),
+    "eds": (lambda: binormal(600), "record", "sdc", {"name": "eds", "params": {"swap_set": ["z"], "k": 10}}),
+    "dpne": (lambda: phrase_corpus(600, seed=3), "user:user", "dp",
+             {"name": "dpne", "params": {"text_column": "text", "epsilon": 2.0, "delta": 1e-6, "T": 3, "delta0": 10,
+                                         "tokenizer": "words", "publish_weights": True}}),
+    "outliers-count": (lambda: planted(300, seed=4), "record", "dp",
+                       {"name": "outliers", "params": {"query": "count", "columns": ["a", "b"], "k": 3, "r": 0.5,
+                                                       "epsilon": 1.0, "delta": 1e-4, "standardize": SCALES,
+                                                       "noise": "smooth"}}),
+    "outliers-top": (lambda: planted(300, seed=4), "record", "dp",
+                     {"name": "outliers", "params": {"query": "top_subspaces", "c": 1, "h": 2, "k": 3, "r": 0.5,
+                                                     "epsilon": 2.0, "delta": 1e-4, "standardize": SCALES,
+                                                     "release_counts": True}}),
+}  # fmt: skip
+
+GOLDEN = {
+    "ra": {"<ledger>": "3a4f670899d02ec7", "data.csv": "5d77efe877ac9377", "data.parquet": "c00900348e422687",
+           "manifest.json": "b5bfeccb0ab5cda1", "report.md": "b14222c08b4ad106"},
+    "era": {"<ledger>": "d04bec421cc6b8ad", "data.csv": "7022a66e8ea7cf41", "data.parquet": "bc6bd761f6bd91e1",
+            "manifest.json": "b9af0ffc1413528f", "report.md": "e8d62033ca09153c"},
+    "mews": {"<ledger>": "57f7da4b64a6cecd", "data.csv": "6a5fd05aa4060df4", "data.parquet": "e87ee9685a2273a2",
+             "manifest.json": "2a6804f940935137", "report.md": "b368412eeafa5343"},
+    "meds": {"<ledger>": "174f3827b8cd9e4f", "data.csv": "a338e805a9eefe2f", "data.parquet": "8256f542a4890b4d",
+             "manifest.json": "cd9464d87f4cc51a", "report.md": "8ac3c9eb58563eed"},
+    "eds": {"<ledger>": "8e51b07b2661cca0", "data.csv": "5c21de6b4755c294", "data.parquet": "3715d04156b65666",
+            "manifest.json": "18f371a5c985153b", "report.md": "4b7c8cd8b56fec76"},
+    "dpne": {"<ledger>": "e92fb742910257a7", "manifest.json": "a6788f113f124ee1", "ngrams.parquet": "fa5f6ee6041cece4",
+             "report.md": "c3f4dac329a387ec"},
+    "outliers-count": {"<ledger>": "6819abcc8b0dea07", "manifest.json": "1a404c4f0034fa1b", "outliers.csv": "5ec51954a4a5028b",
+                       "outliers.parquet": "438954f1143656ed", "report.md": "ff40b07890792bc7"},
+    "outliers-top": {"<ledger>": "557057c38f85c501", "manifest.json": "1f73f6d7d6c2ac34", "outliers.csv": "bd13816f419c798d",
+                     "outliers.parquet": "5b18baeeec872715", "report.md": "0af65073738edc29"},
+}  # fmt: skip
+
+
+def _masked(name: str, data: bytes) -> bytes:
+    """The file with what depends on the clock replaced: creation and registration times, the ledger hash."""
+    if name == "manifest.json":
+        doc = json.loads(data)
+        doc["created"] = doc["input"]["registered"] = doc["ledger"]["hash"] = doc["files"]["report.md"] = "X"
+        return json.dumps(doc, indent=2).encode()
+    if name == "report.md":
+        text = re.sub(r"\| created \| .* \|", "| created | X |", data.decode())
+        return re.sub(r"ledger entry \| #(\d+) \(`[0-9a-f]+…`\)", r"ledger entry | #\1 (X)", text).encode()
+    return data
+
+
+def digests(home: Path, case: str) -> dict[str, str]:
+    make, unit, purpose, mechanism = CASES[case]
+    register(home, make(), "ds", unit, purpose)
+    ledger = Ledger(home / "privrelease.duckdb")
+    if purpose == "dp":
+        ledger.set_budget("ds", Budget(10.0, 1e-3))
+    request = parse({"dataset": "ds", "release_id": f"golden-{case}", "seed": 7, "mechanism": mechanism})
+    folder = Path(pipeline.release(pipeline.Store(home), request)["folder"])
+    out = {f.name: hashlib.sha256(_masked(f.name, f.read_bytes())).hexdigest()[:16]
+           for f in sorted(folder.iterdir()) if f.suffix != ".png"}  # fmt: skip
+    entries = [(e.kind is None, e.status, e.kind, e.epsilon, e.delta, e.detail, e.params) for e in ledger.entries()]
+    out["<ledger>"] = hashlib.sha256(repr(entries).encode()).hexdigest()[:16]
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_seeded_release_is_byte_identical(case, tmp_path, monkeypatch, test_mode):
+    monkeypatch.setenv("PRIVRELEASE_HOME", str(tmp_path))
+    assert digests(tmp_path, case) == GOLDEN[case]
