@@ -31,6 +31,31 @@ def field(page: Page, name: str):
     return page.locator(".schema-form-property").filter(has=label).first
 
 
+def _submit(page: Page, api: str, deployment_id: str, release_id: str, where: str, timeout: float = 90) -> str:
+    """Click Submit and return the flow run it created. A 5xx answer to the UI's create call (a SQLite-backed
+    server answers 503, "retry", while busy) is retried once, as an analyst clicks again on the error toast
+    (Prefect's own client retries those too); anything else fails naming what the browser saw."""
+    answers: list[str] = []
+    page.on("response", lambda r: answers.append(f"{r.status} {r.request.method} {r.url}") if r.status >= 400 else None)
+    page.get_by_role("button", name="Submit").click()
+    clicks, deadline = 1, time.monotonic() + timeout
+    while True:
+        runs = httpx.post(f"{api}/flow_runs/filter", timeout=10, json={
+            "deployments": {"id": {"any_": [deployment_id]}}}).json()  # fmt: skip
+        found = [r["id"] for r in runs if r["parameters"].get("release_id") == release_id]
+        if found:
+            (run_id,) = found
+            return run_id
+        busy = [a for a in answers if a.startswith("5") and "create_flow_run" in a]
+        if len(busy) == clicks == 1 and "/run" in page.url:
+            page.get_by_role("button", name="Submit").click()
+            clicks += 1
+        toasts = page.locator(".p-toast__message").all_inner_texts()
+        assert time.monotonic() < deadline, (f"no run after Submit; at {page.url}; toasts {toasts}; "
+                                             f"error answers {answers} {where}")  # fmt: skip
+        time.sleep(0.5)
+
+
 def test_the_analysts_forms_runs_and_reports(served):
     env, root = served
     shots = Path(os.environ.get("PRIVRELEASE_UI_SHOTS") or root / "ui")
@@ -72,11 +97,8 @@ def _as_an_analyst(page: Page, api: str, root: Path, shots: Path) -> None:
     field(page, "release_id").locator("input, textarea").first.fill("ui-enhanced-ra")
     field(page, "k").scroll_into_view_if_needed()
     page.screenshot(path=shots / "ui-form.png")
-    page.get_by_role("button", name="Submit").click()
+    run_id = _submit(page, api, ra["id"], "ui-enhanced-ra", where)
     page.wait_for_url(re.compile(r"/deployments/deployment/[^/?]+(\?.*)?$"))  # back on the deployment's runs
-    runs = httpx.post(f"{api}/flow_runs/filter", timeout=10, json={
-        "deployments": {"id": {"any_": [ra["id"]]}}}).json()  # fmt: skip
-    (run_id,) = [r["id"] for r in runs if r["parameters"].get("release_id") == "ui-enhanced-ra"]
     assert _wait(api, run_id, root / "worker-ui.log") == "COMPLETED", where
     (artifact,) = httpx.post(f"{api}/artifacts/filter", timeout=10,
                              json={"artifacts": {"flow_run_id": {"any_": [run_id]}}}).json()  # fmt: skip
