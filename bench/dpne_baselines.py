@@ -11,7 +11,8 @@ import pandas as pd
 from core import noise
 from core.accounting import gaussian_sigma
 from core.db import scratch
-from core.mechanisms.dpne import SEP, Params, corpus, dpsu_threshold, histogram
+from core.mechanisms.dpne import Params, dpsu_threshold
+from core.mechanisms.dpne_counts import SEP, corpus, histogram
 
 
 def all_grams_sql(k: int) -> str:

@@ -21,7 +21,7 @@ from scipy.stats import chisquare, norm
 from bench import dpne_baselines as baselines
 from core import noise
 from core.accounting import compose_sigmas, gaussian_delta, gaussian_epsilon, gaussian_sigma
-from core.mechanisms import dpne
+from core.mechanisms import dpne, dpne_counts
 
 Z_LIMIT = 4.5
 
@@ -136,7 +136,7 @@ def test_bad_parameters(kw, message):
 
 def _con(frame: pd.DataFrame, p: dpne.Params) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
-    dpne.corpus(con, frame, p)
+    dpne_counts.corpus(con, frame, p)
     return con
 
 
@@ -146,9 +146,9 @@ def _levels(con: duckdb.DuckDBPyConnection, pruning: str, released: dict[int, se
     for n, grams in released.items():
         con.executemany("INSERT INTO released VALUES (?, ?, 0)", [[g, n] for g in sorted(grams)])
     for k in range(1, upto + 1):
-        dpne.positions(con, k, pruning)
+        dpne_counts.positions(con, k, pruning)
         if k < upto:
-            dpne.mark(con, k)
+            dpne_counts.mark(con, k)
 
 
 @pytest.mark.parametrize("pruning", ["both", "single"])
@@ -162,17 +162,17 @@ def test_each_users_vector_has_unit_norm_and_at_most_cap_entries(pruning):
     _levels(con, pruning, {1: tokens, 2: bigrams}, 3)
     for k in (1, 2, 3):
         grams = f"SELECT uid, gram FROM cand_{k}"
-        rows = con.execute(dpne.entries_sql(grams), {"key": 12345, "cap": p.caps[k - 1]}).df()
+        rows = con.execute(dpne_counts.entries_sql(grams), {"key": 12345, "cap": p.caps[k - 1]}).df()
         assert rows.groupby("uid").size().max() == p.caps[k - 1]  # the heavy user is capped
         assert (rows.groupby("uid")["m"].agg(["size", "first"]).diff(axis=1)["first"] == 0).all()
         unit = 2.0**-18
-        w = dpne.unit_weights(p.caps[k - 1], unit)
+        w = dpne_counts.unit_weights(p.caps[k - 1], unit)
         m = np.arange(1, len(w))
         assert (m * w[1:] ** 2 <= 4**18).all()  # ||v||_2 <= 1 exactly on the grid ...
         assert (m * (w[1:] + 1) ** 2 > 4**18).all()  # ... and w(m) is the largest such weight
         heavy = set(rows.loc[rows["uid"] == 9999, "gram"])
         assert all(g.startswith("w") for g in heavy)  # a user contributes only their own n-grams
-        hist = dpne.histogram(con, grams, p.caps[k - 1], 12345, unit)
+        hist = dpne_counts.histogram(con, grams, p.caps[k - 1], 12345, unit)
         assert hist["units"].sum() == w[rows["m"].to_numpy()].sum()  # exact integer sums
 
 

@@ -13,9 +13,9 @@ vector of l2 norm at most 1 per level (at most Delta_k distinct valid k-grams, e
 1/sqrt(|U_i|)); the levels compose as Gaussian DP (1/sigma*^2 = sum 1/sigma_k^2), converted
 with the analytic Gaussian at delta/2, and rho_1 bounds the new-item event by delta/2.
 
-Histograms are built in DuckDB; the per-user subsample orders a user's n-grams by a keyed hash
-whose 64-bit key comes from ``core.noise`` (any selection that depends only on the user's own
-data keeps the l2 bound; the key makes it uniform and unpredictable).
+Histograms are built in DuckDB (``dpne_counts``); the per-user subsample orders a user's
+n-grams by a keyed hash whose 64-bit key comes from ``core.noise`` (any selection that depends
+only on the user's own data keeps the l2 bound; the key makes it uniform and unpredictable).
 
 Noise: each level has a public grid u_k = ``noise.grid(sigma_k)``. A user's weight 1/sqrt(m) is
 rounded *down* to the grid (the vector's l2 norm stays <= 1, so the sensitivity is unchanged),
@@ -29,10 +29,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Literal
 
-import duckdb
 import numpy as np
 import pandas as pd
 import scipy  # submodules load on first use: a flow that never runs DPNE never imports scipy.special
@@ -44,13 +42,13 @@ from core.charts import Chart
 from core.db import quote_ident, scratch
 from core.errors import InternalError
 from core.mechanisms.base import DPCost, Plan, Result
+from core.mechanisms.dpne_counts import SEP, open_partition, partition_level, tokens_sql, weigh
 from core.params import StrictParams
 from core.schema import Needs
 
 NAME = "dpne"
 MAX_DELTA0 = 100_000  # a user's distinct n-grams per level; the threshold scans every count up to it
 UNIT_PARAM = "user_column"  # filled from the dataset's registered unit
-SEP = " "  # tokens never contain whitespace, so joining with a space is unambiguous
 
 
 class Params(StrictParams):
@@ -133,13 +131,6 @@ def accounting(params: Params) -> Accounting:
     return Accounting(sigma_star, sigmas, dpsu_threshold(actual, params.caps[0], params.delta / 2) + units[0], units)
 
 
-def unit_weights(cap: int, unit: float) -> np.ndarray:
-    """w(m) = floor(1 / (sqrt(m) unit)), exactly, for m = 0..cap (index 0 unused): a user's weight in
-    grid units, rounded down so that m w(m)^2 unit^2 <= 1."""
-    u2 = Fraction(unit) ** 2
-    return np.array([0] + [math.isqrt(int(1 / (u2 * m))) for m in range(1, cap + 1)], dtype=np.int64)
-
-
 def needs(params: Params, schema: tuple[str, ...]) -> Needs:
     return Needs(columns=(params.user_column, params.text_column))
 
@@ -161,155 +152,6 @@ def plan(params: Params) -> Plan:
             "grids": acc.units,
         },
     )
-
-
-# -- the corpus in DuckDB ---------------------------------------------------------------------------
-
-
-def _tokens_sql(tokenizer: str, text: str) -> str:
-    if tokenizer == "words":
-        return f"regexp_extract_all(lower({text}), '[\\p{{L}}\\p{{N}}]+')"
-    return f"list_filter(string_split_regex({text}, '\\s+'), lambda x: x <> '')"
-
-
-def corpus(con: duckdb.DuckDBPyConnection, source: pd.DataFrame | str, params: Params, where: str = "TRUE") -> None:
-    """Table ``tokens(uid, post, pos, token)``: one row per token position of every post (of the rows
-    ``where`` selects), from a frame or a Parquet file read in place.
-
-    Positions, not per-post lists, keep memory proportional to the text even for a 10 MB post.
-    """
-    if isinstance(source, str):
-        rows = "read_parquet('" + source.replace("'", "''") + "')"
-    else:
-        con.register("corpus_input", source)
-        rows = "corpus_input"
-    user, text = quote_ident(params.user_column), quote_ident(params.text_column)
-    con.execute(
-        f"""
-        CREATE OR REPLACE TABLE tokens AS
-        WITH posts AS (
-            SELECT {user} AS uid, row_number() OVER () AS post,
-                   {_tokens_sql(params.tokenizer, f"CAST({text} AS VARCHAR)")} AS toks
-            FROM {rows} WHERE {where}
-        )
-        SELECT uid, post, unnest(generate_series(1, len(toks))) AS pos, unnest(toks) AS token FROM posts
-        """
-    )
-    if not isinstance(source, str):
-        con.unregister("corpus_input")
-
-
-def positions(con: duckdb.DuckDBPyConnection, k: int, pruning: str) -> None:
-    """Table ``cand_k(uid, at, gram, last)``: the valid k-grams at every position, and their last
-    token (so the next level extends a gram without joining the whole token table again).
-
-    ``at = post * stride + pos`` with a stride longer than any post: one integer key per position,
-    and at + 1 never lands in the next post. Level 1: every token. Both-side: the (k-1)-grams at
-    ``at`` and ``at + 1`` were released (``hits``). Single-side: the (k-1)-gram at ``at`` and the
-    word at ``at + k - 1`` were released.
-    """
-    if k == 1:  # a view: level 1 is the tokens themselves, no copy of the corpus
-        stride = con.execute("SELECT coalesce(max(pos), 0) + 1 FROM tokens").fetchall()[0][0]
-        con.execute(f"CREATE OR REPLACE VIEW cand_1 AS SELECT uid, post * {stride} + pos AS at, token AS gram, "
-                    "token AS last FROM tokens")  # fmt: skip
-        return
-    if pruning == "both":
-        sql = (
-            f"SELECT a.uid, a.at, a.gram || '{SEP}' || b.last AS gram, b.last FROM hits_{k - 1} a "
-            f"JOIN hits_{k - 1} b ON b.at = a.at + 1"
-        )
-    else:
-        sql = (
-            f"SELECT a.uid, a.at, a.gram || '{SEP}' || b.gram AS gram, b.gram AS last FROM hits_{k - 1} a "
-            f"JOIN hits_1 b ON b.at = a.at + {k - 1}"
-        )
-    con.execute(f"CREATE OR REPLACE TABLE cand_{k} AS {sql}")
-
-
-def mark(con: duckdb.DuckDBPyConnection, k: int) -> None:
-    """Table ``hits_k``: the positions of ``cand_k`` whose k-gram was released."""
-    con.execute(
-        f"CREATE OR REPLACE TABLE hits_{k} AS SELECT * FROM cand_{k} "
-        f"WHERE gram IN (SELECT gram FROM released WHERE n = {k})"
-    )
-
-
-def entries_sql(grams_sql: str) -> str:
-    """Each user's contribution vector as rows (uid, gram, m): the user's distinct grams, at most
-    ``$cap`` of them (chosen by a hash keyed with ``$key``), m of them kept, each weighted w(m).
-    Only users over the cap are ranked: the others keep every gram, so most rows skip the sort."""
-    return f"""
-        WITH g AS (SELECT DISTINCT uid, gram FROM ({grams_sql})),
-        sized AS (SELECT uid, gram, count(*) OVER (PARTITION BY uid) AS total FROM g),
-        ranked AS (
-            SELECT uid, gram,
-                   row_number() OVER (PARTITION BY uid ORDER BY hash(uid, gram, $key::UBIGINT), gram) AS rk
-            FROM sized WHERE total > $cap
-        )
-        SELECT uid, gram, total AS m FROM sized WHERE total <= $cap
-        UNION ALL
-        SELECT uid, gram, $cap AS m FROM ranked WHERE rk <= $cap
-    """
-
-
-def _user_counts(con: duckdb.DuckDBPyConnection, grams_sql: str, cap: int, key: int) -> pd.DataFrame:
-    """How many users give each gram weight 1/sqrt(m), per (gram, m): exact integers, so shards add up exactly."""
-    return con.execute(
-        f"SELECT gram, m, count(*) AS users FROM ({entries_sql(grams_sql)}) GROUP BY ALL",
-        {"key": key, "cap": cap},
-    ).df()
-
-
-def weigh(parts: list[pd.DataFrame], cap: int, unit: float) -> pd.DataFrame:
-    """The weighted-Gaussian-policy histogram (gram, units) from partitions' ``_user_counts``: users'
-    contribution vectors summed in grid units (exact integers, so the sum does not depend on how
-    many partitions there were), sorted by gram."""
-    merged = duckdb.connect()
-    try:
-        merged.register("parts", pd.concat(parts, ignore_index=True))
-        w = unit_weights(cap, unit)
-        merged.register("w", pd.DataFrame({"m": np.arange(len(w)), "w": w}))
-        return merged.execute(
-            "SELECT gram, CAST(sum(users * w) AS BIGINT) AS units FROM parts JOIN w USING (m) GROUP BY gram ORDER BY gram"
-        ).df()
-    finally:
-        merged.close()
-
-
-def histogram(con: duckdb.DuckDBPyConnection, grams_sql: str, cap: int, key: int, unit: float) -> pd.DataFrame:
-    """``weigh`` of the users' grams that ``grams_sql`` selects, all in ``con``."""
-    return weigh([_user_counts(con, grams_sql, cap, key)], cap, unit)
-
-
-def open_partition(spec: tuple[pd.DataFrame | str, Params, int, int]) -> duckdb.DuckDBPyConnection:
-    """One user partition's ``tokens`` in a scratch database of its own: the users with
-    hash(user) % parts = part (all of a user's posts, so the per-user cap applies within it), read
-    from the frame or, on a Dask worker, from the stored snapshot itself."""
-    source, params, parts, part = spec
-    con = scratch()
-    threads = parallel.worker_threads()
-    if threads:  # a worker started with --nthreads 1 keeps DuckDB to one core too
-        con.execute(f"SET threads = {threads}")
-    user = quote_ident(params.user_column)
-    corpus(con, source, params, f"hash({user}) % {parts} = {part}" if parts > 1 else "TRUE")
-    con.execute("CREATE TABLE released (gram VARCHAR, n INTEGER)")
-    return con
-
-
-def partition_level(con: duckdb.DuckDBPyConnection, k: int, previous: list[str], pruning: str, cap: int,
-                    key: int) -> pd.DataFrame:  # fmt: skip
-    """Level k on one partition: mark where the released (k-1)-grams ``previous`` occur, build
-    ``cand_k``, and return its ``_user_counts`` (the only thing that leaves the partition)."""
-    if k > 1:
-        con.append("released", pd.DataFrame({"gram": previous, "n": k - 1}))
-        mark(con, k - 1)
-        con.execute(f"DROP {'VIEW' if k == 2 else 'TABLE'} cand_{k - 1}")
-        if k == 2:
-            con.execute("DROP TABLE tokens")  # hits_1 holds what later levels read; the working set shrinks
-        if k > 3:
-            con.execute(f"DROP TABLE hits_{k - 2}")  # hits_1 stays: single-side pruning reads it
-    positions(con, k, pruning)
-    return _user_counts(con, f"SELECT uid, gram FROM cand_{k}", cap, key)
 
 
 # -- valid candidates V_k -----------------------------------------------------------------------------
@@ -507,7 +349,7 @@ def check(original: pd.DataFrame, result: Result, params: Params) -> None:
         con.register("corpus_input", original)
         text = quote_ident(params.text_column)
         known = {w for (w,) in con.execute(
-            f"SELECT DISTINCT unnest({_tokens_sql(params.tokenizer, f'CAST({text} AS VARCHAR)')}) FROM corpus_input"
+            f"SELECT DISTINCT unnest({tokens_sql(params.tokenizer, f'CAST({text} AS VARCHAR)')}) FROM corpus_input"
         ).fetchall()}  # fmt: skip
     finally:
         con.close()
