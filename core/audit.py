@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from core.chain import Entry
 from core.charts import Chart
 from core.errors import LedgerCorrupt
-from core.ledger import RESERVED, Entry, Ledger, Totals
+from core.ledger import RESERVED, Ledger, Totals
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ workers on several hosts never exceed a cap nor lose an entry.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import hmac
 import json
 from collections.abc import Iterator
@@ -31,58 +30,12 @@ from pathlib import Path
 
 from core import anchors, lease
 from core.accounting import Budget, compose_sigmas, gaussian_epsilon
+from core.chain import GENESIS, Entry, canonical, check_chain, insert, rows
 from core.errors import BudgetError, LedgerCorrupt, ReleaseConflict
 from core.store import Store, open_store
 
-GENESIS = "0" * 64
 CAP, RESERVED, PUBLISHED, FAILED = "cap", "reserved", "published", "failed"
 KINDS = ("dp", "sdc", "mpc")
-
-_COLUMNS = (
-    "seq", "ts", "dataset", "release_id", "flow_run_id", "kind", "adjacency", "mechanism", "params",
-    "epsilon", "delta", "detail", "holder", "status", "prev_hash", "hash",
-)  # fmt: skip
-
-
-def _canonical(value: object) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One ledger row. ``params`` and ``detail`` are canonical JSON strings."""
-
-    seq: int
-    ts: str
-    dataset: str
-    release_id: str | None
-    flow_run_id: str | None
-    kind: str | None  # dp, sdc or mpc for a charge; None for a cap
-    adjacency: str | None  # a dp charge's neighbouring relation
-    mechanism: str | None
-    params: str
-    epsilon: float
-    delta: float
-    detail: str
-    holder: str | None  # a charge's process (host, pid, start time: public), so a dead one is recognised
-    status: str
-    prev_hash: str
-    hash: str
-
-    def computed_hash(self, key: bytes) -> str:
-        body = {k: v for k, v in asdict(self).items() if k != "hash"}
-        return hmac.new(key, _canonical(body).encode(), hashlib.sha256).hexdigest()
-
-    @property
-    def budget(self) -> Budget:
-        return Budget(self.epsilon, self.delta)
-
-    def as_dict(self) -> dict:
-        out = asdict(self)
-        out["params"] = json.loads(self.params)
-        out["detail"] = json.loads(self.detail)
-        return out
-
 
 @dataclass(frozen=True)
 class Charge:
@@ -187,7 +140,7 @@ class Ledger:
             earlier = self._earlier(con, release_id, dataset, mechanism, params)
             if earlier is not None:
                 return earlier
-            kinds = {e.kind for e in _rows(con, "WHERE dataset = ? AND status = ?", [dataset, RESERVED])}
+            kinds = {e.kind for e in rows(con, "WHERE dataset = ? AND status = ?", [dataset, RESERVED])}
             if kinds - {kind}:
                 raise BudgetError(f"dataset {dataset!r} has {kinds.pop()} entries in the ledger; one dataset holds "
                                   f"one kind of release, not {kind}.")  # fmt: skip
@@ -208,11 +161,11 @@ class Ledger:
     @staticmethod
     def _earlier(con, release_id: str, dataset: str, mechanism: str, params: dict) -> Charge | None:
         """The first charge of this release id, if any; one for a different release is a conflict."""
-        earlier = _rows(con, "WHERE release_id = ? ORDER BY seq", [release_id])
+        earlier = rows(con, "WHERE release_id = ? ORDER BY seq", [release_id])
         if not earlier:
             return None
         first = earlier[0]
-        if first.dataset != dataset or first.params != _canonical(params) or first.mechanism != mechanism:
+        if first.dataset != dataset or first.params != canonical(params) or first.mechanism != mechanism:
             raise ReleaseConflict(
                 f"release id {release_id!r} was already used for a different release "
                 f"(dataset, mechanism, parameters or registration differ); choose a new release_id."
@@ -226,7 +179,7 @@ class Ledger:
                 f"dataset {dataset!r} has no privacy budget, so a DP release is refused; set one "
                 f"with: privrelease ledger set-budget {dataset} --epsilon E --delta D"
             )
-        other = [e.adjacency for e in _rows(con, "WHERE dataset = ? AND kind = 'dp' AND status = ?", [dataset, RESERVED])
+        other = [e.adjacency for e in rows(con, "WHERE dataset = ? AND kind = 'dp' AND status = ?", [dataset, RESERVED])
                  if adjacency is not None and e.adjacency != adjacency]  # fmt: skip
         if other:
             raise BudgetError(f"dataset {dataset!r} was charged under another adjacency ({other[0]}); DP costs "
@@ -252,11 +205,11 @@ class Ledger:
     def _settle(self, con, written: list, release_id: str, status: str, detail: dict | None,
                 flow_run_id: str | None) -> Entry:
         self.store.lock_head(con)  # before reading the latest status, so two outcomes cannot both be written
-        charged = _rows(con, "WHERE release_id = ? AND status = ? ORDER BY seq LIMIT 1", [release_id, RESERVED])
+        charged = rows(con, "WHERE release_id = ? AND status = ? ORDER BY seq LIMIT 1", [release_id, RESERVED])
         if not charged:
             raise ValueError(f"release {release_id!r} was never charged")
         first = charged[0]
-        latest = _rows(con, "WHERE release_id = ? ORDER BY seq DESC LIMIT 1", [release_id])[0]
+        latest = rows(con, "WHERE release_id = ? ORDER BY seq DESC LIMIT 1", [release_id])[0]
         if latest.status == PUBLISHED:
             return latest  # a published release stays published, whatever a late retry reports
         return self._append(
@@ -291,7 +244,7 @@ class Ledger:
 
     @staticmethod
     def _open(con) -> list[Entry]:
-        return _rows(con, "WHERE status = ? AND release_id IN (SELECT release_id FROM ledger GROUP BY release_id "
+        return rows(con, "WHERE status = ? AND release_id IN (SELECT release_id FROM ledger GROUP BY release_id "
                           "HAVING count(*) = 1) ORDER BY seq", [RESERVED])  # fmt: skip
 
     def _append(self, con, written: list, *, dataset: str, status: str, release_id: str | None = None,
@@ -300,7 +253,7 @@ class Ledger:
                 epsilon: float = 0.0, delta: float = 0.0, detail: dict | None = None,
                 holder: str | None = None) -> Entry:
         self.store.lock_head(con)
-        last = _rows(con, "ORDER BY seq DESC LIMIT 1", [])
+        last = rows(con, "ORDER BY seq DESC LIMIT 1", [])
         key = anchors.key(self.home, create=not last)
         if last and not hmac.compare_digest(last[0].computed_hash(key), last[0].hash):
             raise LedgerCorrupt(
@@ -311,20 +264,19 @@ class Ledger:
             seq=last[0].seq + 1 if last else 1, ts=datetime.now(UTC).isoformat(timespec="microseconds"),
             dataset=dataset, release_id=release_id, flow_run_id=flow_run_id, kind=kind, adjacency=adjacency,
             mechanism=mechanism,
-            params=_canonical(params or {}), epsilon=float(epsilon), delta=float(delta),
-            detail=_canonical(detail or {}), holder=holder, status=status,
+            params=canonical(params or {}), epsilon=float(epsilon), delta=float(delta),
+            detail=canonical(detail or {}), holder=holder, status=status,
             prev_hash=last[0].hash if last else GENESIS, hash="",
         )  # fmt: skip
         entry = Entry(**{**asdict(draft), "hash": draft.computed_hash(key)})
-        con.execute(f"INSERT INTO ledger ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
-                    [getattr(entry, c) for c in _COLUMNS])  # fmt: skip
+        insert(con, [entry])
         written.append(entry)
         return entry
 
     def anchor(self) -> Entry | None:
         """Anchor the current head once more (the audit does, after a clean ``verify``)."""
         with self.store.read() as con:
-            head = _rows(con, "ORDER BY seq DESC LIMIT 1", [])
+            head = rows(con, "ORDER BY seq DESC LIMIT 1", [])
         if head:
             anchors.append(self.home, head[0].seq, head[0].hash, "audit")
         return head[0] if head else None
@@ -332,26 +284,26 @@ class Ledger:
     # -- reading -------------------------------------------------------------------------------
 
     def _cap(self, con, dataset: str) -> Budget | None:
-        caps = _rows(con, "WHERE dataset = ? AND status = ? ORDER BY seq DESC LIMIT 1", [dataset, CAP])
+        caps = rows(con, "WHERE dataset = ? AND status = ? ORDER BY seq DESC LIMIT 1", [dataset, CAP])
         return caps[0].budget if caps else None
 
     def _spent(self, con, dataset: str) -> tuple[Fraction, Fraction]:
         """The dataset's dp spend, summed exactly: each amount is the decimal it was written as."""
-        rows = con.execute("SELECT epsilon, delta FROM ledger WHERE dataset = ? AND status = ? AND kind = 'dp'",
-                           [dataset, RESERVED]).fetchall()  # fmt: skip
-        return sum((_exact(e) for e, _ in rows), Fraction(0)), sum((_exact(d) for _, d in rows), Fraction(0))
+        amounts = con.execute("SELECT epsilon, delta FROM ledger WHERE dataset = ? AND status = ? AND kind = 'dp'",
+                              [dataset, RESERVED]).fetchall()  # fmt: skip
+        return sum((_exact(e) for e, _ in amounts), Fraction(0)), sum((_exact(d) for _, d in amounts), Fraction(0))
 
     def entries(self, dataset: str | None = None) -> list[Entry]:
         """All entries in chain order, optionally of one dataset."""
         with self.store.read() as con:
             if dataset is None:
-                return _rows(con, "ORDER BY seq", [])
-            return _rows(con, "WHERE dataset = ? ORDER BY seq", [dataset])
+                return rows(con, "ORDER BY seq", [])
+            return rows(con, "WHERE dataset = ? ORDER BY seq", [dataset])
 
     def status(self, release_id: str) -> str | None:
         with self.store.read() as con:
-            rows = _rows(con, "WHERE release_id = ? ORDER BY seq DESC LIMIT 1", [release_id])
-        return rows[0].status if rows else None
+            latest = rows(con, "WHERE release_id = ? ORDER BY seq DESC LIMIT 1", [release_id])
+        return latest[0].status if latest else None
 
     def totals(self) -> list[Totals]:
         """Per dataset: its kind, cap, dp spend (basic composition), and release counts by status."""
@@ -384,44 +336,6 @@ class Ledger:
         return check_chain(self.entries(), self.home, releases_root)
 
 
-def check_chain(entries: list[Entry], home: Path, releases_root: Path | None = None) -> int:
-    """``verify`` of the given entries, with the key and anchors configured for ``home``."""
-    marks = anchors.read(home)
-    if not entries and not marks:
-        return 0
-    key = anchors.key(home, create=False)
-    prev = GENESIS
-    for expected_seq, entry in enumerate(entries, start=1):
-        if entry.seq != expected_seq:
-            raise LedgerCorrupt(
-                f"entry {entry.seq} stands where entry {expected_seq} should: an entry was removed or reordered",
-                expected_seq,
-            )
-        if entry.prev_hash != prev:
-            raise LedgerCorrupt(f"entry {entry.seq} does not chain to entry {entry.seq - 1}", entry.seq)
-        if not hmac.compare_digest(entry.computed_hash(key), entry.hash):
-            raise LedgerCorrupt(f"entry {entry.seq} was changed after it was written", entry.seq)
-        prev = entry.hash
-    known = {(e.seq, e.hash) for e in entries}
-    for mark in marks:
-        if (mark["seq"], mark["hash"]) not in known:
-            raise LedgerCorrupt(
-                f"entry {mark['seq']}, anchored at {mark['ts']}, is missing or different: the ledger was cut "
-                "short, rolled back to an older copy or rewritten",
-                mark["seq"],
-            )
-    if releases_root is not None and releases_root.is_dir():
-        for manifest in sorted(releases_root.glob("*/*/manifest.json")):
-            ref = json.loads(manifest.read_text()).get("ledger", {})
-            if (ref.get("seq"), ref.get("hash")) not in known:
-                raise LedgerCorrupt(
-                    f"release {manifest.parent.name!r} cites ledger entry {ref.get('seq')} which is "
-                    "missing or different: entries were removed or rewritten",
-                    ref.get("seq"),
-                )
-    return len(entries)
-
-
 def _exact(amount: float) -> Fraction:
     """An amount as the decimal it was given as (its shortest repr), so sums of splits have no residue."""
     return Fraction(repr(float(amount)))
@@ -440,8 +354,3 @@ def _gdp_epsilon(charges: list[Entry]) -> float | None:
         return None
     sigmas = [s for d in details for s in d["sigmas"]]
     return gaussian_epsilon(compose_sigmas(sigmas), sum(d["delta_conversion"] for d in details))
-
-
-def _rows(con, where: str, args: list) -> list[Entry]:
-    rows = con.execute(f"SELECT {', '.join(_COLUMNS)} FROM ledger {where}", args).fetchall()
-    return [Entry(*row) for row in rows]

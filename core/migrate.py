@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from core import paths
+from core.chain import check_chain, insert, rows
 from core.errors import LedgerCorrupt, UserError
-from core.ledger import _COLUMNS, _rows, check_chain
 from core.registry import COLUMNS, snapshot_root
 from core.store import DuckStore, PgStore, checked, moved
 
@@ -26,7 +26,7 @@ def migrate(home: Path, url: str) -> tuple[int, int]:
         raise UserError(f"this home ({home}) has no ledger to migrate; pass --home (or set $PRIVRELEASE_HOME) to "
                         "the home whose ledger moves.")  # fmt: skip
     with source.read() as con:
-        entries = _rows(con, "ORDER BY seq", [])
+        entries = rows(con, "ORDER BY seq", [])
         registrations = con.execute(f"SELECT {', '.join(COLUMNS)} FROM datasets ORDER BY id, version").fetchall()
     if not entries and not registrations:
         raise UserError(f"this home ({home}) has no ledger entries and no registrations; nothing to migrate.")
@@ -44,11 +44,10 @@ def migrate(home: Path, url: str) -> tuple[int, int]:
                 "another ledger."
             )
         check_chain(entries, home, paths.releases(home))  # a broken ledger is not moved
-        con.executemany(f"INSERT INTO ledger ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
-                        [[getattr(e, c) for c in _COLUMNS] for e in entries])  # fmt: skip
+        insert(con, entries)
         con.executemany(f"INSERT INTO datasets ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
                         [list(row) for row in registrations])  # fmt: skip
-        arrived = _rows(con, "ORDER BY seq", [])
+        arrived = rows(con, "ORDER BY seq", [])
         if arrived != entries:
             raise LedgerCorrupt("the entries read back from PostgreSQL differ from the ones copied; nothing was "
                                 "committed", next((e.seq for e, a in zip(entries, arrived) if e != a), None))  # fmt: skip

@@ -20,9 +20,9 @@ from pathlib import Path
 import duckdb
 
 from core import __version__, faults
+from core.chain import Entry
 from core.charts import render_chart
 from core.errors import InternalError, ReleaseConflict
-from core.ledger import Entry
 from core.mechanisms.base import COST_KEYS, DPCost, Plan, Result
 from core.registry import file_sha256
 from core.spec import Release

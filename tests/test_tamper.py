@@ -16,7 +16,8 @@ import pytest
 
 from core import anchors
 from core.accounting import Budget
-from core.ledger import GENESIS, PUBLISHED, Ledger
+from core.chain import GENESIS
+from core.ledger import PUBLISHED, Ledger
 from tests.pg import raw_sql
 from tests.test_release_flow import cli
 

@@ -1,0 +1,115 @@
+"""The ledger's rows and their hash chain: the row format (``Entry``), how a row is read and
+written, and the check that the chain, its anchors and every published manifest agree.
+
+Each row's hash is an HMAC-SHA256, under the home's key (``core.anchors``), of its canonical JSON
+content, which includes the previous row's hash: a changed, removed or reordered row breaks the
+chain and cannot be re-chained without the key. Both ledger stores hold these rows unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from core import anchors
+from core.accounting import Budget
+from core.errors import LedgerCorrupt
+
+GENESIS = "0" * 64
+COLUMNS = (
+    "seq", "ts", "dataset", "release_id", "flow_run_id", "kind", "adjacency", "mechanism", "params",
+    "epsilon", "delta", "detail", "holder", "status", "prev_hash", "hash",
+)  # fmt: skip
+
+
+def canonical(value: object) -> str:
+    """The one JSON form hashed and stored: sorted keys, no spaces, no NaN."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One ledger row. ``params`` and ``detail`` are canonical JSON strings."""
+
+    seq: int
+    ts: str
+    dataset: str
+    release_id: str | None
+    flow_run_id: str | None
+    kind: str | None  # dp, sdc or mpc for a charge; None for a cap
+    adjacency: str | None  # a dp charge's neighbouring relation
+    mechanism: str | None
+    params: str
+    epsilon: float
+    delta: float
+    detail: str
+    holder: str | None  # a charge's process (host, pid, start time: public), so a dead one is recognised
+    status: str
+    prev_hash: str
+    hash: str
+
+    def computed_hash(self, key: bytes) -> str:
+        body = {k: v for k, v in asdict(self).items() if k != "hash"}
+        return hmac.new(key, canonical(body).encode(), hashlib.sha256).hexdigest()
+
+    @property
+    def budget(self) -> Budget:
+        return Budget(self.epsilon, self.delta)
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        out["params"] = json.loads(self.params)
+        out["detail"] = json.loads(self.detail)
+        return out
+
+
+def rows(con, where: str, args: list) -> list[Entry]:
+    rows = con.execute(f"SELECT {', '.join(COLUMNS)} FROM ledger {where}", args).fetchall()
+    return [Entry(*row) for row in rows]
+
+
+def insert(con, entries: list[Entry]) -> None:
+    """Append rows as they are (their hashes already computed)."""
+    con.executemany(f"INSERT INTO ledger ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
+                    [[getattr(e, c) for c in COLUMNS] for e in entries])  # fmt: skip
+
+
+def check_chain(entries: list[Entry], home: Path, releases_root: Path | None = None) -> int:
+    """``verify`` of the given entries, with the key and anchors configured for ``home``."""
+    marks = anchors.read(home)
+    if not entries and not marks:
+        return 0
+    key = anchors.key(home, create=False)
+    prev = GENESIS
+    for expected_seq, entry in enumerate(entries, start=1):
+        if entry.seq != expected_seq:
+            raise LedgerCorrupt(
+                f"entry {entry.seq} stands where entry {expected_seq} should: an entry was removed or reordered",
+                expected_seq,
+            )
+        if entry.prev_hash != prev:
+            raise LedgerCorrupt(f"entry {entry.seq} does not chain to entry {entry.seq - 1}", entry.seq)
+        if not hmac.compare_digest(entry.computed_hash(key), entry.hash):
+            raise LedgerCorrupt(f"entry {entry.seq} was changed after it was written", entry.seq)
+        prev = entry.hash
+    known = {(e.seq, e.hash) for e in entries}
+    for mark in marks:
+        if (mark["seq"], mark["hash"]) not in known:
+            raise LedgerCorrupt(
+                f"entry {mark['seq']}, anchored at {mark['ts']}, is missing or different: the ledger was cut "
+                "short, rolled back to an older copy or rewritten",
+                mark["seq"],
+            )
+    if releases_root is not None and releases_root.is_dir():
+        for manifest in sorted(releases_root.glob("*/*/manifest.json")):
+            ref = json.loads(manifest.read_text()).get("ledger", {})
+            if (ref.get("seq"), ref.get("hash")) not in known:
+                raise LedgerCorrupt(
+                    f"release {manifest.parent.name!r} cites ledger entry {ref.get('seq')} which is "
+                    "missing or different: entries were removed or rewritten",
+                    ref.get("seq"),
+                )
+    return len(entries)
