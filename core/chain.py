@@ -67,8 +67,8 @@ class Entry:
 
 
 def rows(con, where: str, args: list) -> list[Entry]:
-    rows = con.execute(f"SELECT {', '.join(COLUMNS)} FROM ledger {where}", args).fetchall()
-    return [Entry(*row) for row in rows]
+    """The ledger rows a ``where`` (and ``order``) clause selects, on either store's connection."""
+    return [Entry(*row) for row in con.execute(f"SELECT {', '.join(COLUMNS)} FROM ledger {where}", args).fetchall()]
 
 
 def insert(con, entries: list[Entry]) -> None:
