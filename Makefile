@@ -33,7 +33,7 @@ test: $(STAMP)
 	$(VENV)/bin/python -m pytest
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check core flows tasks tests bench
+	$(VENV)/bin/ruff check core flows tasks gate tests bench
 
 bench: $(STAMP)  # every benchmark; each needs PRIVRELEASE_DATA for the public data sets
 	for b in bench/bench_*.py; do echo "== $$b"; $(VENV)/bin/python $$b || exit 1; done

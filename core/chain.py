@@ -21,7 +21,7 @@ from core.errors import LedgerCorrupt
 GENESIS = "0" * 64
 COLUMNS = (
     "seq", "ts", "dataset", "release_id", "flow_run_id", "kind", "adjacency", "mechanism", "params",
-    "epsilon", "delta", "detail", "holder", "status", "prev_hash", "hash",
+    "epsilon", "delta", "detail", "holder", "status", "prev_hash", "hash", "requested_by",
 )  # fmt: skip
 
 
@@ -50,9 +50,11 @@ class Entry:
     status: str
     prev_hash: str
     hash: str
+    requested_by: str | None = None  # who asked: the gate's account, or the operating-system user of a command
 
     def computed_hash(self, key: bytes) -> str:
-        body = {k: v for k, v in asdict(self).items() if k != "hash"}
+        # a row without a requester (written before requesters were recorded) hashes as it did then
+        body = {k: v for k, v in asdict(self).items() if k != "hash" and not (k == "requested_by" and v is None)}
         return hmac.new(key, canonical(body).encode(), hashlib.sha256).hexdigest()
 
     @property

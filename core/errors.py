@@ -34,6 +34,10 @@ class BudgetError(UserError):
     """The ledger refuses a charge: no cap set, or the cap would be exceeded."""
 
 
+class ApprovalError(UserError):
+    """A release that needs a data steward's approval did not get it (or cannot wait for it here)."""
+
+
 class ReleaseConflict(UserError):
     """A release id is reused for a different release."""
 

@@ -106,10 +106,33 @@ class Ledger:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def set_budget(self, dataset: str, cap: Budget) -> Entry:
-        """Record a dataset's cap; later caps replace earlier ones, and the history keeps both."""
+    def set_budget(self, dataset: str, cap: Budget, approve_above: float | None = None,
+                   requested_by: str | None = None) -> Entry:  # fmt: skip
+        """Record a dataset's cap; later caps replace earlier ones, and the history keeps both.
+
+        ``approve_above``: the largest share of the remaining budget one release may take without a
+        steward's approval (None: no approval needed)."""
+        if approve_above is not None and not 0 <= approve_above <= 1:
+            raise ValueError(f"approve_above is a share of the remaining budget, from 0 to 1; got {approve_above}")
+        detail = {} if approve_above is None else {"approve_above": float(approve_above)}
         with self._write(dataset) as (con, written):
-            return self._append(con, written, dataset=dataset, status=CAP, epsilon=cap.epsilon, delta=cap.delta)
+            return self._append(con, written, dataset=dataset, status=CAP, epsilon=cap.epsilon, delta=cap.delta,
+                                detail=detail, requested_by=requested_by)  # fmt: skip
+
+    def approval(self, dataset: str, cost: Budget) -> tuple[float, float] | None:
+        """(share, threshold) when a release of ``cost`` takes a larger share of the dataset's remaining
+        budget (the larger of its epsilon and delta shares) than its steward lets pass without approval."""
+        with self.store.read() as con:
+            caps = rows(con, "WHERE dataset = ? AND status = ? ORDER BY seq DESC LIMIT 1", [dataset, CAP])
+            if not caps or "approve_above" not in json.loads(caps[0].detail):
+                return None
+            threshold = json.loads(caps[0].detail)["approve_above"]
+            spent_eps, spent_delta = self._spent(con, dataset)
+        left = (_exact(caps[0].epsilon) - spent_eps, _exact(caps[0].delta) - spent_delta)
+        shares = [float(_exact(c) / r) if r > 0 else (0.0 if c == 0 else float("inf"))
+                  for c, r in zip((cost.epsilon, cost.delta), left)]  # fmt: skip
+        share = max(shares)
+        return (share, threshold) if share > threshold else None
 
     def admit(self, dataset: str, cost: Budget) -> None:
         """Refuse, without writing, a dp charge the dataset's cap cannot take (the early check)."""
@@ -127,6 +150,7 @@ class Ledger:
         params: dict,
         detail: dict | None = None,
         flow_run_id: str | None = None,
+        requested_by: str | None = None,
     ) -> Charge:
         """Charge a release, atomically, once per release id.
 
@@ -154,7 +178,7 @@ class Ledger:
                 con, written, dataset=dataset, release_id=release_id, flow_run_id=flow_run_id, kind=kind,
                 adjacency=adjacency, mechanism=mechanism, params=params,
                 epsilon=cost.epsilon if cost else 0.0, delta=cost.delta if cost else 0.0,
-                detail=detail or {}, holder=lease.me(self.home), status=RESERVED,
+                detail=detail or {}, holder=lease.me(self.home), status=RESERVED, requested_by=requested_by,
             )  # fmt: skip
             return Charge(entry, None)
 
@@ -251,7 +275,7 @@ class Ledger:
                 flow_run_id: str | None = None, kind: str | None = None, adjacency: str | None = None,
                 mechanism: str | None = None, params: dict | None = None,
                 epsilon: float = 0.0, delta: float = 0.0, detail: dict | None = None,
-                holder: str | None = None) -> Entry:
+                holder: str | None = None, requested_by: str | None = None) -> Entry:
         self.store.lock_head(con)
         last = rows(con, "ORDER BY seq DESC LIMIT 1", [])
         key = anchors.key(self.home, create=not last)
@@ -266,7 +290,7 @@ class Ledger:
             mechanism=mechanism,
             params=canonical(params or {}), epsilon=float(epsilon), delta=float(delta),
             detail=canonical(detail or {}), holder=holder, status=status,
-            prev_hash=last[0].hash if last else GENESIS, hash="",
+            prev_hash=last[0].hash if last else GENESIS, hash="", requested_by=requested_by,
         )  # fmt: skip
         entry = Entry(**{**asdict(draft), "hash": draft.computed_hash(key)})
         insert(con, [entry])

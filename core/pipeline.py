@@ -1,6 +1,6 @@
 """The release pipeline: its steps as plain functions, and ``release``, the one sequence of them.
 
-prepare → load → charge → privatize → check → publish → settle.
+prepare → (a steward's approval, for a large charge) → load → charge → privatize → check → publish → settle.
 
 Every charge ends in an outcome: a release killed after its charge is settled as failed
 (``interrupted``) or, if its folder was already in place, as published, by ``recover``, which
@@ -29,7 +29,8 @@ import pandas as pd
 from core import faults, mechanisms, noise, paths
 from core import publish as _publish
 from core import spec as _spec
-from core.errors import ReleaseConflict, SpecError, UserError
+from core.accounts import requester
+from core.errors import ApprovalError, ReleaseConflict, SpecError, UserError
 from core.ledger import FAILED, PUBLISHED, Charge, Ledger
 from core.mechanisms.base import DPCost, Plan, Result
 from core.registry import Registry
@@ -93,17 +94,38 @@ def load(store: Store, release: Release) -> pd.DataFrame:
     return store.registry.load(release.dataset)
 
 
+def needs_approval(store: Store, release: Release, plan_: Plan) -> str | None:
+    """Why this release must wait for a data steward's approval (public values only), or None."""
+    if not isinstance(plan_.cost, DPCost):
+        return None
+    found = store.ledger.approval(release.dataset.id, plan_.cost.budget)
+    if found is None:
+        return None
+    share, threshold = found
+    return (f"this release takes {share:.1%} of dataset {release.dataset.id!r}'s remaining budget, more than the "
+            f"{threshold:.1%} its data steward lets a release take without approval")  # fmt: skip
+
+
+def approve(store: Store, release: Release, plan_: Plan, log: logging.Logger | logging.LoggerAdapter) -> None:
+    """Outside Prefect no steward can answer: a release that needs approval is refused, before its charge."""
+    why = needs_approval(store, release, plan_)
+    if why is not None:
+        raise ApprovalError(f"{why}. Start it from its release form in the Prefect UI, where a steward can approve "
+                            "it, or ask the steward to raise the dataset's --approve-above.")  # fmt: skip
+
+
 def reserve(store: Store, dataset: str, run_id: str, mechanism: str, plan_: Plan, params: dict,
-            adjacency: str | None, flow_run_id: str | None = None) -> Charge:  # fmt: skip
+            adjacency: str | None, flow_run_id: str | None = None, requested_by: str | None = None) -> Charge:  # fmt: skip
     """Reserve a run's cost as its plan states it: the one way every flow (release, spam training)
     charges the ledger. Only a DP cost carries a budget and the dataset's adjacency."""
     cost = plan_.cost
     dp = isinstance(cost, DPCost)
     return store.ledger.reserve(dataset, run_id, cost.kind, cost.budget if dp else None, adjacency if dp else None,
-                                mechanism, params, plan_.detail, flow_run_id)  # fmt: skip
+                                mechanism, params, plan_.detail, flow_run_id, requested_by or requester())  # fmt: skip
 
 
-def charge(store: Store, release: Release, plan_: Plan, flow_run_id: str | None = None) -> Charge:
+def charge(store: Store, release: Release, plan_: Plan, flow_run_id: str | None = None,
+           requested_by: str | None = None) -> Charge:  # fmt: skip
     """Reserve the release's cost; the reservation pins the parameters and the registration version."""
     params = {
         "mechanism": release.params.model_dump(mode="json"),
@@ -111,7 +133,7 @@ def charge(store: Store, release: Release, plan_: Plan, flow_run_id: str | None 
         "test_mode": release.seed is not None,
     }
     return reserve(store, release.dataset.id, release.release_id, release.mechanism, plan_, params,
-                   release.dataset.unit.adjacency, flow_run_id)  # fmt: skip
+                   release.dataset.unit.adjacency, flow_run_id, requested_by)  # fmt: skip
 
 
 def privatize(release: Release, frame: pd.DataFrame) -> Result:
@@ -152,7 +174,7 @@ def recover(store: Store) -> list:
     return settled
 
 
-DIRECT = SimpleNamespace(prepare=prepare, load=load, charge=charge, privatize=privatize, publish=publish, settle=settle)
+DIRECT = SimpleNamespace(prepare=prepare, approve=approve, load=load, charge=charge, privatize=privatize, publish=publish, settle=settle)
 
 
 def release(store: Store, request: ReleaseRequest, steps: SimpleNamespace = DIRECT,
@@ -165,6 +187,7 @@ def release(store: Store, request: ReleaseRequest, steps: SimpleNamespace = DIRE
     log.info("prepare: %s on dataset %s (registration %d), release %s", spec.mechanism, spec.dataset.id,
              spec.dataset.version, spec.release_id)  # fmt: skip
     faults.point("prepare")
+    steps.approve(store, spec, plan_, log)
     frame = steps.load(store, spec)
     log.info("load: the registered snapshot, checked against its registration")
     faults.point("load")

@@ -34,7 +34,7 @@ CREATE TABLE IF NOT EXISTS ledger (
     seq BIGINT PRIMARY KEY, ts VARCHAR NOT NULL, dataset VARCHAR NOT NULL, release_id VARCHAR, flow_run_id VARCHAR,
     kind VARCHAR, adjacency VARCHAR, mechanism VARCHAR, params VARCHAR NOT NULL, epsilon DOUBLE NOT NULL,
     delta DOUBLE NOT NULL, detail VARCHAR NOT NULL, status VARCHAR NOT NULL, prev_hash VARCHAR NOT NULL,
-    hash VARCHAR NOT NULL, holder VARCHAR
+    hash VARCHAR NOT NULL, holder VARCHAR, requested_by VARCHAR
 );
 CREATE TABLE IF NOT EXISTS datasets (
     id VARCHAR NOT NULL, version INTEGER NOT NULL, unit VARCHAR NOT NULL, purpose VARCHAR NOT NULL,
@@ -42,8 +42,13 @@ CREATE TABLE IF NOT EXISTS datasets (
     suite VARCHAR, rows BIGINT, registered VARCHAR NOT NULL, snapshot VARCHAR, digest VARCHAR,
     source_digest VARCHAR NOT NULL, PRIMARY KEY (id, version)
 );
+CREATE TABLE IF NOT EXISTS accounts (
+    name VARCHAR PRIMARY KEY, role VARCHAR NOT NULL, created VARCHAR NOT NULL, hash VARCHAR NOT NULL
+);
 """
-_DUCK_UPGRADE = "ALTER TABLE ledger ADD COLUMN IF NOT EXISTS holder VARCHAR;"  # files from before holders
+# stores from before holders and requesters were recorded
+_UPGRADE = ("ALTER TABLE ledger ADD COLUMN IF NOT EXISTS holder VARCHAR;"
+            "ALTER TABLE ledger ADD COLUMN IF NOT EXISTS requested_by VARCHAR;")  # fmt: skip
 # PostgreSQL only: the rows writers lock, and indexes for the per-charge lookups.
 _PG_TABLES = """
 CREATE TABLE IF NOT EXISTS ledger_datasets (dataset VARCHAR PRIMARY KEY);
@@ -132,7 +137,7 @@ class DuckStore:
     @contextlib.contextmanager
     def read(self) -> Iterator[Con]:
         with connect(self.path) as con:
-            con.execute(_TABLES + _DUCK_UPGRADE)
+            con.execute(_TABLES + _UPGRADE)
             yield con
 
     @contextlib.contextmanager
@@ -203,7 +208,7 @@ class PgStore:
             con.execute("SELECT pg_advisory_xact_lock(hashtext('privrelease schema'))")
             con.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
             con.execute(f"SET LOCAL search_path = {SCHEMA}")
-            con.execute(_TABLES.replace(" DOUBLE ", " DOUBLE PRECISION ") + _PG_TABLES)
+            con.execute(_TABLES.replace(" DOUBLE ", " DOUBLE PRECISION ") + _UPGRADE + _PG_TABLES)
 
     @contextlib.contextmanager
     def _guard(self, what: str) -> Iterator[None]:

@@ -18,6 +18,7 @@ from core import __version__, paths
 from core.accounting import Budget
 from core.errors import LedgerCorrupt, UserError
 from flows.cli_dataset import cmd_dataset_add, cmd_dataset_drop, cmd_dataset_list, cmd_dataset_refresh, cmd_dataset_show
+from flows.cli_user import add_parsers as add_user_parsers
 from flows.launch import prefect_api_url, prefect_env, quiet_console, start_prefect
 
 DEBUG_ENV = "PRIVRELEASE_DEBUG"
@@ -166,6 +167,7 @@ def cmd_demo(args: argparse.Namespace, root: Path) -> int:
 
 
 def cmd_set_budget(args: argparse.Namespace, root: Path) -> int:
+    from core.accounts import requester
     from core.ids import check_id
     from core.ledger import Ledger
     from core.registry import Registry
@@ -178,9 +180,12 @@ def cmd_set_budget(args: argparse.Namespace, root: Path) -> int:
         cap = Budget(args.epsilon, args.delta)
     except ValueError as exc:
         raise UserError(f"invalid budget: {exc}.") from None
+    if args.approve_above is not None and not 0 <= args.approve_above <= 1:
+        raise UserError(f"--approve-above is a share of the remaining budget, from 0 to 1; got {args.approve_above:g}.")
     ledger = Ledger(paths.database(root))
-    entry = ledger.set_budget(args.dataset, cap)
-    print(f"cap for {args.dataset}: epsilon={cap.epsilon:g} delta={cap.delta:g} (ledger entry #{entry.seq})")
+    entry = ledger.set_budget(args.dataset, cap, args.approve_above, requester())
+    approval = "" if args.approve_above is None else f"; a release taking over {args.approve_above:.0%} of what remains waits for a steward"
+    print(f"cap for {args.dataset}: epsilon={cap.epsilon:g} delta={cap.delta:g}{approval} (ledger entry #{entry.seq})")
     totals = next((t for t in ledger.totals() if t.dataset == args.dataset), None)
     if totals is not None and totals.over_cap:
         spent = totals.spent
@@ -197,13 +202,13 @@ def cmd_history(args: argparse.Namespace, root: Path) -> int:
         print(json.dumps([e.as_dict() for e in entries], indent=2))
         return 0
     header = (f"{'seq':>4}  {'time (UTC)':<19}  {'dataset':<16} {'release':<34} {'kind':<4} {'mechanism':<9} "
-              f"{'status':<9} {'epsilon':>8} {'delta':>8}  detail")  # fmt: skip
+              f"{'status':<9} {'epsilon':>8} {'delta':>8} {'requested by':<12}  detail")  # fmt: skip
     print(header)
     for e in entries:
         detail = " ".join(f"{k}={v}" for k, v in json.loads(e.detail).items())
         money = f"{e.epsilon:>8.4g} {e.delta:>8.2g}" if e.kind == "dp" or e.status == "cap" else f"{'-':>8} {'-':>8}"
         print(f"{e.seq:>4}  {e.ts[:19]:<19}  {e.dataset:<16} {e.release_id or '-':<34} {e.kind or '-':<4} "
-              f"{e.mechanism or '-':<9} {e.status:<9} {money}  {detail}")  # fmt: skip
+              f"{e.mechanism or '-':<9} {e.status:<9} {money} {e.requested_by or '-':<12}  {detail}")  # fmt: skip
     return 0
 
 
@@ -361,12 +366,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="fixes the split (public; not privacy noise)")
     p.set_defaults(func=cmd_spam_split)
 
+    add_user_parsers(sub)
+
     ledger = sub.add_parser("ledger", help="read and manage the privacy-budget ledger")
     lsub = ledger.add_subparsers(dest="ledger_command", required=True)
     p = lsub.add_parser("set-budget", help="set a dataset's (epsilon, delta) cap")
     p.add_argument("dataset")
     p.add_argument("--epsilon", type=float, required=True)
     p.add_argument("--delta", type=float, required=True)
+    p.add_argument("--approve-above", type=float, metavar="FRACTION",
+                   help="a release taking more than this share (0-1) of the remaining budget waits for a steward's approval")
     p.set_defaults(func=cmd_set_budget)
     p = lsub.add_parser("history", help="every ledger entry, in order")
     p.add_argument("--dataset")

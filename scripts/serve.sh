@@ -1,36 +1,103 @@
 #!/usr/bin/env bash
-# `make serve`: a local Prefect server, the `privrelease` process work pool, every deployment of
-# prefect.yaml, and a worker in the foreground (Ctrl-C stops the worker and the server).
-# Each step is printed as the command an operator runs on their own server.
+# `make serve`: Prefect's server where only the operator reaches it, privrelease's gate where people
+# do, the `privrelease` process work pool, every deployment of prefect.yaml, and a worker.
+# Each step is printed as the command an operator runs on their own server. Ctrl-C (SIGINT) or
+# SIGTERM stops all of it within seconds and exits 0; a second start works at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$PWD/.venv/bin
+export PATH="$BIN:$PATH"  # the pool's job command (python -m flows.guard) runs the venv's python
 export PRIVRELEASE_REPO=$PWD
 export PRIVRELEASE_HOME=${PRIVRELEASE_HOME:-$PWD/.privrelease}
 export PREFECT_HOME=${PREFECT_HOME:-$PRIVRELEASE_HOME/prefect-server}
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
 # the worker asks for new runs every second (Prefect's default is 10 s: up to 10 s before a submitted run starts)
 export PREFECT_WORKER_QUERY_SECONDS=${PREFECT_WORKER_QUERY_SECONDS:-1}
-PORT=${PREFECT_PORT:-4200}
-export PREFECT_API_URL=${PREFECT_API_URL:-http://127.0.0.1:$PORT/api}
+PORT=${PRIVRELEASE_PORT:-4200}                  # the gate: what people reach
+PREFECT_PORT=${PRIVRELEASE_PREFECT_PORT:-4201}  # Prefect's own server: the operator only
+export PRIVRELEASE_PORT=$PORT
+export PRIVRELEASE_PREFECT_URL=http://127.0.0.1:$PREFECT_PORT
+export PREFECT_API_URL=$PRIVRELEASE_PREFECT_URL/api
+export PREFECT_UI_API_URL=/api  # the UI calls its API where it was loaded from: the gate
+export PREFECT_SERVER_UI_V2_ENABLED=false  # one UI (Prefect's v1), the one the gate's policy is written for
 mkdir -p "$PRIVRELEASE_HOME"
 
-step() { printf '\n$ %s\n' "$*"; "$@"; }
+# Prefect's own credential: the operator's alone (0600 in the home), asked of every call to Prefect's server
+secret=$PRIVRELEASE_HOME/prefect-operator.secret
+if [ ! -s "$secret" ]; then
+  (umask 077; "$BIN/python" -c 'import secrets; print("operator:" + secrets.token_urlsafe(24))' > "$secret")
+fi
+PREFECT_SERVER_API_AUTH_STRING=$(cat "$secret")
+export PREFECT_SERVER_API_AUTH_STRING PREFECT_API_AUTH_STRING=$PREFECT_SERVER_API_AUTH_STRING
 
-echo "# server (on your own machine: PostgreSQL-backed, PREFECT_API_DATABASE_CONNECTION_URL=postgresql+asyncpg://...)"
-printf '$ prefect server start --host 127.0.0.1 --port %s &\n' "$PORT"
-"$BIN/prefect" server start --host 127.0.0.1 --port "$PORT" > "$PRIVRELEASE_HOME/server.log" 2>&1 &
-SERVER=$!
-trap 'kill -TERM $SERVER 2>/dev/null || true' EXIT
-for _ in $(seq 1 240); do curl -fs "$PREFECT_API_URL/health" > /dev/null && break; sleep 0.5; done
-curl -fs "$PREFECT_API_URL/health" > /dev/null || { echo "the server did not start; see $PRIVRELEASE_HOME/server.log"; exit 1; }
+children=()
+stop() {  # stop CODE: every child, then exit CODE (0 when asked to stop)
+  trap - INT TERM
+  for pid in "${children[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
+  for _ in $(seq 1 50); do
+    alive=0
+    for pid in "${children[@]}"; do kill -0 -- "-$pid" 2>/dev/null && alive=1; done
+    [ $alive -eq 0 ] && break
+    sleep 0.1
+  done
+  for pid in "${children[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
+  echo "privrelease: stopped the worker, the gate and Prefect's server"
+  exit "${1:-0}"
+}
+trap 'stop 0' INT TERM
+# each child in its own process group (setsid): stop() ends it with all it started
+start() { local log=$1; shift; setsid "$@" > "$log" 2>&1 & children+=($!); }
+wait_for() {
+  for _ in $(seq 1 240); do curl -fs "$1" > /dev/null && return 0; sleep 0.5; done
+  echo "$2 did not start; see $3"; stop 1
+}
+
+echo "# Prefect's server, reachable from this host only, asking for the operator's credential"
+printf '$ PREFECT_SERVER_API_AUTH_STRING=... prefect server start --host 127.0.0.1 --port %s &\n' "$PREFECT_PORT"
+start "$PRIVRELEASE_HOME/server.log" "$BIN/prefect" server start --host 127.0.0.1 --port "$PREFECT_PORT"
+wait_for "$PREFECT_API_URL/health" "Prefect's server" "$PRIVRELEASE_HOME/server.log"
+
+echo "# the gate, where people reach the UI and the API with their accounts"
+printf '$ python -m gate  # on 127.0.0.1:%s\n' "$PORT"
+start "$PRIVRELEASE_HOME/gate.log" "$BIN/python" -m gate
+wait_for "http://127.0.0.1:$PORT/api/health" "the gate" "$PRIVRELEASE_HOME/gate.log"
 
 echo "# the steward registers the demo datasets the deployments' default requests name"
-step "$BIN/privrelease" --home "$PRIVRELEASE_HOME" demo --prepare-only
-# the pool's job template fixes the worker's environment, command and folder: a flow run cannot set them
-"$BIN/prefect" work-pool inspect privrelease > /dev/null 2>&1 || step "$BIN/prefect" work-pool create privrelease --type process --base-job-template deploy/process-pool.json
-step "$BIN/prefect" --no-prompt deploy --all
-echo
-echo "UI: ${PREFECT_API_URL%/api}    state: $PRIVRELEASE_HOME"
-echo "# remote workers: PREFECT_API_URL=$PREFECT_API_URL PRIVRELEASE_HOME=... prefect worker start --pool privrelease"
-step "$BIN/prefect" worker start --pool privrelease --install-policy never
+printf '\n$ privrelease --home %s demo --prepare-only\n' "$PRIVRELEASE_HOME"
+"$BIN/privrelease" --home "$PRIVRELEASE_HOME" demo --prepare-only
+# the pool's job template fixes the worker's environment, command (the guard) and folder: a flow run cannot set them
+if ! "$BIN/prefect" work-pool inspect privrelease > /dev/null 2>&1; then
+  printf '\n$ prefect work-pool create privrelease --type process --base-job-template deploy/process-pool.json\n'
+  "$BIN/prefect" work-pool create privrelease --type process --base-job-template deploy/process-pool.json
+fi
+printf '\n$ prefect --no-prompt deploy --all\n'
+"$BIN/prefect" --no-prompt deploy --all > "$PRIVRELEASE_HOME/deploy.log" 2>&1 || { tail -20 "$PRIVRELEASE_HOME/deploy.log"; stop 1; }
+grep -E "^Deployment '" "$PRIVRELEASE_HOME/deploy.log" || true
+
+printf '\n$ prefect worker start --pool privrelease --install-policy never &\n'
+start "$PRIVRELEASE_HOME/worker.log" "$BIN/prefect" worker start --pool privrelease --install-policy never
+
+accounts=$("$BIN/privrelease" --home "$PRIVRELEASE_HOME" user list --json | "$BIN/python" -c 'import json,sys; print(len(json.load(sys.stdin)))')
+cat <<EOF
+
+UI (people, through the gate):  http://127.0.0.1:$PORT   sign in as NAME:PASSWORD
+Prefect's server (operator):     $PREFECT_API_URL   credential in $secret
+state: $PRIVRELEASE_HOME   logs: server.log gate.log worker.log there
+EOF
+if [ "$accounts" = 0 ]; then
+  cat <<EOF
+no accounts yet; add the first ones (a random password is made and shown once without --password-stdin):
+  .venv/bin/privrelease --home $PRIVRELEASE_HOME user add alice --role analyst
+  .venv/bin/privrelease --home $PRIVRELEASE_HOME user add sam --role steward
+  .venv/bin/privrelease --home $PRIVRELEASE_HOME user add ada --role auditor
+EOF
+fi
+echo "# remote workers: PREFECT_API_URL=$PREFECT_API_URL PREFECT_API_AUTH_STRING=... PRIVRELEASE_HOME=... prefect worker start --pool privrelease"
+echo "Ctrl-C stops it all."
+while true; do
+  for pid in "${children[@]}"; do
+    kill -0 "$pid" 2>/dev/null || { echo "a service stopped (pid $pid); see the logs in $PRIVRELEASE_HOME"; stop 1; }
+  done
+  sleep 1 &
+  wait $! || true
+done

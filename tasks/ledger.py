@@ -14,6 +14,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
 from core import pipeline
+from core.accounts import requester
 from core.ledger import Charge
 from core.mechanisms.base import Plan
 
@@ -23,7 +24,8 @@ RAW = {"cache_policy": NO_CACHE, "persist_result": False}
 @task(name="reserve", **RAW)
 def reserve(store: pipeline.Store, dataset: str, run_id: str, mechanism: str, plan_: Plan, params: dict,
             adjacency: str | None) -> Charge:  # fmt: skip
-    return pipeline.reserve(store, dataset, run_id, mechanism, plan_, params, adjacency, flow_run.get_id())
+    return pipeline.reserve(store, dataset, run_id, mechanism, plan_, params, adjacency, flow_run.get_id(),
+                            requester(flow_run.get_tags()))  # fmt: skip
 
 
 @task(name="settle", **RAW)

@@ -7,18 +7,35 @@ are kept out of result storage too, since nothing here needs to be replayed.
 
 from __future__ import annotations
 
+import os
+
 import pandas as pd
 from prefect import task
+from prefect.flow_runs import pause_flow_run
+from prefect.input import RunInput
 from prefect.runtime import flow_run
+from pydantic import Field
 
 from core import pipeline
+from core.accounts import requester
+from core.errors import ApprovalError
 from core.ledger import Charge
 from core.mechanisms.base import Plan, Result
 from core.publish import Published
 from core.spec import Release, ReleaseRequest
 from tasks.ledger import RAW, settle
 
-__all__ = ["charge", "load", "prepare", "privatize", "publish", "settle"]  # the steps core.pipeline.release runs
+APPROVAL_TIMEOUT_ENV = "PRIVRELEASE_APPROVAL_TIMEOUT"
+
+
+class Approval(RunInput):
+    """A data steward's answer to a release waiting for approval."""
+
+    approve: bool = Field(description="approve: the release is charged and published; reject: nothing is charged")
+    approved_by: str = Field("", description="filled in by privrelease's gate with the steward's account")
+
+
+__all__ = ["approve", "charge", "load", "prepare", "privatize", "publish", "settle"]  # the steps core.pipeline.release runs
 
 
 @task(name="prepare", **RAW)
@@ -31,9 +48,29 @@ def load(store: pipeline.Store, release: Release) -> pd.DataFrame:
     return pipeline.load(store, release)
 
 
+def approve(store: pipeline.Store, release: Release, plan_: Plan, log) -> None:
+    """A release above its dataset's approval threshold pauses here, before its charge, until a data
+    steward approves or rejects it in the UI (the gate lets only stewards answer, and writes in who
+    did). Rejected, or unanswered within $PRIVRELEASE_APPROVAL_TIMEOUT seconds (default a day): the
+    run fails, nothing charged, nothing published. A flow-level step, not a task: only a flow pauses."""
+    why = pipeline.needs_approval(store, release, plan_)
+    if why is None:
+        return
+    log.info("waiting for a data steward: %s", why)
+    answer = pause_flow_run(
+        wait_for_input=Approval.with_initial_data(description=f"{why}. Approve to charge and release it; reject "
+                                                              "to refuse it (nothing is charged).", approve=False),
+        timeout=int(os.environ.get(APPROVAL_TIMEOUT_ENV, 86_400)), key="privrelease-approval",
+    )  # fmt: skip
+    if not answer.approve:
+        raise ApprovalError(f"the data steward {answer.approved_by or '(unknown)'} rejected this release: {why}; "
+                            "nothing was charged or published.")  # fmt: skip
+    log.info("approved by the data steward %s", answer.approved_by or "(unknown)")
+
+
 @task(name="charge", **RAW)
 def charge(store: pipeline.Store, release: Release, plan_: Plan) -> Charge:
-    return pipeline.charge(store, release, plan_, flow_run.get_id())
+    return pipeline.charge(store, release, plan_, flow_run.get_id(), requester(flow_run.get_tags()))
 
 
 @task(name="privatize", **RAW)

@@ -70,14 +70,16 @@ ADULT_QI = ["education", "race", "sex", "workclass", "marital-status", "age", "r
 
 @pytest.fixture(scope="session")
 def served(tmp_path_factory):
-    """`make serve` without its worker: a real `prefect server`, the demo datasets, the pool and every
-    deployment; shared by the server and browser tests (each starts its own worker)."""
-    from tests.test_server import deploy, running_server
+    """`make serve` without its worker: a real `prefect server` asking for the operator's credential,
+    privrelease's gate in front of it ($PRIVRELEASE_GATE_URL in the environment yielded), the demo
+    datasets, the pool and every deployment; shared by the server, gate and browser tests (each starts
+    its own worker)."""
+    from tests.test_server import deploy, gate, running_server
 
     root = tmp_path_factory.mktemp("server")
-    with running_server(root) as env:
+    with running_server(root) as env, gate(env, root / "gate.log") as gate_url:
         deploy(env)
-        yield env, root
+        yield env | {"PRIVRELEASE_GATE_URL": gate_url}, root
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -48,10 +49,15 @@ def running_server(root: Path, extra: dict | None = None):
     database); yields the environment for clients."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    credential = f"operator:{secrets.token_urlsafe(18)}"  # Prefect's own: the operator's alone, as under make serve
     env |= {
         "PREFECT_HOME": str(root / "prefect"), "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_WORKER_QUERY_SECONDS": "1",
         "PRIVRELEASE_HOME": str(root / "home"), "PRIVRELEASE_REPO": str(REPO),
+        "PREFECT_SERVER_API_AUTH_STRING": credential, "PREFECT_API_AUTH_STRING": credential,
+        "PATH": f"{BIN}:{os.environ.get('PATH', '')}",  # the worker's job command runs the venv's python
+        "PREFECT_UI_API_URL": "/api",  # the UI calls its API where it was loaded from: the gate
+        "PREFECT_SERVER_UI_V2_ENABLED": "false",  # one UI, the one the policy is written for
     }  # fmt: skip
     env |= extra or {}
     log = open(root / "server.log", "w")
@@ -73,6 +79,41 @@ def running_server(root: Path, extra: dict | None = None):
         log.close()
 
 
+@contextmanager
+def gate(env: dict, log_path: Path):
+    """privrelease's gate in front of the server (``python -m gate``, as `make serve` starts it); yields
+    its URL. The server's UI was told to call its API where it was loaded from (the gate)."""
+    port = _free_port()
+    genv = env | {"PRIVRELEASE_PORT": str(port), "PRIVRELEASE_PREFECT_URL": env["PREFECT_API_URL"].removesuffix("/api")}
+    log = open(log_path, "w")
+    proc = subprocess.Popen([str(BIN / "python"), "-m", "gate"], env=genv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()[-2000:]
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        _stop(proc)
+        log.close()
+
+
+def person(gate_url: str, name: str, password: str) -> httpx.Client:
+    """Prefect's API as a person reaches it: through the gate, with their account."""
+    return httpx.Client(base_url=f"{gate_url}/api", auth=(name, password), timeout=10)
+
+
+def operator(env: dict) -> httpx.Client:
+    """Prefect's API as the operator reaches it: directly, with Prefect's own credential."""
+    return httpx.Client(base_url=env["PREFECT_API_URL"], auth=tuple(env["PREFECT_API_AUTH_STRING"].split(":", 1)), timeout=10)
+
+
 def deploy(env: dict) -> None:
     """What `make serve` does before its worker: the demo datasets, the pool, every deployment."""
     write_demo(Path(env["PRIVRELEASE_HOME"]), rows=2000)
@@ -81,10 +122,10 @@ def deploy(env: dict) -> None:
 
 
 @contextmanager
-def worker(env: dict, log_path: Path):
+def worker(env: dict, log_path: Path, pool: str = "privrelease"):
     """A `prefect worker` on the pool, as `make serve` starts it."""
     log = open(log_path, "w")
-    proc = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", "privrelease", "--install-policy", "never"],
+    proc = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", pool, "--install-policy", "never"],
                             env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
         yield proc
@@ -93,17 +134,17 @@ def worker(env: dict, log_path: Path):
         log.close()
 
 
-def deployment(api: str, name: str) -> dict:
+def deployment(api: httpx.Client, name: str) -> dict:
     """A deployment by its name (one name per deployment in prefect.yaml)."""
-    (found,) = httpx.post(f"{api}/deployments/filter", json={"deployments": {"name": {"any_": [name]}}}, timeout=10).json()
+    (found,) = api.post("/deployments/filter", json={"deployments": {"name": {"any_": [name]}}}, timeout=10).json()
     return found
 
 
-def _create_run(api: str, deployment_id: str, parameters: dict) -> httpx.Response:
+def _create_run(api: httpx.Client, deployment_id: str, parameters: dict) -> httpx.Response:
     """POST /deployments/{id}/create_flow_run, as the UI does; SQLite-backed servers answer 503
     while busy (right after a deploy), so retry those for a while."""
     for _ in range(30):
-        response = httpx.post(f"{api}/deployments/{deployment_id}/create_flow_run", json={"parameters": parameters},
+        response = api.post(f"/deployments/{deployment_id}/create_flow_run", json={"parameters": parameters},
                               timeout=10)  # fmt: skip
         if response.status_code != 503:
             return response
@@ -111,22 +152,22 @@ def _create_run(api: str, deployment_id: str, parameters: dict) -> httpx.Respons
     return response
 
 
-def _wait(api: str, run_id: str, log: Path, timeout: float = 240) -> str:
+def _wait(api: httpx.Client, run_id: str, log: Path, timeout: float = 240) -> str:
     """Poll a flow run until it ends; returns its final state type."""
     deadline = time.monotonic() + timeout
     while True:
-        state = httpx.get(f"{api}/flow_runs/{run_id}", timeout=10).json()["state"]["type"]
+        state = api.get(f"/flow_runs/{run_id}", timeout=10).json()["state"]["type"]
         if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
             return state
         assert time.monotonic() < deadline, log.read_text()[-3000:]
         time.sleep(1)
 
 
-def _logs(api: str, run_id: str, timeout: float = 30) -> list[dict]:
+def _logs(api: httpx.Client, run_id: str, timeout: float = 30) -> list[dict]:
     """A run's log lines, once its last one ("Finished in state ...") has reached the server."""
     deadline = time.monotonic() + timeout
     while True:
-        logs = httpx.post(f"{api}/logs/filter", timeout=10, json={"logs": {"flow_run_id": {"any_": [run_id]}}}).json()
+        logs = api.post("/logs/filter", timeout=10, json={"logs": {"flow_run_id": {"any_": [run_id]}}}).json()
         if any(x["message"].startswith("Finished in state") for x in logs) or time.monotonic() > deadline:
             return logs
         time.sleep(0.5)
@@ -140,7 +181,7 @@ def _run(env: dict, *args: str) -> str:
 
 def test_release_triggered_like_the_ui(served):
     env, root = served
-    api = env["PREFECT_API_URL"]
+    api = operator(env)
     with worker(env, root / "worker.log"):
         spam = deployment(api, "spam-filter-training")
         assert Path(spam["parameters"]["spec_path"]).exists()
@@ -166,10 +207,10 @@ def test_release_triggered_like_the_ui(served):
         bad = _create_run(api, ra["id"], {"dataset": {"id": "x", "source": "/etc/passwd", "format": "csv"}})
         assert bad.status_code == 409 and "dataset" in bad.text
         # a run cannot set the worker's environment (test mode, another home) or its command
-        hostile = httpx.post(f"{api}/deployments/{ra['id']}/create_flow_run", timeout=10, json={
+        hostile = api.post(f"/deployments/{ra['id']}/create_flow_run", timeout=10, json={
             "parameters": {}, "job_variables": {"env": {"PRIVRELEASE_TEST_MODE": "1"}}})  # fmt: skip
         assert hostile.status_code == 422 and "'env' was unexpected" in hostile.text
-        dotted = httpx.post(f"{api}/deployments/{ra['id']}/create_flow_run", timeout=10, json={
+        dotted = api.post(f"/deployments/{ra['id']}/create_flow_run", timeout=10, json={
             "parameters": {}, "job_variables": {"env.PRIVRELEASE_TEST_MODE": "1"}})  # fmt: skip
         assert dotted.status_code == 422
         assert len(list((home / "releases" / "census-demo").iterdir())) == 1
@@ -185,14 +226,14 @@ def test_release_triggered_like_the_ui(served):
         # one the schema cannot state (k against the number of QI columns) fails the run at once, in one line
         wrong = _create_run(api, ra["id"], {"qi": ["age", "sex"], "k": 10}).json()["id"]
         assert _wait(api, wrong, root / "worker.log") == "FAILED"
-        message = httpx.get(f"{api}/flow_runs/{wrong}", timeout=10).json()["state"]["message"]
+        message = api.get(f"/flow_runs/{wrong}", timeout=10).json()["state"]["message"]
         assert message == "the release request is invalid: k must be between 1 and the number of QI columns (2), got 10."
         logs = _logs(api, wrong)
         assert [x["message"] for x in logs if x["level"] >= 40] == [message]  # once, without a traceback
         # one found only in the data (no MEWS width in the range fits these rows): once too, not per task
         infeasible = _create_run(api, deployment(api, "mews")["id"], {"t_lb": 0.5, "t_ub": 1.0}).json()["id"]
         assert _wait(api, infeasible, root / "worker.log") == "FAILED"
-        message = httpx.get(f"{api}/flow_runs/{infeasible}", timeout=10).json()["state"]["message"]
+        message = api.get(f"/flow_runs/{infeasible}", timeout=10).json()["state"]["message"]
         assert message.startswith("no width in t_range [0.5, 1.0] puts at least 2 tuples in every cell")
         assert [x["message"] for x in _logs(api, infeasible) if x["level"] >= 40] == [message]
         assert len(list((home / "releases" / "census-demo").iterdir())) == 2
@@ -202,14 +243,14 @@ def test_spam_training_deployment_runs_on_the_worker(served):
     """The demo's spam training (2048-bit keys, 2 users, 1,200 messages) as a deployment run: its
     parties in their own processes under the worker, each round a task, an mpc entry in the ledger."""
     env, root = served
-    api = env["PREFECT_API_URL"]
+    api = operator(env)
     home = Path(env["PRIVRELEASE_HOME"])
     spam = deployment(api, "spam-filter-training")
     with worker(env, root / "worker3.log"):
         run = _create_run(api, spam["id"], {})
         assert run.status_code == 201, run.text
         assert _wait(api, run.json()["id"], root / "worker3.log", 300) == "COMPLETED", (root / "worker3.log").read_text()[-3000:]
-        tasks = httpx.post(f"{api}/task_runs/filter", timeout=10, json={
+        tasks = api.post("/task_runs/filter", timeout=10, json={
             "flow_runs": {"id": {"any_": [run.json()["id"]]}}}).json()  # fmt: skip
     assert {"round-1", "round-2", "round-3"} <= {t["name"] for t in tasks}
     entries = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "spam-demo"]
@@ -220,7 +261,7 @@ def test_spam_training_deployment_runs_on_the_worker(served):
 def test_concurrent_runs_through_the_worker_never_exceed_the_cap(served):
     """Four n-gram releases of epsilon 1 at once against a cap of 2: two publish, two are refused."""
     env, root = served
-    api = env["PREFECT_API_URL"]
+    api = operator(env)
     home = Path(env["PRIVRELEASE_HOME"])
     Ledger(home / "privrelease.duckdb").set_budget("posts-demo", Budget(2.0, 1e-6))
     dpne = deployment(api, "dpne")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-import httpx
 import psycopg
 import pytest
 
@@ -18,7 +17,7 @@ from tests.conftest import REPO
 from tests.helpers import register
 from tests.test_outliers import planted
 from tests.test_pg import OUTLIERS
-from tests.test_server import BIN, _create_run, _run, _stop, _wait, deployment, running_server
+from tests.test_server import BIN, _create_run, _run, _stop, _wait, deployment, operator, running_server
 
 # The outliers request of tests/test_pg.py as the outlier-count form takes it.
 PARAMS = OUTLIERS["mechanism"]["params"]
@@ -40,7 +39,7 @@ def test_two_workers_with_different_homes_eight_runs_against_a_cap_of_five(tmp_p
     Ledger(homes[0] / "privrelease.duckdb").set_budget("sessions", Budget(5.0, 1e-3))
     database = {"PREFECT_API_DATABASE_CONNECTION_URL": pg_url.replace("postgresql://", "postgresql+asyncpg://", 1)}
     with running_server(tmp_path, database | shared) as env:
-        api = env["PREFECT_API_URL"]
+        api = operator(env)
         _run(env, "work-pool", "create", "privrelease", "--type", "process", "--base-job-template", "deploy/process-pool.json")
         _run(env, "--no-prompt", "deploy", "--name", "outlier-count")
         found = deployment(api, "outlier-count")
@@ -52,7 +51,7 @@ def test_two_workers_with_different_homes_eight_runs_against_a_cap_of_five(tmp_p
         try:
             runs = [_create_run(api, found["id"], FORM).json()["id"] for _ in range(8)]
             states = [_wait(api, run_id, tmp_path / "worker-0.log", 300) for run_id in runs]
-            messages = [httpx.get(f"{api}/flow_runs/{run_id}", timeout=10).json()["state"]["message"]
+            messages = [api.get(f"/flow_runs/{run_id}", timeout=10).json()["state"]["message"]
                         for run_id, state in zip(runs, states) if state == "FAILED"]  # fmt: skip
         finally:
             for worker, log in zip(workers, logs):

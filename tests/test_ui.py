@@ -13,7 +13,6 @@ import re
 import time
 from pathlib import Path
 
-import httpx
 from playwright.sync_api import Page, sync_playwright
 
 from tests.test_server import RELEASE_FORMS, _wait, deployment, worker
@@ -40,7 +39,7 @@ def _submit(page: Page, api: str, deployment_id: str, release_id: str, where: st
     page.get_by_role("button", name="Submit").click()
     clicks, deadline = 1, time.monotonic() + timeout
     while True:
-        runs = httpx.post(f"{api}/flow_runs/filter", timeout=10, json={
+        runs = api.post("/flow_runs/filter", timeout=10, json={
             "deployments": {"id": {"any_": [deployment_id]}}}).json()  # fmt: skip
         found = [r["id"] for r in runs if r["parameters"].get("release_id") == release_id]
         if found:
@@ -100,7 +99,7 @@ def _as_an_analyst(page: Page, api: str, root: Path, shots: Path) -> None:
     run_id = _submit(page, api, ra["id"], "ui-enhanced-ra", where)
     page.wait_for_url(re.compile(r"/deployments/deployment/[^/?]+(\?.*)?$"))  # back on the deployment's runs
     assert _wait(api, run_id, root / "worker-ui.log") == "COMPLETED", where
-    (artifact,) = httpx.post(f"{api}/artifacts/filter", timeout=10,
+    (artifact,) = api.post("/artifacts/filter", timeout=10,
                              json={"artifacts": {"flow_run_id": {"any_": [run_id]}}}).json()  # fmt: skip
     page.set_viewport_size({"width": 1280, "height": 1800})  # the whole report in one screenshot
     page.goto(f"{ui}/artifacts/artifact/{artifact['id']}")

@@ -1,0 +1,122 @@
+"""People and their roles: the accounts the gate (``gate/``) lets into Prefect's UI and API.
+
+An account is a name, one role and a password stored only as an Argon2id hash (argon2-cffi, its
+default parameters: salted, slow). Accounts live in the ledger's store (``core.store``): the home's
+DuckDB file, or PostgreSQL when the ledger is there, so every gate in front of one ledger knows the
+same people. The operator has no account: whoever runs the worker and this command on the host
+holds Prefect's own credential instead.
+
+- analyst: starts releases through the release forms, reads runs, logs and artifacts, cancels
+  their own runs;
+- auditor: reads runs, logs and artifacts, starts the ledger audit; starts no release;
+- steward: what an analyst may, and approves (or rejects) releases that wait for approval.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from core.errors import UserError
+from core.store import open_store
+
+ROLES = ("analyst", "auditor", "steward")
+REQUESTED_BY = "requested-by:"  # the tag the gate puts on every flow run it creates: who asked
+NAME = re.compile(r"^[a-z][a-z0-9._-]{0,62}$")
+MIN_PASSWORD = 12
+
+
+def requester(tags=()) -> str:
+    """Who asked for a run: the account the gate tagged it with, else this process's operating-system user
+    (a command the operator typed, or a run the operator started without the gate)."""
+    import getpass
+
+    named = [t.removeprefix(REQUESTED_BY) for t in tags if t.startswith(REQUESTED_BY)]
+    return named[0] if len(named) == 1 else getpass.getuser()
+
+
+class AccountError(UserError):
+    """An account command the user can correct (bad name, role or password, unknown account)."""
+
+
+@dataclass(frozen=True)
+class Account:
+    name: str
+    role: str
+    created: str
+    hash: str  # Argon2id, never shown
+
+
+def _hasher():
+    from argon2 import PasswordHasher
+
+    return PasswordHasher()
+
+
+def check_name(name: str) -> str:
+    if not NAME.match(name):
+        raise AccountError(f"account name {name!r} is not allowed: use 1-63 lower-case letters, digits, '.', '_' or '-', "
+                           "starting with a letter (it is shown in the ledger as who asked).")  # fmt: skip
+    return name
+
+
+def check_password(password: str) -> str:
+    if len(password) < MIN_PASSWORD:
+        raise AccountError(f"the password is too short: use at least {MIN_PASSWORD} characters.")
+    if "\n" in password or "\r" in password:
+        raise AccountError("the password may not contain a line break.")
+    return password
+
+
+class Accounts:
+    """The accounts table of the store behind ``db_path`` (or ``$PRIVRELEASE_LEDGER_URL``)."""
+
+    def __init__(self, db_path: Path):
+        self.store = open_store(db_path)
+
+    def add(self, name: str, role: str, password: str) -> Account:
+        check_name(name)
+        if role not in ROLES:
+            raise AccountError(f"role {role!r} is not one of {', '.join(ROLES)}.")
+        check_password(password)
+        account = Account(name, role, datetime.now(UTC).isoformat(timespec="seconds"), _hasher().hash(password))
+        with self.store.write() as con:
+            if con.execute("SELECT 1 FROM accounts WHERE name = ?", [name]).fetchall():
+                raise AccountError(f"account {name!r} exists already; remove it first to change its role or password.")
+            con.execute("INSERT INTO accounts (name, role, created, hash) VALUES (?, ?, ?, ?)",
+                        [account.name, account.role, account.created, account.hash])  # fmt: skip
+        return account
+
+    def remove(self, name: str) -> None:
+        with self.store.write() as con:
+            if not con.execute("SELECT 1 FROM accounts WHERE name = ?", [name]).fetchall():
+                raise AccountError(f"there is no account {name!r} (privrelease user list shows them).")
+            con.execute("DELETE FROM accounts WHERE name = ?", [name])
+
+    def all(self) -> list[Account]:
+        if not self.store.exists():
+            return []
+        with self.store.read() as con:
+            return [Account(*row) for row in con.execute("SELECT name, role, created, hash FROM accounts ORDER BY name").fetchall()]
+
+    def verify(self, name: str, password: str, known: dict[str, Account] | None = None) -> Account | None:
+        """The account if ``password`` is its password, else None (unknown names cost a hash too)."""
+        from argon2.exceptions import Argon2Error
+
+        accounts = known if known is not None else {a.name: a for a in self.all()}
+        account = accounts.get(name)
+        try:
+            _hasher().verify(account.hash if account else _decoy(), password)
+        except Argon2Error:
+            return None
+        return account
+
+
+@functools.cache
+def _decoy() -> str:
+    """A hash of a random password: an unknown name is checked against it, so it takes as long as a known one."""
+    return _hasher().hash(secrets.token_urlsafe(24))

@@ -1,0 +1,62 @@
+"""The operator's ``privrelease user`` commands: the people who reach Prefect's UI through the gate."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import sys
+from pathlib import Path
+
+from core import paths
+from core.accounts import ROLES, AccountError, Accounts
+
+
+def cmd_user_add(args: argparse.Namespace, root: Path) -> int:
+    if args.password_stdin:
+        if sys.stdin is None or sys.stdin.isatty():
+            raise AccountError("--password-stdin reads the password from standard input: pipe it in, e.g. "
+                               "`printf '%s\\n' \"$PASSWORD\" | privrelease user add NAME --role ROLE --password-stdin`.")  # fmt: skip
+        password, generated = sys.stdin.readline().rstrip("\r\n"), False
+    else:
+        password, generated = secrets.token_urlsafe(18), True
+    account = Accounts(paths.database(root)).add(args.name, args.role, password)
+    print(f"account {account.name} added with role {account.role}; it signs in to the UI as {account.name}:PASSWORD")
+    if generated:
+        print(f"password (shown once, keep it): {password}")
+    return 0
+
+
+def cmd_user_list(args: argparse.Namespace, root: Path) -> int:
+    accounts = Accounts(paths.database(root)).all()
+    if args.json:
+        print(json.dumps([{"name": a.name, "role": a.role, "created": a.created} for a in accounts], indent=2))
+        return 0
+    if not accounts:
+        print("no accounts yet; add one with: privrelease user add NAME --role analyst|auditor|steward --password-stdin")
+    for a in accounts:
+        print(f"{a.name:<24} {a.role:<8} added {a.created}")
+    return 0
+
+
+def cmd_user_remove(args: argparse.Namespace, root: Path) -> int:
+    Accounts(paths.database(root)).remove(args.name)
+    print(f"account {args.name} removed; the gate refuses it from now on")
+    return 0
+
+
+def add_parsers(sub) -> None:
+    users = sub.add_parser("user", help="the accounts that reach Prefect's UI through the gate (operator)")
+    usub = users.add_subparsers(dest="user_command", required=True)
+    p = usub.add_parser("add", help="add an account with one role")
+    p.add_argument("name")
+    p.add_argument("--role", required=True, choices=ROLES)
+    p.add_argument("--password-stdin", action="store_true",
+                   help="read the password from standard input (without it a random one is made and shown once)")
+    p.set_defaults(func=cmd_user_add)
+    p = usub.add_parser("list", help="accounts and their roles (never their passwords)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_user_list)
+    p = usub.add_parser("remove", help="remove an account")
+    p.add_argument("name")
+    p.set_defaults(func=cmd_user_remove)

@@ -1,0 +1,26 @@
+"""``python -m gate``: the gate on $PRIVRELEASE_PORT (default 4200) in front of Prefect's server at
+$PRIVRELEASE_PREFECT_URL, passing allowed calls on with the operator's $PREFECT_API_AUTH_STRING."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main() -> int:
+    import uvicorn
+
+    from gate.app import AUTH_ENV, UPSTREAM_ENV, create_app
+
+    missing = [name for name in (UPSTREAM_ENV, AUTH_ENV) if not os.environ.get(name)]
+    if missing:
+        print(f"the gate needs {' and '.join('$' + m for m in missing)} (make serve sets them)", file=sys.stderr)
+        return 2
+    host = os.environ.get("PRIVRELEASE_HOST", "127.0.0.1")
+    port = int(os.environ.get("PRIVRELEASE_PORT", "4200"))
+    uvicorn.run(create_app(), host=host, port=port, log_level="warning", ws="websockets-sansio")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""The gate: an ASGI app in front of Prefect's server that lets each person do their role's job.
+
+Every call carries HTTP Basic credentials (what Prefect's UI sends after its sign-in page, and its
+client with an auth string); the gate checks them against the accounts (``core.accounts``), finds
+the caller's rule in ``gate.policy`` and passes the call on to Prefect with the operator's
+credential, or refuses it: 401 without valid credentials where the route needs them, 403 naming
+the role and the route otherwise. Three calls are rewritten on the way:
+
+- starting a run (``create_flow_run``): only its parameters, name and scheduled time are kept; the
+  parameters are checked against the form's schema, the worker's settings (job variables) cannot
+  be set, and the run is tagged ``requested-by:<account>``, which the release flow records in the
+  ledger as who asked;
+- cancelling a run: only the caller's own, and only a cancellation;
+- approving a paused release (stewards): the approver's name is written into the approval.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+import time
+from pathlib import Path
+
+import anyio.to_thread
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
+
+from core.accounts import REQUESTED_BY, Account, Accounts
+from gate import policy
+
+UPSTREAM_ENV = "PRIVRELEASE_PREFECT_URL"  # Prefect's server, e.g. http://127.0.0.1:4201
+AUTH_ENV = "PREFECT_API_AUTH_STRING"  # the operator's credential for it
+HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding",
+       "upgrade", "host", "authorization", "cookie", "content-length", "x-http-method-override", "forwarded",
+       "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto"}  # fmt: skip
+REFUSED = "x-privrelease-gate-refused"  # on every answer the gate refused itself
+ACCOUNTS_TTL_S = 2.0  # a removed account is refused within this time
+SAFE_PATH = re.compile(r"/[A-Za-z0-9._~/-]*")  # what Prefect's routes and the UI's files use; nothing to re-encode
+PUBLIC_SETTINGS = {"server": {"ui": {"show_promotional_content": False}}}
+
+
+def _refuse(status: int, message: str) -> JSONResponse:
+    # no WWW-Authenticate header: the browser shows Prefect's own sign-in page, not its native dialog
+    return JSONResponse({"exception_message": message}, status_code=status, headers={REFUSED: "1"})
+
+
+class Gate:
+    def __init__(self, db_path: Path, upstream: str, operator_auth: str):
+        self.accounts = Accounts(db_path)
+        self.upstream = upstream.rstrip("/")
+        self.operator = {"authorization": "Basic " + base64.b64encode(operator_auth.encode()).decode()}
+        self.client = httpx.AsyncClient(base_url=self.upstream, timeout=httpx.Timeout(60.0, connect=10.0))
+        self._known: dict[str, Account] = {}
+        self._loaded = 0.0
+        self._verified: dict[bytes, str] = {}  # keyed digest of (name, password) -> the hash it matched
+        self._key = secrets.token_bytes(32)
+
+    # -- who is asking --------------------------------------------------------------------------
+
+    def _accounts(self) -> dict[str, Account]:
+        if time.monotonic() - self._loaded > ACCOUNTS_TTL_S:
+            self._known = {a.name: a for a in self.accounts.all()}
+            self._loaded = time.monotonic()
+        return self._known
+
+    async def who(self, request: Request) -> Account | None | bool:
+        """The caller's account; None without credentials; False for wrong ones."""
+        header = request.headers.get("authorization")
+        if header is None:
+            return None
+        scheme, _, token = header.partition(" ")
+        try:
+            name, sep, password = base64.b64decode(token.strip(), validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+        if scheme.lower() != "basic" or not sep:
+            return False
+        known = await anyio.to_thread.run_sync(self._accounts)
+        digest = hmac.new(self._key, f"{name}\0{password}".encode(), hashlib.sha256).digest()
+        account = known.get(name)
+        if account is not None and self._verified.get(digest) == account.hash:
+            return account  # checked before, and the account is unchanged: no second Argon2 hash
+        account = await anyio.to_thread.run_sync(self.accounts.verify, name, password, known)
+        if account is None:
+            return False
+        self._verified[digest] = account.hash
+        return account
+
+    # -- what Prefect knows of a deployment or a run ------------------------------------------------
+
+    async def _get(self, path: str) -> dict | None:
+        response = await self.client.get(path, headers=self.operator)
+        return response.json() if response.status_code == 200 else None
+
+    async def holds(self, condition: str, path: str, account: Account) -> bool:
+        resource = path.split("/")[3]
+        if condition in ("release-form", "audit-form"):
+            deployment = await self._get(f"/api/deployments/{resource}")
+            names = policy.RELEASE_FORMS if condition == "release-form" else (policy.AUDIT_FORM,)
+            return deployment is not None and deployment["name"] in names
+        run = await self._get(f"/api/flow_runs/{resource}")
+        if run is None:
+            return False
+        mine = f"{REQUESTED_BY}{account.name}" in run.get("tags", [])
+        if condition == "own-run":
+            return mine
+        if condition == "awaits-approval":
+            return not mine and run["state"]["type"] == "PAUSED"
+        raise AssertionError(f"unknown condition {condition}")
+
+    # -- rewriting what is passed on -----------------------------------------------------------------
+
+    @staticmethod
+    def rewrite(rule: policy.Rule, body: dict, account: Account) -> dict | str:
+        """The body passed on for a rule that acts; a string: why it is refused."""
+        if rule.route.endswith("/create_flow_run"):
+            parameters = body.get("parameters", {})
+            if not isinstance(parameters, dict):
+                return "parameters must be an object"
+            out: dict = {"parameters": parameters, "tags": [f"{REQUESTED_BY}{account.name}"],
+                         "enforce_parameter_schema": True}  # fmt: skip
+            if isinstance(body.get("name"), str):
+                out["name"] = body["name"]
+            state = body.get("state")
+            if isinstance(state, dict) and state.get("type") == "SCHEDULED":
+                details = state.get("state_details") or {}
+                out["state"] = {"type": "SCHEDULED", "state_details": {"scheduled_time": details.get("scheduled_time")}}
+            return out
+        if rule.route.endswith("/set_state"):
+            if (body.get("state") or {}).get("type") not in ("CANCELLING", "CANCELLED"):
+                return "you may only cancel your own runs"
+            return {"state": {"type": "CANCELLING", "message": f"cancelled by {account.name}"}}
+        if rule.route.endswith("/resume"):
+            run_input = body.get("run_input")
+            if not isinstance(run_input, dict):
+                return "an approval needs its form (approve or reject)"
+            return {"run_input": {**run_input, "approved_by": account.name}}
+        raise AssertionError(rule.route)
+
+    # -- the one entry point ---------------------------------------------------------------------------
+
+    async def __call__(self, request: Request) -> Response:
+        path = request.url.path
+        if not SAFE_PATH.fullmatch(path) or "//" in path or "/." in path:
+            return _refuse(400, "privrelease gate: malformed path")
+        account = await self.who(request)
+        if account is False:
+            return _refuse(401, "Unauthorized")
+        role = account.role if account else "anyone"
+        rule = policy.decide(role, request.method, path)
+        if rule is None:
+            if account is None and path.startswith("/api/"):
+                return _refuse(401, "Unauthorized")  # the API is for people: sign in first
+            return _refuse(403, f"privrelease gate: the {role} role may not {request.method} {path}")
+        if rule.answer == "settings":
+            return JSONResponse(PUBLIC_SETTINGS)
+        if rule.answer == "version":
+            import importlib.metadata
+
+            return JSONResponse(importlib.metadata.version("prefect"))
+        body = await request.body()
+        if rule.condition is not None:
+            assert account  # conditions are only on rows for people
+            if not await self.holds(rule.condition, path, account):
+                return _refuse(403, f"privrelease gate: the {role} role may not {request.method} {path} "
+                                    f"(it is not {rule.condition.replace('-', ' ')})")  # fmt: skip
+            try:
+                doc = json.loads(body or b"{}")
+            except ValueError:
+                return _refuse(422, "privrelease gate: the body is not JSON")
+            rewritten = self.rewrite(rule, doc if isinstance(doc, dict) else {}, account)
+            if isinstance(rewritten, str):
+                return _refuse(403, f"privrelease gate: {rewritten}")
+            body = json.dumps(rewritten).encode()
+        return await self.forward(request, path, body)
+
+    async def forward(self, request: Request, path: str, body: bytes) -> Response:
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP} | self.operator
+        headers.setdefault("accept-encoding", "identity")  # pass the body on as the caller can read it
+        if body:
+            headers["content-type"] = "application/json"
+        upstream = self.client.build_request(request.method, path, params=request.query_params, headers=headers,
+                                             content=body)  # fmt: skip
+        response = await self.client.send(upstream, stream=True)
+        out = {k: v for k, v in response.headers.items() if k.lower() not in HOP | {"content-length"}}
+        return StreamingResponse(response.aiter_raw(), status_code=response.status_code, headers=out,
+                                 background=_Close(response))  # fmt: skip
+
+
+class _Close:
+    """Close the upstream response once the client has it (a Starlette background task)."""
+
+    def __init__(self, response: httpx.Response):
+        self.response = response
+
+    async def __call__(self) -> None:
+        await self.response.aclose()
+
+
+async def _no_websockets(websocket: WebSocket) -> None:
+    """No rule names a websocket route: every one is closed before it is accepted (HTTP 403)."""
+    await websocket.close(code=1008)
+
+
+def create_app(home: Path | None = None, upstream: str | None = None, operator_auth: str | None = None) -> Starlette:
+    from core import paths
+
+    gate = Gate(paths.database(home or paths.home()), upstream or os.environ[UPSTREAM_ENV],
+                operator_auth if operator_auth is not None else os.environ[AUTH_ENV])  # fmt: skip
+    methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+    app = Starlette(routes=[WebSocketRoute("/{path:path}", _no_websockets), Route("/{path:path}", gate.__call__, methods=methods)])
+    app.state.gate = gate
+    return app
