@@ -102,8 +102,8 @@ def needs_approval(store: Store, release: Release, plan_: Plan) -> str | None:
     if found is None:
         return None
     share, threshold = found
-    return (f"this release takes {share:.1%} of dataset {release.dataset.id!r}'s remaining budget, more than the "
-            f"{threshold:.1%} its data steward lets a release take without approval")  # fmt: skip
+    return (f"this release takes {share:.1%} of the remaining budget of dataset {release.dataset.id!r}, more than "
+            f"the {threshold:.1%} its data steward lets a release take without approval")  # fmt: skip
 
 
 def approve(store: Store, release: Release, plan_: Plan, log: logging.Logger | logging.LoggerAdapter) -> None:

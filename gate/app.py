@@ -164,6 +164,9 @@ class Gate:
             return _refuse(403, f"privrelease gate: the {role} role may not {request.method} {path}")
         if rule.answer == "settings":
             return JSONResponse(PUBLIC_SETTINGS)
+        if rule.answer == "ui-settings":
+            settings = (await self.client.get("/ui-settings", headers=self.operator)).json()
+            return JSONResponse(settings | {"available_uis": ["v1"], "default_ui": "v1", "v2_base_url": None})
         if rule.answer == "version":
             import importlib.metadata
 

@@ -13,9 +13,11 @@ Conditions, checked by the gate against Prefect's own records (``gate.app``):
   only a cancellation is passed on;
 - ``awaits-approval``: the run is paused for a steward's approval and was not started by the caller.
 
-Rows marked ``answer`` are answered by the gate itself with public values and never reach Prefect:
-the UI asks for its server's settings and version on every page, but Prefect's ``/api/admin``
-routes (settings hold the database URL; others clear the database) are the operator's alone.
+Rows marked ``answer`` are answered by the gate itself with public values and never reach Prefect
+as asked: the UI asks for its server's settings and version on every page, but Prefect's
+``/api/admin`` routes (settings hold the database URL; others clear the database) are the
+operator's alone; and the UI's own settings are passed on without Prefect's second UI (v2), which
+this policy is not written for.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ def _reads(*routes: str, who: frozenset[str] = PEOPLE) -> list[Rule]:
 POLICY: tuple[Rule, ...] = (
     # -- the UI's shell: its pages, scripts, images and its own settings (no data) -------------------
     Rule(ANYONE, "GET", "/"),
-    Rule(ANYONE, "GET", "/ui-settings"),
+    Rule(ANYONE, "GET", "/ui-settings", answer="ui-settings"),
     Rule(ANYONE, "GET", "/assets/{file}"),
     Rule(ANYONE, "GET", "/ico/{file}"),
     Rule(ANYONE, "GET", "/{file}.svg"),
@@ -79,7 +81,7 @@ POLICY: tuple[Rule, ...] = (
         "POST /api/flow_runs/history", "GET /api/flow_runs/{id}", "GET /api/flow_runs/{id}/graph-v2",
         "GET /api/flow_runs/{id}/input/{key}", "GET /api/flow_run_states/",
         "POST /api/task_runs/filter", "POST /api/task_runs/count", "POST /api/task_runs/paginate",
-        "GET /api/task_runs/{id}", "GET /api/task_run_states/",
+        "GET /api/task_runs/{id}", "GET /api/task_run_states/", "POST /api/task_runs/history",
         "POST /api/logs/filter",
         "POST /api/artifacts/filter", "POST /api/artifacts/count", "POST /api/artifacts/latest/filter",
         "POST /api/artifacts/latest/count", "GET /api/artifacts/{id}", "GET /api/artifacts/{key}/latest",
@@ -87,6 +89,12 @@ POLICY: tuple[Rule, ...] = (
         "POST /api/ui/flows/count-deployments", "POST /api/ui/flows/next-runs",
         "POST /api/ui/task_runs/dashboard/counts", "POST /api/ui/task_runs/count",
         "POST /api/ui/schemas/validate",  # the run form checks its fields against the deployment's schema
+        "POST /api/flow_runs/lateness", "POST /api/saved_searches/filter", "POST /api/events/filter",
+        "GET /api/events/filter/next", "GET /api/automations/related-to/{resource}",
+        # the pool and its queue's health, as the dashboard and a deployment's page show them (no secrets: the
+        # job template fixes the worker's command and takes no variables)
+        "POST /api/work_pools/filter", "GET /api/work_pools/{name}", "GET /api/work_pools/{name}/queues/{queue}",
+        "POST /api/work_pools/{name}/queues/filter", "POST /api/work_pools/{name}/workers/filter",
     ),
     # -- acting: each role its own ---------------------------------------------------------------------
     Rule(SPENDERS, "POST", "/api/deployments/{id}/create_flow_run", condition="release-form"),

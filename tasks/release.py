@@ -32,7 +32,7 @@ class Approval(RunInput):
     """A data steward's answer to a release waiting for approval."""
 
     approve: bool = Field(description="approve: the release is charged and published; reject: nothing is charged")
-    approved_by: str = Field("", description="filled in by privrelease's gate with the steward's account")
+    approved_by: str = Field("", description="leave empty: privrelease's gate writes in your account")
 
 
 __all__ = ["approve", "charge", "load", "prepare", "privatize", "publish", "settle"]  # the steps core.pipeline.release runs

@@ -108,3 +108,22 @@ def pg_url(pg_server: str):
     store.close(url)
     with psycopg.connect(pg_server, autocommit=True) as con:
         con.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+PASSWORD = "correct horse battery"  # the test accounts' (tests/test_gate.py, tests/test_ui.py)
+
+
+@pytest.fixture(scope="session")
+def people(served):
+    """One account per role (and a second analyst), added as the operator does; clients through the gate."""
+    env, _ = served
+    from core.accounts import Accounts
+
+    accounts = Accounts(Path(env["PRIVRELEASE_HOME"]) / "privrelease.duckdb")
+    known = {a.name for a in accounts.all()}
+    for name, role in (("alice", "analyst"), ("vera", "analyst"), ("ada", "auditor"), ("sam", "steward")):
+        if name not in known:
+            accounts.add(name, role, PASSWORD)
+    from tests.test_server import person
+
+    return {name: person(env["PRIVRELEASE_GATE_URL"], name, PASSWORD) for name in ("alice", "vera", "ada", "sam")}

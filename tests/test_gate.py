@@ -17,27 +17,14 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from core.accounts import Accounts
+from core.accounting import Budget
 from core.ledger import Ledger
 from gate import policy
 from gate.app import REFUSED
-from tests.test_server import _wait, deployment, operator, person, worker
+from tests.conftest import PASSWORD
+from tests.test_server import _logs, _wait, deployment, operator, worker
 
-PASSWORD = "correct horse battery"
 DUMMY = "00000000-0000-4000-8000-000000000000"
-
-
-@pytest.fixture(scope="session")
-def people(served):
-    """One account per role (and a second analyst), added as the operator does; clients through the gate."""
-    env, _ = served
-    accounts = Accounts(Path(env["PRIVRELEASE_HOME"]) / "privrelease.duckdb")
-    known = {a.name for a in accounts.all()}
-    for name, role in (("alice", "analyst"), ("vera", "analyst"), ("ada", "auditor"), ("sam", "steward")):
-        if name not in known:
-            accounts.add(name, role, PASSWORD)
-    gate_url = env["PRIVRELEASE_GATE_URL"]
-    return {name: person(gate_url, name, PASSWORD) for name in ("alice", "vera", "ada", "sam")}
 
 
 def refused(response: httpx.Response) -> bool:
@@ -343,3 +330,53 @@ def test_the_ledger_names_who_asked(served, people):
         assert _wait(api, run["id"], root / "worker-requester.log") == "COMPLETED"
     (charge,) = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "vera-asked" and e.status == "reserved"]
     assert charge.requested_by == "vera"
+
+
+def _until(api: httpx.Client, run_id: str, states: tuple[str, ...], log: Path, timeout: float = 120) -> str:
+    deadline = time.monotonic() + timeout
+    while (state := api.get(f"/flow_runs/{run_id}").json()["state"]["type"]) not in states:
+        assert time.monotonic() < deadline, (state, log.read_text()[-3000:])
+        time.sleep(0.5)
+    return state
+
+
+def test_a_large_charge_waits_for_a_steward(served, people):
+    """A release above the steward's threshold pauses before its charge: the analyst cannot answer it,
+    nor can a steward answer their own; a rejection charges and publishes nothing; an approval does both,
+    and the ledger names who asked."""
+    env, root = served
+    api, log = operator(env), root / "worker-approval.log"
+    home = Path(env["PRIVRELEASE_HOME"])
+    ledger = Ledger(home / "privrelease.duckdb")
+    ledger.set_budget("posts-demo", Budget(20.0, 1e-5), approve_above=0.02)  # the form's default (epsilon 1) is 5%
+    dpne = deployment(api, "dpne")["id"]
+    try:
+        with worker(env, log):
+            rejected = people["alice"].post(f"/deployments/{dpne}/create_flow_run", json={"parameters": {"release_id": "big-1"}}).json()
+            assert _until(api, rejected["id"], ("PAUSED",), log) == "PAUSED"
+            assert not [e for e in ledger.entries() if e.release_id == "big-1"]  # nothing charged while it waits
+            for who in ("alice", "vera", "ada"):
+                answer = people[who].post(f"/flow_runs/{rejected['id']}/resume", json={"run_input": {"approve": True}})
+                assert refused(answer) and answer.status_code == 403, who
+            answer = people["sam"].post(f"/flow_runs/{rejected['id']}/resume", json={"run_input": {"approve": False}})
+            assert answer.status_code in (200, 201) and not refused(answer), answer.text
+            assert _until(api, rejected["id"], ("COMPLETED", "FAILED", "CRASHED"), log) == "FAILED"
+            message = api.get(f"/flow_runs/{rejected['id']}").json()["state"]["message"]
+            assert message.startswith("the data steward sam rejected this release") and "nothing was charged" in message
+            assert not [e for e in ledger.entries() if e.release_id == "big-1"]
+            assert not (home / "releases" / "posts-demo" / "big-1").exists()
+
+            approved = people["alice"].post(f"/deployments/{dpne}/create_flow_run", json={"parameters": {"release_id": "big-2"}}).json()
+            _until(api, approved["id"], ("PAUSED",), log)
+            assert people["sam"].post(f"/flow_runs/{approved['id']}/resume", json={"run_input": {"approve": True}}).status_code in (200, 201)
+            assert _wait(api, approved["id"], log) == "COMPLETED"
+            own = people["sam"].post(f"/deployments/{dpne}/create_flow_run", json={"parameters": {"release_id": "big-3"}}).json()
+            _until(api, own["id"], ("PAUSED",), log)
+            assert refused(people["sam"].post(f"/flow_runs/{own['id']}/resume", json={"run_input": {"approve": True}}))
+            assert people["sam"].post(f"/flow_runs/{own['id']}/set_state", json={"state": {"type": "CANCELLING"}}).status_code in (200, 201)
+            _until(api, own["id"], ("CANCELLED",), log)
+    finally:
+        ledger.set_budget("posts-demo", Budget(20.0, 1e-5))
+    (charge,) = [e for e in ledger.entries() if e.release_id == "big-2" and e.status == "reserved"]
+    assert charge.requested_by == "alice" and (home / "releases" / "posts-demo" / "big-2" / "manifest.json").exists()
+    assert "approved by the data steward sam" in [x["message"] for x in _logs(api, approved["id"])]

@@ -1,7 +1,12 @@
-"""The analyst's Prefect UI in a real browser (Debian's chromium, driven by Playwright) against a real
-`prefect server` with every deployment and a worker: each release form is typed fields (no JSON box,
-nothing of the operator's), a release filled in and submitted as an analyst does it completes and its
-report shows its chart, and a bound the form breaks is refused naming the field.
+"""Prefect's UI in a real browser (Debian's chromium, driven by Playwright), reached through privrelease's
+gate in front of a real `prefect server` with every deployment and a worker, as each role uses it:
+
+- the analyst signs in; each release form is typed fields (no JSON box, nothing of the operator's); a
+  release filled in and submitted completes, its report shows its chart and its ledger entry names
+  her; a bound the form breaks is refused naming the field; pages of the operator's show Prefect's
+  own error, not a broken page;
+- the auditor starts the ledger audit and reads its artifacts; Run on a release form is refused;
+- a release above the steward's threshold waits until a steward approves it in the UI.
 
 Screenshots go to $PRIVRELEASE_UI_SHOTS (docs/img refreshes the README's) or the test's own folder,
 which a failure names."""
@@ -15,13 +20,34 @@ from pathlib import Path
 
 from playwright.sync_api import Page, sync_playwright
 
-from tests.test_server import RELEASE_FORMS, _wait, deployment, worker
+from core.accounting import Budget
+from core.ledger import Ledger
+from tests.conftest import PASSWORD
+from tests.test_server import RELEASE_FORMS, _logs, _wait, deployment, operator, worker
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]  # fmt: skip
 JSON_BOX = ".p-code-input"  # Prefect's JSON editor (what a tagged union of objects renders as)
 OPERATOR = re.compile(r"^(home|source|spec_path|request|runner|dask_address|dask_workers|seed)\b")
+
+
+def sign_in(page: Page, ui: str, name: str) -> None:
+    """Prefect's own sign-in page, as the gate's accounts use it: NAME:PASSWORD in its one field."""
+    page.goto(f"{ui}/dashboard")
+    page.wait_for_url(re.compile(r"/login"))
+    box = page.locator("input[type=password]")
+    box.fill(f"{name}:{PASSWORD}")
+    box.press("Enter")
+    page.wait_for_url(re.compile(r"/dashboard"))
+
+
+def refusals(page: Page) -> list[str]:
+    """The gate's refusals the page receives from now on (method and path)."""
+    seen: list[str] = []
+    page.on("response", lambda r: seen.append(f"{r.request.method} {r.url.split('/api', 1)[-1]}")
+            if r.headers.get("x-privrelease-gate-refused") else None)  # fmt: skip
+    return seen
 
 
 def field(page: Page, name: str):
@@ -55,27 +81,33 @@ def _submit(page: Page, api: str, deployment_id: str, release_id: str, where: st
         time.sleep(0.5)
 
 
-def test_the_analysts_forms_runs_and_reports(served):
+def _in_browser(served, role: str, act) -> None:
     env, root = served
     shots = Path(os.environ.get("PRIVRELEASE_UI_SHOTS") or root / "ui")
     shots.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p, worker(env, root / "worker-ui.log"):
+    with sync_playwright() as p, worker(env, root / f"worker-ui-{role}.log"):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.set_default_timeout(30_000)
         try:
-            _as_an_analyst(page, env["PREFECT_API_URL"], root, shots)
+            act(page, env, root, shots)
         except BaseException:
-            page.screenshot(path=shots / "failure.png", full_page=True)
+            page.screenshot(path=shots / f"failure-{role}.png", full_page=True)
             print(f"screenshots of the browser test: {shots}")
             raise
         finally:
             browser.close()
 
 
-def _as_an_analyst(page: Page, api: str, root: Path, shots: Path) -> None:
-    ui = api.removesuffix("/api")
+def test_the_analysts_forms_runs_and_reports(served, people):
+    _in_browser(served, "analyst", _as_an_analyst)
+
+
+def _as_an_analyst(page: Page, env: dict, root: Path, shots: Path) -> None:
+    api, ui = operator(env), env["PRIVRELEASE_GATE_URL"]
     where = f"(screenshots in {shots})"
+    sign_in(page, ui, "alice")
+    refused = refusals(page)  # from here on: the sign-in page asks without credentials, and is told to sign in
     # every release deployment's form: typed fields, no JSON box, nothing of the operator's
     for name in RELEASE_FORMS:
         page.goto(f"{ui}/deployments/deployment/{deployment(api, name)['id']}/run")
@@ -98,7 +130,11 @@ def _as_an_analyst(page: Page, api: str, root: Path, shots: Path) -> None:
     page.screenshot(path=shots / "ui-form.png")
     run_id = _submit(page, api, ra["id"], "ui-enhanced-ra", where)
     page.wait_for_url(re.compile(r"/deployments/deployment/[^/?]+(\?.*)?$"))  # back on the deployment's runs
-    assert _wait(api, run_id, root / "worker-ui.log") == "COMPLETED", where
+    assert _wait(api, run_id, root / "worker-ui-analyst.log") == "COMPLETED", where
+    charges = [e for e in Ledger(Path(env["PRIVRELEASE_HOME"]) / "privrelease.duckdb").entries()
+               if e.release_id == "ui-enhanced-ra" and e.status == "reserved"]  # fmt: skip
+    assert [e.requested_by for e in charges] == ["alice"]
+    assert not refused, (refused, where)  # her pages asked for nothing the gate refuses
     (artifact,) = api.post("/artifacts/filter", timeout=10,
                              json={"artifacts": {"flow_run_id": {"any_": [run_id]}}}).json()  # fmt: skip
     page.set_viewport_size({"width": 1280, "height": 1800})  # the whole report in one screenshot
@@ -124,3 +160,89 @@ def _as_an_analyst(page: Page, api: str, root: Path, shots: Path) -> None:
     field(page, "epsilon").scroll_into_view_if_needed()
     page.screenshot(path=shots / "ui-error.png")
     assert "/run" in page.url, where  # still on the form: no run was created
+
+    # a page of the operator's: the gate refuses its calls, Prefect shows its own error, the UI goes on working
+    refused.clear()
+    page.goto(f"{ui}/blocks")
+    page.get_by_text("Oops. Something went wrong.").first.wait_for()
+    assert any(r.startswith("POST /block") for r in refused), refused
+    page.get_by_text("Deployments", exact=True).first.click()
+    page.get_by_role("link", name="dpne", exact=True).first.wait_for()
+
+
+def test_the_auditor_audits_and_starts_no_release(served, people):
+    _in_browser(served, "auditor", _as_the_auditor)
+
+
+def _quick_run(page: Page, ui: str, deployment_id: str) -> None:
+    page.goto(f"{ui}/deployments/deployment/{deployment_id}")
+    page.get_by_role("button", name="Run", exact=True).click()
+    page.get_by_text("Quick run").click()
+
+
+def _as_the_auditor(page: Page, env: dict, root: Path, shots: Path) -> None:
+    api, ui = operator(env), env["PRIVRELEASE_GATE_URL"]
+    sign_in(page, ui, "ada")
+    refused = refusals(page)
+    audit, dpne = deployment(api, "ledger-audit"), deployment(api, "dpne")
+    before = len(api.post("/flow_runs/filter", json={"deployments": {"id": {"any_": [dpne["id"]]}}}).json())
+    _quick_run(page, ui, dpne["id"])  # a release form: the gate refuses the run, Prefect shows its error
+    page.get_by_text("Oops. Something went wrong.").first.wait_for()
+    assert [r for r in refused if r.endswith("/create_flow_run")] == [f"POST /deployments/{dpne['id']}/create_flow_run"]
+    assert len(api.post("/flow_runs/filter", json={"deployments": {"id": {"any_": [dpne["id"]]}}}).json()) == before
+    _quick_run(page, ui, audit["id"])  # the ledger audit: started, and it runs
+    deadline = time.monotonic() + 60
+    mine = {"deployments": {"id": {"any_": [audit["id"]]}}, "flow_runs": {"tags": {"all_": ["requested-by:ada"]}}}
+    while not (runs := api.post("/flow_runs/filter", json=mine).json()):  # (its schedule makes runs of its own)
+        assert time.monotonic() < deadline, "the auditor's Quick run created no run"
+        time.sleep(0.5)
+    (run,) = runs
+    assert _wait(api, run["id"], root / "worker-ui-auditor.log") == "COMPLETED"
+    artifacts = {a["key"]: a for a in api.post("/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [run["id"]]}}}).json()}
+    page.goto(f"{ui}/artifacts/artifact/{artifacts['ledger-history']['id']}")  # every entry, with who asked
+    page.get_by_text("requested_by").first.wait_for()
+    page.screenshot(path=shots / "ui-audit.png")
+    assert [r for r in refused if not r.endswith("/create_flow_run")] == [], refused
+
+
+def test_a_large_release_waits_for_the_stewards_approval_in_the_ui(served, people):
+    _in_browser(served, "steward", _as_the_steward)
+
+
+def _as_the_steward(page: Page, env: dict, root: Path, shots: Path) -> None:
+    api, ui = operator(env), env["PRIVRELEASE_GATE_URL"]
+    ledger = Ledger(Path(env["PRIVRELEASE_HOME"]) / "privrelease.duckdb")
+    ledger.set_budget("posts-demo", Budget(20.0, 1e-5), approve_above=0.02)
+    try:
+        run = people_post(env, "alice", f"/deployments/{deployment(api, 'dpne')['id']}/create_flow_run",
+                          {"parameters": {"release_id": "ui-approved"}})  # fmt: skip
+        deadline = time.monotonic() + 120
+        while api.get(f"/flow_runs/{run['id']}").json()["state"]["type"] != "PAUSED":
+            assert time.monotonic() < deadline, (root / "worker-ui-steward.log").read_text()[-3000:]
+            time.sleep(0.5)
+        sign_in(page, ui, "sam")
+        refused = refusals(page)
+        page.goto(f"{ui}/runs/flow-run/{run['id']}")
+        page.get_by_role("button", name=re.compile("^Resume")).first.click()
+        page.get_by_text("Approve to charge and release it").wait_for()
+        page.screenshot(path=shots / "ui-approve.png")
+        switch = page.get_by_role("switch").first  # "approve"
+        switch.click()
+        assert switch.get_attribute("aria-checked") == "true"
+        page.get_by_role("button", name="Submit").click()
+        assert _wait(api, run["id"], root / "worker-ui-steward.log") == "COMPLETED"
+        assert not refused, refused
+    finally:
+        ledger.set_budget("posts-demo", Budget(20.0, 1e-5))
+    (charge,) = [e for e in ledger.entries() if e.release_id == "ui-approved" and e.status == "reserved"]
+    assert charge.requested_by == "alice"
+    assert "approved by the data steward sam" in [x["message"] for x in _logs(api, run["id"])]
+
+
+def people_post(env: dict, name: str, path: str, body: dict) -> dict:
+    """A call through the gate as ``name`` (what the UI's button would send)."""
+    import httpx
+
+    response = httpx.post(f"{env['PRIVRELEASE_GATE_URL']}/api{path}", json=body, auth=(name, PASSWORD), timeout=10)
+    assert response.status_code == 201, response.text
+    return response.json()
