@@ -37,7 +37,9 @@ def _run_release(request_path: Path, runner: dict) -> dict:
 
     request = spec.load(request_path)
     store = pipeline.Store.open()
-    pipeline.prepare(store, request)  # fail fast, before anything starts
+    bound, plan_ = pipeline.prepare(store, request)  # fail fast, before anything starts
+    if not prefect_api_url():  # without Prefect no steward can answer: a release needing approval is refused now
+        pipeline.approve(store, bound, plan_, logging.getLogger("privrelease"))
     os.environ.update({parallel.RUNNER_ENV: runner["runner"], parallel.WORKERS_ENV: str(runner["dask_workers"])})
     if runner["dask_address"]:
         os.environ[parallel.ADDRESS_ENV] = runner["dask_address"]
