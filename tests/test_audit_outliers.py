@@ -63,7 +63,7 @@ def outputs(params: o.Params, column: str, n: int, seed: int) -> tuple[np.ndarra
 
 @pytest.mark.parametrize(("params", "column"), CASES)
 def test_auditor_bound_stays_below_the_claim(test_mode, params, column):
-    n = runs(500, 40_000)  # ~2 ms a run; at make-test size the bounds are at 95% confidence, else 99.9%
+    n = runs(500, 20_000)  # ~2 ms a run; at make-test size the bounds are at 95% confidence, else 99.9%
     result = audit(*outputs(params, column, n, seed=1), params.epsilon, params.delta, 0.05 if n < 1000 else ALPHA)
     record(f"outliers {params.query} ({params.noise}), released {column}: epsilon={params.epsilon:g}, "
            f"delta={params.delta:g}, N={N}, k=1, one record of a tight pair moved to 10^6", result)  # fmt: skip
