@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
@@ -49,6 +49,7 @@ from core.schema import Needs
 NAME = "dpne"
 MAX_DELTA0 = 100_000  # a user's distinct n-grams per level; the threshold scans every count up to it
 UNIT_PARAM = "user_column"  # filled from the dataset's registered unit
+Cap = Annotated[int, Field(ge=1, le=MAX_DELTA0)]  # one delta0 value (Params checks it; the form's schema states it)
 
 
 class Params(StrictParams):
