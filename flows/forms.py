@@ -116,7 +116,7 @@ def mews_release(
     others: Literal["eds", "keep"] = "keep",
     k: Annotated[int | None, Field(ge=2)] = None,
     candidates: bounded(swapping.MEWSParams, "candidates") = 100,
-    singletons: Literal["merge", "suppress", "error"] = "merge",
+    singletons: Literal["merge", "suppress"] = "merge",
     release_id: ReleaseId = "",
 ) -> dict:
     """Swap values inside the cells of an equi-width grid (MEWS): every value moves by less than the
