@@ -311,3 +311,12 @@ def test_refusals_after_the_rows_are_read_say_nothing_about_them():
             except ParameterError as exc:
                 outcomes.append(str(exc))
         assert outcomes[0] == outcomes[1], outcomes
+    d = binormal(100, extra=False).assign(u=1.0, v=2.0)
+    d_prime = d.copy()
+    d.loc[0, "u"], d_prime.loc[0, "v"] = np.nan, np.nan  # which column holds the gap: not the analyst's to learn
+    texts = []
+    for frame in (d, d_prime):
+        with pytest.raises(ParameterError, match="missing values") as exc:
+            sw.MEWS.run(frame, mews(others="eds", k=5), seeded(0))
+        texts.append(str(exc.value))
+    assert texts[0] == texts[1], texts

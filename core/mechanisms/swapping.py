@@ -130,7 +130,8 @@ def _others(frame: pd.DataFrame, params: _Common, rng: np.random.Generator) -> d
             continue
         values = frame[column].to_numpy()
         if pd.isna(values).any():
-            raise ParameterError(f"column {column!r} outside the swap set has missing values; EDS needs complete columns")
+            raise ParameterError("a numeric column outside the swap set has missing values (the registered schema "
+                                 "says which may); EDS needs complete columns: use others: keep")  # fmt: skip
         out |= swap([column], rank_bins(values, params.k, rng), params.swap_mode, rng)
     return out
 
