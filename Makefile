@@ -5,7 +5,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint serve serve-pg bench clean
+.PHONY: demo test audit lint serve serve-pg bench clean
 
 $(STAMP): pyproject.toml requirements.lock.txt
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -31,6 +31,11 @@ serve-pg: $(STAMP)  # the same, with the ledger and Prefect's server on PostgreS
 test: $(STAMP)
 	bash scripts/system-deps.sh
 	$(VENV)/bin/python -m pytest
+
+audit: $(STAMP)  # the statistical privacy auditor's long run (10-30 min); its table goes in docs/PRIVACY-AUDIT.md
+	rm -f audit-results.md
+	PRIVRELEASE_AUDIT=1 PRIVRELEASE_AUDIT_REPORT=$(CURDIR)/audit-results.md $(VENV)/bin/python -m pytest tests/test_audit.py tests/test_audit_outliers.py -q
+	@echo "results: audit-results.md"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check core flows tasks gate tests bench

@@ -164,14 +164,37 @@ def discrete_laplace(rng: np.random.Generator, t: int, size: int) -> np.ndarray:
     return out
 
 
-def discrete_gaussian_units(rng: np.random.Generator, s2: int, size: int) -> np.ndarray:
-    """Exact N_Z(0, s2') with s2' >= s2 the least multiple of t = isqrt(s2) + 1 (Algorithm 3).
+def laplace_scale(s2: int) -> int:
+    """The Laplace scale t of Algorithm 3 for variance ``s2``: isqrt(s2) + 1 or isqrt(s2), whichever
+    divides s2 (every variance ``gaussian_variance_units`` returns is t(t-1) or t^2), so that c = s2/t
+    is an integer and the sampler's variance is s2 itself, not a second rounding of it."""
+    root = math.isqrt(s2)
+    for t in (root + 1, root):
+        if t >= 1 and s2 % t == 0:
+            return t
+    raise ValueError(f"variance {s2} is not t(t-1) or t^2; take it from gaussian_variance_units")
 
-    Making sigma^2/t an integer c keeps the acceptance exponent (|Y| - c)^2 / (2 t c) rational
-    with small integers; the variance only grows (by less than t), which only adds privacy.
+
+def _bernoulli_exp_square(rng: np.random.Generator, a: np.ndarray, den: int) -> np.ndarray:
+    """Exact Bernoulli(exp(-a^2/den)) per entry: a^2 in int64 where it fits, else split with Python
+    integers (|a| >= 2^31 would overflow; rare)."""
+    a = np.asarray(a, dtype=np.int64)
+    big = np.abs(a) >= 2**31
+    sq = np.where(big, 0, a) ** 2
+    whole, frac = sq // den, sq % den
+    for i in np.flatnonzero(big):
+        whole[i], frac[i] = divmod(int(a[i]) ** 2, den)
+    return _bernoulli_exp_split(rng, whole, frac, np.full(a.size, den))
+
+
+def discrete_gaussian_units(rng: np.random.Generator, s2: int, size: int) -> np.ndarray:
+    """Exact N_Z(0, s2) (Algorithm 3) for a variance s2 = t * c with t = ``laplace_scale(s2)``.
+
+    With sigma^2/t an integer c, the acceptance exponent (|Y| - c)^2 / (2 t c) is rational with small
+    integers; the variance drawn is exactly ``s2``, the one the accounting states.
     """
-    t = math.isqrt(s2) + 1
-    c = -(-s2 // t)
+    t = laplace_scale(s2)
+    c = s2 // t
     den = 2 * t * c
     if den >= 2**56:
         raise ValueError("noise std above 2^27.5 grid steps: outside the exact sampler's integer range")
@@ -179,20 +202,15 @@ def discrete_gaussian_units(rng: np.random.Generator, s2: int, size: int) -> np.
     todo = np.arange(size)
     while todo.size:
         y = discrete_laplace(rng, t, todo.size)
-        a = np.abs(y) - c
-        big = np.abs(a) >= 2**31  # a^2 would overflow int64: split it with Python integers (rare)
-        sq = np.where(big, 0, a) ** 2
-        whole, frac = sq // den, sq % den
-        for i in np.flatnonzero(big):
-            whole[i], frac[i] = divmod(int(a[i]) ** 2, den)
-        ok = _bernoulli_exp_split(rng, whole, frac, np.full(todo.size, den))
+        ok = _bernoulli_exp_square(rng, np.abs(y) - c, den)
         out[todo[ok]] = y[ok]
         todo = todo[~ok]
     return out
 
 
 def gaussian_variance_units(sigma: float, grid: float) -> int:
-    """The integer variance in grid units used for noise std ``sigma`` (never below (sigma/grid)^2)."""
+    """The integer variance in grid units used for noise std ``sigma`` (never below (sigma/grid)^2):
+    (sigma/grid)^2 rounded up to a multiple of t = isqrt + 1, so t(t-1) or t^2 (``laplace_scale``)."""
     s2 = math.ceil((Fraction(sigma) / Fraction(grid)) ** 2)  # exact: no float rounding below sigma^2
     t = math.isqrt(s2) + 1
     return t * -(-s2 // t)
@@ -300,9 +318,17 @@ def gaussian(rng: np.random.Generator, sigma: float, units: np.ndarray, unit: fl
 
 
 def gaussian_tail(rng: np.random.Generator, sigma: float, unit: float, threshold: float, size: int) -> np.ndarray:
-    """``unit * Z`` for Z ~ the same discrete Gaussian as ``gaussian`` conditioned on unit*Z > threshold
-    (threshold >= 0): proposal n0 + Geometric(exp(-n0/s2)), accepted with prob exp(-j^2/(2 s2)),
-    because exp(-(n0+j)^2/(2 s2)) = exp(-n0^2/(2 s2)) exp(-j n0/s2) exp(-j^2/(2 s2))."""
+    """``unit * Z`` for Z ~ the same discrete Gaussian N_Z(0, s2) as ``gaussian`` conditioned on
+    unit*Z > threshold (threshold >= 0, so Z >= n0 = floor(threshold/unit) + 1 >= 1). Both branches
+    are exact for every n0:
+
+    - n0 >= s (threshold at least one std): proposal n0 + Geometric(exp(-n0/s2)), accepted with prob
+      exp(-j^2/(2 s2)), because exp(-(n0+j)^2/(2 s2)) = exp(-n0^2/(2 s2)) exp(-j n0/s2) exp(-j^2/(2 s2));
+      j has mean about s2/n0 <= s, so it accepts often (about 0.6 at n0 = s) and j^2 is split into
+      Python integers where it passes int64.
+    - n0 < s (a threshold of 0 or below one std, e.g. eta = 0.5): the proposal's mean s2/n0 would be
+      far above s and almost never accepted, so draw N_Z(0, s2) itself and keep Z >= n0 (accepted
+      with probability P[Z >= s] > 0.15)."""
     s2 = gaussian_variance_units(sigma, unit)
     n0 = math.floor(threshold / unit) + 1
     if n0 < 1:
@@ -311,9 +337,14 @@ def gaussian_tail(rng: np.random.Generator, sigma: float, unit: float, threshold
     todo = np.arange(size)
     while todo.size:
         n = todo.size
-        j = _geometric(rng, n0, s2, n)
-        ok = bernoulli_exp(rng, j * j, np.full(n, 2 * s2))
-        out[todo[ok]] = n0 + j[ok]
+        if n0 * n0 < s2:
+            z = discrete_gaussian_units(rng, s2, n)
+            ok = z >= n0
+        else:
+            j = _geometric(rng, n0, s2, n)
+            ok = _bernoulli_exp_square(rng, j, 2 * s2)
+            z = n0 + j
+        out[todo[ok]] = z[ok]
         todo = todo[~ok]
     return out.astype(float) * unit
 

@@ -33,7 +33,7 @@ import pandas as pd
 import yaml
 from pydantic import ValidationError
 
-from core import paths
+from core import content, paths
 from core.db import quote_ident
 from core.errors import IngestError, SpecError, UserError
 from core.ids import check_id
@@ -295,11 +295,12 @@ class Registry:
                             "'privrelease dataset add' (see 'privrelease dataset list').")  # fmt: skip
         return _dataset(rows[0][:7]), _Private(*rows[0][7:])
 
-    def _refuse_duplicate(self, dataset_id: str, path: Path) -> None:
-        """One content, one id (and so one budget): the same path or the same bytes under another id,
-        also one that was dropped, is refused."""
-        other = self._query("SELECT DISTINCT id FROM datasets WHERE (source = ? OR source_digest = ?) AND id <> ?",
-                            [str(path), file_sha256(path), dataset_id])  # fmt: skip
+    def _refuse_duplicate(self, dataset_id: str, path: Path, parsed: str | None = None) -> None:
+        """One content, one id (and so one budget): the same path, the same bytes, or (once parsed) the
+        same table in any row or column order (``core.content``) under another id, also one that was
+        dropped, is refused. ``source_digest`` holds the content digest (bytes for older rows)."""
+        other = self._query("SELECT DISTINCT id FROM datasets WHERE (source = ? OR source_digest IN (?, ?)) AND id <> ?",
+                            [str(path), file_sha256(path), parsed or "", dataset_id])  # fmt: skip
         if other:
             raise SpecError(f"this source is already registered as dataset {other[0][0]!r}; one source has one "
                             "budget, so release it under that id.")  # fmt: skip
@@ -344,6 +345,8 @@ class Registry:
                 "SELECT " + ", ".join(f"CAST({quote_ident(n)} AS {_CAST[c.type]}) AS {quote_ident(n)}"
                                       for n, c in schema.columns.items()) + " FROM incoming"
             ).df()  # fmt: skip
+            parsed = content.digest(frame, {n: c.type for n, c in schema.columns.items()})
+            self._refuse_duplicate(dataset_id, path, parsed)
             if suite is not None:
                 from core.validate import load_suite, validate
 
@@ -361,7 +364,7 @@ class Registry:
             con.execute(
                 f"INSERT INTO datasets ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
                 [dataset_id, version, str(unit), purpose, fmt, delimiter, str(path), schema.model_dump_json(), suite,
-                 rows, registered, f"{dataset_id}/{snapshot.name}", file_sha256(snapshot), file_sha256(path)],
+                 rows, registered, f"{dataset_id}/{snapshot.name}", file_sha256(snapshot), parsed],
             )  # fmt: skip
             con.execute("UPDATE datasets SET snapshot = NULL, digest = NULL WHERE id = ? AND version < ?",
                         [dataset_id, version])  # fmt: skip

@@ -116,7 +116,7 @@ def mews_release(
     others: Literal["eds", "keep"] = "keep",
     k: Annotated[int | None, Field(ge=2)] = None,
     candidates: bounded(swapping.MEWSParams, "candidates") = 100,
-    singletons: Literal["merge", "suppress", "error"] = "merge",
+    singletons: Literal["merge", "suppress"] = "merge",
     release_id: ReleaseId = "",
 ) -> dict:
     """Swap values inside the cells of an equi-width grid (MEWS): every value moves by less than the
@@ -165,8 +165,8 @@ def dpne_release(
     epsilon: bounded(dpne.Params, "epsilon") = 1.0,
     delta: bounded(dpne.Params, "delta") = 1e-7,
     T: bounded(dpne.Params, "T") = 4,
-    delta0: Annotated[int, Field(ge=1)] = 10,
-    delta0_per_level: list[Annotated[int, Field(ge=1)]] = [],  # noqa: B006
+    delta0: dpne.Cap = 10,
+    delta0_per_level: list[dpne.Cap] = [],  # noqa: B006
     eta: bounded(dpne.Params, "eta") = 0.01,
     split: Literal["equal", "geometric"] = "equal",
     c: bounded(dpne.Params, "c") = None,
@@ -209,7 +209,7 @@ def outlier_count_release(
     k: bounded(outliers.Params, "k") = 3,
     r: bounded(outliers.Params, "r") = 0.2,
     epsilon: bounded(outliers.Params, "epsilon") = 0.5,
-    delta: bounded(outliers.Params, "delta") = 1e-6,
+    delta: outliers.CountDelta = 1e-6,
     standardize: list[ColumnScale] = LOGIN_SCALES,
     estimate: list[ColumnRange] = [],  # noqa: B006
     estimate_share: bounded(outliers.PrivateScale, "share") = 0.1,

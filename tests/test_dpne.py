@@ -330,3 +330,25 @@ def test_an_empty_release_is_explained_from_public_values():
     assert f"passes rho_1 = {acc.rho_1:.4g}" in out.report and f"at least {math.ceil(acc.rho_1)} users" in out.report
     full = dpne.run(phrase_corpus(3000), params(), seeded(2))
     assert not full.data.empty and "Nothing was released" not in full.report
+
+
+def test_zero_threshold_level_publishes_weights_on_the_noise_scale(test_mode):
+    """Finding 1 of the privacy review, end to end: eta = 0.5 and |S_2| >= |V_3| make rho_3 exactly 0.
+    Simulated zero-weight 3-grams got weights around 10^6 sigma_3 (the tail sampler overflowed), so
+    they stood out from held ones. Every released weight must now lie within a few sigma of what
+    users hold, and rho_3 prints as 0, not -0.0."""
+    frame = pd.DataFrame({"user": range(800), "text": ["alpha beta"] * 400 + ["beta gamma"] * 400})
+    p = dpne.Params(user_column="user", text_column="text", epsilon=4, delta=1e-6, T=3, delta0=5, eta=0.5,
+                    publish_weights=True)  # fmt: skip
+    seen_zero = False
+    for seed in range(6):
+        out = dpne.run(frame, p, noise.generator(seed))
+        rho = out.privacy["rho"]
+        sigma = dpne.accounting(p).sigmas[2]
+        level3 = out.data[out.data["n"] == 3]
+        assert (level3["noisy_weight"] < 12 * sigma).all(), level3  # nobody holds a 3-gram: weight 0 + noise
+        if rho[2] == 0.0:
+            seen_zero = True
+            assert math.copysign(1.0, rho[2]) == 1.0 and "-0.0" not in out.report
+    assert seen_zero
+    assert dpne.level_threshold(1.0, 5e-324, 1, 10**9) < 40  # an underflowing tail share: finite, not inf

@@ -176,3 +176,65 @@ def test_noise_below_the_lemmas_range_is_refused_with_the_bound():
         noise.check_shift(40.5, 1.0)
     with pytest.raises(ValueError, match="too small for the exact sampler"):
         noise.continuous_budget(1e-12, 1e-9, 10**4)
+
+
+@pytest.mark.parametrize("rho_in_sigmas", [0.0, 1e-9, 1e-4, 0.5, 0.999, 1.001])
+def test_tail_sampler_below_one_std_and_at_zero(test_mode, rho_in_sigmas):
+    """Finding 1 of the privacy review: with rho_k = 0 (eta = 0.5) or tiny, the old proposal's j*j
+    overflowed int64 and simulated zero-weight n-grams got weights around 10^6 sigma. The tail must
+    be the same law as the bulk sampler's conditioned on passing, for every threshold >= 0."""
+    sigma = 2.12
+    unit = noise.grid(sigma)
+    s = unit * math.sqrt(noise.gaussian_variance_units(sigma, unit))
+    rho = rho_in_sigmas * sigma
+    tail = noise.gaussian_tail(noise.generator(11), sigma, unit, rho, 4000)
+    assert (tail > rho).all() and tail.max() < rho + 8 * s
+    assert stats.kstest(tail, stats.truncnorm(rho / s, np.inf, scale=s).cdf).pvalue > ALARM
+    bulk = noise.gaussian(noise.generator(12), sigma, np.zeros(40_000, np.int64), unit)
+    passed = bulk[bulk > rho][:4000]  # the same law, conditioned on passing, drawn the slow way
+    assert stats.ks_2samp(tail, passed).pvalue > ALARM
+
+
+def test_tail_sampler_at_the_largest_std(test_mode):
+    """s near 2^27.5 grid steps (the integer range's top): j^2 passes int64 and is split exactly."""
+    unit = 1.0
+    sigma = 2.0**27.4
+    s = math.sqrt(noise.gaussian_variance_units(sigma, unit))
+    for rho in (0.0, 2.0 * sigma, 30.0 * sigma):
+        tail = noise.gaussian_tail(noise.generator(13), sigma, unit, rho, 2000)
+        assert (tail > rho).all() and tail.max() < rho + 8 * s
+        assert stats.kstest(tail, stats.truncnorm(rho / s, np.inf, scale=s).cdf).pvalue > ALARM
+
+
+def test_bulk_sampler_draws_exactly_the_stated_variance(test_mode, monkeypatch):
+    """Finding 2: ``gaussian`` must draw N_Z(0, s2) with s2 = gaussian_variance_units (what rho_1, the
+    tail probability and the zero-weight simulation use), not a second rounding of it. Algorithm 3
+    draws variance t*c with den = 2 t c, so the largest acceptance denominator tells the variance drawn."""
+    dens: list[int] = []
+    split = noise._bernoulli_exp_split
+
+    def spy(rng, whole, frac, den):
+        dens.append(int(np.asarray(den).reshape(-1)[0]) if np.size(den) else 0)
+        return split(rng, whole, frac, den)
+
+    monkeypatch.setattr(noise, "_bernoulli_exp_split", spy)
+    wrong = []
+    for sigma in np.geomspace(0.013, 977.0, 60):
+        unit = noise.grid(float(sigma))
+        dens.clear()
+        noise.gaussian(noise.generator(14), float(sigma), np.zeros(64, np.int64), unit)
+        stated = noise.gaussian_variance_units(float(sigma), unit)
+        if max(dens) != 2 * stated:  # the Laplace step's dens are t ~ s and 1, far below 2 s2
+            wrong.append(float(sigma))
+    assert wrong == []
+
+
+def test_discrete_gaussian_with_a_square_variance_has_that_variance(test_mode):
+    """s2 = t^2 (half of the variances gaussian_variance_units returns): the old bulk sampler drew
+    t(t+1) instead (20 for 16), which an exact-pmf test sees at small scale."""
+    s2 = 16
+    draws = noise.discrete_gaussian_units(noise.generator(15), s2, 60_000)
+    support = np.arange(-14, 15)
+    assert _chisquare(draws, support, _tail_weights(support, lambda k: math.exp(-k * k / (2 * s2)), 200)) > ALARM
+    with pytest.raises(ValueError, match="not t"):
+        noise.discrete_gaussian_units(noise.generator(15), 17, 10)  # neither t(t-1) nor t^2

@@ -171,3 +171,24 @@ def test_identifier_like_columns_are_named_for_the_steward(tmp_path: Path):
     frame = census(200).assign(ssn=[f"{i:09d}" for i in range(200)])
     ds = register(tmp_path / "home", frame)
     assert Registry(tmp_path / "home").identifiers(ds) == ["ssn"]
+
+
+def test_one_table_one_id_whatever_its_bytes(tmp_path: Path):
+    """Review finding 5: the same table with a blank line appended, its rows reversed, its columns
+    reordered, or as JSON lines, is the same content and is refused under a second id. A near-duplicate
+    (one row fewer) is a different table to this check: the steward's to watch (README)."""
+    home = tmp_path / "home"
+    table = census(60)
+    register(home, table, "a")
+    text = table.to_csv(index=False)
+    variants = {
+        "blank": text + "\n",
+        "reversed": table.iloc[::-1].to_csv(index=False),
+        "columns": table[table.columns[::-1]].to_csv(index=False),
+    }
+    for name, body in variants.items():
+        with pytest.raises(SpecError, match="already registered as dataset 'a'"):
+            register(home, body, f"b-{name}")
+    with pytest.raises(SpecError, match="already registered as dataset 'a'"):
+        register(home, table.sample(frac=1, random_state=1), "b-json", fmt="jsonl")
+    register(home, table.iloc[1:], "near")  # one row fewer: accepted (the README says so)

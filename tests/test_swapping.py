@@ -234,8 +234,8 @@ def test_edge_cases():
     wide = sw.MEWS.run(binormal(300, extra=False), mews(widths=100.0), seeded(0))
     assert wide.privacy["partition_degree"] == 1  # width >= range: one cell, a global swap
     tiny = binormal(300, extra=False)
-    with pytest.raises(ParameterError, match="alone in their cell"):
-        sw.MEWS.run(tiny, mews(widths=1e-6, singletons="error"), seeded(0))
+    with pytest.raises(ValueError, match="singletons: error is not offered"):
+        mews(widths=1e-6, singletons="error")
     with pytest.raises(ParameterError, match="every tuple is alone"):
         sw.MEWS.run(tiny, mews(widths=1e-6, singletons="merge"), seeded(0))
     with pytest.raises(ParameterError, match="no width in t_range"):
@@ -288,3 +288,35 @@ def test_check_catches_a_value_moved_out_of_its_cell():
     broken.loc[[i, j], "x"] = broken.loc[[j, i], "x"].to_numpy()  # still a permutation, but far
     with pytest.raises(Exception, match="moved further than its cell allows"):
         sw.MEWS.check(frame, sw.Result(broken, result.privacy, result.report), p)
+
+
+def test_refusals_after_the_rows_are_read_say_nothing_about_them():
+    """Review finding 3: with singletons: error, D gave "19 tuples are alone in their cell" and a
+    neighbour "18", texts the ledger kept, asked without limit (an sdc dataset has no cap). That
+    option is refused when the request is checked, and every refusal left after the read has the
+    same text on neighbouring tables (one record replaced)."""
+    with pytest.raises(ValueError, match="not offered"):
+        sw.MEWSParams(swap_set=["x", "y"], widths=0.1, singletons="error")
+    d = binormal(300, extra=False)
+    d_prime = d.copy()
+    d_prime.loc[0, ["x", "y"]] = [50.0, -50.0]  # one record replaced by an extreme one
+    requests = [mews(widths=1e-6, singletons="merge"), mews(widths=None, t_range=(1e-6, 2e-6)),
+                mews(widths=1e-6, singletons="suppress")]  # fmt: skip
+    for params in requests:
+        outcomes = []
+        for frame in (d, d_prime):
+            try:
+                sw.MEWS.run(frame, params, seeded(0))
+                outcomes.append("released")
+            except ParameterError as exc:
+                outcomes.append(str(exc))
+        assert outcomes[0] == outcomes[1], outcomes
+    d = binormal(100, extra=False).assign(u=1.0, v=2.0)
+    d_prime = d.copy()
+    d.loc[0, "u"], d_prime.loc[0, "v"] = np.nan, np.nan  # which column holds the gap: not the analyst's to learn
+    texts = []
+    for frame in (d, d_prime):
+        with pytest.raises(ParameterError, match="missing values") as exc:
+            sw.MEWS.run(frame, mews(others="eds", k=5), seeded(0))
+        texts.append(str(exc.value))
+    assert texts[0] == texts[1], texts

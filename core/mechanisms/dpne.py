@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
@@ -49,6 +49,7 @@ from core.schema import Needs
 NAME = "dpne"
 MAX_DELTA0 = 100_000  # a user's distinct n-grams per level; the threshold scans every count up to it
 UNIT_PARAM = "user_column"  # filled from the dataset's registered unit
+Cap = Annotated[int, Field(ge=1, le=MAX_DELTA0)]  # one delta0 value (Params checks it; the form's schema states it)
 
 
 class Params(StrictParams):
@@ -129,6 +130,15 @@ def accounting(params: Params) -> Accounting:
     units = [noise.grid(s) for s in sigmas]
     actual = units[0] * math.sqrt(noise.gaussian_variance_units(sigmas[0], units[0]))
     return Accounting(sigma_star, sigmas, dpsu_threshold(actual, params.caps[0], params.delta / 2) + units[0], units)
+
+
+def level_threshold(sigma: float, eta: float, previous: int, candidates: int) -> float:
+    """rho_k = sigma_k * Phi^-1(1 - eta * min(1, |S_k-1| / |V_k|)) >= 0; exactly 0 at eta = 0.5 when
+    |S_k-1| >= |V_k| (max() turns Phi^-1's -0.0 into 0.0, which prints as 0). The tail share is floored
+    at 1e-300 (rho_k <= 37 sigma_k): a tiny eta times a small ratio underflows to 0, whose rho_k would
+    be infinite and fail the run after the data was read."""
+    share = max(eta * min(1.0, previous / candidates), 1e-300)
+    return max(0.0, sigma * float(-scipy.special.ndtri(share)))
 
 
 def needs(params: Params, schema: tuple[str, ...]) -> Needs:
@@ -226,6 +236,17 @@ class Level:
     simulated: int  # zero-weight candidates that crossed rho_k (not released: depends on |supp H_k|)
 
 
+def threshold(rng: np.random.Generator, sigma: float, unit: float, rho: float, units: np.ndarray,
+              zero: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """One level's noise: the held candidates' noisy weights (true weights ``units`` in grid units; the
+    caller keeps those above ``rho``), and the weights of the ``zero`` zero-weight candidates that pass
+    rho: Binomial(zero, p) of them (p the tail probability), each from the tail law. The statistical
+    auditor (tests/auditor.py) calls this very function with one candidate per run."""
+    noisy = noise.gaussian(rng, sigma, units, unit)
+    passed = int(rng.binomial(zero, noise.tail_probability(sigma, unit, rho))) if zero else 0
+    return noisy, noise.gaussian_tail(rng, sigma, unit, rho, passed)
+
+
 def extract(frame: pd.DataFrame, params: Params, rng: np.random.Generator,
             snapshot: str | None = None) -> tuple[pd.DataFrame, list[Level]]:  # fmt: skip
     """Run DPNE; returns the released n-grams (ngram, n, noisy_weight) and the per-level accounting.
@@ -251,19 +272,15 @@ def extract(frame: pd.DataFrame, params: Params, rng: np.random.Generator,
                 levels += [Level(j, acc.sigmas[j - 1], math.nan, 0, 0, 0) for j in range(k, params.T + 1)]
                 break
             hist = weigh(partitions.map(partition_level, k, previous, params.pruning, cap, key), cap, unit)
-            noisy = noise.gaussian(rng, sigma, hist["units"].to_numpy(), unit)
-            if space is None:
-                rho, size, simulated = acc.rho_1, len(hist), []
-            else:
-                size = space.size
-                rho = sigma * float(-scipy.special.ndtri(params.eta * min(1.0, len(previous) / size)))
-                n_sim = int(rng.binomial(size - len(hist), noise.tail_probability(sigma, unit, rho)))
-                simulated = space.sample_outside(rng, n_sim, set(hist["gram"]))
+            size = len(hist) if space is None else space.size
+            rho = acc.rho_1 if space is None else level_threshold(sigma, params.eta, len(previous), size)
+            noisy, tail = threshold(rng, sigma, unit, rho, hist["units"].to_numpy(), size - len(hist))
+            simulated = space.sample_outside(rng, len(tail), set(hist["gram"])) if space is not None else []
             keep = noisy > rho
             out = pd.DataFrame({
                 "ngram": list(hist["gram"][keep]) + simulated,
                 "n": np.int32(k),
-                "noisy_weight": np.concatenate([noisy[keep], noise.gaussian_tail(rng, sigma, unit, rho, len(simulated))]),
+                "noisy_weight": np.concatenate([noisy[keep], tail]),
             }).sort_values("ngram", kind="stable")  # fmt: skip
             released.append(out)
             levels.append(Level(k, sigma, rho, size, len(out), len(simulated)))

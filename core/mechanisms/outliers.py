@@ -57,6 +57,7 @@ from core.schema import Needs
 NAME = "outliers"
 ROWS_PARAM = "rows"  # filled from the dataset's registration (N is public under the record unit)
 MAX_SUBSPACES = 20_000
+CountDelta = Annotated[float, Field(gt=0, lt=1)]  # a count's delta (Params checks it; the count form's schema states it)
 
 # -- parameters -------------------------------------------------------------------------------------
 

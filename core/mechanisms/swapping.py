@@ -25,7 +25,7 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from core.charts import Chart
 from core.errors import InternalError, ParameterError
@@ -70,7 +70,16 @@ class MEWSParams(_Common):
     t_range: tuple[float, float] | None = Field(None, description="[t_lb, t_ub]: candidate widths (scalar, in width_units)")
     width_units: Literal["sd", "absolute"] = Field("sd", description="widths in standard deviations or in the data's units")
     candidates: int = Field(100, ge=2, le=10_000, description="grid points tried on t_range")
-    singletons: Literal["merge", "suppress", "error"] = Field("merge", description="cells holding one tuple (explicit widths)")
+    singletons: Literal["merge", "suppress"] = Field("merge", description="cells holding one tuple (explicit widths)")
+
+    @field_validator("singletons", mode="before")
+    @classmethod
+    def _no_refusal_on_data(cls, value: object) -> object:
+        if value == "error":  # it refused after the rows were read, with how many tuples sat alone
+            raise ValueError("singletons: error is not offered: a refusal after the rows are read would tell the "
+                             "analyst about the table (whether, and how many, tuples sit alone in their cell), "
+                             "which no release shows; use merge or suppress")  # fmt: skip
+        return value
 
     @model_validator(mode="after")
     def _width_choice(self) -> MEWSParams:
@@ -121,7 +130,8 @@ def _others(frame: pd.DataFrame, params: _Common, rng: np.random.Generator) -> d
             continue
         values = frame[column].to_numpy()
         if pd.isna(values).any():
-            raise ParameterError(f"column {column!r} outside the swap set has missing values; EDS needs complete columns")
+            raise ParameterError("a numeric column outside the swap set has missing values (the registered schema "
+                                 "says which may); EDS needs complete columns: use others: keep")  # fmt: skip
         out |= swap([column], rank_bins(values, params.k, rng), params.swap_mode, rng)
     return out
 
@@ -234,10 +244,6 @@ class _MEWS:
             part = partition(cell_keys(values, widths))
             labels, span = part.labels, np.ones(len(widths), dtype=np.int64)
             lone = int((part.sizes == 1).sum())
-            if lone and params.singletons == "error":
-                raise ParameterError(
-                    f"{lone} tuples are alone in their cell with these widths; widen them, or set singletons: merge"
-                )
             if lone and params.singletons == "merge":
                 labels, merged, span = merge_singletons(values, widths, part)
             if lone and params.singletons == "suppress":
