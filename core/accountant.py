@@ -29,7 +29,7 @@ more spend: every cost is scaled up and K down by ``SLACK``.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 from typing import Literal
 
@@ -40,6 +40,7 @@ FAMILIES = ("gaussian", "laplace", "discrete_laplace", "permute_and_flip", "expo
 PURE = ("laplace", "discrete_laplace", "permute_and_flip", "exponential")
 CONVERSION_SHARE = Fraction(1, 10)  # of the cap's delta, for the Rényi region's conversion
 SLACK = 1e-9  # relative rounding towards more spend on every float figure
+EVENTS, CHARGE = "events", "charge"  # a charge's mode: counted by its events, or by its (epsilon, delta)
 
 
 def exact(amount: float) -> Fraction:
@@ -120,11 +121,19 @@ class Spend:
     ref: str  # the release id
     budget: Budget
     events: tuple[Event, ...] | None
+    mode: str = EVENTS  # how the filter counts it: by its events, or as one (epsilon, delta) part (CHARGE)
 
     @property
     def parts(self) -> tuple[Event, ...]:
-        """Its events; a charge without them is one part known only by its (epsilon, delta)."""
-        return self.events if self.events is not None else (approx(self.budget.epsilon, self.budget.delta, part="charge"),)
+        """What the filter counts: its events, or one part known only by its (epsilon, delta) as charged."""
+        if self.events is None or self.mode == CHARGE:
+            return (approx(self.budget.epsilon, self.budget.delta, part="charge"),)
+        return self.events
+
+    @property
+    def curve(self) -> tuple[Event, ...]:
+        """Its events when recorded (the reported PLD always uses the mechanism's own curve)."""
+        return self.events if self.events is not None else self.parts
 
     @property
     def gaussian(self) -> bool:
@@ -166,6 +175,23 @@ class Filter:
     def cost(self, spend: Spend) -> float:
         """A charge's cost in the Rényi region at this filter's order (rounded up)."""
         return sum(part_cost(e, self.alpha) for e in spend.parts) * (1 + SLACK) if self.alpha else math.inf
+
+    def mode(self, candidate: Spend) -> str:
+        """How a new charge is counted, fixed when it is admitted from its own parameters alone: by its
+        events when that takes a smaller share of the Rényi budget than its epsilon takes of the cap's
+        (a Gaussian release cheap in zCDP), else by its (epsilon, delta), which keeps the exact basic
+        region open to the history (a release whose curve gains little, or with no Gaussian part)."""
+        if candidate.events is None:
+            return CHARGE
+        if self.alpha is None or not candidate.gaussian:
+            return EVENTS  # without a Gaussian, its events never cost more than its charge
+        by_events = self.cost(candidate) / self.k if self.k > 0 else math.inf
+        return EVENTS if by_events < candidate.budget.epsilon / self.cap.epsilon else CHARGE
+
+    def admit(self, history: list[Spend], candidate: Spend) -> tuple[Decision, Spend]:
+        """The decision on ``candidate`` after ``history``, and the candidate in the mode it is counted in."""
+        counted = replace(candidate, mode=self.mode(candidate))
+        return self.check(history + [counted]), counted
 
     def check(self, history: list[Spend]) -> Decision:
         """Whether a history (the candidate last) lies in the filter's admissible set."""

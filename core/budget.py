@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
 from core import pld
-from core.accountant import Filter, Spend, events_of, exact, fits_more
+from core.accountant import CHARGE, EVENTS, Filter, Spend, events_of, exact, fits_more
 from core.accounting import Budget
 from core.chain import Entry
 
@@ -28,7 +28,9 @@ RULE = "filter-1"  # the admission rule recorded with each charge; entries witho
 
 
 def spend(entry: Entry) -> Spend:
-    return Spend(entry.release_id or f"#{entry.seq}", entry.budget, events_of(json.loads(entry.detail)))
+    detail = json.loads(entry.detail)
+    mode = (detail.get("admission") or {}).get("mode", CHARGE)  # entries before modes: by their charge
+    return Spend(entry.release_id or f"#{entry.seq}", entry.budget, events_of(detail), mode)
 
 
 def history(entries: list[Entry]) -> list[Spend]:
@@ -68,7 +70,7 @@ def account(entries: list[Entry], cap: Budget, cache_dir: Path | None = None) ->
                    float(sum((exact(s.budget.delta) for s in spends), Fraction(0))))  # fmt: skip
     tight = None
     if spends:
-        tight = pld.cached_epsilon([e for s in spends for e in s.parts], cap.delta, cache_dir)
+        tight = pld.cached_epsilon([e for s in spends for e in s.curve], cap.delta, cache_dir)
     over = bool(spends) and not f.check(spends).admitted
     return Account(f, basic, f.spent_epsilon(spends), tight, fits_more(f, spends, spends[-1]) if spends else None,
                    charges[-1].mechanism if charges else None, over)  # fmt: skip
@@ -117,7 +119,7 @@ def largest_epsilon(f: Filter, spends: list[Spend], make: Callable[[float], Spen
 
     def ok(eps: float) -> bool:
         s = make(eps)
-        return s is not None and f.check(spends + [s]).admitted
+        return s is not None and f.admit(spends, s)[0].admitted
 
     lo = high / 1e6
     if not ok(lo):
@@ -151,17 +153,21 @@ def replay(entries: list[Entry]) -> list[str]:
                 cap = e.budget
             if e.status != RESERVED or e.kind != "dp":
                 continue
-            spends.append(spend(e))
             recorded = json.loads(e.detail).get("admission")
             if cap is None:
                 problems.append(f"entry {e.seq} ({dataset}): a dp charge with no cap in force")
+                spends.append(spend(e))
             elif recorded is None:
+                spends.append(spend(e))
                 if sum((exact(s.budget.epsilon) for s in spends), Fraction(0)) > exact(cap.epsilon) or sum(
                         (exact(s.budget.delta) for s in spends), Fraction(0)) > exact(cap.delta):  # fmt: skip
                     problems.append(f"entry {e.seq} ({dataset}): basic composition exceeds the cap then in force")
             else:
-                d = Filter.of(cap).check(spends)
-                if not d.admitted or recorded.get("region") != d.region or recorded.get("rule") != RULE:
-                    problems.append(f"entry {e.seq} ({dataset}): recorded as admitted ({recorded.get('region')}) but "
-                                    f"the filter of the cap then in force gives {d.region or 'refused'}")  # fmt: skip
+                d, counted = Filter.of(cap).admit(spends, replace(spend(e), mode=EVENTS))
+                spends.append(spend(e))
+                if (not d.admitted or recorded.get("rule") != RULE or recorded.get("region") != d.region
+                        or recorded.get("mode") != counted.mode):  # fmt: skip
+                    problems.append(f"entry {e.seq} ({dataset}): recorded as admitted ({recorded.get('region')}, by its "
+                                    f"{recorded.get('mode')}) but the filter of the cap then in force gives "
+                                    f"{d.region or 'refused'} (by its {counted.mode})")  # fmt: skip
     return problems

@@ -160,8 +160,9 @@ class Ledger:
                 raise BudgetError(f"dataset {dataset!r} has {kinds.pop()} entries in the ledger; one dataset holds "
                                   f"one kind of release, not {kind}.")  # fmt: skip
             if kind == "dp":
-                decision = self._check_cap(con, dataset, cost, adjacency, detail)
-                detail = {**(detail or {}), "admission": {"rule": accounts.RULE, "region": decision.region}}
+                decision, counted = self._check_cap(con, dataset, cost, adjacency, detail)
+                detail = {**(detail or {}), "admission": {"rule": accounts.RULE, "region": decision.region,
+                                                          "mode": counted.mode}}  # fmt: skip
             self.store.lock_head(con)
             earlier = self._earlier(con, release_id, dataset, mechanism, params)  # the same id on another dataset
             if earlier is not None:
@@ -189,7 +190,8 @@ class Ledger:
         return Charge(first, earlier[-1].status)
 
     def _check_cap(self, con, dataset: str, cost: Budget, adjacency: str | None = None, detail: dict | None = None):
-        """The filter's decision on the history with this charge added; a refusal raises and explains itself."""
+        """The filter's decision on the history with this charge added, and the charge as counted (its mode);
+        a refusal raises and explains itself."""
         cap = self._cap(con, dataset)
         if cap is None:
             raise BudgetError(
@@ -204,11 +206,10 @@ class Ledger:
         f = Filter.of(cap)
         spends = accounts.history(rows(con, "WHERE dataset = ? AND status = ? AND kind = 'dp' ORDER BY seq",
                                        [dataset, RESERVED]))  # fmt: skip
-        candidate = Spend("this release", cost, events_of(detail or {}))
-        decision = f.check(spends + [candidate])
+        decision, counted = f.admit(spends, Spend("this release", cost, events_of(detail or {})))
         if not decision.admitted:
-            raise BudgetError(accounts.refusal(dataset, f, spends, candidate))
-        return decision
+            raise BudgetError(accounts.refusal(dataset, f, spends, counted))
+        return decision, counted
 
     def settle(self, release_id: str, status: str, detail: dict | None = None, flow_run_id: str | None = None) -> Entry:
         """Record a release's outcome. A failed release keeps its charge."""

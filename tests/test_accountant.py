@@ -98,8 +98,8 @@ def dpne_spend(eps: float = 1.0, delta: float = 1e-6, i: int = 0) -> acc.Spend:
 
 def admitted(f: acc.Filter, spend: acc.Spend) -> int:
     history = []
-    while f.check(history + [spend]).admitted:
-        history.append(spend)
+    while (decision := f.admit(history, spend))[0].admitted:
+        history.append(decision[1])
     return len(history)
 
 
@@ -161,3 +161,17 @@ def test_outlier_plans_state_their_parts():
     assert pure + eps <= 1.0 * 0.9 + 1e-6  # the standardization's Gaussian has the other tenth
     gauss = events[0]
     assert gaussian_epsilon(gauss.sigma, 1e-7 - 4 * 2 * 2.8e-87) <= 0.1  # its (eps, delta) is within its share
+
+
+def test_a_release_gaining_little_from_its_curve_is_counted_by_its_charge():
+    """A count with a private standardization: its Gaussian is a tenth of it; by its events it would
+    take a third of the Rényi budget, by its charge a fifth of the cap, so it is counted by its
+    charge and the exact basic region stays open: as many fit as basic composition admits."""
+    f = acc.Filter.of(Budget(5.0, 1e-5))
+    p = outliers.Params(k=5, r=1.0, epsilon=1.0, delta=1e-6, standardize={"bounds": {"a": [0, 1]}})
+    s = acc.Spend("c", Budget(1.0, 1e-6), acc.events_of(outliers.plan(p).detail))
+    assert s.gaussian and f.mode(s) == acc.CHARGE and f.mode(dpne_spend()) == acc.EVENTS
+    assert admitted(f, s) == 5
+    decision, counted = f.admit([], s)
+    assert decision.region == "basic" and counted.parts == (acc.approx(1.0, 1e-6, part="charge"),)
+    assert counted.curve == s.events  # the reported PLD still uses the mechanism's own curve

@@ -118,7 +118,7 @@ def test_verify_replays_every_admission(store, home):
     store.ledger.verify()  # the chain itself is intact
     (problem,) = store.ledger.replay()
     seq = store.ledger.entries()[-1].seq
-    assert problem.startswith(f"entry {seq} (posts): recorded as admitted (basic) but the filter")
+    assert problem.startswith(f"entry {seq} (posts): recorded as admitted (basic, by its None) but the filter of the cap then in force gives refused")
     r = run(home, "ledger", "verify")
     assert r.returncode == 3 and f"admission replay FAILED: entry {seq} (posts)" in r.stderr
 

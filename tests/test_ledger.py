@@ -136,7 +136,7 @@ def test_history_round_trips_through_json(ledger):
     charge(ledger, "r1", 0.25, 1e-7)
     entry = ledger.entries()[-1].as_dict()
     assert entry["params"] == {"x": 1}
-    assert entry["detail"] == {"sigma": 2.0, "admission": {"rule": "filter-1", "region": "basic"}}
+    assert entry["detail"] == {"sigma": 2.0, "admission": {"rule": "filter-1", "region": "basic", "mode": "charge"}}
     assert json.loads(json.dumps(entry)) == entry
 
 
