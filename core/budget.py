@@ -57,7 +57,7 @@ class Account:
                 "epsilon": self.filter_epsilon, "delta": f.cap.delta, "order": f.alpha,
                 "renyi_budget": f.k, "delta_for_conversion": float(f.delta_conv)},
             "pld": None if self.pld_epsilon is None else {
-                "epsilon": self.pld_epsilon, "delta": f.cap.delta, "discretization": pld.DISCRETIZATION},
+                "epsilon": self.pld_epsilon, "delta": f.cap.delta, "discretization": pld.discretization(self.basic.epsilon)},
             "next": None if self.like is None else {"like": self.like, "fits": self.fits},
         }  # fmt: skip
 
@@ -70,7 +70,8 @@ def account(entries: list[Entry], cap: Budget, cache_dir: Path | None = None) ->
                    float(sum((exact(s.budget.delta) for s in spends), Fraction(0))))  # fmt: skip
     tight = None
     if spends:
-        tight = pld.cached_epsilon([e for s in spends for e in s.curve], cap.delta, cache_dir)
+        tight = pld.cached_epsilon([e for s in spends for e in s.curve], cap.delta, cache_dir,
+                                   pld.discretization(basic.epsilon))  # fmt: skip
     over = bool(spends) and not f.check(spends).admitted
     return Account(f, basic, f.spent_epsilon(spends), tight, fits_more(f, spends, spends[-1]) if spends else None,
                    charges[-1].mechanism if charges else None, over)  # fmt: skip

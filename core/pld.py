@@ -1,11 +1,12 @@
 """The tight reported spend: a history's privacy-loss distribution (PLD) by Google's dp-accounting.
 
-Every event becomes its PLD (``dp_accounting.pld.privacy_loss_distribution``): a Gaussian or a
-Laplace mechanism's own, a discrete Laplace's, an eps-DP selection's as the worst eps-DP pair
+Every event becomes its PLD (``dp_accounting.pld.privacy_loss_distribution``): the Gaussians
+together as the one Gaussian they compose to, a Laplace mechanism's own, a discrete Laplace's, an eps-DP selection's as the worst eps-DP pair
 (``from_privacy_parameters(eps, 0)``), and an approx part's as the worst (eps, delta) pair. Equal
 events are grouped and self-composed, the groups composed, and epsilon read at the dataset's delta.
-All PLDs are pessimistic estimates on a grid of ``DISCRETIZATION`` in the privacy loss, so the
-epsilon reported is never below the true one (up to dp-accounting's own tail truncation).
+All PLDs are pessimistic estimates on a grid in the privacy loss (``DISCRETIZATION`` = 1e-4, coarser
+in proportion for histories beyond a basic epsilon of 50: ``discretization``), so the epsilon
+reported is never below the true one (up to dp-accounting's own tail truncation).
 
 This figure is *reported*, never used to admit: a filter that admits by composing PLDs is not valid
 when requests adapt to earlier outputs (docs/ACCOUNTING.md). A result is cached by the events'
@@ -22,16 +23,21 @@ from pathlib import Path
 
 from core.accountant import Event
 
-DISCRETIZATION = 1e-4  # value_discretization_interval of every PLD
+DISCRETIZATION = 1e-4  # value_discretization_interval of a PLD, for histories of up to 50 in basic epsilon
+
+
+def discretization(basic_epsilon: float) -> float:
+    """The interval for a history whose charges sum to ``basic_epsilon``: 1e-4, coarser in proportion
+    beyond a basic epsilon of 50 (the loss's range grows with it, and so would the time)."""
+    return DISCRETIZATION * max(1.0, basic_epsilon / 50)
 CACHE_NAME = "pld-cache.json"
 _MAX_CACHED = 512
 
 
-def _pld(event: Event, count: int):
+def _pld(event: Event, count: int, d: float):
     from dp_accounting.pld import common
     from dp_accounting.pld import privacy_loss_distribution as pl
 
-    d = DISCRETIZATION
     if event.family == "gaussian":
         one = pl.from_gaussian_mechanism(event.sigma, sensitivity=event.sensitivity, value_discretization_interval=d)
     elif event.family == "laplace":
@@ -48,9 +54,15 @@ def _pld(event: Event, count: int):
 
 
 def groups(events: list[Event]) -> list[tuple[Event, int]]:
-    """Equal events (``part`` ignored) merged: one event of count 1 and the total count."""
+    """Equal events (``part`` ignored) merged: one event of count 1 and the total count; all Gaussians
+    merged into one of sensitivity 1 and 1/sigma^2 = sum count Delta^2 / sigma^2, which is exact
+    (their composition is that one Gaussian: Dong, Roth & Su's GDP composition)."""
     total: Counter = Counter()
     first: dict[str, Event] = {}
+    gaussians = [e for e in events if e.family == "gaussian"]
+    if gaussians:
+        mu2 = sum(e.count * (e.sensitivity / e.sigma) ** 2 for e in gaussians)
+        events = [e for e in events if e.family != "gaussian"] + [Event("gaussian", sigma=1 / math.sqrt(mu2), sensitivity=1.0)]
     for e in events:
         key = json.dumps({**e.as_dict(), "count": 1, "part": ""}, sort_keys=True)
         total[key] += e.count
@@ -58,23 +70,23 @@ def groups(events: list[Event]) -> list[tuple[Event, int]]:
     return sorted(((first[k], n) for k, n in total.items()), key=lambda g: json.dumps(g[0].as_dict(), sort_keys=True))
 
 
-def epsilon(events: list[Event], delta: float) -> float:
-    """The PLD epsilon of all events composed, at ``delta`` (inf when none fits)."""
+def epsilon(events: list[Event], delta: float, interval: float = DISCRETIZATION) -> float:
+    """The PLD epsilon of all events composed, at ``delta`` (inf when none fits), on a grid of ``interval``."""
     if not events:
         return 0.0
     composed = None
     for event, count in groups(events):
-        one = _pld(event, count)
+        one = _pld(event, count, interval)
         composed = one if composed is None else composed.compose(one)
     eps = composed.get_epsilon_for_delta(delta)
     return float(eps) if math.isfinite(eps) else math.inf
 
 
-def cached_epsilon(events: list[Event], delta: float, cache_dir: Path | None) -> float:
+def cached_epsilon(events: list[Event], delta: float, cache_dir: Path | None, interval: float = DISCRETIZATION) -> float:
     """``epsilon``, read from and written to the cache file in ``cache_dir`` when given."""
     if cache_dir is None:
-        return epsilon(events, delta)
-    key = hashlib.sha256(json.dumps([[e.as_dict(), n] for e, n in groups(events)] + [delta, DISCRETIZATION],
+        return epsilon(events, delta, interval)
+    key = hashlib.sha256(json.dumps([[e.as_dict(), n] for e, n in groups(events)] + [delta, interval],
                                     sort_keys=True).encode()).hexdigest()  # fmt: skip
     path = cache_dir / CACHE_NAME
     try:
@@ -83,7 +95,7 @@ def cached_epsilon(events: list[Event], delta: float, cache_dir: Path | None) ->
         cache = {}
     if key in cache:
         return float(cache[key])
-    value = epsilon(events, delta)
+    value = epsilon(events, delta, interval)
     cache = dict(list(cache.items())[-(_MAX_CACHED - 1):]) | {key: value}
     try:
         tmp = path.with_suffix(".tmp")

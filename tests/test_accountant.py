@@ -58,8 +58,11 @@ def test_pld_cache_returns_what_it_computed(tmp_path):
     events = [acc.gaussian(SIGMA_1, count=10)]
     first = pld.cached_epsilon(events, 1e-5, tmp_path)
     assert (tmp_path / pld.CACHE_NAME).is_file()
-    assert pld.cached_epsilon([acc.gaussian(SIGMA_1)] * 10, 1e-5, tmp_path) == first  # equal events group alike
+    (tmp_path / pld.CACHE_NAME).write_text((tmp_path / pld.CACHE_NAME).read_text().replace(repr(first), "1.5"))
+    assert pld.cached_epsilon(events, 1e-5, tmp_path) == 1.5  # read back, not recomputed
     assert first == pld.epsilon(events, 1e-5)
+    # the Gaussians are composed exactly as one (GDP), so their grouping does not matter
+    assert pld.epsilon([acc.gaussian(SIGMA_1)] * 10, 1e-5) == pytest.approx(first, abs=1e-9)
 
 
 # -- conversions to zCDP --------------------------------------------------------------------------------
@@ -175,3 +178,11 @@ def test_a_release_gaining_little_from_its_curve_is_counted_by_its_charge():
     decision, counted = f.admit([], s)
     assert decision.region == "basic" and counted.parts == (acc.approx(1.0, 1e-6, part="charge"),)
     assert counted.curve == s.events  # the reported PLD still uses the mechanism's own curve
+
+
+def test_a_coarser_grid_for_long_histories_stays_pessimistic():
+    assert pld.discretization(10.0) == D and pld.discretization(500.0) == pytest.approx(10 * D)
+    events = [acc.gaussian(SIGMA_1, count=100)]
+    exact = gaussian_epsilon(SIGMA_1 / math.sqrt(100), 1e-4)
+    coarse = pld.epsilon(events, 1e-4, pld.discretization(100.0))
+    assert exact <= pld.epsilon(events, 1e-4) <= coarse <= exact + 100 * pld.discretization(100.0)

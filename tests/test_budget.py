@@ -85,7 +85,7 @@ def test_totals_show_basic_filter_and_pld_cross_checked(store):
     assert a.like == "dpne" and a.fits == acc.fits_more(a.filter, [acc.Spend("x", Budget(1, 1e-6), events[:3])] * 4,
                                                         acc.Spend("x", Budget(1, 1e-6), events[:3]))  # fmt: skip
     shown = t.as_dict()
-    assert shown["pld"] == {"epsilon": a.pld_epsilon, "delta": 1e-5, "discretization": pld.DISCRETIZATION}
+    assert shown["pld"] == {"epsilon": a.pld_epsilon, "delta": 1e-5, "discretization": 1e-4}
     assert shown["filter"]["epsilon"] == a.filter_epsilon and shown["next"] == {"like": "dpne", "fits": a.fits}
 
 
