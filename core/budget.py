@@ -90,8 +90,7 @@ def refusal(dataset: str, f: Filter, spends: list[Spend], candidate: Spend) -> s
     """Why a charge is refused, in public values: its cost, what is left, who spent the most."""
     d = f.check(spends)
     cost = candidate.budget
-    lines = [f"this release needs epsilon={cost.epsilon:.6g}, delta={cost.delta:.6g} but dataset {dataset!r} cannot "
-             f"take it under its cap (epsilon={f.cap.epsilon:.6g}, delta={f.cap.delta:.6g})."]  # fmt: skip
+    lines = [f"this release needs epsilon={cost.epsilon:.6g}, delta={cost.delta:.6g} but dataset {dataset!r} cannot take it."]
     if f.alpha is not None:
         approx_d = sum((exact(e.delta) * e.count for e in candidate.parts if e.family == "approx"), Fraction(0))
         lines.append(
@@ -102,7 +101,8 @@ def refusal(dataset: str, f: Filter, spends: list[Spend], candidate: Spend) -> s
         )
     room_d = f.delta_room if f.alpha is not None else exact(f.cap.delta)
     lines.append(f"By basic composition it has only epsilon={float(max(exact(f.cap.epsilon) - d.basic_epsilon, 0)):.6g}, "
-                 f"delta={float(max(room_d - d.basic_delta, 0)):.6g} left"
+                 f"delta={float(max(room_d - d.basic_delta, 0)):.6g} left of its cap (epsilon={f.cap.epsilon:.6g}, "
+                 f"delta={f.cap.delta:.6g})"
                  + (" (not open to releases with Gaussian noise)." if candidate.gaussian or
                     any(s.gaussian for s in spends) else "."))  # fmt: skip
     top = top_spenders(f, spends)

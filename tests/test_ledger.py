@@ -96,7 +96,7 @@ def test_no_float_residue_in_what_is_left(ledger):
     assert 9e-7 - (5e-8 + 6e-7 + 2.5e-7) > 0  # control: the residue is real in floating point
     with pytest.raises(BudgetError) as info:
         charge(ledger, "r3", 0.5, 1e-9)
-    assert "under its cap (epsilon=1, delta=1e-06)" in str(info.value)
+    assert "left of its cap (epsilon=1, delta=1e-06)" in str(info.value)
     assert "has only epsilon=0.25, delta=0 left" in str(info.value)
     assert ledger.totals()[0].remaining == Budget(0.25, 0.0)
     charge(ledger, "r4", 0.25, 0.0)  # exactly the rest of epsilon still fits
