@@ -80,6 +80,14 @@ def account(entries: list[Entry], cap: Budget, cache_dir: Path | None = None) ->
 # -- refusals ------------------------------------------------------------------------------------------
 
 
+def _down(x: float) -> str:
+    """``x`` to 3 significant digits, rounded down: what is left is never shown as more than it is."""
+    if x <= 0:
+        return "0"
+    step = 10 ** (math.floor(math.log10(x)) - 2)
+    return f"{math.floor(x / step * (1 + 1e-12)) * step:.3g}"
+
+
 def top_spenders(f: Filter, spends: list[Spend], n: int = 3) -> list[tuple[str, Budget, float]]:
     """The releases with the largest filter cost (ties: charged epsilon), as (id, charge, cost)."""
     ranked = sorted(spends, key=lambda s: (f.cost(s) if f.alpha else 0.0, exact(s.budget.epsilon)), reverse=True)
@@ -95,9 +103,9 @@ def refusal(dataset: str, f: Filter, spends: list[Spend], candidate: Spend) -> s
         approx_d = sum((exact(e.delta) * e.count for e in candidate.parts if e.family == "approx"), Fraction(0))
         lines.append(
             f"Admission filter (Rényi order {f.alpha:.3g}): it would cost {f.cost(candidate):.4g} of the "
-            f"{f.k:.4g} budget, of which {max(f.k - d.renyi_used, 0):.4g} is left, and delta {float(approx_d):.3g} "
+            f"{f.k:.4g} budget, of which {_down(f.k - d.renyi_used)} is left, and delta {float(approx_d):.3g} "
             f"of the {float(f.delta_room):.3g} for (epsilon, delta)-only parts, of which "
-            f"{float(max(f.delta_room - d.approx_delta, 0)):.3g} is left."
+            f"{_down(float(f.delta_room - d.approx_delta))} is left."
         )
     room_d = f.delta_room if f.alpha is not None else exact(f.cap.delta)
     lines.append(f"By basic composition it has only epsilon={float(max(exact(f.cap.epsilon) - d.basic_epsilon, 0)):.6g}, "
