@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field, model_validator
 
-from core import accountant, noise
+from core import noise
 from core.accounting import Budget, gaussian_sigma
 from core.errors import InternalError, ParameterError
 from core.mechanisms.base import DPCost, Plan, Result
@@ -47,6 +47,7 @@ from core.mechanisms.outliers_sensitivity import (
     cover_plan,
     global_std,
     gs_upper,
+    privacy_events,
     smooth_bound,
     smooth_epsilon_max,
     smooth_floor,
@@ -200,35 +201,9 @@ def plan(params: Params) -> Plan:
             "count": [a.count.epsilon, a.count.delta],
             "scale_epsilon": a.scale,
             "counts": a.counts,
-            "events": [e.as_dict() for e in events(params, a)],
+            "events": [e.as_dict() for e in privacy_events(params, a)],
         },
     )
-
-
-def events(params: Params, a: Allocation) -> list[accountant.Event]:
-    """The parts for the accountant. A private standardization is one Gaussian (sensitivity
-    normalized to 1) plus the sampler's slack; the top-h selection h permute-and-flip draws (pure
-    epsilon/h each); each count is known only by its (epsilon, delta) (Theorem 2's smooth-sensitivity
-    Gaussian, or the global one calibrated to the same share); each released noise std is a
-    discrete Laplace draw on its grid (charged even when the count uses global noise)."""
-    out = []
-    if isinstance(params.standardize, PrivateScale):
-        coords = 2 * len(params.standardize.bounds)  # at least 2d: every column in the subspace has bounds
-        s = gaussian_sigma(*noise.continuous_budget(a.standardize.epsilon, a.standardize.delta, coords))
-        out += [accountant.gaussian(s, 1.0, part="private standardization"), accountant.sampler_slack(coords)]
-    if a.select:
-        out.append(accountant.Event("permute_and_flip", params.h, epsilon=a.select / params.h, part="top-h selection"))
-    if a.counts:
-        s = params.standardize.share if isinstance(params.standardize, PrivateScale) else 0.0
-        eps = params.epsilon * (1 - s) * (params.count_share if params.query == "top_subspaces" else 1) / a.counts
-        out.append(accountant.approx(eps * (1 - params.scale_share), params.delta * (1 - s) / a.counts, a.counts,
-                                     part="outlier count (smooth or global sensitivity)"))  # fmt: skip
-        if a.scale > 0:
-            unit = noise.grid(beta(a.count.epsilon, a.count.delta) / a.scale)
-            step = math.ceil(beta(a.count.epsilon, a.count.delta) / unit) + 1
-            out.append(accountant.Event("discrete_laplace", a.counts, scale=math.ceil(step / a.scale), sensitivity=step,
-                                        part="released noise std (log scale)"))  # fmt: skip
-    return out
 
 
 # -- release -------------------------------------------------------------------------------------------
