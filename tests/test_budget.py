@@ -82,6 +82,15 @@ def test_totals_show_basic_filter_and_pld_cross_checked(store):
     events = [e for x in store.ledger.entries() if x.status == RESERVED for e in acc.events_of(json.loads(x.detail))]
     assert a.pld_epsilon == pytest.approx(pld.epsilon(events, 1e-5), abs=1e-12)
     assert a.pld_epsilon <= a.filter_epsilon <= 5.0 and a.filter_epsilon < t.spent.epsilon
+    # dp-accounting's own accountant on the Gaussians alone, at the cap's delta less the new-item deltas
+    # (a (0, d) part adds d to delta(eps)); the sampler's slack moves epsilon by 4 x 2.5e-7
+    from dp_accounting import GaussianDpEvent, SelfComposedDpEvent
+    from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
+
+    gauss = [e for e in events if e.family == "gaussian"]
+    reference = PLDAccountant(value_discretization_interval=1e-4)
+    reference.compose(SelfComposedDpEvent(GaussianDpEvent(gauss[0].sigma), sum(e.count for e in gauss)))
+    assert a.pld_epsilon == pytest.approx(reference.get_epsilon(1e-5 - 4 * 5e-7), abs=2e-3)
     assert a.like == "dpne" and a.fits == acc.fits_more(a.filter, [acc.Spend("x", Budget(1, 1e-6), events[:3])] * 4,
                                                         acc.Spend("x", Budget(1, 1e-6), events[:3]))  # fmt: skip
     shown = t.as_dict()
