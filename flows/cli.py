@@ -200,7 +200,8 @@ def cmd_history(args: argparse.Namespace, root: Path) -> int:
               f"{'status':<9} {'epsilon':>8} {'delta':>8}  detail")  # fmt: skip
     print(header)
     for e in entries:
-        detail = " ".join(f"{k}={v}" for k, v in json.loads(e.detail).items())
+        detail = " ".join(f"{k}={len(v)} parts" if k == "events" else f"{k}={v}"
+                          for k, v in json.loads(e.detail).items())  # the events in full: --json
         money = f"{e.epsilon:>8.4g} {e.delta:>8.2g}" if e.kind == "dp" or e.status == "cap" else f"{'-':>8} {'-':>8}"
         print(f"{e.seq:>4}  {e.ts[:19]:<19}  {e.dataset:<16} {e.release_id or '-':<34} {e.kind or '-':<4} "
               f"{e.mechanism or '-':<9} {e.status:<9} {money}  {detail}")  # fmt: skip
