@@ -34,6 +34,10 @@ class BudgetError(UserError):
     """The ledger refuses a charge: no cap set, or the cap would be exceeded."""
 
 
+class BudgetExhausted(BudgetError):
+    """The cap's admission filter refuses a charge (its message says what is left and who spent it)."""
+
+
 class ReleaseConflict(UserError):
     """A release id is reused for a different release."""
 

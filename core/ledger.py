@@ -33,7 +33,7 @@ from core import budget as accounts
 from core.accountant import Filter, Spend, events_of
 from core.accounting import Budget, compose_sigmas, gaussian_epsilon
 from core.chain import GENESIS, Entry, canonical, check_chain, insert, rows
-from core.errors import BudgetError, LedgerCorrupt, ReleaseConflict
+from core.errors import BudgetError, BudgetExhausted, LedgerCorrupt, ReleaseConflict
 from core.store import Store, open_store
 
 CAP, RESERVED, PUBLISHED, FAILED = "cap", "reserved", "published", "failed"
@@ -208,7 +208,7 @@ class Ledger:
                                        [dataset, RESERVED]))  # fmt: skip
         decision, counted = f.admit(spends, Spend("this release", cost, events_of(detail or {})))
         if not decision.admitted:
-            raise BudgetError(accounts.refusal(dataset, f, spends, counted))
+            raise BudgetExhausted(accounts.refusal(dataset, f, spends, counted))
         return decision, counted
 
     def settle(self, release_id: str, status: str, detail: dict | None = None, flow_run_id: str | None = None) -> Entry:

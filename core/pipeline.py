@@ -31,7 +31,7 @@ from core import faults, mechanisms, noise, paths
 from core import publish as _publish
 from core import spec as _spec
 from core.accountant import Spend, events_of
-from core.errors import BudgetError, ReleaseConflict, SpecError, UserError
+from core.errors import BudgetExhausted, ReleaseConflict, SpecError, UserError
 from core.ledger import FAILED, PUBLISHED, Charge, Ledger
 from core.mechanisms.base import DPCost, Plan, Result
 from core.registry import Registry
@@ -89,8 +89,8 @@ def prepare(store: Store, request: ReleaseRequest) -> tuple[Release, Plan]:
     if isinstance(plan_.cost, DPCost):
         try:
             store.ledger.admit(dataset.id, plan_.cost.budget, plan_.detail)
-        except BudgetError as exc:
-            raise BudgetError(f"{exc} {largest_fit(store.ledger, dataset.id, module, release.params)}") from None
+        except BudgetExhausted as exc:
+            raise BudgetExhausted(f"{exc} {largest_fit(store.ledger, dataset.id, module, release.params)}") from None
     return release, plan_
 
 
