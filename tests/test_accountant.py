@@ -186,3 +186,45 @@ def test_a_coarser_grid_for_long_histories_stays_pessimistic():
     exact = gaussian_epsilon(SIGMA_1 / math.sqrt(100), 1e-4)
     coarse = pld.epsilon(events, 1e-4, pld.discretization(100.0))
     assert exact <= pld.epsilon(events, 1e-4) <= coarse <= exact + 100 * pld.discretization(100.0)
+
+
+def _workloads() -> dict[str, acc.Spend]:
+    count = outliers.Params(k=5, r=1.0, epsilon=0.5, delta=1e-6, standardize=False)
+    top = outliers.Params(query="top_subspaces", k=5, r=1.0, epsilon=1.0, delta=1e-6, h=3, c=1, standardize=False)
+    private = outliers.Params(k=5, r=1.0, epsilon=1.0, delta=1e-6, standardize={"bounds": {"a": [0, 1]}})
+    return {
+        "dpne": dpne_spend(),
+        "dpne-small": dpne_spend(0.3, 1e-7),
+        "count": acc.Spend("c", Budget(0.5, 1e-6), acc.events_of(outliers.plan(count).detail)),
+        "top": acc.Spend("t", Budget(1.0, 1e-6), acc.events_of(outliers.plan(top).detail)),
+        "private": acc.Spend("p", Budget(1.0, 1e-6), acc.events_of(outliers.plan(private).detail)),
+        "legacy": acc.Spend("l", Budget(0.7, 2e-7), None),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_workloads()))
+def test_what_fits_is_what_is_admitted_and_never_below_the_tight_figure(name):
+    """``fits_more`` (what totals report) counts exactly the releases admitted one by one; the filter
+    never admits fewer than basic composition within its delta room; what it certifies is at most the
+    cap and never below the PLD figure of the same history."""
+    f = acc.Filter.of(Budget(5.0, 1e-5))
+    s = _workloads()[name]
+    history = []
+    for _ in range(2):
+        history.append(f.admit(history, s)[1])
+    expected = acc.fits_more(f, history, history[-1])
+    assert admitted_after(f, history, s) == expected
+    full = history + [f.admit(history, s)[1]] * expected
+    by_basic = min(math.floor(5.0 / s.budget.epsilon + 1e-9), math.floor(9e-6 / s.budget.delta + 1e-9))
+    assert len(full) >= by_basic
+    certified = f.spent_epsilon(full)
+    tight = pld.epsilon([e for x in full for e in x.curve], 1e-5)
+    assert tight <= certified + 1e-9 and certified <= 5.0 + 1e-9
+
+
+def admitted_after(f: acc.Filter, history: list[acc.Spend], spend: acc.Spend) -> int:
+    n, history = 0, list(history)
+    while (decision := f.admit(history, spend))[0].admitted:
+        history.append(decision[1])
+        n += 1
+    return n
