@@ -11,7 +11,9 @@ number of such draws or compositions inside the part. The events are stored in t
 Admission (docs/ACCOUNTING.md gives the argument and its sources) is a privacy *filter*, valid
 when every request is chosen after seeing earlier releases. From the cap (epsilon_c, delta_c) it
 fixes, before any release, a conversion share ``delta_conv`` = delta_c / 10 and one Rényi order
-``alpha``; a history is admitted if it lies in one of two regions:
+``alpha``. Each charge is counted by its events, or (its mode, fixed when it is admitted from its
+own parameters: ``Filter.mode``) as one approx part at its charged (epsilon, delta). A history is
+admitted if it lies in one of two regions:
 
 * the Rényi region: sum of approx deltas <= delta_c - delta_conv, and
   sum over parts of cost_alpha <= K = epsilon_c - (ln(1/delta_conv) + ln c_alpha) / (alpha - 1),
@@ -19,7 +21,7 @@ fixes, before any release, a conversion share ``delta_conv`` = delta_c / 10 and 
   discrete Gaussian satisfies too), min(eps, alpha * eps^2 / 2) for a pure eps-DP part (eps^2 / 8 for
   the exponential mechanism, a bounded-range one) and eps for an approx part (its delta above);
   c_alpha = (1 - 1/alpha)^(alpha - 1) / alpha is Canonne, Kamath & Steinke's conversion constant;
-* the basic region, for histories without any Gaussian part: the charges' epsilons sum to at most
+* the basic region, for histories with no part counted as a Gaussian: the charges' epsilons sum to at most
   epsilon_c and their deltas to at most delta_c - delta_conv, summed exactly (``Fraction``).
 
 With delta_c = 0 only the basic region exists, with all of the cap. Floats are rounded towards
