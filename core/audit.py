@@ -24,15 +24,27 @@ class Audit:
         status = "**intact**" if self.problem is None else f"**BROKEN**: {self.problem}"
         rows = "\n".join(
             f"| {t.dataset} | {t.kind or '-'} | {_pair(t.cap)} | {_pair(t.spent)} | {_pair(t.remaining)} | "
-            f"{'-' if t.gdp_epsilon is None else f'{t.gdp_epsilon:.4g}'} | {t.published} / {t.failed} / {t.pending} |"
+            f"{'-' if t.gdp_epsilon is None else f'{t.gdp_epsilon:.4g}'} | {_accountant(t)} | {t.published} / {t.failed} / {t.pending} |"
             for t in self.totals
         )
         picture = f"\n\nBudget spent over time: `{chart}`\n" if chart else ""
         return (
             f"# Ledger audit\n\nHash chain: {status} ({len(self.entries)} entries).\n\n"
-            "| dataset | kind | cap (eps / delta) | spent | remaining | GDP eps | published / failed / pending |\n"
-            "|---|---|---|---|---|---|---|\n" + rows + picture
+            "| dataset | kind | cap (eps / delta) | spent | remaining | GDP eps | filter eps | PLD eps | next release "
+            "| published / failed / pending |\n|---|---|---|---|---|---|---|---|---|---|\n" + rows + picture
+            + "\n\nspent: basic composition; filter eps: what the admission filter certifies at the cap's delta; PLD eps: "
+            "dp-accounting's tight figure at the cap's delta (reported only); next release: how many more like the "
+            "last one the filter admits.\n"
         )
+
+
+def _accountant(t: Totals) -> str:
+    a = t.account
+    if a is None:
+        return "- | - | -"
+    flt = "-" if a.filter_epsilon is None else f"{a.filter_epsilon:.4g}"
+    tight = "-" if a.pld_epsilon is None else f"{a.pld_epsilon:.4g}"
+    return f"{flt} | {tight} | {'-' if a.like is None else f'{a.like} fits {a.fits} more'}"
 
 
 def _pair(budget) -> str:
@@ -44,7 +56,8 @@ def audit(ledger: Ledger, releases_root: Path) -> Audit:
     try:
         ledger.verify(releases_root)
         ledger.anchor()  # the audit pins the head it checked, outside the database
-        problem = None
+        replayed = ledger.replay()
+        problem = None if not replayed else "admission replay: " + "; ".join(replayed)
     except LedgerCorrupt as exc:
         problem = f"entry {exc.seq}: {exc}"
     return Audit(ledger.entries(), ledger.totals(), problem)

@@ -65,6 +65,8 @@ class Entry:
         out = asdict(self)
         out["params"] = json.loads(self.params)
         out["detail"] = json.loads(self.detail)
+        if self.kind in ("sdc", "mpc"):  # no epsilon is claimed for them: none is shown, not 0
+            out["epsilon"] = out["delta"] = None
         return out
 
 

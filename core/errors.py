@@ -38,6 +38,10 @@ class ApprovalError(UserError):
     """A release that needs a data steward's approval did not get it (or cannot wait for it here)."""
 
 
+class BudgetExhausted(BudgetError):
+    """The cap's admission filter refuses a charge (its message says what is left and who spent it)."""
+
+
 class ReleaseConflict(UserError):
     """A release id is reused for a different release."""
 

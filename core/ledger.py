@@ -29,9 +29,11 @@ from fractions import Fraction
 from pathlib import Path
 
 from core import anchors, lease
+from core import budget as accounts
+from core.accountant import Filter, Spend, events_of
 from core.accounting import Budget, compose_sigmas, gaussian_epsilon
 from core.chain import GENESIS, Entry, canonical, check_chain, insert, rows
-from core.errors import BudgetError, LedgerCorrupt, ReleaseConflict
+from core.errors import BudgetError, BudgetExhausted, LedgerCorrupt, ReleaseConflict
 from core.store import Store, open_store
 
 CAP, RESERVED, PUBLISHED, FAILED = "cap", "reserved", "published", "failed"
@@ -59,17 +61,22 @@ class Totals:
     failed: int
     pending: int
     gdp_epsilon: float | None = None  # the tighter total when every charge is a Gaussian-DP release
+    account: accounts.Account | None = None  # the filter's and the PLD figures (a dp dataset with a cap)
 
     @property
     def remaining(self) -> Budget | None:
+        """What basic composition leaves: the cap less the charges (the deltas' room is the filter's)."""
         if self.cap is None or self.spent is None:
             return None
+        room = self.account.filter.delta_room if self.account and self.account.filter.alpha else _exact(self.cap.delta)
         return Budget(float(max(_exact(self.cap.epsilon) - _exact(self.spent.epsilon), 0)),
-                      float(max(_exact(self.cap.delta) - _exact(self.spent.delta), 0)))
+                      float(max(room - _exact(self.spent.delta), 0)))
 
     @property
     def over_cap(self) -> bool:
-        """Whether the spend already exceeds the cap (after a cap was lowered), compared exactly."""
+        """Whether the history is already outside the cap's admission filter (after a cap was lowered)."""
+        if self.account is not None:
+            return self.account.over_cap
         return self.cap is not None and self.spent is not None and (
             _exact(self.spent.epsilon) > _exact(self.cap.epsilon) or _exact(self.spent.delta) > _exact(self.cap.delta))
 
@@ -84,6 +91,7 @@ class Totals:
             "published": self.published, "failed": self.failed, "pending": self.pending,
             "gdp": None if self.gdp_epsilon is None or self.spent is None
             else {"epsilon": self.gdp_epsilon, "delta": self.spent.delta},
+            **(self.account.as_dict() if self.account is not None else {"filter": None, "pld": None, "next": None}),
         }  # fmt: skip
 
 
@@ -119,25 +127,29 @@ class Ledger:
             return self._append(con, written, dataset=dataset, status=CAP, epsilon=cap.epsilon, delta=cap.delta,
                                 detail=detail, requested_by=requested_by)  # fmt: skip
 
-    def approval(self, dataset: str, cost: Budget) -> tuple[float, float] | None:
-        """(share, threshold) when a release of ``cost`` takes a larger share of the dataset's remaining
-        budget (the larger of its epsilon and delta shares) than its steward lets pass without approval."""
+    def approval(self, dataset: str, cost: Budget, detail: dict | None = None) -> tuple[float, float] | None:
+        """(share, threshold) when a release of ``cost`` (its events in ``detail``) takes a larger share of what
+        remains of the dataset's cap under its admission filter than its steward lets pass without approval."""
         with self.store.read() as con:
             caps = rows(con, "WHERE dataset = ? AND status = ? ORDER BY seq DESC LIMIT 1", [dataset, CAP])
-            if not caps or "approve_above" not in json.loads(caps[0].detail):
-                return None
-            threshold = json.loads(caps[0].detail)["approve_above"]
-            spent_eps, spent_delta = self._spent(con, dataset)
-        left = (_exact(caps[0].epsilon) - spent_eps, _exact(caps[0].delta) - spent_delta)
-        shares = [float(_exact(c) / r) if r > 0 else (0.0 if c == 0 else float("inf"))
-                  for c, r in zip((cost.epsilon, cost.delta), left)]  # fmt: skip
-        share = max(shares)
+            threshold = json.loads(caps[0].detail).get("approve_above") if caps else None
+        if threshold is None:
+            return None
+        f, spends = self.admission(dataset)
+        share = f.share(spends, Spend("this release", cost, events_of(detail or {})))
         return (share, threshold) if share > threshold else None
 
-    def admit(self, dataset: str, cost: Budget) -> None:
+    def admit(self, dataset: str, cost: Budget, detail: dict | None = None) -> None:
         """Refuse, without writing, a dp charge the dataset's cap cannot take (the early check)."""
         with self.store.read() as con:
-            self._check_cap(con, dataset, cost)
+            self._check_cap(con, dataset, cost, None, detail)
+
+    def admission(self, dataset: str) -> tuple[Filter | None, list[Spend]]:
+        """The dataset's admission filter (None: no cap) and its dp history, for what-if questions."""
+        with self.store.read() as con:
+            cap = self._cap(con, dataset)
+            return (None if cap is None else Filter.of(cap)), accounts.history(rows(
+                con, "WHERE dataset = ? AND status = ? AND kind = 'dp' ORDER BY seq", [dataset, RESERVED]))
 
     def reserve(
         self,
@@ -169,7 +181,9 @@ class Ledger:
                 raise BudgetError(f"dataset {dataset!r} has {kinds.pop()} entries in the ledger; one dataset holds "
                                   f"one kind of release, not {kind}.")  # fmt: skip
             if kind == "dp":
-                self._check_cap(con, dataset, cost, adjacency)
+                decision, counted = self._check_cap(con, dataset, cost, adjacency, detail)
+                detail = {**(detail or {}), "admission": {"rule": accounts.RULE, "region": decision.region,
+                                                          "mode": counted.mode}}  # fmt: skip
             self.store.lock_head(con)
             earlier = self._earlier(con, release_id, dataset, mechanism, params)  # the same id on another dataset
             if earlier is not None:
@@ -196,7 +210,9 @@ class Ledger:
             )
         return Charge(first, earlier[-1].status)
 
-    def _check_cap(self, con, dataset: str, cost: Budget, adjacency: str | None = None) -> None:
+    def _check_cap(self, con, dataset: str, cost: Budget, adjacency: str | None = None, detail: dict | None = None):
+        """The filter's decision on the history with this charge added, and the charge as counted (its mode);
+        a refusal raises and explains itself."""
         cap = self._cap(con, dataset)
         if cap is None:
             raise BudgetError(
@@ -208,16 +224,13 @@ class Ledger:
         if other:
             raise BudgetError(f"dataset {dataset!r} was charged under another adjacency ({other[0]}); DP costs "
                               "under different neighbouring relations do not add up under one cap.")  # fmt: skip
-        cap_eps, cap_delta = _exact(cap.epsilon), _exact(cap.delta)
-        spent_eps, spent_delta = self._spent(con, dataset)
-        if spent_eps + _exact(cost.epsilon) > cap_eps or spent_delta + _exact(cost.delta) > cap_delta:
-            raise BudgetError(
-                f"this release needs epsilon={cost.epsilon:.6g}, delta={cost.delta:.6g} but dataset "
-                f"{dataset!r} has only epsilon={float(max(cap_eps - spent_eps, 0)):.6g}, "
-                f"delta={float(max(cap_delta - spent_delta, 0)):.6g} left of its cap (epsilon={cap.epsilon:.6g}, "
-                f"delta={cap.delta:.6g}); lower the release's cost or raise the cap with "
-                f"privrelease ledger set-budget."
-            )
+        f = Filter.of(cap)
+        spends = accounts.history(rows(con, "WHERE dataset = ? AND status = ? AND kind = 'dp' ORDER BY seq",
+                                       [dataset, RESERVED]))  # fmt: skip
+        decision, counted = f.admit(spends, Spend("this release", cost, events_of(detail or {})))
+        if not decision.admitted:
+            raise BudgetExhausted(accounts.refusal(dataset, f, spends, counted))
+        return decision, counted
 
     def settle(self, release_id: str, status: str, detail: dict | None = None, flow_run_id: str | None = None) -> Entry:
         """Record a release's outcome. A failed release keeps its charge."""
@@ -311,12 +324,6 @@ class Ledger:
         caps = rows(con, "WHERE dataset = ? AND status = ? ORDER BY seq DESC LIMIT 1", [dataset, CAP])
         return caps[0].budget if caps else None
 
-    def _spent(self, con, dataset: str) -> tuple[Fraction, Fraction]:
-        """The dataset's dp spend, summed exactly: each amount is the decimal it was written as."""
-        amounts = con.execute("SELECT epsilon, delta FROM ledger WHERE dataset = ? AND status = ? AND kind = 'dp'",
-                              [dataset, RESERVED]).fetchall()  # fmt: skip
-        return sum((_exact(e) for e, _ in amounts), Fraction(0)), sum((_exact(d) for _, d in amounts), Fraction(0))
-
     def entries(self, dataset: str | None = None) -> list[Entry]:
         """All entries in chain order, optionally of one dataset."""
         with self.store.read() as con:
@@ -349,6 +356,7 @@ class Ledger:
             out.append(Totals(
                 dataset, kind, dp[0].adjacency if dp else None, caps[-1] if caps else None, spent, len(states),
                 states.count(PUBLISHED), states.count(FAILED), states.count(RESERVED), _gdp_epsilon(dp),
+                accounts.account(mine, caps[-1], self.home) if kind == "dp" and caps else None,
             ))  # fmt: skip
         return out
 
@@ -358,6 +366,10 @@ class Ledger:
         Returns the number of entries; raises ``LedgerCorrupt`` naming the first bad one.
         """
         return check_chain(self.entries(), self.home, releases_root)
+
+    def replay(self) -> list[str]:
+        """Every recorded admission recomputed from the recorded caps and events: the entries that do not follow."""
+        return accounts.replay(self.entries())
 
 
 def _exact(amount: float) -> Fraction:

@@ -26,11 +26,13 @@ from types import SimpleNamespace
 
 import pandas as pd
 
+from core import budget as accounts
 from core import faults, mechanisms, noise, paths
 from core import publish as _publish
 from core import spec as _spec
+from core.accountant import Spend, events_of
 from core.accounts import requester
-from core.errors import ApprovalError, ReleaseConflict, SpecError, UserError
+from core.errors import ApprovalError, BudgetExhausted, ReleaseConflict, SpecError, UserError
 from core.ledger import FAILED, PUBLISHED, Charge, Ledger
 from core.mechanisms.base import DPCost, Plan, Result
 from core.registry import Registry
@@ -86,8 +88,31 @@ def prepare(store: Store, request: ReleaseRequest) -> tuple[Release, Plan]:
                         f"{dataset.id!r} is registered with unit {dataset.unit}.")  # fmt: skip
     module.needs(release.params, tuple(dataset.schema.columns)).check(dataset.schema, dataset.id)
     if isinstance(plan_.cost, DPCost):
-        store.ledger.admit(dataset.id, plan_.cost.budget)
+        try:
+            store.ledger.admit(dataset.id, plan_.cost.budget, plan_.detail)
+        except BudgetExhausted as exc:
+            raise BudgetExhausted(f"{exc} {largest_fit(store.ledger, dataset.id, module, release.params)}") from None
     return release, plan_
+
+
+def largest_fit(ledger: Ledger, dataset: str, module, params) -> str:
+    """What a refused request could ask for instead: the largest epsilon of it (same delta and other
+    parameters) that the dataset's filter would admit, found by planning it at other epsilons."""
+    f, spends = ledger.admission(dataset)
+    if f is None or "epsilon" not in type(params).model_fields:
+        return ""
+
+    def make(eps: float) -> Spend | None:
+        try:
+            p = module.plan(type(params).model_validate({**params.model_dump(mode="json"), "epsilon": eps}))
+        except ValueError:  # pydantic's ValidationError too: no such request at this epsilon
+            return None
+        return Spend("this release", p.cost.budget, events_of(p.detail))
+
+    best = accounts.largest_epsilon(f, spends, make, params.epsilon)
+    if best is None:
+        return "No epsilon of this request fits (its delta alone does not)."
+    return f"The largest epsilon of this request that fits is {best:.3g} (same delta and other parameters)."
 
 
 def load(store: Store, release: Release) -> pd.DataFrame:
@@ -98,7 +123,7 @@ def needs_approval(store: Store, release: Release, plan_: Plan) -> str | None:
     """Why this release must wait for a data steward's approval (public values only), or None."""
     if not isinstance(plan_.cost, DPCost):
         return None
-    found = store.ledger.approval(release.dataset.id, plan_.cost.budget)
+    found = store.ledger.approval(release.dataset.id, plan_.cost.budget, plan_.detail)
     if found is None:
         return None
     share, threshold = found

@@ -69,8 +69,12 @@ def flat(row: dict) -> dict:
     for key, value in row.items():
         if isinstance(value, dict) and set(value) == {"epsilon", "delta"}:
             out |= {f"{key} epsilon": cell(value["epsilon"]), f"{key} delta": cell(value["delta"])}
-        elif key in ("kind", "adjacency", "cap", "spent", "remaining", "gdp") and value is None:
+        elif key in ("kind", "adjacency", "cap", "spent", "remaining", "gdp", "filter", "pld", "next") and value is None:
             out[key] = "-"
+        elif key in ("filter", "pld"):  # the accountant's figures: their epsilon at the cap's delta
+            out[f"{key} epsilon"] = cell(value["epsilon"])
+        elif key == "next":
+            out[key] = f"{value['like']} fits {value['fits']} more"
         else:
             out[key] = cell(value)
     return out

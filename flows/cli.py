@@ -207,7 +207,8 @@ def cmd_history(args: argparse.Namespace, root: Path) -> int:
               f"{'status':<9} {'epsilon':>8} {'delta':>8} {'requested by':<12}  detail")  # fmt: skip
     print(header)
     for e in entries:
-        detail = " ".join(f"{k}={v}" for k, v in json.loads(e.detail).items())
+        detail = " ".join(f"{k}={len(v)} parts" if k == "events" else f"{k}={v}"
+                          for k, v in json.loads(e.detail).items())  # the events in full: --json
         money = f"{e.epsilon:>8.4g} {e.delta:>8.2g}" if e.kind == "dp" or e.status == "cap" else f"{'-':>8} {'-':>8}"
         print(f"{e.seq:>4}  {e.ts[:19]:<19}  {e.dataset:<16} {e.release_id or '-':<34} {e.kind or '-':<4} "
               f"{e.mechanism or '-':<9} {e.status:<9} {money} {e.requested_by or '-':<12}  {detail}")  # fmt: skip
@@ -225,15 +226,23 @@ def cmd_totals(args: argparse.Namespace, root: Path) -> int:
     def pair(b: Budget | None) -> str:
         return "no cap" if b is None else f"{b.epsilon:.4g} / {b.delta:.2g}"
 
-    print(f"{'dataset':<16} {'kind':<4} {'cap eps/delta':>18} {'spent eps/delta':>18} {'remaining':>18} {'GDP eps':>8}  "
-          "releases (published/failed/pending)")  # fmt: skip
+    print(f"{'dataset':<16} {'kind':<4} {'cap eps/delta':>18} {'spent eps/delta':>18} {'remaining':>18} {'filter eps':>10} "
+          f"{'PLD eps':>8} {'GDP eps':>8}  {'next release':<24} releases (published/failed/pending)")  # fmt: skip
     for t in totals:
         gdp = "-" if t.gdp_epsilon is None else f"{t.gdp_epsilon:.4g}"
+        a = t.account
         if t.kind == "dp":
-            money = f"{pair(t.cap):>18} {pair(t.spent):>18} {pair(t.remaining):>18} {gdp:>8}"
+            flt = "-" if a is None or a.filter_epsilon is None else f"{a.filter_epsilon:.4g}"
+            tight = "-" if a is None or a.pld_epsilon is None else f"{a.pld_epsilon:.4g}"
+            nxt = "-" if a is None or a.like is None else f"{a.like} fits {a.fits} more"
+            money = f"{pair(t.cap):>18} {pair(t.spent):>18} {pair(t.remaining):>18} {flt:>10} {tight:>8} {gdp:>8}  {nxt:<24}"
         else:  # no epsilon is claimed for sdc and mpc runs, so none is shown
-            money = f"{'not DP: no budget':>18} {'-':>18} {'-':>18} {'-':>8}"
-        print(f"{t.dataset:<16} {t.kind or '-':<4} {money}  {t.releases} ({t.published}/{t.failed}/{t.pending})")
+            money = f"{'not DP: no budget':>18} {'-':>18} {'-':>18} {'-':>10} {'-':>8} {'-':>8}  {'-':<24}"
+        print(f"{t.dataset:<16} {t.kind or '-':<4} {money} {t.releases} ({t.published}/{t.failed}/{t.pending})")
+    if any(t.kind == "dp" for t in totals):
+        print("spent: basic composition of the charges; filter eps: what the admission filter certifies at the cap's "
+              "delta; PLD eps: dp-accounting's tight figure at the cap's delta (reported, not used to admit); next: how "
+              "many more releases like the last one the filter admits (docs/ACCOUNTING.md)")  # fmt: skip
     return 0
 
 
@@ -249,6 +258,13 @@ def cmd_verify(args: argparse.Namespace, root: Path) -> int:
         print(f"ledger verification FAILED at entry {exc.seq}: {exc}", file=sys.stderr)
         return 3
     print(f"ledger ok: {n} entries, hash chain intact, every published release's entry present")
+    problems = ledger.replay()
+    if problems:
+        for line in problems:
+            print(f"admission replay FAILED: {line}", file=sys.stderr)
+        return 3
+    charges = sum(1 for e in ledger.entries() if e.kind == "dp" and e.status == "reserved")
+    print(f"admission replay ok: {charges} dp charges recomputed from their recorded events and caps; each follows")
     now = datetime.now(UTC)
     for e in ledger.pending() if n else []:
         age = (now - datetime.fromisoformat(e.ts)).total_seconds()
@@ -383,10 +399,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_history)
-    p = lsub.add_parser("totals", help="per dataset: cap, spent, remaining")
+    p = lsub.add_parser("totals", help="per dataset: cap, spent (basic, filter, PLD), what still fits")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_totals)
-    p = lsub.add_parser("verify", help="check the hash chain (exit 3 if broken) and list pending charges")
+    p = lsub.add_parser("verify", help="check the hash chain and replay every admission (exit 3 if either fails); list pending charges")
     p.set_defaults(func=cmd_verify)
     p = lsub.add_parser("recover", help="settle the charges of interrupted releases (every ledger command does too)")
     p.set_defaults(func=cmd_recover)

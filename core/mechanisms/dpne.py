@@ -36,7 +36,7 @@ import pandas as pd
 import scipy  # submodules load on first use: a flow that never runs DPNE never imports scipy.special
 from pydantic import Field, model_validator
 
-from core import noise, parallel
+from core import accountant, noise, parallel
 from core.accounting import Budget, gaussian_sigma
 from core.charts import Chart
 from core.db import quote_ident, scratch
@@ -160,8 +160,21 @@ def plan(params: Params) -> Plan:
             "delta_new_items": params.delta / 2,
             "noise": "exact discrete Gaussian on a public grid per level (core.noise)",
             "grids": acc.units,
+            "events": [e.as_dict() for e in events(params, acc)],
         },
     )
+
+
+def events(params: Params, acc: Accounting) -> list[accountant.Event]:
+    """DPNE's parts for the accountant: each level's Gaussian (a user's vector has l2 norm <= 1 per
+    level), the new-item event (only delta, bounded by rho_1) and the exact sampler's slack."""
+    levels = {}
+    for sigma in acc.sigmas:
+        levels[sigma] = levels.get(sigma, 0) + 1
+    return [accountant.gaussian(s, 1.0, n, part="n-gram level noise") for s, n in levels.items()] + [
+        accountant.approx(0.0, params.delta / 2, part="new items (DPSU threshold rho_1, Theorem 2.1)"),
+        accountant.sampler_slack(sum(params.caps)),
+    ]
 
 
 # -- valid candidates V_k -----------------------------------------------------------------------------

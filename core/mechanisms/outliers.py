@@ -47,6 +47,7 @@ from core.mechanisms.outliers_sensitivity import (
     cover_plan,
     global_std,
     gs_upper,
+    privacy_events,
     smooth_bound,
     smooth_epsilon_max,
     smooth_floor,
@@ -201,6 +202,7 @@ def plan(params: Params) -> Plan:
             "count": [a.count.epsilon, a.count.delta],
             "scale_epsilon": a.scale,
             "counts": a.counts,
+            "events": [e.as_dict() for e in privacy_events(params, a)],
         },
     )
 

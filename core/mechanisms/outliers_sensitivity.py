@@ -12,6 +12,7 @@ from functools import lru_cache
 import numpy as np
 import scipy  # submodules load on first use; scipy.special.log_ndtr is log Φ (scipy.stats would cost 0.3 s)
 
+from core import accountant, noise
 from core.accounting import Budget, gaussian_sigma
 from core.mechanisms import outliers_geometry as geometry
 
@@ -170,3 +171,33 @@ def smooth_floor(n: int, b: float) -> float:
 def global_std(n: int, k: int, c: int, budget: Budget) -> float:
     """Noise std of the Gaussian mechanism on GS^UB (the analytic Gaussian: exact for every epsilon)."""
     return gs_upper(n, k, c) * gaussian_sigma(budget.epsilon, budget.delta)
+
+
+def privacy_events(params, a: Allocation) -> list[accountant.Event]:
+    """An outlier release's parts for the accountant (``outliers.Params`` and its allocation). A private standardization is one Gaussian (sensitivity
+    normalized to 1) plus the sampler's slack; the top-h selection h permute-and-flip draws (pure
+    epsilon/h each); each count is known only by its (epsilon, delta) (Theorem 2's smooth-sensitivity
+    Gaussian, or the global one calibrated to the same share); each released noise std is a
+    discrete Laplace draw on its grid (charged even when the count uses global noise)."""
+    out = []
+    private = getattr(params.standardize, "bounds", None) is not None  # a PrivateScale
+    if private:
+        # d columns (all of them have bounds); unknown before the schema when columns is None: the
+        # sigma is stated for the fewest coordinates (the least noise) and the slack for the most
+        d = len(params.columns) if params.columns else None
+        s = gaussian_sigma(*noise.continuous_budget(a.standardize.epsilon, a.standardize.delta, 2 * (d or 1)))
+        out += [accountant.gaussian(s, 1.0, part="private standardization"),
+                accountant.sampler_slack(2 * max(d or 0, len(params.standardize.bounds)))]  # fmt: skip
+    if a.select:
+        out.append(accountant.Event("permute_and_flip", params.h, epsilon=a.select / params.h, part="top-h selection"))
+    if a.counts:
+        s = params.standardize.share if private else 0.0
+        eps = params.epsilon * (1 - s) * (params.count_share if params.query == "top_subspaces" else 1) / a.counts
+        out.append(accountant.approx(eps * (1 - params.scale_share), params.delta * (1 - s) / a.counts, a.counts,
+                                     part="outlier count (smooth or global sensitivity)"))  # fmt: skip
+        if a.scale > 0:
+            unit = noise.grid(beta(a.count.epsilon, a.count.delta) / a.scale)
+            step = math.ceil(beta(a.count.epsilon, a.count.delta) / unit) + 1
+            out.append(accountant.Event("discrete_laplace", a.counts, scale=math.ceil(step / a.scale), sensitivity=step,
+                                        part="released noise std (log scale)"))  # fmt: skip
+    return out

@@ -1,0 +1,302 @@
+"""Privacy events and the admission filter: what a DP release is, and whether a cap can take it.
+
+A mechanism's ``plan`` describes each part of a release as an ``Event`` from public parameters
+only: a Gaussian (noise ``sigma``, l2 ``sensitivity``), a Laplace or discrete Laplace (``scale``,
+``sensitivity``), a permute-and-flip or exponential-mechanism draw (``epsilon``), or a part known
+only by its (epsilon, delta) (``approx``: DPNE's new-item event, a smooth-sensitivity count, the
+exact sampler's slack, and every charge written before events were recorded). ``count`` is the
+number of such draws or compositions inside the part. The events are stored in the ledger entry's
+``detail`` under the hash chain, so every admission can be replayed from the ledger alone.
+
+Admission (docs/ACCOUNTING.md gives the argument and its sources) is a privacy *filter*, valid
+when every request is chosen after seeing earlier releases. From the cap (epsilon_c, delta_c) it
+fixes, before any release, a conversion share ``delta_conv`` = delta_c / 10 and one Rényi order
+``alpha``. Each charge is counted by its events, or (its mode, fixed when it is admitted from its
+own parameters: ``Filter.mode``) as one approx part at its charged (epsilon, delta). A history is
+admitted if it lies in one of two regions:
+
+* the Rényi region: sum of approx deltas <= delta_c - delta_conv, and
+  sum over parts of cost_alpha <= K = epsilon_c - (ln(1/delta_conv) + ln c_alpha) / (alpha - 1),
+  where cost_alpha is alpha * rho for a Gaussian (rho = count * Delta^2 / (2 sigma^2), which the
+  discrete Gaussian satisfies too), min(eps, alpha * eps^2 / 2) for a pure eps-DP part (eps^2 / 8 for
+  the exponential mechanism, a bounded-range one) and eps for an approx part (its delta above);
+  c_alpha = (1 - 1/alpha)^(alpha - 1) / alpha is Canonne, Kamath & Steinke's conversion constant;
+* the basic region, for histories with no part counted as a Gaussian: the charges' epsilons sum to at most
+  epsilon_c and their deltas to at most delta_c - delta_conv, summed exactly (``Fraction``).
+
+With delta_c = 0 only the basic region exists, with all of the cap. Floats are rounded towards
+more spend: every cost is scaled up and K down by ``SLACK``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from fractions import Fraction
+from typing import Literal
+
+from core.accounting import Budget
+
+Family = Literal["gaussian", "laplace", "discrete_laplace", "permute_and_flip", "exponential", "approx"]
+FAMILIES = ("gaussian", "laplace", "discrete_laplace", "permute_and_flip", "exponential", "approx")
+PURE = ("laplace", "discrete_laplace", "permute_and_flip", "exponential")
+CONVERSION_SHARE = Fraction(1, 10)  # of the cap's delta, for the Rényi region's conversion
+SLACK = 1e-9  # relative rounding towards more spend on every float figure
+EVENTS, CHARGE = "events", "charge"  # a charge's mode: counted by its events, or by its (epsilon, delta)
+
+
+def exact(amount: float) -> Fraction:
+    """An amount as the decimal it was given as (its shortest repr), so sums of splits have no residue."""
+    return Fraction(repr(float(amount)))
+
+
+@dataclass(frozen=True)
+class Event:
+    """One part of a release: ``count`` compositions of one noise family, or an (epsilon, delta) part."""
+
+    family: Family
+    count: int = 1
+    sigma: float | None = None  # gaussian: noise std (at least; the sampler's may be larger)
+    scale: float | None = None  # laplace: b; discrete_laplace: t in grid units (P[k] ~ exp(-|k|/t))
+    sensitivity: float | None = None  # gaussian: l2; laplace: l1 (grid units for discrete_laplace)
+    epsilon: float | None = None  # permute_and_flip / exponential: per draw; approx: per part
+    delta: float | None = None  # approx only
+    part: str = ""  # what this part of the release is, in words
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES or self.count < 1:
+            raise ValueError(f"not a privacy event: family {self.family!r}, count {self.count}")
+        need = {"gaussian": ("sigma", "sensitivity"), "laplace": ("scale", "sensitivity"),
+                "discrete_laplace": ("scale", "sensitivity"), "permute_and_flip": ("epsilon",),
+                "exponential": ("epsilon",), "approx": ("epsilon", "delta")}[self.family]  # fmt: skip
+        for name in need:
+            value = getattr(self, name)
+            if value is None or not math.isfinite(value) or value < 0 or (name in ("sigma", "scale") and value == 0):
+                raise ValueError(f"a {self.family} event needs a finite {name} >= 0 (sigma, scale > 0), got {value}")
+
+    @property
+    def pure_epsilon(self) -> float:
+        """The epsilon of one composition of a pure part (a Laplace's sensitivity / scale)."""
+        if self.family in ("laplace", "discrete_laplace"):
+            return self.sensitivity / self.scale
+        return self.epsilon
+
+    def rho(self) -> float:
+        """Its zCDP rho (all ``count`` compositions); ``approx`` parts have none (they count by eps, delta)."""
+        if self.family == "gaussian":
+            return self.count * self.sensitivity**2 / (2 * self.sigma**2)
+        if self.family in PURE:
+            return self.count * self.pure_epsilon**2 / (8 if self.family == "exponential" else 2)
+        return 0.0
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None and v != ""}
+
+    @staticmethod
+    def from_dict(d: dict) -> Event:
+        return Event(**d)
+
+
+def gaussian(sigma: float, sensitivity: float = 1.0, count: int = 1, part: str = "") -> Event:
+    return Event("gaussian", count, sigma=sigma, sensitivity=sensitivity, part=part)
+
+
+def approx(epsilon: float, delta: float, count: int = 1, part: str = "") -> Event:
+    return Event("approx", count, epsilon=epsilon, delta=delta, part=part)
+
+
+def sampler_slack(coordinates: int) -> Event:
+    """``core.noise``'s exact discrete Gaussian on a grid, against the continuous Gaussian its
+    events describe: pmf within e^{+-ETA} per coordinate and a tail of TAIL (``noise.continuous_budget``)."""
+    from core.noise import ETA, TAIL
+
+    return approx(2 * coordinates * ETA, 2 * coordinates * TAIL, part=f"exact sampler slack ({coordinates} coordinates)")
+
+
+# -- a release as the accountant sees it ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spend:
+    """One dp charge: its (epsilon, delta) as charged, and its events (None: recorded before events)."""
+
+    ref: str  # the release id
+    budget: Budget
+    events: tuple[Event, ...] | None
+    mode: str = EVENTS  # how the filter counts it: by its events, or as one (epsilon, delta) part (CHARGE)
+
+    @property
+    def parts(self) -> tuple[Event, ...]:
+        """What the filter counts: its events, or one part known only by its (epsilon, delta) as charged."""
+        if self.events is None or self.mode == CHARGE:
+            return (approx(self.budget.epsilon, self.budget.delta, part="charge"),)
+        return self.events
+
+    @property
+    def curve(self) -> tuple[Event, ...]:
+        """Its events when recorded (the reported PLD always uses the mechanism's own curve)."""
+        return self.events if self.events is not None else self.parts
+
+    @property
+    def gaussian(self) -> bool:
+        return any(e.family == "gaussian" for e in self.parts)
+
+
+def events_of(detail: dict) -> tuple[Event, ...] | None:
+    raw = detail.get("events")
+    return None if raw is None else tuple(Event.from_dict(e) for e in raw)
+
+
+# -- the filter ---------------------------------------------------------------------------------------
+
+
+def log_c(alpha: float) -> float:
+    """ln of Canonne-Kamath-Steinke's constant (1 - 1/alpha)^(alpha - 1) / alpha."""
+    return (alpha - 1) * math.log1p(-1 / alpha) - math.log(alpha)
+
+
+@dataclass(frozen=True)
+class Filter:
+    """The admission rule a cap fixes before any release (see the module docstring)."""
+
+    cap: Budget
+    alpha: float | None  # None: delta_c = 0, only the basic region
+    k: float  # the Rényi region's budget K (rounded down)
+    delta_conv: Fraction
+    delta_room: Fraction  # what approx deltas (and basic deltas) may sum to: delta_c - delta_conv
+
+    @staticmethod
+    def of(cap: Budget) -> Filter:
+        d = exact(cap.delta)
+        if d == 0:
+            return Filter(cap, None, 0.0, Fraction(0), Fraction(0))
+        conv = d * CONVERSION_SHARE
+        alpha = best_order(cap.epsilon, float(conv))
+        return Filter(cap, alpha, renyi_budget(cap.epsilon, float(conv), alpha), conv, d - conv)
+
+    def cost(self, spend: Spend) -> float:
+        """A charge's cost in the Rényi region at this filter's order (rounded up)."""
+        return sum(part_cost(e, self.alpha) for e in spend.parts) * (1 + SLACK) if self.alpha else math.inf
+
+    def mode(self, candidate: Spend) -> str:
+        """How a new charge is counted, fixed when it is admitted from its own parameters alone: by its
+        events when that takes a smaller share of the Rényi budget than its epsilon takes of the cap's
+        (a Gaussian release cheap in zCDP), else by its (epsilon, delta), which keeps the exact basic
+        region open to the history (a release whose curve gains little, or with no Gaussian part)."""
+        if candidate.events is None:
+            return CHARGE
+        if self.alpha is None or not candidate.gaussian:
+            return EVENTS  # without a Gaussian, its events never cost more than its charge
+        by_events = self.cost(candidate) / self.k if self.k > 0 else math.inf
+        return EVENTS if by_events < candidate.budget.epsilon / self.cap.epsilon else CHARGE
+
+    def admit(self, history: list[Spend], candidate: Spend) -> tuple[Decision, Spend]:
+        """The decision on ``candidate`` after ``history``, and the candidate in the mode it is counted in."""
+        counted = replace(candidate, mode=self.mode(candidate))
+        return self.check(history + [counted]), counted
+
+    def check(self, history: list[Spend]) -> Decision:
+        """Whether a history (the candidate last) lies in the filter's admissible set."""
+        approx_delta = sum((exact(e.delta) * e.count for s in history for e in s.parts if e.family == "approx"),
+                           Fraction(0))  # fmt: skip
+        used = sum(self.cost(s) for s in history) if self.alpha else math.inf
+        renyi = self.alpha is not None and approx_delta <= self.delta_room and used <= self.k
+        basic_eps = sum((exact(s.budget.epsilon) for s in history), Fraction(0))
+        basic_delta = sum((exact(s.budget.delta) for s in history), Fraction(0))
+        basic = (not any(s.gaussian for s in history) and basic_eps <= exact(self.cap.epsilon)
+                 and basic_delta <= (self.delta_room if self.alpha else exact(self.cap.delta)))  # fmt: skip
+        return Decision(renyi or basic, "basic" if basic else "renyi" if renyi else None, used, approx_delta,
+                        basic_eps, basic_delta)  # fmt: skip
+
+    def share(self, history: list[Spend], candidate: Spend) -> float:
+        """How much of what remains under this filter ``candidate`` would take: the larger of its shares of
+        the budgets of the region it would be admitted in (inf: it would be refused)."""
+        before = self.check(history)
+        after, _ = self.admit(history, candidate)
+        if not after.admitted:
+            return math.inf
+
+        def part(used, room, added) -> float:
+            left = float(room) - float(used)
+            return 0.0 if float(added) <= 0 else (math.inf if left <= 0 else float(added) / left)
+
+        if after.region == "basic":
+            room = self.delta_room if self.alpha else exact(self.cap.delta)
+            return max(part(before.basic_epsilon, exact(self.cap.epsilon), after.basic_epsilon - before.basic_epsilon),
+                       part(before.basic_delta, room, after.basic_delta - before.basic_delta))  # fmt: skip
+        return max(part(before.renyi_used, self.k, after.renyi_used - before.renyi_used),
+                   part(before.approx_delta, self.delta_room, after.approx_delta - before.approx_delta))  # fmt: skip
+
+    def spent_epsilon(self, history: list[Spend]) -> float | None:
+        """The epsilon the filter's own bound certifies for a history at the cap's delta (None: empty)."""
+        if not history:
+            return None
+        d = self.check(history)
+        basic = float(d.basic_epsilon) if not any(s.gaussian for s in history) else math.inf
+        if self.alpha is None:
+            return basic
+        renyi = d.renyi_used + (math.log(1 / float(self.delta_conv)) + log_c(self.alpha)) / (self.alpha - 1)
+        return min(basic, renyi * (1 + SLACK))
+
+
+@dataclass(frozen=True)
+class Decision:
+    admitted: bool
+    region: str | None  # "renyi", "basic" or None (refused)
+    renyi_used: float  # sum of costs at the filter's order
+    approx_delta: Fraction
+    basic_epsilon: Fraction
+    basic_delta: Fraction
+
+
+def part_cost(e: Event, alpha: float) -> float:
+    """A part's cost in the Rényi region at order alpha."""
+    if e.family == "gaussian":
+        return alpha * e.rho()
+    if e.family in PURE:
+        return min(e.count * e.pure_epsilon, alpha * e.rho())
+    return e.count * e.epsilon
+
+
+def renyi_budget(epsilon: float, delta_conv: float, alpha: float) -> float:
+    """K: what the costs at order alpha may sum to for (epsilon, delta_conv) (rounded down)."""
+    return (epsilon - (math.log(1 / delta_conv) + log_c(alpha)) / (alpha - 1)) * (1 - SLACK)
+
+
+def best_order(epsilon: float, delta_conv: float) -> float:
+    """The order in [1.01, 10^4] (a fixed grid, from the cap alone) that lets the most zCDP rho in."""
+    grid = [1 + 10 ** (i / 200 - 2) for i in range(0, 1201)]  # 1.01 .. 10001, 0.5% steps in alpha - 1
+    return max(grid, key=lambda a: renyi_budget(epsilon, delta_conv, a) / a)
+
+
+def fits_more(f: Filter, history: list[Spend], like: Spend, limit: int = 100_000) -> int:
+    """How many more charges like ``like`` the filter admits after ``history`` (sums are additive)."""
+    d = f.check(history)
+    if not d.admitted and history:
+        return 0
+    best = 0
+    if f.alpha is not None:
+        cost = f.cost(like)
+        dl = sum((exact(e.delta) * e.count for e in like.parts if e.family == "approx"), Fraction(0))
+        n = limit if cost == 0 else math.floor(max(f.k - d.renyi_used, 0) / cost)
+        if dl > 0:
+            n = min(n, math.floor(max(f.delta_room - d.approx_delta, 0) / dl))
+        best = n if d.approx_delta <= f.delta_room and d.renyi_used <= f.k else 0
+    if not like.gaussian and not any(s.gaussian for s in history):
+        room_d = f.delta_room if f.alpha is not None else exact(f.cap.delta)
+        e, dl = exact(like.budget.epsilon), exact(like.budget.delta)
+        n = limit if e == 0 else math.floor(max(exact(f.cap.epsilon) - d.basic_epsilon, 0) / e)
+        if dl > 0:
+            n = min(n, math.floor(max(room_d - d.basic_delta, 0) / dl))
+        best = max(best, n)
+    return min(best, limit)
+
+
+# -- closed forms for all-Gaussian histories (reports and tests) -------------------------------------
+
+
+def gdp_mu(events: list[Event]) -> float | None:
+    """mu of the Gaussian-DP composition (mu^2 = sum count * Delta^2 / sigma^2), None unless all are Gaussian."""
+    if not events or any(e.family != "gaussian" for e in events):
+        return None
+    return math.sqrt(sum(2 * e.rho() for e in events))

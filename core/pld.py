@@ -1,0 +1,106 @@
+"""The tight reported spend: a history's privacy-loss distribution (PLD) by Google's dp-accounting.
+
+Every event becomes its PLD (``dp_accounting.pld.privacy_loss_distribution``): the Gaussians
+together as the one Gaussian they compose to, a Laplace mechanism's own, a discrete Laplace's, an eps-DP selection's as the worst eps-DP pair
+(``from_privacy_parameters(eps, 0)``), and an approx part's as the worst (eps, delta) pair. Equal
+events are grouped and self-composed, the groups composed, and epsilon read at the dataset's delta.
+All PLDs are pessimistic estimates on a grid in the privacy loss (``DISCRETIZATION`` = 1e-4, coarser
+in proportion for histories beyond a basic epsilon of 50: ``discretization``), so the epsilon
+reported is never below the true one (up to dp-accounting's own tail truncation).
+
+This figure is *reported*, never used to admit: a filter that admits by composing PLDs is not valid
+when requests adapt to earlier outputs (docs/ACCOUNTING.md). A result is cached by the events'
+multiset, the delta and the discretization, in a JSON file beside the ledger, so totals stay quick.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+from core.accountant import Event
+
+DISCRETIZATION = 1e-4  # value_discretization_interval of a PLD, for histories of up to 50 in basic epsilon
+
+
+def discretization(basic_epsilon: float) -> float:
+    """The interval for a history whose charges sum to ``basic_epsilon``: 1e-4, coarser in proportion
+    beyond a basic epsilon of 50 (the loss's range grows with it, and so would the time)."""
+    return DISCRETIZATION * max(1.0, basic_epsilon / 50)
+CACHE_NAME = "pld-cache.json"
+_MAX_CACHED = 512
+
+
+def _pld(event: Event, count: int, d: float):
+    from dp_accounting.pld import common
+    from dp_accounting.pld import privacy_loss_distribution as pl
+
+    if event.family == "gaussian":
+        one = pl.from_gaussian_mechanism(event.sigma, sensitivity=event.sensitivity, value_discretization_interval=d)
+    elif event.family == "laplace":
+        one = pl.from_laplace_mechanism(event.scale, sensitivity=event.sensitivity, value_discretization_interval=d)
+    elif event.family == "discrete_laplace" and float(event.sensitivity).is_integer():
+        one = pl.from_discrete_laplace_mechanism(1 / event.scale, sensitivity=int(event.sensitivity),
+                                                 value_discretization_interval=d)  # fmt: skip
+    else:  # a selection, or a part known only by (eps, delta): the worst pair with that guarantee
+        eps = event.pure_epsilon if event.family != "approx" else event.epsilon
+        delta = event.delta if event.family == "approx" else 0.0
+        one = pl.from_privacy_parameters(common.DifferentialPrivacyParameters(eps, delta),
+                                         value_discretization_interval=d)  # fmt: skip
+    return one.self_compose(count) if count > 1 else one
+
+
+def groups(events: list[Event]) -> list[tuple[Event, int]]:
+    """Equal events (``part`` ignored) merged: one event of count 1 and the total count; all Gaussians
+    merged into one of sensitivity 1 and 1/sigma^2 = sum count Delta^2 / sigma^2, which is exact
+    (their composition is that one Gaussian: Dong, Roth & Su's GDP composition)."""
+    total: Counter = Counter()
+    first: dict[str, Event] = {}
+    gaussians = [e for e in events if e.family == "gaussian"]
+    if gaussians:
+        mu2 = sum(e.count * (e.sensitivity / e.sigma) ** 2 for e in gaussians)
+        events = [e for e in events if e.family != "gaussian"] + [Event("gaussian", sigma=1 / math.sqrt(mu2), sensitivity=1.0)]
+    for e in events:
+        key = json.dumps({**e.as_dict(), "count": 1, "part": ""}, sort_keys=True)
+        total[key] += e.count
+        first.setdefault(key, Event(**{**e.as_dict(), "count": 1, "part": ""}))
+    return sorted(((first[k], n) for k, n in total.items()), key=lambda g: json.dumps(g[0].as_dict(), sort_keys=True))
+
+
+def epsilon(events: list[Event], delta: float, interval: float = DISCRETIZATION) -> float:
+    """The PLD epsilon of all events composed, at ``delta`` (inf when none fits), on a grid of ``interval``."""
+    if not events:
+        return 0.0
+    composed = None
+    for event, count in groups(events):
+        one = _pld(event, count, interval)
+        composed = one if composed is None else composed.compose(one)
+    eps = composed.get_epsilon_for_delta(delta)
+    return float(eps) if math.isfinite(eps) else math.inf
+
+
+def cached_epsilon(events: list[Event], delta: float, cache_dir: Path | None, interval: float = DISCRETIZATION) -> float:
+    """``epsilon``, read from and written to the cache file in ``cache_dir`` when given."""
+    if cache_dir is None:
+        return epsilon(events, delta, interval)
+    key = hashlib.sha256(json.dumps([[e.as_dict(), n] for e, n in groups(events)] + [delta, interval],
+                                    sort_keys=True).encode()).hexdigest()  # fmt: skip
+    path = cache_dir / CACHE_NAME
+    try:
+        cache = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        cache = {}
+    if key in cache:
+        return float(cache[key])
+    value = epsilon(events, delta, interval)
+    cache = dict(list(cache.items())[-(_MAX_CACHED - 1):]) | {key: value}
+    try:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(cache))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only home still gets its figures, only slower
+    return value

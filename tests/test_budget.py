@@ -1,0 +1,149 @@
+"""The mechanism-aware ledger end to end: real plans charged through the pipeline, totals, refusals,
+replay, and the commands a steward and an auditor type."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from core import accountant as acc
+from core import pipeline, pld
+from core.accounting import Budget
+from core.demo import posts
+from core.errors import BudgetError
+from core.ledger import RESERVED, Ledger
+from core.spec import parse
+from tests.helpers import register
+from tests.test_cli import run
+
+DPNE = {"text_column": "text", "epsilon": 1.0, "delta": 1e-6, "tokenizer": "words"}
+
+
+def request(**params):
+    return parse({"dataset": "posts", "mechanism": {"name": "dpne", "params": {**DPNE, **params}}})
+
+
+def charge(store: pipeline.Store, req) -> None:
+    release, plan = pipeline.prepare(store, req)
+    pipeline.charge(store, release, plan)
+
+
+@pytest.fixture
+def store(home: Path) -> pipeline.Store:
+    register(home, posts(200), "posts", "user:user", "dp")
+    s = pipeline.Store.open()
+    s.ledger.set_budget("posts", Budget(5.0, 1e-5))
+    return s
+
+
+def test_dpne_releases_admitted_by_the_filter_and_refused_with_reasons(store):
+    n = 0
+    with pytest.raises(BudgetError) as refused:
+        while n < 100:
+            charge(store, request())
+            n += 1
+    assert n >= 10  # basic composition admits 5 of these against (5, 1e-5)
+    charges = [e for e in store.ledger.entries() if e.status == RESERVED]
+    assert len(charges) == n and all(json.loads(e.detail)["admission"]["region"] == "renyi" for e in charges)
+    message = str(refused.value)
+    assert "this release needs epsilon=1, delta=1e-06" in message
+    assert "Admission filter (Rényi order" in message and "of which 0" not in message.split("budget,")[0]
+    assert f"Largest spenders so far: {charges[0].release_id} (epsilon=1, delta=1e-06, filter cost" in message
+    # here the new-item deltas bind: 17 x (5e-7 + the sampler's 5e-84) leave less than 5e-7 of the 9e-6
+    assert n == 17 and message.endswith("No epsilon of this request fits (its delta alone does not).")
+    (t,) = store.ledger.totals()
+    assert t.account.fits == 0 and not t.over_cap
+
+
+def test_a_refusal_names_the_largest_epsilon_that_fits(store):
+    store.ledger.set_budget("posts", Budget(2.0, 1e-5))  # the Rényi budget binds before the deltas
+    n = 0
+    with pytest.raises(BudgetError) as refused:
+        while n < 100:
+            charge(store, request())
+            n += 1
+    assert 2 < n < 17
+    message = str(refused.value)
+    largest = float(message.split("The largest epsilon of this request that fits is ")[1].split(" ")[0])
+    assert 0 < largest < 1
+    with pytest.raises(BudgetError):
+        charge(store, request(epsilon=largest * 1.02))  # a little more does not fit
+    charge(store, request(epsilon=largest))  # it does fit
+
+
+def test_totals_show_basic_filter_and_pld_cross_checked(store):
+    for _ in range(4):
+        charge(store, request())
+    (t,) = store.ledger.totals()
+    a = t.account
+    assert t.spent == Budget(4.0, 4e-6)
+    events = [e for x in store.ledger.entries() if x.status == RESERVED for e in acc.events_of(json.loads(x.detail))]
+    assert a.pld_epsilon == pytest.approx(pld.epsilon(events, 1e-5), abs=1e-12)
+    assert a.pld_epsilon <= a.filter_epsilon <= 5.0 and a.filter_epsilon < t.spent.epsilon
+    # dp-accounting's own accountant on the Gaussians alone, at the cap's delta less the new-item deltas
+    # (a (0, d) part adds d to delta(eps)); the sampler's slack moves epsilon by 4 x 2.5e-7
+    from dp_accounting import GaussianDpEvent, SelfComposedDpEvent
+    from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
+
+    gauss = [e for e in events if e.family == "gaussian"]
+    reference = PLDAccountant(value_discretization_interval=1e-4)
+    reference.compose(SelfComposedDpEvent(GaussianDpEvent(gauss[0].sigma), sum(e.count for e in gauss)))
+    assert a.pld_epsilon == pytest.approx(reference.get_epsilon(1e-5 - 4 * 5e-7), abs=2e-3)
+    assert a.like == "dpne" and a.fits == acc.fits_more(a.filter, [acc.Spend("x", Budget(1, 1e-6), events[:3])] * 4,
+                                                        acc.Spend("x", Budget(1, 1e-6), events[:3]))  # fmt: skip
+    shown = t.as_dict()
+    assert shown["pld"] == {"epsilon": a.pld_epsilon, "delta": 1e-5, "discretization": 1e-4}
+    assert shown["filter"]["epsilon"] == a.filter_epsilon and shown["next"] == {"like": "dpne", "fits": a.fits}
+
+
+def test_history_of_sdc_and_mpc_shows_no_epsilon(home):
+    ledger = Ledger(home / "privrelease.duckdb")
+    ledger.reserve("survey", "s1", "sdc", None, None, "ra", {}, {})
+    ledger.reserve("mail", "m1", "mpc", None, None, "spam-filter-training", {}, {})
+    r = run(home, "ledger", "history", "--json")
+    shown = json.loads(r.stdout)
+    assert [(e["kind"], e["epsilon"], e["delta"]) for e in shown] == [("sdc", None, None), ("mpc", None, None)]
+    assert '"epsilon": 0' not in r.stdout
+
+
+def forge(ledger: Ledger, dataset: str, release: str, cost: Budget, detail: dict) -> None:
+    """An entry written past the admission check (a writer holding the key): the chain is intact."""
+    with ledger._write(dataset) as (con, written):
+        ledger._append(con, written, dataset=dataset, release_id=release, kind="dp", adjacency="x", mechanism="m",
+                       params={}, epsilon=cost.epsilon, delta=cost.delta, detail=detail, status=RESERVED)  # fmt: skip
+
+
+def test_verify_replays_every_admission(store, home):
+    for _ in range(2):
+        charge(store, request())
+    assert store.ledger.replay() == []
+    r = run(home, "ledger", "verify")
+    assert r.returncode == 0 and "admission replay ok: 2 dp charges recomputed" in r.stdout
+    forge(store.ledger, "posts", "legacy", Budget(0.5, 0.0), {})  # an entry from before events: basic, within the cap
+    assert store.ledger.replay() == []
+    forge(store.ledger, "posts", "big", Budget(4.0, 0.0), {"admission": {"rule": "filter-1", "region": "basic"}})
+    store.ledger.verify()  # the chain itself is intact
+    (problem,) = store.ledger.replay()
+    seq = store.ledger.entries()[-1].seq
+    assert problem.startswith(f"entry {seq} (posts): recorded as admitted (basic, by its None) but the filter of the cap then in force gives refused")
+    r = run(home, "ledger", "verify")
+    assert r.returncode == 3 and f"admission replay FAILED: entry {seq} (posts)" in r.stderr
+
+
+def test_totals_command_as_the_steward_types_it(store, home):
+    for _ in range(3):
+        charge(store, request())
+    r = run(home, "ledger", "totals")
+    assert r.returncode == 0, r.stderr
+    header, row = r.stdout.splitlines()[:2]
+    assert "filter eps" in header and "PLD eps" in header and "next release" in header
+    (t,) = store.ledger.totals()
+    assert row.startswith("posts            dp") and f"dpne fits {t.account.fits} more" in row
+    assert f"{t.account.pld_epsilon:.4g}" in row and f"{t.account.filter_epsilon:.4g}" in row
+    history = run(home, "ledger", "history").stdout
+    assert "events=3 parts" in history and "'mode': 'events', 'region': 'renyi'" in history  # in full with --json
+    shown = json.loads(run(home, "ledger", "totals", "--json").stdout)[0]
+    assert shown["spent"] == {"epsilon": 3.0, "delta": 3e-6}
+    assert shown["pld"]["epsilon"] == pytest.approx(t.account.pld_epsilon) and shown["next"]["fits"] == t.account.fits
