@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -19,6 +20,14 @@ import pytest
 # Prefect's console handler keeps the stream it first saw; under pytest's capture that stream is
 # closed by later tests. Drop such write errors instead of printing them into the next test's stderr.
 logging.raiseExceptions = False
+
+# absl (dp-accounting's logging) makes its handler at import, on the sys.stderr of that moment: under
+# pytest, the capture's file. Prefect's logging setup closes every existing handler, and absl's close()
+# closes its stream unless it is the process's own stderr, which would close pytest's capture file under
+# every later test. Give absl the process's stderr, which it never closes.
+import absl.logging  # noqa: E402
+
+absl.logging.get_absl_handler().python_handler.stream = sys.__stderr__
 
 REPO = Path(__file__).resolve().parent.parent
 
