@@ -1,0 +1,113 @@
+"""`make serve` as an operator types it: Prefect's server behind the operator's credential, the gate in
+front, no account anyone could guess, and a clean stop on Ctrl-C or SIGTERM (every service it started
+ends, one line, exit 0) after which a second start works at once."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import REPO
+from tests.test_server import _free_port
+
+READY = "Ctrl-C stops it all."
+
+
+def _start(home: Path, ports: tuple[int, int], log: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "PRIVRELEASE_"))}
+    env |= {"PRIVRELEASE_HOME": str(home), "PRIVRELEASE_PORT": str(ports[0]), "PRIVRELEASE_PREFECT_PORT": str(ports[1])}
+    return subprocess.Popen(["make", "-s", "serve"], cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+
+
+def _ready(proc: subprocess.Popen, log: Path, timeout: float = 300) -> str:
+    deadline = time.monotonic() + timeout
+    while READY not in log.read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.5)
+    return log.read_text()
+
+
+def _ours(home: Path) -> list[int]:
+    """Processes whose environment names this test's home: what `make serve` started."""
+    mine = []
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if f"PRIVRELEASE_HOME={home}\0".encode() in environ:
+            mine.append(int(pid))
+    return mine
+
+
+def _stop(proc: subprocess.Popen, sig: int, log: Path, home: Path) -> tuple[list[str], str]:
+    """Ctrl-C at a terminal (or a service manager's SIGTERM) signals the foreground process group: make and
+    the script, not the services, which the script started in sessions of their own and stops itself.
+    Returns what is left running, and the output."""
+    os.killpg(proc.pid, sig)
+    proc.wait(timeout=60)
+    return _gone(home), log.read_text()
+
+
+def _gone(home: Path) -> list[str]:
+    """What is left of the processes `make serve` started, once the ones being killed have been reaped."""
+    deadline = time.monotonic() + 30
+    while (left := _ours(home)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return [Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode() for pid in left if Path(f"/proc/{pid}").exists()]
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: a closed connection's TIME_WAIT is no holder
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def test_make_serve_starts_behind_the_gate_and_stops_cleanly(tmp_path: Path):
+    home = tmp_path / "home"
+    ports = (_free_port(), _free_port())
+    log = tmp_path / "serve.log"
+    proc = _start(home, ports, log)
+    try:
+        out = _ready(proc, log)
+        gate, prefect = f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}"
+        # nothing anyone could guess: no account, and how to add the first ones
+        assert "no accounts yet; add the first ones" in out and "user add alice --role analyst" in out
+        assert "password (shown once" not in out
+        secret = home / "prefect-operator.secret"
+        assert oct(secret.stat().st_mode & 0o777) == "0o600" and secret.read_text().strip() not in out
+        assert httpx.post(f"{gate}/api/flow_runs/filter", json={}, timeout=10).status_code == 401
+        assert httpx.post(f"{prefect}/api/flow_runs/filter", json={}, timeout=10).status_code == 401
+        credential = tuple(secret.read_text().strip().split(":", 1))
+        assert httpx.post(f"{prefect}/api/flow_runs/filter", json={}, auth=credential, timeout=10).status_code == 200
+        started = _ours(home)
+        assert len(started) >= 4  # the script, Prefect's server, the gate, the worker
+        left, out = _stop(proc, signal.SIGINT, log, home)
+        script = [line for line in out.splitlines() if not line.startswith("make")]  # make reports the Ctrl-C it saw
+        assert script[-1] == "privrelease: stopped the worker, the gate and Prefect's server", out[-2000:]
+        assert "Traceback" not in out
+        assert left == [] and _free(ports[0]) and _free(ports[1])
+        # a second start works at once (no port, lock or process left behind); SIGTERM stops it too
+        proc = _start(home, ports, log)
+        _ready(proc, log)
+        left, out = _stop(proc, signal.SIGTERM, log, home)
+        assert "privrelease: stopped the worker, the gate and Prefect's server" in out and "Traceback" not in out
+        assert left == []
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for pid in _ours(home):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
