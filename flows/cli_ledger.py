@@ -1,0 +1,169 @@
+"""The ``privrelease ledger`` commands: caps and approval thresholds (the steward), history, totals,
+verification and recovery (the auditor and the operator), and the move to PostgreSQL."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from core import paths
+from core.accounting import Budget
+from core.errors import LedgerCorrupt, UserError
+
+
+def cmd_set_budget(args: argparse.Namespace, root: Path) -> int:
+    from core.accounts import requester
+    from core.ids import check_id
+    from core.ledger import Ledger
+    from core.registry import Registry
+
+    check_id(args.dataset, "dataset id")
+    if Registry(root).get(args.dataset).purpose != "dp":
+        raise UserError(f"dataset {args.dataset!r} is registered for statistical disclosure control, which has "
+                        "no epsilon; a privacy budget applies to datasets registered with --purpose dp.")  # fmt: skip
+    try:
+        cap = Budget(args.epsilon, args.delta)
+    except ValueError as exc:
+        raise UserError(f"invalid budget: {exc}.") from None
+    if args.approve_above is not None and not 0 <= args.approve_above <= 1:
+        raise UserError(f"--approve-above is a share of the remaining budget, from 0 to 1; got {args.approve_above:g}.")
+    ledger = Ledger(paths.database(root))
+    entry = ledger.set_budget(args.dataset, cap, args.approve_above, requester())
+    approval = "" if args.approve_above is None else f"; a release taking over {args.approve_above:.0%} of what remains waits for a steward"
+    print(f"cap for {args.dataset}: epsilon={cap.epsilon:g} delta={cap.delta:g}{approval} (ledger entry #{entry.seq})")
+    totals = next((t for t in ledger.totals() if t.dataset == args.dataset), None)
+    if totals is not None and totals.over_cap:
+        spent = totals.spent
+        print(f"note: {args.dataset} has already spent epsilon={spent.epsilon:g} delta={spent.delta:g}; "
+              "no further DP release fits under this cap")  # fmt: skip
+    return 0
+
+
+def cmd_history(args: argparse.Namespace, root: Path) -> int:
+    from core.ledger import Ledger
+
+    entries = Ledger(paths.database(root)).entries(args.dataset)
+    if args.json:
+        print(json.dumps([e.as_dict() for e in entries], indent=2))
+        return 0
+    header = (f"{'seq':>4}  {'time (UTC)':<19}  {'dataset':<16} {'release':<34} {'kind':<4} {'mechanism':<9} "
+              f"{'status':<9} {'epsilon':>8} {'delta':>8} {'requested by':<12}  detail")  # fmt: skip
+    print(header)
+    for e in entries:
+        detail = " ".join(f"{k}={len(v)} parts" if k == "events" else f"{k}={v}"
+                          for k, v in json.loads(e.detail).items())  # the events in full: --json
+        money = f"{e.epsilon:>8.4g} {e.delta:>8.2g}" if e.kind == "dp" or e.status == "cap" else f"{'-':>8} {'-':>8}"
+        print(f"{e.seq:>4}  {e.ts[:19]:<19}  {e.dataset:<16} {e.release_id or '-':<34} {e.kind or '-':<4} "
+              f"{e.mechanism or '-':<9} {e.status:<9} {money} {e.requested_by or '-':<12}  {detail}")  # fmt: skip
+    return 0
+
+
+def cmd_totals(args: argparse.Namespace, root: Path) -> int:
+    from core.ledger import Ledger
+
+    totals = Ledger(paths.database(root)).totals()
+    if args.json:
+        print(json.dumps([t.as_dict() for t in totals], indent=2))
+        return 0
+
+    def pair(b: Budget | None) -> str:
+        return "no cap" if b is None else f"{b.epsilon:.4g} / {b.delta:.2g}"
+
+    print(f"{'dataset':<16} {'kind':<4} {'cap eps/delta':>18} {'spent eps/delta':>18} {'remaining':>18} {'filter eps':>10} "
+          f"{'PLD eps':>8} {'GDP eps':>8}  {'next release':<24} releases (published/failed/pending)")  # fmt: skip
+    for t in totals:
+        gdp = "-" if t.gdp_epsilon is None else f"{t.gdp_epsilon:.4g}"
+        a = t.account
+        if t.kind == "dp":
+            flt = "-" if a is None or a.filter_epsilon is None else f"{a.filter_epsilon:.4g}"
+            tight = "-" if a is None or a.pld_epsilon is None else f"{a.pld_epsilon:.4g}"
+            nxt = "-" if a is None or a.like is None else f"{a.like} fits {a.fits} more"
+            money = f"{pair(t.cap):>18} {pair(t.spent):>18} {pair(t.remaining):>18} {flt:>10} {tight:>8} {gdp:>8}  {nxt:<24}"
+        else:  # no epsilon is claimed for sdc and mpc runs, so none is shown
+            money = f"{'not DP: no budget':>18} {'-':>18} {'-':>18} {'-':>10} {'-':>8} {'-':>8}  {'-':<24}"
+        print(f"{t.dataset:<16} {t.kind or '-':<4} {money} {t.releases} ({t.published}/{t.failed}/{t.pending})")
+    if any(t.kind == "dp" for t in totals):
+        print("spent: basic composition of the charges; filter eps: what the admission filter certifies at the cap's "
+              "delta; PLD eps: dp-accounting's tight figure at the cap's delta (reported, not used to admit); next: how "
+              "many more releases like the last one the filter admits (docs/ACCOUNTING.md)")  # fmt: skip
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace, root: Path) -> int:
+    from datetime import UTC, datetime
+
+    from core.ledger import Ledger
+
+    ledger = Ledger(paths.database(root))
+    try:
+        n = ledger.verify(paths.releases(root))
+    except LedgerCorrupt as exc:
+        print(f"ledger verification FAILED at entry {exc.seq}: {exc}", file=sys.stderr)
+        return 3
+    print(f"ledger ok: {n} entries, hash chain intact, every published release's entry present")
+    problems = ledger.replay()
+    if problems:
+        for line in problems:
+            print(f"admission replay FAILED: {line}", file=sys.stderr)
+        return 3
+    charges = sum(1 for e in ledger.entries() if e.kind == "dp" and e.status == "reserved")
+    print(f"admission replay ok: {charges} dp charges recomputed from their recorded events and caps; each follows")
+    now = datetime.now(UTC)
+    for e in ledger.pending() if n else []:
+        age = (now - datetime.fromisoformat(e.ts)).total_seconds()
+        print(f"pending: release {e.release_id} of {e.dataset} (entry #{e.seq}) charged {age:.0f} s ago, "
+              "its process still running")  # fmt: skip
+    return 0
+
+
+def cmd_recover(args: argparse.Namespace, root: Path) -> int:
+    """Run by main before every ledger command; this one only reports what it settled."""
+    settled = getattr(args, "recovered", [])
+    for e in settled:
+        print(f"release {e.release_id} of {e.dataset}: interrupted, settled as {e.status} (ledger entry #{e.seq})")
+    if not settled:
+        print("no interrupted release to settle")
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace, root: Path) -> int:
+    from core import anchors
+    from core.migrate import migrate
+    from core.registry import SNAPSHOT_ENV, snapshot_root
+    from core.store import URL_ENV, redact
+
+    entries, registrations = migrate(root, args.to)
+    print(f"migrated {entries} ledger entries and {registrations} registrations into {redact(args.to)}; "
+          "the hash chain verifies there")  # fmt: skip
+    print(f"every worker now needs: {URL_ENV} set to that URL, this ledger key ({anchors.key_path(root)}, via "
+          f"${anchors.KEY_ENV}) and the snapshots ({snapshot_root(root)}) in its ${SNAPSHOT_ENV}")  # fmt: skip
+    return 0
+
+
+def add_parsers(sub) -> None:
+    ledger = sub.add_parser("ledger", help="read and manage the privacy-budget ledger")
+    lsub = ledger.add_subparsers(dest="ledger_command", required=True)
+    p = lsub.add_parser("set-budget", help="set a dataset's (epsilon, delta) cap")
+    p.add_argument("dataset")
+    p.add_argument("--epsilon", type=float, required=True)
+    p.add_argument("--delta", type=float, required=True)
+    p.add_argument("--approve-above", type=float, metavar="FRACTION",
+                   help="a release taking more than this share (0-1) of the remaining budget waits for a steward's approval")
+    p.set_defaults(func=cmd_set_budget)
+    p = lsub.add_parser("history", help="every ledger entry, in order")
+    p.add_argument("--dataset")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_history)
+    p = lsub.add_parser("totals", help="per dataset: cap, spent (basic, filter, PLD), what still fits")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_totals)
+    p = lsub.add_parser("verify", help="check the hash chain and replay every admission (exit 3 if either fails); list pending charges")
+    p.set_defaults(func=cmd_verify)
+    p = lsub.add_parser("recover", help="settle the charges of interrupted releases (every ledger command does too)")
+    p.set_defaults(func=cmd_recover)
+    p = lsub.add_parser("migrate", help="copy this home's ledger and registrations into an empty PostgreSQL database")
+    p.add_argument("--to", required=True, metavar="URL",
+                   help="postgresql://USER@HOST:PORT/DB (keep the password in PGPASSWORD or ~/.pgpass)")
+    p.set_defaults(func=cmd_migrate)
