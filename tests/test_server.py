@@ -43,6 +43,19 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=15)
 
 
+def _healthy(port: int, proc: subprocess.Popen, log: Path, timeout: float) -> None:
+    """Wait until the server started as ``proc`` answers its health check on ``port``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+        time.sleep(0.3)
+
+
 @contextmanager
 def running_server(root: Path, extra: dict | None = None):
     """A `prefect server` on a free port with its own PREFECT_HOME (and ``extra`` settings, e.g. its
@@ -64,15 +77,7 @@ def running_server(root: Path, extra: dict | None = None):
     proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, (root / "server.log").read_text()[-2000:]
-            time.sleep(0.5)
+        _healthy(port, proc, root / "server.log", 180)
         yield env
     finally:
         _stop(proc)
@@ -89,15 +94,7 @@ def gate(env: dict, log_path: Path):
     proc = subprocess.Popen([str(BIN / "python"), "-m", "gate"], env=genv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()[-2000:]
-            time.sleep(0.2)
+        _healthy(port, proc, log_path, 60)
         yield f"http://127.0.0.1:{port}"
     finally:
         _stop(proc)
