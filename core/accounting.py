@@ -38,6 +38,10 @@ class Budget:
             and self.delta <= cap.delta * (1 + REL_TOL)
         )
 
+    def show(self) -> str:
+        """"epsilon / delta" with enough digits that spent and remaining visibly add up to the cap."""
+        return f"{self.epsilon:.6g} / {self.delta:.6g}"
+
     @property
     def is_zero(self) -> bool:
         return self.epsilon == 0 and self.delta == 0

@@ -48,7 +48,7 @@ def _accountant(t: Totals) -> str:
 
 
 def _pair(budget) -> str:
-    return "-" if budget is None else f"{budget.epsilon:.4g} / {budget.delta:.2g}"
+    return "-" if budget is None else budget.show()
 
 
 def audit(ledger: Ledger, releases_root: Path) -> Audit:

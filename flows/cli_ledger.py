@@ -69,9 +69,9 @@ def cmd_totals(args: argparse.Namespace, root: Path) -> int:
         return 0
 
     def pair(b: Budget | None) -> str:
-        return "no cap" if b is None else f"{b.epsilon:.4g} / {b.delta:.2g}"
+        return "no cap" if b is None else b.show()
 
-    print(f"{'dataset':<16} {'kind':<4} {'cap eps/delta':>18} {'spent eps/delta':>18} {'remaining':>18} {'filter eps':>10} "
+    print(f"{'dataset':<16} {'kind':<4} {'cap eps/delta':>22} {'spent eps/delta':>22} {'remaining':>22} {'filter eps':>10} "
           f"{'PLD eps':>8} {'GDP eps':>8}  {'next release':<24} releases (published/failed/pending)")  # fmt: skip
     for t in totals:
         gdp = "-" if t.gdp_epsilon is None else f"{t.gdp_epsilon:.4g}"
@@ -80,9 +80,9 @@ def cmd_totals(args: argparse.Namespace, root: Path) -> int:
             flt = "-" if a is None or a.filter_epsilon is None else f"{a.filter_epsilon:.4g}"
             tight = "-" if a is None or a.pld_epsilon is None else f"{a.pld_epsilon:.4g}"
             nxt = "-" if a is None or a.like is None else f"{a.like} fits {a.fits} more"
-            money = f"{pair(t.cap):>18} {pair(t.spent):>18} {pair(t.remaining):>18} {flt:>10} {tight:>8} {gdp:>8}  {nxt:<24}"
+            money = f"{pair(t.cap):>22} {pair(t.spent):>22} {pair(t.remaining):>22} {flt:>10} {tight:>8} {gdp:>8}  {nxt:<24}"
         else:  # no epsilon is claimed for sdc and mpc runs, so none is shown
-            money = f"{'not DP: no budget':>18} {'-':>18} {'-':>18} {'-':>10} {'-':>8} {'-':>8}  {'-':<24}"
+            money = f"{'not DP: no budget':>22} {'-':>22} {'-':>22} {'-':>10} {'-':>8} {'-':>8}  {'-':<24}"
         print(f"{t.dataset:<16} {t.kind or '-':<4} {money} {t.releases} ({t.published}/{t.failed}/{t.pending})")
     if any(t.kind == "dp" for t in totals):
         print("spent: basic composition of the charges; filter eps: what the admission filter certifies at the cap's "

@@ -147,3 +147,13 @@ def test_totals_command_as_the_steward_types_it(store, home):
     shown = json.loads(run(home, "ledger", "totals", "--json").stdout)[0]
     assert shown["spent"] == {"epsilon": 3.0, "delta": 3e-6}
     assert shown["pld"]["epsilon"] == pytest.approx(t.account.pld_epsilon) and shown["next"]["fits"] == t.account.fits
+
+
+def test_totals_print_every_digit_spent(tmp_path: Path):
+    """A delta of 1e-6 spent from a cap of 1e-3 shows in what remains (it was printed as 0.0009)."""
+    home = tmp_path / "home"
+    ledger = Ledger(home / "privrelease.duckdb")
+    ledger.set_budget("d", Budget(10, 1e-3))
+    ledger.reserve("d", "r1", "dp", Budget(1, 1e-6), "replace-one", "m", {})
+    row = run(home, "ledger", "totals").stdout.splitlines()[1].split()
+    assert row[2:11] == ["10", "/", "0.001", "1", "/", "1e-06", "9", "/", "0.000899"], row
