@@ -18,7 +18,9 @@ def main() -> int:
         return 2
     host = os.environ.get("PRIVRELEASE_HOST", "127.0.0.1")
     port = int(os.environ.get("PRIVRELEASE_PORT", "4200"))
-    uvicorn.run(create_app(), host=host, port=port, log_level="warning", ws="websockets-sansio")
+    # connections beyond the limit get 503 at once instead of holding memory; idle ones are closed after 5 s
+    uvicorn.run(create_app(), host=host, port=port, log_level="warning", ws="websockets-sansio", limit_concurrency=256,
+                timeout_keep_alive=5)  # fmt: skip
     return 0
 
 

@@ -27,11 +27,12 @@ import secrets
 import time
 from pathlib import Path
 
+import anyio
 import anyio.to_thread
 import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
@@ -40,10 +41,14 @@ from gate import policy
 
 UPSTREAM_ENV = "PRIVRELEASE_PREFECT_URL"  # Prefect's server, e.g. http://127.0.0.1:4201
 AUTH_ENV = "PREFECT_API_AUTH_STRING"  # the operator's credential for it
-HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding",
-       "upgrade", "host", "authorization", "cookie", "content-length", "x-http-method-override", "forwarded",
-       "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto"}  # fmt: skip
+HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding"}  # not passed back
 REFUSED = "x-privrelease-gate-refused"  # on every answer the gate refused itself
+# Headers passed on to Prefect; every other one (cookies, Prefect's automation headers that label who created a
+# run, forwarding headers, method overrides) is dropped.
+PASSED = {"accept", "accept-language", "content-type", "user-agent", "x-prefect-ui"}
+MAX_BODY = 1 << 20  # bytes: the largest request body passed on (a filter, a form's parameters)
+UPSTREAM_CONNECTIONS = 100
+HASHES_AT_ONCE = 2  # Argon2id checks at once (64 MiB each); a flood of wrong passwords queues here, not in memory
 ACCOUNTS_TTL_S = 2.0  # a removed account is refused within this time
 SAFE_PATH = re.compile(r"/[A-Za-z0-9._~/-]*")  # what Prefect's routes and the UI's files use; nothing to re-encode
 PUBLIC_SETTINGS = {"server": {"ui": {"show_promotional_content": False}}}
@@ -59,7 +64,9 @@ class Gate:
         self.accounts = Accounts(db_path)
         self.upstream = upstream.rstrip("/")
         self.operator = {"authorization": "Basic " + base64.b64encode(operator_auth.encode()).decode()}
-        self.client = httpx.AsyncClient(base_url=self.upstream, timeout=httpx.Timeout(60.0, connect=10.0))
+        self.client = httpx.AsyncClient(base_url=self.upstream, timeout=httpx.Timeout(60.0, connect=10.0),
+                                        limits=httpx.Limits(max_connections=UPSTREAM_CONNECTIONS))  # fmt: skip
+        self._hashing = anyio.Semaphore(HASHES_AT_ONCE)
         self._known: dict[str, Account] = {}
         self._loaded = 0.0
         self._verified: dict[bytes, str] = {}  # keyed digest of (name, password) -> the hash it matched
@@ -90,7 +97,8 @@ class Gate:
         account = known.get(name)
         if account is not None and self._verified.get(digest) == account.hash:
             return account  # checked before, and the account is unchanged: no second Argon2 hash
-        account = await anyio.to_thread.run_sync(self.accounts.verify, name, password, known)
+        async with self._hashing:
+            account = await anyio.to_thread.run_sync(self.accounts.verify, name, password, known)
         if account is None:
             return False
         self._verified[digest] = account.hash
@@ -133,18 +141,20 @@ class Gate:
                 out["name"] = body["name"]
             state = body.get("state")
             if isinstance(state, dict) and state.get("type") == "SCHEDULED":
-                details = state.get("state_details") or {}
-                out["state"] = {"type": "SCHEDULED", "state_details": {"scheduled_time": details.get("scheduled_time")}}
+                details = state.get("state_details")
+                when = details.get("scheduled_time") if isinstance(details, dict) else None
+                out["state"] = {"type": "SCHEDULED", "state_details": {"scheduled_time": when if isinstance(when, str) else None}}
             return out
         if rule.route.endswith("/set_state"):
-            if (body.get("state") or {}).get("type") not in ("CANCELLING", "CANCELLED"):
+            state = body.get("state")
+            if not isinstance(state, dict) or state.get("type") not in ("CANCELLING", "CANCELLED"):
                 return "you may only cancel your own runs"
             return {"state": {"type": "CANCELLING", "message": f"cancelled by {account.name}"}}
         if rule.route.endswith("/resume"):
             run_input = body.get("run_input")
-            if not isinstance(run_input, dict):
-                return "an approval needs its form (approve or reject)"
-            return {"run_input": {**run_input, "approved_by": account.name}}
+            if not isinstance(run_input, dict) or not isinstance(run_input.get("approve"), bool):
+                return "an approval is its form's answer: approve true or false"
+            return {"run_input": {"approve": run_input["approve"], "approved_by": account.name}}
         raise AssertionError(rule.route)
 
     # -- the one entry point ---------------------------------------------------------------------------
@@ -171,16 +181,23 @@ class Gate:
             import importlib.metadata
 
             return JSONResponse(importlib.metadata.version("prefect"))
-        body = await request.body()
+        body = b""
+        if request.method not in ("GET", "HEAD"):
+            body = await _bounded_body(request)
+            if body is None:
+                return _refuse(413, f"privrelease gate: a request body may hold at most {MAX_BODY} bytes")
+            try:
+                doc = json.loads(body or b"{}")
+            except ValueError:
+                return _refuse(422, "privrelease gate: the body is not JSON")
+            if _placeholders(doc):
+                return _refuse(403, "privrelease gate: values Prefect would resolve on the server (__prefect_kind) "
+                                    "are the operator's; send plain values")  # fmt: skip
         if rule.condition is not None:
             assert account  # conditions are only on rows for people
             if not await self.holds(rule.condition, path, account):
                 return _refuse(403, f"privrelease gate: the {role} role may not {request.method} {path} "
                                     f"(it is not {rule.condition.replace('-', ' ')})")  # fmt: skip
-            try:
-                doc = json.loads(body or b"{}")
-            except ValueError:
-                return _refuse(422, "privrelease gate: the body is not JSON")
             rewritten = self.rewrite(rule, doc if isinstance(doc, dict) else {}, account)
             if isinstance(rewritten, str):
                 return _refuse(403, f"privrelease gate: {rewritten}")
@@ -188,26 +205,38 @@ class Gate:
         return await self.forward(request, path, body)
 
     async def forward(self, request: Request, path: str, body: bytes) -> Response:
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP} | self.operator
-        headers.setdefault("accept-encoding", "identity")  # pass the body on as the caller can read it
+        headers = {k: v for k, v in request.headers.items() if k.lower() in PASSED} | self.operator
         if body:
             headers["content-type"] = "application/json"
-        upstream = self.client.build_request(request.method, path, params=request.query_params, headers=headers,
+        # read whole (decoded) before answering: a caller that reads slowly holds no connection to Prefect
+        response = await self.client.request(request.method, path, params=request.query_params, headers=headers,
                                              content=body)  # fmt: skip
-        response = await self.client.send(upstream, stream=True)
-        out = {k: v for k, v in response.headers.items() if k.lower() not in HOP | {"content-length"}}
-        return StreamingResponse(response.aiter_raw(), status_code=response.status_code, headers=out,
-                                 background=_Close(response))  # fmt: skip
+        out = {k: v for k, v in response.headers.items() if k.lower() not in HOP}
+        return Response(response.content, status_code=response.status_code, headers=out)
 
 
-class _Close:
-    """Close the upstream response once the client has it (a Starlette background task)."""
+def _placeholders(value) -> bool:
+    """Whether a JSON value holds an object Prefect's server would resolve (``__prefect_kind``: a workspace
+    variable, a Jinja template, a JSON string) after the gate has decided on what it saw."""
+    if isinstance(value, dict):
+        return "__prefect_kind" in value or any(_placeholders(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_placeholders(v) for v in value)
+    return False
 
-    def __init__(self, response: httpx.Response):
-        self.response = response
 
-    async def __call__(self) -> None:
-        await self.response.aclose()
+async def _bounded_body(request: Request) -> bytes | None:
+    """The request body, or None past MAX_BODY bytes (read no further)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 async def _no_websockets(websocket: WebSocket) -> None:

@@ -236,7 +236,7 @@ def test_a_flow_run_cannot_set_the_workers_environment():
     from prefect.workers.process import ProcessWorker
 
     serve = (Path(__file__).resolve().parent.parent / "scripts" / "serve.sh").read_text()
-    (create,) = [line for line in serve.splitlines() if "work-pool create" in line]
+    (create,) = [line for line in serve.splitlines() if "work-pool create" in line and "printf" not in line]
     given = re.search(r"--base-job-template\s+(\S+)", create)
     template = (json.loads((Path(__file__).resolve().parent.parent / given.group(1).strip("\"'")).read_text())
                 if given else ProcessWorker.get_default_base_job_template())  # fmt: skip

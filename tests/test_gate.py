@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import tempfile
 import time
 from pathlib import Path
@@ -265,14 +266,21 @@ def test_an_analyst_changes_nothing_of_the_operators(served, people):
     assert api.get("/block_types/slug/planted").status_code == 404
     assert api.post("/flows/filter", json={"flows": {"name": {"any_": ["planted"]}}}).json() == []
     # the same calls without the gate, with the operator's credential, take effect (then are undone)
-    for method, path, body in attacks[1:4]:
-        assert api.request(method, path, json=body).status_code in (200, 201), path
+    for method, path, body in attacks:
+        response = api.request(method, path, json=body)
+        assert response.status_code in (200, 201, 204), (path, response.text)
+    assert api.get("/work_pools/privrelease").json()["base_job_template"]["job_configuration"]["command"].startswith("sh -c")
     assert len(api.post("/automations/filter", json={}).json()) == 1
     assert api.get("/variables/name/planted").status_code == 200
+    assert api.post("/flows/filter", json={"flows": {"name": {"any_": ["planted"]}}}).json() != []
+    api.patch("/work_pools/privrelease", json={"base_job_template": pool["base_job_template"]})
     for automation_ in api.post("/automations/filter", json={}).json():
         api.delete(f"/automations/{automation_['id']}")
     api.delete("/variables/name/planted")
     api.delete(f"/block_types/{api.get('/block_types/slug/planted').json()['id']}")
+    api.delete(f"/flows/{api.get('/flows/name/planted').json()['id']}")
+    api.delete("/concurrency_limits/tag/planted")
+    assert api.get("/work_pools/privrelease").json()["base_job_template"] == pool["base_job_template"]
 
 
 def _shell_deployment(api: httpx.Client, pool: str, marker: Path) -> str:
@@ -380,3 +388,77 @@ def test_a_large_charge_waits_for_a_steward(served, people):
     (charge,) = [e for e in ledger.entries() if e.release_id == "big-2" and e.status == "reserved"]
     assert charge.requested_by == "alice" and (home / "releases" / "posts-demo" / "big-2" / "manifest.json").exists()
     assert "approved by the data steward sam" in [x["message"] for x in _logs(api, approved["id"])]
+
+
+def test_what_prefect_would_resolve_after_the_gate_decided_is_refused(served, people):
+    """Prefect's server resolves ``__prefect_kind`` objects in a run's parameters and a pause's answer
+    (workspace variables, Jinja templates) after the gate saw them: refused in any body, however spelled."""
+    env, _ = served
+    api = operator(env)
+    ra = deployment(api, "ra")["id"]
+    variable = {"__prefect_kind": "workspace_variable", "variable_name": "secret"}
+    for body in ({"parameters": {"release_id": variable}},
+                 {"parameters": {"qi": [{"__prefect_kind": "jinja", "template": "{{ 7*7 }}"}]}}):  # fmt: skip
+        response = people["alice"].post(f"/deployments/{ra}/create_flow_run", json=body)
+        assert refused(response) and response.status_code == 403 and "__prefect_kind" in response.text
+    escaped = b'{"parameters": {"release_id": {"\\u005f_prefect_kind": "workspace_variable", "variable_name": "secret"}}}'
+    response = people["alice"].post(f"/deployments/{ra}/create_flow_run", content=escaped,
+                                    headers={"content-type": "application/json"})  # fmt: skip
+    assert refused(response) and response.status_code == 403
+    validate = people["alice"].post("/ui/schemas/validate", json={"schema": {}, "values": {"x": variable}})
+    assert refused(validate)
+    # without the gate, Prefect resolves it: the variable is looked up on the server
+    direct = api.post(f"/deployments/{ra}/create_flow_run", json={"parameters": {"release_id": variable}})
+    assert direct.status_code == 400 and "Variable 'secret' not found" in direct.text
+
+
+def test_the_gate_passes_on_only_what_it_decided_on(served, people):
+    """No header of the caller's labels a run as an automation's; bodies are bounded and must be JSON;
+    malformed bodies are refused, not crashed on."""
+    env, _ = served
+    api = operator(env)
+    ra = deployment(api, "ra")["id"]
+    label = {"Prefect-Automation-Id": "11111111-2222-4333-8444-555555555555",
+             "Prefect-Automation-Name": base64.b64encode(b"operator nightly release").decode()}  # fmt: skip
+    run = people["alice"].post(f"/deployments/{ra}/create_flow_run", json={"parameters": {}}, headers=label).json()
+    direct = api.post(f"/deployments/{ra}/create_flow_run", json={"parameters": {}}, headers=label).json()
+    assert (direct["created_by"] or {}).get("type") == "AUTOMATION"  # what the headers do without the gate
+    assert (run["created_by"] or {}).get("type") != "AUTOMATION"
+    for created in (run["id"], direct["id"]):
+        api.delete(f"/flow_runs/{created}")
+    big = people["alice"].post("/flow_runs/filter", content=b"{" + b" " * (2 << 20) + b"}",
+                               headers={"content-type": "application/json"})  # fmt: skip
+    assert refused(big) and big.status_code == 413
+    assert refused(people["alice"].post("/flow_runs/filter", content=b"not json"))
+    for path, body in ((f"/deployments/{ra}/create_flow_run", {"state": {"type": "SCHEDULED", "state_details": [1]}}),):
+        response = people["alice"].post(path, json=body)
+        assert response.status_code == 201, response.text
+        api.delete(f"/flow_runs/{response.json()['id']}")
+    mine = people["alice"].post(f"/deployments/{ra}/create_flow_run", json={"parameters": {}}).json()
+    for body in ({"state": "x"}, {"state": ["CANCELLING"]}, []):
+        response = people["alice"].post(f"/flow_runs/{mine['id']}/set_state", json=body)
+        assert refused(response) and response.status_code == 403, (body, response.text)
+    api.delete(f"/flow_runs/{mine['id']}")
+
+
+def test_callers_that_never_read_hold_no_connection_to_prefect(served):
+    """More callers than the gate has connections to Prefect each ask for the UI's largest file and never
+    read it; the gate still answers (it reads Prefect's answer whole before passing it on)."""
+    env, _ = served
+    gate_url = env["PRIVRELEASE_GATE_URL"]
+    static = Path(prefect.__ui_static_path__)
+    largest = max((p for p in static.rglob("*.js")), key=lambda p: p.stat().st_size).relative_to(static).as_posix()
+    port = int(gate_url.rsplit(":", 1)[1])
+    stalled = []
+    try:
+        for _ in range(110):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.sendall(f"GET /{largest} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+            stalled.append(s)
+        time.sleep(2)
+        assert httpx.get(f"{gate_url}/api/health", timeout=30).status_code == 200
+        assert httpx.get(f"{gate_url}/ui-settings", timeout=30).status_code == 200
+    finally:
+        for s in stalled:
+            s.close()
