@@ -32,7 +32,7 @@ export PREFECT_SERVER_API_AUTH_STRING PREFECT_API_AUTH_STRING=$PREFECT_SERVER_AP
 
 children=()
 stop() {  # stop CODE: every child, then exit CODE (0 when asked to stop)
-  trap - INT TERM
+  trap '' INT TERM  # a second signal (make passes its own on) must not cut the stop short
   for pid in "${children[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
   for _ in $(seq 1 50); do
     alive=0

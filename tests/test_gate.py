@@ -356,11 +356,11 @@ def test_a_large_charge_waits_for_a_steward(served, people):
     api, log = operator(env), root / "worker-approval.log"
     home = Path(env["PRIVRELEASE_HOME"])
     ledger = Ledger(home / "privrelease.duckdb")
-    ledger.set_budget("posts-demo", Budget(20.0, 1e-5), approve_above=0.0)  # every DP release waits
-    dpne = deployment(api, "dpne")["id"]
+    ledger.set_budget("logins-demo", Budget(40.0, 1e-3), approve_above=0.0)  # every DP release waits
+    form = deployment(api, "outlier-count")["id"]  # (the n-gram corpus stays unspent for test_server)
     try:
         with worker(env, log):
-            rejected = people["alice"].post(f"/deployments/{dpne}/create_flow_run", json={"parameters": {"release_id": "big-1"}}).json()
+            rejected = people["alice"].post(f"/deployments/{form}/create_flow_run", json={"parameters": {"release_id": "big-1"}}).json()
             assert _until(api, rejected["id"], ("PAUSED",), log) == "PAUSED"
             assert not [e for e in ledger.entries() if e.release_id == "big-1"]  # nothing charged while it waits
             for who in ("alice", "vera", "ada"):
@@ -372,21 +372,21 @@ def test_a_large_charge_waits_for_a_steward(served, people):
             message = api.get(f"/flow_runs/{rejected['id']}").json()["state"]["message"]
             assert message.startswith("the data steward sam rejected this release") and "nothing was charged" in message
             assert not [e for e in ledger.entries() if e.release_id == "big-1"]
-            assert not (home / "releases" / "posts-demo" / "big-1").exists()
+            assert not (home / "releases" / "logins-demo" / "big-1").exists()
 
-            approved = people["alice"].post(f"/deployments/{dpne}/create_flow_run", json={"parameters": {"release_id": "big-2"}}).json()
+            approved = people["alice"].post(f"/deployments/{form}/create_flow_run", json={"parameters": {"release_id": "big-2"}}).json()
             _until(api, approved["id"], ("PAUSED",), log)
             assert people["sam"].post(f"/flow_runs/{approved['id']}/resume", json={"run_input": {"approve": True}}).status_code in (200, 201)
             assert _wait(api, approved["id"], log) == "COMPLETED"
-            own = people["sam"].post(f"/deployments/{dpne}/create_flow_run", json={"parameters": {"release_id": "big-3"}}).json()
+            own = people["sam"].post(f"/deployments/{form}/create_flow_run", json={"parameters": {"release_id": "big-3"}}).json()
             _until(api, own["id"], ("PAUSED",), log)
             assert refused(people["sam"].post(f"/flow_runs/{own['id']}/resume", json={"run_input": {"approve": True}}))
             assert people["sam"].post(f"/flow_runs/{own['id']}/set_state", json={"state": {"type": "CANCELLING"}}).status_code in (200, 201)
             _until(api, own["id"], ("CANCELLED",), log)
     finally:
-        ledger.set_budget("posts-demo", Budget(20.0, 1e-5))
+        ledger.set_budget("logins-demo", Budget(40.0, 1e-3))
     (charge,) = [e for e in ledger.entries() if e.release_id == "big-2" and e.status == "reserved"]
-    assert charge.requested_by == "alice" and (home / "releases" / "posts-demo" / "big-2" / "manifest.json").exists()
+    assert charge.requested_by == "alice" and (home / "releases" / "logins-demo" / "big-2" / "manifest.json").exists()
     assert "approved by the data steward sam" in [x["message"] for x in _logs(api, approved["id"])]
 
 

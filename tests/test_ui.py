@@ -212,9 +212,9 @@ def test_a_large_release_waits_for_the_stewards_approval_in_the_ui(served, peopl
 def _as_the_steward(page: Page, env: dict, root: Path, shots: Path) -> None:
     api, ui = operator(env), env["PRIVRELEASE_GATE_URL"]
     ledger = Ledger(Path(env["PRIVRELEASE_HOME"]) / "privrelease.duckdb")
-    ledger.set_budget("posts-demo", Budget(20.0, 1e-5), approve_above=0.0)
+    ledger.set_budget("logins-demo", Budget(40.0, 1e-3), approve_above=0.0)  # every DP release waits
     try:
-        run = people_post(env, "alice", f"/deployments/{deployment(api, 'dpne')['id']}/create_flow_run",
+        run = people_post(env, "alice", f"/deployments/{deployment(api, 'outlier-count')['id']}/create_flow_run",
                           {"parameters": {"release_id": "ui-approved"}})  # fmt: skip
         deadline = time.monotonic() + 120
         while api.get(f"/flow_runs/{run['id']}").json()["state"]["type"] != "PAUSED":
@@ -233,7 +233,7 @@ def _as_the_steward(page: Page, env: dict, root: Path, shots: Path) -> None:
         assert _wait(api, run["id"], root / "worker-ui-steward.log") == "COMPLETED"
         assert not refused, refused
     finally:
-        ledger.set_budget("posts-demo", Budget(20.0, 1e-5))
+        ledger.set_budget("logins-demo", Budget(40.0, 1e-3))
     (charge,) = [e for e in ledger.entries() if e.release_id == "ui-approved" and e.status == "reserved"]
     assert charge.requested_by == "alice"
     assert "approved by the data steward sam" in [x["message"] for x in _logs(api, run["id"])]
