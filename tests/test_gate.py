@@ -242,7 +242,7 @@ def test_an_analyst_changes_nothing_of_the_operators(served, people):
     pool = api.get("/work_pools/privrelease").json()
     template = json.loads(json.dumps(pool["base_job_template"]))
     template["job_configuration"]["command"] = "sh -c 'cat $PRIVRELEASE_HOME/ledger.key'"
-    automation = {"name": "exfiltrate", "trigger": {"type": "event", "expect": ["prefect.flow-run.Completed"], "posture": "Reactive",
+    automation = {"name": "exfiltrate", "enabled": False, "trigger": {"type": "event", "expect": ["prefect.flow-run.Completed"], "posture": "Reactive",
                                                     "threshold": 1, "within": 0},
                   "actions": [{"type": "cancel-flow-run"}]}  # fmt: skip
     now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
@@ -316,7 +316,9 @@ def test_the_shell_pull_step_attack(served, people, tmp_path):
     assert "PRIVRELEASE_HOME" in marker.read_text()  # the attack works without the gate and the guard
     marker.unlink()
     guarded = _shell_deployment(api, "privrelease", marker)
-    run = api.post(f"/deployments/{guarded}/create_flow_run", json={}).json()["id"]
+    created = api.post(f"/deployments/{guarded}/create_flow_run", json={})
+    assert created.status_code == 201, created.text
+    run = created.json()["id"]
     with worker(env, root / "worker-guarded.log"):
         assert _wait(api, run, root / "worker-guarded.log") == "FAILED"
     assert not marker.exists()

@@ -101,14 +101,30 @@ def gate(env: dict, log_path: Path):
         log.close()
 
 
+class _RetryBusy(httpx.HTTPTransport):
+    """A SQLite-backed Prefect server answers 503 ("retry") while its database is busy; Prefect's own client
+    retries those, and so do the tests' clients (the gate passes the 503 on as it is)."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        for _ in range(40):
+            response = super().handle_request(request)
+            if response.status_code != 503:
+                return response
+            response.read()
+            response.close()
+            time.sleep(0.5)
+        return response
+
+
 def person(gate_url: str, name: str, password: str) -> httpx.Client:
     """Prefect's API as a person reaches it: through the gate, with their account."""
-    return httpx.Client(base_url=f"{gate_url}/api", auth=(name, password), timeout=10)
+    return httpx.Client(base_url=f"{gate_url}/api", auth=(name, password), timeout=10, transport=_RetryBusy())
 
 
 def operator(env: dict) -> httpx.Client:
     """Prefect's API as the operator reaches it: directly, with Prefect's own credential."""
-    return httpx.Client(base_url=env["PREFECT_API_URL"], auth=tuple(env["PREFECT_API_AUTH_STRING"].split(":", 1)), timeout=10)
+    return httpx.Client(base_url=env["PREFECT_API_URL"], auth=tuple(env["PREFECT_API_AUTH_STRING"].split(":", 1)), timeout=10,
+                        transport=_RetryBusy())  # fmt: skip
 
 
 def deploy(env: dict) -> None:
