@@ -48,6 +48,7 @@ REFUSED = "x-privrelease-gate-refused"  # on every answer the gate refused itsel
 PASSED = {"accept", "accept-language", "content-type", "user-agent", "x-prefect-ui"}
 MAX_BODY = 1 << 20  # bytes: the largest request body passed on (a filter, a form's parameters)
 UPSTREAM_CONNECTIONS = 100
+BUSY_RETRIES = 8  # Prefect's 503 "busy" answers retried, about 9 s in all
 HASHES_AT_ONCE = 2  # Argon2id checks at once (64 MiB each); a flood of wrong passwords queues here, not in memory
 ACCOUNTS_TTL_S = 2.0  # a removed account is refused within this time
 SAFE_PATH = re.compile(r"/[A-Za-z0-9._~/-]*")  # what Prefect's routes and the UI's files use; nothing to re-encode
@@ -208,9 +209,15 @@ class Gate:
         headers = {k: v for k, v in request.headers.items() if k.lower() in PASSED} | self.operator
         if body:
             headers["content-type"] = "application/json"
-        # read whole (decoded) before answering: a caller that reads slowly holds no connection to Prefect
-        response = await self.client.request(request.method, path, params=request.query_params, headers=headers,
-                                             content=body)  # fmt: skip
+        # read whole (decoded) before answering: a caller that reads slowly holds no connection to Prefect.
+        # A SQLite-backed server answers 503 ("retry") while its database is busy, before anything is
+        # committed; Prefect's own client retries those, and so does the gate for the UI, which does not.
+        for attempt in range(BUSY_RETRIES + 1):
+            response = await self.client.request(request.method, path, params=request.query_params, headers=headers,
+                                                 content=body)  # fmt: skip
+            if response.status_code != 503 or attempt == BUSY_RETRIES:
+                break
+            await anyio.sleep(0.25 * (attempt + 1))
         out = {k: v for k, v in response.headers.items() if k.lower() not in HOP}
         return Response(response.content, status_code=response.status_code, headers=out)
 

@@ -88,7 +88,7 @@ def _in_browser(served, role: str, act) -> None:
     with sync_playwright() as p, worker(env, root / f"worker-ui-{role}.log"):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.set_default_timeout(30_000)
+        page.set_default_timeout(60_000)  # a loaded machine renders the 1800-px report slowly
         try:
             act(page, env, root, shots)
         except BaseException:
@@ -138,9 +138,14 @@ def _as_an_analyst(page: Page, env: dict, root: Path, shots: Path) -> None:
     (artifact,) = api.post("/artifacts/filter", timeout=10,
                              json={"artifacts": {"flow_run_id": {"any_": [run_id]}}}).json()  # fmt: skip
     page.set_viewport_size({"width": 1280, "height": 1800})  # the whole report in one screenshot
+    failed: list[str] = []
+    page.on("response", lambda r: failed.append(f"{r.status} {r.request.method} {r.url}") if r.status >= 400 else None)
     page.goto(f"{ui}/artifacts/artifact/{artifact['id']}")
     image = page.locator("img[alt]").first
-    image.wait_for()
+    try:
+        image.wait_for()
+    except Exception as exc:  # name what the browser was answered
+        raise AssertionError(f"the report did not render; answers over 400: {failed} {where}") from exc
     deadline = time.monotonic() + 15
     while page.evaluate("(img) => img.naturalWidth", image.element_handle()) == 0:
         assert time.monotonic() < deadline, f"the report's chart did not load {where}"
