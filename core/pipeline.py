@@ -31,6 +31,7 @@ from core import faults, mechanisms, noise, paths
 from core import publish as _publish
 from core import spec as _spec
 from core.accountant import Spend, events_of
+from core.accounting import charge_phrase
 from core.accounts import requester
 from core.errors import ApprovalError, BudgetExhausted, ReleaseConflict, SpecError, UserError
 from core.ledger import FAILED, PUBLISHED, Charge, Ledger
@@ -229,8 +230,8 @@ def release(store: Store, request: ReleaseRequest, steps: SimpleNamespace = DIRE
             "Release again under a new release_id, which is a new charge."
         )
     cost = plan_.cost
-    log.info("charge: ledger entry #%d, %s", charged.entry.seq,
-             f"epsilon={cost.budget.epsilon:g} delta={cost.budget.delta:g}" if isinstance(cost, DPCost) else cost.kind)
+    log.info("ledger entry #%d: %s", charged.entry.seq, charge_phrase(
+        "dp", cost.budget.epsilon, cost.budget.delta) if isinstance(cost, DPCost) else charge_phrase(cost.kind))
     try:
         result = steps.privatize(spec, frame)
         log.info("privatize: %s ran and its output checks passed", spec.mechanism)
