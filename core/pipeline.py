@@ -193,8 +193,12 @@ def recover(store: Store) -> list:
     Run by every command that touches the ledger, so no charge stays without an outcome."""
     settled = store.ledger.recover(store.releases)
     if store.staging.is_dir():
+        # Folders first, then the live charges: a release stages only after its charge is recorded, so
+        # every folder listed here that is still in use has its charge among the pending read after.
+        # (Reading the charges first let a release that charged and staged in between lose its folder.)
+        folders = list(store.staging.glob("*/*"))
         live = {(e.dataset, e.release_id) for e in store.ledger.pending()}
-        for folder in store.staging.glob("*/*"):
+        for folder in folders:
             if (folder.parent.name, folder.name.rsplit(".", 1)[0]) not in live:
                 shutil.rmtree(folder, ignore_errors=True)
     return settled
