@@ -176,7 +176,7 @@ def assess(store: Store, release: Release, frame: pd.DataFrame, result: Result) 
     only) attached to the result to be published with it."""
     role = sdc_report.roles(release.params, result.privacy, frame)
     sdc_report.write_internal(store.root, release.dataset.id, release.release_id, release.mechanism,
-                              sdc_report.internal(frame, result.data, role))  # fmt: skip
+                              sdc_report.internal(frame, result.data, role), sdc_report.records(frame, result.data, role))  # fmt: skip
     return sdc_report.attach(result, sdc_report.external(result.data, role))
 
 

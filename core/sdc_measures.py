@@ -96,6 +96,12 @@ def disclosure(con: duckdb.DuckDBPyConnection, table: str, keys: list[str], sens
     return out
 
 
+def record_risks(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per record, in the table's order: f_k and r_k = 1/f_k (no weights; missing equals missing)."""
+    f = frame.groupby(keys, dropna=False, sort=False)[keys[0]].transform("size").to_numpy(np.int64)
+    return pd.DataFrame({"fk": f, "risk": 1.0 / f})
+
+
 def _band(lo: int, hi: int | None) -> str:
     return f"{lo}+" if hi is None else (f"{lo}" if lo == hi else f"{lo}-{hi}")
 

@@ -137,6 +137,15 @@ def attach(result: Result, figures: dict) -> Result:
     )
 
 
+def records(original: pd.DataFrame, released: pd.DataFrame, role: Roles) -> pd.DataFrame | None:
+    """Each record's f_k and risk in the original and in the released table (rows paired by position)."""
+    if len(original) != len(released):
+        return None
+    before, after = m.record_risks(original, role.keys), m.record_risks(released, role.keys)
+    return pd.DataFrame({"row": range(len(original)), "fk_original": before["fk"], "risk_original": before["risk"],
+                         "fk_released": after["fk"], "risk_released": after["risk"]})  # fmt: skip
+
+
 def internal_markdown(release_id: str, dataset: str, mechanism: str, figures: dict) -> str:
     before, after = dict(_disclosure_rows(figures["before"])), dict(_disclosure_rows(figures["after"]))
     risk = "\n".join(f"| {k} | {before[k]} | {after[k]} |" for k in before)
@@ -157,7 +166,9 @@ def internal_markdown(release_id: str, dataset: str, mechanism: str, figures: di
         "## Disclosure risk before and after\n\n| measure | original | released |\n|---|---|---|\n" + risk + "\n\n"
         "| records in cells of size f_k | original | released |\n|---|---|---|\n" + bands + "\n\n"
         "![risk before and after](sdc_risk_before_after.png)\n\n"
-        "## Record linkage and information loss\n\n"
+        + ("Each record's f_k and r_k, before and after (rows in the input's order): `records.parquet`.\n\n"
+           if figures["paired"] else "")
+        + "## Record linkage and information loss\n\n"
         f"- record linkage in rank space (nearest original record is the record's own): {linkage}\n"
         f"- IL1s (sdcMicro dUtility, perturbed numeric columns): {il1s}\n"
         f"- largest change of a correlation between numeric columns: {corr}\n"
@@ -187,16 +198,24 @@ def _private(path: Path) -> None:
     os.chmod(path, 0o600)
 
 
-def write_internal(root: Path, dataset: str, release_id: str, mechanism: str, figures: dict) -> Path:
-    """Write the internal report (markdown, JSON, chart), readable by the home's owner only."""
+def write_internal(root: Path, dataset: str, release_id: str, mechanism: str, figures: dict,
+                   records: pd.DataFrame | None = None) -> Path:  # fmt: skip
+    """Write the internal report (markdown, JSON, chart and, given, the per-record risks), readable by
+    the home's owner only."""
     target = folder(root, dataset, release_id)
     for part in (paths.sdc_reports(root), target.parent, target):
         part.mkdir(exist_ok=True, mode=0o700)
         os.chmod(part, 0o700)
+    if records is not None:
+        con = duckdb.connect()
+        try:
+            con.from_df(records).write_parquet(str(target / "records.parquet"))
+        finally:
+            con.close()
     chart = internal_chart(figures)
     render_chart(chart, target / chart.filename)
     (target / "internal.md").write_text(internal_markdown(release_id, dataset, mechanism, figures))
     (target / "internal.json").write_text(json.dumps(figures, indent=2, default=str) + "\n")
-    for name in (chart.filename, "internal.md", "internal.json"):
+    for name in (chart.filename, "internal.md", "internal.json", *(["records.parquet"] if records is not None else [])):
         _private(target / name)
     return target

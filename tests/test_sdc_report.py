@@ -48,7 +48,8 @@ def test_external_report_is_the_released_tables_and_internal_stays_home(home, te
     assert "sdc_cell_sizes.png" in manifest["files"] and (folder / "sdc_cell_sizes.png").is_file()
     # the internal report: under the home, outside releases/, readable by its owner only
     assert internal.is_relative_to(home / "sdc-reports") and not internal.is_relative_to(home / "releases")
-    assert sorted(p.name for p in internal.iterdir()) == ["internal.json", "internal.md", "sdc_risk_before_after.png"]
+    assert sorted(p.name for p in internal.iterdir()) == ["internal.json", "internal.md", "records.parquet",
+                                                          "sdc_risk_before_after.png"]  # fmt: skip
     assert all(_mode(p) == 0o600 for p in internal.iterdir())
     assert _mode(internal) == _mode(internal.parent) == _mode(home / "sdc-reports") == 0o700
     figures = json.loads((internal / "internal.json").read_text())
@@ -56,6 +57,14 @@ def test_external_report_is_the_released_tables_and_internal_stays_home(home, te
     con.register("t", original)
     assert figures["before"] == json.loads(json.dumps(sdc_measures.disclosure(con, "t", role.keys, role.sensitive)))
     assert {k: v for k, v in manifest["sdc_report"].items() if k not in ("keys", "sensitive")} == figures["after"]
+    # the per-record risks (pandas, row by row) agree with the set-wise figures (DuckDB)
+    records = duckdb.connect().execute("SELECT * FROM read_parquet(?)", [str(internal / "records.parquet")]).df()
+    assert list(records["row"]) == list(range(len(original)))
+    for when in ("before", "after"):
+        side = "original" if when == "before" else "released"
+        assert records[f"risk_{side}"].sum() == pytest.approx(figures[when]["expected_reidentifications"])
+        assert (records[f"fk_{side}"] < 3).sum() == figures[when]["records_f_below_3"]
+    assert (records["fk_original"] == original.groupby(role.keys)[role.keys[0]].transform("size")).all()
     # nothing that compares with the input is published: not the internal report's words or figures
     published = report + json.dumps(manifest)
     text = (internal / "internal.md").read_text()
