@@ -40,6 +40,7 @@ import pandas as pd
 FREQUENCY_BANDS = ((1, 1), (2, 2), (3, 4), (5, 9), (10, None))  # cell-size bands of the risk charts
 MAX_LEVELS = 50  # a categorical column with more levels is left out of pMSE's model (and named)
 MAX_SQUARED = 8  # pMSE's second-order terms: among the first numeric columns of its list
+MAX_PMSE_ROWS = 100_000  # pMSE is fitted on every s-th record of each table, s the smallest stride within this
 
 
 def ident(name: str) -> str:
@@ -197,6 +198,8 @@ def pmse(original: pd.DataFrame, released: pd.DataFrame, columns: list[str], num
     """Propensity-score MSE of a main-effects logistic regression, its null expectation and their ratio."""
     from sklearn.linear_model import LogisticRegression
 
+    step = max(1, math.ceil(max(len(original), len(released)) / MAX_PMSE_ROWS))
+    original, released = original.iloc[::step], released.iloc[::step]
     stacked = pd.concat([original[columns], released[columns]], ignore_index=True)
     label = np.r_[np.zeros(len(original)), np.ones(len(released))]
     x, left_out = design(stacked, columns, numeric)
@@ -211,7 +214,7 @@ def pmse(original: pd.DataFrame, released: pd.DataFrame, columns: list[str], num
     value = float(np.mean((score - c) ** 2))
     null = null_pmse(k, c, big_n)
     return {"pmse": value, "null_expectation": null, "ratio": value / null if null else None, "parameters": k,
-            "left_out": left_out}  # fmt: skip
+            "left_out": left_out, "every": step}  # fmt: skip
 
 
 def null_pmse(k: int, c: float, big_n: int) -> float:

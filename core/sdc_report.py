@@ -34,10 +34,13 @@ from core.mechanisms.base import Result
 
 EXTERNAL_CHART = "sdc_cell_sizes.png"
 SECTION = "## Disclosure risk of the released table"
+SWAP_NOTE = ("The keys of a swap are its swapped columns: values moved between records, so a record alone with its "
+             "released combination is not a person alone with it; the swap's own risk is p_known and p_hidden above.\n\n")
 
 
 @dataclass(frozen=True)
 class Roles:
+    keys_from: str  # the parameter naming the key columns: qi or swap_set
     keys: list[str]
     sensitive: str | None
     perturbed: list[str]  # numeric columns whose values the mechanism moves
@@ -46,12 +49,12 @@ class Roles:
 def roles(params, privacy: dict, frame: pd.DataFrame) -> Roles:
     """The request's key, sensitive and perturbed numeric columns."""
     if hasattr(params, "qi"):
-        keys, sensitive, moved = list(params.qi), params.sensitive, list(params.qi)
+        source, keys, sensitive, moved = "qi", list(params.qi), params.sensitive, list(params.qi)
     else:
-        keys, sensitive = list(params.swap_set), None
+        source, keys, sensitive = "swap_set", list(params.swap_set), None
         moved = list(params.swap_set) + list(privacy.get("others_swapped_with_eds", []))
     numeric = [c for c in moved if pd.api.types.is_numeric_dtype(frame[c])]
-    return Roles(keys, sensitive, numeric)
+    return Roles(source, keys, sensitive, numeric)
 
 
 def external(released: pd.DataFrame, role: Roles) -> dict:
@@ -62,7 +65,7 @@ def external(released: pd.DataFrame, role: Roles) -> dict:
         figures = m.disclosure(con, "released", role.keys, role.sensitive)
     finally:
         con.close()
-    return {"keys": role.keys, "sensitive": role.sensitive, **figures}
+    return {"keys_from": role.keys_from, "keys": role.keys, "sensitive": role.sensitive, **figures}
 
 
 def internal(original: pd.DataFrame, released: pd.DataFrame, role: Roles) -> dict:
@@ -114,7 +117,8 @@ def external_section(figures: dict) -> str:
         "the released table alone, as sdcMicro's `measure_risk` computes it on anonymized keys: f_k is the number of "
         "released records sharing record k's key combination, and its re-identification risk is r_k = 1/f_k (no "
         "sampling weights: the released table is taken as the population).\n\n"
-        "| measure | value |\n|---|---|\n" + rows + "\n\n"
+        + (SWAP_NOTE if figures["keys_from"] == "swap_set" else "")
+        + "| measure | value |\n|---|---|\n" + rows + "\n\n"
         "What compares the release with the input (the risk before the release, record linkage, information loss "
         "IL1s, changes of means and correlations, pMSE) is in the data steward's internal report, which is not "
         "published.\n\n"
@@ -174,6 +178,7 @@ def internal_markdown(release_id: str, dataset: str, mechanism: str, figures: di
         f"- largest change of a correlation between numeric columns: {corr}\n"
         f"- pMSE = {p['pmse']:.3g}, null expectation (k − 1)(1 − c)²c/N = {p['null_expectation']:.3g} "
         f"(k = {p['parameters']} parameters), ratio {p['ratio'] if p['ratio'] is None else format(p['ratio'], '.3g')}"
+        + (f"; fitted on every {p['every']}th record of each table" if p["every"] > 1 else "")
         + (f"; left out of the model (over {m.MAX_LEVELS} levels): {', '.join(p['left_out'])}" if p["left_out"] else "")
         + "\n\n| column | original mean | released mean | change |\n|---|---|---|---|\n" + means + "\n"
     )

@@ -190,3 +190,13 @@ def test_pmse_sees_a_broken_correlation_through_its_product_term():
     found = m.pmse(original, released, ["x", "y"], {"x", "y"})
     assert found["parameters"] == 6 and found["ratio"] > 50
     assert m.pmse(original, original, ["x", "y"], {"x", "y"})["pmse"] == pytest.approx(0, abs=1e-12)
+
+
+def test_pmse_on_a_large_table_is_fitted_on_every_s_th_record(monkeypatch):
+    monkeypatch.setattr(m, "MAX_PMSE_ROWS", 4)
+    original = pd.DataFrame({"v": list("aaabbbaaab")})
+    released = pd.DataFrame({"v": list("abbbaaabbb")})
+    found = m.pmse(original, released, ["v"], set())
+    # stride 3: records 0, 3, 6, 9 of each: original a b a b, released a b a b; N = 8, identical shares
+    assert found["every"] == 3 and found["pmse"] == pytest.approx(0, abs=1e-12)
+    assert found["null_expectation"] == pytest.approx(1 * 0.25 * 0.5 / 8)

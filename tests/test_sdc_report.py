@@ -56,7 +56,7 @@ def test_external_report_is_the_released_tables_and_internal_stays_home(home, te
     con = duckdb.connect()
     con.register("t", original)
     assert figures["before"] == json.loads(json.dumps(sdc_measures.disclosure(con, "t", role.keys, role.sensitive)))
-    assert {k: v for k, v in manifest["sdc_report"].items() if k not in ("keys", "sensitive")} == figures["after"]
+    assert {k: v for k, v in manifest["sdc_report"].items() if k not in ("keys_from", "keys", "sensitive")} == figures["after"]
     # the per-record risks (pandas, row by row) agree with the set-wise figures (DuckDB)
     records = duckdb.connect().execute("SELECT * FROM read_parquet(?)", [str(internal / "records.parquet")]).df()
     assert list(records["row"]) == list(range(len(original)))
@@ -72,6 +72,22 @@ def test_external_report_is_the_released_tables_and_internal_stays_home(home, te
     pmse = f"{figures['pmse']['pmse']:.3g}"
     assert f"pMSE = {pmse}" in text and "pMSE = " not in published and "il1s" not in published.lower().replace(
         "information loss il1s", "")  # fmt: skip
+    assert (sdc_report.SWAP_NOTE in report) == (mechanism["name"] == "mews")
     if mechanism["name"] == "mews":
         assert figures["linkage"]["perturbed_records"] > 0 and 0 <= figures["linkage"]["linkage_rate"] < 1
         assert figures["il1s"] > 0 and figures["pmse"]["ratio"] > 0
+
+
+def test_a_dp_release_has_no_sdc_report(home, test_mode):
+    from core.accounting import Budget
+    from core.ledger import Ledger
+    from tests.test_golden import CASES
+
+    make, unit, purpose, mechanism = CASES["outliers-count"]
+    register(home, make(), "ds", unit, purpose)
+    Ledger(home / "privrelease.duckdb").set_budget("ds", Budget(10.0, 1e-3))
+    summary = pipeline.release(pipeline.Store(home), parse({"release_id": "r1", "dataset": "ds", "mechanism": mechanism,
+                                                            "seed": 5}))  # fmt: skip
+    folder = Path(summary["folder"])
+    assert "sdc_report" not in json.loads((folder / "manifest.json").read_text())
+    assert sdc_report.SECTION not in (folder / "report.md").read_text() and not (home / "sdc-reports").exists()
