@@ -12,7 +12,9 @@ KD-tree) and pMSE (a logistic regression) run in numpy and scikit-learn.
   r_k = E[1/F_k | f_k] = Σ_{y≥0} C(f_k+y−1, y) p_k^{f_k} q_k^y / (f_k+y)
       = ∫_0^1 p_k^{f_k} t^{f_k−1} (1 − q_k t)^{−f_k} dt = (p_k / f_k) · ₂F₁(1, 1; f_k+1; q_k),
   q_k = 1 − p_k (the last step is Euler's transformation of p^f/f · ₂F₁(f, f; f+1; q)). Without
-  weights F_k = f_k and r_k = 1/f_k, as sdcMicro. The global risk is the expected number of
+  weights F_k = f_k and r_k = 1/f_k, as sdcMicro. This is ``indivRisk(method = "exact")``, whose
+  published test figures it reproduces; ``measure_risk`` calls the default "approx", which for
+  f_k > 2 with weights uses p_k/(f_k − q_k) instead (the same 1/f_k without weights). The global risk is the expected number of
   re-identifications Σ_k r_k (sdcMicro's ``global_risk_ER``).
 - Distinct l-diversity: the number of distinct sensitive values in a record's cell (missing
   counts as one value).
