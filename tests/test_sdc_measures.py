@@ -156,10 +156,10 @@ def test_pmse_of_a_saturated_model_by_hand():
 def test_pmse_null_expectation_matches_simulation():
     """Snoke et al.'s null: the released table is drawn from the original's own distribution (here
     resampled from it). N·pMSE/((1−c)²c) is then asymptotically χ²(k − 1), so the ratio pMSE/null
-    averages 1 ± √(2/(k−1)/200) over 200 simulations: a two-sided z-test at level 1e-3. Two
+    averages 1 ± √(2/(k−1)/150) over 150 simulations: a two-sided z-test at level 1e-3. Two
     independent samples of one distribution average 1/(1 − c) = 2 instead, tested the same way."""
     rng = generator(26)
-    n, reps = 300, 200
+    n, reps = 200, 150
 
     def draw(size: int) -> pd.DataFrame:
         return pd.DataFrame({"x": rng.normal(size=size), "g": rng.choice(list("abc"), size)})
