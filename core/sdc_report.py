@@ -34,8 +34,14 @@ from core.mechanisms.base import Result
 
 EXTERNAL_CHART = "sdc_cell_sizes.png"
 SECTION = "## Disclosure risk of the released table"
-SWAP_NOTE = ("The keys of a swap are its swapped columns: values moved between records, so a record alone with its "
-             "released combination is not a person alone with it; the swap's own risk is p_known and p_hidden above.\n\n")
+NOTES = {  # the figures count exact matches on released values, which the mechanism moved
+    "swap_set": "The keys of a swap are its swapped columns: values moved between records, so a record alone with "
+                "its released combination is not a person alone with it; the swap's own risk is p_known and "
+                "p_hidden above.\n\n",
+    "qi": "RA redrew QI cells, so a released combination may be no person's: a record alone with it is not "
+          "necessarily a person alone with it (redrawing can even add such combinations); RA's own risk figure is "
+          "Pa above.\n\n",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -117,7 +123,7 @@ def external_section(figures: dict) -> str:
         "the released table alone, as sdcMicro's `measure_risk` computes it on anonymized keys: f_k is the number of "
         "released records sharing record k's key combination, and its re-identification risk is r_k = 1/f_k (no "
         "sampling weights: the released table is taken as the population).\n\n"
-        + (SWAP_NOTE if figures["keys_from"] == "swap_set" else "")
+        + NOTES[figures["keys_from"]]
         + "| measure | value |\n|---|---|\n" + rows + "\n\n"
         "What compares the release with the input (the risk before the release, record linkage, information loss "
         "IL1s, changes of means and correlations, pMSE) is in the data steward's internal report, which is not "

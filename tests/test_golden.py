@@ -61,9 +61,9 @@ CASES = {  # name -> (table, unit, purpose, mechanism)
 
 GOLDEN = {
     "ra": {"<ledger>": "3a4f670899d02ec7", "data.csv": "5d77efe877ac9377", "data.parquet": "c00900348e422687",
-           "manifest.json": "94b76a3627ac146c", "report.md": "b8fc2733e79a071e"},
+           "manifest.json": "94b76a3627ac146c", "report.md": "6c4b02d20221f94e"},
     "era": {"<ledger>": "d04bec421cc6b8ad", "data.csv": "7022a66e8ea7cf41", "data.parquet": "bc6bd761f6bd91e1",
-            "manifest.json": "fe79c3e6ab9551a6", "report.md": "60a462dbe5264a96"},
+            "manifest.json": "fe79c3e6ab9551a6", "report.md": "7276c2b0e348411c"},
     "mews": {"<ledger>": "57f7da4b64a6cecd", "data.csv": "6a5fd05aa4060df4", "data.parquet": "e87ee9685a2273a2",
              "manifest.json": "6deb941ddf77448e", "report.md": "efaa8d8d7deab5f9"},
     "meds": {"<ledger>": "174f3827b8cd9e4f", "data.csv": "a338e805a9eefe2f", "data.parquet": "8256f542a4890b4d",

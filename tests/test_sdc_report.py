@@ -72,7 +72,7 @@ def test_external_report_is_the_released_tables_and_internal_stays_home(home, te
     pmse = f"{figures['pmse']['pmse']:.3g}"
     assert f"pMSE = {pmse}" in text and "pMSE = " not in published and "il1s" not in published.lower().replace(
         "information loss il1s", "")  # fmt: skip
-    assert (sdc_report.SWAP_NOTE in report) == (mechanism["name"] == "mews")
+    assert sdc_report.NOTES["swap_set" if mechanism["name"] == "mews" else "qi"] in report
     if mechanism["name"] == "mews":
         assert figures["linkage"]["perturbed_records"] > 0 and 0 <= figures["linkage"]["linkage_rate"] < 1
         assert figures["il1s"] > 0 and figures["pmse"]["ratio"] > 0
