@@ -69,6 +69,15 @@ def _artifact(summary: dict) -> None:
     )
 
 
+def _preview(request: ReleaseRequest) -> dict:
+    from core import preview
+
+    found = preview.preview(pipeline.Store.open(), request)
+    create_markdown_artifact(key=re.sub(r"[^a-z0-9-]+", "-", f"preview-{found['dataset']}".lower()),
+                             markdown=preview.text(found), description="preview: nothing charged")  # fmt: skip
+    return found
+
+
 @flow(name="release", persist_result=False)
 def release(request: ReleaseRequest) -> dict:
     """Release a registered dataset as the ``request`` says, each step a task. Where heavy pieces
@@ -81,15 +90,19 @@ def release(request: ReleaseRequest) -> dict:
     return summary
 
 
-def run_request(release_id: str, dataset: str, mechanism: str, params: dict | Callable[[], dict]) -> dict | State:
+def run_request(release_id: str, dataset: str, mechanism: str, params: dict | Callable[[], dict],
+                preview: bool = False) -> dict | State:  # fmt: skip
     """Run a form's release request (its ``params``, or a function that assembles them) through the
     pipeline. A request the mechanism or the dataset refuses (a bound across fields, a column the
     registration lacks, the remaining budget) fails the run with that one line; the traceback only
-    with PRIVRELEASE_DEBUG=1."""
+    with PRIVRELEASE_DEBUG=1. With ``preview``, nothing is charged or read: the run's artifact is
+    the request's preview (``core.preview``)."""
     log = get_run_logger()
     try:
         doc = {"dataset": dataset, "mechanism": {"name": mechanism, "params": params() if callable(params) else params}}
         request = spec.parse(doc | ({"release_id": release_id} if release_id else {}))
+        if preview:
+            return _preview(request)
         with parallel.configured():
             summary = pipeline.release(pipeline.Store.open(), request, FORM_STEPS, log)
     except UserError as exc:
