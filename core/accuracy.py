@@ -29,6 +29,7 @@ from statistics import NormalDist
 import numpy as np
 
 from core import noise
+from core.charts import Chart
 from core.mechanisms.dpne_counts import unit_weights
 
 LEVEL = 0.95
@@ -89,6 +90,7 @@ def dpne_levels(params, sigmas: list[float], units: list[float], rho_1: float,
         m_arr = np.array(m)
         out.append({
             "k": k, "noise": "discrete Gaussian", "sigma": sigma, "grid": unit,
+            "weight_half_width": Z95 * sampler_std(sigma, unit),
             "threshold": threshold, "threshold_exact": k == 1 or used is not None,
             "spurious_per_previous": 0.0 if k == 1 else params.eta,
             "holders": m,
@@ -111,6 +113,55 @@ def dpne_spurious(levels: list[dict], released: list[int], candidates: list[int 
         else:
             out.append(min(1.0, v * noise.tail_probability(lv["sigma"], lv["grid"], lv["threshold"]) / n))
     return out
+
+
+def dpne_release(params, sigmas: list[float], units: list[float], rho_1: float, rho: list[float | None],
+                 released: list[int], candidates: list[int | None]) -> tuple[dict, list[str], Chart]:  # fmt: skip
+    """What a DPNE release says of its accuracy (from its parameters and DP outputs): the manifest's
+    part, the report's lines and the detection-probability chart."""
+    levels = dpne_levels(params, sigmas, units, rho_1, rho)
+    spurious = dpne_spurious(levels, released, candidates)
+    lines = ["", "### Accuracy", "", f"Each noisy weight at level k is its users' summed weight plus discrete Gaussian "
+             f"noise of std sigma_k: a 95% interval is ± {levels[0]['weight_half_width']:.4g} at level 1 (before "
+             "selection: a released n-gram was selected for a high noisy weight, so its weight is biased upward). "
+             "Expected spurious n-grams at level k: at most |V_k| · P[noise > rho_k] (every zero-weight "
+             "candidate passes with that probability), shown as a share of those released.", "",
+             *dpne_lines(levels, spurious)]  # fmt: skip
+    points = {f"level {lv['k']}, w = 1": (lv["holders"], lv["p_weight_1"]) for lv in levels[:2]}
+    points |= {f"level {lv['k']}, w = {lv['weight_cap']:.3g}": (lv["holders"], lv["p_weight_cap"]) for lv in levels[:2]}
+    chart = Chart("detection.png", "Probability that an n-gram held by m users is released", [], {}, kind="curve",
+                  points=points, axes=("users holding it (m)", "probability released"))  # fmt: skip
+    return {"levels": levels, "spurious_share": spurious}, lines, chart
+
+
+def dpne_lines(levels: list[dict], spurious: list | None = None) -> list[str]:
+    """DPNE's per-level noise, threshold, spurious share and detection table (preview and report)."""
+    out = ["| length k | noise std | threshold rho_k | expected spurious |", "|---|---|---|---|"]
+    for i, lv in enumerate(levels):
+        rho = f"{lv['threshold']:.4g}" if lv["threshold_exact"] else f">= {lv['threshold']:.4g}"
+        if lv["k"] == 1:
+            share = "none (only words users hold)"
+        elif spurious is not None:
+            share = "—" if spurious[i] is None else f"<= {spurious[i]:.2%} of those released"
+        else:
+            share = f"<= {lv['spurious_per_previous']:g} per released {lv['k'] - 1}-gram"
+        out.append(f"| {lv['k']} | {lv['sigma']:.4g} | {rho} | {share} |")
+    out += ["", "Probability that an n-gram held by m users is released (given, at k >= 2, that it is a valid "
+            "candidate), each holder adding weight w: w = 1 (it is their only n-gram of that length) or w at the "
+            "cap (they hold delta0 of them). Thresholds marked >= are the least they can be; the release states the one used.", ""]  # fmt: skip
+    key = ("holders", "p_weight_1", "p_weight_cap", "weight_cap")
+    for i, lv in enumerate(levels):
+        if i and all(lv[x] == levels[i - 1][x] for x in key):
+            continue  # the same table as the level before
+        last = i
+        while last + 1 < len(levels) and all(levels[last + 1][x] == lv[x] for x in key):
+            last += 1
+        name = f"Level {lv['k']}" if last == i else f"Levels {lv['k']}–{levels[last]['k']}"
+        out += [f"{name}:", "", "| m | w = 1 | w = " + f"{lv['weight_cap']:.3g} |", "|---|---|---|"]
+        out += [f"| {m} | {a:.3f} | {b:.3f} |" for m, a, b in zip(lv["holders"], lv["p_weight_1"], lv["p_weight_cap"])]
+        out.append("")
+    return out
+
 
 
 # -- top-h selection -----------------------------------------------------------------------------------

@@ -141,37 +141,10 @@ def text(p: dict) -> str:
     lines += [f"> warning: {w}" for w in p["warnings"]] + ([""] if p["warnings"] else [])
     acc = p["accuracy"]
     if acc and "levels" in acc:
-        lines += dpne_lines(acc["levels"])
+        lines += accuracy.dpne_lines(acc["levels"])
     elif acc:
         lines += outlier_lines(acc)
     return "\n".join(lines).rstrip() + "\n"
-
-
-def dpne_lines(levels: list[dict], spurious: list | None = None) -> list[str]:
-    """DPNE's per-level noise, threshold, spurious share and detection table (preview and report)."""
-    out = ["| length k | noise std | threshold rho_k | expected spurious |", "|---|---|---|---|"]
-    for i, lv in enumerate(levels):
-        rho = f"{lv['threshold']:.4g}" if lv["threshold_exact"] else f">= {lv['threshold']:.4g}"
-        if spurious is not None:
-            share = "—" if spurious[i] is None else f"<= {spurious[i]:.2%} of those released"
-        else:
-            share = "none (only held words)" if lv["k"] == 1 else f"<= {lv['spurious_per_previous']:g} per released {lv['k'] - 1}-gram"
-        out.append(f"| {lv['k']} | {lv['sigma']:.4g} | {rho} | {share} |")
-    out += ["", "Probability that an n-gram held by m users is released (given, at k >= 2, that it is a valid "
-            "candidate), each holder adding weight w: w = 1 (it is their only n-gram of that length) or w at the "
-            "cap (they hold delta0 of them). Thresholds marked >= are the least they can be; the release states the one used.", ""]  # fmt: skip
-    key = ("holders", "p_weight_1", "p_weight_cap", "weight_cap")
-    for i, lv in enumerate(levels):
-        if i and all(lv[x] == levels[i - 1][x] for x in key):
-            continue  # the same table as the level before
-        last = i
-        while last + 1 < len(levels) and all(levels[last + 1][x] == lv[x] for x in key):
-            last += 1
-        name = f"Level {lv['k']}" if last == i else f"Levels {lv['k']}–{levels[last]['k']}"
-        out += [f"{name}:", "", "| m | w = 1 | w = " + f"{lv['weight_cap']:.3g} |", "|---|---|---|"]
-        out += [f"| {m} | {a:.3f} | {b:.3f} |" for m, a, b in zip(lv["holders"], lv["p_weight_1"], lv["p_weight_cap"])]
-        out.append("")
-    return out
 
 
 def outlier_lines(acc: dict) -> list[str]:

@@ -70,12 +70,12 @@ GOLDEN = {
              "manifest.json": "cd9464d87f4cc51a", "report.md": "8ac3c9eb58563eed"},
     "eds": {"<ledger>": "8e51b07b2661cca0", "data.csv": "5c21de6b4755c294", "data.parquet": "3715d04156b65666",
             "manifest.json": "18f371a5c985153b", "report.md": "4b7c8cd8b56fec76"},
-    "dpne": {"<ledger>": "15f3f4a62d98b0af", "manifest.json": "9dd149505dd74bb5", "ngrams.parquet": "e8aea74a9436577e",
-             "report.md": "bc1bdb83e98104cb"},
-    "outliers-count": {"<ledger>": "bdf9dc022f3d0b7e", "manifest.json": "3a57460da5dafdea", "outliers.csv": "5ec51954a4a5028b",
-                       "outliers.parquet": "438954f1143656ed", "report.md": "ff40b07890792bc7"},
-    "outliers-top": {"<ledger>": "f257d6381d277199", "manifest.json": "5f4e0f5cad50ce13", "outliers.csv": "bd13816f419c798d",
-                     "outliers.parquet": "5b18baeeec872715", "report.md": "0af65073738edc29"},
+    "dpne": {"<ledger>": "15f3f4a62d98b0af", "manifest.json": "73ade54a486dde2c", "ngrams.parquet": "e8aea74a9436577e",
+             "report.md": "57a24036492e24fd"},
+    "outliers-count": {"<ledger>": "bdf9dc022f3d0b7e", "manifest.json": "5fdef39a8b012fdd", "outliers.csv": "c6775ed22813c63f",
+                       "outliers.parquet": "326992cd9854d9ec", "report.md": "12583e32e0b326af"},
+    "outliers-top": {"<ledger>": "f257d6381d277199", "manifest.json": "402755a6d4a86887", "outliers.csv": "debf04365ed1d0ce",
+                     "outliers.parquet": "0cbbb1a1e7cdbd53", "report.md": "8dadaa51e19410b3"},
 }  # fmt: skip
 
 
