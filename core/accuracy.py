@@ -142,7 +142,7 @@ def dpne_lines(levels: list[dict], spurious: list | None = None) -> list[str]:
         if lv["k"] == 1:
             share = "none (only words users hold)"
         elif spurious is not None:
-            share = "—" if spurious[i] is None else f"<= {spurious[i]:.2%} of those released"
+            share = "—" if spurious[i] is None else f"<= {spurious[i]:.4f} of those released"
         else:
             share = f"<= {lv['spurious_per_previous']:g} per released {lv['k'] - 1}-gram"
         out.append(f"| {lv['k']} | {lv['sigma']:.4g} | {rho} | {share} |")
