@@ -127,11 +127,15 @@ def dpne_release(params, sigmas: list[float], units: list[float], rho_1: float, 
              "Expected spurious n-grams at level k: at most |V_k| · P[noise > rho_k] (every zero-weight "
              "candidate passes with that probability), shown as a share of those released.", "",
              *dpne_lines(levels, spurious)]  # fmt: skip
+    return {"levels": levels, "spurious_share": spurious}, lines, detection_chart(levels)
+
+
+def detection_chart(levels: list[dict]) -> Chart:
+    """The detection-probability curves of the first two levels, at both weights."""
     points = {f"level {lv['k']}, w = 1": (lv["holders"], lv["p_weight_1"]) for lv in levels[:2]}
     points |= {f"level {lv['k']}, w = {lv['weight_cap']:.3g}": (lv["holders"], lv["p_weight_cap"]) for lv in levels[:2]}
-    chart = Chart("detection.png", "Probability that an n-gram held by m users is released", [], {}, kind="curve",
-                  points=points, axes=("users holding it (m)", "probability released"))  # fmt: skip
-    return {"levels": levels, "spurious_share": spurious}, lines, chart
+    return Chart("detection.png", "Probability that an n-gram held by m users is released", [], {}, kind="curve",
+                 points=points, axes=("users holding it (m)", "probability released"))  # fmt: skip
 
 
 def dpne_lines(levels: list[dict], spurious: list | None = None) -> list[str]:

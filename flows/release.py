@@ -24,7 +24,7 @@ from prefect.states import Failed, State
 from core import parallel, pipeline, spec
 from core.errors import UserError
 from core.spec import ReleaseRequest
-from flows.artifacts import readable
+from flows.artifacts import data_uri, readable
 from tasks import release as steps
 
 DEBUG_ENV = "PRIVRELEASE_DEBUG"
@@ -70,11 +70,21 @@ def _artifact(summary: dict) -> None:
 
 
 def _preview(request: ReleaseRequest) -> dict:
-    from core import preview
+    """The request's preview as the run's artifact (with DPNE's detection curve): nothing charged or read."""
+    import tempfile
+
+    from core import accuracy, preview
+    from core.charts import render_chart
 
     found = preview.preview(pipeline.Store.open(), request)
+    markdown = preview.text(found)
+    if found["accuracy"] and "levels" in found["accuracy"]:
+        with tempfile.TemporaryDirectory() as tmp:
+            chart = accuracy.detection_chart(found["accuracy"]["levels"])
+            render_chart(chart, Path(tmp) / chart.filename)
+            markdown += f"\n![{chart.title}]({data_uri(Path(tmp) / chart.filename)})\n"
     create_markdown_artifact(key=re.sub(r"[^a-z0-9-]+", "-", f"preview-{found['dataset']}".lower()),
-                             markdown=preview.text(found), description="preview: nothing charged")  # fmt: skip
+                             markdown=markdown, description="preview: nothing charged")  # fmt: skip
     return found
 
 

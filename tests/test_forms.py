@@ -74,6 +74,8 @@ def test_a_form_previews_without_charging(prefect_server, demo):
     assert shown.description == "preview: nothing charged" and "- cost: epsilon=0.5 delta=1e-06" in shown.data
     state = dpne_release(epsilon=30.0, preview=True, return_state=True)  # the budget's refusal is the verdict
     assert state.is_completed() and state.result()["verdict"] == "refused"
+    assert "| m | w = 1 |" in Artifact.get("preview-posts-demo").data
+    assert "![Probability that an n-gram held by m users is released](data:image/png;base64," in Artifact.get("preview-posts-demo").data
     state = outlier_count_release(columns=["nope"], preview=True, return_state=True)
     assert state.is_failed() and "columns ['nope']" in state.message and "\n" not in state.message
     assert Ledger(demo / "privrelease.duckdb").entries() == before and not (demo / "releases").exists()

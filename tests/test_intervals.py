@@ -7,22 +7,15 @@ the seeds are fixed, so the outcome is reproducible), with a control that a wron
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from core import accuracy, noise, pipeline, preview
-from core.accounting import Budget
-from core.ledger import Ledger
+from core import accuracy, noise
 from core.mechanisms import dpne
 from core.mechanisms.dpne_counts import unit_weights
-from core.spec import parse
-from tests.helpers import register
-from tests.test_outliers import planted
 
 DRAWS = 20_000
 LEVEL = 1e-3
@@ -76,23 +69,6 @@ def test_smooth_count_intervals_cover_with_the_released_std(test_mode):
     assert binomtest(int((released >= std).sum()), DRAWS, 1 - accuracy.STD_MISS, alternative="less").pvalue < LEVEL
 
 
-def test_the_release_states_the_interval_tested_and_the_preview_foretold_it(home, test_mode):
-    """End to end: a released count's manifest carries the interval count_interval gives for its public
-    std, and the preview's std and half-width are the release's."""
-    register(home, planted(300, seed=4), "ds", "record", "dp")
-    Ledger(home / "privrelease.duckdb").set_budget("ds", Budget(10.0, 1e-3))
-    doc = {"dataset": "ds", "mechanism": {"name": "outliers", "params": {
-        "query": "count", "columns": ["a", "b"], "k": 3, "r": 0.5, "epsilon": 1.0, "delta": 1e-4,
-        "standardize": {c: {"mean": 0.0, "std": 1.0} for c in "ab"}}}}  # fmt: skip
-    foretold = preview.preview(pipeline.Store(home), parse(doc))["accuracy"]["counts"]
-    summary = pipeline.release(pipeline.Store(home), parse({**doc, "seed": 9}))
-    result = json.loads((Path(summary["folder"]) / "manifest.json").read_text())["result"]
-    error = result["error"]
-    assert error["family"] == "discrete Gaussian (global sensitivity)" and error["std"] == foretold["std"]
-    assert error["interval"] == accuracy.count_interval(result["count"], accuracy.Z95 * error["std"], 300)
-    assert error["interval"][1] - error["interval"][0] <= 2 * foretold["half_width"]
-
-
 def test_dpne_detection_table_matches_simulation(test_mode):
     """The detection probability of an n-gram held by m users against the mechanism's own ``threshold``
     (level 1 at rho_1; a level-2 threshold, where m = 0 is a spurious candidate's chance)."""
@@ -119,7 +95,7 @@ def test_dpne_detection_table_matches_simulation(test_mode):
 def test_top_h_lead_probability_against_permute_and_flip(test_mode):
     """The stated chance that a subspace leading by Δ is chosen is exact when every other trails by exactly Δ,
     and a lower bound when they trail by more."""
-    rng, draws, eps, sens, lead = noise.generator(4), 4000, 0.5, 7, 14
+    rng, draws, eps, sens, lead = noise.generator(4), 2500, 0.5, 7, 14
     stated = accuracy.lead_probability(eps, sens, lead, 4)
     found = {}
     for quality, exact in (([100, 86, 86, 86], True), ([100, 86, 72, 58], False)):

@@ -251,3 +251,20 @@ def test_dpne_on_neighbouring_corpora_keeps_a_user_unique_phrase_private():
     # control: the event is observable; once 150 users hold the phrase it is released in most runs
     many = pd.concat([d_prime, pd.DataFrame({"user": range(20_000, 20_150), "text": "my secret phrase here"})])
     assert sum("secret" in released(many, params, s) for s in range(20)) >= 18
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_preview_is_the_same_on_neighbours(tmp_path, monkeypatch, case):
+    """The preview reads no row: on a dataset and its neighbour it says the same, byte for byte."""
+    from core import pipeline, preview
+
+    make, unit, mechanism, _ = CASES[case]
+    seen = []
+    for name, frame in zip(("d", "dp"), make()):
+        home = tmp_path / name
+        monkeypatch.setenv("PRIVRELEASE_HOME", str(home))
+        register(home, frame, "ds", unit, "dp")
+        Ledger(home / "privrelease.duckdb").set_budget("ds", Budget(10.0, 1e-3))
+        found = preview.preview(pipeline.Store(home), parse({"dataset": "ds", "mechanism": mechanism}))
+        seen.append(json.dumps(found) + preview.text(found))
+    assert seen[0] == seen[1]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from core import pipeline, preview
+from core import accuracy, pipeline, preview
 from core.accounting import Budget
 from core.errors import SpecError
 from core.ledger import Ledger
@@ -64,6 +64,12 @@ def test_preview_cost_is_the_charge(case, home, test_mode):
     assert seen["left_after"]["delta"] == pytest.approx(totals.remaining.delta, rel=1e-12)
     assert seen["left_after"]["counted_by"] == json.loads(charge.detail)["admission"]["mode"]
     assert seen["left_after"]["region"] == json.loads(charge.detail)["admission"]["region"]
+    if case == "outliers-count-global":  # the interval the release states is the one tests/test_intervals.py tests
+        result = json.loads(next(home.glob("releases/ds/r1/manifest.json")).read_text())["result"]
+        foretold, error = seen["accuracy"]["counts"], result["error"]
+        assert error["family"] == "discrete Gaussian (global sensitivity)" and error["std"] == foretold["std"]
+        assert error["interval"] == accuracy.count_interval(result["count"], accuracy.Z95 * error["std"], 300)
+        assert error["interval"][1] - error["interval"][0] <= 2 * foretold["half_width"]
 
 
 def test_preview_writes_nothing_reads_no_row_and_refuses_as_a_release(tmp_path: Path):
@@ -79,8 +85,7 @@ def test_preview_writes_nothing_reads_no_row_and_refuses_as_a_release(tmp_path: 
     assert "- cost: epsilon=1 delta=0.0001" in r.stdout and "- verdict: **admitted**" in r.stdout
     assert "- left after it (basic composition): epsilon=0.5 delta=0.0008" in r.stdout
     assert "95% interval: the released count ±" in r.stdout
-    found = json.loads(run(home, "release", "--preview", "--json", str(request)).stdout)
-    assert found["charge"] == {"epsilon": 1.0, "delta": 1e-4} and found["accuracy"]["counts"]["noise"] == "global"
+    shown = r.stdout
     assert _ledger_bytes(home) == before  # the ledger, registry, anchors and keys: unchanged
 
     bad = tmp_path / "bad.json"
@@ -102,7 +107,8 @@ def test_preview_writes_nothing_reads_no_row_and_refuses_as_a_release(tmp_path: 
     assert not any((home / "datasets").rglob("*.parquet"))
     before = _ledger_bytes(home)
     r = run(home, "release", "--preview", "--json", str(request))
-    assert r.returncode == 0 and json.loads(r.stdout) == found  # registration facts only
+    assert r.returncode == 0 and preview.text(json.loads(r.stdout)) == shown  # registration facts only
+    assert json.loads(r.stdout)["accuracy"]["counts"]["noise"] == "global"
     assert _ledger_bytes(home) == before
     with pytest.raises(SpecError, match="is not registered"):  # the release itself needs the rows
         pipeline.prepare(pipeline.Store(home), parse(doc))
