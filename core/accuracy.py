@@ -140,7 +140,7 @@ def detection_chart(levels: list[dict]) -> Chart:
 
 def dpne_lines(levels: list[dict], spurious: list | None = None) -> list[str]:
     """DPNE's per-level noise, threshold, spurious share and detection table (preview and report)."""
-    out = ["| length k | noise std | threshold rho_k | expected spurious |", "|---|---|---|---|"]
+    out = ["| length k | noise std | weight 95% ± | threshold rho_k | expected spurious |", "|---|---|---|---|---|"]
     for i, lv in enumerate(levels):
         rho = f"{lv['threshold']:.4g}" if lv["threshold_exact"] else f">= {lv['threshold']:.4g}"
         if lv["k"] == 1:
@@ -149,7 +149,7 @@ def dpne_lines(levels: list[dict], spurious: list | None = None) -> list[str]:
             share = "—" if spurious[i] is None else f"<= {spurious[i]:.4f} of those released"
         else:
             share = f"<= {lv['spurious_per_previous']:g} per released {lv['k'] - 1}-gram"
-        out.append(f"| {lv['k']} | {lv['sigma']:.4g} | {rho} | {share} |")
+        out.append(f"| {lv['k']} | {lv['sigma']:.4g} | {lv['weight_half_width']:.4g} | {rho} | {share} |")
     out += ["", "Probability that an n-gram held by m users is released (given, at k >= 2, that it is a valid "
             "candidate), each holder adding weight w: w = 1 (it is their only n-gram of that length) or w at the "
             "cap (they hold delta0 of them). Thresholds marked >= are the least they can be; the release states the one used.", ""]  # fmt: skip

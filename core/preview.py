@@ -100,7 +100,8 @@ def outlier_accuracy(params: outliers.Params, schema: tuple[str, ...]) -> dict:
     if a.select:
         sens = outliers.gs_upper(n, params.k, params.c)
         leads = sorted({max(1, round(sens * x)) for x in (0.5, 1, 2, 4, 8, 16, 32, 64)})
-        out["selection"] = {"candidates": len(subspaces), "sensitivity": sens, "leads": leads,
+        out["selection"] = {"family": "permute-and-flip (exact)", "epsilon_per_draw": a.select / params.h,
+                            "candidates": len(subspaces), "sensitivity": sens, "leads": leads,
                             "p_first": [accuracy.lead_probability(a.select / params.h, sens, d, len(subspaces))
                                         for d in leads]}  # fmt: skip
     return out
@@ -162,7 +163,8 @@ def outlier_lines(acc: dict) -> list[str]:
                        f"95% interval half-width at least {c['half_width']}, stated after the release from its released std")  # fmt: skip
     s = acc["selection"]
     if s:
-        out += ["", f"Top-h selection among {s['candidates']} subspaces (count sensitivity {s['sensitivity']}): "
+        out += ["", f"Top-h selection by {s['family']} draws at epsilon {s['epsilon_per_draw']:.4g} each, among "
+                f"{s['candidates']} subspaces (count sensitivity {s['sensitivity']}): "
                 "probability that a subspace whose count leads every other by Δ is chosen first (at least):", "",
                 "| Δ | P |", "|---|---|", *(f"| {d} | {p:.3f} |" for d, p in zip(s["leads"], s["p_first"]))]  # fmt: skip
     return out

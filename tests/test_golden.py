@@ -71,7 +71,7 @@ GOLDEN = {
     "eds": {"<ledger>": "8e51b07b2661cca0", "data.csv": "5c21de6b4755c294", "data.parquet": "3715d04156b65666",
             "manifest.json": "18f371a5c985153b", "report.md": "4b7c8cd8b56fec76"},
     "dpne": {"<ledger>": "15f3f4a62d98b0af", "manifest.json": "73ade54a486dde2c", "ngrams.parquet": "e8aea74a9436577e",
-             "report.md": "4c949b1a3eba06c3"},
+             "report.md": "dadccc1e8e027df5"},
     "outliers-count": {"<ledger>": "bdf9dc022f3d0b7e", "manifest.json": "5fdef39a8b012fdd", "outliers.csv": "c6775ed22813c63f",
                        "outliers.parquet": "326992cd9854d9ec", "report.md": "12583e32e0b326af"},
     "outliers-top": {"<ledger>": "f257d6381d277199", "manifest.json": "402755a6d4a86887", "outliers.csv": "debf04365ed1d0ce",
