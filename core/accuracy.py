@@ -67,6 +67,12 @@ def detection(sigma: float, unit: float, rho: float, weight_units: int, m: np.nd
     return np.array([noise.tail_probability(sigma, unit, rho - int(k) * weight_units * unit) for k in m])
 
 
+def holders_needed(unit: float, rho: float, weight_units: int) -> int:
+    """The fewest holders of weight ``weight_units`` that give an n-gram a release probability of at least
+    1/2: P = Φ(−(n0 − 1/2)/s) with n0 = ⌊rho/unit − m·w⌋ + 1 is >= 1/2 exactly when rho/unit − m·w < 0."""
+    return math.floor(rho / (unit * weight_units)) + 1
+
+
 def holders_grid(sigma: float, rho: float, full: float, capped: float) -> list[int]:
     """About ten numbers of holders, from where detection starts at weight ``full`` to where it is
     near 1 at weight ``capped``."""

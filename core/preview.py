@@ -18,6 +18,7 @@ from core.accounting import Budget
 from core.errors import BudgetError
 from core.mechanisms import outliers
 from core.mechanisms.base import DPCost, Plan
+from core.mechanisms.dpne_counts import unit_weights
 from core.mechanisms.outliers_sensitivity import alpha, beta, global_std, smooth_floor
 from core.spec import Release, ReleaseRequest
 
@@ -36,6 +37,7 @@ def preview(store: pipeline.Store, request: ReleaseRequest) -> dict:
         **budget(store, release, plan_),
         "accuracy": expected,
         "warnings": warnings(release, plan_, expected),
+        "notes": notes(release, plan_),
     }
 
 
@@ -123,6 +125,20 @@ def warnings(release: Release, plan_: Plan, expected: dict | None = None) -> lis
             "ask about fewer dimensions) before you spend the budget."]  # fmt: skip
 
 
+def notes(release: Release, plan_: Plan) -> list[str]:
+    """DPNE: how many users a word needs, from public parameters (the corpus size is not public under
+    the user unit, so whether it has them is for the analyst to judge before spending)."""
+    if release.mechanism != "dpne":
+        return []
+    d, cap = plan_.detail, release.params.caps[0]
+    weights = unit_weights(cap, d["grids"][0])
+    full, capped = (accuracy.holders_needed(d["grids"][0], d["rho_1"], int(weights[t])) for t in (1, cap))
+    return [f"a word is released with probability 1/2 or more only when at least {full} users hold it as their only "
+            f"word, or {capped} users who each hold {cap} distinct words (the detection table below); in a corpus "
+            "with fewer users, every word is more likely withheld than released. Its size is not public under the "
+            "user unit: judge it before you spend."]  # fmt: skip
+
+
 def text(p: dict) -> str:
     """The preview as an analyst reads it (markdown: the command line prints it, the UI shows it)."""
     lines = [f"# Preview: {p['mechanism']} on dataset `{p['dataset']}` (nothing charged)", "", f"- guarantee: {p['guarantee']}"]
@@ -140,6 +156,7 @@ def text(p: dict) -> str:
     verdict = p["verdict"] + (f": {p['reason']}" if p["reason"] and p["charge"] else "")
     lines += [f"- verdict: **{verdict}**", ""]
     lines += [f"> warning: {w}" for w in p["warnings"]] + ([""] if p["warnings"] else [])
+    lines += [f"> note: {n}" for n in p["notes"]] + ([""] if p["notes"] else [])
     acc = p["accuracy"]
     if acc and "levels" in acc:
         lines += accuracy.dpne_lines(acc["levels"])

@@ -90,6 +90,11 @@ def test_dpne_detection_table_matches_simulation(test_mode):
             noisy, _ = dpne.threshold(rng, sigma, unit, rho, np.full(DRAWS, m * w), 0)
             assert binomtest(int((noisy > rho).sum()), DRAWS, stated).pvalue > LEVEL, (k, weight, m, stated)
     assert binomtest(int((noisy > rho + sigma / 4).sum()), DRAWS, stated).pvalue < LEVEL  # control: a shifted threshold
+    for weight in (1, 4):  # the preview's "users a word needs": the first m whose release probability is >= 1/2
+        w = int(unit_weights(4, acc.units[0])[weight])
+        m = accuracy.holders_needed(acc.units[0], acc.rho_1, w)
+        p = accuracy.detection(acc.sigmas[0], acc.units[0], acc.rho_1, w, np.array([m - 1, m]))
+        assert p[0] < 0.5 <= p[1]
 
 
 def test_top_h_lead_probability_against_permute_and_flip(test_mode):

@@ -55,6 +55,7 @@ def test_preview_cost_is_the_charge(case, home, test_mode):
     store = pipeline.Store(home)
     seen = preview.preview(store, parse(doc))
     assert seen["verdict"] == preview.ADMITTED and seen["accuracy"] is not None
+    assert bool(seen["notes"]) == (case == "dpne") and all(f"> note: {n}" in preview.text(seen) for n in seen["notes"])
     pipeline.release(store, parse({**doc, "seed": 3, "release_id": "r1"}))
     ledger = Ledger(home / "privrelease.duckdb")
     charge = next(e for e in ledger.entries() if e.release_id == "r1")
