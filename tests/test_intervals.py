@@ -108,3 +108,28 @@ def test_top_h_lead_probability_against_permute_and_flip(test_mode):
         found[exact] = sum(noise.permute_and_flip(rng, q, noise.rate(eps, sens)) == 0 for _ in range(draws))
         assert binomtest(found[exact], draws, stated, alternative="two-sided" if exact else "less").pvalue > LEVEL
     assert binomtest(found[True], draws, stated + 0.05).pvalue < LEVEL  # control: a claim 5 points off is caught
+
+
+def test_a_private_standardization_states_its_means_interval(test_mode):
+    """The charged estimate of each column's mean carries its noise and a 95% interval that covers the mean
+    of the clipped values at the stated rate (the mechanism's own ``standardized``, 1,000 runs, 2 columns)."""
+    import pandas as pd
+
+    from core.accounting import Budget
+    from core.mechanisms import outliers
+
+    x = np.random.default_rng(0).uniform(0, 10, (400, 2))
+    frame = pd.DataFrame(x, columns=["a", "b"])
+    params = outliers.Params(query="count", columns=["a", "b"], k=3, r=0.5, epsilon=1.0, delta=1e-5,
+                             standardize={"bounds": {"a": [0, 10], "b": [0, 10]}, "share": 0.5})  # fmt: skip
+    rng, covered, narrow, runs = noise.generator(6), 0, 0, 1000
+    for _ in range(runs):
+        _, scaling = outliers.standardized(frame, ["a", "b"], params, Budget(0.5, 5e-6), rng)
+        for i, c in enumerate("ab"):
+            scale = scaling["scales"][c]
+            lo, hi = scale["mean_noise"]["interval"]
+            covered += lo <= x[:, i].mean() <= hi
+            narrow += abs(scale["mean"] - x[:, i].mean()) <= 1.5 * scale["mean_noise"]["std"]
+    assert binomtest(covered, 2 * runs, accuracy.LEVEL).pvalue > LEVEL, covered / (2 * runs)
+    assert binomtest(narrow, 2 * runs, accuracy.LEVEL).pvalue < LEVEL  # control: an 87% interval is caught
+    assert scaling["scales"]["a"]["mean_noise"]["family"] == "discrete Gaussian on the clipped sum"
