@@ -92,9 +92,19 @@ def cmd_release(args: argparse.Namespace, root: Path) -> int:
     print(f"mechanism {summary['mechanism']}; charged {cost}"
           + (f"; left epsilon={left['epsilon']:.4g} delta={left['delta']:.3g}" if left else ""))  # fmt: skip
     if summary["headline"]:
-        print("result " + ", ".join(f"{k}={v}" for k, v in summary["headline"].items()))
+        print("result " + ", ".join(f"{k}={_said(k, v)}" for k, v in summary["headline"].items()))
     print(f"home {paths.home()}")
     return 0
+
+
+def _said(key: str, value: object) -> object:
+    """A headline figure as a line says it: an outlier count with its 95% interval (the manifest has the rest)."""
+    if key != "result":
+        return value
+    rows = value if isinstance(value, list) else [value]
+    return "; ".join(f"{','.join(r['subspace'])}: " + ("not released" if r["count"] is None else f"{r['count']:g}")
+                     + (f" (95% interval {r['error']['interval'][0]:g} to {r['error']['interval'][1]:g})" if r.get("error") else "")
+                     for r in rows)  # fmt: skip
 
 
 def _left(dataset: str) -> dict | None:

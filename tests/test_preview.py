@@ -147,3 +147,13 @@ def test_a_noisy_outlier_count_is_warned_before_its_charge(home, test_mode, capl
 def test_preview_of_an_unknown_dataset_is_the_release_error(home):
     with pytest.raises(SpecError, match="dataset 'nope' is not registered"):
         preview.preview(pipeline.Store(home), parse({"dataset": "nope", "mechanism": CASES["dpne"][2]}))
+
+
+def test_the_release_line_gives_each_count_its_interval():
+    from flows.cli import _said
+
+    error = {"family": "discrete Gaussian (global sensitivity)", "std": 51.4, "interval": [0.0, 148.0]}
+    assert _said("result", [{"subspace": ["hour"], "count": 47.0, "error": error},
+                            {"subspace": ["a", "b"], "count": None, "error": None}]) == (
+        "hour: 47 (95% interval 0 to 148); a,b: not released")  # fmt: skip
+    assert _said("pa", 33.99) == 33.99
