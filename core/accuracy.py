@@ -1,7 +1,7 @@
 """What a DP release's answer is worth, from public values only: each output's noise family and
-scale, its 95% interval, DPNE's detection table and spurious share, the top-h selection's odds,
-and the warnings a request deserves before it is charged. The preview states these before a
-release; the release states them (with its DP outputs) after.
+scale, its 95% interval, DPNE's detection table and spurious share, the top-h selection's odds.
+The preview (``core.preview``) states these before a release; the release states them (with its
+DP outputs) after.
 
 Nothing here reads a row: inputs are the mechanism's parameters (with the registration's public
 facts bound in, e.g. N under the record unit) and, after a release, its DP outputs.
@@ -10,7 +10,7 @@ Intervals:
 
 - a Gaussian output y = q + Z with Z ~ N_Z(0, s^2) in grid units (``core.noise``) has std
   unit * s >= sigma; y ± 1.96 · unit · s covers q with probability 95% (s >= 2^20, so the
-  discrete law's difference from the continuous one is below 10^-6);
+  discrete law's coverage differs from the continuous one's by about 10^-6 at most);
 - a count is published as rint(y) and clamped to its range [0, N]: rint and clamping move y no
   farther from the integer q in [0, N], so [rint(y) − ⌈h⌉, rint(y) + ⌈h⌉] ∩ [0, N] covers q
   whenever y ± h does (the interval of a clamped count is clamped too, and said so);
