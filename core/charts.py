@@ -8,7 +8,7 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Chart:
-    """A chart rendered by ``core.publish``: grouped bars, or ``points`` as scatter or step lines."""
+    """A chart rendered by ``core.publish``: grouped bars, or ``points`` as scatter, step lines or curves."""
 
     filename: str
     title: str
@@ -18,6 +18,7 @@ class Chart:
     kind: str = "bar"
     points: dict = field(default_factory=dict)  # name -> (x array, y array), for "scatter" and "line"
     axes: tuple[str, str] = ("", "")
+    intervals: list = field(default_factory=list)  # bar charts: (low, high) per label, drawn on the first series
 
 
 
@@ -29,10 +30,14 @@ def render_chart(chart: Chart, path: Path) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    if chart.kind == "line":
+    if chart.kind in ("line", "curve"):  # step lines, or smooth curves on a log x axis
         fig, ax = plt.subplots(figsize=(8, 4))
         for name, (xs, ys) in chart.points.items():
-            ax.step(xs, ys, where="post", marker="o", label=name)
+            if chart.kind == "curve":
+                ax.plot(xs, ys, marker="o", label=name)
+                ax.set_xscale("log")
+            else:
+                ax.step(xs, ys, where="post", marker="o", label=name)
         ax.set_title(chart.title, fontsize=10)
         ax.set_xlabel(chart.axes[0])
         ax.set_ylabel(chart.axes[1])
@@ -58,7 +63,12 @@ def render_chart(chart: Chart, path: Path) -> None:
     width = 0.8 / max(len(chart.series), 1)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.8 * len(chart.labels) + 2), 4))
     for i, (name, values) in enumerate(chart.series.items()):
-        ax.bar(x + (i - (len(chart.series) - 1) / 2) * width, values, width, label=name)
+        at = x + (i - (len(chart.series) - 1) / 2) * width
+        ax.bar(at, values, width, label=name)
+        if i == 0 and chart.intervals:
+            low, high = np.array(chart.intervals, dtype=float).T
+            ax.errorbar(at, values, yerr=[np.asarray(values) - low, high - np.asarray(values)], fmt="none",
+                        ecolor="black", capsize=4, label="95% interval")  # fmt: skip
     ax.set_xticks(x, chart.labels, rotation=30, ha="right")
     ax.set_title(chart.title, fontsize=10)
     ax.set_ylabel(chart.ylabel)

@@ -75,8 +75,16 @@ class Store:
 
 def prepare(store: Store, request: ReleaseRequest) -> tuple[Release, Plan]:
     """Bind a request to its registered dataset and plan it; refuse what cannot run, from public facts."""
+    release, plan_ = check(store, request)
+    admit(store, release, plan_)
+    return release, plan_
+
+
+def check(store: Store, request: ReleaseRequest, dropped: bool = False) -> tuple[Release, Plan]:
+    """Everything ``prepare`` checks but the budget: the request against the dataset's registration
+    (``dropped``: also one whose rows were dropped, for a preview) and the mechanism's bounds."""
     noise.check_seed(request.seed)  # a typed request from a flow run skipped spec.parse
-    dataset = store.registry.get(request.dataset)
+    dataset = store.registry.get(request.dataset, dropped)
     release = _spec.bind(request, dataset)
     module = mechanisms.get(release.mechanism)
     plan_ = module.plan(release.params)
@@ -89,12 +97,24 @@ def prepare(store: Store, request: ReleaseRequest) -> tuple[Release, Plan]:
         raise SpecError(f"mechanism {release.mechanism!r} is private for a {plan_.cost.unit} unit, but dataset "
                         f"{dataset.id!r} is registered with unit {dataset.unit}.")  # fmt: skip
     module.needs(release.params, tuple(dataset.schema.columns)).check(dataset.schema, dataset.id)
+    return release, plan_
+
+
+def admit(store: Store, release: Release, plan_: Plan) -> None:
+    """Refuse a DP release its dataset's cap cannot take (writes nothing), naming the largest epsilon that fits."""
     if isinstance(plan_.cost, DPCost):
         try:
-            store.ledger.admit(dataset.id, plan_.cost.budget, plan_.detail)
+            store.ledger.admit(release.dataset.id, plan_.cost.budget, plan_.detail)
         except BudgetExhausted as exc:
-            raise BudgetExhausted(f"{exc} {largest_fit(store.ledger, dataset.id, module, release.params)}") from None
-    return release, plan_
+            fit = largest_fit(store.ledger, release.dataset.id, mechanisms.get(release.mechanism), release.params)
+            raise BudgetExhausted(f"{exc} {fit}") from None
+
+
+def warnings(release: Release, plan_: Plan) -> list[str]:
+    """What a release would waste (public values only), said before its charge: ``core.preview``'s warnings."""
+    from core import preview
+
+    return preview.warnings(release, plan_)
 
 
 def largest_fit(ledger: Ledger, dataset: str, module, params) -> str:
@@ -228,6 +248,8 @@ def release(store: Store, request: ReleaseRequest, steps: SimpleNamespace = DIRE
     spec, plan_ = steps.prepare(store, request)
     log.info("prepare: %s on dataset %s (registration %d), release %s", spec.mechanism, spec.dataset.id,
              spec.dataset.version, spec.release_id)  # fmt: skip
+    for line in warnings(spec, plan_):
+        log.warning("warning: %s", line)
     faults.point("prepare")
     steps.approve(store, spec, plan_, log)
     frame = steps.load(store, spec)

@@ -209,9 +209,10 @@ class Registry:
         rows = self._query("SELECT id FROM datasets WHERE snapshot IS NOT NULL GROUP BY id ORDER BY id", [])
         return [self.get(i) for (i,) in rows]
 
-    def get(self, dataset_id: str) -> Dataset:
-        """A registered dataset's public facts; an unknown id is a user error naming the fix."""
-        return self._current(dataset_id)[0]
+    def get(self, dataset_id: str, dropped: bool = False) -> Dataset:
+        """A registered dataset's public facts; an unknown id is a user error naming the fix. With
+        ``dropped``, also those of a dataset whose rows were dropped (a preview needs no rows)."""
+        return self._current(dataset_id, dropped)[0]
 
     def load(self, dataset: Dataset) -> pd.DataFrame:
         """The stored snapshot, after checking it is the one registered (its digest stays private)."""
@@ -255,13 +256,13 @@ class Registry:
                            "WHERE id = ? ORDER BY version", [dataset_id])  # fmt: skip
         return [(_dataset(r[:7]), r[7]) for r in rows]
 
-    def _current(self, dataset_id: str) -> tuple[Dataset, _Private]:
+    def _current(self, dataset_id: str, dropped: bool = False) -> tuple[Dataset, _Private]:
         check_id(dataset_id, "dataset id")
         rows = self._query(
             "SELECT id, version, unit, purpose, schema, rows, registered, source, format, delimiter, suite, snapshot, "
             "digest FROM datasets WHERE id = ? ORDER BY version DESC LIMIT 1", [dataset_id],
         )  # fmt: skip
-        if not rows or rows[0][11] is None:
+        if not rows or (rows[0][11] is None and not dropped):
             raise SpecError(f"dataset {dataset_id!r} is not registered; the data steward registers it with "
                             "'privrelease dataset add' (see 'privrelease dataset list').")  # fmt: skip
         return _dataset(rows[0][:7]), _Private(*rows[0][7:])

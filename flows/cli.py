@@ -41,6 +41,9 @@ def _run_release(request_path: Path, runner: dict) -> dict:
     bound, plan_ = pipeline.prepare(store, request)  # fail fast, before anything starts
     if not prefect_api_url():  # without Prefect no steward can answer: a release needing approval is refused now
         pipeline.approve(store, bound, plan_, logging.getLogger("privrelease"))
+    else:  # the flow's log is quiet on the console: its warnings are printed here, before the charge
+        for line in pipeline.warnings(bound, plan_):
+            print(f"warning: {line}", file=sys.stderr)
     os.environ.update({parallel.RUNNER_ENV: runner["runner"], parallel.WORKERS_ENV: str(runner["dask_workers"])})
     if runner["dask_address"]:
         os.environ[parallel.ADDRESS_ENV] = runner["dask_address"]
@@ -59,7 +62,21 @@ def _run_release(request_path: Path, runner: dict) -> dict:
         return pipeline.release(store, request, log=log)
 
 
+def cmd_preview(args: argparse.Namespace) -> int:
+    """What the release would cost and give, charging nothing: exit 2 when a release would be refused."""
+    from core import pipeline, preview, spec
+
+    found = preview.preview(pipeline.Store.open(), spec.load(Path(args.request)))
+    print(json.dumps(found, indent=2) if args.json else preview.text(found), end="\n" if args.json else "")
+    if found["verdict"] == preview.REFUSED:
+        print(f"error: {found['reason']}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def cmd_release(args: argparse.Namespace, root: Path) -> int:
+    if args.preview:
+        return cmd_preview(args)
     summary = _run_release(Path(args.request), _runner(args))
     if args.json:
         print(json.dumps({**summary, "budget_left": _left(summary["dataset"])}, indent=2))
@@ -75,9 +92,19 @@ def cmd_release(args: argparse.Namespace, root: Path) -> int:
     print(f"mechanism {summary['mechanism']}; {charge_phrase(p['kind'], p['epsilon'], p['delta'])}"
           + (f"; left epsilon={left['epsilon']:.4g} delta={left['delta']:.3g}" if left else ""))  # fmt: skip
     if summary["headline"]:
-        print("result " + ", ".join(f"{k}={v}" for k, v in summary["headline"].items()))
+        print("result " + ", ".join(f"{k}={_said(k, v)}" for k, v in summary["headline"].items()))
     print(f"home {paths.home()}")
     return 0
+
+
+def _said(key: str, value: object) -> object:
+    """A headline figure as a line says it: an outlier count with its 95% interval (the manifest has the rest)."""
+    if key != "result":
+        return value
+    rows = value if isinstance(value, list) else [value]
+    return "; ".join(f"{','.join(r['subspace'])}: " + ("not released" if r["count"] is None else f"{r['count']:g}")
+                     + (f" (95% interval {r['error']['interval'][0]:g} to {r['error']['interval'][1]:g})" if r.get("error") else "")
+                     for r in rows)  # fmt: skip
 
 
 def _left(dataset: str) -> dict | None:
@@ -217,6 +244,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("request", help="release request (YAML or JSON): dataset id, mechanism, parameters")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--quiet", action="store_true", help="print only the release id and folder")
+    p.add_argument("--preview", action="store_true",
+                   help="check the request and print its cost, the budget left, whether it would be admitted and its "
+                        "expected accuracy; charges nothing and reads no row")  # fmt: skip
     _dask_options(p)
     p.set_defaults(func=cmd_release)
 

@@ -33,6 +33,8 @@ ReleaseId = Annotated[str, Field(pattern=f"^$|{ID_PATTERN}")]  # empty: a fresh 
 COMMON = {
     "dataset": "id of a dataset the data steward registered",
     "release_id": "optional; a retry with the same id is charged once (default: a fresh id)",
+    "preview": "only check the request and show its cost, the budget left and its expected accuracy (an artifact); "
+               "nothing is charged or read",
 }
 
 
@@ -91,11 +93,12 @@ def ra_release(
     p: Literal["uniform", "entropy"] = "uniform",
     p_per_column: list[Annotated[float, Field(ge=0, le=1)]] = [],  # noqa: B006
     release_id: ReleaseId = "",
+    preview: bool = False,
 ) -> dict:
     """Release a registered table with RA (Yang & Qiao) or Enhanced RA: QI cells redrawn from their
     column's marginal; the sensitive column is never changed."""
     params = {"qi": qi, "sensitive": sensitive, "p": p_per_column or p} | ({"k": k} if k else {})
-    return run_request(release_id, dataset, "ra", params)
+    return run_request(release_id, dataset, "ra", params, preview)
 
 
 @flow(name="release-mews", persist_result=False)
@@ -118,6 +121,7 @@ def mews_release(
     candidates: bounded(swapping.MEWSParams, "candidates") = 100,
     singletons: Literal["merge", "suppress"] = "merge",
     release_id: ReleaseId = "",
+    preview: bool = False,
 ) -> dict:
     """Swap values inside the cells of an equi-width grid (MEWS): every value moves by less than the
     cell width, whose secret draw is the privacy argument."""
@@ -127,7 +131,7 @@ def mews_release(
         choice = {"t_range": [t_lb, t_ub]}
     params = {"swap_set": swap_set, "width_units": width_units, "swap_mode": swap_mode, "others": others,
               "candidates": candidates, "singletons": singletons, **choice} | ({"k": k} if k is not None else {})  # fmt: skip
-    return run_request(release_id, dataset, "mews", params)
+    return run_request(release_id, dataset, "mews", params, preview)
 
 
 def _depth(name: str, swap_set: list[str], k: int):
@@ -140,9 +144,10 @@ def _depth(name: str, swap_set: list[str], k: int):
         swap_mode: swapping.SwapMode = "cyclic",
         others: Literal["eds", "keep"] = "keep",
         release_id: ReleaseId = "",
+    preview: bool = False,
     ) -> dict:
         params = {"swap_set": swap_set, "k": k, "swap_mode": swap_mode, "others": others}
-        return run_request(release_id, dataset, name, params)
+        return run_request(release_id, dataset, name, params, preview)
 
     depth_release.__doc__ = {
         "meds": "Swap values inside bins of k tuples built around the farthest pair (MEDS, multivariate equi-depth).",
@@ -174,11 +179,12 @@ def dpne_release(
     tokenizer: Literal["whitespace", "words"] = "words",
     publish_weights: bool = False,
     release_id: ReleaseId = "",
+    preview: bool = False,
 ) -> dict:
     """Release the frequent n-grams of a registered corpus with DPNE (user-level differential privacy)."""
     params = {"text_column": text_column, "epsilon": epsilon, "delta": delta, "T": T, "delta0": delta0_per_level or delta0, "eta": eta,
               "split": split, "c": c, "pruning": pruning, "tokenizer": tokenizer, "publish_weights": publish_weights}  # fmt: skip
-    return run_request(release_id, dataset, "dpne", params)
+    return run_request(release_id, dataset, "dpne", params, preview)
 
 
 def _outlier_params(columns: list[str], standardize: list[ColumnScale], estimate: list[ColumnRange],
@@ -216,11 +222,12 @@ def outlier_count_release(
     scale_share: bounded(outliers.Params, "scale_share") = 0.1,
     noise: Literal["auto", "smooth", "global"] = "auto",
     release_id: ReleaseId = "",
+    preview: bool = False,
 ) -> dict:
     """Release a DP count of the outliers of a registered numeric table in one subspace (record-level DP)."""
     params = partial(_outlier_params, columns, standardize, estimate, estimate_share, query="count", k=k, r=r,
                      epsilon=epsilon, delta=delta, scale_share=scale_share, noise=noise)  # fmt: skip
-    return run_request(release_id, dataset, "outliers", params)
+    return run_request(release_id, dataset, "outliers", params, preview)
 
 
 @flow(name="release-outlier-top-subspaces", persist_result=False)
@@ -242,10 +249,11 @@ def outlier_top_release(
     scale_share: bounded(outliers.Params, "scale_share") = 0.1,
     noise: Literal["auto", "smooth", "global"] = "auto",
     release_id: ReleaseId = "",
+    preview: bool = False,
 ) -> dict:
     """Release which c-column subspaces hold the most outliers of a registered numeric table, and
     (optionally) their DP counts (record-level DP)."""
     params = partial(_outlier_params, columns, standardize, estimate, estimate_share, query="top_subspaces", c=c, h=h,
                      k=k, r=r, epsilon=epsilon, delta=delta, release_counts=release_counts, count_share=count_share,
                      scale_share=scale_share, noise=noise)  # fmt: skip
-    return run_request(release_id, dataset, "outliers", params)
+    return run_request(release_id, dataset, "outliers", params, preview)

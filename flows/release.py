@@ -24,7 +24,7 @@ from prefect.states import Failed, State
 from core import parallel, pipeline, spec
 from core.errors import UserError
 from core.spec import ReleaseRequest
-from flows.artifacts import readable
+from flows.artifacts import data_uri, readable
 from tasks import release as steps
 
 DEBUG_ENV = "PRIVRELEASE_DEBUG"
@@ -69,6 +69,25 @@ def _artifact(summary: dict) -> None:
     )
 
 
+def _preview(request: ReleaseRequest) -> dict:
+    """The request's preview as the run's artifact (with DPNE's detection curve): nothing charged or read."""
+    import tempfile
+
+    from core import accuracy, preview
+    from core.charts import render_chart
+
+    found = preview.preview(pipeline.Store.open(), request)
+    markdown = preview.text(found)
+    if found["accuracy"] and "levels" in found["accuracy"]:
+        with tempfile.TemporaryDirectory() as tmp:
+            chart = accuracy.detection_chart(found["accuracy"]["levels"])
+            render_chart(chart, Path(tmp) / chart.filename)
+            markdown += f"\n![{chart.title}]({data_uri(Path(tmp) / chart.filename)})\n"
+    create_markdown_artifact(key=re.sub(r"[^a-z0-9-]+", "-", f"preview-{found['dataset']}".lower()),
+                             markdown=markdown, description="preview: nothing charged")  # fmt: skip
+    return found
+
+
 @flow(name="release", persist_result=False)
 def release(request: ReleaseRequest) -> dict:
     """Release a registered dataset as the ``request`` says, each step a task. Where heavy pieces
@@ -81,15 +100,19 @@ def release(request: ReleaseRequest) -> dict:
     return summary
 
 
-def run_request(release_id: str, dataset: str, mechanism: str, params: dict | Callable[[], dict]) -> dict | State:
+def run_request(release_id: str, dataset: str, mechanism: str, params: dict | Callable[[], dict],
+                preview: bool = False) -> dict | State:  # fmt: skip
     """Run a form's release request (its ``params``, or a function that assembles them) through the
     pipeline. A request the mechanism or the dataset refuses (a bound across fields, a column the
     registration lacks, the remaining budget) fails the run with that one line; the traceback only
-    with PRIVRELEASE_DEBUG=1."""
+    with PRIVRELEASE_DEBUG=1. With ``preview``, nothing is charged or read: the run's artifact is
+    the request's preview (``core.preview``)."""
     log = get_run_logger()
     try:
         doc = {"dataset": dataset, "mechanism": {"name": mechanism, "params": params() if callable(params) else params}}
         request = spec.parse(doc | ({"release_id": release_id} if release_id else {}))
+        if preview:
+            return _preview(request)
         with parallel.configured():
             summary = pipeline.release(pipeline.Store.open(), request, FORM_STEPS, log)
     except UserError as exc:

@@ -37,7 +37,8 @@ def test_dpne_release_charges_then_publishes(prefect_server, home, tmp_path, cap
     code, out, err = cli(capsys, "release", str(spec))
     assert code == 0, err
     folder = Path(out.split("folder ")[1].split()[0])
-    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "ngrams.csv", "ngrams.parquet", "ngrams_by_length.png", "report.md"]
+    assert sorted(p.name for p in folder.iterdir()) == ["detection.png", "manifest.json", "ngrams.csv", "ngrams.parquet",
+                                                         "ngrams_by_length.png", "report.md"]
     table = duckdb.connect().execute("SELECT * FROM read_parquet(?)", [str(folder / "ngrams.parquet")]).df()
     assert list(table.columns) == ["ngram", "n", "noisy_weight"]
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -55,6 +56,10 @@ def test_dpne_release_charges_then_publishes(prefect_server, home, tmp_path, cap
     assert json.loads(published.detail)["counts_by_length"] == manifest["counts_by_length"]
     report = (folder / "report.md").read_text()
     assert "sigma* = 1.327904" in report and "simulated" not in json.dumps(manifest)
+    accuracy = manifest["privacy"]["accuracy"]
+    assert len(accuracy["levels"]) == 5 and accuracy["spurious_share"][0] == 0
+    assert all(rho is None or lv["threshold"] == rho for lv, rho in zip(accuracy["levels"], manifest["privacy"]["rho"]))
+    assert "### Accuracy" in report and "![Probability that an n-gram held by m users is released](detection.png)" in report
 
     code, _, err = cli(capsys, "release", str(spec))  # a second epsilon = 4 would exceed the cap of 6
     assert code == 2 and "has only epsilon=2" in err.strip().splitlines()[-1]

@@ -58,3 +58,24 @@ def test_refusals_fail_the_run_in_one_line(prefect_server, demo):
         assert state.is_failed() and message in state.message and "\n" not in state.message, (form, state.message)
     assert not (demo / "releases").exists()
     assert all(e.status == "cap" for e in Ledger(demo / "privrelease.duckdb").entries())  # nothing charged
+
+
+def test_a_form_previews_without_charging(prefect_server, demo):
+    """preview: true on a release form checks the request, charges nothing, and shows the preview as the
+    run's artifact; a bad request still fails the run in one line."""
+    from prefect.artifacts import Artifact
+
+    from flows.forms import dpne_release, outlier_count_release
+
+    before = Ledger(demo / "privrelease.duckdb").entries()
+    found = outlier_count_release(epsilon=0.5, preview=True)
+    assert found["verdict"] == "admitted" and found["charge"] == {"epsilon": 0.5, "delta": 1e-6}
+    shown = Artifact.get("preview-logins-demo")
+    assert shown.description == "preview: nothing charged" and "- cost: epsilon=0.5 delta=1e-06" in shown.data
+    state = dpne_release(epsilon=30.0, preview=True, return_state=True)  # the budget's refusal is the verdict
+    assert state.is_completed() and state.result()["verdict"] == "refused"
+    assert "| m | w = 1 |" in Artifact.get("preview-posts-demo").data
+    assert "![Probability that an n-gram held by m users is released](data:image/png;base64," in Artifact.get("preview-posts-demo").data
+    state = outlier_count_release(columns=["nope"], preview=True, return_state=True)
+    assert state.is_failed() and "columns ['nope']" in state.message and "\n" not in state.message
+    assert Ledger(demo / "privrelease.duckdb").entries() == before and not (demo / "releases").exists()

@@ -58,7 +58,8 @@ CASES = {
     "dpne": (_neighbours_posts, "user:user",
              {"name": "dpne", "params": {"text_column": "text", "epsilon": 2.0, "delta": 1e-6, "T": 3, "delta0": 10,
                                          "tokenizer": "words", "publish_weights": True}},
-             [("counts_by_length",), ("privacy", "rho"), ("privacy", "valid_candidates")]),
+             [("counts_by_length",), ("privacy", "rho"), ("privacy", "valid_candidates"),
+              ("privacy", "accuracy")]),
     "outliers-count": (_neighbours_records, "record",
                        {"name": "outliers", "params": {"query": "count", "columns": ["a", "b"], "k": 3, "r": 0.5,
                                                        "epsilon": 1.0, "delta": 1e-4, "standardize": PUBLIC_SCALES,
@@ -343,3 +344,20 @@ def test_external_sdc_report_differs_only_through_the_released_table(prefect_ser
     # control: on RA's few discrete keys the neighbours move the figures (so the masking is exercised);
     # MEWS's keys are continuous, unique on both tables: the same figures
     assert (outputs[0] != outputs[1]) == (case == "ra")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_preview_is_the_same_on_neighbours(tmp_path, monkeypatch, case):
+    """The preview reads no row: on a dataset and its neighbour it says the same, byte for byte."""
+    from core import pipeline, preview
+
+    make, unit, mechanism, _ = CASES[case]
+    seen = []
+    for name, frame in zip(("d", "dp"), make()):
+        home = tmp_path / name
+        monkeypatch.setenv("PRIVRELEASE_HOME", str(home))
+        register(home, frame, "ds", unit, "dp")
+        Ledger(home / "privrelease.duckdb").set_budget("ds", Budget(10.0, 1e-3))
+        found = preview.preview(pipeline.Store(home), parse({"dataset": "ds", "mechanism": mechanism}))
+        seen.append(json.dumps(found) + preview.text(found))
+    assert seen[0] == seen[1]

@@ -68,7 +68,8 @@ def test_top_subspaces_release_with_private_standardization(prefect_server, home
     inliers = frame["a"].iloc[10:]  # the charged estimate, released; planted outliers are clipped
     assert scales["a"]["std"] == pytest.approx(inliers.std(), rel=0.3) and scales["a"]["mean"] == pytest.approx(inliers.mean(), abs=10)
     table = pd.read_csv(folder / "outliers.csv")
-    assert list(table.columns) == ["rank", "subspace", "noisy_count", "noise", "noise_std", "global_noise_std"]
+    assert list(table.columns) == ["rank", "subspace", "noisy_count", "ci95_low", "ci95_high", "noise", "noise_std",
+                                   "global_noise_std"]
     assert [e.epsilon for e in entries(home) if e.status == RESERVED] == [8.0]
 
 

@@ -36,7 +36,7 @@ import pandas as pd
 import scipy  # submodules load on first use: a flow that never runs DPNE never imports scipy.special
 from pydantic import Field, model_validator
 
-from core import accountant, noise, parallel
+from core import accountant, accuracy, noise, parallel
 from core.accounting import Budget, gaussian_sigma
 from core.charts import Chart
 from core.db import quote_ident, scratch
@@ -322,7 +322,9 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
     }
     chart = Chart("ngrams_by_length.png", "n-grams released per length", [str(lv.k) for lv in levels],
                   {"released": [float(lv.released) for lv in levels]}, "n-grams")  # fmt: skip
-    return Result(table, privacy, _report(params, acc, levels), [chart], headline,
+    privacy["accuracy"], lines, curve = accuracy.dpne_release(params, acc.sigmas, acc.units, acc.rho_1, privacy["rho"],
+                                                              [lv.released for lv in levels], privacy["valid_candidates"])  # fmt: skip
+    return Result(table, privacy, _report(params, acc, levels) + "\n".join(lines) + "\n", [chart, curve], headline,
                   name="ngrams", manifest={"counts_by_length": counts})  # fmt: skip
 
 

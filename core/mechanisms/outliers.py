@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field, model_validator
 
-from core import noise
+from core import accuracy, noise
 from core.accounting import Budget, gaussian_sigma
 from core.errors import InternalError, ParameterError
 from core.mechanisms.base import DPCost, Plan, Result
@@ -222,15 +222,22 @@ def standardized(frame: pd.DataFrame, columns: list[str], params: Params, budget
         std = np.array([spec[c].std for c in columns])
         method = "public"
     else:
-        mean, std = private_scale(x, np.array([spec.bounds[c] for c in columns]), budget, rng)
+        bounds = np.array([spec.bounds[c] for c in columns])
+        mean, std, sampled = private_scale(x, bounds, budget, rng)
         method = "private (Gaussian mechanism, charged)"
     scales = {c: {"mean": float(m), "std": float(s)} for c, m, s in zip(columns, mean, std)}
+    if method != "public":  # each estimated mean's noise and 95% interval (of the clipped values' mean)
+        for c, m, (lo, hi) in zip(columns, mean, bounds):
+            half = accuracy.Z95 * sampled * (hi - lo) / 2 / len(x)
+            scales[c]["mean_noise"] = {"family": "discrete Gaussian on the clipped sum", "std": sampled * (hi - lo) / 2 / len(x),
+                                       "interval": [max(lo, m - half), min(hi, m + half)], "of": "the mean of the values clipped to the bounds (on the noise grid)"}  # fmt: skip
     with np.errstate(over="ignore"):
         z = (x - mean) / std
     return np.clip(z, -COORD_LIMIT, COORD_LIMIT), {"method": method, "scales": scales}
 
 
-def private_scale(x: np.ndarray, bounds: np.ndarray, budget: Budget, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def private_scale(x: np.ndarray, bounds: np.ndarray, budget: Budget,
+                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, float]:  # fmt: skip
     """Means and stds from clipped sums with one Gaussian mechanism (replace-one sensitivity).
 
     Each column is mapped onto [−1, 1] by its public bounds and each value put on the noise grid
@@ -249,7 +256,7 @@ def private_scale(x: np.ndarray, bounds: np.ndarray, budget: Budget, rng: np.ran
     noisy = noise.gaussian(rng, sigma, np.concatenate([yu.sum(axis=0), sq.sum(axis=0)]), unit)
     m1 = np.clip(noisy[:d] / n, -1, 1)
     var = np.clip(noisy[d:] / n - m1**2, (1 / n) ** 2, 1)  # a floor keeps the scale positive
-    return centre + half * m1, half * np.sqrt(var)
+    return centre + half * m1, half * np.sqrt(var), accuracy.sampler_std(sigma, unit)  # the last: the sums' noise std
 
 
 def select_top(quality: np.ndarray, sensitivity: int, h: int, epsilon: float, rng: np.random.Generator) -> np.ndarray:

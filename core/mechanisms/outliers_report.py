@@ -3,10 +3,12 @@ public values only (the true counts in ``Counted`` never reach them)."""
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 import pandas as pd
 
+from core import accuracy, noise
 from core.charts import Chart
 from core.mechanisms.base import Result
 from core.mechanisms.outliers_sensitivity import Allocation, Counted, alpha, beta, cover_plan, smooth_floor
@@ -35,26 +37,48 @@ def public_std(c: Counted, n: int, a: Allocation) -> tuple[float, bool]:
 ROUNDED = "Counts are published rounded to integers (post-processing of a draw on a public grid)."
 
 
+def error_bar(c: Counted, n: int, a: Allocation, rows: int | None) -> dict:
+    """A released count's noise and 95% interval, from public values and its DP outputs only
+    (``core.accuracy``): the exact std of global noise, or an upper bound on the smooth std from its
+    released value (or from S_UB <= N without one)."""
+    if c.method == "global":
+        std = accuracy.sampler_std(c.noise_std, min(1.0, noise.grid(c.noise_std)))
+        out = {"family": "discrete Gaussian (global sensitivity)", "std": std, "level": accuracy.LEVEL}
+        half = accuracy.Z95 * std
+    else:
+        b = beta(a.count.epsilon, a.count.delta)
+        grid = noise.grid(b / a.scale) if a.scale > 0 else 0.0
+        t = math.ceil((math.ceil(b / grid) + 1) * grid / a.scale / grid) if a.scale > 0 else 0
+        upper = accuracy.smooth_std_upper(c.noise_std_released, grid, t, n, alpha(a.count.epsilon, a.count.delta))
+        out = {"family": "discrete Gaussian (smooth sensitivity)", "std_upper": upper * (1 + 1e-9), "level": accuracy.LEVEL}
+        half = accuracy.Z_SMOOTH * out["std_upper"]
+    return out | {"interval": accuracy.count_interval(c.noisy, half, rows), "clamped_to": [0, rows]}
+
+
 def describe(params: Query, a: Allocation, n: int, scaling: dict, chosen: list[tuple[str, ...]],
              counted: list[Counted], selection: dict | None, allocation: dict) -> Result:  # fmt: skip
-    """The released table (rank, subspace, noisy count, noise), its privacy section, report and chart."""
+    """The released table (rank, subspace, noisy count, 95% interval, noise), its privacy section, report and chart."""
     rows = []
+    bars = [error_bar(c, n, a, params.rows) for c in counted]
     for rank, s in enumerate(chosen, start=1):
         c = counted[rank - 1] if counted else None
         rows.append({
             "rank": rank, "subspace": ",".join(s),
             "noisy_count": int(c.noisy) if c else None,  # an integer: the draw is rounded (post-processing)
+            "ci95_low": bars[rank - 1]["interval"][0] if c else None,
+            "ci95_high": bars[rank - 1]["interval"][1] if c else None,
             "noise": c.method if c else None,
             "noise_std": c.noise_std_released if c else None,
             "global_noise_std": c.global_std if c else None,
         })  # fmt: skip
-    data = pd.DataFrame(rows).astype({"noisy_count": "Int64"})
+    data = pd.DataFrame(rows).astype({"noisy_count": "Int64", "ci95_low": "Int64", "ci95_high": "Int64"})
     if params.query == "count":
         data = data.drop(columns="rank")
-        result = {"subspace": list(chosen[0]), "count": int(counted[0].noisy)}
+        result = {"subspace": list(chosen[0]), "count": int(counted[0].noisy), "error": bars[0]}
         noise_std: object = counted[0].noise_std_released
     else:
-        result = [{"subspace": list(s), "count": (int(counted[i].noisy) if counted else None)} for i, s in enumerate(chosen)]
+        result = [{"subspace": list(s), "count": (int(counted[i].noisy) if counted else None),
+                   "error": bars[i] if counted else None} for i, s in enumerate(chosen)]  # fmt: skip
         noise_std = [c.noise_std_released for c in counted] if counted else None
     privacy = {
         "n_records": n,
@@ -132,6 +156,14 @@ def _report(params: Query, privacy: dict, data: pd.DataFrame, swamped: list[str]
             + (f"Counts are clamped to [0, {params.rows}], the range every count lies in (N is declared with the dataset); "
                if params.rows is not None else "Counts are clamped at 0 (no number of records was declared, so not above); ")
             + "clamping is post-processing and costs nothing. " + ROUNDED,
+            "",
+            "`ci95_low`-`ci95_high` is each count's 95% interval, from public values and the released figures only: "
+            "the count +- 1.96 global noise stds, or, for smooth noise, +- 2.05 times an upper bound on its std that "
+            "holds with probability 99% (from the released `noise_std`, whose own noise is known; without it, "
+            "S_UB <= N), rounded up to whole records. "
+            + (f"A count clamped to [0, {params.rows}] has its interval cut to that range too: the true count lies "
+               "in it, and clamping only moves a count towards it, so the cut interval covers it at least as often."
+               if params.rows is not None else "The interval is cut at 0, as the counts are."),
             *([""] + swamped if swamped else []),
         ]
     else:
@@ -145,6 +177,8 @@ def _cell(v: object) -> str:
 
 def _chart(data: pd.DataFrame) -> Chart:
     series = {"noisy count": data["noisy_count"].tolist(), "global-sensitivity noise std": data["global_noise_std"].tolist()}
+    bars = list(zip(data["ci95_low"].tolist(), data["ci95_high"].tolist()))
     if data["noise_std"].notna().all():
         series["smooth noise std (released)"] = data["noise_std"].tolist()
-    return Chart("outliers.png", "Noisy outlier counts and noise scales", data["subspace"].tolist(), series, "records")
+    return Chart("outliers.png", "Noisy outlier counts (bars: 95% intervals) and noise scales", data["subspace"].tolist(),
+                 series, "records", intervals=bars)

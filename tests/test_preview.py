@@ -1,0 +1,159 @@
+"""The preview (``privrelease release --preview``, ``core.preview``): the release's own checks, its
+cost as the ledger then charges it, nothing written, no row read; and the warnings before a charge."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from core import accuracy, pipeline, preview
+from core.accounting import Budget
+from core.errors import SpecError
+from core.ledger import Ledger
+from core.registry import Registry
+from core.spec import parse
+from tests.helpers import register
+from tests.test_cli import run
+from tests.test_dpne import phrase_corpus
+from tests.test_outliers import planted
+
+SCALES = {c: {"mean": 0.0, "std": 1.0} for c in "abcde"}
+OUTLIERS = {"name": "outliers", "params": {"query": "count", "columns": ["a", "b"], "k": 3, "r": 0.5, "epsilon": 1.0,
+                                           "delta": 1e-4, "standardize": SCALES}}  # fmt: skip
+CASES = {  # every DP mechanism and each way it spends: name -> (table, unit, mechanism)
+    "dpne": (lambda: phrase_corpus(200, seed=1), "user:user",
+             {"name": "dpne", "params": {"text_column": "text", "epsilon": 2.0, "delta": 1e-6, "T": 2, "delta0": 5}}),
+    "outliers-count-global": (planted, "record", OUTLIERS),
+    "outliers-count-smooth": (planted, "record", {"name": "outliers", "params": {**OUTLIERS["params"], "noise": "smooth"}}),
+    "outliers-top": (planted, "record", {"name": "outliers", "params": {**OUTLIERS["params"], "query": "top_subspaces",
+                                                                       "columns": None, "c": 1, "h": 2}}),
+    "outliers-private-scale": (planted, "record", {"name": "outliers", "params": {
+        **OUTLIERS["params"], "standardize": {"bounds": {"a": [-5, 5], "b": [-5, 5]}, "share": 0.2}}}),
+}  # fmt: skip
+
+
+def _setup(home: Path, case: str, cap: Budget = Budget(10.0, 1e-3)) -> dict:
+    make, unit, mechanism = CASES[case]
+    register(home, make(), "ds", unit, "dp")
+    Ledger(home / "privrelease.duckdb").set_budget("ds", cap)
+    return {"dataset": "ds", "mechanism": mechanism}
+
+
+def _ledger_bytes(home: Path) -> str:
+    files = sorted(p for p in home.rglob("*") if p.is_file() and "datasets" not in p.parts)
+    return hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in files)).hexdigest()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_preview_cost_is_the_charge(case, home, test_mode):
+    """What the preview says a release costs and leaves is what the ledger then charges and shows."""
+    doc = _setup(home, case)
+    store = pipeline.Store(home)
+    seen = preview.preview(store, parse(doc))
+    assert seen["verdict"] == preview.ADMITTED and seen["accuracy"] is not None
+    assert bool(seen["notes"]) == (case == "dpne") and all(f"> note: {n}" in preview.text(seen) for n in seen["notes"])
+    pipeline.release(store, parse({**doc, "seed": 3, "release_id": "r1"}))
+    ledger = Ledger(home / "privrelease.duckdb")
+    charge = next(e for e in ledger.entries() if e.release_id == "r1")
+    assert seen["charge"] == {"epsilon": charge.epsilon, "delta": charge.delta}
+    totals = next(t for t in ledger.totals() if t.dataset == "ds")
+    assert seen["left_after"]["epsilon"] == pytest.approx(totals.remaining.epsilon, rel=1e-12)
+    assert seen["left_after"]["delta"] == pytest.approx(totals.remaining.delta, rel=1e-12)
+    assert seen["left_after"]["counted_by"] == json.loads(charge.detail)["admission"]["mode"]
+    assert seen["left_after"]["region"] == json.loads(charge.detail)["admission"]["region"]
+    if case == "outliers-count-global":  # the interval the release states is the one tests/test_intervals.py tests
+        result = json.loads(next(home.glob("releases/ds/r1/manifest.json")).read_text())["result"]
+        foretold, error = seen["accuracy"]["counts"], result["error"]
+        assert error["family"] == "discrete Gaussian (global sensitivity)" and error["std"] == foretold["std"]
+        assert error["interval"] == accuracy.count_interval(result["count"], accuracy.Z95 * error["std"], 300)
+        assert error["interval"][1] - error["interval"][0] <= 2 * foretold["half_width"]
+
+
+def test_preview_writes_nothing_reads_no_row_and_refuses_as_a_release(tmp_path: Path):
+    """As a user runs it: the home unchanged byte for byte; a dropped dataset still previews; a bad
+    request gets the release's own message and exit 2; a refused budget is the verdict, exit 2."""
+    home = tmp_path / "home"
+    doc = _setup(home, "outliers-count-global", Budget(1.5, 1e-3))
+    request = tmp_path / "r.json"
+    request.write_text(json.dumps(doc))
+    before = _ledger_bytes(home)
+    r = run(home, "release", "--preview", str(request))
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert "- cost: epsilon=1 delta=0.0001" in r.stdout and "- verdict: **admitted**" in r.stdout
+    assert "- left after it (basic composition): epsilon=0.5 delta=0.0008" in r.stdout
+    assert "95% interval: the released count ±" in r.stdout
+    shown = r.stdout
+    assert _ledger_bytes(home) == before  # the ledger, registry, anchors and keys: unchanged
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**doc, "mechanism": {**doc["mechanism"], "params": {**doc["mechanism"]["params"],
+                                                                                   "columns": ["a", "zz"]}}}))  # fmt: skip
+    released, previewed = run(home, "release", str(bad)), run(home, "release", "--preview", str(bad))
+    assert previewed.returncode == released.returncode == 2 and previewed.stdout == ""
+    assert previewed.stderr == released.stderr and previewed.stderr.startswith("error: ")
+
+    costly = tmp_path / "costly.json"
+    costly.write_text(json.dumps({**doc, "mechanism": {**doc["mechanism"], "params": {**doc["mechanism"]["params"],
+                                                                                      "epsilon": 2.0}}}))  # fmt: skip
+    r = run(home, "release", "--preview", str(costly))
+    assert r.returncode == 2 and "- verdict: **refused: this release needs epsilon=2" in r.stdout
+    assert r.stderr.startswith("error: this release needs epsilon=2") and "largest epsilon" in r.stderr
+    assert _ledger_bytes(home) == before
+
+    Registry(home).drop("ds")
+    assert not any((home / "datasets").rglob("*.parquet"))
+    before = _ledger_bytes(home)
+    r = run(home, "release", "--preview", "--json", str(request))
+    assert r.returncode == 0 and preview.text(json.loads(r.stdout)) == shown  # registration facts only
+    assert json.loads(r.stdout)["accuracy"]["counts"]["noise"] == "global"
+    assert _ledger_bytes(home) == before
+    with pytest.raises(SpecError, match="is not registered"):  # the release itself needs the rows
+        pipeline.prepare(pipeline.Store(home), parse(doc))
+
+
+def test_preview_waits_for_approval(home):
+    doc = _setup(home, "outliers-count-global")
+    Ledger(home / "privrelease.duckdb").set_budget("ds", Budget(10.0, 1e-3), approve_above=0.05)
+    seen = preview.preview(pipeline.Store(home), parse(doc))
+    assert seen["verdict"] == preview.APPROVAL and "more than the 5.0%" in seen["reason"]
+
+
+def test_a_noisy_outlier_count_is_warned_before_its_charge(home, test_mode, caplog):
+    """#30 item 8: a count whose noise std exceeds half of [0, N] is warned in the preview and in the
+    release's output before the charge; the release still goes on."""
+    doc = _setup(home, "outliers-count-global")
+    doc["mechanism"]["params"] |= {"epsilon": 0.05}
+    seen = preview.preview(pipeline.Store(home), parse(doc))
+    std = seen["accuracy"]["counts"]["std"]
+    assert std > 150 and seen["warnings"] == [
+        f"an outlier count's noise std is {std:.4g}, more than half of its public range [0, 300]: the released count "
+        "would say little about the true one. Raise epsilon (or lower k, or ask about fewer dimensions) before you "
+        "spend the budget."]  # fmt: skip
+    assert "> warning: an outlier count's noise std" in preview.text(seen)
+    with caplog.at_level(logging.INFO, logger="privrelease"):
+        pipeline.release(pipeline.Store(home), parse({**doc, "seed": 1}), log=logging.getLogger("privrelease"))
+    lines = [r.getMessage() for r in caplog.records if r.name == "privrelease"]
+    warned = next(i for i, m in enumerate(lines) if m.startswith("warning: an outlier count's noise std"))
+    assert warned < next(i for i, m in enumerate(lines) if m.startswith("charge: ledger entry"))
+    # control: at epsilon = 1 the std is below N/2, and nothing is said
+    doc["mechanism"]["params"] |= {"epsilon": 1.0}
+    assert preview.preview(pipeline.Store(home), parse(doc))["warnings"] == []
+
+
+def test_preview_of_an_unknown_dataset_is_the_release_error(home):
+    with pytest.raises(SpecError, match="dataset 'nope' is not registered"):
+        preview.preview(pipeline.Store(home), parse({"dataset": "nope", "mechanism": CASES["dpne"][2]}))
+
+
+def test_the_release_line_gives_each_count_its_interval():
+    from flows.cli import _said
+
+    error = {"family": "discrete Gaussian (global sensitivity)", "std": 51.4, "interval": [0.0, 148.0]}
+    assert _said("result", [{"subspace": ["hour"], "count": 47.0, "error": error},
+                            {"subspace": ["a", "b"], "count": None, "error": None}]) == (
+        "hour: 47 (95% interval 0 to 148); a,b: not released")  # fmt: skip
+    assert _said("pa", 33.99) == 33.99
