@@ -71,12 +71,12 @@ GOLDEN = {
              "manifest.json": "903f529f4bfe9f7c", "report.md": "25e0db0768d3feb0"},
     "eds": {"<ledger>": "8e51b07b2661cca0", "data.csv": "5c21de6b4755c294", "data.parquet": "3715d04156b65666",
             "manifest.json": "8b6ff408dab415e6", "report.md": "80df5beec529e549"},
-    "dpne": {"<ledger>": "15f3f4a62d98b0af", "manifest.json": "00585d4785a6caf4", "ngrams.csv": "3c3f28b1f6126d3b",
-             "ngrams.parquet": "e8aea74a9436577e", "report.md": "d8c8d071cb9605bd"},
-    "outliers-count": {"<ledger>": "bdf9dc022f3d0b7e", "manifest.json": "2c6979e96db1b4ef", "outliers.csv": "5afa996bfba45a10",
-                       "outliers.parquet": "3f883992936ab139", "report.md": "fbb09aeb7e96a84b"},
-    "outliers-top": {"<ledger>": "f257d6381d277199", "manifest.json": "062bba70f11e2aa6", "outliers.csv": "eed7f98a1dd423be",
-                     "outliers.parquet": "caa7ae2ec55aec78", "report.md": "9c2506e615e45aef"},
+    "dpne": {"<ledger>": "15f3f4a62d98b0af", "manifest.json": "3b01ffe94141f8ad", "ngrams.csv": "3c3f28b1f6126d3b",
+             "ngrams.parquet": "e8aea74a9436577e", "report.md": "fd9ff700e6dee9c9"},
+    "outliers-count": {"<ledger>": "bdf9dc022f3d0b7e", "manifest.json": "28dfaff15002d87e", "outliers.csv": "646e84ceafdae259",
+                       "outliers.parquet": "5d4b5f494eda173d", "report.md": "480b74d2902645a7"},
+    "outliers-top": {"<ledger>": "f257d6381d277199", "manifest.json": "bb761ae84b2bf93d", "outliers.csv": "b748693618ff2b56",
+                     "outliers.parquet": "ec5a1a24492a689d", "report.md": "cb8ef973d96e83bc"},
 }  # fmt: skip
 
 
