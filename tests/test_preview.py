@@ -138,7 +138,7 @@ def test_a_noisy_outlier_count_is_warned_before_its_charge(home, test_mode, capl
         pipeline.release(pipeline.Store(home), parse({**doc, "seed": 1}), log=logging.getLogger("privrelease"))
     lines = [r.getMessage() for r in caplog.records if r.name == "privrelease"]
     warned = next(i for i, m in enumerate(lines) if m.startswith("warning: an outlier count's noise std"))
-    assert warned < next(i for i, m in enumerate(lines) if m.startswith("charge: ledger entry"))
+    assert warned < next(i for i, m in enumerate(lines) if m.startswith("ledger entry #"))
     # control: at epsilon = 1 the std is below N/2, and nothing is said
     doc["mechanism"]["params"] |= {"epsilon": 1.0}
     assert preview.preview(pipeline.Store(home), parse(doc))["warnings"] == []
