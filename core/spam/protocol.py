@@ -30,25 +30,10 @@ from dataclasses import dataclass, field
 import gmpy2
 import numpy as np
 
-from core import noise
 from core.errors import ParameterError
 from core.spam.aggregation import L1_BITS, W_BITS, Agreement, Layout
+from core.spam.floors import check_participation
 from core.spam.paillier import KeyPair, PublicKey
-
-MIN_USERS = 2
-MIN_ROUND_MESSAGES = 1000  # below this, SpamAssassin messages hold hashed features no other message of the round has
-
-
-def check_participation(users: int, round_messages: int) -> None:
-    """The floor users insist on before taking part (README: what the server learns)."""
-    if users < MIN_USERS:
-        raise ParameterError(f"secure aggregation needs at least {MIN_USERS} users (with one, the sum is that user's "
-                             "gradient); add users.")  # fmt: skip
-    if round_messages < MIN_ROUND_MESSAGES and not noise.test_mode():
-        raise ParameterError(f"a round sums {round_messages} messages over all users; at least {MIN_ROUND_MESSAGES} are "
-                             "needed so that no message's features stand alone in the aggregate the server learns; "
-                             "raise block_size, use batch mode or add users.")  # fmt: skip
-
 
 def block(size: int, mode: str, block_size: int, round_: int) -> np.ndarray:
     """Which of a user's ``size`` messages take part in a round (public: sizes and schedule only)."""
@@ -149,12 +134,13 @@ class Server:
     name = "server"
 
     def __init__(self, key_bits: int, weights: np.ndarray, learning_rate: float = 0.0, mode: str = "batch",
-                 block_size: int = 1000):  # fmt: skip
+                 block_size: int = 1000, floor: int = 1):  # fmt: skip
         self._keys = KeyPair(key_bits)
         self.public_key = self._keys.public
         self.w = np.asarray(weights, dtype=float)
         self.eta = learning_rate
         self.schedule = {"mode": mode, "block_size": block_size}
+        self.floor = floor  # least messages per user and round (``floors.floor`` of the feature map)
         self.layout: Layout | None = None
         self._obfuscators: list[gmpy2.mpz] = []
 
@@ -182,7 +168,7 @@ class Server:
         users = [read_public(a, "announcement") for a in announcements]
         sizes = [int(u["messages"]) for u in users]
         blocks = [len(block(s, self.schedule["mode"], self.schedule["block_size"], 0)) for s in sizes]
-        check_participation(len(users), sum(blocks))
+        check_participation(blocks, self.floor)
         self.layout = Layout(self.public_key.bits, len(self.w), len(users), max(blocks)).check()
         return public_message({"n": self.public_key.n, "layout": self.layout.public(), **self.schedule, "sizes": sizes,
                                "users": [u["user"] for u in users], "keys": [u["x25519"] for u in users]})  # fmt: skip
@@ -213,8 +199,9 @@ class Server:
 class User:
     """Holds mail (feature sets and labels), the public key and its pairwise secrets."""
 
-    def __init__(self, name: str, features: list[np.ndarray], labels: np.ndarray):
+    def __init__(self, name: str, features: list[np.ndarray], labels: np.ndarray, floor: int = 1):
         self.name = name
+        self.floor = floor  # this user's own copy of the public floor: it refuses a round below it
         self._x = [np.asarray(v).tolist() for v in features]
         self._y = np.asarray(labels).astype(int)
         self._agreement = Agreement()
@@ -235,9 +222,9 @@ class User:
         doc = read_public(directory, "directory")
         self.public_key = PublicKey(int(doc["n"]))
         sizes = doc["sizes"]
-        check_participation(len(sizes), sum(len(block(s, doc["mode"], doc["block_size"], 0)) for s in sizes))
-        self.layout = Layout(self.public_key.bits, int(doc["layout"]["dimension"]), len(sizes),
-                             max(len(block(s, doc["mode"], doc["block_size"], 0)) for s in sizes)).check()  # fmt: skip
+        blocks = [len(block(s, doc["mode"], doc["block_size"], 0)) for s in sizes]
+        check_participation(blocks, self.floor)
+        self.layout = Layout(self.public_key.bits, int(doc["layout"]["dimension"]), len(sizes), max(blocks)).check()
         if self.layout.public() != doc["layout"]:
             raise ParameterError("the server's layout does not follow from the public sizes; refusing to take part.")
         self._schedule = {"mode": doc["mode"], "block_size": doc["block_size"]}
