@@ -29,6 +29,7 @@ from core.spam import features as F  # noqa: E402
 from core.spam import parties as Q  # noqa: E402
 from core.spam import protocol as P  # noqa: E402
 from core.spam.paillier import KeyPair  # noqa: E402
+from core.spam.spec import Inputs  # noqa: E402
 from core.spam.training import SpamSpec, Training, auc, design, exact_gradient, read_mail, split_corpus  # noqa: E402
 
 CORPUS = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "spamassassin" / "spamassassin.jsonl.gz"
@@ -42,9 +43,12 @@ def repro(key_bits: int, rounds: int, users: int, eta: float) -> None:
                         features=F.FeatureParams(modulus=1_000_000, reduction="hash", dimension=10_000),
                         key_bits=key_bits, learning_rate=eta, rounds=rounds, mode="batch")  # fmt: skip
         t = time.perf_counter()
-        training = Training.setup(spec, out)
+        users = [out / name for name in spec.users]
+        inputs = Inputs(spec, out / "spec.yaml", users, out / spec.test, [len(read_mail(p)[1]) for p in users])
+        os.environ["PRIVRELEASE_TEST_MODE"] = "1"  # the plaintext twins (pooled mail) are reproduction tooling only
+        training = Training.setup(inputs)
         try:
-            print(f"setup (features, keys, processes): {time.perf_counter() - t:.1f} s; users hold {[len(y) for y in training.user_y]}")
+            print(f"setup (features, keys, processes): {time.perf_counter() - t:.1f} s; users hold {training.sizes}")
             for _ in range(rounds):
                 r = training.run_round()
                 print(f"round {r.round}: {r.seconds:.1f} s, {r.training_messages} messages, {r.ciphertexts} ciphertexts, "
@@ -54,8 +58,8 @@ def repro(key_bits: int, rounds: int, users: int, eta: float) -> None:
             training.close()
         print(json.dumps({k: report[k] for k in ("auc_private", "auc_plain", "auc_plain_exact_sigmoid", "max_weight_gap")}, indent=2))
         # the previous protocol's setting: exact sigmoid at η = 0.001, for comparison
-        xs = [x for ux in training.user_x for x in ux]
-        ys = np.concatenate(training.user_y)
+        xs = [x for ux in training.twins.user_x for x in ux]
+        ys = np.concatenate(training.twins.user_y)
         w = np.zeros(spec.features.size)
         for _ in range(rounds):
             w = w + 0.001 * exact_gradient(xs, ys, w)

@@ -18,8 +18,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.spam import features as F  # noqa: E402
-from core.spam.mail import read_mail  # noqa: E402
+from core.spam import features as F
+from core.spam.mail import read_mail
 
 DRAWS = 5
 SIZES = (50, 100, 200, 500, 1000, 2000)

@@ -35,6 +35,7 @@ from core.spam.aggregation import L1_BITS, W_BITS, Agreement, Layout
 from core.spam.floors import check_participation
 from core.spam.paillier import KeyPair, PublicKey
 
+
 def block(size: int, mode: str, block_size: int, round_: int) -> np.ndarray:
     """Which of a user's ``size`` messages take part in a round (public: sizes and schedule only)."""
     if mode == "batch":

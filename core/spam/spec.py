@@ -15,7 +15,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator
 
 from core import noise
-from core.errors import ParameterError, SpecError
+from core.errors import ParameterError, SpecError, UserError
 from core.params import ID_PATTERN, StrictParams
 from core.registry import resolve_source
 from core.spam import features as F
@@ -75,7 +75,10 @@ def load_spec(source: str, root: Path, resolve: Resolver = resolve_source) -> tu
 
 def mail_file(spec_path: Path, name: str, root: Path, resolve: Resolver = resolve_source) -> Path:
     """A mail file named in the spec, relative to the spec's folder; it too must lie under the data root."""
-    return resolve(os.path.relpath(spec_path.parent / name, root), root, f"mail file {name!r} (as")
+    try:
+        return resolve(os.path.relpath(spec_path.parent / name, root), root, "the mail file")
+    except UserError as exc:
+        raise type(exc)(f"user or test file {name!r}: {exc}") from None
 
 
 def check(source: str, home: Path, resolve: Resolver = resolve_source) -> Inputs:
@@ -86,11 +89,11 @@ def check(source: str, home: Path, resolve: Resolver = resolve_source) -> Inputs
     from core import paths
     from core.ledger import Ledger
     from core.registry import data_root
-    from core.store import url
     from core.spam.features import DATA_DEPENDENT
     from core.spam.floors import check_participation, floor
     from core.spam.mail import read_mail
     from core.spam.protocol import block
+    from core.store import url
 
     root = data_root(home)
     spec, path = load_spec(source, root, resolve)
