@@ -2,8 +2,8 @@
 
 The spec and every mail file resolve under the data root and are checked completely
 (``core.spam.spec.check``) before anything is reserved. The run is reserved and settled in the
-ledger like a release (``tasks.ledger``), at the cost its plan states (no epsilon: the protocol's
-guarantee is cryptographic), with the digest of its transcript. Parameters are paths relative to the
+ledger like a release (``tasks.ledger``), at the cost its plan states (no epsilon without ``dp:``, the
+protocol's guarantee being cryptographic; with it a DP charge of the mail corpus), with the digest of its transcript. Parameters are paths relative to the
 data root, never mail; logs, artifacts and the ledger carry public values and the server's model's
 AUC on the evaluation mail, never a model trained on pooled plaintext.
 """
@@ -16,11 +16,10 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from core.ledger import FAILED, PUBLISHED
 from core.mechanisms import spam_training
 from core.pipeline import Store, failure
+from core.spam.dp import ADJACENCY
 from core.spam.spec import check
 from tasks import ledger
 from tasks import spam as t
-
-LEDGER_DATASET = "spam-filter"
 
 
 @flow(name="spam-filter-training", persist_result=False)
@@ -36,8 +35,9 @@ def spam_filter_training(spec_path: str) -> dict:
     inputs = check(spec_path, store.root)
     spec = inputs.spec
     folder = store.root / "spam" / spec.run_id
-    ledger.reserve(store, LEDGER_DATASET, spec.run_id, spam_training.NAME, spam_training.plan(spec),
-                   spec.model_dump(mode="json", exclude={"seed"}), None)  # fmt: skip
+    dataset = spam_training.ledger_dataset(spec)
+    ledger.reserve(store, dataset, spec.run_id, spam_training.NAME, spam_training.plan(spec),
+                   spec.model_dump(mode="json", exclude={"seed"}), ADJACENCY)  # fmt: skip
     try:
         training = t.setup(inputs)
         try:
@@ -51,9 +51,9 @@ def spam_filter_training(spec_path: str) -> dict:
         finally:
             training.close()
     except Exception as exc:
-        ledger.settle(store, LEDGER_DATASET, spec.run_id, FAILED, failure(exc))
+        ledger.settle(store, dataset, spec.run_id, FAILED, failure(exc))
         raise
-    ledger.settle(store, LEDGER_DATASET, spec.run_id, PUBLISHED,
+    ledger.settle(store, dataset, spec.run_id, PUBLISHED,
                   {k: report[k] for k in ("transcript_sha256", "auc_private")})  # fmt: skip
     create_table_artifact(
         key="spam-rounds", description=f"spam run {spec.run_id}: seconds and traffic per round",

@@ -11,6 +11,8 @@ import yaml
 from core.demo import mail
 from core.ledger import PUBLISHED, RESERVED, Ledger
 from core.spam import features as F
+from core.spam.dp import ADJACENCY, DPParams
+from core.spam.dp import calibrate as dp_calibrate
 from tests.test_release_flow import cli
 
 
@@ -66,6 +68,20 @@ def test_training_flow_end_to_end_and_private_classification(prefect_server, hom
         assert out.strip() == ("spam" if score > 0 else "ham")
     code, _, err = cli(capsys, "spam", "train", (spec(home / "data" / "mail")))
     assert code == 2 and "already exists" in err
+    # with dp: a DP charge of the mail corpus, its rounds recorded as Gaussian events for the accountant
+    dp = {"epsilon": 2.0, "delta": 1e-6, "colluders": 1, "max_features": 100, "radius": 1.0}
+    code, _, err = cli(capsys, "spam", "train", spec(home / "data" / "mail", run_id="r-dp", rounds=2, dp=dp))
+    assert code == 2 and "set one with: privrelease ledger set-budget spam-mail" in err
+    assert cli(capsys, "ledger", "set-budget", "spam-mail", "--epsilon", "4", "--delta", "1e-5")[0] == 0
+    code, out, err = cli(capsys, "spam", "train", spec(home / "data" / "mail", run_id="r-dp", rounds=2, dp=dp))
+    assert code == 0, err
+    entries = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "r-dp"]
+    assert [(e.status, e.kind, e.epsilon, e.delta) for e in entries] == [(RESERVED, "dp", 2.0, 1e-6), (PUBLISHED, "dp", 0.0, 0.0)]  # the spend is the reservation
+    noise = dp_calibrate(DPParams(**dp), 3, 2)
+    assert json.loads(entries[0].detail)["events"] == [e.as_dict() for e in noise.events()]
+    assert entries[0].adjacency == ADJACENCY
+    report = json.loads((home / "spam" / "r-dp" / "report.json").read_text())
+    assert report["dp"]["share_variance"] == str(noise.share_variance) and report["per_round"][1]["max_gradient_gap"] > 0
 
 
 def test_bad_mail_is_refused_before_anything_is_recorded(prefect_server, home, test_mode, tmp_path, capsys):

@@ -30,7 +30,9 @@ from dataclasses import dataclass, field
 import gmpy2
 import numpy as np
 
+from core import noise
 from core.errors import ParameterError
+from core.spam import dp
 from core.spam.aggregation import L1_BITS, W_BITS, Agreement, Layout
 from core.spam.floors import check_participation
 from core.spam.paillier import KeyPair, PublicKey
@@ -135,13 +137,15 @@ class Server:
     name = "server"
 
     def __init__(self, key_bits: int, weights: np.ndarray, learning_rate: float = 0.0, mode: str = "batch",
-                 block_size: int = 1000, floor: int = 1):  # fmt: skip
+                 block_size: int = 1000, floor: int = 1, radius: float | None = None, share_variance: int = 0):  # fmt: skip
         self._keys = KeyPair(key_bits)
         self.public_key = self._keys.public
         self.w = np.asarray(weights, dtype=float)
         self.eta = learning_rate
         self.schedule = {"mode": mode, "block_size": block_size}
         self.floor = floor  # least messages per user and round (``floors.floor`` of the feature map)
+        self.radius = radius  # with dp: the public l2 ball the model is projected onto after each step
+        self.noise_bits = dp.noise_bits(share_variance) if share_variance else 0  # the users' noise, for the layout
         self.layout: Layout | None = None
         self._obfuscators: list[gmpy2.mpz] = []
 
@@ -170,7 +174,7 @@ class Server:
         sizes = [int(u["messages"]) for u in users]
         blocks = [len(block(s, self.schedule["mode"], self.schedule["block_size"], 0)) for s in sizes]
         check_participation(blocks, self.floor)
-        self.layout = Layout(self.public_key.bits, len(self.w), len(users), max(blocks)).check()
+        self.layout = Layout(self.public_key.bits, len(self.w), len(users), max(blocks), self.noise_bits).check()
         return public_message({"n": self.public_key.n, "layout": self.layout.public(), **self.schedule, "sizes": sizes,
                                "users": [u["user"] for u in users], "keys": [u["x25519"] for u in users]})  # fmt: skip
 
@@ -190,6 +194,8 @@ class Server:
         totals = [int(self._keys.raw_decrypt(c)) for c in sums]
         g = np.array(layout.unpack(totals), dtype=float) / 2.0 ** (W_BITS + 2)
         self.w = self.w + self.eta * g
+        if self.radius is not None:
+            self.w = dp.project(self.w, self.radius)
         return g
 
     def model(self) -> np.ndarray:
@@ -200,9 +206,14 @@ class Server:
 class User:
     """Holds mail (feature sets and labels), the public key and its pairwise secrets."""
 
-    def __init__(self, name: str, features: list[np.ndarray], labels: np.ndarray, floor: int = 1):
+    def __init__(self, name: str, features: list[np.ndarray], labels: np.ndarray, floor: int = 1,
+                 noise: dict | None = None):  # fmt: skip
         self.name = name
         self.floor = floor  # this user's own copy of the public floor: it refuses a round below it
+        # with dp: {"share_variance", "max_features", "seed"}; each message keeps at most max_features features
+        self.noise = noise
+        if noise is not None:
+            features = [dp.cap(np.asarray(v), noise["max_features"], noise["seed"]) for v in features]
         self._x = [np.asarray(v).tolist() for v in features]
         self._y = np.asarray(labels).astype(int)
         self._agreement = Agreement()
@@ -225,7 +236,8 @@ class User:
         sizes = doc["sizes"]
         blocks = [len(block(s, doc["mode"], doc["block_size"], 0)) for s in sizes]
         check_participation(blocks, self.floor)
-        self.layout = Layout(self.public_key.bits, int(doc["layout"]["dimension"]), len(sizes), max(blocks)).check()
+        bits = dp.noise_bits(self.noise["share_variance"]) if self.noise else 0
+        self.layout = Layout(self.public_key.bits, int(doc["layout"]["dimension"]), len(sizes), max(blocks), bits).check()
         if self.layout.public() != doc["layout"]:
             raise ParameterError("the server's layout does not follow from the public sizes; refusing to take part.")
         self._schedule = {"mode": doc["mode"], "block_size": doc["block_size"]}
@@ -259,16 +271,29 @@ class User:
         t0 = time.perf_counter()
         k, shift = layout.slots, 1 << layout.slot_bits
         masks = self._agreement.mask(key.n, round_, layout.ciphertexts)
+        shares = self.noise_share(layout)
+        self.times.add("2c user: noise share", t0)
+        t0 = time.perf_counter()
         out = []
         for c in range(layout.ciphertexts):
             coords = v[c * k : (c + 1) * k]
             acc = coords[-1]
             for value in reversed(coords[:-1]):
                 acc = gmpy2.powmod(acc, shift, n2) * value % n2
-            offsets = layout.offset * sum(1 << (s * layout.slot_bits) for s in range(len(coords)))
+            offsets = sum((layout.offset + shares[c * k + s]) << (s * layout.slot_bits) for s in range(len(coords)))
             out.append(acc * key.trivial(offsets + masks[c]) % n2)
         self.times.add("2c user: pack, mask", t0)
         t0 = time.perf_counter()
         out = [key.rerandomize(c) for c in out]
         self.times.add("2d user: re-randomize", t0)
         return ciphertext_message(out, key)
+
+    def noise_share(self, layout: Layout) -> list[int]:
+        """With dp: this round's fresh N_Z(0, s²) per coordinate (``core.noise``, OS randomness), added
+        before masking; without: zeros."""
+        if self.noise is None:
+            return [0] * layout.dimension
+        shares = noise.integer_gaussian(noise.generator(), self.noise["share_variance"], layout.dimension)
+        if max(abs(z) for z in shares) >= 1 << layout.noise_bits:  # P < 2·exp(−2^13) per coordinate
+            raise ParameterError("a noise share left its slot room; this does not happen by chance, refusing the round.")
+        return shares

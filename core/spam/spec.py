@@ -19,6 +19,7 @@ from core.errors import ParameterError, SpecError, UserError
 from core.params import ID_PATTERN, StrictParams
 from core.registry import resolve_source
 from core.spam import features as F
+from core.spam.dp import DPParams
 from core.spam.paillier import check_bits
 
 
@@ -34,6 +35,7 @@ class SpamSpec(StrictParams):
     rounds: int = Field(10, ge=1, le=10_000, description="gradient steps")
     mode: Literal["batch", "online"] = Field("batch", description="batch: every message each round; online: each user's next block")
     block_size: int = Field(1000, ge=1, le=1_000_000, description="online mode: messages per user per round")
+    dp: DPParams | None = Field(None, description="differential privacy of what the server decrypts (core.spam.dp)")
 
     @field_validator("key_bits")
     @classmethod
@@ -113,4 +115,13 @@ def check(source: str, home: Path, resolve: Resolver = resolve_source) -> Inputs
     used = (home / "spam" / spec.run_id).exists() or ((db.exists() or url()) and Ledger(db).status(spec.run_id) is not None)
     if used:
         raise SpecError(f"spam run {spec.run_id!r} already exists; choose a new run_id.")
+    if spec.dp is not None:
+        from core.errors import BudgetError
+        from core.mechanisms.spam_training import DP_LEDGER_DATASET, plan
+
+        cost = plan(spec)  # calibrates the noise: refuses colluders >= users
+        if not (db.exists() or url()):
+            raise BudgetError(f"dataset {DP_LEDGER_DATASET!r} has no privacy budget, so a DP release is refused; set one "
+                              f"with: privrelease ledger set-budget {DP_LEDGER_DATASET} --epsilon E --delta D")  # fmt: skip
+        Ledger(db).admit(DP_LEDGER_DATASET, cost.cost.budget, cost.detail)
     return Inputs(spec, path, users, test, sizes)

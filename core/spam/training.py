@@ -24,8 +24,8 @@ from scipy.sparse import csr_matrix
 
 from core import noise
 from core.errors import SpecError
+from core.spam import dp, floors, parties
 from core.spam import features as F
-from core.spam import floors, parties
 from core.spam.mail import read_mail
 from core.spam.protocol import Channel, Server, User, block
 from core.spam.spec import Inputs, SpamSpec
@@ -80,11 +80,12 @@ def exact_gradient(x: list[np.ndarray], y: np.ndarray, w: np.ndarray) -> np.ndar
     return m.T @ (y / (1 + np.exp(np.minimum(z, 700.0))))
 
 
-def load_user(name: str, path: Path, params: dict, keep: np.ndarray | None, floor: int = 1) -> User:
+def load_user(name: str, path: Path, params: dict, keep: np.ndarray | None, floor: int = 1,
+              noise: dict | None = None) -> User:  # fmt: skip
     """A user party, built inside its own process from its own mail file."""
     texts, labels = read_mail(path)
     reducer = F.Reducer(F.FeatureParams.model_validate(params), keep)
-    return User(name, [reducer.apply(F.grams(t, reducer.params.modulus)) for t in texts], labels, floor)
+    return User(name, [reducer.apply(F.grams(t, reducer.params.modulus)) for t in texts], labels, floor, noise)
 
 
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:
@@ -168,13 +169,15 @@ class Training:
         test_x = [reducer.apply(F.grams(text, spec.features.modulus)) for text in test_texts]
         twins = Twins.read(inputs, reducer) if noise.test_mode() else None
         d = spec.features.size
+        calibrated = dp.calibrate(spec.dp, len(inputs.users), spec.rounds) if spec.dp else None
+        share = calibrated.share(spec.features.seed) if calibrated else None
         server = parties.Remote("server", Server, spec.key_bits, np.zeros(d), spec.learning_rate, spec.mode, spec.block_size,
-                                least)  # fmt: skip
+                                least, spec.dp.radius if spec.dp else None, calibrated.share_variance if calibrated else 0)  # fmt: skip
         users: list[parties.Local] = []
         try:
             for k, path in enumerate(inputs.users):
                 users.append(parties.Remote(f"user-{k + 1}", load_user, f"user-{k + 1}", path, spec.features.model_dump(),
-                                            reducer.keep, least))  # fmt: skip
+                                            reducer.keep, least, share))  # fmt: skip
             channel = Channel()
             parties.setup(server, users, channel)
             server.call("precompute")  # the first round's r^n: offline, counted in the setup time
@@ -235,6 +238,7 @@ class Training:
             "key_bits": self.spec.key_bits,
             "features": {**self.spec.features.model_dump(), "data_dependent": self.spec.features.reduction in F.DATA_DEPENDENT},
             "floor": floors.floor(self.spec.features.reduction, self.spec.features.dimension),
+            "dp": dp.calibrate(self.spec.dp, len(self.sizes), self.spec.rounds).public() if self.spec.dp else None,
             "learning_rate": self.spec.learning_rate,
             "rule": "first-order sigmoid: σ(−z) ≈ 1/2 − z/4",
             "mode": self.spec.mode,
@@ -242,7 +246,8 @@ class Training:
             "users": list(self.sizes),
             "test_messages": len(self.test_y),
             "server_learns": f"per round, only the sum of the gradient over all {len(sizes)} users' {sum(sizes)} messages "
-                             "(and so the model); each user's message decrypts to a value uniform on Z_n",
+                             + ("plus the users' discrete Gaussian noise (a DP output) " if self.spec.dp else "")
+                             + "(and so the model); each user's message decrypts to a value uniform on Z_n",
             "directory_digest": directory.digest,
             "per_round": [asdict(r) for r in self.rounds],
             "transcript_sha256": hashlib.sha256(transcript.read_bytes()).hexdigest(),
