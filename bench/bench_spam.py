@@ -66,7 +66,14 @@ def repro(key_bits: int, rounds: int, users: int, eta: float) -> None:
         print(f"plaintext, exact sigmoid, η = 0.001: AUC {auc(training.test_y, design(training.test_x, len(w)) @ w):.6f}")
 
 
-def timing(messages: int, users: int) -> None:
+def timing(messages: int, users: int, epsilon: float | None = None) -> None:
+    """Per-message cost of one round; with ``epsilon``, of a dp: round (each user's noise share,
+    wider slots; 10 rounds, delta 1e-6, 1 colluder)."""
+    from core.spam import dp
+
+    noise = dp.calibrate(dp.DPParams(epsilon=epsilon, delta=1e-6), users, 10) if epsilon else None
+    extra = {"radius": noise.params.radius, "share_variance": noise.share_variance} if noise else {}
+    share = noise.share(0) if noise else None
     texts, labels = read_mail(CORPUS)
     pick = np.random.default_rng(0).choice(len(texts), messages, replace=False)
     reducer = F.Reducer(F.FeatureParams(modulus=1_000_000, reduction="hash", dimension=10_000))
@@ -75,11 +82,12 @@ def timing(messages: int, users: int) -> None:
     nnz = sum(len(v) for v in x)
     d = 10_000
     w0 = np.random.default_rng(0).normal(0, 1e-4, d)
-    print(f"2048-bit round: {users} users, {messages} messages in all, d {d:,}, {nnz:,} non-zero features")
+    what = f" with dp (epsilon {epsilon:g})" if epsilon else ""
+    print(f"2048-bit round{what}: {users} users, {messages} messages in all, d {d:,}, {nnz:,} non-zero features")
 
     # in process: the steps one after the other, users' sub-steps timed inside
-    server = P.Server(2048, w0, 1.5e-6)
-    members = [P.User(f"user-{k + 1}", x[k::users], y[k::users]) for k in range(users)]
+    server = P.Server(2048, w0, 1.5e-6, **extra)
+    members = [P.User(f"user-{k + 1}", x[k::users], y[k::users], noise=share) for k in range(users)]
     channel = P.Channel()
     Q.setup(Q.Local(server), [Q.Local(u) for u in members], channel)
     t, cpu = time.perf_counter(), time.process_time()
@@ -104,8 +112,9 @@ def timing(messages: int, users: int) -> None:
             paths.append(Path(tmp) / f"user-{k + 1}.jsonl")
             paths[-1].write_text("".join(json.dumps({"text": texts[i], "label": "spam" if labels[i] > 0 else "ham"}) + "\n"
                                          for i in pick[k::users]))  # fmt: skip
-        remote = Q.Remote("server", P.Server, 2048, w0, 1.5e-6)
-        group = [Q.Remote(f"user-{k + 1}", _user, f"user-{k + 1}", p) for k, p in enumerate(paths)]
+        remote = Q.Remote("server", P.Server, 2048, w0, 1.5e-6, "batch", 1000, 1, extra.get("radius"),
+                          extra.get("share_variance", 0))  # fmt: skip
+        group = [Q.Remote(f"user-{k + 1}", _user, f"user-{k + 1}", p, share) for k, p in enumerate(paths)]
         try:
             Q.setup(remote, group, P.Channel())
             remote.call("precompute")  # round 0's r^n; the steady state overlaps it with the users' work
@@ -151,10 +160,11 @@ def timing(messages: int, users: int) -> None:
     print(f"floor (one core, CPU): {floor:.1f} s = {floor / messages:.4f} s per message")
 
 
-def _user(name: str, path: Path) -> P.User:
+def _user(name: str, path: Path, share: dict | None = None) -> P.User:
     from core.spam.training import load_user
 
-    return load_user(name, path, F.FeatureParams(modulus=1_000_000, reduction="hash", dimension=10_000).model_dump(), None)
+    return load_user(name, path, F.FeatureParams(modulus=1_000_000, reduction="hash", dimension=10_000).model_dump(), None,
+                     1, share)  # fmt: skip
 
 
 def _per(fn, reps: int) -> float:
@@ -173,11 +183,12 @@ def main() -> None:
     ap.add_argument("--users", type=int, help="default: 3 for repro, 2 for timing")
     ap.add_argument("--eta", type=float, default=1.5e-6)
     ap.add_argument("--messages", type=int, default=1000)
+    ap.add_argument("--dp-epsilon", type=float, help="timing: a dp: round at this epsilon")
     args = ap.parse_args()
     if args.what == "repro":
         repro(args.key_bits, args.rounds, args.users or 3, args.eta)
     else:
-        timing(args.messages, args.users or 2)
+        timing(args.messages, args.users or 2, args.dp_epsilon)
 
 
 if __name__ == "__main__":

@@ -52,8 +52,8 @@ class DPParams(StrictParams):
     epsilon: float = Field(gt=0, le=50, description="of the whole run (all rounds compose)")
     delta: float = Field(gt=0, lt=1e-2, description="of the whole run")
     colluders: int = Field(1, ge=0, description="users that may collude with the server and add no noise")
-    max_features: int = Field(200, ge=1, le=1_000_000, description="features kept per message (a public seeded choice)")
-    radius: float = Field(1.0, gt=0, le=1e4, description="l2 ball the server projects the model onto each round")
+    max_features: int = Field(400, ge=1, le=1_000_000, description="features kept per message (a public seeded choice)")
+    radius: float = Field(0.5, gt=0, le=1e4, description="l2 ball the server projects the model onto each round")
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,7 @@ class Noise:
 
     def public(self) -> dict:
         return {"mechanism": "distributed discrete Gaussian (Kairouz, Liu & Steinke 2021)", "adjacency": ADJACENCY,
+                "epsilon": self.params.epsilon, "delta": self.params.delta,
                 "users": self.users, "colluders": self.params.colluders, "rounds": self.rounds,
                 "share_variance": str(self.share_variance), "sigma": self.sigma, "l2_sensitivity": self.l2,
                 "max_features": self.params.max_features, "radius": self.params.radius,

@@ -167,6 +167,8 @@ class Training:
             reducer = F.fit(spec.features)
         test_texts, test_y = read_mail(inputs.test)
         test_x = [reducer.apply(F.grams(text, spec.features.modulus)) for text in test_texts]
+        if spec.dp is not None:  # scored as the users' messages are bounded
+            test_x = [dp.cap(x, spec.dp.max_features, spec.features.seed) for x in test_x]
         twins = Twins.read(inputs, reducer) if noise.test_mode() else None
         d = spec.features.size
         calibrated = dp.calibrate(spec.dp, len(inputs.users), spec.rounds) if spec.dp else None
@@ -316,6 +318,11 @@ def markdown(report: dict) -> str:
         *rows,
         "",
         "What the server learns: " + report["server_learns"] + ".",
+        *(["", f"Differential privacy: (ε = {report['dp']['epsilon']:g}, δ = {report['dp']['delta']:g}) for the whole run, "
+            f"per replaced message, with up to {report['dp']['colluders']} colluding users adding nothing: "
+            f"{report['dp']['mechanism']}, noise std {report['dp']['sigma_of_g']:.4g} per gradient coordinate and round; "
+            f"at most {report['dp']['max_features']} features per message, model kept in the l2 ball of radius "
+            f"{report['dp']['radius']:g}."] if report.get("dp") else []),
         "",
         "![ROC](roc.png)",
         "",
@@ -331,6 +338,8 @@ def classify_message(folder: Path, text: str, key_bits: int | None = None) -> tu
     params = F.FeatureParams.model_validate({k: v for k, v in report["features"].items() if k != "data_dependent"})
     keep = np.load(folder / "feature_map.npy") if (folder / "feature_map.npy").exists() else None
     x = F.Reducer(params, keep).apply(F.grams(text, params.modulus))
+    if report.get("dp"):  # the model was trained on messages of at most max_features features
+        x = dp.cap(x, report["dp"]["max_features"], params.seed)
     server = Remote("server", ServerParty, folder, key_bits or report["key_bits"])  # the model and keys stay there
     try:
         keys, weights = server.call("publication")
