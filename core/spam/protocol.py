@@ -272,7 +272,7 @@ class User:
         k, shift = layout.slots, 1 << layout.slot_bits
         masks = self._agreement.mask(key.n, round_, layout.ciphertexts)
         shares = self.noise_share(layout)
-        self.times.add("2c user: noise share", t0)
+        self.times.add("2b+ user: noise share (dp)", t0)
         t0 = time.perf_counter()
         out = []
         for c in range(layout.ciphertexts):
