@@ -15,9 +15,14 @@ ciphertext–plaintext operations only. One round:
 4. server          multiplies all users' ciphertexts (the masks cancel), decrypts the sums only,
                    unpacks, and takes the step w += η·g.
 
+With ``dp`` (``core.spam.dp``) each user keeps at most a public number of features per message,
+adds its integer noise share to every coordinate in step 2 (inside the plaintext it masks), and
+the server projects w onto a public l2 ball after step 4.
+
 Setup: each user announces its X25519 key and message count; the server answers with the
 directory (the public key, layout, schedule, every user's key), from which each user checks the
-participation floor and derives its pairwise seeds.
+participation floor (``floors``: every user's block, for the public feature map) and derives its
+pairwise seeds.
 """
 
 from __future__ import annotations
