@@ -29,6 +29,7 @@ from core.spam import features as F  # noqa: E402
 from core.spam import parties as Q  # noqa: E402
 from core.spam import protocol as P  # noqa: E402
 from core.spam.paillier import KeyPair  # noqa: E402
+from core.spam.spec import Inputs  # noqa: E402
 from core.spam.training import SpamSpec, Training, auc, design, exact_gradient, read_mail, split_corpus  # noqa: E402
 
 CORPUS = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "spamassassin" / "spamassassin.jsonl.gz"
@@ -42,9 +43,12 @@ def repro(key_bits: int, rounds: int, users: int, eta: float) -> None:
                         features=F.FeatureParams(modulus=1_000_000, reduction="hash", dimension=10_000),
                         key_bits=key_bits, learning_rate=eta, rounds=rounds, mode="batch")  # fmt: skip
         t = time.perf_counter()
-        training = Training.setup(spec, out)
+        users = [out / name for name in spec.users]
+        inputs = Inputs(spec, out / "spec.yaml", users, out / spec.test, [len(read_mail(p)[1]) for p in users])
+        os.environ["PRIVRELEASE_TEST_MODE"] = "1"  # the plaintext twins (pooled mail) are reproduction tooling only
+        training = Training.setup(inputs)
         try:
-            print(f"setup (features, keys, processes): {time.perf_counter() - t:.1f} s; users hold {[len(y) for y in training.user_y]}")
+            print(f"setup (features, keys, processes): {time.perf_counter() - t:.1f} s; users hold {training.sizes}")
             for _ in range(rounds):
                 r = training.run_round()
                 print(f"round {r.round}: {r.seconds:.1f} s, {r.training_messages} messages, {r.ciphertexts} ciphertexts, "
@@ -54,15 +58,22 @@ def repro(key_bits: int, rounds: int, users: int, eta: float) -> None:
             training.close()
         print(json.dumps({k: report[k] for k in ("auc_private", "auc_plain", "auc_plain_exact_sigmoid", "max_weight_gap")}, indent=2))
         # the previous protocol's setting: exact sigmoid at η = 0.001, for comparison
-        xs = [x for ux in training.user_x for x in ux]
-        ys = np.concatenate(training.user_y)
+        xs = [x for ux in training.twins.user_x for x in ux]
+        ys = np.concatenate(training.twins.user_y)
         w = np.zeros(spec.features.size)
         for _ in range(rounds):
             w = w + 0.001 * exact_gradient(xs, ys, w)
         print(f"plaintext, exact sigmoid, η = 0.001: AUC {auc(training.test_y, design(training.test_x, len(w)) @ w):.6f}")
 
 
-def timing(messages: int, users: int) -> None:
+def timing(messages: int, users: int, epsilon: float | None = None) -> None:
+    """Per-message cost of one round; with ``epsilon``, of a dp: round (each user's noise share,
+    wider slots; 10 rounds, delta 1e-6, 1 colluder)."""
+    from core.spam import dp
+
+    noise = dp.calibrate(dp.DPParams(epsilon=epsilon, delta=1e-6), users, 10) if epsilon else None
+    extra = {"radius": noise.params.radius, "share_variance": noise.share_variance} if noise else {}
+    share = noise.share(0) if noise else None
     texts, labels = read_mail(CORPUS)
     pick = np.random.default_rng(0).choice(len(texts), messages, replace=False)
     reducer = F.Reducer(F.FeatureParams(modulus=1_000_000, reduction="hash", dimension=10_000))
@@ -71,11 +82,12 @@ def timing(messages: int, users: int) -> None:
     nnz = sum(len(v) for v in x)
     d = 10_000
     w0 = np.random.default_rng(0).normal(0, 1e-4, d)
-    print(f"2048-bit round: {users} users, {messages} messages in all, d {d:,}, {nnz:,} non-zero features")
+    what = f" with dp (epsilon {epsilon:g})" if epsilon else ""
+    print(f"2048-bit round{what}: {users} users, {messages} messages in all, d {d:,}, {nnz:,} non-zero features")
 
     # in process: the steps one after the other, users' sub-steps timed inside
-    server = P.Server(2048, w0, 1.5e-6)
-    members = [P.User(f"user-{k + 1}", x[k::users], y[k::users]) for k in range(users)]
+    server = P.Server(2048, w0, 1.5e-6, **extra)
+    members = [P.User(f"user-{k + 1}", x[k::users], y[k::users], noise=share) for k in range(users)]
     channel = P.Channel()
     Q.setup(Q.Local(server), [Q.Local(u) for u in members], channel)
     t, cpu = time.perf_counter(), time.process_time()
@@ -100,8 +112,9 @@ def timing(messages: int, users: int) -> None:
             paths.append(Path(tmp) / f"user-{k + 1}.jsonl")
             paths[-1].write_text("".join(json.dumps({"text": texts[i], "label": "spam" if labels[i] > 0 else "ham"}) + "\n"
                                          for i in pick[k::users]))  # fmt: skip
-        remote = Q.Remote("server", P.Server, 2048, w0, 1.5e-6)
-        group = [Q.Remote(f"user-{k + 1}", _user, f"user-{k + 1}", p) for k, p in enumerate(paths)]
+        remote = Q.Remote("server", P.Server, 2048, w0, 1.5e-6, "batch", 1000, 1, extra.get("radius"),
+                          extra.get("share_variance", 0))  # fmt: skip
+        group = [Q.Remote(f"user-{k + 1}", _user, f"user-{k + 1}", p, share) for k, p in enumerate(paths)]
         try:
             Q.setup(remote, group, P.Channel())
             remote.call("precompute")  # round 0's r^n; the steady state overlaps it with the users' work
@@ -147,10 +160,11 @@ def timing(messages: int, users: int) -> None:
     print(f"floor (one core, CPU): {floor:.1f} s = {floor / messages:.4f} s per message")
 
 
-def _user(name: str, path: Path) -> P.User:
+def _user(name: str, path: Path, share: dict | None = None) -> P.User:
     from core.spam.training import load_user
 
-    return load_user(name, path, F.FeatureParams(modulus=1_000_000, reduction="hash", dimension=10_000).model_dump(), None)
+    return load_user(name, path, F.FeatureParams(modulus=1_000_000, reduction="hash", dimension=10_000).model_dump(), None,
+                     1, share)  # fmt: skip
 
 
 def _per(fn, reps: int) -> float:
@@ -169,11 +183,12 @@ def main() -> None:
     ap.add_argument("--users", type=int, help="default: 3 for repro, 2 for timing")
     ap.add_argument("--eta", type=float, default=1.5e-6)
     ap.add_argument("--messages", type=int, default=1000)
+    ap.add_argument("--dp-epsilon", type=float, help="timing: a dp: round at this epsilon")
     args = ap.parse_args()
     if args.what == "repro":
         repro(args.key_bits, args.rounds, args.users or 3, args.eta)
     else:
-        timing(args.messages, args.users or 2)
+        timing(args.messages, args.users or 2, args.dp_epsilon)
 
 
 if __name__ == "__main__":

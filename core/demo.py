@@ -151,7 +151,7 @@ def write_demo(home: Path, rows: int = 20_000) -> Path:
     requests.mkdir(exist_ok=True)
     (requests / "posts-dpne.yaml").write_text(DEMO_NGRAM_REQUEST)
     (requests / "logins-outliers.yaml").write_text(DEMO_OUTLIER_REQUEST)
-    (requests / "spam-training.yaml").write_text(DEMO_SPAM_SPEC.replace("mail/", f"{folder}/mail/"))
+    (folder / "spam-training.yaml").write_text(DEMO_SPAM_SPEC)  # under the data root, beside its mail
     request = requests / "census-ra.yaml"
     request.write_text(DEMO_REQUEST)
     return request
@@ -208,11 +208,12 @@ mechanism:
 
 DEMO_SPAM_SPEC = """\
 # Two mail providers train one spam filter with the server; nobody shows anyone their mail.
-# Run with: privrelease spam train spam-training.yaml (a new run_id for each run)
+# Run with: privrelease spam train demo/spam-training.yaml (the path, like the mail files', is under
+# the data root; a new run_id for each run)
 run_id: spam-demo
 users: [mail/user-1.jsonl, mail/user-2.jsonl]
 test: mail/test.jsonl
-features: {modulus: 1000000, reduction: hash, dimension: 512, seed: 0}
+features: {modulus: 1000000, reduction: hash, dimension: 500, seed: 0}  # a measured map: >= 50 messages per user
 key_bits: 2048
 learning_rate: 0.0001
 rounds: 3

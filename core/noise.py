@@ -257,6 +257,14 @@ def exact_gaussian(rng: np.random.Generator, std: float, units: int, unit: float
     return float(Fraction(units + _scalar_gaussian(rng, math.ceil(ratio * ratio))) * Fraction(unit))
 
 
+def integer_gaussian(rng: np.random.Generator, s2: int, size: int) -> list[int]:
+    """``size`` independent exact N_Z(0, s2) for any integer variance s2 >= 1, as Python integers
+    (the spam users' noise shares, whose variances exceed the vectorized sampler's int64 range)."""
+    if s2 < 1:
+        raise ValueError(f"the variance of a discrete Gaussian share must be an integer >= 1, got {s2}")
+    return [_scalar_gaussian(rng, s2) for _ in range(size)]
+
+
 def _scalar_gaussian(rng: np.random.Generator, s2: int) -> int:
     """N_Z(0, s2) for any integer s2 (Algorithm 3 with t = isqrt(s2) + 1, exact rationals)."""
     t = math.isqrt(s2) + 1

@@ -123,18 +123,19 @@ def snapshot_root(home: Path) -> Path:
     return Path(os.environ.get(SNAPSHOT_ENV) or home / "datasets").resolve()
 
 
-def resolve_source(source: str, root: Path) -> Path:
-    """The source path inside the data root; anything outside it, also through symlinks, is refused."""
+def resolve_source(source: str, root: Path, what: str = "--source") -> Path:
+    """The source path inside the data root; anything outside it, also through symlinks, is refused
+    with one message whatever is there (so the refusal tells nothing about files outside the root)."""
     path = (root / source).resolve()
     if not path.is_relative_to(root):
         raise SpecError(
-            f"--source must lie inside the data root {str(root)!r} (set {DATA_ROOT_ENV} to change it); "
+            f"{what} must lie inside the data root {str(root)!r} (set {DATA_ROOT_ENV} to change it); "
             "paths outside it, also through symbolic links, are refused."
         )
     if not path.is_file():
-        raise IngestError(f"--source {source!r} is not a file under the data root {str(root)!r}.")
+        raise IngestError(f"{what} {source!r} is not a file under the data root {str(root)!r}.")
     if path.stat().st_size == 0:
-        raise IngestError(f"--source {source!r} is empty (0 bytes); nothing to register.")
+        raise IngestError(f"{what} {source!r} is empty (0 bytes).")
     return path
 
 

@@ -141,16 +141,17 @@ def cmd_info(args: argparse.Namespace, root: Path) -> int:
 
 
 def cmd_spam_train(args: argparse.Namespace, root: Path) -> int:
-    from core.spam.spec import load_spec
+    from core.spam.spec import check
 
-    load_spec(args.spec)  # fail fast on a bad spec, before Prefect starts
+    check(args.spec, root)  # the whole spec, its files, floors and run id: refused before Prefect starts
     prefect_env(root)
     start_prefect()
     from flows.spam import spam_filter_training
 
     quiet_console()
-    summary = spam_filter_training(spec_path=str(Path(args.spec).resolve()))
-    print(f"run {summary['run_id']}: AUC private {summary['auc_private']:.6f}, plaintext {summary['auc_plain']:.6f}")
+    summary = spam_filter_training(spec_path=args.spec)
+    plain = f", plaintext twin (test mode) {summary['auc_plain']:.6f}" if "auc_plain" in summary else ""
+    print(f"run {summary['run_id']}: AUC private {summary['auc_private']:.6f}{plain}")
     print(f"folder {summary['folder']}")
     return 0
 
@@ -288,7 +289,7 @@ def parser() -> argparse.ArgumentParser:
     spam = sub.add_parser("spam", help="private spam-filter training and classification")
     ssub = spam.add_subparsers(dest="spam_command", required=True)
     p = ssub.add_parser("train", help="run the spam-filter-training flow for a spam spec")
-    p.add_argument("spec", help="spam spec (YAML)")
+    p.add_argument("spec", help="spam spec (YAML), relative to the data root (or absolute inside it); so are its mail files")
     p.set_defaults(func=cmd_spam_train)
     p = ssub.add_parser("classify", help="classify one message privately against a trained run; prints spam or ham")
     p.add_argument("run_id")

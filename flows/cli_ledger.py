@@ -17,10 +17,11 @@ def cmd_set_budget(args: argparse.Namespace, root: Path) -> int:
     from core.accounts import requester
     from core.ids import check_id
     from core.ledger import Ledger
+    from core.mechanisms.spam_training import DP_LEDGER_DATASET
     from core.registry import Registry
 
     check_id(args.dataset, "dataset id")
-    if Registry(root).get(args.dataset).purpose != "dp":
+    if args.dataset != DP_LEDGER_DATASET and Registry(root).get(args.dataset).purpose != "dp":  # the mail corpus is not registered
         raise UserError(f"dataset {args.dataset!r} is registered for statistical disclosure control, which has "
                         "no epsilon; a privacy budget applies to datasets registered with --purpose dp.")  # fmt: skip
     try:

@@ -6,14 +6,14 @@ from pathlib import Path
 
 from prefect import task
 
-from core.spam.spec import SpamSpec
+from core.spam.spec import Inputs
 from core.spam.training import RoundReport, Training
 from tasks.ledger import RAW
 
 
 @task(name="spam-setup", **RAW)
-def setup(spec: SpamSpec, base: Path) -> Training:
-    return Training.setup(spec, base)
+def setup(inputs: Inputs) -> Training:
+    return Training.setup(inputs)
 
 
 @task(name="spam-round", task_run_name="round-{number}", **RAW)

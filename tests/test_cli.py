@@ -191,8 +191,9 @@ def test_spam_commands_as_typed(tmp_path: Path):
 
     from core.demo import mail
 
-    home, folder = tmp_path / "home", tmp_path / "mail"
-    folder.mkdir()
+    home = tmp_path / "home"
+    folder = home / "data" / "mail"  # the spec and its mail files live under the data root
+    folder.mkdir(parents=True)
     (folder / "all.jsonl").write_text("".join(json.dumps(m) + "\n" for m in mail(200, 5)))
     env = {"PRIVRELEASE_TEST_MODE": "1", "PREFECT_HOME": str(tmp_path / "prefect")}  # 512-bit keys need test mode
     r = run(home, "spam", "split", str(folder / "all.jsonl"), "--out", str(folder), "--users", "2", env=env)
@@ -201,7 +202,7 @@ def test_spam_commands_as_typed(tmp_path: Path):
            "features": {"modulus": 100_000, "reduction": "hash", "dimension": 256, "seed": 0},
            "key_bits": 512, "learning_rate": 1e-4, "rounds": 2, "mode": "batch", "block_size": 1000}  # fmt: skip
     (folder / "spam.yaml").write_text(yaml.safe_dump(doc))
-    r = run(home, "spam", "train", str(folder / "spam.yaml"), env=env)
+    r = run(home, "spam", "train", "mail/spam.yaml", env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.startswith("run cli: AUC private ") and f"folder {home / 'spam' / 'cli'}" in r.stdout
     (folder / "msg.eml").write_text("Subject: x\n\nfree money, click here now, winner claim your prize")

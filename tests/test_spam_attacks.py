@@ -8,15 +8,19 @@ transcript test reads the real payloads of both inboxes. Small keys (test mode) 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from scipy import stats
 
+from core.errors import ParameterError
 from core.spam import features as F
+from core.spam import floors
 from core.spam import parties as Q
 from core.spam import protocol as P
 from core.spam.aggregation import W_BITS
-from core.spam.training import read_mail
+from core.spam.training import plain_gradient, read_mail
 from tests.conftest import real_data
 
 D = 400
@@ -181,16 +185,106 @@ def test_transcript_payloads_hold_no_plaintext_features_labels_margins_or_weight
     assert not min(int(small), n - int(small)) > n >> 64
 
 
-def test_the_round_floor_leaves_no_spamassassin_message_alone_in_the_aggregate():
-    """What the server decrypts is Σ_i x_i·t_i over the round (the parity tests pin this): a message
-    owning a feature no other message of the round has shows its t_i on that coordinate. At the
-    floor of 1000 messages no message does; at 50 most do (so this test can fail)."""
-    texts, _ = read_mail(real_data("spamassassin/spamassassin.jsonl.gz"))
-    reducer = F.Reducer(F.FeatureParams())
-    rng = np.random.default_rng(0)
-    exposed = {}
-    for size in (50, P.MIN_ROUND_MESSAGES):
-        x = [reducer.apply(F.grams(texts[i], 1_000_000)) for i in rng.choice(len(texts), size, replace=False)]
-        counts = np.bincount(np.concatenate(x), minlength=10_000)
-        exposed[size] = np.mean([bool((counts[xi] == 1).any()) for xi in x])
-    assert exposed[P.MIN_ROUND_MESSAGES] == 0.0 and exposed[50] > 0.5
+# -- findings 1 and 2 of the review: a floor blind to the feature map, and a floor on the sum only ----------
+
+
+def old_rule(blocks: list[int]) -> None:
+    """Weakened: the floor before the review, one number (1000 messages in the round's sum) for any map."""
+    if len(blocks) < 2 or sum(blocks) < 1000:
+        raise ParameterError("below the old floor")
+
+
+@functools.cache
+def spamassassin_round() -> tuple[list[np.ndarray], np.ndarray]:
+    """2000 random SpamAssassin messages as 4-gram sets mod 10^6, and their labels (read once)."""
+    texts, labels = read_mail(real_data("spamassassin/spamassassin.jsonl.gz"))
+    chosen = np.random.default_rng(0).choice(len(texts), 2000, replace=False)
+    return [F.grams(texts[i], 1_000_000) for i in chosen], labels[chosen]
+
+
+@pytest.mark.parametrize("weakened", [False, True])
+def test_finding_1_a_feature_map_the_floor_was_not_measured_for_shows_labels(monkeypatch, weakened):
+    """Round 0 of SpamAssassin mail, two users of 500 messages, features hashed to 10^5: the old rule
+    admits it, and the server reads the label of every message holding a feature of its own off the
+    sum it decrypts (Σ_i x_i·y_i/2 at w = 0, the sum the parity tests pin). Now the map is refused (it
+    has no measured floor), and at the admitted map (10^4 features, 1000 per user) no label shows."""
+    monkeypatch.delenv("PRIVRELEASE_TEST_MODE", raising=False)
+    raw, labels = spamassassin_round()
+
+    def labels_read(dimension: int, blocks: list[int]) -> tuple[int, int]:
+        x = [F.Reducer(F.FeatureParams(dimension=dimension)).apply(g) for g in raw[: sum(blocks)]]
+        y = labels[: sum(blocks)]
+        g = plain_gradient(x, y, np.zeros(dimension))  # what the server decrypts in round 0
+        counts = np.bincount(np.concatenate(x), minlength=dimension)
+        read = right = 0
+        for xi, yi in zip(x, y):
+            own = xi[counts[xi] == 1]
+            if own.size:
+                read += 1
+                right += int(np.sign(g[own[0]]) == yi)
+        return read, right
+
+    if weakened:
+        old_rule([500, 500])  # admitted
+        read, right = labels_read(100_000, [500, 500])
+        assert read > 500 and right == read  # most of the round's labels, every one right
+    else:
+        with pytest.raises(ParameterError, match="no participation floor was measured for reduction 'hash' to 100000"):
+            P.check_participation([500, 500], floors.floor("hash", 100_000))
+        least = floors.floor("hash", 10_000)
+        P.check_participation([least, least], least)
+        assert labels_read(10_000, [least, least]) == (0, 0)
+
+
+class OldFloor(P.User):
+    """Weakened: checks the old floor on the round's sum, not its own block."""
+
+    def setup(self, directory: bytes) -> None:
+        doc = P.read_public(directory, "directory")
+        old_rule([len(P.block(s, doc["mode"], doc["block_size"], 0)) for s in doc["sizes"]])
+        self.floor = 1
+        super().setup(directory)
+
+
+def summed(server: P.Server, payloads: list[bytes]) -> list[int]:
+    """What the server decrypts: the product of the users' ciphertexts, unpacked (4·C_w·Σ g_j)."""
+    layout, key = server.layout, server.public_key
+    sums = [1] * layout.ciphertexts
+    for p in payloads:
+        sums = [key.add(a, b) for a, b in zip(sums, P.read_ciphertexts(p, key, layout.ciphertexts, "x"))]
+    return layout.unpack([int(server._keys.raw_decrypt(c)) for c in sums])
+
+
+def contribution(x: list[np.ndarray], y: np.ndarray, w_int: np.ndarray) -> np.ndarray:
+    """A user's exact gradient slots 4·C_w·g_j, as its colluding owner can compute them."""
+    out = np.zeros(D, dtype=object)
+    for xi, yi in zip(x, y):
+        out[xi] += (int(yi) << (W_BITS + 1)) - int(w_int[xi].sum())
+    return out
+
+
+@pytest.mark.parametrize("weakened", [False, True])
+def test_finding_2_a_colluding_user_and_the_server_expose_a_small_user(test_mode, weakened):
+    """A colluder with 1000 messages and a victim with 3 (disjoint features, random labels): the
+    round's sum meets the old floor; the server subtracts the colluder's own gradient and reads the
+    victim's three messages exactly (features, labels, margins). Now the victim checks the floor on
+    its own block (here 1000, the floor of hashing to 10^4) and refuses to take part."""
+    rng = np.random.default_rng(5)
+    x, y = block_of(5, 3)
+    cx = [np.sort(rng.choice(D, 8, replace=False)) for _ in range(1000)]
+    cy = rng.choice([-1, 1], 1000)
+    server = P.Server(512, rng.normal(0, 0.05, D), 0.01)  # colluding: it enforces nothing
+    w_int = np.rint(np.ldexp(server.w, W_BITS)).astype(np.int64)
+    victim = OldFloor("user-2", x, y) if weakened else P.User("user-2", x, y, floor=1000)
+    users = [P.User("user-1", cx, cy), victim]
+    inbox, channel = Inbox(server), P.Channel()
+    if not weakened:
+        with pytest.raises(ParameterError, match="user 2 sums 3 messages per round; each user needs at least 1000"):
+            Q.setup(inbox, [Q.Local(u) for u in users], channel)
+        return
+    Q.setup(inbox, [Q.Local(u) for u in users], channel)
+    Q.train_round(inbox, [Q.Local(u) for u in users], channel, 0)
+    total = summed(server, [p for p in inbox.received if p[:1] == b"C"])
+    victims = [int(v) for v in np.array(total, dtype=object) - contribution(cx, cy, w_int)]
+    truth = {(frozenset(xi.tolist()), int(yi), yi * w_int[xi].sum() / 2.0**W_BITS) for xi, yi in zip(x, y)}
+    assert set(recover(victims, w_int)) == truth  # all three messages, exactly

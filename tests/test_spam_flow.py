@@ -11,6 +11,8 @@ import yaml
 from core.demo import mail
 from core.ledger import PUBLISHED, RESERVED, Ledger
 from core.spam import features as F
+from core.spam.dp import ADJACENCY, DPParams
+from core.spam.dp import calibrate as dp_calibrate
 from tests.test_release_flow import cli
 
 
@@ -22,20 +24,20 @@ def corpus(folder: Path, capsys) -> list[str]:
     return out.split()
 
 
-def spec(folder: Path, **changes) -> Path:
+def spec(folder: Path, **changes) -> str:
     doc = {"run_id": "r1", "users": ["user-1.jsonl", "user-2.jsonl", "user-3.jsonl"], "test": "test.jsonl",
            "features": {"modulus": 100_000, "reduction": "hash", "dimension": 512, "seed": 0},
            "key_bits": 512, "learning_rate": 4e-4, "rounds": 3, "mode": "online", "block_size": 60, **changes}  # fmt: skip
     (folder / "spam.yaml").write_text(yaml.safe_dump(doc))
-    return folder / "spam.yaml"
+    return "mail/spam.yaml"  # relative to the data root, where the mail is
 
 
 def test_training_flow_end_to_end_and_private_classification(prefect_server, home, test_mode, tmp_path, capsys):
-    paths = corpus(tmp_path / "mail", capsys)
+    paths = corpus(home / "data" / "mail", capsys)
     assert [Path(p).name for p in paths] == ["user-1.jsonl", "user-2.jsonl", "user-3.jsonl", "test.jsonl"]
     sizes = [len(Path(p).read_text().splitlines()) for p in paths]
     assert sum(sizes) == 240 and sizes[3] == 48
-    code, out, err = cli(capsys, "spam", "train", str(spec(tmp_path / "mail")))
+    code, out, err = cli(capsys, "spam", "train", (spec(home / "data" / "mail")))
     assert code == 0, err
     folder = home / "spam" / "r1"
     assert sorted(p.name for p in folder.iterdir()) == ["model.npy", "report.json", "report.md", "roc.png", "transcript.jsonl"]
@@ -64,20 +66,34 @@ def test_training_flow_end_to_end_and_private_classification(prefect_server, hom
         assert code == 0, err
         score = w[F.Reducer(params).apply(F.grams(message["text"], 100_000))].sum()
         assert out.strip() == ("spam" if score > 0 else "ham")
-    code, _, err = cli(capsys, "spam", "train", str(spec(tmp_path / "mail")))
+    code, _, err = cli(capsys, "spam", "train", (spec(home / "data" / "mail")))
     assert code == 2 and "already exists" in err
+    # with dp: a DP charge of the mail corpus, its rounds recorded as Gaussian events for the accountant
+    dp = {"epsilon": 2.0, "delta": 1e-6, "colluders": 1, "max_features": 100, "radius": 1.0}
+    code, _, err = cli(capsys, "spam", "train", spec(home / "data" / "mail", run_id="r-dp", rounds=2, dp=dp))
+    assert code == 2 and "set one with: privrelease ledger set-budget spam-mail" in err
+    assert cli(capsys, "ledger", "set-budget", "spam-mail", "--epsilon", "4", "--delta", "1e-5")[0] == 0
+    code, out, err = cli(capsys, "spam", "train", spec(home / "data" / "mail", run_id="r-dp", rounds=2, dp=dp))
+    assert code == 0, err
+    entries = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "r-dp"]
+    assert [(e.status, e.kind, e.epsilon, e.delta) for e in entries] == [(RESERVED, "dp", 2.0, 1e-6), (PUBLISHED, "dp", 0.0, 0.0)]  # the spend is the reservation
+    noise = dp_calibrate(DPParams(**dp), 3, 2)
+    assert json.loads(entries[0].detail)["events"] == [e.as_dict() for e in noise.events()]
+    assert entries[0].adjacency == ADJACENCY
+    report = json.loads((home / "spam" / "r-dp" / "report.json").read_text())
+    assert report["dp"]["share_variance"] == str(noise.share_variance) and report["per_round"][1]["max_gradient_gap"] > 0
 
 
 def test_bad_mail_is_refused_before_anything_is_recorded(prefect_server, home, test_mode, tmp_path, capsys):
-    corpus(tmp_path / "mail", capsys)
-    with (tmp_path / "mail" / "user-2.jsonl").open("a") as fh:
+    corpus(home / "data" / "mail", capsys)
+    with (home / "data" / "mail" / "user-2.jsonl").open("a") as fh:
         fh.write(json.dumps({"text": "hello", "label": "maybe"}) + "\n")
-    code, _, err = cli(capsys, "spam", "train", str(spec(tmp_path / "mail", run_id="r2")))
+    code, _, err = cli(capsys, "spam", "train", (spec(home / "data" / "mail", run_id="r2")))
     assert code == 2 and "label' (spam or ham)" in err and "user-2.jsonl line" in err
     assert not (home / "spam" / "r2").exists()
-    code, _, err = cli(capsys, "spam", "train", str(spec(tmp_path / "mail", run_id="r3", key_bits=256)))
+    code, _, err = cli(capsys, "spam", "train", (spec(home / "data" / "mail", run_id="r3", key_bits=256)))
     assert code == 2 and "key_bits: Input should be greater than or equal to 512" in err
-    code, _, err = cli(capsys, "spam", "train", str(spec(tmp_path / "mail", run_id="r4", users=["user-1.jsonl"])))
+    code, _, err = cli(capsys, "spam", "train", (spec(home / "data" / "mail", run_id="r4", users=["user-1.jsonl"])))
     assert code == 2 and "users: List should have at least 2 items" in err and not (home / "spam" / "r4").exists()
-    code, _, err = cli(capsys, "spam", "classify", "nope", str(tmp_path / "mail" / "test.jsonl"))
+    code, _, err = cli(capsys, "spam", "classify", "nope", str(home / "data" / "mail" / "test.jsonl"))
     assert code == 2 and "no trained spam run 'nope'" in err

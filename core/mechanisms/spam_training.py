@@ -2,20 +2,37 @@
 
 Training reads no registered table and releases no table, so it is a ``Mechanism`` but not a
 ``TableMechanism``: its run is the protocol between parties (``core.spam.training``), driven round
-by round by ``flows/spam.py``. Its plan states its cost like every other mechanism's, once: no
-epsilon, a semi-honest secure computation, which the ledger records as an ``mpc`` entry.
+by round by ``flows/spam.py``. Its plan states its cost like every other mechanism's, once. Without
+``dp:`` no epsilon: a semi-honest secure computation, recorded as an ``mpc`` entry. With ``dp:`` a
+DP charge of the mail corpus (ledger dataset ``spam-mail``) at the spec's (epsilon, delta), its
+rounds recorded as Gaussian events (``core.spam.dp``) for the mechanism-aware accountant.
 """
 
 from __future__ import annotations
 
-from core.mechanisms.base import MPCCost, Plan
+from core.accounting import Budget
+from core.mechanisms.base import DPCost, MPCCost, Plan
+from core.spam.dp import calibrate
 from core.spam.spec import SpamSpec
 
 NAME = "spam-filter-training"
 Params = SpamSpec
 GUARANTEE = "semi-honest secure computation (Paillier)"
+LEDGER_DATASET = "spam-filter"  # runs without dp: (mpc entries)
+DP_LEDGER_DATASET = "spam-mail"  # the mail corpus, charged by dp: runs (a ledger dataset holds one kind of entry)
+
+
+def ledger_dataset(params: SpamSpec) -> str:
+    return LEDGER_DATASET if params.dp is None else DP_LEDGER_DATASET
 
 
 def plan(params: SpamSpec) -> Plan:
-    """No privacy budget is charged: what the parties learn is bounded by the protocol, not by noise."""
-    return Plan(cost=MPCCost(GUARANTEE), guarantee=GUARANTEE, detail={"guarantee": GUARANTEE})
+    """No budget without ``dp:`` (what the parties learn is bounded by the protocol); with it, the
+    spec's (epsilon, delta) of the round sums the server decrypts, per replaced message."""
+    if params.dp is None:
+        return Plan(cost=MPCCost(GUARANTEE), guarantee=GUARANTEE, detail={"guarantee": GUARANTEE})
+    noise = calibrate(params.dp, len(params.users), params.rounds)
+    guarantee = (f"message-level (epsilon={params.dp.epsilon:g}, delta={params.dp.delta:g})-differential privacy of "
+                 f"every round sum the server decrypts, with up to {params.dp.colluders} users colluding; {GUARANTEE}")  # fmt: skip
+    return Plan(cost=DPCost(Budget(params.dp.epsilon, params.dp.delta), "record"), guarantee=guarantee,
+                detail={"guarantee": guarantee, "noise": noise.public(), "events": [e.as_dict() for e in noise.events()]})  # fmt: skip

@@ -35,11 +35,14 @@ class Layout:
     dimension: int
     users: int
     max_block: int  # the most messages any user sums in one round (public)
+    noise_bits: int = 0  # with dp: a user's noise share stays below 2^noise_bits in magnitude (``dp.Noise``)
 
     @property
     def value_bits(self) -> int:
-        """|4·C_w·g_j| < 2^value_bits for one user: max_block terms, each |t| < (2 + 2^20)·C_w."""
-        return W_BITS + L1_BITS + 1 + math.ceil(math.log2(self.max_block + 1))
+        """|4·C_w·g_j| < 2^value_bits for one user: max_block terms, each |t| < (2 + 2^20)·C_w, plus its
+        noise share if any (|data + noise| < 2^max(data, noise) · 2)."""
+        data = W_BITS + L1_BITS + 1 + math.ceil(math.log2(self.max_block + 1))
+        return max(data, self.noise_bits) + (1 if self.noise_bits else 0)
 
     @property
     def slot_bits(self) -> int:
@@ -65,7 +68,8 @@ class Layout:
 
     def public(self) -> dict:
         return {"key_bits": self.key_bits, "dimension": self.dimension, "users": self.users, "max_block": self.max_block,
-                "w_bits": W_BITS, "l1_bits": L1_BITS, "slot_bits": self.slot_bits, "slots": self.slots}  # fmt: skip
+                "noise_bits": self.noise_bits, "w_bits": W_BITS, "l1_bits": L1_BITS, "slot_bits": self.slot_bits,
+                "slots": self.slots}  # fmt: skip
 
     def unpack(self, totals: list[int]) -> list[int]:
         """The d summed slot values 4·C_w·Σ_users g_j from the decrypted sums of all users' plaintexts."""

@@ -15,9 +15,14 @@ ciphertext–plaintext operations only. One round:
 4. server          multiplies all users' ciphertexts (the masks cancel), decrypts the sums only,
                    unpacks, and takes the step w += η·g.
 
+With ``dp`` (``core.spam.dp``) each user keeps at most a public number of features per message,
+adds its integer noise share to every coordinate in step 2 (inside the plaintext it masks), and
+the server projects w onto a public l2 ball after step 4.
+
 Setup: each user announces its X25519 key and message count; the server answers with the
 directory (the public key, layout, schedule, every user's key), from which each user checks the
-participation floor and derives its pairwise seeds.
+participation floor (``floors``: every user's block, for the public feature map) and derives its
+pairwise seeds.
 """
 
 from __future__ import annotations
@@ -32,22 +37,10 @@ import numpy as np
 
 from core import noise
 from core.errors import ParameterError
+from core.spam import dp
 from core.spam.aggregation import L1_BITS, W_BITS, Agreement, Layout
+from core.spam.floors import check_participation
 from core.spam.paillier import KeyPair, PublicKey
-
-MIN_USERS = 2
-MIN_ROUND_MESSAGES = 1000  # below this, SpamAssassin messages hold hashed features no other message of the round has
-
-
-def check_participation(users: int, round_messages: int) -> None:
-    """The floor users insist on before taking part (README: what the server learns)."""
-    if users < MIN_USERS:
-        raise ParameterError(f"secure aggregation needs at least {MIN_USERS} users (with one, the sum is that user's "
-                             "gradient); add users.")  # fmt: skip
-    if round_messages < MIN_ROUND_MESSAGES and not noise.test_mode():
-        raise ParameterError(f"a round sums {round_messages} messages over all users; at least {MIN_ROUND_MESSAGES} are "
-                             "needed so that no message's features stand alone in the aggregate the server learns; "
-                             "raise block_size, use batch mode or add users.")  # fmt: skip
 
 
 def block(size: int, mode: str, block_size: int, round_: int) -> np.ndarray:
@@ -149,12 +142,15 @@ class Server:
     name = "server"
 
     def __init__(self, key_bits: int, weights: np.ndarray, learning_rate: float = 0.0, mode: str = "batch",
-                 block_size: int = 1000):  # fmt: skip
+                 block_size: int = 1000, floor: int = 1, radius: float | None = None, share_variance: int = 0):  # fmt: skip
         self._keys = KeyPair(key_bits)
         self.public_key = self._keys.public
         self.w = np.asarray(weights, dtype=float)
         self.eta = learning_rate
         self.schedule = {"mode": mode, "block_size": block_size}
+        self.floor = floor  # least messages per user and round (``floors.floor`` of the feature map)
+        self.radius = radius  # with dp: the public l2 ball the model is projected onto after each step
+        self.noise_bits = dp.noise_bits(share_variance) if share_variance else 0  # the users' noise, for the layout
         self.layout: Layout | None = None
         self._obfuscators: list[gmpy2.mpz] = []
 
@@ -182,8 +178,8 @@ class Server:
         users = [read_public(a, "announcement") for a in announcements]
         sizes = [int(u["messages"]) for u in users]
         blocks = [len(block(s, self.schedule["mode"], self.schedule["block_size"], 0)) for s in sizes]
-        check_participation(len(users), sum(blocks))
-        self.layout = Layout(self.public_key.bits, len(self.w), len(users), max(blocks)).check()
+        check_participation(blocks, self.floor)
+        self.layout = Layout(self.public_key.bits, len(self.w), len(users), max(blocks), self.noise_bits).check()
         return public_message({"n": self.public_key.n, "layout": self.layout.public(), **self.schedule, "sizes": sizes,
                                "users": [u["user"] for u in users], "keys": [u["x25519"] for u in users]})  # fmt: skip
 
@@ -203,6 +199,8 @@ class Server:
         totals = [int(self._keys.raw_decrypt(c)) for c in sums]
         g = np.array(layout.unpack(totals), dtype=float) / 2.0 ** (W_BITS + 2)
         self.w = self.w + self.eta * g
+        if self.radius is not None:
+            self.w = dp.project(self.w, self.radius)
         return g
 
     def model(self) -> np.ndarray:
@@ -213,8 +211,14 @@ class Server:
 class User:
     """Holds mail (feature sets and labels), the public key and its pairwise secrets."""
 
-    def __init__(self, name: str, features: list[np.ndarray], labels: np.ndarray):
+    def __init__(self, name: str, features: list[np.ndarray], labels: np.ndarray, floor: int = 1,
+                 noise: dict | None = None):  # fmt: skip
         self.name = name
+        self.floor = floor  # this user's own copy of the public floor: it refuses a round below it
+        # with dp: {"share_variance", "max_features", "seed"}; each message keeps at most max_features features
+        self.noise = noise
+        if noise is not None:
+            features = [dp.cap(np.asarray(v), noise["max_features"], noise["seed"]) for v in features]
         self._x = [np.asarray(v).tolist() for v in features]
         self._y = np.asarray(labels).astype(int)
         self._agreement = Agreement()
@@ -235,9 +239,10 @@ class User:
         doc = read_public(directory, "directory")
         self.public_key = PublicKey(int(doc["n"]))
         sizes = doc["sizes"]
-        check_participation(len(sizes), sum(len(block(s, doc["mode"], doc["block_size"], 0)) for s in sizes))
-        self.layout = Layout(self.public_key.bits, int(doc["layout"]["dimension"]), len(sizes),
-                             max(len(block(s, doc["mode"], doc["block_size"], 0)) for s in sizes)).check()  # fmt: skip
+        blocks = [len(block(s, doc["mode"], doc["block_size"], 0)) for s in sizes]
+        check_participation(blocks, self.floor)
+        bits = dp.noise_bits(self.noise["share_variance"]) if self.noise else 0
+        self.layout = Layout(self.public_key.bits, int(doc["layout"]["dimension"]), len(sizes), max(blocks), bits).check()
         if self.layout.public() != doc["layout"]:
             raise ParameterError("the server's layout does not follow from the public sizes; refusing to take part.")
         self._schedule = {"mode": doc["mode"], "block_size": doc["block_size"]}
@@ -271,16 +276,29 @@ class User:
         t0 = time.perf_counter()
         k, shift = layout.slots, 1 << layout.slot_bits
         masks = self._agreement.mask(key.n, round_, layout.ciphertexts)
+        shares = self.noise_share(layout)
+        self.times.add("2b+ user: noise share (dp)", t0)
+        t0 = time.perf_counter()
         out = []
         for c in range(layout.ciphertexts):
             coords = v[c * k : (c + 1) * k]
             acc = coords[-1]
             for value in reversed(coords[:-1]):
                 acc = gmpy2.powmod(acc, shift, n2) * value % n2
-            offsets = layout.offset * sum(1 << (s * layout.slot_bits) for s in range(len(coords)))
+            offsets = sum((layout.offset + shares[c * k + s]) << (s * layout.slot_bits) for s in range(len(coords)))
             out.append(acc * key.trivial(offsets + masks[c]) % n2)
         self.times.add("2c user: pack, mask", t0)
         t0 = time.perf_counter()
         out = [key.rerandomize(c) for c in out]
         self.times.add("2d user: re-randomize", t0)
         return ciphertext_message(out, key)
+
+    def noise_share(self, layout: Layout) -> list[int]:
+        """With dp: this round's fresh N_Z(0, s²) per coordinate (``core.noise``, OS randomness), added
+        before masking; without: zeros."""
+        if self.noise is None:
+            return [0] * layout.dimension
+        shares = noise.integer_gaussian(noise.generator(), self.noise["share_variance"], layout.dimension)
+        if max(abs(z) for z in shares) >= 1 << layout.noise_bits:  # P < 2·exp(−2^13) per coordinate
+            raise ParameterError("a noise share left its slot room; this does not happen by chance, refusing the round.")
+        return shares

@@ -5,15 +5,21 @@ It is the parameter object of the ``spam-filter-training`` mechanism (``core.mec
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import yaml
 from pydantic import Field, ValidationError, field_validator
 
-from core.errors import ParameterError, SpecError
+from core import noise
+from core.errors import ParameterError, SpecError, UserError
 from core.params import ID_PATTERN, StrictParams
+from core.registry import resolve_source
 from core.spam import features as F
+from core.spam.dp import DPParams
 from core.spam.paillier import check_bits
 
 
@@ -29,6 +35,7 @@ class SpamSpec(StrictParams):
     rounds: int = Field(10, ge=1, le=10_000, description="gradient steps")
     mode: Literal["batch", "online"] = Field("batch", description="batch: every message each round; online: each user's next block")
     block_size: int = Field(1000, ge=1, le=1_000_000, description="online mode: messages per user per round")
+    dp: DPParams | None = Field(None, description="differential privacy of what the server decrypts (core.spam.dp)")
 
     @field_validator("key_bits")
     @classmethod
@@ -39,17 +46,82 @@ class SpamSpec(StrictParams):
             raise ValueError(str(exc)) from None
 
 
-def load_spec(path: str | Path) -> tuple[SpamSpec, Path]:
-    path = Path(path)
-    if not path.is_file():
-        raise SpecError(f"spam spec {str(path)!r} is not a file.")
+Resolver = Callable[[str, Path, str], Path]
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """A checked spec and its files, all under the data root; ``sizes`` are the users' message counts
+    (public: each user announces its count to the server)."""
+
+    spec: SpamSpec
+    path: Path
+    users: list[Path]
+    test: Path
+    sizes: list[int]
+
+
+def load_spec(source: str, root: Path, resolve: Resolver = resolve_source) -> tuple[SpamSpec, Path]:
+    """The spec at ``source`` (relative to the data root ``root``, or absolute inside it) and its path."""
+    path = resolve(source, root, "the spam spec")
     try:
         doc = yaml.safe_load(path.read_text())
         spec = SpamSpec.model_validate(doc if isinstance(doc, dict) else {})
     except yaml.YAMLError:
-        raise SpecError(f"spam spec {path.name!r} is not valid YAML.") from None
+        raise SpecError(f"spam spec {source!r} is not valid YAML.") from None
     except ValidationError as exc:
         parts = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors())
         raise SpecError(f"the spam spec is invalid: {parts}.") from None
-    return spec, path.parent.resolve()
+    return spec, path
 
+
+def mail_file(spec_path: Path, name: str, root: Path, resolve: Resolver = resolve_source) -> Path:
+    """A mail file named in the spec, relative to the spec's folder; it too must lie under the data root."""
+    try:
+        return resolve(os.path.relpath(spec_path.parent / name, root), root, "the mail file")
+    except UserError as exc:
+        raise type(exc)(f"user or test file {name!r}: {exc}") from None
+
+
+def check(source: str, home: Path, resolve: Resolver = resolve_source) -> Inputs:
+    """Everything a training run needs, checked before anything starts or is charged: the spec and
+    every mail file exist under the data root and parse, the users are distinct, each user's and the
+    round's message counts meet the floor of the feature map, the key size fits the mode, and the
+    run id is new (no run folder, no ledger entry)."""
+    from core import paths
+    from core.ledger import Ledger
+    from core.registry import data_root
+    from core.spam.features import DATA_DEPENDENT
+    from core.spam.floors import check_participation, floor
+    from core.spam.mail import read_mail
+    from core.spam.protocol import block
+    from core.store import url
+
+    root = data_root(home)
+    spec, path = load_spec(source, root, resolve)
+    if spec.features.reduction in DATA_DEPENDENT and not noise.test_mode():
+        raise SpecError(f"reduction {spec.features.reduction!r} builds the feature map from all users' pooled plaintext "
+                        "mail, which no party may see; outside test mode use reduction: hash (a public choice).")  # fmt: skip
+    if len(set(spec.users)) != len(spec.users):
+        raise SpecError("the spam spec lists a user's mail file twice; each user holds its own file.")
+    users = [mail_file(path, name, root, resolve) for name in spec.users]
+    test = mail_file(path, spec.test, root, resolve)
+    if test in users:
+        raise SpecError(f"the test file {spec.test!r} is also a user's mail file; evaluation mail must be separate.")
+    sizes = [len(read_mail(p, name)[1]) for p, name in zip(users, spec.users)]
+    read_mail(test, spec.test)
+    check_participation([len(block(n, spec.mode, spec.block_size, 0)) for n in sizes], floor(spec.features.reduction, spec.features.dimension))
+    db = paths.database(home)
+    used = (home / "spam" / spec.run_id).exists() or ((db.exists() or url()) and Ledger(db).status(spec.run_id) is not None)
+    if used:
+        raise SpecError(f"spam run {spec.run_id!r} already exists; choose a new run_id.")
+    if spec.dp is not None:
+        from core.errors import BudgetError
+        from core.mechanisms.spam_training import DP_LEDGER_DATASET, plan
+
+        cost = plan(spec)  # calibrates the noise: refuses colluders >= users
+        if not (db.exists() or url()):
+            raise BudgetError(f"dataset {DP_LEDGER_DATASET!r} has no privacy budget, so a DP release is refused; set one "
+                              f"with: privrelease ledger set-budget {DP_LEDGER_DATASET} --epsilon E --delta D")  # fmt: skip
+        Ledger(db).admit(DP_LEDGER_DATASET, cost.cost.budget, cost.detail)
+    return Inputs(spec, path, users, test, sizes)

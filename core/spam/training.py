@@ -1,17 +1,17 @@
-"""A whole private training from a spec: parties, rounds, the plaintext twins, evaluation, report.
+"""A whole private training from a checked spec (``spec.check``): parties, rounds, evaluation, report.
 
 The server and every user run in their own process (``parties.Remote``); this process only
-moves their bytes. The plaintext twin runs the same rule and schedule (same η, rounds, blocks,
-w₀ = 0) in floating point, so the private model can be compared with it number for number; a
-second twin uses the exact sigmoid, to show what the first-order expansion costs. The twins are
-the reproduction's audit: they read the mail files here, and nothing of them reaches a party. The run folder
+moves their bytes and scores the server's model on the evaluation mail. In test mode only, the
+plaintext twin runs the same rule and schedule (same η, rounds, blocks, w₀ = 0) in floating point
+on the pooled mail, so the private model can be compared with it number for number; a second twin
+uses the exact sigmoid. Outside test mode nothing is trained on pooled plaintext: the comparison
+is the reproduction's (bench/bench_spam.py, docs/REPRODUCTION.md). The run folder
 ``$PRIVRELEASE_HOME/spam/<run_id>/`` gets the server's model, ``report.json``, ``report.md``,
 ``transcript.jsonl`` (message metadata only) and ``roc.png``.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import os
@@ -22,34 +22,13 @@ from pathlib import Path
 import numpy as np
 from scipy.sparse import csr_matrix
 
+from core import noise
 from core.errors import SpecError
+from core.spam import dp, floors, parties
 from core.spam import features as F
-from core.spam import parties
-from core.spam.protocol import Channel, Server, User, block, check_participation
-from core.spam.spec import SpamSpec
-
-
-def read_mail(path: Path) -> tuple[list[str], np.ndarray]:
-    """Texts and labels (+1 spam, −1 ham) of a JSON-lines file (optionally gzipped)."""
-    if not path.is_file():
-        raise SpecError(f"mail file {str(path)!r} does not exist.")
-    opener = gzip.open if path.suffix == ".gz" else open
-    texts, labels = [], []
-    with opener(path, "rt", encoding="utf-8", errors="surrogateescape") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                doc = json.loads(line)
-            except json.JSONDecodeError:
-                raise SpecError(f"{path.name} line {number} is not valid JSON.") from None
-            if not isinstance(doc, dict) or not isinstance(doc.get("text"), str) or doc.get("label") not in ("spam", "ham"):
-                raise SpecError(f"{path.name} line {number}: each line needs 'text' (a string) and 'label' (spam or ham).")
-            texts.append(doc["text"])
-            labels.append(1 if doc["label"] == "spam" else -1)
-    if not texts:
-        raise SpecError(f"{path.name} holds no messages.")
-    return texts, np.array(labels)
+from core.spam.mail import read_mail
+from core.spam.protocol import Channel, Server, User, block
+from core.spam.spec import Inputs, SpamSpec
 
 
 def split_corpus(corpus: Path, out: Path, users: int, test_fraction: float, seed: int) -> list[Path]:
@@ -101,11 +80,12 @@ def exact_gradient(x: list[np.ndarray], y: np.ndarray, w: np.ndarray) -> np.ndar
     return m.T @ (y / (1 + np.exp(np.minimum(z, 700.0))))
 
 
-def load_user(name: str, path: Path, params: dict, keep: np.ndarray | None) -> User:
+def load_user(name: str, path: Path, params: dict, keep: np.ndarray | None, floor: int = 1,
+              noise: dict | None = None) -> User:  # fmt: skip
     """A user party, built inside its own process from its own mail file."""
     texts, labels = read_mail(path)
     reducer = F.Reducer(F.FeatureParams.model_validate(params), keep)
-    return User(name, [reducer.apply(F.grams(t, reducer.params.modulus)) for t in texts], labels)
+    return User(name, [reducer.apply(F.grams(t, reducer.params.modulus)) for t in texts], labels, floor, noise)
 
 
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:
@@ -123,44 +103,83 @@ class RoundReport:
     ciphertexts: int
     bytes: int
     training_messages: int
-    max_gradient_gap: float  # |private − plaintext| over the gradient's components
+    max_gradient_gap: float | None = None  # test mode: |private − plaintext twin| over the gradient's components
+
+
+@dataclass
+class Twins:
+    """Test mode only: the plaintext twins, trained on all users' pooled mail in this process, to
+    compare the private model with number for number. Outside test mode nothing is trained on
+    pooled plaintext (the flow refuses to build twins); bench/bench_spam.py reproduces them."""
+
+    user_x: list[list[np.ndarray]]
+    user_y: list[np.ndarray]
+    plain_w: np.ndarray
+    exact_w: np.ndarray
+
+    @classmethod
+    def read(cls, inputs: Inputs, reducer: F.Reducer) -> Twins:
+        if not noise.test_mode():
+            raise SpecError("plaintext twins train on pooled mail: test mode only.")
+        mails = [read_mail(p) for p in inputs.users]
+        x = [[reducer.apply(F.grams(t, inputs.spec.features.modulus)) for t in texts] for texts, _ in mails]
+        d = inputs.spec.features.size
+        return cls(x, [y for _, y in mails], np.zeros(d), np.zeros(d))
+
+    def step(self, blocks: list[np.ndarray], eta: float) -> np.ndarray:
+        xs = [x for ux, b in zip(self.user_x, blocks) for x in (ux[i] for i in b)]
+        ys = np.concatenate([uy[b] for uy, b in zip(self.user_y, blocks)])
+        plain = plain_gradient(xs, ys, self.plain_w)
+        self.plain_w = self.plain_w + eta * plain
+        self.exact_w = self.exact_w + eta * exact_gradient(xs, ys, self.exact_w)
+        return plain
 
 
 @dataclass
 class Training:
-    """The parties (each in its own process) and both twins of one run, advanced a round at a time."""
+    """The parties of one run (each in its own process), advanced a round at a time. This process
+    reads only the evaluation mail (``test``, the server operator's own) and public counts; in test
+    mode also the plaintext ``twins``."""
 
     spec: SpamSpec
     server: parties.Local
     users: list[parties.Local]
-    user_x: list[list[np.ndarray]]  # for the plaintext twins only
-    user_y: list[np.ndarray]
+    sizes: list[int]
     test_x: list[np.ndarray]
     test_y: np.ndarray
     reducer: F.Reducer
     channel: Channel = field(default_factory=Channel)
-    plain_w: np.ndarray | None = None
-    exact_w: np.ndarray | None = None
+    twins: Twins | None = None
     rounds: list[RoundReport] = field(default_factory=list)
     setup_seconds: float = 0.0
 
     @classmethod
-    def setup(cls, spec: SpamSpec, base: Path) -> Training:
+    def setup(cls, inputs: Inputs) -> Training:
         t = time.perf_counter()
-        paths = [(base / p).resolve() for p in spec.users]
-        mails = [read_mail(p) for p in paths]
-        check_participation(len(mails), sum(len(b) for b in schedule([len(y) for _, y in mails], spec, 0)))
-        test_texts, test_y = read_mail((base / spec.test).resolve())
-        raw = [[F.grams(text, spec.features.modulus) for text in texts] for texts, _ in mails]
-        reducer = F.fit(spec.features, [g for user in raw for g in user] if spec.features.reduction in F.DATA_DEPENDENT else None)
-        user_x = [[reducer.apply(g) for g in user] for user in raw]
+        spec = inputs.spec
+        least = floors.floor(spec.features.reduction, spec.features.dimension)
+        if spec.features.reduction in F.DATA_DEPENDENT:  # test mode only (``spec.check`` refuses it otherwise)
+            pooled = [F.grams(text, spec.features.modulus) for p in inputs.users for text in read_mail(p)[0]]
+            reducer = F.fit(spec.features, pooled) if noise.test_mode() else None
+            if reducer is None:
+                raise SpecError(f"reduction {spec.features.reduction!r} needs pooled plaintext mail: test mode only.")
+        else:
+            reducer = F.fit(spec.features)
+        test_texts, test_y = read_mail(inputs.test)
         test_x = [reducer.apply(F.grams(text, spec.features.modulus)) for text in test_texts]
+        if spec.dp is not None:  # scored as the users' messages are bounded
+            test_x = [dp.cap(x, spec.dp.max_features, spec.features.seed) for x in test_x]
+        twins = Twins.read(inputs, reducer) if noise.test_mode() else None
         d = spec.features.size
-        server = parties.Remote("server", Server, spec.key_bits, np.zeros(d), spec.learning_rate, spec.mode, spec.block_size)
+        calibrated = dp.calibrate(spec.dp, len(inputs.users), spec.rounds) if spec.dp else None
+        share = calibrated.share(spec.features.seed) if calibrated else None
+        server = parties.Remote("server", Server, spec.key_bits, np.zeros(d), spec.learning_rate, spec.mode, spec.block_size,
+                                least, spec.dp.radius if spec.dp else None, calibrated.share_variance if calibrated else 0)  # fmt: skip
         users: list[parties.Local] = []
         try:
-            for k, path in enumerate(paths):
-                users.append(parties.Remote(f"user-{k + 1}", load_user, f"user-{k + 1}", path, spec.features.model_dump(), reducer.keep))
+            for k, path in enumerate(inputs.users):
+                users.append(parties.Remote(f"user-{k + 1}", load_user, f"user-{k + 1}", path, spec.features.model_dump(),
+                                            reducer.keep, least, share))  # fmt: skip
             channel = Channel()
             parties.setup(server, users, channel)
             server.call("precompute")  # the first round's r^n: offline, counted in the setup time
@@ -168,24 +187,22 @@ class Training:
             for party in [server, *users]:
                 party.close()
             raise
-        return cls(spec, server, users, user_x, [y for _, y in mails], test_x, test_y, reducer, channel,
-                   np.zeros(d), np.zeros(d), setup_seconds=time.perf_counter() - t)  # fmt: skip
+        return cls(spec, server, users, list(inputs.sizes), test_x, test_y, reducer, channel, twins,
+                   setup_seconds=time.perf_counter() - t)  # fmt: skip
 
     def run_round(self) -> RoundReport:
         t = time.perf_counter()
         number = len(self.rounds)
-        blocks = schedule([len(y) for y in self.user_y], self.spec, number)
+        blocks = schedule(self.sizes, self.spec, number)
         before = len(self.channel.log)
         times, gradient = parties.train_round(self.server, self.users, self.channel, number, number + 1 < self.spec.rounds)
         seconds = time.perf_counter() - t
-        xs = [x for ux, b in zip(self.user_x, blocks) for x in (ux[i] for i in b)]
-        ys = np.concatenate([uy[b] for uy, b in zip(self.user_y, blocks)])
-        plain = plain_gradient(xs, ys, self.plain_w)
-        self.plain_w = self.plain_w + self.spec.learning_rate * plain
-        self.exact_w = self.exact_w + self.spec.learning_rate * exact_gradient(xs, ys, self.exact_w)
+        gap = None
+        if self.twins is not None:
+            gap = float(np.abs(gradient - self.twins.step(blocks, self.spec.learning_rate)).max())
         sent = self.channel.log[before:]
         report = RoundReport(number, seconds, times.seconds, len(sent), sum(m.count for m in sent), sum(m.bytes for m in sent),
-                             len(ys), float(np.abs(gradient - plain).max()))  # fmt: skip
+                             sum(len(b) for b in blocks), gap)  # fmt: skip
         self.rounds.append(report)
         return report
 
@@ -210,39 +227,46 @@ class Training:
         with transcript.open("w") as fh:
             for m in self.channel.log:
                 fh.write(json.dumps(asdict(m)) + "\n")
-        private, plain = self.scores(model), self.scores(self.plain_w)
+        private = self.scores(model)
         directory = next(m for m in self.channel.log if m.kind == "directory")
-        sizes = [len(b) for b in schedule([len(y) for y in self.user_y], self.spec, 0)]
+        sizes = [len(b) for b in schedule(self.sizes, self.spec, 0)]
         report = {
             "run_id": self.spec.run_id,
             "auc_private": auc(self.test_y, private),
-            "auc_plain": auc(self.test_y, plain),
-            "auc_plain_exact_sigmoid": auc(self.test_y, self.scores(self.exact_w)),
-            "max_weight_gap": float(np.abs(model - self.plain_w).max()),
+            "test_mode": self.twins is not None,
             "rounds": len(self.rounds),
             "seconds_per_round": [r.seconds for r in self.rounds],
             "setup_seconds": self.setup_seconds,
             "key_bits": self.spec.key_bits,
             "features": {**self.spec.features.model_dump(), "data_dependent": self.spec.features.reduction in F.DATA_DEPENDENT},
+            "floor": floors.floor(self.spec.features.reduction, self.spec.features.dimension),
+            "dp": dp.calibrate(self.spec.dp, len(self.sizes), self.spec.rounds).public() if self.spec.dp else None,
             "learning_rate": self.spec.learning_rate,
             "rule": "first-order sigmoid: σ(−z) ≈ 1/2 − z/4",
             "mode": self.spec.mode,
             "block_size": self.spec.block_size,
-            "users": [len(y) for y in self.user_y],
+            "users": list(self.sizes),
             "test_messages": len(self.test_y),
             "server_learns": f"per round, only the sum of the gradient over all {len(sizes)} users' {sum(sizes)} messages "
-                             "(and so the model); each user's message decrypts to a value uniform on Z_n",
+                             + ("plus the users' discrete Gaussian noise (a DP output) " if self.spec.dp else "")
+                             + "(and so the model); each user's message decrypts to a value uniform on Z_n",
             "directory_digest": directory.digest,
             "per_round": [asdict(r) for r in self.rounds],
             "transcript_sha256": hashlib.sha256(transcript.read_bytes()).hexdigest(),
         }  # fmt: skip
+        curves = {"private": private}
+        if self.twins is not None:  # test mode: the pooled-plaintext comparisons
+            curves["plaintext (test mode)"] = self.scores(self.twins.plain_w)
+            report["auc_plain"] = auc(self.test_y, curves["plaintext (test mode)"])
+            report["auc_plain_exact_sigmoid"] = auc(self.test_y, self.scores(self.twins.exact_w))
+            report["max_weight_gap"] = float(np.abs(model - self.twins.plain_w).max())
         (folder / "report.json").write_text(json.dumps(report, indent=2))
-        _roc(self.test_y, private, plain, folder / "roc.png")
+        _roc(self.test_y, curves, folder / "roc.png")
         (folder / "report.md").write_text(markdown(report))
         return report
 
 
-def _roc(labels: np.ndarray, private: np.ndarray, plain: np.ndarray, path: Path) -> None:
+def _roc(labels: np.ndarray, curves: dict[str, np.ndarray], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -250,7 +274,7 @@ def _roc(labels: np.ndarray, private: np.ndarray, plain: np.ndarray, path: Path)
     from sklearn.metrics import roc_curve
 
     fig, ax = plt.subplots(figsize=(5, 5))
-    for name, scores, style in (("private", private, "-"), ("plaintext", plain, "--")):
+    for (name, scores), style in zip(curves.items(), ("-", "--")):
         fpr, tpr, _ = roc_curve(labels > 0, scores)
         ax.plot(fpr, tpr, style, label=f"{name} (AUC {auc(labels, scores):.5f})")
     ax.plot([0, 1], [0, 1], ":", color="grey")
@@ -274,12 +298,14 @@ def markdown(report: dict) -> str:
     return "\n".join([
         f"# Private spam-filter training `{report['run_id']}`",
         "",
-        f"AUC on {report['test_messages']} test messages: private **{report['auc_private']:.6f}**, plaintext "
-        f"{report['auc_plain']:.6f} (same rule, η = {report['learning_rate']}, {report['rounds']} rounds, {report['mode']} mode); "
-        f"largest weight difference {report['max_weight_gap']:.2e}. Plaintext with the exact sigmoid: "
-        f"{report['auc_plain_exact_sigmoid']:.6f}.",
+        f"AUC on {report['test_messages']} test messages: private **{report['auc_private']:.6f}** "
+        f"(η = {report['learning_rate']}, {report['rounds']} rounds, {report['mode']} mode)."
+        + (f" Test mode: plaintext twin on the pooled mail {report['auc_plain']:.6f} (same rule), largest weight "
+           f"difference {report['max_weight_gap']:.2e}; with the exact sigmoid {report['auc_plain_exact_sigmoid']:.6f}."
+           if report["test_mode"] else ""),
         "",
-        f"{len(report['users'])} users holding {', '.join(map(str, report['users']))} messages; {report['key_bits']}-bit "
+        f"{len(report['users'])} users holding {', '.join(map(str, report['users']))} messages (at least "
+        f"{report['floor']} per user and round); {report['key_bits']}-bit "
         f"Paillier keys; features: {report['features']['reduction']} to {report['features']['dimension']} "
         f"(4-grams mod {report['features']['modulus']})"
         + (" — **data-dependent reduction**: its feature list reveals document frequencies" if report["features"]["data_dependent"] else "")
@@ -292,6 +318,11 @@ def markdown(report: dict) -> str:
         *rows,
         "",
         "What the server learns: " + report["server_learns"] + ".",
+        *(["", f"Differential privacy: (ε = {report['dp']['epsilon']:g}, δ = {report['dp']['delta']:g}) for the whole run, "
+            f"per replaced message, with up to {report['dp']['colluders']} colluding users adding nothing: "
+            f"{report['dp']['mechanism']}, noise std {report['dp']['sigma_of_g']:.4g} per gradient coordinate and round; "
+            f"at most {report['dp']['max_features']} features per message, model kept in the l2 ball of radius "
+            f"{report['dp']['radius']:g}."] if report.get("dp") else []),
         "",
         "![ROC](roc.png)",
         "",
@@ -307,6 +338,8 @@ def classify_message(folder: Path, text: str, key_bits: int | None = None) -> tu
     params = F.FeatureParams.model_validate({k: v for k, v in report["features"].items() if k != "data_dependent"})
     keep = np.load(folder / "feature_map.npy") if (folder / "feature_map.npy").exists() else None
     x = F.Reducer(params, keep).apply(F.grams(text, params.modulus))
+    if report.get("dp"):  # the model was trained on messages of at most max_features features
+        x = dp.cap(x, report["dp"]["max_features"], params.seed)
     server = Remote("server", ServerParty, folder, key_bits or report["key_bits"])  # the model and keys stay there
     try:
         keys, weights = server.call("publication")

@@ -1,0 +1,184 @@
+"""The spam spec before anything runs: confined to the data root (finding 3 of the review of issue
+13), and checked completely, at once, before any Prefect machinery starts (issue 30, item 3)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from core.demo import mail
+from core.errors import UserError
+from core.spam.spec import check, load_spec
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def unconfined(source: str, root: Path, what: str) -> Path:
+    """Weakened: the resolver before the review. Any path the worker can read, as given."""
+    path = (root / source).resolve()
+    if not path.is_file():
+        raise UserError(f"spam spec {source!r} is not a file.")
+    return path
+
+
+def write_mail(folder: Path, users: int = 2, messages: int = 60) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for k in range(users):
+        (folder / f"user-{k + 1}.jsonl").write_text("".join(json.dumps(m) + "\n" for m in mail(messages, k)))
+    (folder / "test.jsonl").write_text("".join(json.dumps(m) + "\n" for m in mail(20, 9)))
+
+
+def write_spec(folder: Path, name: str = "spam.yaml", dimension: int = 500, **changes) -> Path:
+    doc = {"run_id": "r1", "users": ["user-1.jsonl", "user-2.jsonl"], "test": "test.jsonl",
+           "features": {"modulus": 1_000_000, "reduction": "hash", "dimension": dimension}, "key_bits": 2048,
+           "rounds": 1, "mode": "batch", **changes}  # fmt: skip
+    (folder / name).write_text(yaml.safe_dump(doc))
+    return folder / name
+
+
+def refusal(home: Path, source: str, resolve=None) -> str:
+    try:
+        check(source, home, *([resolve] if resolve else []))
+    except UserError as exc:
+        return str(exc)
+    return "accepted"
+
+
+@pytest.mark.parametrize("weakened", [False, True])
+def test_finding_3_files_outside_the_data_root_are_neither_probed_nor_read(home, test_mode, tmp_path, weakened):
+    """An attacker who can only name a spec path probes files outside the data root (exists? YAML?
+    which keys?) and points a user's mail at a JSON-lines file outside it. The unconfined resolver
+    answers every probe differently and trains on the outside file; now each probe gets the same
+    answer, naming nothing outside, and the outside mail is refused."""
+    outside = tmp_path / "outside"
+    write_mail(outside)
+    (outside / "secret.yaml").write_text("password: hunter2\ntoken: abc\n")
+    (outside / "notes.txt").write_text("{{ not yaml: [\n")
+    root = home / "data"
+    write_mail(root / "mail")
+    write_spec(root / "mail", "leak.yaml", users=["user-1.jsonl", str(outside / "user-2.jsonl")])
+    (root / "mail" / "link.yaml").symlink_to(outside / "secret.yaml")
+    resolve = unconfined if weakened else None
+    probes = [refusal(home, str(outside / name), resolve) for name in ("secret.yaml", "notes.txt", "missing.yaml")]
+    probes.append(refusal(home, "mail/link.yaml", resolve))
+    if weakened:
+        assert len(set(probes[:3])) == 3 and "password" in probes[0]  # exists / YAML / its keys: all told apart
+        assert check("mail/leak.yaml", home, unconfined).users[1] == outside / "user-2.jsonl"  # would be trained on
+    else:
+        assert set(probes) == {"the spam spec must lie inside the data root " + repr(str(root)) + " (set "
+                               "PRIVRELEASE_DATA_ROOT to change it); paths outside it, also through symbolic links, "
+                               "are refused."}  # fmt: skip
+        said = refusal(home, "mail/leak.yaml")
+        assert said.startswith("user or test file ") and "must lie inside the data root" in said and "hunter2" not in said
+        assert load_spec("mail/leak.yaml", root)[1] == root / "mail" / "leak.yaml"  # inside: read
+
+
+BAD = {  # spec changes (or mail damage) -> the one line the user must see
+    "floor": ({"features": {"reduction": "hash", "dimension": 10_000}}, "user 1 sums 60 messages per round; each user needs at least 1000 for this feature map"),
+    "map": ({"features": {"reduction": "hash", "dimension": 100_000}}, "no participation floor was measured for reduction 'hash' to 100000"),
+    "df": ({"features": {"reduction": "df", "dimension": 500}}, "reduction 'df' builds the feature map from all users' pooled plaintext mail"),
+    "key": ({"key_bits": 1024}, "key_bits: "),
+    "users": ({"users": ["user-1.jsonl"]}, "users: List should have at least 2 items"),
+    "twice": ({"users": ["user-1.jsonl", "user-1.jsonl"]}, "lists a user's mail file twice"),
+    "missing": ({"users": ["user-1.jsonl", "nope.jsonl"]}, "user or test file 'nope.jsonl': the mail file 'mail/nope.jsonl' is not a file under the data root"),
+    "json": ({"test": "broken.jsonl"}, "broken.jsonl line 2 is not valid JSON"),
+    "label": ({"test": "badlabel.jsonl"}, "badlabel.jsonl line 1: each line needs 'text' (a string) and 'label' (spam or ham)"),
+    "run_id": ({"run_id": "used"}, "spam run 'used' already exists; choose a new run_id"),
+    "colluders": ({"dp": {"epsilon": 1.0, "delta": 1e-6, "colluders": 2}}, "dp.colluders is 2, but the run has 2 users"),
+    "budget": ({"dp": {"epsilon": 1.0, "delta": 1e-6}}, "dataset 'spam-mail' has no privacy budget, so a DP release is refused; set one with: privrelease ledger set-budget spam-mail"),
+    "outside": (None, "the spam spec must lie inside the data root"),
+}  # fmt: skip
+
+
+def test_every_spec_error_is_refused_before_prefect_starts_once_and_without_a_trace(tmp_path):
+    """Each bad spec through the real command in one fresh process (outside test mode): exit 2,
+    its reason once on stderr and nowhere else, no run folder, the ledger unchanged, and Prefect
+    never imported. The seconds each refusal took are printed (issue 30 asks for under 3 s)."""
+    home = tmp_path / "home"
+    root = home / "data"
+    write_mail(root / "mail")
+    (root / "mail" / "broken.jsonl").write_text('{"text": "a", "label": "ham"}\n{"text": \n')
+    (root / "mail" / "badlabel.jsonl").write_text('{"text": "a", "label": "maybe"}\n')
+    specs = {}
+    for name, (changes, _) in BAD.items():
+        if changes is not None:
+            base = yaml.safe_load(write_spec(root / "mail", f"{name}.yaml").read_text())
+            doc = {**base, **changes}
+            if "features" in changes:
+                doc["features"] = {"modulus": 1_000_000, **changes["features"]}
+            (root / "mail" / f"{name}.yaml").write_text(yaml.safe_dump(doc))
+            specs[name] = f"mail/{name}.yaml"
+    (tmp_path / "away.yaml").write_text("run_id: x\n")
+    specs["outside"] = str(tmp_path / "away.yaml")
+    script = f"""
+import contextlib, io, json, sys, time
+from pathlib import Path
+from core.ledger import Ledger
+Ledger(Path({str(home / "privrelease.duckdb")!r})).reserve("spam-filter", "used", "mpc", None, None, "spam-filter-training", {{}}, {{}})
+from flows.cli import main
+out = {{}}
+for name, path in {specs!r}.items():
+    err, std = io.StringIO(), io.StringIO()
+    t = time.perf_counter()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(std):
+        code = main(["spam", "train", path])
+    out[name] = [code, std.getvalue(), err.getvalue(), time.perf_counter() - t]
+out["prefect imported"] = any(m == "prefect" or m.startswith("prefect.") for m in sys.modules)
+out["entries"] = len(Ledger(Path({str(home / "privrelease.duckdb")!r})).entries())
+print(json.dumps(out))
+"""
+    env = {"PRIVRELEASE_HOME": str(home), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result.pop("prefect imported") is False and result.pop("entries") == 1
+    for name, (code, out, err, seconds) in result.items():
+        reason = BAD[name][1]
+        assert code == 2 and out == "" and err.startswith("error: ") and err.count("\n") == 1, (name, err)
+        assert (out + err).count(reason) == 1, (name, err)
+        print(f"{name}: refused in {seconds:.3f} s")
+    assert not (home / "spam").exists()
+
+
+OPENED: list[str] | None = None
+
+
+def _audit(event: str, args: tuple) -> None:
+    if OPENED is not None and event == "open" and isinstance(args[0], str | Path):
+        OPENED.append(str(args[0]))
+
+
+sys.addaudithook(_audit)
+
+
+def test_outside_test_mode_nothing_is_trained_on_pooled_plaintext(home, tmp_path):
+    """Finding 4: a real run (2048-bit key, not test mode) builds no plaintext twin. This process
+    (the flow's) opens no user's mail file (only the evaluation file), and the report holds the
+    server's model's AUC and public values, no AUC or weight of a model trained on pooled mail."""
+    global OPENED
+    from core.spam.training import Training
+
+    root = home / "data"
+    write_mail(root / "mail", messages=50)
+    inputs = check(str(write_spec(root / "mail", dimension=500, rounds=1).relative_to(root)), home)
+    OPENED = []
+    try:
+        training = Training.setup(inputs)
+        try:
+            training.run_round()
+            report = training.write(home / "spam" / "r1")
+        finally:
+            training.close()
+        opened = set(OPENED)
+    finally:
+        OPENED = None
+    assert str(inputs.test) in opened and not opened & {str(p) for p in inputs.users}
+    assert training.twins is None and report["test_mode"] is False and report["users"] == [50, 50]
+    assert not {"auc_plain", "auc_plain_exact_sigmoid", "max_weight_gap"} & set(report)
+    assert [r["max_gradient_gap"] for r in report["per_round"]] == [None]
+    assert "plaintext" not in (home / "spam" / "r1" / "report.md").read_text().split("What the server learns")[0]
