@@ -14,15 +14,16 @@ import math
 
 from core import accuracy, noise, pipeline
 from core.accountant import Spend, events_of
-from core.accounting import Budget
-from core.errors import BudgetError
+from core.accounting import Budget, charge_phrase
+from core.errors import BudgetError, UserError
+from core.ledger import PUBLISHED
 from core.mechanisms import outliers
 from core.mechanisms.base import DPCost, Plan
 from core.mechanisms.dpne_counts import unit_weights
 from core.mechanisms.outliers_sensitivity import alpha, beta, global_std, smooth_floor
 from core.spec import Release, ReleaseRequest
 
-ADMITTED, APPROVAL, REFUSED = "admitted", "needs approval", "refused"
+ADMITTED, APPROVAL, REFUSED, PUBLISHED_ALREADY = "admitted", "needs approval", "refused", "already published"
 
 
 def preview(store: pipeline.Store, request: ReleaseRequest) -> dict:
@@ -34,11 +35,31 @@ def preview(store: pipeline.Store, request: ReleaseRequest) -> dict:
         "dataset": release.dataset.id,
         "mechanism": release.mechanism,
         "guarantee": plan_.guarantee,
-        **budget(store, release, plan_),
+        **(blocked(store, request) or budget(store, release, plan_)),
         "accuracy": expected,
         "warnings": warnings(release, plan_, expected),
         "notes": notes(release, plan_),
     }
+
+
+def blocked(store: pipeline.Store, request: ReleaseRequest) -> dict | None:
+    """What a release would do before any charge that the figures alone do not show: refuse a dataset
+    whose rows were dropped (with the release's own message), return an already published release id
+    without charging, refuse an id charged before that did not publish."""
+    try:
+        pipeline.check(store, request)
+    except UserError as exc:
+        return {"kind": None, "charge": None, "left_after": None, "verdict": REFUSED, "reason": str(exc)}
+    status = store.ledger.status(request.release_id) if request.release_id else None
+    if status == PUBLISHED:
+        return {"kind": None, "charge": None, "left_after": None, "verdict": PUBLISHED_ALREADY,
+                "reason": f"release {request.release_id!r} is already published; running it again charges nothing "
+                          "and returns that release."}  # fmt: skip
+    if status is not None:
+        return {"kind": None, "charge": None, "left_after": None, "verdict": REFUSED,
+                "reason": f"release {request.release_id!r} was charged before and did not publish (its ledger "
+                          f"status is {status}); release again under a new release_id."}  # fmt: skip
+    return None
 
 
 def budget(store: pipeline.Store, release: Release, plan_: Plan) -> dict:
@@ -46,7 +67,7 @@ def budget(store: pipeline.Store, release: Release, plan_: Plan) -> dict:
     cost = plan_.cost
     if not isinstance(cost, DPCost):
         return {"kind": cost.kind, "charge": None, "left_after": None, "verdict": ADMITTED,
-                "reason": f"recorded on the ledger as {cost.kind}: not DP, no budget"}  # fmt: skip
+                "reason": charge_phrase(cost.kind)}  # fmt: skip
     out = {"kind": "dp", "charge": {"epsilon": cost.budget.epsilon, "delta": cost.budget.delta}, "left_after": None}
     try:
         pipeline.admit(store, release, plan_)
@@ -144,7 +165,7 @@ def text(p: dict) -> str:
     lines = [f"# Preview: {p['mechanism']} on dataset `{p['dataset']}` (nothing charged)", "", f"- guarantee: {p['guarantee']}"]
     if p["charge"]:
         lines.append(f"- cost: epsilon={p['charge']['epsilon']:g} delta={p['charge']['delta']:g}")
-    else:
+    elif p["kind"] is not None:
         lines.append(f"- cost: none ({p['reason']})")
     left = p["left_after"]
     if left:
@@ -153,7 +174,7 @@ def text(p: dict) -> str:
             r = left["renyi"]
             lines.append(f"- admission filter (Rényi order {r['order']:.3g}, counted by {left['counted_by']}): costs "
                          f"{r['cost']:.4g}, leaves {r['left']:.4g} of {r['of']:.4g}")  # fmt: skip
-    verdict = p["verdict"] + (f": {p['reason']}" if p["reason"] and p["charge"] else "")
+    verdict = p["verdict"] + (f": {p['reason']}" if p["reason"] and (p["charge"] or p["kind"] is None) else "")
     lines += [f"- verdict: **{verdict}**", ""]
     lines += [f"> warning: {w}" for w in p["warnings"]] + ([""] if p["warnings"] else [])
     lines += [f"> note: {n}" for n in p["notes"]] + ([""] if p["notes"] else [])

@@ -88,6 +88,7 @@ def test_preview_writes_nothing_reads_no_row_and_refuses_as_a_release(tmp_path: 
     assert "95% interval: the released count ±" in r.stdout
     shown = r.stdout
     assert _ledger_bytes(home) == before  # the ledger, registry, anchors and keys: unchanged
+    figures = json.loads(run(home, "release", "--preview", "--json", str(request)).stdout)
 
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({**doc, "mechanism": {**doc["mechanism"], "params": {**doc["mechanism"]["params"],
@@ -108,11 +109,29 @@ def test_preview_writes_nothing_reads_no_row_and_refuses_as_a_release(tmp_path: 
     assert not any((home / "datasets").rglob("*.parquet"))
     before = _ledger_bytes(home)
     r = run(home, "release", "--preview", "--json", str(request))
-    assert r.returncode == 0 and preview.text(json.loads(r.stdout)) == shown  # registration facts only
-    assert json.loads(r.stdout)["accuracy"]["counts"]["noise"] == "global"
+    dropped = json.loads(r.stdout)
+    # the figures need registration facts only; the verdict is the release's own refusal (it needs the rows)
+    assert r.returncode == 2 and dropped["verdict"] == preview.REFUSED and "is not registered" in dropped["reason"]
+    assert {k: dropped[k] for k in ("accuracy", "warnings", "notes", "guarantee")} == \
+           {k: figures[k] for k in ("accuracy", "warnings", "notes", "guarantee")}
     assert _ledger_bytes(home) == before
-    with pytest.raises(SpecError, match="is not registered"):  # the release itself needs the rows
+    with pytest.raises(SpecError, match="is not registered") as refused:
         pipeline.prepare(pipeline.Store(home), parse(doc))
+    assert str(refused.value) == dropped["reason"]
+
+
+def test_preview_of_a_release_id_already_used_says_what_the_release_would_do(home, test_mode):
+    doc = _setup(home, "outliers-count-global") | {"release_id": "r1", "seed": 3}
+    store = pipeline.Store(home)
+    assert preview.preview(store, parse(doc))["verdict"] == preview.ADMITTED
+    pipeline.release(store, parse(doc))
+    seen = preview.preview(store, parse(doc))
+    assert seen["verdict"] == preview.PUBLISHED_ALREADY and seen["charge"] is None and "charges nothing" in seen["reason"]
+    charge = pipeline.charge(store, *pipeline.prepare(store, parse(doc | {"release_id": "r2"})))
+    store.ledger.settle("r2", "failed", {"reason": "test"})
+    seen = preview.preview(store, parse(doc | {"release_id": "r2"}))
+    assert charge.entry.release_id == "r2" and seen["verdict"] == preview.REFUSED
+    assert "was charged before and did not publish (its ledger status is failed)" in seen["reason"]
 
 
 def test_preview_waits_for_approval(home):
