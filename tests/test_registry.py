@@ -109,6 +109,46 @@ def test_csv_line_endings_crlf_lf_or_a_mix_register_the_same_table(tmp_path: Pat
     assert got["c"].tolist() == [3, 6, 9]
 
 
+@pytest.mark.parametrize("body", [
+    b"name,salary\r\nalice,100\rbob,200\ncarol,300\n",  # a lone CR ends a row
+    b"name,salary\r\nalice,100\r\r\nbob,200\ncarol,300\n",  # CR CR LF
+    b'name,salary\r\n"alice\n",100\nbob,200\r\ncarol,300\n',  # a quoted field ending in LF
+])
+def test_every_cell_is_the_one_pythons_csv_reader_sees(tmp_path: Path, body):
+    """Mixed line endings: the snapshot holds exactly the cells of the file as the csv module reads it
+    (DuckDB's relaxed mode kept the row count but dropped a character after a stray CR)."""
+    import csv
+    import io
+
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "pay.csv").write_bytes(body)
+    registry = Registry(tmp_path)
+    ds, _ = registry.add("pay", "pay.csv", "csv", Unit("record"), "sdc", root=root)
+    expected = [r for r in csv.reader(io.StringIO(body.decode(), newline=""))][1:]
+    got = registry.load(ds)
+    assert [[str(v) for v in row] for row in got.itertuples(index=False)] == [r for r in expected if r]
+
+
+def test_a_stray_quote_in_the_header_names_line_1(tmp_path: Path):
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "h.csv").write_text('"na"me,salary\r\nalice,100\nbob,200\n')
+    with pytest.raises(IngestError, match="line 1: a quote is misplaced"):
+        Registry(tmp_path).add("h", "h.csv", "csv", Unit("record"), "sdc", root=root)
+
+
+def test_a_late_value_of_another_type_widens_its_column(tmp_path: Path):
+    """Types are inferred from every row, not a sample: a text value after 40,000 numbers makes the
+    column text (the inferred schema says so) instead of failing as a malformed file."""
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "late.csv").write_text("a,b\n" + "".join(f"{i},{i}\n" for i in range(40_000)) + "x,1\n")
+    ds, inferred = Registry(tmp_path).add("late", "late.csv", "csv", Unit("record"), "sdc", root=root)
+    assert inferred and ds.rows == 40_001 and ds.schema.columns["a"].type == "string"
+    assert ds.schema.columns["b"].type == "integer"
+
+
 def test_refresh_after_rows_appended_with_other_line_endings(tmp_path: Path):
     root = tmp_path / "data"
     root.mkdir()
