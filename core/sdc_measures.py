@@ -162,8 +162,12 @@ def changes(con: duckdb.DuckDBPyConnection, original: str, released: str, column
     """Mean changes per column (absolute and relative) and the largest change of a correlation."""
     m0, c0 = moments(con, original, columns)
     m1, c1 = moments(con, released, columns)
-    means = {c: {"original": m0[c], "released": m1[c], "change": m1[c] - m0[c],
-                 "relative": (m1[c] - m0[c]) / abs(m0[c]) if m0[c] else None} for c in columns}  # fmt: skip
+    def change(a, b):  # a column with no values (in either table) has no mean to compare
+        return None if a is None or b is None else b - a
+
+    means = {c: {"original": m0[c], "released": m1[c], "change": change(m0[c], m1[c]),
+                 "relative": change(m0[c], m1[c]) / abs(m0[c]) if m0[c] and m1[c] is not None else None}
+             for c in columns}  # fmt: skip
     deltas = {f"{a} ~ {b}": c1[(a, b)] - c0[(a, b)] for a, b in c0 if c0[(a, b)] is not None and c1[(a, b)] is not None}
     worst = max(deltas, key=lambda k: abs(deltas[k]), default=None)
     return {"means": means, "correlation_changes": deltas,

@@ -59,8 +59,12 @@ def roles(params, privacy: dict, frame: pd.DataFrame) -> Roles:
     else:
         source, keys, sensitive = "swap_set", list(params.swap_set), None
         moved = list(params.swap_set) + list(privacy.get("others_swapped_with_eds", []))
-    numeric = [c for c in moved if pd.api.types.is_numeric_dtype(frame[c])]
-    return Roles(source, keys, sensitive, numeric)
+    return Roles(source, keys, sensitive, [c for c in moved if _numeric(frame[c])])
+
+
+def _numeric(column: pd.Series) -> bool:
+    """A column distances and means apply to (booleans are categories here)."""
+    return pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
 
 
 def external(released: pd.DataFrame, role: Roles) -> dict:
@@ -76,8 +80,7 @@ def external(released: pd.DataFrame, role: Roles) -> dict:
 
 def internal(original: pd.DataFrame, released: pd.DataFrame, role: Roles) -> dict:
     """Everything the steward reviews: before and after, linkage, information loss, pMSE."""
-    numeric_all = [c for c in original.columns if pd.api.types.is_numeric_dtype(original[c])
-                   and not pd.api.types.is_bool_dtype(original[c])]  # fmt: skip
+    numeric_all = [c for c in original.columns if _numeric(original[c])]
     paired = len(original) == len(released)
     con = duckdb.connect()
     try:
@@ -166,7 +169,7 @@ def internal_markdown(release_id: str, dataset: str, mechanism: str, figures: di
                else f"{link['linkage_rate']:.4f} of {link['perturbed_records']} perturbed records")  # fmt: skip
     il1s = "not computed" if figures["il1s"] is None else f"{figures['il1s']:.4f}"
     means = "\n".join(f"| {c} | {v['original']:.6g} | {v['released']:.6g} | {v['change']:+.6g} |"
-                      for c, v in figures["means"].items() if v["original"] is not None)  # fmt: skip
+                      for c, v in figures["means"].items() if v["change"] is not None)  # fmt: skip
     p = figures["pmse"]
     corr = ("none (fewer than two numeric columns)" if figures["max_pair"] is None
             else f"{figures['max_abs_correlation_change']:.4f} ({figures['max_pair']})")  # fmt: skip

@@ -86,7 +86,6 @@ def test_preview_writes_nothing_reads_no_row_and_refuses_as_a_release(tmp_path: 
     assert "- cost: epsilon=1 delta=0.0001" in r.stdout and "- verdict: **admitted**" in r.stdout
     assert "- left after it (basic composition): epsilon=0.5 delta=0.0008" in r.stdout
     assert "95% interval: the released count ±" in r.stdout
-    shown = r.stdout
     assert _ledger_bytes(home) == before  # the ledger, registry, anchors and keys: unchanged
     figures = json.loads(run(home, "release", "--preview", "--json", str(request)).stdout)
 

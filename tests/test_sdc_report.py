@@ -91,3 +91,24 @@ def test_a_dp_release_has_no_sdc_report(home, test_mode):
     folder = Path(summary["folder"])
     assert "sdc_report" not in json.loads((folder / "manifest.json").read_text())
     assert sdc_report.SECTION not in (folder / "report.md").read_text() and not (home / "sdc-reports").exists()
+
+
+def test_boolean_keys_do_not_stop_a_release(home, test_mode):
+    """A boolean QI column is a category (no distance or mean): the release publishes with both reports
+    (IL1s on it raised after the charge before)."""
+    frame = census(400)
+    frame["smoker"] = frame["age"] % 3 == 0
+    frame["bonus"] = (frame["age"] * 10.0).where(frame.index == 0)  # one value: a mean, but none once it moves
+    folder, internal = _release(home, frame, {"name": "ra", "params": {"qi": ["age", "smoker", "sex"],
+                                                                        "sensitive": "occupation"}})  # fmt: skip
+    figures = json.loads((internal / "internal.json").read_text())
+    assert "bonus" in figures["means"] and "smoker" not in figures["means"]
+    assert json.loads((folder / "manifest.json").read_text())["sdc_report"]["keys"] == ["age", "smoker", "sex"]
+
+
+def test_a_column_emptied_by_suppression_has_no_mean_change():
+    """Whether the internal report can be written must not depend on suppressed records' values."""
+    original = pd.DataFrame({"x": [1.0, 2, 3, 50], "y": [1.0, 2, 3, 4], "bonus": [None, None, None, 7.0]})
+    out = sdc_report.internal(original, original.iloc[:3], sdc_report.Roles("swap_set", ["x", "y"], None, ["x", "y"]))
+    assert out["means"]["bonus"] == {"original": 7.0, "released": None, "change": None, "relative": None}
+    assert out["means"]["x"]["change"] == pytest.approx(2 - 14)
