@@ -31,7 +31,7 @@ def test_two_workers_with_different_homes_eight_runs_against_a_cap_of_five(tmp_p
     """Prefect's server on PostgreSQL, two process workers with different homes sharing the ledger
     there: eight runs of the outlier-count deployment at once against a cap for five."""
     shared = {"PRIVRELEASE_LEDGER_URL": pg_url, "PRIVRELEASE_LEDGER_KEY_FILE": str(tmp_path / "secrets" / "ledger.key"),
-              "PRIVRELEASE_SNAPSHOT_DIR": str(tmp_path / "snapshots")}  # fmt: skip
+              "PRIVRELEASE_SNAPSHOT_STORE": str(tmp_path / "snapshots")}  # fmt: skip
     for name, value in shared.items():
         monkeypatch.setenv(name, value)
     homes = [tmp_path / "worker-a", tmp_path / "worker-b"]
