@@ -1,7 +1,7 @@
 """Workers on several hosts: one PostgreSQL ledger, one shared snapshot store and data root, a home
-per worker. The operator's trial (issue 28): the steward registers a DPNE corpus from home A with a
-cap for five releases at epsilon 1; eight releases at once, four from each home. Across network
-namespaces, through Prefect: tests/test_netns.py."""
+per worker. The operator's trial: the steward registers a DPNE corpus from home A with a cap for
+five releases at epsilon 1; eight releases at once, four from each home. The same across two
+network namespaces, through Prefect's server and workers: tests/test_server_pg.py."""
 
 from __future__ import annotations
 
