@@ -48,6 +48,12 @@ class Budget:
 
 
 ZERO = Budget(0.0, 0.0)
+NOT_DP = "recorded on the ledger, not DP, no budget spent"
+
+
+def charge_phrase(kind: str, epsilon: float = 0.0, delta: float = 0.0) -> str:
+    """How every output line says what a release cost: one phrasing for DP charges, one for the rest."""
+    return f"charged epsilon={epsilon:g} delta={delta:g}" if kind == "dp" else f"{kind}: {NOT_DP}"
 
 
 # -- Gaussian mechanisms: GDP composition and the analytic Gaussian conversion ----------------------

@@ -98,7 +98,8 @@ def refusal(dataset: str, f: Filter, spends: list[Spend], candidate: Spend) -> s
     """Why a charge is refused, in public values: its cost, what is left, who spent the most."""
     d = f.check(spends)
     cost = candidate.budget
-    lines = [f"this release needs epsilon={cost.epsilon:.6g}, delta={cost.delta:.6g} but dataset {dataset!r} cannot take it."]
+    lines = [f"this release needs epsilon={cost.epsilon:.6g}, delta={cost.delta:.6g} but dataset {dataset!r} cannot take "
+             f"it. {_binding(f, d, candidate, spends)}"]  # fmt: skip
     if f.alpha is not None:
         approx_d = sum((exact(e.delta) * e.count for e in candidate.parts if e.family == "approx"), Fraction(0))
         lines.append(
@@ -120,6 +121,28 @@ def refusal(dataset: str, f: Filter, spends: list[Spend], candidate: Spend) -> s
             + ")" for ref, b, c in top) + ".")  # fmt: skip
     lines.append("Lower the release's cost or raise the cap with privrelease ledger set-budget.")
     return " ".join(lines)
+
+
+def _binding(f: Filter, d, candidate: Spend, spends: list[Spend]) -> str:
+    """Which of epsilon and delta binds, in each region that could have admitted the charge."""
+
+    def say(eps: bool, delta: bool) -> str:
+        return ("epsilon and delta" if eps and delta else "epsilon (delta has room)" if eps
+                else "delta (epsilon has room)" if delta else "neither alone")  # fmt: skip
+
+    said = []
+    if f.alpha is not None:
+        approx_d = sum((exact(e.delta) * e.count for e in candidate.parts if e.family == "approx"), Fraction(0))
+        said.append("under the admission filter, " + say(f.cost(candidate) > f.k - d.renyi_used,
+                                                         approx_d > f.delta_room - d.approx_delta))  # fmt: skip
+    if candidate.gaussian or any(s.gaussian for s in spends):
+        said.append("basic composition does not take Gaussian noise")
+    else:
+        room_d = f.delta_room if f.alpha is not None else exact(f.cap.delta)
+        said.append("by basic composition, " + say(
+            exact(candidate.budget.epsilon) > exact(f.cap.epsilon) - d.basic_epsilon,
+            exact(candidate.budget.delta) > room_d - d.basic_delta))  # fmt: skip
+    return "What binds: " + "; ".join(said) + "."
 
 
 def largest_epsilon(f: Filter, spends: list[Spend], make: Callable[[float], Spend | None], high: float) -> float | None:

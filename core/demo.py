@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from core import paths
+from core.accounting import Budget
 
 DEMO_SEED = 20100101
 
@@ -109,12 +110,19 @@ def mail(messages: int = 300, seed: int = DEMO_SEED) -> list[dict]:
 
 
 SUITES = Path(__file__).resolve().parent.parent / "schemas" / "suites"
+# what write_demo registers: id, source, unit, purpose, expectation suite, and a cap that covers a few
+# dozen runs of each form's defaults (the UI's Quick run)
+_REGISTERED = (
+    ("census-demo", "census.csv", "record", "sdc", SUITES / "census_demo.json", None),
+    ("posts-demo", "posts.csv", "user:user", "dp", None, Budget(20.0, 1e-5)),
+    ("logins-demo", "logins.csv", "record", "dp", None, Budget(40.0, 1e-3)),
+)  # fmt: skip
+DATASETS = tuple(r[0] for r in _REGISTERED)
 
 
 def write_demo(home: Path, rows: int = 20_000) -> Path:
     """Act as the data steward: write the sample sources under the data root, register them (DP ones
     with a cap), and write the analyst's release requests. Returns the census request's path."""
-    from core.accounting import Budget
     from core.ledger import Ledger
     from core.registry import Registry, Unit, data_root
 
@@ -131,12 +139,7 @@ def write_demo(home: Path, rows: int = 20_000) -> Path:
     registry, ledger = Registry(home), Ledger(paths.database(home))
     registered = {d.id for d in registry.list()}
     capped = {t.dataset for t in ledger.totals() if t.cap is not None}
-    # caps that cover a few dozen runs of each form's defaults (the UI's Quick run)
-    for dataset_id, source, unit, purpose, suite, cap in (
-        ("census-demo", "census.csv", "record", "sdc", SUITES / "census_demo.json", None),
-        ("posts-demo", "posts.csv", "user:user", "dp", None, Budget(20.0, 1e-5)),
-        ("logins-demo", "logins.csv", "record", "dp", None, Budget(40.0, 1e-3)),
-    ):  # fmt: skip
+    for dataset_id, source, unit, purpose, suite, cap in _REGISTERED:
         if dataset_id in registered:
             registry.refresh(dataset_id, root)
         else:

@@ -31,3 +31,8 @@ def releases(root: Path) -> Path:
 def staging(root: Path) -> Path:
     """Where a release is written before it is renamed into ``releases/``: same filesystem, never published."""
     return root / "staging"
+
+
+def sdc_reports(root: Path) -> Path:
+    """The data steward's internal SDC reports: never published, readable by the home's owner only."""
+    return root / "sdc-reports"

@@ -1,6 +1,7 @@
 """The release pipeline: its steps as plain functions, and ``release``, the one sequence of them.
 
-prepare → (a steward's approval, for a large charge) → load → charge → privatize → check → publish → settle.
+prepare → (a steward's approval, for a large charge) → load → charge → privatize → check → (SDC: assess) → publish
+→ settle.
 
 Every charge ends in an outcome: a release killed after its charge is settled as failed
 (``interrupted``) or, if its folder was already in place, as published, by ``recover``, which
@@ -27,10 +28,11 @@ from types import SimpleNamespace
 import pandas as pd
 
 from core import budget as accounts
-from core import faults, mechanisms, noise, paths
+from core import faults, mechanisms, noise, paths, sdc_report
 from core import publish as _publish
 from core import spec as _spec
 from core.accountant import Spend, events_of
+from core.accounting import charge_phrase
 from core.accounts import requester
 from core.errors import ApprovalError, BudgetExhausted, ReleaseConflict, SpecError, UserError
 from core.ledger import FAILED, PUBLISHED, Charge, Ledger
@@ -169,6 +171,16 @@ def privatize(release: Release, frame: pd.DataFrame) -> Result:
     return result
 
 
+def assess(store: Store, release: Release, frame: pd.DataFrame, result: Result) -> Result:
+    """An SDC release's risk and utility report: the internal one written for the data steward under
+    the home (never published, never logged), the external one (figures of the released table
+    only) attached to the result to be published with it."""
+    role = sdc_report.roles(release.params, result.privacy, frame)
+    sdc_report.write_internal(store.root, release.dataset.id, release.release_id, release.mechanism,
+                              sdc_report.internal(frame, result.data, role), sdc_report.records(frame, result.data, role))  # fmt: skip
+    return sdc_report.attach(result, sdc_report.external(result.data, role))
+
+
 def publish(store: Store, release: Release, plan_: Plan, result: Result, charge_: Charge) -> _publish.Published:
     record = _publish.manifest(release, plan_, result, charge_.entry)
     return _publish.publish(store.releases, store.staging, record, result)
@@ -192,14 +204,19 @@ def recover(store: Store) -> list:
     Run by every command that touches the ledger, so no charge stays without an outcome."""
     settled = store.ledger.recover(store.releases)
     if store.staging.is_dir():
+        # Folders first, then the live charges: a release stages only after its charge is recorded, so
+        # every folder listed here that is still in use has its charge among the pending read after.
+        # (Reading the charges first let a release that charged and staged in between lose its folder.)
+        folders = list(store.staging.glob("*/*"))
         live = {(e.dataset, e.release_id) for e in store.ledger.pending()}
-        for folder in store.staging.glob("*/*"):
+        for folder in folders:
             if (folder.parent.name, folder.name.rsplit(".", 1)[0]) not in live:
                 shutil.rmtree(folder, ignore_errors=True)
     return settled
 
 
-DIRECT = SimpleNamespace(prepare=prepare, approve=approve, load=load, charge=charge, privatize=privatize, publish=publish, settle=settle)
+DIRECT = SimpleNamespace(prepare=prepare, approve=approve, load=load, charge=charge, privatize=privatize, assess=assess,
+                         publish=publish, settle=settle)  # fmt: skip
 
 
 def release(store: Store, request: ReleaseRequest, steps: SimpleNamespace = DIRECT,
@@ -229,12 +246,15 @@ def release(store: Store, request: ReleaseRequest, steps: SimpleNamespace = DIRE
             "Release again under a new release_id, which is a new charge."
         )
     cost = plan_.cost
-    log.info("charge: ledger entry #%d, %s", charged.entry.seq,
-             f"epsilon={cost.budget.epsilon:g} delta={cost.budget.delta:g}" if isinstance(cost, DPCost) else cost.kind)
+    log.info("ledger entry #%d: %s", charged.entry.seq, charge_phrase(
+        "dp", cost.budget.epsilon, cost.budget.delta) if isinstance(cost, DPCost) else charge_phrase(cost.kind))
     try:
         result = steps.privatize(spec, frame)
         log.info("privatize: %s ran and its output checks passed", spec.mechanism)
         faults.point("privatize")
+        if not isinstance(cost, DPCost):
+            result = steps.assess(store, spec, frame, result)
+            log.info("assess: the risk and utility report (internal for the data steward, external to publish)")
         published = steps.publish(store, spec, plan_, result, charged)
         faults.point("publish")
     except Exception as exc:

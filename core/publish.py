@@ -20,6 +20,7 @@ from pathlib import Path
 import duckdb
 
 from core import __version__, faults
+from core.accounting import NOT_DP
 from core.chain import Entry
 from core.charts import render_chart
 from core.errors import InternalError, ReleaseConflict
@@ -94,7 +95,7 @@ def report(record: dict, result: Result) -> str:
     charts = "".join(f"![{c.title}]({c.filename})\n\n" for c in result.charts)
     files = "\n".join(f"- `{name}` (sha256 `{digest[:16]}…`)" for name, digest in record["files"].items())
     cost = (f"epsilon = {p['epsilon']:g}, delta = {p['delta']:g} ({p['adjacency']})" if p["kind"] == "dp"
-            else "none: not differential privacy (statistical disclosure control; see its risk figures)")
+            else f"none: {NOT_DP} (statistical disclosure control; see its risk figures)")
     rows = "" if ds["rows"] is None else f", {ds['rows']} records (public under its unit)"
     return (
         f"# Release `{record['release_id']}` of dataset `{record['dataset']}`\n\n"
@@ -125,10 +126,9 @@ def publish(releases_root: Path, staging_root: Path, record: dict, result: Resul
         con = duckdb.connect()
         try:
             relation = con.from_df(result.data)
-            names = [f"{result.name}.parquet"] + ([f"{result.name}.csv"] if result.csv else [])
+            names = [f"{result.name}.parquet", f"{result.name}.csv"]  # the CSV for whoever opens it first
             relation.write_parquet(str(tmp / names[0]))
-            if result.csv:
-                relation.write_csv(str(tmp / names[1]))
+            relation.write_csv(str(tmp / names[1]))
         finally:
             con.close()
         for chart in result.charts:

@@ -20,9 +20,7 @@ registered digest before use.
 
 from __future__ import annotations
 
-import csv
 import os
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,6 +35,7 @@ from core import content, paths, snapshots
 from core.db import quote_ident
 from core.errors import IngestError, SpecError
 from core.ids import check_id
+from core.readers import csv_header, read_into
 from core.schema import TYPES, Column, Schema
 from core.store import open_store
 
@@ -134,32 +133,6 @@ def resolve_source(source: str, root: Path) -> Path:
     return path
 
 
-def _reader(fmt: str, delimiter: str) -> tuple[str, list]:
-    if fmt == "csv":
-        # Fixed dialect and strict mode: the sniffer must not guess its way around bad rows.
-        return ("read_csv(?, header = true, skip = 0, delim = ?, quote = '\"', strict_mode = true, "
-                "max_line_size = 134217728)", [delimiter])  # fmt: skip
-    if fmt == "parquet":
-        return "read_parquet(?)", []
-    return "read_json(?, format = 'newline_delimited')", []
-
-
-def _reader_error(exc: Exception, fmt: str, delimiter: str) -> str:
-    line = re.search(r"[Ll]ine:? (\d+)", str(exc))
-    where = f" near line {line.group(1)}" if line else ""
-    if "invalid unicode" in str(exc).lower() or "not utf-8 encoded" in str(exc).lower():
-        return f"it is not UTF-8 encoded{where}; convert it to UTF-8 first"
-    if fmt == "csv":
-        return (f"it is not a well-formed CSV file with a header row and delimiter {delimiter!r}{where} (every row "
-                "needs the header's number of fields, quotes must be balanced); fix the file or pass --delimiter")
-    if fmt == "parquet":
-        return "it is not a readable Parquet file; check --format"
-    return f"it is not valid JSON lines (one object per line){where}; check --format"
-
-
-def _csv_header(path: Path, delimiter: str) -> list[str]:
-    with open(path, newline="", encoding="utf-8", errors="replace") as handle:
-        return next(csv.reader(handle, delimiter=delimiter), [])
 
 
 class Registry:
@@ -297,17 +270,13 @@ class Registry:
         schema: Schema | None, suite: str | None,
     ) -> tuple[Dataset, bool]:  # fmt: skip
         snapshot = snapshots.folder(self.home, dataset_id) / f"v{version}.parquet"
-        reader, extra = _reader(fmt, delimiter)
         if fmt == "csv":
-            header = _csv_header(path, delimiter)
+            header = csv_header(path, delimiter)
             dupes = sorted({h for h in header if header.count(h) > 1})
             if dupes:
                 raise IngestError(f"the CSV header repeats column names {dupes}; give every column a unique name.")
         with duckdb.connect() as con:
-            try:
-                con.execute(f"CREATE TEMP TABLE incoming AS SELECT * FROM {reader}", [str(path), *extra])
-            except Exception as exc:  # noqa: BLE001 - DuckDB raises several types; none is echoed
-                raise IngestError(f"could not read {path.name!r}: {_reader_error(exc, fmt, delimiter)}.") from None
+            read_into(con, "incoming", path, fmt, delimiter)
             found = con.execute(
                 "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'incoming' "
                 "ORDER BY ordinal_position"

@@ -15,6 +15,7 @@ import traceback
 from pathlib import Path
 
 from core import __version__, paths
+from core.accounting import charge_phrase
 from core.errors import LedgerCorrupt, UserError
 from flows.cli_dataset import cmd_dataset_add, cmd_dataset_drop, cmd_dataset_list, cmd_dataset_refresh, cmd_dataset_show
 from flows.cli_ledger import add_parsers as add_ledger_parsers
@@ -70,9 +71,8 @@ def cmd_release(args: argparse.Namespace, root: Path) -> int:
     if summary["already_published"]:
         print("(already published earlier; nothing was charged again)")
     p = summary["privacy"]
-    cost = f"epsilon={p['epsilon']:g} delta={p['delta']:g}" if p["kind"] == "dp" else f"none ({p['kind']}: not DP)"
     left = _left(summary["dataset"])
-    print(f"mechanism {summary['mechanism']}; charged {cost}"
+    print(f"mechanism {summary['mechanism']}; {charge_phrase(p['kind'], p['epsilon'], p['delta'])}"
           + (f"; left epsilon={left['epsilon']:.4g} delta={left['delta']:.3g}" if left else ""))  # fmt: skip
     if summary["headline"]:
         print("result " + ", ".join(f"{k}={v}" for k, v in summary["headline"].items()))
@@ -155,18 +155,35 @@ def cmd_spam_split(args: argparse.Namespace, root: Path) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, root: Path) -> int:
-    from core.demo import write_demo
+    from core.demo import DATASETS, write_demo
+    from core.ledger import Ledger
+    from core.registry import Registry
 
     request = write_demo(root, rows=args.rows)
+    caps = {t.dataset: t.cap for t in Ledger(paths.database(root)).totals()}
+    print("As the data steward, the demo registered:")
+    for d in (Registry(root).get(i) for i in DATASETS):
+        rows = f"{d.rows} rows" if d.rows is not None else "rows not public"
+        cap = caps.get(d.id)
+        budget = f"budget epsilon={cap.epsilon:g} delta={cap.delta:g}" if cap else "no budget (SDC)"
+        print(f"  {d.id:<12} {d.purpose:<4} unit {str(d.unit):<10} {rows:<16} {budget}")
+    print(f"Example release requests, an analyst's: {request.parent}/")
+    for example in sorted(request.parent.glob("*.yaml")):
+        print(f"  {example.name}")
+    me = f"privrelease --home {root}"
     if args.prepare_only:
-        print(f"demo datasets registered; release requests written to {request.parent}")
+        print(f"\nNext: {me} release {request}")
         return 0
+    print(f"\nReleasing {request.name} as the analyst:")
     summary = _run_release(request, {"runner": "local", "dask_address": None, "dask_workers": 2})
     ledger = summary["ledger"]
-    print(f"\nrelease folder: {summary['folder']}")
-    print(f"ledger entry:   #{ledger['seq']} {ledger['hash']}")
+    print(f"release folder: {summary['folder']}")
+    print(f"ledger entry:   #{ledger['seq']} {ledger['hash']} ({charge_phrase(summary['privacy']['kind'])})")
     print(f"Pa:             {summary['privacy']['pa']:.4f}  (Pa_max {summary['privacy']['pa_max']:.4f})")
-    print(f"audit with:     {sys.argv[0]} --home {root} ledger history")
+    print("\nNext:")
+    print(f"  {me} release {request.parent / 'posts-dpne.yaml'}   # a DP release: spends posts-demo's budget")
+    print(f"  {me} ledger totals                              # what each dataset has spent and has left")
+    print(f"  {me} ledger history                             # every release, as an auditor reads it")
     return 0
 
 

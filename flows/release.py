@@ -1,4 +1,4 @@
-"""The release flow: prepare → load → charge → privatize → check → publish → settle.
+"""The release flow: prepare → load → charge → privatize → check → (SDC: assess) → publish → settle.
 
 ``release`` takes the analyst's request (a registered dataset id, a mechanism and its public
 parameters) as the command line does; the forms of the UI (``flows/forms.py``) build the same

@@ -35,7 +35,7 @@ class Approval(RunInput):
     approved_by: str = Field("", description="leave empty: privrelease's gate writes in your account")
 
 
-__all__ = ["approve", "charge", "load", "prepare", "privatize", "publish", "settle"]  # the steps core.pipeline.release runs
+__all__ = ["approve", "assess", "charge", "load", "prepare", "privatize", "publish", "settle"]  # the steps core.pipeline.release runs
 
 
 @task(name="prepare", **RAW)
@@ -76,6 +76,11 @@ def charge(store: pipeline.Store, release: Release, plan_: Plan) -> Charge:
 @task(name="privatize", **RAW)
 def privatize(release: Release, frame: pd.DataFrame) -> Result:
     return pipeline.privatize(release, frame)
+
+
+@task(name="assess", **RAW)
+def assess(store: pipeline.Store, release: Release, frame: pd.DataFrame, result: Result) -> Result:
+    return pipeline.assess(store, release, frame, result)
 
 
 @task(name="publish", **RAW)

@@ -49,6 +49,10 @@ def test_dpne_releases_admitted_by_the_filter_and_refused_with_reasons(store):
     assert len(charges) == n and all(json.loads(e.detail)["admission"]["region"] == "renyi" for e in charges)
     message = str(refused.value)
     assert "this release needs epsilon=1, delta=1e-06" in message
+    # DPNE adds Gaussian noise: only the filter can admit it, and there both ran out (0.159 > 0.103 left;
+    # the new-item delta 5e-7 plus the sampler's 5e-84 > 5e-7 left)
+    assert "What binds: under the admission filter, epsilon and delta; basic composition does not take " \
+           "Gaussian noise." in message
     assert "Admission filter (Rényi order" in message and "of which 0" not in message.split("budget,")[0]
     assert f"Largest spenders so far: {charges[0].release_id} (epsilon=1, delta=1e-06, filter cost" in message
     # here the new-item deltas bind: 17 x (5e-7 + the sampler's 5e-84) leave less than 5e-7 of the 9e-6
@@ -66,6 +70,7 @@ def test_a_refusal_names_the_largest_epsilon_that_fits(store):
             n += 1
     assert 2 < n < 17
     message = str(refused.value)
+    assert "What binds: under the admission filter, epsilon (delta has room);" in message
     largest = float(message.split("The largest epsilon of this request that fits is ")[1].split(" ")[0])
     assert 0 < largest < 1
     with pytest.raises(BudgetError):
@@ -147,6 +152,20 @@ def test_totals_command_as_the_steward_types_it(store, home):
     shown = json.loads(run(home, "ledger", "totals", "--json").stdout)[0]
     assert shown["spent"] == {"epsilon": 3.0, "delta": 3e-6}
     assert shown["pld"]["epsilon"] == pytest.approx(t.account.pld_epsilon) and shown["next"]["fits"] == t.account.fits
+
+
+def test_a_refusal_by_basic_composition_names_what_binds_with_both_figures(tmp_path: Path):
+    ledger = Ledger(tmp_path / "privrelease.duckdb")
+    ledger.set_budget("d", Budget(1, 1e-6))
+    ledger.reserve("d", "r1", "dp", Budget(0.5, 1e-7), "replace-one", "m", {})
+    with pytest.raises(BudgetError) as eps:
+        ledger.reserve("d", "r2", "dp", Budget(0.6, 1e-7), "replace-one", "m", {})
+    with pytest.raises(BudgetError) as delta:
+        ledger.reserve("d", "r3", "dp", Budget(0.1, 1e-6), "replace-one", "m", {})
+    assert "by basic composition, epsilon (delta has room)." in str(eps.value)
+    assert "by basic composition, delta (epsilon has room)." in str(delta.value)
+    assert "this release needs epsilon=0.1, delta=1e-06" in str(delta.value)
+    assert "it has only epsilon=0.5, delta=" in str(delta.value)
 
 
 def test_totals_print_every_digit_spent(tmp_path: Path):

@@ -127,6 +127,18 @@ def test_demo_in_a_fresh_home(tmp_path: Path):
     assert r.returncode == 0, r.stderr[-2000:]
     folder = Path(next(line for line in r.stdout.splitlines() if line.startswith("release folder:")).split(":", 1)[1].strip())
     assert (folder / "manifest.json").is_file() and (folder / "report.md").is_file()
+    # it says what it did as the steward, where the examples are, and what to type next
+    said = r.stdout.splitlines()
+    assert said[0] == "As the data steward, the demo registered:"
+    assert said[1].split() == ["census-demo", "sdc", "unit", "record", "2000", "rows", "no", "budget", "(SDC)"]
+    assert said[2].split() == ["posts-demo", "dp", "unit", "user:user", "rows", "not", "public", "budget", "epsilon=20",
+                               "delta=1e-05"]  # fmt: skip
+    assert said[4] == f"Example release requests, an analyst's: {home / 'requests'}/"
+    assert "(sdc: recorded on the ledger, not DP, no budget spent)" in r.stdout
+    nxt = said[said.index("Next:") + 1].split("#")[0].split()
+    assert nxt == ["privrelease", "--home", str(home), "release", str(home / "requests" / "posts-dpne.yaml")]
+    r = run(home, *nxt[3:])  # the next command, as printed
+    assert r.returncode == 0 and "charged epsilon=" in r.stdout, r.stderr[-2000:]
     r = run(home, "dataset", "list")
     assert r.returncode == 0 and [line.split(":")[0] for line in r.stdout.splitlines()] == [
         "dataset census-demo", "dataset logins-demo", "dataset posts-demo"]
@@ -165,7 +177,7 @@ def test_release_summary_json_and_quiet(tmp_path: Path):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith("release census-") and lines[1].startswith("folder ")
-    assert lines[2] == "mechanism ra; charged none (sdc: not DP)" and lines[3].startswith("result pa=")
+    assert lines[2] == "mechanism ra; sdc: recorded on the ledger, not DP, no budget spent" and lines[3].startswith("result pa=")
     assert lines[4] == f"home {home}" and "Starting temporary server" not in r.stderr
     r = run(home, "release", str(write_request(tmp_path / "b")), "--quiet")
     assert r.returncode == 0 and len(r.stdout.splitlines()) == 2

@@ -37,7 +37,7 @@ def test_dpne_release_charges_then_publishes(prefect_server, home, tmp_path, cap
     code, out, err = cli(capsys, "release", str(spec))
     assert code == 0, err
     folder = Path(out.split("folder ")[1].split()[0])
-    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "ngrams.parquet", "ngrams_by_length.png", "report.md"]
+    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "ngrams.csv", "ngrams.parquet", "ngrams_by_length.png", "report.md"]
     table = duckdb.connect().execute("SELECT * FROM read_parquet(?)", [str(folder / "ngrams.parquet")]).df()
     assert list(table.columns) == ["ngram", "n", "noisy_weight"]
     manifest = json.loads((folder / "manifest.json").read_text())

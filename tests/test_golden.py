@@ -22,6 +22,7 @@ import pytest
 from core import pipeline
 from core.accounting import Budget
 from core.ledger import Ledger
+from core.mechanisms.outliers_report import ROUNDED
 from core.spec import parse
 from tests.helpers import QI, register
 from tests.test_dpne import phrase_corpus
@@ -61,21 +62,21 @@ CASES = {  # name -> (table, unit, purpose, mechanism)
 
 GOLDEN = {
     "ra": {"<ledger>": "3a4f670899d02ec7", "data.csv": "5d77efe877ac9377", "data.parquet": "c00900348e422687",
-           "manifest.json": "b5bfeccb0ab5cda1", "report.md": "b14222c08b4ad106"},
+           "manifest.json": "94b76a3627ac146c", "report.md": "d0bea5bc59ea7bb2"},
     "era": {"<ledger>": "d04bec421cc6b8ad", "data.csv": "7022a66e8ea7cf41", "data.parquet": "bc6bd761f6bd91e1",
-            "manifest.json": "b9af0ffc1413528f", "report.md": "e8d62033ca09153c"},
+            "manifest.json": "fe79c3e6ab9551a6", "report.md": "53dbb5d9f35a7254"},
     "mews": {"<ledger>": "57f7da4b64a6cecd", "data.csv": "6a5fd05aa4060df4", "data.parquet": "e87ee9685a2273a2",
-             "manifest.json": "2a6804f940935137", "report.md": "b368412eeafa5343"},
+             "manifest.json": "6deb941ddf77448e", "report.md": "58bb4ea8d6a7a98f"},
     "meds": {"<ledger>": "174f3827b8cd9e4f", "data.csv": "a338e805a9eefe2f", "data.parquet": "8256f542a4890b4d",
-             "manifest.json": "cd9464d87f4cc51a", "report.md": "8ac3c9eb58563eed"},
+             "manifest.json": "903f529f4bfe9f7c", "report.md": "25e0db0768d3feb0"},
     "eds": {"<ledger>": "8e51b07b2661cca0", "data.csv": "5c21de6b4755c294", "data.parquet": "3715d04156b65666",
-            "manifest.json": "18f371a5c985153b", "report.md": "4b7c8cd8b56fec76"},
-    "dpne": {"<ledger>": "15f3f4a62d98b0af", "manifest.json": "9dd149505dd74bb5", "ngrams.parquet": "e8aea74a9436577e",
-             "report.md": "bc1bdb83e98104cb"},
-    "outliers-count": {"<ledger>": "bdf9dc022f3d0b7e", "manifest.json": "3a57460da5dafdea", "outliers.csv": "5ec51954a4a5028b",
-                       "outliers.parquet": "438954f1143656ed", "report.md": "ff40b07890792bc7"},
-    "outliers-top": {"<ledger>": "f257d6381d277199", "manifest.json": "5f4e0f5cad50ce13", "outliers.csv": "bd13816f419c798d",
-                     "outliers.parquet": "5b18baeeec872715", "report.md": "0af65073738edc29"},
+            "manifest.json": "8b6ff408dab415e6", "report.md": "80df5beec529e549"},
+    "dpne": {"<ledger>": "15f3f4a62d98b0af", "manifest.json": "00585d4785a6caf4", "ngrams.csv": "3c3f28b1f6126d3b",
+             "ngrams.parquet": "e8aea74a9436577e", "report.md": "d8c8d071cb9605bd"},
+    "outliers-count": {"<ledger>": "bdf9dc022f3d0b7e", "manifest.json": "2c6979e96db1b4ef", "outliers.csv": "5afa996bfba45a10",
+                       "outliers.parquet": "3f883992936ab139", "report.md": "fbb09aeb7e96a84b"},
+    "outliers-top": {"<ledger>": "f257d6381d277199", "manifest.json": "062bba70f11e2aa6", "outliers.csv": "eed7f98a1dd423be",
+                     "outliers.parquet": "caa7ae2ec55aec78", "report.md": "9c2506e615e45aef"},
 }  # fmt: skip
 
 
@@ -110,3 +111,22 @@ def digests(home: Path, case: str) -> dict[str, str]:
 def test_a_seeded_release_is_byte_identical(case, tmp_path, monkeypatch, test_mode):
     monkeypatch.setenv("PRIVRELEASE_HOME", str(tmp_path))
     assert digests(tmp_path, case) == GOLDEN[case]
+    (manifest,) = tmp_path.glob("**/manifest.json")
+    opens_in_pandas(manifest, case)
+
+
+def opens_in_pandas(manifest: Path, case: str) -> None:
+    """Analysts open releases with pandas first: its default Parquet engine (pyarrow) reads each table,
+    and the CSV beside it holds the same rows."""
+    tables = sorted(manifest.parent.glob("*.parquet"))
+    assert tables
+    for table in tables:
+        frame = pd.read_parquet(table)
+        twin = pd.read_csv(table.with_suffix(".csv"))
+        assert len(frame) == len(twin) and list(frame.columns) == list(twin.columns)
+        numeric = frame.select_dtypes("number").columns
+        np.testing.assert_allclose(frame[numeric].to_numpy(float), twin[numeric].to_numpy(float), rtol=1e-12)
+    if case == "outliers-count":  # the README, the report and the table say the same about rounding
+        readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
+        assert ROUNDED in readme and ROUNDED in " ".join((manifest.parent / "report.md").read_text().split())
+        assert str(pd.read_parquet(manifest.parent / "outliers.parquet")["noisy_count"].dtype) == "int64"

@@ -21,16 +21,22 @@ import re
 import time
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pandas as pd
 import pytest
 
+from core import mechanisms, sdc_report
 from core.accounting import Budget
+from core.demo import census
 from core.ledger import Ledger
+from core.sdc_report import SECTION
 from core.spec import parse
+from flows.artifacts import data_uri, readable
 from tests.helpers import register
 from tests.test_dpne import phrase_corpus
 from tests.test_outliers import planted
+from tests.test_swapping import binormal
 
 PUBLIC_SCALES = {c: {"mean": 0.0, "std": 1.0} for c in "abcde"}
 
@@ -144,13 +150,14 @@ async def _prefect_surface(flow_run_id: str) -> dict:
     }
 
 
-def _release(home: Path, frame: pd.DataFrame, unit: str, mechanism: dict, monkeypatch) -> dict:
+def _release(home: Path, frame: pd.DataFrame, unit: str, mechanism: dict, monkeypatch, purpose: str = "dp") -> dict:
     """Register ``frame`` and release it with a fixed id and seed; returns everything readable."""
     from flows.release import release
 
     monkeypatch.setenv("PRIVRELEASE_HOME", str(home))
-    register(home, frame, "ds", unit, "dp")
-    Ledger(home / "privrelease.duckdb").set_budget("ds", Budget(10.0, 1e-3))
+    register(home, frame, "ds", unit, purpose)
+    if purpose == "dp":
+        Ledger(home / "privrelease.duckdb").set_budget("ds", Budget(10.0, 1e-3))
     summary = release(request=parse({"release_id": "r1", "dataset": "ds", "mechanism": mechanism, "seed": 11}))
     folder = Path(summary["folder"])
     entries = [e.as_dict() for e in Ledger(home / "privrelease.duckdb").entries()]
@@ -161,6 +168,7 @@ def _release(home: Path, frame: pd.DataFrame, unit: str, mechanism: dict, monkey
         "report": (folder / "report.md").read_text(),
         "ledger": entries,
         "home": str(home),
+        "folder": folder,
     }
 
 
@@ -250,3 +258,88 @@ def test_dpne_on_neighbouring_corpora_keeps_a_user_unique_phrase_private():
     # control: the event is observable; once 150 users hold the phrase it is released in most runs
     many = pd.concat([d_prime, pd.DataFrame({"user": range(20_000, 20_150), "text": "my secret phrase here"})])
     assert sum("secret" in released(many, params, s) for s in range(20)) >= 18
+
+
+def _neighbours_census() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Record 0 replaced by a copy of another record: the first whose copy moves the external
+    figures of the release (seed 11, as ``_release``), so the test's masking is exercised."""
+    from core import noise
+    from core.mechanisms import ra
+
+    d = census(600)
+    params = ra.Params.model_validate(SDC_CASES["ra"][1]["params"])
+    role = sdc_report.roles(params, {}, d)
+
+    def figures(frame: pd.DataFrame) -> dict:
+        return sdc_report.external(ra.run(frame, params, noise.generator(11)).data, role)
+
+    for j in range(1, 600):
+        d_prime = d.copy()
+        d_prime.iloc[0] = d.iloc[j]
+        if figures(d_prime) != figures(d):
+            return d, d_prime
+    raise AssertionError("no neighbour moves the figures")
+
+
+def _neighbours_binormal() -> tuple[pd.DataFrame, pd.DataFrame]:
+    d = binormal(600)
+    d_prime = d.copy()
+    d_prime.loc[0, ["x", "y"]] = [1.9, -1.9]  # one record's swapped values replaced
+    return d, d_prime
+
+
+SDC_CASES = {
+    "ra": (_neighbours_census, {"name": "ra", "params": {"qi": ["age", "sex", "race", "education"],
+                                                         "sensitive": "occupation"}}),
+    "mews": (_neighbours_binormal, {"name": "mews", "params": {"swap_set": ["x", "y"], "widths": 0.5}}),
+}  # fmt: skip
+INTERNAL_ONLY = ("For the data steward only", "Internal SDC report", "sdc-reports", "pMSE = ", "record linkage in rank")
+
+
+def _section(text: str) -> str:
+    """The external SDC section of a report or an artifact: from its heading to the next one."""
+    start = text.index(SECTION)
+    end = text.find("\n#", start + len(SECTION))
+    return text[start: end if end >= 0 else None]
+
+
+@pytest.mark.parametrize("case", sorted(SDC_CASES))
+def test_external_sdc_report_differs_only_through_the_released_table(prefect_server, test_mode, tmp_path,
+                                                                      monkeypatch, case):  # fmt: skip
+    """An SDC release on D and on D' (one record replaced), same seed: its external report (report
+    section, manifest figures, chart in the artifact) is recomputed from each published table
+    alone, and the two differ only where each prints a figure of its own released table. The
+    internal report stays under the home: none of its words or figures reach Prefect."""
+    from prefect.logging.handlers import APILogHandler
+
+    make, mechanism = SDC_CASES[case]
+    runs = [_release(tmp_path / name, frame, "record", mechanism, monkeypatch, "sdc")
+            for name, frame in zip(("d", "dp"), make())]  # fmt: skip
+    APILogHandler().flush()
+    time.sleep(2.5)
+    params = mechanisms.get(mechanism["name"]).Params.model_validate(mechanism["params"])
+    outputs, sections = [], []
+    for run in runs:
+        internal = json.loads((sdc_report.folder(Path(run["home"]), "ds", "r1") / "internal.json").read_text())
+        _read_prefect(run)
+        folder = run.pop("folder")
+        released = duckdb.connect().execute("SELECT * FROM read_parquet(?)", [str(folder / "data.parquet")]).df()
+        figures = json.loads(json.dumps(sdc_report.external(released, sdc_report.roles(params, run["manifest"]["privacy"], released))))
+        assert run["manifest"]["sdc_report"] == figures
+        assert _section(run["report"]).startswith(sdc_report.external_section(figures))  # then the charts
+        (artifact,) = run["prefect"]["artifacts"]
+        assert _section(artifact[3]).startswith(readable(sdc_report.external_section(figures)))
+        assert data_uri(folder / sdc_report.EXTERNAL_CHART) in artifact[3], "the artifact shows the external chart"
+        surface = json.dumps(run["prefect"])
+        assert not [w for w in INTERNAL_ONLY if w in surface]
+        assert f"pMSE = {internal['pmse']['pmse']:.3g}" not in surface
+        outputs.append(_numbers(figures))
+        sections.append(_section(run["report"]))
+    a, b = runs
+    _same_but_outputs(*sections, *outputs, "external SDC report")
+    assert a["prefect"]["logs"] == b["prefect"]["logs"] and any("assess:" in line for line in a["prefect"]["logs"])
+    assert a["prefect"]["tasks"] == b["prefect"]["tasks"] and "assess" in a["prefect"]["tasks"]
+    assert a["manifest"]["files"]["data.parquet"] != b["manifest"]["files"]["data.parquet"], "the released tables differ"
+    # control: on RA's few discrete keys the neighbours move the figures (so the masking is exercised);
+    # MEWS's keys are continuous, unique on both tables: the same figures
+    assert (outputs[0] != outputs[1]) == (case == "ra")

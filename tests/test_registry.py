@@ -121,14 +121,16 @@ def test_other_formats(tmp_path: Path, fmt: str):
 @pytest.mark.parametrize(
     "content,fmt,message",
     [
-        ("a,b,c\n1,2,3\n4,SECRET5\n7,8,9\n", "csv", "not a well-formed CSV"),
-        ("a,b\n1,\"unterminated\n", "csv", "not a well-formed CSV"),
+        ("a,b,c\n1,2,3\n4,SECRET5\n7,8,9\n", "csv", "line 3 has 2 fields, the header has 3"),
+        ("a,b,c\r\n1,2,3\n4,SECRET5\r\n7,8,9\n", "csv", "line 3 has 2 fields, the header has 3"),
+        ("a,b\n1,2\n3,\"SECRET\n4,5\n", "csv", "line 3: a quoted field opened there is never closed"),
+        ("a,b\n1,2\n3,\"SECRET\"x\n", "csv", "line 3: a quote is misplaced"),
         ("", "csv", "is empty"),
         ("a,b\n1,2\n", "parquet", "not a readable Parquet"),
         ('{"a": 1}\n{"a": SECRET\n', "jsonl", "not valid JSON lines"),
         ("a,a\n1,2\n", "csv", r"the CSV header repeats column names \['a'\]"),
     ],
-    ids=["ragged-csv", "unbalanced-quote", "empty-file", "csv-as-parquet", "broken-jsonl", "duplicate-header"],
+    ids=["ragged-csv", "ragged-mixed-endings", "unbalanced-quote", "stray-quote", "empty-file", "csv-as-parquet", "broken-jsonl", "duplicate-header"],
 )
 def test_unreadable_files_get_a_clear_error_without_content(tmp_path: Path, content, fmt, message):
     root = tmp_path / "data"
@@ -138,6 +140,36 @@ def test_unreadable_files_get_a_clear_error_without_content(tmp_path: Path, cont
         Registry(tmp_path).add("ds", "in.data", fmt, Unit("record"), "sdc", root=root)
     assert "SECRET" not in str(info.value)
     assert Registry(tmp_path).list() == []
+
+
+@pytest.mark.parametrize("body", [
+    "a,b,c\r\n1,2,3\r\n4,5,6\n7,8,9\n",  # written on one system, appended to on another
+    "a,b,c\n1,2,3\r\n4,5,6\r\n7,8,9",  # the other way round, no final newline
+    'a,b,c\r\n1,"two\nlines",3\n4,5,6\r\n7,8,9\r\n',  # a quoted field holding a newline
+])
+def test_csv_line_endings_crlf_lf_or_a_mix_register_the_same_table(tmp_path: Path, body):
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "mixed.csv").write_bytes(body.encode())
+    (root / "lf.csv").write_bytes(body.replace("\r\n", "\n").encode())
+    registry = Registry(tmp_path)
+    mixed, _ = registry.add("mixed", "mixed.csv", "csv", Unit("record"), "sdc", root=root)
+    lf, _ = Registry(tmp_path / "other").add("lf", "lf.csv", "csv", Unit("record"), "sdc", root=root)
+    assert mixed.rows == lf.rows == 3
+    got = registry.load(mixed)
+    pd.testing.assert_frame_equal(got, Registry(tmp_path / "other").load(lf))
+    assert got["c"].tolist() == [3, 6, 9]
+
+
+def test_refresh_after_rows_appended_with_other_line_endings(tmp_path: Path):
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "t.csv").write_bytes(b"a,b\n1,2\n")
+    registry = Registry(tmp_path)
+    registry.add("t", "t.csv", "csv", Unit("record"), "sdc", root=root)
+    with open(root / "t.csv", "ab") as handle:
+        handle.write(b"3,4\r\n5,6\r\n")
+    assert registry.refresh("t", root=root).rows == 3
 
 
 def test_sources_outside_the_data_root_are_refused(tmp_path: Path):

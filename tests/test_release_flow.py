@@ -37,10 +37,10 @@ def test_release_end_to_end(prefect_server, home, test_mode, tmp_path, capsys):
     assert code == 0, err
     folder = Path(out.split("folder ")[1].split()[0])
     assert sorted(p.name for p in folder.iterdir()) == [
-        "data.csv", "data.parquet", "manifest.json", "ra_columns.png", "report.md"
+        "data.csv", "data.parquet", "manifest.json", "ra_columns.png", "report.md", "sdc_cell_sizes.png"
     ]
     manifest = json.loads((folder / "manifest.json").read_text())
-    assert sorted(manifest["files"]) == ["data.csv", "data.parquet", "ra_columns.png", "report.md"]
+    assert sorted(manifest["files"]) == ["data.csv", "data.parquet", "ra_columns.png", "report.md", "sdc_cell_sizes.png"]
     original = pd.read_csv(home / "data" / "census.csv")
     expected = ra.run(original, ra.Params(qi=QI, sensitive="occupation"), noise.generator(42))
     assert manifest["privacy"]["pa"] == expected.privacy["pa"]

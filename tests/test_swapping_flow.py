@@ -32,7 +32,7 @@ def test_mews_release_end_to_end(prefect_server, home, tmp_path, capsys):
     assert code == 0, err
     folder = Path(out.split("folder ")[1].split()[0])
     names = sorted(p.name for p in folder.iterdir())
-    assert names == ["data.csv", "data.parquet", "manifest.json", "report.md", "swap_scatter_1.png"]
+    assert names == ["data.csv", "data.parquet", "manifest.json", "report.md", "sdc_cell_sizes.png", "swap_scatter_1.png"]
     released = pd.read_csv(folder / "data.csv")
     assert list(released.columns) == ["id", "x", "label", "y", "z"]
     for c in ("id", "x", "y", "z"):

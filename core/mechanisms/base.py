@@ -83,8 +83,7 @@ class Result:
     report: str  # markdown section for report.md
     charts: list[Chart] = field(default_factory=list)
     headline: dict = field(default_factory=dict)  # the figures the ledger records with the outcome
-    name: str = "data"  # the release file's stem: <name>.parquet
-    csv: bool = True  # also publish <name>.csv
+    name: str = "data"  # the release files' stem: <name>.parquet and <name>.csv
     manifest: dict = field(default_factory=dict)  # extra top-level manifest fields (a mechanism's contract)
 
 

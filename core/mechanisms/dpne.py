@@ -323,7 +323,7 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
     chart = Chart("ngrams_by_length.png", "n-grams released per length", [str(lv.k) for lv in levels],
                   {"released": [float(lv.released) for lv in levels]}, "n-grams")  # fmt: skip
     return Result(table, privacy, _report(params, acc, levels), [chart], headline,
-                  name="ngrams", csv=False, manifest={"counts_by_length": counts})  # fmt: skip
+                  name="ngrams", manifest={"counts_by_length": counts})  # fmt: skip
 
 
 def _report(params: Params, acc: Accounting, levels: list[Level]) -> str:

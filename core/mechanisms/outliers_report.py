@@ -32,6 +32,9 @@ def public_std(c: Counted, n: int, a: Allocation) -> tuple[float, bool]:
     return smooth_floor(n, beta(a.count.epsilon, a.count.delta)) / alpha(a.count.epsilon, a.count.delta), True
 
 
+ROUNDED = "Counts are published rounded to integers (post-processing of a draw on a public grid)."
+
+
 def describe(params: Query, a: Allocation, n: int, scaling: dict, chosen: list[tuple[str, ...]],
              counted: list[Counted], selection: dict | None, allocation: dict) -> Result:  # fmt: skip
     """The released table (rank, subspace, noisy count, noise), its privacy section, report and chart."""
@@ -40,18 +43,18 @@ def describe(params: Query, a: Allocation, n: int, scaling: dict, chosen: list[t
         c = counted[rank - 1] if counted else None
         rows.append({
             "rank": rank, "subspace": ",".join(s),
-            "noisy_count": c.noisy if c else None,
+            "noisy_count": int(c.noisy) if c else None,  # an integer: the draw is rounded (post-processing)
             "noise": c.method if c else None,
             "noise_std": c.noise_std_released if c else None,
             "global_noise_std": c.global_std if c else None,
         })  # fmt: skip
-    data = pd.DataFrame(rows)
+    data = pd.DataFrame(rows).astype({"noisy_count": "Int64"})
     if params.query == "count":
         data = data.drop(columns="rank")
-        result = {"subspace": list(chosen[0]), "count": counted[0].noisy}
+        result = {"subspace": list(chosen[0]), "count": int(counted[0].noisy)}
         noise_std: object = counted[0].noise_std_released
     else:
-        result = [{"subspace": list(s), "count": (counted[i].noisy if counted else None)} for i, s in enumerate(chosen)]
+        result = [{"subspace": list(s), "count": (int(counted[i].noisy) if counted else None)} for i, s in enumerate(chosen)]
         noise_std = [c.noise_std_released for c in counted] if counted else None
     privacy = {
         "n_records": n,
@@ -128,7 +131,7 @@ def _report(params: Query, privacy: dict, data: pd.DataFrame, swamped: list[str]
             "min(N, k·K_c + 1) needs for the same budget. "
             + (f"Counts are clamped to [0, {params.rows}], the range every count lies in (N is declared with the dataset); "
                if params.rows is not None else "Counts are clamped at 0 (no number of records was declared, so not above); ")
-            + "clamping is post-processing and costs nothing. They are not rounded.",
+            + "clamping is post-processing and costs nothing. " + ROUNDED,
             *([""] + swamped if swamped else []),
         ]
     else:

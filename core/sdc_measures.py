@@ -1,0 +1,224 @@
+"""Disclosure-risk and utility measures of an SDC release (RA, swapping), as sdcMicro computes them.
+
+Set work (frequencies of the key combination, l-diversity, IL1s, means, correlations) runs in
+DuckDB over the registered frames, so it does not copy them; the nearest-neighbour linkage (a
+KD-tree) and pMSE (a logistic regression) run in numpy and scikit-learn.
+
+- k-anonymity: f_k, the number of records sharing record k's combination of key columns; the
+  records in cells with f_k < 2 (sample uniques) and f_k < 3 violate 2- and 3-anonymity.
+- Individual risk (sdcMicro ``measure_risk``/``indivRisk``, Benedetti & Franconi 1998; Franconi &
+  Polettini 2004; Templ, Kowarik & Meindl 2015, JSS 67(4)): with F_k the weighted population
+  frequency and p_k = f_k/F_k, the posterior of F_k − f_k is negative binomial (f_k, p_k) and
+  r_k = E[1/F_k | f_k] = Σ_{y≥0} C(f_k+y−1, y) p_k^{f_k} q_k^y / (f_k+y)
+      = ∫_0^1 p_k^{f_k} t^{f_k−1} (1 − q_k t)^{−f_k} dt = (p_k / f_k) · ₂F₁(1, 1; f_k+1; q_k),
+  q_k = 1 − p_k (the last step is Euler's transformation of p^f/f · ₂F₁(f, f; f+1; q)). Without
+  weights F_k = f_k and r_k = 1/f_k, as sdcMicro. This is ``indivRisk(method = "exact")``, whose
+  published test figures it reproduces; ``measure_risk`` calls the default "approx", which for
+  f_k > 2 with weights uses p_k/(f_k − q_k) instead (the same 1/f_k without weights). The global risk is the expected number of
+  re-identifications Σ_k r_k (sdcMicro's ``global_risk_ER``).
+- Distinct l-diversity: the number of distinct sensitive values in a record's cell (missing
+  counts as one value).
+- Record linkage in rank space: each column is mapped to mid-ranks among the original values;
+  a perturbed record is linked when its nearest original record (Euclidean, in rank space) is
+  its own (ties shared: 1/ties).
+- IL1s (sdcMicro ``dUtility``; Mateo-Sanz, Sebé & Domingo-Ferrer 2004):
+  (1/(p·n)) Σ_j Σ_i |x_ij − x'_ij| / (√2·S_j), S_j the original column's standard deviation.
+- pMSE (Woo et al. 2009; Snoke et al. 2018): a logistic regression of "is released" on the
+  columns (numeric ones with their squares and pairwise products) over the stacked tables;
+  pMSE = mean (p̂_i − c)², c the released share. Snoke et al.'s null, a release drawn from the
+  original's own distribution (as RA's and a swap's are made from the original), has expectation
+  (k − 1)(1 − c)²c/N for k parameters and N stacked records; two independent samples of one
+  distribution have (k − 1)c(1 − c)/N, 1/(1 − c) times more (tests/test_sdc_measures.py simulates both).
+"""
+
+from __future__ import annotations
+
+import math
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+FREQUENCY_BANDS = ((1, 1), (2, 2), (3, 4), (5, 9), (10, None))  # cell-size bands of the risk charts
+MAX_LEVELS = 50  # a categorical column with more levels is left out of pMSE's model (and named)
+MAX_SQUARED = 8  # pMSE's second-order terms: among the first numeric columns of its list
+MAX_PMSE_ROWS = 100_000  # pMSE is fitted on every s-th record of each table, s the smallest stride within this
+
+
+def ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def nb_risk(f: np.ndarray, F: np.ndarray) -> np.ndarray:
+    """sdcMicro's individual risk r_k = E[1/F_k | f_k] = (p/f)·₂F₁(1, 1; f+1; q), and 1/f where F = f."""
+    from scipy.special import hyp2f1
+
+    f, F = np.asarray(f, dtype=float), np.asarray(F, dtype=float)
+    p = np.minimum(f / F, 1.0)
+    out = 1.0 / f
+    weighted = p < 1.0
+    out[weighted] = p[weighted] / f[weighted] * hyp2f1(1.0, 1.0, f[weighted] + 1.0, 1.0 - p[weighted])
+    return out
+
+
+def cells(con: duckdb.DuckDBPyConnection, table: str, keys: list[str], sensitive: str | None = None,
+          weight: str | None = None) -> pd.DataFrame:  # fmt: skip
+    """One row per distinct (f_k, F_k, l) of the key cells (``fk``, ``pop_fk``, ``l``) and how many cells have it."""
+    group = ", ".join(ident(k) for k in keys)
+    big_f = f"sum({ident(weight)})" if weight else "count(*)"
+    ell = (f"count(DISTINCT {ident(sensitive)}) + max(CASE WHEN {ident(sensitive)} IS NULL THEN 1 ELSE 0 END)"
+           if sensitive else "NULL::BIGINT")  # a missing sensitive value counts as one value
+    return con.execute(
+        f"SELECT fk, pop_fk, l, count(*) AS cells FROM (SELECT count(*) AS fk, {big_f} AS pop_fk, {ell} AS l "
+        f"FROM {table} GROUP BY {group}) GROUP BY fk, pop_fk, l ORDER BY fk, pop_fk, l"
+    ).df()
+
+
+def disclosure(con: duckdb.DuckDBPyConnection, table: str, keys: list[str], sensitive: str | None = None,
+               weight: str | None = None) -> dict:  # fmt: skip
+    """k-anonymity violations, sdcMicro's individual and global risk, distinct l-diversity of one table."""
+    c = cells(con, table, keys, sensitive, weight)
+    f, records = c["fk"].to_numpy(float), (c["fk"] * c["cells"]).to_numpy(float)
+    risk = nb_risk(f, c["pop_fk"].to_numpy(float))
+    er = float((records * risk).sum())
+    n = float(records.sum())
+    out = {
+        "records": int(n),
+        "cells": int(c["cells"].sum()),
+        "records_f_below_2": int(records[f < 2].sum()),
+        "records_f_below_3": int(records[f < 3].sum()),
+        "expected_reidentifications": er,
+        "global_risk": er / n if n else 0.0,
+        "max_individual_risk": float(risk.max(initial=0.0)),
+        "records_by_cell_size": {_band(lo, hi): int(records[(f >= lo) & (f <= (hi or math.inf))].sum())
+                                 for lo, hi in FREQUENCY_BANDS},  # fmt: skip
+    }
+    if sensitive:
+        ell = c["l"].to_numpy(float)
+        out |= {"l_min": int(ell.min()) if len(ell) else 0, "records_l_below_2": int(records[ell < 2].sum())}
+    return out
+
+
+def record_risks(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per record, in the table's order: f_k and r_k = 1/f_k (no weights; missing equals missing)."""
+    f = frame.groupby(keys, dropna=False, sort=False)[keys[0]].transform("size").to_numpy(np.int64)
+    return pd.DataFrame({"fk": f, "risk": 1.0 / f})
+
+
+def _band(lo: int, hi: int | None) -> str:
+    return f"{lo}+" if hi is None else (f"{lo}" if lo == hi else f"{lo}-{hi}")
+
+
+def mid_ranks(original: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each value's mid-rank among the original values, scaled to [0, 1]."""
+    s = np.sort(original)
+    return (np.searchsorted(s, values, "left") + np.searchsorted(s, values, "right")) / (2.0 * len(s))
+
+
+def linkage(original: pd.DataFrame, released: pd.DataFrame, columns: list[str]) -> dict:
+    """Share of perturbed records whose nearest original record in rank space is their own."""
+    from scipy.spatial import cKDTree
+
+    x, y = original[columns].to_numpy(float), released[columns].to_numpy(float)
+    complete = ~(np.isnan(x).any(axis=1) | np.isnan(y).any(axis=1))
+    x, y = x[complete], y[complete]
+    o = np.column_stack([mid_ranks(x[:, j], x[:, j]) for j in range(x.shape[1])])
+    r = np.column_stack([mid_ranks(x[:, j], y[:, j]) for j in range(x.shape[1])])
+    moved = (x != y).any(axis=1)
+    if not moved.any():
+        return {"perturbed_records": 0, "linkage_rate": None}
+    o_m, r_m = o[moved], r[moved]
+    own = np.linalg.norm(r_m - o_m, axis=1)
+    tree = cKDTree(o)
+    nearest, _ = tree.query(r_m, k=1)
+    tol = 1e-12
+    linked = own <= nearest + tol
+    ties = tree.query_ball_point(r_m[linked], own[linked] + tol, return_length=True)
+    rate = float((1.0 / np.asarray(ties, dtype=float)).sum() / moved.sum())
+    return {"perturbed_records": int(moved.sum()), "linkage_rate": rate}
+
+
+def il1s(con: duckdb.DuckDBPyConnection, original: str, released: str, columns: list[str]) -> float | None:
+    """IL1s over the columns whose original standard deviation is positive (rows paired by position)."""
+    if not columns:
+        return None
+    terms = ", ".join(f"avg(abs(o.{ident(c)} - r.{ident(c)})), stddev_samp(o.{ident(c)})" for c in columns)
+    row = con.execute(f"SELECT {terms} FROM {original} AS o POSITIONAL JOIN {released} AS r").fetchone()
+    parts = [mad / (math.sqrt(2) * sd) for mad, sd in zip(row[::2], row[1::2]) if sd and mad is not None]
+    return float(np.mean(parts)) if parts else None
+
+
+def moments(con: duckdb.DuckDBPyConnection, table: str, columns: list[str]) -> tuple[dict, dict]:
+    """Means of the numeric columns and their pairwise Pearson correlations."""
+    pairs = [(a, b) for i, a in enumerate(columns) for b in columns[i + 1:]]
+    terms = [f"avg({ident(c)})" for c in columns] + [f"corr({ident(a)}, {ident(b)})" for a, b in pairs]
+    if not terms:
+        return {}, {}
+    row = con.execute(f"SELECT {', '.join(terms)} FROM {table}").fetchone()
+    return dict(zip(columns, row[: len(columns)])), dict(zip(pairs, row[len(columns):]))
+
+
+def changes(con: duckdb.DuckDBPyConnection, original: str, released: str, columns: list[str]) -> dict:
+    """Mean changes per column (absolute and relative) and the largest change of a correlation."""
+    m0, c0 = moments(con, original, columns)
+    m1, c1 = moments(con, released, columns)
+    means = {c: {"original": m0[c], "released": m1[c], "change": m1[c] - m0[c],
+                 "relative": (m1[c] - m0[c]) / abs(m0[c]) if m0[c] else None} for c in columns}  # fmt: skip
+    deltas = {f"{a} ~ {b}": c1[(a, b)] - c0[(a, b)] for a, b in c0 if c0[(a, b)] is not None and c1[(a, b)] is not None}
+    worst = max(deltas, key=lambda k: abs(deltas[k]), default=None)
+    return {"means": means, "correlation_changes": deltas,
+            "max_abs_correlation_change": abs(deltas[worst]) if worst else None, "max_pair": worst}  # fmt: skip
+
+
+def design(frame: pd.DataFrame, columns: list[str], numeric: set[str]) -> tuple[np.ndarray, list[str]]:
+    """pMSE's model: numeric columns standardized (a missing value as the mean plus an indicator),
+    with their squares and pairwise products among the first ``MAX_SQUARED`` of them (swapping keeps
+    every marginal, so only second-order terms can see what it changed); other columns one-hot with the first level dropped. Returns the
+    matrix and the columns left out (more than ``MAX_LEVELS`` levels)."""
+    parts, left_out, z = [], [], []
+    for c in columns:
+        if c in numeric:
+            v = frame[c].to_numpy(float)
+            missing = np.isnan(v)
+            mu, sd = (np.nanmean(v), np.nanstd(v)) if (~missing).any() else (0.0, 0.0)
+            z.append((np.where(missing, mu, v) - mu) / (sd or 1.0))
+            if missing.any() and not missing.all():
+                parts.append(missing[:, None].astype(float))
+            continue
+        levels = frame[c].astype("string").fillna("<NA>")
+        if levels.nunique() > MAX_LEVELS:
+            left_out.append(c)
+            continue
+        parts.append(pd.get_dummies(levels, drop_first=True).to_numpy(float))
+    second = z[:MAX_SQUARED]
+    parts += [v[:, None] for v in z] + [(a * b)[:, None] for i, a in enumerate(second) for b in second[i:]]
+    width = sum(p.shape[1] for p in parts)
+    return (np.hstack(parts) if width else np.zeros((len(frame), 0))), left_out
+
+
+def pmse(original: pd.DataFrame, released: pd.DataFrame, columns: list[str], numeric: set[str]) -> dict:
+    """Propensity-score MSE of a main-effects logistic regression, its null expectation and their ratio."""
+    from sklearn.linear_model import LogisticRegression
+
+    step = max(1, math.ceil(max(len(original), len(released)) / MAX_PMSE_ROWS))
+    original, released = original.iloc[::step], released.iloc[::step]
+    stacked = pd.concat([original[columns], released[columns]], ignore_index=True)
+    label = np.r_[np.zeros(len(original)), np.ones(len(released))]
+    x, left_out = design(stacked, columns, numeric)
+    x = x[:, x.std(axis=0) > 0] if x.shape[1] else x
+    big_n, c = len(label), len(released) / len(label)
+    k = x.shape[1] + 1  # parameters, with the intercept
+    if x.shape[1]:
+        model = LogisticRegression(C=1e6, solver="newton-cholesky", tol=1e-8).fit(x, label)  # unpenalized in effect
+        score = model.predict_proba(x)[:, 1]
+    else:
+        score = np.full(big_n, c)
+    value = float(np.mean((score - c) ** 2))
+    null = null_pmse(k, c, big_n)
+    return {"pmse": value, "null_expectation": null, "ratio": value / null if null else None, "parameters": k,
+            "left_out": left_out, "every": step}  # fmt: skip
+
+
+def null_pmse(k: int, c: float, big_n: int) -> float:
+    """E[pMSE] under the null (Snoke et al. 2018): (k − 1)(1 − c)²c/N."""
+    return (k - 1) * (1 - c) ** 2 * c / big_n

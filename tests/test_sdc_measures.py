@@ -1,0 +1,202 @@
+"""The SDC report's measures, each against hand-computed values on small tables, a brute-force
+oracle, sdcMicro's own published figures, a direct evaluation of the risk's series and integral,
+and (pMSE) a simulation of its null distribution."""
+
+from __future__ import annotations
+
+import math
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import integrate, stats
+
+from core import sdc_measures as m
+from tests.test_swapping import seeded as generator
+
+
+def _con(**tables: pd.DataFrame) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    for name, frame in tables.items():
+        con.register(name, frame)
+    return con
+
+
+# sdcMicro's unit test of indivRisk (tests/testthat/test_indivRisk.R, "weighted, method = exact"):
+# key columns A, B, C and sampling weights; its expected r_k to 8 decimals.
+SDCMICRO = pd.DataFrame({
+    "A": [2, 3, 2, 2, 3, 3, 1, 2], "B": [3, 3, 3, 3, 3, 3, 4, 3], "C": [1, 3, 1, 2, 1, 1, 1, 1],
+    "weight": [18.0, 45.5, 39.0, 17.0, 92.0, 8.0, 123.5, 51.0],
+})  # fmt: skip
+SDCMICRO_RK = [0.01355297, 0.08579129, 0.01355297, 0.17707583, 0.01877883, 0.01877883, 0.03931625, 0.01355297]
+
+
+def test_individual_risk_reproduces_sdcmicros_published_figures():
+    # by hand: cells (2,3,1) rows 1,3,8: f = 3, F = 18 + 39 + 51 = 108; (3,3,3): f = 1, F = 45.5;
+    # (2,3,2): f = 1, F = 17; (3,3,1): f = 2, F = 92 + 8 = 100; (1,4,1): f = 1, F = 123.5
+    f = np.array([3, 1, 3, 1, 2, 2, 1, 3])
+    big_f = np.array([108, 45.5, 108, 17, 100, 100, 123.5, 108])
+    assert m.nb_risk(f, big_f) == pytest.approx(SDCMICRO_RK, abs=5e-9)
+    cells = m.cells(_con(t=SDCMICRO), "t", ["A", "B", "C"], weight="weight")
+    assert sorted(zip(cells["fk"], cells["pop_fk"])) == [(1, 17), (1, 45.5), (1, 123.5), (2, 100), (3, 108)]
+    figures = m.disclosure(_con(t=SDCMICRO), "t", ["A", "B", "C"], weight="weight")
+    assert figures["expected_reidentifications"] == pytest.approx(sum(SDCMICRO_RK), abs=5e-8)
+    assert figures["max_individual_risk"] == pytest.approx(0.17707583, abs=5e-9)
+    # unweighted (sdcMicro's survey = FALSE, and its weighted figures where F = f): r_k = 1/f_k
+    assert m.nb_risk(f, f) == pytest.approx(1 / f)
+    assert m.disclosure(_con(t=SDCMICRO), "t", ["A", "B", "C"])["expected_reidentifications"] == 5
+
+
+@pytest.mark.parametrize("f,p", [(1, 0.3), (1, 0.01), (2, 0.5), (2, 0.02), (3, 1 / 36), (5, 0.2), (12, 0.6), (40, 0.9)])
+def test_individual_risk_equals_its_series_and_its_integral(f, p):
+    """r = E[1/F | f] with F − f ~ NegBin(f, p): the series Σ_y C(f+y−1, y) p^f q^y / (f+y), summed
+    directly, and the integral ∫_0^1 p^f t^(f−1) (1 − q t)^(−f) dt, by quadrature."""
+    q = 1 - p
+    y = np.arange(0, 200_000)
+    log_terms = stats.nbinom.logpmf(y, f, p) - np.log(f + y)
+    series = float(np.exp(log_terms).sum())
+    integral, _ = integrate.quad(lambda t: p**f * t ** (f - 1) * (1 - q * t) ** (-f), 0, 1, epsabs=0, epsrel=1e-12)
+    risk = float(m.nb_risk(np.array([f]), np.array([f / p]))[0])
+    assert risk == pytest.approx(series, rel=1e-9) and risk == pytest.approx(integral, rel=1e-9)
+    if f == 1:  # sdcMicro's closed forms for f = 1 and f = 2
+        assert risk == pytest.approx(p / q * math.log(1 / p), rel=1e-12)
+    if f == 2:
+        assert risk == pytest.approx(p / q - (p / q) ** 2 * math.log(1 / p), rel=1e-9)
+
+
+# A small table, by hand: cells (1,x): f = 3, sensitive {p, q}; (1,y): f = 1, {p}; (2,y): f = 2, {q};
+# (3,z): f = 1, {r}.
+SMALL = pd.DataFrame({"a": [1, 1, 1, 1, 2, 2, 3], "b": list("xxxyyyz"), "s": list("pqpp" "qqr")})
+
+
+def test_disclosure_figures_of_a_small_table_by_hand():
+    figures = m.disclosure(_con(t=SMALL), "t", ["a", "b"], "s")
+    assert figures == {
+        "records": 7, "cells": 4, "records_f_below_2": 2, "records_f_below_3": 4,
+        "expected_reidentifications": 4.0, "global_risk": 4 / 7, "max_individual_risk": 1.0,
+        "records_by_cell_size": {"1": 2, "2": 2, "3-4": 3, "5-9": 0, "10+": 0},
+        "l_min": 1, "records_l_below_2": 4,
+    }  # fmt: skip
+
+
+def _oracle(frame: pd.DataFrame, keys: list[str], sensitive: str) -> dict:
+    """Brute force, record by record: f_k and distinct l over the records with equal keys (missing
+    equals missing; a missing sensitive value counts as one value)."""
+    rows = [tuple("<NA>" if pd.isna(v) else v for v in r) for r in frame[keys].itertuples(index=False)]
+    sens = ["<NA>" if pd.isna(v) else v for v in frame[sensitive]]
+    f, ell = [], []
+    for r in rows:
+        same = [j for j, other in enumerate(rows) if other == r]
+        f.append(len(same))
+        ell.append(len({sens[j] for j in same}))
+    f, ell = np.array(f), np.array(ell)
+    return {
+        "records": len(rows), "cells": len(set(rows)), "records_f_below_2": int((f < 2).sum()),
+        "records_f_below_3": int((f < 3).sum()), "expected_reidentifications": float((1 / f).sum()),
+        "max_individual_risk": float((1 / f).max()), "l_min": int(ell.min()), "records_l_below_2": int((ell < 2).sum()),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_k_anonymity_and_l_diversity_against_a_brute_force_oracle(seed):
+    rng = generator(seed)
+    n = 150
+    frame = pd.DataFrame({
+        "a": rng.integers(0, 4, n).astype(float), "b": rng.choice(list("uvw"), n), "c": rng.integers(0, 3, n),
+        "s": rng.choice(["p", "q", "r", "t"], n),
+    })  # fmt: skip
+    frame.loc[rng.random(n) < 0.1, "a"] = np.nan
+    frame.loc[rng.random(n) < 0.1, "s"] = None
+    found = m.disclosure(_con(t=frame), "t", ["a", "b", "c"], "s")
+    expected = _oracle(frame, ["a", "b", "c"], "s")
+    assert {k: found[k] for k in expected} == pytest.approx(expected)
+    assert found["records_f_below_2"] > 0 and found["records_l_below_2"] > found["records_f_below_2"]  # both exercised
+
+
+def test_rank_linkage_by_hand():
+    original = pd.DataFrame({"x": [1.0, 2, 3, 4], "y": [10.0, 20, 30, 40], "z": [5.0, 6, 7, 8]})
+    # mid-ranks: (2i + 1)/8 per column. Swap x between records 0 and 1: released record 0 sits at
+    # (3/8, 1/8, 1/8), its own original at (1/8, 1/8, 1/8) (distance 1/4), record 1's at
+    # (3/8, 3/8, 3/8) (distance √2/4): linked; the same for record 1.
+    released = original.assign(x=[2.0, 1, 3, 4])
+    assert m.linkage(original, released, ["x", "y", "z"]) == {"perturbed_records": 2, "linkage_rate": 1.0}
+    # on (x, y) only: released record 0 is 1/4 from its own and 1/4 from record 1's: a tie, half a link each
+    assert m.linkage(original, released, ["x", "y"]) == {"perturbed_records": 2, "linkage_rate": 0.5}
+    # on x alone each released value is exactly the other record's: never linked
+    assert m.linkage(original, released, ["x"]) == {"perturbed_records": 2, "linkage_rate": 0.0}
+    assert m.linkage(original, original, ["x"]) == {"perturbed_records": 0, "linkage_rate": None}
+
+
+def test_il1s_and_changes_of_means_and_correlations_by_hand():
+    original = pd.DataFrame({"x": [1.0, 2, 3, 4], "y": [1.0, 2, 3, 4], "k": [7.0, 7, 7, 7]})
+    released = original.assign(y=[2.0, 1, 3, 4], k=[7.0, 7, 7, 7])
+    con = _con(o=original, r=released)
+    # Σ|y − y'| = 2 over n = 4 records and p = 1 column (k has S = 0 and is left out); S_y = √(5/3)
+    assert m.il1s(con, "o", "r", ["y", "k"]) == pytest.approx(2 / (4 * math.sqrt(2) * math.sqrt(5 / 3)), rel=1e-12)
+    shifted = original.assign(x=[2.0, 3, 4, 6])  # mean 2.5 → 3.75
+    found = m.changes(_con(o=original, r=shifted), "o", "r", ["x", "y"])
+    assert found["means"]["x"]["change"] == pytest.approx(1.25) and found["means"]["x"]["relative"] == pytest.approx(0.5)
+    # corr(x, y') with y' = (2, 1, 3, 4): centred (−1.5, −.5, .5, 1.5)·(−.5, −1.5, .5, 1.5) = 4, each Σ² = 5
+    found = m.changes(con, "o", "r", ["x", "y"])
+    assert found["correlation_changes"] == {"x ~ y": pytest.approx(0.8 - 1.0)}
+    assert found["max_abs_correlation_change"] == pytest.approx(0.2) and found["means"]["y"]["change"] == 0
+
+
+def test_pmse_of_a_saturated_model_by_hand():
+    # one binary column: the fitted propensity is the released share within each level,
+    # a: 1 of 4 (0.25), b: 3 of 4 (0.75); c = 1/2, so pMSE = mean (±0.25)² = 0.0625
+    original = pd.DataFrame({"v": list("aaab")})
+    released = pd.DataFrame({"v": list("abbb")})
+    found = m.pmse(original, released, ["v"], set())
+    assert found["pmse"] == pytest.approx(0.0625, abs=1e-6)
+    assert found["parameters"] == 2 and found["null_expectation"] == pytest.approx(1 * 0.25 * 0.5 / 8)
+
+
+def test_pmse_null_expectation_matches_simulation():
+    """Snoke et al.'s null: the released table is drawn from the original's own distribution (here
+    resampled from it). N·pMSE/((1−c)²c) is then asymptotically χ²(k − 1), so the ratio pMSE/null
+    averages 1 ± √(2/(k−1)/150) over 150 simulations: a two-sided z-test at level 1e-3. Two
+    independent samples of one distribution average 1/(1 − c) = 2 instead, tested the same way."""
+    rng = generator(26)
+    n, reps = 200, 150
+
+    def draw(size: int) -> pd.DataFrame:
+        return pd.DataFrame({"x": rng.normal(size=size), "g": rng.choice(list("abc"), size)})
+
+    from_original, independent, k = [], [], None
+    for _ in range(reps):
+        original = draw(n)
+        found = m.pmse(original, original.sample(n, replace=True, random_state=rng), ["x", "g"], {"x"})
+        k = found["parameters"]  # intercept, 2 dummies, x and x²
+        assert found["null_expectation"] == pytest.approx((k - 1) * 0.25 * 0.5 / (2 * n))
+        from_original.append(found["ratio"])
+        independent.append(m.pmse(original, draw(n), ["x", "g"], {"x"})["ratio"])
+    assert k == 5
+    sd = math.sqrt(2 / (k - 1) / reps)
+    assert abs(np.mean(from_original) - 1) / sd < 3.29, np.mean(from_original)
+    assert abs(np.mean(independent) - 2) / (2 * sd) < 3.29, np.mean(independent)
+    # control: a released table whose x is shifted by half a standard deviation is far above the null
+    shifted = m.pmse(draw(n), draw(n).assign(x=lambda d: d["x"] + 0.5), ["x", "g"], {"x"})
+    assert shifted["ratio"] > 10
+
+
+def test_pmse_sees_a_broken_correlation_through_its_product_term():
+    """Swapping each column on its own keeps every marginal: only the x·y term sees the change."""
+    rng = generator(3)
+    xy = rng.multivariate_normal([0, 0], [[1, 0.8], [0.8, 1]], size=2000)
+    original = pd.DataFrame({"x": xy[:, 0], "y": xy[:, 1]})
+    released = original.assign(y=rng.permutation(original["y"].to_numpy()))
+    found = m.pmse(original, released, ["x", "y"], {"x", "y"})
+    assert found["parameters"] == 6 and found["ratio"] > 50
+    assert m.pmse(original, original, ["x", "y"], {"x", "y"})["pmse"] == pytest.approx(0, abs=1e-12)
+
+
+def test_pmse_on_a_large_table_is_fitted_on_every_s_th_record(monkeypatch):
+    monkeypatch.setattr(m, "MAX_PMSE_ROWS", 4)
+    original = pd.DataFrame({"v": list("aaabbbaaab")})
+    released = pd.DataFrame({"v": list("abbbaaabbb")})
+    found = m.pmse(original, released, ["v"], set())
+    # stride 3: records 0, 3, 6, 9 of each: original a b a b, released a b a b; N = 8, identical shares
+    assert found["every"] == 3 and found["pmse"] == pytest.approx(0, abs=1e-12)
+    assert found["null_expectation"] == pytest.approx(1 * 0.25 * 0.5 / 8)
