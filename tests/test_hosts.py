@@ -5,13 +5,16 @@ network namespaces, through Prefect's server and workers: tests/test_server_pg.p
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 
-from core import snapshots
+from core import parallel, snapshots
 from core.accounting import Budget
 from core.errors import BudgetError
 from core.ledger import Ledger
@@ -19,7 +22,9 @@ from core.mechanisms import dpne
 from core.pipeline import Store, release
 from core.registry import Registry, Unit
 from core.spec import ReleaseRequest
+from tests.helpers import register
 from tests.test_dpne import phrase_corpus
+from tests.test_server import _stop
 
 # DPNE at epsilon 1 on a small corpus. The cap's admission filter composes DPNE's Gaussian steps more
 # tightly than a sum of epsilons: the cap that admits exactly five of them is (2.5, 1e-6), checked
@@ -103,7 +108,6 @@ def test_a_postgresql_store_from_before_hosts_were_recorded_gains_the_column(tmp
     import psycopg
 
     from core import store
-    from tests.helpers import register
 
     monkeypatch.setenv("PRIVRELEASE_LEDGER_URL", pg_url)
     register(tmp_path / "home", phrase_corpus(20), "old", "user:user", "dp")
@@ -115,3 +119,39 @@ def test_a_postgresql_store_from_before_hosts_were_recorded_gains_the_column(tmp
         hosts = con.execute("SELECT id, host FROM privrelease.datasets ORDER BY id").fetchall()
     assert hosts == [("new", socket.gethostname()), ("old", None)]
     assert len(Registry(tmp_path / "home").load(dataset)) == len(phrase_corpus(30, seed=1))
+
+
+def test_dask_workers_that_cannot_read_the_snapshot_are_named_before_any_charge(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch):  # fmt: skip
+    """Two Dask workers on a host that did not mount the snapshot store (their own mount namespace, an
+    empty folder over the store): a DPNE release is refused at load, naming them, and charges nothing.
+    (Workers that can read it: tests/test_parallel.py, through the command line.)"""
+    if os.geteuid() != 0:
+        pytest.skip("Dask workers with their own view of the filesystem need root (unshare --mount)")
+    from distributed import Client, LocalCluster
+
+    store = tmp_path / "store"
+    monkeypatch.setenv(snapshots.STORE_ENV, str(store))
+    home = tmp_path / "home"
+    register(home, phrase_corpus(100), "posts", "user:user", "dp")
+    Ledger(home / "privrelease.duckdb").set_budget("posts", CAP)
+    request = ReleaseRequest.model_validate({**DPNE, "dataset": "posts"})
+    dask = Path(sys.executable).parent / "dask"
+    with LocalCluster(n_workers=0, processes=False, protocol="tcp://", dashboard_address=None) as cluster:
+        workers = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", f"mount -t tmpfs none '{store}' && exec "
+             f"'{dask}' worker {cluster.scheduler_address} --nworkers 2 --nthreads 1 --no-dashboard"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        try:
+            with Client(cluster.scheduler_address) as client:
+                client.wait_for_workers(2, timeout=60)
+            with parallel.using("dask", cluster.scheduler_address), pytest.raises(snapshots.SnapshotUnreachable) as caught:
+                release(Store(home), request)
+        finally:
+            _stop(workers)
+    message = str(caught.value)
+    assert message.startswith("dataset 'posts' cannot be read on the Dask workers tcp://") and message.count("tcp://") == 2
+    assert message.endswith(f"its snapshot {store / 'posts' / 'v1.parquet'} is not readable there. Mount the snapshot "
+                            "store at the same path on every Dask worker's host, or run without Dask. Nothing was charged.")
+    assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] == ["cap"]
