@@ -3,12 +3,18 @@
 Run: .venv/bin/python bench/bench_runner.py rest [--runs 3] [--query-seconds 1]
      PRIVRELEASE_DATA=... .venv/bin/python bench/bench_runner.py dpne [--runs 3] [--copies 10]
          (MSNBC ten times over, the DPNE mechanism, in process vs 2 Dask workers)
+     PRIVRELEASE_DATA=... .venv/bin/python bench/bench_runner.py netns [--runs 2] [--copies 1]   (as root)
+         (the same on two hosts: network namespaces A and B, a Dask scheduler and a worker on A, a
+          worker on B, the snapshot read by each from one shared folder; bytes per level)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import pickle
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -90,14 +96,87 @@ def dpne(runs: int, copies: int) -> None:
         print(f"median of {runs}: in process {local:.1f} s, Dask {spread:.1f} s, speed-up {local / spread:.2f}x")
 
 
+def _veth_bytes(ns: str) -> int:
+    """Bytes received plus sent by namespace ``ns``'s end of the veth pair (its only link but lo)."""
+    links = json.loads(subprocess.run(["ip", "-n", ns, "-s", "-j", "link", "show"], capture_output=True, text=True,
+                                      check=True).stdout)  # fmt: skip
+    (veth,) = [link for link in links if link["ifname"] != "lo"]
+    return veth["stats64"]["rx"]["bytes"] + veth["stats64"]["tx"]["bytes"]
+
+
+def netns(runs: int, copies: int) -> None:
+    """DPNE on two hosts (network namespaces): a scheduler and one worker on A (with the flow), one on
+    B; each worker reads its users from the snapshot in a folder both mount. Per level: the bytes
+    the flow sends to the partitions and gets back (pickled), and what crossed the veth pair."""
+    import duckdb
+
+    from bench.bench_dpne import PARAMS
+    from core.mechanisms import dpne as mech
+    from tests.netns import A_ADDR, B_ADDR, exec_in, inside, two_hosts
+
+    params = mech.Params(**PARAMS, tokenizer="whitespace")
+    levels: list[tuple[int, int, int, float]] = []
+    plain_map = parallel.Partitions.map
+
+    def counted(self, fn, *args):  # one call per level
+        before, t = _veth_bytes(b), time.perf_counter()
+        out = plain_map(self, fn, *args)
+        took = time.perf_counter() - t
+        levels.append((len(pickle.dumps(args)), sum(len(pickle.dumps(o)) for o in out), _veth_bytes(b) - before, took))
+        return out
+
+    parallel.Partitions.map = counted
+    with tempfile.TemporaryDirectory() as tmp, two_hosts() as (a, b), inside(a):
+        path = str(Path(tmp) / "v1.parquet")  # the shared store: one folder, the same path on both hosts
+        duckdb.connect().from_df(msnbc_times(copies)).write_parquet(path)
+        frame = duckdb.connect().execute("SELECT * FROM read_parquet(?)", [path]).df()
+        dask = str(Path(sys.executable).parent / "dask")
+        procs = [subprocess.Popen([dask, "scheduler", "--host", A_ADDR, "--port", "8786", "--no-dashboard"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]  # fmt: skip
+        for prefix, addr in (([], A_ADDR), (exec_in(b), B_ADDR)):
+            procs.append(subprocess.Popen([*prefix, dask, "worker", f"tcp://{A_ADDR}:8786", "--nthreads", "1",
+                                           "--host", addr, "--no-dashboard", "--memory-limit", "0"],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
+        try:
+            from distributed import Client
+
+            with Client(f"tcp://{A_ADDR}:8786") as client:
+                client.wait_for_workers(2, timeout=120)
+            print(f"MSNBC x{copies}: {len(frame):,} users; scheduler and a worker on A, a worker on B", flush=True)
+            times: dict[str, list[float]] = {"local": [], "dask": []}
+            for _ in range(runs):
+                for kind in ("local", "dask"):
+                    levels.clear()
+                    total = _veth_bytes(b)
+                    with parallel.using(kind, f"tcp://{A_ADDR}:8786"):
+                        t = time.perf_counter()
+                        released, _ = mech.extract(frame, params, np.random.default_rng(1), snapshot=path)
+                        times[kind].append(time.perf_counter() - t)
+                    total = _veth_bytes(b) - total
+                    print(f"{kind}: {times[kind][-1]:.1f} s ({len(released)} n-grams), {total / 1e3:.0f} kB over the link",
+                          flush=True)  # fmt: skip
+                    for k, (sent, back, wire, took) in enumerate(levels, 1):
+                        print(f"  level {k}: counting {took:.1f} s; the flow sends {sent / 1e3:.1f} kB to each partition "
+                              f"and gets back {back / 1e3:.1f} kB from all; {wire / 1e3:.1f} kB crossed the link",
+                              flush=True)  # fmt: skip
+            local, spread = statistics.median(times["local"]), statistics.median(times["dask"])
+            print(f"median of {runs}: in process {local:.1f} s, Dask on two hosts {spread:.1f} s, "
+                  f"speed-up {local / spread:.2f}x")  # fmt: skip
+        finally:
+            for proc in reversed(procs):
+                proc.terminate()
+                proc.wait(timeout=30)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["rest", "dpne"])
+    ap.add_argument("what", choices=["rest", "dpne", "netns"])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--query-seconds", type=int, default=1, help="the worker's polling interval (Prefect's default: 10)")
     ap.add_argument("--copies", type=int, default=10, help="dpne: MSNBC this many times over")
     args = ap.parse_args()
-    {"rest": lambda: rest(args.runs, args.query_seconds), "dpne": lambda: dpne(args.runs, args.copies)}[args.what]()
+    {"rest": lambda: rest(args.runs, args.query_seconds), "dpne": lambda: dpne(args.runs, args.copies),
+     "netns": lambda: netns(args.runs, args.copies)}[args.what]()
 
 
 if __name__ == "__main__":

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core import paths
+from core import paths, snapshots
 from core.chain import check_chain, insert, rows
 from core.errors import LedgerCorrupt, UserError
-from core.registry import COLUMNS, snapshot_root
+from core.registry import COLUMNS
 from core.store import DuckStore, PgStore, checked, moved
 
 
 def migrate(home: Path, url: str) -> tuple[int, int]:
     """Copy the home's ledger and registrations into the PostgreSQL database at ``url``; returns
-    (entries, registrations) copied. Snapshot paths become relative to the snapshot folder."""
+    (entries, registrations) copied. Snapshot paths become relative to the snapshot store."""
     source = DuckStore(paths.database(home))
     if not source.exists():
         raise UserError(f"this home ({home}) has no ledger to migrate; pass --home (or set $PRIVRELEASE_HOME) to "
@@ -30,9 +30,9 @@ def migrate(home: Path, url: str) -> tuple[int, int]:
         registrations = con.execute(f"SELECT {', '.join(COLUMNS)} FROM datasets ORDER BY id, version").fetchall()
     if not entries and not registrations:
         raise UserError(f"this home ({home}) has no ledger entries and no registrations; nothing to migrate.")
-    snapshots = snapshot_root(home)
+    store = snapshots.root(home)
     at = COLUMNS.index("snapshot")
-    registrations = [row[:at] + (_relative(row[at], snapshots),) + row[at + 1:] for row in registrations]
+    registrations = [row[:at] + (_relative(row[at], store),) + row[at + 1:] for row in registrations]
     target = PgStore(checked(url, "--to"))
     with target.write() as con:
         target.lock_head(con)
@@ -57,7 +57,7 @@ def migrate(home: Path, url: str) -> tuple[int, int]:
 
 
 def _relative(snapshot: str | None, root: Path) -> str | None:
-    """A snapshot path recorded absolute under the snapshot folder, made relative to it."""
+    """A snapshot path recorded absolute in the snapshot store, made relative to it."""
     if snapshot is None or not Path(snapshot).is_absolute() or not Path(snapshot).is_relative_to(root):
         return snapshot
     return str(Path(snapshot).relative_to(root))

@@ -100,6 +100,16 @@ def workers() -> int:
     return 1 if client is None else max(1, len(client.scheduler_info().get("workers", {})))
 
 
+def unreadable(path: str) -> list[str]:
+    """The Dask workers (addresses) that partitions would spread over and that cannot read the file
+    ``path``: asked before a release's charge, so a worker host without the snapshot store is named
+    instead of failing the release after it was charged. None in process or with one worker."""
+    client = _client.get()
+    if client is None or workers() < 2:
+        return []
+    return sorted(w for w, ok in client.run(os.access, path, os.R_OK).items() if not ok)
+
+
 RUNNER_ENV, ADDRESS_ENV, WORKERS_ENV = "PRIVRELEASE_RUNNER", "PRIVRELEASE_DASK_ADDRESS", "PRIVRELEASE_DASK_WORKERS"
 
 

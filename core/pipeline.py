@@ -28,7 +28,7 @@ from types import SimpleNamespace
 import pandas as pd
 
 from core import budget as accounts
-from core import faults, mechanisms, noise, paths, sdc_report
+from core import faults, mechanisms, noise, parallel, paths, sdc_report, snapshots
 from core import publish as _publish
 from core import spec as _spec
 from core.accountant import Spend, events_of
@@ -138,7 +138,18 @@ def largest_fit(ledger: Ledger, dataset: str, module, params) -> str:
 
 
 def load(store: Store, release: Release) -> pd.DataFrame:
-    return store.registry.load(release.dataset)
+    """The registered snapshot, checked; for a mechanism whose Dask workers read it themselves, also
+    checked to be readable on every worker (before the charge, so an unreachable store costs nothing)."""
+    frame = store.registry.load(release.dataset)
+    if getattr(mechanisms.get(release.mechanism), "READS_SNAPSHOT_ON_WORKERS", False):
+        missing = parallel.unreadable(frame.attrs["snapshot"])
+        if missing:
+            raise snapshots.SnapshotUnreachable(
+                f"dataset {release.dataset.id!r} cannot be read on the Dask workers {', '.join(missing)}: its snapshot "
+                f"{frame.attrs['snapshot']} is not readable there. Mount the snapshot store at the same path on every "
+                "Dask worker's host, or run without Dask. Nothing was charged."
+            )
+    return frame
 
 
 def needs_approval(store: Store, release: Release, plan_: Plan) -> str | None:

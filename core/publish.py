@@ -25,7 +25,7 @@ from core.chain import Entry
 from core.charts import render_chart
 from core.errors import InternalError, ReleaseConflict
 from core.mechanisms.base import COST_KEYS, DPCost, Plan, Result
-from core.registry import file_sha256
+from core.snapshots import sha256
 from core.spec import Release
 
 
@@ -133,9 +133,9 @@ def publish(releases_root: Path, staging_root: Path, record: dict, result: Resul
             con.close()
         for chart in result.charts:
             render_chart(chart, tmp / chart.filename)
-        files = {name: file_sha256(tmp / name) for name in [*names, *(c.filename for c in result.charts)]}
+        files = {name: sha256(tmp / name) for name in [*names, *(c.filename for c in result.charts)]}
         (tmp / "report.md").write_text(report({**record, "files": files}, result))
-        record = {**record, "files": {**files, "report.md": file_sha256(tmp / "report.md")}}
+        record = {**record, "files": {**files, "report.md": sha256(tmp / "report.md")}}
         (tmp / "manifest.json").write_text(json.dumps(record, indent=2, sort_keys=False) + "\n")
         _fsync_tree(tmp)
         faults.point("staged")

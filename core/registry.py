@@ -12,14 +12,14 @@ A dataset id is bound to its unit and purpose for good: the ledger keys budgets 
 same id must always mean the same adjacency.
 
 Registrations live in the ledger's store (``core.store``: the home's DuckDB file, or PostgreSQL);
-snapshots live under the snapshot folder (``$PRIVRELEASE_SNAPSHOT_DIR``, else ``<home>/datasets``),
-recorded relative to it, so workers with different homes that share one PostgreSQL store read them
-from one shared folder, each checked against the registered digest before use.
+snapshots live in the snapshot store (``core.snapshots``: ``$PRIVRELEASE_SNAPSHOT_STORE``, else
+``<home>/datasets``), recorded relative to it with the registering host, so workers with different
+homes that share one PostgreSQL store read them from one shared folder, each checked against the
+registered digest before use.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,9 +31,9 @@ import pandas as pd
 import yaml
 from pydantic import ValidationError
 
-from core import content, paths
+from core import content, paths, snapshots
 from core.db import quote_ident
-from core.errors import IngestError, SpecError, UserError
+from core.errors import IngestError, SpecError
 from core.ids import check_id
 from core.readers import csv_header, read_into
 from core.schema import TYPES, Column, Schema
@@ -52,9 +52,8 @@ _CAST = {"integer": "BIGINT", "float": "DOUBLE", "string": "VARCHAR", "boolean":
          "timestamp": "TIMESTAMP"}  # fmt: skip
 _CONTROL = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"  # control characters other than tab, LF and CR
 DATA_ROOT_ENV = "PRIVRELEASE_DATA_ROOT"
-SNAPSHOT_ENV = "PRIVRELEASE_SNAPSHOT_DIR"
 COLUMNS = ("id", "version", "unit", "purpose", "format", "delimiter", "source", "schema", "suite", "rows", "registered",
-           "snapshot", "digest", "source_digest")  # fmt: skip
+           "snapshot", "digest", "source_digest", "host")  # fmt: skip
 
 @dataclass(frozen=True)
 class Unit:
@@ -111,16 +110,12 @@ class _Private:
     suite: str | None
     snapshot: str | None
     digest: str | None
+    host: str | None
 
 
 def data_root(home: Path) -> Path:
     """Where registered sources must live: ``$PRIVRELEASE_DATA_ROOT``, else ``<home>/data``."""
     return Path(os.environ.get(DATA_ROOT_ENV) or home / "data").resolve()
-
-
-def snapshot_root(home: Path) -> Path:
-    """Where snapshots are written and read: ``$PRIVRELEASE_SNAPSHOT_DIR``, else ``<home>/datasets``."""
-    return Path(os.environ.get(SNAPSHOT_ENV) or home / "datasets").resolve()
 
 
 def resolve_source(source: str, root: Path, what: str = "--source") -> Path:
@@ -139,17 +134,8 @@ def resolve_source(source: str, root: Path, what: str = "--source") -> Path:
     return path
 
 
-def file_sha256(path: Path) -> str:
-    """SHA-256 of a file, read in 1 MiB chunks (snapshots and sources can be large)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 class Registry:
-    """The ``datasets`` table of the store, and the snapshots under the snapshot folder."""
+    """The ``datasets`` table of the store, and the snapshots in the snapshot store."""
 
     def __init__(self, home: Path):
         self.home = home
@@ -218,9 +204,10 @@ class Registry:
     def load(self, dataset: Dataset) -> pd.DataFrame:
         """The stored snapshot, after checking it is the one registered (its digest stays private)."""
         current, private = self._current(dataset.id)
-        path = self._snapshot(private)
-        if current.version != dataset.version or not path.is_file() or file_sha256(path) != private.digest:
-            raise UserError(f"dataset {dataset.id!r} changed since registration; ask the data steward to check it.")
+        if current.version != dataset.version:  # registered again since the request was checked
+            raise snapshots.SnapshotChanged(f"dataset {dataset.id!r} changed since registration; ask the data "
+                                            "steward to check it.")  # fmt: skip
+        path = snapshots.checked(self.home, dataset.id, private.snapshot, private.digest, private.host)
         with duckdb.connect() as con:  # in memory, default settings (row order kept)
             frame = con.execute("SELECT * FROM read_parquet(?)", [str(path)]).df()
         frame.attrs["snapshot"] = str(path)  # immutable once written: Dask workers may read their partition from it
@@ -241,9 +228,9 @@ class Registry:
     # -- internals -------------------------------------------------------------------------------
 
     def _snapshot(self, private: _Private) -> Path:
-        """The snapshot's file: its recorded path under the snapshot folder (an absolute one, from
-        before snapshots were recorded relative to it, stays as it is)."""
-        return snapshot_root(self.home) / (private.snapshot or "missing")
+        """The snapshot's file: its recorded path in the store (an absolute one, from before snapshots
+        were recorded relative to it, stays as it is)."""
+        return snapshots.root(self.home) / (private.snapshot or "missing")
 
     def _query(self, sql: str, args: list) -> list[tuple]:
         """Rows of the registry table; none before anything was registered in this home."""
@@ -261,7 +248,7 @@ class Registry:
         check_id(dataset_id, "dataset id")
         rows = self._query(
             "SELECT id, version, unit, purpose, schema, rows, registered, source, format, delimiter, suite, snapshot, "
-            "digest FROM datasets WHERE id = ? ORDER BY version DESC LIMIT 1", [dataset_id],
+            "digest, host FROM datasets WHERE id = ? ORDER BY version DESC LIMIT 1", [dataset_id],
         )  # fmt: skip
         if not rows or (rows[0][11] is None and not dropped):
             raise SpecError(f"dataset {dataset_id!r} is not registered; the data steward registers it with "
@@ -273,7 +260,7 @@ class Registry:
         same table in any row or column order (``core.content``) under another id, also one that was
         dropped, is refused. ``source_digest`` holds the content digest (bytes for older rows)."""
         other = self._query("SELECT DISTINCT id FROM datasets WHERE (source = ? OR source_digest IN (?, ?)) AND id <> ?",
-                            [str(path), file_sha256(path), parsed or "", dataset_id])  # fmt: skip
+                            [str(path), snapshots.sha256(path), parsed or "", dataset_id])  # fmt: skip
         if other:
             raise SpecError(f"this source is already registered as dataset {other[0][0]!r}; one source has one "
                             "budget, so release it under that id.")  # fmt: skip
@@ -282,9 +269,7 @@ class Registry:
         self, dataset_id: str, version: int, path: Path, fmt: str, delimiter: str, unit: Unit, purpose: str,
         schema: Schema | None, suite: str | None,
     ) -> tuple[Dataset, bool]:  # fmt: skip
-        folder = snapshot_root(self.home) / dataset_id
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        snapshot = folder / f"v{version}.parquet"
+        snapshot = snapshots.folder(self.home, dataset_id) / f"v{version}.parquet"
         if fmt == "csv":
             header = csv_header(path, delimiter)
             dupes = sorted({h for h in header if header.count(h) > 1})
@@ -321,25 +306,20 @@ class Registry:
 
                 name, expectations = load_suite(suite)
                 validate(frame, name, expectations)
-            tmp = snapshot.with_suffix(".tmp")
             con.register("snapshot_frame", frame)
-            con.execute(f"COPY (SELECT * FROM snapshot_frame) TO '{tmp}' (FORMAT parquet)")
+            digest = snapshots.write(con, "snapshot_frame", snapshot)
             con.unregister("snapshot_frame")
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, snapshot)
         rows = total if unit.kind == "record" else None
         registered = datetime.now(UTC).isoformat(timespec="seconds")
         with self.store.write() as con:
             con.execute(
                 f"INSERT INTO datasets ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
                 [dataset_id, version, str(unit), purpose, fmt, delimiter, str(path), schema.model_dump_json(), suite,
-                 rows, registered, f"{dataset_id}/{snapshot.name}", file_sha256(snapshot), parsed],
+                 rows, registered, f"{dataset_id}/{snapshot.name}", digest, parsed, snapshots.host()],
             )  # fmt: skip
             con.execute("UPDATE datasets SET snapshot = NULL, digest = NULL WHERE id = ? AND version < ?",
                         [dataset_id, version])  # fmt: skip
-        for old in folder.glob("v*.parquet"):
-            if old != snapshot:
-                old.unlink()
+        snapshots.prune(snapshot)
         return Dataset(dataset_id, version, unit, purpose, schema, rows, registered), inferred
 
 

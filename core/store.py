@@ -40,15 +40,17 @@ CREATE TABLE IF NOT EXISTS datasets (
     id VARCHAR NOT NULL, version INTEGER NOT NULL, unit VARCHAR NOT NULL, purpose VARCHAR NOT NULL,
     format VARCHAR NOT NULL, delimiter VARCHAR NOT NULL, source VARCHAR NOT NULL, schema VARCHAR NOT NULL,
     suite VARCHAR, rows BIGINT, registered VARCHAR NOT NULL, snapshot VARCHAR, digest VARCHAR,
-    source_digest VARCHAR NOT NULL, PRIMARY KEY (id, version)
+    source_digest VARCHAR NOT NULL, host VARCHAR, PRIMARY KEY (id, version)
 );
 CREATE TABLE IF NOT EXISTS accounts (
     name VARCHAR PRIMARY KEY, role VARCHAR NOT NULL, created VARCHAR NOT NULL, hash VARCHAR NOT NULL
 );
 """
-# stores from before holders and requesters were recorded
+# stores from before holders, requesters and registering hosts were recorded
 _UPGRADE = ("ALTER TABLE ledger ADD COLUMN IF NOT EXISTS holder VARCHAR;"
-            "ALTER TABLE ledger ADD COLUMN IF NOT EXISTS requested_by VARCHAR;")  # fmt: skip
+            "ALTER TABLE ledger ADD COLUMN IF NOT EXISTS requested_by VARCHAR;"
+            "ALTER TABLE datasets ADD COLUMN IF NOT EXISTS host VARCHAR;")  # fmt: skip
+_NEWEST = ("datasets", "host")  # the last column _UPGRADE adds: a store that has it needs nothing
 # PostgreSQL only: the rows writers lock, and indexes for the per-charge lookups.
 _PG_TABLES = """
 CREATE TABLE IF NOT EXISTS ledger_datasets (dataset VARCHAR PRIMARY KEY);
@@ -203,7 +205,8 @@ class PgStore:
         import psycopg
 
         with psycopg.connect(self.url, connect_timeout=10) as con:
-            if con.execute(f"SELECT to_regclass('{SCHEMA}.ledger_head')").fetchone()[0] is not None:
+            if con.execute("SELECT count(*) FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+                           "AND column_name = %s", [SCHEMA, *_NEWEST]).fetchone()[0]:  # fmt: skip
                 return
             con.execute("SELECT pg_advisory_xact_lock(hashtext('privrelease schema'))")
             con.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")

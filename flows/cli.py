@@ -116,6 +116,7 @@ def _left(dataset: str) -> dict | None:
 
 
 def cmd_info(args: argparse.Namespace, root: Path) -> int:
+    from core import snapshots
     from core.ledger import Ledger
     from core.registry import DATA_ROOT_ENV, Registry, data_root
 
@@ -127,6 +128,7 @@ def cmd_info(args: argparse.Namespace, root: Path) -> int:
         "home_from": args.home_from,
         "data_root": str(data_root(root)),
         "data_root_from": f"${DATA_ROOT_ENV}" if os.environ.get(DATA_ROOT_ENV) else "default (<home>/data)",
+        "snapshot_store": snapshots.describe(root),
         "ledger_store": ledger.store.describe(),
         "ledger_head": {"seq": entries[-1].seq, "hash": entries[-1].hash} if entries else None,
         "datasets": [d.id for d in Registry(root).list()],

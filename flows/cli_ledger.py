@@ -130,16 +130,15 @@ def cmd_recover(args: argparse.Namespace, root: Path) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace, root: Path) -> int:
-    from core import anchors
+    from core import anchors, snapshots
     from core.migrate import migrate
-    from core.registry import SNAPSHOT_ENV, snapshot_root
     from core.store import URL_ENV, redact
 
     entries, registrations = migrate(root, args.to)
     print(f"migrated {entries} ledger entries and {registrations} registrations into {redact(args.to)}; "
           "the hash chain verifies there")  # fmt: skip
     print(f"every worker now needs: {URL_ENV} set to that URL, this ledger key ({anchors.key_path(root)}, via "
-          f"${anchors.KEY_ENV}) and the snapshots ({snapshot_root(root)}) in its ${SNAPSHOT_ENV}")  # fmt: skip
+          f"${anchors.KEY_ENV}) and the snapshots ({snapshots.root(root)}) in its ${snapshots.STORE_ENV}")  # fmt: skip
     return 0
 
 

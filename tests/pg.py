@@ -24,8 +24,9 @@ def _as_postgres(*args: str) -> None:
 
 
 @contextlib.contextmanager
-def cluster() -> Iterator[str]:
-    """Start a fresh cluster on a free port; yields its URL (trust authentication, user postgres)."""
+def cluster(host: str = "127.0.0.1", clients: str | None = None) -> Iterator[str]:
+    """Start a fresh cluster on a free port, listening on 127.0.0.1 and ``host``; yields its URL at
+    ``host`` (trust authentication, user postgres, from this host and the ``clients`` network)."""
     folder = tempfile.mkdtemp(prefix="privrelease-pg-")
     if os.geteuid() == 0:
         shutil.chown(folder, "postgres", "postgres")
@@ -35,13 +36,17 @@ def cluster() -> Iterator[str]:
     data = f"{folder}/data"
     _as_postgres(f"{BIN}/initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8",
                  "--no-sync")  # fmt: skip
+    if clients:
+        with open(f"{data}/pg_hba.conf", "a") as hba:
+            hba.write(f"host all all {clients} trust\n")
+    listen = ",".join(dict.fromkeys(["127.0.0.1", host]))
     try:
-        _as_postgres(f"{BIN}/pg_ctl", "-D", data, "-o", f"-c listen_addresses=127.0.0.1 -p {port} -k {folder} "
+        _as_postgres(f"{BIN}/pg_ctl", "-D", data, "-o", f"-c listen_addresses={listen} -p {port} -k {folder} "
                      "-c fsync=off", "-l", f"{folder}/log", "-w", "start")  # fmt: skip
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{open(f'{folder}/log').read()[-2000:]}") from None
     try:
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        yield f"postgresql://postgres@{host}:{port}/postgres"
     finally:
         _as_postgres(f"{BIN}/pg_ctl", "-D", data, "-m", "fast", "-w", "stop")
         shutil.rmtree(folder, ignore_errors=True)

@@ -157,6 +157,7 @@ def test_help_version_info_and_a_closed_pipe(tmp_path: Path):
         "version         0.1.0", f"home            {home}", "home_from       $PRIVRELEASE_HOME"]
     info = json.loads(run(home, "info", "--json").stdout)
     assert info["data_root"] == str(home / "data") and info["datasets"] == [] and info["ledger_head"] is None
+    assert info["snapshot_store"] == f"{home / 'datasets'} ($PRIVRELEASE_SNAPSHOT_STORE unset: this worker's home)"
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "PRIVRELEASE_HOME"))}
     environ["HOME"] = str(tmp_path / "user")
     r = subprocess.run([EXE, "info", "--json"], cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=120)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import duckdb
 import pandas as pd
 import pytest
 
-from core import validate
+from core import snapshots, validate
 from core.db import quote_ident
 from core.demo import SUITES, census
 from core.errors import IngestError, SpecError, UserError, ValidationFailed
@@ -51,6 +52,57 @@ def test_register_load_refresh_drop(tmp_path: Path):
     with pytest.raises(SpecError, match="registered before with unit record and purpose sdc"):
         register(home, frame, "ds", purpose="dp")  # the id stays bound to its unit and purpose
     assert register(home, frame, "ds").version == 3
+
+
+def test_a_shared_snapshot_store_and_what_a_worker_that_cannot_read_it_is_told(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch):  # fmt: skip
+    """Registered from home A into a shared store, read from home B through it; a worker pointed at
+    another store is told which store it looked in and which host registered the dataset; only bytes
+    that differ from the registration are "changed"."""
+    shared = tmp_path / "mnt" / "snapshots"
+    monkeypatch.setenv(snapshots.STORE_ENV, str(shared))
+    ds = register(tmp_path / "a", pd.DataFrame({"x": [1, 2, 3]}), "ds")
+    (snapshot,) = (shared / "ds").iterdir()
+    modes = [oct(p.stat().st_mode & 0o777) for p in (shared, shared / "ds", snapshot)]
+    assert modes == ["0o700", "0o700", "0o600"] and not (tmp_path / "a" / "datasets").exists()
+    b = Registry(tmp_path / "b")  # another home, the same registrations (here: A's file) and store
+    b.store = Registry(tmp_path / "a").store
+    assert list(b.load(ds)["x"]) == [1, 2, 3]
+    with b.store.read() as con:
+        assert con.execute("SELECT host FROM datasets").fetchall() == [(socket.gethostname(),)]
+        con.execute("UPDATE datasets SET host = 'steward-a'")  # as registered on another machine
+
+    def refusal(store: Path) -> str:
+        monkeypatch.setenv(snapshots.STORE_ENV, str(store))
+        with pytest.raises(snapshots.SnapshotUnreachable) as caught:
+            b.load(ds)
+        return str(caught.value)
+
+    fix = ("It was registered from host 'steward-a'; set $PRIVRELEASE_SNAPSHOT_STORE on this worker to the store "
+           "that host wrote to (a folder every worker mounts). Nothing was charged.")
+    assert refusal(tmp_path / "not-mounted") == (
+        "dataset 'ds' cannot be read on this worker: its snapshot ds/v1.parquet does not exist in the snapshot store "
+        f"{tmp_path / 'not-mounted'} ($PRIVRELEASE_SNAPSHOT_STORE), a folder missing on this worker. " + fix)
+    (tmp_path / "empty").mkdir()
+    assert refusal(tmp_path / "empty") == (
+        "dataset 'ds' cannot be read on this worker: its snapshot ds/v1.parquet does not exist in the snapshot store "
+        f"{tmp_path / 'empty'} ($PRIVRELEASE_SNAPSHOT_STORE). " + fix)
+    (tmp_path / "odd" / "ds" / "v1.parquet").mkdir(parents=True)
+    assert "its snapshot ds/v1.parquet cannot be read (Is a directory) in the snapshot store" in refusal(tmp_path / "odd")
+    monkeypatch.delenv(snapshots.STORE_ENV)  # the default: this worker's own home
+    with pytest.raises(snapshots.SnapshotUnreachable) as caught:
+        b.load(ds)
+    assert (f"in the snapshot store {tmp_path / 'b' / 'datasets'} ($PRIVRELEASE_SNAPSHOT_STORE unset: this worker's "
+            "home), a folder missing on this worker. It was registered from host 'steward-a'") in str(caught.value)
+    monkeypatch.setenv(snapshots.STORE_ENV, str(shared))
+    snapshot.write_bytes(snapshot.read_bytes() + b"\0")  # one byte more
+    with pytest.raises(snapshots.SnapshotChanged, match="^dataset 'ds' changed since registration; ask the data "
+                       "steward to check it.$"):  # fmt: skip
+        b.load(ds)
+    monkeypatch.setenv("PRIVRELEASE_SNAPSHOT_DIR", str(shared))
+    monkeypatch.delenv(snapshots.STORE_ENV)
+    with pytest.raises(UserError, match=r"^\$PRIVRELEASE_SNAPSHOT_DIR was renamed \$PRIVRELEASE_SNAPSHOT_STORE; "):
+        b.load(ds)
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "jsonl"])

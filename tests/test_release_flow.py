@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 from pathlib import Path
 
@@ -172,6 +173,20 @@ def test_a_changed_snapshot_is_refused_without_detail(prefect_server, home, tmp_
         "error: dataset 'census' changed since registration; ask the data steward to check it."
     )
     assert reserved(home) == []
+
+
+def test_a_snapshot_this_worker_cannot_reach_is_refused_as_such(prefect_server, home, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PRIVRELEASE_SNAPSHOT_STORE", str(tmp_path / "shared"))
+    register(home, census(300))
+    monkeypatch.setenv("PRIVRELEASE_SNAPSHOT_STORE", str(tmp_path / "elsewhere"))  # a worker not given the mount
+    code, _, err = cli(capsys, "release", str(write_request(tmp_path / "case")))
+    assert code == 2 and err.strip().splitlines()[-1] == (
+        "error: dataset 'census' cannot be read on this worker: its snapshot census/v1.parquet does not exist in the "
+        f"snapshot store {tmp_path / 'elsewhere'} ($PRIVRELEASE_SNAPSHOT_STORE), a folder missing on this worker. It "
+        f"was registered from host {socket.gethostname()!r}; set $PRIVRELEASE_SNAPSHOT_STORE on this worker to the "
+        "store that host wrote to (a folder every worker mounts). Nothing was charged."
+    )
+    assert Ledger(home / "privrelease.duckdb").entries() == []  # nothing charged
 
 
 CANARY = "CANARY-5f1e0b7c-raw-row"

@@ -43,12 +43,12 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=15)
 
 
-def _healthy(port: int, proc: subprocess.Popen, log: Path, timeout: float) -> None:
-    """Wait until the server started as ``proc`` answers its health check on ``port``."""
+def _healthy(port: int, proc: subprocess.Popen, log: Path, timeout: float, host: str = "127.0.0.1") -> None:
+    """Wait until the server started as ``proc`` answers its health check on ``host:port``."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2).status_code == 200:
+            if httpx.get(f"http://{host}:{port}/api/health", timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
@@ -57,14 +57,14 @@ def _healthy(port: int, proc: subprocess.Popen, log: Path, timeout: float) -> No
 
 
 @contextmanager
-def running_server(root: Path, extra: dict | None = None):
-    """A `prefect server` on a free port with its own PREFECT_HOME (and ``extra`` settings, e.g. its
-    database); yields the environment for clients."""
+def running_server(root: Path, extra: dict | None = None, host: str = "127.0.0.1"):
+    """A `prefect server` on a free port of ``host`` with its own PREFECT_HOME (and ``extra`` settings,
+    e.g. its database); yields the environment for clients."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     credential = f"operator:{secrets.token_urlsafe(18)}"  # Prefect's own: the operator's alone, as under make serve
     env |= {
-        "PREFECT_HOME": str(root / "prefect"), "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
+        "PREFECT_HOME": str(root / "prefect"), "PREFECT_API_URL": f"http://{host}:{port}/api",
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_WORKER_QUERY_SECONDS": "1",
         "PRIVRELEASE_HOME": str(root / "home"), "PRIVRELEASE_REPO": str(REPO),
         "PREFECT_SERVER_API_AUTH_STRING": credential, "PREFECT_API_AUTH_STRING": credential,
@@ -74,10 +74,10 @@ def running_server(root: Path, extra: dict | None = None):
     }  # fmt: skip
     env |= extra or {}
     log = open(root / "server.log", "w")
-    proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+    proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", host, "--port", str(port)],
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
-        _healthy(port, proc, root / "server.log", 180)
+        _healthy(port, proc, root / "server.log", 180, host)
         yield env
     finally:
         _stop(proc)

@@ -1,23 +1,28 @@
-"""Prefect's server on PostgreSQL (as ``make serve-pg`` runs it), sharing the database with the ledger,
-and two process workers with different homes: their runs and their charges are rows in that one
-database, and one cap holds for both."""
+"""Two hosts on separate network stacks (Linux network namespaces A and B, joined by a veth pair):
+PostgreSQL and Prefect's server on A (as ``make serve-pg`` runs it, sharing the database with the
+ledger), a process worker with its own home on each host, one snapshot store both mount. Runs
+submitted through Prefect from both hosts, their charges rows in that one database, one cap for both."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from core import store
 from core.accounting import Budget
 from core.errors import LedgerCorrupt
 from core.ledger import Ledger
 from tests.conftest import REPO
 from tests.helpers import register
+from tests.netns import A_ADDR, exec_in, inside, two_hosts
+from tests.pg import cluster
 from tests.test_outliers import planted
 from tests.test_pg import OUTLIERS
-from tests.test_server import BIN, _create_run, _run, _stop, _wait, deployment, operator, running_server
+from tests.test_server import BIN, _run, _stop, _wait, deployment, operator, running_server
 
 # The outliers request of tests/test_pg.py as the outlier-count form takes it.
 PARAMS = OUTLIERS["mechanism"]["params"]
@@ -26,43 +31,76 @@ FORM = {"dataset": OUTLIERS["dataset"], "columns": PARAMS["columns"], "k": PARAM
         "standardize": [{"column": c, **s} for c, s in PARAMS["standardize"].items()]}
 
 
-def test_two_workers_with_different_homes_eight_runs_against_a_cap_of_five(tmp_path: Path, pg_url: str,
-                                                                           monkeypatch: pytest.MonkeyPatch):  # fmt: skip
-    """Prefect's server on PostgreSQL, two process workers with different homes sharing the ledger
-    there: eight runs of the outlier-count deployment at once against a cap for five."""
+# What an operator on either host runs to submit releases: n runs of a deployment into a work queue.
+SUBMIT = """
+import json, os, sys, httpx
+api = httpx.Client(base_url=os.environ["PREFECT_API_URL"], timeout=30,
+                   auth=tuple(os.environ["PREFECT_API_AUTH_STRING"].split(":", 1)))
+deployment, queue, form, n = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
+print(json.dumps([api.post(f"/deployments/{deployment}/create_flow_run", json={"parameters": form,
+      "work_queue_name": queue}).raise_for_status().json()["id"] for _ in range(n)]))
+"""
+
+
+def test_two_hosts_eight_runs_submitted_from_both_against_a_cap_of_five(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch):  # fmt: skip
+    """Host A: PostgreSQL (ledger and Prefect), Prefect's server, a worker; host B: a worker. Each host
+    submits four runs of the outlier-count deployment to its own worker's queue, all at once, against
+    a cap for five; then `privrelease ledger verify` on each host."""
+    with two_hosts() as (a, b), inside(a), cluster(A_ADDR, f"{A_ADDR}/24") as pg_url:
+        try:
+            _eight_runs(tmp_path, monkeypatch, pg_url, b)
+        finally:
+            store.close(pg_url)  # its pool's threads live in A's namespace
+
+
+def _eight_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str, b: str) -> None:
     shared = {"PRIVRELEASE_LEDGER_URL": pg_url, "PRIVRELEASE_LEDGER_KEY_FILE": str(tmp_path / "secrets" / "ledger.key"),
-              "PRIVRELEASE_SNAPSHOT_DIR": str(tmp_path / "snapshots")}  # fmt: skip
+              "PRIVRELEASE_SNAPSHOT_STORE": str(tmp_path / "shared" / "snapshots")}  # fmt: skip
     for name, value in shared.items():
         monkeypatch.setenv(name, value)
-    homes = [tmp_path / "worker-a", tmp_path / "worker-b"]
-    register(homes[0], planted(), "sessions", "record", "dp")  # the steward, once, into the shared store
+    homes = [tmp_path / "host-a", tmp_path / "host-b"]
+    register(homes[0], planted(), "sessions", "record", "dp")  # the steward, on host A, into the shared store
     Ledger(homes[0] / "privrelease.duckdb").set_budget("sessions", Budget(5.0, 1e-3))
     database = {"PREFECT_API_DATABASE_CONNECTION_URL": pg_url.replace("postgresql://", "postgresql+asyncpg://", 1)}
-    with running_server(tmp_path, database | shared) as env:
+    on = ([], exec_in(b))  # how a command runs on host A (this thread is there) and on host B
+    with running_server(tmp_path, database | shared, host=A_ADDR) as env:
         api = operator(env)
         _run(env, "work-pool", "create", "privrelease", "--type", "process", "--base-job-template", "deploy/process-pool.json")
         _run(env, "--no-prompt", "deploy", "--name", "outlier-count")
         found = deployment(api, "outlier-count")
-        logs = [open(tmp_path / f"worker-{i}.log", "w") for i in range(2)]
-        workers = [subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", "privrelease", "--install-policy",
-                                     "never", "--limit", "4"], env=env | {"PRIVRELEASE_HOME": str(home)}, cwd=REPO,
-                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-                   for home, log in zip(homes, logs)]
+        submits = [subprocess.Popen([*prefix, str(BIN / "python"), "-c", SUBMIT, found["id"], f"host-{h}",
+                                     json.dumps(FORM), "4"], env=env, stdout=subprocess.PIPE, text=True)  # fmt: skip
+                   for prefix, h in zip(on, "ab")]
+        runs = [json.loads(p.communicate(timeout=120)[0]) for p in submits]
+        logs = [open(tmp_path / f"worker-{h}.log", "w") for h in "ab"]
+        workers = [subprocess.Popen([*prefix, str(BIN / "prefect"), "worker", "start", "--pool", "privrelease",
+                                     "--work-queue", f"host-{h}", "--install-policy", "never", "--limit", "4"],
+                                    env=env | {"PRIVRELEASE_HOME": str(home)}, cwd=REPO, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+                   for prefix, h, home, log in zip(on, "ab", homes, logs)]
         try:
-            runs = [_create_run(api, found["id"], FORM).json()["id"] for _ in range(8)]
-            states = [_wait(api, run_id, tmp_path / "worker-0.log", 300) for run_id in runs]
+            states = [[_wait(api, run_id, tmp_path / f"worker-{h}.log", 300) for run_id in ids]
+                      for h, ids in zip("ab", runs)]  # fmt: skip
             messages = [api.get(f"/flow_runs/{run_id}", timeout=10).json()["state"]["message"]
-                        for run_id, state in zip(runs, states) if state == "FAILED"]  # fmt: skip
+                        for ids, st in zip(runs, states) for run_id, state in zip(ids, st) if state == "FAILED"]  # fmt: skip
         finally:
             for worker, log in zip(workers, logs):
                 _stop(worker)
                 log.close()
-    assert sorted(states) == ["COMPLETED"] * 5 + ["FAILED"] * 3, [(tmp_path / f"worker-{i}.log").read_text()[-2000:] for i in range(2)]
+    worker_logs = [(tmp_path / f"worker-{h}.log").read_text()[-2000:] for h in "ab"]
+    assert sorted(states[0] + states[1]) == ["COMPLETED"] * 5 + ["FAILED"] * 3, worker_logs
+    assert "COMPLETED" in states[0] and "COMPLETED" in states[1], worker_logs  # both hosts published
     for message in messages:
         assert "left of its cap (epsilon=5, delta=0.001)" in message  # refused with the budget error
-    for home in homes:  # the chain, this worker's anchors and its release folders
-        assert Ledger(home / "privrelease.duckdb").verify(home / "releases") == 11
-        assert list((home / "releases").glob("sessions/*/manifest.json")), f"{home.name} published nothing"
+    verify = [subprocess.Popen([*prefix, str(BIN / "privrelease"), "ledger", "verify"], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, env=env | {"PRIVRELEASE_HOME": str(home)})  # fmt: skip
+              for prefix, home in zip(on, homes)]  # the chain, each host's anchors and its release folders
+    for done in verify:
+        out = done.communicate(timeout=120)[0]
+        assert done.returncode == 0 and "ledger ok: 11 entries" in out, out
+    for home, host_states in zip(homes, states):  # each host published its own completed runs
+        assert len(list((home / "releases").glob("sessions/*/manifest.json"))) == host_states.count("COMPLETED")
     (t,) = Ledger(homes[1] / "privrelease.duckdb").totals()
     assert (t.spent.epsilon, t.published, t.failed, t.pending) == (5.0, 5, 0, 0)
     charged = {e.flow_run_id for e in Ledger(homes[1] / "privrelease.duckdb").entries() if e.status == "reserved"}
@@ -72,5 +110,5 @@ def test_two_workers_with_different_homes_eight_runs_against_a_cap_of_five(tmp_p
         con.execute("DELETE FROM privrelease.ledger WHERE seq = 11")  # the database's writer cuts the last entry
     assert charged == completed and len(completed) == 5 and trgm == 1  # each charge names its run; Prefect migrated
     monkeypatch.setenv("PRIVRELEASE_LEDGER_ANCHORS", ":".join(str(h / "anchors" / "ledger.anchors") for h in homes))
-    with pytest.raises(LedgerCorrupt, match="entry 11, anchored at"):  # an auditor holding every worker's anchors
+    with pytest.raises(LedgerCorrupt, match="entry 11, anchored at"):  # an auditor holding every host's anchors
         Ledger(homes[0] / "privrelease.duckdb").verify()

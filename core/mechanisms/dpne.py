@@ -47,6 +47,7 @@ from core.params import StrictParams
 from core.schema import Needs
 
 NAME = "dpne"
+READS_SNAPSHOT_ON_WORKERS = True  # on Dask, each worker reads its users from the stored snapshot (``extract``)
 MAX_DELTA0 = 100_000  # a user's distinct n-grams per level; the threshold scans every count up to it
 UNIT_PARAM = "user_column"  # filled from the dataset's registered unit
 Cap = Annotated[int, Field(ge=1, le=MAX_DELTA0)]  # one delta0 value (Params checks it; the form's schema states it)
