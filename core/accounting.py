@@ -71,28 +71,38 @@ def gaussian_delta(epsilon: float, sigma: float) -> float:
     return float(ndtr(-epsilon * sigma + a) - math.exp(epsilon + log_ndtr(-epsilon * sigma - a)))
 
 
-def gaussian_sigma(epsilon: float, delta: float) -> float:
-    """The smallest sigma for which a sensitivity-1 Gaussian mechanism is (epsilon, delta)-DP."""
-    from scipy.optimize import brentq
+def boundary(holds, lo: float, hi: float, rtol: float = 1e-15) -> float:
+    """The least x in (lo, hi] at which the monotone condition ``holds`` is true, to relative ``rtol``,
+    from the safe side: ``holds(result)`` is True (``holds(hi)`` must be). Bisection, so it stays exact
+    about which side it returns; it saves the 0.3 s import of scipy.optimize on every release."""
+    while hi - lo > rtol * abs(hi):
+        mid = lo + (hi - lo) / 2
+        if mid <= lo or mid >= hi:
+            break
+        lo, hi = (lo, mid) if holds(mid) else (mid, hi)
+    return hi
 
+
+def gaussian_sigma(epsilon: float, delta: float) -> float:
+    """The smallest sigma for which a sensitivity-1 Gaussian mechanism is (epsilon, delta)-DP (never
+    less: the result satisfies gaussian_delta(epsilon, sigma) <= delta)."""
     if not (epsilon > 0 and 0 < delta < 1):
         raise ValueError(f"need epsilon > 0 and 0 < delta < 1, got ({epsilon}, {delta})")
     hi = 1.0
     while gaussian_delta(epsilon, hi) > delta:
         hi *= 2
-    return float(brentq(lambda s: gaussian_delta(epsilon, s) - delta, 1e-6, hi, xtol=1e-14, rtol=1e-15))
+    return boundary(lambda s: gaussian_delta(epsilon, s) <= delta, 1e-6, hi)
 
 
 def gaussian_epsilon(sigma: float, delta: float) -> float:
-    """The smallest epsilon for which noise ``sigma`` is (epsilon, delta)-DP (inverse of the above)."""
-    from scipy.optimize import brentq
-
+    """The smallest epsilon for which noise ``sigma`` is (epsilon, delta)-DP (inverse of the above; never
+    less)."""
     if gaussian_delta(0.0, sigma) <= delta:
         return 0.0
     hi = 1.0
     while gaussian_delta(hi, sigma) > delta:
         hi *= 2
-    return float(brentq(lambda e: gaussian_delta(e, sigma) - delta, 0.0, hi, xtol=1e-14, rtol=1e-15))
+    return boundary(lambda e: gaussian_delta(e, sigma) <= delta, 0.0, hi)
 
 
 def compose_sigmas(sigmas: list[float]) -> float:

@@ -13,7 +13,7 @@ import numpy as np
 import scipy  # submodules load on first use; scipy.special.log_ndtr is log Φ (scipy.stats would cost 0.3 s)
 
 from core import accountant, noise
-from core.accounting import Budget, gaussian_sigma
+from core.accounting import Budget, boundary, gaussian_sigma
 from core.mechanisms import outliers_geometry as geometry
 
 # Upper bounds on the kissing number K_d (exact for d = 1, 2, 3, 4, 8, 24; otherwise the
@@ -63,7 +63,8 @@ def smooth_log_failure(epsilon: float, delta: float) -> float:
 def smooth_epsilon_max(delta: float) -> float:
     """The largest per-count epsilon for which the smooth-sensitivity Gaussian is (epsilon, delta)-DP
     by Theorem 2's proof: the root of smooth_log_failure(ε, δ) = ln δ (the failure grows with ε)."""
-    return float(scipy.optimize.brentq(lambda e: smooth_log_failure(e, delta) - math.log(delta), 1e-9, 1e3, xtol=1e-12, rtol=1e-14))
+    # the largest epsilon whose failure is at most ln(delta), from the safe side (as -x: the least x)
+    return -boundary(lambda x: smooth_log_failure(-x, delta) <= math.log(delta), -1e3, -1e-9, rtol=1e-14)
 
 
 # -- the budget split and a drawn count ----------------------------------------------------------------
