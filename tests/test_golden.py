@@ -71,12 +71,12 @@ GOLDEN = {
              "manifest.json": "903f529f4bfe9f7c", "report.md": "25e0db0768d3feb0"},
     "eds": {"<ledger>": "8e51b07b2661cca0", "data.csv": "5c21de6b4755c294", "data.parquet": "3715d04156b65666",
             "manifest.json": "8b6ff408dab415e6", "report.md": "80df5beec529e549"},
-    "dpne": {"<ledger>": "15f3f4a62d98b0af", "manifest.json": "3b01ffe94141f8ad", "ngrams.csv": "3c3f28b1f6126d3b",
+    "dpne": {"<ledger>": "d02bbdc45e2b7254", "manifest.json": "37d2da0c94c84669", "ngrams.csv": "3c3f28b1f6126d3b",
              "ngrams.parquet": "e8aea74a9436577e", "report.md": "fd9ff700e6dee9c9"},
-    "outliers-count": {"<ledger>": "bdf9dc022f3d0b7e", "manifest.json": "28dfaff15002d87e", "outliers.csv": "646e84ceafdae259",
-                       "outliers.parquet": "5d4b5f494eda173d", "report.md": "480b74d2902645a7"},
-    "outliers-top": {"<ledger>": "f257d6381d277199", "manifest.json": "bb761ae84b2bf93d", "outliers.csv": "b748693618ff2b56",
-                     "outliers.parquet": "ec5a1a24492a689d", "report.md": "cb8ef973d96e83bc"},
+    "outliers-count": {"<ledger>": "bdf9dc022f3d0b7e", "manifest.json": "7634b4a417cb692f", "outliers.csv": "196e97da3384c6ed",
+                       "outliers.parquet": "7f537c53750dfce5", "report.md": "f79ed8aad63c35b8"},
+    "outliers-top": {"<ledger>": "f257d6381d277199", "manifest.json": "398fb8b2703ffb03", "outliers.csv": "8bfda1a53db0faa4",
+                     "outliers.parquet": "c2077e9ca9ae9abc", "report.md": "d9bad1074435b4ea"},
 }  # fmt: skip
 
 
