@@ -73,10 +73,10 @@ GOLDEN = {
             "manifest.json": "8b6ff408dab415e6", "report.md": "80df5beec529e549"},
     "dpne": {"<ledger>": "d02bbdc45e2b7254", "manifest.json": "37d2da0c94c84669", "ngrams.csv": "3c3f28b1f6126d3b",
              "ngrams.parquet": "e8aea74a9436577e", "report.md": "fd9ff700e6dee9c9"},
-    "outliers-count": {"<ledger>": "bdf9dc022f3d0b7e", "manifest.json": "7634b4a417cb692f", "outliers.csv": "196e97da3384c6ed",
-                       "outliers.parquet": "7f537c53750dfce5", "report.md": "f79ed8aad63c35b8"},
-    "outliers-top": {"<ledger>": "f257d6381d277199", "manifest.json": "398fb8b2703ffb03", "outliers.csv": "8bfda1a53db0faa4",
-                     "outliers.parquet": "c2077e9ca9ae9abc", "report.md": "d9bad1074435b4ea"},
+    "outliers-count": {"<ledger>": "bdf9dc022f3d0b7e", "manifest.json": "dc98247427888b82", "outliers.csv": "196e97da3384c6ed",
+                       "outliers.parquet": "7f537c53750dfce5", "report.md": "da6339a458e968cf"},
+    "outliers-top": {"<ledger>": "f257d6381d277199", "manifest.json": "a985ab8560ab73c7", "outliers.csv": "8bfda1a53db0faa4",
+                     "outliers.parquet": "c2077e9ca9ae9abc", "report.md": "fcdabc9203725cdd"},
 }  # fmt: skip
 
 

@@ -178,7 +178,8 @@ def _cell(v: object) -> str:
 def _chart(data: pd.DataFrame) -> Chart:
     series = {"noisy count": data["noisy_count"].tolist(), "global-sensitivity noise std": data["global_noise_std"].tolist()}
     bars = list(zip(data["ci95_low"].tolist(), data["ci95_high"].tolist()))
-    if data["noise_std"].notna().all():
-        series["smooth noise std (released)"] = data["noise_std"].tolist()
+    if data["noise_std"].notna().all() and (data["noise"] == "smooth").any():  # global: the series above already
+        series["noise std (released; smooth)" if (data["noise"] == "smooth").all() else "noise std (released)"] = \
+            data["noise_std"].tolist()  # fmt: skip
     return Chart("outliers.png", "Noisy outlier counts (bars: 95% intervals) and noise scales", data["subspace"].tolist(),
                  series, "records", intervals=bars)
