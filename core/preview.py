@@ -28,38 +28,40 @@ ADMITTED, APPROVAL, REFUSED, PUBLISHED_ALREADY = "admitted", "needs approval", "
 
 def preview(store: pipeline.Store, request: ReleaseRequest) -> dict:
     """The preview of ``request`` (a user error for a request a release would refuse before its charge,
-    except for the budget, which is the verdict)."""
-    release, plan_ = pipeline.check(store, request, dropped=True)
+    except for the budget, which is the verdict, and dropped rows, whose figures are still shown)."""
+    try:
+        release, plan_ = pipeline.check(store, request)
+        stopped = used(store, request)
+    except UserError as exc:  # the release's own refusal; raised again below unless it is the dropped rows
+        release, plan_ = pipeline.check(store, request, dropped=True)
+        stopped = _verdict(REFUSED, str(exc))
     expected = accuracy_of(release, plan_)
     return {
         "dataset": release.dataset.id,
         "mechanism": release.mechanism,
         "guarantee": plan_.guarantee,
-        **(blocked(store, request) or budget(store, release, plan_)),
+        **(stopped or budget(store, release, plan_)),
         "accuracy": expected,
         "warnings": warnings(release, plan_, expected),
         "notes": notes(release, plan_),
     }
 
 
-def blocked(store: pipeline.Store, request: ReleaseRequest) -> dict | None:
-    """What a release would do before any charge that the figures alone do not show: refuse a dataset
-    whose rows were dropped (with the release's own message), return an already published release id
-    without charging, refuse an id charged before that did not publish."""
-    try:
-        pipeline.check(store, request)
-    except UserError as exc:
-        return {"kind": None, "charge": None, "left_after": None, "verdict": REFUSED, "reason": str(exc)}
+def used(store: pipeline.Store, request: ReleaseRequest) -> dict | None:
+    """What a release of an id the ledger already holds would do before any charge: return the
+    published release without charging, or refuse an id charged before that did not publish."""
     status = store.ledger.status(request.release_id) if request.release_id else None
     if status == PUBLISHED:
-        return {"kind": None, "charge": None, "left_after": None, "verdict": PUBLISHED_ALREADY,
-                "reason": f"release {request.release_id!r} is already published; running it again charges nothing "
-                          "and returns that release."}  # fmt: skip
+        return _verdict(PUBLISHED_ALREADY, f"release {request.release_id!r} is already published; running it again "
+                                           "charges nothing and returns that release.")  # fmt: skip
     if status is not None:
-        return {"kind": None, "charge": None, "left_after": None, "verdict": REFUSED,
-                "reason": f"release {request.release_id!r} was charged before and did not publish (its ledger "
-                          f"status is {status}); release again under a new release_id."}  # fmt: skip
+        return _verdict(REFUSED, f"release {request.release_id!r} was charged before and did not publish (its ledger "
+                                 f"status is {status}); release again under a new release_id.")  # fmt: skip
     return None
+
+
+def _verdict(verdict: str, reason: str) -> dict:
+    return {"kind": None, "charge": None, "left_after": None, "verdict": verdict, "reason": reason}
 
 
 def budget(store: pipeline.Store, release: Release, plan_: Plan) -> dict:
