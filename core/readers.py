@@ -45,7 +45,7 @@ def read_into(con, table: str, path, fmt: str, delimiter: str) -> None:
                               "UTF-8 first.") from None  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="privrelease-csv-") as scratch:  # mode 700: the rows are private
         copy = Path(scratch) / "normalized.csv"
-        csv_rows(path, delimiter, copy)  # raises naming the first bad line
+        normalize(path, delimiter, copy)  # raises naming the first bad line
         try:
             con.execute(f"CREATE TEMP TABLE {table} AS SELECT * FROM {_CSV}", [str(copy), delimiter])
         except Exception:  # noqa: BLE001 - DuckDB raises several types; none is echoed
@@ -58,9 +58,9 @@ def csv_header(path, delimiter: str) -> list[str]:
         return next(csv.reader(handle, delimiter=delimiter), [])
 
 
-def csv_rows(path, delimiter: str, copy: Path) -> int:
-    """Data rows of a well-formed CSV (CRLF, LF or a mix), written to ``copy`` with LF line endings;
-    else ``IngestError`` naming the first bad line. Blank lines are skipped, as DuckDB skips them."""
+def normalize(path, delimiter: str, copy: Path) -> None:
+    """A well-formed CSV (CRLF, LF or a mix) written to ``copy`` with LF line endings, else
+    ``IngestError`` naming the first bad line. Blank lines are skipped, as DuckDB skips them."""
     name = getattr(path, "name", str(path))
     start = 1
     try:
@@ -71,7 +71,7 @@ def csv_rows(path, delimiter: str, copy: Path) -> int:
             if header is None:
                 raise IngestError(f"could not read {name!r}: it is empty; a CSV needs a header row.")
             writer.writerow(header)
-            expected, rows, start = len(header), 0, reader.line_num + 1
+            expected, start = len(header), reader.line_num + 1
             for row in reader:
                 if row and len(row) != expected:
                     raise IngestError(f"could not read {name!r}: line {start} has {len(row)} fields, the header has "
@@ -79,7 +79,6 @@ def csv_rows(path, delimiter: str, copy: Path) -> int:
                                       "--delimiter if the file uses another one).")  # fmt: skip
                 if row:
                     writer.writerow(row)
-                    rows += 1
                 start = reader.line_num + 1
     except csv.Error as exc:
         what = ("a quoted field opened there is never closed" if "end of data" in str(exc) or "EOF" in str(exc)
@@ -87,7 +86,6 @@ def csv_rows(path, delimiter: str, copy: Path) -> int:
         raise IngestError(f"could not read {name!r}: line {start}: {what}.") from None
     except UnicodeDecodeError:
         raise IngestError(f"could not read {name!r}: it is not UTF-8 encoded; convert it to UTF-8 first.") from None
-    return rows
 
 
 def _unicode(exc: Exception) -> bool:
