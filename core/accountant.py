@@ -133,6 +133,11 @@ class Spend:
         return self.events
 
     @property
+    def approx_delta(self) -> Fraction:
+        """The delta of its (epsilon, delta)-only parts, exactly: what the filter's delta room counts."""
+        return sum((exact(e.delta) * e.count for e in self.parts if e.family == "approx"), Fraction(0))
+
+    @property
     def curve(self) -> tuple[Event, ...]:
         """Its events when recorded (the reported PLD always uses the mechanism's own curve)."""
         return self.events if self.events is not None else self.parts
@@ -197,8 +202,7 @@ class Filter:
 
     def check(self, history: list[Spend]) -> Decision:
         """Whether a history (the candidate last) lies in the filter's admissible set."""
-        approx_delta = sum((exact(e.delta) * e.count for s in history for e in s.parts if e.family == "approx"),
-                           Fraction(0))  # fmt: skip
+        approx_delta = sum((s.approx_delta for s in history), Fraction(0))
         used = sum(self.cost(s) for s in history) if self.alpha else math.inf
         renyi = self.alpha is not None and approx_delta <= self.delta_room and used <= self.k
         basic_eps = sum((exact(s.budget.epsilon) for s in history), Fraction(0))
@@ -277,7 +281,7 @@ def fits_more(f: Filter, history: list[Spend], like: Spend, limit: int = 100_000
     best = 0
     if f.alpha is not None:
         cost = f.cost(like)
-        dl = sum((exact(e.delta) * e.count for e in like.parts if e.family == "approx"), Fraction(0))
+        dl = like.approx_delta
         n = limit if cost == 0 else math.floor(max(f.k - d.renyi_used, 0) / cost)
         if dl > 0:
             n = min(n, math.floor(max(f.delta_room - d.approx_delta, 0) / dl))

@@ -101,10 +101,9 @@ def refusal(dataset: str, f: Filter, spends: list[Spend], candidate: Spend) -> s
     lines = [f"this release needs epsilon={cost.epsilon:.6g}, delta={cost.delta:.6g} but dataset {dataset!r} cannot take "
              f"it. {_binding(f, d, candidate, spends)}"]  # fmt: skip
     if f.alpha is not None:
-        approx_d = sum((exact(e.delta) * e.count for e in candidate.parts if e.family == "approx"), Fraction(0))
         lines.append(
             f"Admission filter (Rényi order {f.alpha:.3g}): it would cost {f.cost(candidate):.4g} of the "
-            f"{f.k:.4g} budget, of which {_down(f.k - d.renyi_used)} is left, and delta {float(approx_d):.3g} "
+            f"{f.k:.4g} budget, of which {_down(f.k - d.renyi_used)} is left, and delta {float(candidate.approx_delta):.3g} "
             f"of the {float(f.delta_room):.3g} for (epsilon, delta)-only parts, of which "
             f"{_down(float(f.delta_room - d.approx_delta))} is left."
         )
@@ -132,9 +131,8 @@ def _binding(f: Filter, d, candidate: Spend, spends: list[Spend]) -> str:
 
     said = []
     if f.alpha is not None:
-        approx_d = sum((exact(e.delta) * e.count for e in candidate.parts if e.family == "approx"), Fraction(0))
         said.append("under the admission filter, " + say(f.cost(candidate) > f.k - d.renyi_used,
-                                                         approx_d > f.delta_room - d.approx_delta))  # fmt: skip
+                                                         candidate.approx_delta > f.delta_room - d.approx_delta))  # fmt: skip
     if candidate.gaussian or any(s.gaussian for s in spends):
         said.append("basic composition does not take Gaussian noise")
     else:
