@@ -30,7 +30,7 @@ serve-pg: $(STAMP)  # the same, with the ledger and Prefect's server on PostgreS
 
 test: $(STAMP)
 	bash scripts/system-deps.sh
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup  # both cores; a file is one group (tests/conftest.py)
 
 audit: $(STAMP)  # the statistical privacy auditor's long run (10-30 min); its table goes in docs/PRIVACY-AUDIT.md
 	rm -f audit-results.md

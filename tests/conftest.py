@@ -32,6 +32,18 @@ absl.logging.get_absl_handler().python_handler.stream = sys.__stderr__
 REPO = Path(__file__).resolve().parent.parent
 
 
+# `make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`): each test file is one group,
+# so a file's module fixtures are built once, and the files that share the session's served Prefect
+# (`served`, `people`) form one group, so that server is started once.
+SERVED_FILES = {"test_gate.py", "test_server.py", "test_ui.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = item.path.name
+        item.add_marker(pytest.mark.xdist_group("served" if name in SERVED_FILES else name))
+
+
 @pytest.fixture(scope="session")
 def prefect_server():
     """One Prefect test server for the whole session (it costs ~10 s to start)."""
