@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+
+# matplotlib is not thread-safe (pyplot's figure registry; mathtext's parser, which draws a log axis's
+# ticks, fails outright when two threads parse at once): releases in threads of one process render in turn
+RENDERING = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -23,7 +28,12 @@ class Chart:
 
 
 def render_chart(chart: Chart, path: Path) -> None:
-    """Grouped bars, step lines or side-by-side scatter plots, written as PNG."""
+    """Grouped bars, step lines or side-by-side scatter plots, written as PNG (one chart at a time)."""
+    with RENDERING:
+        _render(chart, path)
+
+
+def _render(chart: Chart, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

@@ -39,6 +39,8 @@ SERVED_FILES = {"test_gate.py", "test_server.py", "test_ui.py"}
 
 
 def pytest_collection_modifyitems(config, items):
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
     for item in items:
         name = item.path.name
         item.add_marker(pytest.mark.xdist_group("served" if name in SERVED_FILES else name))

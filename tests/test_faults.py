@@ -220,3 +220,34 @@ def test_eight_concurrent_releases_settle_only_their_own(dp_home, tmp_path, caps
     assert len(complete_releases(home)) == 5 and staged(home) == []
     code, out, _ = cli(capsys, "ledger", "verify")
     assert code == 0 and "pending" not in out
+
+
+def test_charts_render_in_turn_from_concurrent_releases(tmp_path: Path):
+    """Releases in threads of one process (the several-homes trial does this) render their charts at
+    once. matplotlib is not thread-safe: without ``core.charts.RENDERING``, 5-7 of these 8 threads failed
+    in mathtext's parser (a log axis's tick labels) in each of three trials. Each chart comes out whole,
+    byte for byte the chart drawn alone."""
+    import threading
+
+    from core.charts import Chart, render_chart
+
+    chart = Chart("c.png", "detection", [], {}, kind="curve", axes=("users", "probability"),
+                  points={"weight 1": ([1, 10, 100, 1000], [0.0, 0.2, 0.9, 1.0])})  # fmt: skip
+    render_chart(chart, tmp_path / "alone.png")
+    errors: list[str] = []
+
+    def draw(i: int) -> None:
+        for k in range(2):
+            try:
+                render_chart(chart, tmp_path / f"{i}-{k}.png")
+            except Exception as exc:  # noqa: BLE001 - collected and shown by the assertion
+                errors.append(repr(exc)[:200])
+
+    threads = [threading.Thread(target=draw, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    alone = (tmp_path / "alone.png").read_bytes()
+    assert all((tmp_path / f"{i}-{k}.png").read_bytes() == alone for i in range(8) for k in range(2))

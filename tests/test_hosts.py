@@ -88,7 +88,7 @@ def test_eight_releases_from_two_homes_against_a_cap_for_five(tmp_path: Path, pg
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(timeout=120)
+        thread.join(timeout=300)
     published = {i: folder for i, folder in outcomes.items() if not folder.startswith("refused")}
     refused = [m for m in outcomes.values() if m.startswith("refused")]
     assert len(published) == 5 and len(refused) == 3, outcomes

@@ -53,7 +53,7 @@ def _stop(proc: subprocess.Popen, sig: int, log: Path, home: Path) -> tuple[list
     the script, not the services, which the script started in sessions of their own and stops itself.
     Returns what is left running, and the output."""
     os.killpg(proc.pid, sig)
-    proc.wait(timeout=60)
+    proc.wait(timeout=120)  # seconds when idle; generous for a loaded machine
     return _gone(home), log.read_text()
 
 
