@@ -94,7 +94,7 @@ def timing(messages: int, users: int, epsilon: float | None = None) -> None:
     server.precompute()
     offline, offline_cpu = time.perf_counter() - t, time.process_time() - cpu
     t, cpu = time.perf_counter(), time.process_time()
-    times, _ = Q.train_round(Q.Local(server), [Q.Local(u) for u in members], channel, 0)
+    times, _, _ = Q.train_round(Q.Local(server), [Q.Local(u) for u in members], channel, 0)
     total, total_cpu = time.perf_counter() - t, time.process_time() - cpu
     print(f"in process (one core): server offline (d CRT r^n) {offline:.1f} s ({offline_cpu:.1f} s CPU); round {total:.1f} s "
           f"({total_cpu:.1f} s CPU); together {(offline + total) / messages:.4f} s per message "
@@ -120,7 +120,7 @@ def timing(messages: int, users: int, epsilon: float | None = None) -> None:
             remote.call("precompute")  # round 0's r^n; the steady state overlaps it with the users' work
             Q.train_round(remote, group, P.Channel(), 0, precompute=True)
             t = time.perf_counter()
-            times, _ = Q.train_round(remote, group, P.Channel(), 1, precompute=True)
+            times, _, _ = Q.train_round(remote, group, P.Channel(), 1, precompute=True)
             wall = time.perf_counter() - t
         finally:
             for party in [remote, *group]:
