@@ -8,9 +8,8 @@ transcript test reads the real payloads of both inboxes. Small keys (test mode) 
 
 from __future__ import annotations
 
-import json
-
 import functools
+import json
 
 import numpy as np
 import pytest
@@ -186,7 +185,7 @@ def test_transcript_payloads_hold_no_plaintext_features_labels_margins_or_weight
                                                       "keys", "seal_keys"}  # fmt: skip
         assert P.inspect(weights, key) == ("ciphertext", D)
         # the shares a user holds crossed the wire only sealed (they reach the server in the clear only on request)
-        for (kind, _, _), (_, share) in user.party._holder.held.items():
+        for _, share in user.party._holder.held.values():
             assert not any(share in p for p in wire if P.inspect(p, key)[0] != "shares") and len(share) == 16
     # the inspection can fail: E[w] without fresh randomness is plaintext on the wire, and so is a
     # user's unmasked, un-randomized gradient coordinate
