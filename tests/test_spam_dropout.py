@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from core.errors import ParameterError, QuorumLost
+from core.errors import ParameterError
 from core.spam import dp
 from core.spam import dropout as R
 from core.spam import parties as Q
