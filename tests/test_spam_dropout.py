@@ -20,7 +20,7 @@ from core.spam import dp
 from core.spam import dropout as R
 from core.spam import parties as Q
 from core.spam import protocol as P
-from core.spam.aggregation import W_BITS, Agreement
+from core.spam.aggregation import W_BITS, Agreement, new_seed, self_mask
 from core.spam.spec import SpamSpec
 
 D = 40
@@ -91,9 +91,9 @@ def test_any_t_shares_rebuild_a_mask_secret_and_the_rebuilt_masks_cancel_exactly
                 rebuilt.agree(u, keys, b"run")
                 total = [a + b for a, b in zip(total, rebuilt.mask(n, round_, 4, among=survivors))]
             assert [v % n for v in total] == [0, 0, 0, 0]
-    seed = R.new_seed()  # self-masks: fresh per seed and round, uniform-looking, rebuilt from any t shares
-    assert R.self_mask(seed, 0, n, 3) != R.self_mask(seed, 1, n, 3) != R.self_mask(R.new_seed(), 1, n, 3)
-    assert R.self_mask(R.combine(R.split(seed, t, users)[2:], t, "b"), 1, n, 3) == R.self_mask(seed, 1, n, 3)
+    seed = new_seed()  # self-masks: fresh per seed and round, uniform-looking, rebuilt from any t shares
+    assert self_mask(seed, 0, n, 3) != self_mask(seed, 1, n, 3) != self_mask(new_seed(), 1, n, 3)
+    assert self_mask(R.combine(R.split(seed, t, users)[2:], t, "b"), 1, n, 3) == self_mask(seed, 1, n, 3)
 
 
 def Shamir_guess(shares: list[tuple[int, bytes]], subset: tuple[int, ...]) -> bytes:
@@ -210,6 +210,6 @@ def test_a_server_claiming_a_user_left_after_its_message_learns_nothing(test_mod
     key, layout = server.public_key, server.layout
     context = key.n.to_bytes(key.bits // 8 + 1, "big")
     agreement.agree(victim, [bytes.fromhex(k) for k in server._directory["keys"]], context)
-    masks = [(a + c) % key.n for a, c in zip(agreement.mask(key.n, 0, layout.ciphertexts), R.self_mask(b, 0, key.n, layout.ciphertexts))]
+    masks = [(a + c) % key.n for a, c in zip(agreement.mask(key.n, 0, layout.ciphertexts), self_mask(b, 0, key.n, layout.ciphertexts))]
     alone = [int(server._keys.raw_decrypt(c)) for c in P.read_ciphertexts(messages["user-2"], key, layout.ciphertexts, "x")]
     assert layout.unpack([(v - m) % key.n for v, m in zip(alone, masks)], 1) == exact(*data[victim], w)

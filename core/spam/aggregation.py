@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from dataclasses import dataclass
 
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from core.errors import ParameterError
-from core.spam.dropout import derive, expand, new_seed
 
+SEED_BYTES = 16  # a user's mask secret and each round's self-mask seed: one Shamir secret each (``dropout``)
 W_BITS = 48  # C_w = 2^48: the scale of w, of a score wᵀx and of t = 2y − wᵀx
 L1_BITS = 20  # public cap on ‖w‖₁ (2^20): bounds every score, and so the slot width
 
@@ -79,6 +82,25 @@ class Layout:
         users = self.users if contributors is None else contributors
         mask, shift, k, b = (1 << self.slot_bits) - 1, users * self.offset, self.slots, self.slot_bits
         return [((totals[j // k] >> ((j % k) * b)) & mask) - shift for j in range(self.dimension)]
+
+
+def new_seed() -> bytes:
+    return os.urandom(SEED_BYTES)
+
+
+def derive(seed: bytes, label: bytes, length: int = 32) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=length, salt=None, info=b"privrelease-spam|" + label).derive(seed)
+
+
+def expand(seed: bytes, round_: int, n: int, count: int) -> list[int]:
+    """``count`` values uniform mod n (up to 2^-128) from a seed and a round: SHAKE-256."""
+    width = (n.bit_length() + 128 + 7) // 8
+    stream = hashlib.shake_256(seed + round_.to_bytes(8, "big")).digest(width * count)
+    return [int.from_bytes(stream[i * width : (i + 1) * width], "big") % n for i in range(count)]
+
+
+def self_mask(seed: bytes, round_: int, n: int, count: int) -> list[int]:
+    return expand(derive(seed, b"self-mask"), round_, n, count)
 
 
 class Agreement:

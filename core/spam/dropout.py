@@ -26,42 +26,20 @@ does not defend; nor against t or more users colluding with the server.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 
 from Crypto.Protocol.SecretSharing import Shamir
-from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from core.errors import ParameterError
+from core.spam.aggregation import SEED_BYTES, Agreement, derive, self_mask
 
-SEED_BYTES = 16  # b_u,r and the seed of s_u: one Shamir secret each
 NONCE = 12
 RECORD = 2 + 2 + NONCE + SEED_BYTES + 16  # sender, recipient, nonce, sealed share, GCM tag
 SELF, SECRET = "self", "secret"  # share kinds: of the round's self-mask seed, of the pairwise-mask secret
-
-
-def new_seed() -> bytes:
-    return os.urandom(SEED_BYTES)
-
-
-def derive(seed: bytes, label: bytes, length: int = 32) -> bytes:
-    return HKDF(algorithm=hashes.SHA256(), length=length, salt=None, info=b"privrelease-spam|" + label).derive(seed)
-
-
-def expand(seed: bytes, round_: int, n: int, count: int) -> list[int]:
-    """``count`` values uniform mod n (up to 2^-128) from a seed and a round: SHAKE-256."""
-    width = (n.bit_length() + 128 + 7) // 8
-    stream = hashlib.shake_256(seed + round_.to_bytes(8, "big")).digest(width * count)
-    return [int.from_bytes(stream[i * width : (i + 1) * width], "big") % n for i in range(count)]
-
-
-def self_mask(seed: bytes, round_: int, n: int, count: int) -> list[int]:
-    return expand(derive(seed, b"self-mask"), round_, n, count)
 
 
 def check_threshold(threshold: int, users: int) -> int:
@@ -240,3 +218,23 @@ def gather(replies: list[dict], names: list[str], kind: str) -> dict[int, list[t
         for name, (x, share) in reply.get(kind, {}).items():
             out.setdefault(names.index(name), []).append((int(x), bytes.fromhex(share)))
     return out
+
+
+def unmask(totals: list[int], replies: list[dict], directory: dict, survivors: list[int], left: list[int],
+           round_: int, context: bytes) -> list[int]:  # fmt: skip
+    """The server's part: the decrypted sums of the survivors' messages, less their self-masks and
+    plus the left users' masks toward them (each rebuilt from t shares), mod n: the survivors' sum."""
+    names, t, n = directory["users"], directory["threshold"], int(directory["n"])
+    keys = [bytes.fromhex(k) for k in directory["keys"]]
+    found = gather(replies, names, SELF)
+    for u in survivors:
+        seed = combine(found.get(u, []), t, f"{names[u]}'s self-mask seed")
+        totals = [a - m for a, m in zip(totals, self_mask(seed, round_, n, len(totals)))]
+    found = gather(replies, names, SECRET)
+    for u in left:
+        agreement = Agreement(combine(found.get(u, []), t, f"{names[u]}'s mask secret"))
+        if agreement.public_key() != keys[u]:
+            raise ParameterError(f"the shares of {names[u]}'s mask secret do not rebuild its announced key; the round is void.")
+        agreement.agree(u, keys, context)
+        totals = [a + m for a, m in zip(totals, agreement.mask(n, round_, len(totals), among=survivors))]
+    return [a % n for a in totals]

@@ -44,7 +44,7 @@ from core import noise
 from core.errors import ParameterError, QuorumLost
 from core.spam import dp
 from core.spam import dropout as R
-from core.spam.aggregation import L1_BITS, W_BITS, Agreement, Layout
+from core.spam.aggregation import L1_BITS, W_BITS, Agreement, Layout, new_seed, self_mask
 from core.spam.floors import check_participation
 from core.spam.paillier import KeyPair, PublicKey
 
@@ -241,23 +241,11 @@ class Server:
         sums = [gmpy2.mpz(1)] * count
         for part in parts:
             sums = [key.add(a, b) for a, b in zip(sums, part)]
-        totals = [int(self._keys.raw_decrypt(c)) for c in sums]
-        shares = [R.read_shares(r) for r in replies]
         survivors = [names.index(u) for u in self._round["survivors"]]
-        found = R.gather(shares, names, R.SELF)
-        for u in survivors:
-            seed = R.combine(found.get(u, []), self.threshold, f"{names[u]}'s self-mask seed")
-            totals = [t - m for t, m in zip(totals, R.self_mask(seed, round_, n, count))]
-        found = R.gather(shares, names, R.SECRET)
-        context = n.to_bytes(key.bits // 8 + 1, "big")
-        for u in (names.index(u) for u in self._round["left"]):
-            agreement = Agreement(R.combine(found.get(u, []), self.threshold, f"{names[u]}'s mask secret"))
-            if agreement.public_key().hex() != self._directory["keys"][u]:
-                raise ParameterError(f"the shares of {names[u]}'s mask secret do not rebuild its announced key; the round is void.")
-            agreement.agree(u, [bytes.fromhex(k) for k in self._directory["keys"]], context)
-            totals = [t + m for t, m in zip(totals, agreement.mask(n, round_, count, among=survivors))]
+        totals = R.unmask([int(self._keys.raw_decrypt(c)) for c in sums], [R.read_shares(r) for r in replies], self._directory,
+                          survivors, [names.index(u) for u in self._round["left"]], round_, n.to_bytes(key.bits // 8 + 1, "big"))  # fmt: skip
         self.participants = survivors  # a user that left is out for the rest of the run
-        self.sums = layout.unpack([t % n for t in totals], len(survivors))
+        self.sums = layout.unpack(totals, len(survivors))
         g = np.array(self.sums, dtype=float) / 2.0 ** (W_BITS + 2)
         self.w = self.w + self.eta * g
         if self.radius is not None:
@@ -336,7 +324,7 @@ class User:
         assert self._holder is not None, "setup() comes first"
         doc = read_public(message, "round")
         participants = self._holder.begin(int(doc["round"]), list(doc["participants"]))
-        self._self_seed = R.new_seed()
+        self._self_seed = new_seed()
         shares = R.split(self._self_seed, self._holder.threshold, len(self._holder.names))
         return self._sealer.seal(R.SELF, self._holder.round, {x - 1: share for x, share in shares if x - 1 in participants})
 
@@ -350,7 +338,7 @@ class User:
         assert self.public_key is not None and self._holder is not None
         n = self.public_key.n
         pairwise = self._agreement.mask(n, round_, count, among=self._holder.participants)
-        return [(a + b) % n for a, b in zip(pairwise, R.self_mask(self._self_seed, round_, n, count))]
+        return [(a + b) % n for a, b in zip(pairwise, self_mask(self._self_seed, round_, n, count))]
 
     def gradient(self, weights: bytes, round_: int) -> bytes:
         """Steps 2–3: this user's packed, masked, re-randomized gradient contribution for a round."""
