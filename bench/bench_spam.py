@@ -1,12 +1,13 @@
 """Private spam-filter training: SpamAssassin reproduction and per-message cost at 2048 bits.
 
 Run: .venv/bin/python bench/bench_spam.py repro [--key-bits 2048] [--rounds 10] [--users 3]
-     .venv/bin/python bench/bench_spam.py timing [--messages 1000] [--users 2]
+     .venv/bin/python bench/bench_spam.py timing [--messages 1000] [--users 2] [--leave]
 ``repro`` splits the SpamAssassin corpus (fixed stratified split, 3 users, 20% test), trains
 privately (every party in its own process) and in plaintext, and prints the AUCs; ``timing``
 runs one 2048-bit round on real messages with 10^4 features, first in process (per-step times),
 then with every party in its own process (wall clock), and compares it with the Paillier
-operations the round must do, each timed on its own.
+operations the round must do, each timed on its own. With ``--leave`` the last user's process is
+killed before the steady-state round: the others' round then includes rebuilding its masks.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -66,7 +68,7 @@ def repro(key_bits: int, rounds: int, users: int, eta: float) -> None:
         print(f"plaintext, exact sigmoid, η = 0.001: AUC {auc(training.test_y, design(training.test_x, len(w)) @ w):.6f}")
 
 
-def timing(messages: int, users: int, epsilon: float | None = None) -> None:
+def timing(messages: int, users: int, epsilon: float | None = None, leave: bool = False) -> None:
     """Per-message cost of one round; with ``epsilon``, of a dp: round (each user's noise share,
     wider slots; 10 rounds, delta 1e-6, 1 colluder)."""
     from core.spam import dp
@@ -119,6 +121,9 @@ def timing(messages: int, users: int, epsilon: float | None = None) -> None:
             Q.setup(remote, group, P.Channel())
             remote.call("precompute")  # round 0's r^n; the steady state overlaps it with the users' work
             Q.train_round(remote, group, P.Channel(), 0, precompute=True)
+            if leave:  # the last user's process dies between rounds: it leaves, the others' masks toward it are rebuilt
+                os.kill(group[-1]._process.pid, signal.SIGKILL)
+                group[-1]._process.join()
             t = time.perf_counter()
             times, _, _ = Q.train_round(remote, group, P.Channel(), 1, precompute=True)
             wall = time.perf_counter() - t
@@ -126,7 +131,8 @@ def timing(messages: int, users: int, epsilon: float | None = None) -> None:
             for party in [remote, *group]:
                 party.close()
     print(f"parties in their own processes (2 cores), a steady-state round (the server precomputes the next round's "
-          f"r^n while the users work): {wall:.1f} s = {wall / messages:.4f} s per message")  # fmt: skip
+          f"r^n while the users work){' after the last user left' if leave else ''}: {wall:.1f} s = "
+          f"{wall / messages:.4f} s per message")  # fmt: skip
     for step, seconds in times.seconds.items():
         print(f"  {step}: {seconds:.2f} s")
 
@@ -184,11 +190,12 @@ def main() -> None:
     ap.add_argument("--eta", type=float, default=1.5e-6)
     ap.add_argument("--messages", type=int, default=1000)
     ap.add_argument("--dp-epsilon", type=float, help="timing: a dp: round at this epsilon")
+    ap.add_argument("--leave", action="store_true", help="timing: the last user leaves before the steady-state round")
     args = ap.parse_args()
     if args.what == "repro":
         repro(args.key_bits, args.rounds, args.users or 3, args.eta)
     else:
-        timing(args.messages, args.users or 2, args.dp_epsilon)
+        timing(args.messages, args.users or 2, args.dp_epsilon, args.leave)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ test (tests/test_spam_flow.py)."""
 from __future__ import annotations
 
 import itertools
+import threading
 
 import gmpy2
 import numpy as np
@@ -213,3 +214,15 @@ def test_a_server_claiming_a_user_left_after_its_message_learns_nothing(test_mod
     masks = [(a + c) % key.n for a, c in zip(agreement.mask(key.n, 0, layout.ciphertexts), self_mask(b, 0, key.n, layout.ciphertexts))]
     alone = [int(server._keys.raw_decrypt(c)) for c in P.read_ciphertexts(messages["user-2"], key, layout.ciphertexts, "x")]
     assert layout.unpack([(v - m) % key.n for v, m in zip(alone, masks)], 1) == exact(*data[victim], w)
+
+
+def test_a_party_that_does_not_answer_in_time_has_left_for_good():
+    party = Q.Remote("user-9", threading.Event)  # a party whose wait(600) hangs for ten minutes
+    party.timeout = 1.0  # public and configurable (the spec's timeout); set after the party is built
+    try:
+        with pytest.raises(Q.Dropped, match="the user-9 process did not answer within 1 s"):
+            party.call("wait", 600)
+        with pytest.raises(Q.Dropped, match="the user-9 process is gone"):  # killed: it cannot come back mid-run
+            party.call("is_set")
+    finally:
+        party.close()

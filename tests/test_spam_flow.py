@@ -118,7 +118,8 @@ def killing(monkeypatch, victims: set[str], round_: int) -> None:
     monkeypatch.setattr(Remote, "send", send)
 
 
-def test_a_party_killed_mid_round_leaves_and_below_the_threshold_the_run_fails(prefect_server, home, test_mode, capsys, monkeypatch):
+def test_a_party_killed_mid_round_leaves_and_below_the_threshold_the_run_fails(prefect_server, home, test_mode, capsys, monkeypatch,
+                                                                              caplog):  # fmt: skip
     corpus(home / "data" / "mail", capsys)
     names = ["user-1", "user-2", "user-3"]
     killing(monkeypatch, {"user-2"}, 1)
@@ -131,6 +132,7 @@ def test_a_party_killed_mid_round_leaves_and_below_the_threshold_the_run_fails(p
     assert max(r["max_gradient_gap"] for r in report["per_round"]) < 1e-9 and report["max_weight_gap"] < 1e-9
     assert [r["training_messages"] for r in report["per_round"]][1:] == [120, 120]  # user-1's and user-3's blocks of 60
     assert "user-2 left in round 2 (out for the rest of the run)" in (home / "spam" / "r-left" / "report.md").read_text()
+    assert "round 2: user-2 left (its process ended or did not answer); 2 users remain, threshold 2" in caplog.text
     entries = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "r-left"]
     assert entries[1].status == PUBLISHED and json.loads(entries[1].detail)["rounds"] == [
         {"round": 1, "participants": names, "left": []}, {"round": 2, "participants": names, "left": ["user-2"]},

@@ -80,6 +80,7 @@ class Remote(Local):
         try:
             if self.timeout is not None and not self._conn.poll(self.timeout):
                 self._process.kill()  # a hung party is out for good: it must not come back mid-run
+                self._process.join(10)
                 raise Dropped(f"the {self.name} process did not answer within {self.timeout:g} s")
             status, value = self._conn.recv()
         except GONE:
