@@ -119,7 +119,7 @@ def timing(messages: int, users: int, epsilon: float | None = None, leave: bool 
             paths[-1].write_text("".join(json.dumps({"text": texts[i], "label": "spam" if labels[i] > 0 else "ham"}) + "\n"
                                          for i in pick[k::users]))  # fmt: skip
         remote = Q.Remote("server", P.Server, 2048, w0, 1.5e-6, "batch", 1000, 1, extra.get("radius"),
-                          extra.get("share_variance", 0))  # fmt: skip
+                          extra.get("share_variance", 0), users // 2 + 1)  # fmt: skip  (the spec's default threshold)
         group = [Q.Remote(f"user-{k + 1}", _user, f"user-{k + 1}", p, share) for k, p in enumerate(paths)]
         try:
             Q.setup(remote, group, P.Channel())
