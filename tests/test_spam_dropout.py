@@ -226,3 +226,42 @@ def test_a_party_that_does_not_answer_in_time_has_left_for_good():
             party.call("is_set")
     finally:
         party.close()
+
+
+def test_malformed_or_misdirected_shares_and_lists_are_refused(test_mode):
+    server, members, _, _ = started(3, 2)
+    user, names = members[0], ["user-1", "user-2", "user-3"]
+    for participants, reason in ((["user-1", "user-1", "user-2"], "round 0 names unknown or repeated users"),
+                                 (["user-1", "mallory"], "round 0 names unknown or repeated users"),
+                                 (["user-2", "user-3"], "round 0 does not name this user")):  # fmt: skip
+        with pytest.raises(ParameterError, match=reason):
+            user.begin(P.public_message({"round": 0, "participants": participants}))
+    bundles = [u.begin(server.round_message(0)) for u in members]
+    holder = R.Holder(0, names, 2)
+    holder.begin(0, ["user-1", "user-2"])
+    with pytest.raises(ParameterError, match="names user-3, not a participant of round 0"):
+        holder.reveal({"round": 0, "self": ["user-1", "user-2"], "secret": ["user-3"]})
+    for bad, reason in ((b"S" + bytes(R.RECORD - 1), "expected sealed shares"), (b"J{}", "expected sealed shares")):
+        with pytest.raises(ParameterError, match=reason):
+            R.records(bad)
+    with pytest.raises(ParameterError, match="a sealed share names no user of the directory"):
+        R.relay(bundles[:1], 1)  # user-1's shares for user-2 and user-3, in a directory of one
+    with pytest.raises(ParameterError, match="expected mask shares"):
+        R.read_shares(P.public_message({}))
+    with pytest.raises(ParameterError, match="every user's sealing key once"):
+        R.Sealer().agree(0, [R.Sealer().public_key()] * 2, b"run")
+
+
+def test_shares_that_do_not_rebuild_a_left_users_key_void_the_round(test_mode):
+    server, members, _, channel = started(3, 2)
+    relayed = server.relay(*(u.begin(server.round_message(0)) for u in members))
+    for u in members:
+        u.hold(relayed[u.name])
+    weights = server.weights_message()
+    request = server.unmask_request({u.name: u.gradient(weights, 0) for u in members[:2]})
+    replies = [R.read_shares(u.unmask(request)) for u in members[:2]]
+    for reply in replies:  # a share altered in transit (or by a faulty user)
+        x, share = reply["secret"]["user-3"]
+        reply["secret"]["user-3"] = [x, bytes(16).hex() if x == 1 else share]
+    with pytest.raises(ParameterError, match="the shares of user-3's mask secret do not rebuild its announced key; the round is void"):
+        server.aggregate(*(R.shares_message(r) for r in replies))
