@@ -1,12 +1,17 @@
 """Private spam-filter training: SpamAssassin reproduction and per-message cost at 2048 bits.
 
 Run: .venv/bin/python bench/bench_spam.py repro [--key-bits 2048] [--rounds 10] [--users 3]
-     .venv/bin/python bench/bench_spam.py timing [--messages 1000] [--users 2]
+     .venv/bin/python bench/bench_spam.py timing [--messages 1000] [--users 2] [--leave]
+     .venv/bin/python bench/bench_spam.py shares
 ``repro`` splits the SpamAssassin corpus (fixed stratified split, 3 users, 20% test), trains
 privately (every party in its own process) and in plaintext, and prints the AUCs; ``timing``
 runs one 2048-bit round on real messages with 10^4 features, first in process (per-step times),
 then with every party in its own process (wall clock), and compares it with the Paillier
-operations the round must do, each timed on its own.
+operations the round must do, each timed on its own. With ``--leave`` the last user's process is
+killed before the steady-state round: the others' round then includes rebuilding its masks.
+``shares`` times, per round and in CPU seconds, what dropout tolerance adds at 2048 bits and 10^4
+features: every user's self-mask seed shared (Shamir, sealed, relayed, opened), the unmask
+request answered, the server's rebuilding of every self-mask and of one left user's masks.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -66,7 +72,7 @@ def repro(key_bits: int, rounds: int, users: int, eta: float) -> None:
         print(f"plaintext, exact sigmoid, η = 0.001: AUC {auc(training.test_y, design(training.test_x, len(w)) @ w):.6f}")
 
 
-def timing(messages: int, users: int, epsilon: float | None = None) -> None:
+def timing(messages: int, users: int, epsilon: float | None = None, leave: bool = False) -> None:
     """Per-message cost of one round; with ``epsilon``, of a dp: round (each user's noise share,
     wider slots; 10 rounds, delta 1e-6, 1 colluder)."""
     from core.spam import dp
@@ -94,7 +100,7 @@ def timing(messages: int, users: int, epsilon: float | None = None) -> None:
     server.precompute()
     offline, offline_cpu = time.perf_counter() - t, time.process_time() - cpu
     t, cpu = time.perf_counter(), time.process_time()
-    times, _ = Q.train_round(Q.Local(server), [Q.Local(u) for u in members], channel, 0)
+    times, _, _ = Q.train_round(Q.Local(server), [Q.Local(u) for u in members], channel, 0)
     total, total_cpu = time.perf_counter() - t, time.process_time() - cpu
     print(f"in process (one core): server offline (d CRT r^n) {offline:.1f} s ({offline_cpu:.1f} s CPU); round {total:.1f} s "
           f"({total_cpu:.1f} s CPU); together {(offline + total) / messages:.4f} s per message "
@@ -113,20 +119,24 @@ def timing(messages: int, users: int, epsilon: float | None = None) -> None:
             paths[-1].write_text("".join(json.dumps({"text": texts[i], "label": "spam" if labels[i] > 0 else "ham"}) + "\n"
                                          for i in pick[k::users]))  # fmt: skip
         remote = Q.Remote("server", P.Server, 2048, w0, 1.5e-6, "batch", 1000, 1, extra.get("radius"),
-                          extra.get("share_variance", 0))  # fmt: skip
+                          extra.get("share_variance", 0), users // 2 + 1)  # fmt: skip  (the spec's default threshold)
         group = [Q.Remote(f"user-{k + 1}", _user, f"user-{k + 1}", p, share) for k, p in enumerate(paths)]
         try:
             Q.setup(remote, group, P.Channel())
             remote.call("precompute")  # round 0's r^n; the steady state overlaps it with the users' work
             Q.train_round(remote, group, P.Channel(), 0, precompute=True)
+            if leave:  # the last user's process dies between rounds: it leaves, the others' masks toward it are rebuilt
+                os.kill(group[-1]._process.pid, signal.SIGKILL)
+                group[-1]._process.join()
             t = time.perf_counter()
-            times, _ = Q.train_round(remote, group, P.Channel(), 1, precompute=True)
+            times, _, _ = Q.train_round(remote, group, P.Channel(), 1, precompute=True)
             wall = time.perf_counter() - t
         finally:
             for party in [remote, *group]:
                 party.close()
     print(f"parties in their own processes (2 cores), a steady-state round (the server precomputes the next round's "
-          f"r^n while the users work): {wall:.1f} s = {wall / messages:.4f} s per message")  # fmt: skip
+          f"r^n while the users work){' after the last user left' if leave else ''}: {wall:.1f} s = "
+          f"{wall / messages:.4f} s per message")  # fmt: skip
     for step, seconds in times.seconds.items():
         print(f"  {step}: {seconds:.2f} s")
 
@@ -160,6 +170,47 @@ def timing(messages: int, users: int, epsilon: float | None = None) -> None:
     print(f"floor (one core, CPU): {floor:.1f} s = {floor / messages:.4f} s per message")
 
 
+def shares(counts: tuple[int, ...] = (3, 10, 30, 100), m: int = 417) -> None:
+    from core.spam import dropout as R
+    from core.spam.aggregation import Agreement, new_seed, self_mask
+
+    n = int(gmpy2.next_prime(2**2047))
+    for users in counts:
+        t_, names = users // 2 + 1, [f"user-{k + 1}" for k in range(users)]
+        sealers, agreements = [R.Sealer() for _ in range(users)], [Agreement() for _ in range(users)]
+        for k, (s, a) in enumerate(zip(sealers, agreements)):
+            s.agree(k, [x.public_key() for x in sealers], b"bench")
+            a.agree(k, [x.public_key() for x in agreements], b"bench")
+        holders = [R.Holder(k, names, t_) for k in range(users)]
+        cpu = time.process_time()
+        for h in holders:
+            h.begin(0, names)
+        seeds = [new_seed() for _ in range(users)]
+        bundles = [s.seal(R.SELF, 0, {x - 1: v for x, v in R.split(seed, t_, users)}) for s, seed in zip(sealers, seeds)]
+        relayed = R.relay(bundles, users)
+        for h, s, payload in zip(holders, sealers, relayed):
+            h.hold(R.SELF, 0, s.open(R.SELF, 0, payload))
+        share_cpu = time.process_time() - cpu
+        cpu = time.process_time()
+        left = names[-1:]
+        replies = [h.reveal({"round": 0, R.SELF: names[:-1], R.SECRET: left}) for h in holders[:-1]]
+        found = R.gather(replies, names, R.SELF)
+        for u in range(users - 1):
+            self_mask(R.combine(found[u], t_, "b"), 0, n, m)
+        unmask_cpu = time.process_time() - cpu
+        cpu = time.process_time()
+        Agreement(agreements[-1].seed).agree(users - 1, [x.public_key() for x in agreements], b"bench")
+        agreements[-1].mask(n, 0, m, among=list(range(users - 1)))  # one left user's masks toward the survivors
+        left_cpu = time.process_time() - cpu
+        cpu = time.process_time()
+        agreements[0].mask(n, 0, m)
+        pairwise_cpu = time.process_time() - cpu
+        print(f"{users} users (t = {t_}), m = {m} ciphertexts: self-mask shares {share_cpu:.3f} s (all users, "
+              f"{users * users} sealed shares, {sum(len(b) for b in bundles) / 1e3:.0f} kB), unmask answers and "
+              f"{users - 1} self-masks rebuilt {unmask_cpu:.3f} s, one left user's masks rebuilt {left_cpu:.3f} s; "
+              f"for scale, one user's pairwise masks {pairwise_cpu:.3f} s")  # fmt: skip
+
+
 def _user(name: str, path: Path, share: dict | None = None) -> P.User:
     from core.spam.training import load_user
 
@@ -177,18 +228,21 @@ def _per(fn, reps: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["repro", "timing"])
+    ap.add_argument("what", choices=["repro", "timing", "shares"])
     ap.add_argument("--key-bits", type=int, default=2048)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--users", type=int, help="default: 3 for repro, 2 for timing")
     ap.add_argument("--eta", type=float, default=1.5e-6)
     ap.add_argument("--messages", type=int, default=1000)
     ap.add_argument("--dp-epsilon", type=float, help="timing: a dp: round at this epsilon")
+    ap.add_argument("--leave", action="store_true", help="timing: the last user leaves before the steady-state round")
     args = ap.parse_args()
     if args.what == "repro":
         repro(args.key_bits, args.rounds, args.users or 3, args.eta)
+    elif args.what == "shares":
+        shares()
     else:
-        timing(args.messages, args.users or 2, args.dp_epsilon)
+        timing(args.messages, args.users or 2, args.dp_epsilon, args.leave)
 
 
 if __name__ == "__main__":

@@ -56,3 +56,7 @@ class LedgerCorrupt(Exception):
 
 class InternalError(Exception):
     """A state that should be impossible: this is a bug, not a user error."""
+
+
+class QuorumLost(UserError):
+    """Fewer parties than the public threshold remain in a multi-party run: it stops, nothing is published."""

@@ -38,6 +38,7 @@ def spam_filter_training(spec_path: str) -> dict:
     dataset = spam_training.ledger_dataset(spec)
     ledger.reserve(store, dataset, spec.run_id, spam_training.NAME, spam_training.plan(spec),
                    spec.model_dump(mode="json", exclude={"seed"}), ADJACENCY)  # fmt: skip
+    rounds: list[dict] = []  # who took part in each round, who left: public names, for the ledger
     try:
         training = t.setup(inputs)
         try:
@@ -47,14 +48,18 @@ def spam_filter_training(spec_path: str) -> dict:
                 r = t.run_round(training, number)
                 log.info("round %d: %.2f s, %d messages, %d ciphertexts, %.1f MB", number, r.seconds, r.messages,
                          r.ciphertexts, r.bytes / 1e6)  # fmt: skip
+                rounds.append({"round": number, "participants": r.participants, "left": r.left})
+                for name in r.left:
+                    log.warning("round %d: %s left (its process ended or did not answer); %d users remain, threshold %d",
+                                number, name, len(r.participants) - len(r.left), spec.quorum)  # fmt: skip
             report = t.write(training, folder)
         finally:
             training.close()
     except Exception as exc:
-        ledger.settle(store, dataset, spec.run_id, FAILED, failure(exc))
+        ledger.settle(store, dataset, spec.run_id, FAILED, {**failure(exc), "rounds": rounds})
         raise
     ledger.settle(store, dataset, spec.run_id, PUBLISHED,
-                  {k: report[k] for k in ("transcript_sha256", "auc_private")})  # fmt: skip
+                  {**{k: report[k] for k in ("transcript_sha256", "auc_private", "threshold")}, "rounds": rounds})  # fmt: skip
     create_table_artifact(
         key="spam-rounds", description=f"spam run {spec.run_id}: seconds and traffic per round",
         table=[{"round": r["round"], "seconds": round(r["seconds"], 3), "ciphertexts": r["ciphertexts"], "bytes": r["bytes"]}

@@ -158,14 +158,15 @@ def test_rounds_track_the_plaintext_rule_and_the_server_decrypts_only_the_sum(te
     pooled_x = [xi for k in range(3) for xi in x[k::3]]
     pooled_y = np.concatenate([y[k::3] for k in range(3)])
     for r in range(4):
-        _, gradient = Q.train_round(s, us, channel, r)
+        _, gradient, _ = Q.train_round(s, us, channel, r)
         plain = plain_gradient(pooled_x, pooled_y, w)
         assert gradient == pytest.approx(plain, abs=1e-12)  # the sum of three users' shares
         w = w + 0.2 * plain
         assert server.w == pytest.approx(w, abs=1e-12)
     assert np.abs(w).max() > 0.1  # the model did move
     per_round = [m for m in channel.log if m.round == 3]
-    assert [m.kind for m in per_round] == ["encrypted-weights"] * 3 + ["masked-gradient"] * 3
+    assert [m.kind for m in per_round] == (["round"] * 3 + ["self-mask-shares"] * 6 + ["encrypted-weights"] * 3
+                                           + ["masked-gradient"] * 3 + ["unmask-request"] * 3 + ["mask-shares"] * 3)  # fmt: skip
     assert all(m.count == server.layout.ciphertexts for m in per_round if m.kind == "masked-gradient")
     assert server.layout.ciphertexts < 30  # packing: fewer ciphertexts (and decryptions) than coordinates
 
@@ -175,7 +176,7 @@ def test_large_keys_train_without_overflow(test_mode, bits):
     """Keys ≥ 4,248 bits used to raise OverflowError (float scales); every scale is now an integer."""
     x, y = toy(6, 5, 9)
     server, _, (s, us), channel = group(bits, x, y, 5, 2)
-    _, gradient = Q.train_round(s, us, channel, 0)
+    _, gradient, _ = Q.train_round(s, us, channel, 0)
     assert gradient == pytest.approx(plain_gradient(x[0::2] + x[1::2], np.concatenate([y[0::2], y[1::2]]), np.zeros(5)), abs=1e-12)
 
 
@@ -194,6 +195,9 @@ def test_participation_floors_are_enforced_by_the_users(monkeypatch):
         alone.setup(P.public_message({**doc, "layout": {**doc["layout"], "slots": 1}}))
     alone.setup(directory)
     weights = server.weights_message()
+    with pytest.raises(ParameterError, match="round 0 was not begun"):
+        alone.gradient(weights, 0)
+    alone.begin(server.round_message(0))
     alone.gradient(weights, 0)
     with pytest.raises(ParameterError, match="used once"):
         alone.gradient(weights, 0)
@@ -224,7 +228,7 @@ def test_parties_run_in_their_own_processes_with_only_their_own_secrets(test_mod
     try:
         channel = P.Channel()
         Q.setup(server, users, channel)
-        _, gradient = Q.train_round(server, users, channel, 0)
+        _, gradient, _ = Q.train_round(server, users, channel, 0)
         local = [load_user(f"user-{k + 1}", p, params, None) for k, p in enumerate(paths)]
         x = [xi for u in local for xi in u._x]
         y = np.concatenate([u._y for u in local])

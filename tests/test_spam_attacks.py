@@ -9,6 +9,7 @@ transcript test reads the real payloads of both inboxes. Small keys (test mode) 
 from __future__ import annotations
 
 import functools
+import json
 
 import numpy as np
 import pytest
@@ -27,11 +28,10 @@ D = 400
 
 
 class Unmasked(P.User):
-    """Weakened: no pairwise masks, so the server can decrypt this user's message on its own."""
+    """Weakened: no pairwise masks and no self-mask, so the server can decrypt this user's message on its own."""
 
-    def setup(self, directory: bytes) -> None:
-        super().setup(directory)
-        self._agreement.mask = lambda n, round_, count: [0] * count
+    def masks(self, round_: int, count: int) -> list[int]:
+        return [0] * count
 
 
 class Inbox(Q.Local):
@@ -42,7 +42,8 @@ class Inbox(Q.Local):
         self.received: list[bytes] = []
 
     def send(self, method: str, *args) -> None:
-        self.received += [a for a in args if isinstance(a, bytes)]
+        for a in args:  # payloads, and the users' gradients the server keeps in a round
+            self.received += [v for v in (a.values() if isinstance(a, dict) else [a]) if isinstance(v, bytes)]
         super().send(method, *args)
 
 
@@ -168,16 +169,24 @@ def test_transcript_payloads_hold_no_plaintext_features_labels_margins_or_weight
     for payload in inbox.received:  # the server's inbox
         label, _ = P.inspect(payload, key)
         if label == "public":
-            assert set(P.read_public(payload, "a")) == {"user", "x25519", "messages"}
+            assert set(P.read_public(payload, "a")) == {"user", "x25519", "seal", "messages"}
+        elif label in ("sealed", "shares"):  # shares sealed for other users; the survivors' shares for unmasking
+            assert label == "sealed" or set(json.loads(payload[1:])) == {"self", "secret"}
         else:
             assert label == "ciphertext"
             for c in key.unpack(payload[1:]):
                 m = int(server._keys.raw_decrypt(c))
                 assert min(m, n - m) > n >> 64  # no small signed value: no feature index, label or margin
+    wire = [*inbox.received, *(p for u in users for p in u.received)]
     for user in users:  # the users' inboxes
-        directory, weights = user.received
-        assert set(P.read_public(directory, "d")) == {"n", "layout", "mode", "block_size", "sizes", "users", "keys"}
+        assert [P.inspect(p, key)[0] for p in user.received] == ["public", "sealed", "public", "sealed", "ciphertext", "public"]
+        directory, _, _, _, weights, _ = user.received
+        assert set(P.read_public(directory, "d")) == {"n", "layout", "mode", "block_size", "sizes", "threshold", "users",
+                                                      "keys", "seal_keys"}  # fmt: skip
         assert P.inspect(weights, key) == ("ciphertext", D)
+        # the shares a user holds crossed the wire only sealed (they reach the server in the clear only on request)
+        for _, share in user.party._holder.held.values():
+            assert not any(share in p for p in wire if P.inspect(p, key)[0] != "shares") and len(share) == 16
     # the inspection can fail: E[w] without fresh randomness is plaintext on the wire, and so is a
     # user's unmasked, un-randomized gradient coordinate
     assert P.inspect(P.ciphertext_message([key.trivial(v) for v in (5, -3)], key), key)[0] == "plaintext"
@@ -239,20 +248,16 @@ def test_finding_1_a_feature_map_the_floor_was_not_measured_for_shows_labels(mon
 class OldFloor(P.User):
     """Weakened: checks the old floor on the round's sum, not its own block."""
 
-    def setup(self, directory: bytes) -> None:
+    def setup(self, directory: bytes) -> bytes:
         doc = P.read_public(directory, "directory")
         old_rule([len(P.block(s, doc["mode"], doc["block_size"], 0)) for s in doc["sizes"]])
         self.floor = 1
-        super().setup(directory)
+        return super().setup(directory)
 
 
-def summed(server: P.Server, payloads: list[bytes]) -> list[int]:
-    """What the server decrypts: the product of the users' ciphertexts, unpacked (4·C_w·Σ g_j)."""
-    layout, key = server.layout, server.public_key
-    sums = [1] * layout.ciphertexts
-    for p in payloads:
-        sums = [key.add(a, b) for a, b in zip(sums, P.read_ciphertexts(p, key, layout.ciphertexts, "x"))]
-    return layout.unpack([int(server._keys.raw_decrypt(c)) for c in sums])
+def summed(server: P.Server) -> list[int]:
+    """What the server decrypts: the users' unmasked sum, unpacked (4·C_w·Σ g_j)."""
+    return server.sums
 
 
 def contribution(x: list[np.ndarray], y: np.ndarray, w_int: np.ndarray) -> np.ndarray:
@@ -284,7 +289,7 @@ def test_finding_2_a_colluding_user_and_the_server_expose_a_small_user(test_mode
         return
     Q.setup(inbox, [Q.Local(u) for u in users], channel)
     Q.train_round(inbox, [Q.Local(u) for u in users], channel, 0)
-    total = summed(server, [p for p in inbox.received if p[:1] == b"C"])
+    total = summed(server)
     victims = [int(v) for v in np.array(total, dtype=object) - contribution(cx, cy, w_int)]
     truth = {(frozenset(xi.tolist()), int(yi), yi * w_int[xi].sum() / 2.0**W_BITS) for xi, yi in zip(x, y)}
     assert set(recover(victims, w_int)) == truth  # all three messages, exactly

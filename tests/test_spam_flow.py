@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import numpy as np
 import yaml
 
 from core.demo import mail
-from core.ledger import PUBLISHED, RESERVED, Ledger
+from core.ledger import FAILED, PUBLISHED, RESERVED, Ledger
 from core.spam import features as F
 from core.spam.dp import ADJACENCY, DPParams
 from core.spam.dp import calibrate as dp_calibrate
+from core.spam.parties import Remote
 from tests.test_release_flow import cli
 
 
@@ -49,9 +52,11 @@ def test_training_flow_end_to_end_and_private_classification(prefect_server, hom
     lines = [json.loads(line) for line in (folder / "transcript.jsonl").read_text().splitlines()]
     assert set(lines[0]) == {"round", "sender", "receiver", "kind", "payload", "count", "bytes", "digest"}
     # labels come from inspecting the bytes: only the setup's announcements and directory are public
-    assert {m["kind"] for m in lines if m["payload"] == "public"} == {"announcement", "directory"}
-    assert {m["payload"] for m in lines if m["kind"] != "announcement" and m["sender"] != "server"} == {"ciphertext"}
-    assert sum(1 for m in lines if m["round"] == 1) == 6  # 3 users × (E[w] in, masked gradient out)
+    assert {m["kind"] for m in lines if m["payload"] == "public"} == {"announcement", "directory", "round", "unmask-request"}
+    assert {(m["kind"], m["payload"]) for m in lines if m["kind"] != "announcement" and m["sender"] != "server"} == {
+        ("mask-secret-shares", "sealed"), ("self-mask-shares", "sealed"), ("masked-gradient", "ciphertext"), ("mask-shares", "shares")}
+    # 3 users × (round, E[w], unmask request in; self-mask shares out and relayed in; gradient, mask shares out)
+    assert sum(1 for m in lines if m["round"] == 1) == 3 * 7
     assert folder.joinpath("model.npy").stat().st_mode & 0o777 == 0o600
     entries = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "r1"]
     assert [(e.status, e.kind, e.epsilon) for e in entries] == [(RESERVED, "mpc", 0.0), (PUBLISHED, "mpc", 0.0)]
@@ -77,7 +82,7 @@ def test_training_flow_end_to_end_and_private_classification(prefect_server, hom
     assert code == 0, err
     entries = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "r-dp"]
     assert [(e.status, e.kind, e.epsilon, e.delta) for e in entries] == [(RESERVED, "dp", 2.0, 1e-6), (PUBLISHED, "dp", 0.0, 0.0)]  # the spend is the reservation
-    noise = dp_calibrate(DPParams(**dp), 3, 2)
+    noise = dp_calibrate(DPParams(**dp), 3, 2, threshold=2)
     assert json.loads(entries[0].detail)["events"] == [e.as_dict() for e in noise.events()]
     assert entries[0].adjacency == ADJACENCY
     report = json.loads((home / "spam" / "r-dp" / "report.json").read_text())
@@ -97,3 +102,46 @@ def test_bad_mail_is_refused_before_anything_is_recorded(prefect_server, home, t
     assert code == 2 and "users: List should have at least 2 items" in err and not (home / "spam" / "r4").exists()
     code, _, err = cli(capsys, "spam", "classify", "nope", str(home / "data" / "mail" / "test.jsonl"))
     assert code == 2 and "no trained spam run 'nope'" in err
+
+
+SEND = Remote.send
+
+
+def killing(monkeypatch, victims: set[str], round_: int) -> None:
+    """Right after a victim is sent its round's E[w] (0-based ``round_``), SIGKILL its process: it dies mid-round."""
+
+    def send(self, method: str, *args) -> None:
+        SEND(self, method, *args)
+        if self.name in victims and method == "gradient" and args[1] == round_:
+            os.kill(self._process.pid, signal.SIGKILL)
+
+    monkeypatch.setattr(Remote, "send", send)
+
+
+def test_a_party_killed_mid_round_leaves_and_below_the_threshold_the_run_fails(prefect_server, home, test_mode, capsys, monkeypatch,
+                                                                              caplog):  # fmt: skip
+    corpus(home / "data" / "mail", capsys)
+    names = ["user-1", "user-2", "user-3"]
+    killing(monkeypatch, {"user-2"}, 1)
+    code, _, err = cli(capsys, "spam", "train", spec(home / "data" / "mail", run_id="r-left", threshold=2))
+    assert code == 0, err
+    report = json.loads((home / "spam" / "r-left" / "report.json").read_text())
+    assert report["threshold"] == 2 and report["left"] == [{"round": 1, "user": "user-2"}]
+    assert [(r["participants"], r["left"]) for r in report["per_round"]] == [(names, []), (names, ["user-2"]), (["user-1", "user-3"], [])]
+    # the twin steps on the survivors' mail only: the private model follows the plaintext rule on it, round by round
+    assert max(r["max_gradient_gap"] for r in report["per_round"]) < 1e-9 and report["max_weight_gap"] < 1e-9
+    assert [r["training_messages"] for r in report["per_round"]][1:] == [120, 120]  # user-1's and user-3's blocks of 60
+    assert "user-2 left in round 2 (out for the rest of the run)" in (home / "spam" / "r-left" / "report.md").read_text()
+    assert "round 2: user-2 left (its process ended or did not answer); 2 users remain, threshold 2" in caplog.text
+    entries = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "r-left"]
+    assert entries[1].status == PUBLISHED and json.loads(entries[1].detail)["rounds"] == [
+        {"round": 1, "participants": names, "left": []}, {"round": 2, "participants": names, "left": ["user-2"]},
+        {"round": 3, "participants": ["user-1", "user-3"], "left": []}]  # fmt: skip
+    killing(monkeypatch, {"user-1", "user-3"}, 1)  # two of three: fewer than the threshold remain
+    code, _, err = cli(capsys, "spam", "train", spec(home / "data" / "mail", run_id="r-quorum", threshold=2))
+    assert code == 2 and "round 2: only 1 of its 3 users sent their gradient (user-1, user-3 left), fewer than the threshold 2" in err
+    assert "nothing is published" in err and not (home / "spam" / "r-quorum").exists()
+    entries = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "r-quorum"]
+    assert [e.status for e in entries] == [RESERVED, FAILED]
+    detail = json.loads(entries[1].detail)
+    assert "fewer than the threshold 2" in detail["reason"] and detail["rounds"] == [{"round": 1, "participants": names, "left": []}]

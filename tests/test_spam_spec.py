@@ -89,7 +89,10 @@ BAD = {  # spec changes (or mail damage) -> the one line the user must see
     "json": ({"test": "broken.jsonl"}, "broken.jsonl line 2 is not valid JSON"),
     "label": ({"test": "badlabel.jsonl"}, "badlabel.jsonl line 1: each line needs 'text' (a string) and 'label' (spam or ham)"),
     "run_id": ({"run_id": "used"}, "spam run 'used' already exists; choose a new run_id"),
-    "colluders": ({"dp": {"epsilon": 1.0, "delta": 1e-6, "colluders": 2}}, "dp.colluders is 2, but the run has 2 users"),
+    "colluders": ({"dp": {"epsilon": 1.0, "delta": 1e-6, "colluders": 2}},
+                  "dp.colluders is 2, but a round may complete with only the threshold of 2 users"),
+    "threshold": ({"threshold": 3}, "threshold: threshold is 3, but the spec lists 2 users; a round needs at most every user"),
+    "threshold-low": ({"threshold": 1}, "threshold: Input should be greater than or equal to 2"),
     "budget": ({"dp": {"epsilon": 1.0, "delta": 1e-6}}, "dataset 'spam-mail' has no privacy budget, so a DP release is refused; set one with: privrelease ledger set-budget spam-mail"),
     "outside": (None, "the spam spec must lie inside the data root"),
 }  # fmt: skip

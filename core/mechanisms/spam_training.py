@@ -31,8 +31,9 @@ def plan(params: SpamSpec) -> Plan:
     spec's (epsilon, delta) of the round sums the server decrypts, per replaced message."""
     if params.dp is None:
         return Plan(cost=MPCCost(GUARANTEE), guarantee=GUARANTEE, detail={"guarantee": GUARANTEE})
-    noise = calibrate(params.dp, len(params.users), params.rounds)
+    noise = calibrate(params.dp, len(params.users), params.rounds, params.quorum)
     guarantee = (f"message-level (epsilon={params.dp.epsilon:g}, delta={params.dp.delta:g})-differential privacy of "
-                 f"every round sum the server decrypts, with up to {params.dp.colluders} users colluding; {GUARANTEE}")  # fmt: skip
+                 f"every round sum the server decrypts, with up to {params.dp.colluders} users colluding and as few as "
+                 f"{params.quorum} users in a round; {GUARANTEE}")  # fmt: skip
     return Plan(cost=DPCost(Budget(params.dp.epsilon, params.dp.delta), "record"), guarantee=guarantee,
                 detail={"guarantee": guarantee, "noise": noise.public(), "events": [e.as_dict() for e in noise.events()]})  # fmt: skip

@@ -1,11 +1,12 @@
 """Secure aggregation of the users' encrypted gradients: pairwise zero-sum masks over Z_n.
 
 As in Bonawitz et al., "Practical Secure Aggregation for Privacy-Preserving Machine Learning"
-(semi-honest server, no dropouts): every pair of users (u, v) agrees on a secret by X25519 over
+(semi-honest server; users that leave: ``dropout``): every pair of users (u, v) agrees on a secret by X25519 over
 the server, which only relays the public keys. From it each round's masks are expanded with
 SHAKE-256 into integers uniform mod n (up to 2^-128 statistical distance); u adds them and v
 subtracts them. One user's masked plaintext is then uniform on Z_n as long as one other user's
-secret is unknown to the server, and the masks cancel in the sum of all users' messages.
+secret is unknown to the server, and the masks cancel in the sum of all users' messages. Each
+round's masks run among that round's participants only.
 
 Several fixed-point gradient coordinates are packed into one plaintext (``Layout``), each slot
 offset to be non-negative and wide enough that the sum over all users cannot carry into the next
@@ -16,13 +17,17 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from dataclasses import dataclass
 
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from core.errors import ParameterError
 
+SEED_BYTES = 16  # a user's mask secret and each round's self-mask seed: one Shamir secret each (``dropout``)
 W_BITS = 48  # C_w = 2^48: the scale of w, of a score wᵀx and of t = 2y − wᵀx
 L1_BITS = 20  # public cap on ‖w‖₁ (2^20): bounds every score, and so the slot width
 
@@ -71,17 +76,41 @@ class Layout:
                 "noise_bits": self.noise_bits, "w_bits": W_BITS, "l1_bits": L1_BITS, "slot_bits": self.slot_bits,
                 "slots": self.slots}  # fmt: skip
 
-    def unpack(self, totals: list[int]) -> list[int]:
-        """The d summed slot values 4·C_w·Σ_users g_j from the decrypted sums of all users' plaintexts."""
-        mask, shift, k, b = (1 << self.slot_bits) - 1, self.users * self.offset, self.slots, self.slot_bits
+    def unpack(self, totals: list[int], contributors: int | None = None) -> list[int]:
+        """The d summed slot values 4·C_w·Σ_users g_j from the decrypted sums of the plaintexts of
+        ``contributors`` users (default: all)."""
+        users = self.users if contributors is None else contributors
+        mask, shift, k, b = (1 << self.slot_bits) - 1, users * self.offset, self.slots, self.slot_bits
         return [((totals[j // k] >> ((j % k) * b)) & mask) - shift for j in range(self.dimension)]
 
 
-class Agreement:
-    """One user's X25519 key pair for the run (fresh, from the OS) and its pairwise seeds."""
+def new_seed() -> bytes:
+    return os.urandom(SEED_BYTES)
 
-    def __init__(self) -> None:
-        self._secret = X25519PrivateKey.generate()
+
+def derive(seed: bytes, label: bytes, length: int = 32) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=length, salt=None, info=b"privrelease-spam|" + label).derive(seed)
+
+
+def expand(seed: bytes, round_: int, n: int, count: int) -> list[int]:
+    """``count`` values uniform mod n (up to 2^-128) from a seed and a round: SHAKE-256."""
+    width = (n.bit_length() + 128 + 7) // 8
+    stream = hashlib.shake_256(seed + round_.to_bytes(8, "big")).digest(width * count)
+    return [int.from_bytes(stream[i * width : (i + 1) * width], "big") % n for i in range(count)]
+
+
+def self_mask(seed: bytes, round_: int, n: int, count: int) -> list[int]:
+    return expand(derive(seed, b"self-mask"), round_, n, count)
+
+
+class Agreement:
+    """s_u: one user's X25519 key pair for the run, derived from a fresh 16-byte seed (the secret the
+    user Shamir-shares, ``dropout``), and its pairwise seeds. The server rebuilds a left user's
+    ``Agreement`` from the seed's shares to remove that user's masks toward the survivors."""
+
+    def __init__(self, seed: bytes | None = None) -> None:
+        self.seed = seed if seed is not None else new_seed()
+        self._secret = X25519PrivateKey.from_private_bytes(derive(self.seed, b"x25519-s"))
         self._seeds: dict[int, tuple[int, bytes]] = {}
 
     def public_key(self) -> bytes:
@@ -98,14 +127,14 @@ class Agreement:
                 seed = hashlib.sha256(b"privrelease-spam-mask|" + context + b"|%d|%d|" % (lo, hi) + shared).digest()
                 self._seeds[v] = (1 if me < v else -1, seed)
 
-    def mask(self, n: int, round_: int, count: int) -> list[int]:
-        """This user's ``count`` mask values mod n for a round: Σ_v ±PRG(seed_uv); zero-sum over users."""
-        width = (n.bit_length() + 128 + 7) // 8
+    def mask(self, n: int, round_: int, count: int, among: list[int] | None = None) -> list[int]:
+        """This user's ``count`` mask values mod n for a round: Σ_v ±PRG(seed_uv) over the users v of
+        ``among`` (default: all); zero-sum over any set of users that all mask among that set."""
         out = [0] * count
-        for sign, seed in self._seeds.values():
-            stream = hashlib.shake_256(seed + round_.to_bytes(8, "big")).digest(width * count)
-            for i in range(count):
-                out[i] += sign * int.from_bytes(stream[i * width : (i + 1) * width], "big")
+        for v, (sign, seed) in self._seeds.items():
+            if among is None or v in among:
+                for i, value in enumerate(expand(seed, round_, n, count)):
+                    out[i] += sign * value
         return [v % n for v in out]
 
     @property

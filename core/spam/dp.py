@@ -17,8 +17,9 @@ Bounds, all public (integer units of the decrypted slots, 4·C_w·g with C_w = 2
 Noise: the run's (epsilon, delta) fixes, through Gaussian DP (Dong, Roth & Su; Balle & Wang's exact
 curve: ``core.accounting.gaussian_sigma``), the total std σ with which ``rounds`` compositions of
 sensitivity Δ₂ meet it: σ = Δ₂·√rounds·gaussian_sigma(ε, δ). Up to ``colluders`` users may collude
-with the server and add nothing, so each user adds N_Z(0, s²) per coordinate with
-s² = ⌈σ² / (users − colluders)⌉ (``core.noise.integer_gaussian``, exact), and the honest users'
+with the server and add nothing, and a round may complete with only the spec's ``threshold`` t of
+the users (the others left, ``dropout``), so each user adds N_Z(0, s²) per coordinate with
+s² = ⌈σ² / (t − colluders)⌉ (``core.noise.integer_gaussian``, exact), and the honest users'
 noise alone has variance at least σ². By KLS Theorem 1 the sum Z of h such draws satisfies
 D_α(Z ‖ Z + Δ) ≤ α·ε̃²/2 with ε̃² = Δ₂²/(h·s²) + τ·d/2, τ = 10·Σ_{k<h} exp(−2π²s²·k/(k+1));
 with s² ≥ 2^40 (required) τ < 10·h·exp(−π²·2^40), below any float, so the run is exactly a
@@ -64,10 +65,12 @@ class Noise:
     users: int
     rounds: int
     share_variance: int  # s²: each user's per-coordinate N_Z(0, s²), integer slot units
+    threshold: int | None = None  # least users a round completes with (None: every user)
 
     @property
     def honest(self) -> int:
-        return self.users - self.params.colluders
+        """Users that surely add noise to a round's sum: as few as ``threshold`` users may take part."""
+        return (self.threshold or self.users) - self.params.colluders
 
     @property
     def term_bound(self) -> int:
@@ -99,26 +102,30 @@ class Noise:
 
     def events(self) -> list[Event]:
         return [gaussian(self.sigma, self.l2, self.rounds, part=f"round sums, distributed discrete Gaussian "
-                         f"({self.honest} of {self.users} users add noise)")]  # fmt: skip
+                         f"(at least {self.honest} of {self.users} users add noise)")]  # fmt: skip
 
     def public(self) -> dict:
         return {"mechanism": "distributed discrete Gaussian (Kairouz, Liu & Steinke 2021)", "adjacency": ADJACENCY,
                 "epsilon": self.params.epsilon, "delta": self.params.delta,
-                "users": self.users, "colluders": self.params.colluders, "rounds": self.rounds,
+                "users": self.users, "threshold": self.threshold or self.users, "colluders": self.params.colluders, "rounds": self.rounds,
                 "share_variance": str(self.share_variance), "sigma": self.sigma, "l2_sensitivity": self.l2,
                 "max_features": self.params.max_features, "radius": self.params.radius,
                 "sigma_of_g": self.sigma / 2.0 ** (W_BITS + 2)}  # fmt: skip
 
 
-def calibrate(params: DPParams, users: int, rounds: int) -> Noise:
-    """The share variance s² for ``users`` users of which ``colluders`` add nothing, ``rounds`` rounds."""
+def calibrate(params: DPParams, users: int, rounds: int, threshold: int | None = None) -> Noise:
+    """The share variance s² for rounds of at least ``threshold`` (default: all) of ``users`` users of
+    which ``colluders`` add nothing, ``rounds`` rounds."""
+    if threshold is not None and params.colluders >= threshold:
+        raise ParameterError(f"dp.colluders is {params.colluders}, but a round may complete with only the threshold of "
+                             f"{threshold} users: at least one of them must add noise; lower colluders or raise threshold.")  # fmt: skip
     if params.colluders >= users:
         raise ParameterError(f"dp.colluders is {params.colluders}, but the run has {users} users: at least one user "
                              "must add noise; lower colluders or add users.")  # fmt: skip
-    probe = Noise(params, users, rounds, MIN_SHARE_VARIANCE)
+    probe = Noise(params, users, rounds, MIN_SHARE_VARIANCE, threshold)
     sigma = Fraction(probe.l2) * Fraction(math.sqrt(rounds)) * Fraction(gaussian_sigma(params.epsilon, params.delta))
     share = max(MIN_SHARE_VARIANCE, math.ceil(sigma * sigma * Fraction(1 + 1e-9) / probe.honest))
-    return Noise(params, users, rounds, share)
+    return Noise(params, users, rounds, share, threshold)
 
 
 def noise_bits(share_variance: int) -> int:

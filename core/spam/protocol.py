@@ -7,22 +7,27 @@ expansion σ(−z) ≈ 1/2 − z/4 at z = 0, so a user's gradient contribution
 Σ_i x_i y_i σ(−y_i wᵀx_i) ≈ Σ_i x_i (2y_i − wᵀx_i)/4 is linear in w and computable from E[w] with
 ciphertext–plaintext operations only. One round:
 
+0. server → users  the round's participants; each shares a fresh self-mask seed, sealed for each
+                   participant, through the server (``dropout``).
 1. server → users  E[C_w·w] (d ciphertexts, fresh randomness), C_w = 2^48.
 2. each user       E[t_i] = E[2y_i·C_w]·E[C_w·wᵀx_i]^(−1) per message, E[v_j] = Π_{i∋j} E[t_i]
                    (= E[4·C_w·g_j]), packs ``Layout.slots`` coordinates per plaintext, adds its
-                   pairwise masks (uniform over Z_n) and fresh randomness.
+                   pairwise masks toward the participants and its self-mask (each uniform over
+                   Z_n) and fresh randomness.
 3. users → server  d / slots ciphertexts each.
-4. server          multiplies all users' ciphertexts (the masks cancel), decrypts the sums only,
-                   unpacks, and takes the step w += η·g.
+4. server → users  who sent (the survivors); each survivor returns its shares of the survivors'
+                   self-mask seeds and of the left users' mask secrets.
+5. server          multiplies the survivors' ciphertexts, decrypts the sums only, removes the
+                   rebuilt self-masks and the left users' masks, unpacks, and steps w += η·g.
 
 With ``dp`` (``core.spam.dp``) each user keeps at most a public number of features per message,
 adds its integer noise share to every coordinate in step 2 (inside the plaintext it masks), and
 the server projects w onto a public l2 ball after step 4.
 
 Setup: each user announces its X25519 key and message count; the server answers with the
-directory (the public key, layout, schedule, every user's key), from which each user checks the
-participation floor (``floors``: every user's block, for the public feature map) and derives its
-pairwise seeds.
+directory (the public key, layout, schedule, threshold, every user's keys), from which each user
+checks the participation floor (``floors``: every user's block, for the public feature map),
+derives its pairwise seeds, and Shamir-shares its mask secret, sealed for each user.
 """
 
 from __future__ import annotations
@@ -36,9 +41,10 @@ import gmpy2
 import numpy as np
 
 from core import noise
-from core.errors import ParameterError
+from core.errors import ParameterError, QuorumLost
 from core.spam import dp
-from core.spam.aggregation import L1_BITS, W_BITS, Agreement, Layout
+from core.spam import dropout as R
+from core.spam.aggregation import L1_BITS, W_BITS, Agreement, Layout, new_seed, self_mask
 from core.spam.floors import check_participation
 from core.spam.paillier import KeyPair, PublicKey
 
@@ -78,10 +84,16 @@ def read_public(payload: bytes, what: str) -> dict:
 def inspect(payload: bytes, key: PublicKey | None) -> tuple[str, int]:
     """What a payload holds, read from its bytes: ``ciphertext`` when every element is a
     re-randomized ciphertext (in Z*_{n²}, and c mod n ≠ 1: c ≡ 1 mod n means r = 1, i.e. the
-    plaintext is readable as (c − 1)/n), ``public`` for parameters, ``plaintext`` for anything else."""
+    plaintext is readable as (c − 1)/n), ``sealed`` for AES-GCM records of shares (``dropout.RECORD``
+    bytes each), ``shares`` for the Shamir shares survivors return for unmasking, ``public`` for
+    parameters, ``plaintext`` for anything else."""
     tag, body = payload[:1], payload[1:]
     if tag == b"J":
         return "public", len(json.loads(body))
+    if tag == b"S" and len(body) % R.RECORD == 0:
+        return "sealed", len(body) // R.RECORD
+    if tag == b"K":
+        return "shares", sum(len(v) for v in R.read_shares(payload).values())
     if tag != b"C" or key is None or len(body) % key.ciphertext_bytes:
         return "plaintext", len(body)
     values = key.unpack(body)
@@ -142,7 +154,8 @@ class Server:
     name = "server"
 
     def __init__(self, key_bits: int, weights: np.ndarray, learning_rate: float = 0.0, mode: str = "batch",
-                 block_size: int = 1000, floor: int = 1, radius: float | None = None, share_variance: int = 0):  # fmt: skip
+                 block_size: int = 1000, floor: int = 1, radius: float | None = None, share_variance: int = 0,
+                 threshold: int | None = None):  # fmt: skip
         self._keys = KeyPair(key_bits)
         self.public_key = self._keys.public
         self.w = np.asarray(weights, dtype=float)
@@ -151,8 +164,13 @@ class Server:
         self.floor = floor  # least messages per user and round (``floors.floor`` of the feature map)
         self.radius = radius  # with dp: the public l2 ball the model is projected onto after each step
         self.noise_bits = dp.noise_bits(share_variance) if share_variance else 0  # the users' noise, for the layout
+        self.threshold = threshold  # least users a round needs (public; default: every user)
         self.layout: Layout | None = None
         self._obfuscators: list[gmpy2.mpz] = []
+        self._directory: dict = {}
+        self.participants: list[int] = []  # this round's, in directory order; only shrinks
+        self._round: dict = {}
+        self.sums: list[int] = []  # the last round's decrypted slot sums 4·C_w·Σ g_j (what the server learns)
 
     def precompute(self) -> None:
         """Offline phase: the next E[w]'s d fresh r^n, which do not depend on w, computed while the
@@ -180,24 +198,55 @@ class Server:
         blocks = [len(block(s, self.schedule["mode"], self.schedule["block_size"], 0)) for s in sizes]
         check_participation(blocks, self.floor)
         self.layout = Layout(self.public_key.bits, len(self.w), len(users), max(blocks), self.noise_bits).check()
-        return public_message({"n": self.public_key.n, "layout": self.layout.public(), **self.schedule, "sizes": sizes,
-                               "users": [u["user"] for u in users], "keys": [u["x25519"] for u in users]})  # fmt: skip
+        self.threshold = R.check_threshold(self.threshold or len(users), len(users))
+        self.participants = list(range(len(users)))
+        self._directory = {"n": self.public_key.n, "layout": self.layout.public(), **self.schedule, "sizes": sizes,
+                           "threshold": self.threshold, "users": [u["user"] for u in users],
+                           "keys": [u["x25519"] for u in users], "seal_keys": [u["seal"] for u in users]}  # fmt: skip
+        return public_message(self._directory)
+
+    def relay(self, *bundles: bytes) -> dict[str, bytes]:
+        """Sealed shares regrouped by recipient: the server relays what it cannot read."""
+        names = self._directory["users"]
+        return dict(zip(names, R.relay(list(bundles), len(names))))
+
+    def round_message(self, round_: int) -> bytes:
+        """Step 0: the round's participants (the users that have not left)."""
+        self._round = {"round": round_, "participants": [self._directory["users"][i] for i in self.participants]}
+        return public_message(self._round)
+
+    def unmask_request(self, received: dict[str, bytes]) -> bytes:
+        """Step 4: keep the survivors' masked gradients and ask them for the shares that unmask the sum."""
+        names, round_ = self._round["participants"], self._round["round"]
+        survivors = [n for n in names if n in received]
+        if len(survivors) < self.threshold:
+            left = [n for n in names if n not in received]
+            raise QuorumLost(f"round {round_ + 1}: only {len(survivors)} of its {len(names)} users sent their gradient "
+                             f"({', '.join(left)} left), fewer than the threshold {self.threshold}; the run stops and "
+                             "nothing is published. Rerun when the users are online, or with a lower threshold.")  # fmt: skip
+        self._round.update(received={n: received[n] for n in survivors}, survivors=survivors,
+                           left=[n for n in names if n not in received])  # fmt: skip
+        return public_message({"round": round_, R.SELF: survivors, R.SECRET: self._round["left"]})
 
     def weights_message(self, times: StepTimes | None = None) -> bytes:
         return ciphertext_message(self.encrypted_weights(times or StepTimes()), self.public_key)
 
-    def aggregate(self, *messages: bytes) -> np.ndarray:
-        """Multiply every user's ciphertexts, decrypt only the sums, take the step; returns the gradient."""
-        layout, key = self.layout, self.public_key
-        assert layout is not None, "directory() comes first"
-        if len(messages) != layout.users:
-            raise ParameterError(f"a round needs every one of the {layout.users} users' messages (no dropouts).")
-        parts = [read_ciphertexts(m, key, layout.ciphertexts, "masked gradient") for m in messages]
-        sums = [gmpy2.mpz(1)] * layout.ciphertexts
+    def aggregate(self, *replies: bytes) -> np.ndarray:
+        """Step 5: multiply the survivors' ciphertexts, decrypt only the sums, remove the rebuilt
+        self-masks and the left users' masks, take the step; returns the gradient."""
+        layout, key, names = self.layout, self.public_key, self._directory["users"]
+        assert layout is not None and self._round.get("survivors"), "unmask_request() comes first"
+        round_, count, n = self._round["round"], layout.ciphertexts, key.n
+        parts = [read_ciphertexts(m, key, count, "masked gradient") for m in self._round["received"].values()]
+        sums = [gmpy2.mpz(1)] * count
         for part in parts:
             sums = [key.add(a, b) for a, b in zip(sums, part)]
-        totals = [int(self._keys.raw_decrypt(c)) for c in sums]
-        g = np.array(layout.unpack(totals), dtype=float) / 2.0 ** (W_BITS + 2)
+        survivors = [names.index(u) for u in self._round["survivors"]]
+        totals = R.unmask([int(self._keys.raw_decrypt(c)) for c in sums], [R.read_shares(r) for r in replies], self._directory,
+                          survivors, [names.index(u) for u in self._round["left"]], round_, n.to_bytes(key.bits // 8 + 1, "big"))  # fmt: skip
+        self.participants = survivors  # a user that left is out for the rest of the run
+        self.sums = layout.unpack(totals, len(survivors))
+        g = np.array(self.sums, dtype=float) / 2.0 ** (W_BITS + 2)
         self.w = self.w + self.eta * g
         if self.radius is not None:
             self.w = dp.project(self.w, self.radius)
@@ -212,9 +261,10 @@ class User:
     """Holds mail (feature sets and labels), the public key and its pairwise secrets."""
 
     def __init__(self, name: str, features: list[np.ndarray], labels: np.ndarray, floor: int = 1,
-                 noise: dict | None = None):  # fmt: skip
+                 noise: dict | None = None, threshold: int | None = None):  # fmt: skip
         self.name = name
         self.floor = floor  # this user's own copy of the public floor: it refuses a round below it
+        self.threshold = threshold  # its own copy of the public threshold (None: accept the directory's)
         # with dp: {"share_variance", "max_features", "seed"}; each message keeps at most max_features features
         self.noise = noise
         if noise is not None:
@@ -222,6 +272,9 @@ class User:
         self._x = [np.asarray(v).tolist() for v in features]
         self._y = np.asarray(labels).astype(int)
         self._agreement = Agreement()
+        self._sealer = R.Sealer()
+        self._holder: R.Holder | None = None
+        self._self_seed = b""  # the current round's self-mask seed b_u,r (fresh per round)
         self.public_key: PublicKey | None = None
         self.layout: Layout | None = None
         self._schedule: dict = {}
@@ -232,10 +285,12 @@ class User:
         return len(self._y)
 
     def announce(self) -> bytes:
-        return public_message({"user": self.name, "x25519": self._agreement.public_key().hex(), "messages": len(self)})
+        return public_message({"user": self.name, "x25519": self._agreement.public_key().hex(),
+                               "seal": self._sealer.public_key().hex(), "messages": len(self)})  # fmt: skip
 
-    def setup(self, directory: bytes) -> None:
-        """Check the directory (participation floor, own entry) and agree on pairwise seeds."""
+    def setup(self, directory: bytes) -> bytes:
+        """Check the directory (participation floor, threshold, own entry), agree on pairwise seeds and
+        sealing keys; returns the shares of this user's mask secret, sealed for each user."""
         doc = read_public(directory, "directory")
         self.public_key = PublicKey(int(doc["n"]))
         sizes = doc["sizes"]
@@ -246,8 +301,44 @@ class User:
         if self.layout.public() != doc["layout"]:
             raise ParameterError("the server's layout does not follow from the public sizes; refusing to take part.")
         self._schedule = {"mode": doc["mode"], "block_size": doc["block_size"]}
+        threshold = R.check_threshold(int(doc["threshold"]), len(sizes))
+        if self.threshold is not None and threshold != self.threshold:
+            raise ParameterError(f"the server's threshold {threshold} is not the spec's {self.threshold}; refusing to take part.")
         me = doc["users"].index(self.name)
-        self._agreement.agree(me, [bytes.fromhex(k) for k in doc["keys"]], self.public_key.n.to_bytes(self.public_key.bits // 8 + 1, "big"))
+        context = self.public_key.n.to_bytes(self.public_key.bits // 8 + 1, "big")
+        self._agreement.agree(me, [bytes.fromhex(k) for k in doc["keys"]], context)
+        self._sealer.agree(me, [bytes.fromhex(k) for k in doc["seal_keys"]], context)
+        self._holder = R.Holder(me, list(doc["users"]), threshold)
+        shares = R.split(self._agreement.seed, threshold, len(sizes))
+        return self._sealer.seal(R.SECRET, -1, {x - 1: share for x, share in shares})
+
+    def hold(self, sealed: bytes) -> None:
+        """Keep the shares relayed to this user: the mask secrets' after setup, the round's self-mask seeds after ``begin``."""
+        assert self._holder is not None, "setup() comes first"
+        kind, round_ = (R.SECRET, -1) if self._holder.round < 0 else (R.SELF, self._holder.round)
+        self._holder.hold(kind, round_, self._sealer.open(kind, round_, sealed))
+
+    def begin(self, message: bytes) -> bytes:
+        """Step 0: check the round's participants; draw a fresh self-mask seed and return its shares,
+        sealed for each participant."""
+        assert self._holder is not None, "setup() comes first"
+        doc = read_public(message, "round")
+        participants = self._holder.begin(int(doc["round"]), list(doc["participants"]))
+        self._self_seed = new_seed()
+        shares = R.split(self._self_seed, self._holder.threshold, len(self._holder.names))
+        return self._sealer.seal(R.SELF, self._holder.round, {x - 1: share for x, share in shares if x - 1 in participants})
+
+    def unmask(self, request: bytes) -> bytes:
+        """Step 4: this user's shares for the server's unmask request (``dropout.Holder.reveal``)."""
+        assert self._holder is not None, "setup() comes first"
+        return R.shares_message(self._holder.reveal(read_public(request, "unmask request")))
+
+    def masks(self, round_: int, count: int) -> list[int]:
+        """Pairwise masks toward the round's participants plus this round's self-mask, mod n."""
+        assert self.public_key is not None and self._holder is not None
+        n = self.public_key.n
+        pairwise = self._agreement.mask(n, round_, count, among=self._holder.participants)
+        return [(a + b) % n for a, b in zip(pairwise, self_mask(self._self_seed, round_, n, count))]
 
     def gradient(self, weights: bytes, round_: int) -> bytes:
         """Steps 2–3: this user's packed, masked, re-randomized gradient contribution for a round."""
@@ -255,6 +346,8 @@ class User:
         assert key is not None and layout is not None, "setup() comes first"
         if round_ <= self._rounds_done:
             raise ParameterError("each round number is used once (its masks must never repeat).")
+        if self._holder is None or self._holder.round != round_:
+            raise ParameterError(f"round {round_} was not begun: its participants and self-mask come first.")
         self._rounds_done = round_
         n2 = key.nsquare
         w = read_ciphertexts(weights, key, layout.dimension, "encrypted weights")
@@ -275,7 +368,7 @@ class User:
         self.times.add("2b user: E[v_j] = Π E[t_i]", t0)
         t0 = time.perf_counter()
         k, shift = layout.slots, 1 << layout.slot_bits
-        masks = self._agreement.mask(key.n, round_, layout.ciphertexts)
+        masks = self.masks(round_, layout.ciphertexts)
         shares = self.noise_share(layout)
         self.times.add("2b+ user: noise share (dp)", t0)
         t0 = time.perf_counter()

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from core import noise
 from core.errors import ParameterError, SpecError, UserError
@@ -36,6 +36,21 @@ class SpamSpec(StrictParams):
     mode: Literal["batch", "online"] = Field("batch", description="batch: every message each round; online: each user's next block")
     block_size: int = Field(1000, ge=1, le=1_000_000, description="online mode: messages per user per round")
     dp: DPParams | None = Field(None, description="differential privacy of what the server decrypts (core.spam.dp)")
+    threshold: int | None = Field(None, ge=2, description="least users a round needs to complete; default a majority")
+    timeout: float = Field(3600, gt=0, le=86_400, description="seconds a party may take to answer before it counts as left")
+
+    @field_validator("threshold")
+    @classmethod
+    def _threshold(cls, threshold: int | None, info: ValidationInfo) -> int | None:
+        users = len(info.data.get("users") or [])
+        if threshold is not None and users and threshold > users:
+            raise ValueError(f"threshold is {threshold}, but the spec lists {users} users; a round needs at most every user")
+        return threshold
+
+    @property
+    def quorum(self) -> int:
+        """The public threshold t: a round completes if at least t users remain (default: a majority)."""
+        return self.threshold if self.threshold is not None else len(self.users) // 2 + 1
 
     @field_validator("key_bits")
     @classmethod

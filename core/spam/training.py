@@ -81,11 +81,11 @@ def exact_gradient(x: list[np.ndarray], y: np.ndarray, w: np.ndarray) -> np.ndar
 
 
 def load_user(name: str, path: Path, params: dict, keep: np.ndarray | None, floor: int = 1,
-              noise: dict | None = None) -> User:  # fmt: skip
+              noise: dict | None = None, threshold: int | None = None) -> User:  # fmt: skip
     """A user party, built inside its own process from its own mail file."""
     texts, labels = read_mail(path)
     reducer = F.Reducer(F.FeatureParams.model_validate(params), keep)
-    return User(name, [reducer.apply(F.grams(t, reducer.params.modulus)) for t in texts], labels, floor, noise)
+    return User(name, [reducer.apply(F.grams(t, reducer.params.modulus)) for t in texts], labels, floor, noise, threshold)
 
 
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:
@@ -103,6 +103,8 @@ class RoundReport:
     ciphertexts: int
     bytes: int
     training_messages: int
+    participants: list[str] = field(default_factory=list)  # the users the round began with (public names)
+    left: list[str] = field(default_factory=list)  # those that left during it: out for the rest of the run
     max_gradient_gap: float | None = None  # test mode: |private − plaintext twin| over the gradient's components
 
 
@@ -126,9 +128,10 @@ class Twins:
         d = inputs.spec.features.size
         return cls(x, [y for _, y in mails], np.zeros(d), np.zeros(d))
 
-    def step(self, blocks: list[np.ndarray], eta: float) -> np.ndarray:
-        xs = [x for ux, b in zip(self.user_x, blocks) for x in (ux[i] for i in b)]
-        ys = np.concatenate([uy[b] for uy, b in zip(self.user_y, blocks)])
+    def step(self, blocks: dict[int, np.ndarray], eta: float) -> np.ndarray:
+        """One step of the rule on the blocks of the users ``blocks`` names (the round's survivors)."""
+        xs = [x for k, b in blocks.items() for x in (self.user_x[k][i] for i in b)]
+        ys = np.concatenate([self.user_y[k][b] for k, b in blocks.items()])
         plain = plain_gradient(xs, ys, self.plain_w)
         self.plain_w = self.plain_w + eta * plain
         self.exact_w = self.exact_w + eta * exact_gradient(xs, ys, self.exact_w)
@@ -152,6 +155,10 @@ class Training:
     twins: Twins | None = None
     rounds: list[RoundReport] = field(default_factory=list)
     setup_seconds: float = 0.0
+    active: list[parties.Local] = field(default_factory=list)  # the users that have not left
+
+    def __post_init__(self) -> None:
+        self.active = self.active or list(self.users)
 
     @classmethod
     def setup(cls, inputs: Inputs) -> Training:
@@ -171,15 +178,16 @@ class Training:
             test_x = [dp.cap(x, spec.dp.max_features, spec.features.seed) for x in test_x]
         twins = Twins.read(inputs, reducer) if noise.test_mode() else None
         d = spec.features.size
-        calibrated = dp.calibrate(spec.dp, len(inputs.users), spec.rounds) if spec.dp else None
+        calibrated = dp.calibrate(spec.dp, len(inputs.users), spec.rounds, spec.quorum) if spec.dp else None
         share = calibrated.share(spec.features.seed) if calibrated else None
         server = parties.Remote("server", Server, spec.key_bits, np.zeros(d), spec.learning_rate, spec.mode, spec.block_size,
-                                least, spec.dp.radius if spec.dp else None, calibrated.share_variance if calibrated else 0)  # fmt: skip
+                                least, spec.dp.radius if spec.dp else None, calibrated.share_variance if calibrated else 0,
+                                spec.quorum)  # fmt: skip
         users: list[parties.Local] = []
         try:
             for k, path in enumerate(inputs.users):
                 users.append(parties.Remote(f"user-{k + 1}", load_user, f"user-{k + 1}", path, spec.features.model_dump(),
-                                            reducer.keep, least, share))  # fmt: skip
+                                            reducer.keep, least, share, spec.quorum, timeout=spec.timeout))  # fmt: skip
             channel = Channel()
             parties.setup(server, users, channel)
             server.call("precompute")  # the first round's r^n: offline, counted in the setup time
@@ -193,16 +201,17 @@ class Training:
     def run_round(self) -> RoundReport:
         t = time.perf_counter()
         number = len(self.rounds)
-        blocks = schedule(self.sizes, self.spec, number)
-        before = len(self.channel.log)
-        times, gradient = parties.train_round(self.server, self.users, self.channel, number, number + 1 < self.spec.rounds)
+        before, began = len(self.channel.log), [u.name for u in self.active]
+        times, gradient, self.active = parties.train_round(self.server, self.active, self.channel, number, number + 1 < self.spec.rounds)
         seconds = time.perf_counter() - t
+        survivors = {k: b for k, (u, b) in enumerate(zip(self.users, schedule(self.sizes, self.spec, number))) if u in self.active}
         gap = None
         if self.twins is not None:
-            gap = float(np.abs(gradient - self.twins.step(blocks, self.spec.learning_rate)).max())
+            gap = float(np.abs(gradient - self.twins.step(survivors, self.spec.learning_rate)).max())
         sent = self.channel.log[before:]
         report = RoundReport(number, seconds, times.seconds, len(sent), sum(m.count for m in sent), sum(m.bytes for m in sent),
-                             sum(len(b) for b in blocks), gap)  # fmt: skip
+                             sum(len(b) for b in survivors.values()), began, [n for n in began if n not in {u.name for u in self.active}],
+                             gap)  # fmt: skip
         self.rounds.append(report)
         return report
 
@@ -240,16 +249,20 @@ class Training:
             "key_bits": self.spec.key_bits,
             "features": {**self.spec.features.model_dump(), "data_dependent": self.spec.features.reduction in F.DATA_DEPENDENT},
             "floor": floors.floor(self.spec.features.reduction, self.spec.features.dimension),
-            "dp": dp.calibrate(self.spec.dp, len(self.sizes), self.spec.rounds).public() if self.spec.dp else None,
+            "dp": dp.calibrate(self.spec.dp, len(self.sizes), self.spec.rounds, self.spec.quorum).public() if self.spec.dp else None,
+            "threshold": self.spec.quorum,
+            "left": [{"round": r.round, "user": name} for r in self.rounds for name in r.left],
             "learning_rate": self.spec.learning_rate,
             "rule": "first-order sigmoid: σ(−z) ≈ 1/2 − z/4",
             "mode": self.spec.mode,
             "block_size": self.spec.block_size,
             "users": list(self.sizes),
             "test_messages": len(self.test_y),
-            "server_learns": f"per round, only the sum of the gradient over all {len(sizes)} users' {sum(sizes)} messages "
-                             + ("plus the users' discrete Gaussian noise (a DP output) " if self.spec.dp else "")
-                             + "(and so the model); each user's message decrypts to a value uniform on Z_n",
+            "server_learns": f"per round, only the sum of the gradient over the round's surviving users' messages (all "
+                             f"{len(sizes)} users' {sum(sizes)} while no user leaves; at least {self.spec.quorum} users) "
+                             + ("plus their discrete Gaussian noise (a DP output) " if self.spec.dp else "")
+                             + "(and so the model), and who left when; each user's message decrypts to a value uniform on "
+                             "Z_n, and a user that left has its masks removed from the others', never its own message unmasked",
             "directory_digest": directory.digest,
             "per_round": [asdict(r) for r in self.rounds],
             "transcript_sha256": hashlib.sha256(transcript.read_bytes()).hexdigest(),
@@ -318,6 +331,10 @@ def markdown(report: dict) -> str:
         *rows,
         "",
         "What the server learns: " + report["server_learns"] + ".",
+        "",
+        f"Threshold: a round completes if at least {report['threshold']} users remain. "
+        + ("; ".join(f"{e['user']} left in round {e['round'] + 1}" for e in report["left"]) + " (out for the rest of the run)."
+           if report["left"] else "No user left."),
         *(["", f"Differential privacy: (ε = {report['dp']['epsilon']:g}, δ = {report['dp']['delta']:g}) for the whole run, "
             f"per replaced message, with up to {report['dp']['colluders']} colluding users adding nothing: "
             f"{report['dp']['mechanism']}, noise std {report['dp']['sigma_of_g']:.4g} per gradient coordinate and round; "
