@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
 
 from core.demo import mail
@@ -107,19 +109,34 @@ def test_bad_mail_is_refused_before_anything_is_recorded(prefect_server, home, t
 SEND = Remote.send
 
 
-def killing(monkeypatch, victims: set[str], round_: int) -> None:
-    """Right after a victim is sent its round's E[w] (0-based ``round_``), SIGKILL its process: it dies mid-round."""
+@pytest.fixture
+def flow_logs(caplog):
+    """caplog for the flow's run logger. Prefect's first logging setup in a process replaces the root
+    logger's handlers, caplog's among them, so it is done before the test and caplog's handler put back."""
+    from prefect.logging.configuration import setup_logging
+
+    setup_logging()
+    root = logging.getLogger()
+    if caplog.handler not in root.handlers:
+        root.addHandler(caplog.handler)
+    yield caplog
+    root.removeHandler(caplog.handler)
+
+
+def killing(monkeypatch, victims: set[str], round_: int | None) -> None:
+    """Right after a victim is sent its round's E[w] (0-based ``round_``), SIGKILL its process: it dies mid-round.
+    With ``round_`` None, right after it is sent the directory: it dies during setup."""
 
     def send(self, method: str, *args) -> None:
         SEND(self, method, *args)
-        if self.name in victims and method == "gradient" and args[1] == round_:
+        if self.name in victims and (method == "gradient" and args[1] == round_ or method == "setup" and round_ is None):
             os.kill(self._process.pid, signal.SIGKILL)
 
     monkeypatch.setattr(Remote, "send", send)
 
 
 def test_a_party_killed_mid_round_leaves_and_below_the_threshold_the_run_fails(prefect_server, home, test_mode, capsys, monkeypatch,
-                                                                              caplog):  # fmt: skip
+                                                                              flow_logs):  # fmt: skip
     corpus(home / "data" / "mail", capsys)
     names = ["user-1", "user-2", "user-3"]
     killing(monkeypatch, {"user-2"}, 1)
@@ -132,7 +149,7 @@ def test_a_party_killed_mid_round_leaves_and_below_the_threshold_the_run_fails(p
     assert max(r["max_gradient_gap"] for r in report["per_round"]) < 1e-9 and report["max_weight_gap"] < 1e-9
     assert [r["training_messages"] for r in report["per_round"]][1:] == [120, 120]  # user-1's and user-3's blocks of 60
     assert "user-2 left in round 2 (out for the rest of the run)" in (home / "spam" / "r-left" / "report.md").read_text()
-    assert "round 2: user-2 left (its process ended or did not answer); 2 users remain, threshold 2" in caplog.text
+    assert "round 2: user-2 left (its process ended or did not answer); 2 users remain, threshold 2" in flow_logs.text
     entries = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "r-left"]
     assert entries[1].status == PUBLISHED and json.loads(entries[1].detail)["rounds"] == [
         {"round": 1, "participants": names, "left": []}, {"round": 2, "participants": names, "left": ["user-2"]},
@@ -145,3 +162,9 @@ def test_a_party_killed_mid_round_leaves_and_below_the_threshold_the_run_fails(p
     assert [e.status for e in entries] == [RESERVED, FAILED]
     detail = json.loads(entries[1].detail)
     assert "fewer than the threshold 2" in detail["reason"] and detail["rounds"] == [{"round": 1, "participants": names, "left": []}]
+    killing(monkeypatch, {"user-3"}, None)  # setup has no threshold: a user lost there stops the run, clearly
+    code, _, err = cli(capsys, "spam", "train", spec(home / "data" / "mail", run_id="r-setup", threshold=2))
+    assert code == 2 and err.startswith("error: setup: the user-3 process is gone. Every user must take part in setup")
+    assert "nothing was trained or published" in err and not (home / "spam" / "r-setup").exists()
+    entries = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "r-setup"]
+    assert [e.status for e in entries] == [RESERVED, FAILED]

@@ -23,7 +23,7 @@ import numpy as np
 from scipy.sparse import csr_matrix
 
 from core import noise
-from core.errors import SpecError
+from core.errors import QuorumLost, SpecError
 from core.spam import dp, floors, parties
 from core.spam import features as F
 from core.spam.mail import read_mail
@@ -191,9 +191,13 @@ class Training:
             channel = Channel()
             parties.setup(server, users, channel)
             server.call("precompute")  # the first round's r^n: offline, counted in the setup time
-        except BaseException:
+        except BaseException as exc:
             for party in [server, *users]:
                 party.close()
+            if isinstance(exc, parties.Dropped):  # setup has no threshold: every user's keys and shares are needed
+                raise QuorumLost(f"setup: {exc}. Every user must take part in setup (its keys and the shares of its "
+                                 "mask secret); nothing was trained or published. Start the run again with a new "
+                                 "run_id once every user's process can run.") from None  # fmt: skip
             raise
         return cls(spec, server, users, list(inputs.sizes), test_x, test_y, reducer, channel, twins,
                    setup_seconds=time.perf_counter() - t)  # fmt: skip
