@@ -12,12 +12,19 @@ corpus shows how close the worst case comes to it (the bound is not vacuous).
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import itertools
+import json
 import math
+import re
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from core.ledger import Ledger
 from core.spam import dp
 from core.spam import parties as Q
 from core.spam import protocol as P
@@ -121,3 +128,99 @@ def test_round_sums_on_neighbours_stay_within_the_sensitivity(test_mode, radius,
         w = after
     assert projected == 3  # the projection was active in every round
     assert attained <= worst_ratio <= 1
+
+
+# -- (b) the whole surface of a dp: run on neighbouring corpora -------------------------------------------
+
+DP = {"epsilon": 2.0, "delta": 1e-6, "colluders": 1, "max_features": 100, "radius": 1.0}
+TWINS = re.compile(r" Test mode: plaintext twin[^\n]*")  # test mode only: the flow builds no twins otherwise
+TIMING = re.compile(r"^\| \d+ \| [^\n]*$|^round \d+: [\d.]+ s, ", re.M)  # the per-round table rows and log lines' seconds
+
+
+def _spam_run(home: Path, flip: bool, monkeypatch, capsys) -> dict:
+    """A dp: training through the CLI and its Prefect flow in its own home; ``flip``: user 2's
+    longest message with its label flipped (D′). Returns everything a user of the tool can read."""
+    from tests.test_release_flow import cli
+    from tests.test_spam_flow import corpus, spec
+
+    monkeypatch.setenv("PRIVRELEASE_HOME", str(home))
+    folder = home / "data" / "mail"
+    corpus(folder, capsys)
+    if flip:
+        path = folder / "user-2.jsonl"
+        mail = [json.loads(line) for line in path.read_text().splitlines()]
+        i = max(range(len(mail)), key=lambda k: len(mail[k]["text"]))
+        mail[i]["label"] = "ham" if mail[i]["label"] == "spam" else "spam"
+        path.write_text("".join(json.dumps(m) + "\n" for m in mail))
+    assert cli(capsys, "ledger", "set-budget", "spam-mail", "--epsilon", "4", "--delta", "1e-5")[0] == 0
+    code, _, err = cli(capsys, "spam", "train", spec(folder, rounds=2, dp=DP))
+    assert code == 0, err
+    run = home / "spam" / "r1"
+    entries = json.loads(json.dumps([e.as_dict() for e in Ledger(home / "privrelease.duckdb").entries()]).replace(str(home), "<home>"))
+    return {"home": str(home), "report": json.loads((run / "report.json").read_text()), "md": (run / "report.md").read_text(),
+            "files": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run.iterdir())},
+            "transcript": [json.loads(line) for line in (run / "transcript.jsonl").read_text().splitlines()],
+            "ledger": entries}  # fmt: skip
+
+
+def _without_timing(key: str, data: str) -> object:
+    if key == "spam-rounds":  # the table artifact: seconds, ciphertexts and bytes per round
+        return [{k: v for k, v in row.items() if k != "seconds"} for row in json.loads(data)]
+    return TIMING.sub("", TWINS.sub("", data)).replace("**", "")  # bold: the harness's tokens are unformatted
+
+
+def test_a_dp_run_shows_only_dp_outputs_and_public_values_on_neighbours(prefect_server, test_mode, tmp_path, monkeypatch, capsys):
+    """The spam flow with dp: on D and on D′ (one user's message with its label flipped): the run
+    folder, report, transcript, ledger and Prefect's parameters, tasks, logs and artifacts are the
+    same, except (1) the DP outputs: the server's model (``model.npy``), its AUC on the operator's
+    evaluation mail and the ROC plot, functions of the DP round sums and of the operator's own mail
+    (README); (2) values drawn afresh by every run whatever the mail: digests of ciphertexts, of the
+    key directory and of the transcript, the directory's size (n in decimal), and seconds; (3) the test-mode plaintext twins, which only
+    test mode builds. The control: the flipped message does change the twins' gradients."""
+    from prefect.logging.handlers import APILogHandler
+
+    from tests.test_neighbours import _prefect_surface, _same_but_outputs
+
+    runs = [_spam_run(tmp_path / name, flip, monkeypatch, capsys) for name, flip in (("d", False), ("dp", True))]
+    APILogHandler().flush()
+    time.sleep(2.5)
+    outputs, gaps = [], []
+    for run in runs:
+        flow_run_id = next(e["flow_run_id"] for e in run["ledger"] if e["flow_run_id"])
+        run["prefect"] = json.loads(json.dumps(asyncio.run(_prefect_surface(flow_run_id))).replace(run.pop("home"), "<home>"))
+        report, files = run["report"], run["files"]
+        gaps.append([r.pop("max_gradient_gap") for r in report["per_round"]])
+        for key in ("auc_plain", "auc_plain_exact_sigmoid", "max_weight_gap"):
+            report.pop(key)
+        varying = [report.pop("auc_private"), report.pop("transcript_sha256"), report.pop("directory_digest"),
+                   report.pop("setup_seconds"), *report.pop("seconds_per_round"),
+                   *[files.pop(name) for name in ("model.npy", "roc.png", "report.json", "report.md", "transcript.jsonl")]]  # fmt: skip
+        for r in report["per_round"]:
+            varying += [r.pop("seconds"), *r.pop("steps").values()]
+        for line in run["transcript"]:
+            line.pop("digest")
+            if line["kind"] == "directory":  # it prints the fresh key's n in decimal: its length varies by a digit
+                line.pop("bytes")
+        for entry in run["ledger"]:
+            for key in ("ts", "hash", "prev_hash", "flow_run_id"):
+                entry.pop(key)
+            entry["detail"] = json.loads(entry["detail"]) if isinstance(entry["detail"], str) else entry["detail"]
+            for key in ("auc_private", "transcript_sha256"):
+                entry["detail"].pop(key, None)
+        assert len(TWINS.findall(run["md"])) == 1
+        run["md"] = _without_timing("report.md", run["md"])
+        prefect = run["prefect"]
+        prefect["logs"] = [TIMING.sub("round N: ", line).replace(";", " ;") for line in prefect["logs"]]
+        prefect["artifacts"] = [(k, kind, desc, _without_timing(k, data)) for k, kind, desc, data in prefect["artifacts"]]
+        outputs.append([float(v) if not isinstance(v, str) else v for v in varying])
+    a, b = runs
+    assert a["report"] == b["report"] and a["files"] == b["files"] and a["transcript"] == b["transcript"]
+    assert a["ledger"] == b["ledger"]
+    for key in ("parameters", "state", "tasks"):
+        assert a["prefect"][key] == b["prefect"][key], key
+    (report_a, rounds_a), (report_b, rounds_b) = a["prefect"]["artifacts"], b["prefect"]["artifacts"]
+    assert report_a[:3] == report_b[:3] == ("spam-report", "markdown", "spam run r1") and rounds_a == rounds_b
+    _same_but_outputs(report_a[3], report_b[3], *outputs, "report artifact")
+    _same_but_outputs("\n".join(a["prefect"]["logs"]), "\n".join(b["prefect"]["logs"]), *outputs, "Prefect logs")
+    _same_but_outputs(a["md"], b["md"], *outputs, "report.md")
+    assert gaps[0] != gaps[1]  # control: the neighbours' plaintext differs where only test mode looks
