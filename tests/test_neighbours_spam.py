@@ -84,16 +84,17 @@ D_SMALL, F_SMALL = 10, 4
 
 @pytest.mark.parametrize(("radius", "eta", "attained"), [(0.01, 0.5, 0.98), (0.5, 0.5, 0.70), (50.0, 50.0, 0.45)])
 def test_round_sums_on_neighbours_stay_within_the_sensitivity(test_mode, radius, eta, attained):
-    """Three rounds, the model projected onto the ball (each step leaves it),
-    on a 2-user corpus of 10 features with messages of up to 9 features capped to F = 4. At each
+    """Three rounds, the model projected onto the ball as the server does (each step leaves it), on
+    a 2-user corpus of 10 features with messages of up to 9 features capped to F = 4. At each
     round's model: (1) the protocol's decrypted sum equals the exact integer rule on the capped
-    messages; (2) a brute force over every replacement message (each of the 386 feature sets of at
-    most F features of the 10, either label) for every message of the corpus finds no l2 distance
-    above ``Noise.l2``, and the worst one reaches ``attained`` of it. The bound is 2·√F·T (the
-    triangle inequality); the worst case is a label flip, 4·C_w·√F = 2/(2 + R·√F) of the bound
-    (0.990 at R = 0.01), when R·√F is small, and two disjoint messages, √F·C_w·√((2 + R·√F)² + 4)
-    at most, about half the bound, as R·√F grows (found: 0.990, 0.706, 0.492); (3) the protocol, run on the corpus with that worst replacement and with a message of
-    more than F features flipped, gives sums within ``Noise.l2`` of the original's."""
+    messages; (2) a brute force over every replacement message (any message is capped to one of the
+    386 feature sets of at most F of the 10 features; either label) for every message of the corpus
+    finds no l2 distance above ``Noise.l2``, and the worst one reaches ``attained`` of it. The bound
+    is 2·√F·T (the triangle inequality); the worst case is a label flip, 4·C_w·√F = 2/(2 + R·√F) of
+    the bound (0.990 at R = 0.01), when R·√F is small, and two disjoint messages, at most
+    √F·C_w·√((2 + R·√F)² + 4), about half the bound, as R·√F grows (found: 0.990, 0.706, 0.492);
+    (3) the protocol, run on the corpus with that worst replacement and with a message of more
+    than F features flipped, gives sums within ``Noise.l2`` of the original's."""
     params = dp.DPParams(epsilon=1.0, delta=1e-6, colluders=1, max_features=F_SMALL, radius=radius)
     noise = dp.calibrate(params, 2, 3)
     corpus = small_corpus(D_SMALL, seed=int(radius * 100))
