@@ -102,7 +102,8 @@ def test_auditor_catches_an_under_noised_round(test_mode):
     n = runs(2_000, 200_000)
     calibrated, fixed = _audit("calibrated shares", UNDER_NOISED, 10, 1, n, seed=5)
     assert fixed.epsilon_lb <= UNDER_NOISED.epsilon, fixed
-    forgot = calibrated.share_variance // 10  # = ⌈σ²/users⌉ up to one unit: the colluders not subtracted
+    forgot = dp.calibrate(UNDER_NOISED.model_copy(update={"colluders": 0}), 10, 1).share_variance  # σ²/10
+    assert abs(forgot * 10 - calibrated.share_variance) <= 10
     _, result = _audit("UNDER-NOISED: colluders not subtracted (variance / 10)", UNDER_NOISED, 10, 1, n, seed=5,
                        share_variance=forgot)  # fmt: skip
     assert result.epsilon_lb > UNDER_NOISED.epsilon, result
