@@ -18,6 +18,7 @@ from core.spam import features as F
 from core.spam.dp import ADJACENCY, DPParams
 from core.spam.dp import calibrate as dp_calibrate
 from core.spam.parties import Remote
+from core.spam.training import EVALUATION
 from tests.test_release_flow import cli
 
 
@@ -89,6 +90,11 @@ def test_training_flow_end_to_end_and_private_classification(prefect_server, hom
     assert entries[0].adjacency == ADJACENCY
     report = json.loads((home / "spam" / "r-dp" / "report.json").read_text())
     assert report["dp"]["share_variance"] == str(noise.share_variance) and report["per_round"][1]["max_gradient_gap"] > 0
+    # the decision on the evaluation mail's AUC, said in the dp run's report and in the README (not without dp:)
+    assert EVALUATION in (home / "spam" / "r-dp" / "report.md").read_text()
+    assert EVALUATION not in (folder / "report.md").read_text()
+    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    assert "With `dp:`, the AUC in the report and the ledger is DP too. " + EVALUATION in readme
 
 
 def test_bad_mail_is_refused_before_anything_is_recorded(prefect_server, home, test_mode, tmp_path, capsys):

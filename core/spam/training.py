@@ -30,6 +30,11 @@ from core.spam.mail import read_mail
 from core.spam.protocol import Channel, Server, User, block
 from core.spam.spec import Inputs, SpamSpec
 
+# with dp: why the AUC the report and the ledger hold is itself DP (README, "What the server still learns")
+EVALUATION = ("The AUC is measured on the evaluation mail (`test:`), the server operator's own mail, not a user's: "
+              "the model is DP with respect to the users' messages, so its AUC on the operator's mail is "
+              "post-processing of a DP output with the operator's data, and DP with respect to the users' mail.")  # fmt: skip
+
 
 def split_corpus(corpus: Path, out: Path, users: int, test_fraction: float, seed: int) -> list[Path]:
     """A fixed stratified split of one labelled corpus: users-1.jsonl ... users-K.jsonl and test.jsonl."""
@@ -343,7 +348,7 @@ def markdown(report: dict) -> str:
             f"per replaced message, with up to {report['dp']['colluders']} colluding users adding nothing: "
             f"{report['dp']['mechanism']}, noise std {report['dp']['sigma_of_g']:.4g} per gradient coordinate and round; "
             f"at most {report['dp']['max_features']} features per message, model kept in the l2 ball of radius "
-            f"{report['dp']['radius']:g}."] if report.get("dp") else []),
+            f"{report['dp']['radius']:g}. " + EVALUATION] if report.get("dp") else []),
         "",
         "![ROC](roc.png)",
         "",
