@@ -153,7 +153,8 @@ def cmd_spam_train(args: argparse.Namespace, root: Path) -> int:
     quiet_console()
     summary = spam_filter_training(spec_path=args.spec)
     plain = f", plaintext twin (test mode) {summary['auc_plain']:.6f}" if "auc_plain" in summary else ""
-    print(f"run {summary['run_id']}: AUC private {summary['auc_private']:.6f}{plain}")
+    auc = summary["auc_private"]
+    print(f"run {summary['run_id']}: AUC private {auc if isinstance(auc, str) else f'{auc:.6f}'}{plain}")
     print(f"folder {summary['folder']}")
     return 0
 

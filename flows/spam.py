@@ -4,8 +4,9 @@ The spec and every mail file resolve under the data root and are checked complet
 (``core.spam.spec.check``) before anything is reserved. The run is reserved and settled in the
 ledger like a release (``tasks.ledger``), at the cost its plan states (no epsilon without ``dp:``, the
 protocol's guarantee being cryptographic; with it a DP charge of the mail corpus), with the digest of its transcript. Parameters are paths relative to the
-data root, never mail; logs, artifacts and the ledger carry public values and the server's model's
-AUC on the evaluation mail, never a model trained on pooled plaintext.
+data root, never mail; logs, artifacts and the ledger carry public values and, with ``dp:``, the
+server's model's AUC on the evaluation mail (a DP output; without ``dp:`` it is withheld there and
+stays in the run folder), never a model trained on pooled plaintext.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from core.mechanisms import spam_training
 from core.pipeline import Store, failure
 from core.spam.dp import ADJACENCY
 from core.spam.spec import check
+from core.spam.training import markdown, public_auc
 from tasks import ledger
 from tasks import spam as t
 
@@ -58,14 +60,15 @@ def spam_filter_training(spec_path: str) -> dict:
     except Exception as exc:
         ledger.settle(store, dataset, spec.run_id, FAILED, {**failure(exc), "rounds": rounds})
         raise
+    auc = public_auc(report)  # a DP output with dp:, else withheld (the run folder keeps it)
     ledger.settle(store, dataset, spec.run_id, PUBLISHED,
-                  {**{k: report[k] for k in ("transcript_sha256", "auc_private", "threshold")}, "rounds": rounds})  # fmt: skip
+                  {**{k: report[k] for k in ("transcript_sha256", "threshold")}, "auc_private": auc, "rounds": rounds})  # fmt: skip
     create_table_artifact(
         key="spam-rounds", description=f"spam run {spec.run_id}: seconds and traffic per round",
         table=[{"round": r["round"], "seconds": round(r["seconds"], 3), "ciphertexts": r["ciphertexts"], "bytes": r["bytes"]}
                for r in report["per_round"]],
     )  # fmt: skip
-    create_markdown_artifact(key="spam-report", markdown=(folder / "report.md").read_text(), description=f"spam run {spec.run_id}")
-    log.info("AUC of the server's model %.6f; run folder %s", report["auc_private"], folder)
-    return {"run_id": spec.run_id, "folder": str(folder), "auc_private": report["auc_private"],
+    create_markdown_artifact(key="spam-report", markdown=markdown(report, public=True), description=f"spam run {spec.run_id}")
+    log.info("AUC of the server's model: %s; run folder %s", auc if isinstance(auc, str) else f"{auc:.6f}", folder)
+    return {"run_id": spec.run_id, "folder": str(folder), "auc_private": auc,
             **({"auc_plain": report["auc_plain"]} if report["test_mode"] else {})}  # fmt: skip

@@ -18,7 +18,7 @@ from core.spam import features as F
 from core.spam.dp import ADJACENCY, DPParams
 from core.spam.dp import calibrate as dp_calibrate
 from core.spam.parties import Remote
-from core.spam.training import EVALUATION
+from core.spam.training import EVALUATION, WITHHELD, markdown
 from tests.test_release_flow import cli
 
 
@@ -64,6 +64,12 @@ def test_training_flow_end_to_end_and_private_classification(prefect_server, hom
     entries = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "r1"]
     assert [(e.status, e.kind, e.epsilon) for e in entries] == [(RESERVED, "mpc", 0.0), (PUBLISHED, "mpc", 0.0)]
     assert json.loads(entries[1].detail)["transcript_sha256"] == report["transcript_sha256"]
+    # without dp: the model is not a DP output: its AUC stays in the run folder, withheld from the ledger,
+    # the command's output and the report artifact
+    assert json.loads(entries[1].detail)["auc_private"] == WITHHELD and f"AUC private {WITHHELD}" in out
+    shown = markdown(report, public=True)
+    assert WITHHELD in shown and f"{report['auc_private']:.6f}" not in shown
+    assert f"{report['auc_private']:.6f}" in (folder / "report.md").read_text()
     # private classification: the client's label is the sign of the server's model on its message
     w = np.load(folder / "model.npy")
     params = F.FeatureParams(modulus=100_000, reduction="hash", dimension=512)
@@ -92,6 +98,8 @@ def test_training_flow_end_to_end_and_private_classification(prefect_server, hom
     assert report["dp"]["share_variance"] == str(noise.share_variance) and report["per_round"][1]["max_gradient_gap"] > 0
     # the decision on the evaluation mail's AUC, said in the dp run's report and in the README (not without dp:)
     assert EVALUATION in (home / "spam" / "r-dp" / "report.md").read_text()
+    assert json.loads(entries[1].detail)["auc_private"] == report["auc_private"]  # a DP output: shown
+    assert f"{report['auc_private']:.6f}" in markdown(report, public=True)
     assert EVALUATION not in (folder / "report.md").read_text()
     readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
     assert "With `dp:`, the AUC in the report and the ledger is DP too. " + EVALUATION in readme

@@ -35,6 +35,15 @@ EVALUATION = ("The AUC is measured on the evaluation mail (`test:`), the server 
               "the model is DP with respect to the users' messages, so its AUC on the operator's mail is "
               "post-processing of a DP output with the operator's data, and DP with respect to the users' mail.")  # fmt: skip
 
+WITHHELD = ("withheld: without dp: the model is not a DP output of the users' mail, so its AUC stays in the run "
+            "folder's report.json and report.md, for the server's operator")
+
+
+def public_auc(report: dict) -> float | str:
+    """The model's AUC where others read it (the ledger, Prefect's log and artifacts): a DP output with
+    ``dp:``, otherwise withheld."""
+    return report["auc_private"] if report.get("dp") else WITHHELD
+
 
 def split_corpus(corpus: Path, out: Path, users: int, test_fraction: float, seed: int) -> list[Path]:
     """A fixed stratified split of one labelled corpus: users-1.jsonl ... users-K.jsonl and test.jsonl."""
@@ -309,7 +318,9 @@ def _roc(labels: np.ndarray, curves: dict[str, np.ndarray], path: Path) -> None:
     plt.close(fig)
 
 
-def markdown(report: dict) -> str:
+def markdown(report: dict, public: bool = False) -> str:
+    """report.md (the run folder's, the operator's); ``public``: the version for Prefect's artifact, where
+    a model without dp: has its AUC withheld (``public_auc``)."""
     steps = sorted({s for r in report["per_round"] for s in r["steps"]})
     head = "| round | total s | " + " | ".join(steps) + " | messages | ciphertexts | MB |"
     rows = [
@@ -320,11 +331,14 @@ def markdown(report: dict) -> str:
     return "\n".join([
         f"# Private spam-filter training `{report['run_id']}`",
         "",
-        f"AUC on {report['test_messages']} test messages: private **{report['auc_private']:.6f}** "
-        f"(η = {report['learning_rate']}, {report['rounds']} rounds, {report['mode']} mode)."
-        + (f" Test mode: plaintext twin on the pooled mail {report['auc_plain']:.6f} (same rule), largest weight "
-           f"difference {report['max_weight_gap']:.2e}; with the exact sigmoid {report['auc_plain_exact_sigmoid']:.6f}."
-           if report["test_mode"] else ""),
+        (f"AUC on {report['test_messages']} test messages: {WITHHELD} "
+         f"(η = {report['learning_rate']}, {report['rounds']} rounds, {report['mode']} mode)."
+         if public and not report.get("dp") else
+         f"AUC on {report['test_messages']} test messages: private **{report['auc_private']:.6f}** "
+         f"(η = {report['learning_rate']}, {report['rounds']} rounds, {report['mode']} mode)."
+         + (f" Test mode: plaintext twin on the pooled mail {report['auc_plain']:.6f} (same rule), largest weight "
+            f"difference {report['max_weight_gap']:.2e}; with the exact sigmoid {report['auc_plain_exact_sigmoid']:.6f}."
+            if report["test_mode"] else "")),
         "",
         f"{len(report['users'])} users holding {', '.join(map(str, report['users']))} messages (at least "
         f"{report['floor']} per user and round); {report['key_bits']}-bit "
