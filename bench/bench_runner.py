@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pickle
 import statistics
 import subprocess
@@ -68,9 +69,60 @@ def msnbc_times(copies: int) -> pd.DataFrame:
                          "text": np.tile(one["text"].to_numpy(), copies)})  # fmt: skip
 
 
+def _timed(state, fn, *args):
+    """``fn(state, *args)`` and the wall and CPU seconds it took in the process that holds the partition."""
+    t, cpu = time.perf_counter(), time.process_time()
+    out = fn(state, *args)
+    return out, (time.perf_counter() - t, time.process_time() - cpu)
+
+
+class Levels:
+    """Times each ``Partitions.map`` call (one per level) while installed: each partition's own
+    counting time (measured on its worker), the flow's wait for all of them, and the flow's work
+    from one level's counts to the next level's request (merge, noise, thresholds)."""
+
+    def __init__(self):
+        self.rows: list[dict] = []
+        self._plain = parallel.Partitions.map
+        self._last = self.opened = 0.0
+        levels = self
+
+        def timed_map(partitions, fn, *args):
+            start = time.perf_counter()
+            if levels.rows:
+                levels.rows[-1]["flow"] = start - levels._last
+            else:
+                levels.opened = start - levels._last
+            outs = levels._plain(partitions, _timed, fn, *args)
+            levels._last = time.perf_counter()
+            levels.rows.append({"parts": [s for _, (s, _) in outs], "cpu": [c for _, (_, c) in outs], "wait": levels._last - start, "flow": 0.0,
+                                "sent": len(pickle.dumps(args)), "back": sum(len(pickle.dumps(o)) for o, _ in outs)})
+            return [o for o, _ in outs]
+
+        parallel.Partitions.map = timed_map
+
+    def start(self) -> None:
+        self.rows.clear()
+        self._last = time.perf_counter()
+
+    def stop(self) -> None:
+        if self.rows:
+            self.rows[-1]["flow"] = time.perf_counter() - self._last
+
+    def report(self) -> None:
+        print(f"  opening the partitions (reading and tokenizing): {self.opened:.1f} s", flush=True)
+        for k, r in enumerate(self.rows, 1):
+            parts = " / ".join(f"{s:.1f}" for s in r["parts"])
+            cpu = " / ".join(f"{s:.1f}" for s in r["cpu"])
+            print(f"  level {k}: partitions {parts} s (CPU {cpu} s), the flow waits {r['wait']:.1f} s "
+                  f"(straggler and round trip {r['wait'] - max(r['parts']):.2f} s), then works {r['flow']:.2f} s; "
+                  f"sends {r['sent'] / 1e3:.1f} kB to each partition, gets back {r['back'] / 1e3:.0f} kB", flush=True)
+
+
 def dpne(runs: int, copies: int) -> None:
     """In process against 2 Dask workers, alternating, on one stored snapshot (as a release reads it:
-    the flow loads the frame, workers read their user partitions from the file)."""
+    the flow loads the frame, workers read their user partitions from the file); per level, each
+    partition's counting time, the flow's wait and the flow's own work."""
     import duckdb
     from distributed import LocalCluster
 
@@ -78,6 +130,7 @@ def dpne(runs: int, copies: int) -> None:
     from core.mechanisms import dpne as mech
 
     params = mech.Params(**PARAMS, tokenizer="whitespace")
+    levels = Levels()
     with tempfile.TemporaryDirectory() as tmp, LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                                             dashboard_address=None) as cluster:  # fmt: skip
         path = str(Path(tmp) / "v1.parquet")
@@ -88,10 +141,13 @@ def dpne(runs: int, copies: int) -> None:
         for _ in range(runs):
             for kind in ("local", "dask"):
                 with parallel.using(kind, cluster.scheduler_address):
+                    levels.start()
                     t = time.perf_counter()
                     released, _ = mech.extract(frame, params, np.random.default_rng(1), snapshot=path)
                     times[kind].append(time.perf_counter() - t)
-                print(f"{kind}: {times[kind][-1]:.1f} s ({len(released)} n-grams)", flush=True)
+                    levels.stop()
+                print(f"{kind}: {times[kind][-1]:.1f} s ({len(released)} n-grams; {os.getloadavg()[0]:.2f} load)", flush=True)
+                levels.report()
         local, spread = statistics.median(times["local"]), statistics.median(times["dask"])
         print(f"median of {runs}: in process {local:.1f} s, Dask {spread:.1f} s, speed-up {local / spread:.2f}x")
 
