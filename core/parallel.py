@@ -131,7 +131,7 @@ def local_cluster(n_workers: int) -> Any:
     partitions that count in DuckDB: no statistical profiler (it samples every thread's stack 100
     times a second) and no Dask memory limit (DuckDB bounds each partition's memory itself, and a
     worker that Dask paused or restarted would lose its partitions); idle, each worker then takes
-    about 1.5% of a core instead of 2.6% (bench/RESULTS.md)."""
+    about 1.5% of a core instead of 2.3–2.8% (bench/RESULTS.md)."""
     import dask
     from distributed import LocalCluster
 
