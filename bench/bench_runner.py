@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pickle
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -68,18 +70,73 @@ def msnbc_times(copies: int) -> pd.DataFrame:
                          "text": np.tile(one["text"].to_numpy(), copies)})  # fmt: skip
 
 
+def _timed(state, fn, *args):
+    """``fn(state, *args)`` and the wall and CPU seconds it took in the process that holds the partition."""
+    t, cpu = time.perf_counter(), time.process_time()
+    out = fn(state, *args)
+    return out, (time.perf_counter() - t, time.process_time() - cpu)
+
+
+class Levels:
+    """Times each ``Partitions.map`` call (one per level) while installed: each partition's own
+    counting time (measured on its worker), the flow's wait for all of them, and the flow's work
+    from one level's counts to the next level's request (merge, noise, thresholds); with ``wire``
+    (a byte counter), also what crossed the network during the level."""
+
+    def __init__(self, wire: Callable[[], int] | None = None):
+        self.rows: list[dict] = []
+        self._wire = wire
+        self._plain = parallel.Partitions.map
+        self._last = self.opened = 0.0
+        levels = self
+
+        def timed_map(partitions, fn, *args):
+            start = time.perf_counter()
+            if levels.rows:
+                levels.rows[-1]["flow"] = start - levels._last
+            else:
+                levels.opened = start - levels._last
+            before = wire() if wire else 0
+            outs = levels._plain(partitions, _timed, fn, *args)
+            levels._last = time.perf_counter()
+            levels.rows.append({"parts": [s for _, (s, _) in outs], "cpu": [c for _, (_, c) in outs],
+                                "wait": levels._last - start, "flow": 0.0, "wire": wire() - before if wire else None,
+                                "sent": len(pickle.dumps(args)), "back": sum(len(pickle.dumps(o)) for o, _ in outs)})
+            return [o for o, _ in outs]
+
+        parallel.Partitions.map = timed_map
+
+    def start(self) -> None:
+        self.rows.clear()
+        self._last = time.perf_counter()
+
+    def stop(self) -> None:
+        if self.rows:
+            self.rows[-1]["flow"] = time.perf_counter() - self._last
+
+    def report(self) -> None:
+        print(f"  opening the partitions (reading and tokenizing): {self.opened:.1f} s", flush=True)
+        for k, r in enumerate(self.rows, 1):
+            parts = " / ".join(f"{s:.1f}" for s in r["parts"])
+            cpu = " / ".join(f"{s:.1f}" for s in r["cpu"])
+            print(f"  level {k}: partitions {parts} s (CPU {cpu} s), the flow waits {r['wait']:.1f} s "
+                  f"(straggler and round trip {r['wait'] - max(r['parts']):.2f} s), then works {r['flow']:.2f} s; "
+                  f"sends {r['sent'] / 1e3:.1f} kB to each partition, gets back {r['back'] / 1e3:.0f} kB"
+                  + ("" if r["wire"] is None else f"; {r['wire'] / 1e3:.0f} kB crossed the link"), flush=True)
+
+
 def dpne(runs: int, copies: int) -> None:
     """In process against 2 Dask workers, alternating, on one stored snapshot (as a release reads it:
-    the flow loads the frame, workers read their user partitions from the file)."""
+    the flow loads the frame, workers read their user partitions from the file); per level, each
+    partition's counting time, the flow's wait and the flow's own work."""
     import duckdb
-    from distributed import LocalCluster
 
     from bench.bench_dpne import PARAMS
     from core.mechanisms import dpne as mech
 
     params = mech.Params(**PARAMS, tokenizer="whitespace")
-    with tempfile.TemporaryDirectory() as tmp, LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                                            dashboard_address=None) as cluster:  # fmt: skip
+    levels = Levels()
+    with tempfile.TemporaryDirectory() as tmp, parallel.local_cluster(2) as cluster:  # as the runner starts one
         path = str(Path(tmp) / "v1.parquet")
         duckdb.connect().from_df(msnbc_times(copies)).write_parquet(path)
         frame = duckdb.connect().execute("SELECT * FROM read_parquet(?)", [path]).df()
@@ -88,10 +145,13 @@ def dpne(runs: int, copies: int) -> None:
         for _ in range(runs):
             for kind in ("local", "dask"):
                 with parallel.using(kind, cluster.scheduler_address):
+                    levels.start()
                     t = time.perf_counter()
                     released, _ = mech.extract(frame, params, np.random.default_rng(1), snapshot=path)
                     times[kind].append(time.perf_counter() - t)
-                print(f"{kind}: {times[kind][-1]:.1f} s ({len(released)} n-grams)", flush=True)
+                    levels.stop()
+                print(f"{kind}: {times[kind][-1]:.1f} s ({len(released)} n-grams; {os.getloadavg()[0]:.2f} load)", flush=True)
+                levels.report()
         local, spread = statistics.median(times["local"]), statistics.median(times["dask"])
         print(f"median of {runs}: in process {local:.1f} s, Dask {spread:.1f} s, speed-up {local / spread:.2f}x")
 
@@ -115,28 +175,21 @@ def netns(runs: int, copies: int) -> None:
     from tests.netns import A_ADDR, B_ADDR, exec_in, inside, two_hosts
 
     params = mech.Params(**PARAMS, tokenizer="whitespace")
-    levels: list[tuple[int, int, int, float]] = []
-    plain_map = parallel.Partitions.map
-
-    def counted(self, fn, *args):  # one call per level
-        before, t = _veth_bytes(b), time.perf_counter()
-        out = plain_map(self, fn, *args)
-        took = time.perf_counter() - t
-        levels.append((len(pickle.dumps(args)), sum(len(pickle.dumps(o)) for o in out), _veth_bytes(b) - before, took))
-        return out
-
-    parallel.Partitions.map = counted
+    host_b: list[str] = []  # B's namespace, named when it is made
+    levels = Levels(wire=lambda: _veth_bytes(host_b[0]))
     with tempfile.TemporaryDirectory() as tmp, two_hosts() as (a, b), inside(a):
+        host_b.append(b)
         path = str(Path(tmp) / "v1.parquet")  # the shared store: one folder, the same path on both hosts
         duckdb.connect().from_df(msnbc_times(copies)).write_parquet(path)
         frame = duckdb.connect().execute("SELECT * FROM read_parquet(?)", [path]).df()
         dask = str(Path(sys.executable).parent / "dask")
+        lean = {**os.environ, "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False"}  # as parallel.local_cluster
         procs = [subprocess.Popen([dask, "scheduler", "--host", A_ADDR, "--port", "8786", "--no-dashboard"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]  # fmt: skip
         for prefix, addr in (([], A_ADDR), (exec_in(b), B_ADDR)):
             procs.append(subprocess.Popen([*prefix, dask, "worker", f"tcp://{A_ADDR}:8786", "--nthreads", "1",
                                            "--host", addr, "--no-dashboard", "--memory-limit", "0"],
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
+                                          env=lean, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
         try:
             from distributed import Client
 
@@ -146,19 +199,17 @@ def netns(runs: int, copies: int) -> None:
             times: dict[str, list[float]] = {"local": [], "dask": []}
             for _ in range(runs):
                 for kind in ("local", "dask"):
-                    levels.clear()
                     total = _veth_bytes(b)
                     with parallel.using(kind, f"tcp://{A_ADDR}:8786"):
+                        levels.start()
                         t = time.perf_counter()
                         released, _ = mech.extract(frame, params, np.random.default_rng(1), snapshot=path)
                         times[kind].append(time.perf_counter() - t)
+                        levels.stop()
                     total = _veth_bytes(b) - total
-                    print(f"{kind}: {times[kind][-1]:.1f} s ({len(released)} n-grams), {total / 1e3:.0f} kB over the link",
-                          flush=True)  # fmt: skip
-                    for k, (sent, back, wire, took) in enumerate(levels, 1):
-                        print(f"  level {k}: counting {took:.1f} s; the flow sends {sent / 1e3:.1f} kB to each partition "
-                              f"and gets back {back / 1e3:.1f} kB from all; {wire / 1e3:.1f} kB crossed the link",
-                              flush=True)  # fmt: skip
+                    print(f"{kind}: {times[kind][-1]:.1f} s ({len(released)} n-grams; {os.getloadavg()[0]:.2f} load), "
+                          f"{total / 1e3:.0f} kB over the link", flush=True)  # fmt: skip
+                    levels.report()
             local, spread = statistics.median(times["local"]), statistics.median(times["dask"])
             print(f"median of {runs}: in process {local:.1f} s, Dask on two hosts {spread:.1f} s, "
                   f"speed-up {local / spread:.2f}x")  # fmt: skip

@@ -176,6 +176,39 @@ def test_each_users_vector_has_unit_norm_and_at_most_cap_entries(pruning):
         assert hist["units"].sum() == w[rows["m"].to_numpy()].sum()  # exact integer sums
 
 
+def test_partition_shares_add_up_to_the_histogram_of_all_users():
+    """Each partition sums its users' weights per gram before anything leaves it (the Dask runner's
+    shares); ``merge`` adds the shares. At every level the merged shares of three user partitions
+    equal the one-partition histogram, grams held in several partitions included, and level 1 (cap
+    above every user's word count) equals a brute-force sum of w(m) over users."""
+    frame = phrase_corpus(500, seed=3)
+    frame.loc[len(frame)] = (9999, " ".join(f"w{i}" for i in range(50)))  # a user over every cap
+    p = params(pruning="both")
+    units, key = [noise.grid(s) for s in dpne.accounting(p).sigmas], 777
+    whole = dpne_counts.open_partition((frame, p, 1, 0))
+    parts = [dpne_counts.open_partition((frame, p, 3, i)) for i in range(3)]
+    previous: list[str] = []
+    try:
+        for k, cap in ((1, 60), (2, 5), (3, 3), (4, 2)):
+            full = dpne_counts.partition_level(whole, k, previous, "both", cap, key, units[k - 1])
+            shares = [dpne_counts.partition_level(c, k, previous, "both", cap, key, units[k - 1]) for c in parts]
+            assert sum(s["gram"].isin(set(full["gram"][:20])).sum() for s in shares) > 20  # shared grams
+            assert dpne_counts.merge(shares).equals(full), k
+            assert full["gram"].is_monotonic_increasing and full["units"].dtype == np.int64
+            if k == 1:
+                w = dpne_counts.unit_weights(cap, units[0])
+                oracle: dict[str, int] = {}
+                for _, texts in frame.groupby("user")["text"]:
+                    held = {t for text in texts for t in text.split()}
+                    for t in held:
+                        oracle[t] = oracle.get(t, 0) + int(w[len(held)])
+                assert dict(zip(full["gram"], full["units"].tolist())) == oracle
+            previous = list(full["gram"][full["units"] >= full["units"].quantile(0.5)])  # "released": the heavier half
+    finally:
+        for con in [whole, *parts]:
+            con.close()
+
+
 def _brute_force(previous: set[str], words: set[str], k: int, pruning: str) -> set[str]:
     out = set()
     for w in previous:

@@ -8,6 +8,7 @@ import logging
 import os
 from pathlib import Path
 
+import dask
 import duckdb
 import numpy as np
 import pandas as pd
@@ -25,9 +26,7 @@ from tests.test_release_flow import cli
 
 @pytest.fixture(scope="module")
 def cluster():
-    from distributed import LocalCluster
-
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as c:
+    with parallel.local_cluster(2) as c:  # as the Dask runner starts one
         yield c.scheduler_address
 
 
@@ -62,6 +61,9 @@ def test_partitions_keep_state_on_their_worker_in_order(cluster):
         assert pids[0] == pids[2] != pids[1] != os.getpid()  # round-robin over the two worker processes
     with Client(cluster) as client:
         assert sum(client.run(held).values()) == 0  # closed and forgotten when the block ended
+        # lean workers: no stack-sampling profiler, no Dask memory limit that could pause or restart one
+        assert client.run(lambda: dask.config.get("distributed.worker.profile.enabled")) == dict.fromkeys(client.scheduler_info()["workers"], False)
+        assert {w["memory_limit"] for w in client.scheduler_info()["workers"].values()} == {0}
     with parallel.partitioned(Counter, [5]) as parts:  # no cluster: in this process
         assert parts.map(bump, 1) == [(6, os.getpid())] and parallel.workers() == 1
     assert held() == 0

@@ -42,7 +42,7 @@ from core.charts import Chart
 from core.db import quote_ident, scratch
 from core.errors import InternalError
 from core.mechanisms.base import DPCost, Plan, Result
-from core.mechanisms.dpne_counts import SEP, open_partition, partition_level, tokens_sql, weigh
+from core.mechanisms.dpne_counts import SEP, merge, open_partition, partition_level, tokens_sql
 from core.params import StrictParams
 from core.schema import Needs
 
@@ -285,7 +285,7 @@ def extract(frame: pd.DataFrame, params: Params, rng: np.random.Generator,
             if space is not None and space.size == 0:  # nothing valid: this and later levels are empty
                 levels += [Level(j, acc.sigmas[j - 1], math.nan, 0, 0, 0) for j in range(k, params.T + 1)]
                 break
-            hist = weigh(partitions.map(partition_level, k, previous, params.pruning, cap, key), cap, unit)
+            hist = merge(partitions.map(partition_level, k, previous, params.pruning, cap, key, unit))
             size = len(hist) if space is None else space.size
             rho = acc.rho_1 if space is None else level_threshold(sigma, params.eta, len(previous), size)
             noisy, tail = threshold(rng, sigma, unit, rho, hist["units"].to_numpy(), size - len(hist))

@@ -1,7 +1,8 @@
 """DPNE's exact counting, in DuckDB, per user partition: the corpus as token positions, the valid
 k-grams at each position, and each user's capped, weighted contribution vector summed into integer
-grid units. Everything here is exact and noise-free; what leaves a partition is only the per-level
-counts (gram, m, users), which ``dpne.extract`` merges, noises and thresholds in its own process."""
+grid units. Everything here is exact and noise-free; what leaves a partition is only its per-level
+share of the histogram (gram, units), which ``dpne.extract`` merges, noises and thresholds in its
+own process."""
 
 from __future__ import annotations
 
@@ -114,33 +115,29 @@ def entries_sql(grams_sql: str) -> str:
     """
 
 
-def _user_counts(con: duckdb.DuckDBPyConnection, grams_sql: str, cap: int, key: int) -> pd.DataFrame:
-    """How many users give each gram weight 1/sqrt(m), per (gram, m): exact integers, so shards add up exactly."""
+def histogram(con: duckdb.DuckDBPyConnection, grams_sql: str, cap: int, key: int, unit: float) -> pd.DataFrame:
+    """The weighted-Gaussian-policy histogram (gram, units) of the users' grams that ``grams_sql``
+    selects: each gram's users' weights w(m) summed in grid units, sorted by gram. On a partition, its
+    share: exact integers, so ``merge`` adds the shares to the histogram of all users, however many
+    partitions there were."""
     return con.execute(
-        f"SELECT gram, m, count(*) AS users FROM ({entries_sql(grams_sql)}) GROUP BY ALL",
-        {"key": key, "cap": cap},
+        f"SELECT gram, CAST(sum(($w::BIGINT[])[m + 1]) AS BIGINT) AS units FROM ({entries_sql(grams_sql)}) "
+        "GROUP BY gram ORDER BY gram",
+        {"key": key, "cap": cap, "w": unit_weights(cap, unit).tolist()},
     ).df()
 
 
-def weigh(parts: list[pd.DataFrame], cap: int, unit: float) -> pd.DataFrame:
-    """The weighted-Gaussian-policy histogram (gram, units) from partitions' ``_user_counts``: users'
-    contribution vectors summed in grid units (exact integers, so the sum does not depend on how
-    many partitions there were), sorted by gram."""
+def merge(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """The histogram (gram, units), sorted by gram, from partitions' ``histogram``: a gram held in several
+    partitions gets the sum of its shares; one partition's share is already the histogram."""
+    if len(parts) == 1:
+        return parts[0]
     merged = duckdb.connect()
     try:
         merged.register("parts", pd.concat(parts, ignore_index=True))
-        w = unit_weights(cap, unit)
-        merged.register("w", pd.DataFrame({"m": np.arange(len(w)), "w": w}))
-        return merged.execute(
-            "SELECT gram, CAST(sum(users * w) AS BIGINT) AS units FROM parts JOIN w USING (m) GROUP BY gram ORDER BY gram"
-        ).df()
+        return merged.execute("SELECT gram, CAST(sum(units) AS BIGINT) AS units FROM parts GROUP BY gram ORDER BY gram").df()
     finally:
         merged.close()
-
-
-def histogram(con: duckdb.DuckDBPyConnection, grams_sql: str, cap: int, key: int, unit: float) -> pd.DataFrame:
-    """``weigh`` of the users' grams that ``grams_sql`` selects, all in ``con``."""
-    return weigh([_user_counts(con, grams_sql, cap, key)], cap, unit)
 
 
 def open_partition(spec: tuple[pd.DataFrame | str, Params, int, int]) -> duckdb.DuckDBPyConnection:
@@ -159,9 +156,9 @@ def open_partition(spec: tuple[pd.DataFrame | str, Params, int, int]) -> duckdb.
 
 
 def partition_level(con: duckdb.DuckDBPyConnection, k: int, previous: list[str], pruning: str, cap: int,
-                    key: int) -> pd.DataFrame:  # fmt: skip
+                    key: int, unit: float) -> pd.DataFrame:  # fmt: skip
     """Level k on one partition: mark where the released (k-1)-grams ``previous`` occur, build
-    ``cand_k``, and return its ``_user_counts`` (the only thing that leaves the partition)."""
+    ``cand_k``, and return its ``histogram`` (the only thing that leaves the partition)."""
     if k > 1:
         con.append("released", pd.DataFrame({"gram": previous, "n": k - 1}))
         mark(con, k - 1)
@@ -171,4 +168,4 @@ def partition_level(con: duckdb.DuckDBPyConnection, k: int, previous: list[str],
         if k > 3:
             con.execute(f"DROP TABLE hits_{k - 2}")  # hits_1 stays: single-side pruning reads it
     positions(con, k, pruning)
-    return _user_counts(con, f"SELECT uid, gram FROM cand_{k}", cap, key)
+    return histogram(con, f"SELECT uid, gram FROM cand_{k}", cap, key, unit)
