@@ -1,0 +1,59 @@
+"""attack9: attacks on the dropout-tolerant spam protocol (issue 27 review). Each test asserts what
+an honest-but-curious server (or an analyst) can learn; a passing test is a reproduced finding."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from core.spam import dropout as R
+from core.spam import parties as Q
+from core.spam import protocol as P
+from core.spam.aggregation import Agreement, self_mask
+
+from tests.test_spam_dropout import Leaver, exact, mail
+
+
+class Curious(P.Server):
+    """Semi-honest: follows the protocol to the letter, but keeps everything it receives."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.view: dict[int, dict] = {}
+
+    def unmask_request(self, received):
+        self.view.setdefault(self._round["round"], {})["messages"] = dict(received)
+        return super().unmask_request(received)
+
+    def aggregate(self, *replies):
+        self.view[self._round["round"]]["replies"] = [R.read_shares(r) for r in replies]
+        self.view[self._round["round"]]["participants"] = list(self.participants)
+        return super().aggregate(*replies)
+
+
+def test_a_user_that_leaves_in_a_later_round_has_its_earlier_gradients_unmasked(test_mode):
+    """Three honest users, threshold 2, no deviation by anyone. Round 0: everyone sends; the server
+    gets every survivor's self-mask seed b_u,0 (as the protocol says). Round 1: user-2 leaves before
+    its gradient (a crash), so the survivors hand over shares of its run-long mask secret s_u (as the
+    protocol says). b_2,0 and s_2 together unmask user-2's round-0 message: its exact gradient."""
+    data = mail(3, 6, seed=5)
+    server = Curious(512, np.random.default_rng(5).normal(0, 0.05, 40), 0.01, threshold=2)
+    members = [P.User(f"user-{k + 1}", x, y) for k, (x, y) in enumerate(data)]
+    channel = P.Channel()
+    Q.setup(Q.Local(server), [Q.Local(u) for u in members], channel)
+    s = Q.Local(server)
+    active = [Q.Local(members[0]), Leaver(members[1], "gradient", 1), Q.Local(members[2])]
+    w0 = server.w.copy()
+    _, _, active = Q.train_round(s, active, channel, 0)
+    _, _, active = Q.train_round(s, active, channel, 1)
+    assert [u.name for u in active] == ["user-1", "user-3"] and server._round["left"] == ["user-2"]
+
+    names, victim = server._directory["users"], 1
+    key, layout, n = server.public_key, server.layout, server.public_key.n
+    b = R.combine(R.gather(server.view[0]["replies"], names, R.SELF)[victim], 2, "b_2,0")  # round 0, honestly
+    s_u = R.combine(R.gather(server.view[1]["replies"], names, R.SECRET)[victim], 2, "s_2")  # round 1, honestly
+    agreement = Agreement(s_u)
+    agreement.agree(victim, [bytes.fromhex(k) for k in server._directory["keys"]], n.to_bytes(key.bits // 8 + 1, "big"))
+    count = layout.ciphertexts
+    masks = [(a + c) % n for a, c in zip(agreement.mask(n, 0, count, among=[0, 1, 2]), self_mask(b, 0, n, count))]
+    alone = [int(server._keys.raw_decrypt(c)) for c in P.read_ciphertexts(server.view[0]["messages"]["user-2"], key, count, "x")]
+    assert layout.unpack([(v - m) % n for v, m in zip(alone, masks)], 1) == exact(*data[victim], w0)  # user-2's own gradient
