@@ -3,6 +3,8 @@ an honest-but-curious server (or an analyst) can learn; a passing test is a repr
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from core.spam import dropout as R
@@ -57,3 +59,37 @@ def test_a_user_that_leaves_in_a_later_round_has_its_earlier_gradients_unmasked(
     masks = [(a + c) % n for a, c in zip(agreement.mask(n, 0, count, among=[0, 1, 2]), self_mask(b, 0, n, count))]
     alone = [int(server._keys.raw_decrypt(c)) for c in P.read_ciphertexts(server.view[0]["messages"]["user-2"], key, count, "x")]
     assert layout.unpack([(v - m) % n for v, m in zip(alone, masks)], 1) == exact(*data[victim], w0)  # user-2's own gradient
+
+
+def test_with_dp_the_leaver_unmasked_keeps_only_its_own_share_of_the_noise(test_mode):
+    """The same honest run with dp: five users, threshold 3, no colluders. The calibration gives each
+    user s² = σ²/3 so that any 3 survivors' noise reaches σ. User-2 leaves in round 1; its round-0
+    gradient, unmasked as above, carries its own share only: std σ/√3, not the σ the run's (ε, δ)
+    was computed for (ε effectively ×√(t − colluders) for that user's messages in every earlier round)."""
+    from core.spam import dp
+
+    users, t = 5, 3
+    calibrated = dp.calibrate(dp.DPParams(epsilon=1, delta=1e-6, colluders=0, max_features=400), users, 2, threshold=t)
+    data = mail(users, 6, seed=7)
+    server = Curious(512, np.zeros(40), 0.0, threshold=t, share_variance=calibrated.share_variance)
+    members = [P.User(f"user-{k + 1}", x, y, noise=calibrated.share(0)) for k, (x, y) in enumerate(data)]
+    channel = P.Channel()
+    Q.setup(Q.Local(server), [Q.Local(u) for u in members], channel)
+    s = Q.Local(server)
+    active = [Q.Local(members[0]), Leaver(members[1], "gradient", 1), *map(Q.Local, members[2:])]
+    w0 = server.w.copy()
+    _, _, active = Q.train_round(s, active, channel, 0)
+    _, _, active = Q.train_round(s, active, channel, 1)
+    names, victim = server._directory["users"], 1
+    key, layout, n = server.public_key, server.layout, server.public_key.n
+    b = R.combine(R.gather(server.view[0]["replies"], names, R.SELF)[victim], t, "b")
+    agreement = Agreement(R.combine(R.gather(server.view[1]["replies"], names, R.SECRET)[victim], t, "s"))
+    agreement.agree(victim, [bytes.fromhex(k) for k in server._directory["keys"]], n.to_bytes(key.bits // 8 + 1, "big"))
+    count = layout.ciphertexts
+    masks = [(a + c) % n for a, c in zip(agreement.mask(n, 0, count, among=list(range(users))), self_mask(b, 0, n, count))]
+    alone = [int(server._keys.raw_decrypt(c)) for c in P.read_ciphertexts(server.view[0]["messages"]["user-2"], key, count, "x")]
+    residual = np.array([u - e for u, e in zip(layout.unpack([(v - m) % n for v, m in zip(alone, masks)], 1),
+                                                exact(*data[victim], w0))], dtype=float)  # fmt: skip
+    own = math.sqrt(calibrated.share_variance)
+    assert calibrated.sigma > 1.7 * own  # the run claims σ ≈ √3·s per coordinate and round
+    assert 0.6 * own < residual.std() < 1.4 * own  # the leaver's round-0 gradient: its exact value + N(0, s²) only
