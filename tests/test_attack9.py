@@ -93,3 +93,28 @@ def test_with_dp_the_leaver_unmasked_keeps_only_its_own_share_of_the_noise(test_
     own = math.sqrt(calibrated.share_variance)
     assert calibrated.sigma > 1.7 * own  # the run claims σ ≈ √3·s per coordinate and round
     assert 0.6 * own < residual.std() < 1.4 * own  # the leaver's round-0 gradient: its exact value + N(0, s²) only
+
+
+def test_round_timings_in_the_report_follow_the_users_message_lengths(test_mode):
+    """report.json's per_round seconds/steps, report.md's table, the Prefect table artifact and the log
+    line "round N: x s" are wall-clock times of the users' step 2 (``parties.train_round``'s
+    StepTimes), which grow with Σ_i |x_i| over the users' blocks: a statistic of the mail (message
+    lengths, hence how many distinct 4-grams) that no noise covers, with or without dp (dp caps
+    |x_i| at max_features, it does not hide how many messages are shorter). Same counts, same
+    public parameters, two corpora that differ only in message length: the published times differ."""
+
+    d, rng = 3000, np.random.default_rng(11)
+
+    def round_seconds(features: int) -> float:
+        server = P.Server(512, np.zeros(d), 0.0, threshold=2)
+        members = [P.User(f"user-{k + 1}", [np.sort(rng.choice(d, features, replace=False)) for _ in range(60)],
+                          rng.choice([-1, 1], 60)) for k in range(2)]  # fmt: skip
+        channel = P.Channel()
+        Q.setup(Q.Local(server), [Q.Local(u) for u in members], channel)
+        times, _, _ = Q.train_round(Q.Local(server), [Q.Local(u) for u in members], channel, 0)
+        return times.seconds["2-3 users: gradient, pack, mask (concurrent)"]
+
+    short = min(round_seconds(2) for _ in range(2))
+    long = min(round_seconds(1000) for _ in range(2))
+    print(f"step 2-3: {short:.3f} s (2 features per message) vs {long:.3f} s (1000)")
+    assert long > short + 0.05 and long > 1.3 * short, (short, long)
