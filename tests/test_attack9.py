@@ -103,12 +103,12 @@ def test_round_timings_in_the_report_follow_the_users_message_lengths(test_mode)
     |x_i| at max_features, it does not hide how many messages are shorter). Same counts, same
     public parameters, two corpora that differ only in message length: the published times differ."""
 
-    d, rng = 3000, np.random.default_rng(11)
+    d, rng = 1200, np.random.default_rng(11)
 
     def round_seconds(features: int) -> float:
         server = P.Server(512, np.zeros(d), 0.0, threshold=2)
-        members = [P.User(f"user-{k + 1}", [np.sort(rng.choice(d, features, replace=False)) for _ in range(60)],
-                          rng.choice([-1, 1], 60)) for k in range(2)]  # fmt: skip
+        members = [P.User(f"user-{k + 1}", [np.sort(rng.choice(d, features, replace=False)) for _ in range(100)],
+                          rng.choice([-1, 1], 100)) for k in range(2)]  # fmt: skip
         channel = P.Channel()
         Q.setup(Q.Local(server), [Q.Local(u) for u in members], channel)
         times, _, _ = Q.train_round(Q.Local(server), [Q.Local(u) for u in members], channel, 0)
@@ -117,4 +117,4 @@ def test_round_timings_in_the_report_follow_the_users_message_lengths(test_mode)
     short = min(round_seconds(2) for _ in range(2))
     long = min(round_seconds(1000) for _ in range(2))
     print(f"step 2-3: {short:.3f} s (2 features per message) vs {long:.3f} s (1000)")
-    assert long > short + 0.05 and long > 1.3 * short, (short, long)
+    assert long > short + 0.05 and long > 1.5 * short, (short, long)
