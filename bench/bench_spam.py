@@ -178,18 +178,19 @@ def shares(counts: tuple[int, ...] = (3, 10, 30, 100), m: int = 417) -> None:
     for users in counts:
         t_, names = users // 2 + 1, [f"user-{k + 1}" for k in range(users)]
         sealers, agreements = [R.Sealer() for _ in range(users)], [Agreement() for _ in range(users)]
-        for k, (s, a) in enumerate(zip(sealers, agreements)):
+        for k, s in enumerate(sealers):
             s.agree(k, [x.public_key() for x in sealers], b"bench")
-            a.agree(k, [x.public_key() for x in agreements], b"bench")
         holders = [R.Holder(k, names, t_) for k in range(users)]
-        cpu = time.process_time()
+        cpu = time.process_time()  # per round: fresh b_u,r and s_u,r shared, the round's pairwise seeds agreed
         for h in holders:
             h.begin(0, names)
         seeds = [new_seed() for _ in range(users)]
-        bundles = [s.seal(R.SELF, 0, {x - 1: v for x, v in R.split(seed, t_, users)}) for s, seed in zip(sealers, seeds)]
+        bundles = [s.seal(R.SELF, 0, {x - 1: v + w + a.public_key() for (x, v), (_, w) in
+                                      zip(R.split(seed, t_, users), R.split(a.seed, t_, users))})
+                   for s, seed, a in zip(sealers, seeds, agreements)]  # fmt: skip
         relayed = R.relay(bundles, users)
-        for h, s, payload in zip(holders, sealers, relayed):
-            h.hold(R.SELF, 0, s.open(R.SELF, 0, payload))
+        for k, (h, s, a, payload) in enumerate(zip(holders, sealers, agreements, relayed)):
+            a.agree_with(k, h.hold(0, s.open(R.SELF, 0, payload)), b"bench")
         share_cpu = time.process_time() - cpu
         cpu = time.process_time()
         left = names[-1:]
@@ -199,7 +200,7 @@ def shares(counts: tuple[int, ...] = (3, 10, 30, 100), m: int = 417) -> None:
             self_mask(R.combine(found[u], t_, "b"), 0, n, m)
         unmask_cpu = time.process_time() - cpu
         cpu = time.process_time()
-        Agreement(agreements[-1].seed).agree(users - 1, [x.public_key() for x in agreements], b"bench")
+        Agreement(agreements[-1].seed).agree_with(users - 1, dict(enumerate(x.public_key() for x in agreements)), b"bench")
         agreements[-1].mask(n, 0, m, among=list(range(users - 1)))  # one left user's masks toward the survivors
         left_cpu = time.process_time() - cpu
         cpu = time.process_time()

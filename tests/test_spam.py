@@ -186,8 +186,8 @@ def test_participation_floors_are_enforced_by_the_users(monkeypatch):
     with pytest.raises(ParameterError, match="at least 2 users"):
         group(512, x, y, 6, 1)
     server = P.Server(512, np.zeros(6))
-    alone = P.User("user-1", x, y)
-    directory = server.directory(alone.announce(), P.User("user-2", x, y).announce())
+    alone, other = P.User("user-1", x, y), P.User("user-2", x, y)
+    directory = server.directory(alone.announce(), other.announce())
     doc = json.loads(directory[1:])
     with pytest.raises(ParameterError, match="at least 2 users"):  # a server that drops the other user is refused
         alone.setup(P.public_message({**doc, "users": ["user-1"], "keys": doc["keys"][:1], "sizes": doc["sizes"][:1]}))
@@ -197,7 +197,11 @@ def test_participation_floors_are_enforced_by_the_users(monkeypatch):
     weights = server.weights_message()
     with pytest.raises(ParameterError, match="round 0 was not begun"):
         alone.gradient(weights, 0)
-    alone.begin(server.round_message(0))
+    other.setup(directory)
+    bundles = [alone.begin(server.round_message(0)), other.begin(server.round_message(0))]
+    with pytest.raises(ParameterError, match="round 0's mask keys were not relayed to this user"):  # masks before a gradient
+        alone.gradient(weights, 0)
+    alone.hold(server.relay(*bundles)["user-1"])
     alone.gradient(weights, 0)
     with pytest.raises(ParameterError, match="used once"):
         alone.gradient(weights, 0)

@@ -171,7 +171,7 @@ def test_transcript_payloads_hold_no_plaintext_features_labels_margins_or_weight
         if label == "public":
             assert set(P.read_public(payload, "a")) == {"user", "x25519", "seal", "messages"}
         elif label in ("sealed", "shares"):  # shares sealed for other users; the survivors' shares for unmasking
-            assert label == "sealed" or set(json.loads(payload[1:])) == {"self", "secret"}
+            assert label == "sealed" or set(json.loads(payload[1:])) == {"self", "secret", "keys"}  # keys: public round mask keys
         else:
             assert label == "ciphertext"
             for c in key.unpack(payload[1:]):
@@ -179,8 +179,8 @@ def test_transcript_payloads_hold_no_plaintext_features_labels_margins_or_weight
                 assert min(m, n - m) > n >> 64  # no small signed value: no feature index, label or margin
     wire = [*inbox.received, *(p for u in users for p in u.received)]
     for user in users:  # the users' inboxes
-        assert [P.inspect(p, key)[0] for p in user.received] == ["public", "sealed", "public", "sealed", "ciphertext", "public"]
-        directory, _, _, _, weights, _ = user.received
+        assert [P.inspect(p, key)[0] for p in user.received] == ["public", "public", "sealed", "ciphertext", "public"]  # no setup shares: s_u,r is per round
+        directory, _, _, weights, _ = user.received
         assert set(P.read_public(directory, "d")) == {"n", "layout", "mode", "block_size", "sizes", "threshold", "users",
                                                       "keys", "seal_keys"}  # fmt: skip
         assert P.inspect(weights, key) == ("ciphertext", D)

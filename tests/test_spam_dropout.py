@@ -137,7 +137,7 @@ def test_the_users_refuse_what_would_unmask_one_of_them(test_mode):
         user.unmask(ask(self=["user-1"], secret=["user-2", "user-3"]))
     with pytest.raises(ParameterError, match="the unmask request is for round 4, but this user's current round is 0"):
         user.unmask(P.public_message({"round": 4, "self": ["user-1", "user-2"], "secret": []}))
-    assert set(R.read_shares(user.unmask(ask(self=["user-1", "user-3"], secret=["user-2"])))) == {"self", "secret"}
+    assert set(R.read_shares(user.unmask(ask(self=["user-1", "user-3"], secret=["user-2"])))) == {"self", "secret", "keys"}
     with pytest.raises(ParameterError, match="asks for both the self-mask share and the mask secret share of user-2"):
         user.unmask(ask(self=["user-1", "user-2", "user-3"]))  # the other kind, in a second request of the round
     with pytest.raises(ParameterError, match="round 1 names user-2, which was not among the last round's participants"):
@@ -180,9 +180,10 @@ class Generous(P.User):
     def unmask(self, request: bytes) -> bytes:
         doc = P.read_public(request, "r")
         survivors = [n for n in doc[R.SELF] if n not in doc[R.SECRET]]
-        given = self._holder.reveal({**doc, R.SECRET: []})[R.SELF]  # every self-mask share asked for
+        first = self._holder.reveal({**doc, R.SECRET: []})  # every self-mask share asked for
         self._holder.given = {}  # ... forgetting what it gave
-        return R.shares_message({R.SELF: given, R.SECRET: self._holder.reveal({**doc, R.SELF: survivors})[R.SECRET]})
+        return R.shares_message({R.SELF: first[R.SELF], R.KEYS: first[R.KEYS],
+                                 R.SECRET: self._holder.reveal({**doc, R.SELF: survivors})[R.SECRET]})  # fmt: skip
 
 
 @pytest.mark.parametrize("weakened", [False, True])
@@ -210,7 +211,7 @@ def test_a_server_claiming_a_user_left_after_its_message_learns_nothing(test_mod
     agreement = Agreement(R.combine(R.gather(replies, names, R.SECRET)[victim], 2, "s"))
     key, layout = server.public_key, server.layout
     context = key.n.to_bytes(key.bits // 8 + 1, "big")
-    agreement.agree(victim, [bytes.fromhex(k) for k in server._directory["keys"]], context)
+    agreement.agree_with(victim, {names.index(k): bytes.fromhex(v) for k, v in replies[0][R.KEYS].items()}, context)
     masks = [(a + c) % key.n for a, c in zip(agreement.mask(key.n, 0, layout.ciphertexts), self_mask(b, 0, key.n, layout.ciphertexts))]
     alone = [int(server._keys.raw_decrypt(c)) for c in P.read_ciphertexts(messages["user-2"], key, layout.ciphertexts, "x")]
     assert layout.unpack([(v - m) % key.n for v, m in zip(alone, masks)], 1) == exact(*data[victim], w)

@@ -57,7 +57,7 @@ def test_training_flow_end_to_end_and_private_classification(prefect_server, hom
     # labels come from inspecting the bytes: only the setup's announcements and directory are public
     assert {m["kind"] for m in lines if m["payload"] == "public"} == {"announcement", "directory", "round", "unmask-request"}
     assert {(m["kind"], m["payload"]) for m in lines if m["kind"] != "announcement" and m["sender"] != "server"} == {
-        ("mask-secret-shares", "sealed"), ("self-mask-shares", "sealed"), ("masked-gradient", "ciphertext"), ("mask-shares", "shares")}
+        ("self-mask-shares", "sealed"), ("masked-gradient", "ciphertext"), ("mask-shares", "shares")}
     # 3 users × (round, E[w], unmask request in; self-mask shares out and relayed in; gradient, mask shares out)
     assert sum(1 for m in lines if m["round"] == 1) == 3 * 7
     assert folder.joinpath("model.npy").stat().st_mode & 0o777 == 0o600

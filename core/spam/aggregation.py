@@ -127,6 +127,18 @@ class Agreement:
                 seed = hashlib.sha256(b"privrelease-spam-mask|" + context + b"|%d|%d|" % (lo, hi) + shared).digest()
                 self._seeds[v] = (1 if me < v else -1, seed)
 
+    def agree_with(self, me: int, keys: dict[int, bytes], context: bytes) -> None:
+        """Seeds with the users of ``keys`` (index → public key; this user's own at ``me``): a round's keys."""
+        if len(set(keys.values())) != len(keys) or keys.get(me) != self.public_key():
+            raise ParameterError("the round's mask keys must list every user's key once, this user's at its own index.")
+        self._seeds = {}
+        for v, key in keys.items():
+            if v != me:
+                shared = self._secret.exchange(X25519PublicKey.from_public_bytes(key))
+                lo, hi = sorted((me, v))
+                seed = hashlib.sha256(b"privrelease-spam-mask|" + context + b"|%d|%d|" % (lo, hi) + shared).digest()
+                self._seeds[v] = (1 if me < v else -1, seed)
+
     def mask(self, n: int, round_: int, count: int, among: list[int] | None = None) -> list[int]:
         """This user's ``count`` mask values mod n for a round: Σ_v ±PRG(seed_uv) over the users v of
         ``among`` (default: all); zero-sum over any set of users that all mask among that set."""

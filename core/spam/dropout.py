@@ -1,23 +1,28 @@
 """A party may leave: Bonawitz et al.'s double masking with Shamir-shared seeds (semi-honest server).
 
 "Practical Secure Aggregation for Privacy-Preserving Machine Learning" (CCS 2017), on top of the
-pairwise masks of ``aggregation.Agreement``. Each user holds two X25519 key pairs: s_u, from a
-16-byte secret seed, for the pairwise mask seeds, and c_u (``Sealer``) only to encrypt shares for
-other users (AES-GCM under a key derived by HKDF from the pairwise exchange of c keys). Every
-share crosses the server sealed for its recipient (``RECORD`` bytes each); the server only relays.
+pairwise masks of ``aggregation.Agreement``, one aggregation instance per round. Each user holds an
+X25519 key pair c_u (``Sealer``) for the run, only to encrypt shares for other users (AES-GCM under
+a key derived by HKDF from the pairwise exchange of c keys); every share crosses the server sealed
+for its recipient (``RECORD`` bytes each); the server only relays.
 
-* Setup: each user Shamir-shares its s_u seed among all users with the public threshold t
-  (pycryptodome's Shamir over GF(2^128); a user's share has x = its directory index + 1).
-* Each round: each participant draws a fresh 16-byte seed b_u,r, shares it the same way, and only
-  then sends its gradient masked by its pairwise masks toward the round's participants plus its
-  self-mask ``expand(b_u,r)``. Fresh per round: a revealed self-mask says nothing about another round.
+* Each round: each participant draws a fresh 16-byte self-mask seed b_u,r and a fresh 16-byte
+  mask secret s_u,r (its X25519 key pair for the round's pairwise masks), Shamir-shares both with
+  the public threshold t (pycryptodome's Shamir over GF(2^128); a user's share has x = its
+  directory index + 1) and seals, for each participant, its two shares with its round mask key.
+  Only then does it send its gradient masked by its pairwise masks toward the participants whose
+  round keys reached it, plus its self-mask ``expand(b_u,r)``.
 * Unmasking: the server names the survivors U3 (whose messages it received) among the round's
   participants U2. Each survivor returns per user either its share of b_u,r (u ∈ U3) or its share
-  of s_u (u ∈ U2 \\ U3), never both for one user in a round, and only when at least t survive
-  (``Holder.reveal``). The server rebuilds the survivors' self-masks and the left users' pairwise
-  masks toward the survivors, and is left with the sum of the survivors' gradients only.
-* A user whose s_u was revealed is out for the rest of the run: participant lists only shrink, and
-  an honest user refuses a round naming a user whose s_u it revealed (``Holder.begin``).
+  of s_u,r (u ∈ U2 \\ U3), never both for one user in a round, and only when at least t survive
+  (``Holder.reveal``), with the round keys it received. The server rebuilds the survivors'
+  self-masks and the left users' pairwise masks toward the survivors, and is left with the sum of
+  the survivors' gradients only.
+* Both secrets are fresh each round: a revealed s_u,r unmasks nothing of round r' ≠ r, in which
+  b_u,r' may have been revealed (with one run-long s_u, a user that survived round r and left in a
+  later round had its round-r gradient unmasked by b_u,r and s_u: tests/test_attack9.py).
+* A user that left is out for the rest of the run: participant lists only shrink, and an honest
+  user refuses a round naming a user outside the last round's participants (``Holder.begin``).
 
 What the server learns beyond the sum: who left when (public). Against a server that lies about who
 left to different users (the malicious model, with consistency checks and signatures) this variant
@@ -38,8 +43,11 @@ from core.errors import ParameterError
 from core.spam.aggregation import SEED_BYTES, Agreement, derive, self_mask
 
 NONCE = 12
-RECORD = 2 + 2 + NONCE + SEED_BYTES + 16  # sender, recipient, nonce, sealed share, GCM tag
-SELF, SECRET = "self", "secret"  # share kinds: of the round's self-mask seed, of the pairwise-mask secret
+KEY_BYTES = 32  # an X25519 public key
+CONTENT = 2 * SEED_BYTES + KEY_BYTES  # per recipient and round: a share of b_u,r, a share of s_u,r, u's round mask key
+RECORD = 2 + 2 + NONCE + CONTENT + 16  # sender, recipient, nonce, sealed content, GCM tag
+SELF, SECRET = "self", "secret"  # share kinds: of the round's self-mask seed, of the round's pairwise-mask secret
+KEYS = "keys"  # in an unmask reply: the round mask keys this user received (the server needs the survivors')
 
 
 def check_threshold(threshold: int, users: int) -> int:
@@ -154,10 +162,17 @@ class Holder:
         self.participants = list(range(len(names)))  # the current round's, or everyone before the first
         self.round = -1
         self.given: dict[int, str] = {}  # this round: owner -> the kind of share revealed for it
+        self.keys: dict[int, bytes] = {}  # this round: owner -> its round mask key, as relayed to this user
 
-    def hold(self, kind: str, round_: int, shares: dict[int, bytes]) -> None:
-        for owner, share in shares.items():
-            self.held[(kind, round_, owner)] = (self.me + 1, share)
+    def hold(self, round_: int, opened: dict[int, bytes]) -> dict[int, bytes]:
+        """Keep a round's shares (of each sender's b_u,r and s_u,r); returns the senders' round mask keys."""
+        keys = {}
+        for owner, content in opened.items():
+            self.held[(SELF, round_, owner)] = (self.me + 1, content[:SEED_BYTES])
+            self.held[(SECRET, round_, owner)] = (self.me + 1, content[SEED_BYTES : 2 * SEED_BYTES])
+            keys[owner] = content[2 * SEED_BYTES :]
+        self.keys = keys
+        return keys
 
     def _index(self, names: list[str], what: str) -> list[int]:
         unknown = [n for n in names if n not in self.names]
@@ -180,7 +195,7 @@ class Holder:
                                  f"{self.threshold}; refusing the round.")  # fmt: skip
         if self.me not in who:
             raise ParameterError(f"the server's round {round_} does not name this user; refusing the round.")
-        self.round, self.participants, self.given = round_, sorted(who), {}
+        self.round, self.participants, self.given, self.keys = round_, sorted(who), {}, {}
         return self.participants
 
     def reveal(self, request: dict) -> dict:
@@ -200,12 +215,12 @@ class Holder:
         if len(survivors) < self.threshold:
             raise ParameterError(f"the unmask request for round {round_} names {len(survivors)} survivors, fewer than the "
                                  f"threshold {self.threshold}: their sum would not be protected; refusing.")  # fmt: skip
-        out: dict[str, dict] = {SELF: {}, SECRET: {}}
-        for kind, owners, at in ((SELF, survivors, round_), (SECRET, left, -1)):
-            for owner in owners:
+        out: dict[str, dict] = {SELF: {}, SECRET: {}, KEYS: {self.names[o]: k.hex() for o, k in self.keys.items()}}
+        for kind, owners in ((SELF, survivors), (SECRET, left)):
+            for owner in owners:  # both kinds are of this round's secrets only (s_u,r is fresh each round)
                 self.given[owner] = kind
-                if (kind, at, owner) in self.held:
-                    x, share = self.held[(kind, at, owner)]
+                if (kind, round_, owner) in self.held:
+                    x, share = self.held[(kind, round_, owner)]
                     out[kind][self.names[owner]] = [x, share.hex()]
         self.participants = [p for p in self.participants if p not in left]  # out for the rest of the run
         return out
@@ -225,16 +240,18 @@ def unmask(totals: list[int], replies: list[dict], directory: dict, survivors: l
     """The server's part: the decrypted sums of the survivors' messages, less their self-masks and
     plus the left users' masks toward them (each rebuilt from t shares), mod n: the survivors' sum."""
     names, t, n = directory["users"], directory["threshold"], int(directory["n"])
-    keys = [bytes.fromhex(k) for k in directory["keys"]]
+    keys = {names.index(name): bytes.fromhex(k) for reply in replies for name, k in reply.get(KEYS, {}).items()}
     found = gather(replies, names, SELF)
     for u in survivors:
         seed = combine(found.get(u, []), t, f"{names[u]}'s self-mask seed")
         totals = [a - m for a, m in zip(totals, self_mask(seed, round_, n, len(totals)))]
     found = gather(replies, names, SECRET)
     for u in left:
+        if u not in keys and u not in found:  # left before sharing its round secrets: nobody masked toward it
+            continue
         agreement = Agreement(combine(found.get(u, []), t, f"{names[u]}'s mask secret"))
-        if agreement.public_key() != keys[u]:
+        if agreement.public_key() != keys.get(u):
             raise ParameterError(f"the shares of {names[u]}'s mask secret do not rebuild its announced key; the round is void.")
-        agreement.agree(u, keys, context)
+        agreement.agree_with(u, keys, context)
         totals = [a + m for a, m in zip(totals, agreement.mask(n, round_, len(totals), among=survivors))]
     return [a % n for a in totals]

@@ -7,8 +7,9 @@ expansion σ(−z) ≈ 1/2 − z/4 at z = 0, so a user's gradient contribution
 Σ_i x_i y_i σ(−y_i wᵀx_i) ≈ Σ_i x_i (2y_i − wᵀx_i)/4 is linear in w and computable from E[w] with
 ciphertext–plaintext operations only. One round:
 
-0. server → users  the round's participants; each shares a fresh self-mask seed, sealed for each
-                   participant, through the server (``dropout``).
+0. server → users  the round's participants; each shares a fresh self-mask seed and a fresh mask
+                   secret (its round key for the pairwise masks), sealed for each participant with
+                   that round key, through the server (``dropout``).
 1. server → users  E[C_w·w] (d ciphertexts, fresh randomness), C_w = 2^48.
 2. each user       E[t_i] = E[2y_i·C_w]·E[C_w·wᵀx_i]^(−1) per message, E[v_j] = Π_{i∋j} E[t_i]
                    (= E[4·C_w·g_j]), packs ``Layout.slots`` coordinates per plaintext, adds its
@@ -27,7 +28,7 @@ the server projects w onto a public l2 ball after step 4.
 Setup: each user announces its X25519 key and message count; the server answers with the
 directory (the public key, layout, schedule, threshold, every user's keys), from which each user
 checks the participation floor (``floors``: every user's block, for the public feature map),
-derives its pairwise seeds, and Shamir-shares its mask secret, sealed for each user.
+and agrees on the sealing keys; the pairwise seeds are the round's (step 0).
 """
 
 from __future__ import annotations
@@ -275,6 +276,7 @@ class User:
         self._sealer = R.Sealer()
         self._holder: R.Holder | None = None
         self._self_seed = b""  # the current round's self-mask seed b_u,r (fresh per round)
+        self._context = b""
         self.public_key: PublicKey | None = None
         self.layout: Layout | None = None
         self._schedule: dict = {}
@@ -309,14 +311,15 @@ class User:
         self._agreement.agree(me, [bytes.fromhex(k) for k in doc["keys"]], context)
         self._sealer.agree(me, [bytes.fromhex(k) for k in doc["seal_keys"]], context)
         self._holder = R.Holder(me, list(doc["users"]), threshold)
-        shares = R.split(self._agreement.seed, threshold, len(sizes))
-        return self._sealer.seal(R.SECRET, -1, {x - 1: share for x, share in shares})
+        self._context = context
+        return b""  # nothing to share at setup: each round's mask secret s_u,r is fresh and shared with b_u,r
 
     def hold(self, sealed: bytes) -> None:
-        """Keep the shares relayed to this user: the mask secrets' after setup, the round's self-mask seeds after ``begin``."""
+        """Keep the round's shares relayed to this user (of each participant's b_u,r and s_u,r) and
+        agree on this round's pairwise seeds with the participants whose round keys came with them."""
         assert self._holder is not None, "setup() comes first"
-        kind, round_ = (R.SECRET, -1) if self._holder.round < 0 else (R.SELF, self._holder.round)
-        self._holder.hold(kind, round_, self._sealer.open(kind, round_, sealed))
+        keys = self._holder.hold(self._holder.round, self._sealer.open(R.SELF, self._holder.round, sealed))
+        self._agreement.agree_with(self._holder.me, keys, self._context)
 
     def begin(self, message: bytes) -> bytes:
         """Step 0: check the round's participants; draw a fresh self-mask seed and return its shares,
@@ -325,8 +328,11 @@ class User:
         doc = read_public(message, "round")
         participants = self._holder.begin(int(doc["round"]), list(doc["participants"]))
         self._self_seed = new_seed()
-        shares = R.split(self._self_seed, self._holder.threshold, len(self._holder.names))
-        return self._sealer.seal(R.SELF, self._holder.round, {x - 1: share for x, share in shares if x - 1 in participants})
+        self._agreement = Agreement()  # s_u,r: fresh each round, so revealing it says nothing about another round
+        t, users, key = self._holder.threshold, len(self._holder.names), self._agreement.public_key()
+        b, s = R.split(self._self_seed, t, users), R.split(self._agreement.seed, t, users)
+        return self._sealer.seal(R.SELF, self._holder.round,
+                                 {x - 1: bs + ss + key for (x, bs), (_, ss) in zip(b, s) if x - 1 in participants})  # fmt: skip
 
     def unmask(self, request: bytes) -> bytes:
         """Step 4: this user's shares for the server's unmask request (``dropout.Holder.reveal``)."""
@@ -337,7 +343,7 @@ class User:
         """Pairwise masks toward the round's participants plus this round's self-mask, mod n."""
         assert self.public_key is not None and self._holder is not None
         n = self.public_key.n
-        pairwise = self._agreement.mask(n, round_, count, among=self._holder.participants)
+        pairwise = self._agreement.mask(n, round_, count, among=self._holder.participants)  # the round's seeds (``hold``)
         return [(a + b) % n for a, b in zip(pairwise, self_mask(self._self_seed, round_, n, count))]
 
     def gradient(self, weights: bytes, round_: int) -> bytes:
@@ -348,6 +354,8 @@ class User:
             raise ParameterError("each round number is used once (its masks must never repeat).")
         if self._holder is None or self._holder.round != round_:
             raise ParameterError(f"round {round_} was not begun: its participants and self-mask come first.")
+        if self._holder.me not in self._holder.keys or len(self._holder.keys) < self._holder.threshold:
+            raise ParameterError(f"round {round_}'s mask keys were not relayed to this user: its pairwise masks come first.")
         self._rounds_done = round_
         n2 = key.nsquare
         w = read_ciphertexts(weights, key, layout.dimension, "encrypted weights")

@@ -1,0 +1,132 @@
+"""attack9: attacks on the dropout-tolerant spam protocol (issue 27 review).
+
+The first two tests reproduced finding 1 at commits 7975af3 / a56699c (one run-long mask secret
+s_u: a user that survived round r and left later had its round-r gradient unmasked, exactly, or
+with dp under its own noise share only); since the fix (a fresh s_u,r per round) they assert the
+same honest-but-curious attack gets nothing. The timing test reproduces finding 2 (not fixed)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from core.spam import dropout as R
+from core.spam import parties as Q
+from core.spam import protocol as P
+from core.spam.aggregation import Agreement, self_mask
+from tests.test_spam_dropout import Leaver, exact, mail
+
+
+class Curious(P.Server):
+    """Semi-honest: follows the protocol to the letter, but keeps everything it receives."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.view: dict[int, dict] = {}
+
+    def unmask_request(self, received):
+        self.view.setdefault(self._round["round"], {})["messages"] = dict(received)
+        return super().unmask_request(received)
+
+    def aggregate(self, *replies):
+        self.view[self._round["round"]]["replies"] = [R.read_shares(r) for r in replies]
+        self.view[self._round["round"]]["participants"] = list(self.participants)
+        return super().aggregate(*replies)
+
+
+def test_a_user_that_leaves_in_a_later_round_has_its_earlier_gradients_unmasked(test_mode):
+    """Three honest users, threshold 2, no deviation by anyone. Round 0: everyone sends; the server
+    gets every survivor's self-mask seed b_u,0 (as the protocol says). Round 1: user-2 leaves before
+    its gradient (a crash), so the survivors hand over shares of its run-long mask secret s_u (as the
+    protocol says). b_2,0 and s_2 together unmask user-2's round-0 message: its exact gradient."""
+    data = mail(3, 6, seed=5)
+    server = Curious(512, np.random.default_rng(5).normal(0, 0.05, 40), 0.01, threshold=2)
+    members = [P.User(f"user-{k + 1}", x, y) for k, (x, y) in enumerate(data)]
+    channel = P.Channel()
+    Q.setup(Q.Local(server), [Q.Local(u) for u in members], channel)
+    s = Q.Local(server)
+    active = [Q.Local(members[0]), Leaver(members[1], "gradient", 1), Q.Local(members[2])]
+    w0 = server.w.copy()
+    _, _, active = Q.train_round(s, active, channel, 0)
+    _, _, active = Q.train_round(s, active, channel, 1)
+    assert [u.name for u in active] == ["user-1", "user-3"] and server._round["left"] == ["user-2"]
+
+    names, victim = server._directory["users"], 1
+    key, layout, n = server.public_key, server.layout, server.public_key.n
+    b = R.combine(R.gather(server.view[0]["replies"], names, R.SELF)[victim], 2, "b_2,0")  # round 0, honestly
+    s_u = R.combine(R.gather(server.view[1]["replies"], names, R.SECRET)[victim], 2, "s_2")  # round 1, honestly
+    agreement = Agreement(s_u)
+    round_keys = {names.index(k): bytes.fromhex(v) for k, v in server.view[1]["replies"][0][R.KEYS].items()}
+    agreement.agree_with(victim, round_keys, n.to_bytes(key.bits // 8 + 1, "big"))  # fix: s_2 is round 1's, fresh
+    count = layout.ciphertexts
+    masks = [(a + c) % n for a, c in zip(agreement.mask(n, 0, count, among=[0, 1, 2]), self_mask(b, 0, n, count))]
+    alone = [int(server._keys.raw_decrypt(c)) for c in P.read_ciphertexts(server.view[0]["messages"]["user-2"], key, count, "x")]
+    recovered = layout.unpack([(v - m) % n for v, m in zip(alone, masks)], 1)
+    # before the fix (commit 7975af3: one run-long s_u), this was user-2's exact round-0 gradient:
+    #   assert recovered == exact(*data[victim], w0)
+    # with a fresh s_u,r per round, round 1's secret says nothing about round 0's masks:
+    assert agreement.public_key() == round_keys[victim]  # the round-1 secret was rebuilt, as the protocol needs
+    assert sum(a == b for a, b in zip(recovered, exact(*data[victim], w0))) == 0
+
+
+def test_with_dp_the_leaver_unmasked_keeps_only_its_own_share_of_the_noise(test_mode):
+    """The same honest run with dp: five users, threshold 3, no colluders. The calibration gives each
+    user s² = σ²/3 so that any 3 survivors' noise reaches σ. User-2 leaves in round 1; its round-0
+    gradient, unmasked as above, carries its own share only: std σ/√3, not the σ the run's (ε, δ)
+    was computed for (ε effectively ×√(t − colluders) for that user's messages in every earlier round)."""
+    from core.spam import dp
+
+    users, t = 5, 3
+    calibrated = dp.calibrate(dp.DPParams(epsilon=1, delta=1e-6, colluders=0, max_features=400), users, 2, threshold=t)
+    data = mail(users, 6, seed=7)
+    server = Curious(512, np.zeros(40), 0.0, threshold=t, share_variance=calibrated.share_variance)
+    members = [P.User(f"user-{k + 1}", x, y, noise=calibrated.share(0)) for k, (x, y) in enumerate(data)]
+    channel = P.Channel()
+    Q.setup(Q.Local(server), [Q.Local(u) for u in members], channel)
+    s = Q.Local(server)
+    active = [Q.Local(members[0]), Leaver(members[1], "gradient", 1), *map(Q.Local, members[2:])]
+    w0 = server.w.copy()
+    _, _, active = Q.train_round(s, active, channel, 0)
+    _, _, active = Q.train_round(s, active, channel, 1)
+    names, victim = server._directory["users"], 1
+    key, layout, n = server.public_key, server.layout, server.public_key.n
+    b = R.combine(R.gather(server.view[0]["replies"], names, R.SELF)[victim], t, "b")
+    agreement = Agreement(R.combine(R.gather(server.view[1]["replies"], names, R.SECRET)[victim], t, "s"))
+    round_keys = {names.index(k): bytes.fromhex(v) for k, v in server.view[1]["replies"][0][R.KEYS].items()}
+    agreement.agree_with(victim, round_keys, n.to_bytes(key.bits // 8 + 1, "big"))  # fix: round 1's fresh s_u,r
+    count = layout.ciphertexts
+    masks = [(a + c) % n for a, c in zip(agreement.mask(n, 0, count, among=list(range(users))), self_mask(b, 0, n, count))]
+    alone = [int(server._keys.raw_decrypt(c)) for c in P.read_ciphertexts(server.view[0]["messages"]["user-2"], key, count, "x")]
+    residual = np.array([u - e for u, e in zip(layout.unpack([(v - m) % n for v, m in zip(alone, masks)], 1),
+                                                exact(*data[victim], w0))], dtype=float)  # fmt: skip
+    own = math.sqrt(calibrated.share_variance)
+    assert calibrated.sigma > 1.7 * own  # the run claims σ ≈ √3·s per coordinate and round
+    # before the fix (commit a56699c): 0.6·s < residual.std() < 1.4·s, the leaver's gradient + its own share only;
+    # with a fresh s_u,r per round what is left is uniform mod n, nowhere near the gradient:
+    assert residual.std() > 1e3 * calibrated.sigma
+
+
+def test_round_timings_in_the_report_follow_the_users_message_lengths(test_mode):
+    """report.json's per_round seconds/steps, report.md's table, the Prefect table artifact and the log
+    line "round N: x s" are wall-clock times of the users' step 2 (``parties.train_round``'s
+    StepTimes), which grow with Σ_i |x_i| over the users' blocks: a statistic of the mail (message
+    lengths, hence how many distinct 4-grams) that no noise covers, with or without dp (dp caps
+    |x_i| at max_features, it does not hide how many messages are shorter). Same counts, same
+    public parameters, two corpora that differ only in message length: the published times differ."""
+
+    d, rng = 1200, np.random.default_rng(11)
+
+    def round_seconds(features: int) -> float:
+        server = P.Server(512, np.zeros(d), 0.0, threshold=2)
+        members = [P.User(f"user-{k + 1}", [np.sort(rng.choice(d, features, replace=False)) for _ in range(100)],
+                          rng.choice([-1, 1], 100)) for k in range(2)]  # fmt: skip
+        channel = P.Channel()
+        Q.setup(Q.Local(server), [Q.Local(u) for u in members], channel)
+        times, _, _ = Q.train_round(Q.Local(server), [Q.Local(u) for u in members], channel, 0)
+        return times.seconds["2-3 users: gradient, pack, mask (concurrent)"]
+
+    short = min(round_seconds(2) for _ in range(2))
+    long = min(round_seconds(1000) for _ in range(2))
+    print(f"step 2-3: {short:.3f} s (2 features per message) vs {long:.3f} s (1000)")
+    assert long > short + 0.05 and long > 1.5 * short, (short, long)
