@@ -124,3 +124,17 @@ def test_collusion_attack_on_a_dp_run_sees_only_noise(test_mode, weakened):
     else:
         z = residual / math.sqrt(calibrated.share_variance)
         assert stats.kstest(z, "norm").pvalue > 1e-3 and not found
+
+
+def test_with_dp_every_message_costs_the_same_work():
+    """Timing: with dp: each message is capped, then padded to exactly max_features feature indices,
+    the padding pointing at an encryption of 0 (``protocol.PAD``). A user's step-2 work is then
+    max_features multiplications per message in its block (a public count), whatever its mail's
+    lengths; the round sums stay exact (tests/test_neighbours_spam.py compares them with the rule)."""
+    messages = [np.array([3]), np.arange(40), np.arange(0, 400, 3)]  # 1, 40 and 134 features
+    user = P.User("user-1", messages, np.array([1, -1, 1]), noise={"share_variance": 2**40, "max_features": 50, "seed": 0})
+    assert [len(x) for x in user._x] == [50, 50, 50]
+    assert [x.count(P.PAD) for x in user._x] == [49, 10, 0]
+    assert [sorted(j for j in x if j != P.PAD) for x in user._x[:2]] == [[3], list(range(40))]
+    plain = P.User("user-1", messages, np.array([1, -1, 1]))  # without dp nothing is capped or padded
+    assert [len(x) for x in plain._x] == [1, 40, 134]

@@ -49,6 +49,8 @@ from core.spam.aggregation import L1_BITS, W_BITS, Agreement, Layout, new_seed, 
 from core.spam.floors import check_participation
 from core.spam.paillier import KeyPair, PublicKey
 
+PAD = -1  # with dp: the feature index a message is padded with: w's and v's extra last entry, an encryption of 0
+
 
 def block(size: int, mode: str, block_size: int, round_: int) -> np.ndarray:
     """Which of a user's ``size`` messages take part in a round (public: sizes and schedule only)."""
@@ -268,8 +270,10 @@ class User:
         self.threshold = threshold  # its own copy of the public threshold (None: accept the directory's)
         # with dp: {"share_variance", "max_features", "seed"}; each message keeps at most max_features features
         self.noise = noise
-        if noise is not None:
+        if noise is not None:  # capped, then padded to exactly max_features with PAD (an encryption of 0):
+            # every message costs the same work, so how long a user takes says nothing of its mail's lengths
             features = [dp.cap(np.asarray(v), noise["max_features"], noise["seed"]) for v in features]
+            features = [[*np.asarray(v).tolist(), *[PAD] * (noise["max_features"] - len(v))] for v in features]
         self._x = [np.asarray(v).tolist() for v in features]
         self._y = np.asarray(labels).astype(int)
         self._agreement = Agreement()
@@ -359,6 +363,8 @@ class User:
         self._rounds_done = round_
         n2 = key.nsquare
         w = read_ciphertexts(weights, key, layout.dimension, "encrypted weights")
+        zero = key.rerandomize(gmpy2.mpz(1)) if self.noise is not None else gmpy2.mpz(1)  # full-size E[0] with dp
+        w.append(zero)  # w[PAD]: a padded feature adds 0 to the score
         t0 = time.perf_counter()
         rows = block(len(self), self._schedule["mode"], self._schedule["block_size"], round_)
         terms = []
@@ -369,10 +375,11 @@ class User:
             terms.append(key.trivial(int(2 * self._y[i]) << W_BITS) * gmpy2.invert(score, n2) % n2)
         self.times.add("2a user: E[t_i] = E[2y_i − wᵀx_i]", t0)
         t0 = time.perf_counter()
-        v = [gmpy2.mpz(1)] * layout.dimension
+        v = [zero] * (layout.dimension + 1)  # v[PAD] takes the padding's products, and is dropped
         for t, i in zip(terms, rows.tolist()):
             for j in self._x[i]:
                 v[j] = v[j] * t % n2
+        v.pop()
         self.times.add("2b user: E[v_j] = Π E[t_i]", t0)
         t0 = time.perf_counter()
         k, shift = layout.slots, 1 << layout.slot_bits
