@@ -120,12 +120,7 @@ class Agreement:
         """Seeds with every other user; ``me`` is this user's index in ``keys`` (the public order)."""
         if len(set(keys)) != len(keys) or keys[me] != self.public_key():
             raise ParameterError("the user directory must list every user's key once, this user's at its own index.")
-        for v, key in enumerate(keys):
-            if v != me:
-                shared = self._secret.exchange(X25519PublicKey.from_public_bytes(key))
-                lo, hi = sorted((me, v))
-                seed = hashlib.sha256(b"privrelease-spam-mask|" + context + b"|%d|%d|" % (lo, hi) + shared).digest()
-                self._seeds[v] = (1 if me < v else -1, seed)
+        self.agree_with(me, dict(enumerate(keys)), context)
 
     def agree_with(self, me: int, keys: dict[int, bytes], context: bytes) -> None:
         """Seeds with the users of ``keys`` (index → public key; this user's own at ``me``): a round's keys."""

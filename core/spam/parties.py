@@ -155,8 +155,8 @@ def share(server: Local, bundles: list[tuple[Local, bytes]], channel: Channel, k
 
 
 def setup(server: Local, users: list[Local], channel: Channel) -> None:
-    """Key agreement over the server: announcements in, one directory out to every user, then the
-    users' sealed shares of their mask secrets, relayed. Every user must be there for setup."""
+    """Key agreement over the server: announcements in, one directory out to every user (each agrees
+    on its sealing keys; the mask secrets are each round's, ``train_round``). Every user must be there."""
     announcements = [channel.deliver(u.name, server.name, "announcement", u.call("announce")) for u in users]
     directory = server.call("directory", *announcements)
     channel.key = PublicKey(int(read_public(directory, "directory")["n"]))

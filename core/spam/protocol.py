@@ -295,8 +295,8 @@ class User:
                                "seal": self._sealer.public_key().hex(), "messages": len(self)})  # fmt: skip
 
     def setup(self, directory: bytes) -> bytes:
-        """Check the directory (participation floor, threshold, own entry), agree on pairwise seeds and
-        sealing keys; returns the shares of this user's mask secret, sealed for each user."""
+        """Check the directory (participation floor, threshold, own entry) and agree on the sealing keys.
+        Nothing is shared here: each round's mask secret s_u,r is fresh, shared with b_u,r (``begin``)."""
         doc = read_public(directory, "directory")
         self.public_key = PublicKey(int(doc["n"]))
         sizes = doc["sizes"]
