@@ -82,6 +82,12 @@ def test_training_flow_end_to_end_and_private_classification(prefect_server, hom
         assert out.strip() == ("spam" if score > 0 else "ham")
     code, _, err = cli(capsys, "spam", "train", (spec(home / "data" / "mail")))
     assert code == 2 and "already exists" in err
+    # a run whose folder fails part-way (here its ROC plot) leaves no run folder, and is settled failed
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("core.spam.training._roc", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+        code, _, err = cli(capsys, "spam", "train", spec(home / "data" / "mail", run_id="r-broken", rounds=1))
+    assert code != 0 and not (home / "spam" / "r-broken").exists() and sorted(p.name for p in (home / "spam").iterdir()) == ["r1"]
+    assert [e.status for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "r-broken"] == [RESERVED, FAILED]
     # with dp: a DP charge of the mail corpus, its rounds recorded as Gaussian events for the accountant
     dp = {"epsilon": 2.0, "delta": 1e-6, "colluders": 1, "max_features": 100, "radius": 1.0}
     code, _, err = cli(capsys, "spam", "train", spec(home / "data" / "mail", run_id="r-dp", rounds=2, dp=dp))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -241,9 +242,22 @@ class Training:
     def scores(self, w: np.ndarray) -> np.ndarray:
         return design(self.test_x, len(w)) @ w
 
-    def write(self, folder: Path) -> dict:
-        """Model (the server's), report, transcript and ROC plot; returns report.json's content."""
-        folder.mkdir(parents=True, exist_ok=False)
+    def write(self, final: Path) -> dict:
+        """Model (the server's), report, transcript and ROC plot; returns report.json's content. Written
+        into a staging folder beside ``final`` and renamed to it whole: a write that fails part-way
+        leaves no run folder."""
+        folder = final.with_name(f".{final.name}.staging")
+        shutil.rmtree(folder, ignore_errors=True)  # a stale one from a run killed while writing
+        folder.mkdir(parents=True)
+        try:
+            report = self._write(folder)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        folder.rename(final)  # fails if the run folder exists: run ids are used once
+        return report
+
+    def _write(self, folder: Path) -> dict:
         model = self.server.call("model")
         # the server's own output: owner-only from its first byte
         with os.fdopen(os.open(folder / "model.npy", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as fh:
