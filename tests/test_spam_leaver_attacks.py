@@ -3,13 +3,15 @@
 With one run-long mask secret s_u, such a user had its earlier gradients unmasked: the server gets
 its self-mask seed b_u,r in round r (the protocol says so) and the shares of s_u when it leaves later.
 Both tests reproduced that (exactly; with dp:, under the leaver's own noise share only) before each
-user drew a fresh s_u,r every round; they now assert the same attack gets nothing."""
+user drew a fresh s_u,r every round; they now assert the same attack gets nothing, and the first runs
+it against the run-long variant too (``RunLong``), where it still recovers the exact gradient."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+import pytest
 
 from core.spam import dropout as R
 from core.spam import parties as Q
@@ -35,14 +37,31 @@ class Curious(P.Server):
         return super().aggregate(*replies)
 
 
-def test_a_user_that_leaves_in_a_later_round_has_its_earlier_gradients_unmasked(test_mode):
+class RunLong(P.User):
+    """The weakened variant: one mask secret for the whole run (the first version of dropout tolerance)."""
+
+    _first = None
+
+    def begin(self, message: bytes) -> bytes:
+        if self._first is None:
+            out = super().begin(message)
+            self._first = self._agreement
+            return out
+        with pytest.MonkeyPatch.context() as mp:  # begin() draws its round's secret as Agreement(): keep the first
+            mp.setattr(P, "Agreement", lambda: self._first)
+            return super().begin(message)
+
+
+@pytest.mark.parametrize("user_class, unmasked", [(RunLong, True), (P.User, False)], ids=["run-long secret", "fresh per round"])
+def test_a_user_that_leaves_in_a_later_round_has_its_earlier_gradients_unmasked(test_mode, user_class, unmasked):
     """Three honest users, threshold 2, no deviation by anyone. Round 0: everyone sends; the server
     gets every survivor's self-mask seed b_u,0 (as the protocol says). Round 1: user-2 leaves before
-    its gradient (a crash), so the survivors hand over shares of its run-long mask secret s_u (as the
-    protocol says). b_2,0 and s_2 together unmask user-2's round-0 message: its exact gradient."""
+    its gradient (a crash), so the survivors hand over shares of its mask secret (as the protocol
+    says). With a run-long secret, b_2,0 and s_2 together unmask user-2's round-0 message: its exact
+    gradient. With a fresh s_u,r per round, round 1's secret says nothing about round 0's masks."""
     data = mail(3, 6, seed=5)
     server = Curious(512, np.random.default_rng(5).normal(0, 0.05, 40), 0.01, threshold=2)
-    members = [P.User(f"user-{k + 1}", x, y) for k, (x, y) in enumerate(data)]
+    members = [user_class(f"user-{k + 1}", x, y) for k, (x, y) in enumerate(data)]
     channel = P.Channel()
     Q.setup(Q.Local(server), [Q.Local(u) for u in members], channel)
     s = Q.Local(server)
@@ -63,11 +82,11 @@ def test_a_user_that_leaves_in_a_later_round_has_its_earlier_gradients_unmasked(
     masks = [(a + c) % n for a, c in zip(agreement.mask(n, 0, count, among=[0, 1, 2]), self_mask(b, 0, n, count))]
     alone = [int(server._keys.raw_decrypt(c)) for c in P.read_ciphertexts(server.view[0]["messages"]["user-2"], key, count, "x")]
     recovered = layout.unpack([(v - m) % n for v, m in zip(alone, masks)], 1)
-    # before the fix (commit 7975af3: one run-long s_u), this was user-2's exact round-0 gradient:
-    #   assert recovered == exact(*data[victim], w0)
-    # with a fresh s_u,r per round, round 1's secret says nothing about round 0's masks:
     assert agreement.public_key() == round_keys[victim]  # the round-1 secret was rebuilt, as the protocol needs
-    assert sum(a == b for a, b in zip(recovered, exact(*data[victim], w0))) == 0
+    if unmasked:
+        assert recovered == exact(*data[victim], w0)
+    else:
+        assert sum(a == b for a, b in zip(recovered, exact(*data[victim], w0))) == 0
 
 
 def test_with_dp_the_leaver_unmasked_keeps_only_its_own_share_of_the_noise(test_mode):
