@@ -6,9 +6,10 @@ publishes about it.
    label: 1 + n·2^49 (≈ |n| + 50 bits) for spam, 1 + n·(n − 2^49) (≈ 2|n| bits) for ham. A spam
    message's multiplication is cheaper (2048-bit key, this machine: ≈ 3.6 µs against ≈ 6.5 µs), so a
    user's round time still follows how many of its block's messages are spam.
-2. Without dp: the server stops the run when the model's L1 norm passes the public 2^L1_BITS; whether
-   and in which round that happens is a function of the mail, and the flow records it in the ledger
-   (FAILED, the reason's text, the rounds completed) and in Prefect's log and task states.
+2. Without dp: the server stopped the run when the model's L1 norm passed the public 2^L1_BITS; whether
+   and in which round that happens is a function of the mail, and the flow recorded it in the ledger
+   (FAILED, the reason's text, the rounds completed) and in Prefect's log and task states. Fixed by
+   clamping w just inside the bound instead (``protocol.clamp_l1``).
 """
 
 from __future__ import annotations
@@ -76,17 +77,23 @@ def _run(data, rounds, eta):
         try:
             _, _, active = Q.train_round(Q.Local(server), active, channel, r)
         except ParameterError as exc:
-            return r, failure(exc)
-    return rounds, None
+            return r, failure(exc), server.w
+    return rounds, None, server.w
 
 
-def test_without_dp_whether_and_when_the_model_diverges_is_published(test_mode):
-    """Two corpora with the same public counts (3 users × 6 messages), the same spec (η, rounds):
-    one's run fails in round 4 (index 3) on the public L1 bound, the other's completes. The ledger entry of
-    a non-dp run (FAILED with this reason and the rounds done, or PUBLISHED) tells them apart."""
+def test_without_dp_whether_and_when_the_model_diverges_is_not_published(test_mode):
+    """Two corpora with the same public counts (3 users × 6 messages), the same spec (η, rounds).
+    Before the fix the long one's run failed in round 4 (index 3) on the public L1 bound
+    (``ParameterError: the model's L1 norm passed the public bound``, a UserError: its text and the
+    rounds done went to the ledger's FAILED entry) and the short one's was PUBLISHED, which told the
+    two corpora apart. Now the server clamps w just inside the bound (``protocol.clamp_l1``) and both
+    complete; the clamp shows only in the model, which stays in the run folder."""
     short = [([np.array([k % 40]) for k in range(6 * u, 6 * u + 6)], np.array([1, -1] * 3)) for u in range(3)]
     long = [([np.arange(40) for _ in range(6)], np.ones(6, dtype=int)) for _ in range(3)]
-    done_short, failed_short = _run(short, 5, 0.5)
-    done_long, failed_long = _run(long, 5, 0.5)
-    assert (done_short, failed_short) == (5, None)  # published
-    assert done_long == 3 and "L1 norm passed the public bound" in failed_long["reason"]  # the ledger's detail
+    done_short, failed_short, w_short = _run(short, 5, 0.5)
+    done_long, failed_long, w_long = _run(long, 5, 0.5)
+    assert (done_short, failed_short) == (5, None)
+    assert (done_long, failed_long) == (5, None), failed_long  # before the fix: (3, {"reason": "ParameterError: ... L1 norm ..."})
+    assert 2**20 * (1 - 2**-19) < np.abs(w_long).sum() < 2**20 and np.abs(w_short).sum() < 2**20
+    assert np.abs(P.clamp_l1(np.full(4, 2.0**19))).sum() < 2**20  # and a model already inside is left as it is:
+    assert np.array_equal(P.clamp_l1(np.full(4, 1.0)), np.full(4, 1.0))

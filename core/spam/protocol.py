@@ -52,6 +52,14 @@ from core.spam.paillier import KeyPair, PublicKey
 PAD = -1  # with dp: the feature index a message is padded with: w's and v's extra last entry, an encryption of 0
 
 
+def clamp_l1(w: np.ndarray) -> np.ndarray:
+    """w scaled just inside the public L1 bound 2^L1_BITS (which the slot width needs), if it passed it.
+    A step that would pass the bound is clamped, never refused: whether and when training diverges
+    follows from the mail, and a run that stopped on it would publish that (FAILED, its round)."""
+    l1 = float(np.abs(w).sum())
+    return w if l1 < 2.0**L1_BITS * (1 - 2.0**-20) else w * (2.0**L1_BITS * (1 - 2.0**-20) / l1)
+
+
 def block(size: int, mode: str, block_size: int, round_: int) -> np.ndarray:
     """Which of a user's ``size`` messages take part in a round (public: sizes and schedule only)."""
     if mode == "batch":
@@ -250,7 +258,7 @@ class Server:
         self.participants = survivors  # a user that left is out for the rest of the run
         self.sums = layout.unpack(totals, len(survivors))
         g = np.array(self.sums, dtype=float) / 2.0 ** (W_BITS + 2)
-        self.w = self.w + self.eta * g
+        self.w = clamp_l1(self.w + self.eta * g)
         if self.radius is not None:
             self.w = dp.project(self.w, self.radius)
         return g
