@@ -14,6 +14,8 @@ publishes about it.
 
 from __future__ import annotations
 
+import json
+
 import gmpy2
 import numpy as np
 import pytest
@@ -97,3 +99,28 @@ def test_without_dp_whether_and_when_the_model_diverges_is_not_published(test_mo
     assert 2**20 * (1 - 2**-19) < np.abs(w_long).sum() < 2**20 and np.abs(w_short).sum() < 2**20
     assert np.abs(P.clamp_l1(np.full(4, 2.0**19))).sum() < 2**20  # and a model already inside is left as it is:
     assert np.array_equal(P.clamp_l1(np.full(4, 1.0)), np.full(4, 1.0))
+
+
+def test_without_dp_the_withheld_auc_is_not_readable_by_others_in_the_run_folder(prefect_server, home, test_mode, capsys):
+    """3. Without dp: the AUC is withheld from the ledger, log and artifact, but report.json, report.md
+    and roc.png (its legend) carry it, written with the process umask (0644 under 022) in a folder
+    created 0755: anyone who can list $PRIVRELEASE_HOME/spam reads it, while model.npy is 0600.
+    Fix: the run folder is staged 0700 (owner, the server's operator, only)."""
+    import os
+    import stat
+
+    from tests.test_release_flow import cli
+    from tests.test_spam_flow import corpus, spec
+
+    old = os.umask(0o022)
+    try:
+        corpus(home / "data" / "mail", capsys)
+        code, _, err = cli(capsys, "spam", "train", spec(home / "data" / "mail", rounds=1))
+    finally:
+        os.umask(old)
+    assert code == 0, err
+    folder = home / "spam" / "r1"
+    report = json.loads((folder / "report.json").read_text())
+    assert report["dp"] is None and f"{report['auc_private']:.6f}" in (folder / "report.md").read_text()
+    # before the fix: 0o755 (and report.json 0o644)
+    assert stat.S_IMODE(folder.stat().st_mode) & 0o077 == 0, oct(folder.stat().st_mode)

@@ -248,7 +248,9 @@ class Training:
         leaves no run folder."""
         folder = final.with_name(f".{final.name}.staging")
         shutil.rmtree(folder, ignore_errors=True)  # a stale one from a run killed while writing
-        folder.mkdir(parents=True)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700)  # the server operator's: without dp: its report and plot hold the withheld AUC
+        os.chmod(folder, 0o700)  # whatever the umask
         try:
             report = self._write(folder)
         except BaseException:
