@@ -52,6 +52,14 @@ from core.spam.paillier import KeyPair, PublicKey
 PAD = -1  # with dp: the feature index a message is padded with: w's and v's extra last entry, an encryption of 0
 
 
+def clamp_l1(w: np.ndarray) -> np.ndarray:
+    """w scaled just inside the public L1 bound 2^L1_BITS (which the slot width needs), if it passed it.
+    A step that would pass the bound is clamped, never refused: whether and when training diverges
+    follows from the mail, and a run that stopped on it would publish that (FAILED, its round)."""
+    l1 = float(np.abs(w).sum())
+    return w if l1 < 2.0**L1_BITS * (1 - 2.0**-20) else w * (2.0**L1_BITS * (1 - 2.0**-20) / l1)
+
+
 def block(size: int, mode: str, block_size: int, round_: int) -> np.ndarray:
     """Which of a user's ``size`` messages take part in a round (public: sizes and schedule only)."""
     if mode == "batch":
@@ -250,7 +258,7 @@ class Server:
         self.participants = survivors  # a user that left is out for the rest of the run
         self.sums = layout.unpack(totals, len(survivors))
         g = np.array(self.sums, dtype=float) / 2.0 ** (W_BITS + 2)
-        self.w = self.w + self.eta * g
+        self.w = clamp_l1(self.w + self.eta * g)
         if self.radius is not None:
             self.w = dp.project(self.w, self.radius)
         return g
@@ -367,12 +375,17 @@ class User:
         w.append(zero)  # w[PAD]: a padded feature adds 0 to the score
         t0 = time.perf_counter()
         rows = block(len(self), self._schedule["mode"], self._schedule["block_size"], round_)
+        # E[2y·C_w] per label; with dp: re-randomized, so spam's (1 + n·2^49, about half the size of n²) and
+        # ham's (1 + n·(n − 2^49)) cost the same multiplication, and the label does not show in the time
+        label = {y: key.trivial(2 * y << W_BITS) for y in (-1, 1)}
+        if self.noise is not None:
+            label = {y: key.rerandomize(c) for y, c in label.items()}
         terms = []
         for i in rows.tolist():
             score = gmpy2.mpz(1)
             for j in self._x[i]:
                 score = score * w[j] % n2
-            terms.append(key.trivial(int(2 * self._y[i]) << W_BITS) * gmpy2.invert(score, n2) % n2)
+            terms.append(label[int(self._y[i])] * gmpy2.invert(score, n2) % n2)
         self.times.add("2a user: E[t_i] = E[2y_i − wᵀx_i]", t0)
         t0 = time.perf_counter()
         v = [zero] * (layout.dimension + 1)  # v[PAD] takes the padding's products, and is dropped

@@ -28,7 +28,7 @@ from core.errors import QuorumLost, SpecError
 from core.spam import dp, floors, parties
 from core.spam import features as F
 from core.spam.mail import read_mail
-from core.spam.protocol import Channel, Server, User, block
+from core.spam.protocol import Channel, Server, User, block, clamp_l1
 from core.spam.spec import Inputs, SpamSpec
 
 # with dp: why the AUC the report and the ledger hold is itself DP (README, "What the server still learns")
@@ -148,7 +148,7 @@ class Twins:
         xs = [x for k, b in blocks.items() for x in (self.user_x[k][i] for i in b)]
         ys = np.concatenate([self.user_y[k][b] for k, b in blocks.items()])
         plain = plain_gradient(xs, ys, self.plain_w)
-        self.plain_w = self.plain_w + eta * plain
+        self.plain_w = clamp_l1(self.plain_w + eta * plain)  # as the server does
         self.exact_w = self.exact_w + eta * exact_gradient(xs, ys, self.exact_w)
         return plain
 
@@ -248,7 +248,9 @@ class Training:
         leaves no run folder."""
         folder = final.with_name(f".{final.name}.staging")
         shutil.rmtree(folder, ignore_errors=True)  # a stale one from a run killed while writing
-        folder.mkdir(parents=True)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700)  # the server operator's: without dp: its report and plot hold the withheld AUC
+        os.chmod(folder, 0o700)  # whatever the umask
         try:
             report = self._write(folder)
         except BaseException:
