@@ -302,7 +302,7 @@ class User:
         return public_message({"user": self.name, "x25519": self._agreement.public_key().hex(),
                                "seal": self._sealer.public_key().hex(), "messages": len(self)})  # fmt: skip
 
-    def setup(self, directory: bytes) -> bytes:
+    def setup(self, directory: bytes) -> None:
         """Check the directory (participation floor, threshold, own entry) and agree on the sealing keys.
         Nothing is shared here: each round's mask secret s_u,r is fresh, shared with b_u,r (``begin``)."""
         doc = read_public(directory, "directory")
@@ -324,7 +324,6 @@ class User:
         self._sealer.agree(me, [bytes.fromhex(k) for k in doc["seal_keys"]], context)
         self._holder = R.Holder(me, list(doc["users"]), threshold)
         self._context = context
-        return b""  # nothing to share at setup: each round's mask secret s_u,r is fresh and shared with b_u,r
 
     def hold(self, sealed: bytes) -> None:
         """Keep the round's shares relayed to this user (of each participant's b_u,r and s_u,r) and
