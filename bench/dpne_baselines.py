@@ -1,5 +1,5 @@
 """The DPSU baselines of the DPNE paper's Tables 3-4 (benchmarks only, not a release mechanism):
-DPSU-all, DPSU-even and DPSU-single, built from DPNE's own corpus, histogram and threshold steps."""
+DPSU-all, DPSU-even and DPSU-single, built from DPNE's own partition, histogram and threshold steps."""
 
 from __future__ import annotations
 
@@ -10,21 +10,45 @@ import pandas as pd
 
 from core import noise
 from core.accounting import gaussian_sigma
-from core.db import scratch
 from core.mechanisms.dpne import Params, dpsu_threshold
-from core.mechanisms.dpne_counts import SEP, corpus, histogram
+from core.mechanisms.dpne_counts import NONE, Partition, histogram, open_partition
 
 
-def all_grams_sql(k: int) -> str:
-    """(uid, gram) for every k-gram position, without pruning."""
-    if k == 1:
-        return "SELECT uid, token AS gram FROM tokens"
-    leads = ", ".join(f"lead(token, {j}) OVER w" for j in range(1, k))
-    return (
-        f"SELECT uid, gram FROM (SELECT uid, concat_ws('{SEP}', token, {leads}) AS gram, "
-        f"lead(token, {k - 1}) OVER w AS last FROM tokens WINDOW w AS (PARTITION BY post ORDER BY pos)) "
-        "WHERE last IS NOT NULL"
-    )
+def all_grams(partition: Partition, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(user, id) for every k-gram position, without pruning, before the partition's level 2. The id
+    writes the gram's token ids + 1 as digits in base V + 1 (V tokens), so grams of every length have
+    ids of their own and ``lengths`` recovers k."""
+    tokens, base = partition.tokens, len(partition.vocabulary) + 1
+    if base ** k >= 2**63:
+        raise ValueError(f"{base - 1} distinct tokens: {k}-gram ids would overflow")
+    n = max(len(tokens) - k + 1, 0)
+    ok, ids = np.ones(n, bool), np.zeros(n, np.int64)
+    for j in range(k):
+        ok &= tokens[j : j + n] != NONE
+        ids = ids * base + tokens[j : j + n] + 1
+    at = np.flatnonzero(ok)
+    return partition.users[at], ids[at]
+
+
+def lengths(partition: Partition, ids: np.ndarray) -> np.ndarray:
+    """The length of each gram of ``all_grams``: how many base V + 1 digits its id has."""
+    base, ids, out = len(partition.vocabulary) + 1, np.asarray(ids, np.int64).copy(), np.zeros(len(ids), np.int64)
+    while ids.any():
+        out += ids > 0
+        ids //= base
+    return out
+
+
+def names(partition: Partition, ids: np.ndarray) -> list[str]:
+    """The n-gram of each id of ``all_grams``."""
+    base, vocabulary, out = len(partition.vocabulary) + 1, partition.vocabulary.to_pylist(), []
+    for gram in np.asarray(ids, np.int64).tolist():
+        tokens = []
+        while gram:
+            gram, digit = divmod(gram, base)
+            tokens.append(vocabulary[digit - 1])
+        out.append(" ".join(reversed(tokens)))
+    return out
 
 
 def baseline(frame: pd.DataFrame, params: Params, rng: np.random.Generator, variant: str) -> dict[int, int]:
@@ -33,27 +57,24 @@ def baseline(frame: pd.DataFrame, params: Params, rng: np.random.Generator, vari
     all: one DPSU over n-grams of every length, cap T*Delta_0, sigma*. even: one DPSU per length
     with sigma = sqrt(T)*sigma* and delta/(2T) each. single: the whole budget on each length.
     """
+    if variant not in ("all", "even", "single"):
+        raise ValueError(f"unknown baseline {variant!r}")
     sigma_star = gaussian_sigma(params.epsilon, params.delta / 2)
     cap, T, key = params.caps[0], params.T, int(noise.words(rng, 1)[0] >> np.uint64(1))
-    con = scratch()
+    partition = open_partition((frame, params, 1, 0))
     try:
-        corpus(con, frame, params)
 
-        def union(sql: str, cap_: int, sigma: float, delta_part: float) -> pd.Series:
+        def union(grams: list[tuple[np.ndarray, np.ndarray]], cap_: int, sigma: float, delta_part: float) -> np.ndarray:
             unit = noise.grid(sigma)
-            hist = histogram(con, sql, cap_, key, unit)
+            users, ids = (np.concatenate(parts) for parts in zip(*grams))
+            hist = histogram(partition.con, users, ids, partition.user_hash, cap_, key, unit)
             keep = noise.gaussian(rng, sigma, hist["units"].to_numpy(), unit) > dpsu_threshold(sigma, cap_, delta_part) + unit
-            return hist["gram"][keep].str.count(SEP) + 1
+            return lengths(partition, hist["gram"].to_numpy()[keep])
 
         if variant == "all":
-            lengths = union(" UNION ALL ".join(all_grams_sql(k) for k in range(1, T + 1)), T * cap, sigma_star, params.delta / 2)
-            return {k: int((lengths == k).sum()) for k in range(1, T + 1)}
-        if variant == "even":
-            sigma, part = math.sqrt(T) * sigma_star, params.delta / (2 * T)
-        elif variant == "single":
-            sigma, part = sigma_star, params.delta / 2
-        else:
-            raise ValueError(f"unknown baseline {variant!r}")
-        return {k: len(union(all_grams_sql(k), cap, sigma, part)) for k in range(1, T + 1)}
+            released = union([all_grams(partition, k) for k in range(1, T + 1)], T * cap, sigma_star, params.delta / 2)
+            return {k: int((released == k).sum()) for k in range(1, T + 1)}
+        sigma, part = (math.sqrt(T) * sigma_star, params.delta / (2 * T)) if variant == "even" else (sigma_star, params.delta / 2)
+        return {k: len(union([all_grams(partition, k)], cap, sigma, part)) for k in range(1, T + 1)}
     finally:
-        con.close()
+        partition.close()

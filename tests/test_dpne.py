@@ -10,8 +10,8 @@ import json
 import math
 import subprocess
 import sys
+from collections.abc import Iterator
 
-import duckdb
 import numpy as np
 import pandas as pd
 import pytest
@@ -134,21 +134,29 @@ def test_bad_parameters(kw, message):
 # -- contributions and validity ------------------------------------------------------------------------
 
 
-def _con(frame: pd.DataFrame, p: dpne.Params) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect()
-    dpne_counts.corpus(con, frame, p)
-    return con
+def _partition(frame: pd.DataFrame, p: dpne.Params, parts: int = 1, part: int = 0) -> dpne_counts.Partition:
+    return dpne_counts.open_partition((frame, p, parts, part))
 
 
-def _levels(con: duckdb.DuckDBPyConnection, pruning: str, released: dict[int, set[str]], upto: int) -> None:
-    """Build cand_1..cand_upto as the mechanism does, with the given sets taken as released."""
-    con.execute("CREATE TABLE released (gram VARCHAR, n INTEGER, noisy_weight DOUBLE)")
-    for n, grams in released.items():
-        con.executemany("INSERT INTO released VALUES (?, ?, 0)", [[g, n] for g in sorted(grams)])
+def _occurrences(partition: dpne_counts.Partition, encoding: dpne_counts.Encoding | None) -> pd.DataFrame:
+    """The current level's (user, gram) occurrences, each gram as its n-gram and each user as its id."""
+    users, grams, names = partition.occurrences()
+    grams = names.take(grams).to_numpy(zero_copy_only=False) if names is not None else encoding.grams(grams)
+    return pd.DataFrame({"user": partition.user_ids[users], "gram": grams})
+
+
+def _levels(partition: dpne_counts.Partition, pruning: str, released: dict[int, set[str]],
+            upto: int) -> Iterator[tuple[int, dpne_counts.Encoding | None]]:  # fmt: skip
+    """Walk a partition through levels 1..upto as ``dpne.extract`` does, with the given sets taken as
+    released; yields each level and its encoding of the grams' ids (None at level 1: the tokens)."""
+    words, encoding = sorted(released[1]), None
     for k in range(1, upto + 1):
-        dpne_counts.positions(con, k, pruning)
-        if k < upto:
-            dpne_counts.mark(con, k)
+        if k > 1:
+            previous = sorted(released[k - 1])
+            sent = previous if encoding is None else encoding.ids(previous)
+            encoding = dpne_counts.Encoding(pruning, words, previous)
+            partition.advance(k, sent, encoding.base, pruning)
+        yield k, encoding
 
 
 @pytest.mark.parametrize("pruning", ["both", "single"])
@@ -156,24 +164,69 @@ def test_each_users_vector_has_unit_norm_and_at_most_cap_entries(pruning):
     frame = phrase_corpus(400)
     frame.loc[len(frame)] = (9999, " ".join(f"w{i}" for i in range(5000)))  # a heavy user
     p = params(pruning=pruning, delta0=[7, 5, 3, 2])
-    con = _con(frame, p)
+    partition = _partition(frame, p)
     tokens = {t for text in frame["text"] for t in text.split()}
     bigrams = {" ".join(b) for text in frame["text"] for b in zip(text.split(), text.split()[1:])}
-    _levels(con, pruning, {1: tokens, 2: bigrams}, 3)
-    for k in (1, 2, 3):
-        grams = f"SELECT uid, gram FROM cand_{k}"
-        rows = con.execute(dpne_counts.entries_sql(grams), {"key": 12345, "cap": p.caps[k - 1]}).df()
-        assert rows.groupby("uid").size().max() == p.caps[k - 1]  # the heavy user is capped
-        assert (rows.groupby("uid")["m"].agg(["size", "first"]).diff(axis=1)["first"] == 0).all()
-        unit = 2.0**-18
-        w = dpne_counts.unit_weights(p.caps[k - 1], unit)
-        m = np.arange(1, len(w))
-        assert (m * w[1:] ** 2 <= 4**18).all()  # ||v||_2 <= 1 exactly on the grid ...
-        assert (m * (w[1:] + 1) ** 2 > 4**18).all()  # ... and w(m) is the largest such weight
-        heavy = set(rows.loc[rows["uid"] == 9999, "gram"])
-        assert all(g.startswith("w") for g in heavy)  # a user contributes only their own n-grams
-        hist = dpne_counts.histogram(con, grams, p.caps[k - 1], 12345, unit)
-        assert hist["units"].sum() == w[rows["m"].to_numpy()].sum()  # exact integer sums
+    held = {u: " ".join(texts) for u, texts in frame.groupby("user")["text"]}
+    for k, encoding in _levels(partition, pruning, {1: tokens, 2: bigrams}, 3):
+        cap, unit = p.caps[k - 1], 2.0**-18
+        users, grams, names = partition.occurrences()
+        u, g, m = dpne_counts.contributions(partition.con, users, grams, partition.user_hash, cap, 12345, names)
+        rows = pd.DataFrame({"user": partition.user_ids[u], "gram": g, "m": m})
+        assert not rows.duplicated(["user", "gram"]).any()
+        assert rows.groupby("user").size().max() == cap  # the heavy user is capped
+        assert (rows.groupby("user")["m"].agg(["size", "first"]).diff(axis=1)["first"] == 0).all()  # m = entries kept
+        w = dpne_counts.unit_weights(cap, unit)
+        k_ = np.arange(1, len(w))
+        assert (k_ * w[1:] ** 2 <= 4**18).all()  # ||v||_2 <= 1 exactly on the grid ...
+        assert (k_ * (w[1:] + 1) ** 2 > 4**18).all()  # ... and w(m) is the largest such weight
+        named = names.take(g).to_numpy(zero_copy_only=False) if names is not None else encoding.grams(g)
+        assert all(f" {gram} " in f" {held[user]} " for user, gram in zip(rows["user"], named))  # each user's own n-grams
+        heavy = set(named[rows["user"].to_numpy() == 9999])
+        assert len(heavy) == cap and all(gram.startswith("w") and len(gram.split()) == k for gram in heavy)
+        distinct = _occurrences(partition, encoding).drop_duplicates().groupby("user").size()
+        kept = rows.groupby("user").size()  # every user keeps min(its distinct grams, the cap) ...
+        assert kept.index.equals(distinct.index) and (kept == distinct.clip(upper=cap)).all()
+        assert (rows.groupby("user")["m"].first() == kept).all()  # ... each weighted w(that number)
+        hist = dpne_counts.histogram(partition.con, users, grams, partition.user_hash, cap, 12345, unit, names)
+        assert hist["units"].sum() == w[m].sum()  # exact integer sums
+    partition.close()
+
+
+@pytest.mark.parametrize("pruning", ["both", "single"])
+def test_each_levels_histogram_matches_a_brute_force_over_the_texts(pruning):
+    """With a cap above every user's count, the histogram of every level is, per n-gram, the sum over
+    its users of w(m), m the user's number of distinct valid n-grams: counted in Python from the texts."""
+    frame = phrase_corpus(300, seed=5)
+    grams = [{" ".join(t.split()[i:i + k]) for t in frame["text"] for i in range(len(t.split()) - k + 1)} for k in (1, 2, 3)]
+    released = {1: grams[0], 2: {g for g in grams[1] if hash_bit(g)}}
+    released[3] = {g for g in grams[2] if hash_bit(g) and _valid_at(g, released, pruning)}  # S_k lies in V_k
+    cap, unit, key = 1000, 2.0**-10, 99
+    partition = _partition(frame, params(pruning=pruning))
+    for k, encoding in _levels(partition, pruning, released, 4):
+        users, ids, names = partition.occurrences()
+        hist = dpne_counts.histogram(partition.con, users, ids, partition.user_hash, cap, key, unit, names)
+        if encoding is not None:
+            hist["gram"] = encoding.grams(hist["gram"].to_numpy())
+        w, oracle = dpne_counts.unit_weights(cap, unit), {}
+        for _, texts in frame.groupby("user")["text"]:
+            held = {" ".join(t.split()[i:i + k]) for t in texts for i in range(len(t.split()) - k + 1)}
+            held = {g for g in held if k == 1 or _valid_at(g, released, pruning)}
+            for g in held:
+                oracle[g] = oracle.get(g, 0) + int(w[len(held)])
+        assert dict(zip(hist["gram"], hist["units"].tolist())) == oracle and oracle, k
+    partition.close()
+
+
+def hash_bit(gram: str) -> bool:
+    """A fixed, arbitrary half of the n-grams."""
+    return int.from_bytes(gram.encode()[-2:].rjust(2, b"\0"), "big") % 2 == 0
+
+
+def _valid_at(gram: str, released: dict[int, set[str]], pruning: str) -> bool:
+    k = len(gram.split())
+    head, tail, last = gram.rpartition(" ")[0], gram.partition(" ")[2], gram.rpartition(" ")[2]
+    return head in released[k - 1] and (tail in released[k - 1] if pruning == "both" else last in released[1])
 
 
 def test_partition_shares_add_up_to_the_histogram_of_all_users():
@@ -188,13 +241,22 @@ def test_partition_shares_add_up_to_the_histogram_of_all_users():
     whole = dpne_counts.open_partition((frame, p, 1, 0))
     parts = [dpne_counts.open_partition((frame, p, 3, i)) for i in range(3)]
     previous: list[str] = []
+    words: list[str] = []
+    sent: list[str] | np.ndarray = []
     try:
         for k, cap in ((1, 60), (2, 5), (3, 3), (4, 2)):
-            full = dpne_counts.partition_level(whole, k, previous, "both", cap, key, units[k - 1])
-            shares = [dpne_counts.partition_level(c, k, previous, "both", cap, key, units[k - 1]) for c in parts]
+            encoding = dpne_counts.Encoding("both", words, previous) if k > 1 else None
+            base = encoding.base if encoding else 0
+            full = whole.level(k, sent, base, "both", cap, key, units[k - 1])
+            shares = [c.level(k, sent, base, "both", cap, key, units[k - 1]) for c in parts]
             assert sum(s["gram"].isin(set(full["gram"][:20])).sum() for s in shares) > 20  # shared grams
             assert dpne_counts.merge(shares).equals(full), k
             assert full["gram"].is_monotonic_increasing and full["units"].dtype == np.int64
+            if encoding is not None:  # the ids are the level's n-grams, one id each
+                grams = encoding.grams(full["gram"].to_numpy())
+                assert len(set(grams)) == len(grams) and all(len(g.split()) == k for g in grams)
+                assert encoding.ids(list(grams)).tolist() == full["gram"].tolist()
+                full = pd.DataFrame({"gram": grams, "units": full["units"]}).sort_values("gram", ignore_index=True)
             if k == 1:
                 w = dpne_counts.unit_weights(cap, units[0])
                 oracle: dict[str, int] = {}
@@ -203,10 +265,26 @@ def test_partition_shares_add_up_to_the_histogram_of_all_users():
                     for t in held:
                         oracle[t] = oracle.get(t, 0) + int(w[len(held)])
                 assert dict(zip(full["gram"], full["units"].tolist())) == oracle
-            previous = list(full["gram"][full["units"] >= full["units"].quantile(0.5)])  # "released": the heavier half
+            else:  # a brute force of the total: each user adds w(m) for each of its m = min(valid grams, cap) kept
+                w, total = dpne_counts.unit_weights(cap, units[k - 1]), 0
+                for _, texts in frame.groupby("user")["text"]:
+                    valid = {" ".join(t.split()[i:i + k]) for t in texts for i in range(len(t.split()) - k + 1)}
+                    m = min(len(_valid(valid, previous)), cap)
+                    total += m * int(w[m])
+                assert full["units"].sum() == total
+            chosen = list(full["gram"][full["units"] >= full["units"].quantile(0.5)])  # "released": the heavier half
+            sent = chosen if encoding is None else encoding.ids(chosen)
+            previous = chosen
+            words = words or chosen
     finally:
-        for con in [whole, *parts]:
-            con.close()
+        for partition in [whole, *parts]:
+            partition.close()
+
+
+def _valid(grams: set[str], previous: list[str]) -> set[str]:
+    """The both-side valid ones among k-grams: prefix and suffix released at level k-1."""
+    released = set(previous)
+    return {g for g in grams if g.rpartition(" ")[0] in released and g.partition(" ")[2] in released}
 
 
 def _brute_force(previous: set[str], words: set[str], k: int, pruning: str) -> set[str]:
@@ -250,16 +328,21 @@ def test_exact_candidate_count_and_uniform_sampler(seed, pruning):
 
 
 @pytest.mark.parametrize("pruning", ["both", "single"])
-def test_sql_validity_matches_brute_force(pruning):
+def test_candidate_positions_match_brute_force(pruning):
+    """Every occurrence of a valid k-gram, and nothing else, with its user: the shifted position arrays
+    against a brute force over the texts (several posts per user, so no gram may cross a post)."""
     words, s2, _ = _closed_levels(3)
     texts = [" ".join(t) for t in itertools.product(sorted(words | {"q"}), repeat=3)]
-    frame = pd.DataFrame({"user": range(len(texts)), "text": texts})
-    con = _con(frame, params(pruning=pruning))
-    _levels(con, pruning, {1: words, 2: s2}, 3)
-    got2 = {g for (g,) in con.execute("SELECT DISTINCT gram FROM cand_2").fetchall()}
-    assert got2 == _brute_force(words, words, 2, pruning)
-    got3 = {g for (g,) in con.execute("SELECT DISTINCT gram FROM cand_3").fetchall()}
-    assert got3 == _brute_force(s2, words, 3, pruning)
+    frame = pd.DataFrame({"user": [i // 3 for i in range(len(texts))], "text": texts})
+    partition = _partition(frame, params(pruning=pruning))
+    valid = {1: words, 2: _brute_force(words, words, 2, pruning), 3: _brute_force(s2, words, 3, pruning)}
+    for k, encoding in _levels(partition, pruning, {1: words, 2: s2}, 3):
+        got = _occurrences(partition, encoding)
+        truth = [(u, " ".join(t.split()[i:i + k])) for u, t in zip(frame["user"], frame["text"])
+                 for i in range(len(t.split()) - k + 1)]  # fmt: skip
+        truth = sorted((u, g) for u, g in truth if k == 1 or g in valid[k])
+        assert sorted(zip(got["user"], got["gram"])) == truth and truth, k
+    partition.close()
 
 
 # -- the mechanism end to end (core) ---------------------------------------------------------------------
@@ -337,12 +420,14 @@ def test_publish_weights_and_empty_levels():
 
 def test_baseline_grams_match_brute_force_and_baselines_run():
     frame = phrase_corpus(300)
-    con = _con(frame, params())
+    partition = _partition(frame, params())
     for k in (1, 2, 3):
-        got = {(u, g) for u, g in con.execute(baselines.all_grams_sql(k)).fetchall()}
-        truth = {(u, " ".join(t.split()[i:i + k])) for u, t in zip(frame["user"], frame["text"])
-                 for i in range(len(t.split()) - k + 1)}  # fmt: skip
-        assert got == truth
+        users, ids = baselines.all_grams(partition, k)
+        got = sorted(zip(partition.user_ids[users].tolist(), baselines.names(partition, ids)))
+        truth = sorted((u, " ".join(t.split()[i:i + k])) for u, t in zip(frame["user"], frame["text"])
+                       for i in range(len(t.split()) - k + 1))  # fmt: skip
+        assert got == truth and (baselines.lengths(partition, ids) == k).all()
+    partition.close()
     big = phrase_corpus(3000)
     for variant in ("all", "even", "single"):
         counts = baselines.baseline(big, params(T=3), seeded(5), variant)

@@ -42,7 +42,7 @@ from core.charts import Chart
 from core.db import quote_ident, scratch
 from core.errors import InternalError
 from core.mechanisms.base import DPCost, Plan, Result
-from core.mechanisms.dpne_counts import SEP, merge, open_partition, partition_level, tokens_sql
+from core.mechanisms.dpne_counts import SEP, Encoding, Partition, merge, open_partition, tokens_sql
 from core.params import StrictParams
 from core.schema import Needs
 
@@ -278,6 +278,7 @@ def extract(frame: pd.DataFrame, params: Params, rng: np.random.Generator,
     released: list[pd.DataFrame] = []
     words: list[str] = []
     previous: list[str] = []
+    sent: list[str] | np.ndarray = []  # what the partitions mark: S_1's words at level 2, S_(k-1)'s ids after
     with parallel.partitioned(open_partition, specs, spread=parts > 1) as partitions:
         for k in range(1, params.T + 1):
             sigma, unit, cap = acc.sigmas[k - 1], acc.units[k - 1], params.caps[k - 1]
@@ -285,7 +286,12 @@ def extract(frame: pd.DataFrame, params: Params, rng: np.random.Generator,
             if space is not None and space.size == 0:  # nothing valid: this and later levels are empty
                 levels += [Level(j, acc.sigmas[j - 1], math.nan, 0, 0, 0) for j in range(k, params.T + 1)]
                 break
-            hist = merge(partitions.map(partition_level, k, previous, params.pruning, cap, key, unit))
+            encoding = Encoding(params.pruning, words, previous) if k > 1 else None
+            hist = merge(partitions.map(Partition.level, k, sent, encoding.base if encoding else 0, params.pruning, cap,
+                                        key, unit))  # fmt: skip
+            if encoding is not None:  # ids back to n-grams, in n-gram order as at level 1
+                hist = pd.DataFrame({"gram": encoding.grams(hist["gram"].to_numpy()), "units": hist["units"].to_numpy()})
+                hist = hist.sort_values("gram", kind="stable", ignore_index=True)
             size = len(hist) if space is None else space.size
             rho = acc.rho_1 if space is None else level_threshold(sigma, params.eta, len(previous), size)
             noisy, tail = threshold(rng, sigma, unit, rho, hist["units"].to_numpy(), size - len(hist))
@@ -298,6 +304,7 @@ def extract(frame: pd.DataFrame, params: Params, rng: np.random.Generator,
             }).sort_values("ngram", kind="stable")  # fmt: skip
             released.append(out)
             levels.append(Level(k, sigma, rho, size, len(out), len(simulated)))
+            sent = list(out["ngram"]) if encoding is None else encoding.ids(list(out["ngram"]))
             previous = list(out["ngram"])
             if k == 1:
                 words = previous

@@ -1,8 +1,13 @@
-"""DPNE's exact counting, in DuckDB, per user partition: the corpus as token positions, the valid
-k-grams at each position, and each user's capped, weighted contribution vector summed into integer
-grid units. Everything here is exact and noise-free; what leaves a partition is only its per-level
-share of the histogram (gram, units), which ``dpne.extract`` merges, noises and thresholds in its
-own process."""
+"""DPNE's exact counting, per user partition: the corpus as arrays of token positions, the valid
+k-grams at each position as integer ids, and each user's capped, weighted contribution vector summed
+into integer grid units. Everything here is exact and noise-free; what leaves a partition is only its
+per-level share of the histogram (gram, units), which ``dpne.extract`` merges, noises and thresholds
+in its own process.
+
+Set work (distinct pairs, the cap's keyed ranking, the per-gram sums) runs in DuckDB; the positions
+are numpy arrays, so building a level's candidates is a shift of one array against another instead
+of a join, and a k-gram is one integer (``Encoding``) whatever its length.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ from typing import TYPE_CHECKING
 import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from core import parallel
 from core.db import quote_ident, scratch
@@ -21,6 +28,7 @@ if TYPE_CHECKING:
     from core.mechanisms.dpne import Params
 
 SEP = " "  # tokens never contain whitespace, so joining with a space is unambiguous
+NONE = -1  # in a position array: no token, or no released gram, here
 
 
 def unit_weights(cap: int, unit: float) -> np.ndarray:
@@ -36,95 +44,94 @@ def tokens_sql(tokenizer: str, text: str) -> str:
     return f"list_filter(string_split_regex({text}, '\\s+'), lambda x: x <> '')"
 
 
-def corpus(con: duckdb.DuckDBPyConnection, source: pd.DataFrame | str, params: Params, where: str = "TRUE") -> None:
-    """Table ``tokens(uid, post, pos, token)``: one row per token position of every post (of the rows
-    ``where`` selects), from a frame or a Parquet file read in place.
-
-    Positions, not per-post lists, keep memory proportional to the text even for a 10 MB post.
-    """
-    if isinstance(source, str):
-        rows = "read_parquet('" + source.replace("'", "''") + "')"
-    else:
-        con.register("corpus_input", source)
-        rows = "corpus_input"
-    user, text = quote_ident(params.user_column), quote_ident(params.text_column)
-    con.execute(
-        f"""
-        CREATE OR REPLACE TABLE tokens AS
-        WITH posts AS (
-            SELECT {user} AS uid, row_number() OVER () AS post,
-                   {tokens_sql(params.tokenizer, f"CAST({text} AS VARCHAR)")} AS toks
-            FROM {rows} WHERE {where}
-        )
-        SELECT uid, post, unnest(generate_series(1, len(toks))) AS pos, unnest(toks) AS token FROM posts
-        """
-    )
-    if not isinstance(source, str):
-        con.unregister("corpus_input")
+# -- the k-gram ids -------------------------------------------------------------------------------------
 
 
-def positions(con: duckdb.DuckDBPyConnection, k: int, pruning: str) -> None:
-    """Table ``cand_k(uid, at, gram, last)``: the valid k-grams at every position, and their last
-    token (so the next level extends a gram without joining the whole token table again).
+class Encoding:
+    """The integer id of a valid k-gram (k >= 2), from the public released sets: its first k-1 tokens'
+    index in S_(k-1) times ``base``, plus the index of its last k-1 tokens in S_(k-1) (both-side
+    pruning; ``base`` = |S_(k-1)|) or of its last token in S_1 (single-side; ``base`` = |S_1|). Each
+    set is indexed in released (sorted) order, so every partition computes the same id for a gram
+    and the shares add up; the flow turns ids back into n-grams."""
 
-    ``at = post * stride + pos`` with a stride longer than any post: one integer key per position,
-    and at + 1 never lands in the next post. Level 1: every token. Both-side: the (k-1)-grams at
-    ``at`` and ``at + 1`` were released (``hits``). Single-side: the (k-1)-gram at ``at`` and the
-    word at ``at + k - 1`` were released.
-    """
-    if k == 1:  # a view: level 1 is the tokens themselves, no copy of the corpus
-        stride = con.execute("SELECT coalesce(max(pos), 0) + 1 FROM tokens").fetchall()[0][0]
-        con.execute(f"CREATE OR REPLACE VIEW cand_1 AS SELECT uid, post * {stride} + pos AS at, token AS gram, "
-                    "token AS last FROM tokens")  # fmt: skip
-        return
-    if pruning == "both":
-        sql = (
-            f"SELECT a.uid, a.at, a.gram || '{SEP}' || b.last AS gram, b.last FROM hits_{k - 1} a "
-            f"JOIN hits_{k - 1} b ON b.at = a.at + 1"
-        )
-    else:
-        sql = (
-            f"SELECT a.uid, a.at, a.gram || '{SEP}' || b.gram AS gram, b.gram AS last FROM hits_{k - 1} a "
-            f"JOIN hits_1 b ON b.at = a.at + {k - 1}"
-        )
-    con.execute(f"CREATE OR REPLACE TABLE cand_{k} AS {sql}")
+    def __init__(self, pruning: str, words: list[str], previous: list[str]):
+        if max(len(words), len(previous)) >= 2**31:
+            raise ValueError("more than 2^31 released n-grams of one length: their ids would overflow")
+        self.pruning, self.previous = pruning, np.asarray(previous, dtype=object)
+        ends = previous if pruning == "both" else words
+        self.base = len(ends)
+        self._index = {g: i for i, g in enumerate(previous)}
+        self._ends = {g: i for i, g in enumerate(ends)}
+        self._last = np.asarray([g.rpartition(SEP)[2] for g in ends], dtype=object)
 
+    def ids(self, grams: list[str]) -> np.ndarray:
+        """The ids of valid k-grams (n-grams one token longer than ``previous``)."""
+        out = np.empty(len(grams), dtype=np.int64)
+        for n, gram in enumerate(grams):
+            head = gram.rpartition(SEP)[0]
+            end = gram.partition(SEP)[2] if self.pruning == "both" else gram.rpartition(SEP)[2]
+            out[n] = self._index[head] * self.base + self._ends[end]
+        return out
 
-def mark(con: duckdb.DuckDBPyConnection, k: int) -> None:
-    """Table ``hits_k``: the positions of ``cand_k`` whose k-gram was released."""
-    con.execute(
-        f"CREATE OR REPLACE TABLE hits_{k} AS SELECT * FROM cand_{k} WHERE gram IN (SELECT gram FROM released WHERE n = {k})"
-    )
+    def grams(self, ids: np.ndarray) -> np.ndarray:
+        """The k-grams of ``ids`` (the inverse of ``ids``)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        return self.previous[ids // self.base] + SEP + self._last[ids % self.base]
 
 
-def entries_sql(grams_sql: str) -> str:
-    """Each user's contribution vector as rows (uid, gram, m): the user's distinct grams, at most
-    ``$cap`` of them (chosen by a hash keyed with ``$key``), m of them kept, each weighted w(m).
-    Only users over the cap are ranked: the others keep every gram, so most rows skip the sort."""
-    return f"""
-        WITH g AS (SELECT DISTINCT uid, gram FROM ({grams_sql})),
-        sized AS (SELECT uid, gram, count(*) OVER (PARTITION BY uid) AS total FROM g),
-        ranked AS (
-            SELECT uid, gram,
-                   row_number() OVER (PARTITION BY uid ORDER BY hash(uid, gram, $key::UBIGINT), gram) AS rk
-            FROM sized WHERE total > $cap
-        )
-        SELECT uid, gram, total AS m FROM sized WHERE total <= $cap
-        UNION ALL
-        SELECT uid, gram, $cap AS m FROM ranked WHERE rk <= $cap
-    """
+# -- a user's capped contribution, and the histogram ---------------------------------------------------------
 
 
-def histogram(con: duckdb.DuckDBPyConnection, grams_sql: str, cap: int, key: int, unit: float) -> pd.DataFrame:
-    """The weighted-Gaussian-policy histogram (gram, units) of the users' grams that ``grams_sql``
-    selects: each gram's users' weights w(m) summed in grid units, sorted by gram. On a partition, its
-    share: exact integers, so ``merge`` adds the shares to the histogram of all users, however many
-    partitions there were."""
-    return con.execute(
-        f"SELECT gram, CAST(sum(($w::BIGINT[])[m + 1]) AS BIGINT) AS units FROM ({entries_sql(grams_sql)}) "
-        "GROUP BY gram ORDER BY gram",
-        {"key": key, "cap": cap, "w": unit_weights(cap, unit).tolist()},
-    ).df()
+def contributions(con: duckdb.DuckDBPyConnection, users: np.ndarray, grams: np.ndarray, user_hash: np.ndarray, cap: int,
+                  key: int, names: pa.Array | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """Each user's contribution vector as (user, gram, m) arrays, from the occurrences ``users[i]``
+    holds ``grams[i]``: the user's distinct grams, at most ``cap`` of them, m = how many were kept (so
+    each is weighted w(m)). A user over the cap keeps the ``cap`` grams ranked first by a hash keyed
+    with ``key`` of (the user, the gram), ties broken by the gram: a choice that depends only on the
+    user's own grams. ``user_hash[u]`` is user u's hash; a gram is ranked by its id, or by its name
+    ``names[id]`` where ids are this partition's own (level 1's tokens), so that every partition
+    ranks alike."""
+    con.register("occurrences", pd.DataFrame({"u": users, "g": grams}, copy=False))
+    try:
+        pairs = con.execute("SELECT DISTINCT u, g FROM occurrences").fetchnumpy()
+    finally:
+        con.unregister("occurrences")
+    u, g = pairs["u"].astype(np.int64), pairs["g"].astype(np.int64)
+    m = np.bincount(u, minlength=len(user_hash))[u] if len(u) else np.zeros(0, np.int64)
+    over = m > cap
+    if not over.any():
+        return u, g, m
+    ranked = {"u": u[over], "h": user_hash[u[over]], "g": g[over]}
+    ranked["x"] = g[over] if names is None else names.take(pa.array(g[over]))
+    con.register("over", pa.table(ranked))
+    try:
+        kept = con.execute(
+            "SELECT u, g FROM (SELECT u, g, row_number() OVER (PARTITION BY u ORDER BY hash(h, x, $key::UBIGINT), x) AS rk "
+            "FROM over) WHERE rk <= $cap",
+            {"key": key, "cap": cap},
+        ).fetchnumpy()
+    finally:
+        con.unregister("over")
+    return (np.concatenate([u[~over], kept["u"]]), np.concatenate([g[~over], kept["g"]]),
+            np.concatenate([m[~over], np.full(len(kept["g"]), cap)]))  # fmt: skip
+
+
+def histogram(con: duckdb.DuckDBPyConnection, users: np.ndarray, grams: np.ndarray, user_hash: np.ndarray, cap: int,
+              key: int, unit: float, names: pa.Array | None = None) -> pd.DataFrame:  # fmt: skip
+    """The weighted-Gaussian-policy histogram (gram, units) of the occurrences: each gram's users'
+    weights w(m) (``contributions``) summed in grid units, sorted by gram (its name, with ``names``).
+    On a partition, its share: exact integers, so ``merge`` adds the shares to the histogram of all
+    users, however many partitions there were."""
+    _, g, m = contributions(con, users, grams, user_hash, cap, key, names)
+    con.register("entries", pd.DataFrame({"g": g, "w": unit_weights(cap, unit)[m]}, copy=False))
+    try:
+        hist = con.execute("SELECT g AS gram, CAST(sum(w) AS BIGINT) AS units FROM entries GROUP BY g ORDER BY g").df()
+    finally:
+        con.unregister("entries")
+    if names is not None:
+        hist["gram"] = names.take(pa.array(hist["gram"].to_numpy())).to_pandas()
+        hist = hist.sort_values("gram", ignore_index=True)
+    return hist
 
 
 def merge(parts: list[pd.DataFrame]) -> pd.DataFrame:
@@ -140,32 +147,99 @@ def merge(parts: list[pd.DataFrame]) -> pd.DataFrame:
         merged.close()
 
 
-def open_partition(spec: tuple[pd.DataFrame | str, Params, int, int]) -> duckdb.DuckDBPyConnection:
-    """One user partition's ``tokens`` in a scratch database of its own: the users with
-    hash(user) % parts = part (all of a user's posts, so the per-user cap applies within it), read
-    from the frame or, on a Dask worker, from the stored snapshot itself."""
+# -- one user partition --------------------------------------------------------------------------------------
+
+
+class Partition:
+    """One user partition's corpus, held where it was opened (a Dask worker, or the flow's process)
+    across the levels. Positions: every token of every post, the posts one after another with one
+    empty position after each, so no k-gram crosses a post. Per position: ``users`` (the user's index
+    in this partition, NONE between posts; ``user_ids[u]`` is user u's id and ``user_hash[u]`` its hash),
+    and after level k's marking ``hits`` (the index in S_k of the released k-gram that starts there, or
+    NONE)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, user_ids: np.ndarray, user_hash: np.ndarray, users: np.ndarray,
+                 tokens: np.ndarray, vocabulary: pa.Array):  # fmt: skip
+        self.con, self.user_ids, self.user_hash, self.users, self.k = con, user_ids, user_hash, users, 1
+        self.tokens, self.vocabulary = tokens, vocabulary  # level 1 only: each position's token id, and the tokens
+        self.hits = self.words = np.empty(0, np.int32)
+        self.pos, self.grams = np.empty(0, np.int64), np.empty(0, np.int64)  # the last level's candidates
+
+    def level(self, k: int, released: list[str] | np.ndarray, base: int, pruning: str, cap: int, key: int,
+              unit: float) -> pd.DataFrame:  # fmt: skip
+        """Level k: mark where the released (k-1)-grams start (``released``: S_1's words at level 2,
+        S_(k-1)'s ids after, each set in released order), find the valid k-grams with ids of ``base``
+        (``Encoding``), and return this partition's share of their ``histogram``."""
+        if k > 1:
+            self.advance(k, released, base, pruning)
+        users, grams, names = self.occurrences()
+        return histogram(self.con, users, grams, self.user_hash, cap, key, unit, names)
+
+    def advance(self, k: int, released: list[str] | np.ndarray, base: int, pruning: str) -> None:
+        """From level k-1 to level k: mark the released (k-1)-grams, then find the valid k-grams."""
+        self._mark(k - 1, released)
+        self.k = k
+        if pruning == "both":
+            self.words = np.empty(0, np.int32)  # only single-side pruning reads S_1's positions after level 2
+        shift, ends = (1, self.hits) if pruning == "both" else (k - 1, self.words)
+        self.pos = np.flatnonzero((self.hits[:-shift] != NONE) & (ends[shift:] != NONE))
+        self.grams = self.hits[self.pos].astype(np.int64) * base + ends[self.pos + shift]
+
+    def occurrences(self) -> tuple[np.ndarray, np.ndarray, pa.Array | None]:
+        """(user, gram) at every position where the current level has a candidate, and the grams' names
+        where their ids are this partition's own (level 1: token ids, named by ``vocabulary``)."""
+        if self.k == 1:
+            held = self.tokens != NONE
+            return self.users[held], self.tokens[held], self.vocabulary
+        return self.users[self.pos], self.grams, None
+
+    def _mark(self, k: int, released: list[str] | np.ndarray) -> None:
+        if k == 1:
+            index = pc.index_in(self.vocabulary, value_set=pa.array(released, pa.string())).fill_null(NONE)
+            lookup = np.append(index.to_numpy().astype(np.int32), np.int32(NONE))  # a NONE token maps to NONE
+            self.hits = self.words = lookup[self.tokens]
+            self.tokens, self.vocabulary = np.empty(0, np.int32), pa.array([], pa.string())  # level 1 is done
+            return
+        found = pd.Index(np.asarray(released, dtype=np.int64)).get_indexer(self.grams).astype(np.int32)
+        self.hits = np.full(len(self.users), NONE, np.int32)
+        self.hits[self.pos] = found
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def open_partition(spec: tuple[pd.DataFrame | str, Params, int, int]) -> Partition:
+    """One user partition's positions: the users with hash(user) % parts = part (all of a user's posts,
+    so the per-user cap applies within it), read from the frame or, on a Dask worker, from the stored
+    snapshot itself; tokenized in DuckDB."""
     source, params, parts, part = spec
     con = scratch()
     threads = parallel.worker_threads()
     if threads:  # a worker started with --nthreads 1 keeps DuckDB to one core too
         con.execute(f"SET threads = {threads}")
-    user = quote_ident(params.user_column)
-    corpus(con, source, params, f"hash({user}) % {parts} = {part}" if parts > 1 else "TRUE")
-    con.execute("CREATE TABLE released (gram VARCHAR, n INTEGER)")
-    return con
-
-
-def partition_level(con: duckdb.DuckDBPyConnection, k: int, previous: list[str], pruning: str, cap: int,
-                    key: int, unit: float) -> pd.DataFrame:  # fmt: skip
-    """Level k on one partition: mark where the released (k-1)-grams ``previous`` occur, build
-    ``cand_k``, and return its ``histogram`` (the only thing that leaves the partition)."""
-    if k > 1:
-        con.append("released", pd.DataFrame({"gram": previous, "n": k - 1}))
-        mark(con, k - 1)
-        con.execute(f"DROP {'VIEW' if k == 2 else 'TABLE'} cand_{k - 1}")
-        if k == 2:
-            con.execute("DROP TABLE tokens")  # hits_1 holds what later levels read; the working set shrinks
-        if k > 3:
-            con.execute(f"DROP TABLE hits_{k - 2}")  # hits_1 stays: single-side pruning reads it
-    positions(con, k, pruning)
-    return histogram(con, f"SELECT uid, gram FROM cand_{k}", cap, key, unit)
+    if isinstance(source, str):
+        rows = "read_parquet('" + source.replace("'", "''") + "')"
+    else:
+        con.register("corpus_input", source)
+        rows = "corpus_input"
+    user, text = quote_ident(params.user_column), quote_ident(params.text_column)
+    posts = con.sql(
+        f"SELECT {user} AS uid, hash({user}) AS uhash, {tokens_sql(params.tokenizer, f'CAST({text} AS VARCHAR)')} AS toks "
+        f"FROM {rows} WHERE {'TRUE' if parts == 1 else f'hash({user}) % {parts} = {part}'}"
+    ).to_arrow_table()
+    if not isinstance(source, str):
+        con.unregister("corpus_input")
+    toks = posts["toks"].combine_chunks()
+    lengths = pc.fill_null(pc.list_value_length(toks), 0).to_numpy().astype(np.int64)
+    words = pc.dictionary_encode(pc.list_flatten(toks))
+    codes, uniques = pd.factorize(posts["uid"].to_pandas(), use_na_sentinel=False)
+    user_hash = np.zeros(len(uniques), np.uint64)
+    user_hash[codes] = posts["uhash"].to_numpy()
+    ends = np.cumsum(lengths + 1) - 1  # each post is followed by one empty position
+    users = np.repeat(codes.astype(np.int32), lengths + 1)
+    users[ends] = NONE
+    tokens = np.full(len(users), NONE, np.int32)
+    held = np.ones(len(users), bool)
+    held[ends] = False
+    tokens[held] = words.indices.to_numpy()
+    return Partition(con, np.asarray(uniques), user_hash, users, tokens, words.dictionary)
