@@ -2,7 +2,7 @@
 
 ``partitioned(open_fn, specs)`` opens state that stays where it was opened between steps: DPNE's
 user partitions each read their own rows from the stored snapshot on a worker, keep their token
-tables there across levels, and send back only per-level aggregates; rows never travel from the
+positions there across levels, and send back only per-level aggregates; rows never travel from the
 flow. The operator chooses where that runs (``configured()``, from the process's environment): in
 this process (the default), a local Dask cluster of worker processes, or an existing scheduler's
 address. Results come back in input order, so a run under a test seed is identical wherever it
@@ -128,10 +128,10 @@ def configured() -> Iterator[None]:
 
 def local_cluster(n_workers: int) -> Any:
     """A Dask cluster of ``n_workers`` single-threaded worker processes on this host, lean for
-    partitions that count in DuckDB: no statistical profiler (it samples every thread's stack 100
-    times a second) and no Dask memory limit (DuckDB bounds each partition's memory itself, and a
-    worker that Dask paused or restarted would lose its partitions); idle, each worker then takes
-    about 1.5% of a core instead of 2.3–2.8% (bench/RESULTS.md)."""
+    partitions that hold their state between steps: no statistical profiler (it samples every
+    thread's stack 100 times a second) and no Dask memory limit (a worker that Dask paused or
+    restarted would lose its partitions); idle, each worker then takes about 1.5% of a core instead
+    of 2.3–2.8% (bench/RESULTS.md)."""
     import dask
     from distributed import LocalCluster
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
+import duckdb
 import numpy as np
 import pandas as pd
 import pytest
@@ -132,6 +133,22 @@ def test_bad_parameters(kw, message):
 
 
 # -- contributions and validity ------------------------------------------------------------------------
+
+
+def test_whitespace_tokens_are_the_regular_expression_split_on_whitespace():
+    """The whitespace tokenizer (translate, then split on spaces) against DuckDB's RE2 split on \\s+, on
+    every character up to U+3000 between two letters and on 20,000 random mixes of spaces, controls
+    and Unicode spaces (which are not \\s and so stay inside tokens)."""
+    rng = seeded(11)
+    alphabet = ["x", "y", " ", "\t", "\n", "\r", "\f", "\v", "\u00a0", "\u2003", "\x1c", "\x85", "\u3000"]
+    texts = [f"a{chr(c)}b" for c in range(1, 0x3001)]
+    texts += ["".join(rng.choice(alphabet, size=int(rng.integers(0, 13)))) for _ in range(20_000)]
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT unnest($texts::VARCHAR[]) AS text", {"texts": texts})
+    ours = con.execute(f"SELECT {dpne_counts.tokens_sql('whitespace', 'text')} FROM t").fetchall()
+    regex = con.execute("SELECT list_filter(string_split_regex(text, '\\s+'), lambda x: x <> '') FROM t").fetchall()
+    assert ours == regex
+    assert sum(len(r[0]) == 2 for r in ours[:0x3000]) == 5  # only tab, newline, form feed, return and space split "a?b"
 
 
 def _partition(frame: pd.DataFrame, p: dpne.Params, parts: int = 1, part: int = 0) -> dpne_counts.Partition:
