@@ -81,6 +81,8 @@ def test_finding_3_files_outside_the_data_root_are_neither_probed_nor_read(home,
 BAD = {  # spec changes (or mail damage) -> the one line the user must see
     "floor": ({"features": {"reduction": "hash", "dimension": 10_000}}, "user 1 sums 60 messages per round; each user needs at least 1000 for this feature map"),
     "map": ({"features": {"reduction": "hash", "dimension": 100_000}}, "no participation floor was measured for reduction 'hash' to 100000"),
+    "modulus": ({"features": {"modulus": 16384, "reduction": "hash", "dimension": 500}},
+                "no participation floor was measured for reduction 'hash' to 500 features of 4-grams mod 16384"),
     "df": ({"features": {"reduction": "df", "dimension": 500}}, "reduction 'df' builds the feature map from all users' pooled plaintext mail"),
     "key": ({"key_bits": 1024}, "key_bits: "),
     "users": ({"users": ["user-1.jsonl"]}, "users: List should have at least 2 items"),

@@ -125,7 +125,7 @@ def check(source: str, home: Path, resolve: Resolver = resolve_source) -> Inputs
         raise SpecError(f"the test file {spec.test!r} is also a user's mail file; evaluation mail must be separate.")
     sizes = [len(read_mail(p, name)[1]) for p, name in zip(users, spec.users)]
     read_mail(test, spec.test)
-    check_participation([len(block(n, spec.mode, spec.block_size, 0)) for n in sizes], floor(spec.features.reduction, spec.features.dimension))
+    check_participation([len(block(n, spec.mode, spec.block_size, 0)) for n in sizes], floor(spec.features.reduction, spec.features.dimension, spec.features.modulus))
     db = paths.database(home)
     used = (home / "spam" / spec.run_id).exists() or ((db.exists() or url()) and Ledger(db).status(spec.run_id) is not None)
     if used:

@@ -179,7 +179,7 @@ class Training:
     def setup(cls, inputs: Inputs) -> Training:
         t = time.perf_counter()
         spec = inputs.spec
-        least = floors.floor(spec.features.reduction, spec.features.dimension)
+        least = floors.floor(spec.features.reduction, spec.features.dimension, spec.features.modulus)
         if spec.features.reduction in F.DATA_DEPENDENT:  # test mode only (``spec.check`` refuses it otherwise)
             pooled = [F.grams(text, spec.features.modulus) for p in inputs.users for text in read_mail(p)[0]]
             reducer = F.fit(spec.features, pooled) if noise.test_mode() else None
@@ -282,7 +282,7 @@ class Training:
             "setup_seconds": self.setup_seconds,
             "key_bits": self.spec.key_bits,
             "features": {**self.spec.features.model_dump(), "data_dependent": self.spec.features.reduction in F.DATA_DEPENDENT},
-            "floor": floors.floor(self.spec.features.reduction, self.spec.features.dimension),
+            "floor": floors.floor(self.spec.features.reduction, self.spec.features.dimension, self.spec.features.modulus),
             "dp": dp.calibrate(self.spec.dp, len(self.sizes), self.spec.rounds, self.spec.quorum).public() if self.spec.dp else None,
             "threshold": self.spec.quorum,
             "left": [{"round": r.round, "user": name} for r in self.rounds for name in r.left],
