@@ -33,7 +33,7 @@ class SpamSpec(StrictParams):
     key_bits: int = Field(2048, ge=512, le=8192, description="Paillier modulus size: 2048 or more (3072 past 2030); less only in test mode")
     learning_rate: float = Field(1.5e-6, gt=0, le=10, description="η of the first-order-sigmoid rule (1.5e-6 for 10^4 hashed 4-grams)")
     rounds: int = Field(10, ge=1, le=10_000, description="gradient steps")
-    mode: Literal["batch", "online"] = Field("batch", description="batch: every message each round; online: each user's next block")
+    mode: Literal["batch", "online"] = Field("batch", description="batch: every message each round; online: each user's mail in whole blocks, one per round in turn")
     block_size: int = Field(1000, ge=1, le=1_000_000, description="online mode: messages per user per round")
     dp: DPParams | None = Field(None, description="differential privacy of what the server decrypts (core.spam.dp)")
     threshold: int | None = Field(None, ge=2, description="least users a round needs to complete; default a majority")
