@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -187,3 +189,46 @@ def test_outside_test_mode_nothing_is_trained_on_pooled_plaintext(home, tmp_path
     assert not {"auc_plain", "auc_plain_exact_sigmoid", "max_weight_gap"} & set(report)
     assert [r["max_gradient_gap"] for r in report["per_round"]] == [None]
     assert "plaintext" not in (home / "spam" / "r1" / "report.md").read_text().split("What the server learns")[0]
+
+
+def by_name(users: list[Path], test: Path, shown: str) -> None:
+    """Weakened: the check before review 27. Users were told apart by the names the spec gives (the names
+    were compared before this), the test file by its resolved path."""
+    if test in users:
+        raise UserError(f"the test file {shown!r} is also a user's mail file; evaluation mail must be separate.")
+
+
+@pytest.mark.parametrize("weakened", [False, True])
+def test_review27_one_mail_file_under_two_names_is_refused(home, test_mode, monkeypatch, weakened):
+    """A spec names user-1's file twice under different names: ``./user-1.jsonl``, a symbolic link and a
+    hard link inside the data root, or the test file as a hard link to it. Told apart by name, each
+    alias was accepted as another user holding the same file, and every message of it is summed twice
+    a round: a dp: run's neighbour (one message's label flipped) then moves the round sum by twice the
+    flip, 1.98 times the sensitivity the noise is calibrated for. Now each alias is refused."""
+    from core.spam import dp
+    from core.spam import spec as S
+    from tests.test_neighbours_spam import l2, rule
+
+    if weakened:
+        monkeypatch.setattr(S, "distinct", by_name)
+    root = home / "data"
+    write_mail(root / "mail")
+    (root / "mail" / "alias.jsonl").symlink_to(root / "mail" / "user-1.jsonl")
+    os.link(root / "mail" / "user-1.jsonl", root / "mail" / "hard.jsonl")
+    os.link(root / "mail" / "user-2.jsonl", root / "mail" / "eval.jsonl")
+    aliases = {"dot": {"users": ["user-1.jsonl", "./user-1.jsonl"]}, "symlink": {"users": ["user-1.jsonl", "alias.jsonl"]},
+               "hard link": {"users": ["user-1.jsonl", "hard.jsonl"]}, "test": {"test": "eval.jsonl"}}  # fmt: skip
+    said = {name: refusal(home, str(write_spec(root / "mail", f"{name}.yaml", **changes).relative_to(root)))
+            for name, changes in aliases.items()}  # fmt: skip
+    if not weakened:
+        twice = "the spam spec lists a user's mail file twice; each user holds its own file."
+        test = "the test file 'eval.jsonl' is also a user's mail file; evaluation mail must be separate."
+        assert said == {"dot": twice, "symlink": twice, "hard link": twice, "test": test}
+        return
+    assert set(said.values()) == {"accepted"}
+    inputs = check("mail/symlink.yaml", home)
+    assert inputs.users[0] == inputs.users[1]  # one file, trained on as two users' mail
+    noise = dp.calibrate(dp.DPParams(epsilon=1, delta=1e-6, max_features=4, radius=0.01), 2, 1)
+    x, w = np.array([1, 3, 5, 7]), np.zeros(10, dtype=np.int64)
+    flip = l2([2 * v for v in rule(x, 1, w, 10)], [2 * v for v in rule(x, -1, w, 10)])  # in both users' sums
+    assert flip == pytest.approx(1.98 * noise.l2, rel=1e-3) and flip > noise.l2

@@ -98,6 +98,17 @@ def mail_file(spec_path: Path, name: str, root: Path, resolve: Resolver = resolv
         raise type(exc)(f"user or test file {name!r}: {exc}") from None
 
 
+def distinct(users: list[Path], test: Path, shown: str) -> None:
+    """Each user holds its own file and the evaluation mail is none of them, compared as files (device and
+    inode), not names: ``./a.jsonl``, a symbolic or a hard link to a user's file is that file, and a file
+    listed twice has each of its messages summed twice a round (twice the sensitivity ``dp:`` is made for)."""
+    files = [(s.st_dev, s.st_ino) for s in (p.stat() for p in users)]
+    if len(set(files)) != len(files):
+        raise SpecError("the spam spec lists a user's mail file twice; each user holds its own file.")
+    if (test.stat().st_dev, test.stat().st_ino) in files:
+        raise SpecError(f"the test file {shown!r} is also a user's mail file; evaluation mail must be separate.")
+
+
 def check(source: str, home: Path, resolve: Resolver = resolve_source) -> Inputs:
     """Everything a training run needs, checked before anything starts or is charged: the spec and
     every mail file exist under the data root and parse, the users are distinct, each user's and the
@@ -121,8 +132,7 @@ def check(source: str, home: Path, resolve: Resolver = resolve_source) -> Inputs
         raise SpecError("the spam spec lists a user's mail file twice; each user holds its own file.")
     users = [mail_file(path, name, root, resolve) for name in spec.users]
     test = mail_file(path, spec.test, root, resolve)
-    if test in users:
-        raise SpecError(f"the test file {spec.test!r} is also a user's mail file; evaluation mail must be separate.")
+    distinct(users, test, spec.test)
     sizes = [len(read_mail(p, name)[1]) for p, name in zip(users, spec.users)]
     read_mail(test, spec.test)
     check_participation([len(block(n, spec.mode, spec.block_size, 0)) for n in sizes], floor(spec.features.reduction, spec.features.dimension, spec.features.modulus))
