@@ -52,7 +52,7 @@ def refusal(home: Path, source: str, resolve=None) -> str:
 
 
 @pytest.mark.parametrize("weakened", [False, True])
-def test_finding_3_files_outside_the_data_root_are_neither_probed_nor_read(home, test_mode, tmp_path, weakened):
+def test_finding_3_files_outside_the_data_root_are_neither_probed_nor_read(home, test_mode, tmp_path, monkeypatch, weakened):
     """An attacker who can only name a spec path probes files outside the data root (exists? YAML?
     which keys?) and points a user's mail at a JSON-lines file outside it. The unconfined resolver
     answers every probe differently and trains on the outside file; now each probe gets the same
@@ -66,6 +66,11 @@ def test_finding_3_files_outside_the_data_root_are_neither_probed_nor_read(home,
     write_spec(root / "mail", "leak.yaml", users=["user-1.jsonl", str(outside / "user-2.jsonl")])
     (root / "mail" / "link.yaml").symlink_to(outside / "secret.yaml")
     resolve = unconfined if weakened else None
+    if weakened:  # and the readers before review 27, which read any path they were given (test below)
+        from core.spam import mail as M
+
+        read = M.read_mail
+        monkeypatch.setattr(M, "read_mail", lambda path, shown=None, root=None: read(path, shown))
     probes = [refusal(home, str(outside / name), resolve) for name in ("secret.yaml", "notes.txt", "missing.yaml")]
     probes.append(refusal(home, "mail/link.yaml", resolve))
     if weakened:
@@ -232,3 +237,42 @@ def test_review27_one_mail_file_under_two_names_is_refused(home, test_mode, monk
     x, w = np.array([1, 3, 5, 7]), np.zeros(10, dtype=np.int64)
     flip = l2([2 * v for v in rule(x, 1, w, 10)], [2 * v for v in rule(x, -1, w, 10)])  # in both users' sums
     assert flip == pytest.approx(1.98 * noise.l2, rel=1e-3) and flip > noise.l2
+
+
+@pytest.mark.parametrize("weakened", [False, True])
+def test_review27_a_folder_swapped_for_a_link_after_the_check_leads_nowhere(home, test_mode, tmp_path, monkeypatch, weakened):
+    """The spec is checked (the flow's ``check``), and before the parties open their files (Prefect
+    starting, processes spawning: seconds) the mail folder is renamed and a symbolic link to a folder
+    outside the data root put in its place. The checked paths now lead outside: user-1's process
+    (``load_user``) read and trained on the outside mail, and the flow's reading of the evaluation
+    file described the outside file in its error. Now each reader checks the file it opened and
+    refuses anything but a regular file inside the data root, with one message naming nothing there."""
+    from core.spam import training
+
+    if weakened:  # the readers before review 27: by path, whatever the path now leads to
+        read = training.read_mail
+        monkeypatch.setattr(training, "read_mail", lambda path, shown=None, root=None: read(path, shown))
+    outside = tmp_path / "outside"
+    write_mail(outside, messages=70)
+    (outside / "test.jsonl").write_text('{"text": "a", "label": "ham"}\n{"secret": 1}\n')
+    root = home / "data"
+    write_mail(root / "mail")
+    inputs = check(str(write_spec(root / "mail").relative_to(root)), home)
+    (root / "mail").rename(root / "was")
+    (root / "mail").symlink_to(outside, target_is_directory=True)
+    features = {"modulus": 1_000_000, "reduction": "hash", "dimension": 500, "seed": 0}
+    if weakened:
+        assert len(training.load_user("user-1", inputs.users[0], features, None, root=inputs.root)) == 70  # the outside mail
+        with pytest.raises(UserError, match="test.jsonl line 2: each line needs 'text'"):
+            training.Training.setup(inputs)
+        return
+    said = "must be a regular file inside the data root " + repr(str(root.resolve())) + "; nothing outside it is read."
+    with pytest.raises(UserError) as refused:
+        training.load_user("user-1", inputs.users[0], features, None, root=inputs.root)
+    assert str(refused.value) == "mail file 'user-1.jsonl' " + said
+    with pytest.raises(UserError) as refused:
+        training.Training.setup(inputs)
+    assert str(refused.value) == "mail file 'test.jsonl' " + said
+    (root / "mail").unlink()
+    (root / "was").rename(root / "mail")  # the folder back: read as checked
+    assert len(training.load_user("user-1", inputs.users[0], features, None, root=inputs.root)) == 60

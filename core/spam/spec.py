@@ -74,6 +74,7 @@ class Inputs:
     users: list[Path]
     test: Path
     sizes: list[int]
+    root: Path | None = None  # the data root: each reader checks that the file it opened lies inside it
 
 
 def load_spec(source: str, root: Path, resolve: Resolver = resolve_source) -> tuple[SpamSpec, Path]:
@@ -133,8 +134,8 @@ def check(source: str, home: Path, resolve: Resolver = resolve_source) -> Inputs
     users = [mail_file(path, name, root, resolve) for name in spec.users]
     test = mail_file(path, spec.test, root, resolve)
     distinct(users, test, spec.test)
-    sizes = [len(read_mail(p, name)[1]) for p, name in zip(users, spec.users)]
-    read_mail(test, spec.test)
+    sizes = [len(read_mail(p, name, root)[1]) for p, name in zip(users, spec.users)]
+    read_mail(test, spec.test, root)
     check_participation([len(block(n, spec.mode, spec.block_size, 0)) for n in sizes], floor(spec.features.reduction, spec.features.dimension, spec.features.modulus))
     db = paths.database(home)
     used = (home / "spam" / spec.run_id).exists() or ((db.exists() or url()) and Ledger(db).status(spec.run_id) is not None)
@@ -149,4 +150,4 @@ def check(source: str, home: Path, resolve: Resolver = resolve_source) -> Inputs
             raise BudgetError(f"dataset {DP_LEDGER_DATASET!r} has no privacy budget, so a DP release is refused; set one "
                               f"with: privrelease ledger set-budget {DP_LEDGER_DATASET} --epsilon E --delta D")  # fmt: skip
         Ledger(db).admit(DP_LEDGER_DATASET, cost.cost.budget, cost.detail)
-    return Inputs(spec, path, users, test, sizes)
+    return Inputs(spec, path, users, test, sizes, root)

@@ -96,9 +96,9 @@ def exact_gradient(x: list[np.ndarray], y: np.ndarray, w: np.ndarray) -> np.ndar
 
 
 def load_user(name: str, path: Path, params: dict, keep: np.ndarray | None, floor: int = 1,
-              noise: dict | None = None, threshold: int | None = None) -> User:  # fmt: skip
-    """A user party, built inside its own process from its own mail file."""
-    texts, labels = read_mail(path)
+              noise: dict | None = None, threshold: int | None = None, root: Path | None = None) -> User:  # fmt: skip
+    """A user party, built inside its own process from its own mail file (which must lie in ``root``)."""
+    texts, labels = read_mail(path, root=root)
     reducer = F.Reducer(F.FeatureParams.model_validate(params), keep)
     return User(name, [reducer.apply(F.grams(t, reducer.params.modulus)) for t in texts], labels, floor, noise, threshold)
 
@@ -187,7 +187,7 @@ class Training:
                 raise SpecError(f"reduction {spec.features.reduction!r} needs pooled plaintext mail: test mode only.")
         else:
             reducer = F.fit(spec.features)
-        test_texts, test_y = read_mail(inputs.test)
+        test_texts, test_y = read_mail(inputs.test, root=inputs.root)
         test_x = [reducer.apply(F.grams(text, spec.features.modulus)) for text in test_texts]
         if spec.dp is not None:  # scored as the users' messages are bounded
             test_x = [dp.cap(x, spec.dp.max_features, spec.features.seed) for x in test_x]
@@ -202,7 +202,7 @@ class Training:
         try:
             for k, path in enumerate(inputs.users):
                 users.append(parties.Remote(f"user-{k + 1}", load_user, f"user-{k + 1}", path, spec.features.model_dump(),
-                                            reducer.keep, least, share, spec.quorum, timeout=spec.timeout))  # fmt: skip
+                                            reducer.keep, least, share, spec.quorum, inputs.root, timeout=spec.timeout))  # fmt: skip
             channel = Channel()
             parties.setup(server, users, channel)
             server.call("precompute")  # the first round's r^n: offline, counted in the setup time
