@@ -170,14 +170,25 @@ sys.addaudithook(_audit)
 
 def test_outside_test_mode_nothing_is_trained_on_pooled_plaintext(home, tmp_path):
     """Finding 4: a real run (2048-bit key, not test mode) builds no plaintext twin. This process
-    (the flow's) opens no user's mail file (only the evaluation file), and the report holds the
+    (the flow's) reads each user's mail file only in ``check``, and keeps only the counts (review 27:
+    the README said it opened only the evaluation file, and this test began watching after the check);
+    the training opens no user's mail file (only the evaluation file), and the report holds the
     server's model's AUC and public values, no AUC or weight of a model trained on pooled mail."""
     global OPENED
+    from dataclasses import fields
+
     from core.spam.training import Training
 
     root = home / "data"
     write_mail(root / "mail", messages=50)
-    inputs = check(str(write_spec(root / "mail", dimension=500, rounds=1).relative_to(root)), home)
+    OPENED = []
+    try:
+        inputs = check(str(write_spec(root / "mail", dimension=500, rounds=1).relative_to(root)), home)
+        checked = set(OPENED)
+    finally:
+        OPENED = None
+    assert {str(p) for p in inputs.users} <= checked and inputs.sizes == [50, 50]
+    assert {f.name for f in fields(inputs)} == {"spec", "path", "users", "test", "sizes", "root"}  # paths and counts
     OPENED = []
     try:
         training = Training.setup(inputs)
