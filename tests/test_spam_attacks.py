@@ -293,3 +293,53 @@ def test_finding_2_a_colluding_user_and_the_server_expose_a_small_user(test_mode
     victims = [int(v) for v in np.array(total, dtype=object) - contribution(cx, cy, w_int)]
     truth = {(frozenset(xi.tolist()), int(yi), yi * w_int[xi].sum() / 2.0**W_BITS) for xi, yi in zip(x, y)}
     assert set(recover(victims, w_int)) == truth  # all three messages, exactly
+
+
+# -- review 27: a floor blind to the 4-gram modulus ---------------------------------------------------------
+
+
+@functools.cache
+def spamassassin_texts() -> tuple[tuple[str, ...], np.ndarray]:
+    """The texts and labels of ``spamassassin_round``'s 2000 messages."""
+    texts, labels = read_mail(real_data("spamassassin/spamassassin.jsonl.gz"))
+    chosen = np.random.default_rng(0).choice(len(texts), 2000, replace=False)
+    return tuple(texts[i] for i in chosen), labels[chosen]
+
+
+def old_floor(reduction: str, dimension: int, modulus: int) -> int:
+    """Weakened: the floor before review 27, keyed on (reduction, dimension) whatever the modulus."""
+    return floors.MEASURED[(reduction, dimension)]
+
+
+@pytest.mark.parametrize("weakened", [False, True])
+def test_review27_a_modulus_the_floor_was_not_measured_for_shows_labels(monkeypatch, weakened):
+    """A spec may set the 4-gram modulus. Hashing 4-grams mod 2^14 to 10^4 features keeps mostly their
+    last two bytes (x mod 2^14 mod 10^4), not the measured x mod 10^6 mod 10^4 = x mod 10^4. The floor
+    keyed on (hash, 10^4) admitted it at 1000 messages per user, and in round 0 of two such users'
+    SpamAssassin mail the server reads the label of every message owning a feature off the sum it
+    decrypts (86 of the round's 2000, every label right). Now the map is refused outside test mode,
+    and at the measured modulus no label shows."""
+    monkeypatch.delenv("PRIVRELEASE_TEST_MODE", raising=False)
+    texts, labels = spamassassin_texts()
+
+    def labels_read(modulus: int, blocks: list[int]) -> tuple[int, int]:
+        reducer = F.Reducer(F.FeatureParams(modulus=modulus, dimension=10_000))
+        x = [reducer.apply(F.grams(t, modulus)) for t in texts[: sum(blocks)]]
+        y = labels[: sum(blocks)]
+        g = plain_gradient(x, y, np.zeros(10_000))  # what the server decrypts in round 0
+        counts = np.bincount(np.concatenate(x), minlength=10_000)
+        own = [xi[counts[xi] == 1] for xi in x]
+        read = [(o[0], yi) for o, yi in zip(own, y) if o.size]
+        return len(read), sum(int(np.sign(g[j]) == yi) for j, yi in read)
+
+    if weakened:
+        least = old_floor("hash", 10_000, 2**14)
+        P.check_participation([least, least], least)  # admitted, as the measured map's floor
+        read, right = labels_read(2**14, [least, least])
+        assert read > 50 and right == read  # 86 of the round's 2000 labels, every one right
+    else:
+        with pytest.raises(ParameterError, match="no participation floor was measured for reduction 'hash' to 10000 features of 4-grams mod 16384"):
+            floors.floor("hash", 10_000, 2**14)
+        least = floors.floor("hash", 10_000, 1_000_000)
+        assert least == floors.floor("hash", 10_000) == 1000
+        assert labels_read(1_000_000, [least, least]) == (0, 0)

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -50,7 +52,7 @@ def refusal(home: Path, source: str, resolve=None) -> str:
 
 
 @pytest.mark.parametrize("weakened", [False, True])
-def test_finding_3_files_outside_the_data_root_are_neither_probed_nor_read(home, test_mode, tmp_path, weakened):
+def test_finding_3_files_outside_the_data_root_are_neither_probed_nor_read(home, test_mode, tmp_path, monkeypatch, weakened):
     """An attacker who can only name a spec path probes files outside the data root (exists? YAML?
     which keys?) and points a user's mail at a JSON-lines file outside it. The unconfined resolver
     answers every probe differently and trains on the outside file; now each probe gets the same
@@ -64,6 +66,11 @@ def test_finding_3_files_outside_the_data_root_are_neither_probed_nor_read(home,
     write_spec(root / "mail", "leak.yaml", users=["user-1.jsonl", str(outside / "user-2.jsonl")])
     (root / "mail" / "link.yaml").symlink_to(outside / "secret.yaml")
     resolve = unconfined if weakened else None
+    if weakened:  # and the readers before review 27, which read any path they were given (test below)
+        from core.spam import mail as M
+
+        read = M.read_mail
+        monkeypatch.setattr(M, "read_mail", lambda path, shown=None, root=None: read(path, shown))
     probes = [refusal(home, str(outside / name), resolve) for name in ("secret.yaml", "notes.txt", "missing.yaml")]
     probes.append(refusal(home, "mail/link.yaml", resolve))
     if weakened:
@@ -81,6 +88,8 @@ def test_finding_3_files_outside_the_data_root_are_neither_probed_nor_read(home,
 BAD = {  # spec changes (or mail damage) -> the one line the user must see
     "floor": ({"features": {"reduction": "hash", "dimension": 10_000}}, "user 1 sums 60 messages per round; each user needs at least 1000 for this feature map"),
     "map": ({"features": {"reduction": "hash", "dimension": 100_000}}, "no participation floor was measured for reduction 'hash' to 100000"),
+    "modulus": ({"features": {"modulus": 16384, "reduction": "hash", "dimension": 500}},
+                "no participation floor was measured for reduction 'hash' to 500 features of 4-grams mod 16384"),
     "df": ({"features": {"reduction": "df", "dimension": 500}}, "reduction 'df' builds the feature map from all users' pooled plaintext mail"),
     "key": ({"key_bits": 1024}, "key_bits: "),
     "users": ({"users": ["user-1.jsonl"]}, "users: List should have at least 2 items"),
@@ -161,14 +170,25 @@ sys.addaudithook(_audit)
 
 def test_outside_test_mode_nothing_is_trained_on_pooled_plaintext(home, tmp_path):
     """Finding 4: a real run (2048-bit key, not test mode) builds no plaintext twin. This process
-    (the flow's) opens no user's mail file (only the evaluation file), and the report holds the
+    (the flow's) reads each user's mail file only in ``check``, and keeps only the counts (review 27:
+    the README said it opened only the evaluation file, and this test began watching after the check);
+    the training opens no user's mail file (only the evaluation file), and the report holds the
     server's model's AUC and public values, no AUC or weight of a model trained on pooled mail."""
     global OPENED
+    from dataclasses import fields
+
     from core.spam.training import Training
 
     root = home / "data"
     write_mail(root / "mail", messages=50)
-    inputs = check(str(write_spec(root / "mail", dimension=500, rounds=1).relative_to(root)), home)
+    OPENED = []
+    try:
+        inputs = check(str(write_spec(root / "mail", dimension=500, rounds=1).relative_to(root)), home)
+        checked = set(OPENED)
+    finally:
+        OPENED = None
+    assert {str(p) for p in inputs.users} <= checked and inputs.sizes == [50, 50]
+    assert {f.name for f in fields(inputs)} == {"spec", "path", "users", "test", "sizes", "root"}  # paths and counts
     OPENED = []
     try:
         training = Training.setup(inputs)
@@ -185,3 +205,85 @@ def test_outside_test_mode_nothing_is_trained_on_pooled_plaintext(home, tmp_path
     assert not {"auc_plain", "auc_plain_exact_sigmoid", "max_weight_gap"} & set(report)
     assert [r["max_gradient_gap"] for r in report["per_round"]] == [None]
     assert "plaintext" not in (home / "spam" / "r1" / "report.md").read_text().split("What the server learns")[0]
+
+
+def by_name(users: list[Path], test: Path, shown: str) -> None:
+    """Weakened: the check before review 27. Users were told apart by the names the spec gives (the names
+    were compared before this), the test file by its resolved path."""
+    if test in users:
+        raise UserError(f"the test file {shown!r} is also a user's mail file; evaluation mail must be separate.")
+
+
+@pytest.mark.parametrize("weakened", [False, True])
+def test_review27_one_mail_file_under_two_names_is_refused(home, test_mode, monkeypatch, weakened):
+    """A spec names user-1's file twice under different names: ``./user-1.jsonl``, a symbolic link and a
+    hard link inside the data root, or the test file as a hard link to it. Told apart by name, each
+    alias was accepted as another user holding the same file, and every message of it is summed twice
+    a round: a dp: run's neighbour (one message's label flipped) then moves the round sum by twice the
+    flip, 1.98 times the sensitivity the noise is calibrated for. Now each alias is refused."""
+    from core.spam import dp
+    from core.spam import spec as S
+    from tests.test_neighbours_spam import l2, rule
+
+    if weakened:
+        monkeypatch.setattr(S, "distinct", by_name)
+    root = home / "data"
+    write_mail(root / "mail")
+    (root / "mail" / "alias.jsonl").symlink_to(root / "mail" / "user-1.jsonl")
+    os.link(root / "mail" / "user-1.jsonl", root / "mail" / "hard.jsonl")
+    os.link(root / "mail" / "user-2.jsonl", root / "mail" / "eval.jsonl")
+    aliases = {"dot": {"users": ["user-1.jsonl", "./user-1.jsonl"]}, "symlink": {"users": ["user-1.jsonl", "alias.jsonl"]},
+               "hard link": {"users": ["user-1.jsonl", "hard.jsonl"]}, "test": {"test": "eval.jsonl"}}  # fmt: skip
+    said = {name: refusal(home, str(write_spec(root / "mail", f"{name}.yaml", **changes).relative_to(root)))
+            for name, changes in aliases.items()}  # fmt: skip
+    if not weakened:
+        twice = "the spam spec lists a user's mail file twice; each user holds its own file."
+        test = "the test file 'eval.jsonl' is also a user's mail file; evaluation mail must be separate."
+        assert said == {"dot": twice, "symlink": twice, "hard link": twice, "test": test}
+        return
+    assert set(said.values()) == {"accepted"}
+    inputs = check("mail/symlink.yaml", home)
+    assert inputs.users[0] == inputs.users[1]  # one file, trained on as two users' mail
+    noise = dp.calibrate(dp.DPParams(epsilon=1, delta=1e-6, max_features=4, radius=0.01), 2, 1)
+    x, w = np.array([1, 3, 5, 7]), np.zeros(10, dtype=np.int64)
+    flip = l2([2 * v for v in rule(x, 1, w, 10)], [2 * v for v in rule(x, -1, w, 10)])  # in both users' sums
+    assert flip == pytest.approx(1.98 * noise.l2, rel=1e-3) and flip > noise.l2
+
+
+@pytest.mark.parametrize("weakened", [False, True])
+def test_review27_a_folder_swapped_for_a_link_after_the_check_leads_nowhere(home, test_mode, tmp_path, monkeypatch, weakened):
+    """The spec is checked (the flow's ``check``), and before the parties open their files (Prefect
+    starting, processes spawning: seconds) the mail folder is renamed and a symbolic link to a folder
+    outside the data root put in its place. The checked paths now lead outside: user-1's process
+    (``load_user``) read and trained on the outside mail, and the flow's reading of the evaluation
+    file described the outside file in its error. Now each reader checks the file it opened and
+    refuses anything but a regular file inside the data root, with one message naming nothing there."""
+    from core.spam import training
+
+    if weakened:  # the readers before review 27: by path, whatever the path now leads to
+        read = training.read_mail
+        monkeypatch.setattr(training, "read_mail", lambda path, shown=None, root=None: read(path, shown))
+    outside = tmp_path / "outside"
+    write_mail(outside, messages=70)
+    (outside / "test.jsonl").write_text('{"text": "a", "label": "ham"}\n{"secret": 1}\n')
+    root = home / "data"
+    write_mail(root / "mail")
+    inputs = check(str(write_spec(root / "mail").relative_to(root)), home)
+    (root / "mail").rename(root / "was")
+    (root / "mail").symlink_to(outside, target_is_directory=True)
+    features = {"modulus": 1_000_000, "reduction": "hash", "dimension": 500, "seed": 0}
+    if weakened:
+        assert len(training.load_user("user-1", inputs.users[0], features, None, root=inputs.root)) == 70  # the outside mail
+        with pytest.raises(UserError, match="test.jsonl line 2: each line needs 'text'"):
+            training.Training.setup(inputs)
+        return
+    said = "must be a regular file inside the data root " + repr(str(root.resolve())) + "; nothing outside it is read."
+    with pytest.raises(UserError) as refused:
+        training.load_user("user-1", inputs.users[0], features, None, root=inputs.root)
+    assert str(refused.value) == "mail file 'user-1.jsonl' " + said
+    with pytest.raises(UserError) as refused:
+        training.Training.setup(inputs)
+    assert str(refused.value) == "mail file 'test.jsonl' " + said
+    (root / "mail").unlink()
+    (root / "was").rename(root / "mail")  # the folder back: read as checked
+    assert len(training.load_user("user-1", inputs.users[0], features, None, root=inputs.root)) == 60

@@ -22,9 +22,10 @@ from core.errors import ParameterError
 
 MIN_USERS = 2
 DRAWS = 5  # random SpamAssassin rounds per (map, size) in the measurement
+MODULUS = 1_000_000  # every measured map hashes byte 4-grams mod 10^6 first: another modulus is another map
 
-# (reduction, dimension) -> smallest measured round size at which no message of any draw held a
-# feature of its own; bench/bench_spam_exposure.py prints the table behind these numbers.
+# (reduction, dimension) of 4-grams mod MODULUS -> smallest measured round size at which no message of
+# any draw held a feature of its own; bench/bench_spam_exposure.py prints the table behind these numbers.
 # Made non-decreasing in the dimension (5000 measured clean from 100, 2000 only from 200). Maps
 # with no clean measured size (hash to 4096 or to 10^5: exposed messages even at 2000) are absent.
 MEASURED: dict[tuple[str, int], int] = {
@@ -37,15 +38,18 @@ MEASURED: dict[tuple[str, int], int] = {
 }
 
 
-def floor(reduction: str, dimension: int) -> int:
-    """The least number of messages each user must sum per round for this feature map."""
+def floor(reduction: str, dimension: int, modulus: int = MODULUS) -> int:
+    """The least number of messages each user must sum per round for this feature map (4-grams mod
+    ``modulus``, then the reduction: x mod 2^14 mod 10^4 keeps mostly the last two bytes, and is not
+    the measured x mod 10^6 mod 10^4)."""
     if noise.test_mode():
         return 1
-    if (reduction, dimension) not in MEASURED:
+    if (reduction, dimension) not in MEASURED or modulus != MODULUS:
         maps = ", ".join(f"{r} to {d} ({f} messages per user)" for (r, d), f in sorted(MEASURED.items()))
         raise ParameterError(
-            f"no participation floor was measured for reduction {reduction!r} to {dimension} features, so the "
-            f"messages whose features no other message shares cannot be bounded; use a measured feature map: {maps}."
+            f"no participation floor was measured for reduction {reduction!r} to {dimension} features of 4-grams mod "
+            f"{modulus}, so the messages whose features no other message shares cannot be bounded; use a measured "
+            f"feature map (modulus {MODULUS}): {maps}."
         )
     return MEASURED[(reduction, dimension)]
 

@@ -61,11 +61,12 @@ def clamp_l1(w: np.ndarray) -> np.ndarray:
 
 
 def block(size: int, mode: str, block_size: int, round_: int) -> np.ndarray:
-    """Which of a user's ``size`` messages take part in a round (public: sizes and schedule only)."""
+    """Which of a user's ``size`` messages take part in a round (public: sizes and schedule only). Online: whole
+    blocks of min(block_size, size) in turn, a last partial one left out, so two rounds' blocks are equal or disjoint."""
     if mode == "batch":
         return np.arange(size)
     take = min(block_size, size)
-    return (round_ * take + np.arange(take)) % size
+    return (round_ % (size // take)) * take + np.arange(take)
 
 
 # -- messages on the wire ------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ class SpamSpec(StrictParams):
     key_bits: int = Field(2048, ge=512, le=8192, description="Paillier modulus size: 2048 or more (3072 past 2030); less only in test mode")
     learning_rate: float = Field(1.5e-6, gt=0, le=10, description="η of the first-order-sigmoid rule (1.5e-6 for 10^4 hashed 4-grams)")
     rounds: int = Field(10, ge=1, le=10_000, description="gradient steps")
-    mode: Literal["batch", "online"] = Field("batch", description="batch: every message each round; online: each user's next block")
+    mode: Literal["batch", "online"] = Field("batch", description="batch: every message each round; online: each user's mail in whole blocks, one per round in turn")
     block_size: int = Field(1000, ge=1, le=1_000_000, description="online mode: messages per user per round")
     dp: DPParams | None = Field(None, description="differential privacy of what the server decrypts (core.spam.dp)")
     threshold: int | None = Field(None, ge=2, description="least users a round needs to complete; default a majority")
@@ -74,6 +74,7 @@ class Inputs:
     users: list[Path]
     test: Path
     sizes: list[int]
+    root: Path | None = None  # the data root: each reader checks that the file it opened lies inside it
 
 
 def load_spec(source: str, root: Path, resolve: Resolver = resolve_source) -> tuple[SpamSpec, Path]:
@@ -96,6 +97,17 @@ def mail_file(spec_path: Path, name: str, root: Path, resolve: Resolver = resolv
         return resolve(os.path.relpath(spec_path.parent / name, root), root, "the mail file")
     except UserError as exc:
         raise type(exc)(f"user or test file {name!r}: {exc}") from None
+
+
+def distinct(users: list[Path], test: Path, shown: str) -> None:
+    """Each user holds its own file and the evaluation mail is none of them, compared as files (device and
+    inode), not names: ``./a.jsonl``, a symbolic or a hard link to a user's file is that file, and a file
+    listed twice has each of its messages summed twice a round (twice the sensitivity ``dp:`` is made for)."""
+    files = [(s.st_dev, s.st_ino) for s in (p.stat() for p in users)]
+    if len(set(files)) != len(files):
+        raise SpecError("the spam spec lists a user's mail file twice; each user holds its own file.")
+    if (test.stat().st_dev, test.stat().st_ino) in files:
+        raise SpecError(f"the test file {shown!r} is also a user's mail file; evaluation mail must be separate.")
 
 
 def check(source: str, home: Path, resolve: Resolver = resolve_source) -> Inputs:
@@ -121,11 +133,10 @@ def check(source: str, home: Path, resolve: Resolver = resolve_source) -> Inputs
         raise SpecError("the spam spec lists a user's mail file twice; each user holds its own file.")
     users = [mail_file(path, name, root, resolve) for name in spec.users]
     test = mail_file(path, spec.test, root, resolve)
-    if test in users:
-        raise SpecError(f"the test file {spec.test!r} is also a user's mail file; evaluation mail must be separate.")
-    sizes = [len(read_mail(p, name)[1]) for p, name in zip(users, spec.users)]
-    read_mail(test, spec.test)
-    check_participation([len(block(n, spec.mode, spec.block_size, 0)) for n in sizes], floor(spec.features.reduction, spec.features.dimension))
+    distinct(users, test, spec.test)
+    sizes = [len(read_mail(p, name, root)[1]) for p, name in zip(users, spec.users)]
+    read_mail(test, spec.test, root)
+    check_participation([len(block(n, spec.mode, spec.block_size, 0)) for n in sizes], floor(spec.features.reduction, spec.features.dimension, spec.features.modulus))
     db = paths.database(home)
     used = (home / "spam" / spec.run_id).exists() or ((db.exists() or url()) and Ledger(db).status(spec.run_id) is not None)
     if used:
@@ -139,4 +150,4 @@ def check(source: str, home: Path, resolve: Resolver = resolve_source) -> Inputs
             raise BudgetError(f"dataset {DP_LEDGER_DATASET!r} has no privacy budget, so a DP release is refused; set one "
                               f"with: privrelease ledger set-budget {DP_LEDGER_DATASET} --epsilon E --delta D")  # fmt: skip
         Ledger(db).admit(DP_LEDGER_DATASET, cost.cost.budget, cost.detail)
-    return Inputs(spec, path, users, test, sizes)
+    return Inputs(spec, path, users, test, sizes, root)

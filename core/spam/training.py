@@ -96,9 +96,9 @@ def exact_gradient(x: list[np.ndarray], y: np.ndarray, w: np.ndarray) -> np.ndar
 
 
 def load_user(name: str, path: Path, params: dict, keep: np.ndarray | None, floor: int = 1,
-              noise: dict | None = None, threshold: int | None = None) -> User:  # fmt: skip
-    """A user party, built inside its own process from its own mail file."""
-    texts, labels = read_mail(path)
+              noise: dict | None = None, threshold: int | None = None, root: Path | None = None) -> User:  # fmt: skip
+    """A user party, built inside its own process from its own mail file (which must lie in ``root``)."""
+    texts, labels = read_mail(path, root=root)
     reducer = F.Reducer(F.FeatureParams.model_validate(params), keep)
     return User(name, [reducer.apply(F.grams(t, reducer.params.modulus)) for t in texts], labels, floor, noise, threshold)
 
@@ -179,7 +179,7 @@ class Training:
     def setup(cls, inputs: Inputs) -> Training:
         t = time.perf_counter()
         spec = inputs.spec
-        least = floors.floor(spec.features.reduction, spec.features.dimension)
+        least = floors.floor(spec.features.reduction, spec.features.dimension, spec.features.modulus)
         if spec.features.reduction in F.DATA_DEPENDENT:  # test mode only (``spec.check`` refuses it otherwise)
             pooled = [F.grams(text, spec.features.modulus) for p in inputs.users for text in read_mail(p)[0]]
             reducer = F.fit(spec.features, pooled) if noise.test_mode() else None
@@ -187,7 +187,7 @@ class Training:
                 raise SpecError(f"reduction {spec.features.reduction!r} needs pooled plaintext mail: test mode only.")
         else:
             reducer = F.fit(spec.features)
-        test_texts, test_y = read_mail(inputs.test)
+        test_texts, test_y = read_mail(inputs.test, root=inputs.root)
         test_x = [reducer.apply(F.grams(text, spec.features.modulus)) for text in test_texts]
         if spec.dp is not None:  # scored as the users' messages are bounded
             test_x = [dp.cap(x, spec.dp.max_features, spec.features.seed) for x in test_x]
@@ -202,7 +202,7 @@ class Training:
         try:
             for k, path in enumerate(inputs.users):
                 users.append(parties.Remote(f"user-{k + 1}", load_user, f"user-{k + 1}", path, spec.features.model_dump(),
-                                            reducer.keep, least, share, spec.quorum, timeout=spec.timeout))  # fmt: skip
+                                            reducer.keep, least, share, spec.quorum, inputs.root, timeout=spec.timeout))  # fmt: skip
             channel = Channel()
             parties.setup(server, users, channel)
             server.call("precompute")  # the first round's r^n: offline, counted in the setup time
@@ -282,7 +282,7 @@ class Training:
             "setup_seconds": self.setup_seconds,
             "key_bits": self.spec.key_bits,
             "features": {**self.spec.features.model_dump(), "data_dependent": self.spec.features.reduction in F.DATA_DEPENDENT},
-            "floor": floors.floor(self.spec.features.reduction, self.spec.features.dimension),
+            "floor": floors.floor(self.spec.features.reduction, self.spec.features.dimension, self.spec.features.modulus),
             "dp": dp.calibrate(self.spec.dp, len(self.sizes), self.spec.rounds, self.spec.quorum).public() if self.spec.dp else None,
             "threshold": self.spec.quorum,
             "left": [{"round": r.round, "user": name} for r in self.rounds for name in r.left],
