@@ -120,9 +120,12 @@ def data_root(home: Path) -> Path:
 
 def resolve_source(source: str, root: Path, what: str = "--source") -> Path:
     """The source path inside the data root; anything outside it, also through symlinks, is refused
-    with one message whatever is there (so the refusal tells nothing about files outside the root)."""
-    path = (root / source).resolve()
-    if not path.is_relative_to(root):
+    with one message whatever is there (so the refusal tells nothing about files outside the root).
+    The path is read as written first (``..`` taken lexically, never after a symbolic link), so
+    ``link/../x`` or ``/proc/self/fd/3/..`` cannot tell where a link outside the root points."""
+    written = Path(os.path.normpath(root / source))
+    path = written.resolve()
+    if not written.is_relative_to(root) or not path.is_relative_to(root):
         raise SpecError(
             f"{what} must lie inside the data root {str(root)!r} (set {DATA_ROOT_ENV} to change it); "
             "paths outside it, also through symbolic links, are refused."

@@ -161,9 +161,10 @@ def cmd_spam_train(args: argparse.Namespace, root: Path) -> int:
 
 def cmd_spam_classify(args: argparse.Namespace, root: Path) -> int:
     from core.errors import SpecError
+    from core.ids import check_id
     from core.spam.training import classify_message
 
-    folder = root / "spam" / args.run_id
+    folder = root / "spam" / check_id(args.run_id, "the run id")
     if not (folder / "model.npy").is_file():
         raise SpecError(f"no trained spam run {args.run_id!r} under {root / 'spam'}; train one with privrelease spam train.")
     message = Path(args.message)

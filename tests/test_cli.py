@@ -211,6 +211,8 @@ def test_spam_commands_as_typed(tmp_path: Path):
     assert r.returncode == 0 and r.stdout.strip() in ("spam", "ham"), r.stderr[-2000:]
     r = run(home, "spam", "classify", "nope", str(folder / "msg.eml"), env=env)
     assert r.returncode == 2 and r.stderr.startswith("error: no trained spam run 'nope'")
+    r = run(home, "spam", "classify", "../spam/cli", str(folder / "msg.eml"), env=env)  # a path, not a run id
+    assert r.returncode == 2 and r.stderr.startswith("error: the run id must be 1-80 characters of letters, digits")
 
 
 def test_concurrent_first_start_of_prefect_in_a_fresh_home(tmp_path: Path):

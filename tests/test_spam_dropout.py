@@ -137,6 +137,8 @@ def test_the_users_refuse_what_would_unmask_one_of_them(test_mode):
         user.unmask(ask(self=["user-1"], secret=["user-2", "user-3"]))
     with pytest.raises(ParameterError, match="the unmask request is for round 4, but this user's current round is 0"):
         user.unmask(P.public_message({"round": 4, "self": ["user-1", "user-2"], "secret": []}))
+    with pytest.raises(ParameterError, match="says this user left, but it is answering; it never reveals a share of its own"):
+        user.unmask(ask(self=["user-2", "user-3"], secret=["user-1"]))  # a malicious server collecting user-1's secret
     assert set(R.read_shares(user.unmask(ask(self=["user-1", "user-3"], secret=["user-2"])))) == {"self", "secret", "keys"}
     with pytest.raises(ParameterError, match="asks for both the self-mask share and the mask secret share of user-2"):
         user.unmask(ask(self=["user-1", "user-2", "user-3"]))  # the other kind, in a second request of the round
@@ -201,11 +203,12 @@ def test_a_server_claiming_a_user_left_after_its_message_learns_nothing(test_mod
     messages = {u.name: u.gradient(weights, 0) for u in members}
     request = P.public_message({"round": 0, "self": names, "secret": ["user-2"]})
     if not weakened:
-        for u in members:
-            with pytest.raises(ParameterError, match="asks for both the self-mask share and the mask secret share of user-2"):
+        for u in members:  # user-2 itself is answering, so it knows it did not leave
+            said = "says this user left, but it is answering" if u.name == "user-2" else "asks for both the self-mask share"
+            with pytest.raises(ParameterError, match=said):
                 u.unmask(request)
         return
-    replies = [R.read_shares(u.unmask(request)) for u in members]
+    replies = [R.read_shares(u.unmask(request)) for u in members if u.name != "user-2"]  # t = 2 of them suffice
     victim = 1
     b = R.combine(R.gather(replies, names, R.SELF)[victim], 2, "b")
     agreement = Agreement(R.combine(R.gather(replies, names, R.SECRET)[victim], 2, "s"))

@@ -85,6 +85,43 @@ def test_finding_3_files_outside_the_data_root_are_neither_probed_nor_read(home,
         assert load_spec("mail/leak.yaml", root)[1] == root / "mail" / "leak.yaml"  # inside: read
 
 
+def resolved_after_links(source: str, root: Path, what: str) -> Path:
+    """Weakened: the confined resolver before review 27's follow-up, which followed symbolic links
+    before taking "..", so where a path landed depended on where a link outside the root points."""
+    from core.errors import SpecError
+
+    path = (root / source).resolve()
+    if not path.is_relative_to(root):
+        raise SpecError(f"{what} must lie inside the data root")
+    if not path.is_file():
+        raise UserError(f"{what} {source!r} is not a file under the data root {str(root)!r}.")
+    return path
+
+
+@pytest.mark.parametrize("weakened", [False, True])
+def test_a_path_through_a_link_tells_nothing_about_where_the_link_points(home, test_mode, tmp_path, weakened):
+    """A spec path of the form <link>/../.. : with links followed before "..", whether it lands inside
+    the data root (accepted) or outside (refused) tells where the link points, e.g. the worker's open
+    files through /proc/self/fd. Read as written, the answer is the same wherever the link points."""
+    root = home / "data"
+    write_mail(root / "mail")
+    write_spec(root / "mail")
+    write_spec(root, users=["mail/user-1.jsonl", "mail/user-2.jsonl"], test="mail/test.jsonl")  # data/spam.yaml
+    deep, elsewhere = root / "mail" / "a" / "b", tmp_path / "x" / "y"
+    deep.mkdir(parents=True)
+    elsewhere.mkdir(parents=True)
+    (root / "mail" / "link").symlink_to(deep)
+    answers = []
+    for target in (deep, elsewhere):  # the same path, the link pointing inside, then outside the root
+        (root / "mail" / "link").unlink()
+        (root / "mail" / "link").symlink_to(target)
+        answers.append(refusal(home, "mail/link/../../spam.yaml", resolved_after_links if weakened else None))
+    if weakened:
+        assert answers[0] == "accepted" and answers[1] != answers[0]  # told apart: where the link points
+    else:
+        assert answers[0] == answers[1] == "accepted"  # data/spam.yaml: the path as written, whatever the link
+
+
 BAD = {  # spec changes (or mail damage) -> the one line the user must see
     "floor": ({"features": {"reduction": "hash", "dimension": 10_000}}, "user 1 sums 60 messages per round; each user needs at least 1000 for this feature map"),
     "map": ({"features": {"reduction": "hash", "dimension": 100_000}}, "no participation floor was measured for reduction 'hash' to 100000"),

@@ -205,6 +205,9 @@ class Holder:
         if round_ != self.round:
             raise ParameterError(f"the unmask request is for round {round_}, but this user's current round is {self.round}; refusing.")
         survivors, left = self._index(request["self"], "unmask request"), self._index(request["secret"], "unmask request")
+        if self.me in left:  # it is answering, so it did not leave: a server that says so is after its mask secret
+            raise ParameterError(f"the unmask request for round {round_} says this user left, but it is answering; it "
+                                 "never reveals a share of its own mask secret, refusing.")  # fmt: skip
         for owner in survivors + left:
             kind = SELF if owner in survivors else SECRET
             if owner in survivors and owner in left or self.given.get(owner, kind) != kind:
