@@ -34,6 +34,7 @@ sys.path.insert(0, str(REPO))
 from core.spam import features as F  # noqa: E402
 from core.spam import parties as Q  # noqa: E402
 from core.spam import protocol as P  # noqa: E402
+from core.spam import wire as W  # noqa: E402
 from core.spam.paillier import KeyPair  # noqa: E402
 from core.spam.spec import Inputs  # noqa: E402
 from core.spam.training import SpamSpec, Training, auc, design, exact_gradient, read_mail, split_corpus  # noqa: E402
@@ -94,7 +95,7 @@ def timing(messages: int, users: int, epsilon: float | None = None, leave: bool 
     # in process: the steps one after the other, users' sub-steps timed inside
     server = P.Server(2048, w0, 1.5e-6, **extra)
     members = [P.User(f"user-{k + 1}", x[k::users], y[k::users], noise=share) for k in range(users)]
-    channel = P.Channel()
+    channel = W.Channel()
     Q.setup(Q.Local(server), [Q.Local(u) for u in members], channel)
     t, cpu = time.perf_counter(), time.process_time()
     server.precompute()
@@ -122,14 +123,14 @@ def timing(messages: int, users: int, epsilon: float | None = None, leave: bool 
                           extra.get("share_variance", 0), users // 2 + 1)  # fmt: skip  (the spec's default threshold)
         group = [Q.Remote(f"user-{k + 1}", _user, f"user-{k + 1}", p, share) for k, p in enumerate(paths)]
         try:
-            Q.setup(remote, group, P.Channel())
+            Q.setup(remote, group, W.Channel())
             remote.call("precompute")  # round 0's r^n; the steady state overlaps it with the users' work
-            Q.train_round(remote, group, P.Channel(), 0, precompute=True)
+            Q.train_round(remote, group, W.Channel(), 0, precompute=True)
             if leave:  # the last user's process dies between rounds: it leaves, the others' masks toward it are rebuilt
                 os.kill(group[-1]._process.pid, signal.SIGKILL)
                 group[-1]._process.join()
             t = time.perf_counter()
-            times, _, _ = Q.train_round(remote, group, P.Channel(), 1, precompute=True)
+            times, _, _ = Q.train_round(remote, group, W.Channel(), 1, precompute=True)
             wall = time.perf_counter() - t
         finally:
             for party in [remote, *group]:

@@ -35,6 +35,7 @@ from core.spam import dp
 from core.spam import features as F
 from core.spam import parties as Q
 from core.spam import protocol as P
+from core.spam import wire as W
 from core.spam.aggregation import W_BITS
 from core.spam.training import auc, design, plain_gradient, read_mail, split_corpus
 
@@ -75,7 +76,7 @@ def protocol(capped, eta: float, params: dp.DPParams, seed: int, rounds: int, ke
     SeededUser.stream = noise.generator(seed)
     server = P.Server(key_bits, np.zeros(D), eta, "batch", 1000, 1, params.radius, calibrated.share_variance)
     users = [Q.Local(SeededUser(f"user-{k + 1}", x, y, noise=calibrated.share(0))) for k, (x, y) in enumerate(capped)]
-    channel = P.Channel()
+    channel = W.Channel()
     Q.setup(Q.Local(server), users, channel)
     for r in range(rounds):
         t = time.perf_counter()

@@ -28,6 +28,7 @@ from core.ledger import Ledger
 from core.spam import dp
 from core.spam import parties as Q
 from core.spam import protocol as P
+from core.spam import wire as W
 from core.spam.aggregation import W_BITS
 from tests.test_spam_attacks import summed
 
@@ -48,7 +49,7 @@ def protocol_round(corpus: Corpus, noise: dp.Noise, w: np.ndarray, eta: float) -
     server = P.Server(512, w, eta, "batch", 1000, 1, noise.params.radius, noise.share_variance)
     inbox = Q.Local(server)
     users = [Q.Local(Noiseless(f"user-{k + 1}", x, y, noise=noise.share(0))) for k, (x, y) in enumerate(corpus)]
-    channel = P.Channel()
+    channel = W.Channel()
     Q.setup(inbox, users, channel)
     Q.train_round(inbox, users, channel, 0)
     return summed(server), server.model()

@@ -16,6 +16,7 @@ from core.spam import features as F
 from core.spam import floors
 from core.spam import parties as Q
 from core.spam import protocol as P
+from core.spam import wire as W
 from core.spam.aggregation import Agreement, Layout
 from core.spam.paillier import KeyPair, Overflow
 from core.spam.training import load_user, plain_gradient
@@ -41,7 +42,7 @@ def group(key_bits: int, x: list[np.ndarray], y: np.ndarray, d: int, users: int,
     server = P.Server(key_bits, np.zeros(d), eta)
     members = [user_class(f"user-{k + 1}", x[k::users], y[k::users]) for k in range(users)]
     parties = Q.Local(server), [Q.Local(u) for u in members]
-    channel = P.Channel()
+    channel = W.Channel()
     Q.setup(*parties, channel)
     return server, members, parties, channel
 
@@ -190,9 +191,9 @@ def test_participation_floors_are_enforced_by_the_users(monkeypatch):
     directory = server.directory(alone.announce(), other.announce())
     doc = json.loads(directory[1:])
     with pytest.raises(ParameterError, match="at least 2 users"):  # a server that drops the other user is refused
-        alone.setup(P.public_message({**doc, "users": ["user-1"], "keys": doc["keys"][:1], "sizes": doc["sizes"][:1]}))
+        alone.setup(W.public_message({**doc, "users": ["user-1"], "keys": doc["keys"][:1], "sizes": doc["sizes"][:1]}))
     with pytest.raises(ParameterError, match="does not follow from the public sizes"):
-        alone.setup(P.public_message({**doc, "layout": {**doc["layout"], "slots": 1}}))
+        alone.setup(W.public_message({**doc, "layout": {**doc["layout"], "slots": 1}}))
     alone.setup(directory)
     weights = server.weights_message()
     with pytest.raises(ParameterError, match="round 0 was not begun"):
@@ -230,7 +231,7 @@ def test_parties_run_in_their_own_processes_with_only_their_own_secrets(test_mod
     server = Q.Remote("server", P.Server, 512, np.zeros(64), 0.01)
     users = [Q.Remote(f"user-{k + 1}", load_user, f"user-{k + 1}", p, params, None) for k, p in enumerate(paths)]
     try:
-        channel = P.Channel()
+        channel = W.Channel()
         Q.setup(server, users, channel)
         _, gradient, _ = Q.train_round(server, users, channel, 0)
         local = [load_user(f"user-{k + 1}", p, params, None) for k, p in enumerate(paths)]

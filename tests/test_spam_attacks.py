@@ -20,6 +20,7 @@ from core.spam import features as F
 from core.spam import floors
 from core.spam import parties as Q
 from core.spam import protocol as P
+from core.spam import wire as W
 from core.spam.aggregation import W_BITS
 from core.spam.training import plain_gradient, read_mail
 from tests.conftest import real_data
@@ -62,7 +63,7 @@ def honest_round(seed: int, per_user: int, user_class=P.User):
     w_int = np.rint(np.ldexp(server.w, W_BITS)).astype(np.int64)
     users = [user_class("user-1", x[:per_user], y[:per_user]), P.User("user-2", x[per_user:], y[per_user:])]
     inbox = Inbox(server)
-    channel = P.Channel()
+    channel = W.Channel()
     Q.setup(inbox, [Q.Local(u) for u in users], channel)
     Q.train_round(inbox, [Q.Local(u) for u in users], channel, 0)
     return server, inbox, x[:per_user], y[:per_user], w_int
@@ -74,7 +75,7 @@ def honest_round(seed: int, per_user: int, user_class=P.User):
 def alone(server: P.Server, payload: bytes) -> list[int]:
     """Decrypt one user's message and read its slots as that user's gradient (4·C_w·g_j)."""
     layout, key = server.layout, server.public_key
-    totals = [int(server._keys.raw_decrypt(c)) for c in P.read_ciphertexts(payload, key, layout.ciphertexts, "x")]
+    totals = [int(server._keys.raw_decrypt(c)) for c in W.read_ciphertexts(payload, key, layout.ciphertexts, "x")]
     mask = (1 << layout.slot_bits) - 1
     return [((totals[j // layout.slots] >> ((j % layout.slots) * layout.slot_bits)) & mask) - layout.offset
             for j in range(layout.dimension)]  # fmt: skip
@@ -148,7 +149,7 @@ def test_decrypting_one_users_gradient_on_its_own(test_mode, weakened):
             truth[xi] += (int(yi) << (W_BITS + 1)) - int(w_int[xi].sum())
         got = alone(server, user_message(inbox))
         matched.append(sum(int(g == t) for g, t in zip(got, truth)) / D)
-        c = P.read_ciphertexts(user_message(inbox), server.public_key, server.layout.ciphertexts, "x")[0]
+        c = W.read_ciphertexts(user_message(inbox), server.public_key, server.layout.ciphertexts, "x")[0]
         uniform.append(int(server._keys.raw_decrypt(c)) / server.public_key.n)
     if weakened:
         assert min(matched) == 1.0
@@ -162,14 +163,14 @@ def test_transcript_payloads_hold_no_plaintext_features_labels_margins_or_weight
     x, y = block_of(7, 6)
     server = P.Server(512, np.random.default_rng(7).normal(0, 0.05, D), 0.01)
     users = [Inbox(P.User(f"user-{k + 1}", x[k::2], y[k::2])) for k in range(2)]
-    inbox, channel = Inbox(server), P.Channel()
+    inbox, channel = Inbox(server), W.Channel()
     Q.setup(inbox, users, channel)
     Q.train_round(inbox, users, channel, 0)
     key, n = server.public_key, server.public_key.n
     for payload in inbox.received:  # the server's inbox
-        label, _ = P.inspect(payload, key)
+        label, _ = W.inspect(payload, key)
         if label == "public":
-            assert set(P.read_public(payload, "a")) == {"user", "x25519", "seal", "messages"}
+            assert set(W.read_public(payload, "a")) == {"user", "x25519", "seal", "messages"}
         elif label in ("sealed", "shares"):  # shares sealed for other users; the survivors' shares for unmasking
             assert label == "sealed" or set(json.loads(payload[1:])) == {"self", "secret", "keys"}  # keys: public round mask keys
         else:
@@ -179,17 +180,17 @@ def test_transcript_payloads_hold_no_plaintext_features_labels_margins_or_weight
                 assert min(m, n - m) > n >> 64  # no small signed value: no feature index, label or margin
     wire = [*inbox.received, *(p for u in users for p in u.received)]
     for user in users:  # the users' inboxes
-        assert [P.inspect(p, key)[0] for p in user.received] == ["public", "public", "sealed", "ciphertext", "public"]  # no setup shares: s_u,r is per round
+        assert [W.inspect(p, key)[0] for p in user.received] == ["public", "public", "sealed", "ciphertext", "public"]  # no setup shares: s_u,r is per round
         directory, _, _, weights, _ = user.received
-        assert set(P.read_public(directory, "d")) == {"n", "layout", "mode", "block_size", "sizes", "threshold", "users",
+        assert set(W.read_public(directory, "d")) == {"n", "layout", "mode", "block_size", "sizes", "threshold", "users",
                                                       "keys", "seal_keys"}  # fmt: skip
-        assert P.inspect(weights, key) == ("ciphertext", D)
+        assert W.inspect(weights, key) == ("ciphertext", D)
         # the shares a user holds crossed the wire only sealed (they reach the server in the clear only on request)
         for _, share in user.party._holder.held.values():
-            assert not any(share in p for p in wire if P.inspect(p, key)[0] != "shares") and len(share) == 16
+            assert not any(share in p for p in wire if W.inspect(p, key)[0] != "shares") and len(share) == 16
     # the inspection can fail: E[w] without fresh randomness is plaintext on the wire, and so is a
     # user's unmasked, un-randomized gradient coordinate
-    assert P.inspect(P.ciphertext_message([key.trivial(v) for v in (5, -3)], key), key)[0] == "plaintext"
+    assert W.inspect(W.ciphertext_message([key.trivial(v) for v in (5, -3)], key), key)[0] == "plaintext"
     small = server._keys.raw_decrypt(key.encrypt(-(3 << W_BITS), "margin"))
     assert not min(int(small), n - int(small)) > n >> 64
 
@@ -249,7 +250,7 @@ class OldFloor(P.User):
     """Weakened: checks the old floor on the round's sum, not its own block."""
 
     def setup(self, directory: bytes) -> bytes:
-        doc = P.read_public(directory, "directory")
+        doc = W.read_public(directory, "directory")
         old_rule([len(P.block(s, doc["mode"], doc["block_size"], 0)) for s in doc["sizes"]])
         self.floor = 1
         return super().setup(directory)
@@ -282,7 +283,7 @@ def test_finding_2_a_colluding_user_and_the_server_expose_a_small_user(test_mode
     w_int = np.rint(np.ldexp(server.w, W_BITS)).astype(np.int64)
     victim = OldFloor("user-2", x, y) if weakened else P.User("user-2", x, y, floor=1000)
     users = [P.User("user-1", cx, cy), victim]
-    inbox, channel = Inbox(server), P.Channel()
+    inbox, channel = Inbox(server), W.Channel()
     if not weakened:
         with pytest.raises(ParameterError, match="user 2 sums 3 messages per round; each user needs at least 1000"):
             Q.setup(inbox, [Q.Local(u) for u in users], channel)

@@ -19,7 +19,7 @@ from core.errors import ParameterError
 from core.spam import classify as K
 from core.spam import compare as C
 from core.spam.parties import Local
-from core.spam.protocol import Channel
+from core.spam.wire import Channel
 
 ELL, KAPPA, ONE = K.SCORE_BITS, K.KAPPA, 1 << K.SCALE_BITS
 Z = stats.norm.isf(0.5e-6)  # two-sided bands with false-alarm rate 1e-6

@@ -18,6 +18,7 @@ from core.errors import ParameterError
 from core.spam import dp
 from core.spam import parties as Q
 from core.spam import protocol as P
+from core.spam import wire as W
 from core.spam.aggregation import W_BITS
 from tests.test_spam_attacks import D, Inbox, block_of, contribution, recover, summed
 
@@ -112,7 +113,7 @@ def test_collusion_attack_on_a_dp_run_sees_only_noise(test_mode, weakened):
     colluder.noise_share = lambda layout: [0] * layout.dimension
     if not weakened:
         colluder.noise = calibrated.share(0)  # same layout as the victim's, no share
-    inbox, channel = Inbox(server), P.Channel()
+    inbox, channel = Inbox(server), W.Channel()
     Q.setup(inbox, [Q.Local(colluder), Q.Local(victim)], channel)
     Q.train_round(inbox, [Q.Local(colluder), Q.Local(victim)], channel, 0)
     total = summed(server)

@@ -21,6 +21,7 @@ from core.spam import dp
 from core.spam import dropout as R
 from core.spam import parties as Q
 from core.spam import protocol as P
+from core.spam import wire as W
 from core.spam.aggregation import W_BITS, Agreement, new_seed, self_mask
 from core.spam.spec import SpamSpec
 
@@ -62,7 +63,7 @@ def started(users: int, threshold: int, seed: int = 1, user_class=P.User):
     data = mail(users, 6, seed)
     server = P.Server(512, np.random.default_rng(seed).normal(0, 0.05, D), 0.01, threshold=threshold)
     members = [user_class(f"user-{k + 1}", x, y) for k, (x, y) in enumerate(data)]
-    channel = P.Channel()
+    channel = W.Channel()
     Q.setup(Q.Local(server), [Q.Local(u) for u in members], channel)
     return server, members, data, channel
 
@@ -128,24 +129,24 @@ def test_the_users_refuse_what_would_unmask_one_of_them(test_mode):
     server, members, _, _ = started(3, 2)
     user = members[0]
     with pytest.raises(ParameterError, match="round 0 names 1 participants, fewer than the threshold 2; refusing"):
-        user.begin(P.public_message({"round": 0, "participants": ["user-1"]}))
-    user.begin(P.public_message({"round": 0, "participants": ["user-1", "user-2", "user-3"]}))
-    ask = lambda **kinds: P.public_message({"round": 0, "self": [], "secret": [], **kinds})  # noqa: E731
+        user.begin(W.public_message({"round": 0, "participants": ["user-1"]}))
+    user.begin(W.public_message({"round": 0, "participants": ["user-1", "user-2", "user-3"]}))
+    ask = lambda **kinds: W.public_message({"round": 0, "self": [], "secret": [], **kinds})  # noqa: E731
     with pytest.raises(ParameterError, match="asks for both the self-mask share and the mask secret share of user-2"):
         user.unmask(ask(self=["user-1", "user-2", "user-3"], secret=["user-2"]))
     with pytest.raises(ParameterError, match="names 1 survivors, fewer than the threshold 2: their sum would not be protected"):
         user.unmask(ask(self=["user-1"], secret=["user-2", "user-3"]))
     with pytest.raises(ParameterError, match="the unmask request is for round 4, but this user's current round is 0"):
-        user.unmask(P.public_message({"round": 4, "self": ["user-1", "user-2"], "secret": []}))
+        user.unmask(W.public_message({"round": 4, "self": ["user-1", "user-2"], "secret": []}))
     with pytest.raises(ParameterError, match="says this user left, but it is answering; it never reveals a share of its own"):
         user.unmask(ask(self=["user-2", "user-3"], secret=["user-1"]))  # a malicious server collecting user-1's secret
     assert set(R.read_shares(user.unmask(ask(self=["user-1", "user-3"], secret=["user-2"])))) == {"self", "secret", "keys"}
     with pytest.raises(ParameterError, match="asks for both the self-mask share and the mask secret share of user-2"):
         user.unmask(ask(self=["user-1", "user-2", "user-3"]))  # the other kind, in a second request of the round
     with pytest.raises(ParameterError, match="round 1 names user-2, which was not among the last round's participants"):
-        user.begin(P.public_message({"round": 1, "participants": ["user-1", "user-2", "user-3"]}))
+        user.begin(W.public_message({"round": 1, "participants": ["user-1", "user-2", "user-3"]}))
     with pytest.raises(ParameterError, match="each round number is used once"):
-        user.begin(P.public_message({"round": 0, "participants": ["user-1", "user-3"]}))
+        user.begin(W.public_message({"round": 0, "participants": ["user-1", "user-3"]}))
     # a relayed share opens only for its recipient, its kind and its round
     sealed = members[1].begin(server.round_message(0))
     mine = R.relay([sealed], 3)[0]
@@ -180,7 +181,7 @@ class Generous(P.User):
     """Weakened: hands out whatever shares it is asked for, both kinds for the same user included."""
 
     def unmask(self, request: bytes) -> bytes:
-        doc = P.read_public(request, "r")
+        doc = W.read_public(request, "r")
         survivors = [n for n in doc[R.SELF] if n not in doc[R.SECRET]]
         first = self._holder.reveal({**doc, R.SECRET: []})  # every self-mask share asked for
         self._holder.given = {}  # ... forgetting what it gave
@@ -201,7 +202,7 @@ def test_a_server_claiming_a_user_left_after_its_message_learns_nothing(test_mod
         u.hold(relayed[u.name])
     weights = server.weights_message()
     messages = {u.name: u.gradient(weights, 0) for u in members}
-    request = P.public_message({"round": 0, "self": names, "secret": ["user-2"]})
+    request = W.public_message({"round": 0, "self": names, "secret": ["user-2"]})
     if not weakened:
         for u in members:  # user-2 itself is answering, so it knows it did not leave
             said = "says this user left, but it is answering" if u.name == "user-2" else "asks for both the self-mask share"
@@ -216,7 +217,7 @@ def test_a_server_claiming_a_user_left_after_its_message_learns_nothing(test_mod
     context = key.n.to_bytes(key.bits // 8 + 1, "big")
     agreement.agree_with(victim, {names.index(k): bytes.fromhex(v) for k, v in replies[0][R.KEYS].items()}, context)
     masks = [(a + c) % key.n for a, c in zip(agreement.mask(key.n, 0, layout.ciphertexts), self_mask(b, 0, key.n, layout.ciphertexts))]
-    alone = [int(server._keys.raw_decrypt(c)) for c in P.read_ciphertexts(messages["user-2"], key, layout.ciphertexts, "x")]
+    alone = [int(server._keys.raw_decrypt(c)) for c in W.read_ciphertexts(messages["user-2"], key, layout.ciphertexts, "x")]
     assert layout.unpack([(v - m) % key.n for v, m in zip(alone, masks)], 1) == exact(*data[victim], w)
 
 
@@ -239,7 +240,7 @@ def test_malformed_or_misdirected_shares_and_lists_are_refused(test_mode):
                                  (["user-1", "mallory"], "round 0 names unknown or repeated users"),
                                  (["user-2", "user-3"], "round 0 does not name this user")):  # fmt: skip
         with pytest.raises(ParameterError, match=reason):
-            user.begin(P.public_message({"round": 0, "participants": participants}))
+            user.begin(W.public_message({"round": 0, "participants": participants}))
     bundles = [u.begin(server.round_message(0)) for u in members]
     holder = R.Holder(0, names, 2)
     holder.begin(0, ["user-1", "user-2"])
@@ -251,7 +252,7 @@ def test_malformed_or_misdirected_shares_and_lists_are_refused(test_mode):
     with pytest.raises(ParameterError, match="a sealed share names no user of the directory"):
         R.relay(bundles[:1], 1)  # user-1's shares for user-2 and user-3, in a directory of one
     with pytest.raises(ParameterError, match="expected mask shares"):
-        R.read_shares(P.public_message({}))
+        R.read_shares(W.public_message({}))
     with pytest.raises(ParameterError, match="every user's sealing key once"):
         R.Sealer().agree(0, [R.Sealer().public_key()] * 2, b"run")
 

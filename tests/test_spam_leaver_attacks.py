@@ -16,6 +16,7 @@ import pytest
 from core.spam import dropout as R
 from core.spam import parties as Q
 from core.spam import protocol as P
+from core.spam import wire as W
 from core.spam.aggregation import Agreement, self_mask
 from tests.test_spam_dropout import Leaver, exact, mail
 
@@ -62,7 +63,7 @@ def test_a_user_that_leaves_in_a_later_round_has_its_earlier_gradients_unmasked(
     data = mail(3, 6, seed=5)
     server = Curious(512, np.random.default_rng(5).normal(0, 0.05, 40), 0.01, threshold=2)
     members = [user_class(f"user-{k + 1}", x, y) for k, (x, y) in enumerate(data)]
-    channel = P.Channel()
+    channel = W.Channel()
     Q.setup(Q.Local(server), [Q.Local(u) for u in members], channel)
     s = Q.Local(server)
     active = [Q.Local(members[0]), Leaver(members[1], "gradient", 1), Q.Local(members[2])]
@@ -80,7 +81,7 @@ def test_a_user_that_leaves_in_a_later_round_has_its_earlier_gradients_unmasked(
     agreement.agree_with(victim, round_keys, n.to_bytes(key.bits // 8 + 1, "big"))  # fix: s_2 is round 1's, fresh
     count = layout.ciphertexts
     masks = [(a + c) % n for a, c in zip(agreement.mask(n, 0, count, among=[0, 1, 2]), self_mask(b, 0, n, count))]
-    alone = [int(server._keys.raw_decrypt(c)) for c in P.read_ciphertexts(server.view[0]["messages"]["user-2"], key, count, "x")]
+    alone = [int(server._keys.raw_decrypt(c)) for c in W.read_ciphertexts(server.view[0]["messages"]["user-2"], key, count, "x")]
     recovered = layout.unpack([(v - m) % n for v, m in zip(alone, masks)], 1)
     assert agreement.public_key() == round_keys[victim]  # the round-1 secret was rebuilt, as the protocol needs
     if unmasked:
@@ -101,7 +102,7 @@ def test_with_dp_the_leaver_unmasked_keeps_only_its_own_share_of_the_noise(test_
     data = mail(users, 6, seed=7)
     server = Curious(512, np.zeros(40), 0.0, threshold=t, share_variance=calibrated.share_variance)
     members = [P.User(f"user-{k + 1}", x, y, noise=calibrated.share(0)) for k, (x, y) in enumerate(data)]
-    channel = P.Channel()
+    channel = W.Channel()
     Q.setup(Q.Local(server), [Q.Local(u) for u in members], channel)
     s = Q.Local(server)
     active = [Q.Local(members[0]), Leaver(members[1], "gradient", 1), *map(Q.Local, members[2:])]
@@ -116,7 +117,7 @@ def test_with_dp_the_leaver_unmasked_keeps_only_its_own_share_of_the_noise(test_
     agreement.agree_with(victim, round_keys, n.to_bytes(key.bits // 8 + 1, "big"))  # fix: round 1's fresh s_u,r
     count = layout.ciphertexts
     masks = [(a + c) % n for a, c in zip(agreement.mask(n, 0, count, among=list(range(users))), self_mask(b, 0, n, count))]
-    alone = [int(server._keys.raw_decrypt(c)) for c in P.read_ciphertexts(server.view[0]["messages"]["user-2"], key, count, "x")]
+    alone = [int(server._keys.raw_decrypt(c)) for c in W.read_ciphertexts(server.view[0]["messages"]["user-2"], key, count, "x")]
     residual = np.array([u - e for u, e in zip(layout.unpack([(v - m) % n for v, m in zip(alone, masks)], 1),
                                                 exact(*data[victim], w0))], dtype=float)  # fmt: skip
     own = math.sqrt(calibrated.share_variance)

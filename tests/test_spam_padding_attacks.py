@@ -25,6 +25,7 @@ from core.pipeline import failure
 from core.spam import dp
 from core.spam import parties as Q
 from core.spam import protocol as P
+from core.spam import wire as W
 from tests.test_spam_dropout import mail
 
 
@@ -59,7 +60,7 @@ def test_with_dp_a_message_costs_the_same_whatever_its_label(test_mode):
     data[0] = (data[0][0], np.array([1, 1, 1, -1, -1, -1]))  # three spam, three ham
     server = P.Server(512, np.zeros(40), 0.01, threshold=t, share_variance=calibrated.share_variance)
     members = [Watched(f"user-{k + 1}", x, y, noise=calibrated.share(0)) for k, (x, y) in enumerate(data)]
-    channel = P.Channel()
+    channel = W.Channel()
     Q.setup(Q.Local(server), [Q.Local(u) for u in members], channel)
     Q.train_round(Q.Local(server), [Q.Local(u) for u in members], channel, 0)
     sizes = members[0].seen
@@ -72,7 +73,7 @@ def test_with_dp_a_message_costs_the_same_whatever_its_label(test_mode):
 def _run(data, rounds, eta):
     server = P.Server(512, np.zeros(40), eta, threshold=2)
     members = [P.User(f"user-{k + 1}", x, y) for k, (x, y) in enumerate(data)]
-    channel = P.Channel()
+    channel = W.Channel()
     Q.setup(Q.Local(server), [Q.Local(u) for u in members], channel)
     active = [Q.Local(u) for u in members]
     for r in range(rounds):

@@ -19,6 +19,7 @@ from core.spam import features as F
 from core.spam import floors
 from core.spam import parties as Q
 from core.spam import protocol as P
+from core.spam import wire as W
 from core.spam.aggregation import W_BITS
 from core.spam.training import plain_gradient
 from tests.test_spam_attacks import block_of, spamassassin_round
@@ -53,7 +54,7 @@ def test_online_rounds_differing_by_one_message_show_it(test_mode, monkeypatch, 
     x, y = block_of(11, 9)
     server = P.Server(512, np.zeros(400), 1e-30, "online", 4)
     users = [Q.Local(P.User("user-1", x[:5], y[:5])), Q.Local(P.User("user-2", x[5:], y[5:]))]
-    inbox, channel = Q.Local(server), P.Channel()
+    inbox, channel = Q.Local(server), W.Channel()
     Q.setup(inbox, users, channel)
     sums = []
     for round_ in range(3):

@@ -39,7 +39,7 @@ from core.errors import ParameterError
 from core.spam import compare as C
 from core.spam.paillier import PublicKey
 from core.spam.parties import Local
-from core.spam.protocol import Channel, Message
+from core.spam.wire import Channel, Message
 
 SCALE_BITS = 48  # W_j = round(2^48·w_j), as in training
 SCORE_BITS = 72  # ℓ: |S − 1| < 2^72, i.e. |wᵀx| < 2^24

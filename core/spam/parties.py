@@ -23,7 +23,7 @@ import numpy as np
 
 from core.errors import InternalError, UserError
 from core.spam.paillier import PublicKey
-from core.spam.protocol import Channel, StepTimes, read_public
+from core.spam.wire import Channel, StepTimes, read_public
 
 
 class Dropped(Exception):

@@ -28,8 +28,9 @@ from core.errors import QuorumLost, SpecError
 from core.spam import dp, floors, parties
 from core.spam import features as F
 from core.spam.mail import read_mail
-from core.spam.protocol import Channel, Server, User, block, clamp_l1
+from core.spam.protocol import Server, User, block, clamp_l1
 from core.spam.spec import Inputs, SpamSpec
+from core.spam.wire import Channel
 
 # with dp: why the AUC the report and the ledger hold is itself DP (README, "What the server still learns")
 EVALUATION = ("The AUC is measured on the evaluation mail (`test:`), the server operator's own mail, not a user's: "
