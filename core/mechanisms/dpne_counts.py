@@ -124,22 +124,43 @@ def contributions(con: duckdb.DuckDBPyConnection, users: np.ndarray, grams: np.n
             np.concatenate([m[~over], np.full(len(kept["g"]), cap)]))  # fmt: skip
 
 
+CHUNK = 1 << 21  # occurrences counted per DuckDB pass: its hash tables stay small (faster), and memory bounded
+
+
 def histogram(con: duckdb.DuckDBPyConnection, users: np.ndarray, grams: np.ndarray, user_hash: np.ndarray, cap: int,
               key: int, unit: float, names: pa.Array | None = None) -> pd.DataFrame:  # fmt: skip
     """The weighted-Gaussian-policy histogram (gram, units) of the occurrences: each gram's users'
     weights w(m) (``contributions``) summed in grid units, sorted by gram (its name, with ``names``).
-    On a partition, its share: exact integers, so ``merge`` adds the shares to the histogram of all
-    users, however many partitions there were."""
-    _, g, m = contributions(con, users, grams, user_hash, cap, key, names)
-    con.register("entries", pd.DataFrame({"g": g, "w": unit_weights(cap, unit)[m]}, copy=False))
-    try:
-        hist = con.execute("SELECT g AS gram, CAST(sum(w) AS BIGINT) AS units FROM entries GROUP BY g ORDER BY g").df()
-    finally:
-        con.unregister("entries")
+    Users are counted in groups of about ``CHUNK`` occurrences, each group's sums added like a
+    partition's. On a partition, its share: exact integers, so ``merge`` adds the shares to the
+    histogram of all users, however many partitions there were."""
+    weights, shares = unit_weights(cap, unit), []
+    for held in _user_groups(users):
+        _, g, m = contributions(con, users[held], grams[held], user_hash, cap, key, names)
+        con.register("entries", pd.DataFrame({"g": g, "w": weights[m]}, copy=False))
+        try:
+            shares.append(con.execute("SELECT g AS gram, CAST(sum(w) AS BIGINT) AS units FROM entries GROUP BY g ORDER BY g").df())
+        finally:
+            con.unregister("entries")
+    hist = merge(shares)
     if names is not None:
         hist["gram"] = names.take(pa.array(hist["gram"].to_numpy())).to_pandas()
         hist = hist.sort_values("gram", ignore_index=True)
     return hist
+
+
+def _user_groups(users: np.ndarray) -> list[slice | np.ndarray]:
+    """The occurrences in groups of whole users, about ``CHUNK`` occurrences each (users taken in index
+    order; a group ends with the user whose occurrences pass the mark): one stable radix sort of the
+    group numbers, not a pass over all occurrences per group. One group of all when they fit."""
+    if len(users) <= CHUNK:
+        return [slice(None)]
+    counts = np.bincount(users)
+    group = ((np.cumsum(counts) - counts) // CHUNK)[users]  # a user's group: where its first occurrence falls
+    group = group.astype(np.int16 if group[-1] < 2**15 else np.int32)  # radix sort for 16-bit keys
+    order = np.argsort(group, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(group))])
+    return [order[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
 
 def merge(parts: list[pd.DataFrame]) -> pd.DataFrame:
@@ -240,6 +261,7 @@ def open_partition(spec: tuple[pd.DataFrame | str, Params, int, int]) -> Partiti
     toks = posts["toks"].combine_chunks()
     lengths = pc.fill_null(pc.list_value_length(toks), 0).to_numpy().astype(np.int64)
     words = pc.dictionary_encode(pc.list_flatten(toks))
+    vocabulary = words.dictionary
     codes, uniques = pd.factorize(posts["uid"].to_pandas(), use_na_sentinel=False)
     user_hash = np.zeros(len(uniques), np.uint64)
     user_hash[codes] = posts["uhash"].to_numpy()
@@ -250,4 +272,6 @@ def open_partition(spec: tuple[pd.DataFrame | str, Params, int, int]) -> Partiti
     held = np.ones(len(users), bool)
     held[ends] = False
     tokens[held] = words.indices.to_numpy()
-    return Partition(con, np.asarray(uniques), user_hash, users, tokens, words.dictionary)
+    del posts, toks, words
+    pa.default_memory_pool().release_unused()  # the posts' text: Arrow's pool would keep it for reuse
+    return Partition(con, np.asarray(uniques), user_hash, users, tokens, vocabulary)
