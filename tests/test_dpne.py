@@ -210,14 +210,17 @@ def test_each_users_vector_has_unit_norm_and_at_most_cap_entries(pruning):
     partition.close()
 
 
-@pytest.mark.parametrize("chunk", [dpne_counts.CHUNK, 37])
+@pytest.mark.parametrize(("chunk", "shuffled"), [(dpne_counts.CHUNK, False), (37, False), (37, True)])
 @pytest.mark.parametrize("pruning", ["both", "single"])
-def test_each_levels_histogram_matches_a_brute_force_over_the_texts(pruning, chunk, monkeypatch):
+def test_each_levels_histogram_matches_a_brute_force_over_the_texts(pruning, chunk, shuffled, monkeypatch):
     """With a cap above every user's count, the histogram of every level is, per n-gram, the sum over
     its users of w(m), m the user's number of distinct valid n-grams: counted in Python from the texts;
-    also when users are counted in groups of about ``chunk`` occurrences."""
+    also when users are counted in groups of about ``chunk`` occurrences, their posts one after another
+    or (shuffled) interleaved with other users' posts."""
     monkeypatch.setattr(dpne_counts, "CHUNK", chunk)
     frame = phrase_corpus(300, seed=5)
+    if shuffled:
+        frame = frame.sample(frac=1, random_state=2).reset_index(drop=True)
     grams = [{" ".join(t.split()[i:i + k]) for t in frame["text"] for i in range(len(t.split()) - k + 1)} for k in (1, 2, 3)]
     released = {1: grams[0], 2: {g for g in grams[1] if hash_bit(g)}}
     released[3] = {g for g in grams[2] if hash_bit(g) and _valid_at(g, released, pruning)}  # S_k lies in V_k

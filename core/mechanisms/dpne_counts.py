@@ -157,9 +157,10 @@ def _user_groups(users: np.ndarray) -> list[slice | np.ndarray]:
         return [slice(None)]
     counts = np.bincount(users)
     group = ((np.cumsum(counts) - counts) // CHUNK)[users]  # a user's group: where its first occurrence falls
-    group = group.astype(np.int16 if group[-1] < 2**15 else np.int32)  # radix sort for 16-bit keys
-    order = np.argsort(group, kind="stable")
     bounds = np.concatenate([[0], np.cumsum(np.bincount(group))])
+    if (group[1:] >= group[:-1]).all():  # users in the order of their posts (one post each, say): slices
+        return [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    order = np.argsort(group.astype(np.int16 if group.max() < 2**15 else np.int32), kind="stable")  # radix for 16 bits
     return [order[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
 
