@@ -104,7 +104,7 @@ def contributions(con: duckdb.DuckDBPyConnection, users: np.ndarray, grams: np.n
         pairs = con.execute("SELECT DISTINCT u, g FROM occurrences").fetchnumpy()
     finally:
         con.unregister("occurrences")
-    u, g = pairs["u"].astype(np.int64), pairs["g"].astype(np.int64)
+    u, g = pairs["u"], pairs["g"].astype(np.int64, copy=False)
     m = np.bincount(u, minlength=len(user_hash))[u] if len(u) else np.zeros(0, np.int64)
     over = m > cap
     if not over.any():
@@ -155,11 +155,13 @@ def _user_groups(users: np.ndarray) -> list[slice | np.ndarray]:
     group numbers, not a pass over all occurrences per group. One group of all when they fit."""
     if len(users) <= CHUNK:
         return [slice(None)]
+    if (users[1:] >= users[:-1]).all():  # users in the order of their posts (one post each, say): slices
+        cuts = np.searchsorted(users, users[CHUNK::CHUNK], side="left")  # back to the first occurrence of the user there
+        bounds = np.unique(np.concatenate([[0], cuts, [len(users)]]))
+        return [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
     counts = np.bincount(users)
     group = ((np.cumsum(counts) - counts) // CHUNK)[users]  # a user's group: where its first occurrence falls
     bounds = np.concatenate([[0], np.cumsum(np.bincount(group))])
-    if (group[1:] >= group[:-1]).all():  # users in the order of their posts (one post each, say): slices
-        return [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
     order = np.argsort(group.astype(np.int16 if group.max() < 2**15 else np.int32), kind="stable")  # radix for 16 bits
     return [order[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
@@ -212,8 +214,12 @@ class Partition:
         if pruning == "both":
             self.words = np.empty(0, np.int32)  # only single-side pruning reads S_1's positions after level 2
         shift, ends = (1, self.hits) if pruning == "both" else (k - 1, self.words)
-        self.pos = np.flatnonzero((self.hits[:-shift] != NONE) & (ends[shift:] != NONE))
-        self.grams = self.hits[self.pos].astype(np.int64) * base + ends[self.pos + shift]
+        valid = self.hits[:-shift] != NONE
+        valid &= ends[shift:] != NONE
+        self.pos = np.flatnonzero(valid)
+        self.grams = self.hits[self.pos].astype(np.int64)
+        self.grams *= base
+        self.grams += ends[shift:][self.pos]
 
     def occurrences(self) -> tuple[np.ndarray, np.ndarray, pa.Array | None]:
         """(user, gram) at every position where the current level has a candidate, and the grams' names
@@ -245,8 +251,9 @@ def open_partition(spec: tuple[pd.DataFrame | str, Params, int, int]) -> Partiti
     source, params, parts, part = spec
     con = scratch()
     threads = parallel.worker_threads()
-    if threads:  # a worker started with --nthreads 1 keeps DuckDB to one core too
+    if threads:  # a worker started with --nthreads 1 keeps DuckDB and Arrow to one core too
         con.execute(f"SET threads = {threads}")
+        pa.set_cpu_count(threads)
     if isinstance(source, str):
         rows = "read_parquet('" + source.replace("'", "''") + "')"
     else:
