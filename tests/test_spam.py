@@ -158,8 +158,15 @@ def test_rounds_track_the_plaintext_rule_and_the_server_decrypts_only_the_sum(te
     w = np.zeros(30)
     pooled_x = [xi for k in range(3) for xi in x[k::3]]
     pooled_y = np.concatenate([y[k::3] for k in range(3)])
+    decrypted: list = []  # every ciphertext the server's secret key opens
+    raw_decrypt = server._keys.raw_decrypt
+    server._keys.raw_decrypt = lambda c: decrypted.append(c) or raw_decrypt(c)
     for r in range(4):
+        decrypted.clear()
         _, gradient, _ = Q.train_round(s, us, channel, r)
+        key, count = server.public_key, server.layout.ciphertexts
+        messages = [W.read_ciphertexts(m, key, count, "x") for m in server._round["received"].values()]
+        assert len(messages) == 3 and decrypted == [key.add(key.add(a, b), c) for a, b, c in zip(*messages)]  # only the sums
         plain = plain_gradient(pooled_x, pooled_y, w)
         assert gradient == pytest.approx(plain, abs=1e-12)  # the sum of three users' shares
         w = w + 0.2 * plain
