@@ -105,7 +105,8 @@ def contributions(con: duckdb.DuckDBPyConnection, users: np.ndarray, grams: np.n
     finally:
         con.unregister("occurrences")
     u, g = pairs["u"], pairs["g"].astype(np.int64, copy=False)
-    m = np.bincount(u, minlength=len(user_hash))[u] if len(u) else np.zeros(0, np.int64)
+    offset = u - u.min() if len(u) else u  # a group's users are a range of indices: count over that range only
+    m = np.bincount(offset)[offset]
     over = m > cap
     if not over.any():
         return u, g, m
@@ -151,8 +152,9 @@ def histogram(con: duckdb.DuckDBPyConnection, users: np.ndarray, grams: np.ndarr
 
 def _user_groups(users: np.ndarray) -> list[slice | np.ndarray]:
     """The occurrences in groups of whole users, about ``CHUNK`` occurrences each (users taken in index
-    order; a group ends with the user whose occurrences pass the mark): one stable radix sort of the
-    group numbers, not a pass over all occurrences per group. One group of all when they fit."""
+    order, so each group's users are a range of indices): slices where users come in order, else one
+    stable radix sort of the group numbers, never a pass over all occurrences per group. One group of
+    all when they fit."""
     if len(users) <= CHUNK:
         return [slice(None)]
     if (users[1:] >= users[:-1]).all():  # users in the order of their posts (one post each, say): slices
