@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib
 import json
+import sys
 
 import jsonschema
 import phe.util
@@ -54,3 +55,35 @@ def test_prefect_yaml_entrypoints_import():
         module_path, name = deployment["entrypoint"].split(":")
         module = importlib.import_module(module_path.removesuffix(".py").replace("/", "."))
         assert hasattr(getattr(module, name), "fn"), deployment["entrypoint"]
+
+
+def test_every_package_the_product_imports_is_pinned_as_the_lock_pins_it():
+    """Each third-party package imported by core/, flows/, tasks/ or gate/ is a declared dependency in
+    pyproject.toml, pinned to the version requirements.lock.txt installs (a package that only came
+    along with another could change or vanish with it)."""
+    import importlib.metadata as metadata
+    import re
+    import tomllib
+
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    declared = {norm(d.split("==")[0].split("[")[0]): d.split("==")[1] for d in
+                tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]}  # fmt: skip
+    locked = {norm(name): version for name, version in
+              re.findall(r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?==([^\s#]+)", (REPO / "requirements.lock.txt").read_text(), re.M)}  # fmt: skip
+    local = {"core", "flows", "tasks", "gate", "__future__"}
+    modules = set()
+    for folder in ("core", "flows", "tasks", "gate"):
+        for path in (REPO / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    modules |= {alias.name.split(".")[0] for alias in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    modules.add(node.module.split(".")[0])
+    owners = metadata.packages_distributions()
+    imported = {norm(owners[m][0]) for m in modules - local - set(sys.stdlib_module_names)}
+    assert "cryptography" in imported and "pyarrow" in imported  # the scan sees what the code imports
+    assert sorted(imported - set(declared)) == []
+    assert {name: declared[name] for name in imported} == {name: locked[name] for name in imported}
+
