@@ -279,7 +279,7 @@ def test_partition_shares_add_up_to_the_histogram_of_all_users():
                 grams = encoding.grams(full["gram"].to_numpy())
                 assert len(set(grams)) == len(grams) and all(len(g.split()) == k for g in grams)
                 assert encoding.ids(list(grams)).tolist() == full["gram"].tolist()
-                full = pd.DataFrame({"gram": grams, "units": full["units"]}).sort_values("gram", ignore_index=True)
+                full = encoding.named(full)
             if k == 1:
                 w = dpne_counts.unit_weights(cap, units[0])
                 oracle: dict[str, int] = {}

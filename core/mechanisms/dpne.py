@@ -289,9 +289,7 @@ def extract(frame: pd.DataFrame, params: Params, rng: np.random.Generator,
             encoding = Encoding(params.pruning, words, previous) if k > 1 else None
             hist = merge(partitions.map(Partition.level, k, sent, encoding.base if encoding else 0, params.pruning, cap,
                                         key, unit))  # fmt: skip
-            if encoding is not None:  # ids back to n-grams, in n-gram order as at level 1
-                hist = pd.DataFrame({"gram": encoding.grams(hist["gram"].to_numpy()), "units": hist["units"].to_numpy()})
-                hist = hist.sort_values("gram", kind="stable", ignore_index=True)
+            hist = encoding.named(hist) if encoding is not None else hist
             size = len(hist) if space is None else space.size
             rho = acc.rho_1 if space is None else level_threshold(sigma, params.eta, len(previous), size)
             noisy, tail = threshold(rng, sigma, unit, rho, hist["units"].to_numpy(), size - len(hist))
@@ -304,8 +302,8 @@ def extract(frame: pd.DataFrame, params: Params, rng: np.random.Generator,
             }).sort_values("ngram", kind="stable")  # fmt: skip
             released.append(out)
             levels.append(Level(k, sigma, rho, size, len(out), len(simulated)))
-            sent = list(out["ngram"]) if encoding is None else encoding.ids(list(out["ngram"]))
             previous = list(out["ngram"])
+            sent = previous if encoding is None else encoding.ids(previous)
             if k == 1:
                 words = previous
     return pd.concat(released, ignore_index=True), levels

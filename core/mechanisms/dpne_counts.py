@@ -86,6 +86,11 @@ class Encoding:
         ids = np.asarray(ids, dtype=np.int64)
         return self.previous[ids // self.base] + SEP + self._last[ids % self.base]
 
+    def named(self, hist: pd.DataFrame) -> pd.DataFrame:
+        """A histogram (gram, units) of ids as one of n-grams, in n-gram order (as level 1's)."""
+        named = pd.DataFrame({"gram": self.grams(hist["gram"].to_numpy()), "units": hist["units"].to_numpy()})
+        return named.sort_values("gram", kind="stable", ignore_index=True)
+
 
 # -- a user's capped contribution, and the histogram ---------------------------------------------------------
 
