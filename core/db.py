@@ -11,6 +11,7 @@ import fcntl
 import os
 import random
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,9 @@ from pathlib import Path
 import duckdb
 
 LOCK_TIMEOUT_S = 120.0
+# Threads of one process opening one file at the same instant race in DuckDB's database cache ("Unique
+# file handle conflict"; seen in the gate under load): opening is serialized per process, using is not.
+_OPENING = threading.Lock()
 # Working memory of a scratch database; past it DuckDB spills to disk, so large corpora stay bounded.
 SCRATCH_MEMORY = os.environ.get("PRIVRELEASE_DUCKDB_MEMORY", "2GB")
 
@@ -38,7 +42,8 @@ def connect(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[duckdb.Duck
     delay = 0.02
     while True:
         try:
-            con = duckdb.connect(str(path))
+            with _OPENING:
+                con = duckdb.connect(str(path))
             break
         except duckdb.IOException as exc:
             if not _is_lock_error(exc) or time.monotonic() > deadline:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -270,3 +271,41 @@ def test_lowering_the_cap_below_the_spend_is_noted(home, capsys):
     assert code == 0 and "note" not in out  # exactly the spend: not over
     code, out, _ = cli(capsys, "ledger", "set-budget", "d", "--epsilon", "0.2", "--delta", "0")
     assert code == 0 and "note: d has already spent epsilon=0.3 delta=0; no further DP release fits" in out
+
+
+@pytest.mark.parametrize("weakened", [False, True])
+def test_threads_opening_the_database_at_once_never_conflict(tmp_path, weakened, monkeypatch):
+    """The gate answers requests on worker threads that read accounts from the database file; threads
+    opening one file at the same instant raced in DuckDB's database cache ("Unique file handle
+    conflict", a 500 from the gate in CI). 16 threads open it together 80 times: the serialized open
+    never conflicts; without it (weakened) the race shows."""
+    import threading
+
+    import duckdb
+
+    from core import db
+
+    if weakened:
+        monkeypatch.setattr(db, "_OPENING", contextlib.nullcontext())
+    path = tmp_path / "x.duckdb"
+    duckdb.connect(str(path)).close()
+    start, errors = threading.Barrier(16), []
+
+    def open_together() -> None:
+        for _ in range(80):
+            start.wait()
+            try:
+                with db.connect(path, timeout=0) as con:
+                    con.execute("SELECT 1").fetchall()
+            except duckdb.Error as exc:
+                errors.append(str(exc))
+
+    threads = [threading.Thread(target=open_together) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if weakened:
+        assert any("Unique file handle conflict" in e for e in errors)
+    else:
+        assert errors == []
