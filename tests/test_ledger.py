@@ -277,8 +277,8 @@ def test_lowering_the_cap_below_the_spend_is_noted(home, capsys):
 def test_threads_opening_the_database_at_once_never_conflict(tmp_path, weakened, monkeypatch):
     """The gate answers requests on worker threads that read accounts from the database file; threads
     opening one file at the same instant raced in DuckDB's database cache ("Unique file handle
-    conflict", a 500 from the gate in CI). 16 threads open it together 80 times: the serialized open
-    never conflicts; without it (weakened) the race shows."""
+    conflict", a 500 from the gate in CI). 16 threads open it together 100 times: the serialized open
+    never conflicts. Without it (weakened) the race shows within 3,000 rounds (it stops at the first)."""
     import threading
 
     import duckdb
@@ -292,13 +292,16 @@ def test_threads_opening_the_database_at_once_never_conflict(tmp_path, weakened,
     start, errors = threading.Barrier(16), []
 
     def open_together() -> None:
-        for _ in range(80):
+        for _ in range(3000 if weakened else 100):
             start.wait()
+            if errors:  # every thread sees it after the same barrier: they stop together
+                return
             try:
                 with db.connect(path, timeout=0) as con:
                     con.execute("SELECT 1").fetchall()
             except duckdb.Error as exc:
                 errors.append(str(exc))
+            start.wait()
 
     threads = [threading.Thread(target=open_together) for _ in range(16)]
     for thread in threads:
@@ -309,3 +312,4 @@ def test_threads_opening_the_database_at_once_never_conflict(tmp_path, weakened,
         assert any("Unique file handle conflict" in e for e in errors)
     else:
         assert errors == []
+
