@@ -144,13 +144,16 @@ def flow_logs(caplog):
 
 
 def killing(monkeypatch, victims: set[str], round_: int | None) -> None:
-    """Right after a victim is sent its round's E[w] (0-based ``round_``), SIGKILL its process: it dies mid-round.
-    With ``round_`` None, right after it is sent the directory: it dies during setup."""
+    """As a victim is about to be sent its round's E[w] (0-based ``round_``), after it has shared its
+    self-mask seeds, SIGKILL its process and wait until it is dead: it dies mid-round. With ``round_``
+    None, as it is about to be sent the directory: it dies during setup. (Killing it right after the
+    send raced: a fast victim could answer before the signal landed, and then left a round later.)"""
 
     def send(self, method: str, *args) -> None:
-        SEND(self, method, *args)
         if self.name in victims and (method == "gradient" and args[1] == round_ or method == "setup" and round_ is None):
             os.kill(self._process.pid, signal.SIGKILL)
+            self._process.join(10)
+        SEND(self, method, *args)
 
     monkeypatch.setattr(Remote, "send", send)
 
