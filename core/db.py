@@ -20,7 +20,8 @@ import duckdb
 
 LOCK_TIMEOUT_S = 120.0
 # Threads of one process opening one file at the same instant race in DuckDB's database cache ("Unique
-# file handle conflict"; seen in the gate under load): opening is serialized per process, using is not.
+# file handle conflict"; seen in the gate under load): opening and closing are serialized per process
+# (a close lets the file go from that cache), using is not.
 _OPENING = threading.Lock()
 # Working memory of a scratch database; past it DuckDB spills to disk, so large corpora stay bounded.
 SCRATCH_MEMORY = os.environ.get("PRIVRELEASE_DUCKDB_MEMORY", "2GB")
@@ -74,7 +75,8 @@ class _Handle:
 
     def release(self) -> None:
         if self._con is not None:
-            self._con.close()
+            with _OPENING:
+                self._con.close()
             self._con = None
 
 
