@@ -51,7 +51,7 @@ def repro(key_bits: int, rounds: int, users: int, eta: float) -> None:
                         key_bits=key_bits, learning_rate=eta, rounds=rounds, mode="batch")  # fmt: skip
         t = time.perf_counter()
         users = [out / name for name in spec.users]
-        inputs = Inputs(spec, out / "spec.yaml", users, out / spec.test, [len(read_mail(p)[1]) for p in users])
+        inputs = Inputs(spec, out / "spec.yaml", users, out / spec.test, [len(read_mail(p)[1]) for p in users], out)
         os.environ["PRIVRELEASE_TEST_MODE"] = "1"  # the plaintext twins (pooled mail) are reproduction tooling only
         training = Training.setup(inputs)
         try:

@@ -218,13 +218,13 @@ def test_participation_floors_are_enforced_by_the_users(monkeypatch):
         server.weights_message()
     monkeypatch.delenv("PRIVRELEASE_TEST_MODE")
     with pytest.raises(ParameterError, match="user 2 sums 16 messages per round; each user needs at least 1000.*raise block_size"):
-        P.check_participation([5000, 16], floors.floor("hash", 10_000))
-    P.check_participation([1000, 1000], floors.floor("hash", 10_000))
+        P.check_participation([5000, 16], floors.floor(F.FeatureParams(dimension=10_000)))
+    P.check_participation([1000, 1000], floors.floor(F.FeatureParams(dimension=10_000)))
     with pytest.raises(ParameterError, match="no participation floor was measured for reduction 'hash' to 100000.*hash to 10000"):
-        floors.floor("hash", 100_000)
+        floors.floor(F.FeatureParams(dimension=100_000))
     for reduction in ("none", "df", "multinomial", "uniform", "lsh"):  # not measured: refused outside test mode
         with pytest.raises(ParameterError, match=f"reduction {reduction!r}"):
-            floors.floor(reduction, 10_000)
+            floors.floor(F.FeatureParams(reduction=reduction, dimension=10_000))
 
 
 def test_parties_run_in_their_own_processes_with_only_their_own_secrets(test_mode, tmp_path):

@@ -240,8 +240,8 @@ def test_finding_1_a_feature_map_the_floor_was_not_measured_for_shows_labels(mon
         assert read > 500 and right == read  # most of the round's labels, every one right
     else:
         with pytest.raises(ParameterError, match="no participation floor was measured for reduction 'hash' to 100000"):
-            P.check_participation([500, 500], floors.floor("hash", 100_000))
-        least = floors.floor("hash", 10_000)
+            P.check_participation([500, 500], floors.floor(F.FeatureParams(dimension=100_000)))
+        least = floors.floor(F.FeatureParams(dimension=10_000))
         P.check_participation([least, least], least)
         assert labels_read(10_000, [least, least]) == (0, 0)
 
@@ -296,7 +296,7 @@ def test_finding_2_a_colluding_user_and_the_server_expose_a_small_user(test_mode
     assert set(recover(victims, w_int)) == truth  # all three messages, exactly
 
 
-# -- review 27: a floor blind to the 4-gram modulus ---------------------------------------------------------
+# -- a floor blind to the 4-gram modulus ---------------------------------------------------------
 
 
 @functools.cache
@@ -307,13 +307,8 @@ def spamassassin_texts() -> tuple[tuple[str, ...], np.ndarray]:
     return tuple(texts[i] for i in chosen), labels[chosen]
 
 
-def old_floor(reduction: str, dimension: int, modulus: int) -> int:
-    """Weakened: the floor before review 27, keyed on (reduction, dimension) whatever the modulus."""
-    return floors.MEASURED[(reduction, dimension)]
-
-
 @pytest.mark.parametrize("weakened", [False, True])
-def test_review27_a_modulus_the_floor_was_not_measured_for_shows_labels(monkeypatch, weakened):
+def test_a_modulus_the_floor_was_not_measured_for_shows_labels(monkeypatch, weakened):
     """A spec may set the 4-gram modulus. Hashing 4-grams mod 2^14 to 10^4 features keeps mostly their
     last two bytes (x mod 2^14 mod 10^4), not the measured x mod 10^6 mod 10^4 = x mod 10^4. The floor
     keyed on (hash, 10^4) admitted it at 1000 messages per user, and in round 0 of two such users'
@@ -333,14 +328,16 @@ def test_review27_a_modulus_the_floor_was_not_measured_for_shows_labels(monkeypa
         read = [(o[0], yi) for o, yi in zip(own, y) if o.size]
         return len(read), sum(int(np.sign(g[j]) == yi) for j, yi in read)
 
+    if weakened:  # the old rule: the (hash, 10^4) floor, whatever the modulus
+        monkeypatch.setitem(floors.MEASURED, (2**14, "hash", 10_000), floors.MEASURED[(1_000_000, "hash", 10_000)])
+    wide = F.FeatureParams(modulus=2**14, dimension=10_000)
     if weakened:
-        least = old_floor("hash", 10_000, 2**14)
+        least = floors.floor(wide)
         P.check_participation([least, least], least)  # admitted, as the measured map's floor
-        read, right = labels_read(2**14, [least, least])
-        assert read > 50 and right == read  # 86 of the round's 2000 labels, every one right
+        assert labels_read(2**14, [least, least]) == (86, 86)  # 86 of the round's 2000 labels, every one right
     else:
         with pytest.raises(ParameterError, match="no participation floor was measured for reduction 'hash' to 10000 features of 4-grams mod 16384"):
-            floors.floor("hash", 10_000, 2**14)
-        least = floors.floor("hash", 10_000, 1_000_000)
-        assert least == floors.floor("hash", 10_000) == 1000
+            floors.floor(wide)
+        least = floors.floor(F.FeatureParams(modulus=1_000_000, dimension=10_000))
+        assert least == 1000
         assert labels_read(1_000_000, [least, least]) == (0, 0)

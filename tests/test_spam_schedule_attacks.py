@@ -1,4 +1,4 @@
-"""A semi-honest server against the online schedule (review 27): round sums whose blocks overlap.
+"""A semi-honest server against the online schedule: round sums whose blocks overlap.
 
 Online, a user sums a block of its mail each round. When the blocks were windows sliding by
 block_size around the user's mail (message indices (r·b + 0..b−1) mod size), a user holding b + 1
@@ -26,7 +26,7 @@ from tests.test_spam_attacks import block_of, spamassassin_round
 
 
 def sliding(size: int, mode: str, block_size: int, round_: int) -> np.ndarray:
-    """Weakened: the schedule before review 27, a window sliding by block_size around the mail."""
+    """Weakened: the schedule before the fix, a window sliding by block_size around the mail."""
     if mode == "batch":
         return np.arange(size)
     take = min(block_size, size)
@@ -80,7 +80,7 @@ def test_on_spamassassin_sliding_blocks_show_a_message_a_round(weakened):
     raw, labels = spamassassin_round()
     reducer = F.Reducer(F.FeatureParams(dimension=5000))
     mail = [([reducer.apply(g) for g in raw[k * 1000 : (k + 1) * 1000]], labels[k * 1000 : (k + 1) * 1000]) for k in range(2)]
-    least = floors.MEASURED[("hash", 5000)]
+    least = floors.MEASURED[(1_000_000, "hash", 5000)]
     P.check_participation([len(schedule(1000, "online", 999, 0))] * 2, least)
     sums = []
     for r in range(11):

@@ -66,7 +66,7 @@ def test_finding_3_files_outside_the_data_root_are_neither_probed_nor_read(home,
     write_spec(root / "mail", "leak.yaml", users=["user-1.jsonl", str(outside / "user-2.jsonl")])
     (root / "mail" / "link.yaml").symlink_to(outside / "secret.yaml")
     resolve = unconfined if weakened else None
-    if weakened:  # and the readers before review 27, which read any path they were given (test below)
+    if weakened:  # and the readers before the fix, which read any path they were given (test below)
         from core.spam import mail as M
 
         read = M.read_mail
@@ -86,7 +86,7 @@ def test_finding_3_files_outside_the_data_root_are_neither_probed_nor_read(home,
 
 
 def resolved_after_links(source: str, root: Path, what: str) -> Path:
-    """Weakened: the confined resolver before review 27's follow-up, which followed symbolic links
+    """Weakened: the confined resolver before the fix, which followed symbolic links
     before taking "..", so where a path landed depended on where a link outside the root points."""
     from core.errors import SpecError
 
@@ -207,8 +207,8 @@ sys.addaudithook(_audit)
 
 def test_outside_test_mode_nothing_is_trained_on_pooled_plaintext(home, tmp_path):
     """Finding 4: a real run (2048-bit key, not test mode) builds no plaintext twin. This process
-    (the flow's) reads each user's mail file only in ``check``, and keeps only the counts (review 27:
-    the README said it opened only the evaluation file, and this test began watching after the check);
+    (the flow's) reads each user's mail file only in ``check``, and keeps only the counts (the
+    README once said it opened only the evaluation file, and this test began watching after the check);
     the training opens no user's mail file (only the evaluation file), and the report holds the
     server's model's AUC and public values, no AUC or weight of a model trained on pooled mail."""
     global OPENED
@@ -245,14 +245,14 @@ def test_outside_test_mode_nothing_is_trained_on_pooled_plaintext(home, tmp_path
 
 
 def by_name(users: list[Path], test: Path, shown: str) -> None:
-    """Weakened: the check before review 27. Users were told apart by the names the spec gives (the names
-    were compared before this), the test file by its resolved path."""
+    """Weakened: the check before the fix. Users were told apart by the names the spec gives (not
+    compared as files at all), the test file by its resolved path."""
     if test in users:
         raise UserError(f"the test file {shown!r} is also a user's mail file; evaluation mail must be separate.")
 
 
 @pytest.mark.parametrize("weakened", [False, True])
-def test_review27_one_mail_file_under_two_names_is_refused(home, test_mode, monkeypatch, weakened):
+def test_one_mail_file_under_two_names_is_refused(home, test_mode, monkeypatch, weakened):
     """A spec names user-1's file twice under different names: ``./user-1.jsonl``, a symbolic link and a
     hard link inside the data root, or the test file as a hard link to it. Told apart by name, each
     alias was accepted as another user holding the same file, and every message of it is summed twice
@@ -288,7 +288,7 @@ def test_review27_one_mail_file_under_two_names_is_refused(home, test_mode, monk
 
 
 @pytest.mark.parametrize("weakened", [False, True])
-def test_review27_a_folder_swapped_for_a_link_after_the_check_leads_nowhere(home, test_mode, tmp_path, monkeypatch, weakened):
+def test_a_folder_swapped_for_a_link_after_the_check_leads_nowhere(home, test_mode, tmp_path, monkeypatch, weakened):
     """The spec is checked (the flow's ``check``), and before the parties open their files (Prefect
     starting, processes spawning: seconds) the mail folder is renamed and a symbolic link to a folder
     outside the data root put in its place. The checked paths now lead outside: user-1's process
@@ -297,7 +297,7 @@ def test_review27_a_folder_swapped_for_a_link_after_the_check_leads_nowhere(home
     refuses anything but a regular file inside the data root, with one message naming nothing there."""
     from core.spam import training
 
-    if weakened:  # the readers before review 27: by path, whatever the path now leads to
+    if weakened:  # the readers before the fix: by path, whatever the path now leads to
         read = training.read_mail
         monkeypatch.setattr(training, "read_mail", lambda path, shown=None, root=None: read(path, shown))
     outside = tmp_path / "outside"

@@ -74,7 +74,7 @@ class Inputs:
     users: list[Path]
     test: Path
     sizes: list[int]
-    root: Path | None = None  # the data root: each reader checks that the file it opened lies inside it
+    root: Path  # the data root: each reader checks that the file it opened lies inside it
 
 
 def load_spec(source: str, root: Path, resolve: Resolver = resolve_source) -> tuple[SpamSpec, Path]:
@@ -129,14 +129,12 @@ def check(source: str, home: Path, resolve: Resolver = resolve_source) -> Inputs
     if spec.features.reduction in DATA_DEPENDENT and not noise.test_mode():
         raise SpecError(f"reduction {spec.features.reduction!r} builds the feature map from all users' pooled plaintext "
                         "mail, which no party may see; outside test mode use reduction: hash (a public choice).")  # fmt: skip
-    if len(set(spec.users)) != len(spec.users):
-        raise SpecError("the spam spec lists a user's mail file twice; each user holds its own file.")
     users = [mail_file(path, name, root, resolve) for name in spec.users]
     test = mail_file(path, spec.test, root, resolve)
     distinct(users, test, spec.test)
     sizes = [len(read_mail(p, name, root)[1]) for p, name in zip(users, spec.users)]
     read_mail(test, spec.test, root)
-    check_participation([len(block(n, spec.mode, spec.block_size, 0)) for n in sizes], floor(spec.features.reduction, spec.features.dimension, spec.features.modulus))
+    check_participation([len(block(n, spec.mode, spec.block_size, 0)) for n in sizes], floor(spec.features))
     db = paths.database(home)
     used = (home / "spam" / spec.run_id).exists() or ((db.exists() or url()) and Ledger(db).status(spec.run_id) is not None)
     if used:

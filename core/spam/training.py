@@ -139,7 +139,7 @@ class Twins:
     def read(cls, inputs: Inputs, reducer: F.Reducer) -> Twins:
         if not noise.test_mode():
             raise SpecError("plaintext twins train on pooled mail: test mode only.")
-        mails = [read_mail(p) for p in inputs.users]
+        mails = [read_mail(p, root=inputs.root) for p in inputs.users]
         x = [[reducer.apply(F.grams(t, inputs.spec.features.modulus)) for t in texts] for texts, _ in mails]
         d = inputs.spec.features.size
         return cls(x, [y for _, y in mails], np.zeros(d), np.zeros(d))
@@ -180,9 +180,9 @@ class Training:
     def setup(cls, inputs: Inputs) -> Training:
         t = time.perf_counter()
         spec = inputs.spec
-        least = floors.floor(spec.features.reduction, spec.features.dimension, spec.features.modulus)
+        least = floors.floor(spec.features)
         if spec.features.reduction in F.DATA_DEPENDENT:  # test mode only (``spec.check`` refuses it otherwise)
-            pooled = [F.grams(text, spec.features.modulus) for p in inputs.users for text in read_mail(p)[0]]
+            pooled = [F.grams(text, spec.features.modulus) for p in inputs.users for text in read_mail(p, root=inputs.root)[0]]
             reducer = F.fit(spec.features, pooled) if noise.test_mode() else None
             if reducer is None:
                 raise SpecError(f"reduction {spec.features.reduction!r} needs pooled plaintext mail: test mode only.")
@@ -283,7 +283,7 @@ class Training:
             "setup_seconds": self.setup_seconds,
             "key_bits": self.spec.key_bits,
             "features": {**self.spec.features.model_dump(), "data_dependent": self.spec.features.reduction in F.DATA_DEPENDENT},
-            "floor": floors.floor(self.spec.features.reduction, self.spec.features.dimension, self.spec.features.modulus),
+            "floor": floors.floor(self.spec.features),
             "dp": dp.calibrate(self.spec.dp, len(self.sizes), self.spec.rounds, self.spec.quorum).public() if self.spec.dp else None,
             "threshold": self.spec.quorum,
             "left": [{"round": r.round, "user": name} for r in self.rounds for name in r.left],
