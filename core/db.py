@@ -23,7 +23,8 @@ LOCK_TIMEOUT_S = 120.0
 # file handle conflict"; seen in the gate under load): opening and closing are serialized per process
 # (a close lets the file go from that cache), using is not.
 _OPENING = threading.Lock()
-# Working memory of a scratch database; past it DuckDB spills to disk, so large corpora stay bounded.
+# Working memory of a scratch database; past it DuckDB spills to disk (arrays held outside DuckDB, such
+# as DPNE's token positions, are not counted in it).
 SCRATCH_MEMORY = os.environ.get("PRIVRELEASE_DUCKDB_MEMORY", "2GB")
 
 

@@ -44,8 +44,7 @@ WHITESPACE = "\t\n\f\r "  # what the tokenizer splits on: RE2's \\s, exactly (te
 def tokens_sql(tokenizer: str, text: str) -> str:
     """A post's tokens: lower-cased runs of letters and digits ("words"), or the runs of anything but
     ``WHITESPACE`` ("whitespace": each whitespace character turned into a space, then split on spaces,
-    which is the regular expression split on \\s+ without its cost: on 5 M MSNBC sessions, one
-    thread, 0.9 s against 3.1 s)."""
+    which is the regular expression split on \\s+ at less cost: ``bench/bench_dpne_counting.py``)."""
     if tokenizer == "words":
         return f"regexp_extract_all(lower({text}), '[\\p{{L}}\\p{{N}}]+')"
     spaces = " || ".join(f"chr({ord(c)})" for c in WHITESPACE[:-1])
