@@ -292,7 +292,7 @@ def test_partition_shares_add_up_to_the_histogram_of_all_users():
                 w, total = dpne_counts.unit_weights(cap, units[k - 1]), 0
                 for _, texts in frame.groupby("user")["text"]:
                     valid = {" ".join(t.split()[i:i + k]) for t in texts for i in range(len(t.split()) - k + 1)}
-                    m = min(len(_valid(valid, previous)), cap)
+                    m = min(sum(_valid_at(g, {k - 1: set(previous)}, "both") for g in valid), cap)
                     total += m * int(w[m])
                 assert full["units"].sum() == total
             chosen = list(full["gram"][full["units"] >= full["units"].quantile(0.5)])  # "released": the heavier half
@@ -302,12 +302,6 @@ def test_partition_shares_add_up_to_the_histogram_of_all_users():
     finally:
         for partition in [whole, *parts]:
             partition.close()
-
-
-def _valid(grams: set[str], previous: list[str]) -> set[str]:
-    """The both-side valid ones among k-grams: prefix and suffix released at level k-1."""
-    released = set(previous)
-    return {g for g in grams if g.rpartition(" ")[0] in released and g.partition(" ")[2] in released}
 
 
 def _brute_force(previous: set[str], words: set[str], k: int, pruning: str) -> set[str]:
