@@ -216,7 +216,7 @@ def shares(counts: tuple[int, ...] = (3, 10, 30, 100), m: int = 417) -> None:
 def _user(name: str, path: Path, share: dict | None = None) -> P.User:
     from core.spam.training import load_user
 
-    return load_user(name, path, F.FeatureParams(modulus=1_000_000, reduction="hash", dimension=10_000).model_dump(), None,
+    return load_user(name, path, path.parent, F.FeatureParams(modulus=1_000_000, reduction="hash", dimension=10_000).model_dump(), None,
                      1, share)  # fmt: skip
 
 

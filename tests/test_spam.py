@@ -236,12 +236,12 @@ def test_parties_run_in_their_own_processes_with_only_their_own_secrets(test_mod
         paths.append(tmp_path / f"user-{k + 1}.jsonl")
         paths[-1].write_text("".join(json.dumps(m) + "\n" for m in mail(12, k)))
     server = Q.Remote("server", P.Server, 512, np.zeros(64), 0.01)
-    users = [Q.Remote(f"user-{k + 1}", load_user, f"user-{k + 1}", p, params, None) for k, p in enumerate(paths)]
+    users = [Q.Remote(f"user-{k + 1}", load_user, f"user-{k + 1}", p, tmp_path, params, None) for k, p in enumerate(paths)]
     try:
         channel = W.Channel()
         Q.setup(server, users, channel)
         _, gradient, _ = Q.train_round(server, users, channel, 0)
-        local = [load_user(f"user-{k + 1}", p, params, None) for k, p in enumerate(paths)]
+        local = [load_user(f"user-{k + 1}", p, tmp_path, params, None) for k, p in enumerate(paths)]
         x = [xi for u in local for xi in u._x]
         y = np.concatenate([u._y for u in local])
         assert gradient == pytest.approx(plain_gradient([np.array(v) for v in x], y, np.zeros(64)), abs=1e-12)

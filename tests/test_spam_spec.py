@@ -310,17 +310,17 @@ def test_a_folder_swapped_for_a_link_after_the_check_leads_nowhere(home, test_mo
     (root / "mail").symlink_to(outside, target_is_directory=True)
     features = {"modulus": 1_000_000, "reduction": "hash", "dimension": 500, "seed": 0}
     if weakened:
-        assert len(training.load_user("user-1", inputs.users[0], features, None, root=inputs.root)) == 70  # the outside mail
+        assert len(training.load_user("user-1", inputs.users[0], inputs.root, features, None)) == 70  # the outside mail
         with pytest.raises(UserError, match="test.jsonl line 2: each line needs 'text'"):
             training.Training.setup(inputs)
         return
     said = "must be a regular file inside the data root " + repr(str(root.resolve())) + "; nothing outside it is read."
     with pytest.raises(UserError) as refused:
-        training.load_user("user-1", inputs.users[0], features, None, root=inputs.root)
+        training.load_user("user-1", inputs.users[0], inputs.root, features, None)
     assert str(refused.value) == "mail file 'user-1.jsonl' " + said
     with pytest.raises(UserError) as refused:
         training.Training.setup(inputs)
     assert str(refused.value) == "mail file 'test.jsonl' " + said
     (root / "mail").unlink()
     (root / "was").rename(root / "mail")  # the folder back: read as checked
-    assert len(training.load_user("user-1", inputs.users[0], features, None, root=inputs.root)) == 60
+    assert len(training.load_user("user-1", inputs.users[0], inputs.root, features, None)) == 60

@@ -96,8 +96,8 @@ def exact_gradient(x: list[np.ndarray], y: np.ndarray, w: np.ndarray) -> np.ndar
     return m.T @ (y / (1 + np.exp(np.minimum(z, 700.0))))
 
 
-def load_user(name: str, path: Path, params: dict, keep: np.ndarray | None, floor: int = 1,
-              noise: dict | None = None, threshold: int | None = None, root: Path | None = None) -> User:  # fmt: skip
+def load_user(name: str, path: Path, root: Path, params: dict, keep: np.ndarray | None, floor: int = 1,
+              noise: dict | None = None, threshold: int | None = None) -> User:  # fmt: skip
     """A user party, built inside its own process from its own mail file (which must lie in ``root``)."""
     texts, labels = read_mail(path, root=root)
     reducer = F.Reducer(F.FeatureParams.model_validate(params), keep)
@@ -202,8 +202,9 @@ class Training:
         users: list[parties.Local] = []
         try:
             for k, path in enumerate(inputs.users):
-                users.append(parties.Remote(f"user-{k + 1}", load_user, f"user-{k + 1}", path, spec.features.model_dump(),
-                                            reducer.keep, least, share, spec.quorum, inputs.root, timeout=spec.timeout))  # fmt: skip
+                users.append(parties.Remote(f"user-{k + 1}", load_user, f"user-{k + 1}", path, inputs.root,
+                                            spec.features.model_dump(), reducer.keep, least, share, spec.quorum,
+                                            timeout=spec.timeout))  # fmt: skip
             channel = Channel()
             parties.setup(server, users, channel)
             server.call("precompute")  # the first round's r^n: offline, counted in the setup time
