@@ -183,7 +183,7 @@ def netns(runs: int, copies: int) -> None:
         duckdb.connect().from_df(msnbc_times(copies)).write_parquet(path)
         frame = duckdb.connect().execute("SELECT * FROM read_parquet(?)", [path]).df()
         dask = str(Path(sys.executable).parent / "dask")
-        lean = {**os.environ, "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False"}  # as parallel.local_cluster
+        lean = {**os.environ, "DASK_CONFIG": str(REPO / "deploy" / "dask.yaml")}  # as the README starts workers on other hosts
         procs = [subprocess.Popen([dask, "scheduler", "--host", A_ADDR, "--port", "8786", "--no-dashboard"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]  # fmt: skip
         for prefix, addr in (([], A_ADDR), (exec_in(b), B_ADDR)):

@@ -126,16 +126,28 @@ def configured() -> Iterator[None]:
     return using(kind, os.environ.get(ADDRESS_ENV) or None, int(os.environ.get(WORKERS_ENV, "2")))
 
 
+WORKER_CONFIG = {  # what deploy/dask.yaml gives workers started with ``dask worker`` on other hosts
+    "distributed.worker.profile.enabled": False,
+    "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+}
+
+
 def local_cluster(n_workers: int) -> Any:
     """A Dask cluster of ``n_workers`` single-threaded worker processes on this host, lean for
-    partitions that hold their state between steps: no statistical profiler (it samples every
-    thread's stack 100 times a second) and no Dask memory limit (a worker that Dask paused or
-    restarted would lose its partitions); idle, each worker then takes about 1.5% of a core instead
-    of 2.3–2.8% (bench/RESULTS.md)."""
+    partitions that hold their state between steps (``WORKER_CONFIG``):
+
+    - no statistical profiler (it samples every thread's stack 100 times a second); idle, each
+      worker then takes about 1.5% of a core instead of 2.3–2.8%;
+    - glibc's own memory allocation: Dask starts its workers with ``MALLOC_TRIM_THRESHOLD_=65536``,
+      which hands freed memory back to the system at once and, like any such setting, fixes the size
+      above which glibc maps each allocation afresh, so every large array of a level pays its page
+      faults again: a partition's levels took 11.2–13.0 s instead of 8.7–9.5 s (bench/RESULTS.md);
+    - no Dask memory limit (a worker that Dask paused or restarted would lose its partitions).
+    """
     import dask
     from distributed import LocalCluster
 
-    with dask.config.set({"distributed.worker.profile.enabled": False}):  # the workers take the config they start with
+    with dask.config.set(WORKER_CONFIG):  # the workers take the config they start with
         return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
                             memory_limit=0)  # fmt: skip
 

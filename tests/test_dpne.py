@@ -487,3 +487,11 @@ def test_zero_threshold_level_publishes_weights_on_the_noise_scale(test_mode):
             assert math.copysign(1.0, rho[2]) == 1.0 and "-0.0" not in out.report
     assert seen_zero
     assert dpne.level_threshold(1.0, 5e-324, 1, 10**9) < 40  # an underflowing tail share: finite, not inf
+
+
+def test_merging_shares_whose_sum_would_wrap_64_bits_is_refused():
+    """Shares add exactly in int64; a sum that could wrap is an error, never a wrong histogram."""
+    share = pd.DataFrame({"gram": [7, 9], "units": [2**60, 1]})
+    assert dpne_counts.merge([share, share]).to_dict("list") == {"gram": [7, 9], "units": [2**61, 2]}
+    with pytest.raises(OverflowError, match="overflow 64-bit integers"):
+        dpne_counts.merge([share.assign(units=[2**61, 1])] * 2)

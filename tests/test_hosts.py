@@ -32,6 +32,7 @@ from tests.test_server import _stop
 DPNE = {"dataset": "conc", "mechanism": {"name": "dpne", "params": {
     "text_column": "text", "epsilon": 1.0, "delta": 1e-7, "T": 3, "delta0": 10, "tokenizer": "words"}}}  # fmt: skip
 CAP = Budget(2.5, 1e-6)
+DASK_CONFIG = Path(__file__).resolve().parent.parent / "deploy" / "dask.yaml"  # as the README starts Dask workers on other hosts
 
 
 def admitted_in_turn(cap: Budget, folder: Path) -> int:
@@ -141,7 +142,7 @@ def test_dask_workers_that_cannot_read_the_snapshot_are_named_before_any_charge(
         workers = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "sh", "-c", f"mount -t tmpfs none '{store}' && exec "
              f"'{dask}' worker {cluster.scheduler_address} --nworkers 2 --nthreads 1 --no-dashboard"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env={**os.environ, "DASK_CONFIG": str(DASK_CONFIG)},
         )  # fmt: skip
         try:
             with Client(cluster.scheduler_address) as client:

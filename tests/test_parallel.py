@@ -23,6 +23,8 @@ from tests.test_dpne import params, phrase_corpus
 from tests.test_outliers import planted
 from tests.test_release_flow import cli
 
+REPO = Path(__file__).resolve().parent.parent
+
 
 @pytest.fixture(scope="module")
 def cluster():
@@ -61,12 +63,49 @@ def test_partitions_keep_state_on_their_worker_in_order(cluster):
         assert pids[0] == pids[2] != pids[1] != os.getpid()  # round-robin over the two worker processes
     with Client(cluster) as client:
         assert sum(client.run(held).values()) == 0  # closed and forgotten when the block ended
-        # lean workers: no stack-sampling profiler, no Dask memory limit that could pause or restart one
-        assert client.run(lambda: dask.config.get("distributed.worker.profile.enabled")) == dict.fromkeys(client.scheduler_info()["workers"], False)
-        assert {w["memory_limit"] for w in client.scheduler_info()["workers"].values()} == {0}
+        assert set(lean(client).values()) == {LEAN}
     with parallel.partitioned(Counter, [5]) as parts:  # no cluster: in this process
         assert parts.map(bump, 1) == [(6, os.getpid())] and parallel.workers() == 1
     assert held() == 0
+
+
+LEAN = (False, None, 0)  # no stack-sampling profiler, glibc's own allocator, no Dask memory limit that could pause or restart one
+
+
+def lean(client) -> dict[str, tuple[bool, str | None, int]]:
+    """Per worker (by name): whether Dask samples its stacks, the MALLOC_TRIM_THRESHOLD_ it started
+    with, and its Dask memory limit."""
+    workers = client.scheduler_info()["workers"]
+    settings = client.run(lambda: (dask.config.get("distributed.worker.profile.enabled"), os.environ.get("MALLOC_TRIM_THRESHOLD_")))
+    return {workers[a]["name"]: (*v, workers[a]["memory_limit"]) for a, v in settings.items()}
+
+
+def test_workers_started_with_deploy_dask_yaml_are_as_lean_as_the_local_cluster():
+    """Workers an operator starts on other hosts, as the README says (``DASK_CONFIG=deploy/dask.yaml
+    dask worker ADDRESS --nthreads 1 --memory-limit 0``), get ``parallel.WORKER_CONFIG``; a worker
+    started without the file gets Dask's defaults (the stack sampler, and MALLOC_TRIM_THRESHOLD_=65536,
+    which made DPNE's levels 20-35% slower: bench/RESULTS.md)."""
+    import subprocess
+    import sys
+
+    from distributed import Client, LocalCluster
+
+    collected = dask.config.collect(paths=[str(REPO / "deploy" / "dask.yaml")], env={})
+    assert {k: dask.config.get(k, config=collected) for k in parallel.WORKER_CONFIG} == parallel.WORKER_CONFIG
+    command = [str(Path(sys.executable).parent / "dask"), "worker", "--nthreads", "1", "--memory-limit", "0", "--no-dashboard"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DASK_", "MALLOC_"))}
+    with LocalCluster(n_workers=0, processes=False, protocol="tcp://", dashboard_address=None) as cluster:
+        procs = [subprocess.Popen([*command, cluster.scheduler_address, "--name", name], env=extra | env, cwd=REPO,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                 for name, extra in (("configured", {"DASK_CONFIG": "deploy/dask.yaml"}), ("plain", {}))]
+        try:
+            with Client(cluster.scheduler_address) as client:
+                client.wait_for_workers(2, timeout=60)
+                assert lean(client) == {"configured": LEAN, "plain": (True, "65536", 0)}
+        finally:
+            for proc in procs:
+                proc.terminate()
+                proc.wait(timeout=30)
 
 
 def snapshot(tmp_path: Path, frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:

@@ -43,12 +43,16 @@ WHITESPACE = "\t\n\f\r "  # what the tokenizer splits on: RE2's \\s, exactly (te
 
 def tokens_sql(tokenizer: str, text: str) -> str:
     """A post's tokens: lower-cased runs of letters and digits ("words"), or the runs of anything but
-    ``WHITESPACE`` ("whitespace": each whitespace character turned into a space, then split on spaces,
-    which is the regular expression split on \\s+ at less cost: ``bench/bench_dpne_counting.py``)."""
+    ``WHITESPACE`` ("whitespace": split on spaces, after turning the other whitespace characters into
+    spaces in the posts that hold any, which is the regular expression split on \\s+ at less cost:
+    ``bench/bench_dpne_counting.py``; ``translate`` costs more than the split, so posts without
+    tabs, newlines, form feeds or returns skip it)."""
     if tokenizer == "words":
         return f"regexp_extract_all(lower({text}), '[\\p{{L}}\\p{{N}}]+')"
-    spaces = " || ".join(f"chr({ord(c)})" for c in WHITESPACE[:-1])
-    return f"list_filter(string_split(translate({text}, {spaces}, '{' ' * (len(WHITESPACE) - 1)}'), ' '), lambda x: x <> '')"
+    others = [f"chr({ord(c)})" for c in WHITESPACE[:-1]]
+    held = " OR ".join(f"contains({text}, {c})" for c in others)
+    spaced = f"CASE WHEN {held} THEN translate({text}, {' || '.join(others)}, '{' ' * len(others)}') ELSE {text} END"
+    return f"list_filter(string_split({spaced}, ' '), lambda x: x <> '')"
 
 
 # -- the k-gram ids -------------------------------------------------------------------------------------
@@ -118,9 +122,8 @@ def contributions(con: duckdb.DuckDBPyConnection, users: np.ndarray, grams: np.n
     ranked["x"] = g[over] if names is None else names.take(pa.array(g[over]))
     con.register("over", pa.table(ranked))
     try:
-        kept = con.execute(
-            "SELECT u, g FROM (SELECT u, g, row_number() OVER (PARTITION BY u ORDER BY hash(h, x, $key::UBIGINT), x) AS rk "
-            "FROM over) WHERE rk <= $cap",
+        kept = con.execute(  # the cap smallest by (keyed hash, gram) of each user: a top-n aggregate, no window's sort
+            "SELECT u, unnest(min_by(g, (hash(h, x, $key::UBIGINT), x), $cap)) AS g FROM over GROUP BY u",
             {"key": key, "cap": cap},
         ).fetchnumpy()
     finally:
@@ -174,15 +177,17 @@ def _user_groups(users: np.ndarray) -> list[slice | np.ndarray]:
 
 def merge(parts: list[pd.DataFrame]) -> pd.DataFrame:
     """The histogram (gram, units), sorted by gram, from partitions' ``histogram``: a gram held in several
-    partitions gets the sum of its shares; one partition's share is already the histogram."""
+    partitions gets the sum of its shares (exact: int64 sums); one partition's share is already the histogram."""
     if len(parts) == 1:
         return parts[0]
-    merged = duckdb.connect()
-    try:
-        merged.register("parts", pd.concat(parts, ignore_index=True))
-        return merged.execute("SELECT gram, CAST(sum(units) AS BIGINT) AS units FROM parts GROUP BY gram ORDER BY gram").df()
-    finally:
-        merged.close()
+    grams = np.concatenate([p["gram"].to_numpy() for p in parts])
+    units = np.concatenate([p["units"].to_numpy(np.int64) for p in parts])
+    if np.abs(units).sum(dtype=np.float64) >= 2.0**62:  # int64 sums would wrap (DuckDB's own sums raise)
+        raise OverflowError("a histogram's weights in grid units overflow 64-bit integers")
+    order = np.argsort(grams, kind="stable")
+    grams, units = grams[order], units[order]
+    starts = np.flatnonzero(np.concatenate([[True], grams[1:] != grams[:-1]])) if len(grams) else np.empty(0, np.int64)
+    return pd.DataFrame({"gram": grams[starts], "units": np.add.reduceat(units, starts) if len(starts) else units})
 
 
 # -- one user partition --------------------------------------------------------------------------------------
