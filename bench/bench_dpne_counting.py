@@ -8,12 +8,21 @@ Run: PRIVRELEASE_DATA=... .venv/bin/python bench/bench_dpne_counting.py tokenize
      PRIVRELEASE_DATA=... .venv/bin/python bench/bench_dpne_counting.py memory [--copies 10] [--zipf]
          (peak resident memory of ``dpne.extract`` above the loaded corpus, in a fresh process; with
           --zipf on the synthetic Zipf corpus of ``bench_dpne.py``, as many posts as MSNBC x copies)
+     PRIVRELEASE_DATA=... .venv/bin/python bench/bench_dpne_counting.py allocator [--copies 10]
+         (a Dask worker's share of the work, two user partitions one after the other on one DuckDB
+          thread, in fresh processes with glibc's defaults and with MALLOC_TRIM_THRESHOLD_ set:
+          seconds, minor page faults and peak resident memory)
+     .venv/bin/python bench/bench_dpne_counting.py steps
+         (the cap's keyed choice, min_by against a row_number() window, on 3 M over-cap pairs; and
+          merging two shares of 80,000 n-grams, numpy against a DuckDB GROUP BY)
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -22,6 +31,7 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
+import pandas as pd
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -89,15 +99,80 @@ def memory(copies: int, zipf: bool, child: bool = False) -> None:
           f"({len(released):,} n-grams)")  # fmt: skip
 
 
+ALLOCATOR = {"glibc's defaults": None, "MALLOC_TRIM_THRESHOLD_=65536 (Dask's default)": "65536",
+             "MALLOC_TRIM_THRESHOLD_=4294967295 (never trim)": "4294967295"}  # fmt: skip
+
+
+def allocator(copies: int, child: bool = False) -> None:
+    if not child:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = str(Path(tmp) / "v1.parquet")
+            duckdb.connect().from_df(msnbc_times(copies)).write_parquet(path)
+            for name, value in ALLOCATOR.items():
+                env = {k: v for k, v in os.environ.items() if k != "MALLOC_TRIM_THRESHOLD_"}
+                env |= {"MALLOC_TRIM_THRESHOLD_": value} if value else {}
+                out = subprocess.run([sys.executable, __file__, "allocator-child", path], env=env, check=True,
+                                     capture_output=True, text=True).stdout.strip()  # fmt: skip
+                print(f"{name}: {out}", flush=True)
+        return
+    from core import parallel
+
+    parallel.workers = lambda: 2  # two user partitions, opened and counted in this process one after the other
+    parallel.worker_threads = lambda: 1  # DuckDB and Arrow on one thread, as in a single-threaded Dask worker
+    t = time.perf_counter()
+    released, _ = dpne.extract(None, dpne.Params(**PARAMS, tokenizer="whitespace"), np.random.default_rng(1), snapshot=sys.argv[2])
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print(f"{time.perf_counter() - t:.1f} s, {usage.ru_minflt:,} minor page faults, peak RSS {usage.ru_maxrss / 1e6:.2f} GB "
+          f"({len(released):,} n-grams)")  # fmt: skip
+
+
+def steps() -> None:
+    rng = np.random.default_rng(0)
+    con = duckdb.connect()
+    con.execute("SET threads = 1")
+    m = rng.integers(11, 30, 150_000)  # users over a cap of 10
+    users = np.repeat(np.arange(len(m)), m)
+    grams = rng.integers(0, 10**7, len(users))
+    window = ("SELECT u, g FROM (SELECT u, g, row_number() OVER (PARTITION BY u ORDER BY hash(h, x, $key::UBIGINT), x) AS rk "
+              "FROM over) WHERE rk <= $cap")  # fmt: skip
+    con.register("over", pd.DataFrame({"u": users, "h": rng.integers(0, 2**63, len(m)).astype(np.uint64)[users], "g": grams, "x": grams}))
+    kept, best = {}, {}
+    for name, sql in (("row_number() window", window), ("min_by (dpne_counts.KEEP)", dpne_counts.KEEP)):
+        times = []
+        for _ in range(3):
+            t = time.perf_counter()
+            kept[name] = con.execute(sql, {"key": 7, "cap": 10}).fetchnumpy()
+            times.append(time.perf_counter() - t)
+        best[name] = min(times)
+    same = len({tuple(sorted(zip(k["u"].tolist(), k["g"].tolist()))) for k in kept.values()}) == 1
+    print(f"the cap's keyed choice on {len(users):,} over-cap pairs, one thread, best of 3: "
+          + ", ".join(f"{n} {s:.2f} s" for n, s in best.items()) + f"; the same kept pairs: {same}")  # fmt: skip
+    shares = [pd.DataFrame({"gram": np.sort(rng.choice(10**8, 80_000, replace=False)), "units": rng.integers(1, 10**6, 80_000)})
+              for _ in range(2)]  # fmt: skip
+    for name, merge in (("numpy (dpne_counts.merge)", dpne_counts.merge), ("DuckDB GROUP BY", _merge_duckdb)):
+        t = time.perf_counter()
+        for _ in range(10):
+            merged = merge(shares)
+        print(f"merging two shares of 80,000 n-grams, {name}: {(time.perf_counter() - t) * 100:.1f} ms ({len(merged):,} n-grams)")
+
+
+def _merge_duckdb(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    con = duckdb.connect()
+    con.register("parts", pd.concat(parts, ignore_index=True))
+    return con.execute("SELECT gram, CAST(sum(units) AS BIGINT) AS units FROM parts GROUP BY gram ORDER BY gram").df()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["tokenize", "groups", "memory", "memory-child"])
+    ap.add_argument("what", choices=["tokenize", "groups", "memory", "memory-child", "allocator", "allocator-child", "steps"])
+    ap.add_argument("path", nargs="?", help=argparse.SUPPRESS)  # allocator-child: the snapshot
     ap.add_argument("--copies", type=int, help="MSNBC this many times over (tokenize: 5; groups, memory: 10)")
     ap.add_argument("--zipf", action="store_true", help="memory: the synthetic Zipf corpus instead of MSNBC")
     args = ap.parse_args()
     copies = args.copies or (5 if args.what == "tokenize" else 10)
     {"tokenize": lambda: tokenize(copies), "groups": lambda: groups(copies), "memory": lambda: memory(copies, args.zipf),
-     "memory-child": lambda: memory(copies, args.zipf, child=True)}[args.what]()  # fmt: skip
+     "memory-child": lambda: memory(copies, args.zipf, child=True), "allocator": lambda: allocator(copies),
+     "allocator-child": lambda: allocator(copies, child=True), "steps": steps}[args.what]()  # fmt: skip
 
 
 if __name__ == "__main__":

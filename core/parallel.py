@@ -152,6 +152,10 @@ def local_cluster(n_workers: int) -> Any:
                             memory_limit=0)  # fmt: skip
 
 
+def _environ(name: str) -> str | None:
+    return os.environ.get(name)  # run on a worker: its own environment (os.environ.get itself would carry this one's)
+
+
 @contextmanager
 def using(kind: str = "local", address: str | None = None, n_workers: int = 2) -> Iterator[None]:
     """Hold ``partitioned`` state in process (``local``) or on Dask (``dask``: ``address``, or a local
@@ -166,6 +170,13 @@ def using(kind: str = "local", address: str | None = None, n_workers: int = 2) -
     cluster = None if address else local_cluster(n_workers)
     client = Client(address or cluster)
     token = _client.set(client)
+    trimming = sorted(v for v in client.run(_environ, "MALLOC_TRIM_THRESHOLD_").values() if v is not None)
+    if trimming:  # a worker started without deploy/dask.yaml, or that inherited the variable from its shell
+        logging.getLogger("privrelease").warning(
+            f"{len(trimming)} of {workers()} Dask workers started with MALLOC_TRIM_THRESHOLD_={trimming[0]}, which makes "
+            "DPNE's counting about a quarter slower there; start them with DASK_CONFIG set to privrelease's "
+            "deploy/dask.yaml and without that variable in their environment (README, Several hosts)."
+        )
     try:
         yield
     finally:

@@ -490,8 +490,37 @@ def test_zero_threshold_level_publishes_weights_on_the_noise_scale(test_mode):
 
 
 def test_merging_shares_whose_sum_would_wrap_64_bits_is_refused():
-    """Shares add exactly in int64; a sum that could wrap is an error, never a wrong histogram."""
+    """Shares add exactly in int64. Merging is refused once the shares' weights add up to 2^62 or more
+    (a conservative bound: short of it, no sum can wrap), so it errs, never returns a wrapped histogram."""
     share = pd.DataFrame({"gram": [7, 9], "units": [2**60, 1]})
     assert dpne_counts.merge([share, share]).to_dict("list") == {"gram": [7, 9], "units": [2**61, 2]}
     with pytest.raises(OverflowError, match="overflow 64-bit integers"):
         dpne_counts.merge([share.assign(units=[2**61, 1])] * 2)
+
+
+@pytest.mark.parametrize("named", [False, True])
+def test_a_user_over_the_cap_keeps_the_cap_smallest_by_keyed_hash_then_gram(named):
+    """``contributions`` against an oracle: each user's distinct grams; a user with more than ``cap`` of
+    them keeps the ``cap`` smallest by (DuckDB's hash of (the user's hash, the gram, the key), the gram),
+    sorted here in Python. Grams as ids (levels >= 2) and as names (level 1, ranked by the name)."""
+    import pyarrow as pa
+
+    rng, cap, key = seeded(5), 3, 987_654_321
+    users = rng.integers(0, 60, 2_000)
+    grams = rng.integers(0, 40, len(users))
+    user_hash = rng.integers(0, 2**63, 60).astype(np.uint64)
+    names = pa.array([f"w{i:02d}é" for i in rng.permutation(40)]) if named else None  # names in another order than ids
+    con = duckdb.connect()
+    u, g, m = dpne_counts.contributions(con, users, grams, user_hash, cap, key, names)
+    got = {(int(a), int(b)) for a, b in zip(u, g)}
+    pairs = sorted(set(zip(users.tolist(), grams.tolist())))
+    x = pa.array([g for _, g in pairs]) if names is None else names.take(pa.array([g for _, g in pairs]))
+    con.register("ranked", pa.table({"h": user_hash[[p[0] for p in pairs]], "x": x}))
+    ranks = con.execute("SELECT hash(h, x, $key::UBIGINT) AS r FROM ranked", {"key": key}).fetchnumpy()["r"].tolist()
+    held: dict[int, list[tuple[int, object, int]]] = {}
+    for (user, gram), rank, name in zip(pairs, ranks, x.to_pylist()):
+        held.setdefault(user, []).append((rank, name, gram))
+    expected = {(user, gram) for user, ranked in held.items() for _, _, gram in sorted(ranked)[:cap]}
+    assert got == expected
+    assert sum(len(r) > cap for r in held.values()) > 40  # most users are over the cap
+    assert {int(a): int(b) for a, b in zip(u, m)} == {user: min(len(r), cap) for user, r in held.items()}

@@ -46,7 +46,8 @@ def tokens_sql(tokenizer: str, text: str) -> str:
     ``WHITESPACE`` ("whitespace": split on spaces, after turning the other whitespace characters into
     spaces in the posts that hold any, which is the regular expression split on \\s+ at less cost:
     ``bench/bench_dpne_counting.py``; ``translate`` costs more than the split, so posts without
-    tabs, newlines, form feeds or returns skip it)."""
+    tabs, newlines, form feeds or returns skip it). ``text`` is a deterministic SQL expression (a column,
+    or a cast of one): it is written out several times."""
     if tokenizer == "words":
         return f"regexp_extract_all(lower({text}), '[\\p{{L}}\\p{{N}}]+')"
     others = [f"chr({ord(c)})" for c in WHITESPACE[:-1]]
@@ -98,6 +99,11 @@ class Encoding:
 # -- a user's capped contribution, and the histogram ---------------------------------------------------------
 
 
+# A user over the cap keeps the cap smallest of its grams g by (keyed hash, gram name or id x): a top-n
+# aggregate per user (no window's sort); the ranking, ties included, is ORDER BY hash(h, x, key), x.
+KEEP = "SELECT u, unnest(min_by(g, (hash(h, x, $key::UBIGINT), x), $cap)) AS g FROM over GROUP BY u"
+
+
 def contributions(con: duckdb.DuckDBPyConnection, users: np.ndarray, grams: np.ndarray, user_hash: np.ndarray, cap: int,
                   key: int, names: pa.Array | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
     """Each user's contribution vector as (user, gram, m) arrays, from the occurrences ``users[i]``
@@ -122,10 +128,7 @@ def contributions(con: duckdb.DuckDBPyConnection, users: np.ndarray, grams: np.n
     ranked["x"] = g[over] if names is None else names.take(pa.array(g[over]))
     con.register("over", pa.table(ranked))
     try:
-        kept = con.execute(  # the cap smallest by (keyed hash, gram) of each user: a top-n aggregate, no window's sort
-            "SELECT u, unnest(min_by(g, (hash(h, x, $key::UBIGINT), x), $cap)) AS g FROM over GROUP BY u",
-            {"key": key, "cap": cap},
-        ).fetchnumpy()
+        kept = con.execute(KEEP, {"key": key, "cap": cap}).fetchnumpy()
     finally:
         con.unregister("over")
     return (np.concatenate([u[~over], kept["u"]]), np.concatenate([g[~over], kept["g"]]),
