@@ -141,7 +141,7 @@ def local_cluster(n_workers: int) -> Any:
     - glibc's own memory allocation: Dask starts its workers with ``MALLOC_TRIM_THRESHOLD_=65536``,
       which hands freed memory back to the system at once and, like any such setting, fixes the size
       above which glibc maps each allocation afresh, so every large array of a level pays its page
-      faults again: a partition's levels took 11.2–13.0 s instead of 8.7–9.5 s (bench/RESULTS.md);
+      faults again: a worker's share of 10× MSNBC took 30.7 s instead of 25.7 s (bench/RESULTS.md);
     - no Dask memory limit (a worker that Dask paused or restarted would lose its partitions).
     """
     import dask
@@ -174,7 +174,7 @@ def using(kind: str = "local", address: str | None = None, n_workers: int = 2) -
     if trimming:  # a worker started without deploy/dask.yaml, or that inherited the variable from its shell
         logging.getLogger("privrelease").warning(
             f"{len(trimming)} of {workers()} Dask workers started with MALLOC_TRIM_THRESHOLD_={trimming[0]}, which makes "
-            "DPNE's counting about a quarter slower there; start them with DASK_CONFIG set to privrelease's "
+            "DPNE's counting about a fifth slower there; start them with DASK_CONFIG set to privrelease's "
             "deploy/dask.yaml and without that variable in their environment (README, Several hosts)."
         )
     try:

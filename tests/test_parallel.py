@@ -81,7 +81,7 @@ def lean(client) -> dict[str, tuple[bool, str | None, int]]:
 
 
 def test_workers_started_with_deploy_dask_yaml_are_as_lean_as_the_local_cluster(caplog):
-    """Workers an operator starts on other hosts, as the README says (``DASK_CONFIG=deploy/dask.yaml
+    """Workers an operator starts on other hosts, as the README says (``DASK_CONFIG=/path/to/deploy/dask.yaml
     dask worker ADDRESS --nthreads 1 --memory-limit 0``), get ``parallel.WORKER_CONFIG``; a worker
     started without the file gets Dask's defaults (the stack sampler, and MALLOC_TRIM_THRESHOLD_=65536,
     which made a worker's share of DPNE 19% slower: bench/RESULTS.md), and the runner warns of it."""
@@ -97,7 +97,7 @@ def test_workers_started_with_deploy_dask_yaml_are_as_lean_as_the_local_cluster(
     with LocalCluster(n_workers=0, processes=False, protocol="tcp://", dashboard_address=None) as cluster:
         procs = [subprocess.Popen([*command, cluster.scheduler_address, "--name", name], env=extra | env, cwd=REPO,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-                 for name, extra in (("configured", {"DASK_CONFIG": "deploy/dask.yaml"}), ("plain", {}))]
+                 for name, extra in (("configured", {"DASK_CONFIG": str(REPO / "deploy" / "dask.yaml")}), ("plain", {}))]
         try:
             with Client(cluster.scheduler_address) as client:
                 client.wait_for_workers(2, timeout=60)
@@ -105,7 +105,7 @@ def test_workers_started_with_deploy_dask_yaml_are_as_lean_as_the_local_cluster(
             with caplog.at_level(logging.WARNING, logger="privrelease"), parallel.using("dask", cluster.scheduler_address):
                 pass  # the runner names what it found when it starts
             assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
-                "1 of 2 Dask workers started with MALLOC_TRIM_THRESHOLD_=65536, which makes DPNE's counting about a quarter "
+                "1 of 2 Dask workers started with MALLOC_TRIM_THRESHOLD_=65536, which makes DPNE's counting about a fifth "
                 "slower there; start them with DASK_CONFIG set to privrelease's deploy/dask.yaml and without that variable "
                 "in their environment (README, Several hosts)."
             ]
