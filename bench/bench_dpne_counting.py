@@ -9,7 +9,7 @@ Run: PRIVRELEASE_DATA=... .venv/bin/python bench/bench_dpne_counting.py tokenize
          (peak resident memory of ``dpne.extract`` above the loaded corpus, in a fresh process; with
           --zipf on the synthetic Zipf corpus of ``bench_dpne.py``, as many posts as MSNBC x copies)
      PRIVRELEASE_DATA=... .venv/bin/python bench/bench_dpne_counting.py allocator [--copies 10]
-         (a Dask worker's share of the work, two user partitions one after the other on one DuckDB
+         (the two Dask workers' work, both user partitions one after the other in one process on one DuckDB
           thread, in fresh processes with glibc's defaults and with MALLOC_TRIM_THRESHOLD_ set:
           seconds, minor page faults and peak resident memory)
      .venv/bin/python bench/bench_dpne_counting.py steps
@@ -103,8 +103,8 @@ ALLOCATOR = {"glibc's defaults": None, "MALLOC_TRIM_THRESHOLD_=65536 (Dask's def
              "MALLOC_TRIM_THRESHOLD_=4294967295 (never trim)": "4294967295"}  # fmt: skip
 
 
-def allocator(copies: int, child: bool = False) -> None:
-    if not child:
+def allocator(copies: int, snapshot: str | None = None) -> None:
+    if snapshot is None:  # this process writes the snapshot; a fresh child per setting counts it
         with tempfile.TemporaryDirectory() as tmp:
             path = str(Path(tmp) / "v1.parquet")
             duckdb.connect().from_df(msnbc_times(copies)).write_parquet(path)
@@ -120,7 +120,7 @@ def allocator(copies: int, child: bool = False) -> None:
     parallel.workers = lambda: 2  # two user partitions, opened and counted in this process one after the other
     parallel.worker_threads = lambda: 1  # DuckDB and Arrow on one thread, as in a single-threaded Dask worker
     t = time.perf_counter()
-    released, _ = dpne.extract(None, dpne.Params(**PARAMS, tokenizer="whitespace"), np.random.default_rng(1), snapshot=sys.argv[2])
+    released, _ = dpne.extract(None, dpne.Params(**PARAMS, tokenizer="whitespace"), np.random.default_rng(1), snapshot=snapshot)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     print(f"{time.perf_counter() - t:.1f} s, {usage.ru_minflt:,} minor page faults, peak RSS {usage.ru_maxrss / 1e6:.2f} GB "
           f"({len(released):,} n-grams)")  # fmt: skip
@@ -172,7 +172,7 @@ def main() -> None:
     copies = args.copies or (5 if args.what == "tokenize" else 10)
     {"tokenize": lambda: tokenize(copies), "groups": lambda: groups(copies), "memory": lambda: memory(copies, args.zipf),
      "memory-child": lambda: memory(copies, args.zipf, child=True), "allocator": lambda: allocator(copies),
-     "allocator-child": lambda: allocator(copies, child=True), "steps": steps}[args.what]()  # fmt: skip
+     "allocator-child": lambda: allocator(copies, args.path), "steps": steps}[args.what]()  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -141,7 +141,7 @@ def local_cluster(n_workers: int) -> Any:
     - glibc's own memory allocation: Dask starts its workers with ``MALLOC_TRIM_THRESHOLD_=65536``,
       which hands freed memory back to the system at once and, like any such setting, fixes the size
       above which glibc maps each allocation afresh, so every large array of a level pays its page
-      faults again: a worker's share of 10× MSNBC took 30.7 s instead of 25.7 s (bench/RESULTS.md);
+      faults again: both partitions of 10× MSNBC, counted one after the other, took 30.7 s instead of 25.7 s (bench/RESULTS.md);
     - no Dask memory limit (a worker that Dask paused or restarted would lose its partitions).
     """
     import dask

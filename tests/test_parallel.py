@@ -84,7 +84,7 @@ def test_workers_started_with_deploy_dask_yaml_are_as_lean_as_the_local_cluster(
     """Workers an operator starts on other hosts, as the README says (``DASK_CONFIG=/path/to/deploy/dask.yaml
     dask worker ADDRESS --nthreads 1 --memory-limit 0``), get ``parallel.WORKER_CONFIG``; a worker
     started without the file gets Dask's defaults (the stack sampler, and MALLOC_TRIM_THRESHOLD_=65536,
-    which made a worker's share of DPNE 19% slower: bench/RESULTS.md), and the runner warns of it."""
+    which made DPNE's counting 19% slower: bench/RESULTS.md), and the runner warns of it."""
     import subprocess
     import sys
 
