@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from core import paths
 from core.accounting import Budget
@@ -113,7 +114,7 @@ SUITES = Path(__file__).resolve().parent.parent / "schemas" / "suites"
 # what write_demo registers: id, source, unit, purpose, expectation suite, and a cap that covers a few
 # dozen runs of each form's defaults (the UI's Quick run)
 _REGISTERED = (
-    ("census-demo", "census.csv", "record", "sdc", SUITES / "census_demo.json", None),
+    ("census-demo", "census.csv", "record", "sdc", SUITES / "census_demo.json", None),  # with CENSUS_POLICY
     ("posts-demo", "posts.csv", "user:user", "dp", None, Budget(20.0, 1e-5)),
     ("logins-demo", "logins.csv", "record", "dp", None, Budget(40.0, 1e-3)),
 )  # fmt: skip
@@ -136,15 +137,22 @@ def write_demo(home: Path, rows: int = 20_000) -> Path:
     spam.mkdir(exist_ok=True)
     for name, part in (("user-1", mail(600, 1)), ("user-2", mail(600, 2)), ("test", mail(200, 3))):
         (spam / f"{name}.jsonl").write_text("".join(json.dumps(m) + "\n" for m in part))
+    from core.sdc import policy
+
+    (folder / "census.policy.yaml").write_text(CENSUS_POLICY)
+    census_policy = policy.parse(yaml.safe_load(CENSUS_POLICY), "the demo census policy")
     registry, ledger = Registry(home), Ledger(paths.database(home))
     registered = {d.id for d in registry.list()}
     capped = {t.dataset for t in ledger.totals() if t.cap is not None}
     for dataset_id, source, unit, purpose, suite, cap in _REGISTERED:
+        rules = census_policy if purpose == "sdc" else None
         if dataset_id in registered:
             registry.refresh(dataset_id, root)
+            if rules is not None and registry.get(dataset_id).policy != rules:
+                registry.set_policy(dataset_id, rules)
         else:
             registry.add(dataset_id, f"demo/{source}", "csv", Unit.parse(unit), purpose,
-                         suite=str(suite) if suite else None, root=root)  # fmt: skip
+                         suite=str(suite) if suite else None, root=root, policy=rules)  # fmt: skip
         if cap is not None and dataset_id not in capped:
             ledger.set_budget(dataset_id, cap)
     requests = home / "requests"
@@ -157,16 +165,42 @@ def write_demo(home: Path, rows: int = 20_000) -> Path:
     return request
 
 
+CENSUS_POLICY = """\
+# The data steward's disclosure policy of the demo census (privrelease dataset policy census-demo --policy FILE).
+identifiers: []                  # direct identifiers: never published (the synthetic census has none)
+keys:                            # key variables: every release protects them, and its risk is measured on them
+  categorical: [workclass, education, marital-status, relationship, race, sex, native-country]
+  numeric: [age]
+sensitive: [occupation]          # published; l-diversity is measured on it
+publishable: [hours-per-week, salary]   # insensitive: published as they are
+thresholds:                      # a released table that misses one is not published
+  k: 3                           # every key cell holds at least 3 records
+  risk: {above: 0.34, max_share: 0.0}   # no record with an individual risk above 0.34
+hierarchies:                     # for global recoding (the recode step)
+  age: {breaks: [17, 25, 35, 45, 55, 65, 75]}
+  education:
+    - {Preschool: Primary, 1st-4th: Primary, 5th-6th: Primary, 7th-8th: Secondary, 9th: Secondary, 10th: Secondary,
+       11th: Secondary, 12th: Secondary, HS-grad: HS-grad, Some-college: College, Assoc-voc: College,
+       Assoc-acdm: College, Bachelors: Bachelors, Masters: Graduate, Prof-school: Graduate, Doctorate: Graduate}
+  native-country:
+    - {Mexico: Other, Philippines: Other, Germany: Other, Canada: Other, India: Other}
+"""
+
 DEMO_REQUEST = """\
-# The analyst's request: release the registered demo census table with RA (Yang & Qiao): one QI
-# cell per record is redrawn from its column's marginal; occupation (the sensitive column) is kept.
+# The analyst's request: the registered demo census table, protected as its steward's policy asks:
+# age and education recoded with the policy's hierarchies, then RA (Yang & Qiao: one key cell per record
+# redrawn from its column's marginal; occupation, the sensitive column, kept), then local suppression
+# until every key cell holds the policy's k records. Rows are shuffled; only the policy's columns go out.
 dataset: census-demo
 mechanism:
-  name: ra
+  name: sdc
   params:
-    qi: [age, workclass, education, marital-status, relationship, race, sex, native-country, salary]
-    sensitive: occupation
-    p: uniform
+    steps:
+      - {method: recode, columns: [age, education, native-country]}
+      - method: ra
+        qi: [age, workclass, education, marital-status, relationship, race, sex, native-country]
+        sensitive: occupation
+      - {method: suppress}
 """
 
 DEMO_NGRAM_REQUEST = """\

@@ -36,7 +36,7 @@ from core.chain import GENESIS, Entry, canonical, check_chain, insert, rows
 from core.errors import BudgetError, BudgetExhausted, LedgerCorrupt, ReleaseConflict
 from core.store import Store, open_store
 
-CAP, RESERVED, PUBLISHED, FAILED = "cap", "reserved", "published", "failed"
+CAP, RESERVED, PUBLISHED, FAILED, POLICY = "cap", "reserved", "published", "failed", "policy"
 KINDS = ("dp", "sdc", "mpc")
 
 @dataclass(frozen=True)
@@ -126,6 +126,19 @@ class Ledger:
         with self._write(dataset) as (con, written):
             return self._append(con, written, dataset=dataset, status=CAP, epsilon=cap.epsilon, delta=cap.delta,
                                 detail=detail, requested_by=requested_by)  # fmt: skip
+
+    def set_policy(self, dataset: str, policy: dict, requested_by: str | None = None) -> Entry:
+        """Record an SDC dataset's disclosure policy (the steward's); a later one replaces it, the history keeps both."""
+        with self._write(dataset) as (con, written):
+            return self._append(con, written, dataset=dataset, status=POLICY, detail=policy, requested_by=requested_by)
+
+    def policy(self, dataset: str) -> Entry | None:
+        """The dataset's current disclosure policy entry (its ``detail`` holds the policy), if any."""
+        if not self.store.exists():
+            return None
+        with self.store.read() as con:
+            found = rows(con, "WHERE dataset = ? AND status = ? ORDER BY seq DESC LIMIT 1", [dataset, POLICY])
+        return found[0] if found else None
 
     def approval(self, dataset: str, cost: Budget, detail: dict | None = None) -> tuple[float, float] | None:
         """(share, threshold) when a release of ``cost`` (its events in ``detail``) takes a larger share of what

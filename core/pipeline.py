@@ -18,6 +18,7 @@ is interpreter start and imports; see bench/RESULTS.md). Only
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import shutil
@@ -28,7 +29,7 @@ from types import SimpleNamespace
 import pandas as pd
 
 from core import budget as accounts
-from core import faults, mechanisms, noise, parallel, paths, sdc_report, snapshots
+from core import faults, mechanisms, noise, parallel, paths, snapshots
 from core import publish as _publish
 from core import spec as _spec
 from core.accountant import Spend, events_of
@@ -38,6 +39,8 @@ from core.errors import ApprovalError, BudgetExhausted, ReleaseConflict, SpecErr
 from core.ledger import FAILED, PUBLISHED, Charge, Ledger
 from core.mechanisms.base import DPCost, Plan, Result
 from core.registry import Registry
+from core.sdc import enforce
+from core.sdc import report as sdc_report
 from core.spec import Release, ReleaseRequest
 
 
@@ -97,6 +100,8 @@ def check(store: Store, request: ReleaseRequest, dropped: bool = False) -> tuple
         raise SpecError(f"mechanism {release.mechanism!r} is private for a {plan_.cost.unit} unit, but dataset "
                         f"{dataset.id!r} is registered with unit {dataset.unit}.")  # fmt: skip
     module.needs(release.params, tuple(dataset.schema.columns)).check(dataset.schema, dataset.id)
+    if dataset.purpose == "sdc":
+        enforce.admit(dataset, release.mechanism, module, release.params)
     return release, plan_
 
 
@@ -139,8 +144,11 @@ def largest_fit(ledger: Ledger, dataset: str, module, params) -> str:
 
 def load(store: Store, release: Release) -> pd.DataFrame:
     """The registered snapshot, checked; for a mechanism whose Dask workers read it themselves, also
-    checked to be readable on every worker (before the charge, so an unreachable store costs nothing)."""
+    checked to be readable on every worker (before the charge, so an unreachable store costs nothing).
+    For an SDC release, only the columns its disclosure policy publishes, rows shuffled (``enforce.prepare``)."""
     frame = store.registry.load(release.dataset)
+    if release.dataset.purpose == "sdc":
+        return enforce.prepare(frame, release.dataset.policy, noise.generator(release.seed))
     if getattr(mechanisms.get(release.mechanism), "READS_SNAPSHOT_ON_WORKERS", False):
         missing = parallel.unreadable(frame.attrs["snapshot"])
         if missing:
@@ -189,7 +197,7 @@ def charge(store: Store, release: Release, plan_: Plan, flow_run_id: str | None 
         "mechanism": release.params.model_dump(mode="json"),
         "registration": release.dataset.version,
         "test_mode": release.seed is not None,
-    }
+    } | ({"policy": release.dataset.policy_entry} if release.dataset.purpose == "sdc" else {})
     return reserve(store, release.dataset.id, release.release_id, release.mechanism, plan_, params,
                    release.dataset.unit.adjacency, flow_run_id, requested_by)  # fmt: skip
 
@@ -197,19 +205,31 @@ def charge(store: Store, release: Release, plan_: Plan, flow_run_id: str | None 
 def privatize(release: Release, frame: pd.DataFrame) -> Result:
     """Run the mechanism on fresh randomness (a fixed seed only in test mode), then check it."""
     module = mechanisms.get(release.mechanism)
-    result = module.run(frame, release.params, noise.generator(release.seed))
+    rng = noise.generator(release.seed)
+    result = module.run(frame, release.params, rng)
     module.check(frame, result, release.params)
+    if release.dataset.purpose == "sdc":
+        result = dataclasses.replace(result, data=enforce.finish(result.data, release.dataset.policy, rng))
     return result
 
 
 def assess(store: Store, release: Release, frame: pd.DataFrame, result: Result) -> Result:
-    """An SDC release's risk and utility report: the internal one written for the data steward under
-    the home (never published, never logged), the external one (figures of the released table
-    only) attached to the result to be published with it."""
-    role = sdc_report.roles(release.params, result.privacy, frame)
-    sdc_report.write_internal(store.root, release.dataset.id, release.release_id, release.mechanism,
-                              sdc_report.internal(frame, result.data, role), sdc_report.records(frame, result.data, role))  # fmt: skip
-    return sdc_report.attach(result, sdc_report.external(result.data, role))
+    """An SDC release's risk and utility report, on the disclosure policy's key: the internal one written
+    for the data steward under the home (never published, never logged), the external one (figures of
+    the released table only) attached to the result to be published with it. A released table that
+    misses a threshold of the policy is refused here (``enforce.ThresholdMissed``), after the internal
+    report says by how much."""
+    policy = release.dataset.policy
+    module = mechanisms.get(release.mechanism)
+    role = sdc_report.roles(release.mechanism, policy, module.protects(release.params), result.privacy, frame, result.data)
+    external = sdc_report.external(result.data, role)
+    missing = enforce.missed(external, policy)
+    internal = sdc_report.internal(frame, result.data, role) | {"thresholds_missed": missing}
+    sdc_report.write_internal(store.root, release.dataset.id, release.release_id, release.mechanism, internal,
+                              sdc_report.records(frame, result.data, role))  # fmt: skip
+    if missing:
+        raise enforce.refuse(release.dataset.id, release.release_id, missing)
+    return sdc_report.attach(result, external, release.mechanism)
 
 
 def publish(store: Store, release: Release, plan_: Plan, result: Result, charge_: Charge) -> _publish.Published:
@@ -311,5 +331,9 @@ def summary(manifest: dict, folder: Path, already: bool) -> dict:
         "privacy": manifest["privacy"],
         "headline": {k: manifest[k] for k in ("result", "counts_by_length") if k in manifest}
         | {k: manifest["privacy"][k] for k in ("pa", "pa_max") if k in manifest["privacy"]}
+        | ({"k": manifest["sdc_report"]["k"]} if "sdc_report" in manifest else {})
+        | ({"chain": " → ".join(s["method"] for s in manifest["privacy"]["steps"]),
+            "suppressed_cells": sum(s.get("suppressed_cells", 0) for s in manifest["privacy"]["steps"])}
+           if "steps" in manifest["privacy"] else {})
         | ({"risk": manifest["risk"]} if "risk" in manifest else {}),
     }

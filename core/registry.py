@@ -20,6 +20,7 @@ registered digest before use.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,8 +36,10 @@ from core import content, paths, snapshots
 from core.db import quote_ident
 from core.errors import IngestError, SpecError
 from core.ids import check_id
+from core.ledger import Ledger
 from core.readers import csv_header, read_into
 from core.schema import TYPES, Column, Schema
+from core.sdc.policy import Policy
 from core.store import open_store
 
 FORMATS = ("csv", "parquet", "jsonl")
@@ -92,6 +95,8 @@ class Dataset:
     schema: Schema
     rows: int | None  # public only under the record unit
     registered: str
+    policy: Policy | None = None  # an sdc dataset's disclosure policy (the steward's; None: no release possible)
+    policy_entry: int | None = None  # the ledger entry that recorded it
 
     def public(self) -> dict:
         return {
@@ -99,6 +104,8 @@ class Dataset:
             "adjacency": self.unit.adjacency if self.purpose == "dp" else None,
             "rows": self.rows, "registered": self.registered,
             "schema": {n: c.model_dump() for n, c in self.schema.columns.items()},
+            **({"policy": self.policy.public() if self.policy else None, "policy_entry": self.policy_entry}
+               if self.purpose == "sdc" else {}),
         }  # fmt: skip
 
 
@@ -149,8 +156,11 @@ class Registry:
     def add(
         self, dataset_id: str, source: str, fmt: str, unit: Unit, purpose: str,
         schema: Schema | None = None, suite: str | None = None, delimiter: str = ",", root: Path | None = None,
+        policy: Policy | None = None, requested_by: str | None = None,
     ) -> tuple[Dataset, bool]:  # fmt: skip
-        """Register a dataset; returns it and whether its schema was inferred (and so must be shown)."""
+        """Register a dataset; returns it and whether its schema was inferred (and so must be shown). An sdc
+        dataset's disclosure ``policy`` is checked against the schema before anything is written, and recorded
+        on the ledger."""
         check_id(dataset_id, "dataset id")
         if fmt not in FORMATS:
             raise SpecError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}.")
@@ -158,6 +168,9 @@ class Registry:
             raise SpecError(f"--purpose must be 'dp' (differentially private releases) or 'sdc' (RA, swapping), got {purpose!r}.")
         if purpose == "sdc" and unit.kind != "record":
             raise SpecError("an sdc dataset releases perturbed records: its unit is 'record'.")
+        if policy is not None and purpose != "sdc":
+            raise SpecError("--policy is a disclosure policy for an sdc dataset; a dp dataset is protected by its "
+                            "privacy unit and budget.")  # fmt: skip
         with self.store.lock("registry"):
             earlier = self._versions(dataset_id)
             if earlier and earlier[-1][1] is not None:
@@ -171,18 +184,37 @@ class Registry:
             path = resolve_source(source, root or data_root(self.home))
             self._refuse_duplicate(dataset_id, path)
             version = len(earlier) + 1
-            return self._ingest(dataset_id, version, path, fmt, delimiter, unit, purpose, schema, suite)
+            dataset, inferred = self._ingest(dataset_id, version, path, fmt, delimiter, unit, purpose, schema, suite,
+                                             policy)  # fmt: skip
+            if policy is not None:
+                self.ledger.set_policy(dataset_id, policy.public(), requested_by)
+            return self.get(dataset_id), inferred
+
+    @property
+    def ledger(self) -> Ledger:
+        return Ledger(paths.database(self.home), self.store)
+
+    def set_policy(self, dataset_id: str, policy: Policy, requested_by: str | None = None) -> Dataset:
+        """The steward's new disclosure policy of an sdc dataset, checked against its schema, on the ledger."""
+        with self.store.lock("registry"):
+            current, _ = self._current(dataset_id)
+            if current.purpose != "sdc":
+                raise SpecError(f"dataset {dataset_id!r} is registered for dp releases; a disclosure policy is for an "
+                                "sdc dataset.")  # fmt: skip
+            policy.check(current.schema, dataset_id)
+            self.ledger.set_policy(dataset_id, policy.public(), requested_by)
+            return self.get(dataset_id)
 
     def refresh(self, dataset_id: str, root: Path | None = None) -> Dataset:
         """Re-ingest and re-check a dataset from its registered source, schema and suite."""
         with self.store.lock("registry"):
             current, private = self._current(dataset_id)
             path = resolve_source(private.source, root or data_root(self.home))
-            dataset, _ = self._ingest(
+            self._ingest(
                 dataset_id, current.version + 1, path, private.format, private.delimiter, current.unit,
-                current.purpose, current.schema, private.suite,
+                current.purpose, current.schema, private.suite, current.policy,
             )  # fmt: skip
-            return dataset
+            return self.get(dataset_id)
 
     def drop(self, dataset_id: str) -> None:
         """Delete the stored rows; the registration history and the ledger keep their entries."""
@@ -210,6 +242,9 @@ class Registry:
         if current.version != dataset.version:  # registered again since the request was checked
             raise snapshots.SnapshotChanged(f"dataset {dataset.id!r} changed since registration; ask the data "
                                             "steward to check it.")  # fmt: skip
+        if current.policy_entry != dataset.policy_entry:
+            raise snapshots.SnapshotChanged(f"the disclosure policy of dataset {dataset.id!r} changed since the request "
+                                            "was checked; release again.")  # fmt: skip
         path = snapshots.checked(self.home, dataset.id, private.snapshot, private.digest, private.host)
         with duckdb.connect() as con:  # in memory, default settings (row order kept)
             frame = con.execute("SELECT * FROM read_parquet(?)", [str(path)]).df()
@@ -256,7 +291,13 @@ class Registry:
         if not rows or (rows[0][11] is None and not dropped):
             raise SpecError(f"dataset {dataset_id!r} is not registered; the data steward registers it with "
                             "'privrelease dataset add' (see 'privrelease dataset list').")  # fmt: skip
-        return _dataset(rows[0][:7]), _Private(*rows[0][7:])
+        dataset = _dataset(rows[0][:7])
+        if dataset.purpose == "sdc":
+            entry = self.ledger.policy(dataset_id)
+            if entry is not None:
+                policy = Policy.model_validate_json(entry.detail)
+                dataset = dataclasses.replace(dataset, policy=policy, policy_entry=entry.seq)
+        return dataset, _Private(*rows[0][7:])
 
     def _refuse_duplicate(self, dataset_id: str, path: Path, parsed: str | None = None) -> None:
         """One content, one id (and so one budget): the same path, the same bytes, or (once parsed) the
@@ -270,7 +311,7 @@ class Registry:
 
     def _ingest(
         self, dataset_id: str, version: int, path: Path, fmt: str, delimiter: str, unit: Unit, purpose: str,
-        schema: Schema | None, suite: str | None,
+        schema: Schema | None, suite: str | None, policy: Policy | None = None,
     ) -> tuple[Dataset, bool]:  # fmt: skip
         snapshot = snapshots.folder(self.home, dataset_id) / f"v{version}.parquet"
         if fmt == "csv":
@@ -295,6 +336,8 @@ class Registry:
                     for name, dtype in found
                 })  # fmt: skip
             _check(con, schema, [n for n, _ in found], path.name)
+            if policy is not None:
+                policy.check(schema, dataset_id)
             if unit.column is not None and (unit.column not in schema.columns or schema.columns[unit.column].nullable):
                 raise IngestError(f"--unit names column {unit.column!r}, which the file lacks or leaves empty in some "
                                   "rows; every record needs its user.")  # fmt: skip

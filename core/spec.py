@@ -24,8 +24,9 @@ from core.registry import Dataset
 
 
 def _filled(module: object) -> tuple[str, ...]:
-    """The parameters the registry fills in: the unit's column, the public number of records."""
-    return tuple(p for p in (getattr(module, "UNIT_PARAM", None), getattr(module, "ROWS_PARAM", None)) if p)
+    """The parameters the registry fills in: the unit's column, the public number of records, the disclosure policy."""
+    return tuple(p for p in (getattr(module, "UNIT_PARAM", None), getattr(module, "ROWS_PARAM", None),
+                             getattr(module, "POLICY_PARAM", None)) if p)  # fmt: skip
 
 
 def _request_params(module: object) -> type[StrictParams]:
@@ -124,6 +125,9 @@ def bind(request: ReleaseRequest, dataset: Dataset) -> Release:
             raise SpecError(f"mechanism {request.mechanism.name!r} needs a public number of records, but dataset "
                             f"{dataset.id!r} is registered with unit {dataset.unit}; it needs --unit record.")  # fmt: skip
         params[rows] = dataset.rows
+    policy = getattr(module, "POLICY_PARAM", None)
+    if policy is not None and dataset.policy is not None:
+        params[policy] = dataset.policy
     try:
         checked = module.Params.model_validate(params)
     except ValidationError as exc:

@@ -17,7 +17,14 @@ from pathlib import Path
 from core import __version__, paths
 from core.accounting import charge_phrase
 from core.errors import LedgerCorrupt, UserError
-from flows.cli_dataset import cmd_dataset_add, cmd_dataset_drop, cmd_dataset_list, cmd_dataset_refresh, cmd_dataset_show
+from flows.cli_dataset import (
+    cmd_dataset_add,
+    cmd_dataset_drop,
+    cmd_dataset_list,
+    cmd_dataset_policy,
+    cmd_dataset_refresh,
+    cmd_dataset_show,
+)
 from flows.cli_ledger import add_parsers as add_ledger_parsers
 from flows.cli_user import add_parsers as add_user_parsers
 from flows.launch import prefect_api_url, prefect_env, quiet_console, start_prefect
@@ -209,7 +216,10 @@ def cmd_demo(args: argparse.Namespace, root: Path) -> int:
     ledger = summary["ledger"]
     print(f"release folder: {summary['folder']}")
     print(f"ledger entry:   #{ledger['seq']} {ledger['hash']} ({charge_phrase(summary['privacy']['kind'])})")
-    print(f"Pa:             {summary['privacy']['pa']:.4f}  (Pa_max {summary['privacy']['pa_max']:.4f})")
+    ra = next(s for s in summary["privacy"]["steps"] if s["method"] == "ra")
+    print(f"chain:          {summary['headline']['chain']}  ({summary['headline']['suppressed_cells']} key values suppressed)")
+    print(f"Pa:             {ra['pa']:.4f}  (Pa_max {ra['pa_max']:.4f})")
+    print(f"risk:           k = {summary['headline']['k']} on the policy's key (policy: k >= 3)")
     print("\nNext:")
     print(f"  {me} release {request.parent / 'posts-dpne.yaml'}   # a DP release: spends posts-demo's budget")
     print(f"  {me} ledger totals                              # what each dataset has spent and has left")
@@ -272,7 +282,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--format", required=True, choices=["csv", "parquet", "jsonl"])
     p.add_argument("--unit", required=True, help="privacy unit: record, or user:COLUMN")
     p.add_argument("--purpose", required=True, choices=["dp", "sdc"],
-                   help="dp: differentially private releases; sdc: RA and swapping")
+                   help="dp: differentially private releases; sdc: statistical disclosure control (RA, swapping, recoding, "
+                        "suppression, ...) under a disclosure policy")
+    p.add_argument("--policy", help="sdc: the disclosure policy (YAML): identifiers, key variables, sensitive and "
+                                    "publishable columns, weight, cluster, risk thresholds, recoding hierarchies")
     p.add_argument("--schema", help="declared schema (YAML/JSON); without it the inferred one is printed")
     p.add_argument("--suite", help="Great Expectations suite (JSON) checked at registration and refresh")
     p.add_argument("--delimiter", default=",", help="CSV delimiter")
@@ -280,9 +293,13 @@ def parser() -> argparse.ArgumentParser:
     p = dsub.add_parser("list", help="registered datasets (public facts)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_dataset_list)
-    p = dsub.add_parser("show", help="one dataset's public facts: unit, purpose, schema")
+    p = dsub.add_parser("show", help="one dataset's public facts: unit, purpose, schema, disclosure policy")
     p.add_argument("id")
     p.set_defaults(func=cmd_dataset_show)
+    p = dsub.add_parser("policy", help="set an sdc dataset's disclosure policy (recorded on the ledger)")
+    p.add_argument("id")
+    p.add_argument("--policy", required=True, help="the disclosure policy (YAML)")
+    p.set_defaults(func=cmd_dataset_policy)
     p = dsub.add_parser("refresh", help="re-ingest and re-check from the registered source")
     p.add_argument("id")
     p.set_defaults(func=cmd_dataset_refresh)

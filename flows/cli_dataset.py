@@ -8,21 +8,59 @@ from pathlib import Path
 
 
 def cmd_dataset_add(args: argparse.Namespace, root: Path) -> int:
+    from core.accounts import requester
     from core.registry import Registry, Unit, read_schema
+    from core.sdc import policy
 
     schema = read_schema(args.schema) if args.schema else None
+    rules = policy.read(args.policy) if args.policy else None
     dataset, inferred = Registry(root).add(
         args.id, args.source, args.format, Unit.parse(args.unit), args.purpose, schema,
-        str(Path(args.suite).resolve()) if args.suite else None, args.delimiter,
+        str(Path(args.suite).resolve()) if args.suite else None, args.delimiter, policy=rules, requested_by=requester(),
     )  # fmt: skip
     _show(dataset)
     if dataset.purpose == "sdc":
-        for column in Registry(root).identifiers(dataset):
-            print(f"warning: column {column!r} holds a different value in every row (an identifier?); an sdc "
-                  "release publishes it as it is. Drop it from the source and refresh, unless it is meant to be public.")
+        _policy_notes(Registry(root), dataset)
     if inferred:
         print("\nschema (inferred from the file, now public; keep it and pass it with --schema next time):")
         print(dataset.schema.yaml(), end="")
+    return 0
+
+
+def _policy_notes(registry, dataset) -> None:
+    """What the steward should know of an sdc dataset's policy: unset, identifier-like columns it publishes,
+    columns it never publishes, thresholds."""
+    rules = dataset.policy
+    if rules is None:
+        print(f"warning: no disclosure policy: no SDC release of {dataset.id!r} is possible until you set one with "
+              f"privrelease dataset policy {dataset.id} --policy FILE (identifiers, key variables, sensitive and "
+              "publishable columns, thresholds).")  # fmt: skip
+    for column in registry.identifiers(dataset):
+        if rules is None or column not in rules.identifiers:
+            role = next((r for r, cs in rules.roles().items() if column in cs), None) if rules else None
+            fate = (f"the policy names it {role}, so a release publishes it" if role else
+                    "the policy does not name it, so no release publishes it" if rules else "set the policy")
+            print(f"warning: column {column!r} holds a different value in every row (an identifier?); {fate}. "
+                  "Name it under identifiers: in the disclosure policy (privrelease dataset policy) if it identifies "
+                  "people.")  # fmt: skip
+    if rules is not None:
+        unnamed = rules.unnamed(dataset.schema)
+        if unnamed:
+            print(f"note: the disclosure policy does not name {unnamed}; no release publishes them.")
+        named = rules.thresholds.named()
+        print("thresholds every release must meet: " + ("; ".join(named) if named else
+              "none (any table the methods produce is published)"))  # fmt: skip
+
+
+def cmd_dataset_policy(args: argparse.Namespace, root: Path) -> int:
+    from core.accounts import requester
+    from core.registry import Registry
+    from core.sdc import policy
+
+    registry = Registry(root)
+    dataset = registry.set_policy(args.id, policy.read(args.policy), requester())
+    print(f"dataset {dataset.id}: disclosure policy recorded as ledger entry #{dataset.policy_entry}")
+    _policy_notes(registry, dataset)
     return 0
 
 

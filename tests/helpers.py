@@ -8,15 +8,29 @@ import pandas as pd
 import yaml
 
 from core.registry import Dataset, Registry, Schema, Unit
+from core.sdc.policy import Policy
 
 QI = ["age", "workclass", "education", "marital-status", "relationship", "race", "sex", "native-country", "salary"]
+
+
+def open_policy(columns: list[str], keys: list[str], numeric: tuple[str, ...] = (), sensitive: tuple[str, ...] = (),
+                **extra) -> Policy:  # fmt: skip
+    """A test's disclosure policy: ``keys`` the key variables (those in ``numeric`` numeric), ``sensitive``
+    sensitive, every other column publishable, no threshold unless ``extra`` sets them."""
+    rest = [c for c in columns if c not in keys and c not in sensitive]
+    doc = {"keys": {"categorical": [k for k in keys if k not in numeric], "numeric": [k for k in keys if k in numeric]},
+           "sensitive": list(sensitive), "publishable": rest, "thresholds": {"k": None}} | extra  # fmt: skip
+    return Policy.model_validate(doc)
 
 
 def register(
     home: Path, frame: pd.DataFrame | str | bytes, dataset_id: str = "census", unit: str = "record",
     purpose: str = "sdc", schema: Schema | None = None, suite: str | None = None, fmt: str = "csv",
+    policy: Policy | None = None, keys: list[str] | None = None,
 ) -> Dataset:  # fmt: skip
-    """Write ``frame`` (or raw file content) under the home's data root and register it, as a steward."""
+    """Write ``frame`` (or raw file content) under the home's data root and register it, as a steward. An sdc
+    table gets ``policy``, else an open one (``open_policy``) keyed on ``keys`` (default: its first column
+    among age, x, else its first column), no threshold."""
     root = home / "data"
     root.mkdir(parents=True, exist_ok=True)
     path = root / f"{dataset_id}.{fmt}"
@@ -28,7 +42,12 @@ def register(
         path.write_text(frame.to_json(orient="records", lines=True))
     else:
         frame.to_csv(path, index=False)
-    dataset, _ = Registry(home).add(dataset_id, path.name, fmt, Unit.parse(unit), purpose, schema, suite, root=root)
+    if purpose == "sdc" and policy is None and isinstance(frame, pd.DataFrame):
+        columns = list(frame.columns)
+        keys = keys or [next((c for c in ("age", "x") if c in columns), columns[0])]
+        policy = open_policy(columns, keys, tuple(k for k in keys if pd.api.types.is_numeric_dtype(frame[k])))
+    dataset, _ = Registry(home).add(dataset_id, path.name, fmt, Unit.parse(unit), purpose, schema, suite, root=root,
+                                    policy=policy)  # fmt: skip
     return dataset
 
 
@@ -43,5 +62,24 @@ def write_request(folder: Path, dataset: str = "census", **overrides) -> Path:
             node = node.setdefault(part, {})
         node[last] = value
     path = folder / "request.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def prepared(home: Path, frame: pd.DataFrame, seed: int, dataset_id: str = "census") -> pd.DataFrame:
+    """The table an SDC mechanism of a seeded release runs on: the policy's columns, rows shuffled."""
+    from core import noise
+    from core.sdc import enforce
+
+    return enforce.prepare(frame, Registry(home).get(dataset_id).policy, noise.generator(seed))
+
+
+def write_policy(folder: Path, **extra) -> Path:
+    """A disclosure policy file for the census tables: the RA request's QI columns are the key,
+    occupation sensitive, hours-per-week publishable, no threshold unless ``extra`` sets them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = {"keys": {"categorical": [q for q in QI if q != "age"], "numeric": ["age"]}, "sensitive": ["occupation"],
+           "publishable": ["hours-per-week"], "thresholds": {"k": None}} | extra  # fmt: skip
+    path = folder / "census.policy.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path

@@ -11,7 +11,7 @@ import duckdb
 
 from core.demo import census
 from tests.conftest import REPO
-from tests.helpers import write_request
+from tests.helpers import write_policy, write_request
 
 EXE = str(Path(os.sys.executable).parent / "privrelease")
 
@@ -95,7 +95,7 @@ def test_release_in_a_real_process(prefect_server, tmp_path: Path):
     (home / "data").mkdir(parents=True)
     census(500).to_csv(home / "data" / "census.csv", index=False)
     assert run(home, "dataset", "add", "census", "--source", "census.csv", "--format", "csv", "--unit", "record",
-               "--purpose", "sdc").returncode == 0  # fmt: skip
+               "--purpose", "sdc", "--policy", str(write_policy(tmp_path))).returncode == 0  # fmt: skip
     r = run(home, "release", str(write_request(tmp_path / "good")), env=env)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
@@ -172,7 +172,7 @@ def test_release_summary_json_and_quiet(tmp_path: Path):
     (home / "data").mkdir(parents=True)
     census(400).to_csv(home / "data" / "census.csv", index=False)
     assert run(home, "dataset", "add", "census", "--source", "census.csv", "--format", "csv", "--unit", "record",
-               "--purpose", "sdc").returncode == 0  # fmt: skip
+               "--purpose", "sdc", "--policy", str(write_policy(tmp_path))).returncode == 0  # fmt: skip
     r = run(home, "release", str(write_request(tmp_path / "a")))
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
@@ -183,7 +183,7 @@ def test_release_summary_json_and_quiet(tmp_path: Path):
     assert r.returncode == 0 and len(r.stdout.splitlines()) == 2
     summary = json.loads(run(home, "release", str(write_request(tmp_path / "c")), "--json").stdout)
     assert summary["mechanism"] == "ra" and summary["privacy"]["kind"] == "sdc" and summary["budget_left"] is None
-    assert set(summary["headline"]) == {"pa", "pa_max"}
+    assert set(summary["headline"]) == {"pa", "pa_max", "k"}  # k: the smallest key cell of the released table
 
 
 def test_spam_commands_as_typed(tmp_path: Path):

@@ -40,6 +40,10 @@ EXAMPLES: dict[str, tuple] = {  # name -> (table or None, parameters as a reques
                                           "T": 2, "delta0": 10, "tokenizer": "words"}),
     "outliers": (lambda: planted(120), {"query": "count", "columns": ["a", "b"], "k": 3, "r": 0.5, "epsilon": 1.0,
                                         "delta": 1e-4, "standardize": False, "rows": 120}),
+    "sdc": (_census, {"steps": [{"method": "recode", "columns": ["a"]}, {"method": "ra", "qi": QI, "sensitive": "s"},
+                                {"method": "suppress", "k": 3}],
+                      "policy": {"keys": {"categorical": QI}, "sensitive": ["s"],
+                                 "hierarchies": {"a": [{"a0": "a01", "a1": "a01"}]}}}),
     "spam-filter-training": (None, {"run_id": "r", "users": ["u1.jsonl", "u2.jsonl"], "test": "t.jsonl"}),
 }  # fmt: skip
 
@@ -91,7 +95,7 @@ def test_every_registered_mechanism_honours_the_contract(name):
 
 
 def test_the_registries_cover_what_requests_and_flows_run():
-    assert set(REGISTRY) == {"ra", "dpne", "outliers", "mews", "meds", "eds"}
+    assert set(REGISTRY) == {"ra", "dpne", "outliers", "mews", "meds", "eds", "sdc"}
     assert set(MECHANISMS) == set(REGISTRY) | {"spam-filter-training"}
     assert all(isinstance(m, TableMechanism) for m in REGISTRY.values())
     assert not isinstance(MECHANISMS["spam-filter-training"], TableMechanism)  # its run is its flow's protocol

@@ -47,6 +47,9 @@ CASES = {  # name -> (table, unit, purpose, mechanism)
                                          "others": "eds", "k": 5}}),
     "meds": (lambda: binormal(600), "record", "sdc", {"name": "meds", "params": {"swap_set": ["x", "y"], "k": 20}}),
     "eds": (lambda: binormal(600), "record", "sdc", {"name": "eds", "params": {"swap_set": ["z"], "k": 10}}),
+    "sdc-chain": (_census, "record", "sdc", {"name": "sdc", "params": {"steps": [
+        {"method": "pram", "columns": ["sex"], "keep": 0.7}, {"method": "ra", "qi": QI[:4], "sensitive": "occupation"},
+        {"method": "suppress", "k": 3}]}}),
     "dpne": (lambda: phrase_corpus(600, seed=3), "user:user", "dp",
              {"name": "dpne", "params": {"text_column": "text", "epsilon": 2.0, "delta": 1e-6, "T": 3, "delta0": 10,
                                          "tokenizer": "words", "publish_weights": True}}),
@@ -60,17 +63,19 @@ CASES = {  # name -> (table, unit, purpose, mechanism)
                                                      "release_counts": True}}),
 }  # fmt: skip
 
-GOLDEN = {
-    "ra": {"<ledger>": "3a4f670899d02ec7", "data.csv": "5d77efe877ac9377", "data.parquet": "c00900348e422687",
-           "manifest.json": "94b76a3627ac146c", "report.md": "d0bea5bc59ea7bb2"},
-    "era": {"<ledger>": "d04bec421cc6b8ad", "data.csv": "7022a66e8ea7cf41", "data.parquet": "bc6bd761f6bd91e1",
-            "manifest.json": "fe79c3e6ab9551a6", "report.md": "53dbb5d9f35a7254"},
-    "mews": {"<ledger>": "57f7da4b64a6cecd", "data.csv": "6a5fd05aa4060df4", "data.parquet": "e87ee9685a2273a2",
-             "manifest.json": "6deb941ddf77448e", "report.md": "58bb4ea8d6a7a98f"},
-    "meds": {"<ledger>": "174f3827b8cd9e4f", "data.csv": "a338e805a9eefe2f", "data.parquet": "8256f542a4890b4d",
-             "manifest.json": "903f529f4bfe9f7c", "report.md": "25e0db0768d3feb0"},
-    "eds": {"<ledger>": "8e51b07b2661cca0", "data.csv": "5c21de6b4755c294", "data.parquet": "3715d04156b65666",
-            "manifest.json": "8b6ff408dab415e6", "report.md": "80df5beec529e549"},
+GOLDEN = {  # the SDC digests moved with the disclosure policy (rows shuffled, columns the policy names)
+    "ra": {"<ledger>": "b7fa79138b2a6ce9", "data.csv": "5d437e2609317229", "data.parquet": "6c630566b30cb785",
+          "manifest.json": "649053e6f92d7859", "report.md": "ac56327eebd7a927"},
+    "era": {"<ledger>": "ea141082b2b58421", "data.csv": "7d933ed628c3b658", "data.parquet": "cd3742bdda61ddb3",
+           "manifest.json": "f58a28adb047f14c", "report.md": "b4365dc89af5554a"},
+    "mews": {"<ledger>": "0c14940bfe9ca29f", "data.csv": "56c522fc7d2309ed", "data.parquet": "03fc254125ee26ec",
+            "manifest.json": "aa0fd20578dbc41a", "report.md": "d090dbcee394f62e"},
+    "meds": {"<ledger>": "934efb9b9feb67c8", "data.csv": "996bb7439ae51890", "data.parquet": "9d2f84e1a3d6f10e",
+            "manifest.json": "3b6a0eac06b96eee", "report.md": "3c64db2c85b4bbc7"},
+    "eds": {"<ledger>": "d84f9f9367b5875e", "data.csv": "7b1cbe7493912e5e", "data.parquet": "140f586cfd417c9d",
+           "manifest.json": "39649180558be1a4", "report.md": "4bb5c247d954215d"},
+    "sdc-chain": {"<ledger>": "94fe70a55597dd5b", "data.csv": "bd1287809587ecaf", "data.parquet": "32afdc20848d7f97",
+                 "manifest.json": "fad8aa3712aca620", "report.md": "b46466e9d57f4d92"},
     "dpne": {"<ledger>": "d02bbdc45e2b7254", "manifest.json": "fb081d6389db94ed", "ngrams.csv": "27a8ead094c3dffb",
              "ngrams.parquet": "02e1caacbf8f11aa", "report.md": "b05ee2e996224acd"},
     "outliers-count": {"<ledger>": "bdf9dc022f3d0b7e", "manifest.json": "dc98247427888b82", "outliers.csv": "196e97da3384c6ed",
@@ -94,7 +99,8 @@ def _masked(name: str, data: bytes) -> bytes:
 
 def digests(home: Path, case: str) -> dict[str, str]:
     make, unit, purpose, mechanism = CASES[case]
-    register(home, make(), "ds", unit, purpose)
+    protected = mechanism["params"].get("qi") or mechanism["params"].get("swap_set") or QI[:4]
+    register(home, make(), "ds", unit, purpose, keys=protected[:1] if purpose == "sdc" else None)
     ledger = Ledger(home / "privrelease.duckdb")
     if purpose == "dp":
         ledger.set_budget("ds", Budget(10.0, 1e-3))

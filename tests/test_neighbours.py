@@ -26,14 +26,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from core import mechanisms, sdc_report
+from core import mechanisms
 from core.accounting import Budget
 from core.demo import census
 from core.ledger import Ledger
-from core.sdc_report import SECTION
+from core.sdc import report as sdc_report
+from core.sdc.report import SECTION
 from core.spec import parse
 from flows.artifacts import data_uri, readable
-from tests.helpers import register
+from tests.helpers import open_policy, register
 from tests.test_dpne import phrase_corpus
 from tests.test_outliers import planted
 from tests.test_swapping import binormal
@@ -156,7 +157,7 @@ def _release(home: Path, frame: pd.DataFrame, unit: str, mechanism: dict, monkey
     from flows.release import release
 
     monkeypatch.setenv("PRIVRELEASE_HOME", str(home))
-    register(home, frame, "ds", unit, purpose)
+    register(home, frame, "ds", unit, purpose, policy=_sdc_policy(frame, mechanism) if purpose == "sdc" else None)
     if purpose == "dp":
         Ledger(home / "privrelease.duckdb").set_budget("ds", Budget(10.0, 1e-3))
     summary = release(request=parse({"release_id": "r1", "dataset": "ds", "mechanism": mechanism, "seed": 11}))
@@ -261,18 +262,35 @@ def test_dpne_on_neighbouring_corpora_keeps_a_user_unique_phrase_private():
     assert sum("secret" in released(many, params, s) for s in range(20)) >= 18
 
 
+def _sdc_policy(frame: pd.DataFrame, mechanism: dict):
+    """The steward's policy in these cases: the request's protected columns are the key (RA's sensitive column sensitive)."""
+    p = mechanism["params"]
+    keys = list(p.get("qi") or p["swap_set"])
+    numeric = tuple(k for k in keys if pd.api.types.is_numeric_dtype(frame[k]))
+    return open_policy(list(frame.columns), keys, numeric, (p["sensitive"],) if "sensitive" in p else ())
+
+
+def _role(frame: pd.DataFrame, mechanism: dict, released: pd.DataFrame) -> sdc_report.Roles:
+    module = mechanisms.get(mechanism["name"])
+    params = module.Params.model_validate(mechanism["params"])
+    return sdc_report.roles(mechanism["name"], _sdc_policy(frame, mechanism), module.protects(params), {}, frame, released)
+
+
 def _neighbours_census() -> tuple[pd.DataFrame, pd.DataFrame]:
     """Record 0 replaced by a copy of another record: the first whose copy moves the external
-    figures of the release (seed 11, as ``_release``), so the test's masking is exercised."""
+    figures of the release (seed 11, as ``_release``: rows shuffled, then RA), so the test's masking is exercised."""
     from core import noise
     from core.mechanisms import ra
+    from core.sdc import enforce
 
     d = census(600)
-    params = ra.Params.model_validate(SDC_CASES["ra"][1]["params"])
-    role = sdc_report.roles(params, {}, d)
+    mechanism = SDC_CASES["ra"][1]
+    params = ra.Params.model_validate(mechanism["params"])
+    policy = _sdc_policy(d, mechanism)
 
     def figures(frame: pd.DataFrame) -> dict:
-        return sdc_report.external(ra.run(frame, params, noise.generator(11)).data, role)
+        released = ra.run(enforce.prepare(frame, policy, noise.generator(11)), params, noise.generator(11)).data
+        return sdc_report.external(released, _role(frame, mechanism, released))
 
     for j in range(1, 600):
         d_prime = d.copy()
@@ -318,18 +336,17 @@ def test_external_sdc_report_differs_only_through_the_released_table(prefect_ser
             for name, frame in zip(("d", "dp"), make())]  # fmt: skip
     APILogHandler().flush()
     time.sleep(2.5)
-    params = mechanisms.get(mechanism["name"]).Params.model_validate(mechanism["params"])
     outputs, sections = [], []
     for run in runs:
         internal = json.loads((sdc_report.folder(Path(run["home"]), "ds", "r1") / "internal.json").read_text())
         _read_prefect(run)
         folder = run.pop("folder")
         released = duckdb.connect().execute("SELECT * FROM read_parquet(?)", [str(folder / "data.parquet")]).df()
-        figures = json.loads(json.dumps(sdc_report.external(released, sdc_report.roles(params, run["manifest"]["privacy"], released))))
+        figures = json.loads(json.dumps(sdc_report.external(released, _role(released, mechanism, released))))
         assert run["manifest"]["sdc_report"] == figures
-        assert _section(run["report"]).startswith(sdc_report.external_section(figures))  # then the charts
+        assert _section(run["report"]).startswith(sdc_report.external_section(figures, mechanism["name"]))  # then the charts
         (artifact,) = run["prefect"]["artifacts"]
-        assert _section(artifact[3]).startswith(readable(sdc_report.external_section(figures)))
+        assert _section(artifact[3]).startswith(readable(sdc_report.external_section(figures, mechanism["name"])))
         assert data_uri(folder / sdc_report.EXTERNAL_CHART) in artifact[3], "the artifact shows the external chart"
         surface = json.dumps(run["prefect"])
         assert not [w for w in INTERNAL_ONLY if w in surface]

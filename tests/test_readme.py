@@ -15,8 +15,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
-from core.demo import census, posts
+from core.demo import CENSUS_POLICY, census, posts
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text()
@@ -65,6 +66,9 @@ def test_the_readmes_commands_run_as_printed(shell):
     census(600).to_csv(home / "data" / "census.csv", index=False)  # the files the README assumes
     posts(300).to_csv(home / "data" / "posts.csv", index=False)
     (work / "request.yaml").write_text(block("The analyst: a release request", "yaml"))
+    policy = block("The steward: registering a dataset", "yaml")
+    assert yaml.safe_load(policy) == yaml.safe_load(CENSUS_POLICY)  # the README's policy is the demo's
+    (work / "census.policy.yaml").write_text(policy)
     (work / "alice.txt").write_text("correct horse battery staple\n")
     ran = []
     for command in (commands(block("The steward: registering a dataset", "bash"), "census")

@@ -13,10 +13,10 @@ import pytest
 
 from core import noise
 from core.demo import SUITES, census
-from core.ledger import FAILED, PUBLISHED, RESERVED, Ledger
+from core.ledger import POLICY, FAILED, PUBLISHED, RESERVED, Ledger
 from core.mechanisms import ra
 from flows.cli import main
-from tests.helpers import QI, register, write_request
+from tests.helpers import QI, prepared, register, write_request
 
 
 def cli(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
@@ -42,15 +42,16 @@ def test_release_end_to_end(prefect_server, home, test_mode, tmp_path, capsys):
     manifest = json.loads((folder / "manifest.json").read_text())
     assert sorted(manifest["files"]) == ["data.csv", "data.parquet", "ra_columns.png", "report.md", "sdc_cell_sizes.png"]
     original = pd.read_csv(home / "data" / "census.csv")
-    expected = ra.run(original, ra.Params(qi=QI, sensitive="occupation"), noise.generator(42))
+    expected = ra.run(prepared(home, original, 42), ra.Params(qi=QI, sensitive="occupation"), noise.generator(42))
     assert manifest["privacy"]["pa"] == expected.privacy["pa"]
     assert manifest["test_mode"] is True and "seed" not in json.dumps(manifest)
     released = pd.read_csv(folder / "data.csv")
     pd.testing.assert_frame_equal(released, expected.data, check_dtype=False)
     parquet = duckdb.connect().execute("SELECT * FROM read_parquet(?)", [str(folder / "data.parquet")]).df()
     pd.testing.assert_frame_equal(parquet, released, check_dtype=False)
-    entries = Ledger(home / "privrelease.duckdb").entries()
-    assert [e.status for e in entries] == [RESERVED, PUBLISHED]
+    policy, *entries = Ledger(home / "privrelease.duckdb").entries()
+    assert policy.status == POLICY and [e.status for e in entries] == [RESERVED, PUBLISHED]
+    assert json.loads(entries[0].params)["policy"] == policy.seq  # the charge names the policy it was checked against
     assert entries[0].epsilon == entries[0].delta == 0 and entries[0].kind == "sdc"
     assert json.loads(entries[1].detail) == {"pa": expected.privacy["pa"], "pa_max": expected.privacy["pa_max"], "variant": "ra"}
     code, out, _ = cli(capsys, "ledger", "history")
@@ -92,7 +93,7 @@ def test_enhanced_ra_with_hostile_column_name(prefect_server, home, test_mode, t
     folder = Path(out.split("folder ")[1].split()[0])
     released = pd.read_csv(folder / "data.csv")
     assert list(released.columns) == list(frame.columns)
-    assert ((released[qi] != frame[qi]).sum(axis=1) <= 3).all()
+    assert ((released[qi] != prepared(home, frame, 1)[qi]).sum(axis=1) <= 3).all()  # rows in the shuffled order
     assert json.loads((folder / "manifest.json").read_text())["privacy"]["variant"] == "enhanced_ra"
 
 
@@ -142,12 +143,12 @@ def test_failure_after_charge_keeps_the_charge_and_publishes_nothing(prefect_ser
     squatter.mkdir(parents=True)
     code, _, err = cli(capsys, "release", str(spec))
     assert code == 2 and "already exists" in err
-    assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] == [RESERVED, FAILED]
+    assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] == [POLICY, RESERVED, FAILED]
     assert list(squatter.iterdir()) == [] and [p.name for p in squatter.parent.iterdir()] == ["taken"]
     squatter.rmdir()
     code, _, err = cli(capsys, "release", str(spec))  # a retry would draw again under the same charge
     assert code == 2 and "was charged before and did not publish (its ledger status is failed)" in err
-    assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] == [RESERVED, FAILED]
+    assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] == [POLICY, RESERVED, FAILED]
     assert not squatter.exists()
 
 
@@ -186,7 +187,7 @@ def test_a_snapshot_this_worker_cannot_reach_is_refused_as_such(prefect_server, 
         f"was registered from host {socket.gethostname()!r}; set $PRIVRELEASE_SNAPSHOT_STORE on this worker to the "
         "store that host wrote to (a folder every worker mounts). Nothing was charged."
     )
-    assert Ledger(home / "privrelease.duckdb").entries() == []  # nothing charged
+    assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] == [POLICY]  # nothing charged
 
 
 CANARY = "CANARY-5f1e0b7c-raw-row"

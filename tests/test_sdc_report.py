@@ -12,18 +12,29 @@ import duckdb
 import pandas as pd
 import pytest
 
-from core import pipeline, sdc_measures, sdc_report
+from core import pipeline
 from core.demo import census
+from core.registry import Registry
+from core.sdc import measures as sdc_measures
+from core.sdc import report as sdc_report
 from core.spec import parse
-from tests.helpers import register
+from tests.helpers import open_policy, register
 from tests.test_swapping import binormal
 
 RA = {"name": "ra", "params": {"qi": ["age", "sex", "race", "education"], "sensitive": "occupation"}}
 MEWS = {"name": "mews", "params": {"swap_set": ["x", "y"], "widths": 0.5, "others": "eds", "k": 5}}
 
 
+def _keys(mechanism: dict) -> tuple[list[str], tuple[str, ...]]:
+    """The policy's key and sensitive columns: the request's own here (the report measures the policy's)."""
+    p = mechanism["params"]
+    return (list(p["qi"]), (p["sensitive"],)) if "qi" in p else (list(p["swap_set"]), ())
+
+
 def _release(home: Path, frame: pd.DataFrame, mechanism: dict) -> tuple[Path, Path]:
-    register(home, frame, "ds", "record", "sdc")
+    keys, sensitive = _keys(mechanism)
+    numeric = tuple(k for k in keys if pd.api.types.is_numeric_dtype(frame[k]) and not pd.api.types.is_bool_dtype(frame[k]))
+    register(home, frame, "ds", "record", "sdc", policy=open_policy(list(frame.columns), keys, numeric, sensitive))
     summary = pipeline.release(pipeline.Store(home), parse({"release_id": "r1", "dataset": "ds", "mechanism": mechanism,
                                                             "seed": 5}))  # fmt: skip
     return Path(summary["folder"]), sdc_report.folder(home, "ds", "r1")
@@ -40,11 +51,14 @@ def test_external_report_is_the_released_tables_and_internal_stays_home(home, te
     released = duckdb.connect().execute("SELECT * FROM read_parquet(?)", [str(folder / "data.parquet")]).df()
     manifest = json.loads((folder / "manifest.json").read_text())
     report = (folder / "report.md").read_text()
-    params = pipeline.mechanisms.get(mechanism["name"]).Params.model_validate(mechanism["params"])
-    role = sdc_report.roles(params, manifest["privacy"], original)
+    module = pipeline.mechanisms.get(mechanism["name"])
+    params = module.Params.model_validate(mechanism["params"])
+    policy = Registry(home).get("ds").policy
+    role = sdc_report.roles(mechanism["name"], policy, module.protects(params), manifest["privacy"], original, released)
+    assert (sorted(role.keys), role.sensitive) == (sorted(_keys(mechanism)[0]), list(_keys(mechanism)[1]))
     # the published figures are a function of the published table: recomputed from data.parquet alone
     assert manifest["sdc_report"] == json.loads(json.dumps(sdc_report.external(released, role)))
-    assert sdc_report.external_section(manifest["sdc_report"]) in report
+    assert sdc_report.external_section(manifest["sdc_report"], mechanism["name"]) in report
     assert "sdc_cell_sizes.png" in manifest["files"] and (folder / "sdc_cell_sizes.png").is_file()
     # the internal report: under the home, outside releases/, readable by its owner only
     assert internal.is_relative_to(home / "sdc-reports") and not internal.is_relative_to(home / "releases")
@@ -53,13 +67,14 @@ def test_external_report_is_the_released_tables_and_internal_stays_home(home, te
     assert all(_mode(p) == 0o600 for p in internal.iterdir())
     assert _mode(internal) == _mode(internal.parent) == _mode(home / "sdc-reports") == 0o700
     figures = json.loads((internal / "internal.json").read_text())
-    con = duckdb.connect()
-    con.register("t", original)
-    assert figures["before"] == json.loads(json.dumps(sdc_measures.disclosure(con, "t", role.keys, role.sensitive)))
-    assert {k: v for k, v in manifest["sdc_report"].items() if k not in ("keys_from", "keys", "sensitive")} == figures["after"]
-    # the per-record risks (pandas, row by row) agree with the set-wise figures (DuckDB)
+    assert figures["before"] == json.loads(json.dumps(sdc_measures.disclosure(original, role.keys, role.sensitive)))
+    public = ("keys_from", "keys", "sensitive", "weight", "cluster")
+    assert {k: v for k, v in manifest["sdc_report"].items() if k not in public} == figures["after"]
+    assert figures["thresholds_missed"] == []
+    # the per-record risks agree with the table's figures; rows are named by their registered row
     records = duckdb.connect().execute("SELECT * FROM read_parquet(?)", [str(internal / "records.parquet")]).df()
-    assert list(records["row"]) == list(range(len(original)))
+    assert sorted(records["row"]) == list(range(len(original))) and list(records["row"]) != list(range(len(original)))
+    records = records.sort_values("row").reset_index(drop=True)
     for when in ("before", "after"):
         side = "original" if when == "before" else "released"
         assert records[f"risk_{side}"].sum() == pytest.approx(figures[when]["expected_reidentifications"])
@@ -72,7 +87,7 @@ def test_external_report_is_the_released_tables_and_internal_stays_home(home, te
     pmse = f"{figures['pmse']['pmse']:.3g}"
     assert f"pMSE = {pmse}" in text and "pMSE = " not in published and "il1s" not in published.lower().replace(
         "information loss il1s", "")  # fmt: skip
-    assert sdc_report.NOTES["swap_set" if mechanism["name"] == "mews" else "qi"] in report
+    assert sdc_report.NOTES[mechanism["name"]] in report
     if mechanism["name"] == "mews":
         assert figures["linkage"]["perturbed_records"] > 0 and 0 <= figures["linkage"]["linkage_rate"] < 1
         assert figures["il1s"] > 0 and figures["pmse"]["ratio"] > 0
@@ -103,12 +118,12 @@ def test_boolean_keys_do_not_stop_a_release(home, test_mode):
                                                                         "sensitive": "occupation"}})  # fmt: skip
     figures = json.loads((internal / "internal.json").read_text())
     assert "bonus" in figures["means"] and "smoker" not in figures["means"]
-    assert json.loads((folder / "manifest.json").read_text())["sdc_report"]["keys"] == ["age", "smoker", "sex"]
+    assert sorted(json.loads((folder / "manifest.json").read_text())["sdc_report"]["keys"]) == ["age", "sex", "smoker"]
 
 
 def test_a_column_emptied_by_suppression_has_no_mean_change():
     """Whether the internal report can be written must not depend on suppressed records' values."""
     original = pd.DataFrame({"x": [1.0, 2, 3, 50], "y": [1.0, 2, 3, 4], "bonus": [None, None, None, 7.0]})
-    out = sdc_report.internal(original, original.iloc[:3], sdc_report.Roles("swap_set", ["x", "y"], None, ["x", "y"]))
+    out = sdc_report.internal(original, original.iloc[:3], sdc_report.Roles("mews", ["x", "y"], [], ["x", "y"]))
     assert out["means"]["bonus"] == {"original": 7.0, "released": None, "change": None, "relative": None}
     assert out["means"]["x"]["change"] == pytest.approx(2 - 14)

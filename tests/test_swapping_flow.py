@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from core.ledger import PUBLISHED, RESERVED, Ledger
+from core.ledger import POLICY, PUBLISHED, RESERVED, Ledger
 from tests.helpers import register
 from tests.test_release_flow import cli
 from tests.test_swapping import binormal
@@ -18,7 +18,8 @@ from tests.test_swapping import binormal
 
 def write(home: Path, folder: Path, frame: pd.DataFrame, name: str, **params) -> Path:
     """Register ``frame`` (record unit, SDC purpose) and write a swapping request for it."""
-    register(home, frame, "survey", "record", "sdc")
+    key = params["swap_set"][0] if params["swap_set"][0] in frame.columns else "x"
+    register(home, frame, "survey", "record", "sdc", keys=[key])
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "request.yaml").write_text(yaml.safe_dump({"dataset": "survey", "mechanism": {"name": name, "params": params}}))
     return folder / "request.yaml"
@@ -37,7 +38,8 @@ def test_mews_release_end_to_end(prefect_server, home, tmp_path, capsys):
     assert list(released.columns) == ["id", "x", "label", "y", "z"]
     for c in ("id", "x", "y", "z"):
         assert sorted(released[c]) == pytest.approx(sorted(frame[c]))
-    assert released["label"].equals(frame["label"])
+    assert sorted(released["label"]) == sorted(frame["label"])  # untouched, rows shuffled
+    assert not released["id"].equals(frame["id"])  # no row keeps its input position (but by chance)
     parquet = duckdb.connect().execute("SELECT * FROM read_parquet(?)", [str(folder / "data.parquet")]).df()
     assert list(parquet.columns) == list(released.columns)
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -47,7 +49,8 @@ def test_mews_release_end_to_end(prefect_server, home, tmp_path, capsys):
     report = (folder / "report.md").read_text()
     assert "max change bound" in report and "swap_scatter_1.png" in report and "delta_rho" not in json.dumps(manifest)
     assert "Δρ" not in report and "original" not in report.split("## Files")[0].replace("original values", "")
-    reserved, published = [e for e in Ledger(home / "privrelease.duckdb").entries()]
+    policy, reserved, published = [e for e in Ledger(home / "privrelease.duckdb").entries()]
+    assert policy.status == POLICY
     assert (reserved.status, reserved.kind, reserved.epsilon, reserved.delta) == (RESERVED, "sdc", 0.0, 0.0)
     assert published.status == PUBLISHED and json.loads(published.detail)["partition_degree"] == manifest["partition_degree"]
 
@@ -77,4 +80,4 @@ def test_bad_input(prefect_server, home, tmp_path, capsys, params, message):
     assert not (home / "releases" / "survey").exists()
     statuses = [e.status for e in Ledger(home / "privrelease.duckdb").entries()]
     # feasibility depends on the data, so it is found while privatizing: recorded (at zero cost) as failed
-    assert statuses == ([RESERVED, "failed"] if "t_range" in params else [])
+    assert statuses == [POLICY] + ([RESERVED, "failed"] if "t_range" in params else [])

@@ -9,7 +9,7 @@ checks what a run returns).
 from __future__ import annotations
 
 from core.errors import SpecError
-from core.mechanisms import dpne, outliers, ra, spam_training, swapping
+from core.mechanisms import dpne, outliers, ra, sdc_chain, spam_training, swapping
 from core.mechanisms.base import Mechanism, TableMechanism
 
 
@@ -23,7 +23,7 @@ def registry(*mechanisms: object, kind: type = Mechanism) -> dict:
     return {m.NAME: m for m in mechanisms}
 
 
-REGISTRY: dict[str, TableMechanism] = registry(ra, dpne, outliers, swapping.MEWS, swapping.MEDS, swapping.EDS,
+REGISTRY: dict[str, TableMechanism] = registry(ra, dpne, outliers, swapping.MEWS, swapping.MEDS, swapping.EDS, sdc_chain,
                                                kind=TableMechanism)  # fmt: skip
 MECHANISMS: dict[str, Mechanism] = {**REGISTRY, **registry(spam_training)}
 

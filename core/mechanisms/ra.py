@@ -61,6 +61,11 @@ def needs(params: Params, schema: tuple[str, ...]) -> Needs:
     return Needs(columns=(*params.qi, params.sensitive))
 
 
+def protects(params: Params) -> list[str]:
+    """The columns RA changes to protect them: its QI columns."""
+    return list(params.qi)
+
+
 def plan(params: Params) -> Plan:
     variant = "Enhanced RA" if params.k is not None else "RA"
     return Plan(cost=NoDP("probabilistic anonymity (not differential privacy)"), guarantee=f"{variant}: probabilistic anonymity Pa (Yang & Qiao, eq. 1); not differential privacy")

@@ -217,6 +217,10 @@ class _MEWS:
         return needs_numeric(params)
 
     @staticmethod
+    def protects(params: MEWSParams) -> list[str]:
+        return list(params.swap_set)
+
+    @staticmethod
     def plan(params: MEWSParams) -> Plan:
         return plan_swapping("MEWS")
 
@@ -289,6 +293,9 @@ class _Depth:
 
     def needs(self, params: DepthParams, schema: tuple[str, ...]) -> Needs:
         return needs_numeric(params)
+
+    def protects(self, params: DepthParams) -> list[str]:
+        return list(params.swap_set)
 
     def plan(self, params: DepthParams) -> Plan:
         return plan_swapping(self.NAME.upper())

@@ -61,47 +61,143 @@ def nb_risk(f: np.ndarray, F: np.ndarray) -> np.ndarray:
     return out
 
 
-def cells(con: duckdb.DuckDBPyConnection, table: str, keys: list[str], sensitive: str | None = None,
+def codes(column: pd.Series) -> np.ndarray:
+    """A column's values as integer codes, a missing value as −1."""
+    return pd.factorize(column, use_na_sentinel=True)[0].astype(np.int64)
+
+
+def _dense(codes: np.ndarray, columns: list[int]) -> np.ndarray:
+    """One integer per row for its values in ``columns``, kept dense (renumbered before it could overflow)."""
+    key = np.zeros(len(codes), dtype=np.int64)
+    for j in columns:
+        radix = int(codes[:, j].max(initial=-1)) + 2
+        if key.max(initial=0) >= (2**62) // radix:
+            key = np.unique(key, return_inverse=True)[1].astype(np.int64)
+        key = key * radix + codes[:, j] + 1
+    return key
+
+
+def _patterns(codes: np.ndarray) -> np.ndarray:
+    """Each row's set of missing keys, as a bit mask."""
+    return ((codes < 0) * (1 << np.arange(codes.shape[1], dtype=np.int64))).sum(axis=1)
+
+
+def matches(codes: np.ndarray, queries: np.ndarray, weights: np.ndarray | None = None,
+            values: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:  # fmt: skip
+    """For each query row of key codes: how many records match it, their summed weights and (given
+    ``values``, one code per record) how many distinct values they hold. A record matches a query
+    where, key by key, the two are equal or either is missing (−1), as sdcMicro's ``freqCalc``.
+
+    Rows are grouped by which keys they miss: a query pattern P and a record pattern Q are compared on
+    the keys outside P ∪ Q only, with one hash of those keys, so the cost is (query patterns + record
+    patterns) × rows, never rows × rows."""
+    w = np.ones(len(codes)) if weights is None else weights
+    n, wsum = np.zeros(len(queries), dtype=np.int64), np.zeros(len(queries))
+    found: list[np.ndarray] = []
+    rbits, qbits = _patterns(codes), _patterns(queries)
+    for q_pattern in np.unique(qbits):
+        qi = np.flatnonzero(qbits == q_pattern)
+        for r_pattern in np.unique(rbits):
+            ri = np.flatnonzero(rbits == r_pattern)
+            shared = [j for j in range(codes.shape[1]) if not ((q_pattern | r_pattern) >> j) & 1]
+            both = _dense(np.vstack([codes[ri], queries[qi]]), shared)
+            rk, qk = both[: len(ri)], both[len(ri):]
+            keys, inverse = np.unique(rk, return_inverse=True)
+            pos = np.minimum(np.searchsorted(keys, qk), len(keys) - 1)
+            hit = keys[pos] == qk
+            n[qi[hit]] += np.bincount(inverse, minlength=len(keys))[pos[hit]]
+            wsum[qi[hit]] += np.bincount(inverse, weights=w[ri], minlength=len(keys))[pos[hit]]
+            if values is not None:  # the distinct (group, value) pairs, then each hit query's groups' values
+                span = int(values.max(initial=0)) + 1
+                pairs = np.unique(inverse.astype(np.int64) * span + values[ri])
+                group = pairs // span
+                lo = np.searchsorted(group, pos[hit], "left")
+                size = np.searchsorted(group, pos[hit], "right") - lo
+                at = np.repeat(lo - np.cumsum(np.r_[0, size[:-1]]), size) + np.arange(size.sum())
+                found.append(np.repeat(qi[hit], size) * span + pairs[at] % span)
+    distinct = None
+    if values is not None:
+        seen = np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
+        distinct = np.bincount(seen // (int(values.max(initial=0)) + 1), minlength=len(queries))
+    return n, wsum, distinct
+
+
+def record_cells(frame: pd.DataFrame, keys: list[str], sensitive: list[str] | str | None = None,
+                 weight: str | None = None, cluster: str | None = None) -> pd.DataFrame:  # fmt: skip
+    """Per record, in the table's order: ``fk`` (records sharing its key combination), ``pop_fk`` (their
+    summed weights, or fk), ``l`` (the fewest distinct values of a sensitive variable among them) and,
+    given, its ``cluster``.
+
+    A missing key value matches every value, as sdcMicro's ``freqCalc`` counts it: a suppressed cell
+    could be anything, so a record with one is counted with every record it could be. A missing
+    sensitive value counts as one value."""
+    sens = [sensitive] if isinstance(sensitive, str) else list(sensitive or [])
+    keyed = np.column_stack([codes(frame[k]) for k in keys]) if len(frame) else np.zeros((0, len(keys)), np.int64)
+    w = frame[weight].to_numpy(dtype=float) if weight else None
+    fk, pop, _ = matches(keyed, keyed, w)
+    out = {"fk": fk, "pop_fk": pop if weight else fk.astype(float)}
+    if sens:
+        ell = [matches(keyed, keyed, None, codes(frame[s]) + 1)[2] for s in sens]  # missing: its own value 0
+        out["l"] = np.min(ell, axis=0)
+    else:
+        out["l"] = np.full(len(frame), np.nan)
+    if cluster:
+        out["cluster"] = frame[cluster].to_numpy()
+    return pd.DataFrame(out)
+
+
+def cells(frame: pd.DataFrame, keys: list[str], sensitive: list[str] | str | None = None,
           weight: str | None = None) -> pd.DataFrame:  # fmt: skip
-    """One row per distinct (f_k, F_k, l) of the key cells (``fk``, ``pop_fk``, ``l``) and how many cells have it."""
-    group = ", ".join(ident(k) for k in keys)
-    big_f = f"sum({ident(weight)})" if weight else "count(*)"
-    ell = (f"count(DISTINCT {ident(sensitive)}) + max(CASE WHEN {ident(sensitive)} IS NULL THEN 1 ELSE 0 END)"
-           if sensitive else "NULL::BIGINT")  # a missing sensitive value counts as one value
-    return con.execute(
-        f"SELECT fk, pop_fk, l, count(*) AS cells FROM (SELECT count(*) AS fk, {big_f} AS pop_fk, {ell} AS l "
-        f"FROM {table} GROUP BY {group}) GROUP BY fk, pop_fk, l ORDER BY fk, pop_fk, l"
-    ).df()
+    """One row per distinct (f_k, F_k, l) of the records (``fk``, ``pop_fk``, ``l``) and how many records have it."""
+    per = record_cells(frame, keys, sensitive, weight)
+    return (per.groupby(["fk", "pop_fk", "l"], dropna=False).size().rename("records").reset_index()
+            .sort_values(["fk", "pop_fk", "l"]).reset_index(drop=True))  # fmt: skip
 
 
-def disclosure(con: duckdb.DuckDBPyConnection, table: str, keys: list[str], sensitive: str | None = None,
-               weight: str | None = None) -> dict:  # fmt: skip
-    """k-anonymity violations, sdcMicro's individual and global risk, distinct l-diversity of one table."""
-    c = cells(con, table, keys, sensitive, weight)
-    f, records = c["fk"].to_numpy(float), (c["fk"] * c["cells"]).to_numpy(float)
-    risk = nb_risk(f, c["pop_fk"].to_numpy(float))
-    er = float((records * risk).sum())
-    n = float(records.sum())
+def household_risk(risk: np.ndarray, cluster: pd.Series) -> np.ndarray:
+    """sdcMicro's household (hierarchical) risk, per record: the chance that at least one member of its
+    household is re-identified, 1 − Π_{i∈h}(1 − r_i), members taken as independent."""
+    log_safe = pd.Series(np.log1p(-np.minimum(risk, 1.0)), index=cluster.index)
+    return -np.expm1(log_safe.groupby(cluster.to_numpy(), dropna=False).transform("sum").to_numpy())
+
+
+def disclosure(frame: pd.DataFrame, keys: list[str], sensitive: list[str] | str | None = None,
+               weight: str | None = None, cluster: str | None = None, above: float | None = None) -> dict:  # fmt: skip
+    """k-anonymity, sdcMicro's individual and global risk (and, with ``cluster``, household risk), and
+    distinct l-diversity of one table, from its records' key cells (``record_cells``). With ``above``,
+    also the records whose individual risk exceeds it."""
+    per = record_cells(frame, keys, sensitive, weight, cluster)
+    f = per["fk"].to_numpy(float)
+    risk = nb_risk(f, per["pop_fk"].to_numpy(float))
+    er = float(risk.sum())
+    n = len(per)
+    combos = len(frame[keys].drop_duplicates())
     out = {
-        "records": int(n),
-        "cells": int(c["cells"].sum()),
-        "records_f_below_2": int(records[f < 2].sum()),
-        "records_f_below_3": int(records[f < 3].sum()),
+        "records": n,
+        "cells": int(combos),
+        "k": int(f.min()) if n else 0,
+        "records_f_below_2": int((f < 2).sum()),
+        "records_f_below_3": int((f < 3).sum()),
         "expected_reidentifications": er,
         "global_risk": er / n if n else 0.0,
         "max_individual_risk": float(risk.max(initial=0.0)),
-        "records_by_cell_size": {_band(lo, hi): int(records[(f >= lo) & (f <= (hi or math.inf))].sum())
+        "records_by_cell_size": {_band(lo, hi): int(((f >= lo) & (f <= (hi or math.inf))).sum())
                                  for lo, hi in FREQUENCY_BANDS},  # fmt: skip
     }
+    if above is not None:
+        out["records_risk_above"] = {"above": above, "records": int((risk > above).sum())}
     if sensitive:
-        ell = c["l"].to_numpy(float)
-        out |= {"l_min": int(ell.min()) if len(ell) else 0, "records_l_below_2": int(records[ell < 2].sum())}
+        ell = per["l"].to_numpy(float)
+        out |= {"l_min": int(ell.min()) if n else 0, "records_l_below_2": int((ell < 2).sum())}
+    if cluster:
+        hh = household_risk(risk, per["cluster"])
+        out |= {"household_risk_max": float(hh.max(initial=0.0)), "household_expected_reidentifications": float(hh.sum())}
     return out
 
 
 def record_risks(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Per record, in the table's order: f_k and r_k = 1/f_k (no weights; missing equals missing)."""
-    f = frame.groupby(keys, dropna=False, sort=False)[keys[0]].transform("size").to_numpy(np.int64)
+    """Per record, in the table's order: f_k and r_k = 1/f_k (no weights; a missing key matches every value)."""
+    f = record_cells(frame, keys)["fk"].to_numpy(np.int64)
     return pd.DataFrame({"fk": f, "risk": 1.0 / f})
 
 

@@ -10,10 +10,10 @@
   with the original records: the risk before and after, the record-linkage rate, IL1s, the
   changes of means and correlations, pMSE with its null expectation.
 
-Which columns play which part comes from the request: RA's ``qi`` are the key columns and its
-``sensitive`` column the one of l-diversity, its numeric QI columns the perturbed ones; a swap's
-``swap_set`` is its key combination and, with the columns EDS swapped outside it, its perturbed
-numeric columns.
+Which columns play which part comes from the steward's disclosure policy, whatever the request
+protected: its key variables are the key, its sensitive variables those of l-diversity, its
+weight and cluster id weigh the risk and give the household risk. The perturbed numeric columns
+(for linkage and information loss) are the numeric columns the release changed.
 """
 
 from __future__ import annotations
@@ -28,38 +28,47 @@ import duckdb
 import pandas as pd
 
 from core import paths
-from core import sdc_measures as m
 from core.charts import Chart, render_chart
 from core.mechanisms.base import Result
+from core.sdc import measures as m
 
 EXTERNAL_CHART = "sdc_cell_sizes.png"
 SECTION = "## Disclosure risk of the released table"
 NOTES = {  # the figures count exact matches on released values, which the mechanism moved
-    "swap_set": "The keys of a swap are its swapped columns: values moved between records, so a record alone with "
+    "mews": "The keys of a swap are its swapped columns: values moved between records, so a record alone with "
                 "its released combination is not a person alone with it; the swap's own risk is p_known and "
                 "p_hidden above.\n\n",
-    "qi": "RA redrew QI cells, so a released combination may be no person's: a record alone with it is not "
+    "ra": "RA redrew QI cells, so a released combination may be no person's: a record alone with it is not "
           "necessarily a person alone with it (redrawing can even add such combinations); RA's own risk figure is "
           "Pa above.\n\n",
 }  # fmt: skip
 
 
+NOTES |= {"meds": NOTES["mews"], "eds": NOTES["mews"],
+          "sdc": "A chain's methods moved, coarsened or suppressed key values; a suppressed (missing) key value "
+                 "matches every value, as sdcMicro counts it.\n\n"}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Roles:
-    keys_from: str  # the parameter naming the key columns: qi or swap_set
-    keys: list[str]
-    sensitive: str | None
-    perturbed: list[str]  # numeric columns whose values the mechanism moves
+    mechanism: str
+    keys: list[str]  # the policy's key variables
+    sensitive: list[str]
+    perturbed: list[str]  # numeric columns whose values the release changed
+    weight: str | None = None
+    cluster: str | None = None
+    above: float | None = None  # the policy's individual-risk threshold, if any
 
 
-def roles(params, privacy: dict, frame: pd.DataFrame) -> Roles:
-    """The request's key, sensitive and perturbed numeric columns."""
-    if hasattr(params, "qi"):
-        source, keys, sensitive, moved = "qi", list(params.qi), params.sensitive, list(params.qi)
-    else:
-        source, keys, sensitive = "swap_set", list(params.swap_set), None
-        moved = list(params.swap_set) + list(privacy.get("others_swapped_with_eds", []))
-    return Roles(source, keys, sensitive, [c for c in moved if _numeric(frame[c])])
+def roles(mechanism: str, policy, protected: list[str], privacy: dict, frame: pd.DataFrame,
+          released: pd.DataFrame) -> Roles:  # fmt: skip
+    """The policy's key, sensitive, weight and cluster columns; the release's perturbed numeric columns
+    (numeric before and after: a recoded column became intervals)."""
+    moved = list(protected) + list(privacy.get("others_swapped_with_eds", []))
+    perturbed = [c for c in dict.fromkeys(moved) if c in frame.columns and _numeric(frame[c]) and _numeric(released[c])]
+    risk = policy.thresholds.risk
+    return Roles(mechanism, list(policy.key_vars.all), list(policy.sensitive), perturbed, policy.weight, policy.cluster,
+                 risk.above if risk else None)  # fmt: skip
 
 
 def _numeric(column: pd.Series) -> bool:
@@ -69,26 +78,26 @@ def _numeric(column: pd.Series) -> bool:
 
 def external(released: pd.DataFrame, role: Roles) -> dict:
     """The published figures: a function of the released table and the public parameters only."""
-    con = duckdb.connect()
-    try:
-        con.register("released", released)
-        figures = m.disclosure(con, "released", role.keys, role.sensitive)
-    finally:
-        con.close()
-    return {"keys_from": role.keys_from, "keys": role.keys, "sensitive": role.sensitive, **figures}
+    figures = _disclosure(released, role)
+    return {"keys_from": "policy", "keys": role.keys, "sensitive": role.sensitive, "weight": role.weight,
+            "cluster": role.cluster, **figures}  # fmt: skip
+
+
+def _disclosure(frame: pd.DataFrame, role: Roles) -> dict:
+    return m.disclosure(frame, role.keys, role.sensitive, role.weight, role.cluster, role.above)
 
 
 def internal(original: pd.DataFrame, released: pd.DataFrame, role: Roles) -> dict:
     """Everything the steward reviews: before and after, linkage, information loss, pMSE."""
-    numeric_all = [c for c in original.columns if _numeric(original[c])]
+    numeric_all = [c for c in original.columns if _numeric(original[c]) and _numeric(released[c])]
     paired = len(original) == len(released)
     con = duckdb.connect()
     try:
         con.register("original", original)
         con.register("released", released)
         out = {
-            "before": m.disclosure(con, "original", role.keys, role.sensitive),
-            "after": m.disclosure(con, "released", role.keys, role.sensitive),
+            "before": _disclosure(original, role),
+            "after": _disclosure(released, role),
             "il1s": m.il1s(con, "original", "released", role.perturbed) if paired else None,
             **m.changes(con, "original", "released", numeric_all),
         }
@@ -96,6 +105,8 @@ def internal(original: pd.DataFrame, released: pd.DataFrame, role: Roles) -> dic
         con.close()
     out["linkage"] = m.linkage(original, released, role.perturbed) if paired and role.perturbed else None
     columns = list(dict.fromkeys([*role.perturbed, *role.keys, *original.columns]))  # perturbed first: squared
+    recoded = [c for c in original.columns if _numeric(original[c]) != _numeric(released[c])]
+    columns = [c for c in columns if c not in recoded]  # a recoded column's values are another kind: nothing to compare
     out["pmse"] = m.pmse(original, released, columns, set(numeric_all))
     out["paired"] = paired
     return out
@@ -105,28 +116,38 @@ def _disclosure_rows(figures: dict) -> list[tuple[str, str]]:
     rows = [
         ("records", f"{figures['records']}"),
         ("key cells (distinct key combinations)", f"{figures['cells']}"),
+        ("k-anonymity: the smallest key cell", f"{figures['k']}"),
         ("records in cells with f_k < 2 (sample uniques)", f"{figures['records_f_below_2']}"),
         ("records in cells with f_k < 3", f"{figures['records_f_below_3']}"),
         ("expected re-identifications Σ r_k", f"{figures['expected_reidentifications']:.2f}"),
         ("global risk (expected re-identifications / records)", f"{figures['global_risk']:.4f}"),
         ("highest individual risk r_k", f"{figures['max_individual_risk']:.4f}"),
     ]
+    if "records_risk_above" in figures:
+        above = figures["records_risk_above"]
+        rows.append((f"records with individual risk above {above['above']:g}", f"{above['records']}"))
     if "l_min" in figures:
-        rows += [("smallest distinct l of the sensitive column", f"{figures['l_min']}"),
+        rows += [("smallest distinct l of a sensitive variable", f"{figures['l_min']}"),
                  ("records in cells with l < 2", f"{figures['records_l_below_2']}")]  # fmt: skip
+    if "household_risk_max" in figures:
+        rows += [("highest household risk", f"{figures['household_risk_max']:.4f}"),
+                 ("expected re-identifications of households' members", f"{figures['household_expected_reidentifications']:.2f}")]  # fmt: skip
     return rows
 
 
-def external_section(figures: dict) -> str:
-    sensitive = f"; sensitive column `{figures['sensitive']}`" if figures["sensitive"] else ""
+def external_section(figures: dict, mechanism: str) -> str:
+    sensitive = f"; sensitive {', '.join(f'`{c}`' for c in figures['sensitive'])}" if figures["sensitive"] else ""
+    weight = f"; weights `{figures['weight']}`" if figures.get("weight") else ""
+    cluster = f"; households `{figures['cluster']}`" if figures.get("cluster") else ""
     rows = "\n".join(f"| {name} | {value} |" for name, value in _disclosure_rows(figures))
     return (
         f"{SECTION}\n\n"
-        f"Key columns {', '.join(f'`{k}`' for k in figures['keys'])}{sensitive}. Every figure here is computed from "
-        "the released table alone, as sdcMicro's `measure_risk` computes it on anonymized keys: f_k is the number of "
-        "released records sharing record k's key combination, and its re-identification risk is r_k = 1/f_k (no "
-        "sampling weights: the released table is taken as the population).\n\n"
-        + NOTES[figures["keys_from"]]
+        f"Key variables of the data steward's disclosure policy: {', '.join(f'`{k}`' for k in figures['keys'])}"
+        f"{sensitive}{weight}{cluster}, whatever the request protected. Every figure here is computed from the released "
+        "table alone, as sdcMicro's `measure_risk` computes it on anonymized keys: f_k is the number of released records "
+        "sharing record k's key combination (a missing key value matches every value), and its re-identification risk "
+        "r_k is sdcMicro's (1/f_k without sampling weights: the released table is taken as the population).\n\n"
+        + NOTES.get(mechanism, "")
         + "| measure | value |\n|---|---|\n" + rows + "\n\n"
         "What compares the release with the input (the risk before the release, record linkage, information loss "
         "IL1s, changes of means and correlations, pMSE) is in the data steward's internal report, which is not "
@@ -140,22 +161,24 @@ def external_chart(figures: dict) -> Chart:
                  {"released": [float(v) for v in bands.values()]}, ylabel="records", )  # fmt: skip
 
 
-def attach(result: Result, figures: dict) -> Result:
+def attach(result: Result, figures: dict, mechanism: str) -> Result:
     """The result with the external report: a report section, the manifest's figures and a chart."""
     return dataclasses.replace(
         result,
-        report=result.report.rstrip("\n") + "\n\n" + external_section(figures),
+        report=result.report.rstrip("\n") + "\n\n" + external_section(figures, mechanism),
         charts=[*result.charts, external_chart(figures)],
         manifest={**result.manifest, "sdc_report": figures},
     )
 
 
 def records(original: pd.DataFrame, released: pd.DataFrame, role: Roles) -> pd.DataFrame | None:
-    """Each record's f_k and risk in the original and in the released table (rows paired by position)."""
+    """Each record's f_k and risk in the original and in the released table (rows paired by position; ``row``
+    is the record's row in the registered table, ``released_row`` its row in the release)."""
     if len(original) != len(released):
         return None
     before, after = m.record_risks(original, role.keys), m.record_risks(released, role.keys)
-    return pd.DataFrame({"row": range(len(original)), "fk_original": before["fk"], "risk_original": before["risk"],
+    rows = original.attrs["input_rows"].order if "input_rows" in original.attrs else range(len(original))
+    return pd.DataFrame({"row": rows, "released_row": range(len(released)), "fk_original": before["fk"], "risk_original": before["risk"],
                          "fk_released": after["fk"], "risk_released": after["risk"]})  # fmt: skip
 
 
@@ -179,7 +202,8 @@ def internal_markdown(release_id: str, dataset: str, mechanism: str, figures: di
         "## Disclosure risk before and after\n\n| measure | original | released |\n|---|---|---|\n" + risk + "\n\n"
         "| records in cells of size f_k | original | released |\n|---|---|---|\n" + bands + "\n\n"
         "![risk before and after](sdc_risk_before_after.png)\n\n"
-        + ("Each record's f_k and r_k, before and after (rows in the input's order): `records.parquet`.\n\n"
+        + ("Each record's f_k and r_k, before and after (its row in the registered table and in the release): "
+           "`records.parquet`.\n\n"
            if figures["paired"] else "")
         + "## Record linkage and information loss\n\n"
         f"- record linkage in rank space (nearest original record is the record's own): {linkage}\n"

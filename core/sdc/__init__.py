@@ -1,0 +1,1 @@
+"""Statistical disclosure control: the steward's disclosure policy, the methods that meet it, and its risk measures."""

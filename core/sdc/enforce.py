@@ -1,0 +1,113 @@
+"""The disclosure policy applied to an SDC release, at each step of the pipeline.
+
+- ``admit`` (with the request's check, before anything is charged or read): the dataset has a
+  policy; the request names only columns the policy lets a release hold (never a direct
+  identifier nor a column the policy does not name); it protects at least the policy's key
+  variables (naming the ones it leaves out).
+- ``prepare`` (before the mechanism runs): the table cut to the policy's published columns, its
+  rows shuffled with the release's randomness (OS entropy; a seed only in test mode), so no
+  released row keeps its input position.
+- ``finish`` (after the mechanism): cluster ids replaced by fresh random labels.
+- ``missed`` (after the risk is measured on the policy's key): the thresholds the released table
+  misses, in public words; a release that misses one is not published.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from core.errors import SpecError, UserError
+from core.sdc.policy import Policy
+
+
+class ThresholdMissed(UserError):
+    """The released table would not meet the steward's disclosure policy: it is not published."""
+
+
+def admit(dataset, mechanism: str, module, params) -> None:
+    """Refuse, from public facts only, an SDC request its dataset's policy does not allow."""
+    policy: Policy | None = dataset.policy
+    if policy is None:
+        raise SpecError(f"dataset {dataset.id!r} has no disclosure policy, so no SDC release of it is possible; its "
+                        f"data steward sets one with: privrelease dataset policy {dataset.id} --policy FILE.")  # fmt: skip
+    columns = list(dataset.schema.columns)
+    named = module.needs(params, tuple(columns)).columns
+    identifiers = [c for c in named if c in policy.identifiers]
+    if identifiers:
+        raise SpecError(f"{identifiers} of dataset {dataset.id!r} is a direct identifier in its disclosure policy: it "
+                        "is never published, so no release can name it.")  # fmt: skip
+    published = set(policy.published(columns))
+    unnamed = [c for c in named if c not in published]
+    if unnamed:
+        raise SpecError(f"{unnamed} of dataset {dataset.id!r} is not named by its disclosure policy, so it is never "
+                        f"published; the columns a release may hold are {policy.published(columns)}.")  # fmt: skip
+    protected = set(module.protects(params))
+    missing = [c for c in policy.key_vars.all if c not in protected]
+    if missing:
+        raise SpecError(
+            f"the request leaves key variables {missing} of dataset {dataset.id!r} unprotected; its disclosure "
+            f"policy's key is {policy.key_vars.all}, and a release protects every one of them (more is allowed). "
+            f"Add them to {_where(mechanism)}, or add a step that protects them (sdc: recode, suppress, ...)."
+        )
+
+
+def _where(mechanism: str) -> str:
+    return {"ra": "qi", "mews": "swap_set", "meds": "swap_set", "eds": "swap_set"}.get(mechanism, "the steps")
+
+
+class Rows:
+    """The registered rows of a prepared table, in its order: carried in ``attrs`` for the steward's
+    internal report, compared and copied by identity (pandas compares and deep-copies ``attrs``)."""
+
+    def __init__(self, order: np.ndarray):
+        self.order = order
+
+    def __deepcopy__(self, memo) -> Rows:
+        return self
+
+
+def prepare(frame: pd.DataFrame, policy: Policy, rng: np.random.Generator) -> pd.DataFrame:
+    """The policy's published columns only, rows in a random order (the input rows kept in ``attrs``)."""
+    order = rng.permutation(len(frame))
+    out = frame[policy.published(list(frame.columns))].iloc[order].reset_index(drop=True)
+    out.attrs["input_rows"] = Rows(order)
+    return out
+
+
+def finish(data: pd.DataFrame, policy: Policy, rng: np.random.Generator) -> pd.DataFrame:
+    """Cluster ids as fresh random labels 1..H (households stay together, their ids do not leave)."""
+    if policy.cluster is None or policy.cluster not in data.columns:
+        return data
+    codes, uniques = pd.factorize(data[policy.cluster], use_na_sentinel=True)
+    labels = rng.permutation(len(uniques)) + 1
+    out = data.copy()
+    out[policy.cluster] = pd.array(np.where(codes >= 0, labels[codes], 0), dtype="Int64")
+    out.loc[codes < 0, policy.cluster] = pd.NA
+    return out
+
+
+def missed(figures: dict, policy: Policy) -> list[str]:
+    """The thresholds the released table misses (their names and the policy's values, never a figure)."""
+    t = policy.thresholds
+    out = []
+    if t.k is not None and figures["records"] and figures["k"] < t.k:
+        out.append(f"k-anonymity on the key (k ≥ {t.k})")
+    if t.risk is not None and figures["records"]:
+        if figures["records_risk_above"]["records"] > t.risk.max_share * figures["records"]:
+            out.append(f"at most {t.risk.max_share:.2%} of records with individual risk above {t.risk.above:g}")
+    if t.global_risk is not None and figures["global_risk"] > t.global_risk:
+        out.append(f"global risk at most {t.global_risk:g}")
+    if t.l is not None and figures["records"] and figures["l_min"] < t.l:
+        out.append(f"l-diversity of the sensitive variables (l ≥ {t.l})")
+    if t.household_risk is not None and figures["household_risk_max"] > t.household_risk:
+        out.append(f"household risk at most {t.household_risk:g}")
+    return out
+
+
+def refuse(dataset: str, release_id: str, missing: list[str]) -> ThresholdMissed:
+    return ThresholdMissed(
+        f"release {release_id!r} of dataset {dataset!r} was not published: the released table would not meet its "
+        f"disclosure policy ({'; '.join(missing)}). Protect more (coarser recoding, local suppression to the policy's "
+        "k, a wider swap) and release again under a new release_id; the data steward's internal report has the figures."
+    )
