@@ -13,6 +13,9 @@ $(STAMP): pyproject.toml requirements.lock.txt
 	$(VENV)/bin/pip install --disable-pip-version-check --progress-bar off -r requirements.lock.txt 2>&1 \
 		| sed -u '/is ignored: it is neither/d' | grep --line-buffered -E '^(Collecting|Successfully|ERROR)' \
 		| sed -u -E 's/^Collecting ([^ ]+).*/  collecting \1/' || true
+	# pyCANON: the tests' independent check of k-anonymity and l-diversity. --no-deps: it pins typer and
+	# typing_extensions (for its own command line, which the tests do not use) below the versions Prefect needs
+	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps pycanon==1.3.6
 	test -x $(VENV)/bin/prefect
 	$(VENV)/bin/python -c "import prefect, great_expectations, duckdb, gmpy2"
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e . 2>&1 | sed '/is ignored: it is neither/d'

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from core import accuracy, noise, pipeline
+from core import accuracy, mechanisms, noise, pipeline
 from core.accountant import Spend, events_of
 from core.accounting import Budget, charge_phrase
 from core.errors import BudgetError, UserError
@@ -21,6 +21,7 @@ from core.mechanisms import outliers
 from core.mechanisms.base import DPCost, Plan
 from core.mechanisms.dpne_counts import unit_weights
 from core.mechanisms.outliers_sensitivity import alpha, beta, global_std, smooth_floor
+from core.sdc import enforce
 from core.spec import Release, ReleaseRequest
 
 ADMITTED, APPROVAL, REFUSED, PUBLISHED_ALREADY = "admitted", "needs approval", "refused", "already published"
@@ -151,6 +152,8 @@ def warnings(release: Release, plan_: Plan, expected: dict | None = None) -> lis
 def notes(release: Release, plan_: Plan) -> list[str]:
     """DPNE: how many users a word needs, from public parameters (the corpus size is not public under
     the user unit, so whether it has them is for the analyst to judge before spending)."""
+    if release.dataset.purpose == "sdc":
+        return enforce.notes(release.dataset, mechanisms.get(release.mechanism), release.params)
     if release.mechanism != "dpne":
         return []
     d, cap = plan_.detail, release.params.caps[0]

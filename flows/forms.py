@@ -9,17 +9,39 @@ Mapping-shaped parameters (outliers' per-column scales, MEWS's per-column widths
 typed items here. No operator setting (home, runner, cluster) is a parameter.
 """
 
+import os
 from functools import partial
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from prefect import flow
 from pydantic import BaseModel, Field
 
+from core import paths
 from core.errors import SpecError
 from core.ids import ID_PATTERN
 from core.mechanisms import dpne, outliers, ra, swapping
 from core.mechanisms.base import StrictParams
 from flows.release import run_request
+
+
+def _sdc_registered() -> tuple[list[str], list[str]]:
+    """The sdc datasets with a disclosure policy in the home of the process that deploys the forms, and the
+    columns their policies publish: what the SDC forms offer by name. None without a home (a fresh
+    checkout), and the fields take any text; a dataset registered later appears when the forms are
+    deployed again (make serve deploys them at every start). The release checks every name anyway."""
+    if not os.environ.get(paths.HOME_ENV) or not paths.database(Path(os.environ[paths.HOME_ENV])).exists():
+        return [], []
+    from core.registry import Registry
+
+    datasets = [d for d in Registry(Path(os.environ[paths.HOME_ENV])).list() if d.purpose == "sdc" and d.policy]
+    columns = [c for d in datasets for c in d.policy.published(list(d.schema.columns))]
+    return [d.id for d in datasets], list(dict.fromkeys(columns))
+
+
+SDC_DATASETS, SDC_COLUMNS = _sdc_registered()
+SdcDataset = Literal[tuple(SDC_DATASETS)] if SDC_DATASETS else Annotated[str, Field(pattern=ID_PATTERN)]
+Column = Literal[tuple(SDC_COLUMNS)] if SDC_COLUMNS else Annotated[str, Field(min_length=1)]
 
 
 def bounded(model: type[BaseModel], name: str) -> Any:
@@ -32,6 +54,9 @@ Dataset = Annotated[str, Field(pattern=ID_PATTERN)]
 ReleaseId = Annotated[str, Field(pattern=f"^$|{ID_PATTERN}")]  # empty: a fresh id
 COMMON = {
     "dataset": "id of a dataset the data steward registered",
+    "recode": "key variables recoded first with the disclosure policy's hierarchies (global recoding)",
+    "recode_level": "categorical keys: how many hierarchy levels up",
+    "suppress": "after the method: local suppression until every key cell holds the policy's k records",
     "release_id": "optional; a retry with the same id is charged once (default: a fresh id)",
     "preview": "only check the request and show its cost, the budget left and its expected accuracy (an artifact); "
                "nothing is charged or read",
@@ -72,11 +97,21 @@ class ColumnRange(StrictParams):
 class ColumnWidth(StrictParams):
     """One swapped column's cell width."""
 
-    column: str = Field(min_length=1, description="column of the swap set")
+    column: Column = Field(description="column of the swap set")
     width: float = Field(gt=0, allow_inf_nan=False, description="cell width, in width_units")
 
 
 RA_QI = ["age", "workclass", "education", "marital-status", "relationship", "race", "sex", "native-country", "salary"]
+RECODE = ["age", "education", "native-country"]  # the demo census's policy has hierarchies for these
+
+
+def sdc_request(name: str, params: dict, recode: list[str], recode_level: int, suppress: bool) -> tuple[str, dict]:
+    """An SDC form's mechanism and parameters: the method alone, or, with ``recode`` or ``suppress``, the chain
+    recode → method → local suppression (one release, one report)."""
+    if not recode and not suppress:
+        return name, params
+    steps = ([{"method": "recode", "columns": recode, "level": recode_level}] if recode else []) + [{"method": name, **params}]
+    return "sdc", {"steps": steps + ([{"method": "suppress"}] if suppress else [])}
 LOGIN_SCALES = [ColumnScale(column="duration_min", mean=30, std=8), ColumnScale(column="mb_sent", mean=50, std=15),
                 ColumnScale(column="hour", mean=13, std=3), ColumnScale(column="failed_logins", mean=1, std=0.5)]  # fmt: skip
 
@@ -86,19 +121,23 @@ LOGIN_SCALES = [ColumnScale(column="duration_min", mean=30, std=8), ColumnScale(
       p_per_column="instead of p: one probability per QI column, in qi's order, summing to 1",
       k="0: RA, one QI cell per record redrawn; 1 .. number of QI columns: Enhanced RA, k distinct cells")  # fmt: skip
 def ra_release(
-    dataset: Dataset = "census-demo",
-    qi: bounded(ra.Params, "qi") = RA_QI,
-    sensitive: bounded(ra.Params, "sensitive") = "occupation",
+    dataset: SdcDataset = "census-demo",
+    qi: Annotated[list[Column], Field(min_length=1)] = RA_QI,
+    sensitive: Column = "occupation",
     k: Annotated[int, Field(ge=0)] = 0,
     p: Literal["uniform", "entropy"] = "uniform",
     p_per_column: list[Annotated[float, Field(ge=0, le=1)]] = [],  # noqa: B006
+    recode: list[Column] = RECODE,
+    recode_level: Annotated[int, Field(ge=1, le=10)] = 1,
+    suppress: bool = True,
     release_id: ReleaseId = "",
     preview: bool = False,
 ) -> dict:
     """Release a registered table with RA (Yang & Qiao) or Enhanced RA: QI cells redrawn from their
-    column's marginal; the sensitive column is never changed."""
+    column's marginal; the sensitive column is never changed. Optionally recoded first and locally
+    suppressed after, to meet the data steward's disclosure policy."""
     params = {"qi": qi, "sensitive": sensitive, "p": p_per_column or p} | ({"k": k} if k else {})
-    return run_request(release_id, dataset, "ra", params, preview)
+    return run_request(release_id, dataset, *sdc_request("ra", params, recode, recode_level, suppress), preview)
 
 
 @flow(name="release-mews", persist_result=False)
@@ -108,8 +147,8 @@ def ra_release(
       widths="explicit cell widths, one per swapped column (instead of a secret width)",
       k="rank-swapping depth (tuples per bin) when others is eds")  # fmt: skip
 def mews_release(
-    dataset: Dataset = "census-demo",
-    swap_set: bounded(swapping.MEWSParams, "swap_set") = ["age", "hours-per-week"],  # noqa: B006
+    dataset: SdcDataset = "census-demo",
+    swap_set: Annotated[list[Column], Field(min_length=1)] = ["age", "hours-per-week"],  # noqa: B006
     t_lb: Annotated[float, Field(gt=0)] = 1.0,
     t_ub: Annotated[float, Field(gt=0)] = 3.0,
     width: Annotated[float | None, Field(gt=0)] = None,
@@ -120,6 +159,9 @@ def mews_release(
     k: Annotated[int | None, Field(ge=2)] = None,
     candidates: bounded(swapping.MEWSParams, "candidates") = 100,
     singletons: Literal["merge", "suppress"] = "merge",
+    recode: list[Column] = [],  # noqa: B006
+    recode_level: Annotated[int, Field(ge=1, le=10)] = 1,
+    suppress: bool = True,
     release_id: ReleaseId = "",
     preview: bool = False,
 ) -> dict:
@@ -131,23 +173,26 @@ def mews_release(
         choice = {"t_range": [t_lb, t_ub]}
     params = {"swap_set": swap_set, "width_units": width_units, "swap_mode": swap_mode, "others": others,
               "candidates": candidates, "singletons": singletons, **choice} | ({"k": k} if k is not None else {})  # fmt: skip
-    return run_request(release_id, dataset, "mews", params, preview)
+    return run_request(release_id, dataset, *sdc_request("mews", params, recode, recode_level, suppress), preview)
 
 
 def _depth(name: str, swap_set: list[str], k: int):
     """MEDS and EDS share their parameters: the swapped columns and the bin depth."""
 
     def depth_release(
-        dataset: Dataset = "census-demo",
-        swap_set: bounded(swapping.DepthParams, "swap_set") = swap_set,
+        dataset: SdcDataset = "census-demo",
+        swap_set: Annotated[list[Column], Field(min_length=1)] = swap_set,
         k: Annotated[int, Field(ge=2)] = k,
         swap_mode: swapping.SwapMode = "cyclic",
         others: Literal["eds", "keep"] = "keep",
+        recode: list[Column] = [],  # noqa: B006
+        recode_level: Annotated[int, Field(ge=1, le=10)] = 1,
+        suppress: bool = True,
         release_id: ReleaseId = "",
-    preview: bool = False,
+        preview: bool = False,
     ) -> dict:
         params = {"swap_set": swap_set, "k": k, "swap_mode": swap_mode, "others": others}
-        return run_request(release_id, dataset, name, params, preview)
+        return run_request(release_id, dataset, *sdc_request(name, params, recode, recode_level, suppress), preview)
 
     depth_release.__doc__ = {
         "meds": "Swap values inside bins of k tuples built around the farthest pair (MEDS, multivariate equi-depth).",

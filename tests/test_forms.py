@@ -28,12 +28,17 @@ def _manifest(summary: dict) -> dict:
 def test_alternatives_reach_the_mechanism(prefect_server, demo):
     from flows.forms import ColumnRange, dpne_release, outlier_count_release, ra_release
 
+    # by default the form recodes with the policy's hierarchies, runs RA, then suppresses to the policy's k
+    chain = _manifest(ra_release(k=2))
+    steps = chain["mechanism"]["params"]["steps"]
+    assert [s["method"] for s in steps] == ["recode", "ra", "suppress"] and steps[1]["k"] == 2
+    assert steps[0]["columns"] == ["age", "education", "native-country"] and chain["sdc_report"]["k"] >= 3
     census = Registry(demo).get("census-demo")  # the steward keys this census on age and sex, no threshold
     Registry(demo).set_policy("census-demo", open_policy(list(census.schema.columns), ["age", "sex"], ("age",),
                                                          ("occupation",)))  # fmt: skip
-    ra = _manifest(ra_release(qi=["age", "sex"], p_per_column=[0.25, 0.75]))
+    ra = _manifest(ra_release(qi=["age", "sex"], p_per_column=[0.25, 0.75], recode=[], suppress=False))
     assert ra["mechanism"]["params"]["p"] == [0.25, 0.75] and ra["mechanism"]["params"]["k"] is None  # plain RA
-    enhanced = _manifest(ra_release(qi=["age", "sex", "race"], k=2))
+    enhanced = _manifest(ra_release(qi=["age", "sex", "race"], k=2, recode=[], suppress=False))
     assert enhanced["mechanism"]["params"]["k"] == 2
     ngrams = _manifest(dpne_release(epsilon=0.5, T=2, delta0_per_level=[5, 3]))
     assert ngrams["mechanism"]["params"]["delta0"] == [5, 3]
@@ -48,7 +53,7 @@ def test_alternatives_reach_the_mechanism(prefect_server, demo):
 REFUSALS = [
     ("ra_release", {"qi": ["age", "sex"], "k": 10}, "k must be between 1 and the number of QI columns (2), got 10"),
     ("ra_release", {"qi": ["age", "postcode"]}, "dataset 'census-demo' has no column 'postcode'"),
-    ("ra_release", {"qi": ["age", "sex"]}, "the request leaves key variables ['workclass', 'education', 'marital-status', "
+    ("ra_release", {"qi": ["age", "sex"], "recode": [], "suppress": False}, "the request leaves key variables ['workclass', 'education', 'marital-status', "
      "'relationship', 'race', 'native-country'] of dataset 'census-demo' unprotected"),
     ("outlier_count_release", {"estimate": [{"column": "hour", "low": 0, "high": 24}]},
      "give either standardize (public scales) or estimate (a charged estimate), not both."),
@@ -86,3 +91,28 @@ def test_a_form_previews_without_charging(prefect_server, demo):
     state = outlier_count_release(columns=["nope"], preview=True, return_state=True)
     assert state.is_failed() and "columns ['nope']" in state.message and "\n" not in state.message
     assert Ledger(demo / "privrelease.duckdb").entries() == before and not (demo / "releases").exists()
+
+
+def test_the_sdc_forms_offer_the_registered_datasets_and_columns_by_name(demo):
+    """Deployed from a home (make serve's), the SDC forms' column fields are enums of the columns the
+    registered sdc datasets' policies publish, and their dataset field an enum of those datasets; from a
+    fresh checkout they take text. Computed as `prefect deploy` stores it, in a process of its own."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json; from prefect.utilities.callables import parameter_schema; from flows import forms; "
+            "print(json.dumps(parameter_schema(forms.ra_release).model_dump()['definitions'] | "
+            "{'properties': parameter_schema(forms.ra_release).model_dump()['properties']}))")  # fmt: skip
+
+    def schema(home: str | None) -> dict:
+        env = {k: v for k, v in os.environ.items() if k != "PRIVRELEASE_HOME"} | ({"PRIVRELEASE_HOME": home} if home else {})
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True)
+        return json.loads(r.stdout)
+
+    published = Registry(demo).get("census-demo").policy.published(list(Registry(demo).get("census-demo").schema.columns))
+    props = schema(str(demo))["properties"]
+    assert props["qi"]["items"]["enum"] == published and props["sensitive"]["enum"] == published
+    assert props["recode"]["items"]["enum"] == published and props["dataset"]["const"] == "census-demo"  # one dataset
+    fresh = schema(None)["properties"]
+    assert fresh["qi"]["items"] == {"minLength": 1, "type": "string"} and "const" not in fresh["dataset"]

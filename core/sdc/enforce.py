@@ -52,6 +52,29 @@ def admit(dataset, mechanism: str, module, params) -> None:
         )
 
 
+def notes(dataset, module, params) -> list[str]:
+    """What a preview can tell of an SDC release from public values: what is published and dropped, what
+    the risk is measured on, the thresholds, and whether the request meets one by construction."""
+    policy: Policy = dataset.policy
+    columns = list(dataset.schema.columns)
+    out = [f"published columns: {policy.published(columns)}; dropped: identifiers {policy.identifiers}, columns "
+           f"the policy does not name {policy.unnamed(dataset.schema)}; rows shuffled.",
+           f"risk is measured on the policy's key {policy.key_vars.all} after the last step."]  # fmt: skip
+    named = policy.thresholds.named()
+    if not named:
+        return [*out, "the policy sets no threshold: the table is published as the methods leave it."]
+    steps = getattr(params, "steps", [])
+    last = steps[-1] if steps else None
+    k = policy.thresholds.k
+    if k is not None and last is not None and last.method == "suppress" and (last.k or k) >= k:
+        out.append(f"k-anonymity on the key (k ≥ {k}) holds by construction: the last step suppresses key values "
+                   "until every key cell holds that many records.")  # fmt: skip
+    out.append("thresholds the released table must meet: " + "; ".join(named) + ". Whether it does depends on the "
+               "rows: a release that misses one is not published, and its failed ledger entry names the thresholds "
+               "missed (never a figure of the table).")  # fmt: skip
+    return out
+
+
 def _where(mechanism: str) -> str:
     return {"ra": "qi", "mews": "swap_set", "meds": "swap_set", "eds": "swap_set"}.get(mechanism, "the steps")
 
@@ -91,18 +114,24 @@ def missed(figures: dict, policy: Policy) -> list[str]:
     """The thresholds the released table misses (their names and the policy's values, never a figure)."""
     t = policy.thresholds
     out = []
+    said = dict(zip(("k", "risk", "global_risk", "l", "household_risk"), _names(t)))
     if t.k is not None and figures["records"] and figures["k"] < t.k:
-        out.append(f"k-anonymity on the key (k ≥ {t.k})")
-    if t.risk is not None and figures["records"]:
-        if figures["records_risk_above"]["records"] > t.risk.max_share * figures["records"]:
-            out.append(f"at most {t.risk.max_share:.2%} of records with individual risk above {t.risk.above:g}")
+        out.append(said["k"])
+    if t.risk is not None and figures["records_risk_above"]["records"] > t.risk.max_share * figures["records"]:
+        out.append(said["risk"])
     if t.global_risk is not None and figures["global_risk"] > t.global_risk:
-        out.append(f"global risk at most {t.global_risk:g}")
+        out.append(said["global_risk"])
     if t.l is not None and figures["records"] and figures["l_min"] < t.l:
-        out.append(f"l-diversity of the sensitive variables (l ≥ {t.l})")
+        out.append(said["l"])
     if t.household_risk is not None and figures["household_risk_max"] > t.household_risk:
-        out.append(f"household risk at most {t.household_risk:g}")
+        out.append(said["household_risk"])
     return out
+
+
+def _names(t) -> list[str | None]:
+    """Each threshold's words as ``Thresholds.named`` says them (None where unset), in a fixed order."""
+    named = iter(t.named())
+    return [next(named) if v is not None else None for v in (t.k, t.risk, t.global_risk, t.l, t.household_risk)]
 
 
 def refuse(dataset: str, release_id: str, missing: list[str]) -> ThresholdMissed:

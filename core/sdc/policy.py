@@ -65,7 +65,8 @@ class Thresholds(_Strict):
         if self.k is not None:
             out.append(f"k-anonymity on the key (k ≥ {self.k})")
         if self.risk is not None:
-            out.append(f"at most {self.risk.max_share:.2%} of records with individual risk above {self.risk.above:g}")
+            share = "no record" if self.risk.max_share == 0 else f"at most {self.risk.max_share:.2%} of records"
+            out.append(f"{share} with individual risk above {self.risk.above:g}")
         if self.global_risk is not None:
             out.append(f"global risk at most {self.global_risk:g}")
         if self.l is not None:

@@ -1,0 +1,398 @@
+"""The steward's disclosure policy decides what an SDC release may show, whatever the request names.
+
+Two attacks that published near-raw microdata before the policy existed are each refused here,
+and each succeeds again on a weakened variant (a policy that does not ask for what the real one
+asks), so the tests can fail: an analyst's one-column key, and a release of a hospital table whose
+own report said most records were unique. Every SDC mechanism, option and chain publishes only the
+columns the policy names, in shuffled order; a table that misses a threshold is not published,
+and the ledger says why in public words; every error a steward can make in a policy is refused
+with what to change, and nothing is registered.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from core import pipeline
+from core.demo import write_demo
+from core.errors import SpecError, UserError
+from core.ledger import FAILED, POLICY, RESERVED, Ledger
+from core.registry import Registry, Unit
+from core.sdc import policy
+from core.spec import parse
+from tests.helpers import open_policy, register
+
+PRIVRELEASE = str(Path(sys.executable).parent / "privrelease")
+
+
+def cli(home: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([PRIVRELEASE, "--home", str(home), *args], capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def charges(home: Path) -> list[str]:
+    return [e.status for e in Ledger(home / "privrelease.duckdb").entries() if e.status not in ("cap", POLICY)]
+
+
+# -- attack 1: an analyst's one-column key ------------------------------------------------------------
+
+
+def _one_column_key(home: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    request = tmp_path / "sex.yaml"
+    request.write_text(yaml.safe_dump({"dataset": "census-demo", "release_id": "near-raw", "mechanism": {
+        "name": "ra", "params": {"qi": ["sex"], "sensitive": "occupation"}}}))  # fmt: skip
+    return cli(home, "release", str(request))
+
+
+def test_a_request_protecting_fewer_keys_than_the_policy_is_refused_before_the_charge(tmp_path):
+    home = tmp_path / "home"
+    write_demo(home, rows=2000)
+    r = _one_column_key(home, tmp_path)
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "error: the request leaves key variables ['workclass', 'education', 'marital-status', 'relationship', 'race', "
+        "'native-country', 'age'] of dataset 'census-demo' unprotected; its disclosure policy's key is ['workclass', "
+        "'education', 'marital-status', 'relationship', 'race', 'sex', 'native-country', 'age'], and a release protects "
+        "every one of them (more is allowed). Add them to qi, or add a step that protects them (sdc: recode, suppress, ...)."
+    )
+    assert charges(home) == [] and not (home / "releases").exists()
+
+
+def test_weakened_a_policy_keyed_on_one_column_lets_the_near_raw_table_out(tmp_path):
+    """The same request where the steward's key is only ``sex`` (everything else publishable, no
+    threshold): the attack of the finding succeeds, every released row equal to a registered row on
+    every column but ``sex``. The policy above is what stops it."""
+    home = tmp_path / "home"
+    write_demo(home, rows=2000)
+    registry = Registry(home)
+    columns = list(registry.get("census-demo").schema.columns)
+    registry.set_policy("census-demo", open_policy(columns, ["sex"], (), ("occupation",)))
+    r = _one_column_key(home, tmp_path)
+    assert r.returncode == 0, r.stderr
+    released = pd.read_parquet(home / "releases" / "census-demo" / "near-raw" / "data.parquet")
+    snapshot = registry.load(registry.get("census-demo"))
+    rest = [c for c in columns if c != "sex"]
+    assert released[rest].merge(snapshot[rest].drop_duplicates(), how="left", indicator=True)["_merge"].eq("both").all()
+
+
+# -- attack 2: a hospital table --------------------------------------------------------------------------
+
+
+def hospital(n: int = 4000, seed: int = 3) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({
+        "patient_id": [f"P{i:06d}" for i in rng.permutation(n)],
+        "age": rng.integers(0, 100, n), "sex": rng.choice(["F", "M"], n), "zip": rng.choice([f"{z:05d}" for z in range(300)], n),
+        "diagnosis": rng.choice([f"D{d:02d}" for d in range(20)], n), "length_of_stay": rng.integers(1, 30, n),
+        "cost": rng.gamma(2.0, 3000.0, n).round(2),
+    })  # fmt: skip
+
+
+HOSPITAL_POLICY = {"identifiers": ["patient_id"], "keys": {"categorical": ["sex", "zip"], "numeric": ["age"]},
+                   "sensitive": ["diagnosis"], "publishable": ["length_of_stay"],
+                   "thresholds": {"k": 3, "risk": {"above": 0.34, "max_share": 0.0}},
+                   "hierarchies": {"age": {"breaks": [10, 20, 30, 40, 50, 60, 70, 80, 90]},
+                                   "zip": [{f"{z:05d}": f"{z // 100}xx" for z in range(300)}]}}  # fmt: skip
+
+
+def _hospital(home: Path, doc: dict = HOSPITAL_POLICY) -> pd.DataFrame:
+    frame = hospital()
+    register(home, frame, "hospital", policy=policy.parse(doc, "test policy"))
+    return frame
+
+
+def _release(home: Path, mechanism: dict, release_id: str = "r1", seed: int = 5) -> dict:
+    return pipeline.release(pipeline.Store(home), parse({"release_id": release_id, "dataset": "hospital",
+                                                         "mechanism": mechanism, "seed": seed}))  # fmt: skip
+
+
+RA_HOSPITAL = {"name": "ra", "params": {"qi": ["sex", "zip", "age"], "sensitive": "diagnosis"}}
+
+
+def test_a_table_that_misses_the_thresholds_is_not_published_and_the_ledger_says_why(home, test_mode):
+    _hospital(home)
+    with pytest.raises(UserError) as caught:  # the CLI's exit 2
+        _release(home, RA_HOSPITAL)
+    said = ("release 'r1' of dataset 'hospital' was not published: the released table would not meet its disclosure "
+            "policy (k-anonymity on the key (k ≥ 3); no record with individual risk above 0.34). Protect more (coarser "
+            "recoding, local suppression to the policy's k, a wider swap) and release again under a new release_id; "
+            "the data steward's internal report has the figures.")  # fmt: skip
+    assert str(caught.value) == said
+    assert not (home / "releases" / "hospital").exists()
+    reserved, failed = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "r1"]
+    assert (reserved.status, failed.status) == (RESERVED, FAILED)
+    assert json.loads(failed.detail) == {"reason": f"ThresholdMissed: {said}"}  # public words, no figure of the table
+    internal = json.loads((home / "sdc-reports" / "hospital" / "r1" / "internal.json").read_text())
+    assert internal["thresholds_missed"] == ["k-anonymity on the key (k ≥ 3)", "no record with individual risk above 0.34"]
+    assert internal["after"]["k"] == 1 and internal["after"]["records_f_below_3"] > 3000  # the steward sees how far
+
+
+def test_weakened_without_thresholds_the_hospital_release_is_published_with_most_records_unique(home, test_mode):
+    _hospital(home, HOSPITAL_POLICY | {"thresholds": {"k": None}})
+    summary = _release(home, RA_HOSPITAL)
+    manifest = json.loads((Path(summary["folder"]) / "manifest.json").read_text())
+    assert manifest["sdc_report"]["records_f_below_2"] > 3000  # what the finding published
+
+
+def test_a_chain_meets_the_hospital_policy_and_publishes_no_identifier(home, test_mode):
+    frame = _hospital(home)
+    summary = _release(home, {"name": "sdc", "params": {"steps": [
+        {"method": "recode", "columns": ["age", "zip"]}, {"method": "ra", "qi": ["sex", "zip", "age"], "sensitive": "diagnosis"},
+        {"method": "suppress"}]}})  # fmt: skip
+    folder = Path(summary["folder"])
+    released = pd.read_parquet(folder / "data.parquet")
+    assert list(released.columns) == ["age", "sex", "zip", "diagnosis", "length_of_stay"]  # no patient_id, no cost
+    published = "".join(p.read_text(errors="ignore") for p in folder.iterdir() if p.suffix in (".csv", ".md", ".json"))
+    assert not any(pid in published for pid in frame["patient_id"].head(200))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["sdc_report"]["k"] >= 3 and manifest["sdc_report"]["keys"] == ["sex", "zip", "age"]
+
+
+def test_weakened_a_policy_that_publishes_the_identifier_lets_it_out(home, test_mode):
+    frame = _hospital(home, HOSPITAL_POLICY | {"identifiers": [], "publishable": ["length_of_stay", "patient_id"],
+                                               "thresholds": {"k": None}})  # fmt: skip
+    released = pd.read_parquet(Path(_release(home, RA_HOSPITAL)["folder"]) / "data.parquet")
+    assert sorted(released["patient_id"]) == sorted(frame["patient_id"])
+
+
+def test_a_swap_of_the_numeric_key_alone_is_refused_and_mews_in_a_chain_meets_the_policy(home, test_mode):
+    _hospital(home)
+    mews = {"swap_set": ["age"], "t_range": [0.05, 0.5], "width_units": "sd"}
+    with pytest.raises(SpecError, match=r"leaves key variables \['sex', 'zip'\]"):
+        _release(home, {"name": "mews", "params": mews})
+    summary = _release(home, {"name": "sdc", "params": {"steps": [{"method": "recode", "columns": ["zip"]},
+                                                                  {"method": "mews", **mews}, {"method": "suppress"}]}},
+                       "r2")  # fmt: skip
+    assert summary["headline"]["k"] >= 3
+
+
+# -- every mechanism, option and chain: the policy's columns only, rows shuffled ------------------------
+
+
+def table(n: int = 600, seed: int = 1) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({
+        "id": np.arange(n) + 1000, "a": rng.choice(list("pqrs"), n), "b": rng.choice(list("uvw"), n),
+        "x": rng.normal(50, 10, n).round(1), "s": rng.choice(["s1", "s2", "s3"], n), "seq": np.arange(n),
+        "y": rng.normal(0, 1, n), "secret": rng.normal(0, 1, n),
+    })  # fmt: skip
+
+
+CATEGORICAL = {"identifiers": ["id"], "keys": {"categorical": ["a", "b"], "numeric": ["x"]}, "sensitive": ["s"],
+               "publishable": ["seq", "y"], "thresholds": {"k": None},
+               "hierarchies": {"a": [{"p": "pq", "q": "pq", "r": "rs", "s": "rs"}], "x": {"breaks": [40, 50, 60]}}}
+NUMERIC = CATEGORICAL | {"keys": {"numeric": ["x"]}, "publishable": ["a", "b", "seq", "y"], "hierarchies": {}}
+REQUESTS = {  # id -> (policy, mechanism)
+    "ra": (CATEGORICAL, {"name": "ra", "params": {"qi": ["a", "b", "x"], "sensitive": "s"}}),
+    "ra-enhanced": (CATEGORICAL, {"name": "ra", "params": {"qi": ["a", "b", "x", "y"], "sensitive": "s", "k": 2}}),
+    "ra-entropy": (CATEGORICAL, {"name": "ra", "params": {"qi": ["a", "b", "x"], "sensitive": "s", "p": "entropy"}}),
+    "mews-hidden": (NUMERIC, {"name": "mews", "params": {"swap_set": ["x", "y"], "t_range": [0.5, 2.0]}}),
+    "mews-suppress": (NUMERIC, {"name": "mews", "params": {"swap_set": ["x", "y"], "widths": 0.3, "singletons": "suppress"}}),
+    "mews-eds": (NUMERIC, {"name": "mews", "params": {"swap_set": ["x"], "widths": 0.5, "others": "eds", "k": 5}}),
+    "mews-block": (NUMERIC, {"name": "mews", "params": {"swap_set": ["x", "y"], "widths": 0.5, "swap_mode": "block"}}),
+    "meds": (NUMERIC, {"name": "meds", "params": {"swap_set": ["x", "y"], "k": 10}}),
+    "eds": (NUMERIC, {"name": "eds", "params": {"swap_set": ["x"], "k": 10, "swap_mode": "pairs"}}),
+    "recode-ra-suppress": (CATEGORICAL, {"name": "sdc", "params": {"steps": [
+        {"method": "recode", "columns": ["a", "x"]}, {"method": "ra", "qi": ["a", "b"], "sensitive": "s"}, {"method": "suppress"}]}}),
+    "topcode-pram-suppress": (CATEGORICAL, {"name": "sdc", "params": {"steps": [
+        {"method": "topcode", "column": "x", "top": 60, "bottom": 40}, {"method": "pram", "columns": ["a", "b"], "keep": 0.7},
+        {"method": "suppress", "k": 4}]}}),
+    "micro-noise-pram": (CATEGORICAL, {"name": "sdc", "params": {"steps": [
+        {"method": "microaggregate", "columns": ["x"], "k": 3}, {"method": "noise", "columns": ["y"], "level": 0.2},
+        {"method": "pram", "columns": ["a", "b"]}]}}),
+    "mews-then-suppress": (CATEGORICAL, {"name": "sdc", "params": {"steps": [
+        {"method": "mews", "swap_set": ["x", "y"], "widths": 0.5}, {"method": "suppress", "k": 2}]}}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(REQUESTS))
+def test_every_sdc_release_holds_only_the_policys_columns_in_shuffled_order(home, test_mode, case):
+    doc, mechanism = REQUESTS[case]
+    frame = table()
+    register(home, frame, "t", policy=policy.parse(doc, "test policy"))
+    summary = pipeline.release(pipeline.Store(home), parse({"release_id": "r", "dataset": "t", "mechanism": mechanism,
+                                                            "seed": 9}))  # fmt: skip
+    released = pd.read_parquet(Path(summary["folder"]) / "data.parquet")
+    assert list(released.columns) == ["a", "b", "x", "s", "seq", "y"]  # id (identifier) and secret (unnamed) dropped
+    # the rows' order tells nothing of the input's: seq (the input position) is uncorrelated with the release's
+    rho = np.corrcoef(np.arange(len(released)), released["seq"].to_numpy(float))[0, 1]
+    assert abs(rho) < 0.2, rho  # |rho| of a random order of 600 rows has sd 0.04: a false alarm < 1e-6
+    text = (Path(summary["folder"]) / "data.csv").read_text()
+    assert not any(f",{v}," in text or text.startswith(f"{v},") for v in frame["id"].astype(str).head(50))
+
+
+# -- thresholds and the registered key ----------------------------------------------------------------------
+
+
+def test_l_diversity_and_household_thresholds_block(home, test_mode):
+    frame = table()
+    frame["s"] = np.where(frame["a"] == "p", "s1", frame["s"])  # every record keyed a = p holds one sensitive value
+    frame["hh"] = np.arange(len(frame)) // 3
+    doc = CATEGORICAL | {"keys": {"categorical": ["a"]}, "publishable": ["b", "x", "seq", "y"], "cluster": "hh",
+                         "thresholds": {"k": 3, "l": 2, "household_risk": 0.9}, "hierarchies": {}}  # fmt: skip
+    register(home, frame, "t", policy=policy.parse(doc, "test policy"))
+    request = {"release_id": "r", "dataset": "t", "seed": 3,
+               "mechanism": {"name": "sdc", "params": {"steps": [{"method": "pram", "columns": ["b"]}, {"method": "suppress"}]}}}
+    with pytest.raises(Exception, match=r"l-diversity of the sensitive variables \(l ≥ 2\)") as caught:
+        pipeline.release(pipeline.Store(home), parse(request))
+    assert "k-anonymity" not in str(caught.value) and "household" not in str(caught.value)
+    doc["thresholds"] = {"k": 3, "household_risk": 0.01}  # three members of cells of 139+: about 0.021 each
+    Registry(home).set_policy("t", policy.parse(doc, "test policy"))
+    with pytest.raises(Exception, match=r"\(household risk at most 0.01\)"):
+        pipeline.release(pipeline.Store(home), parse(request | {"release_id": "r2"}))
+    doc["thresholds"] = {"k": 3}
+    Registry(home).set_policy("t", policy.parse(doc, "test policy"))
+    summary = pipeline.release(pipeline.Store(home), parse(request | {"release_id": "r3"}))
+    released = pd.read_parquet(Path(summary["folder"]) / "data.parquet")
+    # households stay together under fresh labels 1..H, none of them the registered ids' order
+    assert sorted(released.groupby("hh").size().unique()) == [3] and set(released["hh"]) == set(range(1, 201))
+    assert not (released.sort_values("seq")["hh"].to_numpy() == np.arange(len(frame)) // 3 + 1).all()
+
+
+def test_the_risk_is_measured_on_the_policys_key_whatever_the_request_protects(home, test_mode):
+    """The finding's report used the analyst's one-column key; now it uses the steward's."""
+    register(home, table(), "t", policy=policy.parse(CATEGORICAL, "test policy"))
+    summary = pipeline.release(pipeline.Store(home), parse({"release_id": "r", "dataset": "t", "seed": 2, "mechanism": {
+        "name": "ra", "params": {"qi": ["a", "b", "x", "y"], "sensitive": "s"}}}))  # fmt: skip
+    report = json.loads((Path(summary["folder"]) / "manifest.json").read_text())["sdc_report"]
+    assert (report["keys"], report["sensitive"], report["keys_from"]) == (["a", "b", "x"], ["s"], "policy")
+
+
+def test_a_release_whose_policy_changed_after_its_check_is_refused(home, test_mode):
+    register(home, table(), "t", policy=policy.parse(CATEGORICAL, "test policy"))
+    store = pipeline.Store(home)
+    release, _ = pipeline.prepare(store, parse({"dataset": "t", "mechanism": REQUESTS["ra"][1], "seed": 1}))
+    Registry(home).set_policy("t", policy.parse(CATEGORICAL | {"thresholds": {"k": 5}}, "test policy"))
+    with pytest.raises(Exception, match="the disclosure policy of dataset 't' changed since the request was checked"):
+        pipeline.load(store, release)
+
+
+def test_an_sdc_dataset_without_a_policy_releases_nothing(home, test_mode):
+    frame = table()
+    (home / "data").mkdir(exist_ok=True)
+    frame.to_csv(home / "data" / "t.csv", index=False)
+    Registry(home).add("t", "t.csv", "csv", Unit("record"), "sdc", root=home / "data")
+    with pytest.raises(SpecError, match=r"dataset 't' has no disclosure policy, so no SDC release of it is possible; its "
+                                        r"data steward sets one with: privrelease dataset policy t --policy FILE\."):  # fmt: skip
+        pipeline.release(pipeline.Store(home), parse({"dataset": "t", "mechanism": REQUESTS["ra"][1]}))
+    assert charges(home) == []
+
+
+@pytest.mark.parametrize("mechanism,message", [
+    ({"name": "ra", "params": {"qi": ["a", "b", "x", "id"], "sensitive": "s"}},
+     "['id'] of dataset 't' is a direct identifier in its disclosure policy: it is never published, so no release can name it."),
+    ({"name": "ra", "params": {"qi": ["a", "b", "x"], "sensitive": "secret"}},
+     "['secret'] of dataset 't' is not named by its disclosure policy, so it is never published"),
+    ({"name": "sdc", "params": {"steps": [{"method": "recode", "columns": ["b"]}, {"method": "suppress"}]}},
+     "recode: the disclosure policy has no hierarchy for ['b']"),
+    ({"name": "sdc", "params": {"steps": [{"method": "recode", "columns": ["a"], "level": 2}, {"method": "suppress"}]}},
+     "recode: 'a' has 1 hierarchy levels, not 2"),
+    ({"name": "sdc", "params": {"steps": [{"method": "recode", "columns": ["x"]}, {"method": "microaggregate", "columns": ["x"]},
+                                          {"method": "suppress"}]}},
+     "step 2 (microaggregate) needs ['x'] numeric, but an earlier recode step made them intervals"),
+    ({"name": "sdc", "params": {"steps": [{"method": "ra", "qi": ["a"], "sensitive": "s"},
+                                          {"method": "eds", "swap_set": ["x"], "k": 5}]}},
+     "a chain applies at most one of ra, mews, meds, eds"),
+    ({"name": "sdc", "params": {"steps": [{"method": "topcode", "column": "x"}]}}, "topcode needs top, bottom or both"),
+    ({"name": "sdc", "params": {"steps": []}}, "steps: List should have at least 1 item"),
+], ids=["identifier", "unnamed", "no-hierarchy", "level", "recoded-then-numeric", "two-papers", "topcode", "empty"])  # fmt: skip
+def test_requests_the_policy_or_the_chain_refuses_are_refused_before_the_charge(home, mechanism, message):
+    register(home, table(), "t", policy=policy.parse(CATEGORICAL, "test policy"))
+    with pytest.raises(UserError) as caught:
+        pipeline.release(pipeline.Store(home), parse({"dataset": "t", "mechanism": mechanism}))
+    assert message in str(caught.value)
+    assert charges(home) == [] and not (home / "releases").exists()
+
+
+# -- the steward's policy: errors, the command line, the ledger -------------------------------------------
+
+
+BAD_POLICIES = [
+    ({"keys": {}}, "keys: name at least one key variable"),
+    ({"keys": {"categorical": ["a"]}, "sensitive": ["a"]}, "column 'a' is named twice (keys.categorical and sensitive)"),
+    ({"keys": {"categorical": ["a"]}, "hierarchies": {"b": [{"u": "uv"}]}}, "hierarchies: 'b' is not a key variable"),
+    ({"keys": {"categorical": ["a"]}, "hierarchies": {"a": {"breaks": [1, 2]}}}, "hierarchies: 'a' needs levels"),
+    ({"keys": {"numeric": ["x"]}, "hierarchies": {"x": {"breaks": [2, 1]}}}, "breaks must be finite and strictly increasing"),
+    ({"keys": {"categorical": ["a"]}, "thresholds": {"household_risk": 0.5}}, "household_risk needs cluster"),
+    ({"keys": {"categorical": ["a"]}, "thresholds": {"l": 2}}, "thresholds: l needs at least one sensitive variable"),
+    ({"keys": {"categorical": ["a"]}, "thresholds": {"k": 1}}, "thresholds.k: Input should be greater than or equal to 2"),
+    ({"keys": {"categorical": ["a"]}, "colour": "red"}, "colour: Extra inputs are not permitted"),
+    (["a"], "is not a mapping"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("doc,message", BAD_POLICIES)
+def test_a_policy_the_steward_got_wrong_is_refused_with_what_to_change(doc, message):
+    with pytest.raises(SpecError) as caught:
+        policy.parse(doc, "--policy 'p.yaml'")
+    assert message in str(caught.value) and str(caught.value).startswith("--policy 'p.yaml'")
+
+
+@pytest.mark.parametrize("doc,message", [
+    ({"keys": {"categorical": ["postcode"]}}, "names keys.categorical ['postcode'], which the registered schema lacks"),
+    ({"keys": {"numeric": ["a"]}}, "names 'a' as keys.numeric, but it is registered as string; keys.numeric must be numeric"),
+    ({"keys": {"categorical": ["a"]}, "weight": "s"}, "names 's' as weight, but it is registered as string"),
+])  # fmt: skip
+def test_a_policy_that_does_not_fit_the_schema_registers_nothing(tmp_path, doc, message):
+    home = tmp_path / "home"
+    (home / "data").mkdir(parents=True)
+    table().to_csv(home / "data" / "t.csv", index=False)
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(doc))
+    r = cli(home, "dataset", "add", "t", "--source", "t.csv", "--format", "csv", "--unit", "record", "--purpose", "sdc",
+            "--policy", str(tmp_path / "p.yaml"))  # fmt: skip
+    assert r.returncode == 2 and message in r.stderr and r.stderr.count("\n") == 1
+    assert cli(home, "dataset", "list").stdout.startswith("no datasets registered")
+
+
+def test_the_steward_registers_shows_and_changes_a_policy_each_change_on_the_ledger(tmp_path):
+    home = tmp_path / "home"
+    (home / "data").mkdir(parents=True)
+    frame = table()
+    frame.to_csv(home / "data" / "t.csv", index=False)
+    doc = CATEGORICAL | {"identifiers": [], "publishable": ["seq", "y"]}  # id left out: registration says so
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(doc))
+    r = cli(home, "dataset", "add", "t", "--source", "t.csv", "--format", "csv", "--unit", "record", "--purpose", "sdc",
+            "--policy", str(tmp_path / "p.yaml"))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert ("warning: column 'id' holds a different value in every row (an identifier?); the policy does not name it, "
+            "so no release publishes it.") in r.stdout  # fmt: skip
+    assert "note: the disclosure policy does not name ['id', 'secret']; no release publishes them." in r.stdout
+    assert "thresholds every release must meet: none (any table the methods produce is published)" in r.stdout
+    shown = json.loads(cli(home, "dataset", "show", "t").stdout)
+    assert shown["policy"]["keys"] == {"categorical": ["a", "b"], "numeric": ["x"]} and shown["policy_entry"] == 1
+    (tmp_path / "p2.yaml").write_text(yaml.safe_dump(doc | {"publishable": ["seq", "y", "id"], "thresholds": {"k": 4}}))
+    r = cli(home, "dataset", "policy", "t", "--policy", str(tmp_path / "p2.yaml"))
+    assert r.returncode == 0 and r.stdout.startswith("dataset t: disclosure policy recorded as ledger entry #2")
+    assert ("warning: column 'id' holds a different value in every row (an identifier?); the policy names it "
+            "publishable, so a release publishes it.") in r.stdout  # fmt: skip
+    entries = Ledger(home / "privrelease.duckdb").entries()
+    assert [e.status for e in entries] == [POLICY, POLICY] and entries[1].requested_by
+    assert json.loads(entries[1].detail)["thresholds"]["k"] == 4
+    assert cli(home, "ledger", "verify").returncode == 0
+    assert json.loads(cli(home, "dataset", "show", "t").stdout)["policy_entry"] == 2
+    r = cli(home, "dataset", "add", "d", "--source", "t.csv", "--format", "csv", "--unit", "record", "--purpose", "dp",
+            "--policy", str(tmp_path / "p2.yaml"))  # fmt: skip
+    assert r.returncode == 2 and "--policy is a disclosure policy for an sdc dataset" in r.stderr
+
+
+def test_the_preview_says_what_public_values_tell(home):
+    register(home, table(), "t", policy=policy.parse(CATEGORICAL | {"thresholds": {"k": 3, "l": 2}}, "test policy"))
+    from core import preview
+
+    found = preview.preview(pipeline.Store(home), parse({"dataset": "t", "mechanism": REQUESTS["recode-ra-suppress"][1]}))
+    assert found["verdict"] == "admitted" and found["notes"] == [
+        "published columns: ['a', 'b', 'x', 's', 'seq', 'y']; dropped: identifiers ['id'], columns the policy does not "
+        "name ['secret']; rows shuffled.",
+        "risk is measured on the policy's key ['a', 'b', 'x'] after the last step.",
+        "k-anonymity on the key (k ≥ 3) holds by construction: the last step suppresses key values until every key cell "
+        "holds that many records.",
+        "thresholds the released table must meet: k-anonymity on the key (k ≥ 3); l-diversity of the sensitive variables "
+        "(l ≥ 2). Whether it does depends on the rows: a release that misses one is not published, and its failed ledger "
+        "entry names the thresholds missed (never a figure of the table).",
+    ]  # fmt: skip
