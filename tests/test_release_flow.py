@@ -13,7 +13,7 @@ import pytest
 
 from core import noise
 from core.demo import SUITES, census
-from core.ledger import POLICY, FAILED, PUBLISHED, RESERVED, Ledger
+from core.ledger import FAILED, POLICY, PUBLISHED, RESERVED, Ledger
 from core.mechanisms import ra
 from flows.cli import main
 from tests.helpers import QI, prepared, register, write_request
