@@ -18,7 +18,6 @@ is interpreter start and imports; see bench/RESULTS.md). Only
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import shutil
@@ -205,11 +204,8 @@ def charge(store: Store, release: Release, plan_: Plan, flow_run_id: str | None 
 def privatize(release: Release, frame: pd.DataFrame) -> Result:
     """Run the mechanism on fresh randomness (a fixed seed only in test mode), then check it."""
     module = mechanisms.get(release.mechanism)
-    rng = noise.generator(release.seed)
-    result = module.run(frame, release.params, rng)
+    result = module.run(frame, release.params, noise.generator(release.seed))
     module.check(frame, result, release.params)
-    if release.dataset.purpose == "sdc":
-        result = dataclasses.replace(result, data=enforce.finish(result.data, release.dataset.policy, rng))
     return result
 
 

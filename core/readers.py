@@ -21,7 +21,9 @@ import re
 import tempfile
 from pathlib import Path
 
-from core.errors import IngestError
+import yaml
+
+from core.errors import IngestError, SpecError
 
 _CSV = ("read_csv(?, header = true, skip = 0, delim = ?, quote = '\"', escape = '\"', strict_mode = true, "
         "sample_size = -1, max_line_size = 134217728)")  # fmt: skip
@@ -104,3 +106,14 @@ def _other_error(exc: Exception, fmt: str) -> str:
     if fmt == "parquet":
         return "it is not a readable Parquet file; check --format"
     return f"it is not valid JSON lines (one object per line){_near(exc)}; check --format"
+
+
+def steward_file(path: str, option: str) -> object:
+    """A steward's YAML or JSON file (a schema, a disclosure policy), parsed; refused as ``option`` names it."""
+    file = Path(path)
+    if not file.is_file():
+        raise SpecError(f"{option} {path!r} is not a file.")
+    try:
+        return yaml.safe_load(file.read_text())
+    except yaml.YAMLError:
+        raise SpecError(f"{option} {file.name!r} is not valid YAML or JSON.") from None

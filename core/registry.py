@@ -29,7 +29,6 @@ from typing import Literal
 
 import duckdb
 import pandas as pd
-import yaml
 from pydantic import ValidationError
 
 from core import content, paths, snapshots
@@ -37,7 +36,7 @@ from core.db import quote_ident
 from core.errors import IngestError, SpecError
 from core.ids import check_id
 from core.ledger import Ledger
-from core.readers import csv_header, read_into
+from core.readers import csv_header, read_into, steward_file
 from core.schema import TYPES, Column, Schema
 from core.sdc.policy import Policy
 from core.store import open_store
@@ -408,13 +407,9 @@ def _dataset(row: tuple) -> Dataset:
 def read_schema(path: str) -> Schema:
     """A steward's schema file (YAML or JSON: ``columns: {name: {type, nullable}}``)."""
     file = Path(path)
-    if not file.is_file():
-        raise SpecError(f"--schema {path!r} is not a file.")
+    doc = steward_file(path, "--schema")
     try:
-        doc = yaml.safe_load(file.read_text())
         return Schema.model_validate(doc)
-    except yaml.YAMLError:
-        raise SpecError(f"--schema {file.name!r} is not valid YAML or JSON.") from None
     except ValidationError as exc:
         where = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise SpecError(f"--schema {file.name!r} is invalid ({where}); each column needs a type among "

@@ -216,10 +216,8 @@ def cmd_demo(args: argparse.Namespace, root: Path) -> int:
     ledger = summary["ledger"]
     print(f"release folder: {summary['folder']}")
     print(f"ledger entry:   #{ledger['seq']} {ledger['hash']} ({charge_phrase(summary['privacy']['kind'])})")
-    ra = next(s for s in summary["privacy"]["steps"] if s["method"] == "ra")
     print(f"chain:          {summary['headline']['chain']}  ({summary['headline']['suppressed_cells']} key values suppressed)")
-    print(f"Pa:             {ra['pa']:.4f}  (Pa_max {ra['pa_max']:.4f})")
-    print(f"risk:           k = {summary['headline']['k']} on the policy's key (policy: k >= 3)")
+    print(f"risk:           k = {summary['headline']['k']} on the steward's key (the policy asks k >= 3); rows shuffled")
     print("\nNext:")
     print(f"  {me} release {request.parent / 'posts-dpne.yaml'}   # a DP release: spends posts-demo's budget")
     print(f"  {me} ledger totals                              # what each dataset has spent and has left")

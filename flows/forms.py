@@ -25,12 +25,17 @@ from core.mechanisms.base import StrictParams
 from flows.release import run_request
 
 
+FROM_REGISTRY = "PRIVRELEASE_FORMS_FROM_REGISTRY"  # set where the forms are deployed (scripts/serve.sh)
+
+
 def _sdc_registered() -> tuple[list[str], list[str]]:
-    """The sdc datasets with a disclosure policy in the home of the process that deploys the forms, and the
-    columns their policies publish: what the SDC forms offer by name. None without a home (a fresh
-    checkout), and the fields take any text; a dataset registered later appears when the forms are
-    deployed again (make serve deploys them at every start). The release checks every name anyway."""
-    if not os.environ.get(paths.HOME_ENV) or not paths.database(Path(os.environ[paths.HOME_ENV])).exists():
+    """The sdc datasets with a disclosure policy in the home of the process that deploys the forms (with
+    $PRIVRELEASE_FORMS_FROM_REGISTRY=1), and the columns their policies publish: what the SDC forms offer
+    by name. Elsewhere (a worker running a form, a test) the fields take text: the deployment's stored
+    schema is what the server checks, and the release checks every name anyway. A dataset registered
+    later appears when the forms are deployed again (make serve deploys them at every start)."""
+    home = os.environ.get(paths.HOME_ENV)
+    if os.environ.get(FROM_REGISTRY) != "1" or not home or not paths.database(Path(home)).exists():
         return [], []
     from core.registry import Registry
 

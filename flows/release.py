@@ -116,7 +116,8 @@ def run_request(release_id: str, dataset: str, mechanism: str, params: dict | Ca
         with parallel.configured():
             summary = pipeline.release(pipeline.Store.open(), request, FORM_STEPS, log)
     except UserError as exc:
-        message = re.sub(r"mechanism\.[a-z]+\.params(\.|: )", "", str(exc))  # the form's fields are flat
+        # the form's fields are flat: no mechanism.NAME.params. (nor, for an SDC form's chain, steps.N.METHOD.)
+        message = re.sub(r"(mechanism\.[a-z]+\.params|steps\.\d+\.[a-z]+)(\.|: )", "", str(exc))
         log.error("%s", message, exc_info=os.environ.get(DEBUG_ENV) == "1")
         return Failed(message=message)
     if not summary["already_published"]:

@@ -71,7 +71,8 @@ if ! "$BIN/prefect" work-pool inspect privrelease > /dev/null 2>&1; then
   "$BIN/prefect" work-pool create privrelease --type process --base-job-template deploy/process-pool.json
 fi
 printf '\n$ prefect --no-prompt deploy --all\n'
-"$BIN/prefect" --no-prompt deploy --all > "$PRIVRELEASE_HOME/deploy.log" 2>&1 || { tail -20 "$PRIVRELEASE_HOME/deploy.log"; stop 1; }
+# the SDC forms offer the registered sdc datasets and their published columns by name (flows/forms.py)
+PRIVRELEASE_FORMS_FROM_REGISTRY=1 "$BIN/prefect" --no-prompt deploy --all > "$PRIVRELEASE_HOME/deploy.log" 2>&1 || { tail -20 "$PRIVRELEASE_HOME/deploy.log"; stop 1; }
 grep -E "^Deployment '" "$PRIVRELEASE_HOME/deploy.log" || true
 
 printf '\n$ prefect worker start --pool privrelease --install-policy never &\n'

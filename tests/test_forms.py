@@ -107,6 +107,7 @@ def test_the_sdc_forms_offer_the_registered_datasets_and_columns_by_name(demo):
 
     def schema(home: str | None) -> dict:
         env = {k: v for k, v in os.environ.items() if k != "PRIVRELEASE_HOME"} | ({"PRIVRELEASE_HOME": home} if home else {})
+        env["PRIVRELEASE_FORMS_FROM_REGISTRY"] = "1"
         r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True)
         return json.loads(r.stdout)
 

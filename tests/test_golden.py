@@ -75,7 +75,7 @@ GOLDEN = {  # the SDC digests moved with the disclosure policy (rows shuffled, c
     "eds": {"<ledger>": "d84f9f9367b5875e", "data.csv": "7b1cbe7493912e5e", "data.parquet": "140f586cfd417c9d",
            "manifest.json": "39649180558be1a4", "report.md": "4bb5c247d954215d"},
     "sdc-chain": {"<ledger>": "94fe70a55597dd5b", "data.csv": "bd1287809587ecaf", "data.parquet": "32afdc20848d7f97",
-                 "manifest.json": "fad8aa3712aca620", "report.md": "b46466e9d57f4d92"},
+                 "manifest.json": "aa8e9094f787f70d", "report.md": "b82b6acb14a8be14"},
     "dpne": {"<ledger>": "d02bbdc45e2b7254", "manifest.json": "fb081d6389db94ed", "ngrams.csv": "27a8ead094c3dffb",
              "ngrams.parquet": "02e1caacbf8f11aa", "report.md": "b05ee2e996224acd"},
     "outliers-count": {"<ledger>": "bdf9dc022f3d0b7e", "manifest.json": "dc98247427888b82", "outliers.csv": "196e97da3384c6ed",

@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from core import pipeline
+from core import noise, pipeline
 from core.demo import write_demo
 from core.errors import SpecError, UserError
 from core.ledger import FAILED, POLICY, RESERVED, Ledger
@@ -396,3 +396,172 @@ def test_the_preview_says_what_public_values_tell(home):
         "(l ≥ 2). Whether it does depends on the rows: a release that misses one is not published, and its failed ledger "
         "entry names the thresholds missed (never a figure of the table).",
     ]  # fmt: skip
+
+
+# -- MEWS with suppression publishes nothing computed from the suppressed records (third review, finding 1) ---
+
+
+def _outlier(value: tuple[float, float], n: int = 200) -> pd.DataFrame:
+    rng = np.random.default_rng(4)
+    frame = pd.DataFrame({"x": rng.normal(5, 1, n).round(4), "y": rng.normal(8, 1, n).round(4)})
+    frame.loc[0, ["x", "y"]] = value  # alone in its cell at widths of 3 sd: suppressed
+    return frame
+
+
+def _solve(kept: np.ndarray, n: int, width: float, w: float) -> np.ndarray:
+    """The suppressed value v from a width published in the data's units (w · sd of all n values)."""
+    s1, s2, var = kept.sum(), (kept**2).sum(), (width / w) ** 2
+    return np.roots([1 - 1 / n, -2 * s1 / n, s2 - s1**2 / n - (n - 1) * var])
+
+
+def test_mews_with_suppression_publishes_the_same_figures_on_neighbouring_tables(tmp_path, test_mode):
+    mews = {"name": "mews", "params": {"swap_set": ["x", "y"], "widths": 3.0, "singletons": "suppress"}}
+    runs = []
+    for name, value in (("d", (97.31, 71.4)), ("d2", (60.0, 40.0))):
+        home = tmp_path / name
+        rules = {"keys": {"numeric": ["x", "y"]}, "thresholds": {"k": None}}
+        register(home, _outlier(value), "t", policy=policy.parse(rules, "test policy"))
+        summary = pipeline.release(pipeline.Store(home), parse({"release_id": "r", "dataset": "t", "mechanism": mews,
+                                                                "seed": 1}))  # fmt: skip
+        manifest = json.loads((Path(summary["folder"]) / "manifest.json").read_text())
+        report = (Path(summary["folder"]) / "report.md").read_text().split("## Disclosure risk")[0]
+        runs.append((manifest["privacy"], report.split("| created |")[1].split("\n", 1)[1]))
+    assert runs[0][0]["suppressed_tuples"] == runs[1][0]["suppressed_tuples"] == 1
+    assert runs[0][0] == runs[1][0] and runs[0][1] == runs[1][1]  # the suppressed record moves no published figure
+    assert runs[0][0]["widths"] == {"x": 3.0, "y": 3.0} and runs[0][0]["bound_units"] == "sd"
+
+
+def test_weakened_widths_in_the_data_units_give_the_suppressed_record_back():
+    """The finding's attack, on what was published before: w × the registered column's sd."""
+    frame = _outlier((97.31, 71.4))
+    for column, value in (("x", 97.31), ("y", 71.4)):
+        width = 3.0 * frame[column].std(ddof=1)
+        roots = _solve(frame[column].to_numpy()[1:], len(frame), width, 3.0)
+        assert min(abs(roots - value)) < 1e-6
+
+
+# -- an independent attack on the chain (each finding's attack, then the weakened variant it needs) --------
+
+
+def people(n: int = 300, seed: int = 5) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame({
+        "ssn": [f"{i:09d}" for i in rng.permutation(n)], "sex": rng.choice(["F", "M"], n),
+        "region": rng.choice(list("NESW"), n), "age": rng.integers(18, 80, n),
+        "income": rng.normal(40_000, 10_000, n).round(0), "disease": rng.choice(["d1", "d2", "d3"], n),
+        "hh": np.arange(n) // 2, "w": rng.uniform(1, 5, n).round(2),
+    })  # fmt: skip
+    frame.loc[17, "income"] = 999_999.0  # alone: suppressed or top-coded
+    return frame
+
+
+PEOPLE = {"identifiers": ["ssn"], "keys": {"categorical": ["sex", "region"], "numeric": ["age"]}, "sensitive": ["disease"],
+          "publishable": ["income"], "weight": "w", "cluster": "hh", "thresholds": {"k": 3}}  # fmt: skip
+
+
+def _people_release(home: Path, frame: pd.DataFrame, steps: list, doc: dict = PEOPLE) -> dict:
+    register(home, frame, "p", policy=policy.parse(doc, "test policy"))
+    summary = pipeline.release(pipeline.Store(home), parse({"release_id": "r", "dataset": "p", "seed": 6,
+                                                            "mechanism": {"name": "sdc", "params": {"steps": steps}}}))  # fmt: skip
+    return json.loads((Path(summary["folder"]) / "manifest.json").read_text())
+
+
+MEWS_THEN_SUPPRESS = [{"method": "mews", "swap_set": ["income", "age"], "widths": {"income": 2, "age": 100},
+                       "singletons": "suppress"}, {"method": "suppress"}]  # fmt: skip
+
+
+def test_a_paper_step_in_a_chain_publishes_its_parameters_only(tmp_path, test_mode):
+    """Finding: the MEWS step's widths (w × the sd of the column with its suppressed record) and its
+    bound (capped at a range a later top-coding hides) gave the suppressed and the top-coded income
+    back. In a chain a paper's step states its parameters; neighbours differing in the suppressed
+    record publish the same manifest but for the released table's own figures."""
+    found = []
+    for name, income in (("a", 999_999.0), ("b", 123_456.0)):
+        frame = people()
+        frame.loc[17, "income"] = income
+        manifest = _people_release(tmp_path / name, frame, MEWS_THEN_SUPPRESS)
+        found.append(manifest["privacy"]["steps"])
+    assert found[0][0] == found[1][0] == {"method": "mews", **_mews_params(MEWS_THEN_SUPPRESS[0])}
+    topcoded = _people_release(tmp_path / "c", people(), [
+        {"method": "mews", "swap_set": ["income"], "widths": 1e9, "width_units": "absolute"},
+        {"method": "topcode", "column": "income", "top": 80_000}, {"method": "suppress"}])  # fmt: skip
+    assert "max_change_bound" not in json.dumps(topcoded) and "p_known" not in json.dumps(topcoded)
+
+
+def _mews_params(step: dict) -> dict:
+    from core.mechanisms import swapping
+
+    return swapping.MEWSParams.model_validate({k: v for k, v in step.items() if k != "method"}).model_dump(mode="json")
+
+
+def test_weakened_the_paper_steps_own_figures_give_the_top_coded_value_back(test_mode):
+    """What the step published before: MEWS's bound on the table before top-coding, capped at that table's
+    range, plus the released minimum, is the maximum that top-coding hid."""
+    from core.mechanisms import swapping
+
+    frame = people()
+    own = swapping.MEWSParams(swap_set=["income"], widths=1e9, width_units="absolute")
+    result = swapping.MEWS.run(frame, own, noise.generator(6))
+    assert result.privacy["max_change_bound"]["income"] + frame["income"].min() == 999_999.0
+
+
+def test_ra_in_a_chain_publishes_no_pa_and_weakened_pa_gives_an_exact_count(tmp_path, test_mode):
+    """Finding: top-code age to two values, run RA on it, and Pa = e^H of that split: with N public, an exact
+    count of people at or over an age the release itself never shows (its ages are moved)."""
+    steps = [{"method": "topcode", "column": "age", "top": 60, "bottom": 59.5},
+             {"method": "ra", "qi": ["age", "sex", "region"], "sensitive": "disease"}, {"method": "suppress"}]  # fmt: skip
+    manifest = _people_release(tmp_path, people(), steps)
+    assert manifest["privacy"]["steps"][1] == {"method": "ra", "qi": ["age", "sex", "region"], "sensitive": "disease",
+                                               "p": "uniform", "k": None}  # fmt: skip
+    assert "pa" not in json.dumps(manifest["privacy"]).replace('"p"', "")
+    from core.mechanisms import ra
+
+    binary = people().assign(age=lambda f: f["age"].clip(59.5, 60))
+    pa = ra.run(binary, ra.Params(qi=["age"], sensitive="disease"), noise.generator(6)).privacy["pa"]
+    share = [q for q in np.linspace(0.001, 0.5, 200_000) if abs(np.exp(-q * np.log(q) - (1 - q) * np.log(1 - q)) - pa) < 1e-5]
+    assert round(min(share) * 300) == int((people()["age"] >= 60).sum()) or round(
+        (1 - min(share)) * 300) == int((people()["age"] >= 60).sum())  # fmt: skip
+
+
+@pytest.mark.parametrize("column", ["hh", "w"])
+def test_no_step_may_name_the_weight_or_the_cluster(home, column):
+    """Finding: a top-coding of the registered household ids split the records by id, and ids follow the
+    input order. The cluster is relabelled before any step, and no request may name it or the weight."""
+    register(home, people(), "p", policy=policy.parse(PEOPLE, "test policy"))
+    request = {"dataset": "p", "mechanism": {"name": "sdc", "params": {"steps": [
+        {"method": "topcode", "column": column, "top": 100}, {"method": "suppress"}]}}}  # fmt: skip
+    with pytest.raises(SpecError, match=rf"\['{column}'\] of dataset 'p' is the weight or cluster id of its disclosure "
+                                        "policy: it is published as the policy says"):  # fmt: skip
+        pipeline.release(pipeline.Store(home), parse(request))
+    assert charges(home) == []
+
+
+def test_the_cluster_ids_no_step_sees_are_fresh_labels(home, test_mode):
+    from core.sdc import enforce
+
+    frame = people()
+    prepared_ = enforce.prepare(frame, policy.parse(PEOPLE, "p"), noise.generator(3))
+    registered = frame["hh"].to_numpy()[prepared_.attrs["input_rows"].order]
+    relabelled = prepared_["hh"].to_numpy()
+    assert (pd.Series(relabelled).groupby(registered).nunique() == 1).all()  # households kept together
+    assert abs(np.corrcoef(registered, relabelled)[0, 1]) < 0.25  # labels unrelated to the registered ids
+
+
+def test_a_table_a_swap_suppressed_whole_is_an_empty_release_not_an_internal_error(tmp_path, test_mode):
+    """Finding: MEWS suppressing every row crashed the internal report, an internal error only tables
+    without two records sharing their swapped values gave (an oracle). Now the release goes on as for any
+    other table: here, one that kept no record, published empty, the internal report written."""
+    steps = [{"method": "mews", "swap_set": ["income", "age"], "widths": 1e-3, "width_units": "absolute",
+              "singletons": "suppress"}, {"method": "pram", "columns": ["sex", "region"]}]  # fmt: skip
+    manifest = _people_release(tmp_path, people(), steps)
+    assert manifest["sdc_report"]["records"] == 0
+    internal = (tmp_path / "sdc-reports" / "p" / "r" / "internal.md").read_text()
+    assert "pMSE: not computed (the release kept no row)" in internal
+
+
+def test_suppress_is_the_last_step(home):
+    register(home, people(), "p", policy=policy.parse(PEOPLE, "test policy"))
+    request = {"dataset": "p", "mechanism": {"name": "sdc", "params": {"steps": [
+        {"method": "suppress"}, {"method": "pram", "columns": ["sex"]}]}}}  # fmt: skip
+    with pytest.raises(SpecError, match="suppress is the last step: a later step would undo the k-anonymity it reaches"):
+        pipeline.release(pipeline.Store(home), parse(request))

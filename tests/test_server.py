@@ -131,7 +131,7 @@ def deploy(env: dict) -> None:
     """What `make serve` does before its worker: the demo datasets, the pool, every deployment."""
     write_demo(Path(env["PRIVRELEASE_HOME"]), rows=2000)
     _run(env, "work-pool", "create", "privrelease", "--type", "process", "--base-job-template", "deploy/process-pool.json")
-    _run(env, "--no-prompt", "deploy", "--all")
+    _run(env | {"PRIVRELEASE_FORMS_FROM_REGISTRY": "1"}, "--no-prompt", "deploy", "--all")
 
 
 @contextmanager
@@ -225,6 +225,10 @@ def test_release_triggered_like_the_ui(served):
         # an invalid parameter is rejected by the server before any run starts
         bad = _create_run(api, ra["id"], {"dataset": {"id": "x", "source": "/etc/passwd", "format": "csv"}})
         assert bad.status_code == 409 and "dataset" in bad.text
+        # the SDC forms offer the registered columns by name: one the policy does not publish is refused there
+        assert "occupation" in ra["parameter_openapi_schema"]["properties"]["qi"]["items"]["enum"]
+        unnamed = _create_run(api, ra["id"], {"qi": ["age", "postcode"]})
+        assert unnamed.status_code == 409 and "qi" in unnamed.text
         # a run cannot set the worker's environment (test mode, another home) or its command
         hostile = api.post(f"/deployments/{ra['id']}/create_flow_run", timeout=10, json={
             "parameters": {}, "job_variables": {"env": {"PRIVRELEASE_TEST_MODE": "1"}}})  # fmt: skip

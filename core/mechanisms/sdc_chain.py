@@ -64,6 +64,8 @@ class Params(StrictParams):
         papers = [s.method for s in self.steps if s.method in PAPERS]
         if len(papers) > 1:
             raise ValueError(f"a chain applies at most one of ra, mews, meds, eds; it names {papers}")
+        if any(isinstance(s, methods.Suppress) for s in self.steps[:-1]):
+            raise ValueError("suppress is the last step: a later step would undo the k-anonymity it reaches")
         recoded: set[str] = set()
         for i, s in enumerate(self.steps):
             wanted = set(_numeric_needs(s))
@@ -124,16 +126,18 @@ def plan(params: Params) -> Plan:
 def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result:
     if params.policy is None:
         raise ParameterError("an sdc chain needs the dataset's disclosure policy")
-    data, done, reports, charts = frame, [], [], []
+    data, done = frame, []
     for s in params.steps:
         if s.method in PAPERS:
+            # A paper's own figures (Pa, widths, bounds, bin counts, its charts) describe the table its step
+            # saw and left, which later steps go on changing: published, they would tell values those steps
+            # hide (a top-coded maximum, a suppressed value). In a chain its step states its parameters only;
+            # the release's risk statement is the policy's measures on the final table.
             module, own = PAPERS[s.method], _paper(s)
             result = module.run(data, own, rng)
             module.check(data, result, own)
             data = result.data
-            done.append({"method": s.method, **result.privacy})
-            reports.append(result.report)
-            charts += result.charts
+            done.append({"method": s.method, **own.model_dump(mode="json")})
         else:
             data, info = methods.apply(data, s, params.policy, rng)
             done.append(info)
@@ -141,10 +145,12 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
     suppressed = sum(d.get("suppressed_cells", 0) for d in done)
     headline = {"chain": " → ".join(s.method for s in params.steps), "suppressed_cells": suppressed}
     lines = "\n".join(f"{i + 1}. `{d['method']}`: " + ", ".join(f"{k} {v}" for k, v in d.items() if k != "method")
-                      for i, d in enumerate(done) if d["method"] not in PAPERS)  # fmt: skip
-    report = (f"## SDC chain: {headline['chain']}\n\nThe steps ran in this order on the policy's published columns; "
-              "not differential privacy.\n\n" + (lines + "\n\n" if lines else "") + "\n".join(reports))  # fmt: skip
-    return Result(data.reset_index(drop=True), privacy, report, charts, headline)
+                      for i, d in enumerate(done))  # fmt: skip
+    report = (f"## SDC chain: {headline['chain']}\n\nThe steps ran in this order on the policy's published columns "
+              "(not differential privacy). A paper's step states its parameters only: its own figures would describe "
+              "a table the later steps changed. The release's risk is the policy's, measured on the final table "
+              "below.\n\n" + lines + "\n")  # fmt: skip
+    return Result(data.reset_index(drop=True), privacy, report, [], headline)
 
 
 def check(original: pd.DataFrame, result: Result, params: Params) -> None:

@@ -158,7 +158,7 @@ def _finish(name: str, frame: pd.DataFrame, params: _Common, bins: np.ndarray, r
     kept_bins = bins if keep_rows is None else bins[keep_rows]
     if keep_rows is not None:
         released = released[keep_rows].reset_index(drop=True)
-    if "max_change_bound" in risk:
+    if "max_change_bound" in risk and risk.get("bound_units") != "sd":
         risk = risk | {"max_change_bound": within_range(risk["max_change_bound"], released)}
     sizes = np.bincount(kept_bins)
     sizes = sizes[sizes > 0]
@@ -194,6 +194,9 @@ def _report(name: str, privacy: dict) -> str:
              "cells (a lone tuple merged into a nearby cell widens that bin), capped at the column's range "
              "(max − min).\n"
              if "max_change_bound" in privacy else "")  # fmt: skip
+    if privacy.get("bound_units") == "sd":
+        bound += ("Widths and bounds are in standard deviations of the registered column, as the request gave them: "
+                  "tuples were suppressed, and that column's scale in the data's units would tell their values.\n")
     return (
         f"## {name.upper()}\n\nValues were swapped between tuples of the same bin: every column holds exactly its "
         "original values, in another order. Not differential privacy; the ledger records epsilon = delta = 0.\n\n"
@@ -254,6 +257,13 @@ class _MEWS:
                 keep_rows = part.sizes[part.labels] >= 2
             risk = {"widths": dict(zip(params.swap_set, widths.tolist())), "q_ew": 1,
                     "max_change_bound": {c: float(wv * n) for c, wv, n in zip(params.swap_set, widths, span)}}  # fmt: skip
+            if keep_rows is not None and params.width_units == "sd":
+                # The scale is the registered column's standard deviation, suppressed records included: with
+                # N and the kept values public, a width in the data's units would give the suppressed values
+                # back (a quadratic in each). Widths and bounds stay in the request's units.
+                given = widths / scales
+                risk = {"widths": dict(zip(params.swap_set, given.tolist())), "q_ew": 1, "bound_units": "sd",
+                        "max_change_bound": {c: float(wv * n) for c, wv, n in zip(params.swap_set, given, span)}}  # fmt: skip
         risk |= {"cells": part.degree, "merged_singletons": merged,
                  "suppressed_tuples": 0 if keep_rows is None else int((~keep_rows).sum())}  # fmt: skip
         return _finish("mews", frame, params, labels, risk, rng, keep_rows, candidates)

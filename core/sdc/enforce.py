@@ -6,8 +6,8 @@
   variables (naming the ones it leaves out).
 - ``prepare`` (before the mechanism runs): the table cut to the policy's published columns, its
   rows shuffled with the release's randomness (OS entropy; a seed only in test mode), so no
-  released row keeps its input position.
-- ``finish`` (after the mechanism): cluster ids replaced by fresh random labels.
+  released row keeps its input position, and cluster ids replaced by fresh random labels (no step
+  sees the registered ids, whose order may follow the input's).
 - ``missed`` (after the risk is measured on the policy's key): the thresholds the released table
   misses, in public words; a release that misses one is not published.
 """
@@ -37,6 +37,10 @@ def admit(dataset, mechanism: str, module, params) -> None:
     if identifiers:
         raise SpecError(f"{identifiers} of dataset {dataset.id!r} is a direct identifier in its disclosure policy: it "
                         "is never published, so no release can name it.")  # fmt: skip
+    fixed = [c for c in named if c in (policy.weight, policy.cluster)]
+    if fixed:
+        raise SpecError(f"{fixed} of dataset {dataset.id!r} is the weight or cluster id of its disclosure policy: it is "
+                        "published as the policy says, so no release names it.")  # fmt: skip
     published = set(policy.published(columns))
     unnamed = [c for c in named if c not in published]
     if unnamed:
@@ -91,22 +95,16 @@ class Rows:
 
 
 def prepare(frame: pd.DataFrame, policy: Policy, rng: np.random.Generator) -> pd.DataFrame:
-    """The policy's published columns only, rows in a random order (the input rows kept in ``attrs``)."""
+    """The policy's published columns only, rows in a random order (the input rows kept in ``attrs``), cluster
+    ids as fresh random labels 1..H (households stay together, their ids do not reach any step)."""
     order = rng.permutation(len(frame))
     out = frame[policy.published(list(frame.columns))].iloc[order].reset_index(drop=True)
+    if policy.cluster is not None:
+        codes, uniques = pd.factorize(out[policy.cluster], use_na_sentinel=True)
+        labels = rng.permutation(len(uniques)) + 1
+        out[policy.cluster] = pd.array(np.where(codes >= 0, labels[np.maximum(codes, 0)], 0), dtype="Int64")
+        out.loc[codes < 0, policy.cluster] = pd.NA
     out.attrs["input_rows"] = Rows(order)
-    return out
-
-
-def finish(data: pd.DataFrame, policy: Policy, rng: np.random.Generator) -> pd.DataFrame:
-    """Cluster ids as fresh random labels 1..H (households stay together, their ids do not leave)."""
-    if policy.cluster is None or policy.cluster not in data.columns:
-        return data
-    codes, uniques = pd.factorize(data[policy.cluster], use_na_sentinel=True)
-    labels = rng.permutation(len(uniques)) + 1
-    out = data.copy()
-    out[policy.cluster] = pd.array(np.where(codes >= 0, labels[codes], 0), dtype="Int64")
-    out.loc[codes < 0, policy.cluster] = pd.NA
     return out
 
 

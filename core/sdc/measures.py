@@ -300,6 +300,8 @@ def pmse(original: pd.DataFrame, released: pd.DataFrame, columns: list[str], num
     """Propensity-score MSE of a main-effects logistic regression, its null expectation and their ratio."""
     from sklearn.linear_model import LogisticRegression
 
+    if not len(original) or not len(released):  # nothing to tell apart (a release that kept no row)
+        return {"pmse": None, "null_expectation": None, "ratio": None, "parameters": 0, "left_out": [], "every": 1}
     step = max(1, math.ceil(max(len(original), len(released)) / MAX_PMSE_ROWS))
     original, released = original.iloc[::step], released.iloc[::step]
     stacked = pd.concat([original[columns], released[columns]], ignore_index=True)

@@ -153,8 +153,10 @@ def suppress(frame: pd.DataFrame, step: Suppress, policy: Policy) -> tuple[pd.Da
     for c in keys:  # a suppressed cell is missing: integer columns take pandas' nullable type
         if pd.api.types.is_integer_dtype(out[c]):
             out[c] = out[c].astype("Int64")
-    if len(out) < k:
-        raise ParameterError(f"suppress: fewer records than k = {k}; no suppression reaches it")
+    if len(out) < k:  # no suppression reaches k: every key value goes (the threshold check then refuses the table)
+        out[keys] = pd.NA
+        return out, {"method": "suppress", "k": k, "rounds": 1, "suppressed_cells": int(len(out) * len(keys)),
+                     "suppressed_by_column": dict.fromkeys(keys, len(out))}  # fmt: skip
     levels = {c: frame[c].nunique() for c in keys}
     order = sorted(range(len(keys)), key=lambda j: -levels[keys[j]])  # ties: more categories first
     codes = np.column_stack([measures.codes(out[c]) for c in keys])

@@ -23,10 +23,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from core.errors import SpecError
+from core.readers import steward_file
 from core.schema import Schema
 
 
@@ -166,9 +166,6 @@ class Policy(_Strict):
     def public(self) -> dict:
         return self.model_dump(mode="json", by_alias=True)
 
-    def text(self) -> str:
-        return yaml.safe_dump(self.public(), sort_keys=False)
-
 
 def parse(doc: object, where: str) -> Policy:
     """A policy document (already parsed), with the errors a steward can act on."""
@@ -185,11 +182,4 @@ def parse(doc: object, where: str) -> Policy:
 
 def read(path: str) -> Policy:
     """A steward's policy file (YAML or JSON)."""
-    file = Path(path)
-    if not file.is_file():
-        raise SpecError(f"--policy {path!r} is not a file.")
-    try:
-        doc = yaml.safe_load(file.read_text())
-    except yaml.YAMLError:
-        raise SpecError(f"--policy {file.name!r} is not valid YAML or JSON.") from None
-    return parse(doc, f"--policy {file.name!r}")
+    return parse(steward_file(path, "--policy"), f"--policy {Path(path).name!r}")

@@ -199,7 +199,10 @@ def internal_markdown(release_id: str, dataset: str, mechanism: str, figures: di
     return (
         f"# Internal SDC report: release `{release_id}` of `{dataset}` ({mechanism})\n\n"
         "> **For the data steward only.** Compares the release with the original records; never publish it.\n\n"
-        "## Disclosure risk before and after\n\n| measure | original | released |\n|---|---|---|\n" + risk + "\n\n"
+        + ("**Not published**: the released table missed the disclosure policy's thresholds: "
+           + "; ".join(figures["thresholds_missed"]) + ".\n\n" if figures.get("thresholds_missed") else
+           "The released table met every threshold of the disclosure policy.\n\n")
+        + "## Disclosure risk before and after\n\n| measure | original | released |\n|---|---|---|\n" + risk + "\n\n"
         "| records in cells of size f_k | original | released |\n|---|---|---|\n" + bands + "\n\n"
         "![risk before and after](sdc_risk_before_after.png)\n\n"
         + ("Each record's f_k and r_k, before and after (its row in the registered table and in the release): "
@@ -209,8 +212,9 @@ def internal_markdown(release_id: str, dataset: str, mechanism: str, figures: di
         f"- record linkage in rank space (nearest original record is the record's own): {linkage}\n"
         f"- IL1s (sdcMicro dUtility, perturbed numeric columns): {il1s}\n"
         f"- largest change of a correlation between numeric columns: {corr}\n"
-        f"- pMSE = {p['pmse']:.3g}, null expectation (k − 1)(1 − c)²c/N = {p['null_expectation']:.3g} "
-        f"(k = {p['parameters']} parameters), ratio {p['ratio'] if p['ratio'] is None else format(p['ratio'], '.3g')}"
+        + ("- pMSE: not computed (the release kept no row)" if p["pmse"] is None else
+           f"- pMSE = {p['pmse']:.3g}, null expectation (k − 1)(1 − c)²c/N = {p['null_expectation']:.3g} "
+           f"(k = {p['parameters']} parameters), ratio {p['ratio'] if p['ratio'] is None else format(p['ratio'], '.3g')}")
         + (f"; fitted on every {p['every']}th record of each table" if p["every"] > 1 else "")
         + (f"; left out of the model (over {m.MAX_LEVELS} levels): {', '.join(p['left_out'])}" if p["left_out"] else "")
         + "\n\n| column | original mean | released mean | change |\n|---|---|---|---|\n" + means + "\n"
