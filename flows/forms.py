@@ -24,7 +24,6 @@ from core.mechanisms import dpne, outliers, ra, swapping
 from core.mechanisms.base import StrictParams
 from flows.release import run_request
 
-
 FROM_REGISTRY = "PRIVRELEASE_FORMS_FROM_REGISTRY"  # set where the forms are deployed (scripts/serve.sh)
 
 
