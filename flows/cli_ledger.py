@@ -55,10 +55,19 @@ def cmd_history(args: argparse.Namespace, root: Path) -> int:
     for e in entries:
         detail = " ".join(f"{k}={len(v)} parts" if k == "events" else f"{k}={v}"
                           for k, v in json.loads(e.detail).items())  # the events in full: --json
+        if e.status == "policy":  # the whole policy: --json or dataset show
+            detail = _policy_line(json.loads(e.detail))
         money = f"{e.epsilon:>8.4g} {e.delta:>8.2g}" if e.kind == "dp" or e.status == "cap" else f"{'-':>8} {'-':>8}"
         print(f"{e.seq:>4}  {e.ts[:19]:<19}  {e.dataset:<16} {e.release_id or '-':<34} {e.kind or '-':<4} "
               f"{e.mechanism or '-':<9} {e.status:<9} {money} {e.requested_by or '-':<12}  {detail}")  # fmt: skip
     return 0
+
+
+def _policy_line(policy: dict) -> str:
+    """A disclosure policy in one short line: its key and thresholds."""
+    keys = [*policy["keys"]["categorical"], *policy["keys"]["numeric"]]
+    thresholds = ", ".join(f"{k}={v}" for k, v in policy["thresholds"].items() if v is not None) or "none"
+    return f"key={','.join(keys)} thresholds: {thresholds} identifiers={len(policy['identifiers'])}"
 
 
 def cmd_totals(args: argparse.Namespace, root: Path) -> int:

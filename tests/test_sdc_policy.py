@@ -375,6 +375,8 @@ def test_the_steward_registers_shows_and_changes_a_policy_each_change_on_the_led
     assert [e.status for e in entries] == [POLICY, POLICY] and entries[1].requested_by
     assert json.loads(entries[1].detail)["thresholds"]["k"] == 4
     assert cli(home, "ledger", "verify").returncode == 0
+    history = cli(home, "ledger", "history").stdout.splitlines()
+    assert " policy " in history[2] and history[2].endswith("key=a,b,x thresholds: k=4 identifiers=0")
     assert json.loads(cli(home, "dataset", "show", "t").stdout)["policy_entry"] == 2
     r = cli(home, "dataset", "add", "d", "--source", "t.csv", "--format", "csv", "--unit", "record", "--purpose", "dp",
             "--policy", str(tmp_path / "p2.yaml"))  # fmt: skip

@@ -29,7 +29,6 @@ import pandas as pd
 
 from core import paths
 from core.charts import Chart, render_chart
-from core.mechanisms.base import Result
 from core.sdc import measures as m
 
 EXTERNAL_CHART = "sdc_cell_sizes.png"
@@ -161,8 +160,9 @@ def external_chart(figures: dict) -> Chart:
                  {"released": [float(v) for v in bands.values()]}, ylabel="records", )  # fmt: skip
 
 
-def attach(result: Result, figures: dict, mechanism: str) -> Result:
-    """The result with the external report: a report section, the manifest's figures and a chart."""
+def attach(result, figures: dict, mechanism: str):
+    """The result (a mechanism's ``Result``) with the external report: a report section, the manifest's
+    figures and a chart."""
     return dataclasses.replace(
         result,
         report=result.report.rstrip("\n") + "\n\n" + external_section(figures, mechanism),
