@@ -180,6 +180,10 @@ def dpne_lines(levels: list[dict], spurious: list | None = None) -> list[str]:
 def lead_probability(rate_eps: float, sensitivity: int, lead: int, candidates: int) -> float:
     """A lower bound on P[permute-and-flip picks a subspace whose count leads every other by ``lead``]:
     each other is accepted, if visited before it, with probability at most p = exp(−rate · lead), so
-    P >= E[(1 − p)^{#visited before}] = (1 − (1 − p)^M) / (M p) over a uniform order of M candidates."""
+    P >= E[(1 − p)^{#visited before}] = (1 − (1 − p)^M) / (M p) over a uniform order of M candidates
+    (at p = 1, a lead of 0 with a rate of 0: 1/M)."""
     p = math.exp(-float(noise.rate(rate_eps, sensitivity)) * lead)
-    return 1.0 if p == 0 else (1 - (1 - p) ** candidates) / (candidates * p)
+    # 1 − (1 − p)^M as −expm1(M·log1p(−p)): the plain form is 1 − 1 = 0 once p is below the float's epsilon
+    if p == 0:
+        return 1.0
+    return 1.0 / candidates if p >= 1 else -math.expm1(candidates * math.log1p(-p)) / (candidates * p)

@@ -77,7 +77,7 @@ GOLDEN = {  # the SDC digests moved with the disclosure policy (rows shuffled, c
     "sdc-chain": {"<ledger>": "94fe70a55597dd5b", "data.csv": "bd1287809587ecaf", "data.parquet": "32afdc20848d7f97",
                  "manifest.json": "aa8e9094f787f70d", "report.md": "b82b6acb14a8be14"},
     "dpne": {"<ledger>": "d02bbdc45e2b7254", "manifest.json": "fb081d6389db94ed", "ngrams.csv": "27a8ead094c3dffb",
-             "ngrams.parquet": "02e1caacbf8f11aa", "report.md": "b05ee2e996224acd"},
+             "ngrams.parquet": "02e1caacbf8f11aa", "report.md": "a84c60f8526be93a"},
     "outliers-count": {"<ledger>": "bdf9dc022f3d0b7e", "manifest.json": "dc98247427888b82", "outliers.csv": "196e97da3384c6ed",
                        "outliers.parquet": "7f537c53750dfce5", "report.md": "da6339a458e968cf"},
     "outliers-top": {"<ledger>": "f257d6381d277199", "manifest.json": "a985ab8560ab73c7", "outliers.csv": "8bfda1a53db0faa4",

@@ -133,3 +133,18 @@ def test_a_private_standardization_states_its_means_interval(test_mode):
     assert binomtest(covered, 2 * runs, accuracy.LEVEL).pvalue > LEVEL, covered / (2 * runs)
     assert binomtest(narrow, 2 * runs, accuracy.LEVEL).pvalue < LEVEL  # control: an 87% interval is caught
     assert scaling["scales"]["a"]["mean_noise"]["family"] == "discrete Gaussian on the clipped sum"
+
+
+def test_the_lead_probability_keeps_its_precision_at_long_leads():
+    """Third privacy review, finding 7: (1 − (1 − p)^M)/(M p) was computed as 1 − 1 = 0 once p fell below
+    the float's epsilon (the preview said 0.000 at a lead of 448). Its series is 1 − (M − 1)p/2 + O(p²)."""
+    from fractions import Fraction
+
+    for lead in (224, 448, 896, 2000):
+        p = Fraction(math.exp(-float(noise.rate(0.5, 7)) * lead))  # the float p, exactly
+        exact = float((1 - (1 - p) ** 50) / (50 * p))  # in rationals: no cancellation
+        found = accuracy.lead_probability(0.5, 7, lead, 50)
+        assert 0.99 < found <= 1.0 and found == pytest.approx(exact, rel=1e-13)
+    weakened = (1 - (1 - 1e-17) ** 50) / (50 * 1e-17)  # the former expression, at such a p
+    assert weakened == 0.0
+    assert accuracy.lead_probability(0.0, 7, 0, 4) == pytest.approx(1 / 4)  # no lead, no preference: 1/M

@@ -35,7 +35,11 @@ from core.spam.wire import Channel
 # with dp: why the AUC the report and the ledger hold is itself DP (README, "What the server still learns")
 EVALUATION = ("The AUC is measured on the evaluation mail (`test:`), the server operator's own mail, not a user's: "
               "the model is DP with respect to the users' messages, so its AUC on the operator's mail is "
-              "post-processing of a DP output with the operator's data, and DP with respect to the users' mail.")  # fmt: skip
+              "post-processing of a DP output with the operator's data, and DP with respect to the users' mail. That "
+              "holds only when the evaluation mail is the operator's own: `privrelease spam split` carves its "
+              "test.jsonl out of the corpus it splits among the users, a way to try the protocol, and the people "
+              "whose messages went to that file are not protected by the model's DP: their messages set the AUC "
+              "directly.")  # fmt: skip
 
 WITHHELD = ("withheld: without dp: the model is not a DP output of the users' mail, so its AUC stays in the run "
             "folder's report.json and report.md, for the server's operator")
