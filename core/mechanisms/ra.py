@@ -23,6 +23,10 @@ from core.schema import Needs
 
 NAME = "ra"
 P_TOLERANCE = 1e-9
+# What the published figures tell of the registered table (eq. 1 takes the original marginals; DECISIONS.md)
+REVEALS = ("Pa, Pa_max and, with p: entropy, p are computed from the registered table's QI marginals: from them "
+           "follows each QI column's Shannon entropy H_i (e^H_i is its effective number of categories), and nothing "
+           "else of the table; on a column with two values H_i gives the exact split of its records.")
 
 
 class Params(StrictParams):
@@ -178,7 +182,8 @@ def _report(privacy: dict, select_rate: np.ndarray) -> str:
         f"- **Pa = {privacy['pa']:.4f}**: an attacker who sees a released record's QI values guesses the original "
         f"combination with probability about 1/Pa = {1 / privacy['pa']:.4f}.\n"
         f"- Pa_max = {privacy['pa_max']:.4f} ≥ Pa: the largest Pa on these marginals over {best}.\n"
-        f"- Not differential privacy: the ledger records this release with epsilon = delta = 0.\n\n"
+        f"- Not differential privacy: the ledger records this release with epsilon = delta = 0.\n"
+        f"- {REVEALS}\n\n"
         "| QI column | chance of being redrawn |\n|---|---|\n" + rows + "\n"
     )
 
