@@ -263,7 +263,8 @@ def parser() -> argparse.ArgumentParser:
     _dask_options(p)
     p.set_defaults(func=cmd_release)
 
-    p = sub.add_parser("demo", help="register sample datasets as the steward, then release the census one with RA")
+    p = sub.add_parser("demo", help="register sample datasets as the steward, then release the census one (recoding, RA, "
+                                          "local suppression) within its disclosure policy")
     p.add_argument("--rows", type=int, default=20_000)
     p.add_argument("--prepare-only", action="store_true", help="register the demo datasets, release nothing")
     p.set_defaults(func=cmd_demo)

@@ -135,6 +135,8 @@ def test_demo_in_a_fresh_home(tmp_path: Path):
                                "delta=1e-05"]  # fmt: skip
     assert said[4] == f"Example release requests, an analyst's: {home / 'requests'}/"
     assert "(sdc: recorded on the ledger, not DP, no budget spent)" in r.stdout
+    assert "chain:          recode → ra → suppress" in r.stdout
+    assert "risk:           k = 3 on the steward's key (the policy asks k >= 3); rows shuffled" in r.stdout
     nxt = said[said.index("Next:") + 1].split("#")[0].split()
     assert nxt == ["privrelease", "--home", str(home), "release", str(home / "requests" / "posts-dpne.yaml")]
     r = run(home, *nxt[3:])  # the next command, as printed
