@@ -196,11 +196,16 @@ class Registry:
     def set_policy(self, dataset_id: str, policy: Policy, requested_by: str | None = None) -> Dataset:
         """The steward's new disclosure policy of an sdc dataset, checked against its schema, on the ledger."""
         with self.store.lock("registry"):
-            current, _ = self._current(dataset_id)
+            current, private = self._current(dataset_id)
             if current.purpose != "sdc":
                 raise SpecError(f"dataset {dataset_id!r} is registered for dp releases; a disclosure policy is for an "
                                 "sdc dataset.")  # fmt: skip
             policy.check(current.schema, dataset_id)
+            if policy.weight is not None:
+                with duckdb.connect() as con:
+                    con.execute(f"CREATE TEMP TABLE snapshot AS SELECT {quote_ident(policy.weight)} FROM read_parquet(?)",
+                                [str(self._snapshot(private))])  # fmt: skip
+                    _check_weight(con, "snapshot", policy, f"dataset {dataset_id!r}")
             self.ledger.set_policy(dataset_id, policy.public(), requested_by)
             return self.get(dataset_id)
 
@@ -257,10 +262,12 @@ class Registry:
         columns = list(dataset.schema.columns)
         with duckdb.connect() as con:
             counts = con.execute(
-                "SELECT count(*), " + ", ".join(f"count(DISTINCT {quote_ident(c)})" for c in columns)
+                "SELECT count(*), " + ", ".join(f"count(DISTINCT {quote_ident(c)}), count({quote_ident(c)})" for c in columns)
                 + " FROM read_parquet(?)", [str(self._snapshot(private))],
             ).fetchall()[0]  # fmt: skip
-        return [c for c, n in zip(columns, counts[1:]) if counts[0] > 1 and n == counts[0]]
+        # every value present distinct, in at least half the rows (a few missing values do not hide an identifier)
+        return [c for c, n, present in zip(columns, counts[1::2], counts[2::2])
+                if present > 1 and n == present and 2 * present >= counts[0]]  # fmt: skip
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -337,6 +344,7 @@ class Registry:
             _check(con, schema, [n for n, _ in found], path.name)
             if policy is not None:
                 policy.check(schema, dataset_id)
+                _check_weight(con, "incoming", policy, path.name)
             if unit.column is not None and (unit.column not in schema.columns or schema.columns[unit.column].nullable):
                 raise IngestError(f"--unit names column {unit.column!r}, which the file lacks or leaves empty in some "
                                   "rows; every record needs its user.")  # fmt: skip
@@ -397,6 +405,16 @@ def _check(con, schema: Schema, found: list[str], name: str) -> None:
                 problems.append(f"column {column!r}: {bad[0]} values {what} (first at lines {bad[1]})")
     if problems:
         raise IngestError(f"{name!r} does not fit the declared schema: " + "; ".join(problems) + ".")
+
+
+def _check_weight(con, table: str, policy: Policy, name: str) -> None:
+    """A sampling weight is a positive number of people each record stands for (the steward's view: counts)."""
+    if policy.weight is None:
+        return
+    bad = con.execute(f"SELECT count(*) FROM {table} WHERE NOT (CAST({quote_ident(policy.weight)} AS DOUBLE) > 0)").fetchone()[0]
+    if bad:
+        raise IngestError(f"{name}: the weight column {policy.weight!r} holds {bad} values that are not positive; a "
+                          "sampling weight is the number of people a record stands for, above 0.")  # fmt: skip
 
 
 def _dataset(row: tuple) -> Dataset:

@@ -12,6 +12,7 @@ with what to change, and nothing is registered.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +27,7 @@ from core.demo import write_demo
 from core.errors import SpecError, UserError
 from core.ledger import FAILED, POLICY, RESERVED, Ledger
 from core.registry import Registry, Unit
-from core.sdc import policy
+from core.sdc import methods, policy
 from core.spec import parse
 from tests.helpers import open_policy, register
 
@@ -567,3 +568,93 @@ def test_suppress_is_the_last_step(home):
         {"method": "suppress"}, {"method": "pram", "columns": ["sex"]}]}}}  # fmt: skip
     with pytest.raises(SpecError, match="suppress is the last step: a later step would undo the k-anonymity it reaches"):
         pipeline.release(pipeline.Store(home), parse(request))
+
+
+# -- a second independent attack on the chain, and the weakened variant each fix needs ------------------------
+
+
+def test_a_policy_may_not_key_on_a_column_with_missing_values(home):
+    """Finding: a missing key value matches every value, so two records missing every key made 48 unique
+    records pass k = 3, l = 2 and the risk limit untouched. Keys are complete columns now."""
+    frame = people(50)
+    frame["zip"] = [f"z{i}" for i in range(50)]
+    frame.loc[[0, 1], ["zip", "sex", "age"]] = None
+    doc = PEOPLE | {"keys": {"categorical": ["zip", "sex"], "numeric": ["age"]}, "thresholds": {"k": 3, "l": 2}}
+    with pytest.raises(SpecError, match=r"names key variables \['zip', 'sex', 'age'\] that may be empty"):
+        register(home, frame, "p", policy=policy.parse(doc, "test policy"))
+    assert Registry(home).list() == []
+    # weakened: measured as the release measured it, the raw table met k = 3 and l = 2
+    from core.sdc import measures
+
+    said = measures.disclosure(frame, ["zip", "sex", "age"], ["disease"])
+    assert said["k"] == 3 and said["l_min"] >= 2 and frame["zip"].iloc[2:].is_unique
+
+
+def test_a_weight_that_is_not_positive_is_refused_and_unreadable_figures_fail_closed(home, tmp_path):
+    """Finding: weights of −1 made every risk −inf, and no threshold compares above −inf."""
+    frame = people(50).assign(w=-1.0)
+    with pytest.raises(Exception, match=r"the weight column 'w' holds 50 values that are not positive"):
+        register(home, frame, "p", policy=policy.parse(PEOPLE, "test policy"))
+    other = tmp_path / "h2"
+    frame = people(50)
+    frame.loc[3, "w"] = 0.0
+    register(other, frame, "p", policy=policy.parse(PEOPLE | {"weight": None}, "test policy"))
+    with pytest.raises(Exception, match=r"dataset 'p': the weight column 'w' holds 1 values that are not positive"):
+        Registry(other).set_policy("p", policy.parse(PEOPLE, "test policy"))
+    from core.sdc import enforce
+
+    figures = {"records": 50, "k": 1, "global_risk": -math.inf, "records_risk_above": {"above": 0.2, "records": 0}}
+    rules = policy.parse(PEOPLE | {"thresholds": {"k": None, "risk": {"above": 0.2, "max_share": 0}, "global_risk": 0.05}},
+                         "p")  # fmt: skip
+    assert enforce.missed(figures, rules) == ["no record with individual risk above 0.2", "global risk at most 0.05"]
+
+
+def test_microaggregating_a_key_then_suppressing_is_refused(home, test_mode):
+    register(home, people(40), "p", policy=policy.parse(PEOPLE, "test policy"))
+    request = {"dataset": "p", "mechanism": {"name": "sdc", "params": {"steps": [
+        {"method": "microaggregate", "columns": ["age"], "k": 3}, {"method": "suppress"}]}}}  # fmt: skip
+    with pytest.raises(UserError, match=r"microaggregate then suppress: \['age'\] are key variables, and a group mean"):
+        pipeline.release(pipeline.Store(home), parse(request))
+    assert charges(home) == []
+
+
+def test_weakened_suppressed_group_means_are_told_by_their_missing_occurrences(test_mode):
+    """The finding's attack on what the chain published: group sizes follow from N and k, so a mean seen
+    fewer than k times in the release is a suppressed member's value."""
+    frame = people(40)
+    rules = policy.parse(PEOPLE, "p")
+    aggregated, _ = methods.microaggregate(frame, methods.Microaggregate(method="microaggregate", columns=["age"], k=3))
+    released, said = methods.suppress(aggregated, methods.Suppress(method="suppress"), rules)
+    hidden = aggregated["age"][released["age"].isna()]
+    seen = released["age"].dropna().round(6).value_counts()
+    told = {v for v in aggregated["age"].round(6).unique() if seen.get(v, 0) < 3}
+    assert said["suppressed_by_column"]["age"] > 0 and told & set(hidden.round(6))
+
+
+@pytest.mark.parametrize("doc,step,message", [
+    (PEOPLE, {"method": "eds", "swap_set": ["age"], "k": 4, "others": "eds"},
+     "eds: others: eds would rank-swap the weight or cluster id ['hh', 'w']"),
+    (PEOPLE | {"weight": None, "cluster": None, "publishable": ["income", "hh", "w"]},
+     {"method": "mews", "swap_set": ["age"], "widths": 1.0, "others": "eds", "k": 4},
+     "mews: others: eds rank-swaps every numeric column outside the swap set, and ['income'] may be empty"),
+    (PEOPLE, {"method": "microaggregate", "columns": ["age"], "k": 50}, "microaggregate: k = 50 is more than the 40 records"),
+    (PEOPLE, {"method": "suppress", "k": 41}, "suppress: k = 41 is more than the 40 records"),
+])  # fmt: skip
+def test_steps_a_registration_rules_out_are_refused_before_the_charge(home, doc, step, message):
+    frame = people(40)
+    frame.loc[5, "income"] = None  # income is nullable in the registered schema
+    register(home, frame, "p", policy=policy.parse(doc, "test policy"))
+    steps = [step] if step["method"] in ("microaggregate", "suppress") else [step, {"method": "suppress"}]
+    if step["method"] == "microaggregate":  # the key needs a step that protects it besides
+        steps = [{"method": "pram", "columns": ["sex", "region"]}, step]
+    request = {"dataset": "p", "mechanism": {"name": "sdc", "params": {"steps": steps}}}
+    with pytest.raises(SpecError) as caught:
+        pipeline.release(pipeline.Store(home), parse(request))
+    assert message in str(caught.value) and charges(home) == []
+
+
+def test_records_without_a_household_are_their_own():
+    from core.sdc import measures
+
+    risk = np.array([0.5, 0.5, 0.5, 0.5])
+    assert list(measures.household_risk(risk, pd.Series([1, 1, None, None]))) == pytest.approx([0.75, 0.75, 0.5, 0.5])

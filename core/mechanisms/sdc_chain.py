@@ -114,6 +114,12 @@ def needs(params: Params, schema: tuple[str, ...]) -> Needs:
         for s in params.steps:
             if s.method not in PAPERS:
                 methods.check(s, params.policy)
+        aggregated = [c for s in params.steps if s.method == "microaggregate" for c in s.columns]
+        keys = [c for c in aggregated if c in params.policy.key_vars.all]
+        if keys and params.steps[-1].method == "suppress":
+            raise ParameterError(f"microaggregate then suppress: {keys} are key variables, and a group mean seen "
+                                 "fewer than k times in the release is the value of a suppressed member (group sizes "
+                                 "follow from N and k); recode them instead, or leave out the suppress step")  # fmt: skip
     return Needs(columns=tuple(dict.fromkeys(columns)), numeric=tuple(dict.fromkeys(numeric)))
 
 

@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -46,6 +48,7 @@ def admit(dataset, mechanism: str, module, params) -> None:
     if unnamed:
         raise SpecError(f"{unnamed} of dataset {dataset.id!r} is not named by its disclosure policy, so it is never "
                         f"published; the columns a release may hold are {policy.published(columns)}.")  # fmt: skip
+    _steps_admitted(dataset, mechanism, params, policy)
     protected = set(module.protects(params))
     missing = [c for c in policy.key_vars.all if c not in protected]
     if missing:
@@ -54,6 +57,27 @@ def admit(dataset, mechanism: str, module, params) -> None:
             f"policy's key is {policy.key_vars.all}, and a release protects every one of them (more is allowed). "
             f"Add them to {_where(mechanism)}, or add a step that protects them (sdc: recode, suppress, ...)."
         )
+
+
+def _steps_admitted(dataset, mechanism: str, params, policy: Policy) -> None:
+    """What a step's parameters cannot do to this dataset, known from its registration (before any charge)."""
+    steps = list(getattr(params, "steps", [])) or [params]
+    names = [getattr(s, "method", mechanism) for s in steps]
+    for name, step in zip(names, steps):
+        if getattr(step, "others", "keep") == "eds":
+            outside = [c for c in policy.published(list(dataset.schema.columns))
+                       if c not in step.swap_set and dataset.schema.numeric(c)]  # fmt: skip
+            fixed = [c for c in outside if c in (policy.weight, policy.cluster)]
+            if fixed:
+                raise SpecError(f"{name}: others: eds would rank-swap the weight or cluster id {fixed}, which are "
+                                "published as the disclosure policy says; use others: keep.")  # fmt: skip
+            nullable = [c for c in outside if dataset.schema.columns[c].nullable]
+            if nullable:
+                raise SpecError(f"{name}: others: eds rank-swaps every numeric column outside the swap set, and "
+                                f"{nullable} may be empty (nullable); EDS needs complete columns: use others: keep.")  # fmt: skip
+        k = getattr(step, "k", None) if name in ("microaggregate", "suppress") else None
+        if k is not None and dataset.rows is not None and k > dataset.rows:
+            raise SpecError(f"{name}: k = {k} is more than the {dataset.rows} records of dataset {dataset.id!r}.")
 
 
 def notes(dataset, module, params) -> list[str]:
@@ -113,6 +137,9 @@ def missed(figures: dict, policy: Policy) -> list[str]:
     t = policy.thresholds
     out = []
     said = dict(zip(("k", "risk", "global_risk", "l", "household_risk"), _names(t)))
+    numbers = [v for k, v in figures.items() if isinstance(v, float)]
+    if any(not math.isfinite(v) or v < 0 for v in numbers):  # fail closed: a figure that cannot be compared
+        return [n for n in said.values() if n is not None] or ["finite risk figures"]
     if t.k is not None and figures["records"] and figures["k"] < t.k:
         out.append(said["k"])
     if t.risk is not None and figures["records_risk_above"]["records"] > t.risk.max_share * figures["records"]:

@@ -157,8 +157,10 @@ def cells(frame: pd.DataFrame, keys: list[str], sensitive: list[str] | str | Non
 def household_risk(risk: np.ndarray, cluster: pd.Series) -> np.ndarray:
     """sdcMicro's household (hierarchical) risk, per record: the chance that at least one member of its
     household is re-identified, 1 − Π_{i∈h}(1 − r_i), members taken as independent."""
-    log_safe = pd.Series(np.log1p(-np.minimum(risk, 1.0)), index=cluster.index)
-    return -np.expm1(log_safe.groupby(cluster.to_numpy(), dropna=False).transform("sum").to_numpy())
+    codes = pd.factorize(cluster, use_na_sentinel=True)[0]
+    codes = np.where(codes >= 0, codes, codes.max(initial=-1) + 1 + np.arange(len(codes)))  # no household: alone
+    log_safe = pd.Series(np.log1p(-np.minimum(risk, 1.0)))
+    return -np.expm1(log_safe.groupby(codes).transform("sum").to_numpy())
 
 
 def disclosure(frame: pd.DataFrame, keys: list[str], sensitive: list[str] | str | None = None,

@@ -157,6 +157,13 @@ class Policy(_Strict):
                                 f"registered as {schema.columns[text[0]].type}; {role} must be numeric.")  # fmt: skip
         if self.weight and schema.columns[self.weight].nullable:
             raise SpecError(f"the weight column {self.weight!r} may be empty (nullable); every record needs its weight.")
+        nullable = [c for c in self.key_vars.all if schema.columns[c].nullable]
+        if nullable:
+            raise SpecError(f"the disclosure policy of {dataset!r} names key variables {nullable} that may be empty "
+                            "(nullable in the registered schema): the risk measures count a missing key value as "
+                            "matching every value (as a suppressed one does), so a table with a few missing keys would "
+                            "pass any k. Register them with missing values as a category of their own (for example "
+                            "'unknown'), or leave them out of the key.")  # fmt: skip
 
     def unnamed(self, schema: Schema) -> list[str]:
         """Registered columns the policy does not name: never published."""
