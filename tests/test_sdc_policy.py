@@ -325,7 +325,17 @@ BAD_POLICIES = [
     ({"keys": {"categorical": ["a"]}, "thresholds": {"k": 1}}, "thresholds.k: Input should be greater than or equal to 2"),
     ({"keys": {"categorical": ["a"]}, "colour": "red"}, "colour: Extra inputs are not permitted"),
     (["a"], "is not a mapping"),
+    ({"keys": {"numeric": ["x"]}, "hierarchies": {"x": [1, 2]}},
+     "hierarchies: 'x': a numeric key's hierarchy is {breaks: [b0, b1, ...]}, a categorical key's a list"),
 ]  # fmt: skip
+
+
+def test_a_categorical_hierarchy_read_as_numbers_is_kept_as_text():
+    """YAML reads ``1: low`` as a number; the recoding compares text, so the level is kept as text."""
+    rules = policy.parse(yaml.safe_load("keys: {categorical: [grade]}\nhierarchies: {grade: [{1: low, 2: low, 3: high}]}"), "p")
+    frame = pd.DataFrame({"grade": [1, 2, 3, 4]})
+    out, _ = methods.recode(frame, methods.Recode(method="recode", columns=["grade"]), rules)
+    assert list(out["grade"]) == ["low", "low", "high", "4"]
 
 
 @pytest.mark.parametrize("doc,message", BAD_POLICIES)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from core.errors import SpecError
 from core.readers import steward_file
@@ -105,6 +105,24 @@ class Policy(_Strict):
     cluster: str | None = None
     thresholds: Thresholds = Field(default_factory=Thresholds)
     hierarchies: dict[str, Hierarchy] = Field(default_factory=dict)
+
+    @field_validator("hierarchies", mode="before")
+    @classmethod
+    def _hierarchy_shapes(cls, value: object) -> object:
+        """Each hierarchy's shape, said in the steward's terms (a union's own errors name its types); a
+        categorical level's values and groups as text, as the recoding compares them (YAML reads 1: a as a number)."""
+        if not isinstance(value, dict):
+            raise ValueError("hierarchies is a mapping from each key variable to its hierarchy")
+        out = {}
+        for name, h in value.items():
+            if isinstance(h, dict) and set(h) == {"breaks"}:
+                out[name] = h
+            elif isinstance(h, list) and all(isinstance(level, dict) for level in h):
+                out[name] = [{str(a): str(b) for a, b in level.items()} for level in h]
+            else:
+                raise ValueError(f"{name!r}: a numeric key's hierarchy is {{breaks: [b0, b1, ...]}}, a categorical "
+                                 "key's a list of levels, each a {value: group} map")  # fmt: skip
+        return out
 
     @model_validator(mode="after")
     def _roles(self) -> Policy:
