@@ -668,3 +668,32 @@ def test_records_without_a_household_are_their_own():
 
     risk = np.array([0.5, 0.5, 0.5, 0.5])
     assert list(measures.household_risk(risk, pd.Series([1, 1, None, None]))) == pytest.approx([0.75, 0.75, 0.5, 0.5])
+
+
+def test_the_policy_commands_refuse_what_a_steward_typed_wrong(tmp_path):
+    home = tmp_path / "home"
+    (home / "data").mkdir(parents=True)
+    frame = table()
+    frame.to_csv(home / "data" / "t.csv", index=False)
+    assert cli(home, "dataset", "add", "d", "--source", "t.csv", "--format", "csv", "--unit", "record",
+               "--purpose", "dp").returncode == 0  # fmt: skip
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(CATEGORICAL))
+    (tmp_path / "bad.yaml").write_text("keys: [unclosed\n")
+    (tmp_path / "weighted.yaml").write_text(yaml.safe_dump(CATEGORICAL | {"weight": "y", "publishable": ["seq"]}))
+    said = {
+        ("dataset", "policy", "d", "--policy", str(tmp_path / "p.yaml")):
+            "error: dataset 'd' is registered for dp releases; a disclosure policy is for an sdc dataset.",
+        ("dataset", "policy", "nosuch", "--policy", str(tmp_path / "p.yaml")):
+            "error: dataset 'nosuch' is not registered;",
+        ("dataset", "policy", "d", "--policy", str(tmp_path / "missing.yaml")):
+            f"error: --policy '{tmp_path / 'missing.yaml'}' is not a file.",
+        ("dataset", "policy", "d", "--policy", str(tmp_path / "bad.yaml")): "error: --policy 'bad.yaml' is not valid YAML or JSON.",
+    }  # fmt: skip
+    for args, message in said.items():
+        r = cli(home, *args)
+        assert r.returncode == 2 and r.stderr.startswith(message) and "Traceback" not in r.stderr, (args, r.stderr)
+    frame.assign(y=frame["y"].where(frame.index > 0)).to_csv(home / "data" / "w.csv", index=False)
+    r = cli(home, "dataset", "add", "w", "--source", "w.csv", "--format", "csv", "--unit", "record", "--purpose", "sdc",
+            "--policy", str(tmp_path / "weighted.yaml"))  # fmt: skip
+    assert r.returncode == 2 and "the weight column 'y' may be empty (nullable); every record needs its weight." in r.stderr
+    assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] == []  # nothing recorded
