@@ -23,10 +23,24 @@ from pathlib import Path
 
 import yaml
 
+from core.db import quote_ident
 from core.errors import IngestError, SpecError
+from core.schema import Schema
 
 _CSV = ("read_csv(?, header = true, skip = 0, delim = ?, quote = '\"', escape = '\"', strict_mode = true, "
         "sample_size = -1, max_line_size = 134217728)")  # fmt: skip
+
+
+# DuckDB type → registered type; anything else is stored as text.
+DUCK = {
+    "TINYINT": "integer", "SMALLINT": "integer", "INTEGER": "integer", "BIGINT": "integer", "HUGEINT": "integer",
+    "UTINYINT": "integer", "USMALLINT": "integer", "UINTEGER": "integer", "UBIGINT": "integer",
+    "FLOAT": "float", "DOUBLE": "float", "BOOLEAN": "boolean", "DATE": "date", "TIMESTAMP": "timestamp",
+    "VARCHAR": "string",
+}  # fmt: skip
+CAST = {"integer": "BIGINT", "float": "DOUBLE", "string": "VARCHAR", "boolean": "BOOLEAN", "date": "DATE",
+         "timestamp": "TIMESTAMP"}  # fmt: skip
+CONTROL = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"  # control characters other than tab, LF and CR
 
 
 def read_into(con, table: str, path, fmt: str, delimiter: str) -> None:
@@ -117,3 +131,44 @@ def steward_file(path: str, option: str) -> object:
         return yaml.safe_load(file.read_text())
     except yaml.YAMLError:
         raise SpecError(f"{option} {file.name!r} is not valid YAML or JSON.") from None
+
+
+def check_schema(con, schema: Schema, found: list[str], name: str) -> None:
+    """The file against the declared schema, with counts and line numbers (the steward's view)."""
+    declared = list(schema.columns)
+    if declared != found:
+        missing = [c for c in declared if c not in found]
+        extra = [c for c in found if c not in declared]
+        raise IngestError(
+            f"{name!r} does not match the declared schema: missing columns {missing}, undeclared columns {extra}"
+            + ("" if missing or extra else ", columns in another order") + "; fix the file or the schema."
+        )
+    problems = []
+    for column, spec in schema.columns.items():
+        q = quote_ident(column)
+        checks = [(f"TRY_CAST({q} AS {CAST[spec.type]}) IS NULL AND {q} IS NOT NULL", f"not of type {spec.type}")]
+        if not spec.nullable:
+            checks.append((f"{q} IS NULL", "empty (the schema says nullable: false)"))
+        if spec.type == "float":
+            checks.append((f"isinf(TRY_CAST({q} AS DOUBLE)) OR isnan(TRY_CAST({q} AS DOUBLE))", "infinite or NaN"))
+        if spec.type == "string":
+            checks.append((f"regexp_matches(CAST({q} AS VARCHAR), '{CONTROL}')", "holding NUL or control characters"))
+        for predicate, what in checks:
+            bad = con.execute(
+                f"SELECT count(*), list(line ORDER BY line)[1:5] FROM (SELECT row_number() OVER () + 1 AS line, * "
+                f"FROM incoming) WHERE {predicate}"
+            ).fetchall()[0]  # fmt: skip
+            if bad[0]:
+                problems.append(f"column {column!r}: {bad[0]} values {what} (first at lines {bad[1]})")
+    if problems:
+        raise IngestError(f"{name!r} does not fit the declared schema: " + "; ".join(problems) + ".")
+
+
+def check_weight(con, table: str, weight: str | None, name: str) -> None:
+    """A sampling weight is a positive number of people each record stands for (the steward's view: counts)."""
+    if weight is None:
+        return
+    bad = con.execute(f"SELECT count(*) FROM {table} WHERE NOT (CAST({quote_ident(weight)} AS DOUBLE) > 0)").fetchone()[0]
+    if bad:
+        raise IngestError(f"{name}: the weight column {weight!r} holds {bad} values that are not positive; a "
+                          "sampling weight is the number of people a record stands for, above 0.")  # fmt: skip

@@ -36,23 +36,13 @@ from core.db import quote_ident
 from core.errors import IngestError, SpecError
 from core.ids import check_id
 from core.ledger import Ledger
-from core.readers import csv_header, read_into, steward_file
+from core.readers import CAST, DUCK, check_schema, check_weight, csv_header, read_into, steward_file
 from core.schema import TYPES, Column, Schema
 from core.sdc.policy import Policy
 from core.store import open_store
 
 FORMATS = ("csv", "parquet", "jsonl")
 PURPOSES = ("dp", "sdc")
-# DuckDB type → registered type; anything else is stored as text.
-_DUCK = {
-    "TINYINT": "integer", "SMALLINT": "integer", "INTEGER": "integer", "BIGINT": "integer", "HUGEINT": "integer",
-    "UTINYINT": "integer", "USMALLINT": "integer", "UINTEGER": "integer", "UBIGINT": "integer",
-    "FLOAT": "float", "DOUBLE": "float", "BOOLEAN": "boolean", "DATE": "date", "TIMESTAMP": "timestamp",
-    "VARCHAR": "string",
-}  # fmt: skip
-_CAST = {"integer": "BIGINT", "float": "DOUBLE", "string": "VARCHAR", "boolean": "BOOLEAN", "date": "DATE",
-         "timestamp": "TIMESTAMP"}  # fmt: skip
-_CONTROL = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"  # control characters other than tab, LF and CR
 DATA_ROOT_ENV = "PRIVRELEASE_DATA_ROOT"
 COLUMNS = ("id", "version", "unit", "purpose", "format", "delimiter", "source", "schema", "suite", "rows", "registered",
            "snapshot", "digest", "source_digest", "host")  # fmt: skip
@@ -205,7 +195,7 @@ class Registry:
                 with duckdb.connect() as con:
                     con.execute(f"CREATE TEMP TABLE snapshot AS SELECT {quote_ident(policy.weight)} FROM read_parquet(?)",
                                 [str(self._snapshot(private))])  # fmt: skip
-                    _check_weight(con, "snapshot", policy, f"dataset {dataset_id!r}")
+                    check_weight(con, "snapshot", policy.weight, f"dataset {dataset_id!r}")
             self.ledger.set_policy(dataset_id, policy.public(), requested_by)
             return self.get(dataset_id)
 
@@ -337,19 +327,19 @@ class Registry:
             inferred = schema is None
             if schema is None:
                 schema = Schema(columns={
-                    name: Column(type=_DUCK.get(dtype, "string"), nullable=bool(con.execute(
+                    name: Column(type=DUCK.get(dtype, "string"), nullable=bool(con.execute(
                         f"SELECT count(*) FROM incoming WHERE {quote_ident(name)} IS NULL").fetchall()[0][0]))
                     for name, dtype in found
                 })  # fmt: skip
-            _check(con, schema, [n for n, _ in found], path.name)
+            check_schema(con, schema, [n for n, _ in found], path.name)
             if policy is not None:
                 policy.check(schema, dataset_id)
-                _check_weight(con, "incoming", policy, path.name)
+                check_weight(con, "incoming", policy.weight, path.name)
             if unit.column is not None and (unit.column not in schema.columns or schema.columns[unit.column].nullable):
                 raise IngestError(f"--unit names column {unit.column!r}, which the file lacks or leaves empty in some "
                                   "rows; every record needs its user.")  # fmt: skip
             frame = con.execute(
-                "SELECT " + ", ".join(f"CAST({quote_ident(n)} AS {_CAST[c.type]}) AS {quote_ident(n)}"
+                "SELECT " + ", ".join(f"CAST({quote_ident(n)} AS {CAST[c.type]}) AS {quote_ident(n)}"
                                       for n, c in schema.columns.items()) + " FROM incoming"
             ).df()  # fmt: skip
             parsed = content.digest(frame, {n: c.type for n, c in schema.columns.items()})
@@ -374,47 +364,6 @@ class Registry:
                         [dataset_id, version])  # fmt: skip
         snapshots.prune(snapshot)
         return Dataset(dataset_id, version, unit, purpose, schema, rows, registered), inferred
-
-
-def _check(con, schema: Schema, found: list[str], name: str) -> None:
-    """The file against the declared schema, with counts and line numbers (the steward's view)."""
-    declared = list(schema.columns)
-    if declared != found:
-        missing = [c for c in declared if c not in found]
-        extra = [c for c in found if c not in declared]
-        raise IngestError(
-            f"{name!r} does not match the declared schema: missing columns {missing}, undeclared columns {extra}"
-            + ("" if missing or extra else ", columns in another order") + "; fix the file or the schema."
-        )
-    problems = []
-    for column, spec in schema.columns.items():
-        q = quote_ident(column)
-        checks = [(f"TRY_CAST({q} AS {_CAST[spec.type]}) IS NULL AND {q} IS NOT NULL", f"not of type {spec.type}")]
-        if not spec.nullable:
-            checks.append((f"{q} IS NULL", "empty (the schema says nullable: false)"))
-        if spec.type == "float":
-            checks.append((f"isinf(TRY_CAST({q} AS DOUBLE)) OR isnan(TRY_CAST({q} AS DOUBLE))", "infinite or NaN"))
-        if spec.type == "string":
-            checks.append((f"regexp_matches(CAST({q} AS VARCHAR), '{_CONTROL}')", "holding NUL or control characters"))
-        for predicate, what in checks:
-            bad = con.execute(
-                f"SELECT count(*), list(line ORDER BY line)[1:5] FROM (SELECT row_number() OVER () + 1 AS line, * "
-                f"FROM incoming) WHERE {predicate}"
-            ).fetchall()[0]  # fmt: skip
-            if bad[0]:
-                problems.append(f"column {column!r}: {bad[0]} values {what} (first at lines {bad[1]})")
-    if problems:
-        raise IngestError(f"{name!r} does not fit the declared schema: " + "; ".join(problems) + ".")
-
-
-def _check_weight(con, table: str, policy: Policy, name: str) -> None:
-    """A sampling weight is a positive number of people each record stands for (the steward's view: counts)."""
-    if policy.weight is None:
-        return
-    bad = con.execute(f"SELECT count(*) FROM {table} WHERE NOT (CAST({quote_ident(policy.weight)} AS DOUBLE) > 0)").fetchone()[0]
-    if bad:
-        raise IngestError(f"{name}: the weight column {policy.weight!r} holds {bad} values that are not positive; a "
-                          "sampling weight is the number of people a record stands for, above 0.")  # fmt: skip
 
 
 def _dataset(row: tuple) -> Dataset:
