@@ -159,7 +159,8 @@ def household_risk(risk: np.ndarray, cluster: pd.Series) -> np.ndarray:
     household is re-identified, 1 − Π_{i∈h}(1 − r_i), members taken as independent."""
     codes = pd.factorize(cluster, use_na_sentinel=True)[0]
     codes = np.where(codes >= 0, codes, codes.max(initial=-1) + 1 + np.arange(len(codes)))  # no household: alone
-    log_safe = pd.Series(np.log1p(-np.minimum(risk, 1.0)))
+    with np.errstate(divide="ignore"):  # a member at risk 1: log 0 = −inf, and the household's risk is 1
+        log_safe = pd.Series(np.log1p(-np.minimum(risk, 1.0)))
     return -np.expm1(log_safe.groupby(codes).transform("sum").to_numpy())
 
 
