@@ -22,6 +22,7 @@ from core.errors import SpecError
 from core.ids import ID_PATTERN
 from core.mechanisms import dpne, outliers, ra, swapping
 from core.mechanisms.base import StrictParams
+from core.registry import Registry
 from flows.release import run_request
 
 FROM_REGISTRY = "PRIVRELEASE_FORMS_FROM_REGISTRY"  # set where the forms are deployed (scripts/serve.sh)
@@ -36,8 +37,6 @@ def _sdc_registered() -> tuple[list[str], list[str]]:
     home = os.environ.get(paths.HOME_ENV)
     if os.environ.get(FROM_REGISTRY) != "1" or not home or not paths.database(Path(home)).exists():
         return [], []
-    from core.registry import Registry
-
     datasets = [d for d in Registry(Path(os.environ[paths.HOME_ENV])).list() if d.purpose == "sdc" and d.policy]
     columns = [c for d in datasets for c in d.policy.published(list(d.schema.columns))]
     return [d.id for d in datasets], list(dict.fromkeys(columns))

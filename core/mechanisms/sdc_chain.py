@@ -108,7 +108,7 @@ def needs(params: Params, schema: tuple[str, ...]) -> Needs:
             columns += n.columns
             numeric += n.numeric
         else:
-            columns += [c for c in (getattr(s, "columns", None) or [getattr(s, "column", None)]) if c]
+            columns += methods.columns(s)
             numeric += methods.numeric(s)
     if params.policy is not None:
         for s in params.steps:

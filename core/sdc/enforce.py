@@ -136,10 +136,10 @@ def missed(figures: dict, policy: Policy) -> list[str]:
     """The thresholds the released table misses (their names and the policy's values, never a figure)."""
     t = policy.thresholds
     out = []
-    said = dict(zip(("k", "risk", "global_risk", "l", "household_risk"), _names(t)))
+    said = t.words()
     numbers = [v for k, v in figures.items() if isinstance(v, float)]
     if any(not math.isfinite(v) or v < 0 for v in numbers):  # fail closed: a figure that cannot be compared
-        return [n for n in said.values() if n is not None] or ["finite risk figures"]
+        return list(said.values()) or ["finite risk figures"]
     if t.k is not None and figures["records"] and figures["k"] < t.k:
         out.append(said["k"])
     if t.risk is not None and figures["records_risk_above"]["records"] > t.risk.max_share * figures["records"]:
@@ -152,11 +152,6 @@ def missed(figures: dict, policy: Policy) -> list[str]:
         out.append(said["household_risk"])
     return out
 
-
-def _names(t) -> list[str | None]:
-    """Each threshold's words as ``Thresholds.named`` says them (None where unset), in a fixed order."""
-    named = iter(t.named())
-    return [next(named) if v is not None else None for v in (t.k, t.risk, t.global_risk, t.l, t.household_risk)]
 
 
 def refuse(dataset: str, release_id: str, missing: list[str]) -> ThresholdMissed:

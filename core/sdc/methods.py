@@ -83,13 +83,16 @@ class Noise(StrictParams):
     level: float = Field(0.1, gt=0, le=10, description="noise standard deviation, in the column's standard deviations")
 
 
+def columns(step: StrictParams) -> list[str]:
+    """The columns a step's parameters name (local suppression names none: it works on the policy's key)."""
+    if isinstance(step, Suppress):
+        return []
+    return [step.column] if isinstance(step, TopCode) else list(step.columns)
+
+
 def protects(step: StrictParams, policy: Policy) -> list[str]:
     """The columns a step changes so as to protect them."""
-    if isinstance(step, Suppress):
-        return policy.key_vars.all
-    if isinstance(step, TopCode):
-        return [step.column]
-    return list(step.columns)
+    return policy.key_vars.all if isinstance(step, Suppress) else columns(step)
 
 
 def numeric(step: StrictParams) -> list[str]:

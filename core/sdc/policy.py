@@ -59,21 +59,25 @@ class Thresholds(_Strict):
     l: int | None = Field(None, ge=2, description="distinct l-diversity of every sensitive variable in every key cell")  # noqa: E741
     household_risk: float | None = Field(None, gt=0, le=1, description="highest household risk, at most (needs cluster)")
 
-    def named(self) -> list[str]:
-        """The thresholds set, in words (public)."""
-        out = []
+    def words(self) -> dict[str, str]:
+        """Each threshold set, by its field, in words (public)."""
+        out = {}
         if self.k is not None:
-            out.append(f"k-anonymity on the key (k ≥ {self.k})")
+            out["k"] = f"k-anonymity on the key (k ≥ {self.k})"
         if self.risk is not None:
             share = "no record" if self.risk.max_share == 0 else f"at most {self.risk.max_share:.2%} of records"
-            out.append(f"{share} with individual risk above {self.risk.above:g}")
+            out["risk"] = f"{share} with individual risk above {self.risk.above:g}"
         if self.global_risk is not None:
-            out.append(f"global risk at most {self.global_risk:g}")
+            out["global_risk"] = f"global risk at most {self.global_risk:g}"
         if self.l is not None:
-            out.append(f"l-diversity of the sensitive variables (l ≥ {self.l})")
+            out["l"] = f"l-diversity of the sensitive variables (l ≥ {self.l})"
         if self.household_risk is not None:
-            out.append(f"household risk at most {self.household_risk:g}")
+            out["household_risk"] = f"household risk at most {self.household_risk:g}"
         return out
+
+    def named(self) -> list[str]:
+        """The thresholds set, in words (public)."""
+        return list(self.words().values())
 
 
 class Breaks(_Strict):
