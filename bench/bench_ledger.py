@@ -23,8 +23,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from core import pipeline  # noqa: E402
+from core import charged  # noqa: E402
 from core.accounting import Budget  # noqa: E402
+from core.home import Home  # noqa: E402
 from core.ledger import PUBLISHED  # noqa: E402
 
 CHARGER = """
@@ -45,7 +46,7 @@ for i in range(n):
 
 
 def sequential(root: Path, n: int) -> list[str]:
-    store = pipeline.Store(root)
+    store = Home(root)
     ledger = store.ledger
     ledger.set_budget("d", Budget(float(n), 1e-3))
     latencies = []
@@ -55,7 +56,7 @@ def sequential(root: Path, n: int) -> list[str]:
         ledger.settle(f"r{i}", PUBLISHED, {})
         latencies.append(time.perf_counter() - began)
     started = time.perf_counter()
-    pipeline.recover(store)
+    charged.recover(store)
     recovered = time.perf_counter() - started
     started = time.perf_counter()
     entries = ledger.verify(store.releases)
@@ -71,9 +72,9 @@ def sequential(root: Path, n: int) -> list[str]:
 
 def concurrent(root: Path, processes: int, charges: int) -> list[str]:
     """``processes`` processes charge one dataset ``charges`` times each, all at once."""
-    pipeline.Store(root).ledger.set_budget("shared", Budget(float(processes * charges), 0.0))
+    Home(root).ledger.set_budget("shared", Budget(float(processes * charges), 0.0))
     start = root / "go"
-    procs = [subprocess.Popen([sys.executable, "-c", CHARGER, str(pipeline.Store(root).db), f"w{w}", str(charges),
+    procs = [subprocess.Popen([sys.executable, "-c", CHARGER, str(Home(root).db), f"w{w}", str(charges),
                                str(start)], cwd=REPO, stdout=subprocess.PIPE, text=True) for w in range(processes)]  # fmt: skip
     time.sleep(3)  # every process imported and connected
     began = time.perf_counter()

@@ -15,16 +15,19 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import datetime
 from fractions import Fraction
 from pathlib import Path
 
-from core import pld
+from core import approval, pld
 from core.accountant import CHARGE, EVENTS, Filter, Spend, events_of, exact, fits_more
-from core.accounting import Budget
+from core.accounting import Budget, compose_sigmas, gaussian_epsilon
 from core.chain import Entry
 
-CAP, RESERVED = "cap", "reserved"
+CAP, RESERVED, PUBLISHED, FAILED = "cap", "reserved", "published", "failed"
 RULE = "filter-1"  # the admission rule recorded with each charge; entries without one were admitted by basic composition
+APPROVED = "filter-2"  # the same, with the steward's approval rule applied under the charge's lock and recorded
+RULES = (RULE, APPROVED)
 
 
 def spend(entry: Entry) -> Spend:
@@ -49,6 +52,7 @@ class Account:
     fits: int | None  # more releases like ``like`` the filter admits
     like: str | None  # the mechanism of the last dp charge
     over_cap: bool
+    left: tuple[Budget, str]  # what remains and by which rule (``left``)
 
     def as_dict(self) -> dict:
         f = self.filter
@@ -74,7 +78,115 @@ def account(entries: list[Entry], cap: Budget, cache_dir: Path | None = None) ->
                                    pld.discretization(basic.epsilon))  # fmt: skip
     over = bool(spends) and not f.check(spends).admitted
     return Account(f, basic, f.spent_epsilon(spends), tight, fits_more(f, spends, spends[-1]) if spends else None,
-                   charges[-1].mechanism if charges else None, over)  # fmt: skip
+                   charges[-1].mechanism if charges else None, over, left(f, spends))  # fmt: skip
+
+
+def left(f: Filter, spends: list[Spend]) -> tuple[Budget, str]:
+    """What remains of the cap after ``spends``, and by which rule: basic composition (the cap less the
+    charges, exactly) while no charge has Gaussian noise; once one has, the basic region is closed to the
+    history and what remains is the filter's (the cap's epsilon less what the filter certifies as spent,
+    and the delta room of (epsilon, delta)-only parts)."""
+    d = f.check(spends)
+    if any(s.gaussian for s in spends) and f.alpha is not None:
+        spent = f.spent_epsilon(spends) or 0.0
+        return Budget(max(f.cap.epsilon - spent, 0.0), float(max(f.delta_room - d.approx_delta, 0))), "filter"
+    room = f.delta_room if f.alpha is not None else exact(f.cap.delta)
+    return Budget(float(max(exact(f.cap.epsilon) - d.basic_epsilon, 0)), float(max(room - d.basic_delta, 0))), "basic"
+
+
+@dataclass(frozen=True)
+class Totals:
+    """One dataset's account. ``spent`` sums its dp charges only; an sdc or mpc dataset has none."""
+
+    dataset: str
+    kind: str | None  # dp, sdc or mpc (None: only a cap so far)
+    adjacency: str | None
+    cap: Budget | None
+    spent: Budget | None
+    releases: int
+    published: int
+    failed: int
+    pending: int
+    gdp_epsilon: float | None = None  # the tighter total when every charge is a Gaussian-DP release
+    account: Account | None = None  # the filter's and the PLD figures (a dp dataset with a cap)
+    remaining_by: str | None = None  # "basic" or "filter": the rule ``remaining`` follows (``left``)
+
+    @property
+    def remaining(self) -> Budget | None:
+        """What is left of the cap (``left``): by basic composition, or the filter's once a charge is Gaussian."""
+        if self.cap is None or self.spent is None:
+            return None
+        return self._left[0]
+
+    @property
+    def _left(self) -> tuple[Budget, str]:
+        if self.account is not None:
+            return self.account.left
+        room = exact(self.cap.delta)
+        return Budget(float(max(exact(self.cap.epsilon) - exact(self.spent.epsilon), 0)),
+                      float(max(room - exact(self.spent.delta), 0))), "basic"  # fmt: skip
+
+    @property
+    def over_cap(self) -> bool:
+        """Whether the history is already outside the cap's admission filter (after a cap was lowered)."""
+        if self.account is not None:
+            return self.account.over_cap
+        return self.cap is not None and self.spent is not None and (
+            exact(self.spent.epsilon) > exact(self.cap.epsilon) or exact(self.spent.delta) > exact(self.cap.delta))
+
+    def as_dict(self) -> dict:
+        def pair(b: Budget | None) -> dict | None:
+            return None if b is None else {"epsilon": b.epsilon, "delta": b.delta}
+
+        return {
+            "dataset": self.dataset, "kind": self.kind, "adjacency": self.adjacency,
+            "cap": pair(self.cap), "spent": pair(self.spent),
+            "remaining": pair(self.remaining),
+            "remaining_by": None if self.remaining is None else self._left[1], "releases": self.releases,
+            "published": self.published, "failed": self.failed, "pending": self.pending,
+            "gdp": None if self.gdp_epsilon is None or self.spent is None
+            else {"epsilon": self.gdp_epsilon, "delta": self.spent.delta},
+            **(self.account.as_dict() if self.account is not None else {"filter": None, "pld": None, "next": None}),
+        }  # fmt: skip
+
+
+def totals(entries: list[Entry], cache_dir: Path | None = None) -> list[Totals]:
+    """Per dataset: its kind, cap, dp spend (basic composition), and release counts by status."""
+    out = []
+    for dataset in sorted({e.dataset for e in entries}):
+        mine = [e for e in entries if e.dataset == dataset]
+        caps = [e.budget for e in mine if e.status == CAP]
+        charges = [e for e in mine if e.status == RESERVED]
+        kind = charges[0].kind if charges else ("dp" if caps else None)
+        dp = [e for e in charges if e.kind == "dp"]
+        spent = Budget(float(sum((exact(e.epsilon) for e in dp), Fraction(0))),
+                       float(sum((exact(e.delta) for e in dp), Fraction(0)))) if kind == "dp" else None  # fmt: skip
+        latest: dict[str, str] = {}
+        for e in mine:
+            if e.release_id is not None:
+                latest[e.release_id] = e.status
+        states = list(latest.values())
+        out.append(Totals(
+            dataset, kind, dp[0].adjacency if dp else None, caps[-1] if caps else None, spent, len(states),
+            states.count(PUBLISHED), states.count(FAILED), states.count(RESERVED), _gdp_epsilon(dp),
+            account(mine, caps[-1], cache_dir) if kind == "dp" and caps else None,
+        ))  # fmt: skip
+    return out
+
+
+def _gdp_epsilon(charges: list[Entry]) -> float | None:
+    """Composed epsilon of Gaussian-DP charges at the same total delta as basic composition.
+
+    Each such charge is a set of sensitivity-1 Gaussian mechanisms (its ``sigmas``) whose
+    conversion used ``delta_conversion``; the rest of its delta covers other events (DPNE's
+    new-item event). The sigmas of all charges compose as one Gaussian (GDP), converted at the
+    summed conversion deltas. None when any charge is of another kind.
+    """
+    details = [json.loads(e.detail) for e in charges]
+    if not details or any(d.get("accountant") != "gaussian-dp" for d in details):
+        return None
+    sigmas = [s for d in details for s in d["sigmas"]]
+    return gaussian_epsilon(compose_sigmas(sigmas), sum(d["delta_conversion"] for d in details))
 
 
 # -- refusals ------------------------------------------------------------------------------------------
@@ -170,34 +282,53 @@ def replay(entries: list[Entry]) -> list[str]:
 
     A charge recorded with ``admission`` was admitted by the filter: the filter of the cap then in
     force must admit the history up to it, in the region recorded. One recorded without was admitted
-    by basic composition against the whole cap (the rule before events were recorded).
+    by basic composition against the whole cap (the rule before events were recorded). A charge made
+    while the cap carried a steward's approval rule has that rule applied again: one it holds back
+    must record an approval that covers it (``core.approval``): an approval that is not on the ledger
+    cannot be audited, so a charge from before approvals were recorded fails here too.
     """
     problems = []
     by_dataset: dict[str, list[Entry]] = {}
     for e in entries:
         by_dataset.setdefault(e.dataset, []).append(e)
     for dataset, mine in by_dataset.items():
-        cap, spends = None, []
+        cap, spends, charges = None, [], []
         for e in mine:
             if e.status == CAP:
-                cap = e.budget
+                cap = e
             if e.status != RESERVED or e.kind != "dp":
                 continue
             recorded = json.loads(e.detail).get("admission")
             if cap is None:
                 problems.append(f"entry {e.seq} ({dataset}): a dp charge with no cap in force")
-                spends.append(spend(e))
             elif recorded is None:
-                spends.append(spend(e))
-                if sum((exact(s.budget.epsilon) for s in spends), Fraction(0)) > exact(cap.epsilon) or sum(
-                        (exact(s.budget.delta) for s in spends), Fraction(0)) > exact(cap.delta):  # fmt: skip
+                if sum((exact(s.budget.epsilon) for s in spends + [spend(e)]), Fraction(0)) > exact(cap.epsilon) or sum(
+                        (exact(s.budget.delta) for s in spends + [spend(e)]), Fraction(0)) > exact(cap.delta):  # fmt: skip
                     problems.append(f"entry {e.seq} ({dataset}): basic composition exceeds the cap then in force")
             else:
-                d, counted = Filter.of(cap).admit(spends, replace(spend(e), mode=EVENTS))
-                spends.append(spend(e))
-                if (not d.admitted or recorded.get("rule") != RULE or recorded.get("region") != d.region
+                f = Filter.of(cap.budget)
+                d, counted = f.admit(spends, replace(spend(e), mode=EVENTS))
+                if (not d.admitted or recorded.get("rule") not in RULES or recorded.get("region") != d.region
                         or recorded.get("mode") != counted.mode):  # fmt: skip
                     problems.append(f"entry {e.seq} ({dataset}): recorded as admitted ({recorded.get('region')}, by its "
                                     f"{recorded.get('mode')}) but the filter of the cap then in force gives "
                                     f"{d.region or 'refused'} (by its {counted.mode})")  # fmt: skip
+                problems += _approval(e, dataset, cap, f, spends, counted, charges)
+            spends.append(spend(e))
+            charges.append(e)
     return problems
+
+
+def _approval(e: Entry, dataset: str, cap: Entry, f: Filter, spends: list[Spend], counted: Spend,
+              charges: list[Entry]) -> list[str]:  # fmt: skip
+    """The steward's approval rule of ``cap`` applied again to charge ``e``: one it holds back needs a recorded approval."""
+    rule = approval.Rule.of(json.loads(cap.detail))
+    record = json.loads(e.detail).get("approval")
+    if not rule.any:
+        return [] if record is None else [f"entry {e.seq} ({dataset}): records an approval, but no rule was in force"]
+    mine = [(c.ts, c.epsilon) for c in charges if c.requested_by == e.requested_by]
+    seen = approval.look(rule, f, spends, counted, mine, datetime.fromisoformat(e.ts))
+    given = None if record is None else approval.Approval.recorded(record)
+    if seen.needed and (given is None or not given.covers(seen)):
+        return [f"entry {e.seq} ({dataset}): {seen.words(dataset)}, and the charge records no approval that covers it"]
+    return []

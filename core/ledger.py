@@ -25,15 +25,15 @@ import json
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from fractions import Fraction
 from pathlib import Path
 
-from core import anchors, lease
-from core import budget as accounts
+from core import anchors, budget, lease
 from core.accountant import Filter, Spend, events_of
-from core.accounting import Budget, compose_sigmas, gaussian_epsilon
+from core.accounting import Budget
+from core.accounts import requester
+from core.approval import Approval, Look, Rule, look
 from core.chain import GENESIS, Entry, canonical, check_chain, insert, rows
-from core.errors import BudgetError, BudgetExhausted, LedgerCorrupt, ReleaseConflict
+from core.errors import ApprovalError, BudgetError, BudgetExhausted, LedgerCorrupt, ReleaseConflict
 from core.store import Store, open_store
 
 CAP, RESERVED, PUBLISHED, FAILED, POLICY = "cap", "reserved", "published", "failed", "policy"
@@ -45,54 +45,6 @@ class Charge:
 
     entry: Entry
     previous_status: str | None  # None: newly charged; else the status of an earlier attempt
-
-
-@dataclass(frozen=True)
-class Totals:
-    """One dataset's account. ``spent`` sums its dp charges only; an sdc or mpc dataset has none."""
-
-    dataset: str
-    kind: str | None  # dp, sdc or mpc (None: only a cap so far)
-    adjacency: str | None
-    cap: Budget | None
-    spent: Budget | None
-    releases: int
-    published: int
-    failed: int
-    pending: int
-    gdp_epsilon: float | None = None  # the tighter total when every charge is a Gaussian-DP release
-    account: accounts.Account | None = None  # the filter's and the PLD figures (a dp dataset with a cap)
-
-    @property
-    def remaining(self) -> Budget | None:
-        """What basic composition leaves: the cap less the charges (the deltas' room is the filter's)."""
-        if self.cap is None or self.spent is None:
-            return None
-        room = self.account.filter.delta_room if self.account and self.account.filter.alpha else _exact(self.cap.delta)
-        return Budget(float(max(_exact(self.cap.epsilon) - _exact(self.spent.epsilon), 0)),
-                      float(max(room - _exact(self.spent.delta), 0)))
-
-    @property
-    def over_cap(self) -> bool:
-        """Whether the history is already outside the cap's admission filter (after a cap was lowered)."""
-        if self.account is not None:
-            return self.account.over_cap
-        return self.cap is not None and self.spent is not None and (
-            _exact(self.spent.epsilon) > _exact(self.cap.epsilon) or _exact(self.spent.delta) > _exact(self.cap.delta))
-
-    def as_dict(self) -> dict:
-        def pair(b: Budget | None) -> dict | None:
-            return None if b is None else {"epsilon": b.epsilon, "delta": b.delta}
-
-        return {
-            "dataset": self.dataset, "kind": self.kind, "adjacency": self.adjacency,
-            "cap": pair(self.cap), "spent": pair(self.spent),
-            "remaining": pair(self.remaining), "releases": self.releases,
-            "published": self.published, "failed": self.failed, "pending": self.pending,
-            "gdp": None if self.gdp_epsilon is None or self.spent is None
-            else {"epsilon": self.gdp_epsilon, "delta": self.spent.delta},
-            **(self.account.as_dict() if self.account is not None else {"filter": None, "pld": None, "next": None}),
-        }  # fmt: skip
 
 
 class Ledger:
@@ -115,17 +67,18 @@ class Ledger:
     # -- writing -------------------------------------------------------------------------------
 
     def set_budget(self, dataset: str, cap: Budget, approve_above: float | None = None,
-                   requested_by: str | None = None) -> Entry:  # fmt: skip
+                   requested_by: str | None = None, approve_account: tuple[float, float] | None = None,
+                   terms: dict | None = None) -> Entry:  # fmt: skip
         """Record a dataset's cap; later caps replace earlier ones, and the history keeps both.
 
-        ``approve_above``: the largest share of the remaining budget one release may take without a
-        steward's approval (None: no approval needed)."""
-        if approve_above is not None and not 0 <= approve_above <= 1:
-            raise ValueError(f"approve_above is a share of the remaining budget, from 0 to 1; got {approve_above}")
-        detail = {} if approve_above is None else {"approve_above": float(approve_above)}
+        ``approve_above``: the largest share of what remains one release may take without a steward's
+        approval; ``approve_account``: (epsilon, hours), the most one account may charge in a window
+        without it (``core.approval``; None: no approval needed). ``terms``: further conditions the
+        steward sets with the cap (the spam mail's trust assumptions, ``core.spam.terms``)."""
+        rule = Rule(approve_above, *(approve_account or (None, None)))
         with self._write(dataset) as (con, written):
             return self._append(con, written, dataset=dataset, status=CAP, epsilon=cap.epsilon, delta=cap.delta,
-                                detail=detail, requested_by=requested_by)  # fmt: skip
+                                detail=rule.as_detail() | (terms or {}), requested_by=requested_by)  # fmt: skip
 
     def set_policy(self, dataset: str, policy: dict, requested_by: str | None = None) -> Entry:
         """Record an SDC dataset's disclosure policy (the steward's); a later one replaces it, the history keeps both."""
@@ -140,17 +93,31 @@ class Ledger:
             found = rows(con, "WHERE dataset = ? AND status = ? ORDER BY seq DESC LIMIT 1", [dataset, POLICY])
         return found[0] if found else None
 
-    def approval(self, dataset: str, cost: Budget, detail: dict | None = None) -> tuple[float, float] | None:
-        """(share, threshold) when a release of ``cost`` (its events in ``detail``) takes a larger share of what
-        remains of the dataset's cap under its admission filter than its steward lets pass without approval."""
-        with self.store.read() as con:
-            caps = rows(con, "WHERE dataset = ? AND status = ? ORDER BY seq DESC LIMIT 1", [dataset, CAP])
-            threshold = json.loads(caps[0].detail).get("approve_above") if caps else None
-        if threshold is None:
+    def cap_entry(self, dataset: str) -> Entry | None:
+        """The dataset's cap in force (its ``detail`` holds the steward's approval rule and terms), if any."""
+        if not self.store.exists():
             return None
-        f, spends = self.admission(dataset)
-        share = f.share(spends, Spend("this release", cost, events_of(detail or {})))
-        return (share, threshold) if share > threshold else None
+        with self.store.read() as con:
+            return self._cap_entry(con, dataset)
+
+    def approval(self, dataset: str, cost: Budget, detail: dict | None = None,
+                 requested_by: str | None = None) -> Look | None:  # fmt: skip
+        """The steward's rule against a charge of ``cost`` (its events in ``detail``) by ``requested_by``,
+        when the charge must wait for an approval (``core.approval``); None when it need not. A look
+        taken before the charge: ``reserve`` takes it again under its lock."""
+        with self.store.read() as con:
+            found = self._look(con, dataset, Spend("this release", cost, events_of(detail or {})),
+                               requested_by or requester(), datetime.now(UTC))  # fmt: skip
+        return found if found is not None and found.needed else None
+
+    def _look(self, con, dataset: str, candidate: Spend, requested_by: str, now: datetime) -> Look | None:
+        cap = self._cap_entry(con, dataset)
+        rule = Rule.of(json.loads(cap.detail)) if cap is not None else Rule()
+        if not rule.any:
+            return None
+        charges = rows(con, "WHERE dataset = ? AND status = ? AND kind = 'dp' ORDER BY seq", [dataset, RESERVED])
+        mine = [(e.ts, e.epsilon) for e in charges if e.requested_by == requested_by]
+        return look(rule, Filter.of(cap.budget), budget.history(charges), candidate, mine, now)
 
     def admit(self, dataset: str, cost: Budget, detail: dict | None = None) -> None:
         """Refuse, without writing, a dp charge the dataset's cap cannot take (the early check)."""
@@ -161,7 +128,7 @@ class Ledger:
         """The dataset's admission filter (None: no cap) and its dp history, for what-if questions."""
         with self.store.read() as con:
             cap = self._cap(con, dataset)
-            return (None if cap is None else Filter.of(cap)), accounts.history(rows(
+            return (None if cap is None else Filter.of(cap)), budget.history(rows(
                 con, "WHERE dataset = ? AND status = ? AND kind = 'dp' ORDER BY seq", [dataset, RESERVED]))
 
     def reserve(
@@ -176,12 +143,15 @@ class Ledger:
         detail: dict | None = None,
         flow_run_id: str | None = None,
         requested_by: str | None = None,
+        approval: Approval | None = None,
     ) -> Charge:
         """Charge a release, atomically, once per release id.
 
         A retry with the same release id and the same ``params`` returns the first charge; the same
         id with other params is refused. A dp charge needs a cap (fail closed) and the dataset's one
-        adjacency; sdc and mpc runs carry no epsilon.
+        adjacency; sdc and mpc runs carry no epsilon. Under the same lock, the steward's approval rule
+        is applied again: a dp charge it holds back needs an ``approval`` that still covers it, and
+        what was decided is recorded with the charge (``core.approval``).
         """
         if kind not in KINDS or (kind == "dp") != (cost is not None) or (kind == "dp") != (adjacency is not None):
             raise ValueError(f"a {kind!r} charge takes a cost and an adjacency exactly when it is dp")
@@ -193,10 +163,20 @@ class Ledger:
             if kinds - {kind}:
                 raise BudgetError(f"dataset {dataset!r} has {kinds.pop()} entries in the ledger; one dataset holds "
                                   f"one kind of release, not {kind}.")  # fmt: skip
+            requested_by, now = requested_by or requester(), datetime.now(UTC)
             if kind == "dp":
                 decision, counted = self._check_cap(con, dataset, cost, adjacency, detail)
-                detail = {**(detail or {}), "admission": {"rule": accounts.RULE, "region": decision.region,
+                detail = {**(detail or {}), "admission": {"rule": budget.RULE, "region": decision.region,
                                                           "mode": counted.mode}}  # fmt: skip
+                seen = self._look(con, dataset, counted, requested_by, now)
+                if seen is not None:
+                    if seen.needed and (approval is None or not approval.covers(seen)):
+                        raise ApprovalError(f"{seen.words(dataset)}. " + (
+                            "It changed while this release waited for the steward (another charge came first): the "
+                            "approval given no longer covers it. Nothing was charged; start it again to ask anew."
+                            if approval is not None else "Nothing was charged; it needs a steward's approval."))  # fmt: skip
+                    detail["approval"] = seen.record(approval if seen.needed else None)
+                    detail["admission"]["rule"] = budget.APPROVED
             self.store.lock_head(con)
             earlier = self._earlier(con, release_id, dataset, mechanism, params)  # the same id on another dataset
             if earlier is not None:
@@ -205,7 +185,7 @@ class Ledger:
                 con, written, dataset=dataset, release_id=release_id, flow_run_id=flow_run_id, kind=kind,
                 adjacency=adjacency, mechanism=mechanism, params=params,
                 epsilon=cost.epsilon if cost else 0.0, delta=cost.delta if cost else 0.0,
-                detail=detail or {}, holder=lease.me(self.home), status=RESERVED, requested_by=requested_by,
+                detail=detail or {}, holder=lease.me(self.home), status=RESERVED, requested_by=requested_by, ts=now,
             )  # fmt: skip
             return Charge(entry, None)
 
@@ -238,11 +218,11 @@ class Ledger:
             raise BudgetError(f"dataset {dataset!r} was charged under another adjacency ({other[0]}); DP costs "
                               "under different neighbouring relations do not add up under one cap.")  # fmt: skip
         f = Filter.of(cap)
-        spends = accounts.history(rows(con, "WHERE dataset = ? AND status = ? AND kind = 'dp' ORDER BY seq",
+        spends = budget.history(rows(con, "WHERE dataset = ? AND status = ? AND kind = 'dp' ORDER BY seq",
                                        [dataset, RESERVED]))  # fmt: skip
         decision, counted = f.admit(spends, Spend("this release", cost, events_of(detail or {})))
         if not decision.admitted:
-            raise BudgetExhausted(accounts.refusal(dataset, f, spends, counted))
+            raise BudgetExhausted(budget.refusal(dataset, f, spends, counted))
         return decision, counted
 
     def settle(self, release_id: str, status: str, detail: dict | None = None, flow_run_id: str | None = None) -> Entry:
@@ -301,7 +281,7 @@ class Ledger:
                 flow_run_id: str | None = None, kind: str | None = None, adjacency: str | None = None,
                 mechanism: str | None = None, params: dict | None = None,
                 epsilon: float = 0.0, delta: float = 0.0, detail: dict | None = None,
-                holder: str | None = None, requested_by: str | None = None) -> Entry:
+                holder: str | None = None, requested_by: str | None = None, ts: datetime | None = None) -> Entry:
         self.store.lock_head(con)
         last = rows(con, "ORDER BY seq DESC LIMIT 1", [])
         key = anchors.key(self.home, create=not last)
@@ -311,7 +291,7 @@ class Ledger:
                 f"({anchors.key_path(self.home)}): every worker needs the same key file (${anchors.KEY_ENV}), "
                 "or the entry was changed; nothing was written. Run privrelease ledger verify.", last[0].seq)
         draft = Entry(
-            seq=last[0].seq + 1 if last else 1, ts=datetime.now(UTC).isoformat(timespec="microseconds"),
+            seq=last[0].seq + 1 if last else 1, ts=(ts or datetime.now(UTC)).isoformat(timespec="microseconds"),
             dataset=dataset, release_id=release_id, flow_run_id=flow_run_id, kind=kind, adjacency=adjacency,
             mechanism=mechanism,
             params=canonical(params or {}), epsilon=float(epsilon), delta=float(delta),
@@ -334,8 +314,13 @@ class Ledger:
     # -- reading -------------------------------------------------------------------------------
 
     def _cap(self, con, dataset: str) -> Budget | None:
+        cap = self._cap_entry(con, dataset)
+        return None if cap is None else cap.budget
+
+    @staticmethod
+    def _cap_entry(con, dataset: str) -> Entry | None:
         caps = rows(con, "WHERE dataset = ? AND status = ? ORDER BY seq DESC LIMIT 1", [dataset, CAP])
-        return caps[0].budget if caps else None
+        return caps[0] if caps else None
 
     def entries(self, dataset: str | None = None) -> list[Entry]:
         """All entries in chain order, optionally of one dataset."""
@@ -349,29 +334,9 @@ class Ledger:
             latest = rows(con, "WHERE release_id = ? ORDER BY seq DESC LIMIT 1", [release_id])
         return latest[0].status if latest else None
 
-    def totals(self) -> list[Totals]:
+    def totals(self) -> list[budget.Totals]:
         """Per dataset: its kind, cap, dp spend (basic composition), and release counts by status."""
-        entries = self.entries()
-        out = []
-        for dataset in sorted({e.dataset for e in entries}):
-            mine = [e for e in entries if e.dataset == dataset]
-            caps = [e.budget for e in mine if e.status == CAP]
-            charges = [e for e in mine if e.status == RESERVED]
-            kind = charges[0].kind if charges else ("dp" if caps else None)
-            dp = [e for e in charges if e.kind == "dp"]
-            spent = Budget(float(sum((_exact(e.epsilon) for e in dp), Fraction(0))),
-                           float(sum((_exact(e.delta) for e in dp), Fraction(0)))) if kind == "dp" else None
-            latest: dict[str, str] = {}
-            for e in mine:
-                if e.release_id is not None:
-                    latest[e.release_id] = e.status
-            states = list(latest.values())
-            out.append(Totals(
-                dataset, kind, dp[0].adjacency if dp else None, caps[-1] if caps else None, spent, len(states),
-                states.count(PUBLISHED), states.count(FAILED), states.count(RESERVED), _gdp_epsilon(dp),
-                accounts.account(mine, caps[-1], self.home) if kind == "dp" and caps else None,
-            ))  # fmt: skip
-        return out
+        return budget.totals(self.entries(), self.home)
 
     def verify(self, releases_root: Path | None = None) -> int:
         """Check the HMAC chain, that every anchor and every published manifest's entry is in it.
@@ -382,24 +347,4 @@ class Ledger:
 
     def replay(self) -> list[str]:
         """Every recorded admission recomputed from the recorded caps and events: the entries that do not follow."""
-        return accounts.replay(self.entries())
-
-
-def _exact(amount: float) -> Fraction:
-    """An amount as the decimal it was given as (its shortest repr), so sums of splits have no residue."""
-    return Fraction(repr(float(amount)))
-
-
-def _gdp_epsilon(charges: list[Entry]) -> float | None:
-    """Composed epsilon of Gaussian-DP charges at the same total delta as basic composition.
-
-    Each such charge is a set of sensitivity-1 Gaussian mechanisms (its ``sigmas``) whose
-    conversion used ``delta_conversion``; the rest of its delta covers other events (DPNE's
-    new-item event). The sigmas of all charges compose as one Gaussian (GDP), converted at the
-    summed conversion deltas. None when any charge is of another kind.
-    """
-    details = [json.loads(e.detail) for e in charges]
-    if not details or any(d.get("accountant") != "gaussian-dp" for d in details):
-        return None
-    sigmas = [s for d in details for s in d["sigmas"]]
-    return gaussian_epsilon(compose_sigmas(sigmas), sum(d["delta_conversion"] for d in details))
+        return budget.replay(self.entries())

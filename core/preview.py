@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import math
 
-from core import accuracy, mechanisms, noise, pipeline
+from core import accuracy, charged, mechanisms, noise, pipeline
 from core.accountant import Spend, events_of
 from core.accounting import Budget, charge_phrase
+from core.budget import left as budget_left
 from core.errors import BudgetError, UserError
+from core.home import Home
 from core.ledger import PUBLISHED
 from core.mechanisms import outliers
 from core.mechanisms.base import DPCost, Plan
@@ -27,7 +29,7 @@ from core.spec import Release, ReleaseRequest
 ADMITTED, APPROVAL, REFUSED, PUBLISHED_ALREADY = "admitted", "needs approval", "refused", "already published"
 
 
-def preview(store: pipeline.Store, request: ReleaseRequest) -> dict:
+def preview(store: Home, request: ReleaseRequest) -> dict:
     """The preview of ``request`` (a user error for a request a release would refuse before its charge,
     except for the budget, which is the verdict, and dropped rows, whose figures are still shown)."""
     try:
@@ -48,7 +50,7 @@ def preview(store: pipeline.Store, request: ReleaseRequest) -> dict:
     }
 
 
-def used(store: pipeline.Store, request: ReleaseRequest) -> dict | None:
+def used(store: Home, request: ReleaseRequest) -> dict | None:
     """What a release of an id the ledger already holds would do before any charge: return the
     published release without charging, or refuse an id charged before that did not publish."""
     status = store.ledger.status(request.release_id) if request.release_id else None
@@ -65,7 +67,7 @@ def _verdict(verdict: str, reason: str) -> dict:
     return {"kind": None, "charge": None, "left_after": None, "verdict": verdict, "reason": reason}
 
 
-def budget(store: pipeline.Store, release: Release, plan_: Plan) -> dict:
+def budget(store: Home, release: Release, plan_: Plan) -> dict:
     """The charge, what would be left after it, and the verdict: admitted, waits for approval, refused."""
     cost = plan_.cost
     if not isinstance(cost, DPCost):
@@ -78,17 +80,18 @@ def budget(store: pipeline.Store, release: Release, plan_: Plan) -> dict:
         return out | {"verdict": REFUSED, "reason": str(exc)}
     f, spends = store.ledger.admission(release.dataset.id)
     after, counted = f.admit(spends, Spend("this release", cost.budget, events_of(plan_.detail)))
-    room = f.delta_room if f.alpha is not None else f.cap.delta
+    left, by = budget_left(f, spends + [counted])
     out["left_after"] = {
-        "epsilon": max(0.0, f.cap.epsilon - float(after.basic_epsilon)),
-        "delta": max(0.0, float(room) - float(after.basic_delta)),
+        "epsilon": left.epsilon,
+        "delta": left.delta,
+        "by": by,
         "region": after.region,
         "counted_by": counted.mode,
         **({"renyi": {"order": f.alpha, "cost": f.cost(counted), "left": max(0.0, f.k - after.renyi_used), "of": f.k}}
            if f.alpha is not None else {}),
     }  # fmt: skip
-    why = pipeline.needs_approval(store, release, plan_)
-    return out | ({"verdict": APPROVAL, "reason": why} if why else {"verdict": ADMITTED, "reason": None})
+    held = charged.look(store, pipeline.claim(release, plan_), charged.Caller())
+    return out | ({"verdict": APPROVAL, "reason": held.words(release.dataset.id)} if held else {"verdict": ADMITTED, "reason": None})
 
 
 def accuracy_of(release: Release, plan_: Plan) -> dict | None:

@@ -2,30 +2,52 @@
 
 from __future__ import annotations
 
+import contextlib
 from datetime import UTC, datetime
 from pathlib import Path
 
-from prefect import flow, get_run_logger
+from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from core import audit as _audit
+from core.charged import recover
+from core.charts import render_chart
 from core.errors import LedgerCorrupt
-from core.pipeline import Store
+from core.home import Home
 from flows.artifacts import data_uri, flat, readable
-from tasks import audit as t
+from flows.steps import RAW
+
+
+@task(name="read-ledger", **RAW)
+def read(home: Home) -> _audit.Audit:
+    with contextlib.suppress(LedgerCorrupt):  # a broken ledger is reported by the audit itself
+        recover(home)  # interrupted runs are settled before the audit reads the ledger
+    return _audit.audit(home.ledger, home.releases)
+
+
+@task(name="chart-spend", **RAW)
+def chart(home: Home, audit: _audit.Audit, stamp: str) -> str | None:
+    spec = _audit.spend_chart(audit.entries)
+    if spec is None:
+        return None
+    path = home.root / "audit" / f"ledger-spend-{stamp}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    render_chart(spec, path)
+    return str(path)
 
 
 @flow(name="ledger-audit", persist_result=False)
 def ledger_audit() -> list[dict]:
     """Audit the ledger of the worker's home; the run fails (after publishing its artifacts) if the
     chain is broken."""
-    store = Store.open()
-    audit = t.read(store)
-    chart = t.chart(store, audit, datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"))
+    home = Home.open()
+    audit = read(home)
+    chart_path = chart(home, audit, datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"))
     totals = [x.as_dict() for x in audit.totals]
     create_table_artifact(key="ledger-totals", table=[flat(x) for x in totals], description="per dataset: cap, spent, remaining")
     history = [flat(e.as_dict()) for e in audit.entries]
     create_table_artifact(key="ledger-history", table=history, description="every entry")
-    picture = f"\n\n![Epsilon spent per dataset over time]({data_uri(Path(chart))})\n" if chart else ""
+    picture = f"\n\n![Epsilon spent per dataset over time]({data_uri(Path(chart_path))})\n" if chart_path else ""
     create_markdown_artifact(key="ledger-audit", markdown=readable(audit.markdown(None)) + picture, description="ledger audit")
     get_run_logger().info("audited %d entries over %d datasets", len(audit.entries), len(totals))
     if audit.problem is not None:

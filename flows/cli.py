@@ -41,13 +41,16 @@ def _runner(args: argparse.Namespace) -> dict:
 def _run_release(request_path: Path, runner: dict) -> dict:
     """Check the request against public facts first (under a second), then release: as a flow
     run on the configured Prefect server, or directly when none is configured (no temporary server)."""
-    from core import parallel, pipeline, spec
+    from core import charged, parallel, pipeline, spec
+    from core.home import Home
 
     request = spec.load(request_path)
-    store = pipeline.Store.open()
+    store = Home.open()
     bound, plan_ = pipeline.prepare(store, request)  # fail fast, before anything starts
     if not prefect_api_url():  # without Prefect no steward can answer: a release needing approval is refused now
-        pipeline.approve(store, bound, plan_, logging.getLogger("privrelease"))
+        held = charged.look(store, pipeline.claim(bound, plan_), charged.Caller())
+        if held is not None:
+            charged.refuse(bound.dataset.id, held, logging.getLogger("privrelease"))
     else:  # the flow's log is quiet on the console: its warnings are printed here, before the charge
         for line in pipeline.warnings(bound, plan_):
             print(f"warning: {line}", file=sys.stderr)
@@ -71,9 +74,10 @@ def _run_release(request_path: Path, runner: dict) -> dict:
 
 def cmd_preview(args: argparse.Namespace) -> int:
     """What the release would cost and give, charging nothing: exit 2 when a release would be refused."""
-    from core import pipeline, preview, spec
+    from core import preview, spec
+    from core.home import Home
 
-    found = preview.preview(pipeline.Store.open(), spec.load(Path(args.request)))
+    found = preview.preview(Home.open(), spec.load(Path(args.request)))
     print(json.dumps(found, indent=2) if args.json else preview.text(found), end="\n" if args.json else "")
     if found["verdict"] == preview.REFUSED:
         print(f"error: {found['reason']}", file=sys.stderr)
@@ -150,10 +154,17 @@ def cmd_info(args: argparse.Namespace, root: Path) -> int:
 
 
 def cmd_spam_train(args: argparse.Namespace, root: Path) -> int:
-    from core.spam.spec import check
+    from core import charged
+    from core.home import Home
+    from core.spam.job import SpamJob
 
-    check(args.spec, root)  # the whole spec, its files, floors and run id: refused before Prefect starts
+    home = Home(root)
+    claim = SpamJob(args.spec).check(home)  # the whole spec, its files, floors, terms and run id: before Prefect starts
+    charged.admit(home, claim)
     prefect_env(root)
+    held = charged.look(home, claim, charged.Caller())
+    if held is not None and not prefect_api_url():  # a temporary server has no steward to answer
+        charged.refuse(claim.dataset, held, logging.getLogger("privrelease"))
     start_prefect()
     from flows.spam import spam_filter_training
 
@@ -227,9 +238,10 @@ def cmd_demo(args: argparse.Namespace, root: Path) -> int:
 
 def _recover(root: Path) -> list:
     """Settle interrupted releases and clear their staging before a command reads the ledger."""
-    from core import pipeline
+    from core.charged import recover
+    from core.home import Home
 
-    settled = pipeline.recover(pipeline.Store(root))
+    settled = recover(Home(root))
     for e in settled:
         print(f"note: release {e.release_id} was interrupted; settled as {e.status}", file=sys.stderr)
     return settled

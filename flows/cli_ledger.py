@@ -15,13 +15,18 @@ from core.errors import LedgerCorrupt, UserError
 
 def cmd_set_budget(args: argparse.Namespace, root: Path) -> int:
     from core.accounts import requester
+    from core.approval import Rule
     from core.ids import check_id
     from core.ledger import Ledger
-    from core.mechanisms.spam_training import DP_LEDGER_DATASET
     from core.registry import Registry
+    from core.spam.terms import MAIL, Terms
 
     check_id(args.dataset, "dataset id")
-    if args.dataset != DP_LEDGER_DATASET and Registry(root).get(args.dataset).purpose != "dp":  # the mail corpus is not registered
+    spam = (args.min_colluders, args.min_threshold, args.allow_exact_runs)
+    if args.dataset != MAIL and spam != (None, None, False):
+        raise UserError(f"--min-colluders, --min-threshold and --allow-exact-runs are the terms of the users' mail; they "
+                        f"go with the cap of {MAIL!r}, not of {args.dataset!r}.")  # fmt: skip
+    if args.dataset != MAIL and Registry(root).get(args.dataset).purpose != "dp":  # the mail corpus is not registered
         raise UserError(f"dataset {args.dataset!r} is registered for statistical disclosure control, which has "
                         "no epsilon; a privacy budget applies to datasets registered with --purpose dp.")  # fmt: skip
     try:
@@ -30,10 +35,21 @@ def cmd_set_budget(args: argparse.Namespace, root: Path) -> int:
         raise UserError(f"invalid budget: {exc}.") from None
     if args.approve_above is not None and not 0 <= args.approve_above <= 1:
         raise UserError(f"--approve-above is a share of the remaining budget, from 0 to 1; got {args.approve_above:g}.")
+    if (args.approve_account_above is None) != (args.window is None):
+        raise UserError("--approve-account-above EPSILON and --window HOURS go together: the most one account may charge "
+                        "in that many hours without a steward's approval.")  # fmt: skip
+    account = None if args.window is None else (args.approve_account_above, args.window)
+    try:
+        rule = Rule(args.approve_above, *(account or (None, None)))
+    except ValueError as exc:
+        raise UserError(f"invalid approval rule: {exc}.") from None
+    terms = Terms.detail(*spam)
     ledger = Ledger(paths.database(root))
-    entry = ledger.set_budget(args.dataset, cap, args.approve_above, requester())
-    approval = "" if args.approve_above is None else f"; a release taking over {args.approve_above:.0%} of what remains waits for a steward"
-    print(f"cap for {args.dataset}: epsilon={cap.epsilon:g} delta={cap.delta:g}{approval} (ledger entry #{entry.seq})")
+    entry = ledger.set_budget(args.dataset, cap, args.approve_above, requester(), account, terms)
+    said = f"; {rule.words()}" if rule.any else ""
+    if terms:
+        said += f"; the mail's terms: {Terms.of(terms).words()}"
+    print(f"cap for {args.dataset}: epsilon={cap.epsilon:g} delta={cap.delta:g}{said} (ledger entry #{entry.seq})")
     totals = next((t for t in ledger.totals() if t.dataset == args.dataset), None)
     if totals is not None and totals.over_cap:
         spent = totals.spent
@@ -160,6 +176,15 @@ def add_parsers(sub) -> None:
     p.add_argument("--delta", type=float, required=True)
     p.add_argument("--approve-above", type=float, metavar="FRACTION",
                    help="a release taking more than this share (0-1) of the remaining budget waits for a steward's approval")
+    p.add_argument("--approve-account-above", type=float, metavar="EPSILON",
+                   help="with --window: a release bringing its requester's epsilon in the window past this waits for a steward")
+    p.add_argument("--window", type=float, metavar="HOURS", help="the window of --approve-account-above, in hours")
+    p.add_argument("--min-colluders", type=int, metavar="C",
+                   help="spam-mail only: dp: runs must assume at least C users colluding with the server")
+    p.add_argument("--min-threshold", type=int, metavar="T",
+                   help="spam-mail only: dp: runs must need at least T users for a round to complete")
+    p.add_argument("--allow-exact-runs", action="store_true",
+                   help="spam-mail only: allow training without dp: on mail no dp: run has read (refused by default)")
     p.set_defaults(func=cmd_set_budget)
     p = lsub.add_parser("history", help="every ledger entry, in order")
     p.add_argument("--dataset")

@@ -1,4 +1,4 @@
-"""The release flow: prepare → load → charge → privatize → check → (SDC: assess) → publish → settle.
+"""The release flow: check → admit → (approval) → load → reserve → privatize → (SDC: assess) → publish → settle.
 
 ``release`` takes the analyst's request (a registered dataset id, a mechanism and its public
 parameters) as the command line does; the forms of the UI (``flows/forms.py``) build the same
@@ -14,7 +14,6 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
@@ -23,14 +22,12 @@ from prefect.states import Failed, State
 
 from core import parallel, pipeline, spec
 from core.errors import UserError
+from core.home import Home
 from core.spec import ReleaseRequest
+from flows import steps
 from flows.artifacts import data_uri, readable
-from tasks import release as steps
 
 DEBUG_ENV = "PRIVRELEASE_DEBUG"
-# A form's request is checked in the flow itself, before any task: a refusal is one line in the log
-# and in the run's state message, not a task failure with its traceback.
-FORM_STEPS = SimpleNamespace(**{**vars(steps), "prepare": pipeline.prepare})
 
 
 def _kinds(error: type) -> set[str]:
@@ -76,7 +73,7 @@ def _preview(request: ReleaseRequest) -> dict:
     from core import accuracy, preview
     from core.charts import render_chart
 
-    found = preview.preview(pipeline.Store.open(), request)
+    found = preview.preview(Home.open(), request)
     markdown = preview.text(found)
     if found["accuracy"] and "levels" in found["accuracy"]:
         with tempfile.TemporaryDirectory() as tmp:
@@ -88,13 +85,20 @@ def _preview(request: ReleaseRequest) -> dict:
     return found
 
 
+def _release(request: ReleaseRequest, log) -> dict:
+    """The request as one charged run: its request checked in the flow itself (a refusal is one line in
+    the log and the run's state message), each step that touches rows or the ledger a task, a charge the
+    steward's rule holds back paused for an approval in the UI."""
+    return pipeline.release(Home.open(), request, steps.RELEASE, log, steps.caller(), steps.pause, steps.LEDGER)
+
+
 @flow(name="release", persist_result=False)
 def release(request: ReleaseRequest) -> dict:
     """Release a registered dataset as the ``request`` says, each step a task. Where heavy pieces
     run (in process, or a Dask cluster) is the worker's setting (``core.parallel.configured``).
     Returns the release id, folder and ledger entry."""
     with parallel.configured():
-        summary = pipeline.release(pipeline.Store.open(), request, steps, get_run_logger())
+        summary = _release(request, get_run_logger())
     if not summary["already_published"]:
         _artifact(summary)
     return summary
@@ -114,7 +118,7 @@ def run_request(release_id: str, dataset: str, mechanism: str, params: dict | Ca
         if preview:
             return _preview(request)
         with parallel.configured():
-            summary = pipeline.release(pipeline.Store.open(), request, FORM_STEPS, log)
+            summary = _release(request, log)
     except UserError as exc:
         # the form's fields are flat: no mechanism.NAME.params. (nor, for an SDC form's chain, steps.N.METHOD.)
         message = re.sub(r"(mechanism\.[a-z]+\.params|steps\.\d+\.[a-z]+)(\.|: )", "", str(exc))

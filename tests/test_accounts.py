@@ -9,6 +9,7 @@ import hmac
 import json
 import subprocess
 from dataclasses import asdict, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ import pytest
 from core import anchors
 from core.accounting import Budget
 from core.accounts import AccountError, Accounts, requester
+from core.approval import Approval
 from core.chain import canonical, check_chain
 from core.errors import LedgerCorrupt
 from core.ledger import Ledger
@@ -104,19 +106,26 @@ def test_every_entry_names_who_asked_under_the_hash_chain(tmp_path: Path):
     assert requester([]) == requester(["requested-by:a", "requested-by:b"]) == getpass.getuser()
 
 
+def _held(found) -> tuple[float, float] | None:
+    """(share, threshold) of a charge the steward's rule holds back, None when it need not wait."""
+    return None if found is None else (found.share, found.rule.share)
+
+
 def test_the_approval_threshold_is_a_share_of_what_remains(tmp_path: Path):
-    """A share of what remains under the admission filter, in the region the release would be admitted in
+    """A share of what remains: the larger of the charge's epsilon over the cap's epsilon less the charges'
+    epsilons, and its share of what the admission filter leaves in the region it would be admitted in
     (here releases known only by their (epsilon, delta): basic composition)."""
     ledger = Ledger(tmp_path / "privrelease.duckdb")
     ledger.set_budget("d", Budget(4.0, 1e-5), approve_above=0.25)
-    assert ledger.approval("d", Budget(1.0, 1e-6)) is None  # exactly 25% of epsilon: passes
-    assert ledger.approval("d", Budget(1.5, 1e-6)) == (0.375, 0.25)
+    assert _held(ledger.approval("d", Budget(1.0, 1e-6))) is None  # exactly 25% of epsilon: passes
+    assert _held(ledger.approval("d", Budget(1.5, 1e-6))) == (0.375, 0.25)
     # the delta share binds: of the 9/10 of delta the admission filter leaves to the releases (docs/ACCOUNTING.md)
-    assert ledger.approval("d", Budget(0.5, 5e-6)) == (pytest.approx(5 / 9), 0.25)
-    ledger.reserve("d", "r1", "dp", Budget(2.0, 0.0), "replace-one", "m", {})
-    assert ledger.approval("d", Budget(1.0, 1e-6)) == (0.5, 0.25)  # a share of what remains, not of the cap
+    assert _held(ledger.approval("d", Budget(0.5, 5e-6))) == (pytest.approx(5 / 9), 0.25)
+    approved = Approval.given(ledger.approval("d", Budget(2.0, 0.0)), "sam", datetime.now(UTC))  # 50%: a steward's yes
+    ledger.reserve("d", "r1", "dp", Budget(2.0, 0.0), "replace-one", "m", {}, approval=approved)
+    assert _held(ledger.approval("d", Budget(1.0, 1e-6))) == (0.5, 0.25)  # a share of what remains, not of the cap
     ledger.set_budget("d", Budget(4.0, 1e-5))  # a new cap without a threshold: none applies
-    assert ledger.approval("d", Budget(2.0, 1e-6)) is None
+    assert _held(ledger.approval("d", Budget(2.0, 1e-6))) is None
     with pytest.raises(ValueError, match="from 0 to 1"):
         ledger.set_budget("d", Budget(4.0, 1e-5), approve_above=1.5)
 
@@ -137,8 +146,9 @@ def test_approval_commands_and_a_command_line_release_that_needs_a_steward(tmp_p
         "standardize": {"age": {"mean": 40, "std": 12}}}})  # fmt: skip
     r = run(home, "release", str(request))
     assert r.returncode == 2, r.stderr
-    assert r.stderr.startswith("error: this release takes 25.0% of the remaining budget of dataset 'census', more than the "
-                               "20.0% its data steward lets a release take without approval. Start it from its release form")
+    assert r.stderr.startswith("error: this release charges epsilon=1 of the cap's epsilon=4 (4 left by the charges' "
+                               "epsilons: 25.0%) and takes 25.0% of what the admission filter leaves; its data steward lets "
+                               "a release of dataset 'census' take at most 20.0% without approval. Start it from its form")
     assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] == ["cap"]  # nothing charged
     history = run(home, "ledger", "history").stdout.splitlines()
     assert "requested by" in history[0] and getpass.getuser() in history[1]

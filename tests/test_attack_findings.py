@@ -16,6 +16,7 @@ import pytest
 
 from core import parallel, pipeline
 from core.accounting import Budget
+from core.home import Home
 from core.ledger import Ledger
 from core.mechanisms import outliers as o
 from core.mechanisms import outliers_geometry as geo
@@ -25,12 +26,12 @@ from flows.cli import main
 from tests.helpers import register
 
 
-def _store(home: Path, monkeypatch: pytest.MonkeyPatch) -> pipeline.Store:
+def _store(home: Path, monkeypatch: pytest.MonkeyPatch) -> Home:
     monkeypatch.setenv("PRIVRELEASE_HOME", str(home))
-    return pipeline.Store.open()
+    return Home.open()
 
 
-def _outcome(store: pipeline.Store, request: dict) -> tuple[str, str]:
+def _outcome(store: Home, request: dict) -> tuple[str, str]:
     """What the analyst sees of a release: its outcome and the ledger's recorded reason."""
     try:
         pipeline.release(store, parse(request))

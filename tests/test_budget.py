@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from core import accountant as acc
-from core import pipeline, pld
+from core import charged, pipeline, pld
 from core.accounting import Budget
 from core.demo import posts
 from core.errors import BudgetError
+from core.home import Home
 from core.ledger import RESERVED, Ledger
 from core.spec import parse
 from tests.helpers import register
@@ -25,15 +26,15 @@ def request(**params):
     return parse({"dataset": "posts", "mechanism": {"name": "dpne", "params": {**DPNE, **params}}})
 
 
-def charge(store: pipeline.Store, req) -> None:
+def charge(store: Home, req) -> None:
     release, plan = pipeline.prepare(store, req)
-    pipeline.charge(store, release, plan)
+    charged.reserve(store, pipeline.claim(release, plan), charged.Caller(), None)
 
 
 @pytest.fixture
-def store(home: Path) -> pipeline.Store:
+def store(home: Path) -> Home:
     register(home, posts(200), "posts", "user:user", "dp")
-    s = pipeline.Store.open()
+    s = Home.open()
     s.ledger.set_budget("posts", Budget(5.0, 1e-5))
     return s
 

@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from core import pipeline
+from core import charged
 from core.accounting import Budget
 from core.faults import STEPS
+from core.home import Home
 from core.ledger import FAILED, PUBLISHED, RESERVED, Ledger
 from tests.conftest import REPO
 from tests.helpers import register
@@ -133,7 +134,7 @@ def test_recovery_keeps_the_staging_of_a_release_that_charged_while_it_ran(dp_ho
     recovery looks at the staging folder: the new folder must survive (it was deleted mid-write, which an
     eight-release run showed as a DuckDB IOException)."""
     home, _ = dp_home
-    store = pipeline.Store(home)
+    store = Home(home)
     pending = Ledger.pending
 
     def racing(self):
@@ -144,7 +145,7 @@ def test_recovery_keeps_the_staging_of_a_release_that_charged_while_it_ran(dp_ho
 
     monkeypatch.setattr(Ledger, "pending", racing)
     store.staging.mkdir()
-    pipeline.recover(store)
+    charged.recover(store)
     assert [p.name for p in staged(home)] == ["late.0a1b2c3d"]
 
 

@@ -21,6 +21,7 @@ import pytest
 
 from core import pipeline
 from core.accounting import Budget
+from core.home import Home
 from core.ledger import Ledger
 from core.mechanisms.outliers_report import ROUNDED
 from core.spec import parse
@@ -105,7 +106,7 @@ def digests(home: Path, case: str) -> dict[str, str]:
     if purpose == "dp":
         ledger.set_budget("ds", Budget(10.0, 1e-3))
     request = parse({"dataset": "ds", "release_id": f"golden-{case}", "seed": 7, "mechanism": mechanism})
-    folder = Path(pipeline.release(pipeline.Store(home), request)["folder"])
+    folder = Path(pipeline.release(Home(home), request)["folder"])
     out = {f.name: hashlib.sha256(_masked(f.name, f.read_bytes())).hexdigest()[:16]
            for f in sorted(folder.iterdir()) if f.suffix != ".png"}  # fmt: skip
     entries = [(e.kind is None, e.status, e.kind, e.epsilon, e.delta, e.detail, e.params) for e in ledger.entries()]

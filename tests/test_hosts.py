@@ -17,9 +17,10 @@ import pytest
 from core import parallel, snapshots
 from core.accounting import Budget
 from core.errors import BudgetError
+from core.home import Home
 from core.ledger import Ledger
 from core.mechanisms import dpne
-from core.pipeline import Store, release
+from core.pipeline import release
 from core.registry import Registry, Unit
 from core.spec import ReleaseRequest
 from tests.helpers import register
@@ -78,7 +79,7 @@ def test_eight_releases_from_two_homes_against_a_cap_for_five(tmp_path: Path, pg
     outcomes: dict[int, str] = {}
 
     def worker(i: int) -> None:
-        store = Store(homes[i % 2])
+        store = Home(homes[i % 2])
         start.wait()
         try:
             outcomes[i] = release(store, request)["folder"]
@@ -148,7 +149,7 @@ def test_dask_workers_that_cannot_read_the_snapshot_are_named_before_any_charge(
             with Client(cluster.scheduler_address) as client:
                 client.wait_for_workers(2, timeout=60)
             with parallel.using("dask", cluster.scheduler_address), pytest.raises(snapshots.SnapshotUnreachable) as caught:
-                release(Store(home), request)
+                release(Home(home), request)
         finally:
             _stop(workers)
     message = str(caught.value)

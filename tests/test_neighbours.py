@@ -29,6 +29,7 @@ import pytest
 from core import mechanisms
 from core.accounting import Budget
 from core.demo import census
+from core.home import Home
 from core.ledger import Ledger
 from core.sdc import report as sdc_report
 from core.sdc.report import SECTION
@@ -366,7 +367,7 @@ def test_external_sdc_report_differs_only_through_the_released_table(prefect_ser
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_preview_is_the_same_on_neighbours(tmp_path, monkeypatch, case):
     """The preview reads no row: on a dataset and its neighbour it says the same, byte for byte."""
-    from core import pipeline, preview
+    from core import preview
 
     make, unit, mechanism, _ = CASES[case]
     seen = []
@@ -375,6 +376,6 @@ def test_a_preview_is_the_same_on_neighbours(tmp_path, monkeypatch, case):
         monkeypatch.setenv("PRIVRELEASE_HOME", str(home))
         register(home, frame, "ds", unit, "dp")
         Ledger(home / "privrelease.duckdb").set_budget("ds", Budget(10.0, 1e-3))
-        found = preview.preview(pipeline.Store(home), parse({"dataset": "ds", "mechanism": mechanism}))
+        found = preview.preview(Home(home), parse({"dataset": "ds", "mechanism": mechanism}))
         seen.append(json.dumps(found) + preview.text(found))
     assert seen[0] == seen[1]

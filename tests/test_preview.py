@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from core import accuracy, pipeline, preview
+from core import accuracy, charged, pipeline, preview
 from core.accounting import Budget
 from core.errors import SpecError
+from core.home import Home
 from core.ledger import Ledger
 from core.registry import Registry
 from core.spec import parse
@@ -52,7 +53,7 @@ def _ledger_bytes(home: Path) -> str:
 def test_preview_cost_is_the_charge(case, home, test_mode):
     """What the preview says a release costs and leaves is what the ledger then charges and shows."""
     doc = _setup(home, case)
-    store = pipeline.Store(home)
+    store = Home(home)
     seen = preview.preview(store, parse(doc))
     assert seen["verdict"] == preview.ADMITTED and seen["accuracy"] is not None
     assert bool(seen["notes"]) == (case == "dpne") and all(f"> note: {n}" in preview.text(seen) for n in seen["notes"])
@@ -115,18 +116,18 @@ def test_preview_writes_nothing_reads_no_row_and_refuses_as_a_release(tmp_path: 
            {k: figures[k] for k in ("accuracy", "warnings", "notes", "guarantee")}
     assert _ledger_bytes(home) == before
     with pytest.raises(SpecError, match="is not registered") as refused:
-        pipeline.prepare(pipeline.Store(home), parse(doc))
+        pipeline.prepare(Home(home), parse(doc))
     assert str(refused.value) == dropped["reason"]
 
 
 def test_preview_of_a_release_id_already_used_says_what_the_release_would_do(home, test_mode):
     doc = _setup(home, "outliers-count-global") | {"release_id": "r1", "seed": 3}
-    store = pipeline.Store(home)
+    store = Home(home)
     assert preview.preview(store, parse(doc))["verdict"] == preview.ADMITTED
     pipeline.release(store, parse(doc))
     seen = preview.preview(store, parse(doc))
     assert seen["verdict"] == preview.PUBLISHED_ALREADY and seen["charge"] is None and "charges nothing" in seen["reason"]
-    charge = pipeline.charge(store, *pipeline.prepare(store, parse(doc | {"release_id": "r2"})))
+    charge = charged.reserve(store, pipeline.claim(*pipeline.prepare(store, parse(doc | {"release_id": "r2"}))), charged.Caller(), None)
     store.ledger.settle("r2", "failed", {"reason": "test"})
     seen = preview.preview(store, parse(doc | {"release_id": "r2"}))
     assert charge.entry.release_id == "r2" and seen["verdict"] == preview.REFUSED
@@ -136,8 +137,8 @@ def test_preview_of_a_release_id_already_used_says_what_the_release_would_do(hom
 def test_preview_waits_for_approval(home):
     doc = _setup(home, "outliers-count-global")
     Ledger(home / "privrelease.duckdb").set_budget("ds", Budget(10.0, 1e-3), approve_above=0.05)
-    seen = preview.preview(pipeline.Store(home), parse(doc))
-    assert seen["verdict"] == preview.APPROVAL and "more than the 5.0%" in seen["reason"]
+    seen = preview.preview(Home(home), parse(doc))
+    assert seen["verdict"] == preview.APPROVAL and "take at most 5.0% without approval" in seen["reason"]
 
 
 def test_a_noisy_outlier_count_is_warned_before_its_charge(home, test_mode, caplog):
@@ -145,7 +146,7 @@ def test_a_noisy_outlier_count_is_warned_before_its_charge(home, test_mode, capl
     release's output before the charge; the release still goes on."""
     doc = _setup(home, "outliers-count-global")
     doc["mechanism"]["params"] |= {"epsilon": 0.05}
-    seen = preview.preview(pipeline.Store(home), parse(doc))
+    seen = preview.preview(Home(home), parse(doc))
     std = seen["accuracy"]["counts"]["std"]
     assert std > 150 and seen["warnings"] == [
         f"an outlier count's noise std is {std:.4g}, more than half of its public range [0, 300]: the released count "
@@ -153,18 +154,18 @@ def test_a_noisy_outlier_count_is_warned_before_its_charge(home, test_mode, capl
         "spend the budget."]  # fmt: skip
     assert "> warning: an outlier count's noise std" in preview.text(seen)
     with caplog.at_level(logging.INFO, logger="privrelease"):
-        pipeline.release(pipeline.Store(home), parse({**doc, "seed": 1}), log=logging.getLogger("privrelease"))
+        pipeline.release(Home(home), parse({**doc, "seed": 1}), log=logging.getLogger("privrelease"))
     lines = [r.getMessage() for r in caplog.records if r.name == "privrelease"]
     warned = next(i for i, m in enumerate(lines) if m.startswith("warning: an outlier count's noise std"))
     assert warned < next(i for i, m in enumerate(lines) if m.startswith("ledger entry #"))
     # control: at epsilon = 1 the std is below N/2, and nothing is said
     doc["mechanism"]["params"] |= {"epsilon": 1.0}
-    assert preview.preview(pipeline.Store(home), parse(doc))["warnings"] == []
+    assert preview.preview(Home(home), parse(doc))["warnings"] == []
 
 
 def test_preview_of_an_unknown_dataset_is_the_release_error(home):
     with pytest.raises(SpecError, match="dataset 'nope' is not registered"):
-        preview.preview(pipeline.Store(home), parse({"dataset": "nope", "mechanism": CASES["dpne"][2]}))
+        preview.preview(Home(home), parse({"dataset": "nope", "mechanism": CASES["dpne"][2]}))
 
 
 def test_the_release_line_gives_each_count_its_interval():

@@ -25,6 +25,7 @@ import yaml
 from core import noise, pipeline
 from core.demo import write_demo
 from core.errors import SpecError, UserError
+from core.home import Home
 from core.ledger import FAILED, POLICY, RESERVED, Ledger
 from core.registry import Registry, Unit
 from core.sdc import methods, policy
@@ -109,7 +110,7 @@ def _hospital(home: Path, doc: dict = HOSPITAL_POLICY) -> pd.DataFrame:
 
 
 def _release(home: Path, mechanism: dict, release_id: str = "r1", seed: int = 5) -> dict:
-    return pipeline.release(pipeline.Store(home), parse({"release_id": release_id, "dataset": "hospital",
+    return pipeline.release(Home(home), parse({"release_id": release_id, "dataset": "hospital",
                                                          "mechanism": mechanism, "seed": seed}))  # fmt: skip
 
 
@@ -217,7 +218,7 @@ def test_every_sdc_release_holds_only_the_policys_columns_in_shuffled_order(home
     doc, mechanism = REQUESTS[case]
     frame = table()
     register(home, frame, "t", policy=policy.parse(doc, "test policy"))
-    summary = pipeline.release(pipeline.Store(home), parse({"release_id": "r", "dataset": "t", "mechanism": mechanism,
+    summary = pipeline.release(Home(home), parse({"release_id": "r", "dataset": "t", "mechanism": mechanism,
                                                             "seed": 9}))  # fmt: skip
     released = pd.read_parquet(Path(summary["folder"]) / "data.parquet")
     assert list(released.columns) == ["a", "b", "x", "s", "seq", "y"]  # id (identifier) and secret (unnamed) dropped
@@ -241,15 +242,15 @@ def test_l_diversity_and_household_thresholds_block(home, test_mode):
     request = {"release_id": "r", "dataset": "t", "seed": 3,
                "mechanism": {"name": "sdc", "params": {"steps": [{"method": "pram", "columns": ["b"]}, {"method": "suppress"}]}}}
     with pytest.raises(Exception, match=r"l-diversity of the sensitive variables \(l ≥ 2\)") as caught:
-        pipeline.release(pipeline.Store(home), parse(request))
+        pipeline.release(Home(home), parse(request))
     assert "k-anonymity" not in str(caught.value) and "household" not in str(caught.value)
     doc["thresholds"] = {"k": 3, "household_risk": 0.01}  # three members of cells of 139+: about 0.021 each
     Registry(home).set_policy("t", policy.parse(doc, "test policy"))
     with pytest.raises(Exception, match=r"\(household risk at most 0.01\)"):
-        pipeline.release(pipeline.Store(home), parse(request | {"release_id": "r2"}))
+        pipeline.release(Home(home), parse(request | {"release_id": "r2"}))
     doc["thresholds"] = {"k": 3}
     Registry(home).set_policy("t", policy.parse(doc, "test policy"))
-    summary = pipeline.release(pipeline.Store(home), parse(request | {"release_id": "r3"}))
+    summary = pipeline.release(Home(home), parse(request | {"release_id": "r3"}))
     released = pd.read_parquet(Path(summary["folder"]) / "data.parquet")
     # households stay together under fresh labels 1..H, none of them the registered ids' order
     assert sorted(released.groupby("hh").size().unique()) == [3] and set(released["hh"]) == set(range(1, 201))
@@ -259,7 +260,7 @@ def test_l_diversity_and_household_thresholds_block(home, test_mode):
 def test_the_risk_is_measured_on_the_policys_key_whatever_the_request_protects(home, test_mode):
     """The finding's report used the analyst's one-column key; now it uses the steward's."""
     register(home, table(), "t", policy=policy.parse(CATEGORICAL, "test policy"))
-    summary = pipeline.release(pipeline.Store(home), parse({"release_id": "r", "dataset": "t", "seed": 2, "mechanism": {
+    summary = pipeline.release(Home(home), parse({"release_id": "r", "dataset": "t", "seed": 2, "mechanism": {
         "name": "ra", "params": {"qi": ["a", "b", "x", "y"], "sensitive": "s"}}}))  # fmt: skip
     report = json.loads((Path(summary["folder"]) / "manifest.json").read_text())["sdc_report"]
     assert (report["keys"], report["sensitive"], report["keys_from"]) == (["a", "b", "x"], ["s"], "policy")
@@ -267,7 +268,7 @@ def test_the_risk_is_measured_on_the_policys_key_whatever_the_request_protects(h
 
 def test_a_release_whose_policy_changed_after_its_check_is_refused(home, test_mode):
     register(home, table(), "t", policy=policy.parse(CATEGORICAL, "test policy"))
-    store = pipeline.Store(home)
+    store = Home(home)
     release, _ = pipeline.prepare(store, parse({"dataset": "t", "mechanism": REQUESTS["ra"][1], "seed": 1}))
     Registry(home).set_policy("t", policy.parse(CATEGORICAL | {"thresholds": {"k": 5}}, "test policy"))
     with pytest.raises(Exception, match="the disclosure policy of dataset 't' changed since the request was checked"):
@@ -281,7 +282,7 @@ def test_an_sdc_dataset_without_a_policy_releases_nothing(home, test_mode):
     Registry(home).add("t", "t.csv", "csv", Unit("record"), "sdc", root=home / "data")
     with pytest.raises(SpecError, match=r"dataset 't' has no disclosure policy, so no SDC release of it is possible; its "
                                         r"data steward sets one with: privrelease dataset policy t --policy FILE\."):  # fmt: skip
-        pipeline.release(pipeline.Store(home), parse({"dataset": "t", "mechanism": REQUESTS["ra"][1]}))
+        pipeline.release(Home(home), parse({"dataset": "t", "mechanism": REQUESTS["ra"][1]}))
     assert charges(home) == []
 
 
@@ -306,7 +307,7 @@ def test_an_sdc_dataset_without_a_policy_releases_nothing(home, test_mode):
 def test_requests_the_policy_or_the_chain_refuses_are_refused_before_the_charge(home, mechanism, message):
     register(home, table(), "t", policy=policy.parse(CATEGORICAL, "test policy"))
     with pytest.raises(UserError) as caught:
-        pipeline.release(pipeline.Store(home), parse({"dataset": "t", "mechanism": mechanism}))
+        pipeline.release(Home(home), parse({"dataset": "t", "mechanism": mechanism}))
     assert message in str(caught.value)
     assert charges(home) == [] and not (home / "releases").exists()
 
@@ -398,7 +399,7 @@ def test_the_preview_says_what_public_values_tell(home):
     register(home, table(), "t", policy=policy.parse(CATEGORICAL | {"thresholds": {"k": 3, "l": 2}}, "test policy"))
     from core import preview
 
-    found = preview.preview(pipeline.Store(home), parse({"dataset": "t", "mechanism": REQUESTS["recode-ra-suppress"][1]}))
+    found = preview.preview(Home(home), parse({"dataset": "t", "mechanism": REQUESTS["recode-ra-suppress"][1]}))
     assert found["verdict"] == "admitted" and found["notes"] == [
         "published columns: ['a', 'b', 'x', 's', 'seq', 'y']; dropped: identifiers ['id'], columns the policy does not "
         "name ['secret']; rows shuffled.",
@@ -434,7 +435,7 @@ def test_mews_with_suppression_publishes_the_same_figures_on_neighbouring_tables
         home = tmp_path / name
         rules = {"keys": {"numeric": ["x", "y"]}, "thresholds": {"k": None}}
         register(home, _outlier(value), "t", policy=policy.parse(rules, "test policy"))
-        summary = pipeline.release(pipeline.Store(home), parse({"release_id": "r", "dataset": "t", "mechanism": mews,
+        summary = pipeline.release(Home(home), parse({"release_id": "r", "dataset": "t", "mechanism": mews,
                                                                 "seed": 1}))  # fmt: skip
         manifest = json.loads((Path(summary["folder"]) / "manifest.json").read_text())
         report = (Path(summary["folder"]) / "report.md").read_text().split("## Disclosure risk")[0]
@@ -474,7 +475,7 @@ PEOPLE = {"identifiers": ["ssn"], "keys": {"categorical": ["sex", "region"], "nu
 
 def _people_release(home: Path, frame: pd.DataFrame, steps: list, doc: dict = PEOPLE) -> dict:
     register(home, frame, "p", policy=policy.parse(doc, "test policy"))
-    summary = pipeline.release(pipeline.Store(home), parse({"release_id": "r", "dataset": "p", "seed": 6,
+    summary = pipeline.release(Home(home), parse({"release_id": "r", "dataset": "p", "seed": 6,
                                                             "mechanism": {"name": "sdc", "params": {"steps": steps}}}))  # fmt: skip
     return json.loads((Path(summary["folder"]) / "manifest.json").read_text())
 
@@ -545,7 +546,7 @@ def test_no_step_may_name_the_weight_or_the_cluster(home, column):
         {"method": "topcode", "column": column, "top": 100}, {"method": "suppress"}]}}}  # fmt: skip
     with pytest.raises(SpecError, match=rf"\['{column}'\] of dataset 'p' is the weight or cluster id of its disclosure "
                                         "policy: it is published as the policy says"):  # fmt: skip
-        pipeline.release(pipeline.Store(home), parse(request))
+        pipeline.release(Home(home), parse(request))
     assert charges(home) == []
 
 
@@ -577,7 +578,7 @@ def test_suppress_is_the_last_step(home):
     request = {"dataset": "p", "mechanism": {"name": "sdc", "params": {"steps": [
         {"method": "suppress"}, {"method": "pram", "columns": ["sex"]}]}}}  # fmt: skip
     with pytest.raises(SpecError, match="suppress is the last step: a later step would undo the k-anonymity it reaches"):
-        pipeline.release(pipeline.Store(home), parse(request))
+        pipeline.release(Home(home), parse(request))
 
 
 # -- a second independent attack on the chain, and the weakened variant each fix needs ------------------------
@@ -624,7 +625,7 @@ def test_microaggregating_a_key_then_suppressing_is_refused(home, test_mode):
     request = {"dataset": "p", "mechanism": {"name": "sdc", "params": {"steps": [
         {"method": "microaggregate", "columns": ["age"], "k": 3}, {"method": "suppress"}]}}}  # fmt: skip
     with pytest.raises(UserError, match=r"microaggregate then suppress: \['age'\] are key variables, and a group mean"):
-        pipeline.release(pipeline.Store(home), parse(request))
+        pipeline.release(Home(home), parse(request))
     assert charges(home) == []
 
 
@@ -659,7 +660,7 @@ def test_steps_a_registration_rules_out_are_refused_before_the_charge(home, doc,
         steps = [{"method": "pram", "columns": ["sex", "region"]}, step]
     request = {"dataset": "p", "mechanism": {"name": "sdc", "params": {"steps": steps}}}
     with pytest.raises(SpecError) as caught:
-        pipeline.release(pipeline.Store(home), parse(request))
+        pipeline.release(Home(home), parse(request))
     assert message in str(caught.value) and charges(home) == []
 
 

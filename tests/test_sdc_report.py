@@ -14,6 +14,7 @@ import pytest
 
 from core import pipeline
 from core.demo import census
+from core.home import Home
 from core.registry import Registry
 from core.sdc import measures as sdc_measures
 from core.sdc import report as sdc_report
@@ -35,7 +36,7 @@ def _release(home: Path, frame: pd.DataFrame, mechanism: dict) -> tuple[Path, Pa
     keys, sensitive = _keys(mechanism)
     numeric = tuple(k for k in keys if pd.api.types.is_numeric_dtype(frame[k]) and not pd.api.types.is_bool_dtype(frame[k]))
     register(home, frame, "ds", "record", "sdc", policy=open_policy(list(frame.columns), keys, numeric, sensitive))
-    summary = pipeline.release(pipeline.Store(home), parse({"release_id": "r1", "dataset": "ds", "mechanism": mechanism,
+    summary = pipeline.release(Home(home), parse({"release_id": "r1", "dataset": "ds", "mechanism": mechanism,
                                                             "seed": 5}))  # fmt: skip
     return Path(summary["folder"]), sdc_report.folder(home, "ds", "r1")
 
@@ -101,7 +102,7 @@ def test_a_dp_release_has_no_sdc_report(home, test_mode):
     make, unit, purpose, mechanism = CASES["outliers-count"]
     register(home, make(), "ds", unit, purpose)
     Ledger(home / "privrelease.duckdb").set_budget("ds", Budget(10.0, 1e-3))
-    summary = pipeline.release(pipeline.Store(home), parse({"release_id": "r1", "dataset": "ds", "mechanism": mechanism,
+    summary = pipeline.release(Home(home), parse({"release_id": "r1", "dataset": "ds", "mechanism": mechanism,
                                                             "seed": 5}))  # fmt: skip
     folder = Path(summary["folder"])
     assert "sdc_report" not in json.loads((folder / "manifest.json").read_text())

@@ -225,7 +225,7 @@ def test_outside_test_mode_nothing_is_trained_on_pooled_plaintext(home, tmp_path
     finally:
         OPENED = None
     assert {str(p) for p in inputs.users} <= checked and inputs.sizes == [50, 50]
-    assert {f.name for f in fields(inputs)} == {"spec", "path", "users", "test", "sizes", "root"}  # paths and counts
+    assert {f.name for f in fields(inputs)} == {"spec", "path", "users", "test", "sizes", "root", "protected"}  # paths, counts, a flag
     OPENED = []
     try:
         training = Training.setup(inputs)

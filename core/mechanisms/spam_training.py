@@ -14,12 +14,13 @@ from core.accounting import Budget
 from core.mechanisms.base import DPCost, MPCCost, Plan
 from core.spam.dp import calibrate
 from core.spam.spec import SpamSpec
+from core.spam.terms import MAIL
 
 NAME = "spam-filter-training"
 Params = SpamSpec
 GUARANTEE = "semi-honest secure computation (Paillier)"
 LEDGER_DATASET = "spam-filter"  # runs without dp: (mpc entries)
-DP_LEDGER_DATASET = "spam-mail"  # the mail corpus, charged by dp: runs (a ledger dataset holds one kind of entry)
+DP_LEDGER_DATASET = MAIL  # "spam-mail": the mail corpus, charged by dp: runs (a ledger dataset holds one kind of entry)
 
 
 def ledger_dataset(params: SpamSpec) -> str:

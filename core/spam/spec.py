@@ -17,10 +17,13 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from core import noise
 from core.errors import ParameterError, SpecError, UserError
 from core.params import ID_PATTERN, StrictParams
-from core.registry import resolve_source
+from core.registry import data_root, resolve_source
 from core.spam import features as F
+from core.spam import mail
 from core.spam.dp import DPParams
+from core.spam.floors import check_participation, floor
 from core.spam.paillier import check_bits
+from core.spam.protocol import block
 
 
 class SpamSpec(StrictParams):
@@ -75,6 +78,7 @@ class Inputs:
     test: Path
     sizes: list[int]
     root: Path  # the data root: each reader checks that the file it opened lies inside it
+    protected: bool = False  # the mail is under a DP cap: each user's party refuses rounds without noise
 
 
 def load_spec(source: str, root: Path, resolve: Resolver = resolve_source) -> tuple[SpamSpec, Path]:
@@ -111,41 +115,19 @@ def distinct(users: list[Path], test: Path, shown: str) -> None:
 
 
 def check(source: str, home: Path, resolve: Resolver = resolve_source) -> Inputs:
-    """Everything a training run needs, checked before anything starts or is charged: the spec and
-    every mail file exist under the data root and parse, the users are distinct, each user's and the
-    round's message counts meet the floor of the feature map, the key size fits the mode, and the
-    run id is new (no run folder, no ledger entry)."""
-    from core import paths
-    from core.ledger import Ledger
-    from core.registry import data_root
-    from core.spam.features import DATA_DEPENDENT
-    from core.spam.floors import check_participation, floor
-    from core.spam.mail import read_mail
-    from core.spam.protocol import block
-    from core.store import url
-
+    """Everything a training run needs from its files, checked before anything starts or is charged: the
+    spec and every mail file exist under the data root and parse, the users are distinct, each user's and
+    the round's message counts meet the floor of the feature map, and the key size fits the mode. It reads
+    no ledger: the run id, the steward's terms and the budget are the charged run's (``core.spam.job``)."""
     root = data_root(home)
     spec, path = load_spec(source, root, resolve)
-    if spec.features.reduction in DATA_DEPENDENT and not noise.test_mode():
+    if spec.features.reduction in F.DATA_DEPENDENT and not noise.test_mode():
         raise SpecError(f"reduction {spec.features.reduction!r} builds the feature map from all users' pooled plaintext "
                         "mail, which no party may see; outside test mode use reduction: hash (a public choice).")  # fmt: skip
     users = [mail_file(path, name, root, resolve) for name in spec.users]
     test = mail_file(path, spec.test, root, resolve)
     distinct(users, test, spec.test)
-    sizes = [len(read_mail(p, name, root)[1]) for p, name in zip(users, spec.users)]
-    read_mail(test, spec.test, root)
+    sizes = [len(mail.read_mail(p, name, root)[1]) for p, name in zip(users, spec.users)]
+    mail.read_mail(test, spec.test, root)
     check_participation([len(block(n, spec.mode, spec.block_size, 0)) for n in sizes], floor(spec.features))
-    db = paths.database(home)
-    used = (home / "spam" / spec.run_id).exists() or ((db.exists() or url()) and Ledger(db).status(spec.run_id) is not None)
-    if used:
-        raise SpecError(f"spam run {spec.run_id!r} already exists; choose a new run_id.")
-    if spec.dp is not None:
-        from core.errors import BudgetError
-        from core.mechanisms.spam_training import DP_LEDGER_DATASET, plan
-
-        cost = plan(spec)  # calibrates the noise: refuses colluders >= users
-        if not (db.exists() or url()):
-            raise BudgetError(f"dataset {DP_LEDGER_DATASET!r} has no privacy budget, so a DP release is refused; set one "
-                              f"with: privrelease ledger set-budget {DP_LEDGER_DATASET} --epsilon E --delta D")  # fmt: skip
-        Ledger(db).admit(DP_LEDGER_DATASET, cost.cost.budget, cost.detail)
     return Inputs(spec, path, users, test, sizes, root)

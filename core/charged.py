@@ -1,0 +1,188 @@
+"""One charged run: the path every run the ledger charges goes through, a release and a spam-filter
+training alike.
+
+recover → check (the run's own: public facts only) → admit (a DP cost against the cap's filter) →
+ask (a steward's approval, when the rule the steward set with the cap holds the charge back) →
+load (the run's own: its private inputs read and checked, before the charge) → reserve (under the
+ledger's lock: the filter and the approval rule applied again, the decision recorded in the entry)
+→ work (the run's own: it draws its noise and publishes) → settle (``published`` with the run's
+headline figures, or ``failed`` with the charge kept).
+
+A run is a ``Job``: its own steps, and nothing of the ledger's. How a steward is asked is the
+caller's ``Approver``: the Prefect flows pause for an answer in the UI (``flows/steps.py``); a
+command without a Prefect server cannot wait for one, so it refuses (``refuse``). Every charge ends
+in an outcome: one killed after its charge is settled by ``recover``, which every run and every
+ledger command runs first.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from core import faults
+from core import publish as _publish
+from core.accounting import charge_phrase
+from core.approval import Approval, Look
+from core.errors import ApprovalError, BudgetExhausted, ReleaseConflict, UserError
+from core.home import Home
+from core.ledger import FAILED, PUBLISHED, Charge
+from core.mechanisms.base import DPCost, Plan
+
+T = TypeVar("T")
+Log = logging.Logger | logging.LoggerAdapter
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a run asks of the ledger, from public facts only: a charge of its plan's cost on a dataset."""
+
+    dataset: str
+    run_id: str
+    mechanism: str
+    plan: Plan
+    params: dict  # what the charge pins: a retry with other parameters under the same run id is refused
+    adjacency: str | None  # the dataset's neighbouring relation (a DP cost only)
+
+    @property
+    def dp(self) -> DPCost | None:
+        return self.plan.cost if isinstance(self.plan.cost, DPCost) else None
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who runs it: the flow run (None outside Prefect) and the account that asked (None: this process's user)."""
+
+    flow_run_id: str | None = None
+    requested_by: str | None = None
+
+
+class Approver(Protocol):
+    def __call__(self, dataset: str, look: Look, log: Log) -> Approval: ...
+
+
+class Job(Protocol[T]):
+    """A charged run's own steps (``core.pipeline.ReleaseJob``, ``core.spam.job.SpamJob``)."""
+
+    def check(self, home: Home) -> Claim: ...
+    def admit_hint(self, home: Home) -> str: ...  # what a refused request could ask for instead ("" if nothing)
+    def load(self, home: Home) -> None: ...
+    def work(self, home: Home, charge: Charge, log: Log) -> tuple[T, dict]: ...  # its result, and the ledger's headline
+    def earlier(self, home: Home, charge: Charge) -> T: ...  # the result of the run published earlier under this id
+    def progress(self) -> dict: ...  # public figures of how far it got, kept with a failed outcome
+
+
+@dataclass(frozen=True)
+class Ledgering:
+    """The two ledger steps of a charged run, as plain functions (``flows/steps.py`` runs them as Prefect tasks)."""
+
+    reserve: Callable[[Home, Claim, Caller, Approval | None], Charge]
+    settle: Callable[[Home, str, str, str, dict, str | None], None]
+
+
+def refuse(dataset: str, look: Look, log: Log) -> Approval:
+    """Outside Prefect no steward can answer: a charge that needs approval is refused, before it is made."""
+    raise ApprovalError(f"{look.words(dataset)}. Start it from its form in the Prefect UI, where a steward can approve "
+                        "it, or ask the steward to raise the dataset's --approve-above.")  # fmt: skip
+
+
+def admit(home: Home, claim: Claim, hint: Callable[[], str] = str) -> None:
+    """Refuse a DP charge the dataset's cap cannot take (writes nothing), with what would fit instead (``hint``)."""
+    if claim.dp is None:
+        return
+    try:
+        home.ledger.admit(claim.dataset, claim.dp.budget, claim.plan.detail)
+    except BudgetExhausted as exc:
+        raise BudgetExhausted(f"{exc} {hint()}".rstrip()) from None
+
+
+def look(home: Home, claim: Claim, caller: Caller) -> Look | None:
+    """Why this charge must wait for a data steward (public values only), or None: a look before the charge."""
+    if claim.dp is None:
+        return None
+    return home.ledger.approval(claim.dataset, claim.dp.budget, claim.plan.detail, caller.requested_by)
+
+
+def ask(home: Home, claim: Claim, caller: Caller, approver: Approver, log: Log) -> Approval | None:
+    """The steward's approval when the rule holds this charge back (the approver pauses, or refuses)."""
+    found = look(home, claim, caller)
+    return None if found is None else approver(claim.dataset, found, log)
+
+
+def reserve(home: Home, claim: Claim, caller: Caller, approval: Approval | None) -> Charge:
+    """Reserve a run's cost as its plan states it: the one way every charged run charges the ledger. Only a
+    DP cost carries a budget and the dataset's adjacency; the approval is checked again under the lock."""
+    cost = claim.plan.cost
+    dp = claim.dp is not None
+    return home.ledger.reserve(claim.dataset, claim.run_id, cost.kind, cost.budget if dp else None,
+                               claim.adjacency if dp else None, claim.mechanism, claim.params, claim.plan.detail,
+                               caller.flow_run_id, caller.requested_by, approval)  # fmt: skip
+
+
+def settle(home: Home, dataset: str, run_id: str, status: str, detail: dict, flow_run_id: str | None = None) -> None:
+    """Record a run's outcome and remove any staging it left."""
+    home.ledger.settle(run_id, status, detail, flow_run_id)
+    for folder in _publish.staged(home.staging, dataset, run_id):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+DIRECT = Ledgering(reserve=reserve, settle=settle)
+
+
+def failure(exc: BaseException) -> dict:
+    """A failed run's ledger detail: the message is kept only for user errors (an internal one may carry data)."""
+    return {"reason": f"{type(exc).__name__}: {exc}" if isinstance(exc, UserError) else type(exc).__name__}
+
+
+def recover(home: Home) -> list:
+    """Settle the charges of interrupted runs and remove staging no live run holds."""
+    settled = home.ledger.recover(home.releases)
+    if home.staging.is_dir():
+        # Folders first, then the live charges: a run stages only after its charge is recorded, so every
+        # folder listed here that is still in use has its charge among the pending read after.
+        folders = list(home.staging.glob("*/*"))
+        live = {(e.dataset, e.release_id) for e in home.ledger.pending()}
+        for folder in folders:
+            if (folder.parent.name, folder.name.rsplit(".", 1)[0]) not in live:
+                shutil.rmtree(folder, ignore_errors=True)
+    return settled
+
+
+def run(home: Home, job: Job[T], caller: Caller, approver: Approver, log: Log, ledger: Ledgering = DIRECT) -> T:
+    """Run one charged job from recovery to its settled outcome (see the module docstring); returns its result.
+    A failure after the charge is settled as failed, the charge kept."""
+    faults.check()
+    recover(home)
+    claim = job.check(home)
+    admit(home, claim, lambda: job.admit_hint(home))
+    faults.point("prepare")
+    approval = ask(home, claim, caller, approver, log)
+    if approval is not None:
+        log.info("approved by the data steward %s", approval.by or "(unknown)")
+    job.load(home)
+    faults.point("load")
+    charge = ledger.reserve(home, claim, caller, approval)
+    faults.point("charge")
+    if charge.previous_status == PUBLISHED:
+        log.info("%s was already published; nothing charged or drawn", claim.run_id)
+        return job.earlier(home, charge)
+    if charge.previous_status is not None:  # one charge, one draw: never a second draw under it
+        raise ReleaseConflict(
+            f"run {claim.run_id!r} was charged before and did not publish (its ledger status is "
+            f"{charge.previous_status}); another attempt would draw new noise under the same charge. "
+            "Run it again under a new id, which is a new charge."
+        )
+    cost = claim.plan.cost
+    log.info("ledger entry #%d: %s", charge.entry.seq, charge_phrase(
+        "dp", cost.budget.epsilon, cost.budget.delta) if claim.dp is not None else charge_phrase(cost.kind))  # fmt: skip
+    try:
+        result, headline = job.work(home, charge, log)
+    except Exception as exc:
+        ledger.settle(home, claim.dataset, claim.run_id, FAILED, failure(exc) | job.progress(), caller.flow_run_id)
+        raise
+    ledger.settle(home, claim.dataset, claim.run_id, PUBLISHED, headline, caller.flow_run_id)
+    faults.point("settle")
+    return result

@@ -1,0 +1,113 @@
+"""A spam-filter training run as a charged run (``core.charged``): check → admit → approval → reserve →
+setup → one step per protocol round → report → settle, the path every release takes too.
+
+The spec and every mail file are checked completely (``core.spam.spec.check``, which reads no ledger)
+and against the steward's terms for the mail (``core.spam.terms``) before anything is reserved. The
+run is charged at the cost its plan states: without ``dp:`` an ``mpc`` entry (the protocol's guarantee
+is cryptographic), with it a DP charge of the mail (``spam-mail``), which a steward's approval rule
+can hold back like any release's. The charge records the mail it reads (``terms.fingerprints``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from core import anchors
+from core.charged import Claim, Log
+from core.errors import SpecError
+from core.home import Home
+from core.ledger import RESERVED, Charge
+from core.mechanisms import spam_training
+from core.spam import terms as T
+from core.spam.dp import ADJACENCY
+from core.spam.spec import Inputs, check
+from core.spam.training import RoundReport, Training, public_auc
+
+
+def setup(inputs: Inputs) -> Training:
+    return Training.setup(inputs)
+
+
+def run_round(training: Training, number: int) -> RoundReport:
+    return training.run_round()
+
+
+def write(training: Training, folder: Path) -> dict:
+    return training.write(folder)
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The steps of a training run that touch mail (``flows/steps.py`` runs each as a Prefect task)."""
+
+    setup: Callable[[Inputs], Training] = setup
+    run_round: Callable[[Training, int], RoundReport] = run_round
+    write: Callable[[Training, Path], dict] = write
+
+
+@dataclass
+class SpamJob:
+    """One training run (``core.charged.Job``): the spec's path under the data root, and what each step found."""
+
+    source: str
+    steps: Steps = field(default_factory=Steps)
+    inputs: Inputs | None = None
+    rounds: list[dict] = field(default_factory=list)  # who took part in each round, who left: public names
+    report: dict | None = None
+
+    def check(self, home: Home) -> Claim:
+        inputs = check(self.source, home.root)
+        spec = inputs.spec
+        ledger = home.ledger
+        kept = ledger.store.exists()
+        if (home.root / "spam" / spec.run_id).exists() or (kept and ledger.status(spec.run_id) is not None):
+            raise SpecError(f"spam run {spec.run_id!r} already exists; choose a new run_id.")
+        cap = ledger.cap_entry(T.MAIL)
+        terms = T.Terms.of(None if cap is None else json.loads(cap.detail))
+        mail = T.fingerprints(inputs.users, anchors.key(ledger.home, create=not kept or not ledger.entries()))
+        dp = spec.dp is not None
+        read = kept and not dp and T.read_by_dp([e.params for e in ledger.entries(T.MAIL) if e.status == RESERVED], mail)
+        T.check(terms, dp, spec.dp.colluders if dp else None, spec.quorum, read)
+        self.inputs = replace(inputs, protected=terms.capped)
+        plan = spam_training.plan(spec)  # calibrates the noise: refuses colluders >= users
+        return Claim(spam_training.ledger_dataset(spec), spec.run_id, spam_training.NAME, plan,
+                     spec.model_dump(mode="json", exclude={"seed"}) | {"mail": mail}, ADJACENCY if dp else None)  # fmt: skip
+
+    def admit_hint(self, home: Home) -> str:
+        return ""
+
+    def load(self, home: Home) -> None:
+        """Nothing to read before the charge: each party reads its own mail in its own process, after it."""
+
+    def work(self, home: Home, charge: Charge, log: Log) -> tuple[dict, dict]:
+        spec = self.inputs.spec
+        folder = home.root / "spam" / spec.run_id
+        training = self.steps.setup(self.inputs)
+        try:
+            log.info("setup: %d users (one process each), %d features, %d-bit key", len(training.users),
+                     spec.features.size, spec.key_bits)  # fmt: skip
+            for number in range(1, spec.rounds + 1):
+                r = self.steps.run_round(training, number)
+                log.info("round %d: %.2f s, %d messages, %d ciphertexts, %.1f MB", number, r.seconds, r.messages,
+                         r.ciphertexts, r.bytes / 1e6)  # fmt: skip
+                self.rounds.append({"round": number, "participants": r.participants, "left": r.left})
+                for name in r.left:
+                    log.warning("round %d: %s left (its process ended or did not answer); %d users remain, threshold "
+                                "%d", number, name, len(r.participants) - len(r.left), spec.quorum)  # fmt: skip
+            self.report = self.steps.write(training, folder)
+        finally:
+            training.close()
+        auc = public_auc(self.report)  # a DP output with dp:, else withheld (the run folder keeps it)
+        headline = {**{k: self.report[k] for k in ("transcript_sha256", "threshold")}, "auc_private": auc,
+                    "rounds": self.rounds}  # fmt: skip
+        return {"run_id": spec.run_id, "folder": str(folder), "auc_private": auc,
+                **({"auc_plain": self.report["auc_plain"]} if self.report["test_mode"] else {})}, headline  # fmt: skip
+
+    def progress(self) -> dict:
+        return {"rounds": self.rounds}
+
+    def earlier(self, home: Home, charge: Charge) -> dict:  # a run id is used once: check refuses it before
+        raise SpecError(f"spam run {charge.entry.release_id!r} already exists; choose a new run_id.")

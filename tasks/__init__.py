@@ -1,1 +1,0 @@
-"""Prefect tasks: thin wrappers over ``core``."""
