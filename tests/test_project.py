@@ -58,7 +58,7 @@ def test_prefect_yaml_entrypoints_import():
 
 
 def test_every_package_the_product_imports_is_pinned_as_the_lock_pins_it():
-    """Each third-party package imported by core/, flows/, tasks/ or gate/ is a declared dependency in
+    """Each third-party package imported by core/, flows/ or gate/ is a declared dependency in
     pyproject.toml, pinned to the version requirements.lock.txt installs (a package that only came
     along with another could change or vanish with it)."""
     import importlib.metadata as metadata
@@ -72,9 +72,9 @@ def test_every_package_the_product_imports_is_pinned_as_the_lock_pins_it():
                 tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]}  # fmt: skip
     locked = {norm(name): version for name, version in
               re.findall(r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?==([^\s#]+)", (REPO / "requirements.lock.txt").read_text(), re.M)}  # fmt: skip
-    local = {"core", "flows", "tasks", "gate", "__future__"}
+    local = {"core", "flows", "gate", "__future__"}
     modules = set()
-    for folder in ("core", "flows", "tasks", "gate"):
+    for folder in ("core", "flows", "gate"):
         for path in (REPO / folder).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, ast.Import):
