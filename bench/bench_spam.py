@@ -35,9 +35,10 @@ from core.spam import features as F  # noqa: E402
 from core.spam import parties as Q  # noqa: E402
 from core.spam import protocol as P  # noqa: E402
 from core.spam import wire as W  # noqa: E402
+from core.spam.mail import read_mail, split_corpus  # noqa: E402
 from core.spam.paillier import KeyPair  # noqa: E402
 from core.spam.spec import Inputs  # noqa: E402
-from core.spam.training import SpamSpec, Training, auc, design, exact_gradient, read_mail, split_corpus  # noqa: E402
+from core.spam.training import SpamSpec, Training, auc, design, exact_gradient  # noqa: E402
 
 CORPUS = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "spamassassin" / "spamassassin.jsonl.gz"
 

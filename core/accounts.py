@@ -15,6 +15,8 @@ holds Prefect's own credential instead.
 from __future__ import annotations
 
 import functools
+import os
+import pwd
 import re
 import secrets
 from dataclasses import dataclass
@@ -32,11 +34,15 @@ MIN_PASSWORD = 12
 
 def requester(tags=()) -> str:
     """Who asked for a run: the account the gate tagged it with, else this process's operating-system user
-    (a command the operator typed, or a run the operator started without the gate)."""
-    import getpass
-
+    (a command the operator typed, or a run the operator started without the gate), by its real uid:
+    not ``$USER`` or ``$LOGNAME``, which whoever runs the command sets (an account's window would not hold)."""
     named = [t.removeprefix(REQUESTED_BY) for t in tags if t.startswith(REQUESTED_BY)]
-    return named[0] if len(named) == 1 else getpass.getuser()
+    if len(named) == 1:
+        return named[0]
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:  # a uid with no passwd entry (a container's): the number is who it is
+        return f"uid:{os.getuid()}"
 
 
 class AccountError(UserError):

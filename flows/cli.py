@@ -194,7 +194,7 @@ def cmd_spam_classify(args: argparse.Namespace, root: Path) -> int:
 
 
 def cmd_spam_split(args: argparse.Namespace, root: Path) -> int:
-    from core.spam.training import split_corpus
+    from core.spam.mail import split_corpus
 
     written = split_corpus(Path(args.corpus), Path(args.out), args.users, args.test_fraction, args.seed)
     for path in written:

@@ -45,11 +45,19 @@ def cmd_set_budget(args: argparse.Namespace, root: Path) -> int:
         raise UserError(f"invalid approval rule: {exc}.") from None
     terms = Terms.detail(*spam)
     ledger = Ledger(paths.database(root))
+    earlier = ledger.cap_entry(args.dataset)
     entry = ledger.set_budget(args.dataset, cap, args.approve_above, requester(), account, terms)
     said = f"; {rule.words()}" if rule.any else ""
     if terms:
         said += f"; the mail's terms: {Terms.of(terms).words()}"
     print(f"cap for {args.dataset}: epsilon={cap.epsilon:g} delta={cap.delta:g}{said} (ledger entry #{entry.seq})")
+    dropped = sorted(set(json.loads(earlier.detail)) - set(json.loads(entry.detail))) if earlier is not None else []
+    if dropped:  # a cap replaces the one before it whole: say what no longer holds
+        print(f"note: the earlier cap's {', '.join(d.replace('_', '-') for d in dropped)} no longer apply; give them "
+              "again with this command to keep them")  # fmt: skip
+    if rule.share is not None and rule.account_epsilon is None:
+        print("note: --approve-above bounds each release's share of what remains, so many releases each under it can "
+              "still spend the cap; bound an account's spend too with --approve-account-above EPSILON --window HOURS")  # fmt: skip
     totals = next((t for t in ledger.totals() if t.dataset == args.dataset), None)
     if totals is not None and totals.over_cap:
         spent = totals.spent
@@ -106,12 +114,14 @@ def cmd_totals(args: argparse.Namespace, root: Path) -> int:
             flt = "-" if a is None or a.filter_epsilon is None else f"{a.filter_epsilon:.4g}"
             tight = "-" if a is None or a.pld_epsilon is None else f"{a.pld_epsilon:.4g}"
             nxt = "-" if a is None or a.like is None else f"{a.like} fits {a.fits} more"
-            money = f"{pair(t.cap):>22} {pair(t.spent):>22} {pair(t.remaining):>22} {flt:>10} {tight:>8} {gdp:>8}  {nxt:<24}"
+            left = pair(t.remaining) + ("*" if t.as_dict()["remaining_by"] == "filter" else "")
+            money = f"{pair(t.cap):>22} {pair(t.spent):>22} {left:>22} {flt:>10} {tight:>8} {gdp:>8}  {nxt:<24}"
         else:  # no epsilon is claimed for sdc and mpc runs, so none is shown
             money = f"{'not DP: no budget':>22} {'-':>22} {'-':>22} {'-':>10} {'-':>8} {'-':>8}  {'-':<24}"
         print(f"{t.dataset:<16} {t.kind or '-':<4} {money} {t.releases} ({t.published}/{t.failed}/{t.pending})")
     if any(t.kind == "dp" for t in totals):
-        print("spent: basic composition of the charges; filter eps: what the admission filter certifies at the cap's "
+        print("spent: basic composition of the charges; remaining: the cap less them until a charge has Gaussian noise "
+              "(marked *), then what the admission filter leaves; filter eps: what the admission filter certifies at the cap's "
               "delta; PLD eps: dp-accounting's tight figure at the cap's delta (reported, not used to admit); next: how "
               "many more releases like the last one the filter admits (docs/ACCOUNTING.md)")  # fmt: skip
     return 0

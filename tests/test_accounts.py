@@ -7,6 +7,8 @@ import getpass
 import hashlib
 import hmac
 import json
+import os
+import pwd
 import subprocess
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
@@ -103,7 +105,7 @@ def test_every_entry_names_who_asked_under_the_hash_chain(tmp_path: Path):
     before = {k: v for k, v in asdict(old).items() if k not in ("hash", "requested_by")}
     assert old.computed_hash(key) == hmac.new(key, canonical(before).encode(), hashlib.sha256).hexdigest()
     assert requester(["requested-by:alice", "other"]) == "alice"
-    assert requester([]) == requester(["requested-by:a", "requested-by:b"]) == getpass.getuser()
+    assert requester([]) == requester(["requested-by:a", "requested-by:b"]) == pwd.getpwuid(os.getuid()).pw_name
 
 
 def _held(found) -> tuple[float, float] | None:

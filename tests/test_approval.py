@@ -146,3 +146,27 @@ def test_an_accounts_window_is_set_by_the_steward_and_enforced_per_account(tmp_p
     with pytest.raises(ApprovalError, match="in the last 24 hours to 2"):
         ledger.reserve("census", "a2", "dp", Budget(1.0, 0.0), ADJ, "m", {}, {}, None, "alice")
     assert ledger.replay() == []
+    # a new cap replaces the old whole: what it drops is said, and a share alone is said not to bound an account
+    r = run(home, "ledger", "set-budget", "census", "--epsilon", "10", "--delta", "1e-5", "--approve-above", "0.5")
+    assert "note: the earlier cap's approve-account no longer apply" in r.stdout
+    assert "bound an account's spend too with --approve-account-above EPSILON --window HOURS" in r.stdout
+
+
+def test_on_the_command_line_the_requester_is_the_real_user_not_what_user_says(tmp_path: Path):
+    """An account's window held only if the requester cannot be chosen: $USER and $LOGNAME are the caller's
+    to set (one person as 12 names spent a cap past its account limit), the real uid is not."""
+    import getpass
+    import pwd
+
+    spoof = {"USER": "mallory", "LOGNAME": "mallory"}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in spoof.items():
+            mp.setenv(k, v)
+        assert getpass.getuser() == "mallory"  # control: what the requester was read from before
+    from core.demo import census
+
+    home = tmp_path / "home"
+    register(home, census(200), "census", purpose="dp")
+    assert run(home, "ledger", "set-budget", "census", "--epsilon", "1", "--delta", "1e-6", env=spoof).returncode == 0
+    (cap,) = Ledger(home / "privrelease.duckdb").entries()
+    assert cap.requested_by == pwd.getpwuid(os.getuid()).pw_name != "mallory"

@@ -315,3 +315,22 @@ def test_threads_opening_the_database_at_once_never_conflict(tmp_path, weakened,
     else:
         assert errors == []
 
+
+
+def test_remaining_after_a_gaussian_charge_is_what_the_filter_leaves(ledger):
+    """Third privacy review, finding 7: once a charge has Gaussian noise the basic region is closed to the
+    history, so "remaining" is the filter's: a charge of what it shows fits, and the cap less the charges'
+    epsilons (3, what totals showed before) does not."""
+    ledger.set_budget("d", Budget(4.0, 1e-5))
+    plan = dpne.plan(dpne.Params(user_column="u", text_column="t", epsilon=1.0, delta=1e-7, T=6))
+    ledger.reserve("d", "g", "dp", plan.cost.budget, ADJ, "dpne", {}, plan.detail)
+    (t,) = ledger.totals()
+    assert t.as_dict()["remaining_by"] == "filter" and t.spent.epsilon == 1.0
+    assert t.remaining.epsilon == pytest.approx(4.0 - t.account.filter_epsilon) and t.remaining.epsilon < 2.5
+    ledger.admit("d", Budget(t.remaining.epsilon * 0.999, 1e-6))  # what it shows is left fits
+    with pytest.raises(BudgetError):
+        ledger.admit("d", Budget(2.9, 1e-6))  # what the closed basic region would have promised does not
+    ledger.set_budget("e", Budget(4.0, 1e-5))
+    charge(ledger, "p", 1.0, 1e-7, dataset="e")  # no Gaussian part: basic composition, exactly
+    assert {x.dataset: x.as_dict()["remaining_by"] for x in ledger.totals()}["e"] == "basic"
+    assert {x.dataset: x.remaining for x in ledger.totals()}["e"] == Budget(3.0, 9e-6 - 1e-7)

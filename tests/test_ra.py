@@ -350,3 +350,32 @@ def test_the_report_says_what_pa_and_p_tell_of_the_registered_table():
     assert ra.REVEALS in best.report
     readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
     assert ra.REVEALS in readme
+
+
+def test_what_p_entropy_publishes_is_a_function_of_the_qi_entropies_alone(test_mode):
+    """Third privacy review, finding 4, as the report says it (``ra.REVEALS``): with ``p: entropy`` the
+    published p, Pa and Pa_max follow from each QI column's marginal entropy and nothing else. Tables with
+    the same marginals up to a relabelling of categories but another joint (each QI column shuffled on its
+    own, and one column's categories renamed) publish the same figures; moving one record to another
+    category of a QI column moves them, and its entropy is recovered from p exactly (ln of p's ratios)."""
+    from core.demo import census
+
+    params = ra.Params(qi=["age", "sex", "race", "education"], sensitive="occupation", p="entropy")
+    d = census(400)
+    rng = np.random.default_rng(5)
+    other = d.copy()
+    for column in params.qi:
+        other[column] = rng.permutation(other[column].to_numpy())  # another joint, the same marginals
+    other["race"] = other["race"].map({v: f"r{i}" for i, v in enumerate(sorted(d["race"].unique()))})
+
+    def published(frame: pd.DataFrame) -> dict:
+        p = ra.run(frame, params, noise.generator(1)).privacy
+        return {k: p[k] for k in ("pa", "pa_max", "p")}
+
+    assert published(d) == published(other)
+    moved = d.copy()
+    moved.loc[moved.index[0], "sex"] = "Female" if moved["sex"].iloc[0] == "Male" else "Male"
+    assert published(moved) != published(d)
+    p = np.array(published(d)["p"])
+    h = ra.entropies(d, params.qi)
+    assert np.log(p / p[0]) == pytest.approx(h - h[0], abs=1e-8)  # p is softmax(H): its log-ratios are the entropies'

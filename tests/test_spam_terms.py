@@ -64,8 +64,9 @@ def test_finding_2_a_run_without_dp_on_mail_under_a_dp_cap_is_refused(home, test
 
 
 def test_finding_2_exact_runs_the_steward_allows_never_read_mail_a_dp_run_read(prefect_server, home, test_mode, capsys):
-    """--allow-exact-runs: a run without dp: may read other mail, never a file a dp: run read, whether
-    named again, hard-linked or copied (each charge records its files' device, inode and keyed digest)."""
+    """--allow-exact-runs: a run without dp: may read other mail, never a message a dp: run read, however
+    the file is changed: named again, copied, reordered, reformatted, split between users (runs are bound to
+    the keyed digests of the messages they read). On other mail it runs to the end: no party refuses it."""
     folder = home / "data" / "mail"
     corpus(folder, capsys)
     r = cli(capsys, "ledger", "set-budget", "spam-mail", "--epsilon", "8", "--delta", "1e-5", "--allow-exact-runs")
@@ -73,20 +74,62 @@ def test_finding_2_exact_runs_the_steward_allows_never_read_mail_a_dp_run_read(p
     code, _, err = cli(capsys, "spam", "train", spec(folder, run_id="r-dp", rounds=1, dp=DP))
     assert code == 0, err
     (charge,) = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "r-dp" and e.status == RESERVED]
-    mail = json.loads(charge.params)["mail"]
-    assert len(mail) == 3 and all(set(m) == {"file", "mac"} and len(m["mac"]) == 64 for m in mail)
-    assert all(str(folder) not in json.dumps(m) for m in mail)  # the files as numbers and keyed digests, no path
-    with pytest.raises(SpecError, match="was read by a dp: run"):
+    files = json.loads(charge.params)["mail"]
+    assert len(files) == 3 and all(set(m) == {"file", "mac"} and len(m["mac"]) == 64 for m in files)
+    assert all(str(folder) not in json.dumps(m) for m in files)  # the files as numbers and keyed digests, no path
+    with pytest.raises(SpecError, match="messages of this spec's users were read by a dp: run"):
         SpamJob(spec(folder, run_id="again")).check(Home(home))
-    copied = home / "data" / "copy"
-    copied.mkdir()
-    for name in ("user-1.jsonl", "user-2.jsonl", "user-3.jsonl", "test.jsonl"):
-        shutil.copyfile(folder / name, copied / name)  # new inodes, the same bytes
-    with pytest.raises(SpecError, match="was read by a dp: run"):
-        SpamJob(_spec(copied, run_id="copied")).check(Home(home))
+    changed = home / "data" / "changed"
+    changed.mkdir()
+    lines = [(folder / f"user-{k}.jsonl").read_text().splitlines() for k in (1, 2, 3)]
+    (changed / "user-1.jsonl").write_text("\n".join(reversed(lines[0])) + "\n\n")  # reordered, a blank line
+    (changed / "user-2.jsonl").write_text("".join(json.dumps(dict(reversed(json.loads(x).items()))) + "\n"
+                                                  for x in lines[1][1:]))  # keys reordered, one message left out
+    half = len(lines[2]) // 2
+    (changed / "user-3.jsonl").write_text("\n".join(lines[2][:half]) + "\n")  # split between two users
+    (changed / "user-4.jsonl").write_text("\n".join(lines[2][half:]) + "\n")
+    shutil.copyfile(folder / "test.jsonl", changed / "test.jsonl")
+    for users in (["user-1.jsonl", "user-4.jsonl"], ["user-2.jsonl", "user-4.jsonl"], ["user-3.jsonl", "user-4.jsonl"]):
+        with pytest.raises(SpecError, match="were read by a dp: run"):
+            SpamJob(_spec(changed, run_id="changed", users=users)).check(Home(home))
     fresh = home / "data" / "fresh"
     _corpus(fresh, capsys, seed=6)
-    assert SpamJob(_spec(fresh, run_id="fresh")).check(Home(home)).dataset == "spam-filter"
+    code, _, err = cli(capsys, "spam", "train", _spec(fresh, run_id="fresh", rounds=1))
+    assert code == 0, err  # every user's party takes part: its mail is not the capped one
+
+
+def test_finding_2_a_dp_run_never_reads_mail_an_exact_run_decrypted(home, test_mode, capsys):
+    """The reviewer's order the other way round: an exact run before any cap, then a cap and a dp: run on the
+    same mail, whose sums the server already decrypted exactly: refused."""
+    folder = home / "data" / "mail"
+    corpus(folder, capsys)
+    job = SpamJob(spec(folder, run_id="exact"))
+    job.check(Home(home))
+    job.load(Home(home))  # what an exact run records before its charge
+    assert cli(capsys, "ledger", "set-budget", "spam-mail", "--epsilon", "8", "--delta", "1e-5")[0] == 0
+    with pytest.raises(SpecError, match="were read by an earlier run without dp:"):
+        SpamJob(spec(folder, run_id="later", dp=DP)).check(Home(home))
+
+
+@pytest.mark.parametrize("weakened", [False, True])
+def test_under_dp_a_copied_users_file_is_refused(home, test_mode, capsys, monkeypatch, weakened):
+    """A copy of user 1's file listed as a third user (a new inode, one byte changed) sums each of its messages
+    twice a round, twice the sensitivity the noise is for (true epsilon about 4, charged 2): refused under dp:,
+    whatever the copy's bytes; weakened (each message not checked once), it is accepted."""
+    folder = home / "data" / "mail"
+    corpus(folder, capsys)
+    (folder / "copy.jsonl").write_text((folder / "user-1.jsonl").read_text() + "\n")
+    assert cli(capsys, "ledger", "set-budget", "spam-mail", "--epsilon", "8", "--delta", "1e-5")[0] == 0
+    source = spec(folder, run_id="copied", dp=DP, users=["user-1.jsonl", "user-2.jsonl", "copy.jsonl"])
+    if weakened:
+        monkeypatch.setattr(terms, "once", lambda *args: None)
+        assert SpamJob(source).check(Home(home)).dataset == "spam-mail"
+        return
+    with pytest.raises(SpecError, match="holds one message twice \\('user-1.jsonl' and 'copy.jsonl'\\)"):
+        SpamJob(source).check(Home(home))
+    (folder / "copy.jsonl").write_text((folder / "user-3.jsonl").read_text() + (folder / "test.jsonl").read_text())
+    with pytest.raises(SpecError, match="evaluation mail 'test.jsonl' holds .* of the users' messages"):
+        SpamJob(source).check(Home(home))
 
 
 def test_finding_2_each_users_party_refuses_rounds_without_noise(tmp_path, capsys):
@@ -171,14 +214,14 @@ def test_finding_3a_a_spam_dp_run_waits_for_the_steward(prefect_server, home, te
     assert Ledger(home / "privrelease.duckdb").replay() == []
 
 
-def test_the_terms_words_and_the_fingerprints_bind_files(tmp_path: Path):
-    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    a.write_text("x\n")
-    b.write_text("y\n")
+def test_the_index_binds_messages_not_files(tmp_path: Path, capsys):
+    corpus(tmp_path / "a", capsys)
     key = b"k" * 32
-    fa, fb = terms.fingerprints([a], key), terms.fingerprints([b], key)
-    assert fa != fb and terms.fingerprints([a], b"j" * 32)[0]["mac"] != fa[0]["mac"]  # keyed
-    params = [json.dumps({"mail": fa})]
-    assert terms.read_by_dp(params, fa) and not terms.read_by_dp(params, fb)
-    a.write_text("x\nz\n")  # the same file, changed in place: its inode still binds it
-    assert terms.read_by_dp(params, terms.fingerprints([a], key))
+    (digests,) = terms.messages([tmp_path / "a" / "user-1.jsonl"], tmp_path, key)
+    assert len(digests) == len(set(digests)) == len((tmp_path / "a" / "user-1.jsonl").read_text().splitlines())
+    assert terms.messages([tmp_path / "a" / "user-1.jsonl"], tmp_path, b"j" * 32)[0] != digests  # keyed
+    index = terms.Index(tmp_path / "index.duckdb")
+    assert index.crossed(digests, dp=False) == 0  # no index yet
+    index.add("r-dp", True, digests[:5])
+    assert index.crossed(digests, dp=False) == 5 and index.crossed(digests, dp=True) == 0
+    assert (tmp_path / "index.duckdb").stat().st_mode & 0o777 == 0o600

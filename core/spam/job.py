@@ -19,7 +19,7 @@ from core import anchors
 from core.charged import Claim, Log
 from core.errors import SpecError
 from core.home import Home
-from core.ledger import RESERVED, Charge
+from core.ledger import Charge
 from core.mechanisms import spam_training
 from core.spam import terms as T
 from core.spam.dp import ADJACENCY
@@ -55,6 +55,7 @@ class SpamJob:
     source: str
     steps: Steps = field(default_factory=Steps)
     inputs: Inputs | None = None
+    digests: list[list[str]] = field(default_factory=list)  # each user's messages as keyed digests (``terms.messages``)
     rounds: list[dict] = field(default_factory=list)  # who took part in each round, who left: public names
     report: dict | None = None
 
@@ -67,11 +68,16 @@ class SpamJob:
             raise SpecError(f"spam run {spec.run_id!r} already exists; choose a new run_id.")
         cap = ledger.cap_entry(T.MAIL)
         terms = T.Terms.of(None if cap is None else json.loads(cap.detail))
-        mail = T.fingerprints(inputs.users, anchors.key(ledger.home, create=not kept or not ledger.entries()))
+        key = anchors.key(ledger.home, create=not kept or not ledger.entries())
         dp = spec.dp is not None
-        read = kept and not dp and T.read_by_dp([e.params for e in ledger.entries(T.MAIL) if e.status == RESERVED], mail)
-        T.check(terms, dp, spec.dp.colluders if dp else None, spec.quorum, read)
-        self.inputs = replace(inputs, protected=terms.capped)
+        self.digests = T.messages(inputs.users, inputs.root, T.subkey(key, "spam mail index"))
+        if dp:
+            T.once(self.digests, T.messages([inputs.test], inputs.root, T.subkey(key, "spam mail index"))[0],
+                   spec.users, spec.test)  # fmt: skip
+        crossed = T.Index(home.root / T.INDEX).crossed([d for u in self.digests for d in u], dp)
+        T.check(terms, dp, spec.dp.colluders if dp else None, spec.quorum, crossed)
+        self.inputs = replace(inputs, protected=terms.capped and not terms.exact_runs)
+        mail = T.fingerprints(inputs.users, T.subkey(key, "spam mail files"))
         plan = spam_training.plan(spec)  # calibrates the noise: refuses colluders >= users
         return Claim(spam_training.ledger_dataset(spec), spec.run_id, spam_training.NAME, plan,
                      spec.model_dump(mode="json", exclude={"seed"}) | {"mail": mail}, ADJACENCY if dp else None)  # fmt: skip
@@ -80,7 +86,10 @@ class SpamJob:
         return ""
 
     def load(self, home: Home) -> None:
-        """Nothing to read before the charge: each party reads its own mail in its own process, after it."""
+        """Before the charge: the messages this run reads go into the index (a run refused after this only
+        makes the index stricter). Each party reads its own mail in its own process, after the charge."""
+        T.Index(home.root / T.INDEX).add(self.inputs.spec.run_id, self.inputs.spec.dp is not None,
+                                         [d for u in self.digests for d in u])  # fmt: skip
 
     def work(self, home: Home, charge: Charge, log: Log) -> tuple[dict, dict]:
         spec = self.inputs.spec

@@ -55,3 +55,25 @@ def read_mail(path: Path, shown: str | None = None, root: Path | None = None) ->
     if not texts:
         raise SpecError(f"{shown} holds no messages.")
     return texts, np.array(labels)
+
+
+def split_corpus(corpus: Path, out: Path, users: int, test_fraction: float, seed: int) -> list[Path]:
+    """A fixed stratified split of one labelled corpus: users-1.jsonl ... users-K.jsonl and test.jsonl."""
+    if users < 1 or not 0 < test_fraction < 1:
+        raise SpecError("split needs --users >= 1 and 0 < --test-fraction < 1.")
+    texts, labels = read_mail(corpus)
+    rng = np.random.default_rng(seed)
+    part = np.empty(len(labels), dtype=int)
+    for value in (1, -1):  # stratified: each class dealt out separately
+        idx = rng.permutation(np.flatnonzero(labels == value))
+        n_test = int(round(test_fraction * len(idx)))
+        part[idx[:n_test]] = -1
+        part[idx[n_test:]] = np.arange(len(idx) - n_test) % users
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"user-{k + 1}.jsonl" for k in range(users)] + [out / "test.jsonl"]
+    for k, path in enumerate(paths):
+        chosen = np.flatnonzero(part == (k if k < users else -1))
+        with path.open("w", encoding="utf-8", errors="surrogateescape") as fh:
+            for i in chosen:
+                fh.write(json.dumps({"text": texts[i], "label": "spam" if labels[i] > 0 else "ham"}) + "\n")
+    return paths

@@ -8,22 +8,28 @@ steward sets the least of each with the cap (``ledger set-budget spam-mail … -
 
 Mail under a DP cap is read only by ``dp:`` runs: once ``spam-mail`` has a cap, a run without
 ``dp:`` (whose round sums the server decrypts exactly) is refused, unless the steward allows exact
-runs (``--allow-exact-runs``), and even then not on mail a ``dp:`` run has read. Each run is bound
-to the mail it reads (``fingerprints``: each user file's device and inode, and its digest keyed with
-the ledger's key, so the ledger's readers learn nothing of the mail), recorded with its charge.
+runs (``--allow-exact-runs``), and even then not on a message a ``dp:`` run has read; nor does a
+``dp:`` run read a message an exact run read before (its sums were decrypted exactly). Runs are bound
+to the messages they read (``messages``: keyed digests of each message's text, in the operator's
+``Index``), so a copy, a reordered or reformatted file, or a file split between users is the same
+mail; each charge records its files too (``fingerprints``: device, inode and keyed digest, so the
+ledger's readers learn nothing of the mail). Under ``dp:`` every message counts once (``once``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.db import connect
 from core.errors import SpecError
+from core.spam import mail
 
 MAIL = "spam-mail"  # the ledger dataset of the users' mail: dp: runs charge it, its cap carries these terms
+INDEX = "spam-mail-index.duckdb"  # under the home: which messages each run read (``Index``)
 
 
 @dataclass(frozen=True)
@@ -58,8 +64,13 @@ class Terms:
                 f"assumed; runs without dp: {'allowed on mail no dp: run has read' if self.exact_runs else 'refused'}")  # fmt: skip
 
 
+def subkey(ledger_key: bytes, purpose: str) -> bytes:
+    """A key of its own for ``purpose``, derived from the ledger's key (which signs the chain, and only that)."""
+    return hmac.new(ledger_key, f"privrelease: {purpose}".encode(), hashlib.sha256).digest()
+
+
 def fingerprints(users: list[Path], key: bytes) -> list[dict]:
-    """Each user file as the run reads it: device and inode, and its digest keyed with the ledger's key."""
+    """Each user file as the run reads it, for the charge's record: device and inode, and its keyed digest."""
     out = []
     for path in users:
         st = path.stat()
@@ -71,27 +82,74 @@ def fingerprints(users: list[Path], key: bytes) -> list[dict]:
     return out
 
 
-def read_by_dp(params_of_dp_charges: list[str], mine: list[dict]) -> bool:
-    """Whether any of this run's files (``fingerprints``) was read by a dp: run (their charges' ``params``)."""
-    seen_files, seen_macs = set(), set()
-    for params in params_of_dp_charges:
-        for f in json.loads(params).get("mail", []):
-            seen_files.add(tuple(f["file"]))
-            seen_macs.add(f["mac"])
-    return any(tuple(f["file"]) in seen_files or f["mac"] in seen_macs for f in mine)
+def messages(paths: list[Path], root: Path, key: bytes) -> list[list[str]]:
+    """Each file's messages as keyed digests of their text with its white space normalised (128 bits, hex):
+    the same message whatever its file, its place in it, its JSON key order or its compression."""
+    out = []
+    for path in paths:
+        texts, _ = mail.read_mail(path, root=root)
+        out.append([hmac.new(key, " ".join(t.split()).encode("utf-8", "surrogateescape"), hashlib.sha256).hexdigest()[:32]
+                    for t in texts])  # fmt: skip
+    return out
 
 
-def check(terms: Terms, dp: bool, colluders: int | None, quorum: int, read_before: bool) -> None:
-    """Refuse a run the steward's terms do not allow, saying what to change."""
+def once(users: list[list[str]], test: list[str], names: list[str], test_name: str) -> None:
+    """Under dp: every message counts once: one message in two places (two users' files, one file twice, a
+    user's file and the evaluation mail) would be summed twice a round, twice the sensitivity the noise is for."""
+    where: dict[str, int] = {}
+    for k, digests in enumerate(users):
+        for d in digests:
+            if d in where:
+                other = names[where[d]]
+                raise SpecError(f"the users' mail holds one message twice ({other!r} and {names[k]!r}"
+                                + ("" if where[d] != k else ", within the file") + "): under dp: each message is "
+                                "counted once, for the sensitivity the noise is calibrated to; remove the copies.")  # fmt: skip
+            where[d] = k
+    shared = sum(d in where for d in test)
+    if shared:
+        raise SpecError(f"the evaluation mail {test_name!r} holds {shared} of the users' messages; evaluation mail "
+                        "must be separate from theirs.")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Index:
+    """Which messages each run read (their keyed digests; ``messages``), by whether it was a dp: run: a
+    DuckDB file of the operator's, under the home (0600)."""
+
+    path: Path
+
+    def crossed(self, digests: list[str], dp: bool) -> int:
+        """How many of ``digests`` a run of the other kind read (a dp: run if ``dp`` is False, else an exact run)."""
+        if not self.path.exists():
+            return 0
+        with connect(self.path) as con:
+            return con.execute("SELECT count(DISTINCT mac) FROM mail JOIN (SELECT unnest(?::VARCHAR[]) AS mac) USING (mac) "
+                               "WHERE dp = ?", [digests, not dp]).fetchone()[0]  # fmt: skip
+
+    def add(self, run_id: str, dp: bool, digests: list[str]) -> None:
+        with connect(self.path) as con:
+            con.execute("CREATE TABLE IF NOT EXISTS mail (run_id VARCHAR NOT NULL, dp BOOLEAN NOT NULL, mac VARCHAR NOT NULL)")
+            con.execute("INSERT INTO mail SELECT ?, ?, unnest(?::VARCHAR[])", [run_id, dp, digests])
+        os.chmod(self.path, 0o600)
+
+
+def check(terms: Terms, dp: bool, colluders: int | None, quorum: int, crossed: int) -> None:
+    """Refuse a run the steward's terms do not allow, saying what to change; ``crossed``: how many of its
+    messages a run of the other kind read (``Index.crossed``)."""
     if not dp:
         if terms.capped and not terms.exact_runs:
             raise SpecError(f"the users' mail is under a DP cap (ledger dataset {MAIL!r}), and a run without dp: lets the "
                             "server decrypt exact round sums; add dp: to the spec, or ask the data steward to allow "
                             f"exact runs (privrelease ledger set-budget {MAIL} ... --allow-exact-runs).")  # fmt: skip
-        if read_before:
-            raise SpecError(f"a mail file of this spec was read by a dp: run charged to {MAIL!r}; a run without dp: on "
-                            "it would decrypt exact round sums of mail the cap protects. Add dp: to the spec.")  # fmt: skip
+        if crossed:
+            raise SpecError(f"{crossed} messages of this spec's users were read by a dp: run charged to {MAIL!r}; a run "
+                            "without dp: on them would decrypt exact round sums of mail the cap protects. Add dp: to "
+                            "the spec.")  # fmt: skip
         return
+    if crossed:
+        raise SpecError(f"{crossed} messages of this spec's users were read by an earlier run without dp:, whose round "
+                        "sums the server decrypted exactly; a DP charge of them would state a guarantee the server's "
+                        "earlier view does not have. Train with dp: on other mail.")  # fmt: skip
     if colluders is not None and colluders < terms.min_colluders:
         raise SpecError(f"dp.colluders is {colluders}, but the data steward assumes at least {terms.min_colluders} users "
                         f"may collude with the server (the {MAIL!r} cap); set dp.colluders to {terms.min_colluders} or more.")  # fmt: skip

@@ -51,28 +51,6 @@ def public_auc(report: dict) -> float | str:
     return report["auc_private"] if report.get("dp") else WITHHELD
 
 
-def split_corpus(corpus: Path, out: Path, users: int, test_fraction: float, seed: int) -> list[Path]:
-    """A fixed stratified split of one labelled corpus: users-1.jsonl ... users-K.jsonl and test.jsonl."""
-    if users < 1 or not 0 < test_fraction < 1:
-        raise SpecError("split needs --users >= 1 and 0 < --test-fraction < 1.")
-    texts, labels = read_mail(corpus)
-    rng = np.random.default_rng(seed)
-    part = np.empty(len(labels), dtype=int)
-    for value in (1, -1):  # stratified: each class dealt out separately
-        idx = rng.permutation(np.flatnonzero(labels == value))
-        n_test = int(round(test_fraction * len(idx)))
-        part[idx[:n_test]] = -1
-        part[idx[n_test:]] = np.arange(len(idx) - n_test) % users
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"user-{k + 1}.jsonl" for k in range(users)] + [out / "test.jsonl"]
-    for k, path in enumerate(paths):
-        chosen = np.flatnonzero(part == (k if k < users else -1))
-        with path.open("w", encoding="utf-8", errors="surrogateescape") as fh:
-            for i in chosen:
-                fh.write(json.dumps({"text": texts[i], "label": "spam" if labels[i] > 0 else "ham"}) + "\n")
-    return paths
-
-
 def schedule(sizes: list[int], spec: SpamSpec, round_: int) -> list[np.ndarray]:
     """Which of each user's messages take part in a round."""
     return [block(n, spec.mode, spec.block_size, round_) for n in sizes]
