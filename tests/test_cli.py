@@ -58,7 +58,7 @@ def test_dataset_and_ledger_commands(tmp_path: Path):
     assert [(e["seq"], e["status"], e["epsilon"]) for e in history] == [(1, "cap", 2.0)]
     totals = json.loads(run(home, "ledger", "totals", "--json").stdout)
     assert totals == [{"dataset": "census", "kind": "dp", "adjacency": None, "cap": {"epsilon": 2.0, "delta": 1e-6},
-                       "spent": {"epsilon": 0.0, "delta": 0.0}, "remaining": {"epsilon": 2.0, "delta": 9e-7},
+                       "spent": {"epsilon": 0.0, "delta": 0.0}, "remaining": {"epsilon": 2.0, "delta": 9e-7}, "remaining_by": "basic",
                        "releases": 0, "published": 0, "failed": 0, "pending": 0, "gdp": None,
                        "filter": None, "pld": None, "next": None}]  # fmt: skip
     assert run(home, "ledger", "totals").stdout.splitlines()[1].startswith("census           dp")
