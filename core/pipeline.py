@@ -148,7 +148,7 @@ def load(store: Store, release: Release) -> pd.DataFrame:
     frame = store.registry.load(release.dataset)
     if release.dataset.purpose == "sdc":
         return enforce.prepare(frame, release.dataset.policy, noise.generator(release.seed))
-    if getattr(mechanisms.get(release.mechanism), "READS_SNAPSHOT_ON_WORKERS", False):
+    if mechanisms.declared(mechanisms.get(release.mechanism)).READS_SNAPSHOT_ON_WORKERS:
         missing = parallel.unreadable(frame.attrs["snapshot"])
         if missing:
             raise snapshots.SnapshotUnreachable(
