@@ -83,10 +83,10 @@ def claim(release: Release, plan_: Plan) -> Claim:
 
 
 def warnings(release: Release, plan_: Plan) -> list[str]:
-    """What a release would waste (public values only), said before its charge: ``core.preview``'s warnings."""
-    from core import preview
-
-    return preview.warnings(release, plan_)
+    """Requests that would spend budget and return mostly noise, as the mechanism warns of them (public values
+    only: its parameters, its plan and the registered column names), said before the charge and in the preview."""
+    module = mechanisms.declared(mechanisms.get(release.mechanism))
+    return module.warnings(release.params, plan_, tuple(release.dataset.schema.columns))
 
 
 def largest_fit(ledger: Ledger, dataset: str, module, params) -> str:
@@ -116,7 +116,7 @@ def load(store: Home, release: Release) -> pd.DataFrame:
     frame = store.registry.load(release.dataset)
     if release.dataset.purpose == "sdc":
         return enforce.prepare(frame, release.dataset.policy, noise.generator(release.seed))
-    if getattr(mechanisms.get(release.mechanism), "READS_SNAPSHOT_ON_WORKERS", False):
+    if mechanisms.declared(mechanisms.get(release.mechanism)).READS_SNAPSHOT_ON_WORKERS:
         missing = parallel.unreadable(frame.attrs["snapshot"])
         if missing:
             raise snapshots.SnapshotUnreachable(

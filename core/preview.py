@@ -5,24 +5,22 @@ The request is checked by the release's own code (``pipeline.check``, then ``pip
 a request a release refuses for its form is refused here with the same message; one the budget
 refuses is previewed with the refusal as its verdict. Only registration facts are used, so a
 dataset whose rows were dropped can be previewed. The figures are public values: the plan, the
-ledger's history (its readers see it anyway) and ``core.accuracy``'s closed forms.
+ledger's history (its readers see it anyway) and what the mechanism says of itself, its views of the
+contract (``core.mechanisms.base.Declared``: its expected accuracy, warnings and notes), which the
+preview asks for without knowing any mechanism by name.
 """
 
 from __future__ import annotations
 
-import math
-
-from core import accuracy, charged, mechanisms, noise, pipeline
+from core import charged, mechanisms, pipeline
 from core.accountant import Spend, events_of
-from core.accounting import Budget, charge_phrase
+from core.accounting import charge_phrase
 from core.budget import left as budget_left
+from core.charts import Chart
 from core.errors import BudgetError, UserError
 from core.home import Home
 from core.ledger import PUBLISHED
-from core.mechanisms import outliers
-from core.mechanisms.base import DPCost, Plan
-from core.mechanisms.dpne_counts import unit_weights
-from core.mechanisms.outliers_sensitivity import alpha, beta, global_std, smooth_floor
+from core.mechanisms.base import Declared, DPCost, Plan
 from core.sdc import enforce
 from core.spec import Release, ReleaseRequest
 
@@ -45,7 +43,7 @@ def preview(store: Home, request: ReleaseRequest) -> dict:
         "guarantee": plan_.guarantee,
         **(stopped or budget(store, release, plan_)),
         "accuracy": expected,
-        "warnings": warnings(release, plan_, expected),
+        "warnings": pipeline.warnings(release, plan_),
         "notes": notes(release, plan_),
     }
 
@@ -95,77 +93,27 @@ def budget(store: Home, release: Release, plan_: Plan) -> dict:
 
 
 def accuracy_of(release: Release, plan_: Plan) -> dict | None:
-    """Each DP output's noise and expected accuracy, from the parameters and registration facts."""
-    if release.mechanism == "dpne":
-        d = plan_.detail
-        return {"levels": accuracy.dpne_levels(release.params, d["sigmas"], d["grids"], d["rho_1"])}
-    if release.mechanism == "outliers":
-        return outlier_accuracy(release.params, tuple(release.dataset.schema.columns))
-    return None
-
-
-def outlier_accuracy(params: outliers.Params, schema: tuple[str, ...]) -> dict:
-    """Before a release: each count's noise (global: exact; smooth: its range S_UB/α in [least, N/α])
-    and 95% interval half-width, and the top-h selection's odds. N is public under the record unit."""
-    a = outliers.allocate(params)
-    _, subspaces = outliers.resolve(params, schema)
-    n, c = params.rows, len(subspaces[0])
-    out: dict = {"counts": None, "selection": None}
-    if a.counts:
-        whole = Budget(a.count.epsilon + a.scale, a.count.delta)
-        if outliers.uses_global(params, a, n, c):
-            gs = global_std(n, params.k, c, whole)
-            std = accuracy.sampler_std(gs, min(1.0, noise.grid(gs)))
-            out["counts"] = {"noise": "global", "family": "discrete Gaussian", "std": std, "std_least": std,
-                             "half_width": math.ceil(accuracy.Z95 * std), "smooth_bound": None}  # fmt: skip
-        else:
-            al = alpha(a.count.epsilon, a.count.delta)
-            least = smooth_floor(n, beta(a.count.epsilon, a.count.delta)) / al
-            out["counts"] = {"noise": "smooth", "family": "discrete Gaussian", "std": None, "std_least": least,
-                             "std_most": n / al, "half_width": math.ceil(accuracy.Z95 * least),
-                             "smooth_bound": {"alpha": al, "S_UB_least": least * al, "S_UB_most": n,
-                                              "global_std": global_std(n, params.k, c, whole)}}  # fmt: skip
-        out["counts"] |= {"per_release": a.counts, "range": [0, n]}
-    if a.select:
-        sens = outliers.gs_upper(n, params.k, params.c)
-        leads = sorted({max(1, round(sens * x)) for x in (0.5, 1, 2, 4, 8, 16, 32, 64)})
-        out["selection"] = {"family": "permute-and-flip (exact)", "epsilon_per_draw": a.select / params.h,
-                            "candidates": len(subspaces), "sensitivity": sens, "leads": leads,
-                            "p_first": [accuracy.lead_probability(a.select / params.h, sens, d, len(subspaces))
-                                        for d in leads]}  # fmt: skip
-    return out
-
-
-def warnings(release: Release, plan_: Plan, expected: dict | None = None) -> list[str]:
-    """Requests that would spend budget and return mostly noise (public values only)."""
-    if release.mechanism != "outliers":
-        return []
-    expected = expected or accuracy_of(release, plan_)
-    if not expected["counts"]:
-        return []
-    counts, n = expected["counts"], release.params.rows
-    if counts["std_least"] <= n / 2:
-        return []
-    least = "at least " if counts["noise"] == "smooth" else ""
-    return [f"an outlier count's noise std is {least}{counts['std_least']:.4g}, more than half of its public range "
-            f"[0, {n}]: the released count would say little about the true one. Raise epsilon (or lower k, or "
-            "ask about fewer dimensions) before you spend the budget."]  # fmt: skip
+    """Each DP output's noise and expected accuracy, as its mechanism states them."""
+    return declared(release.mechanism).accuracy(*_public(release, plan_))
 
 
 def notes(release: Release, plan_: Plan) -> list[str]:
-    """DPNE: how many users a word needs, from public parameters (the corpus size is not public under
-    the user unit, so whether it has them is for the analyst to judge before spending)."""
-    if release.dataset.purpose == "sdc":
-        return enforce.notes(release.dataset, mechanisms.get(release.mechanism), release.params)
-    if release.mechanism != "dpne":
-        return []
-    d, cap = plan_.detail, release.params.caps[0]
-    weights = unit_weights(cap, d["grids"][0])
-    full, capped = (accuracy.holders_needed(d["grids"][0], d["rho_1"], int(weights[t])) for t in (1, cap))
-    return [f"a word is released with probability 1/2 or more only when at least {full} users hold it as their only "
-            f"word, or {capped} users who each hold {cap} distinct words (the detection table below); in a corpus "
-            "with fewer users, every word is more likely withheld than released. Its size is not public under the "
-            "user unit: judge it before you spend."]  # fmt: skip
+    """What the analyst should judge before spending: the mechanism's notes (DPNE: how many users a word
+    needs, as the corpus size is not public), after the disclosure policy's for an SDC release."""
+    own = declared(release.mechanism).notes(*_public(release, plan_))
+    if release.dataset.purpose != "sdc":
+        return own
+    return enforce.notes(release.dataset, mechanisms.get(release.mechanism), release.params) + own
+
+
+def declared(mechanism: str) -> Declared:
+    """What the mechanism called ``mechanism`` declares, its views among them."""
+    return mechanisms.declared(mechanisms.get(mechanism))
+
+
+def _public(release: Release, plan_: Plan) -> tuple:
+    """What a mechanism's views are given: its parameters, its plan and the registered column names."""
+    return release.params, plan_, tuple(release.dataset.schema.columns)
 
 
 def text(p: dict) -> str:
@@ -186,31 +134,11 @@ def text(p: dict) -> str:
     lines += [f"- verdict: **{verdict}**", ""]
     lines += [f"> warning: {w}" for w in p["warnings"]] + ([""] if p["warnings"] else [])
     lines += [f"> note: {n}" for n in p["notes"]] + ([""] if p["notes"] else [])
-    acc = p["accuracy"]
-    if acc and "levels" in acc:
-        lines += accuracy.dpne_lines(acc["levels"])
-    elif acc:
-        lines += outlier_lines(acc)
+    if p["accuracy"]:
+        lines += declared(p["mechanism"]).accuracy_lines(p["accuracy"])
     return "\n".join(lines).rstrip() + "\n"
 
 
-def outlier_lines(acc: dict) -> list[str]:
-    out = []
-    c = acc["counts"]
-    if c:
-        if c["noise"] == "global":
-            out.append(f"- each count: {c['family']} noise (global sensitivity), std {c['std']:.4g}; 95% interval: the "
-                       f"released count ± {c['half_width']}, cut to [0, {c['range'][1]}] (counts are clamped to it)")  # fmt: skip
-        else:
-            sb = c["smooth_bound"]
-            out.append(f"- each count: {c['family']} noise of std S_UB/α (smooth sensitivity, α = {sb['alpha']:.4g}); "
-                       f"S_UB is data, between {sb['S_UB_least']:.4g} and {sb['S_UB_most']}, so the std is between "
-                       f"{c['std_least']:.4g} and {c['std_most']:.4g} (global-sensitivity std: {sb['global_std']:.4g}); "
-                       f"95% interval half-width at least {c['half_width']}, stated after the release from its released std")  # fmt: skip
-    s = acc["selection"]
-    if s:
-        out += ["", f"Top-h selection by {s['family']} draws at epsilon {s['epsilon_per_draw']:.4g} each, among "
-                f"{s['candidates']} subspaces (count sensitivity {s['sensitivity']}): "
-                "probability that a subspace whose count leads every other by Δ is chosen first (at least):", "",
-                "| Δ | P |", "|---|---|", *(f"| {d} | {p:.3f} |" for d, p in zip(s["leads"], s["p_first"]))]  # fmt: skip
-    return out
+def charts(p: dict) -> list[Chart]:
+    """The preview's charts (DPNE's detection curves), as its mechanism draws its expected accuracy."""
+    return declared(p["mechanism"]).accuracy_charts(p["accuracy"]) if p["accuracy"] else []

@@ -23,16 +23,10 @@ from core.mechanisms.base import StrictParams
 from core.registry import Dataset
 
 
-def _filled(module: object) -> tuple[str, ...]:
-    """The parameters the registry fills in: the unit's column, the public number of records, the disclosure policy."""
-    return tuple(p for p in (getattr(module, "UNIT_PARAM", None), getattr(module, "ROWS_PARAM", None),
-                             getattr(module, "POLICY_PARAM", None)) if p)  # fmt: skip
-
-
 def _request_params(module: object) -> type[StrictParams]:
     """A mechanism's parameters as a request may give them: without those the registry fills in (the
-    privacy unit and the public size are the steward's facts, not the analyst's choice)."""
-    filled = _filled(module)
+    privacy unit, the public size and the disclosure policy are the steward's facts, not the analyst's choice)."""
+    filled = mechanisms.declared(module).filled
     if not filled:
         return module.Params
     fields = {n: (f.annotation, f) for n, f in module.Params.model_fields.items() if n not in filled}
@@ -114,7 +108,8 @@ def bind(request: ReleaseRequest, dataset: Dataset) -> Release:
     """The request's parameters as the mechanism takes them, with the registered unit filled in."""
     module = mechanisms.get(request.mechanism.name)
     params = request.mechanism.params.model_dump()
-    unit, rows = getattr(module, "UNIT_PARAM", None), getattr(module, "ROWS_PARAM", None)
+    declared = mechanisms.declared(module)
+    unit, rows, policy = declared.UNIT_PARAM, declared.ROWS_PARAM, declared.POLICY_PARAM
     if unit is not None:
         if dataset.unit.column is None:
             raise SpecError(f"mechanism {request.mechanism.name!r} protects users, but dataset {dataset.id!r} is "
@@ -125,7 +120,6 @@ def bind(request: ReleaseRequest, dataset: Dataset) -> Release:
             raise SpecError(f"mechanism {request.mechanism.name!r} needs a public number of records, but dataset "
                             f"{dataset.id!r} is registered with unit {dataset.unit}; it needs --unit record.")  # fmt: skip
         params[rows] = dataset.rows
-    policy = getattr(module, "POLICY_PARAM", None)
     if policy is not None and dataset.policy is not None:
         params[policy] = dataset.policy
     try:

@@ -67,17 +67,16 @@ def _artifact(summary: dict) -> None:
 
 
 def _preview(request: ReleaseRequest) -> dict:
-    """The request's preview as the run's artifact (with DPNE's detection curve): nothing charged or read."""
+    """The request's preview as the run's artifact (with its charts, DPNE's detection curves): nothing charged or read."""
     import tempfile
 
-    from core import accuracy, preview
+    from core import preview
     from core.charts import render_chart
 
     found = preview.preview(Home.open(), request)
     markdown = preview.text(found)
-    if found["accuracy"] and "levels" in found["accuracy"]:
-        with tempfile.TemporaryDirectory() as tmp:
-            chart = accuracy.detection_chart(found["accuracy"]["levels"])
+    with tempfile.TemporaryDirectory() as tmp:
+        for chart in preview.charts(found):
             render_chart(chart, Path(tmp) / chart.filename)
             markdown += f"\n![{chart.title}]({data_uri(Path(tmp) / chart.filename)})\n"
     create_markdown_artifact(key=re.sub(r"[^a-z0-9-]+", "-", f"preview-{found['dataset']}".lower()),

@@ -16,7 +16,7 @@ import pytest
 
 from core.errors import InternalError
 from core.mechanisms import MECHANISMS, REGISTRY, registry
-from core.mechanisms.base import COST_KEYS, DPCost, Mechanism, MPCCost, NoDP, Plan, Result, TableMechanism
+from core.mechanisms.base import COST_KEYS, DPCost, Mechanism, MPCCost, NoDP, Plan, Result, TableMechanism, declared
 from core.params import StrictParams
 from core.schema import Needs
 from tests.test_dpne import phrase_corpus
@@ -137,3 +137,17 @@ def test_an_incomplete_mechanism_is_refused():
     restating.check = lambda original, result, params: None  # now complete in shape, still restating its cost
     assert violations(restating, EXAMPLES["ra"]) == ["its result restates the plan's cost: ['delta', 'epsilon']"]
     assert violations(_Untyped(), EXAMPLES["ra"]) == ["plan() does not return a Plan with a typed cost (DPCost, NoDP or MPCCost)"]
+
+
+def test_what_a_mechanism_declares_is_read_in_one_place_and_checked_when_registered():
+    dpne, outliers, ra = (declared(REGISTRY[n]) for n in ("dpne", "outliers", "ra"))
+    assert dpne.filled == ("user_column",) and dpne.READS_SNAPSHOT_ON_WORKERS
+    assert outliers.filled == ("rows",) and declared(REGISTRY["sdc"]).filled == ("policy",)
+    assert ra.filled == () and not ra.READS_SNAPSHOT_ON_WORKERS  # the defaults: nothing filled in, no views
+    assert ra.accuracy(None, None, ()) is None and ra.warnings(None, None, ()) == ra.notes(None, None, ()) == []
+
+    class Misnamed(_Untyped):
+        UNIT_PARAM = "user"
+
+    with pytest.raises(TypeError, match="mechanism 'restating' declares user filled in, but its Params has no such field"):
+        registry(Misnamed(), kind=TableMechanism)

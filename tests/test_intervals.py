@@ -14,7 +14,7 @@ import pytest
 from scipy.stats import binomtest
 
 from core import accuracy, noise
-from core.mechanisms import dpne
+from core.mechanisms import dpne, dpne_accuracy
 from core.mechanisms.dpne_counts import unit_weights
 
 DRAWS = 20_000
@@ -79,12 +79,12 @@ def test_dpne_detection_table_matches_simulation(test_mode):
     for k, rho, weight in ((1, acc.rho_1, 1), (1, acc.rho_1, 4), (2, rho_2, 1)):
         sigma, unit = acc.sigmas[k - 1], acc.units[k - 1]
         w = int(unit_weights(4, unit)[weight])
-        table = dict(zip(*[accuracy.dpne_levels(params, acc.sigmas, acc.units, acc.rho_1, [acc.rho_1, rho_2])[k - 1][x]
+        table = dict(zip(*[dpne_accuracy.levels(params, acc.sigmas, acc.units, acc.rho_1, [acc.rho_1, rho_2])[k - 1][x]
                            for x in ("holders", "p_weight_1" if weight == 1 else "p_weight_cap")]))  # fmt: skip
         middle = [m for m, p in table.items() if 0.05 < p < 0.95] + ([0] if k == 2 else [])
         assert middle, table
         for m in middle:
-            stated = float(accuracy.detection(sigma, unit, rho, w, np.array([m]))[0])
+            stated = float(dpne_accuracy.detection(sigma, unit, rho, w, np.array([m]))[0])
             if m in table:
                 assert stated == table[m]
             noisy, _ = dpne.threshold(rng, sigma, unit, rho, np.full(DRAWS, m * w), 0)
@@ -92,8 +92,8 @@ def test_dpne_detection_table_matches_simulation(test_mode):
     assert binomtest(int((noisy > rho + sigma / 4).sum()), DRAWS, stated).pvalue < LEVEL  # control: a shifted threshold
     for weight in (1, 4):  # the preview's "users a word needs": the first m whose release probability is >= 1/2
         w = int(unit_weights(4, acc.units[0])[weight])
-        m = accuracy.holders_needed(acc.units[0], acc.rho_1, w)
-        p = accuracy.detection(acc.sigmas[0], acc.units[0], acc.rho_1, w, np.array([m - 1, m]))
+        m = dpne_accuracy.holders_needed(acc.units[0], acc.rho_1, w)
+        p = dpne_accuracy.detection(acc.sigmas[0], acc.units[0], acc.rho_1, w, np.array([m - 1, m]))
         assert p[0] < 0.5 <= p[1]
 
 

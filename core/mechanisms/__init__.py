@@ -2,15 +2,15 @@
 
 ``REGISTRY`` holds the table mechanisms a release request can name; ``MECHANISMS`` every mechanism
 the command line and the deployments can run, spam-filter training included. Each is checked
-against the contract of ``core.mechanisms.base`` when registered (``tests/test_contract.py``
-checks what a run returns).
+against the contract of ``core.mechanisms.base`` when registered, what it declares too
+(``tests/test_contract.py`` checks what a run returns); ``declared`` reads those declarations.
 """
 
 from __future__ import annotations
 
 from core.errors import SpecError
 from core.mechanisms import dpne, outliers, ra, sdc_chain, spam_training, swapping
-from core.mechanisms.base import Mechanism, TableMechanism
+from core.mechanisms.base import Mechanism, TableMechanism, declared
 
 
 def registry(*mechanisms: object, kind: type = Mechanism) -> dict:
@@ -20,6 +20,9 @@ def registry(*mechanisms: object, kind: type = Mechanism) -> dict:
             members = ("NAME", "Params", "plan") + (("needs", "run", "check") if kind is TableMechanism else ())
             missing = [a for a in members if not hasattr(m, a)]
             raise TypeError(f"mechanism {getattr(m, 'NAME', m)!r} is not a {kind.__name__}: it lacks {', '.join(missing)}")
+        unknown = [p for p in declared(m).filled if p not in m.Params.model_fields]
+        if unknown:
+            raise TypeError(f"mechanism {m.NAME!r} declares {', '.join(unknown)} filled in, but its Params has no such field")
     return {m.NAME: m for m in mechanisms}
 
 

@@ -8,9 +8,15 @@ the ledger take it from the plan; a ``Result`` carries only what the run found.
 
 A ``TableMechanism`` releases a table from a registered dataset: ``needs(params, columns)`` (what
 the registered schema must provide), ``run(frame, params, rng)`` and ``check(original, result,
-params)`` (output invariants). One whose privacy unit is a column names that parameter in
-``UNIT_PARAM``, one that needs the public number of records ``ROWS_PARAM``: the pipeline fills
-them from the dataset's registration, never from a request.
+params)`` (output invariants).
+
+What a mechanism may declare besides, each with its default, is ``Declared``, and ``declared(m)``
+reads it, the one way anything does: the parameters the registry fills from the dataset's
+registration, never from a request (``UNIT_PARAM``, ``ROWS_PARAM``, ``POLICY_PARAM``), whether
+its Dask workers read the stored snapshot themselves, and its views before a release (its expected
+``accuracy`` with the lines and charts that show it, its ``warnings`` and ``notes``), as
+diffprivlib's mechanisms carry their bias and variance. The preview asks for them by these names
+and knows no mechanism by its own.
 
 A mechanism that reads no registered table (spam-filter training, a protocol between parties) is
 a ``Mechanism`` but not a ``TableMechanism``: its run is its own flow's, and only its plan is shared.
@@ -19,7 +25,8 @@ a ``Mechanism`` but not a ``TableMechanism``: its run is its own flow's, and onl
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -104,3 +111,39 @@ class TableMechanism(Mechanism, Protocol):
     def needs(self, params: StrictParams, columns: tuple[str, ...]) -> Needs: ...
     def run(self, frame: pd.DataFrame, params: StrictParams, rng: np.random.Generator) -> Result: ...
     def check(self, original: pd.DataFrame, result: Result, params: StrictParams) -> None: ...
+
+
+def _none(*_: object) -> None:
+    return None
+
+
+def _empty(*_: object) -> list:
+    return []
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What a mechanism may declare beyond its protocol, by the attribute names it uses, with the
+    defaults of one that declares nothing. The views take public values only: the parameters (the
+    registry's bound in), the plan and the registered column names; ``accuracy_lines`` and
+    ``accuracy_charts`` show what ``accuracy`` returned."""
+
+    UNIT_PARAM: str | None = None  # the parameter filled with the registered unit's column (its privacy unit)
+    ROWS_PARAM: str | None = None  # the parameter filled with the registered, public number of records
+    POLICY_PARAM: str | None = None  # the parameter filled with the dataset's disclosure policy
+    READS_SNAPSHOT_ON_WORKERS: bool = False  # on Dask, its workers read the stored snapshot (checked before the charge)
+    accuracy: Callable[[StrictParams, Plan, tuple[str, ...]], dict | None] = _none  # each DP output's noise and interval
+    accuracy_lines: Callable[[dict], list[str]] = _empty  # those figures in markdown
+    accuracy_charts: Callable[[dict], list[Chart]] = _empty  # and drawn
+    warnings: Callable[[StrictParams, Plan, tuple[str, ...]], list[str]] = _empty  # a request that would buy mostly noise
+    notes: Callable[[StrictParams, Plan, tuple[str, ...]], list[str]] = _empty  # what the analyst must judge before spending
+
+    @property
+    def filled(self) -> tuple[str, ...]:
+        """The parameters the registry fills in, which a request never gives."""
+        return tuple(p for p in (self.UNIT_PARAM, self.ROWS_PARAM, self.POLICY_PARAM) if p)
+
+
+def declared(m: object) -> Declared:
+    """What ``m`` declares, the defaults standing for what it leaves out."""
+    return Declared(**{f.name: getattr(m, f.name) for f in fields(Declared) if hasattr(m, f.name)})

@@ -16,6 +16,7 @@ with the analytic Gaussian at delta/2, and rho_1 bounds the new-item event by de
 Histograms are built in DuckDB (``dpne_counts``); the per-user subsample orders a user's
 n-grams by a keyed hash whose 64-bit key comes from ``core.noise`` (any selection that depends
 only on the user's own data keeps the l2 bound; the key makes it uniform and unpredictable).
+What a release is worth, stated before it (the preview) and after: ``dpne_accuracy``.
 
 Noise: each level has a public grid u_k = ``noise.grid(sigma_k)``. A user's weight 1/sqrt(m) is
 rounded *down* to the grid (the vector's l2 norm stays <= 1, so the sensitivity is unchanged),
@@ -36,11 +37,12 @@ import pandas as pd
 import scipy  # submodules load on first use: a flow that never runs DPNE never imports scipy.special
 from pydantic import Field, model_validator
 
-from core import accountant, accuracy, noise, parallel
+from core import accountant, noise, parallel
 from core.accounting import Budget, gaussian_sigma
 from core.charts import Chart
 from core.db import quote_ident, scratch
 from core.errors import InternalError
+from core.mechanisms import dpne_accuracy
 from core.mechanisms.base import DPCost, Plan, Result
 from core.mechanisms.dpne_counts import SEP, Encoding, Partition, merge, open_partition, tokens_sql
 from core.params import StrictParams
@@ -50,6 +52,9 @@ NAME = "dpne"
 READS_SNAPSHOT_ON_WORKERS = True  # on Dask, each worker reads its users from the stored snapshot (``extract``)
 MAX_DELTA0 = 100_000  # a user's distinct n-grams per level; the threshold scans every count up to it
 UNIT_PARAM = "user_column"  # filled from the dataset's registered unit
+# What a preview says of DPNE (the contract's views, ``base.Declared``): each level's noise, threshold and detection table
+accuracy, accuracy_lines, accuracy_charts, notes = (dpne_accuracy.accuracy, dpne_accuracy.accuracy_lines,
+                                                    dpne_accuracy.accuracy_charts, dpne_accuracy.notes)  # fmt: skip
 Cap = Annotated[int, Field(ge=1, le=MAX_DELTA0)]  # one delta0 value (Params checks it; the form's schema states it)
 
 
@@ -328,7 +333,7 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
     }
     chart = Chart("ngrams_by_length.png", "n-grams released per length", [str(lv.k) for lv in levels],
                   {"released": [float(lv.released) for lv in levels]}, "n-grams")  # fmt: skip
-    privacy["accuracy"], lines, curve = accuracy.dpne_release(params, acc.sigmas, acc.units, acc.rho_1, privacy["rho"],
+    privacy["accuracy"], lines, curve = dpne_accuracy.release(params, acc.sigmas, acc.units, acc.rho_1, privacy["rho"],
                                                               [lv.released for lv in levels], privacy["valid_candidates"])  # fmt: skip
     return Result(table, privacy, _report(params, acc, levels) + "\n".join(lines) + "\n", [chart, curve], headline,
                   name="ngrams", manifest={"counts_by_length": counts})  # fmt: skip
@@ -354,19 +359,7 @@ def _report(params: Params, acc: Accounting, levels: list[Level]) -> str:
         "| length k | released | sigma_k | rho_k | valid candidates V_k |\n|---|---|---|---|---|\n" + rows + "\n\n"
         "How many zero-weight candidates were simulated is kept nowhere: it depends on how many distinct "
         "n-grams users hold, which the release does not protect.\n"
-        + ("" if levels and levels[0].released else _empty(params, acc))
-    )
-
-
-def _empty(params: Params, acc: Accounting) -> str:
-    """Why nothing was released, from public values: a word needs about rho_1 users' full weight."""
-    holders = math.ceil(acc.rho_1 * math.sqrt(params.caps[0]))
-    return (
-        f"\n**Nothing was released.** A word is released only when its users' summed weight, plus noise of "
-        f"sigma_1 = {acc.sigmas[0]:.3g}, passes rho_1 = {acc.rho_1:.4g}. A user adds 1/sqrt(t) to each of their t "
-        f"distinct words (at most {params.caps[0]}), so a word needs at least {math.ceil(acc.rho_1)} users who hold "
-        f"it alone, or about {holders} users who each hold {params.caps[0]} distinct words. A larger corpus, a "
-        "larger epsilon or delta, or a smaller delta0 lowers that bar.\n"
+        + ("" if levels and levels[0].released else dpne_accuracy.nothing_released(params, acc.sigmas[0], acc.rho_1))
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import duckdb
 import numpy as np
@@ -23,9 +23,6 @@ import pyarrow.compute as pc
 
 from core import parallel
 from core.db import quote_ident, scratch
-
-if TYPE_CHECKING:
-    from core.mechanisms.dpne import Params
 
 SEP = " "  # tokens never contain whitespace, so joining with a space is unambiguous
 NONE = -1  # in a position array: no token, or no released gram, here
@@ -258,7 +255,15 @@ class Partition:
         self.con.close()
 
 
-def open_partition(spec: tuple[pd.DataFrame | str, Params, int, int]) -> Partition:
+class Corpus(Protocol):
+    """What a partition reads of DPNE's parameters (``dpne.Params`` has them)."""
+
+    user_column: str
+    text_column: str
+    tokenizer: str
+
+
+def open_partition(spec: tuple[pd.DataFrame | str, Corpus, int, int]) -> Partition:
     """One user partition's positions: the users with hash(user) % parts = part (all of a user's posts,
     so the per-user cap applies within it), read from the frame or, on a Dask worker, from the stored
     snapshot itself; tokenized in DuckDB."""

@@ -18,7 +18,7 @@ data; released counts are clamped to their range.
 
 This module holds the parameters and the release; ``outliers_geometry`` the distances and max ball
 covers, ``outliers_sensitivity`` the noise scales and the budget split, ``outliers_report`` what a
-release says.
+release says, and its preview before it.
 """
 
 from __future__ import annotations
@@ -32,12 +32,13 @@ import numpy as np
 import pandas as pd
 from pydantic import Field, model_validator
 
-from core import accuracy, noise
+from core import noise
 from core.accounting import Budget, gaussian_sigma
+from core.accuracy import Z95, sampler_std
 from core.errors import InternalError, ParameterError
 from core.mechanisms.base import DPCost, Plan, Result
 from core.mechanisms.outliers_geometry import COORD_LIMIT, Cover, degrees, subspace_points
-from core.mechanisms.outliers_report import describe
+from core.mechanisms.outliers_report import describe, expected_counts, expected_lines, expected_selection, too_noisy
 from core.mechanisms.outliers_sensitivity import (
     Allocation,
     Counted,
@@ -51,6 +52,7 @@ from core.mechanisms.outliers_sensitivity import (
     smooth_bound,
     smooth_epsilon_max,
     smooth_floor,
+    uses_global,
 )
 from core.params import StrictParams
 from core.schema import Needs
@@ -207,6 +209,23 @@ def plan(params: Params) -> Plan:
     )
 
 
+# -- before a release: the preview's views (the contract's ``base.Declared``, worded by ``outliers_report``) -----
+
+
+def accuracy(params: Params, plan_: Plan, columns: tuple[str, ...]) -> dict:
+    """Each count's noise and 95% interval, and the top-h selection's odds, from public values (N among them)."""
+    a, (_, subspaces) = allocate(params), resolve(params, columns)
+    return {"counts": expected_counts(params, a, len(subspaces[0])), "selection": expected_selection(params, a, len(subspaces))}
+
+
+def warnings(params: Params, plan_: Plan, columns: tuple[str, ...]) -> list[str]:
+    """A count that would be mostly noise, said before its budget is spent."""
+    return too_noisy(params, accuracy(params, plan_, columns)["counts"])
+
+
+accuracy_lines = expected_lines
+
+
 # -- release -------------------------------------------------------------------------------------------
 
 
@@ -228,7 +247,7 @@ def standardized(frame: pd.DataFrame, columns: list[str], params: Params, budget
     scales = {c: {"mean": float(m), "std": float(s)} for c, m, s in zip(columns, mean, std)}
     if method != "public":  # each estimated mean's noise and 95% interval (of the clipped values' mean)
         for c, m, (lo, hi) in zip(columns, mean, bounds):
-            half = accuracy.Z95 * sampled * (hi - lo) / 2 / len(x)
+            half = Z95 * sampled * (hi - lo) / 2 / len(x)
             scales[c]["mean_noise"] = {"family": "discrete Gaussian on the clipped sum", "std": sampled * (hi - lo) / 2 / len(x),
                                        "interval": [max(lo, m - half), min(hi, m + half)], "of": "the mean of the values clipped to the bounds (on the noise grid)"}  # fmt: skip
     with np.errstate(over="ignore"):
@@ -256,7 +275,7 @@ def private_scale(x: np.ndarray, bounds: np.ndarray, budget: Budget,
     noisy = noise.gaussian(rng, sigma, np.concatenate([yu.sum(axis=0), sq.sum(axis=0)]), unit)
     m1 = np.clip(noisy[:d] / n, -1, 1)
     var = np.clip(noisy[d:] / n - m1**2, (1 / n) ** 2, 1)  # a floor keeps the scale positive
-    return centre + half * m1, half * np.sqrt(var), accuracy.sampler_std(sigma, unit)  # the last: the sums' noise std
+    return centre + half * m1, half * np.sqrt(var), sampler_std(sigma, unit)  # the last: the sums' noise std
 
 
 def select_top(quality: np.ndarray, sensitivity: int, h: int, epsilon: float, rng: np.random.Generator) -> np.ndarray:
@@ -270,17 +289,6 @@ def select_top(quality: np.ndarray, sensitivity: int, h: int, epsilon: float, rn
         picked.append(int(left[i]))
         left = np.delete(left, i)
     return np.array(picked, dtype=np.int64)
-
-
-def uses_global(params: Params, a: Allocation, n: int, c: int) -> bool:
-    """Decided from public parameters and N only, never from the data."""
-    if params.noise != "auto":
-        return params.noise == "global"
-    if a.count.epsilon > smooth_epsilon_max(a.count.delta):
-        return True  # beyond the range Theorem 2's proof covers (plain smooth is refused there)
-    whole = Budget(a.count.epsilon + a.scale, a.count.delta)
-    smooth_least = smooth_floor(n, beta(a.count.epsilon, a.count.delta)) / alpha(a.count.epsilon, a.count.delta)
-    return global_std(n, params.k, c, whole) <= smooth_least
 
 
 @dataclass(frozen=True)

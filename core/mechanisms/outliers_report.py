@@ -1,5 +1,7 @@
 """What an outliers release says: its table, privacy section, report and chart, from DP outputs and
-public values only (the true counts in ``Counted`` never reach them)."""
+public values only (the true counts in ``Counted`` never reach them); and, before it runs, what its
+preview says: each count's expected noise and interval, the selection's odds, a warning for a count
+that would be mostly noise (``outliers`` hands them to the contract's views)."""
 
 from __future__ import annotations
 
@@ -9,15 +11,27 @@ from typing import Protocol
 import pandas as pd
 
 from core import accuracy, noise
+from core.accounting import Budget
 from core.charts import Chart
 from core.mechanisms.base import Result
-from core.mechanisms.outliers_sensitivity import Allocation, Counted, alpha, beta, cover_plan, smooth_floor
+from core.mechanisms.outliers_sensitivity import (
+    Allocation,
+    Counted,
+    alpha,
+    beta,
+    cover_plan,
+    global_std,
+    gs_upper,
+    smooth_floor,
+    uses_global,
+)
 
 
 class Query(Protocol):
     """The public parameters a report states (``outliers.Params`` has them)."""
 
     query: str
+    noise: str
     k: int
     r: float
     c: int
@@ -183,3 +197,73 @@ def _chart(data: pd.DataFrame) -> Chart:
             data["noise_std"].tolist()  # fmt: skip
     return Chart("outliers.png", "Noisy outlier counts (bars: 95% intervals) and noise scales", data["subspace"].tolist(),
                  series, "records", intervals=bars)
+
+
+# -- before a release: the preview (public values only; N is public under the record unit) -----------------
+
+
+def expected_counts(params: Query, a: Allocation, c: int) -> dict | None:
+    """Each count's noise (global: exact; smooth: its std S_UB/α, somewhere in [least, N/α]) and 95%
+    interval half-width, for subspaces of c dimensions."""
+    if not a.counts:
+        return None
+    n = params.rows
+    whole = Budget(a.count.epsilon + a.scale, a.count.delta)
+    if uses_global(params, a, n, c):
+        gs = global_std(n, params.k, c, whole)
+        std = accuracy.sampler_std(gs, min(1.0, noise.grid(gs)))
+        counts = {"noise": "global", "family": "discrete Gaussian", "std": std, "std_least": std,
+                  "half_width": math.ceil(accuracy.Z95 * std), "smooth_bound": None}  # fmt: skip
+    else:
+        al = alpha(a.count.epsilon, a.count.delta)
+        least = smooth_floor(n, beta(a.count.epsilon, a.count.delta)) / al
+        counts = {"noise": "smooth", "family": "discrete Gaussian", "std": None, "std_least": least,
+                  "std_most": n / al, "half_width": math.ceil(accuracy.Z95 * least),
+                  "smooth_bound": {"alpha": al, "S_UB_least": least * al, "S_UB_most": n,
+                                   "global_std": global_std(n, params.k, c, whole)}}  # fmt: skip
+    return counts | {"per_release": a.counts, "range": [0, n]}
+
+
+def expected_selection(params: Query, a: Allocation, candidates: int) -> dict | None:
+    """The top-h selection's odds: at least how likely a subspace whose count leads every other by Δ is chosen first."""
+    if not a.select:
+        return None
+    sens = gs_upper(params.rows, params.k, params.c)
+    leads = sorted({max(1, round(sens * x)) for x in (0.5, 1, 2, 4, 8, 16, 32, 64)})
+    return {"family": "permute-and-flip (exact)", "epsilon_per_draw": a.select / params.h, "candidates": candidates,
+            "sensitivity": sens, "leads": leads,
+            "p_first": [accuracy.lead_probability(a.select / params.h, sens, d, candidates) for d in leads]}  # fmt: skip
+
+
+def too_noisy(params: Query, counts: dict | None) -> list[str]:
+    """A warning before the charge when a count's noise std would be more than half of its public range [0, N]."""
+    n = params.rows
+    if not counts or counts["std_least"] <= n / 2:
+        return []
+    least = "at least " if counts["noise"] == "smooth" else ""
+    return [f"an outlier count's noise std is {least}{counts['std_least']:.4g}, more than half of its public range "
+            f"[0, {n}]: the released count would say little about the true one. Raise epsilon (or lower k, or "
+            "ask about fewer dimensions) before you spend the budget."]  # fmt: skip
+
+
+def expected_lines(figures: dict) -> list[str]:
+    """The expected counts and selection, in markdown."""
+    out = []
+    c = figures["counts"]
+    if c:
+        if c["noise"] == "global":
+            out.append(f"- each count: {c['family']} noise (global sensitivity), std {c['std']:.4g}; 95% interval: the "
+                       f"released count ± {c['half_width']}, cut to [0, {c['range'][1]}] (counts are clamped to it)")  # fmt: skip
+        else:
+            sb = c["smooth_bound"]
+            out.append(f"- each count: {c['family']} noise of std S_UB/α (smooth sensitivity, α = {sb['alpha']:.4g}); "
+                       f"S_UB is data, between {sb['S_UB_least']:.4g} and {sb['S_UB_most']}, so the std is between "
+                       f"{c['std_least']:.4g} and {c['std_most']:.4g} (global-sensitivity std: {sb['global_std']:.4g}); "
+                       f"95% interval half-width at least {c['half_width']}, stated after the release from its released std")  # fmt: skip
+    s = figures["selection"]
+    if s:
+        out += ["", f"Top-h selection by {s['family']} draws at epsilon {s['epsilon_per_draw']:.4g} each, among "
+                f"{s['candidates']} subspaces (count sensitivity {s['sensitivity']}): "
+                "probability that a subspace whose count leads every other by Δ is chosen first (at least):", "",
+                "| Δ | P |", "|---|---|", *(f"| {d} | {p:.3f} |" for d, p in zip(s["leads"], s["p_first"]))]  # fmt: skip
+    return out

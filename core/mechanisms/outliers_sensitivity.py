@@ -174,6 +174,18 @@ def global_std(n: int, k: int, c: int, budget: Budget) -> float:
     return gs_upper(n, k, c) * gaussian_sigma(budget.epsilon, budget.delta)
 
 
+def uses_global(params, a: Allocation, n: int, c: int) -> bool:
+    """Whether a count in c dimensions gets global-sensitivity noise (``outliers.Params``' ``noise``, its
+    allocation and N): decided from public parameters and N only, never from the data."""
+    if params.noise != "auto":
+        return params.noise == "global"
+    if a.count.epsilon > smooth_epsilon_max(a.count.delta):
+        return True  # beyond the range Theorem 2's proof covers (plain smooth is refused there)
+    whole = Budget(a.count.epsilon + a.scale, a.count.delta)
+    smooth_least = smooth_floor(n, beta(a.count.epsilon, a.count.delta)) / alpha(a.count.epsilon, a.count.delta)
+    return global_std(n, params.k, c, whole) <= smooth_least
+
+
 def privacy_events(params, a: Allocation) -> list[accountant.Event]:
     """An outlier release's parts for the accountant (``outliers.Params`` and its allocation). A private standardization is one Gaussian (sensitivity
     normalized to 1) plus the sampler's slack; the top-h selection h permute-and-flip draws (pure
