@@ -20,19 +20,17 @@ import secrets
 from datetime import UTC, datetime
 from pathlib import Path
 
+from core import settings
 from core.errors import LedgerCorrupt
-
-KEY_ENV = "PRIVRELEASE_LEDGER_KEY_FILE"
-ANCHORS_ENV = "PRIVRELEASE_LEDGER_ANCHORS"
 
 
 def key_path(home: Path) -> Path:
-    return Path(os.environ.get(KEY_ENV) or home / "keys" / "ledger.key")
+    return Path(settings.get(settings.LEDGER_KEY_FILE) or home / "keys" / "ledger.key")
 
 
 def anchors_paths(home: Path) -> list[Path]:
     """The anchors files: the first is written, all are checked."""
-    configured = [Path(p) for p in os.environ.get(ANCHORS_ENV, "").split(os.pathsep) if p]
+    configured = [Path(p) for p in settings.get(settings.LEDGER_ANCHORS, "").split(os.pathsep) if p]
     return configured or [home / "anchors" / "ledger.anchors"]
 
 
@@ -46,7 +44,7 @@ def key(home: Path, create: bool) -> bytes:
     if not path.exists():
         if not create:
             raise LedgerCorrupt(f"the ledger key {path} is missing, so no entry can be checked; restore it "
-                                f"(or point ${KEY_ENV} at it).", None)  # fmt: skip
+                                f"(or point ${settings.LEDGER_KEY_FILE} at it).", None)  # fmt: skip
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:

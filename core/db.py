@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import os
 import random
 import tempfile
 import threading
@@ -18,6 +17,8 @@ from pathlib import Path
 
 import duckdb
 
+from core import settings
+
 LOCK_TIMEOUT_S = 120.0
 # Threads of one process opening one file at the same instant race in DuckDB's database cache ("Unique
 # file handle conflict"; seen in the gate under load): opening and closing are serialized per process
@@ -25,7 +26,7 @@ LOCK_TIMEOUT_S = 120.0
 _OPENING = threading.Lock()
 # Working memory of a scratch database; past it DuckDB spills to disk (arrays held outside DuckDB, such
 # as DPNE's token positions, are not counted in it).
-SCRATCH_MEMORY = os.environ.get("PRIVRELEASE_DUCKDB_MEMORY", "2GB")
+SCRATCH_MEMORY = settings.get(settings.DUCKDB_MEMORY, "2GB")
 
 
 def quote_ident(name: str) -> str:

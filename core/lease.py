@@ -17,7 +17,8 @@ import socket
 from datetime import UTC, datetime
 from pathlib import Path
 
-LEASE_ENV = "PRIVRELEASE_LEASE_SECONDS"
+from core import settings
+
 DEFAULT_LEASE_S = 6 * 3600
 
 
@@ -33,7 +34,7 @@ def _start_time(pid: int) -> str | None:
 
 
 def lease_seconds() -> float:
-    return float(os.environ.get(LEASE_ENV, DEFAULT_LEASE_S))
+    return settings.number(settings.LEASE_SECONDS, DEFAULT_LEASE_S)
 
 
 def me(home: Path) -> str:

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from core import anchors, budget, lease
+from core import anchors, budget, lease, settings
 from core.accountant import Filter, Spend, events_of
 from core.accounting import Budget
 from core.accounts import requester
@@ -288,7 +288,7 @@ class Ledger:
         if last and not hmac.compare_digest(last[0].computed_hash(key), last[0].hash):
             raise LedgerCorrupt(
                 f"entry {last[0].seq}, the chain's head, does not check out under this process's ledger key "
-                f"({anchors.key_path(self.home)}): every worker needs the same key file (${anchors.KEY_ENV}), "
+                f"({anchors.key_path(self.home)}): every worker needs the same key file (${settings.LEDGER_KEY_FILE}), "
                 "or the entry was changed; nothing was written. Run privrelease ledger verify.", last[0].seq)
         draft = Entry(
             seq=last[0].seq + 1 if last else 1, ts=(ts or datetime.now(UTC)).isoformat(timespec="microseconds"),

@@ -31,9 +31,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from core import settings
 from core.errors import SpecError
-
-TEST_MODE_ENV = "PRIVRELEASE_TEST_MODE"
 
 MIN_UNITS = 2.0**20  # sigma / grid is at least this (so the grid lemma's ETA is below 2e-10)
 BULK = 60  # the lemma's range |k| <= BULK * s
@@ -46,7 +45,7 @@ FEW = 16  # up to this many values, the same algorithms run in Python integers
 
 def test_mode() -> bool:
     """Whether fixed seeds are allowed in this process."""
-    return os.environ.get(TEST_MODE_ENV, "") == "1"
+    return settings.flag(settings.TEST_MODE)
 
 
 def check_seed(test_seed: int | None) -> None:
@@ -54,7 +53,7 @@ def check_seed(test_seed: int | None) -> None:
     if test_seed is not None and not test_mode():
         raise SpecError(
             f"a fixed seed is accepted only in test mode; remove 'seed' from the spec, or set "
-            f"{TEST_MODE_ENV}=1 for a test run (its release is marked as a test release)."
+            f"{settings.TEST_MODE}=1 for a test run (its release is marked as a test release)."
         )
 
 

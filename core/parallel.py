@@ -21,6 +21,8 @@ from contextvars import ContextVar
 from typing import Any
 from uuid import uuid4
 
+from core import settings
+
 _client: ContextVar[Any] = ContextVar("privrelease_dask_client", default=None)
 
 
@@ -110,7 +112,6 @@ def unreadable(path: str) -> list[str]:
     return sorted(w for w, ok in client.run(os.access, path, os.R_OK).items() if not ok)
 
 
-RUNNER_ENV, ADDRESS_ENV, WORKERS_ENV = "PRIVRELEASE_RUNNER", "PRIVRELEASE_DASK_ADDRESS", "PRIVRELEASE_DASK_WORKERS"
 
 
 def configured() -> Iterator[None]:
@@ -120,10 +121,10 @@ def configured() -> Iterator[None]:
     parameter would receive the rows. ``PRIVRELEASE_RUNNER=dask`` with ``PRIVRELEASE_DASK_ADDRESS``
     (an existing scheduler) or ``PRIVRELEASE_DASK_WORKERS`` (a local cluster, default 2).
     """
-    kind = os.environ.get(RUNNER_ENV, "local")
+    kind = settings.get(settings.RUNNER, "local")
     if kind not in ("local", "dask"):
-        raise ValueError(f"{RUNNER_ENV} must be 'local' or 'dask', not {kind!r}")
-    return using(kind, os.environ.get(ADDRESS_ENV) or None, int(os.environ.get(WORKERS_ENV, "2")))
+        raise ValueError(f"{settings.RUNNER} must be 'local' or 'dask', not {kind!r}")
+    return using(kind, settings.get(settings.DASK_ADDRESS), int(settings.number(settings.DASK_WORKERS, 2)))
 
 
 WORKER_CONFIG = {  # what deploy/dask.yaml gives workers started with ``dask worker`` on other hosts
@@ -153,7 +154,7 @@ def local_cluster(n_workers: int) -> Any:
 
 
 def _environ(name: str) -> str | None:
-    return os.environ.get(name)  # run on a worker: its own environment (os.environ.get itself would carry this one's)
+    return settings.get(name)  # run on a worker: its own environment (os.environ.get itself would carry this one's)
 
 
 @contextmanager

@@ -7,14 +7,15 @@ from pathlib import Path
 
 import platformdirs
 
-HOME_ENV = "PRIVRELEASE_HOME"
+from core import settings
+
 DEFAULT_HOME = platformdirs.user_data_dir("privrelease")
 
 
 def home(explicit: str | os.PathLike | None = None) -> Path:
     """The state folder: ``explicit``, else ``$PRIVRELEASE_HOME``, else the per-user data folder
     (one fixed place, so a command run from another directory still finds the same ledger)."""
-    root = Path(explicit or os.environ.get(HOME_ENV) or DEFAULT_HOME).resolve()
+    root = Path(explicit or settings.get(settings.HOME) or DEFAULT_HOME).resolve()
     root.mkdir(parents=True, exist_ok=True)
     return root
 

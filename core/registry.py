@@ -31,7 +31,7 @@ import duckdb
 import pandas as pd
 from pydantic import ValidationError
 
-from core import content, paths, snapshots
+from core import content, paths, settings, snapshots
 from core.db import quote_ident
 from core.errors import IngestError, SpecError
 from core.ids import check_id
@@ -43,7 +43,6 @@ from core.store import open_store
 
 FORMATS = ("csv", "parquet", "jsonl")
 PURPOSES = ("dp", "sdc")
-DATA_ROOT_ENV = "PRIVRELEASE_DATA_ROOT"
 COLUMNS = ("id", "version", "unit", "purpose", "format", "delimiter", "source", "schema", "suite", "rows", "registered",
            "snapshot", "digest", "source_digest", "host")  # fmt: skip
 
@@ -111,7 +110,7 @@ class _Private:
 
 def data_root(home: Path) -> Path:
     """Where registered sources must live: ``$PRIVRELEASE_DATA_ROOT``, else ``<home>/data``."""
-    return Path(os.environ.get(DATA_ROOT_ENV) or home / "data").resolve()
+    return Path(settings.get(settings.DATA_ROOT) or home / "data").resolve()
 
 
 def resolve_source(source: str, root: Path, what: str = "--source") -> Path:
@@ -123,7 +122,7 @@ def resolve_source(source: str, root: Path, what: str = "--source") -> Path:
     path = written.resolve()
     if not written.is_relative_to(root) or not path.is_relative_to(root):
         raise SpecError(
-            f"{what} must lie inside the data root {str(root)!r} (set {DATA_ROOT_ENV} to change it); "
+            f"{what} must lie inside the data root {str(root)!r} (set {settings.DATA_ROOT} to change it); "
             "paths outside it, also through symbolic links, are refused."
         )
     if not path.is_file():

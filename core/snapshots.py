@@ -21,10 +21,8 @@ import os
 import socket
 from pathlib import Path
 
+from core import settings
 from core.errors import UserError
-
-STORE_ENV = "PRIVRELEASE_SNAPSHOT_STORE"
-_RENAMED = "PRIVRELEASE_SNAPSHOT_DIR"  # its earlier name
 
 
 class SnapshotUnreachable(UserError):
@@ -37,15 +35,15 @@ class SnapshotChanged(UserError):
 
 def root(home: Path) -> Path:
     """The store's folder: ``$PRIVRELEASE_SNAPSHOT_STORE``, else ``<home>/datasets``."""
-    if os.environ.get(_RENAMED) and not os.environ.get(STORE_ENV):
-        raise UserError(f"${_RENAMED} was renamed ${STORE_ENV}; set {STORE_ENV} to the same folder (and unset "
-                        f"{_RENAMED}).")  # fmt: skip
-    return Path(os.environ.get(STORE_ENV) or home / "datasets").resolve()
+    if settings.get(settings.SNAPSHOT_DIR) and not settings.get(settings.SNAPSHOT_STORE):
+        raise UserError(f"${settings.SNAPSHOT_DIR} was renamed ${settings.SNAPSHOT_STORE}; set {settings.SNAPSHOT_STORE} to the same folder (and unset "
+                        f"{settings.SNAPSHOT_DIR}).")  # fmt: skip
+    return Path(settings.get(settings.SNAPSHOT_STORE) or home / "datasets").resolve()
 
 
 def describe(home: Path) -> str:
     """The store, as messages name it: its folder and where that setting came from."""
-    where = f"${STORE_ENV}" if os.environ.get(STORE_ENV) else f"${STORE_ENV} unset: this worker's home"
+    where = f"${settings.SNAPSHOT_STORE}" if settings.get(settings.SNAPSHOT_STORE) else f"${settings.SNAPSHOT_STORE} unset: this worker's home"
     return f"{root(home)} ({where})"
 
 
@@ -103,7 +101,7 @@ def checked(home: Path, dataset_id: str, relative: str, digest: str, registered_
         origin = f"host {registered_from!r}" if registered_from else "a host not recorded (before hosts were recorded)"
         raise SnapshotUnreachable(
             f"dataset {dataset_id!r} cannot be read on this worker: its snapshot {relative} {why} in the snapshot "
-            f"store {describe(home)}{missing}. It was registered from {origin}; set ${STORE_ENV} on this worker to "
+            f"store {describe(home)}{missing}. It was registered from {origin}; set ${settings.SNAPSHOT_STORE} on this worker to "
             "the store that host wrote to (a folder every worker mounts). Nothing was charged."
         ) from None
     if found != digest:

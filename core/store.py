@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import os
 import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
+from core import settings
 from core.db import connect, exclusive
 from core.errors import UserError
 
-URL_ENV = "PRIVRELEASE_LEDGER_URL"
 SCHEMA = "privrelease"  # PostgreSQL schema of our tables, apart from Prefect's when they share a database
 
 _TABLES = """
@@ -94,8 +93,8 @@ def checked(value: str, where: str) -> str:
 
 def url() -> str | None:
     """The configured PostgreSQL URL, or None (unset) for the home's DuckDB file."""
-    value = os.environ.get(URL_ENV) or None
-    return None if value is None else checked(value, f"${URL_ENV} (unset it for the home's DuckDB file)")
+    value = settings.get(settings.LEDGER_URL) or None
+    return None if value is None else checked(value, f"${settings.LEDGER_URL} (unset it for the home's DuckDB file)")
 
 
 def close(url: str) -> None:
@@ -117,7 +116,7 @@ def open_store(db_path: Path) -> Store:
         return PgStore(configured)
     if moved(db_path).exists():
         raise UserError(f"this home's ledger and registrations were moved to {moved(db_path).read_text().strip()} "
-                        f"(privrelease ledger migrate); set ${URL_ENV} to that database's URL. The old file is kept "
+                        f"(privrelease ledger migrate); set ${settings.LEDGER_URL} to that database's URL. The old file is kept "
                         "for the record only: releasing from it would spend the budgets a second time.")  # fmt: skip
     return DuckStore(db_path)
 
@@ -227,7 +226,7 @@ class PgStore:
             if password and password.group(1):
                 reason = reason.replace(password.group(1), "***")
             raise StoreUnavailable(
-                f"{what} the ledger database {self.describe()} (${URL_ENV}): {reason}. An unfinished transaction "
+                f"{what} the ledger database {self.describe()} (${settings.LEDGER_URL}): {reason}. An unfinished transaction "
                 "is rolled back by the database, so nothing was half-written; check the server and the URL, then "
                 "run the command again (a retried release is charged at most once)."
             ) from None

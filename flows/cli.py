@@ -14,7 +14,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from core import __version__, paths
+from core import __version__, paths, settings
 from core.accounting import charge_phrase
 from core.errors import LedgerCorrupt, UserError
 from flows.cli_dataset import (
@@ -28,8 +28,6 @@ from flows.cli_dataset import (
 from flows.cli_ledger import add_parsers as add_ledger_parsers
 from flows.cli_user import add_parsers as add_user_parsers
 from flows.launch import prefect_api_url, prefect_env, quiet_console, start_prefect
-
-DEBUG_ENV = "PRIVRELEASE_DEBUG"
 
 
 def _runner(args: argparse.Namespace) -> dict:
@@ -54,9 +52,9 @@ def _run_release(request_path: Path, runner: dict) -> dict:
     else:  # the flow's log is quiet on the console: its warnings are printed here, before the charge
         for line in pipeline.warnings(bound, plan_):
             print(f"warning: {line}", file=sys.stderr)
-    os.environ.update({parallel.RUNNER_ENV: runner["runner"], parallel.WORKERS_ENV: str(runner["dask_workers"])})
+    os.environ.update({settings.RUNNER: runner["runner"], settings.DASK_WORKERS: str(runner["dask_workers"])})
     if runner["dask_address"]:
-        os.environ[parallel.ADDRESS_ENV] = runner["dask_address"]
+        os.environ[settings.DASK_ADDRESS] = runner["dask_address"]
     if prefect_api_url():
         from flows.release import release
 
@@ -129,7 +127,7 @@ def _left(dataset: str) -> dict | None:
 def cmd_info(args: argparse.Namespace, root: Path) -> int:
     from core import snapshots
     from core.ledger import Ledger
-    from core.registry import DATA_ROOT_ENV, Registry, data_root
+    from core.registry import Registry, data_root
 
     ledger = Ledger(paths.database(root))
     entries = ledger.entries() if ledger.store.exists() else []
@@ -138,7 +136,7 @@ def cmd_info(args: argparse.Namespace, root: Path) -> int:
         "home": str(root),
         "home_from": args.home_from,
         "data_root": str(data_root(root)),
-        "data_root_from": f"${DATA_ROOT_ENV}" if os.environ.get(DATA_ROOT_ENV) else "default (<home>/data)",
+        "data_root_from": f"${settings.DATA_ROOT}" if settings.get(settings.DATA_ROOT) else "default (<home>/data)",
         "snapshot_store": snapshots.describe(root),
         "ledger_store": ledger.store.describe(),
         "ledger_head": {"seq": entries[-1].seq, "hash": entries[-1].hash} if entries else None,
@@ -262,7 +260,7 @@ def _dask_options(p: argparse.ArgumentParser) -> None:
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="privrelease", description="Batch releases of privacy-protected data.")
     top.add_argument("--version", action="version", version=f"privrelease {__version__}")
-    top.add_argument("--home", help=f"state folder (default ${paths.HOME_ENV}, else {paths.DEFAULT_HOME})")
+    top.add_argument("--home", help=f"state folder (default ${settings.HOME}, else {paths.DEFAULT_HOME})")
     sub = top.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("release", help="run the release flow for a release request")
@@ -343,9 +341,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    args.home_from = "--home" if args.home else (f"${paths.HOME_ENV}" if os.environ.get(paths.HOME_ENV) else "default")
+    args.home_from = "--home" if args.home else (f"${settings.HOME}" if settings.get(settings.HOME) else "default")
     root = paths.home(args.home)
-    os.environ[paths.HOME_ENV] = str(root)  # the flows read the home from the environment, never a parameter
+    os.environ[settings.HOME] = str(root)  # the flows read the home from the environment, never a parameter
     try:
         if args.command in ("ledger", "info") and _has_ledger(root):
             args.recovered = _recover(root)
@@ -361,9 +359,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ledger verification FAILED: {exc}", file=sys.stderr)
         return 3
     except Exception as exc:  # noqa: BLE001 - the last line of defence: no data in the message
-        if os.environ.get(DEBUG_ENV) == "1":
+        if settings.flag(settings.DEBUG):
             traceback.print_exc()
-        print(f"internal error ({type(exc).__name__}); this is a bug. Set {DEBUG_ENV}=1 for the traceback.",
+        print(f"internal error ({type(exc).__name__}); this is a bug. Set {settings.DEBUG}=1 for the traceback.",
               file=sys.stderr)  # fmt: skip
         return 1
 

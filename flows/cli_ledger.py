@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from core import paths
+from core import paths, settings
 from core.accounting import Budget
 from core.errors import LedgerCorrupt, UserError
 
@@ -167,13 +167,13 @@ def cmd_recover(args: argparse.Namespace, root: Path) -> int:
 def cmd_migrate(args: argparse.Namespace, root: Path) -> int:
     from core import anchors, snapshots
     from core.migrate import migrate
-    from core.store import URL_ENV, redact
+    from core.store import redact
 
     entries, registrations = migrate(root, args.to)
     print(f"migrated {entries} ledger entries and {registrations} registrations into {redact(args.to)}; "
           "the hash chain verifies there")  # fmt: skip
-    print(f"every worker now needs: {URL_ENV} set to that URL, this ledger key ({anchors.key_path(root)}, via "
-          f"${anchors.KEY_ENV}) and the snapshots ({snapshots.root(root)}) in its ${snapshots.STORE_ENV}")  # fmt: skip
+    print(f"every worker now needs: {settings.LEDGER_URL} set to that URL, this ledger key ({anchors.key_path(root)}, via "
+          f"${settings.LEDGER_KEY_FILE}) and the snapshots ({snapshots.root(root)}) in its ${settings.SNAPSHOT_STORE}")  # fmt: skip
     return 0
 
 

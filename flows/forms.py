@@ -17,15 +17,13 @@ from typing import Annotated, Any, Literal
 from prefect import flow
 from pydantic import BaseModel, Field
 
-from core import paths
+from core import paths, settings
 from core.errors import SpecError
 from core.ids import ID_PATTERN
 from core.mechanisms import dpne, outliers, ra, swapping
 from core.mechanisms.base import StrictParams
 from core.registry import Registry
 from flows.release import run_request
-
-FROM_REGISTRY = "PRIVRELEASE_FORMS_FROM_REGISTRY"  # set where the forms are deployed (scripts/serve.sh)
 
 
 def _sdc_registered() -> tuple[list[str], list[str]]:
@@ -34,10 +32,10 @@ def _sdc_registered() -> tuple[list[str], list[str]]:
     by name. Elsewhere (a worker running a form, a test) the fields take text: the deployment's stored
     schema is what the server checks, and the release checks every name anyway. A dataset registered
     later appears when the forms are deployed again (make serve deploys them at every start)."""
-    home = os.environ.get(paths.HOME_ENV)
-    if os.environ.get(FROM_REGISTRY) != "1" or not home or not paths.database(Path(home)).exists():
+    home = settings.get(settings.HOME)
+    if not settings.flag(settings.FORMS_FROM_REGISTRY) or not home or not paths.database(Path(home)).exists():
         return [], []
-    datasets = [d for d in Registry(Path(os.environ[paths.HOME_ENV])).list() if d.purpose == "sdc" and d.policy]
+    datasets = [d for d in Registry(Path(os.environ[settings.HOME])).list() if d.purpose == "sdc" and d.policy]
     columns = [c for d in datasets for c in d.policy.published(list(d.schema.columns))]
     return [d.id for d in datasets], list(dict.fromkeys(columns))
 

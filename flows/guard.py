@@ -14,7 +14,6 @@ holds (or stole) the operator's credential.
 
 from __future__ import annotations
 
-import os
 import re
 import runpy
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-RUN_ENV = "PREFECT__FLOW_RUN_ID"
+from core import settings
 
 
 def declared(repo: Path) -> dict[str, dict]:
@@ -32,7 +31,7 @@ def declared(repo: Path) -> dict[str, dict]:
 
     def fill(value):
         if isinstance(value, str):
-            return re.sub(r"\{\{\s*\$([A-Z_][A-Z0-9_]*)\s*\}\}", lambda m: os.environ.get(m.group(1), ""), value)
+            return re.sub(r"\{\{\s*\$([A-Z_][A-Z0-9_]*)\s*\}\}", lambda m: settings.get(m.group(1), ""), value)
         if isinstance(value, dict):
             return {k: fill(v) for k, v in value.items()}
         if isinstance(value, list):
@@ -73,11 +72,11 @@ def main() -> int:
     from prefect.client.orchestration import get_client
     from prefect.states import Failed
 
-    run_id = os.environ.get(RUN_ENV)
+    run_id = settings.get(settings.FLOW_RUN_ID)
     if not run_id:
         print("privrelease guard: no flow run to check ($PREFECT__FLOW_RUN_ID is unset); nothing runs.", file=sys.stderr)
         return 1
-    repo = Path(os.environ.get("PRIVRELEASE_REPO") or Path(__file__).resolve().parent.parent)
+    repo = Path(settings.get(settings.REPO) or Path(__file__).resolve().parent.parent)
     with get_client(sync_client=True) as client:
         run = client.read_flow_run(run_id)
         deployment = client.read_deployment(run.deployment_id) if run.deployment_id else None

@@ -10,7 +10,6 @@ worker's environment.
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -20,14 +19,12 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.exceptions import FailedRun
 from prefect.states import Failed, State
 
-from core import parallel, pipeline, spec
+from core import parallel, pipeline, settings, spec
 from core.errors import UserError
 from core.home import Home
 from core.spec import ReleaseRequest
 from flows import steps
 from flows.artifacts import data_uri, readable
-
-DEBUG_ENV = "PRIVRELEASE_DEBUG"
 
 
 def _kinds(error: type) -> set[str]:
@@ -42,7 +39,7 @@ class OneLine(logging.Filter):
     TASK_FAILED = re.compile(rf"Finished in state Failed\('Task run encountered an exception ({'|'.join(_kinds(UserError))}):")
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if os.environ.get(DEBUG_ENV) == "1":
+        if settings.flag(settings.DEBUG):
             return True
         exc = record.exc_info[1] if record.exc_info else None
         task = record.name == "prefect.task_runs"
@@ -121,7 +118,7 @@ def run_request(release_id: str, dataset: str, mechanism: str, params: dict | Ca
     except UserError as exc:
         # the form's fields are flat: no mechanism.NAME.params. (nor, for an SDC form's chain, steps.N.METHOD.)
         message = re.sub(r"(mechanism\.[a-z]+\.params|steps\.\d+\.[a-z]+)(\.|: )", "", str(exc))
-        log.error("%s", message, exc_info=os.environ.get(DEBUG_ENV) == "1")
+        log.error("%s", message, exc_info=settings.flag(settings.DEBUG))
         return Failed(message=message)
     if not summary["already_published"]:
         _artifact(summary)

@@ -8,7 +8,6 @@ place. Tasks carry raw rows or mail: none is ever cached or its result persisted
 
 from __future__ import annotations
 
-import os
 from dataclasses import fields, replace
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -20,14 +19,13 @@ from prefect.input import RunInput
 from prefect.runtime import flow_run
 from pydantic import Field
 
-from core import charged, pipeline
+from core import charged, pipeline, settings
 from core.accounts import requester
 from core.approval import Approval, Look
 from core.charged import Caller, Log
 from core.errors import ApprovalError
 from core.spam import job
 
-APPROVAL_TIMEOUT_ENV = "PRIVRELEASE_APPROVAL_TIMEOUT"
 RAW = {"cache_policy": NO_CACHE, "persist_result": False}
 S = TypeVar("S")
 
@@ -71,7 +69,7 @@ def pause(dataset: str, look: Look, log: Log) -> Approval:
     answer = pause_flow_run(
         wait_for_input=Answer.with_initial_data(description=f"{why}. Approve to charge it and go on; reject to refuse "
                                                             "it (nothing is charged).", approve=False),
-        timeout=int(os.environ.get(APPROVAL_TIMEOUT_ENV, 86_400)), key="privrelease-approval",
+        timeout=int(settings.number(settings.APPROVAL_TIMEOUT, 86_400)), key="privrelease-approval",
     )  # fmt: skip
     if not answer.approve:
         raise ApprovalError(f"the data steward {answer.approved_by or '(unknown)'} rejected this release: {why}; nothing "

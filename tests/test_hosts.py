@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from core import parallel, snapshots
+from core import parallel, settings, snapshots
 from core.accounting import Budget
 from core.errors import BudgetError
 from core.home import Home
@@ -52,7 +52,7 @@ def admitted_in_turn(cap: Budget, folder: Path) -> int:
 def shared_setup(root: Path, monkeypatch: pytest.MonkeyPatch, url: str) -> dict[str, str]:
     """What every host shares: the ledger's database and key, the snapshot store and the data root."""
     shared = {"PRIVRELEASE_LEDGER_URL": url, "PRIVRELEASE_LEDGER_KEY_FILE": str(root / "secrets" / "ledger.key"),
-              snapshots.STORE_ENV: str(root / "shared" / "snapshots"),
+              settings.SNAPSHOT_STORE: str(root / "shared" / "snapshots"),
               "PRIVRELEASE_DATA_ROOT": str(root / "shared" / "data")}  # fmt: skip
     for name, value in shared.items():
         monkeypatch.setenv(name, value)
@@ -133,7 +133,7 @@ def test_dask_workers_that_cannot_read_the_snapshot_are_named_before_any_charge(
     from distributed import Client, LocalCluster
 
     store = tmp_path / "store"
-    monkeypatch.setenv(snapshots.STORE_ENV, str(store))
+    monkeypatch.setenv(settings.SNAPSHOT_STORE, str(store))
     home = tmp_path / "home"
     register(home, phrase_corpus(100), "posts", "user:user", "dp")
     Ledger(home / "privrelease.duckdb").set_budget("posts", CAP)

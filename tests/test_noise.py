@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 from scipy.special import ndtr
 
-from core import noise
+from core import noise, settings
 from core.errors import SpecError
 from core.mechanisms import dpne
 
@@ -138,7 +138,7 @@ def test_dpne_publishes_weights_on_its_grids(test_mode):
 
 
 def test_production_draws_come_from_the_operating_system(monkeypatch):
-    monkeypatch.delenv(noise.TEST_MODE_ENV, raising=False)
+    monkeypatch.delenv(settings.TEST_MODE, raising=False)
     with pytest.raises(SpecError, match="only in test mode"):
         noise.generator(3)
     rng = noise.generator()

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from core import parallel
+from core import parallel, settings
 from core.mechanisms import dpne
 from core.mechanisms import outliers as o
 from tests.helpers import register
@@ -146,7 +146,7 @@ def transitions(address: str) -> int:
 
 def test_release_on_the_dask_runner_matches_in_process(prefect_server, home, test_mode, tmp_path, capsys, cluster,
                                                        monkeypatch):  # fmt: skip
-    for name in (parallel.RUNNER_ENV, parallel.ADDRESS_ENV, parallel.WORKERS_ENV):  # the CLI sets them; restored after
+    for name in (settings.RUNNER, settings.DASK_ADDRESS, settings.DASK_WORKERS):  # the CLI sets them; restored after
         monkeypatch.setenv(name, "")
     register(home, phrase_corpus(600), "posts", "user:user", "dp")
     assert cli(capsys, "ledger", "set-budget", "posts", "--epsilon", "10", "--delta", "1e-5")[0] == 0

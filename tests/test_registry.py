@@ -10,7 +10,7 @@ import duckdb
 import pandas as pd
 import pytest
 
-from core import snapshots, validate
+from core import settings, snapshots, validate
 from core.db import quote_ident
 from core.demo import SUITES, census
 from core.errors import IngestError, SpecError, UserError, ValidationFailed
@@ -60,7 +60,7 @@ def test_a_shared_snapshot_store_and_what_a_worker_that_cannot_read_it_is_told(t
     another store is told which store it looked in and which host registered the dataset; only bytes
     that differ from the registration are "changed"."""
     shared = tmp_path / "mnt" / "snapshots"
-    monkeypatch.setenv(snapshots.STORE_ENV, str(shared))
+    monkeypatch.setenv(settings.SNAPSHOT_STORE, str(shared))
     ds = register(tmp_path / "a", pd.DataFrame({"x": [1, 2, 3]}), "ds")
     (snapshot,) = (shared / "ds").iterdir()
     modes = [oct(p.stat().st_mode & 0o777) for p in (shared, shared / "ds", snapshot)]
@@ -73,7 +73,7 @@ def test_a_shared_snapshot_store_and_what_a_worker_that_cannot_read_it_is_told(t
         con.execute("UPDATE datasets SET host = 'steward-a'")  # as registered on another machine
 
     def refusal(store: Path) -> str:
-        monkeypatch.setenv(snapshots.STORE_ENV, str(store))
+        monkeypatch.setenv(settings.SNAPSHOT_STORE, str(store))
         with pytest.raises(snapshots.SnapshotUnreachable) as caught:
             b.load(ds)
         return str(caught.value)
@@ -89,18 +89,18 @@ def test_a_shared_snapshot_store_and_what_a_worker_that_cannot_read_it_is_told(t
         f"{tmp_path / 'empty'} ($PRIVRELEASE_SNAPSHOT_STORE). " + fix)
     (tmp_path / "odd" / "ds" / "v1.parquet").mkdir(parents=True)
     assert "its snapshot ds/v1.parquet cannot be read (Is a directory) in the snapshot store" in refusal(tmp_path / "odd")
-    monkeypatch.delenv(snapshots.STORE_ENV)  # the default: this worker's own home
+    monkeypatch.delenv(settings.SNAPSHOT_STORE)  # the default: this worker's own home
     with pytest.raises(snapshots.SnapshotUnreachable) as caught:
         b.load(ds)
     assert (f"in the snapshot store {tmp_path / 'b' / 'datasets'} ($PRIVRELEASE_SNAPSHOT_STORE unset: this worker's "
             "home), a folder missing on this worker. It was registered from host 'steward-a'") in str(caught.value)
-    monkeypatch.setenv(snapshots.STORE_ENV, str(shared))
+    monkeypatch.setenv(settings.SNAPSHOT_STORE, str(shared))
     snapshot.write_bytes(snapshot.read_bytes() + b"\0")  # one byte more
     with pytest.raises(snapshots.SnapshotChanged, match="^dataset 'ds' changed since registration; ask the data "
                        "steward to check it.$"):  # fmt: skip
         b.load(ds)
     monkeypatch.setenv("PRIVRELEASE_SNAPSHOT_DIR", str(shared))
-    monkeypatch.delenv(snapshots.STORE_ENV)
+    monkeypatch.delenv(settings.SNAPSHOT_STORE)
     with pytest.raises(UserError, match=r"^\$PRIVRELEASE_SNAPSHOT_DIR was renamed \$PRIVRELEASE_SNAPSHOT_STORE; "):
         b.load(ds)
 

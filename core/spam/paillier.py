@@ -20,7 +20,7 @@ from functools import cached_property
 
 import gmpy2
 
-from core import noise
+from core import noise, settings
 from core.errors import ParameterError
 
 MIN_BITS = 2048  # outside test mode
@@ -36,7 +36,7 @@ def check_bits(bits: int) -> int:
     floor = TEST_MIN_BITS if noise.test_mode() else MIN_BITS
     if bits < floor or bits % 8:
         raise ParameterError(f"key_bits must be a multiple of 8 and at least {MIN_BITS} (3072 recommended past 2030); "
-                             f"smaller keys (down to {TEST_MIN_BITS}) are for test runs only ({noise.TEST_MODE_ENV}=1).")  # fmt: skip
+                             f"smaller keys (down to {TEST_MIN_BITS}) are for test runs only ({settings.TEST_MODE}=1).")  # fmt: skip
     return bits
 
 

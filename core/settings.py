@@ -1,0 +1,83 @@
+"""Every environment variable privrelease reads, in one table, and the one place that reads them.
+
+A variable set to the empty string counts as unset. Values are read when asked for, never cached:
+the command line sets the home for the flows it starts, and tests set variables per test.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    default: str  # what applies when it is unset, in words
+    meaning: str
+
+
+HOME = "PRIVRELEASE_HOME"
+DATA_ROOT = "PRIVRELEASE_DATA_ROOT"
+SNAPSHOT_STORE = "PRIVRELEASE_SNAPSHOT_STORE"
+SNAPSHOT_DIR = "PRIVRELEASE_SNAPSHOT_DIR"  # SNAPSHOT_STORE's earlier name: refused with the new one's
+LEDGER_URL = "PRIVRELEASE_LEDGER_URL"
+LEDGER_KEY_FILE = "PRIVRELEASE_LEDGER_KEY_FILE"
+LEDGER_ANCHORS = "PRIVRELEASE_LEDGER_ANCHORS"
+LEASE_SECONDS = "PRIVRELEASE_LEASE_SECONDS"
+TEST_MODE = "PRIVRELEASE_TEST_MODE"
+FAULT = "PRIVRELEASE_FAULT"
+DEBUG = "PRIVRELEASE_DEBUG"
+RUNNER = "PRIVRELEASE_RUNNER"
+DASK_ADDRESS = "PRIVRELEASE_DASK_ADDRESS"
+DASK_WORKERS = "PRIVRELEASE_DASK_WORKERS"
+DUCKDB_MEMORY = "PRIVRELEASE_DUCKDB_MEMORY"
+APPROVAL_TIMEOUT = "PRIVRELEASE_APPROVAL_TIMEOUT"
+FORMS_FROM_REGISTRY = "PRIVRELEASE_FORMS_FROM_REGISTRY"
+REPO = "PRIVRELEASE_REPO"
+HOST = "PRIVRELEASE_HOST"
+PORT = "PRIVRELEASE_PORT"
+PREFECT_URL = "PRIVRELEASE_PREFECT_URL"
+PREFECT_AUTH = "PREFECT_API_AUTH_STRING"  # Prefect's own: the operator's credential for its server
+FLOW_RUN_ID = "PREFECT__FLOW_RUN_ID"  # Prefect's own: the run a worker starts a process for
+
+VARIABLES = (
+    Variable(HOME, "the user data folder (platformdirs)", "the state folder: database, snapshots, releases, keys"),
+    Variable(DATA_ROOT, "<home>/data", "the only folder sources and spam mail are read from"),
+    Variable(SNAPSHOT_STORE, "<home>/datasets", "where registered snapshots are kept (shared by every worker)"),
+    Variable(LEDGER_URL, "the home's DuckDB file", "postgresql://... to keep the ledger and registry in PostgreSQL"),
+    Variable(LEDGER_KEY_FILE, "<home>/keys/ledger.key", "the ledger's HMAC key"),
+    Variable(LEDGER_ANCHORS, "<home>/anchors/ledger.anchors", "the anchor files, separated by the path separator (the first written)"),
+    Variable(LEASE_SECONDS, "21600", "how long a charge's holder may be silent before its charge is recovered"),
+    Variable(TEST_MODE, "unset", "1: fixed seeds and test hooks are accepted (releases are marked as tests)"),
+    Variable(FAULT, "unset", "test mode only: the step boundary at which a release kills itself"),
+    Variable(DEBUG, "unset", "1: user errors with their tracebacks"),
+    Variable(RUNNER, "local", "where heavy pieces run: local or dask"),
+    Variable(DASK_ADDRESS, "unset", "a running Dask scheduler's address (else a local cluster)"),
+    Variable(DASK_WORKERS, "2", "workers of a local Dask cluster"),
+    Variable(DUCKDB_MEMORY, "2GB", "the memory limit of a mechanism's scratch DuckDB"),
+    Variable(APPROVAL_TIMEOUT, "86400", "seconds a run waits for a steward's approval"),
+    Variable(FORMS_FROM_REGISTRY, "unset", "1: the SDC forms offer the registered datasets' columns"),
+    Variable(REPO, "this checkout", "the checkout whose prefect.yaml the worker's guard holds runs to"),
+    Variable(HOST, "127.0.0.1", "the gate's address"),
+    Variable(PORT, "4200", "the gate's port"),
+    Variable(PREFECT_URL, "required by the gate", "Prefect's server behind the gate"),
+    Variable(PREFECT_AUTH, "required by the gate", "the operator's credential for Prefect's server"),
+    Variable(FLOW_RUN_ID, "set by Prefect's worker", "the flow run the worker's guard checks"),
+)
+
+
+def get(name: str, default: str | None = None) -> str | None:
+    """The variable's value; ``default`` when it is unset or empty."""
+    return os.environ.get(name) or default
+
+
+def flag(name: str) -> bool:
+    """Whether the variable is set to 1."""
+    return os.environ.get(name, "") == "1"
+
+
+def number(name: str, default: float) -> float:
+    """The variable as a number; ``default`` when it is unset or empty."""
+    value = get(name)
+    return default if value is None else float(value)
