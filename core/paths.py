@@ -9,6 +9,12 @@ import platformdirs
 
 HOME_ENV = "PRIVRELEASE_HOME"
 DEFAULT_HOME = platformdirs.user_data_dir("privrelease")
+REPO_ENV = "PRIVRELEASE_REPO"  # the checkout deployed from (make serve sets it)
+
+
+def repo() -> Path:
+    """The checkout whose ``prefect.yaml`` is deployed: ``$PRIVRELEASE_REPO``, else the one holding this code."""
+    return Path(os.environ.get(REPO_ENV) or Path(__file__).resolve().parent.parent)
 
 
 def home(explicit: str | os.PathLike | None = None) -> Path:

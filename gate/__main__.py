@@ -6,11 +6,17 @@ from __future__ import annotations
 import os
 import sys
 
+from core.errors import UserError
+
 
 def main() -> int:
     import uvicorn
 
-    from gate.app import AUTH_ENV, UPSTREAM_ENV, create_app
+    try:
+        from gate.app import AUTH_ENV, UPSTREAM_ENV, create_app
+    except UserError as error:  # the policy's forms could not be read from prefect.yaml
+        print(f"the gate cannot start: {error}", file=sys.stderr)
+        return 2
 
     missing = [name for name in (UPSTREAM_ENV, AUTH_ENV) if not os.environ.get(name)]
     if missing:

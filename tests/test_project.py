@@ -13,6 +13,7 @@ import yaml
 
 from core import spec as spec_module
 from core.demo import DEMO_REQUEST
+from gate import policy
 from tests.conftest import REPO
 
 
@@ -46,6 +47,15 @@ def test_core_never_imports_prefect():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not any(n == "prefect" or n.startswith("prefect.") for n in names), path
+
+
+def test_the_docs_policy_table_is_the_gates_policy():
+    """docs/SECURITY.md shows gate/policy.py's POLICY as markdown() renders it, row for row."""
+    page = (REPO / "docs" / "SECURITY.md").read_text()
+    assert policy.BEGIN in page and policy.END in page
+    assert page == policy.spliced(page), (
+        "docs/SECURITY.md's policy table differs from gate/policy.py's POLICY; regenerate it: "
+        ".venv/bin/python -m gate.policy --write docs/SECURITY.md")
 
 
 def test_prefect_yaml_entrypoints_import():
