@@ -26,7 +26,8 @@ from pathlib import Path
 from core.errors import UserError
 from core.store import open_store
 
-ROLES = ("analyst", "auditor", "steward")
+ANALYST, AUDITOR, STEWARD = "analyst", "auditor", "steward"
+ROLES = (ANALYST, AUDITOR, STEWARD)
 REQUESTED_BY = "requested-by:"  # the tag the gate puts on every flow run it creates: who asked
 NAME = re.compile(r"^[a-z][a-z0-9._-]{0,62}$")
 MIN_PASSWORD = 12

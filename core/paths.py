@@ -12,6 +12,11 @@ from core import settings
 DEFAULT_HOME = platformdirs.user_data_dir("privrelease")
 
 
+def repo() -> Path:
+    """The checkout whose ``prefect.yaml`` is deployed: ``$PRIVRELEASE_REPO``, else the one holding this code."""
+    return Path(settings.get(settings.REPO) or Path(__file__).resolve().parent.parent)
+
+
 def home(explicit: str | os.PathLike | None = None) -> Path:
     """The state folder: ``explicit``, else ``$PRIVRELEASE_HOME``, else the per-user data folder
     (one fixed place, so a command run from another directory still finds the same ledger)."""

@@ -9,7 +9,6 @@ Mapping-shaped parameters (outliers' per-column scales, MEWS's per-column widths
 typed items here. No operator setting (home, runner, cluster) is a parameter.
 """
 
-import os
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -35,7 +34,7 @@ def _sdc_registered() -> tuple[list[str], list[str]]:
     home = settings.get(settings.HOME)
     if not settings.flag(settings.FORMS_FROM_REGISTRY) or not home or not paths.database(Path(home)).exists():
         return [], []
-    datasets = [d for d in Registry(Path(os.environ[settings.HOME])).list() if d.purpose == "sdc" and d.policy]
+    datasets = [d for d in Registry(Path(home)).list() if d.purpose == "sdc" and d.policy]
     columns = [c for d in datasets for c in d.policy.published(list(d.schema.columns))]
     return [d.id for d in datasets], list(dict.fromkeys(columns))
 

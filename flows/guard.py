@@ -21,7 +21,8 @@ from pathlib import Path
 
 import yaml
 
-from core import settings
+from core import paths, settings
+from core.accounts import REQUESTED_BY
 
 
 def declared(repo: Path) -> dict[str, dict]:
@@ -62,7 +63,7 @@ def problem(run: dict, deployment: dict | None, allowed: dict[str, dict]) -> str
     for key, expected in want.items():
         if got[key] != expected:
             return f"its deployment {deployment['name']!r} has another {key.replace('_', ' ')} than prefect.yaml declares"
-    tags = [t for t in run.get("tags", []) if t.startswith("requested-by:")]
+    tags = [t for t in run.get("tags", []) if t.startswith(REQUESTED_BY)]
     if len(tags) > 1:
         return "it names more than one requester"
     return None
@@ -76,11 +77,10 @@ def main() -> int:
     if not run_id:
         print("privrelease guard: no flow run to check ($PREFECT__FLOW_RUN_ID is unset); nothing runs.", file=sys.stderr)
         return 1
-    repo = Path(settings.get(settings.REPO) or Path(__file__).resolve().parent.parent)
     with get_client(sync_client=True) as client:
         run = client.read_flow_run(run_id)
         deployment = client.read_deployment(run.deployment_id) if run.deployment_id else None
-        why = problem(run.model_dump(mode="json"), deployment and deployment.model_dump(mode="json"), declared(repo))
+        why = problem(run.model_dump(mode="json"), deployment and deployment.model_dump(mode="json"), declared(paths.repo()))
         if why is not None:
             message = f"refused by the worker's guard: {why}; nothing of it was run."
             print(f"privrelease guard: flow run {run_id} {message}", file=sys.stderr, flush=True)

@@ -3,21 +3,27 @@ $PRIVRELEASE_PREFECT_URL, passing allowed calls on with the operator's $PREFECT_
 
 from __future__ import annotations
 
-import os
 import sys
+
+from core import settings
+from core.errors import UserError
 
 
 def main() -> int:
     import uvicorn
 
-    from gate.app import AUTH_ENV, UPSTREAM_ENV, create_app
+    try:
+        from gate.app import create_app
+    except UserError as error:  # the policy's forms could not be read from prefect.yaml
+        print(f"the gate cannot start: {error}", file=sys.stderr)
+        return 2
 
-    missing = [name for name in (UPSTREAM_ENV, AUTH_ENV) if not os.environ.get(name)]
+    missing = [name for name in (settings.PREFECT_URL, settings.PREFECT_AUTH) if not settings.get(name)]
     if missing:
         print(f"the gate needs {' and '.join('$' + m for m in missing)} (make serve sets them)", file=sys.stderr)
         return 2
-    host = os.environ.get("PRIVRELEASE_HOST", "127.0.0.1")
-    port = int(os.environ.get("PRIVRELEASE_PORT", "4200"))
+    host = settings.get(settings.HOST, "127.0.0.1")
+    port = int(settings.number(settings.PORT, 4200))
     # connections beyond the limit get 503 at once instead of holding memory; idle ones are closed after 5 s
     uvicorn.run(create_app(), host=host, port=port, log_level="warning", ws="websockets-sansio", limit_concurrency=256,
                 timeout_keep_alive=5)  # fmt: skip

@@ -4,7 +4,9 @@ Every call carries HTTP Basic credentials (what Prefect's UI sends after its sig
 client with an auth string); the gate checks them against the accounts (``core.accounts``), finds
 the caller's rule in ``gate.policy`` and passes the call on to Prefect with the operator's
 credential, or refuses it: 401 without valid credentials where the route needs them, 403 naming
-the role and the route otherwise. Three calls are rewritten on the way:
+the role and the route otherwise. A row's condition, body rewrite or answer is a callable of
+``gate.checks``, given the caller's account, the route's parameters and this gate (to read Prefect's
+records). Three calls are rewritten on the way:
 
 - starting a run (``create_flow_run``): only its parameters, name and scheduled time are kept; the
   parameters are checked against the form's schema, the worker's settings (job variables) cannot
@@ -21,11 +23,11 @@ import binascii
 import hashlib
 import hmac
 import json
-import os
 import re
 import secrets
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -36,11 +38,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from core.accounts import REQUESTED_BY, Account, Accounts
+from core import paths, settings
+from core.accounts import Account, Accounts
 from gate import policy
+from gate.checks import Call
 
-UPSTREAM_ENV = "PRIVRELEASE_PREFECT_URL"  # Prefect's server, e.g. http://127.0.0.1:4201
-AUTH_ENV = "PREFECT_API_AUTH_STRING"  # the operator's credential for it
 HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding"}  # not passed back
 REFUSED = "x-privrelease-gate-refused"  # on every answer the gate refused itself
 # Headers passed on to Prefect; every other one (cookies, Prefect's automation headers that label who created a
@@ -52,7 +54,6 @@ BUSY_RETRIES = 8  # Prefect's 503 "busy" answers retried, about 9 s in all
 HASHES_AT_ONCE = 2  # Argon2id checks at once (64 MiB each); a flood of wrong passwords queues here, not in memory
 ACCOUNTS_TTL_S = 2.0  # a removed account is refused within this time
 SAFE_PATH = re.compile(r"/[A-Za-z0-9._~/-]*")  # what Prefect's routes and the UI's files use; nothing to re-encode
-PUBLIC_SETTINGS = {"server": {"ui": {"show_promotional_content": False}}}
 
 
 def _refuse(status: int, message: str) -> JSONResponse:
@@ -105,58 +106,11 @@ class Gate:
         self._verified[digest] = account.hash
         return account
 
-    # -- what Prefect knows of a deployment or a run ------------------------------------------------
+    # -- what Prefect knows of a deployment or a run (what the rows' conditions read) -----------------------
 
-    async def _get(self, path: str) -> dict | None:
+    async def read(self, path: str) -> Any | None:
         response = await self.client.get(path, headers=self.operator)
         return response.json() if response.status_code == 200 else None
-
-    async def holds(self, condition: str, path: str, account: Account) -> bool:
-        resource = path.split("/")[3]
-        if condition in ("release-form", "audit-form"):
-            deployment = await self._get(f"/api/deployments/{resource}")
-            names = policy.RELEASE_FORMS if condition == "release-form" else (policy.AUDIT_FORM,)
-            return deployment is not None and deployment["name"] in names
-        run = await self._get(f"/api/flow_runs/{resource}")
-        if run is None:
-            return False
-        mine = f"{REQUESTED_BY}{account.name}" in run.get("tags", [])
-        if condition == "own-run":
-            return mine
-        if condition == "awaits-approval":
-            return not mine and run["state"]["type"] == "PAUSED"
-        raise AssertionError(f"unknown condition {condition}")
-
-    # -- rewriting what is passed on -----------------------------------------------------------------
-
-    @staticmethod
-    def rewrite(rule: policy.Rule, body: dict, account: Account) -> dict | str:
-        """The body passed on for a rule that acts; a string: why it is refused."""
-        if rule.route.endswith("/create_flow_run"):
-            parameters = body.get("parameters", {})
-            if not isinstance(parameters, dict):
-                return "parameters must be an object"
-            out: dict = {"parameters": parameters, "tags": [f"{REQUESTED_BY}{account.name}"],
-                         "enforce_parameter_schema": True}  # fmt: skip
-            if isinstance(body.get("name"), str):
-                out["name"] = body["name"]
-            state = body.get("state")
-            if isinstance(state, dict) and state.get("type") == "SCHEDULED":
-                details = state.get("state_details")
-                when = details.get("scheduled_time") if isinstance(details, dict) else None
-                out["state"] = {"type": "SCHEDULED", "state_details": {"scheduled_time": when if isinstance(when, str) else None}}
-            return out
-        if rule.route.endswith("/set_state"):
-            state = body.get("state")
-            if not isinstance(state, dict) or state.get("type") not in ("CANCELLING", "CANCELLED"):
-                return "you may only cancel your own runs"
-            return {"state": {"type": "CANCELLING", "message": f"cancelled by {account.name}"}}
-        if rule.route.endswith("/resume"):
-            run_input = body.get("run_input")
-            if not isinstance(run_input, dict) or not isinstance(run_input.get("approve"), bool):
-                return "an approval is its form's answer: approve true or false"
-            return {"run_input": {"approve": run_input["approve"], "approved_by": account.name}}
-        raise AssertionError(rule.route)
 
     # -- the one entry point ---------------------------------------------------------------------------
 
@@ -167,22 +121,16 @@ class Gate:
         account = await self.who(request)
         if account is False:
             return _refuse(401, "Unauthorized")
-        role = account.role if account else "anyone"
+        role = account.role if account else policy.ANONYMOUS
         rule = policy.decide(role, request.method, path)
         if rule is None:
             if account is None and path.startswith("/api/"):
                 return _refuse(401, "Unauthorized")  # the API is for people: sign in first
             return _refuse(403, f"privrelease gate: the {role} role may not {request.method} {path}")
-        if rule.answer == "settings":
-            return JSONResponse(PUBLIC_SETTINGS)
-        if rule.answer == "ui-settings":
-            settings = (await self.client.get("/ui-settings", headers=self.operator)).json()
-            return JSONResponse(settings | {"available_uis": ["v1"], "default_ui": "v1", "v2_base_url": None})
-        if rule.answer == "version":
-            import importlib.metadata
-
-            return JSONResponse(importlib.metadata.version("prefect"))
-        body = b""
+        call = Call(account, rule.params(path), self)
+        if rule.answer is not None:
+            return JSONResponse(await rule.answer(call))
+        body, doc = b"", None
         if request.method not in ("GET", "HEAD"):
             body = await _bounded_body(request)
             if body is None:
@@ -194,12 +142,11 @@ class Gate:
             if _placeholders(doc):
                 return _refuse(403, "privrelease gate: values Prefect would resolve on the server (__prefect_kind) "
                                     "are the operator's; send plain values")  # fmt: skip
-        if rule.condition is not None:
-            assert account  # conditions are only on rows for people
-            if not await self.holds(rule.condition, path, account):
-                return _refuse(403, f"privrelease gate: the {role} role may not {request.method} {path} "
-                                    f"(it is not {rule.condition.replace('-', ' ')})")  # fmt: skip
-            rewritten = self.rewrite(rule, doc if isinstance(doc, dict) else {}, account)
+        if rule.when is not None and not await rule.when(call):
+            return _refuse(403, f"privrelease gate: the {role} role may not {request.method} {path} "
+                                f"(only when {rule.when.says})")  # fmt: skip
+        if rule.body is not None:
+            rewritten = rule.body(doc if isinstance(doc, dict) else {}, call)
             if isinstance(rewritten, str):
                 return _refuse(403, f"privrelease gate: {rewritten}")
             body = json.dumps(rewritten).encode()
@@ -252,10 +199,8 @@ async def _no_websockets(websocket: WebSocket) -> None:
 
 
 def create_app(home: Path | None = None, upstream: str | None = None, operator_auth: str | None = None) -> Starlette:
-    from core import paths
-
-    gate = Gate(paths.database(home or paths.home()), upstream or os.environ[UPSTREAM_ENV],
-                operator_auth if operator_auth is not None else os.environ[AUTH_ENV])  # fmt: skip
+    gate = Gate(paths.database(home or paths.home()), upstream or settings.get(settings.PREFECT_URL),
+                operator_auth if operator_auth is not None else settings.get(settings.PREFECT_AUTH, ""))  # fmt: skip
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
     app = Starlette(routes=[WebSocketRoute("/{path:path}", _no_websockets), Route("/{path:path}", gate.__call__, methods=methods)])
     app.state.gate = gate

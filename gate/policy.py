@@ -1,57 +1,104 @@
-"""Who may do what through the gate: one table of (who, method, route, condition), default deny.
+"""Who may do what through the gate: one table of (who, method, route, when, body), default deny.
 
 A call is allowed when a row names the caller's role (or ``anyone``, which includes a caller
 without credentials), its method, a route template that matches its whole path, and the row's
-condition holds. Every other call is refused: a route Prefect adds in an upgrade is closed until a
-row names it. Websocket routes (events, logs) are named by no row, so no person reaches them.
+condition (``when=``) holds. Every other call is refused: a route Prefect adds in an upgrade is
+closed until a row names it. Websocket routes (events, logs) are named by no row, so no person
+reaches them.
 
-Conditions, checked by the gate against Prefect's own records (``gate.app``):
+The route's parameters (``{id}``, ``{name}``) are taken from the template's match and handed, with
+the caller's account and Prefect's records, to the row's callables (``gate.checks``): its condition,
+checked against Prefect's own records; its body rewrite (``body=``), which makes the body passed on
+from the one asked (or refuses it); or its answer (``answer=``), for rows the gate answers itself
+with public values and never passes on as asked: the UI asks for its server's settings and version
+on every page, but Prefect's ``/api/admin`` routes (settings hold the database URL; others clear the
+database) are the operator's alone; and the UI's own settings are passed on without Prefect's second
+UI (v2), which this policy is not written for.
 
-- ``release-form``: the deployment in the path is one of the analyst's release forms;
-- ``audit-form``: the deployment is the ledger audit;
-- ``own-run``: the flow run was started through the gate by the caller (its ``requested-by`` tag);
-  only a cancellation is passed on;
-- ``awaits-approval``: the run is paused for a steward's approval and was not started by the caller.
-
-Rows marked ``answer`` are answered by the gate itself with public values and never reach Prefect
-as asked: the UI asks for its server's settings and version on every page, but Prefect's
-``/api/admin`` routes (settings hold the database URL; others clear the database) are the
-operator's alone; and the UI's own settings are passed on without Prefect's second UI (v2), which
-this policy is not written for.
+The deployments an analyst and the auditor start are read from ``prefect.yaml`` (its release forms
+run ``flows/forms.py``, the audit ``flows/audit.py``). ``docs/SECURITY.md`` shows this table as
+``markdown()`` renders it: ``python -m gate.policy --write docs/SECURITY.md`` regenerates it.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
-ANALYST, AUDITOR, STEWARD = "analyst", "auditor", "steward"
+import yaml
+
+from core import paths
+from core.accounts import ANALYST, AUDITOR, STEWARD
+from core.errors import UserError
+from gate.checks import (
+    Answer,
+    Condition,
+    Rewrite,
+    answer_approval,
+    awaits_approval,
+    cancel,
+    deployment_in,
+    own_run,
+    prefect_version,
+    public_settings,
+    start_run,
+    ui_settings,
+)
+
+ANONYMOUS = "anyone"  # the role of a caller without credentials
 PEOPLE = frozenset({ANALYST, AUDITOR, STEWARD})
-ANYONE = frozenset({"anyone", *PEOPLE})  # "anyone": a caller without credentials
+ANYONE = frozenset({ANONYMOUS, *PEOPLE})
 SPENDERS = frozenset({ANALYST, STEWARD})  # who may start a release
+RELEASE_ENTRYPOINTS = "flows/forms.py:"  # a release form: one mechanism's flow
+AUDIT_ENTRYPOINT = "flows/audit.py:ledger_audit"
 
-# The deployments of prefect.yaml an analyst starts (one form per mechanism), and the auditor's.
-RELEASE_FORMS = ("ra", "mews", "meds", "eds", "dpne", "outlier-count", "outlier-top-subspaces")
-AUDIT_FORM = "ledger-audit"
+
+def declared_forms(path: Path) -> tuple[tuple[str, ...], str]:
+    """The deployments of ``prefect.yaml`` an analyst starts (one form per mechanism), and the auditor's."""
+    try:
+        deployments = (yaml.safe_load(path.read_text()) or {}).get("deployments") or []
+    except FileNotFoundError:
+        raise UserError(f"the gate's policy reads the deployments people may start from {path}, which does not exist: "
+                        f"run the gate from a privrelease checkout, or set ${paths.REPO_ENV} to one") from None  # fmt: skip
+    forms = tuple(d["name"] for d in deployments if d.get("entrypoint", "").startswith(RELEASE_ENTRYPOINTS))
+    audits = [d["name"] for d in deployments if d.get("entrypoint") == AUDIT_ENTRYPOINT]
+    if not forms or len(audits) != 1:
+        raise UserError(f"{path} declares {len(forms)} release forms ({RELEASE_ENTRYPOINTS}...) and {len(audits)} "
+                        f"ledger audits ({AUDIT_ENTRYPOINT}): the gate's policy needs some forms and one audit")  # fmt: skip
+    return forms, audits[0]
+
+
+RELEASE_FORMS, AUDIT_FORM = declared_forms(paths.repo() / "prefect.yaml")
 # The UI's pages (its router's top-level paths): each answers the same index.html, no data.
 UI_PAGES = ("dashboard", "runs", "flows", "deployments", "flow-runs", "artifacts", "automations", "blocks",
             "concurrency-limits", "events", "notifications", "settings", "variables", "work-pools", "work-queues",
             "login")  # fmt: skip
+PARAMETER = re.compile(r"\\\{([a-z_]+)(\\\*)?\\\}")  # "{x}" or "{x*}", as re.escape leaves it
 
 
 @dataclass(frozen=True)
 class Rule:
     who: frozenset[str]
     method: str
-    route: str  # "{x}" matches one path segment, "{x*}" the rest of the path
-    condition: str | None = None
-    answer: str | None = None  # answered by the gate itself (see ANSWERS in gate.app)
+    route: str  # "{x}" matches one path segment, "{x*}" the rest of the path; either is the parameter x
+    when: Condition | None = None  # checked against Prefect's records
+    body: Rewrite | None = None  # the body passed on, made from the one asked
+    answer: Answer | None = None  # answered by the gate itself, never passed on
     pattern: re.Pattern = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        regex = re.sub(r"\\\{[a-z_]+\\\*\\\}", "(?:.*)", re.escape(self.route))
-        regex = re.sub(r"\\\{[a-z_]+\\\}", "[^/]+", regex)
+        regex = PARAMETER.sub(lambda m: f"(?P<{m[1]}>{'.*' if m[2] else '[^/]+'})", re.escape(self.route))
         object.__setattr__(self, "pattern", re.compile(f"^{regex}$"))
+        if (self.when is None) != (self.body is None):
+            raise ValueError(f"{self.route}: a row with a condition rewrites the body, and only such a row")
+        if self.when is not None and (ANONYMOUS in self.who or self.answer is not None):
+            raise ValueError(f"{self.route}: a row that acts is for people, and is passed on")
+
+    def params(self, path: str) -> dict[str, str]:
+        """The route's parameters as ``path`` fills them in."""
+        return self.pattern.match(path).groupdict()
 
 
 def _reads(*routes: str, who: frozenset[str] = PEOPLE) -> list[Rule]:
@@ -62,7 +109,7 @@ def _reads(*routes: str, who: frozenset[str] = PEOPLE) -> list[Rule]:
 POLICY: tuple[Rule, ...] = (
     # -- the UI's shell: its pages, scripts, images and its own settings (no data) -------------------
     Rule(ANYONE, "GET", "/"),
-    Rule(ANYONE, "GET", "/ui-settings", answer="ui-settings"),
+    Rule(ANYONE, "GET", "/ui-settings", answer=ui_settings),
     Rule(ANYONE, "GET", "/assets/{file}"),
     Rule(ANYONE, "GET", "/ico/{file}"),
     Rule(ANYONE, "GET", "/{file}.svg"),
@@ -70,8 +117,8 @@ POLICY: tuple[Rule, ...] = (
     *(Rule(ANYONE, "GET", page) for name in UI_PAGES for page in (f"/{name}", f"/{name}/{{rest*}}")),
     Rule(ANYONE, "GET", "/api/health"),
     # -- answered by the gate: what the UI asks of /api/admin on every page ----------------------------
-    Rule(PEOPLE, "GET", "/api/admin/settings", answer="settings"),
-    Rule(PEOPLE, "GET", "/api/admin/version", answer="version"),
+    Rule(PEOPLE, "GET", "/api/admin/settings", answer=public_settings),
+    Rule(PEOPLE, "GET", "/api/admin/version", answer=prefect_version),
     # -- reading: deployments and their forms, runs, task runs, logs, artifacts -------------------------
     *_reads(
         "POST /api/flows/filter", "POST /api/flows/count", "POST /api/flows/paginate", "GET /api/flows/{id}",
@@ -97,10 +144,10 @@ POLICY: tuple[Rule, ...] = (
         "POST /api/work_pools/{name}/queues/filter", "POST /api/work_pools/{name}/workers/filter",
     ),
     # -- acting: each role its own ---------------------------------------------------------------------
-    Rule(SPENDERS, "POST", "/api/deployments/{id}/create_flow_run", condition="release-form"),
-    Rule(frozenset({AUDITOR}), "POST", "/api/deployments/{id}/create_flow_run", condition="audit-form"),
-    Rule(PEOPLE, "POST", "/api/flow_runs/{id}/set_state", condition="own-run"),
-    Rule(frozenset({STEWARD}), "POST", "/api/flow_runs/{id}/resume", condition="awaits-approval"),
+    Rule(SPENDERS, "POST", "/api/deployments/{id}/create_flow_run", when=deployment_in(RELEASE_FORMS), body=start_run),
+    Rule(frozenset({AUDITOR}), "POST", "/api/deployments/{id}/create_flow_run", when=deployment_in([AUDIT_FORM]), body=start_run),
+    Rule(PEOPLE, "POST", "/api/flow_runs/{id}/set_state", when=own_run, body=cancel),
+    Rule(frozenset({STEWARD}), "POST", "/api/flow_runs/{id}/resume", when=awaits_approval, body=answer_approval),
 )
 
 
@@ -110,3 +157,39 @@ def decide(role: str, method: str, path: str) -> Rule | None:
         if role in rule.who and rule.method == method and rule.pattern.match(path):
             return rule
     return None
+
+
+# -- the table as the docs show it --------------------------------------------------------------------
+
+BEGIN, END = "<!-- policy: rendered from gate/policy.py by `python -m gate.policy --write docs/SECURITY.md` -->", "<!-- /policy -->"
+
+
+def markdown() -> str:
+    """POLICY as a markdown table, one line per row, in its order."""
+
+    def who(roles: frozenset[str]) -> str:
+        return ANONYMOUS if roles == ANYONE else ", ".join(r for r in (ANALYST, AUDITOR, STEWARD) if r in roles)
+
+    lines = ["| who | method | route | when | body passed on, or answer |", "|---|---|---|---|---|"]
+    for rule in POLICY:
+        does = rule.body or rule.answer
+        lines.append(f"| {who(rule.who)} | {rule.method} | `{rule.route}` | {rule.when.says if rule.when else ''} | "
+                     f"{does.says if does else ''} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def spliced(page: str) -> str:
+    """``page`` with the text between its BEGIN and END lines replaced by ``markdown()``."""
+    head, sep, rest = page.partition(BEGIN + "\n")
+    _, end, tail = rest.partition(END)
+    if not sep or not end:
+        raise ValueError(f"the page has no {BEGIN!r} ... {END!r} block")
+    return f"{head}{BEGIN}\n{markdown()}{END}{tail}"
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--write"] and len(sys.argv) == 3:
+        target = Path(sys.argv[2])
+        target.write_text(spliced(target.read_text()))
+    else:
+        print(markdown(), end="")

@@ -16,6 +16,7 @@ from prefect.utilities.schema_tools import ValidationError, validate
 
 from core.mechanisms import dpne, outliers, ra, swapping
 from flows import forms
+from gate.policy import RELEASE_FORMS
 
 FORMS = {
     "ra": (forms.ra_release, ra.Params),
@@ -95,3 +96,8 @@ def test_the_server_refuses_an_out_of_bound_value_naming_the_field(name, field, 
 @pytest.mark.parametrize("name", FORMS)
 def test_the_defaults_pass_the_schema(name):
     validate({}, _schema(name), raise_on_error=True, ignore_required=True)
+
+
+def test_every_release_form_is_checked():
+    """The forms checked here are the release forms of prefect.yaml, as the gate reads them."""
+    assert sorted(FORMS) == sorted(RELEASE_FORMS)

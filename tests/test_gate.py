@@ -79,7 +79,7 @@ def test_every_route_is_decided_by_the_policy(served, people):
         target = _filled(path)
         for role, client in clients.items():
             rule = policy.decide(role, method, target)
-            expect_refused = rule is None or rule.condition is not None
+            expect_refused = rule is None or rule.when is not None
             response = client.request(method, target, json={} if method in ("POST", "PUT", "PATCH") else None)
             if refused(response) != expect_refused:
                 mismatches.append((role, method, path, response.status_code, response.text[:120]))

@@ -13,6 +13,7 @@ import yaml
 
 from core import spec as spec_module
 from core.demo import DEMO_REQUEST
+from gate import policy
 from tests.conftest import REPO
 
 
@@ -46,6 +47,46 @@ def test_core_never_imports_prefect():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not any(n == "prefect" or n.startswith("prefect.") for n in names), path
+
+
+def _environment_reads(tree: ast.AST) -> list[int]:
+    """Lines that read the environment: os.environ[...] (not as an assignment's target), os.environ.get, os.getenv."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _is_environ(node.value):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Attribute) and node.attr in ("get", "copy", "items", "keys", "values") and _is_environ(node.value):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Attribute) and node.attr == "getenv" and isinstance(node.value, ast.Name) and node.value.id == "os":
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def _is_environ(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "environ" and isinstance(node.value, ast.Name) and node.value.id == "os"
+
+
+def test_one_module_reads_the_environment():
+    """Every environment variable is read in core/settings.py, which lists them (#38): no other product module
+    reads one (the command line may still set variables for the flows it starts)."""
+    readers = {}
+    for folder in ("core", "flows", "gate"):
+        for path in (REPO / folder).rglob("*.py"):
+            found = _environment_reads(ast.parse(path.read_text()))
+            if found and path != REPO / "core" / "settings.py":
+                readers[str(path.relative_to(REPO))] = found
+    assert readers == {}
+    assert _environment_reads(ast.parse("import os\nx = os.environ.get('A')\ny = os.getenv('B')\nz = os.environ['C']\n")) == [2, 3, 4]
+    assert _environment_reads(ast.parse("import os\nos.environ['A'] = '1'\n")) == []  # setting one is not reading it
+
+
+def test_the_docs_policy_table_is_the_gates_policy():
+    """docs/SECURITY.md shows gate/policy.py's POLICY as markdown() renders it, row for row."""
+    page = (REPO / "docs" / "SECURITY.md").read_text()
+    assert policy.BEGIN in page and policy.END in page
+    assert page == policy.spliced(page), (
+        "docs/SECURITY.md's policy table differs from gate/policy.py's POLICY; regenerate it: "
+        ".venv/bin/python -m gate.policy --write docs/SECURITY.md")
 
 
 def test_prefect_yaml_entrypoints_import():

@@ -19,10 +19,10 @@ import httpx
 from core.accounting import Budget
 from core.demo import write_demo
 from core.ledger import PUBLISHED, Ledger
+from gate.policy import RELEASE_FORMS
 from tests.conftest import REPO
 
 BIN = Path(sys.executable).parent
-RELEASE_FORMS = ("ra", "mews", "meds", "eds", "dpne", "outlier-count", "outlier-top-subspaces")
 
 
 def _free_port() -> int:

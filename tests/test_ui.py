@@ -22,8 +22,9 @@ from playwright.sync_api import Page, sync_playwright
 
 from core.accounting import Budget
 from core.ledger import Ledger
+from gate.policy import RELEASE_FORMS
 from tests.conftest import PASSWORD
-from tests.test_server import RELEASE_FORMS, _logs, _wait, deployment, operator, worker
+from tests.test_server import _logs, _wait, deployment, operator, worker
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",

@@ -1,0 +1,144 @@
+"""What the rows of ``gate.policy`` call: conditions (``when=``), body rewrites (``body=``) and the
+gate's own answers (``answer=``).
+
+Each gets a ``Call``: the caller's account, the route's parameters (the named parts of the row's
+template, e.g. ``{id}``, as the path filled them in) and Prefect's records, read with the operator's
+credential. A condition is an async test of the call; a rewrite makes the body passed on from the
+body asked (or says, as a string, why it is refused); an answer is the JSON the gate returns itself.
+Each carries ``says``: its words in the docs' policy table and in the gate's refusals.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from core.accounts import REQUESTED_BY, Account
+
+
+class Records(Protocol):
+    async def read(self, path: str) -> Any | None:
+        """GET ``path`` of Prefect's server with the operator's credential: its JSON, None unless it is found."""
+
+
+@dataclass(frozen=True)
+class Call:
+    account: Account | None  # None: a caller without credentials (only rows open to "anyone")
+    params: Mapping[str, str]  # the route template's parameters, from the path
+    prefect: Records
+
+
+Condition = Callable[[Call], Awaitable[bool]]
+Rewrite = Callable[[dict, Call], dict | str]
+Answer = Callable[[Call], Awaitable[Any]]
+PUBLIC_SETTINGS = {"server": {"ui": {"show_promotional_content": False}}}
+
+
+def says(words: str):
+    """Give a condition, a rewrite or an answer its words (the docs' table, the gate's refusals)."""
+
+    def mark(fn):
+        fn.says = words
+        return fn
+
+    return mark
+
+
+def _tag(call: Call) -> str:
+    assert call.account is not None  # conditions and rewrites are only on rows for people
+    return f"{REQUESTED_BY}{call.account.name}"
+
+
+# -- conditions: checked against Prefect's own records ------------------------------------------------
+
+
+def deployment_in(names: Iterable[str]) -> Condition:
+    """The deployment ``{id}`` is one of ``names``."""
+    names = tuple(names)
+    listed = ", ".join(f"`{n}`" for n in names)
+
+    @says(f"the deployment is {listed}" if len(names) == 1 else f"the deployment is one of {listed}")
+    async def holds(call: Call) -> bool:
+        deployment = await call.prefect.read(f"/api/deployments/{call.params['id']}")
+        return deployment is not None and deployment["name"] in names
+
+    return holds
+
+
+async def _run(call: Call) -> tuple[dict | None, bool]:
+    """The flow run ``{id}``, and whether the caller started it through the gate (its requester tag)."""
+    run = await call.prefect.read(f"/api/flow_runs/{call.params['id']}")
+    return run, run is not None and _tag(call) in run.get("tags", [])
+
+
+@says(f"the run is the caller's own (tagged `{REQUESTED_BY}<account>`)")
+async def own_run(call: Call) -> bool:
+    _, mine = await _run(call)
+    return mine
+
+
+@says("the run is paused for approval and is not the caller's own")
+async def awaits_approval(call: Call) -> bool:
+    run, mine = await _run(call)
+    return run is not None and not mine and run["state"]["type"] == "PAUSED"
+
+
+# -- rewrites: the body passed on is made from the body asked --------------------------------------------
+
+
+@says("passes on only the parameters (checked against the form's schema), a name and a scheduled time; "
+      f"tags the run `{REQUESTED_BY}<account>`")  # fmt: skip
+def start_run(body: dict, call: Call) -> dict | str:
+    """A run of a deployment: no tags, job variables, work queue or ``enforce_parameter_schema: false`` of
+    the caller's; the release flow records the requester tag in the ledger as who asked."""
+    parameters = body.get("parameters", {})
+    if not isinstance(parameters, dict):
+        return "parameters must be an object"
+    out: dict = {"parameters": parameters, "tags": [_tag(call)], "enforce_parameter_schema": True}
+    if isinstance(body.get("name"), str):
+        out["name"] = body["name"]
+    state = body.get("state")
+    if isinstance(state, dict) and state.get("type") == "SCHEDULED":
+        details = state.get("state_details")
+        when = details.get("scheduled_time") if isinstance(details, dict) else None
+        out["state"] = {"type": "SCHEDULED", "state_details": {"scheduled_time": when if isinstance(when, str) else None}}
+    return out
+
+
+@says("only a cancellation, naming who cancelled")
+def cancel(body: dict, call: Call) -> dict | str:
+    assert call.account is not None
+    state = body.get("state")
+    if not isinstance(state, dict) or state.get("type") not in ("CANCELLING", "CANCELLED"):
+        return "you may only cancel your own runs"
+    return {"state": {"type": "CANCELLING", "message": f"cancelled by {call.account.name}"}}
+
+
+@says("only approve true or false; the approver's name is written into the answer")
+def answer_approval(body: dict, call: Call) -> dict | str:
+    assert call.account is not None
+    run_input = body.get("run_input")
+    if not isinstance(run_input, dict) or not isinstance(run_input.get("approve"), bool):
+        return "an approval is its form's answer: approve true or false"
+    return {"run_input": {"approve": run_input["approve"], "approved_by": call.account.name}}
+
+
+# -- answers: the gate's own, never passed on as asked ------------------------------------------------------
+
+
+@says("answered by the gate: public values only (Prefect's hold the database URL)")
+async def public_settings(call: Call) -> Any:
+    return PUBLIC_SETTINGS
+
+
+@says("answered by the gate: Prefect's version")
+async def prefect_version(call: Call) -> Any:
+    return importlib.metadata.version("prefect")
+
+
+@says("answered by the gate: Prefect's UI settings, with its first UI only (no `/v2`)")
+async def ui_settings(call: Call) -> Any:
+    settings = await call.prefect.read("/ui-settings") or {}
+    return settings | {"available_uis": ["v1"], "default_ui": "v1", "v2_base_url": None}
