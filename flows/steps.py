@@ -67,8 +67,8 @@ def pause(dataset: str, look: Look, log: Log) -> Approval:
     why = look.words(dataset)
     log.info("waiting for a data steward: %s", why)
     answer = pause_flow_run(
-        wait_for_input=Answer.with_initial_data(description=f"{why}. Approve to charge it and go on; reject to refuse "
-                                                            "it (nothing is charged).", approve=False),
+        wait_for_input=Answer.with_initial_data(description=f"{why}. Approve to charge and release it; reject to "
+                                                            "refuse it (nothing is charged).", approve=False),
         timeout=int(settings.number(settings.APPROVAL_TIMEOUT, 86_400)), key="privrelease-approval",
     )  # fmt: skip
     if not answer.approve:

@@ -5,7 +5,7 @@ The spec and every mail file are checked completely (``core.spam.spec.check``, w
 and against the steward's terms for the mail (``core.spam.terms``) before anything is reserved. The
 run is charged at the cost its plan states: without ``dp:`` an ``mpc`` entry (the protocol's guarantee
 is cryptographic), with it a DP charge of the mail (``spam-mail``), which a steward's approval rule
-can hold back like any release's. The charge records the mail it reads (``terms.fingerprints``).
+can hold back like any release's. Which messages it reads goes into the operator's index (``terms.Index``).
 """
 
 from __future__ import annotations
@@ -77,10 +77,9 @@ class SpamJob:
         crossed = T.Index(home.root / T.INDEX).crossed([d for u in self.digests for d in u], dp)
         T.check(terms, dp, spec.dp.colluders if dp else None, spec.quorum, crossed)
         self.inputs = replace(inputs, protected=terms.capped and not terms.exact_runs)
-        mail = T.fingerprints(inputs.users, T.subkey(key, "spam mail files"))
         plan = spam_training.plan(spec)  # calibrates the noise: refuses colluders >= users
         return Claim(spam_training.ledger_dataset(spec), spec.run_id, spam_training.NAME, plan,
-                     spec.model_dump(mode="json", exclude={"seed"}) | {"mail": mail}, ADJACENCY if dp else None)  # fmt: skip
+                     spec.model_dump(mode="json", exclude={"seed"}), ADJACENCY if dp else None)  # fmt: skip
 
     def admit_hint(self, home: Home) -> str:
         return ""

@@ -12,8 +12,9 @@ runs (``--allow-exact-runs``), and even then not on a message a ``dp:`` run has 
 ``dp:`` run read a message an exact run read before (its sums were decrypted exactly). Runs are bound
 to the messages they read (``messages``: keyed digests of each message's text, in the operator's
 ``Index``), so a copy, a reordered or reformatted file, or a file split between users is the same
-mail; each charge records its files too (``fingerprints``: device, inode and keyed digest, so the
-ledger's readers learn nothing of the mail). Under ``dp:`` every message counts once (``once``).
+mail. The index stays with the operator (0600): the ledger, which others read, holds nothing of the
+mail, not even a keyed digest, whose value would differ between neighbouring corpora. Under ``dp:``
+every message counts once (``once``).
 """
 
 from __future__ import annotations
@@ -67,19 +68,6 @@ class Terms:
 def subkey(ledger_key: bytes, purpose: str) -> bytes:
     """A key of its own for ``purpose``, derived from the ledger's key (which signs the chain, and only that)."""
     return hmac.new(ledger_key, f"privrelease: {purpose}".encode(), hashlib.sha256).digest()
-
-
-def fingerprints(users: list[Path], key: bytes) -> list[dict]:
-    """Each user file as the run reads it, for the charge's record: device and inode, and its keyed digest."""
-    out = []
-    for path in users:
-        st = path.stat()
-        digest = hashlib.sha256()
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        out.append({"file": [st.st_dev, st.st_ino], "mac": hmac.new(key, digest.digest(), hashlib.sha256).hexdigest()})
-    return out
 
 
 def messages(paths: list[Path], root: Path, key: bytes) -> list[list[str]]:
