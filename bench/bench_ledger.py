@@ -3,7 +3,7 @@ recovery with nothing to settle, ``verify`` over a long ledger, and concurrent c
 processes, on the home's DuckDB file or on PostgreSQL.
 
 Run: .venv/bin/python bench/bench_ledger.py [--releases 500] [--store duckdb|postgresql] [--url URL]
-     [--processes 4 --charges 50]
+     [--processes 4 --charges 50] [--approve-above SHARE]
 With ``--store postgresql`` and no ``--url``, a throw-away local PostgreSQL 15 is started (as in the tests).
 Results are recorded by hand in bench/RESULTS.md.
 """
@@ -45,10 +45,10 @@ for i in range(n):
 """
 
 
-def sequential(root: Path, n: int) -> list[str]:
+def sequential(root: Path, n: int, approve_above: float | None = None) -> list[str]:
     store = Home(root)
     ledger = store.ledger
-    ledger.set_budget("d", Budget(float(n), 1e-3))
+    ledger.set_budget("d", Budget(float(n), 1e-3), approve_above)  # with a share, every charge is looked at under the lock
     latencies = []
     for i in range(n):
         began = time.perf_counter()
@@ -62,7 +62,8 @@ def sequential(root: Path, n: int) -> list[str]:
     entries = ledger.verify(store.releases)
     verified = time.perf_counter() - started
     return [
-        f"| charge + outcome over {n} releases (the last on a {2 * n}-entry ledger): mean, median, p95 | "
+        f"| charge + outcome over {n} releases (the last on a {2 * n}-entry ledger"
+        + ("" if approve_above is None else f"; --approve-above {approve_above:g}, taken under the lock") + "): mean, median, p95 | "
         f"{statistics.mean(latencies) * 1e3:.1f} ms, {statistics.median(latencies) * 1e3:.1f} ms, "
         f"{statistics.quantiles(latencies, n=20)[-1] * 1e3:.1f} ms |",
         f"| recover, nothing to settle ({entries} entries) | {recovered * 1e3:.1f} ms |",
@@ -94,6 +95,7 @@ def main() -> None:
     parser.add_argument("--url", help="an empty PostgreSQL database (default: a throw-away local server)")
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--charges", type=int, default=50)
+    parser.add_argument("--approve-above", type=float, help="the cap's approval share (each charge's look is then taken)")
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
         if args.store == "postgresql":
@@ -104,7 +106,7 @@ def main() -> None:
             os.environ["PRIVRELEASE_LEDGER_URL"] = args.url
         else:
             os.environ.pop("PRIVRELEASE_LEDGER_URL", None)
-        rows = sequential(Path(stack.enter_context(tempfile.TemporaryDirectory())), args.releases)
+        rows = sequential(Path(stack.enter_context(tempfile.TemporaryDirectory())), args.releases, args.approve_above)
         if args.store == "postgresql":  # a fresh schema for the concurrent run
             import psycopg
 
