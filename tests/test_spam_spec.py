@@ -225,7 +225,7 @@ def test_outside_test_mode_nothing_is_trained_on_pooled_plaintext(home, tmp_path
     finally:
         OPENED = None
     assert {str(p) for p in inputs.users} <= checked and inputs.sizes == [50, 50]
-    assert {f.name for f in fields(inputs)} == {"spec", "path", "users", "test", "sizes", "root", "protected"}  # paths, counts, a flag
+    assert {f.name for f in fields(inputs)} == {"spec", "path", "users", "test", "sizes", "root", "protected", "expected"}
     OPENED = []
     try:
         training = Training.setup(inputs)
@@ -299,7 +299,7 @@ def test_a_folder_swapped_for_a_link_after_the_check_leads_nowhere(home, test_mo
 
     if weakened:  # the readers before the fix: by path, whatever the path now leads to
         read = training.read_mail
-        monkeypatch.setattr(training, "read_mail", lambda path, shown=None, root=None: read(path, shown))
+        monkeypatch.setattr(training, "read_mail", lambda path, shown=None, root=None, expected=None: read(path, shown))
     outside = tmp_path / "outside"
     write_mail(outside, messages=70)
     (outside / "test.jsonl").write_text('{"text": "a", "label": "ham"}\n{"secret": 1}\n')

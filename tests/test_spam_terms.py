@@ -12,6 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from core.demo import mail
@@ -127,7 +128,7 @@ def test_under_dp_a_copied_users_file_is_refused(home, test_mode, capsys, monkey
     with pytest.raises(SpecError, match="holds one message twice \\('user-1.jsonl' and 'copy.jsonl'\\)"):
         SpamJob(source).check(Home(home))
     (folder / "copy.jsonl").write_text((folder / "user-3.jsonl").read_text() + (folder / "test.jsonl").read_text())
-    with pytest.raises(SpecError, match="evaluation mail 'test.jsonl' holds .* of the users' messages"):
+    with pytest.raises(SpecError, match="evaluation mail 'test.jsonl' holds messages of the users' mail"):
         SpamJob(source).check(Home(home))
 
 
@@ -216,11 +217,84 @@ def test_finding_3a_a_spam_dp_run_waits_for_the_steward(prefect_server, home, te
 def test_the_index_binds_messages_not_files(tmp_path: Path, capsys):
     corpus(tmp_path / "a", capsys)
     key = b"k" * 32
-    (digests,) = terms.messages([tmp_path / "a" / "user-1.jsonl"], tmp_path, key)
+    (read,) = terms.read([tmp_path / "a" / "user-1.jsonl"], tmp_path, key)
+    digests = read.digests
     assert len(digests) == len(set(digests)) == len((tmp_path / "a" / "user-1.jsonl").read_text().splitlines())
-    assert terms.messages([tmp_path / "a" / "user-1.jsonl"], tmp_path, b"j" * 32)[0] != digests  # keyed
+    assert terms.read([tmp_path / "a" / "user-1.jsonl"], tmp_path, b"j" * 32)[0].digests != digests  # keyed
     index = terms.Index(tmp_path / "index.duckdb")
     assert index.crossed(digests, dp=False) == 0  # no index yet
     index.add("r-dp", True, digests[:5])
     assert index.crossed(digests, dp=False) == 5 and index.crossed(digests, dp=True) == 0
     assert (tmp_path / "index.duckdb").stat().st_mode & 0o777 == 0o600
+
+
+def _twin(text: str, vector) -> str | None:
+    """The message with one character more whose feature vector is the same (the second review's F1)."""
+    base = vector(text)
+    for c in map(chr, range(0x20, 0x7F)):
+        if np.array_equal(vector(text + c), base):
+            return text + c
+    return None
+
+
+@pytest.mark.parametrize("weakened", [False, True])
+def test_under_dp_a_near_duplicate_with_the_same_features_is_one_message(home, test_mode, capsys, monkeypatch, weakened):
+    """Second review, F1: a copy of a victim's message with one character appended, where the feature map does
+    not look, is another text but the same vector every round sums: under dp: it is the same message by its
+    features, and refused; weakened (messages named by their text only) it passes."""
+    from core.spam.job import _features
+    from core.spam.spec import load_spec
+
+    folder = home / "data" / "mail"
+    corpus(folder, capsys)
+    assert cli(capsys, "ledger", "set-budget", "spam-mail", "--epsilon", "8", "--delta", "1e-5")[0] == 0
+    source = spec(folder, run_id="twin", dp=DP)
+    vector = _features(load_spec(source, home / "data")[0])
+    lines = (folder / "user-1.jsonl").read_text().splitlines()
+    twins = [(doc, _twin(doc["text"], vector)) for doc in map(json.loads, lines)]
+    doc, twin = next((d, t) for d, t in twins if t is not None)
+    with (folder / "user-2.jsonl").open("a") as fh:
+        fh.write(json.dumps({"text": twin, "label": doc["label"]}) + "\n")
+    if weakened:
+        monkeypatch.setattr("core.spam.job._features", lambda spec: None)
+        assert SpamJob(source).check(Home(home)).dataset == "spam-mail"
+        return
+    with pytest.raises(SpecError, match="holds one message twice \\('user-1.jsonl' and 'user-2.jsonl'\\)"):
+        SpamJob(source).check(Home(home))
+
+
+def test_a_party_refuses_mail_changed_after_the_check(home, test_mode, capsys):
+    """Second review, F2: the users' files were read again by their parties after the charge, so files swapped
+    after the check were trained on. Each party now compares the bytes it reads with those checked."""
+    folder = home / "data" / "mail"
+    corpus(folder, capsys)
+    job = SpamJob(spec(folder, run_id="swap"))
+    job.check(Home(home))
+    inputs = job.inputs
+    assert inputs.expected and len(inputs.expected) == 3
+    params = inputs.spec.features.model_dump()
+    assert load_user("user-1", inputs.users[0], inputs.root, params, None, expected=inputs.expected[0]).noise is None
+    (folder / "user-1.jsonl").write_text((folder / "user-2.jsonl").read_text())  # swapped after the check
+    with pytest.raises(SpecError, match="mail file 'user-1.jsonl' changed after the run was checked; its party refuses"):
+        load_user("user-1", inputs.users[0], inputs.root, params, None, expected=inputs.expected[0])
+    assert load_user("user-1", inputs.users[0], inputs.root, params, None).noise is None  # control: without the check
+
+
+@pytest.mark.parametrize("weakened", [False, True])
+def test_the_index_is_claimed_in_one_step_before_the_charge(home, test_mode, capsys, monkeypatch, weakened):
+    """Second review, F3: an exact run checked while a dp: run on the same mail waited for approval passed its
+    look, and both ran. The look is taken again with the record, under the index's lock, before each charge."""
+    folder = home / "data" / "mail"
+    corpus(folder, capsys)
+    assert cli(capsys, "ledger", "set-budget", "spam-mail", "--epsilon", "8", "--delta", "1e-5", "--allow-exact-runs")[0] == 0
+    dp_job = SpamJob(spec(folder, run_id="dp-waits", dp=DP))
+    dp_job.check(Home(home))  # ... and it waits for a steward
+    exact = SpamJob(spec(folder, run_id="exact-meanwhile"))
+    exact.check(Home(home))
+    exact.load(Home(home))  # the exact run claims the mail first
+    if weakened:
+        monkeypatch.setattr(terms.Index, "claim", lambda self, run_id, dp, digests: self.add(run_id, dp, digests))
+        dp_job.load(Home(home))  # the look at check time only: both runs read the mail
+        return
+    with pytest.raises(SpecError, match="found as this run was about to be charged; nothing was charged"):
+        dp_job.load(Home(home))

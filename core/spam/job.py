@@ -15,14 +15,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
+
 from core import anchors
 from core.charged import Claim, Log
 from core.errors import SpecError
 from core.home import Home
 from core.ledger import Charge
 from core.mechanisms import spam_training
+from core.spam import features as F
 from core.spam import terms as T
-from core.spam.dp import ADJACENCY
+from core.spam.dp import ADJACENCY, cap
 from core.spam.spec import Inputs, check
 from core.spam.training import RoundReport, Training, public_auc
 
@@ -48,6 +51,20 @@ class Steps:
     write: Callable[[Training, Path], dict] = write
 
 
+def _features(spec) -> Callable[[str], np.ndarray] | None:
+    """The feature vector the run reads from a message (its public map; under dp: capped as each user caps it),
+    or None for a map fitted on pooled mail (test mode only)."""
+    if spec.features.reduction in F.DATA_DEPENDENT:
+        return None
+    reducer = F.fit(spec.features)
+
+    def vector(text: str) -> np.ndarray:
+        idx = reducer.apply(F.grams(text, spec.features.modulus))
+        return idx if spec.dp is None else cap(idx, spec.dp.max_features, spec.features.seed)
+
+    return vector
+
+
 @dataclass
 class SpamJob:
     """One training run (``core.charged.Job``): the spec's path under the data root, and what each step found."""
@@ -55,7 +72,7 @@ class SpamJob:
     source: str
     steps: Steps = field(default_factory=Steps)
     inputs: Inputs | None = None
-    digests: list[list[str]] = field(default_factory=list)  # each user's messages as keyed digests (``terms.messages``)
+    digests: list[str] = field(default_factory=list)  # the users' messages as keyed digests (``terms.read``)
     rounds: list[dict] = field(default_factory=list)  # who took part in each round, who left: public names
     report: dict | None = None
 
@@ -68,15 +85,16 @@ class SpamJob:
             raise SpecError(f"spam run {spec.run_id!r} already exists; choose a new run_id.")
         cap = ledger.cap_entry(T.MAIL)
         terms = T.Terms.of(None if cap is None else json.loads(cap.detail))
-        key = anchors.key(ledger.home, create=not kept or not ledger.entries())
+        key = T.subkey(anchors.key(ledger.home, create=not kept or not ledger.entries()), "spam mail index")
         dp = spec.dp is not None
-        self.digests = T.messages(inputs.users, inputs.root, T.subkey(key, "spam mail index"))
+        users = T.read(inputs.users, inputs.root, key, _features(spec))
+        self.digests = [d for u in users for d in u.digests]
         if dp:
-            T.once(self.digests, T.messages([inputs.test], inputs.root, T.subkey(key, "spam mail index"))[0],
+            T.once([u.digests for u in users], T.read([inputs.test], inputs.root, key, _features(spec))[0].digests,
                    spec.users, spec.test)  # fmt: skip
-        crossed = T.Index(home.root / T.INDEX).crossed([d for u in self.digests for d in u], dp)
+        crossed = T.Index(home.root / T.INDEX).crossed(self.digests, dp)
         T.check(terms, dp, spec.dp.colluders if dp else None, spec.quorum, crossed)
-        self.inputs = replace(inputs, protected=terms.capped and not terms.exact_runs)
+        self.inputs = replace(inputs, protected=terms.capped and not terms.exact_runs, expected=[u.sha256 for u in users])
         plan = spam_training.plan(spec)  # calibrates the noise: refuses colluders >= users
         return Claim(spam_training.ledger_dataset(spec), spec.run_id, spam_training.NAME, plan,
                      spec.model_dump(mode="json", exclude={"seed"}), ADJACENCY if dp else None)  # fmt: skip
@@ -85,10 +103,10 @@ class SpamJob:
         return ""
 
     def load(self, home: Home) -> None:
-        """Before the charge: the messages this run reads go into the index (a run refused after this only
-        makes the index stricter). Each party reads its own mail in its own process, after the charge."""
-        T.Index(home.root / T.INDEX).add(self.inputs.spec.run_id, self.inputs.spec.dp is not None,
-                                         [d for u in self.digests for d in u])  # fmt: skip
+        """Before the charge, after any approval: the messages this run reads are looked up and recorded in the
+        index in one step (a run refused after this only makes the index stricter). Each party reads its own
+        mail in its own process, after the charge, and refuses bytes other than those checked here."""
+        T.Index(home.root / T.INDEX).claim(self.inputs.spec.run_id, self.inputs.spec.dp is not None, self.digests)
 
     def work(self, home: Home, charge: Charge, log: Log) -> tuple[dict, dict]:
         spec = self.inputs.spec

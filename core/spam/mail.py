@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
 import os
@@ -31,16 +32,31 @@ def confined(path: Path, shown: str, root: Path) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def read_mail(path: Path, shown: str | None = None, root: Path | None = None) -> tuple[list[str], np.ndarray]:
+def read_mail(path: Path, shown: str | None = None, root: Path | None = None,
+              expected: str | None = None) -> tuple[list[str], np.ndarray]:  # fmt: skip
     """Texts and labels (+1 spam, −1 ham) of a JSON-lines file (optionally gzipped); errors name
-    the file as ``shown`` (default: its name). With ``root``: the file opened must lie inside it (``confined``)."""
+    the file as ``shown`` (default: its name). With ``root``: the file opened must lie inside it (``confined``).
+    With ``expected``: its bytes must have that SHA-256 (``read_bytes``), else it changed since it was checked."""
     shown = shown or path.name
+    data = read_bytes(path, shown, root)
+    if expected is not None and hashlib.sha256(data).hexdigest() != expected:
+        raise SpecError(f"mail file {shown!r} changed after the run was checked; its party refuses to take part.")
+    return parse_mail(data, shown, path.suffix == ".gz")
+
+
+def read_bytes(path: Path, shown: str, root: Path | None = None) -> bytes:
+    """The file's bytes, read once (so what is checked is what is parsed)."""
     if root is None and not path.is_file():
         raise SpecError(f"mail file {shown!r} does not exist.")
-    raw = confined(path, shown, root) if root is not None else open(path, "rb")
+    with confined(path, shown, root) if root is not None else open(path, "rb") as raw:
+        return raw.read()
+
+
+def parse_mail(data: bytes, shown: str, gz: bool) -> tuple[list[str], np.ndarray]:
     texts, labels = [], []
-    with raw, (gzip.open(raw, "rt", encoding="utf-8", errors="surrogateescape") if path.suffix == ".gz"
-               else io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape")) as fh:  # fmt: skip
+    raw = io.BytesIO(data)
+    with (gzip.open(raw, "rt", encoding="utf-8", errors="surrogateescape") if gz
+          else io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape")) as fh:  # fmt: skip
         for number, line in enumerate(fh, start=1):
             if not line.strip():
                 continue

@@ -79,6 +79,7 @@ class Inputs:
     sizes: list[int]
     root: Path  # the data root: each reader checks that the file it opened lies inside it
     protected: bool = False  # the mail is under a DP cap: each user's party refuses rounds without noise
+    expected: list[str] | None = None  # each user file's SHA-256 as checked: its party refuses other bytes
 
 
 def load_spec(source: str, root: Path, resolve: Resolver = resolve_source) -> tuple[SpamSpec, Path]:

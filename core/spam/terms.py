@@ -22,10 +22,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.db import connect
+import numpy as np
+
+from core.db import connect, exclusive
 from core.errors import SpecError
 from core.spam import mail
 
@@ -70,33 +73,56 @@ def subkey(ledger_key: bytes, purpose: str) -> bytes:
     return hmac.new(ledger_key, f"privrelease: {purpose}".encode(), hashlib.sha256).digest()
 
 
-def messages(paths: list[Path], root: Path, key: bytes) -> list[list[str]]:
-    """Each file's messages as keyed digests of their text with its white space normalised (128 bits, hex):
-    the same message whatever its file, its place in it, its JSON key order or its compression."""
+@dataclass(frozen=True)
+class Read:
+    """One mail file as a run's check read it: the SHA-256 of its bytes (its party reads them again and
+    refuses if they differ) and each message's keyed digests (``read``)."""
+
+    sha256: str
+    digests: list[str]
+
+
+def read(paths: list[Path], root: Path, key: bytes, features: Callable[[str], np.ndarray] | None = None) -> list[Read]:
+    """Each file read once: each message as two keyed digests (128 bits, hex), of its text with its white
+    space normalised (the same whatever its file, its place, its JSON key order or compression) and, with
+    ``features``, of the feature vector the run reads from it (the same for texts that differ only where
+    the feature map does not look; an empty vector names no message)."""
     out = []
     for path in paths:
-        texts, _ = mail.read_mail(path, root=root)
-        out.append([hmac.new(key, " ".join(t.split()).encode("utf-8", "surrogateescape"), hashlib.sha256).hexdigest()[:32]
-                    for t in texts])  # fmt: skip
+        data = mail.read_bytes(path, path.name, root)
+        texts, _ = mail.parse_mail(data, path.name, path.suffix == ".gz")
+        digests = [_mac(key, b"text:" + " ".join(t.split()).encode("utf-8", "surrogateescape")) for t in texts]
+        if features is not None:
+            vectors = [np.asarray(features(t), dtype=np.int64) for t in texts]
+            digests += [_mac(key, b"features:" + v.tobytes()) for v in vectors if v.size]
+        out.append(Read(hashlib.sha256(data).hexdigest(), digests))
     return out
+
+
+def _mac(key: bytes, data: bytes) -> str:
+    return hmac.new(key, data, hashlib.sha256).hexdigest()[:32]
 
 
 def once(users: list[list[str]], test: list[str], names: list[str], test_name: str) -> None:
     """Under dp: every message counts once: one message in two places (two users' files, one file twice, a
-    user's file and the evaluation mail) would be summed twice a round, twice the sensitivity the noise is for."""
+    user's file and the evaluation mail), by its text or by the features the run reads from it, would be
+    summed twice a round, twice the sensitivity the noise is for."""
     where: dict[str, int] = {}
     for k, digests in enumerate(users):
+        mine: set[str] = set()
         for d in digests:
+            if d in mine:
+                continue  # a message's text and features are two names of one message
             if d in where:
                 other = names[where[d]]
                 raise SpecError(f"the users' mail holds one message twice ({other!r} and {names[k]!r}"
                                 + ("" if where[d] != k else ", within the file") + "): under dp: each message is "
                                 "counted once, for the sensitivity the noise is calibrated to; remove the copies.")  # fmt: skip
             where[d] = k
-    shared = sum(d in where for d in test)
-    if shared:
-        raise SpecError(f"the evaluation mail {test_name!r} holds {shared} of the users' messages; evaluation mail "
-                        "must be separate from theirs.")  # fmt: skip
+            mine.add(d)
+    if any(d in where for d in test):
+        raise SpecError(f"the evaluation mail {test_name!r} holds messages of the users' mail; evaluation mail must be "
+                        "separate from theirs.")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -107,12 +133,21 @@ class Index:
     path: Path
 
     def crossed(self, digests: list[str], dp: bool) -> int:
-        """How many of ``digests`` a run of the other kind read (a dp: run if ``dp`` is False, else an exact run)."""
+        """How many of ``digests`` a run of the other kind read (a dp: run if ``dp`` is False, else an exact run);
+        for the operator's own eyes only (the index is theirs): a refusal says whether, never how many."""
         if not self.path.exists():
             return 0
         with connect(self.path) as con:
             return con.execute("SELECT count(DISTINCT mac) FROM mail JOIN (SELECT unnest(?::VARCHAR[]) AS mac) USING (mac) "
                                "WHERE dp = ?", [digests, not dp]).fetchone()[0]  # fmt: skip
+
+    def claim(self, run_id: str, dp: bool, digests: list[str]) -> None:
+        """Record this run's messages, refusing as ``check`` would if a run of the other kind read one: the
+        look and the record in one step under the index's lock, so two runs cannot both pass the look."""
+        with exclusive(self.path.with_suffix(".lock")):
+            if self.crossed(digests, dp):
+                raise SpecError(_crossed(dp) + " (found as this run was about to be charged; nothing was charged)")
+            self.add(run_id, dp, digests)
 
     def add(self, run_id: str, dp: bool, digests: list[str]) -> None:
         with connect(self.path) as con:
@@ -124,23 +159,26 @@ class Index:
 def check(terms: Terms, dp: bool, colluders: int | None, quorum: int, crossed: int) -> None:
     """Refuse a run the steward's terms do not allow, saying what to change; ``crossed``: how many of its
     messages a run of the other kind read (``Index.crossed``)."""
-    if not dp:
-        if terms.capped and not terms.exact_runs:
-            raise SpecError(f"the users' mail is under a DP cap (ledger dataset {MAIL!r}), and a run without dp: lets the "
-                            "server decrypt exact round sums; add dp: to the spec, or ask the data steward to allow "
-                            f"exact runs (privrelease ledger set-budget {MAIL} ... --allow-exact-runs).")  # fmt: skip
-        if crossed:
-            raise SpecError(f"{crossed} messages of this spec's users were read by a dp: run charged to {MAIL!r}; a run "
-                            "without dp: on them would decrypt exact round sums of mail the cap protects. Add dp: to "
-                            "the spec.")  # fmt: skip
-        return
+    if not dp and terms.capped and not terms.exact_runs:
+        raise SpecError(f"the users' mail is under a DP cap (ledger dataset {MAIL!r}), and a run without dp: lets the "
+                        "server decrypt exact round sums; add dp: to the spec, or ask the data steward to allow "
+                        f"exact runs (privrelease ledger set-budget {MAIL} ... --allow-exact-runs).")  # fmt: skip
     if crossed:
-        raise SpecError(f"{crossed} messages of this spec's users were read by an earlier run without dp:, whose round "
-                        "sums the server decrypted exactly; a DP charge of them would state a guarantee the server's "
-                        "earlier view does not have. Train with dp: on other mail.")  # fmt: skip
+        raise SpecError(_crossed(dp) + ".")
+    if not dp:
+        return
     if colluders is not None and colluders < terms.min_colluders:
         raise SpecError(f"dp.colluders is {colluders}, but the data steward assumes at least {terms.min_colluders} users "
                         f"may collude with the server (the {MAIL!r} cap); set dp.colluders to {terms.min_colluders} or more.")  # fmt: skip
     if quorum < terms.min_threshold:
         raise SpecError(f"the spec's threshold is {quorum}, but the data steward requires rounds of at least "
                         f"{terms.min_threshold} users (the {MAIL!r} cap); set threshold to {terms.min_threshold} or more.")  # fmt: skip
+
+
+def _crossed(dp: bool) -> str:
+    if dp:
+        return ("messages of this spec's users were read by an earlier run without dp:, whose round sums the server "
+                "decrypted exactly; a DP charge of them would state a guarantee the server's earlier view does not "
+                "have. Train with dp: on other mail")  # fmt: skip
+    return (f"messages of this spec's users were read by a dp: run charged to {MAIL!r}; a run without dp: on them "
+            "would decrypt exact round sums of mail the cap protects. Add dp: to the spec")  # fmt: skip

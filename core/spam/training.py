@@ -79,13 +79,15 @@ def exact_gradient(x: list[np.ndarray], y: np.ndarray, w: np.ndarray) -> np.ndar
 
 
 def load_user(name: str, path: Path, root: Path, params: dict, keep: np.ndarray | None, floor: int = 1,
-              noise: dict | None = None, threshold: int | None = None, protected: bool = False) -> User:  # fmt: skip
+              noise: dict | None = None, threshold: int | None = None, protected: bool = False,
+              expected: str | None = None) -> User:  # fmt: skip
     """A user party, built inside its own process from its own mail file (which must lie in ``root``). Mail
-    under a DP cap (``protected``) takes part only in rounds with noise: the party refuses before it reads it."""
+    under a DP cap (``protected``) takes part only in rounds with noise: the party refuses before it reads it; a
+    file whose bytes are not those the run was checked on (``expected``, their SHA-256) is refused too."""
     if protected and noise is None:
         raise SpecError(f"{name}: this user's mail is under a DP cap, and the run adds no noise to the round sums the "
                         "server decrypts; the user's party refuses to take part.")  # fmt: skip
-    texts, labels = read_mail(path, root=root)
+    texts, labels = read_mail(path, root=root, expected=expected)
     reducer = F.Reducer(F.FeatureParams.model_validate(params), keep)
     return User(name, [reducer.apply(F.grams(t, reducer.params.modulus)) for t in texts], labels, floor, noise, threshold)
 
@@ -190,7 +192,8 @@ class Training:
             for k, path in enumerate(inputs.users):
                 users.append(parties.Remote(f"user-{k + 1}", load_user, f"user-{k + 1}", path, inputs.root,
                                             spec.features.model_dump(), reducer.keep, least, share, spec.quorum,
-                                            inputs.protected, timeout=spec.timeout))  # fmt: skip
+                                            inputs.protected, inputs.expected and inputs.expected[k],
+                                            timeout=spec.timeout))  # fmt: skip
             channel = Channel()
             parties.setup(server, users, channel)
             server.call("precompute")  # the first round's r^n: offline, counted in the setup time
