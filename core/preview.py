@@ -14,13 +14,13 @@ import math
 
 from core import accuracy, mechanisms, noise, pipeline
 from core.accountant import Spend, events_of
-from core.accounting import Budget, charge_phrase
+from core.accounting import charge_phrase
 from core.errors import BudgetError, UserError
 from core.ledger import PUBLISHED
 from core.mechanisms import outliers
 from core.mechanisms.base import DPCost, Plan
 from core.mechanisms.dpne_counts import unit_weights
-from core.mechanisms.outliers_sensitivity import alpha, beta, global_std, smooth_floor
+from core.mechanisms.outliers_sensitivity import alpha, beta, global_noise, global_std, smooth_floor
 from core.sdc import enforce
 from core.spec import Release, ReleaseRequest
 
@@ -109,9 +109,9 @@ def outlier_accuracy(params: outliers.Params, schema: tuple[str, ...]) -> dict:
     n, c = params.rows, len(subspaces[0])
     out: dict = {"counts": None, "selection": None}
     if a.counts:
-        whole = Budget(a.count.epsilon + a.scale, a.count.delta)
+        whole = a.whole
         if outliers.uses_global(params, a, n, c):
-            gs = global_std(n, params.k, c, whole)
+            gs, _ = global_noise(n, params.k, c, a)  # the std the draw uses
             std = accuracy.sampler_std(gs, min(1.0, noise.grid(gs)))
             out["counts"] = {"noise": "global", "family": "discrete Gaussian", "std": std, "std_least": std,
                              "half_width": math.ceil(accuracy.Z95 * std), "smooth_bound": None}  # fmt: skip

@@ -45,12 +45,13 @@ from core.mechanisms.outliers_sensitivity import (
     alpha,
     beta,
     cover_plan,
-    global_std,
+    global_noise,
     gs_upper,
     privacy_events,
     smooth_bound,
     smooth_epsilon_max,
     smooth_floor,
+    uses_global,
 )
 from core.params import StrictParams
 from core.schema import Needs
@@ -272,17 +273,6 @@ def select_top(quality: np.ndarray, sensitivity: int, h: int, epsilon: float, rn
     return np.array(picked, dtype=np.int64)
 
 
-def uses_global(params: Params, a: Allocation, n: int, c: int) -> bool:
-    """Decided from public parameters and N only, never from the data."""
-    if params.noise != "auto":
-        return params.noise == "global"
-    if a.count.epsilon > smooth_epsilon_max(a.count.delta):
-        return True  # beyond the range Theorem 2's proof covers (plain smooth is refused there)
-    whole = Budget(a.count.epsilon + a.scale, a.count.delta)
-    smooth_least = smooth_floor(n, beta(a.count.epsilon, a.count.delta)) / alpha(a.count.epsilon, a.count.delta)
-    return global_std(n, params.k, c, whole) <= smooth_least
-
-
 @dataclass(frozen=True)
 class Measured:
     """A subspace's true count and (for smooth noise) its S_UB: pure, so it can run anywhere."""
@@ -307,13 +297,12 @@ def noisy_count(z: np.ndarray, subspace: tuple[str, ...], params: Params, a: All
 
     The caller has charged the ledger already."""
     n = len(z)
-    whole = Budget(a.count.epsilon + a.scale, a.count.delta)
-    gs = global_std(n, params.k, len(subspace), whole)
+    gs, sensitivity = global_noise(n, params.k, len(subspace), a)  # what the plan's global events state
     use_global = uses_global(params, a, n, len(subspace))
     al, be = alpha(a.count.epsilon, a.count.delta), beta(a.count.epsilon, a.count.delta)
     m = measured or measure(z, params, not use_global, be)
     if use_global:
-        noise.check_shift(gs_upper(n, params.k, len(subspace)), gs)
+        noise.check_shift(sensitivity, gs)
         unit = min(1.0, noise.grid(gs))  # gs is public, so is its grid
         noisy = float(np.rint(noise.gaussian(rng, gs, np.array([round(m.q / unit)]), unit)[0]))
         return Counted(subspace, "global", m.q, noisy, gs, gs, gs, None)
