@@ -37,11 +37,12 @@ def spend(plan, name: str) -> acc.Spend:
 
 
 def histories() -> dict[str, list[acc.Spend]]:
-    """Each workload as an endless cycle of releases (first 400 taken)."""
-    count = outliers.plan(outliers.Params(k=5, r=1.0, epsilon=0.5, delta=1e-6, standardize=False))
-    top = outliers.plan(outliers.Params(query="top_subspaces", k=5, r=1.0, epsilon=1.0, delta=1e-6, h=3, c=1,
-                                        standardize=False))  # fmt: skip
-    private = outliers.plan(outliers.Params(k=5, r=1.0, epsilon=1.0, delta=1e-6,
+    """Each workload as an endless cycle of releases (first 400 taken). The outlier requests are planned
+    as a release binds them, with N declared (10,000 records), so their noise is decided: global."""
+    bound = {"k": 5, "r": 1.0, "delta": 1e-6, "rows": 10_000}
+    count = outliers.plan(outliers.Params(epsilon=0.5, columns=["a", "b"], standardize=False, **bound))
+    top = outliers.plan(outliers.Params(query="top_subspaces", epsilon=1.0, h=3, c=1, standardize=False, **bound))
+    private = outliers.plan(outliers.Params(epsilon=1.0, columns=["a", "b"], **bound,
                                             standardize={"bounds": {"a": [0, 1], "b": [0, 1]}}))  # fmt: skip
     table4 = dpne_plan(epsilon=1.0, delta=1e-7, T=6, delta0=10)
     workloads = {

@@ -158,7 +158,11 @@ def test_outlier_plans_state_their_parts():
                         standardize={"bounds": {"a": [0, 1], "b": [0, 1]}, "share": 0.1})  # fmt: skip
     events = acc.events_of(outliers.plan(p).detail)
     families = [e.family for e in events]
-    assert families == ["gaussian", "approx", "permute_and_flip", "approx", "discrete_laplace"]
+    # N undeclared: global or smooth noise is decided when it runs, so each count is one (eps, delta) part
+    assert families == ["gaussian", "approx", "permute_and_flip", "approx"]
+    bound = acc.events_of(outliers.plan(p.model_copy(update={"rows": 10_000})).detail)  # N declared: global noise
+    assert [e.family for e in bound] == ["gaussian", "approx", "permute_and_flip", "gaussian", "approx"]
+    assert (bound[3].count, bound[3].sensitivity, bound[4]) == (2, outliers.gs_upper(10_000, 5, 1), acc.sampler_slack(2))
     pure = sum(e.count * e.pure_epsilon for e in events if e.family in acc.PURE)
     eps = sum(e.count * e.epsilon for e in events if e.family == "approx")
     assert pure + eps <= 1.0 * 0.9 + 1e-6  # the standardization's Gaussian has the other tenth

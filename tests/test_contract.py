@@ -4,16 +4,27 @@ The contract: a name, a ``StrictParams`` model, and ``plan`` stating a typed cos
 parameters alone; a table mechanism also has ``needs``, ``run`` and ``check``, and its result never
 restates the cost (the manifest and the ledger take it from the plan). ``EXAMPLES`` holds one small
 run per mechanism: a new mechanism is not covered until it adds one here.
+
+A DP plan's recorded events must also be consistent with its charge (docs/ACCOUNTING.md, "Each
+charge's parts within its charge"): the parts the filter counts linearly (``approx`` parts, pure
+parts) have epsilon and delta within the charge's, and all its events together, converted to
+(epsilon, delta) at the charge's delta, are within the charge's epsilon. ``DP_REQUESTS`` adds
+more requests of the DP mechanisms (each noise, query and extreme) to their examples.
 """
 
 from __future__ import annotations
 
 import inspect
+import math
+from dataclasses import replace
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from core import accountant as acc
+from core.accounting import gaussian_epsilon
 from core.errors import InternalError
 from core.mechanisms import MECHANISMS, REGISTRY, registry
 from core.mechanisms.base import COST_KEYS, DPCost, Mechanism, MPCCost, NoDP, Plan, Result, TableMechanism, declared
@@ -46,6 +57,72 @@ EXAMPLES: dict[str, tuple] = {  # name -> (table or None, parameters as a reques
                                  "hierarchies": {"a": [{"a0": "a01", "a1": "a01"}]}}}),
     "spam-filter-training": (None, {"run_id": "r", "users": ["u1.jsonl", "u2.jsonl"], "test": "t.jsonl"}),
 }  # fmt: skip
+
+
+_COUNT = EXAMPLES["outliers"][1]
+_TOP = {**_COUNT, "query": "top_subspaces", "columns": None, "c": 1, "h": 2, "epsilon": 2.0, "rows": 300}
+_BOUNDS = {"bounds": {"a": [-3, 3], "b": [-3, 3]}}
+_SPAM = EXAMPLES["spam-filter-training"][1]
+DP_REQUESTS: dict[str, list[dict]] = {  # name -> more requests (as a request binds them) beside its example
+    "dpne": [{**EXAMPLES["dpne"][1], "epsilon": 0.3, "delta": 1e-8, "T": 3}],
+    "outliers": [
+        {**_COUNT, "noise": "global"}, {**_COUNT, "noise": "smooth"},
+        {**_COUNT, "noise": "global", "epsilon": 100.0, "delta": 0.5},
+        {**_COUNT, "noise": "global", "epsilon": 1e-3, "delta": 1e-12, "rows": 10**6},
+        {**_COUNT, "rows": None}, {**_COUNT, "columns": None},  # the noise is left open: N or the dimension unstated
+        {**_COUNT, "standardize": _BOUNDS, "noise": "global", "scale_share": 0.0},
+        _TOP, {**_TOP, "c": 8, "rows": 10**6}, {**_TOP, "release_counts": False, "delta": 0.0},  # auto: global, smooth
+        {**_TOP, "standardize": {**_BOUNDS, "share": 0.2}, "h": 1},
+    ],
+    "spam-filter-training": [{**_SPAM, "dp": {"epsilon": 1.0, "delta": 1e-6}},
+                             {**_SPAM, "rounds": 40, "dp": {"epsilon": 8.0, "delta": 1e-5, "colluders": 0}}],
+}  # fmt: skip
+
+
+def linear_epsilon(e: acc.Event) -> Fraction:
+    """What a part counted by its epsilon adds over its compositions: its figures as the decimals they
+    are recorded as (``accountant.exact``, as the filter sums charges), so 0.9 + 1/10 is 1."""
+    if e.family in ("laplace", "discrete_laplace"):
+        return e.count * acc.exact(e.sensitivity) / acc.exact(e.scale)
+    return e.count * acc.exact(e.epsilon)
+
+
+def composed_epsilon(events: tuple[acc.Event, ...], delta: float) -> float:
+    """All the events together as one (epsilon, delta) at ``delta``, soundly: the Gaussians as the one
+    Gaussian they compose to (GDP, exact), at ``delta`` less the approx parts' deltas, composed
+    basically with the other parts at their epsilon (inf: no delta is left for the Gaussians)."""
+    linear = float(sum((linear_epsilon(e) for e in events if e.family != "gaussian"), Fraction(0)))
+    mu2 = sum(e.count * (e.sensitivity / e.sigma) ** 2 for e in events if e.family == "gaussian")
+    if not mu2:
+        return linear
+    left = delta - float(sum((e.count * acc.exact(e.delta) for e in events if e.family == "approx"), Fraction(0)))
+    return gaussian_epsilon(1 / math.sqrt(mu2), left) + linear if left > 0 else math.inf
+
+
+def charge_violations(planned: Plan) -> list[str]:
+    """Where a DP plan's events are not consistent with its charge (empty: they are): the parts counted
+    linearly within the charge, alone and together, and all events converted at the charge's delta."""
+    if not isinstance(planned.cost, DPCost):
+        return []
+    events = acc.events_of(planned.detail)
+    if events is None:
+        return ["a DP plan records no events"]
+    charge = planned.cost.budget
+    eps, delta = acc.exact(charge.epsilon), acc.exact(charge.delta)
+    approx = [e for e in events if e.family == "approx"]
+    found = []
+    if sum((linear_epsilon(e) for e in approx), Fraction(0)) > eps:
+        found.append("its approx parts' epsilon exceeds the charge's")
+    if sum((e.count * acc.exact(e.delta) for e in approx), Fraction(0)) > delta:
+        found.append("its approx parts' delta exceeds the charge's")
+    found += [f"its {e.family} part's epsilon exceeds the charge's"
+              for e in events if e.family in acc.PURE and linear_epsilon(e) > eps]  # fmt: skip
+    if sum((linear_epsilon(e) for e in events if e.family != "gaussian"), Fraction(0)) > eps:
+        found.append("its linearly counted parts' epsilon exceeds the charge's")
+    whole = composed_epsilon(events, charge.delta)
+    if whole > charge.epsilon:
+        found.append(f"its events compose to epsilon {whole:.6g} at delta {charge.delta:g}, above the charge's")
+    return found
 
 
 def violations(m: object, example: tuple) -> list[str]:
@@ -92,6 +169,41 @@ def test_every_registered_mechanism_honours_the_contract(name):
     m = MECHANISMS[name]
     assert m.NAME == name
     assert violations(m, EXAMPLES[name]) == []
+
+
+@pytest.mark.parametrize("name", sorted(MECHANISMS))
+def test_every_dp_plan_records_events_within_its_charge(name):
+    m = MECHANISMS[name]
+    for raw in [EXAMPLES[name][1], *DP_REQUESTS.get(name, [])]:
+        assert charge_violations(m.plan(m.Params.model_validate(raw))) == [], raw
+    # the extra requests are DP plans with events, so the check above did not pass them vacuously
+    assert all(isinstance(m.plan(m.Params.model_validate(r)).cost, DPCost) for r in DP_REQUESTS.get(name, []))
+
+
+def test_events_beyond_their_charge_are_flagged():
+    """The check above can fail: a plan doctored to record an approx part larger than its charge,
+    approx parts within it alone but not together, a pure part beyond it, a Gaussian with half its
+    std, or no events at all, is named."""
+    outliers = MECHANISMS["outliers"]
+    planned = outliers.plan(outliers.Params.model_validate({**_COUNT, "noise": "global"}))
+    charge = planned.cost.budget
+    gauss, slack = acc.events_of(planned.detail)
+    assert charge_violations(planned) == [] and gauss.family == "gaussian"
+
+    def doctored(*events: acc.Event) -> Plan:
+        return replace(planned, detail={**planned.detail, "events": [e.as_dict() for e in events]})
+
+    assert charge_violations(doctored(gauss, acc.approx(charge.epsilon * 1.01, slack.delta)))[:2] == [
+        "its approx parts' epsilon exceeds the charge's", "its linearly counted parts' epsilon exceeds the charge's"]
+    assert charge_violations(doctored(acc.approx(0.5, charge.delta * 2))) == ["its approx parts' delta exceeds the charge's"]
+    assert charge_violations(doctored(acc.approx(0.9, charge.delta), acc.approx(0.2, 0.0)))[0] == \
+        "its approx parts' epsilon exceeds the charge's"  # fmt: skip
+    pure = acc.Event("discrete_laplace", 2, scale=10, sensitivity=6)  # 2 x 0.6 > 1
+    assert charge_violations(doctored(pure))[:2] == ["its discrete_laplace part's epsilon exceeds the charge's",
+                                                     "its linearly counted parts' epsilon exceeds the charge's"]  # fmt: skip
+    (found,) = charge_violations(doctored(acc.gaussian(gauss.sigma / 2, gauss.sensitivity), slack))
+    assert found.startswith("its events compose to epsilon ") and found.endswith(f"at delta {charge.delta:g}, above the charge's")
+    assert charge_violations(replace(planned, detail={})) == ["a DP plan records no events"]
 
 
 def test_the_registries_cover_what_requests_and_flows_run():

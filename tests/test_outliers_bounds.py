@@ -10,6 +10,9 @@ import pandas as pd
 import pytest
 from scipy.stats import norm
 
+from core import accountant as acc
+from core import noise
+from core.accounting import gaussian_sigma
 from core.errors import InternalError
 from core.mechanisms import outliers as o
 from core.mechanisms import outliers_geometry as geo
@@ -99,6 +102,63 @@ def test_smooth_noise_is_refused_just_outside_the_bound_and_accepted_just_inside
     auto = _spec(epsilon=total * (1 + 1e-7), **{**base, "noise": "auto"})
     assert o.uses_global(auto, o.allocate(auto), 10**6, 8)
     assert _spec(epsilon=100, **{**base, "noise": "global"}).epsilon == 100
+
+
+# -- a global-noise count declares the Gaussian it draws --------------------------------------------
+
+
+def drawn_against_declared(params: o.Params, monkeypatch) -> list[str]:
+    """Run ``params`` on a planted table with ``core.noise``'s samplers spied on, and say where what the
+    counts drew differs from the plan's events (empty: the plan states exactly the Gaussians drawn)."""
+    drawn, shifts, laplace = [], [], []
+    real_gaussian, real_shift, real_laplace = noise.gaussian, noise.check_shift, noise.laplace
+    monkeypatch.setattr(noise, "gaussian", lambda rng, sigma, *a: drawn.append(sigma) or real_gaussian(rng, sigma, *a))
+    monkeypatch.setattr(noise, "check_shift", lambda sens_, sigma: shifts.append(sens_) or real_shift(sens_, sigma))
+    monkeypatch.setattr(noise, "laplace", lambda *a: laplace.append(a) or real_laplace(*a))
+    result = o.run(planted(params.rows), params, np.random.default_rng(5))
+    events = acc.events_of(o.plan(params).detail)
+    found = [] if result.privacy["noise"] == ["global"] else [f"the counts drew {result.privacy['noise']} noise"]
+    gauss = [e for e in events if e.family == "gaussian"]
+    if len(gauss) != 1:
+        return [*found, f"the plan states {len(gauss)} Gaussian parts"]
+    (g,) = gauss
+    if len(drawn) != g.count or any(sigma != g.sigma for sigma in drawn):
+        found.append(f"drew sigma {drawn} where the plan states {g.count} x {g.sigma!r}")
+    if any(s != g.sensitivity for s in shifts):
+        found.append(f"calibrated to sensitivity {shifts} where the plan states {g.sensitivity}")
+    if [e for e in events if e is not g and e.family != "permute_and_flip"] != [acc.sampler_slack(g.count)]:
+        found.append(f"the plan states more than the selection and the sampler's slack beside the Gaussian: {events}")
+    if laplace:
+        found.append(f"drew {len(laplace)} Laplace values (no std is released with noise)")
+    return found
+
+
+GLOBAL_COUNTS = [  # (query, epsilon, delta, noise, h): the example, both ends of epsilon and delta, auto, top-h
+    ("count", 1.0, 1e-4, "global", 1), ("count", 100.0, 0.5, "global", 1), ("count", 1e-3, 1e-12, "global", 1),
+    ("count", 0.05, 1e-6, "auto", 1), ("top_subspaces", 2.0, 1e-6, "auto", 3), ("top_subspaces", 100.0, 0.9, "global", 2),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("query", "epsilon", "delta", "noise_", "h"), GLOBAL_COUNTS)
+def test_a_global_count_declares_the_gaussian_it_draws(query, epsilon, delta, noise_, h, monkeypatch):
+    params = o.Params(query=query, columns=["a", "b"] if query == "count" else None, c=1 if query == "count" else 2,
+                      h=h, k=3, r=0.5, epsilon=epsilon, delta=delta, noise=noise_, standardize=False, rows=120)  # fmt: skip
+    assert drawn_against_declared(params, monkeypatch) == []
+    (g,) = [e for e in acc.events_of(o.plan(params).detail) if e.family == "gaussian"]
+    a = o.allocate(params)  # calibrated to the count's whole share, its (unreleased) std's included
+    assert g.sensitivity == sens.gs_upper(120, 3, 2) and g.count == a.counts
+    assert gaussian_sigma(a.count.epsilon + a.scale, a.count.delta) * g.sensitivity == g.sigma
+
+
+def test_a_draw_that_drifts_from_the_plan_is_caught(monkeypatch):
+    """The weakened variant: a draw whose std (or sensitivity) no longer comes from the plan's helper."""
+    params = o.Params(columns=["a", "b"], k=3, r=0.5, epsilon=1.0, delta=1e-4, noise="global", standardize=False, rows=120)
+    monkeypatch.setattr(o, "global_noise", lambda *a: (sens.global_noise(*a)[0] * (1 + 1e-12), sens.global_noise(*a)[1]))
+    assert drawn_against_declared(params, monkeypatch)[0].startswith("drew sigma [")
+    monkeypatch.setattr(o, "global_noise", lambda *a: (sens.global_noise(*a)[0], sens.global_noise(*a)[1] - 1))
+    assert drawn_against_declared(params, monkeypatch)[0].startswith("calibrated to sensitivity [18]")
+    smooth = params.model_copy(update={"noise": "smooth"})  # and a plan that states no Gaussian at all
+    assert drawn_against_declared(smooth, monkeypatch)[:2] == ["the counts drew ['smooth'] noise", "the plan states 0 Gaussian parts"]
 
 
 def test_the_bound_applies_to_each_count_of_a_top_h_release():

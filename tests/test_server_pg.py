@@ -28,7 +28,8 @@ from tests.test_server import BIN, _run, _stop, _wait, deployment, operator, run
 PARAMS = OUTLIERS["mechanism"]["params"]
 FORM = {"dataset": OUTLIERS["dataset"], "columns": PARAMS["columns"], "k": PARAMS["k"], "r": PARAMS["r"],
         "epsilon": PARAMS["epsilon"], "delta": PARAMS["delta"],
-        "standardize": [{"column": c, **s} for c, s in PARAMS["standardize"].items()]}
+        "standardize": [{"column": c, **s} for c, s in PARAMS["standardize"].items()],
+        "noise": "smooth"}  # (eps, delta) counts, summed exactly: the cap of 5 holds five (global ones are cheaper)
 
 
 # What an operator on either host runs to submit releases: n runs of a deployment into a work queue.

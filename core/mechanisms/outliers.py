@@ -46,7 +46,7 @@ from core.mechanisms.outliers_sensitivity import (
     alpha,
     beta,
     cover_plan,
-    global_std,
+    global_noise,
     gs_upper,
     privacy_events,
     smooth_bound,
@@ -315,13 +315,12 @@ def noisy_count(z: np.ndarray, subspace: tuple[str, ...], params: Params, a: All
 
     The caller has charged the ledger already."""
     n = len(z)
-    whole = Budget(a.count.epsilon + a.scale, a.count.delta)
-    gs = global_std(n, params.k, len(subspace), whole)
+    gs, sensitivity = global_noise(n, params.k, len(subspace), a)  # what the plan's global events state
     use_global = uses_global(params, a, n, len(subspace))
     al, be = alpha(a.count.epsilon, a.count.delta), beta(a.count.epsilon, a.count.delta)
     m = measured or measure(z, params, not use_global, be)
     if use_global:
-        noise.check_shift(gs_upper(n, params.k, len(subspace)), gs)
+        noise.check_shift(sensitivity, gs)
         unit = min(1.0, noise.grid(gs))  # gs is public, so is its grid
         noisy = float(np.rint(noise.gaussian(rng, gs, np.array([round(m.q / unit)]), unit)[0]))
         return Counted(subspace, "global", m.q, noisy, gs, gs, gs, None)

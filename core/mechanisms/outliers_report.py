@@ -11,7 +11,6 @@ from typing import Protocol
 import pandas as pd
 
 from core import accuracy, noise
-from core.accounting import Budget
 from core.charts import Chart
 from core.mechanisms.base import Result
 from core.mechanisms.outliers_sensitivity import (
@@ -20,6 +19,7 @@ from core.mechanisms.outliers_sensitivity import (
     alpha,
     beta,
     cover_plan,
+    global_noise,
     global_std,
     gs_upper,
     smooth_floor,
@@ -208,9 +208,8 @@ def expected_counts(params: Query, a: Allocation, c: int) -> dict | None:
     if not a.counts:
         return None
     n = params.rows
-    whole = Budget(a.count.epsilon + a.scale, a.count.delta)
     if uses_global(params, a, n, c):
-        gs = global_std(n, params.k, c, whole)
+        gs, _ = global_noise(n, params.k, c, a)  # the std the draw uses
         std = accuracy.sampler_std(gs, min(1.0, noise.grid(gs)))
         counts = {"noise": "global", "family": "discrete Gaussian", "std": std, "std_least": std,
                   "half_width": math.ceil(accuracy.Z95 * std), "smooth_bound": None}  # fmt: skip
@@ -220,7 +219,7 @@ def expected_counts(params: Query, a: Allocation, c: int) -> dict | None:
         counts = {"noise": "smooth", "family": "discrete Gaussian", "std": None, "std_least": least,
                   "std_most": n / al, "half_width": math.ceil(accuracy.Z95 * least),
                   "smooth_bound": {"alpha": al, "S_UB_least": least * al, "S_UB_most": n,
-                                   "global_std": global_std(n, params.k, c, whole)}}  # fmt: skip
+                                   "global_std": global_std(n, params.k, c, a.whole)}}  # fmt: skip
     return counts | {"per_release": a.counts, "range": [0, n]}
 
 

@@ -80,6 +80,12 @@ class Allocation:
     scale: float  # epsilon per released noise std
     counts: int  # number of released counts
 
+    @property
+    def whole(self) -> Budget:
+        """A global-noise count's budget: its count's share and its std's (a global std is public and
+        is not released with noise, so the one Gaussian has both)."""
+        return Budget(self.count.epsilon + self.scale, self.count.delta)
+
 
 @dataclass(frozen=True)
 class Counted:
@@ -174,6 +180,29 @@ def global_std(n: int, k: int, c: int, budget: Budget) -> float:
     return gs_upper(n, k, c) * gaussian_sigma(budget.epsilon, budget.delta)
 
 
+def global_noise(n: int, k: int, c: int, a: Allocation) -> tuple[float, int]:
+    """A global-noise count's draw: the std ``noise.gaussian`` is called with and the sensitivity it is
+    calibrated to (GS^UB; one value, so l1 = l2), both in records. The draw and its privacy event
+    (``global_events``) both take them from here."""
+    return global_std(n, k, c, a.whole), gs_upper(n, k, c)
+
+
+def global_events(n: int, k: int, c: int, a: Allocation) -> list[accountant.Event]:
+    """What ``a.counts`` global-noise counts run: one exact discrete Gaussian each (``noise.gaussian``
+    at ``global_noise``'s std, calibrated at ``noise.continuous_budget(.., 1)`` of the count's share),
+    and the exact sampler's slack against the continuous Gaussian (one coordinate per count)."""
+    sigma, sensitivity = global_noise(n, k, c, a)
+    return [accountant.gaussian(sigma, sensitivity, a.counts, part="outlier count (global sensitivity)"),
+            accountant.sampler_slack(a.counts)]  # fmt: skip
+
+
+def count_dimension(params) -> int | None:
+    """The dimension of the counted subspaces, from the parameters (None: a count over every column)."""
+    if params.query == "top_subspaces":
+        return params.c
+    return len(params.columns) if params.columns else None
+
+
 def uses_global(params, a: Allocation, n: int, c: int) -> bool:
     """Whether a count in c dimensions gets global-sensitivity noise (``outliers.Params``' ``noise``, its
     allocation and N): decided from public parameters and N only, never from the data."""
@@ -181,17 +210,30 @@ def uses_global(params, a: Allocation, n: int, c: int) -> bool:
         return params.noise == "global"
     if a.count.epsilon > smooth_epsilon_max(a.count.delta):
         return True  # beyond the range Theorem 2's proof covers (plain smooth is refused there)
-    whole = Budget(a.count.epsilon + a.scale, a.count.delta)
     smooth_least = smooth_floor(n, beta(a.count.epsilon, a.count.delta)) / alpha(a.count.epsilon, a.count.delta)
-    return global_std(n, params.k, c, whole) <= smooth_least
+    return global_std(n, params.k, c, a.whole) <= smooth_least
+
+
+def planned_noise(params, a: Allocation) -> str | None:
+    """The counts' noise, "global" or "smooth", from the parameters alone; None when it turns on a
+    number they do not state (N undeclared, or the dimension of a count over every column)."""
+    if params.noise == "smooth":
+        return "smooth"
+    c = count_dimension(params)
+    if params.rows is None or c is None:
+        return None
+    return "global" if uses_global(params, a, params.rows, c) else "smooth"
 
 
 def privacy_events(params, a: Allocation) -> list[accountant.Event]:
-    """An outlier release's parts for the accountant (``outliers.Params`` and its allocation). A private standardization is one Gaussian (sensitivity
-    normalized to 1) plus the sampler's slack; the top-h selection h permute-and-flip draws (pure
-    epsilon/h each); each count is known only by its (epsilon, delta) (Theorem 2's smooth-sensitivity
-    Gaussian, or the global one calibrated to the same share); each released noise std is a
-    discrete Laplace draw on its grid (charged even when the count uses global noise)."""
+    """An outlier release's parts for the accountant (``outliers.Params`` and its allocation), as they
+    run. A private standardization is one Gaussian (sensitivity normalized to 1) plus the sampler's
+    slack; the top-h selection h permute-and-flip draws (pure epsilon/h each). Global-noise counts are
+    the Gaussian they draw (``global_events``: its std and GS^UB in records, and the sampler's slack;
+    their std is public, so nothing else is drawn). A smooth-sensitivity count is known only by its
+    (epsilon, delta) (Theorem 2's Gaussian), and its released noise std is a discrete Laplace draw on
+    its grid. When the parameters leave the noise open (``planned_noise`` is None), each count and
+    its std are one (epsilon, delta) part at their whole share, which bounds either."""
     out = []
     private = getattr(params.standardize, "bounds", None) is not None  # a PrivateScale
     if private:
@@ -206,7 +248,15 @@ def privacy_events(params, a: Allocation) -> list[accountant.Event]:
     if a.counts:
         s = params.standardize.share if private else 0.0
         eps = params.epsilon * (1 - s) * (params.count_share if params.query == "top_subspaces" else 1) / a.counts
-        out.append(accountant.approx(eps * (1 - params.scale_share), params.delta * (1 - s) / a.counts, a.counts,
+        delta = params.delta * (1 - s) / a.counts
+        kind = planned_noise(params, a)
+        if kind == "global":
+            return out + global_events(params.rows, params.k, count_dimension(params), a)
+        if kind is None:
+            return out + [accountant.approx(eps, delta, a.counts, part="outlier count and its noise std (smooth or global noise: "
+                                                                       "decided from N and the dimension when it runs)")]  # fmt: skip
+        # the label smooth counts have always been recorded with (an entry's detail is under the hash chain)
+        out.append(accountant.approx(eps * (1 - params.scale_share), delta, a.counts,
                                      part="outlier count (smooth or global sensitivity)"))  # fmt: skip
         if a.scale > 0:
             unit = noise.grid(beta(a.count.epsilon, a.count.delta) / a.scale)
