@@ -225,7 +225,8 @@ def test_outside_test_mode_nothing_is_trained_on_pooled_plaintext(home, tmp_path
     finally:
         OPENED = None
     assert {str(p) for p in inputs.users} <= checked and inputs.sizes == [50, 50]
-    assert {f.name for f in fields(inputs)} == {"spec", "path", "users", "test", "sizes", "root", "protected", "expected"}
+    assert {f.name for f in fields(inputs)} == {"spec", "path", "users", "test", "sizes", "root", "protected", "expected",
+                                                 "expected_test"}
     OPENED = []
     try:
         training = Training.setup(inputs)

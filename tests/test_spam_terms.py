@@ -218,8 +218,8 @@ def test_the_index_binds_messages_not_files(tmp_path: Path, capsys):
     corpus(tmp_path / "a", capsys)
     key = b"k" * 32
     (read,) = terms.read([tmp_path / "a" / "user-1.jsonl"], tmp_path, key)
-    digests = read.digests
-    assert len(digests) == len(set(digests)) == len((tmp_path / "a" / "user-1.jsonl").read_text().splitlines())
+    digests = read.digests  # each message by its text and by its 4-byte sequences
+    assert len(digests) == len(set(digests)) == 2 * len((tmp_path / "a" / "user-1.jsonl").read_text().splitlines())
     assert terms.read([tmp_path / "a" / "user-1.jsonl"], tmp_path, b"j" * 32)[0].digests != digests  # keyed
     index = terms.Index(tmp_path / "index.duckdb")
     assert index.crossed(digests, dp=False) == 0  # no index yet
@@ -298,3 +298,64 @@ def test_the_index_is_claimed_in_one_step_before_the_charge(home, test_mode, cap
         return
     with pytest.raises(SpecError, match="found as this run was about to be charged; nothing was charged"):
         dp_job.load(Home(home))
+
+
+def _same_grams_twin(text: str) -> str | None:
+    """Another text with exactly the same 4-byte sequences (so the same message to every feature map, whatever
+    its settings): a repeated 3-byte run lets the stretch between its two places be said twice (third review, F1)."""
+    for k in range(len(text), 3, -1):
+        j = text.find(text[k - 3:k], 0, k - 1)
+        if 0 <= j and j + 3 < k:
+            return text[:k] + text[j + 3:k] + text[k:]
+    return None
+
+
+@pytest.mark.parametrize("weakened", [False, True])
+def test_an_exact_run_on_twins_under_other_feature_settings_is_refused(home, test_mode, capsys, monkeypatch, weakened):
+    """Third review, F1: the feature digest depends on a run's settings, so an exact run with dimension 511 on
+    texts with the same 4-byte sequences as a dp: run's read the same messages unrefused. Every message is
+    now also named by its 4-byte sequences, the same under every feature map; weakened without it, it passes."""
+    from core.spam import features as F
+
+    folder = home / "data" / "mail"
+    corpus(folder, capsys)
+    assert cli(capsys, "ledger", "set-budget", "spam-mail", "--epsilon", "8", "--delta", "1e-5", "--allow-exact-runs")[0] == 0
+    dp_run = SpamJob(spec(folder, run_id="dp", dp=DP))
+    dp_run.check(Home(home))
+    dp_run.load(Home(home))  # recorded in the index, as before its charge
+    twins = home / "data" / "twins"
+    twins.mkdir()
+    for name in ("user-1.jsonl", "user-2.jsonl", "user-3.jsonl", "test.jsonl"):
+        docs = [json.loads(x) for x in (folder / name).read_text().splitlines()]
+        if name != "test.jsonl":
+            docs = [d | {"text": t} for d in docs if (t := _same_grams_twin(d["text"])) is not None]  # twins only
+        (twins / name).write_text("".join(json.dumps(d) + "\n" for d in docs))
+    doc = json.loads((folder / "user-1.jsonl").read_text().splitlines()[0])
+    twin = json.loads((twins / "user-1.jsonl").read_text().splitlines()[0])["text"]
+    assert twin != doc["text"] and np.array_equal(F.grams(twin, 1 << 32), F.grams(doc["text"], 1 << 32))
+    source = _spec(twins, run_id="exact-twins", features={"modulus": 100_000, "reduction": "hash", "dimension": 511, "seed": 0})
+    if weakened:
+        monkeypatch.setattr(terms, "F", type("NoGrams", (), {"grams": staticmethod(lambda t, m: np.empty(0, np.int64))}))
+        assert SpamJob(source).check(Home(home)).dataset == "spam-filter"
+        return
+    with pytest.raises(SpecError, match="were read by a dp: run"):
+        SpamJob(source).check(Home(home))
+
+
+def test_the_evaluation_file_too_is_read_as_checked_and_a_lone_surrogate_is_refused(home, test_mode, capsys):
+    """Third review, F2 and F4: the evaluation mail is scored from the bytes the check read (a file swapped after
+    it is refused), and a text with a lone surrogate gets a one-line refusal, not a crash."""
+    from core.spam.mail import read_mail
+
+    folder = home / "data" / "mail"
+    corpus(folder, capsys)
+    job = SpamJob(spec(folder, run_id="eval"))
+    job.check(Home(home))
+    assert read_mail(job.inputs.test, root=job.inputs.root, expected=job.inputs.expected_test)[1].size
+    (folder / "test.jsonl").write_text((folder / "user-1.jsonl").read_text())
+    with pytest.raises(SpecError, match="mail file 'test.jsonl' changed after the run was checked"):
+        read_mail(job.inputs.test, root=job.inputs.root, expected=job.inputs.expected_test)
+    with (folder / "user-2.jsonl").open("a") as fh:
+        fh.write('{"text": "hello \\ud800 there", "label": "ham"}\n')
+    with pytest.raises(SpecError, match=r"user-2.jsonl line \d+: the text holds a lone surrogate"):
+        SpamJob(spec(folder, run_id="surrogate")).check(Home(home))

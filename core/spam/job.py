@@ -89,12 +89,13 @@ class SpamJob:
         dp = spec.dp is not None
         users = T.read(inputs.users, inputs.root, key, _features(spec))
         self.digests = [d for u in users for d in u.digests]
+        (test,) = T.read([inputs.test], inputs.root, key, _features(spec))
         if dp:
-            T.once([u.digests for u in users], T.read([inputs.test], inputs.root, key, _features(spec))[0].digests,
-                   spec.users, spec.test)  # fmt: skip
+            T.once([u.digests for u in users], test.digests, spec.users, spec.test)
         crossed = T.Index(home.root / T.INDEX).crossed(self.digests, dp)
         T.check(terms, dp, spec.dp.colluders if dp else None, spec.quorum, crossed)
-        self.inputs = replace(inputs, protected=terms.capped and not terms.exact_runs, expected=[u.sha256 for u in users])
+        self.inputs = replace(inputs, protected=terms.capped and not terms.exact_runs, expected=[u.sha256 for u in users],
+                              expected_test=test.sha256)
         plan = spam_training.plan(spec)  # calibrates the noise: refuses colluders >= users
         return Claim(spam_training.ledger_dataset(spec), spec.run_id, spam_training.NAME, plan,
                      spec.model_dump(mode="json", exclude={"seed"}), ADJACENCY if dp else None)  # fmt: skip

@@ -66,6 +66,11 @@ def parse_mail(data: bytes, shown: str, gz: bool) -> tuple[list[str], np.ndarray
                 raise SpecError(f"{shown} line {number} is not valid JSON.") from None
             if not isinstance(doc, dict) or not isinstance(doc.get("text"), str) or doc.get("label") not in ("spam", "ham"):
                 raise SpecError(f"{shown} line {number}: each line needs 'text' (a string) and 'label' (spam or ham).")
+            try:
+                doc["text"].encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:
+                raise SpecError(f"{shown} line {number}: the text holds a lone surrogate (an escape like \\ud800), "
+                                "which is no character; remove it.") from None
             texts.append(doc["text"])
             labels.append(1 if doc["label"] == "spam" else -1)
     if not texts:

@@ -80,6 +80,7 @@ class Inputs:
     root: Path  # the data root: each reader checks that the file it opened lies inside it
     protected: bool = False  # the mail is under a DP cap: each user's party refuses rounds without noise
     expected: list[str] | None = None  # each user file's SHA-256 as checked: its party refuses other bytes
+    expected_test: str | None = None  # the evaluation file's, as checked: it is read again for scoring
 
 
 def load_spec(source: str, root: Path, resolve: Resolver = resolve_source) -> tuple[SpamSpec, Path]:

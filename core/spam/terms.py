@@ -30,6 +30,7 @@ import numpy as np
 
 from core.db import connect, exclusive
 from core.errors import SpecError
+from core.spam import features as F
 from core.spam import mail
 
 MAIL = "spam-mail"  # the ledger dataset of the users' mail: dp: runs charge it, its cap carries these terms
@@ -83,15 +84,18 @@ class Read:
 
 
 def read(paths: list[Path], root: Path, key: bytes, features: Callable[[str], np.ndarray] | None = None) -> list[Read]:
-    """Each file read once: each message as two keyed digests (128 bits, hex), of its text with its white
-    space normalised (the same whatever its file, its place, its JSON key order or compression) and, with
-    ``features``, of the feature vector the run reads from it (the same for texts that differ only where
-    the feature map does not look; an empty vector names no message)."""
+    """Each file read once: each message as keyed digests (128 bits, hex) of its text with its white space
+    normalised (the same whatever its file, its place, its JSON key order or compression), of the set of
+    4-byte sequences every feature map reads from it (the same for texts that differ only where no map
+    looks, whatever a run's feature settings) and, with ``features``, of the vector this run reads from
+    it (its map, capped under dp:); an empty set names no message."""
     out = []
     for path in paths:
         data = mail.read_bytes(path, path.name, root)
         texts, _ = mail.parse_mail(data, path.name, path.suffix == ".gz")
         digests = [_mac(key, b"text:" + " ".join(t.split()).encode("utf-8", "surrogateescape")) for t in texts]
+        raw = [F.grams(t, 1 << 32) for t in texts]  # every 4-byte sequence the feature map reads: whatever its settings
+        digests += [_mac(key, b"grams:" + g.tobytes()) for g in raw if g.size]
         if features is not None:
             vectors = [np.asarray(features(t), dtype=np.int64) for t in texts]
             digests += [_mac(key, b"features:" + v.tobytes()) for v in vectors if v.size]

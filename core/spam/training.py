@@ -176,7 +176,7 @@ class Training:
                 raise SpecError(f"reduction {spec.features.reduction!r} needs pooled plaintext mail: test mode only.")
         else:
             reducer = F.fit(spec.features)
-        test_texts, test_y = read_mail(inputs.test, root=inputs.root)
+        test_texts, test_y = read_mail(inputs.test, root=inputs.root, expected=inputs.expected_test)
         test_x = [reducer.apply(F.grams(text, spec.features.modulus)) for text in test_texts]
         if spec.dp is not None:  # scored as the users' messages are bounded
             test_x = [dp.cap(x, spec.dp.max_features, spec.features.seed) for x in test_x]
