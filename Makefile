@@ -37,7 +37,7 @@ test: $(STAMP)
 
 audit: $(STAMP)  # the statistical privacy auditor's long run (10-30 min); its table goes in docs/PRIVACY-AUDIT.md
 	rm -f audit-results.md
-	PRIVRELEASE_AUDIT=1 PRIVRELEASE_AUDIT_REPORT=$(CURDIR)/audit-results.md $(VENV)/bin/python -m pytest tests/test_audit.py tests/test_audit_outliers.py tests/test_audit_spam.py -q
+	PRIVRELEASE_AUDIT=1 PRIVRELEASE_AUDIT_REPORT=$(CURDIR)/audit-results.md $(VENV)/bin/python -m pytest tests/test_audit.py tests/test_audit_outliers.py tests/test_audit_spam.py tests/test_audit_sdc.py -q
 	@echo "results: audit-results.md"
 
 lint: $(STAMP)
