@@ -293,7 +293,7 @@ def test_the_index_is_claimed_in_one_step_before_the_charge(home, test_mode, cap
     exact.check(Home(home))
     exact.load(Home(home))  # the exact run claims the mail first
     if weakened:
-        monkeypatch.setattr(terms.Index, "claim", lambda self, run_id, dp, digests: self.add(run_id, dp, digests))
+        monkeypatch.setattr(terms.Index, "claim", lambda self, run_id, dp, digests, evaluation: self.add(run_id, dp, digests))
         dp_job.load(Home(home))  # the look at check time only: both runs read the mail
         return
     with pytest.raises(SpecError, match="found as this run was about to be charged; nothing was charged"):
@@ -359,3 +359,27 @@ def test_the_evaluation_file_too_is_read_as_checked_and_a_lone_surrogate_is_refu
         fh.write('{"text": "hello \\ud800 there", "label": "ham"}\n')
     with pytest.raises(SpecError, match=r"user-2.jsonl line \d+: the text holds a lone surrogate"):
         SpamJob(spec(folder, run_id="surrogate")).check(Home(home))
+
+
+def test_a_message_twice_in_one_file_and_dp_read_mail_as_evaluation_are_refused(home, test_mode, capsys):
+    """Fourth review: F1, a message repeated inside one user's file was summed k times a round under dp: (the
+    check skipped a digest seen in the same file); F2, mail a dp: run read could be another run's evaluation
+    mail, scored in plain text outside any charge."""
+    folder = home / "data" / "mail"
+    corpus(folder, capsys)
+    first = (folder / "user-1.jsonl").read_text().splitlines()[0]
+    with (folder / "user-1.jsonl").open("a") as fh:
+        fh.write((first + "\n") * 3)
+    assert cli(capsys, "ledger", "set-budget", "spam-mail", "--epsilon", "8", "--delta", "1e-5", "--allow-exact-runs")[0] == 0
+    with pytest.raises(SpecError, match="holds one message twice \\('user-1.jsonl' and 'user-1.jsonl', within the file\\)"):
+        SpamJob(spec(folder, run_id="repeated", dp=DP)).check(Home(home))
+    (folder / "user-1.jsonl").write_text("\n".join((folder / "user-1.jsonl").read_text().splitlines()[:-3]) + "\n")
+    dp_run = SpamJob(spec(folder, run_id="dp", dp=DP))
+    dp_run.check(Home(home))
+    dp_run.load(Home(home))
+    fresh = home / "data" / "fresh"
+    _corpus(fresh, capsys, seed=6)
+    shutil.copyfile(folder / "user-2.jsonl", fresh / "test.jsonl")  # capped mail as the evaluation file
+    for dp in (None, DP | {"colluders": 1}):
+        with pytest.raises(SpecError, match="the evaluation mail holds messages a dp: run read"):
+            SpamJob(_spec(fresh, run_id="eval-" + ("dp" if dp else "exact"), **({"dp": dp} if dp else {}))).check(Home(home))

@@ -73,6 +73,7 @@ class SpamJob:
     steps: Steps = field(default_factory=Steps)
     inputs: Inputs | None = None
     digests: list[str] = field(default_factory=list)  # the users' messages as keyed digests (``terms.read``)
+    evaluation: list[str] = field(default_factory=list)  # the evaluation mail's
     rounds: list[dict] = field(default_factory=list)  # who took part in each round, who left: public names
     report: dict | None = None
 
@@ -92,8 +93,10 @@ class SpamJob:
         (test,) = T.read([inputs.test], inputs.root, key, _features(spec))
         if dp:
             T.once([u.digests for u in users], test.digests, spec.users, spec.test)
-        crossed = T.Index(home.root / T.INDEX).crossed(self.digests, dp)
-        T.check(terms, dp, spec.dp.colluders if dp else None, spec.quorum, crossed)
+        self.evaluation = test.digests
+        index = T.Index(home.root / T.INDEX)
+        T.check(terms, dp, spec.dp.colluders if dp else None, spec.quorum, index.crossed(self.digests, dp),
+                index.crossed(self.evaluation, False))  # fmt: skip
         self.inputs = replace(inputs, protected=terms.capped and not terms.exact_runs, expected=[u.sha256 for u in users],
                               expected_test=test.sha256)
         plan = spam_training.plan(spec)  # calibrates the noise: refuses colluders >= users
@@ -107,7 +110,8 @@ class SpamJob:
         """Before the charge, after any approval: the messages this run reads are looked up and recorded in the
         index in one step (a run refused after this only makes the index stricter). Each party reads its own
         mail in its own process, after the charge, and refuses bytes other than those checked here."""
-        T.Index(home.root / T.INDEX).claim(self.inputs.spec.run_id, self.inputs.spec.dp is not None, self.digests)
+        T.Index(home.root / T.INDEX).claim(self.inputs.spec.run_id, self.inputs.spec.dp is not None, self.digests,
+                                           self.evaluation)  # fmt: skip
 
     def work(self, home: Home, charge: Charge, log: Log) -> tuple[dict, dict]:
         spec = self.inputs.spec

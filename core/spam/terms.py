@@ -113,17 +113,13 @@ def once(users: list[list[str]], test: list[str], names: list[str], test_name: s
     summed twice a round, twice the sensitivity the noise is for."""
     where: dict[str, int] = {}
     for k, digests in enumerate(users):
-        mine: set[str] = set()
-        for d in digests:
-            if d in mine:
-                continue  # a message's text and features are two names of one message
+        for d in digests:  # a message's digests never meet each other (each kind has its own prefix)
             if d in where:
                 other = names[where[d]]
                 raise SpecError(f"the users' mail holds one message twice ({other!r} and {names[k]!r}"
                                 + ("" if where[d] != k else ", within the file") + "): under dp: each message is "
                                 "counted once, for the sensitivity the noise is calibrated to; remove the copies.")  # fmt: skip
             where[d] = k
-            mine.add(d)
     if any(d in where for d in test):
         raise SpecError(f"the evaluation mail {test_name!r} holds messages of the users' mail; evaluation mail must be "
                         "separate from theirs.")  # fmt: skip
@@ -145,13 +141,16 @@ class Index:
             return con.execute("SELECT count(DISTINCT mac) FROM mail JOIN (SELECT unnest(?::VARCHAR[]) AS mac) USING (mac) "
                                "WHERE dp = ?", [digests, not dp]).fetchone()[0]  # fmt: skip
 
-    def claim(self, run_id: str, dp: bool, digests: list[str]) -> None:
-        """Record this run's messages, refusing as ``check`` would if a run of the other kind read one: the
-        look and the record in one step under the index's lock, so two runs cannot both pass the look."""
+    def claim(self, run_id: str, dp: bool, digests: list[str], evaluation: list[str]) -> None:
+        """Record this run's messages, refusing as ``check`` would if a run of the other kind read one (or a dp:
+        run read one of its evaluation mail): the look and the record in one step under the index's lock, so two
+        runs cannot both pass the look. The evaluation mail is read in plain text: recorded as an exact read."""
         with exclusive(self.path.with_suffix(".lock")):
-            if self.crossed(digests, dp):
-                raise SpecError(_crossed(dp) + " (found as this run was about to be charged; nothing was charged)")
+            if self.crossed(digests, dp) or self.crossed(evaluation, False):
+                why = _crossed(dp) if self.crossed(digests, dp) else EVALUATION_READ
+                raise SpecError(why + " (found as this run was about to be charged; nothing was charged)")
             self.add(run_id, dp, digests)
+            self.add(run_id, False, evaluation)
 
     def add(self, run_id: str, dp: bool, digests: list[str]) -> None:
         with connect(self.path) as con:
@@ -160,15 +159,22 @@ class Index:
         os.chmod(self.path, 0o600)
 
 
-def check(terms: Terms, dp: bool, colluders: int | None, quorum: int, crossed: int) -> None:
+EVALUATION_READ = ("the evaluation mail holds messages a dp: run read; they would be scored in plain text, outside "
+                   "the charge. Evaluate on the operator's own mail")  # fmt: skip
+
+
+def check(terms: Terms, dp: bool, colluders: int | None, quorum: int, crossed: int, evaluation: int = 0) -> None:
     """Refuse a run the steward's terms do not allow, saying what to change; ``crossed``: how many of its
-    messages a run of the other kind read (``Index.crossed``)."""
+    messages a run of the other kind read, ``evaluation``: how many of its evaluation mail's a dp: run read
+    (``Index.crossed``)."""
     if not dp and terms.capped and not terms.exact_runs:
         raise SpecError(f"the users' mail is under a DP cap (ledger dataset {MAIL!r}), and a run without dp: lets the "
                         "server decrypt exact round sums; add dp: to the spec, or ask the data steward to allow "
                         f"exact runs (privrelease ledger set-budget {MAIL} ... --allow-exact-runs).")  # fmt: skip
     if crossed:
         raise SpecError(_crossed(dp) + ".")
+    if evaluation:
+        raise SpecError(EVALUATION_READ + ".")
     if not dp:
         return
     if colluders is not None and colluders < terms.min_colluders:
