@@ -138,6 +138,10 @@ def test_an_accounts_window_is_set_by_the_steward_and_enforced_per_account(tmp_p
     r = run(home, "ledger", "set-budget", "census", "--epsilon", "10", "--delta", "1e-5", "--approve-account-above", "1.5")
     assert r.returncode == 2 and r.stderr.startswith("error: --approve-account-above EPSILON and --window HOURS go together")
     r = run(home, "ledger", "set-budget", "census", "--epsilon", "10", "--delta", "1e-5", "--approve-account-above", "1.5",
+            "--window", "0")
+    assert r.returncode == 2 and r.stderr.startswith("error: invalid approval rule: an account's limit is an epsilon >= 0 "
+                                                     "over a window of 0 to 8784 hours")  # fmt: skip
+    r = run(home, "ledger", "set-budget", "census", "--epsilon", "10", "--delta", "1e-5", "--approve-account-above", "1.5",
             "--window", "24")
     assert r.returncode == 0 and "one bringing its requester past epsilon=1.5 in 24 hours waits for a steward" in r.stdout
     ledger = Ledger(home / "privrelease.duckdb")

@@ -152,6 +152,10 @@ def test_finding_6_the_steward_sets_the_trust_assumptions(home, test_mode, capsy
     corpus(folder, capsys)
     r = cli(capsys, "ledger", "set-budget", "census", "--epsilon", "8", "--delta", "1e-5", "--min-colluders", "1")
     assert r[0] == 2 and "they go with the cap of 'spam-mail', not of 'census'" in r[2]
+    for flag, value, said in (("--min-threshold", "1", "--min-threshold is the least users a round completes with, 2 or more; got 1."),
+                              ("--min-colluders", "-1", "--min-colluders is a number of users, 0 or more; got -1.")):
+        r = cli(capsys, "ledger", "set-budget", "spam-mail", "--epsilon", "8", "--delta", "1e-5", flag, value)
+        assert r[0] == 2 and r[2] == f"error: {said}\n"
     r = cli(capsys, "ledger", "set-budget", "spam-mail", "--epsilon", "8", "--delta", "1e-5", "--min-colluders", "2",
             "--min-threshold", "3")
     assert r[0] == 0 and "at least 2 colluding users and a threshold of at least 3 assumed" in r[1]
