@@ -125,7 +125,8 @@ def text(p: dict) -> str:
         lines.append(f"- cost: none ({p['reason']})")
     left = p["left_after"]
     if left:
-        lines.append(f"- left after it (basic composition): epsilon={left['epsilon']:.6g} delta={left['delta']:.6g}")
+        how = "basic composition" if left.get("by", "basic") == "basic" else "what the admission filter leaves"
+        lines.append(f"- left after it ({how}): epsilon={left['epsilon']:.6g} delta={left['delta']:.6g}")
         if "renyi" in left:
             r = left["renyi"]
             lines.append(f"- admission filter (Rényi order {r['order']:.3g}, counted by {left['counted_by']}): costs "

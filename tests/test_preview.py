@@ -85,10 +85,13 @@ def test_preview_writes_nothing_reads_no_row_and_refuses_as_a_release(tmp_path: 
     r = run(home, "release", "--preview", str(request))
     assert r.returncode == 0 and r.stderr == "", r.stderr
     assert "- cost: epsilon=1 delta=0.0001" in r.stdout and "- verdict: **admitted**" in r.stdout
-    assert "- left after it (basic composition): epsilon=0.5 delta=0.0008" in r.stdout
+    figures = json.loads(run(home, "release", "--preview", "--json", str(request)).stdout)
+    # the count is one Gaussian: the basic region closes, and what is left is the filter's (less than 1.5 - 1)
+    left = figures["left_after"]
+    assert left["by"] == "filter" and left["epsilon"] < 0.5
+    assert f"- left after it (what the admission filter leaves): epsilon={left['epsilon']:.6g} delta={left['delta']:.6g}" in r.stdout
     assert "95% interval: the released count ±" in r.stdout
     assert _ledger_bytes(home) == before  # the ledger, registry, anchors and keys: unchanged
-    figures = json.loads(run(home, "release", "--preview", "--json", str(request)).stdout)
 
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({**doc, "mechanism": {**doc["mechanism"], "params": {**doc["mechanism"]["params"],
