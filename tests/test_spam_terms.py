@@ -227,7 +227,7 @@ def test_the_index_binds_messages_not_files(tmp_path: Path, capsys):
     assert terms.read([tmp_path / "a" / "user-1.jsonl"], tmp_path, b"j" * 32)[0].digests != digests  # keyed
     index = terms.Index(tmp_path / "index.duckdb")
     assert index.crossed(digests, dp=False) == 0  # no index yet
-    index.add("r-dp", True, digests[:5])
+    index.add("r-dp", [(True, digests[:5])])
     assert index.crossed(digests, dp=False) == 5 and index.crossed(digests, dp=True) == 0
     assert (tmp_path / "index.duckdb").stat().st_mode & 0o777 == 0o600
 
@@ -297,7 +297,7 @@ def test_the_index_is_claimed_in_one_step_before_the_charge(home, test_mode, cap
     exact.check(Home(home))
     exact.load(Home(home))  # the exact run claims the mail first
     if weakened:
-        monkeypatch.setattr(terms.Index, "claim", lambda self, run_id, dp, digests, evaluation: self.add(run_id, dp, digests))
+        monkeypatch.setattr(terms.Index, "claim", lambda self, run_id, dp, digests, evaluation, again: self.add(run_id, [(dp, digests)]))
         dp_job.load(Home(home))  # the look at check time only: both runs read the mail
         return
     with pytest.raises(SpecError, match="found as this run was about to be charged; nothing was charged"):
@@ -387,3 +387,21 @@ def test_a_message_twice_in_one_file_and_dp_read_mail_as_evaluation_are_refused(
     for dp in (None, DP | {"colluders": 1}):
         with pytest.raises(SpecError, match="the evaluation mail holds messages a dp: run read"):
             SpamJob(_spec(fresh, run_id="eval-" + ("dp" if dp else "exact"), **({"dp": dp} if dp else {}))).check(Home(home))
+
+
+@pytest.mark.parametrize("weakened", [False, True])
+def test_the_stewards_terms_as_they_stand_when_the_run_is_charged(home, test_mode, capsys, monkeypatch, weakened):
+    """Fifth review: the terms were read at the check only, so a steward tightening them while a run waited
+    (for approval, say) did not reach it. They are applied again with the index's claim, just before the charge."""
+    folder = home / "data" / "mail"
+    corpus(folder, capsys)
+    assert cli(capsys, "ledger", "set-budget", "spam-mail", "--epsilon", "8", "--delta", "1e-5", "--min-colluders", "1")[0] == 0
+    job = SpamJob(spec(folder, run_id="waits", dp=DP | {"colluders": 1}, threshold=3))
+    job.check(Home(home))
+    assert cli(capsys, "ledger", "set-budget", "spam-mail", "--epsilon", "8", "--delta", "1e-5", "--min-colluders", "2")[0] == 0
+    if weakened:
+        monkeypatch.setattr(terms, "check", lambda *args, **kwargs: None)
+        job.load(Home(home))  # charged under the terms of its check
+        return
+    with pytest.raises(SpecError, match="dp.colluders is 1, but the data steward assumes at least 2 users"):
+        job.load(Home(home))

@@ -51,6 +51,12 @@ class Steps:
     write: Callable[[Training, Path], dict] = write
 
 
+def _terms(home: Home) -> T.Terms:
+    """The steward's terms for the mail, from the ``spam-mail`` cap in force (none without a cap)."""
+    cap = home.ledger.cap_entry(T.MAIL)
+    return T.Terms.of(None if cap is None else json.loads(cap.detail))
+
+
 def _features(spec) -> Callable[[str], np.ndarray] | None:
     """The feature vector the run reads from a message (its public map; under dp: capped as each user caps it),
     or None for a map fitted on pooled mail (test mode only)."""
@@ -84,8 +90,7 @@ class SpamJob:
         kept = ledger.store.exists()
         if (home.root / "spam" / spec.run_id).exists() or (kept and ledger.status(spec.run_id) is not None):
             raise SpecError(f"spam run {spec.run_id!r} already exists; choose a new run_id.")
-        cap = ledger.cap_entry(T.MAIL)
-        terms = T.Terms.of(None if cap is None else json.loads(cap.detail))
+        terms = _terms(home)
         key = T.subkey(anchors.key(ledger.home, create=not kept or not ledger.entries()), "spam mail index")
         dp = spec.dp is not None
         users = T.read(inputs.users, inputs.root, key, _features(spec))
@@ -110,8 +115,15 @@ class SpamJob:
         """Before the charge, after any approval: the messages this run reads are looked up and recorded in the
         index in one step (a run refused after this only makes the index stricter). Each party reads its own
         mail in its own process, after the charge, and refuses bytes other than those checked here."""
-        T.Index(home.root / T.INDEX).claim(self.inputs.spec.run_id, self.inputs.spec.dp is not None, self.digests,
-                                           self.evaluation)  # fmt: skip
+        spec = self.inputs.spec
+        dp = spec.dp is not None
+
+        def again() -> None:  # the steward's terms as they stand now: they may have changed while the run waited
+            terms = _terms(home)
+            T.check(terms, dp, spec.dp.colluders if dp else None, spec.quorum, 0)
+            self.inputs = replace(self.inputs, protected=terms.capped and not terms.exact_runs)
+
+        T.Index(home.root / T.INDEX).claim(spec.run_id, dp, self.digests, self.evaluation, again)
 
     def work(self, home: Home, charge: Charge, log: Log) -> tuple[dict, dict]:
         spec = self.inputs.spec

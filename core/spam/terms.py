@@ -141,21 +141,27 @@ class Index:
             return con.execute("SELECT count(DISTINCT mac) FROM mail JOIN (SELECT unnest(?::VARCHAR[]) AS mac) USING (mac) "
                                "WHERE dp = ?", [digests, not dp]).fetchone()[0]  # fmt: skip
 
-    def claim(self, run_id: str, dp: bool, digests: list[str], evaluation: list[str]) -> None:
+    def claim(self, run_id: str, dp: bool, digests: list[str], evaluation: list[str], again: Callable[[], None]) -> None:
         """Record this run's messages, refusing as ``check`` would if a run of the other kind read one (or a dp:
-        run read one of its evaluation mail): the look and the record in one step under the index's lock, so two
-        runs cannot both pass the look. The evaluation mail is read in plain text: recorded as an exact read."""
+        run read one of its evaluation mail), after ``again`` has applied the steward's terms as they stand now
+        (they may have changed while the run waited): the look and the record in one step under the index's
+        lock, so two runs cannot both pass the look. The evaluation mail is read in plain text: recorded as an
+        exact read, in the same transaction."""
         with exclusive(self.path.with_suffix(".lock")):
+            again()
             if self.crossed(digests, dp) or self.crossed(evaluation, False):
                 why = _crossed(dp) if self.crossed(digests, dp) else EVALUATION_READ
                 raise SpecError(why + " (found as this run was about to be charged; nothing was charged)")
-            self.add(run_id, dp, digests)
-            self.add(run_id, False, evaluation)
+            self.add(run_id, [(dp, digests), (False, evaluation)])
 
-    def add(self, run_id: str, dp: bool, digests: list[str]) -> None:
+    def add(self, run_id: str, reads: list[tuple[bool, list[str]]]) -> None:
+        """Record ``reads`` (whether by a dp: run, the digests) of run ``run_id``, in one transaction."""
         with connect(self.path) as con:
             con.execute("CREATE TABLE IF NOT EXISTS mail (run_id VARCHAR NOT NULL, dp BOOLEAN NOT NULL, mac VARCHAR NOT NULL)")
-            con.execute("INSERT INTO mail SELECT ?, ?, unnest(?::VARCHAR[])", [run_id, dp, digests])
+            con.execute("BEGIN TRANSACTION")
+            for dp, digests in reads:
+                con.execute("INSERT INTO mail SELECT ?, ?, unnest(?::VARCHAR[])", [run_id, dp, digests])
+            con.execute("COMMIT")
         os.chmod(self.path, 0o600)
 
 
