@@ -109,22 +109,17 @@ class Totals:
     pending: int
     gdp_epsilon: float | None = None  # the tighter total when every charge is a Gaussian-DP release
     account: Account | None = None  # the filter's and the PLD figures (a dp dataset with a cap)
-    remaining_by: str | None = None  # "basic" or "filter": the rule ``remaining`` follows (``left``)
 
     @property
     def remaining(self) -> Budget | None:
-        """What is left of the cap (``left``): by basic composition, or the filter's once a charge is Gaussian."""
-        if self.cap is None or self.spent is None:
-            return None
-        return self._left[0]
+        """What is left of the cap (``left``): by basic composition, or the filter's once a charge is Gaussian.
+        Only a dp dataset with a cap has an account, and so a remaining."""
+        return None if self.account is None else self.account.left[0]
 
     @property
-    def _left(self) -> tuple[Budget, str]:
-        if self.account is not None:
-            return self.account.left
-        room = exact(self.cap.delta)
-        return Budget(float(max(exact(self.cap.epsilon) - exact(self.spent.epsilon), 0)),
-                      float(max(room - exact(self.spent.delta), 0))), "basic"  # fmt: skip
+    def remaining_by(self) -> str | None:
+        """The rule ``remaining`` follows: "basic" or "filter" (``left``)."""
+        return None if self.account is None else self.account.left[1]
 
     @property
     def over_cap(self) -> bool:
@@ -142,7 +137,7 @@ class Totals:
             "dataset": self.dataset, "kind": self.kind, "adjacency": self.adjacency,
             "cap": pair(self.cap), "spent": pair(self.spent),
             "remaining": pair(self.remaining),
-            "remaining_by": None if self.remaining is None else self._left[1], "releases": self.releases,
+            "remaining_by": self.remaining_by, "releases": self.releases,
             "published": self.published, "failed": self.failed, "pending": self.pending,
             "gdp": None if self.gdp_epsilon is None or self.spent is None
             else {"epsilon": self.gdp_epsilon, "delta": self.spent.delta},
@@ -302,8 +297,9 @@ def replay(entries: list[Entry]) -> list[str]:
             if cap is None:
                 problems.append(f"entry {e.seq} ({dataset}): a dp charge with no cap in force")
             elif recorded is None:
-                if sum((exact(s.budget.epsilon) for s in spends + [spend(e)]), Fraction(0)) > exact(cap.epsilon) or sum(
-                        (exact(s.budget.delta) for s in spends + [spend(e)]), Fraction(0)) > exact(cap.delta):  # fmt: skip
+                upto = spends + [spend(e)]
+                if sum((exact(s.budget.epsilon) for s in upto), Fraction(0)) > exact(cap.epsilon) or sum(
+                        (exact(s.budget.delta) for s in upto), Fraction(0)) > exact(cap.delta):  # fmt: skip
                     problems.append(f"entry {e.seq} ({dataset}): basic composition exceeds the cap then in force")
             else:
                 f = Filter.of(cap.budget)

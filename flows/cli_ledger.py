@@ -114,7 +114,7 @@ def cmd_totals(args: argparse.Namespace, root: Path) -> int:
             flt = "-" if a is None or a.filter_epsilon is None else f"{a.filter_epsilon:.4g}"
             tight = "-" if a is None or a.pld_epsilon is None else f"{a.pld_epsilon:.4g}"
             nxt = "-" if a is None or a.like is None else f"{a.like} fits {a.fits} more"
-            left = pair(t.remaining) + ("*" if t.as_dict()["remaining_by"] == "filter" else "")
+            left = pair(t.remaining) + ("*" if t.remaining_by == "filter" else "")
             money = f"{pair(t.cap):>22} {pair(t.spent):>22} {left:>22} {flt:>10} {tight:>8} {gdp:>8}  {nxt:<24}"
         else:  # no epsilon is claimed for sdc and mpc runs, so none is shown
             money = f"{'not DP: no budget':>22} {'-':>22} {'-':>22} {'-':>10} {'-':>8} {'-':>8}  {'-':<24}"

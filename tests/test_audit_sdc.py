@@ -71,10 +71,10 @@ def test_ra_p_entropy_reveals_the_entropies_and_no_more(test_mode):
 
     n = runs(200, 2000)
     d = census(400)
-    same = d.copy()  # record 0 and record 1 exchange their sex: the same marginals, another joint
-    same.loc[[0, 1], "sex"] = same.loc[[1, 0], "sex"].to_numpy()
-    if (same["sex"].iloc[:2] == d["sex"].iloc[:2]).all():
-        same.loc[0, "sex"], same.loc[2, "sex"] = d.loc[2, "sex"], d.loc[0, "sex"]
+    other_sex = int(np.flatnonzero(d["sex"].to_numpy() != d.loc[0, "sex"])[0])
+    same = d.copy()  # record 0 and the first of the other sex exchange it: the same marginals, another joint
+    same.loc[[0, other_sex], "sex"] = d.loc[[other_sex, 0], "sex"].to_numpy()
+    assert not same.equals(d)
     p_d, cell_d = _ra(d, n)
     p_s, _ = _ra(same, n)
     found = audit(p_d, p_s, 0.0, 0.0, ALPHA)
