@@ -65,7 +65,7 @@ class Approver(Protocol):
 
 
 class Job(Protocol[T]):
-    """A charged run's own steps (``core.pipeline.ReleaseJob``, ``core.spam.job.SpamJob``)."""
+    """A charged run's own steps (``core.pipeline.ReleaseJob``, ``core.spam_run.SpamJob``)."""
 
     def check(self, home: Home) -> Claim: ...
     def admit_hint(self, home: Home) -> str: ...  # what a refused request could ask for instead ("" if nothing)

@@ -154,7 +154,7 @@ def cmd_info(args: argparse.Namespace, root: Path) -> int:
 def cmd_spam_train(args: argparse.Namespace, root: Path) -> int:
     from core import charged
     from core.home import Home
-    from core.spam.job import SpamJob
+    from core.spam_run import SpamJob
 
     home = Home(root)
     claim = SpamJob(args.spec).check(home)  # the whole spec, its files, floors, terms and run id: before Prefect starts

@@ -1,4 +1,4 @@
-"""The spam-filter training flow: one charged run (``core.spam.job``), then its artifacts.
+"""The spam-filter training flow: one charged run (``core.spam_run``), then its artifacts.
 
 The spec and every mail file resolve under the data root and are checked completely, with the
 steward's terms for the mail, before anything is reserved; the run is charged, approved when the
@@ -15,8 +15,8 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from core import charged
 from core.home import Home
-from core.spam.job import SpamJob
 from core.spam.training import markdown
+from core.spam_run import SpamJob
 from flows import steps
 
 

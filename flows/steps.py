@@ -1,7 +1,7 @@
 """Where Prefect meets the core: every step of a charged run as a Prefect task, a steward's approval
 as a paused flow run, and who is running.
 
-The steps are the core's own plain functions (``core.pipeline.Steps``, ``core.spam.job.Steps``,
+The steps are the core's own plain functions (``core.pipeline.Steps``, ``core.spam_run.Steps``,
 ``core.charged.DIRECT``), each wrapped here once (``tasks``), so a step's signature exists in one
 place. Tasks carry raw rows or mail: none is ever cached or its result persisted (``RAW``).
 """
@@ -19,12 +19,11 @@ from prefect.input import RunInput
 from prefect.runtime import flow_run
 from pydantic import Field
 
-from core import charged, pipeline, settings
+from core import charged, pipeline, settings, spam_run
 from core.accounts import requester
 from core.approval import Approval, Look
 from core.charged import Caller, Log
 from core.errors import ApprovalError
-from core.spam import job
 
 RAW = {"cache_policy": NO_CACHE, "persist_result": False}
 S = TypeVar("S")
@@ -43,7 +42,7 @@ def tasks(steps: S) -> S:
 
 
 RELEASE = tasks(pipeline.Steps())
-SPAM = tasks(job.Steps())
+SPAM = tasks(spam_run.Steps())
 LEDGER = tasks(charged.DIRECT)
 
 

@@ -120,7 +120,7 @@ def check(source: str, home: Path, resolve: Resolver = resolve_source) -> Inputs
     """Everything a training run needs from its files, checked before anything starts or is charged: the
     spec and every mail file exist under the data root and parse, the users are distinct, each user's and
     the round's message counts meet the floor of the feature map, and the key size fits the mode. It reads
-    no ledger: the run id, the steward's terms and the budget are the charged run's (``core.spam.job``)."""
+    no ledger: the run id, the steward's terms and the budget are the charged run's (``core.spam_run``)."""
     root = data_root(home)
     spec, path = load_spec(source, root, resolve)
     if spec.features.reduction in F.DATA_DEPENDENT and not noise.test_mode():
