@@ -41,7 +41,7 @@ audit: $(STAMP)  # the statistical privacy auditor's long run (10-30 min); its t
 	@echo "results: audit-results.md"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check core flows gate tests bench
+	$(VENV)/bin/ruff check core flows gate cli tests bench
 
 bench: $(STAMP)  # every benchmark; each needs PRIVRELEASE_DATA for the public data sets
 	for b in bench/bench_*.py; do echo "== $$b"; $(VENV)/bin/python $$b || exit 1; done

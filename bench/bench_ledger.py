@@ -23,16 +23,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from core import charged  # noqa: E402
-from core.accounting import Budget  # noqa: E402
-from core.home import Home  # noqa: E402
-from core.ledger import PUBLISHED  # noqa: E402
+from core.ledger.ledger import PUBLISHED  # noqa: E402
+from core.privacy.budget import Budget  # noqa: E402
+from core.release import charged  # noqa: E402
+from core.release.home import Home  # noqa: E402
 
 CHARGER = """
 import sys, time
 from pathlib import Path
-from core.accounting import Budget
-from core.ledger import Ledger
+from core.privacy.budget import Budget
+from core.ledger.ledger import Ledger
 db, worker, n, start = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
 ledger = Ledger(db)
 ledger.entries()  # connect before the clock starts

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from core import noise  # noqa: E402
-from core.demo import census  # noqa: E402
+from core.datasets.demo import census  # noqa: E402
 from core.mechanisms import ra  # noqa: E402
 
 ADULT = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "uci" / "adult.data.gz"

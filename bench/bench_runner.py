@@ -36,7 +36,7 @@ def rest(runs: int, query_seconds: int) -> None:
     split into pickup (submitted → the worker's process starts the run), the run, and the rest."""
     import httpx
 
-    from core.demo import write_demo
+    from core.datasets.demo import write_demo
     from tests.test_server import _create_run, _run, deployment, running_server, worker
 
     with tempfile.TemporaryDirectory() as tmp, running_server(Path(tmp)) as env:

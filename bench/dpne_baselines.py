@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 
 from core import noise
-from core.accounting import gaussian_sigma
 from core.mechanisms.dpne import Params, dpsu_threshold
 from core.mechanisms.dpne_counts import NONE, Partition, histogram, open_partition
+from core.privacy.budget import gaussian_sigma
 
 
 def all_grams(partition: Partition, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -13,7 +13,7 @@ RENDERING = threading.Lock()
 
 @dataclass(frozen=True)
 class Chart:
-    """A chart rendered by ``core.publish``: grouped bars, or ``points`` as scatter, step lines or curves."""
+    """A chart rendered by ``core.release.publish``: grouped bars, or ``points`` as scatter, step lines or curves."""
 
     filename: str
     title: str

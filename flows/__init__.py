@@ -1,1 +1,1 @@
-"""Prefect flows (one per workload) and the ``privrelease`` command line."""
+"""Prefect flows, one per workload, and the one place their steps become Prefect tasks (``flows.steps``)."""

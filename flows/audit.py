@@ -9,11 +9,11 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from core import audit as _audit
-from core.charged import recover
 from core.charts import render_chart
 from core.errors import LedgerCorrupt
-from core.home import Home
+from core.ledger import audit as _audit
+from core.release.charged import recover
+from core.release.home import Home
 from flows.artifacts import data_uri, flat, readable
 from flows.steps import RAW
 

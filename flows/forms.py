@@ -17,11 +17,11 @@ from prefect import flow
 from pydantic import BaseModel, Field
 
 from core import paths, settings
+from core.datasets.registry import Registry
 from core.errors import SpecError
 from core.ids import ID_PATTERN
 from core.mechanisms import dpne, outliers, ra, swapping
 from core.mechanisms.base import StrictParams
-from core.registry import Registry
 from flows.release import run_request
 
 

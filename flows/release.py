@@ -19,10 +19,11 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.exceptions import FailedRun
 from prefect.states import Failed, State
 
-from core import parallel, pipeline, settings, spec
+from core import parallel, settings
 from core.errors import UserError
-from core.home import Home
-from core.spec import ReleaseRequest
+from core.release import pipeline, spec
+from core.release.home import Home
+from core.release.spec import ReleaseRequest
 from flows import steps
 from flows.artifacts import data_uri, readable
 
@@ -67,8 +68,8 @@ def _preview(request: ReleaseRequest) -> dict:
     """The request's preview as the run's artifact (with its charts, DPNE's detection curves): nothing charged or read."""
     import tempfile
 
-    from core import preview
     from core.charts import render_chart
+    from core.release import preview
 
     found = preview.preview(Home.open(), request)
     markdown = preview.text(found)
@@ -106,7 +107,7 @@ def run_request(release_id: str, dataset: str, mechanism: str, params: dict | Ca
     pipeline. A request the mechanism or the dataset refuses (a bound across fields, a column the
     registration lacks, the remaining budget) fails the run with that one line; the traceback only
     with PRIVRELEASE_DEBUG=1. With ``preview``, nothing is charged or read: the run's artifact is
-    the request's preview (``core.preview``)."""
+    the request's preview (``core.release.preview``)."""
     log = get_run_logger()
     try:
         doc = {"dataset": dataset, "mechanism": {"name": mechanism, "params": params() if callable(params) else params}}

@@ -1,8 +1,8 @@
-"""The spam-filter training flow: one charged run (``core.spam_run``), then its artifacts.
+"""The spam-filter training flow: one charged run (``core.release.spam_run``), then its artifacts.
 
 The spec and every mail file resolve under the data root and are checked completely, with the
 steward's terms for the mail, before anything is reserved; the run is charged, approved when the
-steward's rule asks for it, and settled as a release is (``core.charged``). Parameters are paths
+steward's rule asks for it, and settled as a release is (``core.release.charged``). Parameters are paths
 relative to the data root, never mail; logs, artifacts and the ledger carry public values and, with
 ``dp:``, the server's model's AUC on the evaluation mail (a DP output; without ``dp:`` it is
 withheld there and stays in the run folder), never a model trained on pooled plaintext.
@@ -13,10 +13,10 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from core import charged
-from core.home import Home
+from core.release import charged
+from core.release.home import Home
+from core.release.spam_run import SpamJob
 from core.spam.training import markdown
-from core.spam_run import SpamJob
 from flows import steps
 
 

@@ -1,8 +1,8 @@
 """Where Prefect meets the core: every step of a charged run as a Prefect task, a steward's approval
 as a paused flow run, and who is running.
 
-The steps are the core's own plain functions (``core.pipeline.Steps``, ``core.spam_run.Steps``,
-``core.charged.DIRECT``), each wrapped here once (``tasks``), so a step's signature exists in one
+The steps are the core's own plain functions (``core.release.pipeline.Steps``, ``core.release.spam_run.Steps``,
+``core.release.charged.DIRECT``), each wrapped here once (``tasks``), so a step's signature exists in one
 place. Tasks carry raw rows or mail: none is ever cached or its result persisted (``RAW``).
 """
 
@@ -19,11 +19,12 @@ from prefect.input import RunInput
 from prefect.runtime import flow_run
 from pydantic import Field
 
-from core import charged, pipeline, settings, spam_run
-from core.accounts import requester
-from core.approval import Approval, Look
-from core.charged import Caller, Log
+from core import settings
 from core.errors import ApprovalError
+from core.ledger.approval import Approval, Look
+from core.people import requester
+from core.release import charged, pipeline, spam_run
+from core.release.charged import Caller, Log
 
 RAW = {"cache_policy": NO_CACHE, "persist_result": False}
 S = TypeVar("S")

@@ -1,7 +1,7 @@
 """The gate: an ASGI app in front of Prefect's server that lets each person do their role's job.
 
 Every call carries HTTP Basic credentials (what Prefect's UI sends after its sign-in page, and its
-client with an auth string); the gate checks them against the accounts (``core.accounts``), finds
+client with an auth string); the gate checks them against the accounts (``gate.accounts``), finds
 the caller's rule in ``gate.policy`` and passes the call on to Prefect with the operator's
 credential, or refuses it: 401 without valid credentials where the route needs them, 403 naming
 the role and the route otherwise. A row's condition, body rewrite or answer is a callable of
@@ -39,8 +39,8 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from core import paths, settings
-from core.accounts import Account, Accounts
 from gate import policy
+from gate.accounts import Account, Accounts
 from gate.checks import Call
 
 HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding"}  # not passed back

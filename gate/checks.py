@@ -15,7 +15,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from core.accounts import REQUESTED_BY, Account
+from core.people import REQUESTED_BY
+from gate.accounts import Account
 
 
 class Records(Protocol):

@@ -30,8 +30,8 @@ from pathlib import Path
 import yaml
 
 from core import paths
-from core.accounts import ANALYST, AUDITOR, STEWARD
 from core.errors import UserError
+from core.people import ANALYST, AUDITOR, STEWARD
 from gate.checks import (
     Answer,
     Condition,

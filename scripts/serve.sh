@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$PWD/.venv/bin
-export PATH="$BIN:$PATH"  # the pool's job command (python -m flows.guard) runs the venv's python
+export PATH="$BIN:$PATH"  # the pool's job command (python -m gate.guard) runs the venv's python
 export PRIVRELEASE_REPO=$PWD
 export PRIVRELEASE_HOME=${PRIVRELEASE_HOME:-$PWD/.privrelease}
 export PREFECT_HOME=${PREFECT_HOME:-$PRIVRELEASE_HOME/prefect-server}

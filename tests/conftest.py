@@ -140,7 +140,7 @@ PASSWORD = "correct horse battery"  # the test accounts' (tests/test_gate.py, te
 def people(served):
     """One account per role (and a second analyst), added as the operator does; clients through the gate."""
     env, _ = served
-    from core.accounts import Accounts
+    from gate.accounts import Accounts
 
     accounts = Accounts(Path(env["PRIVRELEASE_HOME"]) / "privrelease.duckdb")
     known = {a.name for a in accounts.all()}

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from core.registry import Dataset, Registry, Schema, Unit
+from core.datasets.registry import Dataset, Registry, Schema, Unit
 from core.sdc.policy import Policy
 
 QI = ["age", "workclass", "education", "marital-status", "relationship", "race", "sex", "native-country", "salary"]

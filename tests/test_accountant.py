@@ -9,10 +9,10 @@ from dp_accounting import ComposedDpEvent, GaussianDpEvent, LaplaceDpEvent, Self
 from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
 from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon as rdp_epsilon
 
-from core import accountant as acc
-from core import pld
-from core.accounting import Budget, gaussian_epsilon, gaussian_sigma
 from core.mechanisms import dpne, outliers
+from core.privacy import accountant as acc
+from core.privacy import pld
+from core.privacy.budget import Budget, gaussian_epsilon, gaussian_sigma
 
 SIGMA_1 = gaussian_sigma(1.0, 1e-6)  # one Gaussian release at (1, 1e-6), sensitivity 1
 D = pld.DISCRETIZATION

@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from core import anchors
-from core.accounting import Budget
-from core.accounts import AccountError, Accounts, requester
-from core.approval import Approval
-from core.chain import canonical, check_chain
 from core.errors import LedgerCorrupt
-from core.ledger import Ledger
+from core.ledger import anchors
+from core.ledger.approval import Approval
+from core.ledger.chain import canonical, check_chain
+from core.ledger.ledger import Ledger
+from core.people import requester
+from core.privacy.budget import Budget
+from gate.accounts import AccountError, Accounts
 from tests.helpers import register, write_request
 from tests.test_cli import EXE, REPO, run
 
@@ -136,7 +137,7 @@ def test_approval_commands_and_a_command_line_release_that_needs_a_steward(tmp_p
     """The steward sets the threshold; a release over it from the command line (where nobody can
     approve) is refused before its charge, naming the share and what to do; history shows who asked."""
     home = tmp_path / "home"
-    from core.demo import census
+    from core.datasets.demo import census
 
     register(home, census(500), "census", purpose="dp")
     r = run(home, "ledger", "set-budget", "census", "--epsilon", "4", "--delta", "1e-5", "--approve-above", "0.05")

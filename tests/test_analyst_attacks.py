@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from core.accounting import Budget
-from core.demo import census
-from core.ledger import Ledger
-from flows.cli import main
+from cli.main import main
+from core.datasets.demo import census
+from core.ledger.ledger import Ledger
+from core.privacy.budget import Budget
 from tests.helpers import QI, register, write_request
 from tests.test_dpne import phrase_corpus
 

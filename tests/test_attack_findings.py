@@ -14,15 +14,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from core import parallel, pipeline
-from core.accounting import Budget
-from core.home import Home
-from core.ledger import Ledger
+from cli.main import main
+from core import parallel
+from core.ledger.ledger import Ledger
 from core.mechanisms import outliers as o
 from core.mechanisms import outliers_geometry as geo
 from core.mechanisms import outliers_sensitivity as sens
-from core.spec import parse
-from flows.cli import main
+from core.privacy.budget import Budget
+from core.release import pipeline
+from core.release.home import Home
+from core.release.spec import parse
 from tests.helpers import register
 
 
@@ -50,7 +51,7 @@ def test_a_requested_dask_cluster_receives_no_rows(home, tmp_path, monkeypatch):
     parameter is the request, which names no cluster; the control below shows what naming one did."""
     from distributed import LocalCluster
 
-    from core.spec import ReleaseRequest
+    from core.release.spec import ReleaseRequest
     from flows.release import release as release_flow
 
     assert list(inspect.signature(release_flow.fn).parameters) == ["request"]
@@ -175,7 +176,7 @@ def test_a_seed_outside_test_mode_is_refused_before_the_charge(tmp_path, monkeyp
     request as a validated model and hands it to ``pipeline.release``, whose first seed check is
     ``noise.generator`` inside ``privatize``: the deployment's Run form charges the ledger, then fails."""
     from core.errors import SpecError
-    from core.spec import ReleaseRequest
+    from core.release.spec import ReleaseRequest
 
     monkeypatch.delenv("PRIVRELEASE_TEST_MODE", raising=False)
     home = tmp_path / "home"
@@ -196,8 +197,8 @@ def test_one_content_has_one_budget(tmp_path):
     """The registry refuses a second id for the same *path*, but not for the same bytes under
     another name (a copy, a hard link), nor for the same path once the first id was dropped: each
     new id starts a fresh cap, so the same rows can be spent twice."""
+    from core.datasets.registry import Registry, Unit
     from core.errors import SpecError
-    from core.registry import Registry, Unit
 
     home = tmp_path / "home"
     frame = _ages(60)

@@ -8,11 +8,11 @@ import json
 import duckdb
 import pytest
 
-from core.accounting import Budget
+from cli.main import main
 from core.errors import LedgerCorrupt
-from core.ledger import PUBLISHED, Ledger
+from core.ledger.ledger import PUBLISHED, Ledger
 from core.mechanisms import dpne
-from flows.cli import main
+from core.privacy.budget import Budget
 
 
 def _fill(home) -> None:

@@ -67,7 +67,7 @@ def _ra(frame: pd.DataFrame, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_ra_p_entropy_reveals_the_entropies_and_no_more(test_mode):
-    from core.demo import census
+    from core.datasets.demo import census
 
     n = runs(200, 2000)
     d = census(400)

@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from core import accountant as acc
-from core import charged, pipeline, pld
-from core.accounting import Budget
-from core.demo import posts
+from core.datasets.demo import posts
 from core.errors import BudgetError
-from core.home import Home
-from core.ledger import RESERVED, Ledger
-from core.spec import parse
+from core.ledger.ledger import RESERVED, Ledger
+from core.privacy import accountant as acc
+from core.privacy import pld
+from core.privacy.budget import Budget
+from core.release import charged, pipeline
+from core.release.home import Home
+from core.release.spec import parse
 from tests.helpers import register
 from tests.test_cli import run
 

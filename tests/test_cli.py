@@ -9,7 +9,7 @@ from pathlib import Path
 
 import duckdb
 
-from core.demo import census
+from core.datasets.demo import census
 from tests.conftest import REPO
 from tests.helpers import write_policy, write_request
 
@@ -192,7 +192,7 @@ def test_spam_commands_as_typed(tmp_path: Path):
     """split → train (its flow, on Prefect's temporary server) → classify, each a real process."""
     import yaml
 
-    from core.demo import mail
+    from core.datasets.demo import mail
 
     home = tmp_path / "home"
     folder = home / "data" / "mail"  # the spec and its mail files live under the data root
@@ -221,7 +221,7 @@ def test_concurrent_first_start_of_prefect_in_a_fresh_home(tmp_path: Path):
     """Eight processes start Prefect's temporary server on one new database at once (without the lock,
     2 and 4 of 8 printed migration tracebacks in two trials here): the first
     migrates it under the lock, the others find it ready; each runs a flow, none shows a traceback."""
-    code = ("from flows.launch import prefect_env as _prefect_env, start_prefect as _start_prefect; from pathlib import Path; import sys; "
+    code = ("from cli.launch import prefect_env as _prefect_env, start_prefect as _start_prefect; from pathlib import Path; import sys; "
             "_prefect_env(Path(sys.argv[1])); _start_prefect(); from prefect import flow; "
             "print(flow(name='probe')(lambda: 41)() + 1)")  # fmt: skip
     environ = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}

@@ -23,13 +23,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from core import accountant as acc
-from core.accounting import gaussian_epsilon
 from core.errors import InternalError
 from core.mechanisms import MECHANISMS, REGISTRY, registry
 from core.mechanisms.base import COST_KEYS, DPCost, Mechanism, MPCCost, NoDP, Plan, Result, TableMechanism, declared
 from core.params import StrictParams
-from core.schema import Needs
+from core.privacy import accountant as acc
+from core.privacy.budget import gaussian_epsilon
+from core.tables.schema import Needs
 from tests.test_dpne import phrase_corpus
 from tests.test_outliers import planted
 from tests.test_swapping import binormal

@@ -21,8 +21,8 @@ from scipy.stats import chisquare, norm
 
 from bench import dpne_baselines as baselines
 from core import noise
-from core.accounting import compose_sigmas, gaussian_delta, gaussian_epsilon, gaussian_sigma
 from core.mechanisms import dpne, dpne_counts
+from core.privacy.budget import compose_sigmas, gaussian_delta, gaussian_epsilon, gaussian_sigma
 
 Z_LIMIT = 4.5
 

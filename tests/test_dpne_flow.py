@@ -9,8 +9,8 @@ import duckdb
 import pytest
 import yaml
 
-from core.accounting import Budget
-from core.ledger import PUBLISHED, RESERVED, Ledger
+from core.ledger.ledger import PUBLISHED, RESERVED, Ledger
+from core.privacy.budget import Budget
 from tests.helpers import register
 from tests.test_dpne import phrase_corpus
 from tests.test_release_flow import cli

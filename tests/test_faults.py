@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from core import charged
-from core.accounting import Budget
 from core.faults import STEPS
-from core.home import Home
-from core.ledger import FAILED, PUBLISHED, RESERVED, Ledger
+from core.ledger.ledger import FAILED, PUBLISHED, RESERVED, Ledger
+from core.privacy.budget import Budget
+from core.release import charged
+from core.release.home import Home
 from tests.conftest import REPO
 from tests.helpers import register
 from tests.test_outliers import planted
@@ -39,7 +39,7 @@ def release_process(home: Path, request: Path, fault: str) -> subprocess.Complet
     """``privrelease release`` in its own process, run directly (no Prefect server configured)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "PRIVRELEASE_FAULT"))}
     env.update(PRIVRELEASE_HOME=str(home), PRIVRELEASE_TEST_MODE="1", PRIVRELEASE_FAULT=fault, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "flows.cli", "release", str(request)], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "cli.main", "release", str(request)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
@@ -169,7 +169,7 @@ def test_holder_liveness_by_pid_start_time_and_lease():
     """Alive while its process runs; dead once killed (even unreaped), for a reused pid, or past its lease."""
     from datetime import UTC, datetime, timedelta
 
-    from core import lease
+    from core.ledger import lease
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -207,7 +207,7 @@ def test_eight_concurrent_releases_settle_only_their_own(dp_home, tmp_path, caps
         path = tmp_path / f"c{i}.yaml"
         path.write_text(yaml.safe_dump({**doc, "release_id": f"c{i}", "mechanism": {
             "name": "outliers", "params": {**PARAMS, "epsilon": 0.6, "noise": "smooth"}}}))  # fmt: skip
-        procs.append(subprocess.Popen([sys.executable, "-m", "flows.cli", "release", str(path)], cwd=REPO, env=env,
+        procs.append(subprocess.Popen([sys.executable, "-m", "cli.main", "release", str(path)], cwd=REPO, env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))  # fmt: skip
     codes = []
     for proc in procs:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from core.demo import write_demo
-from core.ledger import Ledger
-from core.registry import Registry
+from core.datasets.demo import write_demo
+from core.datasets.registry import Registry
+from core.ledger.ledger import Ledger
 from tests.helpers import open_policy
 
 

@@ -18,8 +18,8 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from core.accounting import Budget
-from core.ledger import Ledger
+from core.ledger.ledger import Ledger
+from core.privacy.budget import Budget
 from gate import policy
 from gate.app import REFUSED
 from tests.conftest import PASSWORD

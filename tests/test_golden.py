@@ -19,12 +19,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from core import pipeline
-from core.accounting import Budget
-from core.home import Home
-from core.ledger import Ledger
+from core.ledger.ledger import Ledger
 from core.mechanisms.outliers_report import ROUNDED
-from core.spec import parse
+from core.privacy.budget import Budget
+from core.release import pipeline
+from core.release.home import Home
+from core.release.spec import parse
 from tests.helpers import QI, register
 from tests.test_dpne import phrase_corpus
 from tests.test_outliers import planted

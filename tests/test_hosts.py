@@ -14,15 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from core import parallel, settings, snapshots
-from core.accounting import Budget
+from core import parallel, settings
+from core.datasets import snapshots
+from core.datasets.registry import Registry, Unit
 from core.errors import BudgetError
-from core.home import Home
-from core.ledger import Ledger
+from core.ledger.ledger import Ledger
 from core.mechanisms import dpne
-from core.pipeline import release
-from core.registry import Registry, Unit
-from core.spec import ReleaseRequest
+from core.privacy.budget import Budget
+from core.release.home import Home
+from core.release.pipeline import release
+from core.release.spec import ReleaseRequest
 from tests.helpers import register
 from tests.test_dpne import phrase_corpus
 from tests.test_server import _stop

@@ -1,4 +1,4 @@
-"""The accuracy a release states (``core.accuracy``) against the noise it draws (``core.noise``).
+"""The accuracy a release states (``core.privacy.accuracy``) against the noise it draws (``core.noise``).
 
 Statistical tests draw from the real samplers, vectorised, under fixed test seeds; each is an exact
 binomial test at level 1e-3 (a correct claim fails it with probability at most 1e-3 per seed, and
@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from core import accuracy, noise
+from core import noise
 from core.mechanisms import dpne, dpne_accuracy
 from core.mechanisms.dpne_counts import unit_weights
+from core.privacy import accuracy
 
 DRAWS = 20_000
 LEVEL = 1e-3
@@ -115,8 +116,8 @@ def test_a_private_standardization_states_its_means_interval(test_mode):
     of the clipped values at the stated rate (the mechanism's own ``standardized``, 1,000 runs, 2 columns)."""
     import pandas as pd
 
-    from core.accounting import Budget
     from core.mechanisms import outliers
+    from core.privacy.budget import Budget
 
     x = np.random.default_rng(0).uniform(0, 10, (400, 2))
     frame = pd.DataFrame(x, columns=["a", "b"])

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from core import anchors
-from core.accounting import Budget, compose_sigmas, gaussian_epsilon
 from core.errors import BudgetError, LedgerCorrupt, ReleaseConflict
-from core.ledger import FAILED, PUBLISHED, RESERVED, Ledger
+from core.ledger import anchors
+from core.ledger.ledger import FAILED, PUBLISHED, RESERVED, Ledger
 from core.mechanisms import dpne
+from core.privacy.budget import Budget, compose_sigmas, gaussian_epsilon
 from tests.conftest import REPO
 from tests.pg import raw_sql
 
@@ -191,11 +191,11 @@ def test_truncation_is_detected_through_manifests(filled, tmp_path):
 WORKER = """
 import json, sys, time
 from pathlib import Path
-from core import anchors
-from core.accounting import Budget, compose_sigmas, gaussian_epsilon
+from core.ledger import anchors
+from core.privacy.budget import Budget, compose_sigmas, gaussian_epsilon
 from core.mechanisms import dpne
 from core.errors import BudgetError
-from core.ledger import Ledger
+from core.ledger.ledger import Ledger
 db, worker, start = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
 while not start.exists():
     time.sleep(0.005)

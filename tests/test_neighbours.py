@@ -27,13 +27,13 @@ import pandas as pd
 import pytest
 
 from core import mechanisms
-from core.accounting import Budget
-from core.demo import census
-from core.home import Home
-from core.ledger import Ledger
+from core.datasets.demo import census
+from core.ledger.ledger import Ledger
+from core.privacy.budget import Budget
+from core.release.home import Home
+from core.release.spec import parse
 from core.sdc import report as sdc_report
 from core.sdc.report import SECTION
-from core.spec import parse
 from flows.artifacts import data_uri, readable
 from tests.helpers import open_policy, register
 from tests.test_dpne import phrase_corpus
@@ -373,7 +373,7 @@ def test_external_sdc_report_differs_only_through_the_released_table(prefect_ser
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_preview_is_the_same_on_neighbours(tmp_path, monkeypatch, case):
     """The preview reads no row: on a dataset and its neighbour it says the same, byte for byte."""
-    from core import preview
+    from core.release import preview
 
     make, unit, mechanism, _ = CASES[case]
     seen = []

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.ledger import Ledger
+from core.ledger.ledger import Ledger
 from core.spam import dp
 from core.spam import parties as Q
 from core.spam import protocol as P

@@ -12,12 +12,12 @@ from scipy import stats
 
 from bench.outliers_baselines import gs_lower, paper_global_std
 from core import noise
-from core.accounting import ZERO, gaussian_sigma
 from core.errors import ParameterError
 from core.mechanisms import outliers as o
 from core.mechanisms import outliers_geometry as geo
 from core.mechanisms import outliers_sensitivity as sens
-from core.spec import parse
+from core.privacy.budget import ZERO, gaussian_sigma
+from core.release.spec import parse
 
 
 def brute_degrees(x: np.ndarray, r: float) -> np.ndarray:
@@ -402,9 +402,9 @@ def test_public_and_private_standardization():
     ids=["no-standardize", "k-0", "r-0", "no-delta", "h-too-large", "duplicate-column", "scale-missing", "bad-bounds"],
 )
 def test_parameter_errors_are_clear(tmp_path, params, message):
-    from core.registry import Dataset, Unit
-    from core.schema import Column, Schema
-    from core.spec import bind
+    from core.datasets.registry import Dataset, Unit
+    from core.release.spec import bind
+    from core.tables.schema import Column, Schema
 
     doc = {"dataset": "t", "mechanism": {"name": "outliers", "params": params}}
     public = Dataset("t", 1, Unit("record"), "dp", Schema(columns={c: Column(type="float") for c in "ab"}), 300, "")

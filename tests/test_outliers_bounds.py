@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 from scipy.stats import norm
 
-from core import accountant as acc
 from core import noise
-from core.accounting import gaussian_sigma
 from core.errors import InternalError
 from core.mechanisms import outliers as o
 from core.mechanisms import outliers_geometry as geo
 from core.mechanisms import outliers_sensitivity as sens
+from core.privacy import accountant as acc
+from core.privacy.budget import gaussian_sigma
 from tests.test_outliers import bounds_by_t, neighbour, planted, q
 
 DELTAS = [1e-2, 1e-4, 1e-7, 1e-12]

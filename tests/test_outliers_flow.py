@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from core.ledger import PUBLISHED, RESERVED, Ledger
+from core.ledger.ledger import PUBLISHED, RESERVED, Ledger
 from tests.helpers import register
 from tests.test_outliers import planted
 from tests.test_release_flow import cli

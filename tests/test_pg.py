@@ -16,9 +16,9 @@ import psycopg
 import pytest
 import yaml
 
-from core.accounting import Budget
 from core.errors import BudgetError, LedgerCorrupt
-from core.ledger import PUBLISHED, RESERVED, Ledger
+from core.ledger.ledger import PUBLISHED, RESERVED, Ledger
+from core.privacy.budget import Budget
 from core.store import PgStore, StoreUnavailable
 from tests.helpers import register
 from tests.test_cli import run

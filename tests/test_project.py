@@ -11,15 +11,15 @@ import jsonschema
 import phe.util
 import yaml
 
-from core import spec as spec_module
-from core.demo import DEMO_REQUEST
+from core.datasets.demo import DEMO_REQUEST
+from core.release import spec as spec_module
 from gate import policy
 from tests.conftest import REPO
 
 
 def test_committed_spec_schema_matches_the_models():
     committed = json.loads((REPO / "schemas" / "release-request.schema.json").read_text())
-    assert committed == spec_module.json_schema(), "regenerate: python -m core.spec > schemas/release-request.schema.json"
+    assert committed == spec_module.json_schema(), "regenerate: python -m core.release.spec > schemas/release-request.schema.json"
 
 
 def test_schema_accepts_the_demo_spec_and_rejects_bad_ones():

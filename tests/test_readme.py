@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from core.demo import CENSUS_POLICY, census, posts
+from core.datasets.demo import CENSUS_POLICY, census, posts
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text()

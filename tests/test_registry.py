@@ -10,12 +10,13 @@ import duckdb
 import pandas as pd
 import pytest
 
-from core import settings, snapshots, validate
+from core import settings
+from core.datasets import snapshots, validate
+from core.datasets.demo import SUITES, census
+from core.datasets.registry import Registry, Unit, read_schema
 from core.db import quote_ident
-from core.demo import SUITES, census
 from core.errors import IngestError, SpecError, UserError, ValidationFailed
-from core.registry import Registry, Unit, read_schema
-from core.schema import Column, Needs, Schema
+from core.tables.schema import Column, Needs, Schema
 from tests.helpers import register
 
 HOSTILE = 'we"ird; DROP TABLE ledger; --'

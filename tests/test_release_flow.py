@@ -11,11 +11,11 @@ import duckdb
 import pandas as pd
 import pytest
 
+from cli.main import main
 from core import noise
-from core.demo import SUITES, census
-from core.ledger import FAILED, POLICY, PUBLISHED, RESERVED, Ledger
+from core.datasets.demo import SUITES, census
+from core.ledger.ledger import FAILED, POLICY, PUBLISHED, RESERVED, Ledger
 from core.mechanisms import ra
-from flows.cli import main
 from tests.helpers import QI, prepared, register, write_request
 
 
@@ -64,7 +64,7 @@ def test_release_end_to_end(prefect_server, home, test_mode, tmp_path, capsys):
 
 
 def register_facts(home: Path) -> dict:
-    from core.registry import Registry
+    from core.datasets.registry import Registry
 
     return Registry(home).get("census").public()
 
@@ -154,7 +154,7 @@ def test_failure_after_charge_keeps_the_charge_and_publishes_nothing(prefect_ser
 
 def test_flow_itself_rejects_a_bad_request(prefect_server, home, tmp_path):
     from core.errors import SpecError
-    from core.spec import ReleaseRequest
+    from core.release.spec import ReleaseRequest
     from flows.release import release
 
     register(home, census(300))
@@ -223,7 +223,7 @@ def test_canary_never_reaches_prefect(prefect_server, home, test_mode, tmp_path,
 
 
 def test_typed_request(prefect_server, home, tmp_path):
-    from core.spec import ReleaseRequest
+    from core.release.spec import ReleaseRequest
     from flows.release import release
 
     register(home, census(400))

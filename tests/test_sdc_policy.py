@@ -22,14 +22,15 @@ import pandas as pd
 import pytest
 import yaml
 
-from core import noise, pipeline
-from core.demo import write_demo
+from core import noise
+from core.datasets.demo import write_demo
+from core.datasets.registry import Registry, Unit
 from core.errors import SpecError, UserError
-from core.home import Home
-from core.ledger import FAILED, POLICY, RESERVED, Ledger
-from core.registry import Registry, Unit
+from core.ledger.ledger import FAILED, POLICY, RESERVED, Ledger
+from core.release import pipeline
+from core.release.home import Home
+from core.release.spec import parse
 from core.sdc import methods, policy
-from core.spec import parse
 from tests.helpers import open_policy, register
 
 PRIVRELEASE = str(Path(sys.executable).parent / "privrelease")
@@ -397,7 +398,7 @@ def test_the_steward_registers_shows_and_changes_a_policy_each_change_on_the_led
 
 def test_the_preview_says_what_public_values_tell(home):
     register(home, table(), "t", policy=policy.parse(CATEGORICAL | {"thresholds": {"k": 3, "l": 2}}, "test policy"))
-    from core import preview
+    from core.release import preview
 
     found = preview.preview(Home(home), parse({"dataset": "t", "mechanism": REQUESTS["recode-ra-suppress"][1]}))
     assert found["verdict"] == "admitted" and found["notes"] == [

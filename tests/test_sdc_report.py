@@ -12,13 +12,13 @@ import duckdb
 import pandas as pd
 import pytest
 
-from core import pipeline
-from core.demo import census
-from core.home import Home
-from core.registry import Registry
+from core.datasets.demo import census
+from core.datasets.registry import Registry
+from core.release import pipeline
+from core.release.home import Home
+from core.release.spec import parse
 from core.sdc import measures as sdc_measures
 from core.sdc import report as sdc_report
-from core.spec import parse
 from tests.helpers import open_policy, register
 from tests.test_swapping import binormal
 
@@ -95,8 +95,8 @@ def test_external_report_is_the_released_tables_and_internal_stays_home(home, te
 
 
 def test_a_dp_release_has_no_sdc_report(home, test_mode):
-    from core.accounting import Budget
-    from core.ledger import Ledger
+    from core.ledger.ledger import Ledger
+    from core.privacy.budget import Budget
     from tests.test_golden import CASES
 
     make, unit, purpose, mechanism = CASES["outliers-count"]

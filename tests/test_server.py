@@ -16,9 +16,9 @@ from pathlib import Path
 
 import httpx
 
-from core.accounting import Budget
-from core.demo import write_demo
-from core.ledger import PUBLISHED, Ledger
+from core.datasets.demo import write_demo
+from core.ledger.ledger import PUBLISHED, Ledger
+from core.privacy.budget import Budget
 from gate.policy import RELEASE_FORMS
 from tests.conftest import REPO
 

@@ -13,9 +13,9 @@ import psycopg
 import pytest
 
 from core import store
-from core.accounting import Budget
 from core.errors import LedgerCorrupt
-from core.ledger import Ledger
+from core.ledger.ledger import Ledger
+from core.privacy.budget import Budget
 from tests.conftest import REPO
 from tests.helpers import register
 from tests.netns import A_ADDR, exec_in, inside, two_hosts

@@ -228,7 +228,7 @@ def test_participation_floors_are_enforced_by_the_users(monkeypatch):
 
 
 def test_parties_run_in_their_own_processes_with_only_their_own_secrets(test_mode, tmp_path):
-    from core.demo import mail
+    from core.datasets.demo import mail
 
     params = F.FeatureParams(modulus=10_000, dimension=64).model_dump()
     paths = []

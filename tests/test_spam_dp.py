@@ -12,9 +12,9 @@ import pytest
 from scipy import stats
 
 from core import noise
-from core.accountant import gdp_mu
-from core.accounting import gaussian_delta, gaussian_sigma
 from core.errors import ParameterError
+from core.privacy.accountant import gdp_mu
+from core.privacy.budget import gaussian_delta, gaussian_sigma
 from core.spam import dp
 from core.spam import parties as Q
 from core.spam import protocol as P

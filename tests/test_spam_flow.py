@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import yaml
 
-from core.demo import mail
-from core.ledger import FAILED, PUBLISHED, RESERVED, Ledger
+from core.datasets.demo import mail
+from core.ledger.ledger import FAILED, PUBLISHED, RESERVED, Ledger
 from core.spam import features as F
 from core.spam.dp import ADJACENCY, DPParams
 from core.spam.dp import calibrate as dp_calibrate

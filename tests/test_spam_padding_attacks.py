@@ -20,8 +20,8 @@ import gmpy2
 import numpy as np
 import pytest
 
-from core.charged import failure
 from core.errors import ParameterError
+from core.release.charged import failure
 from core.spam import dp
 from core.spam import parties as Q
 from core.spam import protocol as P

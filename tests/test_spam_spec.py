@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
-from core.demo import mail
+from core.datasets.demo import mail
 from core.errors import UserError
 from core.spam.spec import check, load_spec
 
@@ -167,9 +167,9 @@ def test_every_spec_error_is_refused_before_prefect_starts_once_and_without_a_tr
     script = f"""
 import contextlib, io, json, sys, time
 from pathlib import Path
-from core.ledger import Ledger
+from core.ledger.ledger import Ledger
 Ledger(Path({str(home / "privrelease.duckdb")!r})).reserve("spam-filter", "used", "mpc", None, None, "spam-filter-training", {{}}, {{}})
-from flows.cli import main
+from cli.main import main
 out = {{}}
 for name, path in {specs!r}.items():
     err, std = io.StringIO(), io.StringIO()

@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.demo import mail
+from core.datasets.demo import mail
 from core.errors import SpecError
-from core.home import Home
-from core.ledger import CAP, RESERVED, Ledger
+from core.ledger.ledger import CAP, RESERVED, Ledger
+from core.release.home import Home
+from core.release.spam_run import SpamJob
 from core.spam import terms
 from core.spam.training import load_user
-from core.spam_run import SpamJob
 from tests.test_cli import EXE, REPO, run
 from tests.test_release_flow import cli
 from tests.test_spam_flow import corpus, spec
@@ -246,8 +246,8 @@ def test_under_dp_a_near_duplicate_with_the_same_features_is_one_message(home, t
     """Second review, F1: a copy of a victim's message with one character appended, where the feature map does
     not look, is another text but the same vector every round sums: under dp: it is the same message by its
     features, and refused; weakened (messages named by their text only) it passes."""
+    from core.release.spam_run import _features
     from core.spam.spec import load_spec
-    from core.spam_run import _features
 
     folder = home / "data" / "mail"
     corpus(folder, capsys)
@@ -260,7 +260,7 @@ def test_under_dp_a_near_duplicate_with_the_same_features_is_one_message(home, t
     with (folder / "user-2.jsonl").open("a") as fh:
         fh.write(json.dumps({"text": twin, "label": doc["label"]}) + "\n")
     if weakened:
-        monkeypatch.setattr("core.spam_run._features", lambda spec: None)
+        monkeypatch.setattr("core.release.spam_run._features", lambda spec: None)
         assert SpamJob(source).check(Home(home)).dataset == "spam-mail"
         return
     with pytest.raises(SpecError, match="holds one message twice \\('user-1.jsonl' and 'user-2.jsonl'\\)"):

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from core import anchors
-from core.accounting import Budget
-from core.chain import GENESIS
-from core.ledger import PUBLISHED, Ledger
+from core.ledger import anchors
+from core.ledger.chain import GENESIS
+from core.ledger.ledger import PUBLISHED, Ledger
+from core.privacy.budget import Budget
 from tests.pg import raw_sql
 from tests.test_release_flow import cli
 

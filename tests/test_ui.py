@@ -20,8 +20,8 @@ from pathlib import Path
 
 from playwright.sync_api import Page, sync_playwright
 
-from core.accounting import Budget
-from core.ledger import Ledger
+from core.ledger.ledger import Ledger
+from core.privacy.budget import Budget
 from gate.policy import RELEASE_FORMS
 from tests.conftest import PASSWORD
 from tests.test_server import _logs, _wait, deployment, operator, worker

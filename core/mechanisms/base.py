@@ -32,10 +32,10 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 import pandas as pd
 
-from core.accounting import Budget
 from core.charts import Chart
 from core.params import StrictParams
-from core.schema import Needs
+from core.privacy.budget import Budget
+from core.tables.schema import Needs
 
 COST_KEYS = ("kind", "guarantee", "adjacency", "model", "epsilon", "delta")  # the manifest's, from the plan
 

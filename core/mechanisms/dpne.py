@@ -37,8 +37,7 @@ import pandas as pd
 import scipy  # submodules load on first use: a flow that never runs DPNE never imports scipy.special
 from pydantic import Field, model_validator
 
-from core import accountant, noise, parallel
-from core.accounting import Budget, gaussian_sigma
+from core import noise, parallel
 from core.charts import Chart
 from core.db import quote_ident, scratch
 from core.errors import InternalError
@@ -46,7 +45,9 @@ from core.mechanisms import dpne_accuracy
 from core.mechanisms.base import DPCost, Plan, Result
 from core.mechanisms.dpne_counts import SEP, Encoding, Partition, merge, open_partition, tokens_sql
 from core.params import StrictParams
-from core.schema import Needs
+from core.privacy import accountant
+from core.privacy.budget import Budget, gaussian_sigma
+from core.tables.schema import Needs
 
 NAME = "dpne"
 READS_SNAPSHOT_ON_WORKERS = True  # on Dask, each worker reads its users from the stored snapshot (``extract``)

@@ -2,7 +2,7 @@
 (the probability that an n-gram held by m users is released). Before a release, from its plan: the
 preview's views of DPNE (``accuracy``, ``accuracy_lines``, ``accuracy_charts``, ``notes``; the
 contract's ``base.Declared``). After it, from its DP outputs too: the report's section, the expected
-spurious share and the detection chart (``release``). The interval math is ``core.accuracy``'s.
+spurious share and the detection chart (``release``). The interval math is ``core.privacy.accuracy``'s.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from statistics import NormalDist
 import numpy as np
 
 from core import noise
-from core.accuracy import Z95, sampler_std
 from core.charts import Chart
 from core.mechanisms.base import Plan
 from core.mechanisms.dpne_counts import unit_weights
+from core.privacy.accuracy import Z95, sampler_std
 
 
 def detection(sigma: float, unit: float, rho: float, weight_units: int, m: np.ndarray) -> np.ndarray:

@@ -33,8 +33,6 @@ import pandas as pd
 from pydantic import Field, model_validator
 
 from core import noise
-from core.accounting import Budget, gaussian_sigma
-from core.accuracy import Z95, sampler_std
 from core.errors import InternalError, ParameterError
 from core.mechanisms.base import DPCost, Plan, Result
 from core.mechanisms.outliers_geometry import COORD_LIMIT, Cover, degrees, subspace_points
@@ -55,7 +53,9 @@ from core.mechanisms.outliers_sensitivity import (
     uses_global,
 )
 from core.params import StrictParams
-from core.schema import Needs
+from core.privacy.accuracy import Z95, sampler_std
+from core.privacy.budget import Budget, gaussian_sigma
+from core.tables.schema import Needs
 
 NAME = "outliers"
 ROWS_PARAM = "rows"  # filled from the dataset's registration (N is public under the record unit)

@@ -10,7 +10,7 @@ from typing import Protocol
 
 import pandas as pd
 
-from core import accuracy, noise
+from core import noise
 from core.charts import Chart
 from core.mechanisms.base import Result
 from core.mechanisms.outliers_sensitivity import (
@@ -25,6 +25,7 @@ from core.mechanisms.outliers_sensitivity import (
     smooth_floor,
     uses_global,
 )
+from core.privacy import accuracy
 
 
 class Query(Protocol):
@@ -53,7 +54,7 @@ ROUNDED = "Counts are published rounded to integers (post-processing of a draw o
 
 def error_bar(c: Counted, n: int, a: Allocation, rows: int | None) -> dict:
     """A released count's noise and 95% interval, from public values and its DP outputs only
-    (``core.accuracy``): the exact std of global noise, or an upper bound on the smooth std from its
+    (``core.privacy.accuracy``): the exact std of global noise, or an upper bound on the smooth std from its
     released value (or from S_UB <= N without one)."""
     if c.method == "global":
         std = accuracy.sampler_std(c.noise_std, min(1.0, noise.grid(c.noise_std)))

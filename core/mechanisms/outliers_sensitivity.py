@@ -12,9 +12,10 @@ from functools import lru_cache
 import numpy as np
 import scipy  # submodules load on first use; scipy.special.log_ndtr is log Φ (scipy.stats would cost 0.3 s)
 
-from core import accountant, noise
-from core.accounting import Budget, boundary, gaussian_sigma
+from core import noise
 from core.mechanisms import outliers_geometry as geometry
+from core.privacy import accountant
+from core.privacy.budget import Budget, boundary, gaussian_sigma
 
 # Upper bounds on the kissing number K_d (exact for d = 1, 2, 3, 4, 8, 24; otherwise the
 # semidefinite-programming bounds of Mittelmann & Vallentin 2010, which later work only lowers).

@@ -19,7 +19,7 @@ from core.charts import Chart
 from core.errors import InternalError, ParameterError
 from core.mechanisms.base import NoDP, Plan, Result
 from core.params import StrictParams
-from core.schema import Needs
+from core.tables.schema import Needs
 
 NAME = "ra"
 P_TOLERANCE = 1e-9

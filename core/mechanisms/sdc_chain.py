@@ -21,9 +21,9 @@ from core.errors import InternalError, ParameterError
 from core.mechanisms import ra, swapping
 from core.mechanisms.base import NoDP, Plan, Result
 from core.params import StrictParams
-from core.schema import Needs
 from core.sdc import methods
 from core.sdc.policy import Policy
+from core.tables.schema import Needs
 
 NAME = "sdc"
 POLICY_PARAM = "policy"

@@ -10,8 +10,8 @@ rounds recorded as Gaussian events (``core.spam.dp``) for the mechanism-aware ac
 
 from __future__ import annotations
 
-from core.accounting import Budget
 from core.mechanisms.base import DPCost, MPCCost, Plan
+from core.privacy.budget import Budget
 from core.spam.dp import calibrate
 from core.spam.spec import SpamSpec
 from core.spam.terms import MAIL

@@ -45,7 +45,7 @@ from core.mechanisms.swapping_bins import (
     within_range,
 )
 from core.params import StrictParams
-from core.schema import Needs
+from core.tables.schema import Needs
 
 SwapMode = Literal["cyclic", "pairs", "block"]
 

@@ -26,8 +26,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from core.errors import SpecError
-from core.readers import steward_file
-from core.schema import Schema
+from core.tables.readers import steward_file
+from core.tables.schema import Schema
 
 
 class _Strict(BaseModel):

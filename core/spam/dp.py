@@ -15,7 +15,7 @@ Bounds, all public (integer units of the decrypted slots, 4·C_w·g with C_w = 2
 * replacing a message moves the round sum by at most Δ₂ = 2·√F·T in l2 (Δ₁ = 2·F·T in l1).
 
 Noise: the run's (epsilon, delta) fixes, through Gaussian DP (Dong, Roth & Su; Balle & Wang's exact
-curve: ``core.accounting.gaussian_sigma``), the total std σ with which ``rounds`` compositions of
+curve: ``core.privacy.budget.gaussian_sigma``), the total std σ with which ``rounds`` compositions of
 sensitivity Δ₂ meet it: σ = Δ₂·√rounds·gaussian_sigma(ε, δ). Up to ``colluders`` users may collude
 with the server and add nothing, and a round may complete with only the spec's ``threshold`` t of
 the users (the others left, ``dropout``), so each user adds N_Z(0, s²) per coordinate with
@@ -35,10 +35,10 @@ from fractions import Fraction
 import numpy as np
 from pydantic import Field
 
-from core.accountant import Event, gaussian
-from core.accounting import gaussian_sigma
 from core.errors import ParameterError
 from core.params import StrictParams
+from core.privacy.accountant import Event, gaussian
+from core.privacy.budget import gaussian_sigma
 from core.spam.aggregation import W_BITS
 from core.spam.features import _splitmix
 

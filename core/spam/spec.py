@@ -17,13 +17,13 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from core import noise
 from core.errors import ParameterError, SpecError, UserError
 from core.params import ID_PATTERN, StrictParams
-from core.registry import data_root, resolve_source
 from core.spam import features as F
 from core.spam import mail
 from core.spam.dp import DPParams
 from core.spam.floors import check_participation, floor
 from core.spam.paillier import check_bits
 from core.spam.protocol import block
+from core.tables.readers import data_root, resolve_source
 
 
 class SpamSpec(StrictParams):
@@ -120,7 +120,7 @@ def check(source: str, home: Path, resolve: Resolver = resolve_source) -> Inputs
     """Everything a training run needs from its files, checked before anything starts or is charged: the
     spec and every mail file exist under the data root and parse, the users are distinct, each user's and
     the round's message counts meet the floor of the feature map, and the key size fits the mode. It reads
-    no ledger: the run id, the steward's terms and the budget are the charged run's (``core.spam_run``)."""
+    no ledger: the run id, the steward's terms and the budget are the charged run's (``core.release.spam_run``)."""
     root = data_root(home)
     spec, path = load_spec(source, root, resolve)
     if spec.features.reduction in F.DATA_DEPENDENT and not noise.test_mode():

@@ -1,4 +1,4 @@
-"""The worker's job command (``python -m flows.guard``): run a flow run only if its deployment is one
+"""The worker's job command (``python -m gate.guard``): run a flow run only if its deployment is one
 the operator declared in ``prefect.yaml``, with the declared entrypoint, pull steps and settings.
 
 The process pool's job template (``deploy/process-pool.json``) names this module as the command of
@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from core import paths, settings
-from core.accounts import REQUESTED_BY
+from core.people import REQUESTED_BY
 
 
 def declared(repo: Path) -> dict[str, dict]:

@@ -17,10 +17,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from core import mechanisms, noise
+from core.datasets.registry import Dataset
 from core.errors import SpecError
 from core.ids import ID_PATTERN
 from core.mechanisms.base import StrictParams
-from core.registry import Dataset
 
 
 def _request_params(module: object) -> type[StrictParams]:

@@ -1,8 +1,8 @@
 """A dataset's account, read from its ledger entries: what the steward and the auditor are shown.
 
 Per dataset: the cap; the spend by basic composition (exact sums of the charges); the spend the
-admission filter certifies (``core.accountant``); the tight epsilon of the whole history by
-dp-accounting's PLD accountant (``core.pld``, reported only); how many more releases like the
+admission filter certifies (``core.privacy.accountant``); the tight epsilon of the whole history by
+dp-accounting's PLD accountant (``core.privacy.pld``, reported only); how many more releases like the
 last one the filter admits; and, for a refusal, what the request costs, what is left, the largest
 epsilon of the same request that would fit, and which releases spent the most. ``replay``
 recomputes every recorded admission from the recorded events. Everything here is public: caps,
@@ -19,10 +19,11 @@ from datetime import datetime
 from fractions import Fraction
 from pathlib import Path
 
-from core import approval, pld
-from core.accountant import CHARGE, EVENTS, Filter, Spend, events_of, exact, fits_more
-from core.accounting import Budget, compose_sigmas, gaussian_epsilon
-from core.chain import Entry
+from core.ledger import approval
+from core.ledger.chain import Entry
+from core.privacy import pld
+from core.privacy.accountant import CHARGE, EVENTS, Filter, Spend, events_of, exact, fits_more
+from core.privacy.budget import Budget, compose_sigmas, gaussian_epsilon
 
 CAP, RESERVED, PUBLISHED, FAILED = "cap", "reserved", "published", "failed"
 RULE = "filter-1"  # the admission rule recorded with each charge; entries without one were admitted by basic composition
@@ -279,7 +280,7 @@ def replay(entries: list[Entry]) -> list[str]:
     force must admit the history up to it, in the region recorded. One recorded without was admitted
     by basic composition against the whole cap (the rule before events were recorded). A charge made
     while the cap carried a steward's approval rule has that rule applied again: one it holds back
-    must record an approval that covers it (``core.approval``): an approval that is not on the ledger
+    must record an approval that covers it (``core.ledger.approval``): an approval that is not on the ledger
     cannot be audited, so a charge from before approvals were recorded fails here too.
     """
     problems = []

@@ -17,15 +17,17 @@ Messages name line numbers and counts, never a cell's content.
 from __future__ import annotations
 
 import csv
+import os
 import re
 import tempfile
 from pathlib import Path
 
 import yaml
 
+from core import settings
 from core.db import quote_ident
 from core.errors import IngestError, SpecError
-from core.schema import Schema
+from core.tables.schema import Schema
 
 _CSV = ("read_csv(?, header = true, skip = 0, delim = ?, quote = '\"', escape = '\"', strict_mode = true, "
         "sample_size = -1, max_line_size = 134217728)")  # fmt: skip
@@ -172,3 +174,27 @@ def check_weight(con, table: str, weight: str | None, name: str) -> None:
     if bad:
         raise IngestError(f"{name}: the weight column {weight!r} holds {bad} values that are not positive; a "
                           "sampling weight is the number of people a record stands for, above 0.")  # fmt: skip
+
+
+def data_root(home: Path) -> Path:
+    """Where registered sources must live: ``$PRIVRELEASE_DATA_ROOT``, else ``<home>/data``."""
+    return Path(settings.get(settings.DATA_ROOT) or home / "data").resolve()
+
+
+def resolve_source(source: str, root: Path, what: str = "--source") -> Path:
+    """The source path inside the data root; anything outside it, also through symlinks, is refused
+    with one message whatever is there (so the refusal tells nothing about files outside the root).
+    The path is read as written first (``..`` taken lexically, never after a symbolic link), so
+    ``link/../x`` or ``/proc/self/fd/3/..`` cannot tell where a link outside the root points."""
+    written = Path(os.path.normpath(root / source))
+    path = written.resolve()
+    if not written.is_relative_to(root) or not path.is_relative_to(root):
+        raise SpecError(
+            f"{what} must lie inside the data root {str(root)!r} (set {settings.DATA_ROOT} to change it); "
+            "paths outside it, also through symbolic links, are refused."
+        )
+    if not path.is_file():
+        raise IngestError(f"{what} {source!r} is not a file under the data root {str(root)!r}.")
+    if path.stat().st_size == 0:
+        raise IngestError(f"{what} {source!r} is empty (0 bytes).")
+    return path

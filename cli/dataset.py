@@ -8,8 +8,8 @@ from pathlib import Path
 
 
 def cmd_dataset_add(args: argparse.Namespace, root: Path) -> int:
-    from core.accounts import requester
-    from core.registry import Registry, Unit, read_schema
+    from core.datasets.registry import Registry, Unit, read_schema
+    from core.people import requester
     from core.sdc import policy
 
     schema = read_schema(args.schema) if args.schema else None
@@ -53,8 +53,8 @@ def _policy_notes(registry, dataset) -> None:
 
 
 def cmd_dataset_policy(args: argparse.Namespace, root: Path) -> int:
-    from core.accounts import requester
-    from core.registry import Registry
+    from core.datasets.registry import Registry
+    from core.people import requester
     from core.sdc import policy
 
     registry = Registry(root)
@@ -71,7 +71,7 @@ def _show(dataset) -> None:
 
 
 def cmd_dataset_list(args: argparse.Namespace, root: Path) -> int:
-    from core.registry import Registry
+    from core.datasets.registry import Registry
 
     datasets = Registry(root).list()
     if args.json:
@@ -85,21 +85,21 @@ def cmd_dataset_list(args: argparse.Namespace, root: Path) -> int:
 
 
 def cmd_dataset_show(args: argparse.Namespace, root: Path) -> int:
-    from core.registry import Registry
+    from core.datasets.registry import Registry
 
     print(json.dumps(Registry(root).get(args.id).public(), indent=2))
     return 0
 
 
 def cmd_dataset_refresh(args: argparse.Namespace, root: Path) -> int:
-    from core.registry import Registry
+    from core.datasets.registry import Registry
 
     _show(Registry(root).refresh(args.id))
     return 0
 
 
 def cmd_dataset_drop(args: argparse.Namespace, root: Path) -> int:
-    from core.registry import Registry
+    from core.datasets.registry import Registry
 
     Registry(root).drop(args.id)
     print(f"dataset {args.id}: stored rows deleted; its registration history and ledger entries remain")

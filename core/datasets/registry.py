@@ -12,7 +12,7 @@ A dataset id is bound to its unit and purpose for good: the ledger keys budgets 
 same id must always mean the same adjacency.
 
 Registrations live in the ledger's store (``core.store``: the home's DuckDB file, or PostgreSQL);
-snapshots live in the snapshot store (``core.snapshots``: ``$PRIVRELEASE_SNAPSHOT_STORE``, else
+snapshots live in the snapshot store (``core.datasets.snapshots``: ``$PRIVRELEASE_SNAPSHOT_STORE``, else
 ``<home>/datasets``), recorded relative to it with the registering host, so workers with different
 homes that share one PostgreSQL store read them from one shared folder, each checked against the
 registered digest before use.
@@ -21,7 +21,6 @@ registered digest before use.
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,15 +30,26 @@ import duckdb
 import pandas as pd
 from pydantic import ValidationError
 
-from core import content, paths, settings, snapshots
+from core import paths
+from core.datasets import content, snapshots
 from core.db import quote_ident
 from core.errors import IngestError, SpecError
 from core.ids import check_id
-from core.ledger import Ledger
-from core.readers import CAST, DUCK, check_schema, check_weight, csv_header, read_into, steward_file
-from core.schema import TYPES, Column, Schema
+from core.ledger.ledger import Ledger
 from core.sdc.policy import Policy
 from core.store import open_store
+from core.tables.readers import (
+    CAST,
+    DUCK,
+    check_schema,
+    check_weight,
+    csv_header,
+    data_root,
+    read_into,
+    resolve_source,
+    steward_file,
+)
+from core.tables.schema import TYPES, Column, Schema
 
 FORMATS = ("csv", "parquet", "jsonl")
 PURPOSES = ("dp", "sdc")
@@ -106,30 +116,6 @@ class _Private:
     snapshot: str | None
     digest: str | None
     host: str | None
-
-
-def data_root(home: Path) -> Path:
-    """Where registered sources must live: ``$PRIVRELEASE_DATA_ROOT``, else ``<home>/data``."""
-    return Path(settings.get(settings.DATA_ROOT) or home / "data").resolve()
-
-
-def resolve_source(source: str, root: Path, what: str = "--source") -> Path:
-    """The source path inside the data root; anything outside it, also through symlinks, is refused
-    with one message whatever is there (so the refusal tells nothing about files outside the root).
-    The path is read as written first (``..`` taken lexically, never after a symbolic link), so
-    ``link/../x`` or ``/proc/self/fd/3/..`` cannot tell where a link outside the root points."""
-    written = Path(os.path.normpath(root / source))
-    path = written.resolve()
-    if not written.is_relative_to(root) or not path.is_relative_to(root):
-        raise SpecError(
-            f"{what} must lie inside the data root {str(root)!r} (set {settings.DATA_ROOT} to change it); "
-            "paths outside it, also through symbolic links, are refused."
-        )
-    if not path.is_file():
-        raise IngestError(f"{what} {source!r} is not a file under the data root {str(root)!r}.")
-    if path.stat().st_size == 0:
-        raise IngestError(f"{what} {source!r} is empty (0 bytes).")
-    return path
 
 
 class Registry:
@@ -296,7 +282,7 @@ class Registry:
 
     def _refuse_duplicate(self, dataset_id: str, path: Path, parsed: str | None = None) -> None:
         """One content, one id (and so one budget): the same path, the same bytes, or (once parsed) the
-        same table in any row or column order (``core.content``) under another id, also one that was
+        same table in any row or column order (``core.datasets.content``) under another id, also one that was
         dropped, is refused. ``source_digest`` holds the content digest (bytes for older rows)."""
         other = self._query("SELECT DISTINCT id FROM datasets WHERE (source = ? OR source_digest IN (?, ?)) AND id <> ?",
                             [str(path), snapshots.sha256(path), parsed or "", dataset_id])  # fmt: skip
@@ -344,7 +330,7 @@ class Registry:
             parsed = content.digest(frame, {n: c.type for n, c in schema.columns.items()})
             self._refuse_duplicate(dataset_id, path, parsed)
             if suite is not None:
-                from core.validate import load_suite, validate
+                from core.datasets.validate import load_suite, validate
 
                 name, expectations = load_suite(suite)
                 validate(frame, name, expectations)

@@ -20,13 +20,13 @@ from pathlib import Path
 import duckdb
 
 from core import __version__, faults
-from core.accounting import NOT_DP
-from core.chain import Entry
 from core.charts import render_chart
+from core.datasets.snapshots import sha256
 from core.errors import InternalError, ReleaseConflict
+from core.ledger.chain import Entry
 from core.mechanisms.base import COST_KEYS, DPCost, Plan, Result
-from core.snapshots import sha256
-from core.spec import Release
+from core.privacy.budget import NOT_DP
+from core.release.spec import Release
 
 
 @dataclass(frozen=True)

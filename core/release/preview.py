@@ -12,17 +12,18 @@ preview asks for without knowing any mechanism by name.
 
 from __future__ import annotations
 
-from core import charged, mechanisms, pipeline
-from core.accountant import Spend, events_of
-from core.accounting import charge_phrase
-from core.budget import left as budget_left
+from core import mechanisms
 from core.charts import Chart
 from core.errors import BudgetError, UserError
-from core.home import Home
-from core.ledger import PUBLISHED
+from core.ledger.account import left as budget_left
+from core.ledger.ledger import PUBLISHED
 from core.mechanisms.base import Declared, DPCost, Plan
+from core.privacy.accountant import Spend, events_of
+from core.privacy.budget import charge_phrase
+from core.release import charged, pipeline
+from core.release.home import Home
+from core.release.spec import Release, ReleaseRequest
 from core.sdc import enforce
-from core.spec import Release, ReleaseRequest
 
 ADMITTED, APPROVAL, REFUSED, PUBLISHED_ALREADY = "admitted", "needs approval", "refused", "already published"
 

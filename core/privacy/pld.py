@@ -21,7 +21,7 @@ import math
 from collections import Counter
 from pathlib import Path
 
-from core.accountant import Event
+from core.privacy.accountant import Event
 
 DISCRETIZATION = 1e-4  # value_discretization_interval of a PLD, for histories of up to 50 in basic epsilon
 

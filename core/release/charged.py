@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from core import faults
-from core import publish as _publish
-from core.accounting import charge_phrase
-from core.approval import Approval, Look
 from core.errors import ApprovalError, BudgetExhausted, ReleaseConflict, UserError
-from core.home import Home
-from core.ledger import FAILED, PUBLISHED, Charge
+from core.ledger.approval import Approval, Look
+from core.ledger.ledger import FAILED, PUBLISHED, Charge
 from core.mechanisms.base import DPCost, Plan
+from core.privacy.budget import charge_phrase
+from core.release import publish as _publish
+from core.release.home import Home
 
 T = TypeVar("T")
 Log = logging.Logger | logging.LoggerAdapter
@@ -65,7 +65,7 @@ class Approver(Protocol):
 
 
 class Job(Protocol[T]):
-    """A charged run's own steps (``core.pipeline.ReleaseJob``, ``core.spam_run.SpamJob``)."""
+    """A charged run's own steps (``core.release.pipeline.ReleaseJob``, ``core.release.spam_run.SpamJob``)."""
 
     def check(self, home: Home) -> Claim: ...
     def admit_hint(self, home: Home) -> str: ...  # what a refused request could ask for instead ("" if nothing)

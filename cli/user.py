@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from core import paths
-from core.accounts import ROLES, AccountError, Accounts
+from core.people import ROLES
+from gate.accounts import AccountError, Accounts
 
 
 def cmd_user_add(args: argparse.Namespace, root: Path) -> int:

@@ -15,7 +15,7 @@ import pandas as pd
 import yaml
 
 from core import paths
-from core.accounting import Budget
+from core.privacy.budget import Budget
 
 DEMO_SEED = 20100101
 
@@ -110,7 +110,7 @@ def mail(messages: int = 300, seed: int = DEMO_SEED) -> list[dict]:
     return out
 
 
-SUITES = Path(__file__).resolve().parent.parent / "schemas" / "suites"
+SUITES = Path(__file__).resolve().parents[2] / "schemas" / "suites"  # the checkout's, beside core/
 # what write_demo registers: id, source, unit, purpose, expectation suite, and a cap that covers a few
 # dozen runs of each form's defaults (the UI's Quick run)
 _REGISTERED = (
@@ -124,8 +124,9 @@ DATASETS = tuple(r[0] for r in _REGISTERED)
 def write_demo(home: Path, rows: int = 20_000) -> Path:
     """Act as the data steward: write the sample sources under the data root, register them (DP ones
     with a cap), and write the analyst's release requests. Returns the census request's path."""
-    from core.ledger import Ledger
-    from core.registry import Registry, Unit, data_root
+    from core.datasets.registry import Registry, Unit
+    from core.ledger.ledger import Ledger
+    from core.tables.readers import data_root
 
     root = data_root(home)
     folder = root / "demo"

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core import paths, snapshots
-from core.chain import check_chain, insert, rows
+from core import paths
+from core.datasets import snapshots
+from core.datasets.registry import COLUMNS
 from core.errors import LedgerCorrupt, UserError
-from core.registry import COLUMNS
+from core.ledger.chain import check_chain, insert, rows
 from core.store import DuckStore, PgStore, checked, moved
 
 

@@ -8,7 +8,7 @@ delta) under the dataset's adjacency, ``sdc`` (no epsilon: its risk figures are 
 
 Each row's hash is an HMAC-SHA256, under a key kept outside the database, of its content and the
 previous row's hash, so a changed, removed or reordered row breaks the chain and cannot be
-re-chained without the key; every row written is also anchored (``core.anchors``) outside the
+re-chained without the key; every row written is also anchored (``core.ledger.anchors``) outside the
 database, so a cut tail or a restored older copy fails ``verify`` too.
 
 The ledger lives in a store (``core.store``): the home's DuckDB file, where an OS file lock
@@ -27,13 +27,14 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from core import anchors, budget, lease, settings
-from core.accountant import Filter, Spend, events_of
-from core.accounting import Budget
-from core.accounts import requester
-from core.approval import Approval, Look, Rule, look
-from core.chain import GENESIS, Entry, canonical, check_chain, insert, rows
+from core import settings
 from core.errors import ApprovalError, BudgetError, BudgetExhausted, LedgerCorrupt, ReleaseConflict
+from core.ledger import account, anchors, lease
+from core.ledger.approval import Approval, Look, Rule, look
+from core.ledger.chain import GENESIS, Entry, canonical, check_chain, insert, rows
+from core.people import requester
+from core.privacy.accountant import Filter, Spend, events_of
+from core.privacy.budget import Budget
 from core.store import Store, open_store
 
 CAP, RESERVED, PUBLISHED, FAILED, POLICY = "cap", "reserved", "published", "failed", "policy"
@@ -73,7 +74,7 @@ class Ledger:
 
         ``approve_above``: the largest share of what remains one release may take without a steward's
         approval; ``approve_account``: (epsilon, hours), the most one account may charge in a window
-        without it (``core.approval``; None: no approval needed). ``terms``: further conditions the
+        without it (``core.ledger.approval``; None: no approval needed). ``terms``: further conditions the
         steward sets with the cap (the spam mail's trust assumptions, ``core.spam.terms``)."""
         rule = Rule(approve_above, *(approve_account or (None, None)))
         with self._write(dataset) as (con, written):
@@ -103,7 +104,7 @@ class Ledger:
     def approval(self, dataset: str, cost: Budget, detail: dict | None = None,
                  requested_by: str | None = None) -> Look | None:  # fmt: skip
         """The steward's rule against a charge of ``cost`` (its events in ``detail``) by ``requested_by``,
-        when the charge must wait for an approval (``core.approval``); None when it need not. A look
+        when the charge must wait for an approval (``core.ledger.approval``); None when it need not. A look
         taken before the charge: ``reserve`` takes it again under its lock."""
         with self.store.read() as con:
             found = self._look(con, dataset, Spend("this release", cost, events_of(detail or {})),
@@ -117,7 +118,7 @@ class Ledger:
             return None
         charges = rows(con, "WHERE dataset = ? AND status = ? AND kind = 'dp' ORDER BY seq", [dataset, RESERVED])
         mine = [(e.ts, e.epsilon) for e in charges if e.requested_by == requested_by]
-        return look(rule, Filter.of(cap.budget), budget.history(charges), candidate, mine, now)
+        return look(rule, Filter.of(cap.budget), account.history(charges), candidate, mine, now)
 
     def admit(self, dataset: str, cost: Budget, detail: dict | None = None) -> None:
         """Refuse, without writing, a dp charge the dataset's cap cannot take (the early check)."""
@@ -128,7 +129,7 @@ class Ledger:
         """The dataset's admission filter (None: no cap) and its dp history, for what-if questions."""
         with self.store.read() as con:
             cap = self._cap(con, dataset)
-            return (None if cap is None else Filter.of(cap)), budget.history(rows(
+            return (None if cap is None else Filter.of(cap)), account.history(rows(
                 con, "WHERE dataset = ? AND status = ? AND kind = 'dp' ORDER BY seq", [dataset, RESERVED]))
 
     def reserve(
@@ -151,7 +152,7 @@ class Ledger:
         id with other params is refused. A dp charge needs a cap (fail closed) and the dataset's one
         adjacency; sdc and mpc runs carry no epsilon. Under the same lock, the steward's approval rule
         is applied again: a dp charge it holds back needs an ``approval`` that still covers it, and
-        what was decided is recorded with the charge (``core.approval``).
+        what was decided is recorded with the charge (``core.ledger.approval``).
         """
         if kind not in KINDS or (kind == "dp") != (cost is not None) or (kind == "dp") != (adjacency is not None):
             raise ValueError(f"a {kind!r} charge takes a cost and an adjacency exactly when it is dp")
@@ -166,7 +167,7 @@ class Ledger:
             requested_by, now = requested_by or requester(), datetime.now(UTC)
             if kind == "dp":
                 decision, counted = self._check_cap(con, dataset, cost, adjacency, detail)
-                detail = {**(detail or {}), "admission": {"rule": budget.RULE, "region": decision.region,
+                detail = {**(detail or {}), "admission": {"rule": account.RULE, "region": decision.region,
                                                           "mode": counted.mode}}  # fmt: skip
                 seen = self._look(con, dataset, counted, requested_by, now)
                 if seen is not None:
@@ -176,7 +177,7 @@ class Ledger:
                             "approval given no longer covers it. Nothing was charged; start it again to ask anew."
                             if approval is not None else "Nothing was charged; it needs a steward's approval."))  # fmt: skip
                     detail["approval"] = seen.record(approval if seen.needed else None)
-                    detail["admission"]["rule"] = budget.APPROVED
+                    detail["admission"]["rule"] = account.APPROVED
             self.store.lock_head(con)
             earlier = self._earlier(con, release_id, dataset, mechanism, params)  # the same id on another dataset
             if earlier is not None:
@@ -218,11 +219,11 @@ class Ledger:
             raise BudgetError(f"dataset {dataset!r} was charged under another adjacency ({other[0]}); DP costs "
                               "under different neighbouring relations do not add up under one cap.")  # fmt: skip
         f = Filter.of(cap)
-        spends = budget.history(rows(con, "WHERE dataset = ? AND status = ? AND kind = 'dp' ORDER BY seq",
+        spends = account.history(rows(con, "WHERE dataset = ? AND status = ? AND kind = 'dp' ORDER BY seq",
                                        [dataset, RESERVED]))  # fmt: skip
         decision, counted = f.admit(spends, Spend("this release", cost, events_of(detail or {})))
         if not decision.admitted:
-            raise BudgetExhausted(budget.refusal(dataset, f, spends, counted))
+            raise BudgetExhausted(account.refusal(dataset, f, spends, counted))
         return decision, counted
 
     def settle(self, release_id: str, status: str, detail: dict | None = None, flow_run_id: str | None = None) -> Entry:
@@ -334,9 +335,9 @@ class Ledger:
             latest = rows(con, "WHERE release_id = ? ORDER BY seq DESC LIMIT 1", [release_id])
         return latest[0].status if latest else None
 
-    def totals(self) -> list[budget.Totals]:
+    def totals(self) -> list[account.Totals]:
         """Per dataset: its kind, cap, dp spend (basic composition), and release counts by status."""
-        return budget.totals(self.entries(), self.home)
+        return account.totals(self.entries(), self.home)
 
     def verify(self, releases_root: Path | None = None) -> int:
         """Check the HMAC chain, that every anchor and every published manifest's entry is in it.
@@ -347,4 +348,4 @@ class Ledger:
 
     def replay(self) -> list[str]:
         """Every recorded admission recomputed from the recorded caps and events: the entries that do not follow."""
-        return budget.replay(self.entries())
+        return account.replay(self.entries())

@@ -1,4 +1,4 @@
-"""A spam-filter training run as a charged run (``core.charged``): check → admit → approval → reserve →
+"""A spam-filter training run as a charged run (``core.release.charged``): check → admit → approval → reserve →
 setup → one step per protocol round → report → settle, the path every release takes too.
 
 The spec and every mail file are checked completely (``core.spam.spec.check``, which reads no ledger)
@@ -17,12 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from core import anchors
-from core.charged import Claim, Log
 from core.errors import SpecError
-from core.home import Home
-from core.ledger import Charge
+from core.ledger import anchors
+from core.ledger.ledger import Charge
 from core.mechanisms import spam_training
+from core.release.charged import Claim, Log
+from core.release.home import Home
 from core.spam import features as F
 from core.spam import terms as T
 from core.spam.dp import ADJACENCY, cap
@@ -73,7 +73,7 @@ def _features(spec) -> Callable[[str], np.ndarray] | None:
 
 @dataclass
 class SpamJob:
-    """One training run (``core.charged.Job``): the spec's path under the data root, and what each step found."""
+    """One training run (``core.release.charged.Job``): the spec's path under the data root, and what each step found."""
 
     source: str
     steps: Steps = field(default_factory=Steps)

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core import paths
-from core.ledger import Ledger
-from core.registry import Registry
+from core.datasets.registry import Registry
+from core.ledger.ledger import Ledger
 
 
 @dataclass(frozen=True)

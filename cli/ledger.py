@@ -9,16 +9,16 @@ import sys
 from pathlib import Path
 
 from core import paths, settings
-from core.accounting import Budget
 from core.errors import LedgerCorrupt, UserError
+from core.privacy.budget import Budget
 
 
 def cmd_set_budget(args: argparse.Namespace, root: Path) -> int:
-    from core.accounts import requester
-    from core.approval import Rule
+    from core.datasets.registry import Registry
     from core.ids import check_id
-    from core.ledger import Ledger
-    from core.registry import Registry
+    from core.ledger.approval import Rule
+    from core.ledger.ledger import Ledger
+    from core.people import requester
     from core.spam.terms import MAIL, Terms
 
     check_id(args.dataset, "dataset id")
@@ -67,7 +67,7 @@ def cmd_set_budget(args: argparse.Namespace, root: Path) -> int:
 
 
 def cmd_history(args: argparse.Namespace, root: Path) -> int:
-    from core.ledger import Ledger
+    from core.ledger.ledger import Ledger
 
     entries = Ledger(paths.database(root)).entries(args.dataset)
     if args.json:
@@ -95,7 +95,7 @@ def _policy_line(policy: dict) -> str:
 
 
 def cmd_totals(args: argparse.Namespace, root: Path) -> int:
-    from core.ledger import Ledger
+    from core.ledger.ledger import Ledger
 
     totals = Ledger(paths.database(root)).totals()
     if args.json:
@@ -130,7 +130,7 @@ def cmd_totals(args: argparse.Namespace, root: Path) -> int:
 def cmd_verify(args: argparse.Namespace, root: Path) -> int:
     from datetime import UTC, datetime
 
-    from core.ledger import Ledger
+    from core.ledger.ledger import Ledger
 
     ledger = Ledger(paths.database(root))
     try:
@@ -165,8 +165,9 @@ def cmd_recover(args: argparse.Namespace, root: Path) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace, root: Path) -> int:
-    from core import anchors, snapshots
-    from core.migrate import migrate
+    from core.datasets import snapshots
+    from core.datasets.migrate import migrate
+    from core.ledger import anchors
     from core.store import redact
 
     entries, registrations = migrate(root, args.to)

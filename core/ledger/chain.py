@@ -1,7 +1,7 @@
 """The ledger's rows and their hash chain: the row format (``Entry``), how a row is read and
 written, and the check that the chain, its anchors and every published manifest agree.
 
-Each row's hash is an HMAC-SHA256, under the home's key (``core.anchors``), of its canonical JSON
+Each row's hash is an HMAC-SHA256, under the home's key (``core.ledger.anchors``), of its canonical JSON
 content, which includes the previous row's hash: a changed, removed or reordered row breaks the
 chain and cannot be re-chained without the key. Both ledger stores hold these rows unchanged.
 """
@@ -14,9 +14,9 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from core import anchors
-from core.accounting import Budget
 from core.errors import LedgerCorrupt
+from core.ledger import anchors
+from core.privacy.budget import Budget
 
 GENESIS = "0" * 64
 COLUMNS = (

@@ -15,7 +15,7 @@ The decision (``look``) is taken again inside the charge's locked transaction, w
 cannot change under it (``Ledger.reserve``): an approval given on an earlier look covers the charge
 only if the charge takes no larger a share and brings its account no further than the steward saw
 (``Approval.covers``). What was decided is recorded in the charge's entry under the hash chain
-(``Look.record``), and ``ledger verify`` recomputes it from the ledger alone (``core.budget.replay``).
+(``Look.record``), and ``ledger verify`` recomputes it from the ledger alone (``core.ledger.account.replay``).
 Everything here is public: caps, charges, who asked and when.
 """
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from fractions import Fraction
 
-from core.accountant import Filter, Spend, exact
+from core.privacy.accountant import Filter, Spend, exact
 
 TOLERANCE = 1e-9  # an approval covers a recomputed share equal to the one shown, up to float rounding
 

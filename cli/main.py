@@ -14,10 +14,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from core import __version__, paths, settings
-from core.accounting import charge_phrase
-from core.errors import LedgerCorrupt, UserError
-from flows.cli_dataset import (
+from cli.dataset import (
     cmd_dataset_add,
     cmd_dataset_drop,
     cmd_dataset_list,
@@ -25,9 +22,12 @@ from flows.cli_dataset import (
     cmd_dataset_refresh,
     cmd_dataset_show,
 )
-from flows.cli_ledger import add_parsers as add_ledger_parsers
-from flows.cli_user import add_parsers as add_user_parsers
-from flows.launch import prefect_api_url, prefect_env, quiet_console, start_prefect
+from cli.launch import prefect_api_url, prefect_env, quiet_console, start_prefect
+from cli.ledger import add_parsers as add_ledger_parsers
+from cli.user import add_parsers as add_user_parsers
+from core import __version__, paths, settings
+from core.errors import LedgerCorrupt, UserError
+from core.privacy.budget import charge_phrase
 
 
 def _runner(args: argparse.Namespace) -> dict:
@@ -39,8 +39,9 @@ def _runner(args: argparse.Namespace) -> dict:
 def _run_release(request_path: Path, runner: dict) -> dict:
     """Check the request against public facts first (under a second), then release: as a flow
     run on the configured Prefect server, or directly when none is configured (no temporary server)."""
-    from core import charged, parallel, pipeline, spec
-    from core.home import Home
+    from core import parallel
+    from core.release import charged, pipeline, spec
+    from core.release.home import Home
 
     request = spec.load(request_path)
     store = Home.open()
@@ -72,8 +73,8 @@ def _run_release(request_path: Path, runner: dict) -> dict:
 
 def cmd_preview(args: argparse.Namespace) -> int:
     """What the release would cost and give, charging nothing: exit 2 when a release would be refused."""
-    from core import preview, spec
-    from core.home import Home
+    from core.release import preview, spec
+    from core.release.home import Home
 
     found = preview.preview(Home.open(), spec.load(Path(args.request)))
     print(json.dumps(found, indent=2) if args.json else preview.text(found), end="\n" if args.json else "")
@@ -117,7 +118,7 @@ def _said(key: str, value: object) -> object:
 
 
 def _left(dataset: str) -> dict | None:
-    from core.ledger import Ledger
+    from core.ledger.ledger import Ledger
 
     totals = next((t for t in Ledger(paths.database(paths.home())).totals() if t.dataset == dataset), None)
     return None if totals is None or totals.remaining is None else {"epsilon": totals.remaining.epsilon,
@@ -125,9 +126,10 @@ def _left(dataset: str) -> dict | None:
 
 
 def cmd_info(args: argparse.Namespace, root: Path) -> int:
-    from core import snapshots
-    from core.ledger import Ledger
-    from core.registry import Registry, data_root
+    from core.datasets import snapshots
+    from core.datasets.registry import Registry
+    from core.ledger.ledger import Ledger
+    from core.tables.readers import data_root
 
     ledger = Ledger(paths.database(root))
     entries = ledger.entries() if ledger.store.exists() else []
@@ -152,9 +154,9 @@ def cmd_info(args: argparse.Namespace, root: Path) -> int:
 
 
 def cmd_spam_train(args: argparse.Namespace, root: Path) -> int:
-    from core import charged
-    from core.home import Home
-    from core.spam_run import SpamJob
+    from core.release import charged
+    from core.release.home import Home
+    from core.release.spam_run import SpamJob
 
     home = Home(root)
     claim = SpamJob(args.spec).check(home)  # the whole spec, its files, floors, terms and run id: before Prefect starts
@@ -201,9 +203,9 @@ def cmd_spam_split(args: argparse.Namespace, root: Path) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, root: Path) -> int:
-    from core.demo import DATASETS, write_demo
-    from core.ledger import Ledger
-    from core.registry import Registry
+    from core.datasets.demo import DATASETS, write_demo
+    from core.datasets.registry import Registry
+    from core.ledger.ledger import Ledger
 
     request = write_demo(root, rows=args.rows)
     caps = {t.dataset: t.cap for t in Ledger(paths.database(root)).totals()}
@@ -236,8 +238,8 @@ def cmd_demo(args: argparse.Namespace, root: Path) -> int:
 
 def _recover(root: Path) -> list:
     """Settle interrupted releases and clear their staging before a command reads the ledger."""
-    from core.charged import recover
-    from core.home import Home
+    from core.release.charged import recover
+    from core.release.home import Home
 
     settled = recover(Home(root))
     for e in settled:

@@ -1,5 +1,5 @@
 """The release pipeline: a release's own steps as plain functions, and ``release``, which runs them as
-one charged run (``core.charged``).
+one charged run (``core.release.charged``).
 
 check → admit → (a steward's approval, for a large charge) → load → reserve → privatize → check its
 output → (SDC: assess) → publish → settle.
@@ -23,18 +23,21 @@ from pathlib import Path
 
 import pandas as pd
 
-from core import budget, charged, faults, mechanisms, noise, parallel, snapshots
-from core import publish as _publish
-from core import spec as _spec
-from core.accountant import Spend, events_of
-from core.charged import Caller, Claim, Log
+from core import faults, mechanisms, noise, parallel
+from core.datasets import snapshots
 from core.errors import SpecError
-from core.home import Home
-from core.ledger import Charge, Ledger
+from core.ledger import account
+from core.ledger.ledger import Charge, Ledger
 from core.mechanisms.base import DPCost, Plan, Result
+from core.privacy.accountant import Spend, events_of
+from core.release import charged
+from core.release import publish as _publish
+from core.release import spec as _spec
+from core.release.charged import Caller, Claim, Log
+from core.release.home import Home
+from core.release.spec import Release, ReleaseRequest
 from core.sdc import enforce
 from core.sdc import report as sdc_report
-from core.spec import Release, ReleaseRequest
 
 
 def prepare(store: Home, request: ReleaseRequest) -> tuple[Release, Plan]:
@@ -103,7 +106,7 @@ def largest_fit(ledger: Ledger, dataset: str, module, params) -> str:
             return None
         return Spend("this release", p.cost.budget, events_of(p.detail))
 
-    best = budget.largest_epsilon(f, spends, make, params.epsilon)
+    best = account.largest_epsilon(f, spends, make, params.epsilon)
     if best is None:
         return "No epsilon of this request fits (its delta alone does not)."
     return f"The largest epsilon of this request that fits is {best:.3g} (same delta and other parameters)."
@@ -171,7 +174,7 @@ class Steps:
 
 @dataclass
 class ReleaseJob:
-    """One release as a charged run (``core.charged.Job``): its request, its steps, and what each step found."""
+    """One release as a charged run (``core.release.charged.Job``): its request, its steps, and what each step found."""
 
     request: ReleaseRequest
     steps: Steps = field(default_factory=Steps)

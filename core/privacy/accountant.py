@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 from typing import Literal
 
-from core.accounting import Budget
+from core.privacy.budget import Budget
 
 Family = Literal["gaussian", "laplace", "discrete_laplace", "permute_and_flip", "exponential", "approx"]
 FAMILIES = ("gaussian", "laplace", "discrete_laplace", "permute_and_flip", "exponential", "approx")

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from core.budget import Totals
-from core.chain import Entry
 from core.charts import Chart
 from core.errors import LedgerCorrupt
-from core.ledger import RESERVED, Ledger
+from core.ledger.account import Totals
+from core.ledger.chain import Entry
+from core.ledger.ledger import RESERVED, Ledger
 
 
 @dataclass(frozen=True)

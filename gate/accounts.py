@@ -1,4 +1,4 @@
-"""People and their roles: the accounts the gate (``gate/``) lets into Prefect's UI and API.
+"""People's accounts: the accounts the gate (``gate/``) lets into Prefect's UI and API.
 
 An account is a name, one role and a password stored only as an Argon2id hash (argon2-cffi, its
 default parameters: salted, slow). Accounts live in the ledger's store (``core.store``): the home's
@@ -15,8 +15,6 @@ holds Prefect's own credential instead.
 from __future__ import annotations
 
 import functools
-import os
-import pwd
 import re
 import secrets
 from dataclasses import dataclass
@@ -24,26 +22,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from core.errors import UserError
+from core.people import ROLES
 from core.store import open_store
 
-ANALYST, AUDITOR, STEWARD = "analyst", "auditor", "steward"
-ROLES = (ANALYST, AUDITOR, STEWARD)
-REQUESTED_BY = "requested-by:"  # the tag the gate puts on every flow run it creates: who asked
 NAME = re.compile(r"^[a-z][a-z0-9._-]{0,62}$")
 MIN_PASSWORD = 12
-
-
-def requester(tags=()) -> str:
-    """Who asked for a run: the account the gate tagged it with, else this process's operating-system user
-    (a command the operator typed, or a run the operator started without the gate), by its real uid:
-    not ``$USER`` or ``$LOGNAME``, which whoever runs the command sets (an account's window would not hold)."""
-    named = [t.removeprefix(REQUESTED_BY) for t in tags if t.startswith(REQUESTED_BY)]
-    if len(named) == 1:
-        return named[0]
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:  # a uid with no passwd entry (a container's): the number is who it is
-        return f"uid:{os.getuid()}"
 
 
 class AccountError(UserError):

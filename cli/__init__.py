@@ -1,0 +1,1 @@
+"""The ``privrelease`` command line: one module per command group (``main`` dispatches)."""

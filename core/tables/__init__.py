@@ -1,0 +1,1 @@
+"""Tables: the public shape of a registered table, and how a steward's file is read into DuckDB."""
