@@ -37,8 +37,9 @@ from core.spam import protocol as P  # noqa: E402
 from core.spam import wire as W  # noqa: E402
 from core.spam.mail import read_mail, split_corpus  # noqa: E402
 from core.spam.paillier import KeyPair  # noqa: E402
+from core.spam.run_report import auc  # noqa: E402
 from core.spam.spec import Inputs  # noqa: E402
-from core.spam.training import SpamSpec, Training, auc, design, exact_gradient  # noqa: E402
+from core.spam.training import SpamSpec, Training, design, exact_gradient  # noqa: E402
 
 CORPUS = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "spamassassin" / "spamassassin.jsonl.gz"
 

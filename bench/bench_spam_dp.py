@@ -38,7 +38,8 @@ from core.spam import protocol as P
 from core.spam import wire as W
 from core.spam.aggregation import W_BITS
 from core.spam.mail import read_mail, split_corpus
-from core.spam.training import auc, design, plain_gradient
+from core.spam.run_report import auc
+from core.spam.training import design, plain_gradient
 
 CORPUS = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "spamassassin" / "spamassassin.jsonl.gz"
 EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 
 def cmd_dataset_add(args: argparse.Namespace, root: Path) -> int:
-    from core.datasets.registry import Registry, Unit, read_schema
+    from core.datasets.ingest import read_schema
+    from core.datasets.registry import Registry, Unit
     from core.people import requester
     from core.sdc import policy
 

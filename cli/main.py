@@ -180,7 +180,7 @@ def cmd_spam_train(args: argparse.Namespace, root: Path) -> int:
 def cmd_spam_classify(args: argparse.Namespace, root: Path) -> int:
     from core.errors import SpecError
     from core.ids import check_id
-    from core.spam.training import classify_message
+    from core.spam.classify import classify_message
 
     folder = root / "spam" / check_id(args.run_id, "the run id")
     if not (folder / "model.npy").is_file():

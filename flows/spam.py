@@ -16,7 +16,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from core.release import charged
 from core.release.home import Home
 from core.release.spam_run import SpamJob
-from core.spam.training import markdown
+from core.spam.run_report import markdown
 from flows import steps
 
 

@@ -13,7 +13,8 @@ import pytest
 from core import settings
 from core.datasets import snapshots, validate
 from core.datasets.demo import SUITES, census
-from core.datasets.registry import Registry, Unit, read_schema
+from core.datasets.ingest import read_schema
+from core.datasets.registry import Registry, Unit
 from core.db import quote_ident
 from core.errors import IngestError, SpecError, UserError, ValidationFailed
 from core.tables.schema import Column, Needs, Schema

@@ -18,7 +18,7 @@ from core.spam import features as F
 from core.spam.dp import ADJACENCY, DPParams
 from core.spam.dp import calibrate as dp_calibrate
 from core.spam.parties import Remote
-from core.spam.training import EVALUATION, WITHHELD, markdown
+from core.spam.run_report import EVALUATION, WITHHELD, markdown
 from tests.test_release_flow import cli
 
 
@@ -84,7 +84,7 @@ def test_training_flow_end_to_end_and_private_classification(prefect_server, hom
     assert code == 2 and "already exists" in err
     # a run whose folder fails part-way (here its ROC plot) leaves no run folder, and is settled failed
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("core.spam.training._roc", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+        mp.setattr("core.spam.run_report.roc", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
         code, _, err = cli(capsys, "spam", "train", spec(home / "data" / "mail", run_id="r-broken", rounds=1))
     assert code != 0 and not (home / "spam" / "r-broken").exists() and sorted(p.name for p in (home / "spam").iterdir()) == ["r1"]
     assert [e.status for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "r-broken"] == [RESERVED, FAILED]

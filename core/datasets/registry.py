@@ -28,28 +28,21 @@ from typing import Literal
 
 import duckdb
 import pandas as pd
-from pydantic import ValidationError
 
 from core import paths
-from core.datasets import content, snapshots
+from core.datasets import content, ingest, snapshots
 from core.db import quote_ident
-from core.errors import IngestError, SpecError
+from core.errors import SpecError
 from core.ids import check_id
 from core.ledger.ledger import Ledger
 from core.sdc.policy import Policy
 from core.store import open_store
 from core.tables.readers import (
-    CAST,
-    DUCK,
-    check_schema,
     check_weight,
-    csv_header,
     data_root,
-    read_into,
     resolve_source,
-    steward_file,
 )
-from core.tables.schema import TYPES, Column, Schema
+from core.tables.schema import Schema
 
 FORMATS = ("csv", "parquet", "jsonl")
 PURPOSES = ("dp", "sdc")
@@ -295,38 +288,8 @@ class Registry:
         schema: Schema | None, suite: str | None, policy: Policy | None = None,
     ) -> tuple[Dataset, bool]:  # fmt: skip
         snapshot = snapshots.folder(self.home, dataset_id) / f"v{version}.parquet"
-        if fmt == "csv":
-            header = csv_header(path, delimiter)
-            dupes = sorted({h for h in header if header.count(h) > 1})
-            if dupes:
-                raise IngestError(f"the CSV header repeats column names {dupes}; give every column a unique name.")
         with duckdb.connect() as con:
-            read_into(con, "incoming", path, fmt, delimiter)
-            found = con.execute(
-                "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'incoming' "
-                "ORDER BY ordinal_position"
-            ).fetchall()
-            total = con.execute("SELECT count(*) FROM incoming").fetchall()[0][0]
-            if total == 0:
-                raise IngestError(f"{path.name!r} has a header but no rows; nothing to register.")
-            inferred = schema is None
-            if schema is None:
-                schema = Schema(columns={
-                    name: Column(type=DUCK.get(dtype, "string"), nullable=bool(con.execute(
-                        f"SELECT count(*) FROM incoming WHERE {quote_ident(name)} IS NULL").fetchall()[0][0]))
-                    for name, dtype in found
-                })  # fmt: skip
-            check_schema(con, schema, [n for n, _ in found], path.name)
-            if policy is not None:
-                policy.check(schema, dataset_id)
-                check_weight(con, "incoming", policy.weight, path.name)
-            if unit.column is not None and (unit.column not in schema.columns or schema.columns[unit.column].nullable):
-                raise IngestError(f"--unit names column {unit.column!r}, which the file lacks or leaves empty in some "
-                                  "rows; every record needs its user.")  # fmt: skip
-            frame = con.execute(
-                "SELECT " + ", ".join(f"CAST({quote_ident(n)} AS {CAST[c.type]}) AS {quote_ident(n)}"
-                                      for n, c in schema.columns.items()) + " FROM incoming"
-            ).df()  # fmt: skip
+            frame, schema, inferred, total = ingest.read_table(con, path, fmt, delimiter, schema, policy, unit.column, dataset_id)
             parsed = content.digest(frame, {n: c.type for n, c in schema.columns.items()})
             self._refuse_duplicate(dataset_id, path, parsed)
             if suite is not None:
@@ -354,16 +317,3 @@ class Registry:
 def _dataset(row: tuple) -> Dataset:
     dataset_id, version, unit, purpose, schema, rows, registered = row
     return Dataset(dataset_id, version, Unit.parse(unit), purpose, Schema.model_validate_json(schema), rows, registered)
-
-
-def read_schema(path: str) -> Schema:
-    """A steward's schema file (YAML or JSON: ``columns: {name: {type, nullable}}``)."""
-    file = Path(path)
-    doc = steward_file(path, "--schema")
-    try:
-        return Schema.model_validate(doc)
-    except ValidationError as exc:
-        where = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise SpecError(f"--schema {file.name!r} is invalid ({where}); each column needs a type among "
-                        f"{', '.join(TYPES)} and optionally nullable: true.") from None  # fmt: skip
-

@@ -26,8 +26,9 @@ from core.release.home import Home
 from core.spam import features as F
 from core.spam import terms as T
 from core.spam.dp import ADJACENCY, cap
+from core.spam.run_report import public_auc
 from core.spam.spec import Inputs, check
-from core.spam.training import RoundReport, Training, public_auc
+from core.spam.training import RoundReport, Training
 
 
 def setup(inputs: Inputs) -> Training:

@@ -37,8 +37,10 @@ from phe import paillier
 from core import noise
 from core.errors import ParameterError
 from core.spam import compare as C
+from core.spam import dp
+from core.spam import features as F
 from core.spam.paillier import PublicKey
-from core.spam.parties import Local
+from core.spam.parties import Local, Remote
 from core.spam.wire import Channel, Message
 
 SCALE_BITS = 48  # W_j = round(2^48·w_j), as in training
@@ -263,3 +265,22 @@ def service(folder: Path, weights: np.ndarray, key_bits: int) -> tuple[ClassifyS
     with os.fdopen(fd, "w") as fh:
         json.dump({**server.state(), "model_sha256": digest}, fh)
     return server, keys_path.read_bytes(), weights_path.read_bytes()
+
+
+def classify_message(folder: Path, text: str, key_bits: int | None = None) -> tuple[str, Channel]:
+    """Run the private classification protocol (``classify``) for one message against a trained run's model."""
+    report = json.loads((folder / "report.json").read_text())
+    params = F.FeatureParams.model_validate({k: v for k, v in report["features"].items() if k != "data_dependent"})
+    keep = np.load(folder / "feature_map.npy") if (folder / "feature_map.npy").exists() else None
+    x = F.Reducer(params, keep).apply(F.grams(text, params.modulus))
+    if report.get("dp"):  # the model was trained on messages of at most max_features features
+        x = dp.cap(x, report["dp"]["max_features"], params.seed)
+    server = Remote("server", ServerParty, folder, key_bits or report["key_bits"])  # the model and keys stay there
+    try:
+        keys, weights = server.call("publication")
+        wire = Wire(Channel())
+        client = ClassifyClient(wire.send(server.name, "client", "public-keys", keys),
+                                wire.send(server.name, "client", "encrypted-weights", weights))  # fmt: skip
+        return classify(server, client, wire, x), wire.channel
+    finally:
+        server.close()
