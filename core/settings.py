@@ -37,6 +37,9 @@ FORMS_FROM_REGISTRY = "PRIVRELEASE_FORMS_FROM_REGISTRY"
 REPO = "PRIVRELEASE_REPO"
 HOST = "PRIVRELEASE_HOST"
 PORT = "PRIVRELEASE_PORT"
+GATE_PORT = "PRIVRELEASE_GATE_PORT"
+TLS_CERT = "PRIVRELEASE_TLS_CERT"
+TLS_KEY = "PRIVRELEASE_TLS_KEY"
 PREFECT_URL = "PRIVRELEASE_PREFECT_URL"
 PREFECT_AUTH = "PREFECT_API_AUTH_STRING"  # Prefect's own: the operator's credential for its server
 FLOW_RUN_ID = "PREFECT__FLOW_RUN_ID"  # Prefect's own: the run a worker starts a process for
@@ -59,8 +62,11 @@ VARIABLES = (
     Variable(APPROVAL_TIMEOUT, "86400", "seconds a run waits for a steward's approval"),
     Variable(FORMS_FROM_REGISTRY, "unset", "1: the SDC forms offer the registered datasets' columns"),
     Variable(REPO, "this checkout", "the checkout whose prefect.yaml the worker's guard holds runs to"),
-    Variable(HOST, "127.0.0.1", "the gate's address"),
-    Variable(PORT, "4200", "the gate's port"),
+    Variable(HOST, "127.0.0.1", "the address the proxy listens on, where people reach the UI and the API"),
+    Variable(PORT, "4200", "the proxy's port, where people reach the UI and the API"),
+    Variable(GATE_PORT, "4202", "the gate's port on 127.0.0.1, behind the proxy"),
+    Variable(TLS_CERT, "unset (plain HTTP)", "the proxy's TLS certificate chain (PEM); with TLS_KEY it serves HTTPS only"),
+    Variable(TLS_KEY, "unset", "the private key (PEM) of TLS_CERT"),
     Variable(PREFECT_URL, "required by the gate", "Prefect's server behind the gate"),
     Variable(PREFECT_AUTH, "required by the gate", "the operator's credential for Prefect's server"),
     Variable(FLOW_RUN_ID, "set by Prefect's worker", "the flow run the worker's guard checks"),

@@ -1,5 +1,6 @@
-"""``python -m gate``: the gate on $PRIVRELEASE_PORT (default 4200) in front of Prefect's server at
-$PRIVRELEASE_PREFECT_URL, passing allowed calls on with the operator's $PREFECT_API_AUTH_STRING."""
+"""``python -m gate``: the gate on 127.0.0.1:$PRIVRELEASE_GATE_PORT (default 4202) in front of Prefect's
+server at $PRIVRELEASE_PREFECT_URL, passing allowed calls on with the operator's $PREFECT_API_AUTH_STRING.
+People reach it through the proxy (``python -m gate.proxy``, nginx), never directly."""
 
 from __future__ import annotations
 
@@ -22,11 +23,17 @@ def main() -> int:
     if missing:
         print(f"the gate needs {' and '.join('$' + m for m in missing)} (make serve sets them)", file=sys.stderr)
         return 2
-    host = settings.get(settings.HOST, "127.0.0.1")
-    port = int(settings.number(settings.PORT, 4200))
-    # connections beyond the limit get 503 at once instead of holding memory; idle ones are closed after 5 s
-    uvicorn.run(create_app(), host=host, port=port, log_level="warning", ws="websockets-sansio", limit_concurrency=256,
-                timeout_keep_alive=5)  # fmt: skip
+    port = int(settings.number(settings.GATE_PORT, 4202))
+    # uvicorn counts every open connection against limit_concurrency (past it, every request gets 503) and
+    # starts its keep-alive timer only after an answer: a socket that sends nothing, or a header a byte at a
+    # time, is held for as long as its sender likes. So the gate listens on 127.0.0.1 only, behind the proxy
+    # (deploy/nginx.conf), which cuts such sockets after its header timeout and opens connections here only
+    # for whole requests. timeout_keep_alive: an idle connection after an answer (the proxy's, between its
+    # requests) is closed after 5 s; the proxy stops reusing them after 4 s.
+    # X-Forwarded-For is believed from 127.0.0.1 only: the proxy sets it to the caller's address (overwritten,
+    # never appended), so request.client.host is the caller's address, not the proxy's.
+    uvicorn.run(create_app(), host="127.0.0.1", port=port, log_level="warning", ws="websockets-sansio",
+                limit_concurrency=256, timeout_keep_alive=5, proxy_headers=True, forwarded_allow_ips="127.0.0.1")  # fmt: skip
     return 0
 
 

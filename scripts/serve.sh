@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make serve`: Prefect's server where only the operator reaches it, privrelease's gate where people
-# do, the `privrelease` process work pool, every deployment of prefect.yaml, and a worker.
+# `make serve`: Prefect's server where only the operator reaches it, privrelease's gate in front of it and
+# the proxy (nginx) in front of the gate, where people reach them (with TLS when PRIVRELEASE_TLS_CERT and
+# PRIVRELEASE_TLS_KEY are set), the `privrelease` process work pool, every deployment of prefect.yaml, and a worker.
 # Each step is printed as the command an operator runs on their own server. Ctrl-C (SIGINT) or
 # SIGTERM stops all of it within seconds and exits 0; a second start works at once.
 set -euo pipefail
@@ -13,12 +14,14 @@ export PREFECT_HOME=${PREFECT_HOME:-$PRIVRELEASE_HOME/prefect-server}
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
 # the worker asks for new runs every second (Prefect's default is 10 s: up to 10 s before a submitted run starts)
 export PREFECT_WORKER_QUERY_SECONDS=${PREFECT_WORKER_QUERY_SECONDS:-1}
-PORT=${PRIVRELEASE_PORT:-4200}                  # the gate: what people reach
+PORT=${PRIVRELEASE_PORT:-4200}                  # the proxy: what people reach
 PREFECT_PORT=${PRIVRELEASE_PREFECT_PORT:-4201}  # Prefect's own server: the operator only
-export PRIVRELEASE_PORT=$PORT
+GATE_PORT=${PRIVRELEASE_GATE_PORT:-4202}        # the gate, behind the proxy on 127.0.0.1
+export PRIVRELEASE_PORT=$PORT PRIVRELEASE_GATE_PORT=$GATE_PORT
+SCHEME=http; [ -n "${PRIVRELEASE_TLS_CERT:-}" ] && SCHEME=https
 export PRIVRELEASE_PREFECT_URL=http://127.0.0.1:$PREFECT_PORT
 export PREFECT_API_URL=$PRIVRELEASE_PREFECT_URL/api
-export PREFECT_UI_API_URL=/api  # the UI calls its API where it was loaded from: the gate
+export PREFECT_UI_API_URL=/api  # the UI calls its API where it was loaded from: the proxy, then the gate
 export PREFECT_SERVER_UI_V2_ENABLED=false  # one UI (Prefect's v1), the one the gate's policy is written for
 mkdir -p "$PRIVRELEASE_HOME"
 
@@ -41,14 +44,14 @@ stop() {  # stop CODE: every child, then exit CODE (0 when asked to stop)
     sleep 0.1
   done
   for pid in "${children[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
-  echo "privrelease: stopped the worker, the gate and Prefect's server"
+  echo "privrelease: stopped the worker, the proxy, the gate and Prefect's server"
   exit "${1:-0}"
 }
 trap 'stop 0' INT TERM
 # each child in its own process group (setsid): stop() ends it with all it started
 start() { local log=$1; shift; setsid "$@" > "$log" 2>&1 & children+=($!); }
-wait_for() {
-  for _ in $(seq 1 240); do curl -fs "$1" > /dev/null && return 0; sleep 0.5; done
+wait_for() {  # -k: a certificate for the host's public name need not name 127.0.0.1
+  for _ in $(seq 1 240); do curl -fsk "$1" > /dev/null && return 0; sleep 0.5; done
   echo "$2 did not start; see $3"; stop 1
 }
 
@@ -57,10 +60,15 @@ printf '$ PREFECT_SERVER_API_AUTH_STRING=... prefect server start --host 127.0.0
 start "$PRIVRELEASE_HOME/server.log" "$BIN/prefect" server start --host 127.0.0.1 --port "$PREFECT_PORT"
 wait_for "$PREFECT_API_URL/health" "Prefect's server" "$PRIVRELEASE_HOME/server.log"
 
-echo "# the gate, where people reach the UI and the API with their accounts"
-printf '$ python -m gate  # on 127.0.0.1:%s\n' "$PORT"
+echo "# the gate, which decides every call people make with their accounts, on this host only"
+printf '$ python -m gate  # on 127.0.0.1:%s\n' "$GATE_PORT"
 start "$PRIVRELEASE_HOME/gate.log" "$BIN/python" -m gate
-wait_for "http://127.0.0.1:$PORT/api/health" "the gate" "$PRIVRELEASE_HOME/gate.log"
+wait_for "http://127.0.0.1:$GATE_PORT/api/health" "the gate" "$PRIVRELEASE_HOME/gate.log"
+
+echo "# the proxy (nginx) in front of the gate, where people reach the UI and the API"
+printf '$ python -m gate.proxy  # nginx on %s:%s, configuration from deploy/nginx.conf\n' "${PRIVRELEASE_HOST:-127.0.0.1}" "$PORT"
+start "$PRIVRELEASE_HOME/proxy.log" "$BIN/python" -m gate.proxy
+wait_for "$SCHEME://127.0.0.1:$PORT/api/health" "the proxy" "$PRIVRELEASE_HOME/proxy.log"
 
 echo "# the steward registers the demo datasets the deployments' default requests name"
 printf '\n$ privrelease --home %s demo --prepare-only\n' "$PRIVRELEASE_HOME"
@@ -81,9 +89,9 @@ start "$PRIVRELEASE_HOME/worker.log" "$BIN/prefect" worker start --pool privrele
 accounts=$("$BIN/privrelease" --home "$PRIVRELEASE_HOME" user list --json | "$BIN/python" -c 'import json,sys; print(len(json.load(sys.stdin)))')
 cat <<EOF
 
-UI (people, through the gate):  http://127.0.0.1:$PORT   sign in as NAME:PASSWORD
+UI (people, through the proxy and the gate):  $SCHEME://${PRIVRELEASE_HOST:-127.0.0.1}:$PORT   sign in as NAME:PASSWORD
 Prefect's server (operator):     $PREFECT_API_URL   credential in $secret
-state: $PRIVRELEASE_HOME   logs: server.log gate.log worker.log there
+state: $PRIVRELEASE_HOME   logs: server.log gate.log proxy.log worker.log there
 EOF
 if [ "$accounts" = 0 ]; then
   cat <<EOF

@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 # `make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`): each test file is one group,
 # so a file's module fixtures are built once, and the files that share the session's served Prefect
 # (`served`, `people`) form one group, so that server is started once.
-SERVED_FILES = {"test_gate.py", "test_server.py", "test_ui.py"}
+SERVED_FILES = {"test_gate.py", "test_server.py", "test_ui.py", "test_proxy.py"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -94,15 +94,16 @@ ADULT_QI = ["education", "race", "sex", "workclass", "marital-status", "age", "r
 @pytest.fixture(scope="session")
 def served(tmp_path_factory):
     """`make serve` without its worker: a real `prefect server` asking for the operator's credential,
-    privrelease's gate in front of it ($PRIVRELEASE_GATE_URL in the environment yielded), the demo
-    datasets, the pool and every deployment; shared by the server, gate and browser tests (each starts
-    its own worker)."""
-    from tests.test_server import deploy, gate, running_server
+    privrelease's gate in front of it and the proxy (nginx) in front of the gate, where people reach them
+    ($PRIVRELEASE_GATE_URL in the environment yielded; the bare gate's, behind it, is $PRIVRELEASE_GATE_PORT),
+    the demo datasets, the pool and every deployment; shared by the server, gate, proxy and browser tests
+    (each starts its own worker)."""
+    from tests.test_server import deploy, gate, proxy, running_server
 
     root = tmp_path_factory.mktemp("server")
-    with running_server(root) as env, gate(env, root / "gate.log") as gate_url:
+    with running_server(root) as env, gate(env, root / "gate.log") as gate_url, proxy(env, gate_url, root / "proxy.log") as url:
         deploy(env)
-        yield env | {"PRIVRELEASE_GATE_URL": gate_url}, root
+        yield env | {"PRIVRELEASE_GATE_URL": url, "PRIVRELEASE_GATE_PORT": gate_url.rsplit(":", 1)[1]}, root
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,5 @@
 """`make serve` as an operator types it: Prefect's server behind the operator's credential, the gate in
-front, no account anyone could guess, and a clean stop on Ctrl-C or SIGTERM (every service it started
+front and the proxy (nginx) in front of the gate, no account anyone could guess, and a clean stop on Ctrl-C or SIGTERM (every service it started
 ends, one line, exit 0) after which a second start works at once."""
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from tests.test_server import _free_port
 READY = "Ctrl-C stops it all."
 
 
-def _start(home: Path, ports: tuple[int, int], log: Path) -> subprocess.Popen:
+def _start(home: Path, ports: tuple[int, int, int], log: Path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "PRIVRELEASE_"))}
-    env |= {"PRIVRELEASE_HOME": str(home), "PRIVRELEASE_PORT": str(ports[0]), "PRIVRELEASE_PREFECT_PORT": str(ports[1])}
+    env |= {"PRIVRELEASE_HOME": str(home), "PRIVRELEASE_PORT": str(ports[0]), "PRIVRELEASE_PREFECT_PORT": str(ports[1]),
+            "PRIVRELEASE_GATE_PORT": str(ports[2])}
     return subprocess.Popen(["make", "-s", "serve"], cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
                             start_new_session=True)  # fmt: skip
 
@@ -77,34 +78,37 @@ def _free(port: int) -> bool:
 
 def test_make_serve_starts_behind_the_gate_and_stops_cleanly(tmp_path: Path):
     home = tmp_path / "home"
-    ports = (_free_port(), _free_port())
+    ports = (_free_port(), _free_port(), _free_port())
     log = tmp_path / "serve.log"
     proc = _start(home, ports, log)
     try:
         out = _ready(proc, log)
-        gate, prefect = f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}"
+        people, prefect = f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}"
         # nothing anyone could guess: no account, and how to add the first ones
         assert "no accounts yet; add the first ones" in out and "user add alice --role analyst" in out
         assert "password (shown once" not in out
         secret = home / "prefect-operator.secret"
         assert oct(secret.stat().st_mode & 0o777) == "0o600" and secret.read_text().strip() not in out
-        assert httpx.post(f"{gate}/api/flow_runs/filter", json={}, timeout=10).status_code == 401
+        assert httpx.post(f"{people}/api/flow_runs/filter", json={}, timeout=10).status_code == 401
+        assert httpx.get(f"{people}/api/health", timeout=10).headers["server"] == "nginx"  # the proxy answers there
+        assert httpx.post(f"http://127.0.0.1:{ports[2]}/api/flow_runs/filter", json={}, timeout=10).status_code == 401  # the gate
+        assert (home / "proxy" / "nginx.conf").is_file()
         assert httpx.post(f"{prefect}/api/flow_runs/filter", json={}, timeout=10).status_code == 401
         credential = tuple(secret.read_text().strip().split(":", 1))
         assert httpx.post(f"{prefect}/api/flow_runs/filter", json={}, auth=credential, timeout=10).status_code == 200
         started = _ours(home)
-        assert len(started) >= 4  # the script, Prefect's server, the gate, the worker
+        assert len(started) >= 4  # the script, Prefect's server, the gate, the worker (nginx rewrites its environment)
         left, out = _stop(proc, signal.SIGINT, log, home)
         script = [line for line in out.splitlines() if not line.startswith("make")]  # make reports the Ctrl-C it saw
-        assert script[-1] == "privrelease: stopped the worker, the gate and Prefect's server", out[-2000:]
+        assert script[-1] == "privrelease: stopped the worker, the proxy, the gate and Prefect's server", out[-2000:]
         assert "Traceback" not in out
-        assert left == [] and _free(ports[0]) and _free(ports[1])
+        assert left == [] and all(_free(port) for port in ports)
         # a second start works at once (no port, lock or process left behind); SIGTERM stops it too
         proc = _start(home, ports, log)
         _ready(proc, log)
         left, out = _stop(proc, signal.SIGTERM, log, home)
-        assert "privrelease: stopped the worker, the gate and Prefect's server" in out and "Traceback" not in out
-        assert left == []
+        assert "privrelease: stopped the worker, the proxy, the gate and Prefect's server" in out and "Traceback" not in out
+        assert left == [] and all(_free(port) for port in ports)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -8,6 +8,7 @@ import os
 import secrets
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -43,12 +44,12 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=15)
 
 
-def _healthy(port: int, proc: subprocess.Popen, log: Path, timeout: float, host: str = "127.0.0.1") -> None:
-    """Wait until the server started as ``proc`` answers its health check on ``host:port``."""
+def _healthy(url: str, proc: subprocess.Popen, log: Path, timeout: float, verify: ssl.SSLContext | bool = True) -> None:
+    """Wait until the server started as ``proc`` answers its health check at ``url``."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            if httpx.get(f"http://{host}:{port}/api/health", timeout=2).status_code == 200:
+            if httpx.get(f"{url}/api/health", timeout=2, verify=verify).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
@@ -77,7 +78,7 @@ def running_server(root: Path, extra: dict | None = None, host: str = "127.0.0.1
     proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", host, "--port", str(port)],
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
-        _healthy(port, proc, root / "server.log", 180, host)
+        _healthy(f"http://{host}:{port}", proc, root / "server.log", 180)
         yield env
     finally:
         _stop(proc)
@@ -86,16 +87,36 @@ def running_server(root: Path, extra: dict | None = None, host: str = "127.0.0.1
 
 @contextmanager
 def gate(env: dict, log_path: Path):
-    """privrelease's gate in front of the server (``python -m gate``, as `make serve` starts it); yields
-    its URL. The server's UI was told to call its API where it was loaded from (the gate)."""
+    """privrelease's gate in front of the server (``python -m gate``, as `make serve` starts it, on 127.0.0.1);
+    yields its URL. The server's UI was told to call its API where it was loaded from."""
     port = _free_port()
-    genv = env | {"PRIVRELEASE_PORT": str(port), "PRIVRELEASE_PREFECT_URL": env["PREFECT_API_URL"].removesuffix("/api")}
+    genv = env | {"PRIVRELEASE_GATE_PORT": str(port), "PRIVRELEASE_PREFECT_URL": env["PREFECT_API_URL"].removesuffix("/api")}
+    with _service([str(BIN / "python"), "-m", "gate"], genv, log_path, f"http://127.0.0.1:{port}") as url:
+        yield url
+
+
+@contextmanager
+def proxy(env: dict, gate_url: str, log_path: Path, tls: tuple[Path, Path] | None = None):
+    """privrelease's proxy (nginx, ``python -m gate.proxy`` as `make serve` starts it) in front of the gate at
+    ``gate_url``, with TLS when ``tls`` names a certificate and its key; yields its URL, where people reach
+    the UI and the API. Its state is in the environment's home."""
+    port = _free_port()
+    penv = env | {"PRIVRELEASE_PORT": str(port), "PRIVRELEASE_GATE_PORT": gate_url.rsplit(":", 1)[1]}
+    if tls:
+        penv |= {"PRIVRELEASE_TLS_CERT": str(tls[0]), "PRIVRELEASE_TLS_KEY": str(tls[1])}
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+    with _service([str(BIN / "python"), "-m", "gate.proxy"], penv, log_path, url,
+                  ssl.create_default_context(cafile=tls[0]) if tls else True) as url:  # fmt: skip
+        yield url
+
+
+@contextmanager
+def _service(command: list[str], env: dict, log_path: Path, url: str, verify: ssl.SSLContext | bool = True):
     log = open(log_path, "w")
-    proc = subprocess.Popen([str(BIN / "python"), "-m", "gate"], env=genv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(command, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        _healthy(port, proc, log_path, 60)
-        yield f"http://127.0.0.1:{port}"
+        _healthy(url, proc, log_path, 60, verify)
+        yield url
     finally:
         _stop(proc)
         log.close()

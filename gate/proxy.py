@@ -1,0 +1,95 @@
+"""``python -m gate.proxy``: nginx in front of the gate, where people reach the UI and the API.
+
+It listens on $PRIVRELEASE_HOST:$PRIVRELEASE_PORT (default 127.0.0.1:4200), with TLS when
+$PRIVRELEASE_TLS_CERT and $PRIVRELEASE_TLS_KEY name a certificate chain and its key; passes every
+call but the UI's static files to the gate on 127.0.0.1:$PRIVRELEASE_GATE_PORT (default 4202), and
+keeps its state (the rendered configuration, pid, access log, temporary files) in <home>/proxy.
+The configuration is ``deploy/nginx.conf`` with its values (``{{name}}``) filled in by ``config``.
+"""
+
+from __future__ import annotations
+
+import grp
+import importlib.util
+import os
+import pwd
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from core import paths, settings
+from core.errors import UserError
+from gate.app import MAX_BODY
+
+TEMPLATE = Path(__file__).resolve().parent.parent / "deploy" / "nginx.conf"
+# the UI's files as Prefect's server serves them: the copy it makes at its start of the ones it ships, with its
+# base path filled in (prefect/server/api/server.py, create_ui_app)
+UI_BUILD = Path(next(iter(importlib.util.find_spec("prefect").submodule_search_locations))).resolve() / "server" / "ui_build"
+TLS = """ssl_certificate {cert};
+        ssl_certificate_key {key};
+        ssl_protocols TLSv1.2 TLSv1.3;
+        ssl_session_cache shared:tls:1m;
+        add_header Strict-Transport-Security "max-age=31536000" always;"""
+
+
+def ui_folder() -> Path:
+    """UI_BUILD, once Prefect's server has made it."""
+    if not (UI_BUILD / "index.html").is_file():
+        raise UserError(f"the UI's files are not in {UI_BUILD} yet: Prefect's server makes them when it starts; "
+                        f"start it (`prefect server start`) before the proxy")  # fmt: skip
+    return UI_BUILD
+
+
+def config(*, host: str, port: int, gate_port: int, ui: Path, state: Path, tls: tuple[Path, Path] | None = None) -> str:
+    """deploy/nginx.conf with its values filled in; every ``{{name}}`` in it must be one of them."""
+    address = f"[{host}]" if ":" in host else host
+    values = {
+        "listen": f"{address}:{port}" + (" ssl" if tls else ""),
+        "gate_port": gate_port,
+        "ui": ui,
+        "state": state,
+        "max_body": MAX_BODY,
+        "tls": TLS.format(cert=tls[0], key=tls[1]) if tls else "",
+        # nginx started by root runs its workers as `nobody` unless told; they run as whoever runs privrelease
+        "user": f"user {pwd.getpwuid(os.geteuid()).pw_name} {grp.getgrgid(os.getegid()).gr_name};" if os.geteuid() == 0 else "",
+    }  # fmt: skip
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: str(values[m[1]]), TEMPLATE.read_text())
+
+
+def _tls() -> tuple[Path, Path] | None:
+    cert, key = settings.get(settings.TLS_CERT), settings.get(settings.TLS_KEY)
+    if bool(cert) != bool(key):
+        raise UserError(f"TLS needs both ${settings.TLS_CERT} and ${settings.TLS_KEY} (a certificate chain and its key, "
+                        f"PEM files); set both, or neither for plain HTTP on this host")  # fmt: skip
+    if not cert:
+        return None
+    for name in (cert, key):
+        if not Path(name).is_file():
+            raise UserError(f"the TLS file {name} does not exist: set ${settings.TLS_CERT} and ${settings.TLS_KEY} to "
+                            f"PEM files")  # fmt: skip
+    return Path(cert).resolve(), Path(key).resolve()
+
+
+def main() -> int:
+    nginx = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/usr/local/sbin")
+    if nginx is None:
+        print("the proxy needs nginx: apt-get install -y nginx (scripts/system-deps.sh)", file=sys.stderr)
+        return 2
+    state = paths.home() / "proxy"
+    try:
+        tls = _tls()
+        text = config(host=settings.get(settings.HOST, "127.0.0.1"), port=int(settings.number(settings.PORT, 4200)),
+                      gate_port=int(settings.number(settings.GATE_PORT, 4202)), ui=ui_folder(), state=state, tls=tls)  # fmt: skip
+    except UserError as error:
+        print(f"the proxy cannot start: {error}", file=sys.stderr)
+        return 2
+    state.mkdir(parents=True, exist_ok=True)
+    conf = state / "nginx.conf"
+    conf.write_text(text)
+    # in the foreground, as this process (its signals stop nginx); -e: no log file of the system's is opened
+    os.execv(nginx, [nginx, "-p", str(state), "-e", "stderr", "-c", str(conf), "-g", "daemon off;"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
