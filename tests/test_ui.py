@@ -129,11 +129,11 @@ def _as_an_analyst(page: Page, env: dict, root: Path, shots: Path) -> None:
     field(page, "release_id").locator("input, textarea").first.fill("ui-enhanced-ra")
     field(page, "k").scroll_into_view_if_needed()
     page.screenshot(path=shots / "ui-form.png")
-    run_id = _submit(page, api, ra["id"], "ui-enhanced-ra", where)
+    run_id = _submit(page, api, ra["id"], "alice.ui-enhanced-ra", where)  # the gate names her id <account>.<id>
     page.wait_for_url(re.compile(r"/deployments/deployment/[^/?]+(\?.*)?$"))  # back on the deployment's runs
     assert _wait(api, run_id, root / "worker-ui-analyst.log") == "COMPLETED", where
     charges = [e for e in Ledger(Path(env["PRIVRELEASE_HOME"]) / "privrelease.duckdb").entries()
-               if e.release_id == "ui-enhanced-ra" and e.status == "reserved"]  # fmt: skip
+               if e.release_id == "alice.ui-enhanced-ra" and e.status == "reserved"]  # fmt: skip
     assert [e.requested_by for e in charges] == ["alice"]
     assert not refused, (refused, where)  # her pages asked for nothing the gate refuses
     (artifact,) = api.post("/artifacts/filter", timeout=10,
@@ -240,7 +240,7 @@ def _as_the_steward(page: Page, env: dict, root: Path, shots: Path) -> None:
         assert not refused, refused
     finally:
         ledger.set_budget("logins-demo", Budget(40.0, 1e-3))
-    (charge,) = [e for e in ledger.entries() if e.release_id == "ui-approved" and e.status == "reserved"]
+    (charge,) = [e for e in ledger.entries() if e.release_id == "alice.ui-approved" and e.status == "reserved"]
     assert charge.requested_by == "alice"
     assert "approved by the data steward sam" in [x["message"] for x in _logs(api, run["id"])]
 
