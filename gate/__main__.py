@@ -14,8 +14,8 @@ def main() -> int:
 
     import uvicorn
 
-    # the gate's own log (failed sign-ins, with name and address) on stderr, beside uvicorn's
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # the gate's own warnings (failed sign-ins, with name and address) on stderr, beside uvicorn's
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     try:
         from gate.app import create_app

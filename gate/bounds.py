@@ -5,8 +5,9 @@ Every body: at most ``MAX_DEPTH`` levels of nesting (deeper is refused with 400 
 recurses over it: Python's parser raises RecursionError near a thousand levels, Prefect's
 validation earlier). A query's body is rebuilt with ``limit`` at most ``MAX_LIMIT``, lists of at
 most ``MAX_LIST`` items and text filters (``like_``, ``startswith_``) of at most ``MAX_LIKE``
-characters without SQL wildcards: Prefect wraps a ``like_`` value in ``%...%`` and hands it to
-``LIKE``, whose matching backtracks on every ``%`` a caller adds.
+characters without SQL wildcards: Prefect wraps a ``like_`` value in ``%...%`` (a ``startswith_``
+item in ``...%``) and hands it to ``LIKE`` unescaped, whose matching backtracks on every ``%`` a
+caller adds. (The logs' text search escapes its terms and takes at most 200 characters.)
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def query(doc: Any) -> Any:
         if key == "limit" and isinstance(value, int) and not isinstance(value, bool):
             out[key] = min(value, MAX_LIMIT)
         elif key in TEXT_FILTERS and value is not None:
-            if not isinstance(value, str) or len(value) > MAX_LIKE or any(w in value for w in WILDCARDS):
+            texts = value if isinstance(value, list) and len(value) <= MAX_LIST else [value]  # startswith_: a list
+            if not all(isinstance(t, str) and len(t) <= MAX_LIKE and not any(w in t for w in WILDCARDS) for t in texts):
                 raise OutOfBounds(f"{key} takes text of at most {MAX_LIKE} characters without "
                                   f"{' or '.join(repr(w) for w in WILDCARDS)}")  # fmt: skip
             out[key] = value

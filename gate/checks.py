@@ -12,6 +12,7 @@ Prefect's; an answer is the JSON the gate returns itself (or raises ``Refused``)
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -161,24 +162,40 @@ async def answer_approval(body: dict, call: Call) -> dict | str:
     return {"run_input": {"approve": run_input["approve"], "approved_by": call.account.name}}
 
 
-@says(f"bounded: `limit` at most {bounds.MAX_LIMIT}, lists of at most {bounds.MAX_LIST} items, "
-      f"`like_` text of at most {bounds.MAX_LIKE} characters without `%`")  # fmt: skip
-async def bounded(body: dict, call: Call) -> dict | str:
+def _within(make: Callable[..., dict], *args: Any) -> dict | str:
+    """The body ``make`` builds, or why it is out of bounds."""
     try:
-        return bounds.query(body)
+        return make(*args)
     except bounds.OutOfBounds as error:
         return str(error)
 
 
-@says("only a deployment's own parameter schema (as the run form sends it, whole or one field)")
-async def stored_schema(body: dict, call: Call) -> dict | str:
-    """The UI checks a run form's values against its deployment's schema; a schema of the caller's is refused
-    (Prefect would run the caller's regular expressions in its event loop)."""
+@says(f"bounded: `limit` at most {bounds.MAX_LIMIT}, lists of at most {bounds.MAX_LIST} items, "
+      f"`like_` text of at most {bounds.MAX_LIKE} characters without `%`")  # fmt: skip
+async def bounded(body: dict, call: Call) -> dict | str:
+    return _within(bounds.query, body)
+
+
+async def _stored_schemas(call: Call) -> list[dict]:
+    """The deployments' parameter schemas, and the answer schemas of the runs paused for one (the flow's own)."""
     found = await call.prefect.find("/api/deployments/filter", {"limit": bounds.MAX_LIMIT}) or []
     stored = [d["parameter_openapi_schema"] for d in found if isinstance(d.get("parameter_openapi_schema"), dict)]
-    if not isinstance(body.get("values"), dict) or not schemas.made_of(body.get("schema"), stored):
-        return ("the schema checked must be a deployment's own parameter schema (what its run form sends); "
-                "a schema of your own is not checked")  # fmt: skip
+    paused = await call.prefect.find("/api/flow_runs/filter", {"flow_runs": {"state": {"type": {"any_": ["PAUSED"]}}},
+                                                               "limit": bounds.MAX_LIMIT}) or []  # fmt: skip
+    for run in paused:
+        inputs = await call.prefect.find(f"/api/flow_runs/{run['id']}/input/filter", {"prefix": "paused-", "limit": 10}) or []
+        stored += [json.loads(i["value"]) for i in inputs if i.get("key", "").endswith("-schema")]
+    return [s for s in stored if isinstance(s, dict)]
+
+
+@says("only a deployment's own parameter schema, or a paused run's answer schema (as the forms send them)")
+async def stored_schema(body: dict, call: Call) -> dict | str:
+    """The UI checks a run form's values against its deployment's schema, and a paused run's answer against the
+    schema the flow paused with; a schema of the caller's is refused (Prefect would run the caller's regular
+    expressions in its event loop)."""
+    if not isinstance(body.get("values"), dict) or not schemas.made_of(body.get("schema"), await _stored_schemas(call)):
+        return ("the schema checked must be a deployment's own parameter schema or a paused run's answer schema "
+                "(what their forms send); a schema of your own is not checked")  # fmt: skip
     return {"schema": body["schema"], "values": body["values"]}
 
 
@@ -186,10 +203,13 @@ async def stored_schema(body: dict, call: Call) -> dict | str:
       f"at most {events.PAGE} a page")  # fmt: skip
 async def event_query(body: dict, call: Call) -> dict | str:
     assert call.account is not None
-    try:
-        return events.query(body, call.account)
-    except bounds.OutOfBounds as error:
-        return str(error)
+    return _within(events.query, body, call.account)
+
+
+@says("counts of the same events (the filter rebuilt as above)")
+async def event_count(body: dict, call: Call) -> dict | str:
+    assert call.account is not None
+    return _within(events.count, body, call.account)
 
 
 # -- replies: the answer passed back is made from Prefect's ---------------------------------------------

@@ -8,7 +8,8 @@ task-run and artifact events), and for an analyst only events related to a run o
 ``requested-by:<account>``, a tag only the gate puts on runs). Each event answered is checked again
 and keeps of its payload only the state change (``PAYLOAD``). The next page's token
 (``GET /api/events/filter/next``) encodes the filter (Prefect's ``to_page_token``: base64 of JSON,
-itself base64 in the URL): the gate decodes it and rebuilds its filter the same way.
+itself base64 in the URL): the gate decodes it and rebuilds its filter the same way, as it does the
+filter of the feed's counts (``POST /api/events/count-by/{countable}``).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def _names(asked: Any) -> dict:
     """The caller's event-name filter cut to ``ALLOWED``."""
     asked = asked if isinstance(asked, dict) else {}
     prefixes = _texts(asked.get("prefix"), "event.prefix")
-    if prefixes is None:
+    if not prefixes:  # none, or an empty list (which Prefect reads as none)
         kept = list(ALLOWED)
     else:  # a prefix under an allowed one is kept; an allowed one under a prefix asked for replaces it
         kept = [p for p in prefixes if p.startswith(ALLOWED)] + [a for a in ALLOWED if any(a.startswith(p) for p in prefixes)]
@@ -105,6 +106,16 @@ def query(body: dict, account: Account) -> dict:
     limit = body.get("limit")
     limit = min(limit, PAGE) if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0 else PAGE
     return {"filter": scoped(body.get("filter"), account), "limit": limit}
+
+
+def count(body: dict, account: Account) -> dict:
+    """``POST /api/events/count-by/{countable}``'s body passed on (Prefect bounds the number of buckets)."""
+    out: dict = {"filter": scoped(body.get("filter"), account)}
+    if isinstance(body.get("time_unit"), str):
+        out["time_unit"] = body["time_unit"]
+    if isinstance(body.get("time_interval"), int | float) and not isinstance(body.get("time_interval"), bool):
+        out["time_interval"] = body["time_interval"]
+    return out
 
 
 def page_token(token: str, account: Account) -> str:

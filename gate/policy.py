@@ -9,11 +9,13 @@ reaches them.
 The route's parameters (``{id}``, ``{name}``) are taken from the template's match and handed, with
 the caller's account and Prefect's records, to the row's callables (``gate.checks``): its condition,
 checked against Prefect's own records; its body rewrite (``body=``), which makes the body passed on
-from the one asked (or refuses it); or its answer (``answer=``), for rows the gate answers itself
-with public values and never passes on as asked: the UI asks for its server's settings and version
-on every page, but Prefect's ``/api/admin`` routes (settings hold the database URL; others clear the
-database) are the operator's alone; and the UI's own settings are passed on without Prefect's second
-UI (v2), which this policy is not written for.
+from the one asked (or refuses it): every read query's is bounded (``gate.bounds``), the events'
+rebuilt by allow-list (``gate.events``); its reply (``reply=``), which makes the answer passed back
+from Prefect's; or its answer (``answer=``), for rows the gate answers itself and never passes on as
+asked: the next page of events (from a token whose filter the gate rebuilds), and public values: the
+UI asks for its server's settings and version on every page, but Prefect's ``/api/admin`` routes
+(settings hold the database URL; others clear the database) are the operator's alone; and the UI's
+own settings are passed on without Prefect's second UI (v2), which this policy is not written for.
 
 The deployments an analyst and the auditor start are read from ``prefect.yaml`` (its release forms
 run ``flows/forms.py``, the audit ``flows/audit.py``). ``docs/SECURITY.md`` shows this table as
@@ -42,6 +44,7 @@ from gate.checks import (
     bounded,
     cancel,
     deployment_in,
+    event_count,
     event_query,
     events_shown,
     next_events,
@@ -155,6 +158,7 @@ POLICY: tuple[Rule, ...] = (
     Rule(PEOPLE, "POST", "/api/ui/schemas/validate", body=stored_schema),
     Rule(PEOPLE, "POST", "/api/events/filter", body=event_query, reply=events_shown),
     Rule(PEOPLE, "GET", "/api/events/filter/next", answer=next_events),
+    Rule(PEOPLE, "POST", "/api/events/count-by/{countable}", body=event_count),
     # -- acting: each role its own ---------------------------------------------------------------------
     Rule(SPENDERS, "POST", "/api/deployments/{id}/create_flow_run", when=deployment_in(RELEASE_FORMS), body=start_run),
     Rule(frozenset({AUDITOR}), "POST", "/api/deployments/{id}/create_flow_run", when=deployment_in([AUDIT_FORM]), body=start_run),

@@ -1,4 +1,5 @@
-"""Which schemas ``POST /api/ui/schemas/validate`` may check values against: the deployments' own.
+"""Which schemas ``POST /api/ui/schemas/validate`` may check values against: the deployments' own, and
+the answer schemas paused runs stored (the flow's, for the steward's approval form).
 
 Prefect validates the caller's values against the caller's schema in its event loop, so a schema
 of the caller's (a ``pattern`` that backtracks, ``anyOf`` references that fan out) stalls the server
@@ -9,11 +10,11 @@ and on each of its ``properties`` and ``definitions``, and passes ``items``, ``a
 and ``prefixItems`` as they are), and it checks a single field as
 ``{definitions: <the deployment's>, properties: {<random name>: <the field's schema>}}``.
 
-So a schema is accepted when it is made of one stored deployment's pieces: each of its keys the
-deployment's (mapped) schema has with the same value, its ``definitions`` the deployment's, and each
-of its ``properties`` one of the deployment's schema nodes (a property, a definition or a node under
+So a schema is accepted when it is made of one stored schema's pieces: each of its keys the
+stored (mapped) schema has with the same value, its ``definitions`` the stored ones, and each
+of its ``properties`` one of the stored schema's nodes (a property, a definition or a node under
 ``items``/``anyOf``/``allOf``/``prefixItems``, at any depth), as stored or as the UI maps it. Every
-regular expression Prefect may then run is one the operator's deployment declared.
+regular expression Prefect may then run is one the operator's deployments or flows declared.
 """
 
 from __future__ import annotations

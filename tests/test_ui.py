@@ -4,7 +4,7 @@ gate in front of a real `prefect server` with every deployment and a worker, as 
 - the analyst signs in; each release form is typed fields (no JSON box, nothing of the operator's); a
   release filled in and submitted completes, its report shows its chart and its ledger entry names
   her; a bound the form breaks is refused naming the field; pages of the operator's show Prefect's
-  own error, not a broken page;
+  own error, not a broken page; the event feed shows her runs' events and nothing of the operator's;
 - the auditor starts the ledger audit and reads its artifacts; Run on a release form is refused;
 - a release above the steward's threshold waits until a steward approves it in the UI.
 
@@ -174,6 +174,17 @@ def _as_an_analyst(page: Page, env: dict, root: Path, shots: Path) -> None:
     assert any(r.startswith("POST /block") for r in refused), refused
     page.get_by_text("Deployments", exact=True).first.click()
     page.get_by_role("link", name="dpne", exact=True).first.wait_for()
+
+    # the event feed: her runs' events, nothing of the operator's (a variable's value); its resource picker asks
+    # for the operator's automations, blocks and work queues, which the gate refuses: Prefect's toast
+    api.post("/variables/", json={"name": "ui_feed_probe", "value": "operator-only-value"})
+    refused.clear()
+    page.goto(f"{ui}/events")
+    page.get_by_text("prefect.flow-run.Completed").first.wait_for()
+    page.get_by_text("Oops. Something went wrong.").first.wait_for()
+    assert "requested-by:alice" in page.inner_text("body") and "prefect.variable" not in page.inner_text("body"), where
+    assert set(refused) == {"POST /automations/filter", "POST /block_documents/filter", "POST /work_queues/filter"}, refused
+    api.delete("/variables/name/ui_feed_probe")
 
 
 def test_the_auditor_audits_and_starts_no_release(served, people):
