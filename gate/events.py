@@ -94,7 +94,7 @@ def scoped(asked: Any, account: Account) -> dict:
     related = asked.get("related")
     related = [r for r in (related if isinstance(related, list) else [related]) if isinstance(r, dict)][:MAX_ITEMS]
     related = [kept for r in related if (kept := _resource(r, "related")) is not None]
-    if account.role == ANALYST:
+    if account.role == ANALYST and {"id": [_mine(account)]} not in related:  # (a next page's token holds it already)
         related.append({"id": [_mine(account)]})
     if related:
         out["related"] = related

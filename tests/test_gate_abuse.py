@@ -263,6 +263,8 @@ def test_a_page_token_is_bounded_like_a_filter():
     rebuilt = json.loads(base64.b64decode(base64.b64decode(events.page_token(token, alice))))
     assert rebuilt["filter"]["event"]["prefix"] == [events.NOTHING]
     assert rebuilt["filter"]["related"] == [{"id": ["prefect.tag.requested-by:alice"]}]
+    again = json.loads(base64.b64decode(base64.b64decode(events.page_token(events.page_token(token, alice), alice))))
+    assert again == rebuilt  # a token the gate rebuilt is rebuilt to itself
     for bad in ("x", base64.b64encode(b"{}").decode()):
         with pytest.raises(bounds.OutOfBounds):
             events.page_token(bad, alice)
