@@ -45,7 +45,8 @@ def ledger_audit() -> list[dict]:
     chart_path = chart(home, audit, datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"))
     totals = [x.as_dict() for x in audit.totals]
     create_table_artifact(key="ledger-totals", table=[flat(x) for x in totals], description="per dataset: cap, spent, remaining")
-    history = [flat(e.as_dict()) for e in audit.entries]
+    # every entry but its holder (the charging process's host, pid and home: the operator's bookkeeping)
+    history = [flat({k: v for k, v in e.as_dict().items() if k != "holder"}) for e in audit.entries]
     create_table_artifact(key="ledger-history", table=history, description="every entry")
     picture = f"\n\n![Epsilon spent per dataset over time]({data_uri(Path(chart_path))})\n" if chart_path else ""
     create_markdown_artifact(key="ledger-audit", markdown=readable(audit.markdown(None)) + picture, description="ledger audit")

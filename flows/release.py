@@ -59,7 +59,9 @@ def _artifact(summary: dict) -> None:
     folder = Path(summary["folder"])
     create_markdown_artifact(
         key=re.sub(r"[^a-z0-9-]+", "-", f"release-{summary['dataset']}".lower()),
-        markdown=f"Release folder: `{folder}`\n\n" + readable((folder / "report.md").read_text(), folder),
+        # named by dataset and release id, as under the home: nothing of the host in what people read
+        markdown=f"Release folder: `releases/{summary['dataset']}/{summary['release_id']}`\n\n"
+        + readable((folder / "report.md").read_text(), folder),
         description=f"release {summary['release_id']}",
     )
 

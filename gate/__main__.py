@@ -11,7 +11,12 @@ from core.errors import UserError
 
 
 def main() -> int:
+    import logging
+
     import uvicorn
+
+    # the gate's own warnings (failed sign-ins, with name and address) on stderr, beside uvicorn's
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     try:
         from gate.app import create_app

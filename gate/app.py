@@ -14,6 +14,11 @@ records). Three calls are rewritten on the way:
   ledger as who asked;
 - cancelling a run: only the caller's own, and only a cancellation;
 - approving a paused release (stewards): the approver's name is written into the approval.
+
+Every body is JSON (``application/json``: what a cross-site form cannot send) of bounded size and
+nesting (``gate.bounds``); failed sign-ins are logged with the name and address and throttled before
+any hashing (``gate.throttle``); every JSON answer passed back is cleared of the host's paths, name
+and process ids (``gate.redact``).
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ import base64
 import binascii
 import hashlib
 import hmac
+import ipaddress
 import json
+import logging
 import re
 import secrets
 import time
@@ -39,9 +46,11 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from core import paths, settings
-from gate import policy
+from gate import bounds, policy
 from gate.accounts import Account, Accounts
-from gate.checks import Call
+from gate.checks import Call, Refused
+from gate.redact import Redactor
+from gate.throttle import Throttle
 
 HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding"}  # not passed back
 REFUSED = "x-privrelease-gate-refused"  # on every answer the gate refused itself
@@ -54,16 +63,22 @@ BUSY_RETRIES = 8  # Prefect's 503 "busy" answers retried, about 9 s in all
 HASHES_AT_ONCE = 2  # Argon2id checks at once (64 MiB each); a flood of wrong passwords queues here, not in memory
 ACCOUNTS_TTL_S = 2.0  # a removed account is refused within this time
 SAFE_PATH = re.compile(r"/[A-Za-z0-9._~/-]*")  # what Prefect's routes and the UI's files use; nothing to re-encode
+PROXIES = frozenset({"127.0.0.1", "::1"})  # peers whose X-Real-IP names the client (nginx on this host)
+JSON = "application/json"
+log = logging.getLogger("privrelease.gate")
 
 
-def _refuse(status: int, message: str) -> JSONResponse:
+def _refuse(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     # no WWW-Authenticate header: the browser shows Prefect's own sign-in page, not its native dialog
-    return JSONResponse({"exception_message": message}, status_code=status, headers={REFUSED: "1"})
+    return JSONResponse({"exception_message": message}, status_code=status, headers={REFUSED: "1"} | (headers or {}))
 
 
 class Gate:
-    def __init__(self, db_path: Path, upstream: str, operator_auth: str):
+    def __init__(self, db_path: Path, upstream: str, operator_auth: str, rules: tuple[policy.Rule, ...] | None = None):
         self.accounts = Accounts(db_path)
+        self.rules = policy.POLICY if rules is None else rules
+        self.throttle = Throttle()
+        self.redact = Redactor(db_path.parent, paths.repo())
         self.upstream = upstream.rstrip("/")
         self.operator = {"authorization": "Basic " + base64.b64encode(operator_auth.encode()).decode()}
         self.client = httpx.AsyncClient(base_url=self.upstream, timeout=httpx.Timeout(60.0, connect=10.0),
@@ -82,8 +97,20 @@ class Gate:
             self._loaded = time.monotonic()
         return self._known
 
-    async def who(self, request: Request) -> Account | None | bool:
-        """The caller's account; None without credentials; False for wrong ones."""
+    @staticmethod
+    def address(request: Request) -> str:
+        """The client's address: the proxy's X-Real-IP when the call comes from the proxy, else the socket's peer."""
+        peer = request.client.host if request.client else "unknown"
+        real = request.headers.get("x-real-ip", "").strip()
+        if peer in PROXIES and real:
+            try:
+                return str(ipaddress.ip_address(real))
+            except ValueError:
+                pass
+        return peer
+
+    async def who(self, request: Request) -> Account | None | bool | Response:
+        """The caller's account; None without credentials; False for wrong ones; a refusal while throttled."""
         header = request.headers.get("authorization")
         if header is None:
             return None
@@ -99,9 +126,16 @@ class Gate:
         account = known.get(name)
         if account is not None and self._verified.get(digest) == account.hash:
             return account  # checked before, and the account is unchanged: no second Argon2 hash
+        address = self.address(request)
+        wait = self.throttle.wait(name, address)
+        if wait is not None:
+            return _refuse(429, f"privrelease gate: too many failed sign-ins for this name or from this address; "
+                                f"try again in {wait} seconds", {"retry-after": str(wait)})  # fmt: skip
         async with self._hashing:
             account = await anyio.to_thread.run_sync(self.accounts.verify, name, password, known)
         if account is None:
+            self.throttle.failed(name, address)
+            log.warning("failed sign-in: name %r from %s", name[:64], address)
             return False
         self._verified[digest] = account.hash
         return account
@@ -110,7 +144,11 @@ class Gate:
 
     async def read(self, path: str) -> Any | None:
         response = await self.client.get(path, headers=self.operator)
-        return response.json() if response.status_code == 200 else None
+        return json.loads(self.redact(response.content)) if response.status_code == 200 else None
+
+    async def find(self, path: str, body: dict) -> Any | None:
+        response = await self.client.post(path, json=body, headers=self.operator)
+        return json.loads(self.redact(response.content)) if response.status_code == 200 else None
 
     # -- the one entry point ---------------------------------------------------------------------------
 
@@ -119,38 +157,66 @@ class Gate:
         if not SAFE_PATH.fullmatch(path) or "//" in path or "/." in path:
             return _refuse(400, "privrelease gate: malformed path")
         account = await self.who(request)
+        if isinstance(account, Response):
+            return account
         if account is False:
             return _refuse(401, "Unauthorized")
         role = account.role if account else policy.ANONYMOUS
-        rule = policy.decide(role, request.method, path)
+        rule = policy.decide(role, request.method, path, self.rules)
         if rule is None:
             if account is None and path.startswith("/api/"):
                 return _refuse(401, "Unauthorized")  # the API is for people: sign in first
             return _refuse(403, f"privrelease gate: the {role} role may not {request.method} {path}")
-        call = Call(account, rule.params(path), self)
+        call = Call(account, rule.params(path), self, dict(request.query_params))
         if rule.answer is not None:
-            return JSONResponse(await rule.answer(call))
+            try:
+                return JSONResponse(await rule.answer(call))
+            except Refused as refusal:
+                return _refuse(refusal.status, refusal.message)
         body, doc = b"", None
         if request.method not in ("GET", "HEAD"):
-            body = await _bounded_body(request)
-            if body is None:
-                return _refuse(413, f"privrelease gate: a request body may hold at most {MAX_BODY} bytes")
-            try:
-                doc = json.loads(body or b"{}")
-            except ValueError:
-                return _refuse(422, "privrelease gate: the body is not JSON")
-            if _placeholders(doc):
-                return _refuse(403, "privrelease gate: values Prefect would resolve on the server (__prefect_kind) "
-                                    "are the operator's; send plain values")  # fmt: skip
+            doc = await self.parse(request)
+            if isinstance(doc, Response):
+                return doc
+            body = json.dumps(doc).encode() if doc is not None else b""
         if rule.when is not None and not await rule.when(call):
             return _refuse(403, f"privrelease gate: the {role} role may not {request.method} {path} "
                                 f"(only when {rule.when.says})")  # fmt: skip
         if rule.body is not None:
-            rewritten = rule.body(doc if isinstance(doc, dict) else {}, call)
+            rewritten = await rule.body(doc if isinstance(doc, dict) else {}, call)
             if isinstance(rewritten, str):
                 return _refuse(403, f"privrelease gate: {rewritten}")
             body = json.dumps(rewritten).encode()
-        return await self.forward(request, path, body)
+        response = await self.forward(request, path, body)
+        if rule.reply is not None and response.status_code == 200:
+            return JSONResponse(rule.reply(json.loads(response.body), call))
+        return response
+
+    async def parse(self, request: Request) -> Any | Response:
+        """The request's JSON body (None if it has none), or the gate's refusal: not JSON, too large, too deep,
+        or holding what Prefect would resolve."""
+        body = await _bounded_body(request)
+        if body is None:
+            return _refuse(413, f"privrelease gate: a request body may hold at most {MAX_BODY} bytes")
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if not body and not kind:
+            return None
+        if kind != JSON:
+            return _refuse(415, f"privrelease gate: a request body must be JSON sent as Content-Type: {JSON}, "
+                                f"not {kind or 'without a Content-Type'}")  # fmt: skip
+        try:
+            doc = json.loads(body or b"{}")
+        except ValueError:
+            return _refuse(422, "privrelease gate: the body is not JSON")
+        except RecursionError:  # deeper than Python's parser goes: far past the limit
+            doc = None
+        reason = bounds.too_deep(doc) if doc is not None else f"the JSON body nests too deep to read; at most {bounds.MAX_DEPTH} levels are allowed"
+        if reason is not None:
+            return _refuse(400, f"privrelease gate: {reason}")
+        if _placeholders(doc):
+            return _refuse(403, "privrelease gate: values Prefect would resolve on the server (__prefect_kind) "
+                                "are the operator's; send plain values")  # fmt: skip
+        return doc
 
     async def forward(self, request: Request, path: str, body: bytes) -> Response:
         headers = {k: v for k, v in request.headers.items() if k.lower() in PASSED} | self.operator
@@ -166,7 +232,10 @@ class Gate:
                 break
             await anyio.sleep(0.25 * (attempt + 1))
         out = {k: v for k, v in response.headers.items() if k.lower() not in HOP}
-        return Response(response.content, status_code=response.status_code, headers=out)
+        content = response.content
+        if response.headers.get("content-type", "").startswith(JSON):
+            content = self.redact(content)
+        return Response(content, status_code=response.status_code, headers=out)
 
 
 def _placeholders(value) -> bool:
@@ -198,9 +267,11 @@ async def _no_websockets(websocket: WebSocket) -> None:
     await websocket.close(code=1008)
 
 
-def create_app(home: Path | None = None, upstream: str | None = None, operator_auth: str | None = None) -> Starlette:
-    gate = Gate(paths.database(home or paths.home()), upstream or settings.get(settings.PREFECT_URL),
-                operator_auth if operator_auth is not None else settings.get(settings.PREFECT_AUTH, ""))  # fmt: skip
+def create_app(home: Path | None = None, upstream: str | None = None, operator_auth: str | None = None,
+               gate_class: type[Gate] = Gate, rules: tuple[policy.Rule, ...] | None = None) -> Starlette:
+    """The gate as an ASGI app; ``gate_class`` and ``rules`` let the tests build one without a defence."""
+    gate = gate_class(paths.database(home or paths.home()), upstream or settings.get(settings.PREFECT_URL),
+                      operator_auth if operator_auth is not None else settings.get(settings.PREFECT_AUTH, ""), rules)  # fmt: skip
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
     app = Starlette(routes=[WebSocketRoute("/{path:path}", _no_websockets), Route("/{path:path}", gate.__call__, methods=methods)])
     app.state.gate = gate

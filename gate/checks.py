@@ -4,18 +4,24 @@ gate's own answers (``answer=``).
 Each gets a ``Call``: the caller's account, the route's parameters (the named parts of the row's
 template, e.g. ``{id}``, as the path filled them in) and Prefect's records, read with the operator's
 credential. A condition is an async test of the call; a rewrite makes the body passed on from the
-body asked (or says, as a string, why it is refused); an answer is the JSON the gate returns itself.
-Each carries ``says``: its words in the docs' policy table and in the gate's refusals.
+body asked (or says, as a string, why it is refused); a reply makes the answer passed back from
+Prefect's; an answer is the JSON the gate returns itself (or raises ``Refused``). Each carries
+``says``: its words in the docs' policy table and in the gate's refusals.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import json
+import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
+from urllib.parse import quote
 
+from core.params import ID_PATTERN
 from core.people import REQUESTED_BY
+from gate import bounds, events, schemas
 from gate.accounts import Account
 
 
@@ -23,16 +29,29 @@ class Records(Protocol):
     async def read(self, path: str) -> Any | None:
         """GET ``path`` of Prefect's server with the operator's credential: its JSON, None unless it is found."""
 
+    async def find(self, path: str, body: dict) -> Any | None:
+        """POST ``body`` (a query) to ``path`` with the operator's credential: its JSON, None unless it is found."""
+
 
 @dataclass(frozen=True)
 class Call:
     account: Account | None  # None: a caller without credentials (only rows open to "anyone")
     params: Mapping[str, str]  # the route template's parameters, from the path
     prefect: Records
+    query: Mapping[str, str] = field(default_factory=dict)  # the URL's query parameters
+
+
+class Refused(Exception):
+    """An answer's refusal: the gate answers ``status`` with ``message``."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
 
 
 Condition = Callable[[Call], Awaitable[bool]]
-Rewrite = Callable[[dict, Call], dict | str]
+Rewrite = Callable[[dict, Call], Awaitable[dict | str]]
+Reply = Callable[[Any, Call], Any]
 Answer = Callable[[Call], Awaitable[Any]]
 PUBLIC_SETTINGS = {"server": {"ui": {"show_promotional_content": False}}}
 
@@ -89,14 +108,32 @@ async def awaits_approval(call: Call) -> bool:
 # -- rewrites: the body passed on is made from the body asked --------------------------------------------
 
 
+def release_id(asked: object, call: Call) -> str | None:
+    """A release id the caller chose, in their own namespace: ``<account>.<id>`` (kept if it is already theirs),
+    so no one takes an id another account's scheduled run will use. None: not an id the gate passes on."""
+    assert call.account is not None
+    mine = f"{call.account.name}."
+    if not isinstance(asked, str):
+        return None
+    named = asked if asked.startswith(mine) else mine + asked
+    own = named.removeprefix(mine)
+    return named if own and "." not in own and re.fullmatch(ID_PATTERN, named) else None
+
+
 @says("passes on only the parameters (checked against the form's schema), a name and a scheduled time; "
-      f"tags the run `{REQUESTED_BY}<account>`")  # fmt: skip
-def start_run(body: dict, call: Call) -> dict | str:
+      f"a chosen release id becomes `<account>.<id>`; tags the run `{REQUESTED_BY}<account>`")  # fmt: skip
+async def start_run(body: dict, call: Call) -> dict | str:
     """A run of a deployment: no tags, job variables, work queue or ``enforce_parameter_schema: false`` of
     the caller's; the release flow records the requester tag in the ledger as who asked."""
     parameters = body.get("parameters", {})
     if not isinstance(parameters, dict):
         return "parameters must be an object"
+    if parameters.get("release_id"):
+        named = release_id(parameters["release_id"], call)
+        if named is None:
+            return (f"release_id {parameters['release_id']!r} is not allowed: use letters, digits, '_' and '-' "
+                    f"(the gate names it {call.account.name}.<release_id>, at most 80 characters in all)")  # fmt: skip
+        parameters = parameters | {"release_id": named}
     out: dict = {"parameters": parameters, "tags": [_tag(call)], "enforce_parameter_schema": True}
     if isinstance(body.get("name"), str):
         out["name"] = body["name"]
@@ -109,7 +146,7 @@ def start_run(body: dict, call: Call) -> dict | str:
 
 
 @says("only a cancellation, naming who cancelled")
-def cancel(body: dict, call: Call) -> dict | str:
+async def cancel(body: dict, call: Call) -> dict | str:
     assert call.account is not None
     state = body.get("state")
     if not isinstance(state, dict) or state.get("type") not in ("CANCELLING", "CANCELLED"):
@@ -118,12 +155,71 @@ def cancel(body: dict, call: Call) -> dict | str:
 
 
 @says("only approve true or false; the approver's name is written into the answer")
-def answer_approval(body: dict, call: Call) -> dict | str:
+async def answer_approval(body: dict, call: Call) -> dict | str:
     assert call.account is not None
     run_input = body.get("run_input")
     if not isinstance(run_input, dict) or not isinstance(run_input.get("approve"), bool):
         return "an approval is its form's answer: approve true or false"
     return {"run_input": {"approve": run_input["approve"], "approved_by": call.account.name}}
+
+
+def _within(make: Callable[..., dict], *args: Any) -> dict | str:
+    """The body ``make`` builds, or why it is out of bounds."""
+    try:
+        return make(*args)
+    except bounds.OutOfBounds as error:
+        return str(error)
+
+
+@says(f"bounded: `limit` at most {bounds.MAX_LIMIT}, lists of at most {bounds.MAX_LIST} items, "
+      f"`like_` text of at most {bounds.MAX_LIKE} characters without `%`")  # fmt: skip
+async def bounded(body: dict, call: Call) -> dict | str:
+    return _within(bounds.query, body)
+
+
+async def _stored_schemas(call: Call) -> list[dict]:
+    """The deployments' parameter schemas, and the answer schemas of the runs paused for one (the flow's own)."""
+    found = await call.prefect.find("/api/deployments/filter", {"limit": bounds.MAX_LIMIT}) or []
+    stored = [d["parameter_openapi_schema"] for d in found if isinstance(d.get("parameter_openapi_schema"), dict)]
+    paused = await call.prefect.find("/api/flow_runs/filter", {"flow_runs": {"state": {"type": {"any_": ["PAUSED"]}}},
+                                                               "limit": bounds.MAX_LIMIT}) or []  # fmt: skip
+    for run in paused:
+        inputs = await call.prefect.find(f"/api/flow_runs/{run['id']}/input/filter", {"prefix": "paused-", "limit": 10}) or []
+        stored += [json.loads(i["value"]) for i in inputs if i.get("key", "").endswith("-schema")]
+    return [s for s in stored if isinstance(s, dict)]
+
+
+@says("only a deployment's own parameter schema, or a paused run's answer schema (as the forms send them)")
+async def stored_schema(body: dict, call: Call) -> dict | str:
+    """The UI checks a run form's values against its deployment's schema, and a paused run's answer against the
+    schema the flow paused with; a schema of the caller's is refused (Prefect would run the caller's regular
+    expressions in its event loop)."""
+    if not isinstance(body.get("values"), dict) or not schemas.made_of(body.get("schema"), await _stored_schemas(call)):
+        return ("the schema checked must be a deployment's own parameter schema or a paused run's answer schema "
+                "(what their forms send); a schema of your own is not checked")  # fmt: skip
+    return {"schema": body["schema"], "values": body["values"]}
+
+
+@says(f"only flow-run, task-run and artifact events (an analyst's: of their own runs); "
+      f"at most {events.PAGE} a page")  # fmt: skip
+async def event_query(body: dict, call: Call) -> dict | str:
+    assert call.account is not None
+    return _within(events.query, body, call.account)
+
+
+@says("counts of the same events (the filter rebuilt as above)")
+async def event_count(body: dict, call: Call) -> dict | str:
+    assert call.account is not None
+    return _within(events.count, body, call.account)
+
+
+# -- replies: the answer passed back is made from Prefect's ---------------------------------------------
+
+
+@says("each event's payload cut to its state change")
+def events_shown(answer: Any, call: Call) -> Any:
+    assert call.account is not None
+    return events.shown(answer, call.account)
 
 
 # -- answers: the gate's own, never passed on as asked ------------------------------------------------------
@@ -137,6 +233,19 @@ async def public_settings(call: Call) -> Any:
 @says("answered by the gate: Prefect's version")
 async def prefect_version(call: Call) -> Any:
     return importlib.metadata.version("prefect")
+
+
+@says("answered by the gate: the next page of the same events (the token's filter rebuilt as above)")
+async def next_events(call: Call) -> Any:
+    assert call.account is not None
+    try:
+        token = events.page_token(call.query.get("page-token", ""), call.account)
+    except bounds.OutOfBounds as error:
+        raise Refused(403, f"privrelease gate: {error}") from None
+    page = await call.prefect.read(f"/api/events/filter/next?page-token={quote(token, safe='')}")
+    if page is None:
+        raise Refused(403, "privrelease gate: the page token is not one the gate answered")
+    return events.shown(page, call.account)
 
 
 @says("answered by the gate: Prefect's UI settings, with its first UI only (no `/v2`)")

@@ -9,11 +9,13 @@ reaches them.
 The route's parameters (``{id}``, ``{name}``) are taken from the template's match and handed, with
 the caller's account and Prefect's records, to the row's callables (``gate.checks``): its condition,
 checked against Prefect's own records; its body rewrite (``body=``), which makes the body passed on
-from the one asked (or refuses it); or its answer (``answer=``), for rows the gate answers itself
-with public values and never passes on as asked: the UI asks for its server's settings and version
-on every page, but Prefect's ``/api/admin`` routes (settings hold the database URL; others clear the
-database) are the operator's alone; and the UI's own settings are passed on without Prefect's second
-UI (v2), which this policy is not written for.
+from the one asked (or refuses it): every read query's is bounded (``gate.bounds``), the events'
+rebuilt by allow-list (``gate.events``); its reply (``reply=``), which makes the answer passed back
+from Prefect's; or its answer (``answer=``), for rows the gate answers itself and never passes on as
+asked: the next page of events (from a token whose filter the gate rebuilds), and public values: the
+UI asks for its server's settings and version on every page, but Prefect's ``/api/admin`` routes
+(settings hold the database URL; others clear the database) are the operator's alone; and the UI's
+own settings are passed on without Prefect's second UI (v2), which this policy is not written for.
 
 The deployments an analyst and the auditor start are read from ``prefect.yaml`` (its release forms
 run ``flows/forms.py``, the audit ``flows/audit.py``). ``docs/SECURITY.md`` shows this table as
@@ -35,15 +37,22 @@ from core.people import ANALYST, AUDITOR, STEWARD
 from gate.checks import (
     Answer,
     Condition,
+    Reply,
     Rewrite,
     answer_approval,
     awaits_approval,
+    bounded,
     cancel,
     deployment_in,
+    event_count,
+    event_query,
+    events_shown,
+    next_events,
     own_run,
     prefect_version,
     public_settings,
     start_run,
+    stored_schema,
     ui_settings,
 )
 
@@ -86,15 +95,17 @@ class Rule:
     when: Condition | None = None  # checked against Prefect's records
     body: Rewrite | None = None  # the body passed on, made from the one asked
     answer: Answer | None = None  # answered by the gate itself, never passed on
+    reply: Reply | None = None  # the answer passed back, made from Prefect's
     pattern: re.Pattern = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         regex = PARAMETER.sub(lambda m: f"(?P<{m[1]}>{'.*' if m[2] else '[^/]+'})", re.escape(self.route))
         object.__setattr__(self, "pattern", re.compile(f"^{regex}$"))
-        if (self.when is None) != (self.body is None):
-            raise ValueError(f"{self.route}: a row with a condition rewrites the body, and only such a row")
-        if self.when is not None and (ANONYMOUS in self.who or self.answer is not None):
-            raise ValueError(f"{self.route}: a row that acts is for people, and is passed on")
+        if self.when is not None and self.body is None:
+            raise ValueError(f"{self.route}: a row with a condition rewrites the body")
+        acts = (self.when, self.body, self.reply)
+        if any(x is not None for x in acts) and (ANONYMOUS in self.who or self.answer is not None):
+            raise ValueError(f"{self.route}: a row that checks or rewrites is for people, and is passed on")
 
     def params(self, path: str) -> dict[str, str]:
         """The route's parameters as ``path`` fills them in."""
@@ -102,8 +113,10 @@ class Rule:
 
 
 def _reads(*routes: str, who: frozenset[str] = PEOPLE) -> list[Rule]:
-    """Read-only calls: a GET of a resource, or one of Prefect's POST queries (filter, count, ...)."""
-    return [Rule(who, *route.split(" ", 1)) for route in routes]
+    """Read-only calls: a GET of a resource, or one of Prefect's POST queries (filter, count, ...), its
+    body bounded (``gate.bounds``)."""
+    return [Rule(who, method, route, body=bounded if method == "POST" else None)
+            for method, route in (r.split(" ", 1) for r in routes)]  # fmt: skip
 
 
 POLICY: tuple[Rule, ...] = (
@@ -135,14 +148,17 @@ POLICY: tuple[Rule, ...] = (
         "POST /api/ui/flow_runs/history", "POST /api/ui/flow_runs/count-task-runs",
         "POST /api/ui/flows/count-deployments", "POST /api/ui/flows/next-runs",
         "POST /api/ui/task_runs/dashboard/counts", "POST /api/ui/task_runs/count",
-        "POST /api/ui/schemas/validate",  # the run form checks its fields against the deployment's schema
-        "POST /api/flow_runs/lateness", "POST /api/saved_searches/filter", "POST /api/events/filter",
-        "GET /api/events/filter/next", "GET /api/automations/related-to/{resource}",
+        "POST /api/flow_runs/lateness", "POST /api/saved_searches/filter", "GET /api/automations/related-to/{resource}",
         # the pool and its queue's health, as the dashboard and a deployment's page show them (no secrets: the
         # job template fixes the worker's command and takes no variables)
         "POST /api/work_pools/filter", "GET /api/work_pools/{name}", "GET /api/work_pools/{name}/queues/{queue}",
         "POST /api/work_pools/{name}/queues/filter", "POST /api/work_pools/{name}/workers/filter",
     ),
+    # the run form checks its fields against its deployment's schema; the event feed and a run's graph read events
+    Rule(PEOPLE, "POST", "/api/ui/schemas/validate", body=stored_schema),
+    Rule(PEOPLE, "POST", "/api/events/filter", body=event_query, reply=events_shown),
+    Rule(PEOPLE, "GET", "/api/events/filter/next", answer=next_events),
+    Rule(PEOPLE, "POST", "/api/events/count-by/{countable}", body=event_count),
     # -- acting: each role its own ---------------------------------------------------------------------
     Rule(SPENDERS, "POST", "/api/deployments/{id}/create_flow_run", when=deployment_in(RELEASE_FORMS), body=start_run),
     Rule(frozenset({AUDITOR}), "POST", "/api/deployments/{id}/create_flow_run", when=deployment_in([AUDIT_FORM]), body=start_run),
@@ -151,9 +167,9 @@ POLICY: tuple[Rule, ...] = (
 )
 
 
-def decide(role: str, method: str, path: str) -> Rule | None:
-    """The first rule that lets ``role`` (or "anyone") call ``method path``; None: refused."""
-    for rule in POLICY:
+def decide(role: str, method: str, path: str, rules: tuple[Rule, ...] | None = None) -> Rule | None:
+    """The first rule (of ``rules``, else POLICY) that lets ``role`` (or "anyone") call ``method path``; None: refused."""
+    for rule in POLICY if rules is None else rules:
         if role in rule.who and rule.method == method and rule.pattern.match(path):
             return rule
     return None
@@ -172,9 +188,8 @@ def markdown() -> str:
 
     lines = ["| who | method | route | when | body passed on, or answer |", "|---|---|---|---|---|"]
     for rule in POLICY:
-        does = rule.body or rule.answer
-        lines.append(f"| {who(rule.who)} | {rule.method} | `{rule.route}` | {rule.when.says if rule.when else ''} | "
-                     f"{does.says if does else ''} |")  # fmt: skip
+        does = "; ".join(x.says for x in (rule.body, rule.answer, rule.reply) if x is not None)
+        lines.append(f"| {who(rule.who)} | {rule.method} | `{rule.route}` | {rule.when.says if rule.when else ''} | {does} |")
     return "\n".join(lines) + "\n"
 
 

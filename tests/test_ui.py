@@ -4,7 +4,7 @@ gate in front of a real `prefect server` with every deployment and a worker, as 
 - the analyst signs in; each release form is typed fields (no JSON box, nothing of the operator's); a
   release filled in and submitted completes, its report shows its chart and its ledger entry names
   her; a bound the form breaks is refused naming the field; pages of the operator's show Prefect's
-  own error, not a broken page;
+  own error, not a broken page; the event feed shows her runs' events and nothing of the operator's;
 - the auditor starts the ledger audit and reads its artifacts; Run on a release form is refused;
 - a release above the steward's threshold waits until a steward approves it in the UI.
 
@@ -129,11 +129,11 @@ def _as_an_analyst(page: Page, env: dict, root: Path, shots: Path) -> None:
     field(page, "release_id").locator("input, textarea").first.fill("ui-enhanced-ra")
     field(page, "k").scroll_into_view_if_needed()
     page.screenshot(path=shots / "ui-form.png")
-    run_id = _submit(page, api, ra["id"], "ui-enhanced-ra", where)
+    run_id = _submit(page, api, ra["id"], "alice.ui-enhanced-ra", where)  # the gate names her id <account>.<id>
     page.wait_for_url(re.compile(r"/deployments/deployment/[^/?]+(\?.*)?$"))  # back on the deployment's runs
     assert _wait(api, run_id, root / "worker-ui-analyst.log") == "COMPLETED", where
     charges = [e for e in Ledger(Path(env["PRIVRELEASE_HOME"]) / "privrelease.duckdb").entries()
-               if e.release_id == "ui-enhanced-ra" and e.status == "reserved"]  # fmt: skip
+               if e.release_id == "alice.ui-enhanced-ra" and e.status == "reserved"]  # fmt: skip
     assert [e.requested_by for e in charges] == ["alice"]
     assert not refused, (refused, where)  # her pages asked for nothing the gate refuses
     (artifact,) = api.post("/artifacts/filter", timeout=10,
@@ -174,6 +174,17 @@ def _as_an_analyst(page: Page, env: dict, root: Path, shots: Path) -> None:
     assert any(r.startswith("POST /block") for r in refused), refused
     page.get_by_text("Deployments", exact=True).first.click()
     page.get_by_role("link", name="dpne", exact=True).first.wait_for()
+
+    # the event feed: her runs' events, nothing of the operator's (a variable's value); its resource picker asks
+    # for the operator's automations, blocks and work queues, which the gate refuses: Prefect's toast
+    api.post("/variables/", json={"name": "ui_feed_probe", "value": "operator-only-value"})
+    refused.clear()
+    page.goto(f"{ui}/events")
+    page.get_by_text("prefect.flow-run.Completed").first.wait_for()
+    page.get_by_text("Oops. Something went wrong.").first.wait_for()
+    assert "requested-by:alice" in page.inner_text("body") and "prefect.variable" not in page.inner_text("body"), where
+    assert set(refused) == {"POST /automations/filter", "POST /block_documents/filter", "POST /work_queues/filter"}, refused
+    api.delete("/variables/name/ui_feed_probe")
 
 
 def test_the_auditor_audits_and_starts_no_release(served, people):
@@ -240,7 +251,7 @@ def _as_the_steward(page: Page, env: dict, root: Path, shots: Path) -> None:
         assert not refused, refused
     finally:
         ledger.set_budget("logins-demo", Budget(40.0, 1e-3))
-    (charge,) = [e for e in ledger.entries() if e.release_id == "ui-approved" and e.status == "reserved"]
+    (charge,) = [e for e in ledger.entries() if e.release_id == "alice.ui-approved" and e.status == "reserved"]
     assert charge.requested_by == "alice"
     assert "approved by the data steward sam" in [x["message"] for x in _logs(api, run["id"])]
 

@@ -1,0 +1,68 @@
+"""What the gate bounds in every JSON body it reads, and in the read queries (Prefect's ``/filter``,
+``/count``, ``/paginate`` and ``/history`` routes) it passes on.
+
+Every body: at most ``MAX_DEPTH`` levels of nesting (deeper is refused with 400 before anything
+recurses over it: Python's parser raises RecursionError near a thousand levels, Prefect's
+validation earlier). A query's body is rebuilt with ``limit`` at most ``MAX_LIMIT``, lists of at
+most ``MAX_LIST`` items and text filters (``like_``, ``startswith_``) of at most ``MAX_LIKE``
+characters without SQL wildcards: Prefect wraps a ``like_`` value in ``%...%`` (a ``startswith_``
+item in ``...%``) and hands it to ``LIKE`` unescaped, whose matching backtracks on every ``%`` a
+caller adds. (The logs' text search escapes its terms and takes at most 200 characters.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAX_DEPTH = 32  # levels of JSON nesting in any body (a release form's parameters use under 8)
+MAX_LIMIT = 200  # rows a query returns (Prefect's own default limit)
+MAX_LIST = 500  # items of any list in a query (ids to match, states, tags)
+MAX_LIKE = 100  # characters of a text filter
+TEXT_FILTERS = ("like_", "startswith_")
+WILDCARDS = ("%", "\\")  # LIKE's many-character wildcard, and the escape that would smuggle one
+
+
+def depth(value: Any) -> int:
+    """How deeply ``value`` nests (a scalar: 0), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, dict):
+            node = list(node.values())
+        if isinstance(node, list):
+            deepest = max(deepest, level + 1)
+            stack.extend((child, level + 1) for child in node)
+    return deepest
+
+
+def too_deep(value: Any) -> str | None:
+    """Why ``value`` is refused for its nesting, or None."""
+    found = depth(value)
+    return f"the JSON body nests {found} levels deep; at most {MAX_DEPTH} are allowed" if found > MAX_DEPTH else None
+
+
+class OutOfBounds(ValueError):
+    """A query outside the bounds; its message says which and what is allowed."""
+
+
+def query(doc: Any) -> Any:
+    """A read query's body within the bounds (``limit`` lowered to ``MAX_LIMIT``); raises OutOfBounds."""
+    if isinstance(doc, list):
+        if len(doc) > MAX_LIST:
+            raise OutOfBounds(f"a list in a query may hold at most {MAX_LIST} items, not {len(doc)}")
+        return [query(x) for x in doc]
+    if not isinstance(doc, dict):
+        return doc
+    out: dict = {}
+    for key, value in doc.items():
+        if key == "limit" and isinstance(value, int) and not isinstance(value, bool):
+            out[key] = min(value, MAX_LIMIT)
+        elif key in TEXT_FILTERS and value is not None:
+            texts = value if isinstance(value, list) and len(value) <= MAX_LIST else [value]  # startswith_: a list
+            if not all(isinstance(t, str) and len(t) <= MAX_LIKE and not any(w in t for w in WILDCARDS) for t in texts):
+                raise OutOfBounds(f"{key} takes text of at most {MAX_LIKE} characters without "
+                                  f"{' or '.join(repr(w) for w in WILDCARDS)}")  # fmt: skip
+            out[key] = value
+        else:
+            out[key] = query(value)
+    return out
