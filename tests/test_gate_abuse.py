@@ -14,6 +14,7 @@ import math
 import re
 import threading
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -142,16 +143,16 @@ def test_queries_are_bounded(served, people):
 # -- 3. sign-in flood ----------------------------------------------------------------------------------------
 
 
-def _flood(client: httpx.Client, attackers: int, tries: int) -> list[httpx.Response]:
-    """``attackers`` clients at once (each at its own address, as the proxy names it), each trying ``tries`` wrong
+def _flood(client: Callable[[int], httpx.Client], attackers: int, tries: int) -> list[httpx.Response]:
+    """``attackers`` clients at once (``client(i)``: each from its own address), each trying ``tries`` wrong
     passwords for the owner's name."""
     answers: list[httpx.Response] = []
     lock = threading.Lock()
 
     def attack(i: int) -> None:
+        caller = client(i)
         for t in range(tries):
-            response = client.post("/flow_runs/count", json={}, auth=("owner", f"wrong-{i}-{t}"),
-                                   headers={"x-real-ip": f"10.0.{i // 200}.{i % 200 + 1}"})  # fmt: skip
+            response = caller.post("/flow_runs/count", json={}, auth=("owner", f"wrong-{i}-{t}"))
             with lock:
                 answers.append(response)
 
@@ -161,6 +162,11 @@ def _flood(client: httpx.Client, attackers: int, tries: int) -> list[httpx.Respo
     for thread in threads:
         thread.join()
     return answers
+
+
+def _from(url: str, address: str) -> httpx.Client:
+    """A client whose connections leave from ``address`` (any of 127/8 on loopback): the proxy names the caller by it."""
+    return httpx.Client(base_url=url, timeout=120, transport=httpx.HTTPTransport(local_address=address))
 
 
 class Unthrottled(Gate):
@@ -178,7 +184,8 @@ def test_wrong_passwords_are_throttled_before_hashing(served, people):
     env, root = served
     Accounts(Path(env["PRIVRELEASE_HOME"]) / "privrelease.duckdb").add("owner", "analyst", PASSWORD)
     started = time.monotonic()
-    answers = _flood(httpx.Client(base_url=f"{env['PRIVRELEASE_GATE_URL']}/api", timeout=120), 40, 4)
+    url = f"{env['PRIVRELEASE_GATE_URL']}/api"
+    answers = _flood(lambda i: _from(url, f"127.0.1.{i + 1}"), 40, 4)
     leaked = math.ceil((time.monotonic() - started) / throttle.LEAK_S)  # failures the name's bucket let out meanwhile
     hashed = [a for a in answers if a.status_code == 401]
     throttled = [a for a in answers if a.status_code == 429]
@@ -186,13 +193,12 @@ def test_wrong_passwords_are_throttled_before_hashing(served, people):
     for answer in throttled:
         wait = int(answer.headers["retry-after"])
         assert wait > 0 and f"try again in {wait} seconds" in answer.text and refused(answer)
-    owner = httpx.get(f"{env['PRIVRELEASE_GATE_URL']}/api/admin/version", auth=("owner", PASSWORD),
-                      headers={"x-real-ip": "10.9.0.1"}, timeout=60)  # fmt: skip
+    owner = _from(url, "127.0.9.1").get("/admin/version", auth=("owner", PASSWORD))
     assert owner.status_code == 200, owner.text
-    assert re.search(r"failed sign-in: name 'owner' from 10\.0\.0\.\d+", (root / "gate.log").read_text())
+    assert re.search(r"failed sign-in: name 'owner' from 127\.0\.1\.\d+", (root / "gate.log").read_text())
     # the weakened gate (a throttle that never refuses) hashes every attempt
     with weakened(env, gate_class=Unthrottled) as person:
-        answers = _flood(person("alice"), 1, 12)
+        answers = _flood(lambda i: person("alice"), 1, 12)
     assert [a.status_code for a in answers] == [401] * 12
 
 
