@@ -11,7 +11,7 @@ records). Three calls are rewritten on the way:
 - starting a run (``create_flow_run``): only its parameters, name and scheduled time are kept; the
   parameters are checked against the form's schema, the worker's settings (job variables) cannot
   be set, and the run is tagged ``requested-by:<account>``, which the release flow records in the
-  ledger as who asked;
+  ledger as who asked; the account's limits (``gate.quotas``) are applied before it is passed on;
 - cancelling a run: only the caller's own, and only a cancellation;
 - approving a paused release (stewards): the approver's name is written into the approval.
 """
@@ -38,10 +38,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from core import paths, settings
+from core import limits, paths, settings
 from gate import policy
 from gate.accounts import Account, Accounts
 from gate.checks import Call
+from gate.quotas import Quotas
 
 HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding"}  # not passed back
 REFUSED = "x-privrelease-gate-refused"  # on every answer the gate refused itself
@@ -73,6 +74,7 @@ class Gate:
         self._loaded = 0.0
         self._verified: dict[bytes, str] = {}  # keyed digest of (name, password) -> the hash it matched
         self._key = secrets.token_bytes(32)
+        self.quotas: Quotas | None = Quotas(limits.configured(), self.client, self.operator)  # None: no limits (tests)
 
     # -- who is asking --------------------------------------------------------------------------
 
@@ -150,6 +152,9 @@ class Gate:
             if isinstance(rewritten, str):
                 return _refuse(403, f"privrelease gate: {rewritten}")
             body = json.dumps(rewritten).encode()
+            if self.quotas is not None and rule.route.endswith("/create_flow_run"):
+                started = await self.quotas.start(account.name, rewritten, lambda: self.forward(request, path, body))
+                return _refuse(started[0], f"privrelease gate: {started[1]}") if isinstance(started, tuple) else started
         return await self.forward(request, path, body)
 
     async def forward(self, request: Request, path: str, body: bytes) -> Response:
