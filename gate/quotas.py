@@ -31,7 +31,6 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 import anyio
-import httpx
 from pydantic import TypeAdapter, ValidationError
 from starlette.responses import Response
 
@@ -42,14 +41,13 @@ Refusal = tuple[int, str]  # HTTP status, message
 UNFINISHED = ["SCHEDULED", "PENDING", "RUNNING", "PAUSED", "CANCELLING"]
 SOON = timedelta(minutes=1)  # a run due within this is started now; later, it is scheduled ahead
 MINUTE = 60.0
-BUSY_RETRIES = 8  # a SQLite-backed server answers 503 while busy: retried, as the gate's forward does
 TIME = TypeAdapter(datetime)  # what Prefect's server parses a scheduled time with
 
 
 class Quotas:
-    def __init__(self, limits: Limits, client: httpx.AsyncClient, headers: dict[str, str]):
+    def __init__(self, limits: Limits, count: Callable[[dict], Awaitable[int | None]]):
         self.limits = limits
-        self.client, self.headers = client, headers  # Prefect's server, with the operator's credential
+        self.count = count  # how many of Prefect's flow runs match a filter (None: the server did not say)
         self._locks: dict[str, anyio.Lock] = {}
         self._started: dict[str, deque[float]] = {}  # when each account's last runs were created (monotonic)
 
@@ -100,10 +98,15 @@ class Quotas:
     async def counted(self, account: str, now: datetime, later: bool) -> Refusal | None:
         """Why the account may not start another run, counted from Prefect's records; None: it may."""
         limits, tag = self.limits, {"tags": {"all_": [f"{REQUESTED_BY}{account}"]}}
-        checks = [(tag | {"state": {"type": {"any_": UNFINISHED}}}, limits.runs,
-                   "you have {n} runs not finished; the limit is {limit} per account: wait for one to finish or cancel one")]
+        checks = [
+            (
+                tag | {"state": {"type": {"any_": UNFINISHED}}},
+                limits.runs,
+                "you have {n} runs not finished; the limit is {limit} per account: wait for one to finish or cancel one",
+            )
+        ]
         if later:
-            checks.append((tag | {"state": {"type": {"any_": ["SCHEDULED"]}}, "expected_start_time": {"after_": _iso(now + SOON)}},
+            checks.append((tag | {"state": {"type": {"any_": ["SCHEDULED"]}}, "expected_start_time": {"after_": (now + SOON).isoformat()}},
                            limits.scheduled, "you have {n} runs scheduled for later; the limit is {limit} per account: "
                                              "cancel one, or start this one now"))  # fmt: skip
         for flow_runs, limit, says in checks:
@@ -113,16 +116,3 @@ class Quotas:
             if n >= limit:
                 return 429, says.format(n=n, limit=limit)
         return None
-
-    async def count(self, flow_runs: dict) -> int | None:
-        """How many flow runs match ``flow_runs`` (Prefect's filter); None if the server does not say."""
-        for attempt in range(BUSY_RETRIES + 1):
-            response = await self.client.post("/api/flow_runs/count", json={"flow_runs": flow_runs}, headers=self.headers)
-            if response.status_code != 503:
-                break
-            await anyio.sleep(0.25 * (attempt + 1))
-        return response.json() if response.status_code == 200 else None
-
-
-def _iso(t: datetime) -> str:
-    return t.isoformat()

@@ -40,7 +40,10 @@ def gates(served, people):
     for name, role in ACCOUNTS.items():
         if name not in known:
             accounts.add(name, role, PASSWORD)
-    with gate(env | LIMITS, root / "gate-limited.log") as limited, gate(env | LIMITS, root / "gate-weak.log", "tests.weak_gate") as weak:
+    with (
+        gate(env | LIMITS, root / "gate-limited.log") as limited,
+        gate(env | LIMITS, root / "gate-weak.log", "tests.weak_gate") as weak,
+    ):
         yield {"limited": limited, "weak": weak}
 
 
@@ -94,7 +97,8 @@ def test_one_analyst_cannot_fill_the_worker_with_previews(served, gates):
     nora = _client(gates, "limited", "nora")
     again = nora.post(form, json=PREVIEW)
     assert again.status_code == 429 and _message(again) == (
-        "privrelease gate: you have 3 runs not finished; the limit is 3 per account: wait for one to finish or cancel one")
+        "privrelease gate: you have 3 runs not finished; the limit is 3 per account: wait for one to finish or cancel one"
+    )
     assert _client(gates, "limited", "omar").post(form, json=PREVIEW).status_code == 201  # another account is not held up
     mine = [r.json()["id"] for r in answers if r.status_code == 201]
     assert nora.post(f"/flow_runs/{mine[0]}/set_state", json={"state": {"type": "CANCELLING"}}).status_code in (200, 201)
@@ -158,7 +162,8 @@ def test_runs_far_ahead_or_many_ahead_are_refused(served, gates):
     assert rosa.post(form, json=_at(2)).status_code == 201
     second = rosa.post(form, json=_at(3))
     assert second.status_code == 429 and _message(second) == (
-        "privrelease gate: you have 1 runs scheduled for later; the limit is 1 per account: cancel one, or start this one now")
+        "privrelease gate: you have 1 runs scheduled for later; the limit is 1 per account: cancel one, or start this one now"
+    )
     assert rosa.post(form, json=PREVIEW).status_code == 201  # one to start now is still welcome
     weak = _client(gates, "weak", "rosa")
     created = [weak.post(form, json=_at(days)) for days in (400, 3, 4)]
@@ -191,4 +196,6 @@ def test_the_pool_runs_at_most_its_limit_at_once(served, pool_limit):
     finally:
         api.patch("/work_pools/privrelease", json={"concurrency_limit": configured})
     overlaps = _overlapping(api, ids)
-    assert overlaps == 0 if pool_limit == 1 else overlaps > 0, json.dumps([api.get(f"/flow_runs/{i}").json()["start_time"] for i in ids])
+    assert overlaps == 0 if pool_limit == 1 else overlaps > 0, json.dumps(
+        [api.get(f"/flow_runs/{i}").json()["start_time"] for i in ids]
+    )

@@ -160,11 +160,13 @@ def deploy(env: dict) -> None:
 
 
 @contextmanager
-def worker(env: dict, log_path: Path, pool: str = "privrelease"):
-    """A `prefect worker` on the pool, as `make serve` starts it (with its limit of runs at once)."""
+def worker(env: dict, log_path: Path, pool: str = "privrelease", limit: int | None = None):
+    """A `prefect worker` on the pool, as `make serve` starts it (with its limit of runs at once, by default
+    the configured one)."""
     log = open(log_path, "w")
+    limit = limits.configured().worker if limit is None else limit
     proc = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", pool, "--install-policy", "never",
-                             "--limit", str(limits.configured().worker)], env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+                             "--limit", str(limit)], env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
         yield proc
     finally:
