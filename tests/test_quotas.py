@@ -7,18 +7,25 @@ is shown on a real worker, and the same runs overlapping without it."""
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 
 from core import limits, settings
+from core.errors import UserError
 from gate.accounts import Accounts
-from tests.conftest import PASSWORD
+from gate.quotas import Quotas
+from tests.conftest import PASSWORD, REPO
 from tests.test_gate import refused
 from tests.test_server import _wait, deployment, gate, operator, person, worker
 
@@ -82,6 +89,32 @@ def test_the_limits_defaults_are_the_ones_the_settings_state():
     said = {v.name: v.default for v in settings.VARIABLES}
     for f in fields(limits.Limits):
         assert said[limits.VARIABLES[f.name]] == str(f.default), f.name
+
+
+def test_a_limit_that_is_not_one_stops_the_gate_and_make_serve_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    said = "$PRIVRELEASE_ACCOUNT_RUNS is a whole number, 1 or more; got 0"
+    monkeypatch.setenv(settings.ACCOUNT_RUNS, "0")
+    with pytest.raises(UserError) as refusal:
+        limits.configured()
+    assert str(refusal.value) == said
+    env = os.environ | {settings.ACCOUNT_RUNS: "0", settings.HOME: str(tmp_path), settings.PREFECT_URL: "http://127.0.0.1:9",
+                        settings.PREFECT_AUTH: "operator:x"}  # fmt: skip
+    gate_ = subprocess.run([sys.executable, "-m", "gate"], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert gate_.returncode == 2 and gate_.stderr == f"the gate cannot start: {said}\n"
+    serve = subprocess.run([sys.executable, "-m", "core.limits", "pool"], env=env | {settings.POOL_LIMIT: "two"}, cwd=REPO,
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert serve.returncode == 1 and serve.stderr == "privrelease: $PRIVRELEASE_POOL_LIMIT is a whole number, 1 or more; got two\n"
+
+
+def test_when_prefect_does_not_say_how_many_runs_an_account_has_the_run_is_not_started():
+    async def unknown(flow_runs: dict) -> None:
+        return None
+
+    async def create():
+        raise AssertionError("a run was created without being counted")
+
+    answer = anyio.run(Quotas(limits.Limits(), unknown).start, "nora", {"parameters": {}}, create)
+    assert answer == (503, "Prefect's server did not say how many runs you have: try again in a moment")
 
 
 def test_one_analyst_cannot_fill_the_worker_with_previews(served, gates):
@@ -158,7 +191,9 @@ def test_runs_far_ahead_or_many_ahead_are_refused(served, gates):
     assert re.fullmatch(r"privrelease gate: the run is scheduled 399 days ahead; the limit is 30 days: schedule it at most "
                         r"30 days from now", _message(far)), far.text  # fmt: skip
     garbled = _at(1) | {"state": {"type": "SCHEDULED", "state_details": {"scheduled_time": "next tuesday"}}}
-    assert rosa.post(form, json=garbled).status_code == 422
+    unreadable = rosa.post(form, json=garbled)
+    assert unreadable.status_code == 422 and _message(unreadable) == (
+        "privrelease gate: the run's scheduled time 'next tuesday' is not a time: send an ISO 8601 time, e.g. 2030-01-31T06:00:00Z")
     assert rosa.post(form, json=_at(2)).status_code == 201
     second = rosa.post(form, json=_at(3))
     assert second.status_code == 429 and _message(second) == (
@@ -199,3 +234,25 @@ def test_the_pool_runs_at_most_its_limit_at_once(served, pool_limit):
     assert overlaps == 0 if pool_limit == 1 else overlaps > 0, json.dumps(
         [api.get(f"/flow_runs/{i}").json()["start_time"] for i in ids]
     )
+
+
+def test_a_run_started_again_after_the_answer_is_approved_on_what_the_steward_was_shown(prefect_server):
+    """A suspended release runs again from the start once answered, and looks at its charge afresh; the
+    approval is given on the look the steward was shown, kept with the run, so a charge that grew while
+    it waited (others spent meanwhile) is not covered by it (the ledger then refuses it)."""
+    from prefect import flow
+
+    from core.ledger.approval import Approval, Look, Rule
+    from flows import steps
+
+    shown = Look(Rule(share=0.1), epsilon=1.0, epsilon_left=10.0, cap_epsilon=10.0, filter_share=0.1, account_epsilon=0.0)
+    grown = Look(Rule(share=0.1), epsilon=1.0, epsilon_left=1.0, cap_epsilon=10.0, filter_share=math.inf, account_epsilon=0.0)
+
+    @flow(persist_result=False)
+    def asked_twice() -> list:
+        return [steps._shown(shown), steps._shown(grown)]  # the first run's look, then the restarted run's
+
+    first, again = asked_twice()
+    assert first == (shown, False) and again == (shown, True)
+    approval = Approval.given(again[0], "sam", datetime.now(UTC))
+    assert approval.covers(shown) and not approval.covers(grown)
