@@ -1,6 +1,6 @@
 """Issue #39: one account could take the whole worker, or fill Prefect's database, at no budget cost.
-Each attack goes through a real gate (``python -m gate``, limits set as the operator sets them) in front
-of the session's real `prefect server`, and is run again on the weakened variant, the same gate without
+Each attack goes through a real proxy and gate (``python -m gate``, limits set as the operator sets them)
+in front of the session's real `prefect server`, and is run again on the weakened variant, the same gate without
 its per-account limits (``tests/weak_gate.py``), where it succeeds. The pool's limit of runs at once
 is shown on a real worker, and the same runs overlapping without it."""
 
@@ -27,7 +27,7 @@ from gate.accounts import Accounts
 from gate.quotas import Quotas
 from tests.conftest import PASSWORD, REPO
 from tests.test_gate import refused
-from tests.test_server import _wait, deployment, gate, operator, person, worker
+from tests.test_server import _wait, deployment, gate, operator, person, proxy, worker
 
 # what the operator sets for the limited gate (the defaults are 4, 2 and 6)
 LIMITS = {settings.ACCOUNT_RUNS: "3", settings.ACCOUNT_SCHEDULED: "1", settings.ACCOUNT_PER_MINUTE: "4"}
@@ -50,8 +50,11 @@ def gates(served, people):
     with (
         gate(env | LIMITS, root / "gate-limited.log") as limited,
         gate(env | LIMITS, root / "gate-weak.log", "tests.weak_gate") as weak,
+        # each behind a proxy of its own, as people reach a gate (a proxy keeps its state in its home)
+        proxy(env | {settings.HOME: str(root / "proxy-limited")}, limited, root / "proxy-limited.log") as limited_url,
+        proxy(env | {settings.HOME: str(root / "proxy-weak")}, weak, root / "proxy-weak.log") as weak_url,
     ):
-        yield {"limited": limited, "weak": weak}
+        yield {"limited": limited_url, "weak": weak_url}
 
 
 @pytest.fixture(autouse=True)
