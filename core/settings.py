@@ -43,6 +43,13 @@ TLS_KEY = "PRIVRELEASE_TLS_KEY"
 PREFECT_URL = "PRIVRELEASE_PREFECT_URL"
 PREFECT_AUTH = "PREFECT_API_AUTH_STRING"  # Prefect's own: the operator's credential for its server
 FLOW_RUN_ID = "PREFECT__FLOW_RUN_ID"  # Prefect's own: the run a worker starts a process for
+POOL_LIMIT = "PRIVRELEASE_POOL_LIMIT"
+WORKER_LIMIT = "PRIVRELEASE_WORKER_LIMIT"
+ACCOUNT_RUNS = "PRIVRELEASE_ACCOUNT_RUNS"
+ACCOUNT_SCHEDULED = "PRIVRELEASE_ACCOUNT_SCHEDULED"
+ACCOUNT_PER_MINUTE = "PRIVRELEASE_ACCOUNT_PER_MINUTE"
+PARAMETERS_KB = "PRIVRELEASE_PARAMETERS_KB"
+SCHEDULE_AHEAD_DAYS = "PRIVRELEASE_SCHEDULE_AHEAD_DAYS"
 
 VARIABLES = (
     Variable(HOME, "the user data folder (platformdirs)", "the state folder: database, snapshots, releases, keys"),
@@ -70,6 +77,13 @@ VARIABLES = (
     Variable(PREFECT_URL, "required by the gate", "Prefect's server behind the gate"),
     Variable(PREFECT_AUTH, "required by the gate", "the operator's credential for Prefect's server"),
     Variable(FLOW_RUN_ID, "set by Prefect's worker", "the flow run the worker's guard checks"),
+    Variable(POOL_LIMIT, "4", "flow runs running at once in the pool, over all its workers (make serve sets it)"),
+    Variable(WORKER_LIMIT, "4", "flow runs one worker runs at once (make serve's worker --limit)"),
+    Variable(ACCOUNT_RUNS, "4", "the gate: an account's runs not finished (scheduled, running, waiting for a steward)"),
+    Variable(ACCOUNT_SCHEDULED, "2", "the gate: of those, an account's runs scheduled for later"),
+    Variable(ACCOUNT_PER_MINUTE, "6", "the gate: runs an account starts in a minute"),
+    Variable(PARAMETERS_KB, "64", "the gate: the largest parameters of a run, in KB of JSON"),
+    Variable(SCHEDULE_AHEAD_DAYS, "30", "the gate: how many days ahead a run may be scheduled"),
 )
 
 

@@ -1,5 +1,5 @@
 """Where Prefect meets the core: every step of a charged run as a Prefect task, a steward's approval
-as a paused flow run, and who is running.
+as a suspended flow run, and who is running.
 
 The steps are the core's own plain functions (``core.release.pipeline.Steps``, ``core.release.spam_run.Steps``,
 ``core.release.charged.DIRECT``), each wrapped here once (``tasks``), so a step's signature exists in one
@@ -8,20 +8,22 @@ place. Tasks carry raw rows or mail: none is ever cached or its result persisted
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+import json
+from dataclasses import asdict, fields, replace
 from datetime import UTC, datetime
 from typing import TypeVar
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
-from prefect.flow_runs import pause_flow_run
-from prefect.input import RunInput
+from prefect.context import FlowRunContext
+from prefect.flow_runs import pause_flow_run, suspend_flow_run
+from prefect.input import RunInput, create_flow_run_input, read_flow_run_input
 from prefect.runtime import flow_run
 from pydantic import Field
 
 from core import settings
 from core.errors import ApprovalError
-from core.ledger.approval import Approval, Look
+from core.ledger.approval import Approval, Look, Rule
 from core.people import requester
 from core.release import charged, pipeline, spam_run
 from core.release.charged import Caller, Log
@@ -29,6 +31,8 @@ from core.release.charged import Caller, Log
 RAW = {"cache_policy": NO_CACHE, "persist_result": False}
 S = TypeVar("S")
 
+APPROVAL = "privrelease-approval"  # the pause's key: the answer's flow-run input keys are named after it
+SHOWN = "privrelease-approval-shown"  # the look the steward was asked about, kept with the run
 NAMES = {"load": "load-snapshot", "setup": "spam-setup", "run_round": "spam-round", "write": "spam-report"}
 
 
@@ -60,18 +64,39 @@ class Answer(RunInput):
 
 
 def pause(dataset: str, look: Look, log: Log) -> Approval:
-    """A charge the steward's rule holds back pauses here, before the charge, until a data steward approves
+    """A charge the steward's rule holds back waits here, before the charge, until a data steward approves
     or rejects it in the UI (the gate lets only stewards answer, and writes in who did). Rejected, or
     unanswered within $PRIVRELEASE_APPROVAL_TIMEOUT seconds (default a day): the run fails, nothing charged.
-    The approval covers what the steward was shown; the charge takes the look again under its lock."""
-    why = look.words(dataset)
-    log.info("waiting for a data steward: %s", why)
-    answer = pause_flow_run(
-        wait_for_input=Answer.with_initial_data(description=f"{why}. Approve to charge and release it; reject to "
-                                                            "refuse it (nothing is charged).", approve=False),
-        timeout=int(settings.number(settings.APPROVAL_TIMEOUT, 86_400)), key="privrelease-approval",
-    )  # fmt: skip
+
+    A deployment's run is suspended: its process ends and frees the worker while it waits, and the
+    steward's answer starts it again from the beginning (nothing was charged or drawn before this point);
+    back here, ``suspend_flow_run`` returns the answer kept with the run instead of waiting again. Outside a
+    deployment (the command line with a Prefect server) the run cannot be restarted, so it pauses in its
+    process. The approval covers what the steward was shown (kept with the run when it was first asked);
+    the charge takes the look again under its lock, and one larger than that is refused."""
+    shown, again = _shown(look)
+    why = shown.words(dataset)
+    if not again:
+        log.info("waiting for a data steward: %s", why)
+    wait = Answer.with_initial_data(description=f"{why}. Approve to charge and release it; reject to refuse it "
+                                                "(nothing is charged).", approve=False)  # fmt: skip
+    timeout = int(settings.number(settings.APPROVAL_TIMEOUT, 86_400))
+    context = FlowRunContext.get()
+    restartable = context is not None and context.flow_run is not None and context.flow_run.deployment_id is not None
+    wait_for = suspend_flow_run if restartable else pause_flow_run
+    answer = wait_for(wait_for_input=wait, timeout=timeout, key=APPROVAL)
     if not answer.approve:
         raise ApprovalError(f"the data steward {answer.approved_by or '(unknown)'} rejected this release: {why}; nothing "
                             "was charged or published.")  # fmt: skip
-    return Approval.given(look, answer.approved_by, datetime.now(UTC))
+    return Approval.given(shown, answer.approved_by, datetime.now(UTC))
+
+
+def _shown(look: Look) -> tuple[Look, bool]:
+    """The look the steward is asked about: this one, kept with the run; or, in a run started again after
+    the steward's answer, the one kept when it was first asked (the approval covers that one), and True."""
+    kept = read_flow_run_input(SHOWN)
+    if kept is None:
+        create_flow_run_input(SHOWN, json.dumps(asdict(look)))  # a string: Python's JSON keeps an infinite share
+        return look, False
+    fields_ = json.loads(kept)
+    return Look(**fields_ | {"rule": Rule(**fields_["rule"])}), True

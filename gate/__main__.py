@@ -37,7 +37,12 @@ def main() -> int:
     # requests) is closed after 5 s; the proxy stops reusing them after 4 s.
     # X-Forwarded-For is believed from 127.0.0.1 only: the proxy sets it to the caller's address (overwritten,
     # never appended), so request.client.host is the caller's address, not the proxy's.
-    uvicorn.run(create_app(), host="127.0.0.1", port=port, log_level="warning", ws="websockets-sansio",
+    try:
+        app = create_app()
+    except UserError as error:  # a limit set to what is not one (core.limits)
+        print(f"the gate cannot start: {error}", file=sys.stderr)
+        return 2
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", ws="websockets-sansio",
                 limit_concurrency=256, timeout_keep_alive=5, proxy_headers=True, forwarded_allow_ips="127.0.0.1")  # fmt: skip
     return 0
 

@@ -11,7 +11,7 @@ records). Three calls are rewritten on the way:
 - starting a run (``create_flow_run``): only its parameters, name and scheduled time are kept; the
   parameters are checked against the form's schema, the worker's settings (job variables) cannot
   be set, and the run is tagged ``requested-by:<account>``, which the release flow records in the
-  ledger as who asked;
+  ledger as who asked; the account's limits (``gate.quotas``) are applied before it is passed on;
 - cancelling a run: only the caller's own, and only a cancellation;
 - approving a paused release (stewards): the approver's name is written into the approval.
 
@@ -45,10 +45,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from core import paths, settings
+from core import limits, paths, settings
 from gate import bounds, policy
 from gate.accounts import Account, Accounts
 from gate.checks import Call, Refused
+from gate.quotas import Quotas
 from gate.redact import Redactor
 from gate.throttle import Throttle
 
@@ -88,6 +89,7 @@ class Gate:
         self._loaded = 0.0
         self._verified: dict[bytes, str] = {}  # keyed digest of (name, password) -> the hash it matched
         self._key = secrets.token_bytes(32)
+        self.quotas: Quotas | None = Quotas(limits.configured(), self.count)  # None: no limits (tests' weakened gate)
 
     # -- who is asking --------------------------------------------------------------------------
 
@@ -150,6 +152,11 @@ class Gate:
         response = await self.client.post(path, json=body, headers=self.operator)
         return json.loads(self.redact(response.content)) if response.status_code == 200 else None
 
+    async def count(self, flow_runs: dict) -> int | None:
+        """How many flow runs match Prefect's filter ``flow_runs``; None if the server does not say."""
+        response = await self.upstream_call("POST", "/api/flow_runs/count", json={"flow_runs": flow_runs}, headers=self.operator)
+        return response.json() if response.status_code == 200 else None
+
     # -- the one entry point ---------------------------------------------------------------------------
 
     async def __call__(self, request: Request) -> Response:
@@ -187,6 +194,9 @@ class Gate:
             if isinstance(rewritten, str):
                 return _refuse(403, f"privrelease gate: {rewritten}")
             body = json.dumps(rewritten).encode()
+            if self.quotas is not None and rule.starts:
+                started = await self.quotas.start(account.name, rewritten, lambda: self.forward(request, path, body))
+                return _refuse(started[0], f"privrelease gate: {started[1]}") if isinstance(started, tuple) else started
         response = await self.forward(request, path, body)
         if rule.reply is not None and response.status_code == 200:
             return JSONResponse(rule.reply(json.loads(response.body), call))
@@ -222,20 +232,24 @@ class Gate:
         headers = {k: v for k, v in request.headers.items() if k.lower() in PASSED} | self.operator
         if body:
             headers["content-type"] = "application/json"
-        # read whole (decoded) before answering: a caller that reads slowly holds no connection to Prefect.
-        # A SQLite-backed server answers 503 ("retry") while its database is busy, before anything is
-        # committed; Prefect's own client retries those, and so does the gate for the UI, which does not.
-        for attempt in range(BUSY_RETRIES + 1):
-            response = await self.client.request(request.method, path, params=request.query_params, headers=headers,
-                                                 content=body)  # fmt: skip
-            if response.status_code != 503 or attempt == BUSY_RETRIES:
-                break
-            await anyio.sleep(0.25 * (attempt + 1))
+        # read whole (decoded) before answering: a caller that reads slowly holds no connection to Prefect
+        response = await self.upstream_call(request.method, path, params=request.query_params, headers=headers, content=body)
         out = {k: v for k, v in response.headers.items() if k.lower() not in HOP}
         content = response.content
         if response.headers.get("content-type", "").startswith(JSON):
             content = self.redact(content)
         return Response(content, status_code=response.status_code, headers=out)
+
+    async def upstream_call(self, method: str, path: str, **kwargs) -> httpx.Response:
+        """One call to Prefect's server. A SQLite-backed server answers 503 ("retry") while its database is
+        busy, before anything is committed; Prefect's own client retries those, and so does the gate for
+        the UI, which does not."""
+        for attempt in range(BUSY_RETRIES + 1):
+            response = await self.client.request(method, path, **kwargs)
+            if response.status_code != 503 or attempt == BUSY_RETRIES:
+                break
+            await anyio.sleep(0.25 * (attempt + 1))
+        return response
 
 
 def _placeholders(value) -> bool:

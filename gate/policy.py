@@ -96,6 +96,7 @@ class Rule:
     body: Rewrite | None = None  # the body passed on, made from the one asked
     answer: Answer | None = None  # answered by the gate itself, never passed on
     reply: Reply | None = None  # the answer passed back, made from Prefect's
+    starts: bool = False  # it starts a run: the account's limits apply first (gate.quotas)
     pattern: re.Pattern = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -160,8 +161,10 @@ POLICY: tuple[Rule, ...] = (
     Rule(PEOPLE, "GET", "/api/events/filter/next", answer=next_events),
     Rule(PEOPLE, "POST", "/api/events/count-by/{countable}", body=event_count),
     # -- acting: each role its own ---------------------------------------------------------------------
-    Rule(SPENDERS, "POST", "/api/deployments/{id}/create_flow_run", when=deployment_in(RELEASE_FORMS), body=start_run),
-    Rule(frozenset({AUDITOR}), "POST", "/api/deployments/{id}/create_flow_run", when=deployment_in([AUDIT_FORM]), body=start_run),
+    Rule(SPENDERS, "POST", "/api/deployments/{id}/create_flow_run", when=deployment_in(RELEASE_FORMS), body=start_run,
+         starts=True),
+    Rule(frozenset({AUDITOR}), "POST", "/api/deployments/{id}/create_flow_run", when=deployment_in([AUDIT_FORM]), body=start_run,
+         starts=True),
     Rule(PEOPLE, "POST", "/api/flow_runs/{id}/set_state", when=own_run, body=cancel),
     Rule(frozenset({STEWARD}), "POST", "/api/flow_runs/{id}/resume", when=awaits_approval, body=answer_approval),
 )
@@ -188,7 +191,7 @@ def markdown() -> str:
 
     lines = ["| who | method | route | when | body passed on, or answer |", "|---|---|---|---|---|"]
     for rule in POLICY:
-        does = "; ".join(x.says for x in (rule.body, rule.answer, rule.reply) if x is not None)
+        does = "; ".join([x.says for x in (rule.body, rule.answer, rule.reply) if x is not None] + (["the account's run limits first"] if rule.starts else []))
         lines.append(f"| {who(rule.who)} | {rule.method} | `{rule.route}` | {rule.when.says if rule.when else ''} | {does} |")
     return "\n".join(lines) + "\n"
 

@@ -78,13 +78,18 @@ if ! "$BIN/prefect" work-pool inspect privrelease > /dev/null 2>&1; then
   printf '\n$ prefect work-pool create privrelease --type process --base-job-template deploy/process-pool.json\n'
   "$BIN/prefect" work-pool create privrelease --type process --base-job-template deploy/process-pool.json
 fi
+# how many runs at once, over all workers and on this one ($PRIVRELEASE_POOL_LIMIT, $PRIVRELEASE_WORKER_LIMIT; core/limits.py)
+POOL_LIMIT=$("$BIN/python" -m core.limits pool) || stop 1
+WORKER_LIMIT=$("$BIN/python" -m core.limits worker) || stop 1
+printf '$ prefect work-pool set-concurrency-limit privrelease %s\n' "$POOL_LIMIT"
+"$BIN/prefect" work-pool set-concurrency-limit privrelease "$POOL_LIMIT" > /dev/null
 printf '\n$ prefect --no-prompt deploy --all\n'
 # the SDC forms offer the registered sdc datasets and their published columns by name (flows/forms.py)
 PRIVRELEASE_FORMS_FROM_REGISTRY=1 "$BIN/prefect" --no-prompt deploy --all > "$PRIVRELEASE_HOME/deploy.log" 2>&1 || { tail -20 "$PRIVRELEASE_HOME/deploy.log"; stop 1; }
 grep -E "^Deployment '" "$PRIVRELEASE_HOME/deploy.log" || true
 
-printf '\n$ prefect worker start --pool privrelease --install-policy never &\n'
-start "$PRIVRELEASE_HOME/worker.log" "$BIN/prefect" worker start --pool privrelease --install-policy never
+printf '\n$ prefect worker start --pool privrelease --install-policy never --limit %s &\n' "$WORKER_LIMIT"
+start "$PRIVRELEASE_HOME/worker.log" "$BIN/prefect" worker start --pool privrelease --install-policy never --limit "$WORKER_LIMIT"
 
 accounts=$("$BIN/privrelease" --home "$PRIVRELEASE_HOME" user list --json | "$BIN/python" -c 'import json,sys; print(len(json.load(sys.stdin)))')
 cat <<EOF
@@ -101,7 +106,7 @@ no accounts yet; add the first ones (a random password is made and shown once wi
   .venv/bin/privrelease --home $PRIVRELEASE_HOME user add ada --role auditor
 EOF
 fi
-echo "# remote workers: PREFECT_API_URL=$PREFECT_API_URL PREFECT_API_AUTH_STRING=... PRIVRELEASE_HOME=... prefect worker start --pool privrelease"
+echo "# remote workers: PREFECT_API_URL=$PREFECT_API_URL PREFECT_API_AUTH_STRING=... PRIVRELEASE_HOME=... prefect worker start --pool privrelease --limit $WORKER_LIMIT"
 echo "Ctrl-C stops it all."
 while true; do
   for pid in "${children[@]}"; do

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ from gate import policy
 from gate.app import REFUSED
 from gate.checks import next_events, stored_schema
 from tests.conftest import PASSWORD
-from tests.test_server import _logs, _wait, deployment, operator, worker
+from tests.test_server import _logs, _wait, deployment, operator, run_processes, worker
 
 DUMMY = "00000000-0000-4000-8000-000000000000"
 
@@ -345,28 +346,46 @@ def test_the_ledger_names_who_asked(served, people):
     assert charge.requested_by == "vera"
 
 
-def _until(api: httpx.Client, run_id: str, states: tuple[str, ...], log: Path, timeout: float = 120) -> str:
+def _until(api: httpx.Client, run_id: str, states: tuple[str, ...], log: Path, timeout: float = 120,
+           proc: subprocess.Popen | None = None, seen: set[str] | None = None) -> str:  # fmt: skip
+    """Wait for the run to reach one of ``states``; with the worker ``proc``, add the run's id to ``seen``
+    if a process of the worker's ran it meanwhile."""
     deadline = time.monotonic() + timeout
     while (state := api.get(f"/flow_runs/{run_id}").json()["state"]["type"]) not in states:
         assert time.monotonic() < deadline, (state, log.read_text()[-3000:])
-        time.sleep(0.5)
+        if proc is not None and seen is not None and run_processes(proc, run_id):
+            seen.add(run_id)
+        time.sleep(0.1 if proc is not None else 0.5)
     return state
 
 
+def _left_the_worker(proc: subprocess.Popen, run_id: str, log: Path, timeout: float = 60) -> None:
+    """Wait until no process of the worker runs ``run_id`` (a run paused in its process never gets there)."""
+    deadline = time.monotonic() + timeout
+    while held := run_processes(proc, run_id):
+        assert time.monotonic() < deadline, (f"the waiting run still holds {[p.pid for p in held]}", log.read_text()[-3000:])
+        time.sleep(0.2)
+
+
 def test_a_large_charge_waits_for_a_steward(served, people):
-    """A release above the steward's threshold pauses before its charge: the analyst cannot answer it,
-    nor can a steward answer their own; a rejection charges and publishes nothing; an approval does both,
-    and the ledger names who asked."""
+    """A release above the steward's threshold is suspended before its charge: its process ends and frees
+    the worker while it waits; the analyst cannot answer it, nor can a steward answer their own; a
+    rejection charges and publishes nothing; an approval starts the run again, which is charged once and
+    publishes once, and the ledger names who asked."""
     env, root = served
     api, log = operator(env), root / "worker-approval.log"
     home = Path(env["PRIVRELEASE_HOME"])
     ledger = Ledger(home / "privrelease.duckdb")
     ledger.set_budget("logins-demo", Budget(40.0, 1e-3), approve_above=0.0)  # every DP release waits
     form = deployment(api, "outlier-count")["id"]  # (the n-gram corpus stays unspent for test_server)
+    seen: set[str] = set()  # runs a process of the worker was seen running
     try:
-        with worker(env, log):
+        with worker(env, log) as proc:
             rejected = people["alice"].post(f"/deployments/{form}/create_flow_run", json={"parameters": {"release_id": "big-1"}}).json()
-            assert _until(api, rejected["id"], ("PAUSED",), log) == "PAUSED"
+            assert _until(api, rejected["id"], ("PAUSED",), log, proc=proc, seen=seen) == "PAUSED"
+            assert rejected["id"] in seen  # it ran in a process of the worker's, until it was suspended
+            _left_the_worker(proc, rejected["id"], log)  # which ended: the worker holds nothing for it while it waits
+            assert api.get(f"/flow_runs/{rejected['id']}").json()["state"]["name"] == "Suspended"
             assert not [e for e in ledger.entries() if e.release_id == "alice.big-1"]  # nothing charged while it waits
             for who in ("alice", "vera", "ada"):
                 answer = people[who].post(f"/flow_runs/{rejected['id']}/resume", json={"run_input": {"approve": True}})
@@ -381,6 +400,7 @@ def test_a_large_charge_waits_for_a_steward(served, people):
 
             approved = people["alice"].post(f"/deployments/{form}/create_flow_run", json={"parameters": {"release_id": "big-2"}}).json()
             _until(api, approved["id"], ("PAUSED",), log)
+            _left_the_worker(proc, approved["id"], log)
             assert people["sam"].post(f"/flow_runs/{approved['id']}/resume", json={"run_input": {"approve": True}}).status_code in (200, 201)
             assert _wait(api, approved["id"], log) == "COMPLETED"
             own = people["sam"].post(f"/deployments/{form}/create_flow_run", json={"parameters": {"release_id": "big-3"}}).json()
@@ -390,9 +410,14 @@ def test_a_large_charge_waits_for_a_steward(served, people):
             _until(api, own["id"], ("CANCELLED",), log)
     finally:
         ledger.set_budget("logins-demo", Budget(40.0, 1e-3))
+    # charged once, published once, under the approval of what the steward was shown
+    assert [e.status for e in ledger.entries() if e.release_id == "alice.big-2"] == ["reserved", "published"]
     (charge,) = [e for e in ledger.entries() if e.release_id == "alice.big-2" and e.status == "reserved"]
     assert charge.requested_by == "alice" and (home / "releases" / "logins-demo" / "alice.big-2" / "manifest.json").exists()
-    assert "approved by the data steward sam" in [x["message"] for x in _logs(api, approved["id"])]
+    assert json.loads(charge.detail)["approval"]["approved_by"] == "sam"
+    messages = [x["message"] for x in _logs(api, approved["id"])]
+    assert messages.count("approved by the data steward sam") == 1
+    assert sum(m.startswith("waiting for a data steward") for m in messages) == 1  # asked once; started again after
 
 
 def test_what_prefect_would_resolve_after_the_gate_decided_is_refused(served, people):

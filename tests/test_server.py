@@ -16,7 +16,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import psutil
 
+from core import limits
 from core.datasets.demo import write_demo
 from core.ledger.ledger import PUBLISHED, Ledger
 from core.privacy.budget import Budget
@@ -86,12 +88,13 @@ def running_server(root: Path, extra: dict | None = None, host: str = "127.0.0.1
 
 
 @contextmanager
-def gate(env: dict, log_path: Path):
-    """privrelease's gate in front of the server (``python -m gate``, as `make serve` starts it, on 127.0.0.1);
-    yields its URL. The server's UI was told to call its API where it was loaded from."""
+def gate(env: dict, log_path: Path, module: str = "gate"):
+    """privrelease's gate in front of the server (``python -m gate``, as `make serve` starts it, on 127.0.0.1;
+    ``module``: another way to start it); yields its URL. The server's UI was told to call its API where it
+    was loaded from."""
     port = _free_port()
     genv = env | {"PRIVRELEASE_GATE_PORT": str(port), "PRIVRELEASE_PREFECT_URL": env["PREFECT_API_URL"].removesuffix("/api")}
-    with _service([str(BIN / "python"), "-m", "gate"], genv, log_path, f"http://127.0.0.1:{port}") as url:
+    with _service([str(BIN / "python"), "-m", module], genv, log_path, f"http://127.0.0.1:{port}") as url:
         yield url
 
 
@@ -152,20 +155,36 @@ def deploy(env: dict) -> None:
     """What `make serve` does before its worker: the demo datasets, the pool, every deployment."""
     write_demo(Path(env["PRIVRELEASE_HOME"]), rows=2000)
     _run(env, "work-pool", "create", "privrelease", "--type", "process", "--base-job-template", "deploy/process-pool.json")
+    _run(env, "work-pool", "set-concurrency-limit", "privrelease", str(limits.configured().pool))
     _run(env | {"PRIVRELEASE_FORMS_FROM_REGISTRY": "1"}, "--no-prompt", "deploy", "--all")
 
 
 @contextmanager
-def worker(env: dict, log_path: Path, pool: str = "privrelease"):
-    """A `prefect worker` on the pool, as `make serve` starts it."""
+def worker(env: dict, log_path: Path, pool: str = "privrelease", limit: int | None = None):
+    """A `prefect worker` on the pool, as `make serve` starts it (with its limit of runs at once, by default
+    the configured one)."""
     log = open(log_path, "w")
-    proc = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", pool, "--install-policy", "never"],
-                            env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    limit = limits.configured().worker if limit is None else limit
+    proc = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", pool, "--install-policy", "never",
+                             "--limit", str(limit)], env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
         yield proc
     finally:
         _stop(proc)
         log.close()
+
+
+def run_processes(proc: subprocess.Popen, run_id: str) -> list[psutil.Process]:
+    """The processes under the worker ``proc`` that run the flow run ``run_id`` (the worker starts each
+    run's process with the run's id in its environment)."""
+    found = []
+    for p in psutil.Process(proc.pid).children(recursive=True):
+        try:
+            if p.environ().get("PREFECT__FLOW_RUN_ID") == run_id:
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass  # ended while we looked
+    return found
 
 
 def deployment(api: httpx.Client, name: str) -> dict:

@@ -1,0 +1,55 @@
+"""How much of the worker one account may take, and how many runs the worker runs at once: the
+operator's settings (``core.settings``), with their defaults stated once, here.
+
+The pool and worker limits bound the processes on the worker's host whoever asks (each release
+process takes a few hundred MB); the per-account limits, which the gate applies where a run is
+created (``gate.quotas``), keep one account from taking every slot or filling Prefect's database:
+its runs not finished, its runs scheduled for later, the runs it starts in a minute, the size of a
+run's parameters and how far ahead a run may be scheduled. ``python -m core.limits pool`` prints one
+(what ``make serve`` passes to Prefect).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, fields
+
+from core import settings
+from core.errors import UserError
+
+
+@dataclass(frozen=True)
+class Limits:
+    pool: int = 4  # flow runs running at once in the privrelease pool, over all its workers
+    worker: int = 4  # flow runs one worker runs at once (its processes)
+    runs: int = 4  # an account's runs not finished: scheduled, pending, running, paused, cancelling
+    scheduled: int = 2  # of those, the ones scheduled to start later than a minute from now
+    per_minute: int = 6  # runs an account starts in a minute
+    parameters_kb: int = 64  # a run's parameters, as JSON
+    ahead_days: int = 30  # how far ahead a run may be scheduled
+
+
+VARIABLES = {
+    "pool": settings.POOL_LIMIT, "worker": settings.WORKER_LIMIT, "runs": settings.ACCOUNT_RUNS,
+    "scheduled": settings.ACCOUNT_SCHEDULED, "per_minute": settings.ACCOUNT_PER_MINUTE,
+    "parameters_kb": settings.PARAMETERS_KB, "ahead_days": settings.SCHEDULE_AHEAD_DAYS,
+}  # fmt: skip
+
+
+def configured() -> Limits:
+    """The limits the environment sets; each unset one its default. A limit is a whole number, 1 or more."""
+    values = {}
+    for f in fields(Limits):
+        name = VARIABLES[f.name]
+        value = settings.get(name, str(f.default))
+        if not value.isdigit() or int(value) < 1:
+            raise UserError(f"${name} is a whole number, 1 or more; got {settings.get(name)}")
+        values[f.name] = int(value)
+    return Limits(**values)
+
+
+if __name__ == "__main__":
+    try:
+        print(getattr(configured(), sys.argv[1]))
+    except UserError as error:
+        sys.exit(f"privrelease: {error}")

@@ -1,0 +1,118 @@
+"""How much one account may ask of the worker: the gate's limits where a run is created.
+
+Each run an account starts through the gate (``create_flow_run``, after its body is rewritten) is
+checked before it is passed on:
+
+- its shape: its parameters at most ``parameters_kb`` KB of JSON (413), and a scheduled start at
+  most ``ahead_days`` days ahead (422);
+- the runs the account started through this gate in the last minute, at most ``per_minute``
+  (cancelled ones too: starting and cancelling in a loop fills Prefect's database as well); Prefect's
+  records cannot be filtered by when a run was created, so this gate keeps the times itself;
+- the account's runs, counted from Prefect's own records by the requester tag the gate puts on
+  every run it creates (``requested-by:<account>``), one count query each: runs not finished
+  (scheduled, pending, running, paused or suspended for a steward, cancelling) at most ``runs``;
+  and, for a run scheduled to start later than a minute from now, those already scheduled so at
+  most ``scheduled`` (429 each).
+
+The checks and the creation happen under the account's own lock in this gate, so requests sent at
+once are counted one after the other (two gates in front of one server could each let one more
+through, and each keeps its own minute). The limits are the operator's settings (``core.limits``). Runs the operator starts on
+Prefect's server directly, or its deployments' schedules make, carry no requester tag and are not
+counted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+
+import anyio
+from pydantic import TypeAdapter, ValidationError
+from starlette.responses import Response
+
+from core.limits import Limits
+from core.people import REQUESTED_BY
+
+Refusal = tuple[int, str]  # HTTP status, message
+UNFINISHED = ["SCHEDULED", "PENDING", "RUNNING", "PAUSED", "CANCELLING"]
+SOON = timedelta(minutes=1)  # a run due within this is started now; later, it is scheduled ahead
+MINUTE = 60.0
+TIME = TypeAdapter(datetime)  # what Prefect's server parses a scheduled time with
+
+
+class Quotas:
+    def __init__(self, limits: Limits, count: Callable[[dict], Awaitable[int | None]]):
+        self.limits = limits
+        self.count = count  # how many of Prefect's flow runs match a filter (None: the server did not say)
+        self._locks: dict[str, anyio.Lock] = {}
+        self._started: dict[str, deque[float]] = {}  # when each account's last runs were created (monotonic)
+
+    async def start(self, account: str, body: dict, create: Callable[[], Awaitable[Response]]) -> Response | Refusal:
+        """``create()`` the run ``body`` asks for, or why not (a status and a message)."""
+        now = datetime.now(UTC)
+        refusal, later = self.shape(body, now)
+        if refusal is not None:
+            return refusal
+        async with self._locks.setdefault(account, anyio.Lock()):
+            started = self._started.setdefault(account, deque())
+            while started and started[0] <= time.monotonic() - MINUTE:
+                started.popleft()
+            if len(started) >= self.limits.per_minute:
+                wait = math.ceil(started[0] + MINUTE - time.monotonic())
+                return 429, (f"you started {len(started)} runs in the last minute; the limit is {self.limits.per_minute} "
+                             f"a minute per account: start it again in {wait} s")  # fmt: skip
+            refusal = await self.counted(account, now, later)
+            if refusal is not None:
+                return refusal
+            response = await create()
+            if response.status_code == 201:
+                started.append(time.monotonic())
+            return response
+
+    def shape(self, body: dict, now: datetime) -> tuple[Refusal | None, bool]:
+        """Why the run ``body`` asks for is refused whoever asks (None: it is not), and whether it is scheduled
+        to start later than a minute from now."""
+        limits = self.limits
+        size = len(json.dumps(body.get("parameters", {})).encode())
+        if size > limits.parameters_kb * 1024:
+            return (413, f"the run's parameters take {size / 1024:.0f} KB of JSON; the limit is {limits.parameters_kb} "
+                         "KB: a form's parameters name a registered dataset and its settings, never data"), False  # fmt: skip
+        when = ((body.get("state") or {}).get("state_details") or {}).get("scheduled_time")
+        if when is None:
+            return None, False
+        try:
+            start = TIME.validate_python(when)
+        except ValidationError:
+            return (422, f"the run's scheduled time {str(when)[:40]!r} is not a time: send an ISO 8601 time, e.g. "
+                         "2030-01-31T06:00:00Z"), False  # fmt: skip
+        start = start if start.tzinfo else start.replace(tzinfo=UTC)
+        if start - now > timedelta(days=limits.ahead_days):
+            return (422, f"the run is scheduled {(start - now).days} days ahead; the limit is {limits.ahead_days} days: "
+                         f"schedule it at most {limits.ahead_days} days from now"), True  # fmt: skip
+        return None, start - now > SOON
+
+    async def counted(self, account: str, now: datetime, later: bool) -> Refusal | None:
+        """Why the account may not start another run, counted from Prefect's records; None: it may."""
+        limits, tag = self.limits, {"tags": {"all_": [f"{REQUESTED_BY}{account}"]}}
+        checks = [
+            (
+                tag | {"state": {"type": {"any_": UNFINISHED}}},
+                limits.runs,
+                "you have {n} runs not finished; the limit is {limit} per account: wait for one to finish or cancel one",
+            )
+        ]
+        if later:
+            checks.append((tag | {"state": {"type": {"any_": ["SCHEDULED"]}}, "expected_start_time": {"after_": (now + SOON).isoformat()}},
+                           limits.scheduled, "you have {n} runs scheduled for later; the limit is {limit} per account: "
+                                             "cancel one, or start this one now"))  # fmt: skip
+        for flow_runs, limit, says in checks:
+            n = await self.count(flow_runs)
+            if n is None:
+                return 503, "Prefect's server did not say how many runs you have: try again in a moment"
+            if n >= limit:
+                return 429, says.format(n=n, limit=limit)
+        return None
