@@ -12,7 +12,6 @@ Prefect's; an answer is the JSON the gate returns itself (or raises ``Refused``)
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -183,9 +182,10 @@ async def _stored_schemas(call: Call) -> list[dict]:
     stored = [d["parameter_openapi_schema"] for d in found if isinstance(d.get("parameter_openapi_schema"), dict)]
     paused = await call.prefect.find("/api/flow_runs/filter", {"flow_runs": {"state": {"type": {"any_": ["PAUSED"]}}},
                                                                "limit": bounds.MAX_LIMIT}) or []  # fmt: skip
-    for run in paused:
-        inputs = await call.prefect.find(f"/api/flow_runs/{run['id']}/input/filter", {"prefix": "paused-", "limit": 10}) or []
-        stored += [json.loads(i["value"]) for i in inputs if i.get("key", "").endswith("-schema")]
+    for run in paused:  # a paused or suspended run's keyset names its answer schema ("paused-1-schema", "suspended-<key>-schema")
+        key = ((run.get("state") or {}).get("state_details") or {}).get("run_input_keyset", {}) or {}
+        value = await call.prefect.read(f"/api/flow_runs/{run['id']}/input/{quote(key['schema'], safe='')}") if key.get("schema") else None
+        stored += [value] if isinstance(value, dict) else []
     return [s for s in stored if isinstance(s, dict)]
 
 

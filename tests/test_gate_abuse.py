@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -234,7 +235,8 @@ def test_release_ids_are_the_requesters_own(served, people):
     env, _ = served
     api = operator(env)
     ra = deployment(api, "ra")["id"]
-    later = {"type": "SCHEDULED", "state_details": {"scheduled_time": "2100-01-01T00:00:00Z"}}
+    week = (datetime.now(UTC) + timedelta(days=7)).isoformat()  # within the schedule horizon (gate.quotas)
+    later = {"type": "SCHEDULED", "state_details": {"scheduled_time": week}}
     vera = people["vera"].post(f"/deployments/{ra}/create_flow_run", json={"parameters": {"release_id": "monthly"}, "state": later})
     assert vera.status_code == 201 and vera.json()["parameters"]["release_id"] == "vera.monthly"
     alice = people["alice"]
