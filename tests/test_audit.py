@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from core import noise
 from core.mechanisms import dpne
 from core.mechanisms.dpne_counts import unit_weights
+from core.privacy.events import DiscreteGaussian
 from tests.auditor import ALPHA, audit, record, runs
 
 # -- the broken sampler, kept as a test-only variant ---------------------------------------------------
@@ -62,7 +63,7 @@ def level_outputs(params: dpne.Params, k: int, rho: float, base: int, m: int, n:
     rng = noise.generator(seed)
 
     def held(units: int) -> np.ndarray:
-        noisy, _ = dpne.threshold(rng, sigma, unit, rho, np.full(n, units, np.int64), 0)
+        noisy, _ = dpne.threshold(rng, DiscreteGaussian(sigma), unit, rho, np.full(n, units, np.int64), 0)
         return np.where(noisy > rho, noisy, np.nan) / sigma
 
     d_prime = held(base + w)
@@ -71,7 +72,7 @@ def level_outputs(params: dpne.Params, k: int, rho: float, base: int, m: int, n:
     else:
         d = np.full(n, np.nan)
         if k > 1:  # a zero-weight candidate of V_k: one run's Binomial(1, p) draws, n of them at once
-            _, tail = dpne.threshold(rng, sigma, unit, rho, np.empty(0, np.int64), n)
+            _, tail = dpne.threshold(rng, DiscreteGaussian(sigma), unit, rho, np.empty(0, np.int64), n)
             d[: tail.size] = tail / sigma
             d = d[np.random.default_rng(seed).permutation(n)]  # runs in random order for the halves
     return d, d_prime

@@ -17,6 +17,7 @@ from core import noise
 from core.mechanisms import dpne, dpne_accuracy
 from core.mechanisms.dpne_counts import unit_weights
 from core.privacy import accuracy
+from core.privacy.events import DiscreteGaussian
 
 DRAWS = 20_000
 LEVEL = 1e-3
@@ -88,7 +89,7 @@ def test_dpne_detection_table_matches_simulation(test_mode):
             stated = float(dpne_accuracy.detection(sigma, unit, rho, w, np.array([m]))[0])
             if m in table:
                 assert stated == table[m]
-            noisy, _ = dpne.threshold(rng, sigma, unit, rho, np.full(DRAWS, m * w), 0)
+            noisy, _ = dpne.threshold(rng, DiscreteGaussian(sigma), unit, rho, np.full(DRAWS, m * w), 0)
             assert binomtest(int((noisy > rho).sum()), DRAWS, stated).pvalue > LEVEL, (k, weight, m, stated)
     assert binomtest(int((noisy > rho + sigma / 4).sum()), DRAWS, stated).pvalue < LEVEL  # control: a shifted threshold
     for weight in (1, 4):  # the preview's "users a word needs": the first m whose release probability is >= 1/2
