@@ -29,6 +29,7 @@ between neighbours), and rho_1 adds one grid step for the discrete tail (see ``a
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -175,10 +176,7 @@ def plan(params: Params) -> Plan:
 def parts(params: Params, acc: Accounting) -> list[events.Event]:
     """DPNE's privacy event, part by part: each level's discrete Gaussian (l2 norm <= 1 per level; levels of
     one sigma self-composed; ``extract`` draws with it), the new items (delta only, rho_1), the sampler's slack."""
-    levels: dict[float, int] = {}
-    for sigma in acc.sigmas:
-        levels[sigma] = levels.get(sigma, 0) + 1
-    return [events.times(events.DiscreteGaussian(s, 1.0, part=LEVEL), n) for s, n in levels.items()] + [
+    return [events.times(events.DiscreteGaussian(s, 1.0, part=LEVEL), n) for s, n in Counter(acc.sigmas).items()] + [
         events.EpsilonDelta(0.0, params.delta / 2, part="new items (DPSU threshold rho_1, Theorem 2.1)"),
         events.sampler_slack(sum(params.caps)),
     ]

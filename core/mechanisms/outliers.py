@@ -248,7 +248,6 @@ def standardized(frame: pd.DataFrame, columns: list[str], params: Params, budget
         method = "public"
     else:
         bounds = np.array([spec.bounds[c] for c in columns])
-        # the plan's leaf when it states the columns, else the same construction for the columns found
         leaf = events.find(event or declared(params), sens.PRIVATE) if params.columns else sens.private_leaf(budget, len(columns))
         mean, std, sampled = private_scale(x, bounds, leaf, rng)
         method = "private (Gaussian mechanism, charged)"
@@ -359,8 +358,7 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
         raise ParameterError("outliers: the table needs at least 2 records.")
     if params.rows is not None and params.rows != n:
         raise InternalError("outliers: the table does not have the number of records declared with the dataset")
-    a = allocate(params)
-    event = declared(params)  # the leaves every draw below is made with
+    a, event = allocate(params), declared(params)  # the plan's leaves: every draw below is made with them
     z, scaling = standardized(frame, columns, params, a.standardize, rng, event)
     index = {c: i for i, c in enumerate(columns)}
     cols = {s: [index[c] for c in s] for s in subspaces}
