@@ -33,7 +33,7 @@ def dpne_plan(**kw):
 
 
 def spend(plan, name: str) -> acc.Spend:
-    return acc.Spend(name, plan.cost.budget, acc.events_of(plan.detail))
+    return acc.Spend.of(name, plan.cost.event)
 
 
 def histories() -> dict[str, list[acc.Spend]]:
@@ -113,7 +113,7 @@ def fill(home: Path, n: int, distinct: bool) -> Ledger:
     for i in range(n):
         eps = 1.0 + (i * 1e-3 if distinct else 0.0)
         plan = plans.get(eps) or plans.setdefault(eps, dpne_plan(epsilon=eps, delta=1e-6))
-        ledger.reserve("posts", f"r{i}", "dp", plan.cost.budget, "add or remove one user", "dpne", {"i": i}, plan.detail)
+        ledger.reserve("posts", f"r{i}", "dp", plan.cost, "dpne", {"i": i}, plan.detail)
     return ledger
 
 

@@ -24,14 +24,19 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from core.ledger.ledger import PUBLISHED  # noqa: E402
+from core.privacy.adjacency import ReplaceRecord  # noqa: E402
 from core.privacy.budget import Budget  # noqa: E402
+from core.privacy.cost import DPCost  # noqa: E402
+from core.privacy.events import EpsilonDelta  # noqa: E402
 from core.release import charged  # noqa: E402
 from core.release.home import Home  # noqa: E402
 
 CHARGER = """
 import sys, time
 from pathlib import Path
-from core.privacy.budget import Budget
+from core.privacy.adjacency import ReplaceRecord
+from core.privacy.cost import DPCost
+from core.privacy.events import EpsilonDelta
 from core.ledger.ledger import Ledger
 db, worker, n, start = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
 ledger = Ledger(db)
@@ -40,7 +45,7 @@ while not start.exists():
     time.sleep(0.001)
 for i in range(n):
     began = time.perf_counter()
-    ledger.reserve("shared", f"{worker}-{i}", "dp", Budget(0.001, 0.0), "replace one record", "m", {}, {})
+    ledger.reserve("shared", f"{worker}-{i}", "dp", DPCost(EpsilonDelta(0.001, 0.0), ReplaceRecord()), "m", {}, {})
     print(time.perf_counter() - began)
 """
 
@@ -52,7 +57,7 @@ def sequential(root: Path, n: int, approve_above: float | None = None) -> list[s
     latencies = []
     for i in range(n):
         began = time.perf_counter()
-        ledger.reserve("d", f"r{i}", "dp", Budget(0.5, 1e-9), "replace one record", "m", {"i": i}, {})
+        ledger.reserve("d", f"r{i}", "dp", DPCost(EpsilonDelta(0.5, 1e-9), ReplaceRecord()), "m", {"i": i}, {})
         ledger.settle(f"r{i}", PUBLISHED, {})
         latencies.append(time.perf_counter() - began)
     started = time.perf_counter()

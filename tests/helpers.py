@@ -8,9 +8,17 @@ import pandas as pd
 import yaml
 
 from core.datasets.registry import Dataset, Registry, Schema, Unit
+from core.privacy.adjacency import Adjacency, ReplaceRecord
+from core.privacy.cost import DPCost
+from core.privacy.events import EpsilonDelta
 from core.sdc.policy import Policy
 
 QI = ["age", "workclass", "education", "marital-status", "relationship", "race", "sex", "native-country", "salary"]
+
+
+def dp(epsilon: float, delta: float = 0.0, adjacency: Adjacency = ReplaceRecord()) -> DPCost:
+    """A test's DP charge: a part known only by its (epsilon, delta), under ``adjacency``."""
+    return DPCost(EpsilonDelta(epsilon, delta), adjacency)
 
 
 def open_policy(columns: list[str], keys: list[str], numeric: tuple[str, ...] = (), sensitive: tuple[str, ...] = (),

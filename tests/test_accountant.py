@@ -96,7 +96,7 @@ def test_renyi_budget_is_dp_accountings_conversion():
 
 def dpne_spend(eps: float = 1.0, delta: float = 1e-6, i: int = 0) -> acc.Spend:
     plan = dpne.plan(dpne.Params(user_column="u", text_column="t", epsilon=eps, delta=delta))
-    return acc.Spend(f"r{i}", plan.cost.budget, acc.events_of(plan.detail))
+    return acc.Spend(f"r{i}", plan.cost.budget, acc.parts(plan.cost.event))
 
 
 def admitted(f: acc.Filter, spend: acc.Spend) -> int:
@@ -156,11 +156,11 @@ def test_pure_parts_take_the_cheaper_of_linear_and_renyi():
 def test_outlier_plans_state_their_parts():
     p = outliers.Params(query="top_subspaces", k=5, r=1.0, epsilon=1.0, delta=1e-6, h=2, c=1,
                         standardize={"bounds": {"a": [0, 1], "b": [0, 1]}, "share": 0.1})  # fmt: skip
-    events = acc.events_of(outliers.plan(p).detail)
+    events = acc.parts(outliers.plan(p).cost.event)
     families = [e.family for e in events]
     # N undeclared: global or smooth noise is decided when it runs, so each count is one (eps, delta) part
     assert families == ["gaussian", "approx", "permute_and_flip", "approx"]
-    bound = acc.events_of(outliers.plan(p.model_copy(update={"rows": 10_000})).detail)  # N declared: global noise
+    bound = acc.parts(outliers.plan(p.model_copy(update={"rows": 10_000})).cost.event)  # N declared: global noise
     assert [e.family for e in bound] == ["gaussian", "approx", "permute_and_flip", "gaussian", "approx"]
     assert (bound[3].count, bound[3].sensitivity, bound[4]) == (2, outliers.gs_upper(10_000, 5, 1), acc.sampler_slack(2))
     pure = sum(e.count * e.pure_epsilon for e in events if e.family in acc.PURE)
@@ -176,7 +176,7 @@ def test_a_release_gaining_little_from_its_curve_is_counted_by_its_charge():
     charge and the exact basic region stays open: as many fit as basic composition admits."""
     f = acc.Filter.of(Budget(5.0, 1e-5))
     p = outliers.Params(k=5, r=1.0, epsilon=1.0, delta=1e-6, standardize={"bounds": {"a": [0, 1]}})
-    s = acc.Spend("c", Budget(1.0, 1e-6), acc.events_of(outliers.plan(p).detail))
+    s = acc.Spend("c", Budget(1.0, 1e-6), acc.parts(outliers.plan(p).cost.event))
     assert s.gaussian and f.mode(s) == acc.CHARGE and f.mode(dpne_spend()) == acc.EVENTS
     assert admitted(f, s) == 5
     decision, counted = f.admit([], s)
@@ -199,9 +199,9 @@ def _workloads() -> dict[str, acc.Spend]:
     return {
         "dpne": dpne_spend(),
         "dpne-small": dpne_spend(0.3, 1e-7),
-        "count": acc.Spend("c", Budget(0.5, 1e-6), acc.events_of(outliers.plan(count).detail)),
-        "top": acc.Spend("t", Budget(1.0, 1e-6), acc.events_of(outliers.plan(top).detail)),
-        "private": acc.Spend("p", Budget(1.0, 1e-6), acc.events_of(outliers.plan(private).detail)),
+        "count": acc.Spend("c", Budget(0.5, 1e-6), acc.parts(outliers.plan(count).cost.event)),
+        "top": acc.Spend("t", Budget(1.0, 1e-6), acc.parts(outliers.plan(top).cost.event)),
+        "private": acc.Spend("p", Budget(1.0, 1e-6), acc.parts(outliers.plan(private).cost.event)),
         "legacy": acc.Spend("l", Budget(0.7, 2e-7), None),
     }
 

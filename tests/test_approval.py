@@ -20,11 +20,12 @@ from core.errors import ApprovalError
 from core.ledger import approval
 from core.ledger.ledger import RESERVED, Ledger
 from core.privacy.accountant import Filter, Spend, gaussian
+from core.privacy.adjacency import ReplaceRecord
 from core.privacy.budget import Budget, gaussian_sigma
-from tests.helpers import register, write_request
+from tests.helpers import dp, register, write_request
 from tests.test_cli import EXE, REPO, run
 
-ADJ = "replace one record"
+ADJ = ReplaceRecord()
 
 
 class LookedBeforeOnly(Ledger):
@@ -42,7 +43,7 @@ class LookedBeforeOnly(Ledger):
 
 
 def _charge(ledger: Ledger, run_id: str, eps: float, who: str = "alice", given: approval.Approval | None = None):
-    return ledger.reserve("d", run_id, "dp", Budget(eps, 1e-7), ADJ, "m", {"r": run_id}, {}, None, who, given)
+    return ledger.reserve("d", run_id, "dp", dp(eps, 1e-7), "m", {"r": run_id}, {}, None, who, given)
 
 
 @pytest.mark.parametrize("weakened", [False, True])
@@ -52,7 +53,7 @@ def test_finding_3b_releases_started_together_cannot_race_past_the_approval(tmp_
     Under the lock the second is refused, nothing written; the weakened ledger charges both."""
     ledger = (LookedBeforeOnly if weakened else Ledger)(tmp_path / "privrelease.duckdb")
     ledger.set_budget("d", Budget(2.0, 1e-5), approve_above=0.6)
-    looks = [ledger.approval("d", Budget(1.0, 1e-7), {}, who) for who in ("alice", "bob")]
+    looks = [ledger.approval("d", dp(1.0, 1e-7), who) for who in ("alice", "bob")]
     assert looks == [None, None]  # each, alone, is under the threshold
     _charge(ledger, "r1", 1.0, "alice")
     if weakened:
@@ -92,13 +93,13 @@ def test_finding_3c_the_approval_is_recorded_and_replayed(tmp_path: Path):
     an approval that no longer covers the charge (the history moved while it waited) is refused."""
     ledger = Ledger(tmp_path / "privrelease.duckdb")
     ledger.set_budget("d", Budget(4.0, 1e-5), approve_above=0.25)
-    held = ledger.approval("d", Budget(2.0, 1e-7), {}, "alice")
+    held = ledger.approval("d", dp(2.0, 1e-7), "alice")
     assert held is not None and held.needed and held.share == pytest.approx(0.5)
     given = approval.Approval.given(held, "sam", datetime.now(UTC))
     _charge(ledger, "other", 1.0, "bob")  # 25% of what was left: no approval needed
     with pytest.raises(ApprovalError, match="no longer covers it"):  # 2 of the 3 left now: 66.7% > the 50% approved
         _charge(ledger, "r1", 2.0, "alice", given)
-    fresh = approval.Approval.given(ledger.approval("d", Budget(2.0, 1e-7), {}, "alice"), "sam", datetime.now(UTC))
+    fresh = approval.Approval.given(ledger.approval("d", dp(2.0, 1e-7), "alice"), "sam", datetime.now(UTC))
     entry = _charge(ledger, "r1", 2.0, "alice", fresh).entry
     record = json.loads(entry.detail)["approval"]
     assert record["approved_by"] == "sam" and record["needed"] and record["share"] == pytest.approx(2 / 3)
@@ -145,10 +146,10 @@ def test_an_accounts_window_is_set_by_the_steward_and_enforced_per_account(tmp_p
             "--window", "24")
     assert r.returncode == 0 and "one bringing its requester past epsilon=1.5 in 24 hours waits for a steward" in r.stdout
     ledger = Ledger(home / "privrelease.duckdb")
-    ledger.reserve("census", "a1", "dp", Budget(1.0, 0.0), ADJ, "m", {}, {}, None, "alice")
-    ledger.reserve("census", "b1", "dp", Budget(1.0, 0.0), ADJ, "m", {}, {}, None, "bob")  # another account's own window
+    ledger.reserve("census", "a1", "dp", dp(1.0, 0.0), "m", {}, {}, None, "alice")
+    ledger.reserve("census", "b1", "dp", dp(1.0, 0.0), "m", {}, {}, None, "bob")  # another account's own window
     with pytest.raises(ApprovalError, match="in the last 24 hours to 2"):
-        ledger.reserve("census", "a2", "dp", Budget(1.0, 0.0), ADJ, "m", {}, {}, None, "alice")
+        ledger.reserve("census", "a2", "dp", dp(1.0, 0.0), "m", {}, {}, None, "alice")
     assert ledger.replay() == []
     # a new cap replaces the old whole: what it drops is said, and a share alone is said not to bound an account
     r = run(home, "ledger", "set-budget", "census", "--epsilon", "10", "--delta", "1e-5", "--approve-above", "0.5")

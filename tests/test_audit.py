@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from core import noise
 from core.mechanisms import dpne
 from core.mechanisms.dpne_counts import unit_weights
+from core.privacy import events
 from tests.auditor import ALPHA, audit, record, runs
 
 # -- the broken sampler, kept as a test-only variant ---------------------------------------------------
@@ -57,12 +58,13 @@ def level_outputs(params: dpne.Params, k: int, rho: float, base: int, m: int, n:
     w(m) grid units, w(1) the largest any user can add); on D the others give it ``base`` units. With
     base = 0 the candidate is a zero-weight member of V_k on D (k >= 2: simulated; k = 1: absent)."""
     acc = dpne.accounting(params)
-    sigma, unit = acc.sigmas[k - 1], acc.units[k - 1]
+    leaf, unit = events.each(dpne.plan(params).cost.event, dpne.LEVEL)[k - 1], acc.units[k - 1]  # the level's declared noise
+    sigma = leaf.sigma
     w = int(unit_weights(m, unit)[m])
     rng = noise.generator(seed)
 
     def held(units: int) -> np.ndarray:
-        noisy, _ = dpne.threshold(rng, sigma, unit, rho, np.full(n, units, np.int64), 0)
+        noisy, _ = dpne.threshold(rng, leaf, unit, rho, np.full(n, units, np.int64), 0)
         return np.where(noisy > rho, noisy, np.nan) / sigma
 
     d_prime = held(base + w)
@@ -71,7 +73,7 @@ def level_outputs(params: dpne.Params, k: int, rho: float, base: int, m: int, n:
     else:
         d = np.full(n, np.nan)
         if k > 1:  # a zero-weight candidate of V_k: one run's Binomial(1, p) draws, n of them at once
-            _, tail = dpne.threshold(rng, sigma, unit, rho, np.empty(0, np.int64), n)
+            _, tail = dpne.threshold(rng, leaf, unit, rho, np.empty(0, np.int64), n)
             d[: tail.size] = tail / sigma
             d = d[np.random.default_rng(seed).permutation(n)]  # runs in random order for the halves
     return d, d_prime

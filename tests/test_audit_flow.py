@@ -20,9 +20,9 @@ def _fill(home) -> None:
     ledger.set_budget("posts", Budget(6.0, 1e-6))
     for i, eps in enumerate((1.0, 2.0)):
         plan = dpne.plan(dpne.Params(user_column="u", text_column="t", epsilon=eps, delta=1e-7, T=4))
-        ledger.reserve("posts", f"p{i}", "dp", plan.cost.budget, "add or remove one user", "dpne", {"i": i}, plan.detail)
+        ledger.reserve("posts", f"p{i}", "dp", plan.cost, "dpne", {"i": i}, plan.detail)
         ledger.settle(f"p{i}", PUBLISHED)
-    ledger.reserve("survey", "c0", "sdc", None, None, "ra", {}, {})
+    ledger.reserve("survey", "c0", "sdc", None, "ra", {}, {})
 
 
 async def _artifacts(flow_run_id) -> dict:

@@ -10,6 +10,7 @@ import pytest
 
 from core.datasets.demo import posts
 from core.errors import BudgetError
+from core.ledger import account
 from core.ledger.ledger import RESERVED, Ledger
 from core.privacy import accountant as acc
 from core.privacy import pld
@@ -17,7 +18,7 @@ from core.privacy.budget import Budget
 from core.release import charged, pipeline
 from core.release.home import Home
 from core.release.spec import parse
-from tests.helpers import register
+from tests.helpers import dp, register
 from tests.test_cli import run
 
 DPNE = {"text_column": "text", "epsilon": 1.0, "delta": 1e-6, "tokenizer": "words"}
@@ -86,7 +87,7 @@ def test_totals_show_basic_filter_and_pld_cross_checked(store):
     (t,) = store.ledger.totals()
     a = t.account
     assert t.spent == Budget(4.0, 4e-6)
-    events = [e for x in store.ledger.entries() if x.status == RESERVED for e in acc.events_of(json.loads(x.detail))]
+    events = [e for x in store.ledger.entries() if x.status == RESERVED for e in account.spend(x).events]
     assert a.pld_epsilon == pytest.approx(pld.epsilon(events, 1e-5), abs=1e-12)
     assert a.pld_epsilon <= a.filter_epsilon <= 5.0 and a.filter_epsilon < t.spent.epsilon
     # dp-accounting's own accountant on the Gaussians alone, at the cap's delta less the new-item deltas
@@ -107,8 +108,8 @@ def test_totals_show_basic_filter_and_pld_cross_checked(store):
 
 def test_history_of_sdc_and_mpc_shows_no_epsilon(home):
     ledger = Ledger(home / "privrelease.duckdb")
-    ledger.reserve("survey", "s1", "sdc", None, None, "ra", {}, {})
-    ledger.reserve("mail", "m1", "mpc", None, None, "spam-filter-training", {}, {})
+    ledger.reserve("survey", "s1", "sdc", None, "ra", {}, {})
+    ledger.reserve("mail", "m1", "mpc", None, "spam-filter-training", {}, {})
     r = run(home, "ledger", "history", "--json")
     shown = json.loads(r.stdout)
     assert [(e["kind"], e["epsilon"], e["delta"]) for e in shown] == [("sdc", None, None), ("mpc", None, None)]
@@ -159,11 +160,11 @@ def test_totals_command_as_the_steward_types_it(store, home):
 def test_a_refusal_by_basic_composition_names_what_binds_with_both_figures(tmp_path: Path):
     ledger = Ledger(tmp_path / "privrelease.duckdb")
     ledger.set_budget("d", Budget(1, 1e-6))
-    ledger.reserve("d", "r1", "dp", Budget(0.5, 1e-7), "replace-one", "m", {})
+    ledger.reserve("d", "r1", "dp", dp(0.5, 1e-7), "m", {})
     with pytest.raises(BudgetError) as eps:
-        ledger.reserve("d", "r2", "dp", Budget(0.6, 1e-7), "replace-one", "m", {})
+        ledger.reserve("d", "r2", "dp", dp(0.6, 1e-7), "m", {})
     with pytest.raises(BudgetError) as delta:
-        ledger.reserve("d", "r3", "dp", Budget(0.1, 1e-6), "replace-one", "m", {})
+        ledger.reserve("d", "r3", "dp", dp(0.1, 1e-6), "m", {})
     assert "by basic composition, epsilon (delta has room)." in str(eps.value)
     assert "by basic composition, delta (epsilon has room)." in str(delta.value)
     assert "this release needs epsilon=0.1, delta=1e-06" in str(delta.value)
@@ -175,6 +176,6 @@ def test_totals_print_every_digit_spent(tmp_path: Path):
     home = tmp_path / "home"
     ledger = Ledger(home / "privrelease.duckdb")
     ledger.set_budget("d", Budget(10, 1e-3))
-    ledger.reserve("d", "r1", "dp", Budget(1, 1e-6), "replace-one", "m", {})
+    ledger.reserve("d", "r1", "dp", dp(1, 1e-6), "m", {})
     row = run(home, "ledger", "totals").stdout.splitlines()[1].split()
     assert row[2:11] == ["10", "/", "0.001", "1", "/", "1e-06", "9", "/", "0.000899"], row

@@ -28,6 +28,7 @@ from core.mechanisms import MECHANISMS, REGISTRY, registry
 from core.mechanisms.base import COST_KEYS, DPCost, Mechanism, MPCCost, NoDP, Plan, Result, TableMechanism, declared
 from core.params import StrictParams
 from core.privacy import accountant as acc
+from core.privacy import events as ev
 from core.privacy.budget import gaussian_epsilon
 from core.tables.schema import Needs
 from tests.test_dpne import phrase_corpus
@@ -104,9 +105,7 @@ def charge_violations(planned: Plan) -> list[str]:
     linearly within the charge, alone and together, and all events converted at the charge's delta."""
     if not isinstance(planned.cost, DPCost):
         return []
-    events = acc.events_of(planned.detail)
-    if events is None:
-        return ["a DP plan records no events"]
+    events = acc.parts(planned.cost.event)
     charge = planned.cost.budget
     eps, delta = acc.exact(charge.epsilon), acc.exact(charge.delta)
     approx = [e for e in events if e.family == "approx"]
@@ -182,16 +181,17 @@ def test_every_dp_plan_records_events_within_its_charge(name):
 
 def test_events_beyond_their_charge_are_flagged():
     """The check above can fail: a plan doctored to record an approx part larger than its charge,
-    approx parts within it alone but not together, a pure part beyond it, a Gaussian with half its
-    std, or no events at all, is named."""
+    approx parts within it alone but not together, a pure part beyond it or a Gaussian with half its
+    std is named; a DP cost without events cannot be built."""
     outliers = MECHANISMS["outliers"]
     planned = outliers.plan(outliers.Params.model_validate({**_COUNT, "noise": "global"}))
     charge = planned.cost.budget
-    gauss, slack = acc.events_of(planned.detail)
+    gauss, slack = acc.parts(planned.cost.event)
     assert charge_violations(planned) == [] and gauss.family == "gaussian"
 
-    def doctored(*events: acc.Event) -> Plan:
-        return replace(planned, detail={**planned.detail, "events": [e.as_dict() for e in events]})
+    def doctored(*parts: acc.Event) -> Plan:
+        event = ev.charge([ev.times(e.leaf(), e.count) for e in parts], charge.epsilon, charge.delta)
+        return replace(planned, cost=replace(planned.cost, event=event))
 
     assert charge_violations(doctored(gauss, acc.approx(charge.epsilon * 1.01, slack.delta)))[:2] == [
         "its approx parts' epsilon exceeds the charge's", "its linearly counted parts' epsilon exceeds the charge's"]
@@ -203,7 +203,8 @@ def test_events_beyond_their_charge_are_flagged():
                                                      "its linearly counted parts' epsilon exceeds the charge's"]  # fmt: skip
     (found,) = charge_violations(doctored(acc.gaussian(gauss.sigma / 2, gauss.sensitivity), slack))
     assert found.startswith("its events compose to epsilon ") and found.endswith(f"at delta {charge.delta:g}, above the charge's")
-    assert charge_violations(replace(planned, detail={})) == ["a DP plan records no events"]
+    with pytest.raises(TypeError, match="a DP cost needs a privacy event"):  # a DP plan cannot record none
+        replace(planned.cost, event=None)
 
 
 def test_the_registries_cover_what_requests_and_flows_run():

@@ -27,7 +27,7 @@ from core.privacy.budget import Budget
 from core.release import charged
 from core.release.home import Home
 from tests.conftest import REPO
-from tests.helpers import register
+from tests.helpers import dp, register
 from tests.test_outliers import planted
 from tests.test_release_flow import cli
 
@@ -120,7 +120,7 @@ def test_a_running_release_stays_pending_and_verify_reports_it(dp_home, capsys):
     """A charge whose process still runs is not settled by another command; verify lists it with its age."""
     home, _ = dp_home
     ledger = Ledger(home / "privrelease.duckdb")
-    ledger.reserve("sessions", "live", "dp", Budget(0.5), "replace one record", "outliers", {}, {})  # this process
+    ledger.reserve("sessions", "live", "dp", dp(0.5), "outliers", {}, {})  # this process
     code, out, _ = cli(capsys, "ledger", "verify")
     assert code == 0 and re.search(r"pending: release live of sessions \(entry #2\) charged \d+ s ago, its process still "
                                    "running", out), out  # fmt: skip
@@ -139,7 +139,7 @@ def test_recovery_keeps_the_staging_of_a_release_that_charged_while_it_ran(dp_ho
 
     def racing(self):
         live = pending(self)  # the recovery's view of the live charges ...
-        Ledger(store.db).reserve("sessions", "late", "dp", Budget(0.5), "replace one record", "outliers", {}, {})
+        Ledger(store.db).reserve("sessions", "late", "dp", dp(0.5), "outliers", {}, {})
         (store.staging / "sessions" / "late.0a1b2c3d").mkdir(parents=True)  # ... then a release charges and stages
         return live
 

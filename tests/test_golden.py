@@ -77,13 +77,15 @@ GOLDEN = {  # the SDC digests moved with the disclosure policy (rows shuffled, c
            "manifest.json": "39649180558be1a4", "report.md": "4bb5c247d954215d"},
     "sdc-chain": {"<ledger>": "94fe70a55597dd5b", "data.csv": "bd1287809587ecaf", "data.parquet": "32afdc20848d7f97",
                  "manifest.json": "aa8e9094f787f70d", "report.md": "b82b6acb14a8be14"},
-    "dpne": {"<ledger>": "d02bbdc45e2b7254", "manifest.json": "fb081d6389db94ed", "ngrams.csv": "27a8ead094c3dffb",
+    "dpne": {"<ledger>": "eec64ac6fc09f6f1", "manifest.json": "fb081d6389db94ed", "ngrams.csv": "27a8ead094c3dffb",
              "ngrams.parquet": "02e1caacbf8f11aa", "report.md": "a84c60f8526be93a"},
-    "outliers-count": {"<ledger>": "bdf9dc022f3d0b7e", "manifest.json": "dc98247427888b82", "outliers.csv": "196e97da3384c6ed",
+    "outliers-count": {"<ledger>": "8da978881d81b584", "manifest.json": "dc98247427888b82", "outliers.csv": "196e97da3384c6ed",
                        "outliers.parquet": "7f537c53750dfce5", "report.md": "da6339a458e968cf"},
+    # the dp cases' ledger entries moved with #38 item 1 (typed privacy events): an entry records its event's
+    # parts in the tree's form and no longer the plan's accountant keys; their released files did not move.
     # outliers-top draws global noise: its ledger entry and manifest moved with its events (#37 finding 5: the
     # Gaussian it draws, not an (eps, delta) count and a Laplace std); its released files did not
-    "outliers-top": {"<ledger>": "e0e7191656fb62a5", "manifest.json": "0a43677e4183e974", "outliers.csv": "8bfda1a53db0faa4",
+    "outliers-top": {"<ledger>": "76b904a73ee3882d", "manifest.json": "0a43677e4183e974", "outliers.csv": "8bfda1a53db0faa4",
                      "outliers.parquet": "c2077e9ca9ae9abc", "report.md": "fcdabc9203725cdd"},
 }  # fmt: skip
 

@@ -44,7 +44,7 @@ def admitted_in_turn(cap: Budget, folder: Path) -> int:
     ledger.set_budget("conc", cap)
     for n in range(20):
         try:
-            ledger.reserve("conc", f"r{n}", "dp", plan.cost.budget, "user", "dpne", {}, plan.detail)
+            ledger.reserve("conc", f"r{n}", "dp", plan.cost, "dpne", {}, plan.detail)
         except BudgetError:
             return n
     return 20

@@ -16,7 +16,7 @@ from scipy.stats import binomtest
 from core import noise
 from core.mechanisms import dpne, dpne_accuracy
 from core.mechanisms.dpne_counts import unit_weights
-from core.privacy import accuracy
+from core.privacy import accuracy, events
 
 DRAWS = 20_000
 LEVEL = 1e-3
@@ -77,8 +77,9 @@ def test_dpne_detection_table_matches_simulation(test_mode):
     acc = dpne.accounting(params)
     rho_2 = dpne.level_threshold(acc.sigmas[1], params.eta, 10, 10)
     rng = noise.generator(8)
+    leaves = events.each(dpne.plan(params).cost.event, dpne.LEVEL)  # each level's declared noise
     for k, rho, weight in ((1, acc.rho_1, 1), (1, acc.rho_1, 4), (2, rho_2, 1)):
-        sigma, unit = acc.sigmas[k - 1], acc.units[k - 1]
+        sigma, unit = leaves[k - 1].sigma, acc.units[k - 1]
         w = int(unit_weights(4, unit)[weight])
         table = dict(zip(*[dpne_accuracy.levels(params, acc.sigmas, acc.units, acc.rho_1, [acc.rho_1, rho_2])[k - 1][x]
                            for x in ("holders", "p_weight_1" if weight == 1 else "p_weight_cap")]))  # fmt: skip
@@ -88,7 +89,7 @@ def test_dpne_detection_table_matches_simulation(test_mode):
             stated = float(dpne_accuracy.detection(sigma, unit, rho, w, np.array([m]))[0])
             if m in table:
                 assert stated == table[m]
-            noisy, _ = dpne.threshold(rng, sigma, unit, rho, np.full(DRAWS, m * w), 0)
+            noisy, _ = dpne.threshold(rng, leaves[k - 1], unit, rho, np.full(DRAWS, m * w), 0)
             assert binomtest(int((noisy > rho).sum()), DRAWS, stated).pvalue > LEVEL, (k, weight, m, stated)
     assert binomtest(int((noisy > rho + sigma / 4).sum()), DRAWS, stated).pvalue < LEVEL  # control: a shifted threshold
     for weight in (1, 4):  # the preview's "users a word needs": the first m whose release probability is >= 1/2

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,10 @@ from core.errors import BudgetError, LedgerCorrupt, ReleaseConflict
 from core.ledger import anchors
 from core.ledger.ledger import FAILED, PUBLISHED, RESERVED, Ledger
 from core.mechanisms import dpne
+from core.privacy.adjacency import AddRemoveUser, Adjacency, ReplaceRecord
 from core.privacy.budget import Budget, compose_sigmas, gaussian_epsilon
 from tests.conftest import REPO
+from tests.helpers import dp
 from tests.pg import raw_sql
 
 
@@ -30,11 +33,11 @@ def ledger(request, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ledger:
     return ledger
 
 
-ADJ = "replace one record"
+ADJ = ReplaceRecord()
 
 
-def charge(ledger: Ledger, release: str, eps: float, delta: float = 0.0, dataset: str = "d", adjacency: str = ADJ, **kw):
-    return ledger.reserve(dataset, release, "dp", Budget(eps, delta), adjacency, "m", {"x": 1} | kw, {"sigma": 2.0})
+def charge(ledger: Ledger, release: str, eps: float, delta: float = 0.0, dataset: str = "d", adjacency: Adjacency = ADJ, **kw):
+    return ledger.reserve(dataset, release, "dp", dp(eps, delta, adjacency=adjacency), "m", {"x": 1} | kw, {"sigma": 2.0})
 
 
 def test_dp_release_without_cap_is_refused(ledger):
@@ -46,14 +49,14 @@ def test_dp_release_without_cap_is_refused(ledger):
 
 
 def test_sdc_release_needs_no_cap_and_shows_no_dp_total(ledger):
-    c = ledger.reserve("s", "r1", "sdc", None, None, "ra", {}, {})
+    c = ledger.reserve("s", "r1", "sdc", None, "ra", {}, {})
     assert c.previous_status is None and c.entry.status == RESERVED and c.entry.kind == "sdc"
     ledger.settle("r1", PUBLISHED, {"pa": 30.0})
     (t,) = ledger.totals()
     assert (t.kind, t.cap, t.spent, t.remaining, t.published) == ("sdc", None, None, None, 1)
     assert t.as_dict()["spent"] is None and t.as_dict()["gdp"] is None
     with pytest.raises(ValueError, match="exactly when it is dp"):
-        ledger.reserve("s", "r2", "sdc", Budget(1.0), None, "ra", {}, {})  # an sdc run cannot carry an epsilon
+        ledger.reserve("s", "r2", "sdc", dp(1.0), "ra", {}, {})  # an sdc run cannot carry an epsilon
     ledger.set_budget("s", Budget(1.0))
     with pytest.raises(BudgetError, match="one kind of release"):
         charge(ledger, "r3", 0.1, dataset="s")
@@ -63,7 +66,7 @@ def test_dp_charges_under_another_adjacency_are_refused(ledger):
     ledger.set_budget("d", Budget(2.0, 0.0))
     charge(ledger, "r1", 0.5)
     with pytest.raises(BudgetError, match="another adjacency"):
-        charge(ledger, "r2", 0.5, adjacency="add or remove one user")
+        charge(ledger, "r2", 0.5, adjacency=AddRemoveUser("user"))
     assert [e.release_id for e in ledger.entries()] == [None, "r1"]
 
 
@@ -196,13 +199,14 @@ from core.privacy.budget import Budget, compose_sigmas, gaussian_epsilon
 from core.mechanisms import dpne
 from core.errors import BudgetError
 from core.ledger.ledger import Ledger
+from tests.helpers import dp
 db, worker, start = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
 while not start.exists():
     time.sleep(0.005)
 ledger, ok = Ledger(db), []
 for i in range(4):
     try:
-        ledger.reserve("shared", f"w{worker}-{i}", "dp", Budget(0.05, 1e-8), "replace one record", "m", {}, {})
+        ledger.reserve("shared", f"w{worker}-{i}", "dp", dp(0.05, 1e-8), "m", {}, {})
         ok.append(f"w{worker}-{i}")
     except BudgetError:
         pass
@@ -238,7 +242,7 @@ def test_gdp_total_for_gaussian_histories(ledger):
     plans = [dpne.plan(dpne.Params(user_column="u", text_column="t", epsilon=eps, delta=1e-7, T=T))
              for eps, T in ((1.0, 6), (2.0, 9), (1.0, 3))]  # fmt: skip
     for i, plan in enumerate(plans):
-        ledger.reserve("d", f"r{i}", "dp", plan.cost.budget, ADJ, "dpne", {"i": i}, plan.detail)
+        ledger.reserve("d", f"r{i}", "dp", replace(plan.cost, adjacency=ADJ), "dpne", {"i": i}, plan.detail)
     (t,) = ledger.totals()
     sigmas = [s for p in plans for s in p.detail["sigmas"]]
     expected = gaussian_epsilon(compose_sigmas(sigmas), 3 * 0.5e-7)
@@ -323,13 +327,13 @@ def test_remaining_after_a_gaussian_charge_is_what_the_filter_leaves(ledger):
     epsilons (3, what totals showed before) does not."""
     ledger.set_budget("d", Budget(4.0, 1e-5))
     plan = dpne.plan(dpne.Params(user_column="u", text_column="t", epsilon=1.0, delta=1e-7, T=6))
-    ledger.reserve("d", "g", "dp", plan.cost.budget, ADJ, "dpne", {}, plan.detail)
+    ledger.reserve("d", "g", "dp", replace(plan.cost, adjacency=ADJ), "dpne", {}, plan.detail)
     (t,) = ledger.totals()
     assert t.as_dict()["remaining_by"] == "filter" and t.spent.epsilon == 1.0
     assert t.remaining.epsilon == pytest.approx(4.0 - t.account.filter_epsilon) and t.remaining.epsilon < 2.5
-    ledger.admit("d", Budget(t.remaining.epsilon * 0.999, 1e-6))  # what it shows is left fits
+    ledger.admit("d", dp(t.remaining.epsilon * 0.999, 1e-6))  # what it shows is left fits
     with pytest.raises(BudgetError):
-        ledger.admit("d", Budget(2.9, 1e-6))  # what the closed basic region would have promised does not
+        ledger.admit("d", dp(2.9, 1e-6))  # what the closed basic region would have promised does not
     ledger.set_budget("e", Budget(4.0, 1e-5))
     charge(ledger, "p", 1.0, 1e-7, dataset="e")  # no Gaussian part: basic composition, exactly
     assert {x.dataset: x.as_dict()["remaining_by"] for x in ledger.totals()}["e"] == "basic"

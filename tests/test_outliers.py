@@ -17,6 +17,7 @@ from core.mechanisms import outliers as o
 from core.mechanisms import outliers_geometry as geo
 from core.mechanisms import outliers_sensitivity as sens
 from core.privacy.budget import ZERO, gaussian_sigma
+from core.privacy.events import PermuteAndFlip
 from core.release.spec import parse
 
 
@@ -303,7 +304,7 @@ def test_permute_and_flip_frequencies_match_exact_probabilities(test_mode):
     rng = noise.generator(99)
     q, gs = np.array([0, 2, 4, 5, 8]), 2
     eps, trials = 1.5, 20_000
-    picks = np.array([o.select_top(q, gs, 1, eps, rng)[0] for _ in range(trials)])
+    picks = np.array([o.select_top(q, gs, [PermuteAndFlip(eps)], rng)[0] for _ in range(trials)])
     p = _permute_and_flip(q, float(noise.rate(eps, gs)))
     assert p.sum() == pytest.approx(1.0)
     observed = np.bincount(picks, minlength=len(q))
@@ -313,7 +314,7 @@ def test_permute_and_flip_frequencies_match_exact_probabilities(test_mode):
         ratio = p / _permute_and_flip(q + np.array(shift), float(noise.rate(eps, gs)))
         assert ratio.max() <= math.exp(eps) * (1 + 1e-12)
     # two draws without replacement: the first from all five, the second from the other four
-    pairs = [tuple(o.select_top(q, gs, 2, 2 * eps, rng)) for _ in range(trials)]
+    pairs = [tuple(o.select_top(q, gs, [PermuteAndFlip(2 * eps / 2)] * 2, rng)) for _ in range(trials)]
     exact = {}
     for i in range(5):
         rest = [j for j in range(5) if j != i]
@@ -328,11 +329,11 @@ def test_top_h_returns_distinct_items_and_the_extremes_behave(test_mode):
     rng = noise.generator(1)
     u = rng.permutation(12) * 3
     for h in range(1, 13):
-        chosen = o.select_top(u, 3, h, 1.0, rng)
+        chosen = o.select_top(u, 3, [PermuteAndFlip(1.0 / h)] * h, rng)
         assert len(set(chosen.tolist())) == h
-    assert sorted(o.select_top(u, 3, 12, 1.0, rng)) == list(range(12))
-    assert set(o.select_top(u, 3, 3, 1e6, rng)) == set(np.argsort(-u)[:3])
-    uniform = np.bincount([o.select_top(u, 3, 1, 0.0, rng)[0] for _ in range(12_000)], minlength=12)
+    assert sorted(o.select_top(u, 3, [PermuteAndFlip(1.0 / 12)] * 12, rng)) == list(range(12))
+    assert set(o.select_top(u, 3, [PermuteAndFlip(1e6 / 3)] * 3, rng)) == set(np.argsort(-u)[:3])
+    uniform = np.bincount([o.select_top(u, 3, [PermuteAndFlip(0.0)], rng)[0] for _ in range(12_000)], minlength=12)
     assert stats.chisquare(uniform).pvalue > 1e-3
 
 

@@ -4,6 +4,7 @@ stops on the data."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -16,6 +17,7 @@ from core.mechanisms import outliers as o
 from core.mechanisms import outliers_geometry as geo
 from core.mechanisms import outliers_sensitivity as sens
 from core.privacy import accountant as acc
+from core.privacy import events as ev
 from core.privacy.budget import gaussian_sigma
 from tests.test_outliers import bounds_by_t, neighbour, planted, q
 
@@ -116,7 +118,7 @@ def drawn_against_declared(params: o.Params, monkeypatch) -> list[str]:
     monkeypatch.setattr(noise, "check_shift", lambda sens_, sigma: shifts.append(sens_) or real_shift(sens_, sigma))
     monkeypatch.setattr(noise, "laplace", lambda *a: laplace.append(a) or real_laplace(*a))
     result = o.run(planted(params.rows), params, np.random.default_rng(5))
-    events = acc.events_of(o.plan(params).detail)
+    events = acc.parts(o.plan(params).cost.event)
     found = [] if result.privacy["noise"] == ["global"] else [f"the counts drew {result.privacy['noise']} noise"]
     gauss = [e for e in events if e.family == "gaussian"]
     if len(gauss) != 1:
@@ -144,18 +146,19 @@ def test_a_global_count_declares_the_gaussian_it_draws(query, epsilon, delta, no
     params = o.Params(query=query, columns=["a", "b"] if query == "count" else None, c=1 if query == "count" else 2,
                       h=h, k=3, r=0.5, epsilon=epsilon, delta=delta, noise=noise_, standardize=False, rows=120)  # fmt: skip
     assert drawn_against_declared(params, monkeypatch) == []
-    (g,) = [e for e in acc.events_of(o.plan(params).detail) if e.family == "gaussian"]
+    (g,) = [e for e in acc.parts(o.plan(params).cost.event) if e.family == "gaussian"]
     a = o.allocate(params)  # calibrated to the count's whole share, its (unreleased) std's included
     assert g.sensitivity == sens.gs_upper(120, 3, 2) and g.count == a.counts
     assert gaussian_sigma(a.count.epsilon + a.scale, a.count.delta) * g.sensitivity == g.sigma
 
 
 def test_a_draw_that_drifts_from_the_plan_is_caught(monkeypatch):
-    """The weakened variant: a draw whose std (or sensitivity) no longer comes from the plan's helper."""
+    """The weakened variant: a run that draws with a leaf other than its plan's (its std or sensitivity moved)."""
     params = o.Params(columns=["a", "b"], k=3, r=0.5, epsilon=1.0, delta=1e-4, noise="global", standardize=False, rows=120)
-    monkeypatch.setattr(o, "global_noise", lambda *a: (sens.global_noise(*a)[0] * (1 + 1e-12), sens.global_noise(*a)[1]))
+    leaf = sens.global_leaf(120, 3, 2, o.allocate(params))
+    monkeypatch.setattr(o, "declared", lambda p: ev.Composed((replace(leaf, sigma=leaf.sigma * (1 + 1e-12)),)))
     assert drawn_against_declared(params, monkeypatch)[0].startswith("drew sigma [")
-    monkeypatch.setattr(o, "global_noise", lambda *a: (sens.global_noise(*a)[0], sens.global_noise(*a)[1] - 1))
+    monkeypatch.setattr(o, "declared", lambda p: ev.Composed((replace(leaf, sensitivity=leaf.sensitivity - 1),)))
     assert drawn_against_declared(params, monkeypatch)[0].startswith("calibrated to sensitivity [18]")
     smooth = params.model_copy(update={"noise": "smooth"})  # and a plan that states no Gaussian at all
     assert drawn_against_declared(smooth, monkeypatch)[:2] == ["the counts drew ['smooth'] noise", "the plan states 0 Gaussian parts"]

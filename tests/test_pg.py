@@ -18,13 +18,14 @@ import yaml
 
 from core.errors import BudgetError, LedgerCorrupt
 from core.ledger.ledger import PUBLISHED, RESERVED, Ledger
+from core.privacy.adjacency import ReplaceRecord
 from core.privacy.budget import Budget
 from core.store import PgStore, StoreUnavailable
-from tests.helpers import register
+from tests.helpers import dp, register
 from tests.test_cli import run
 from tests.test_outliers import planted
 
-ADJ = "replace one record"
+ADJ = ReplaceRecord()
 PUBLIC = {c: {"mean": 0.0, "std": 1.0} for c in "abcde"}
 
 
@@ -122,7 +123,7 @@ def test_a_connection_dropped_mid_charge_writes_nothing(pg_ledger: Ledger, pg_ur
 
     def charge() -> None:
         try:
-            pg_ledger.reserve("d", "r1", "dp", Budget(0.4), ADJ, "m", {}, {})
+            pg_ledger.reserve("d", "r1", "dp", dp(0.4), "m", {}, {})
         except BaseException as exc:  # noqa: BLE001 - handed to the test
             failure.append(exc)
 
@@ -142,7 +143,7 @@ def test_a_connection_dropped_mid_charge_writes_nothing(pg_ledger: Ledger, pg_ur
     assert len(failure) == 1 and isinstance(failure[0], StoreUnavailable)
     assert "so nothing was half-written" in str(failure[0]) and "run the command again" in str(failure[0])
     assert [e.status for e in pg_ledger.entries()] == ["cap"] and pg_ledger.verify() == 1
-    charged = pg_ledger.reserve("d", "r1", "dp", Budget(0.4), ADJ, "m", {}, {})  # the retry charges once
+    charged = pg_ledger.reserve("d", "r1", "dp", dp(0.4), "m", {}, {})  # the retry charges once
     assert charged.previous_status is None and pg_ledger.verify() == 2
     assert pg_ledger.totals()[0].spent == Budget(0.4, 0.0)
     admin.close()
@@ -154,10 +155,10 @@ def test_a_worker_with_another_key_cannot_extend_the_chain(pg_ledger: Ledger, tm
     (tmp_path / "other-home" / "keys").mkdir(parents=True)
     (tmp_path / "other-home" / "keys" / "ledger.key").write_text("11" * 32 + "\n")
     with pytest.raises(LedgerCorrupt, match="does not check out under this process's ledger key"):
-        other.reserve("d", "r1", "dp", Budget(0.4), ADJ, "m", {}, {})
+        other.reserve("d", "r1", "dp", dp(0.4), "m", {}, {})
     assert [e.status for e in pg_ledger.entries()] == ["cap"] and pg_ledger.verify() == 1
     monkeypatch.setenv("PRIVRELEASE_LEDGER_KEY_FILE", str(pg_ledger.home / "keys" / "ledger.key"))  # control
-    other.reserve("d", "r1", "dp", Budget(0.4), ADJ, "m", {}, {})
+    other.reserve("d", "r1", "dp", dp(0.4), "m", {}, {})
     assert pg_ledger.verify() == 2
 
 
@@ -180,7 +181,7 @@ def test_the_dataset_row_lock_is_what_holds_the_cap(pg_ledger: Ledger, pg_url: s
 
     def charge(release: str) -> None:
         try:
-            Ledger(pg_ledger.db_path, store).reserve("d", release, "dp", Budget(0.6), ADJ, "m", {}, {})
+            Ledger(pg_ledger.db_path, store).reserve("d", release, "dp", dp(0.6), "m", {}, {})
             outcomes.append("charged")
         except BudgetError:
             outcomes.append("refused")

@@ -102,7 +102,7 @@ def test_training_flow_end_to_end_and_private_classification(prefect_server, hom
     assert [(e.status, e.kind, e.epsilon, e.delta) for e in entries] == [(RESERVED, "dp", 2.0, 1e-6), (PUBLISHED, "dp", 0.0, 0.0)]  # the spend is the reservation
     noise = dp_calibrate(DPParams(**dp), 3, 2, threshold=2)
     assert json.loads(entries[0].detail)["events"] == [e.as_dict() for e in noise.events()]
-    assert entries[0].adjacency == ADJACENCY
+    assert entries[0].adjacency == ADJACENCY.code  # the typed adjacency, stored as its code
     report = json.loads((home / "spam" / "r-dp" / "report.json").read_text())
     assert report["dp"]["share_variance"] == str(noise.share_variance) and report["per_round"][1]["max_gradient_gap"] > 0
     # the decision on the evaluation mail's AUC, said in the dp run's report and in the README (not without dp:)

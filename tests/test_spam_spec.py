@@ -168,7 +168,7 @@ def test_every_spec_error_is_refused_before_prefect_starts_once_and_without_a_tr
 import contextlib, io, json, sys, time
 from pathlib import Path
 from core.ledger.ledger import Ledger
-Ledger(Path({str(home / "privrelease.duckdb")!r})).reserve("spam-filter", "used", "mpc", None, None, "spam-filter-training", {{}}, {{}})
+Ledger(Path({str(home / "privrelease.duckdb")!r})).reserve("spam-filter", "used", "mpc", None, "spam-filter-training", {{}}, {{}})
 from cli.main import main
 out = {{}}
 for name, path in {specs!r}.items():

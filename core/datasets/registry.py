@@ -35,6 +35,7 @@ from core.db import quote_ident
 from core.errors import SpecError
 from core.ids import check_id
 from core.ledger.ledger import Ledger
+from core.privacy.adjacency import AddRemoveUser, ReplaceRecord
 from core.sdc.policy import Policy
 from core.store import open_store
 from core.tables.readers import (
@@ -68,11 +69,9 @@ class Unit:
         return "record" if self.kind == "record" else f"user:{self.column}"
 
     @property
-    def adjacency(self) -> str:
+    def adjacency(self) -> ReplaceRecord | AddRemoveUser:
         """The neighbouring relation DP releases of this dataset are made under."""
-        if self.kind == "record":
-            return "replace one record (the number of records N is public)"
-        return f"add or remove one user (all records sharing a {self.column!r} value)"
+        return ReplaceRecord() if self.kind == "record" else AddRemoveUser(self.column)
 
 
 @dataclass(frozen=True)
@@ -92,7 +91,7 @@ class Dataset:
     def public(self) -> dict:
         return {
             "id": self.id, "version": self.version, "unit": str(self.unit), "purpose": self.purpose,
-            "adjacency": self.unit.adjacency if self.purpose == "dp" else None,
+            "adjacency": self.unit.adjacency.sentence if self.purpose == "dp" else None,
             "rows": self.rows, "registered": self.registered,
             "schema": {n: c.model_dump() for n, c in self.schema.columns.items()},
             **({"policy": self.policy.public() if self.policy else None, "policy_entry": self.policy_entry}

@@ -21,9 +21,10 @@ from pathlib import Path
 
 from core.ledger import approval
 from core.ledger.chain import Entry
-from core.privacy import pld
-from core.privacy.accountant import CHARGE, EVENTS, Filter, Spend, events_of, exact, fits_more
-from core.privacy.budget import Budget, compose_sigmas, gaussian_epsilon
+from core.privacy import events, pld
+from core.privacy.accountant import CHARGE, EVENTS, Filter, Spend, exact, fits_more, gdp_epsilon
+from core.privacy.adjacency import read
+from core.privacy.budget import Budget
 
 CAP, RESERVED, PUBLISHED, FAILED = "cap", "reserved", "published", "failed"
 RULE = "filter-1"  # the admission rule recorded with each charge; entries without one were admitted by basic composition
@@ -32,9 +33,15 @@ RULES = (RULE, APPROVED)
 
 
 def spend(entry: Entry) -> Spend:
+    """A dp charge as the filter counts it: the privacy event its entry records (``events.recorded``: the
+    parts beside its (epsilon, delta), flat parts from before the typed tree read as their leaves), or,
+    for an entry recorded before events, its (epsilon, delta) alone."""
     detail = json.loads(entry.detail)
     mode = (detail.get("admission") or {}).get("mode", CHARGE)  # entries before modes: by their charge
-    return Spend(entry.release_id or f"#{entry.seq}", entry.budget, events_of(detail), mode)
+    ref = entry.release_id or f"#{entry.seq}"
+    if detail.get("events") is None:
+        return Spend(ref, entry.budget, None, mode)
+    return Spend.of(ref, events.recorded(detail["events"], entry.budget), mode)
 
 
 def history(entries: list[Entry]) -> list[Spend]:
@@ -163,26 +170,11 @@ def totals(entries: list[Entry], cache_dir: Path | None = None) -> list[Totals]:
                 latest[e.release_id] = e.status
         states = list(latest.values())
         out.append(Totals(
-            dataset, kind, dp[0].adjacency if dp else None, caps[-1] if caps else None, spent, len(states),
-            states.count(PUBLISHED), states.count(FAILED), states.count(RESERVED), _gdp_epsilon(dp),
+            dataset, kind, read(dp[0].adjacency).sentence if dp else None, caps[-1] if caps else None, spent, len(states),
+            states.count(PUBLISHED), states.count(FAILED), states.count(RESERVED), gdp_epsilon(history(dp)),
             account(mine, caps[-1], cache_dir) if kind == "dp" and caps else None,
         ))  # fmt: skip
     return out
-
-
-def _gdp_epsilon(charges: list[Entry]) -> float | None:
-    """Composed epsilon of Gaussian-DP charges at the same total delta as basic composition.
-
-    Each such charge is a set of sensitivity-1 Gaussian mechanisms (its ``sigmas``) whose
-    conversion used ``delta_conversion``; the rest of its delta covers other events (DPNE's
-    new-item event). The sigmas of all charges compose as one Gaussian (GDP), converted at the
-    summed conversion deltas. None when any charge is of another kind.
-    """
-    details = [json.loads(e.detail) for e in charges]
-    if not details or any(d.get("accountant") != "gaussian-dp" for d in details):
-        return None
-    sigmas = [s for d in details for s in d["sigmas"]]
-    return gaussian_epsilon(compose_sigmas(sigmas), sum(d["delta_conversion"] for d in details))
 
 
 # -- refusals ------------------------------------------------------------------------------------------

@@ -33,8 +33,11 @@ from core.ledger import account, anchors, lease
 from core.ledger.approval import Approval, Look, Rule, look
 from core.ledger.chain import GENESIS, Entry, canonical, check_chain, insert, rows
 from core.people import requester
-from core.privacy.accountant import Filter, Spend, events_of
+from core.privacy import events
+from core.privacy.accountant import Filter, Spend
+from core.privacy.adjacency import read
 from core.privacy.budget import Budget
+from core.privacy.cost import DPCost
 from core.store import Store, open_store
 
 CAP, RESERVED, PUBLISHED, FAILED, POLICY = "cap", "reserved", "published", "failed", "policy"
@@ -101,14 +104,13 @@ class Ledger:
         with self.store.read() as con:
             return self._cap_entry(con, dataset)
 
-    def approval(self, dataset: str, cost: Budget, detail: dict | None = None,
-                 requested_by: str | None = None) -> Look | None:  # fmt: skip
-        """The steward's rule against a charge of ``cost`` (its events in ``detail``) by ``requested_by``,
-        when the charge must wait for an approval (``core.ledger.approval``); None when it need not. A look
-        taken before the charge: ``reserve`` takes it again under its lock."""
+    def approval(self, dataset: str, cost: DPCost, requested_by: str | None = None) -> Look | None:
+        """The steward's rule against a charge of ``cost`` by ``requested_by``, when the charge must wait for
+        an approval (``core.ledger.approval``); None when it need not. A look taken before the charge:
+        ``reserve`` takes it again under its lock."""
         with self.store.read() as con:
-            found = self._look(con, dataset, Spend("this release", cost, events_of(detail or {})),
-                               requested_by or requester(), datetime.now(UTC))  # fmt: skip
+            found = self._look(con, dataset, Spend.of("this release", cost.event), requested_by or requester(),
+                               datetime.now(UTC))  # fmt: skip
         return found if found is not None and found.needed else None
 
     def _look(self, con, dataset: str, candidate: Spend, requested_by: str, now: datetime) -> Look | None:
@@ -120,10 +122,10 @@ class Ledger:
         mine = [(e.ts, e.epsilon) for e in charges if e.requested_by == requested_by]
         return look(rule, Filter.of(cap.budget), account.history(charges), candidate, mine, now)
 
-    def admit(self, dataset: str, cost: Budget, detail: dict | None = None) -> None:
+    def admit(self, dataset: str, cost: DPCost) -> None:
         """Refuse, without writing, a dp charge the dataset's cap cannot take (the early check)."""
         with self.store.read() as con:
-            self._check_cap(con, dataset, cost, None, detail)
+            self._check_cap(con, dataset, cost)
 
     def admission(self, dataset: str) -> tuple[Filter | None, list[Spend]]:
         """The dataset's admission filter (None: no cap) and its dp history, for what-if questions."""
@@ -137,8 +139,7 @@ class Ledger:
         dataset: str,
         release_id: str,
         kind: str,
-        cost: Budget | None,
-        adjacency: str | None,
+        cost: DPCost | None,
         mechanism: str,
         params: dict,
         detail: dict | None = None,
@@ -149,13 +150,15 @@ class Ledger:
         """Charge a release, atomically, once per release id.
 
         A retry with the same release id and the same ``params`` returns the first charge; the same
-        id with other params is refused. A dp charge needs a cap (fail closed) and the dataset's one
-        adjacency; sdc and mpc runs carry no epsilon. Under the same lock, the steward's approval rule
-        is applied again: a dp charge it holds back needs an ``approval`` that still covers it, and
-        what was decided is recorded with the charge (``core.ledger.approval``).
+        id with other params is refused. A dp charge (its privacy event, whose parts the entry records
+        beside the (epsilon, delta) derived from it: ``core.privacy.events.stored``) needs a cap (fail
+        closed) and the dataset's one adjacency (recorded as its code); sdc and mpc runs carry no epsilon.
+        Under the same lock, the steward's approval rule is applied again: a dp charge it holds back needs
+        an ``approval`` that still covers it, and what was decided is recorded with the charge
+        (``core.ledger.approval``).
         """
-        if kind not in KINDS or (kind == "dp") != (cost is not None) or (kind == "dp") != (adjacency is not None):
-            raise ValueError(f"a {kind!r} charge takes a cost and an adjacency exactly when it is dp")
+        if kind not in KINDS or (kind == "dp") != (cost is not None):
+            raise ValueError(f"a {kind!r} charge takes a DP cost (a privacy event and an adjacency) exactly when it is dp")
         with self._write(dataset) as (con, written):
             earlier = self._earlier(con, release_id, dataset, mechanism, params)
             if earlier is not None:
@@ -166,9 +169,10 @@ class Ledger:
                                   f"one kind of release, not {kind}.")  # fmt: skip
             requested_by, now = requested_by or requester(), datetime.now(UTC)
             if kind == "dp":
-                decision, counted = self._check_cap(con, dataset, cost, adjacency, detail)
-                detail = {**(detail or {}), "admission": {"rule": account.RULE, "region": decision.region,
-                                                          "mode": counted.mode}}  # fmt: skip
+                decision, counted = self._check_cap(con, dataset, cost)
+                recorded = events.stored(cost.event)
+                detail = {**(detail or {}), **({"events": recorded} if recorded is not None else {}),
+                          "admission": {"rule": account.RULE, "region": decision.region, "mode": counted.mode}}  # fmt: skip
                 seen = self._look(con, dataset, counted, requested_by, now)
                 if seen is not None:
                     if seen.needed and (approval is None or not approval.covers(seen)):
@@ -184,8 +188,8 @@ class Ledger:
                 return earlier
             entry = self._append(
                 con, written, dataset=dataset, release_id=release_id, flow_run_id=flow_run_id, kind=kind,
-                adjacency=adjacency, mechanism=mechanism, params=params,
-                epsilon=cost.epsilon if cost else 0.0, delta=cost.delta if cost else 0.0,
+                adjacency=cost.adjacency.code if cost else None, mechanism=mechanism, params=params,
+                epsilon=cost.budget.epsilon if cost else 0.0, delta=cost.budget.delta if cost else 0.0,
                 detail=detail or {}, holder=lease.me(self.home), status=RESERVED, requested_by=requested_by, ts=now,
             )  # fmt: skip
             return Charge(entry, None)
@@ -204,24 +208,25 @@ class Ledger:
             )
         return Charge(first, earlier[-1].status)
 
-    def _check_cap(self, con, dataset: str, cost: Budget, adjacency: str | None = None, detail: dict | None = None):
+    def _check_cap(self, con, dataset: str, cost: DPCost):
         """The filter's decision on the history with this charge added, and the charge as counted (its mode);
-        a refusal raises and explains itself."""
+        a refusal raises and explains itself. Adjacencies are compared as typed values (``adjacency.read``
+        takes a stored code, or a sentence from before codes), never as words."""
         cap = self._cap(con, dataset)
         if cap is None:
             raise BudgetError(
                 f"dataset {dataset!r} has no privacy budget, so a DP release is refused; set one "
                 f"with: privrelease ledger set-budget {dataset} --epsilon E --delta D"
             )
-        other = [e.adjacency for e in rows(con, "WHERE dataset = ? AND kind = 'dp' AND status = ?", [dataset, RESERVED])
-                 if adjacency is not None and e.adjacency != adjacency]  # fmt: skip
+        other = [read(e.adjacency) for e in rows(con, "WHERE dataset = ? AND kind = 'dp' AND status = ?", [dataset, RESERVED])
+                 if read(e.adjacency) != cost.adjacency]  # fmt: skip
         if other:
-            raise BudgetError(f"dataset {dataset!r} was charged under another adjacency ({other[0]}); DP costs "
+            raise BudgetError(f"dataset {dataset!r} was charged under another adjacency ({other[0].sentence}); DP costs "
                               "under different neighbouring relations do not add up under one cap.")  # fmt: skip
         f = Filter.of(cap)
         spends = account.history(rows(con, "WHERE dataset = ? AND status = ? AND kind = 'dp' ORDER BY seq",
                                        [dataset, RESERVED]))  # fmt: skip
-        decision, counted = f.admit(spends, Spend("this release", cost, events_of(detail or {})))
+        decision, counted = f.admit(spends, Spend.of("this release", cost.event))
         if not decision.admitted:
             raise BudgetExhausted(account.refusal(dataset, f, spends, counted))
         return decision, counted

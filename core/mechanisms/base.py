@@ -2,7 +2,8 @@
 
 Every mechanism has a ``NAME``, a ``Params`` model (a ``StrictParams``) and ``plan(params)``: its
 cost, from public parameters only, before any data is read. The cost is stated there and nowhere
-else: a ``DPCost`` (epsilon, delta under the dataset's adjacency), ``NoDP`` (statistical disclosure
+else: a ``DPCost`` (its privacy event, ``core.privacy.events``, whose (epsilon, delta) is derived from
+it, under a typed adjacency, ``core.privacy.adjacency``), ``NoDP`` (statistical disclosure
 control, with the model it gives instead) or ``MPCCost`` (a secure computation). The manifest and
 the ledger take it from the plan; a ``Result`` carries only what the run found.
 
@@ -34,23 +35,10 @@ import pandas as pd
 
 from core.charts import Chart
 from core.params import StrictParams
-from core.privacy.budget import Budget
+from core.privacy.cost import DPCost
 from core.tables.schema import Needs
 
 COST_KEYS = ("kind", "guarantee", "adjacency", "model", "epsilon", "delta")  # the manifest's, from the plan
-
-
-@dataclass(frozen=True)
-class DPCost:
-    """An (epsilon, delta) charge, valid for datasets whose privacy unit is ``unit``."""
-
-    budget: Budget
-    unit: Literal["record", "user"]
-    kind: Literal["dp"] = "dp"
-
-    @property
-    def model(self) -> str:
-        return ("user-level " if self.unit == "user" else "") + "(epsilon, delta)-differential privacy"
 
 
 @dataclass(frozen=True)
@@ -78,7 +66,7 @@ class Plan:
 
     cost: Cost
     guarantee: str  # one line, for the manifest and report
-    detail: dict = field(default_factory=dict)  # accountant detail for the ledger (e.g. sigmas)
+    detail: dict = field(default_factory=dict)  # display figures for the ledger entry (e.g. sigmas); never the cost
 
 
 @dataclass(frozen=True)

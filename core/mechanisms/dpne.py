@@ -29,6 +29,7 @@ between neighbours), and rho_1 adds one grid step for the discrete tail (see ``a
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -45,14 +46,16 @@ from core.mechanisms import dpne_accuracy
 from core.mechanisms.base import DPCost, Plan, Result
 from core.mechanisms.dpne_counts import SEP, Encoding, Partition, merge, open_partition, tokens_sql
 from core.params import StrictParams
-from core.privacy import accountant
-from core.privacy.budget import Budget, gaussian_sigma
+from core.privacy import draws, events
+from core.privacy.adjacency import AddRemoveUser
+from core.privacy.budget import gaussian_sigma
 from core.tables.schema import Needs
 
 NAME = "dpne"
 READS_SNAPSHOT_ON_WORKERS = True  # on Dask, each worker reads its users from the stored snapshot (``extract``)
 MAX_DELTA0 = 100_000  # a user's distinct n-grams per level; the threshold scans every count up to it
 UNIT_PARAM = "user_column"  # filled from the dataset's registered unit
+LEVEL = "n-gram level noise"  # the part each level's noise is in the plan's event
 # What a preview says of DPNE (the contract's views, ``base.Declared``): each level's noise, threshold and detection table
 accuracy, accuracy_lines, accuracy_charts, notes = (dpne_accuracy.accuracy, dpne_accuracy.accuracy_lines,
                                                     dpne_accuracy.accuracy_charts, dpne_accuracy.notes)  # fmt: skip
@@ -155,10 +158,9 @@ def needs(params: Params, schema: tuple[str, ...]) -> Needs:
 def plan(params: Params) -> Plan:
     acc = accounting(params)
     return Plan(
-        cost=DPCost(Budget(params.epsilon, params.delta), "user"),
+        cost=DPCost(events.charge(parts(params, acc), params.epsilon, params.delta), AddRemoveUser(params.user_column)),
         guarantee=f"user-level (epsilon={params.epsilon:g}, delta={params.delta:g})-differential privacy (DPNE, Kim et al.)",
         detail={
-            "accountant": "gaussian-dp",
             "sigma_star": acc.sigma_star,
             "sigmas": acc.sigmas,
             "mu": 1 / acc.sigma_star,
@@ -167,20 +169,16 @@ def plan(params: Params) -> Plan:
             "delta_new_items": params.delta / 2,
             "noise": "exact discrete Gaussian on a public grid per level (core.noise)",
             "grids": acc.units,
-            "events": [e.as_dict() for e in events(params, acc)],
         },
     )
 
 
-def events(params: Params, acc: Accounting) -> list[accountant.Event]:
-    """DPNE's parts for the accountant: each level's Gaussian (a user's vector has l2 norm <= 1 per
-    level), the new-item event (only delta, bounded by rho_1) and the exact sampler's slack."""
-    levels = {}
-    for sigma in acc.sigmas:
-        levels[sigma] = levels.get(sigma, 0) + 1
-    return [accountant.gaussian(s, 1.0, n, part="n-gram level noise") for s, n in levels.items()] + [
-        accountant.approx(0.0, params.delta / 2, part="new items (DPSU threshold rho_1, Theorem 2.1)"),
-        accountant.sampler_slack(sum(params.caps)),
+def parts(params: Params, acc: Accounting) -> list[events.Event]:
+    """DPNE's privacy event, part by part: each level's discrete Gaussian (l2 norm <= 1 per level; levels of
+    one sigma self-composed; ``extract`` draws with it), the new items (delta only, rho_1), the sampler's slack."""
+    return [events.times(events.DiscreteGaussian(s, 1.0, part=LEVEL), n) for s, n in Counter(acc.sigmas).items()] + [
+        events.EpsilonDelta(0.0, params.delta / 2, part="new items (DPSU threshold rho_1, Theorem 2.1)"),
+        events.sampler_slack(sum(params.caps)),
     ]
 
 
@@ -256,15 +254,15 @@ class Level:
     simulated: int  # zero-weight candidates that crossed rho_k (not released: depends on |supp H_k|)
 
 
-def threshold(rng: np.random.Generator, sigma: float, unit: float, rho: float, units: np.ndarray,
+def threshold(rng: np.random.Generator, leaf: events.DiscreteGaussian, unit: float, rho: float, units: np.ndarray,
               zero: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    """One level's noise: the held candidates' noisy weights (true weights ``units`` in grid units; the
-    caller keeps those above ``rho``), and the weights of the ``zero`` zero-weight candidates that pass
-    rho: Binomial(zero, p) of them (p the tail probability), each from the tail law. The statistical
-    auditor (tests/auditor.py) calls this very function with one candidate per run."""
-    noisy = noise.gaussian(rng, sigma, units, unit)
-    passed = int(rng.binomial(zero, noise.tail_probability(sigma, unit, rho))) if zero else 0
-    return noisy, noise.gaussian_tail(rng, sigma, unit, rho, passed)
+    """One level's noise, drawn with its leaf of the plan's event: the held candidates' noisy weights (true
+    weights ``units`` in grid units; the caller keeps those above ``rho``), and the weights of the ``zero``
+    zero-weight candidates that pass rho: Binomial(zero, p) of them (p the tail probability), each from the
+    tail law. The statistical auditor (tests/auditor.py) calls this very function with one candidate per run."""
+    noisy = draws.values(rng, leaf, units, unit)
+    passed = int(rng.binomial(zero, draws.tail_probability(leaf, unit, rho))) if zero else 0
+    return noisy, draws.tail(rng, leaf, unit, rho, passed)
 
 
 def extract(frame: pd.DataFrame, params: Params, rng: np.random.Generator,
@@ -277,6 +275,7 @@ def extract(frame: pd.DataFrame, params: Params, rng: np.random.Generator,
     counts come back; the key, the noise and every threshold stay in this process.
     """
     acc = accounting(params)
+    noises = events.each(plan(params).cost.event, LEVEL)  # each level's leaf, as the plan declares and charges it
     key = int(noise.words(rng, 1)[0] >> np.uint64(1))
     parts = parallel.workers() if snapshot else 1  # rows never travel: without the stored file, in process
     specs = [(snapshot if parts > 1 else frame, params, parts, i) for i in range(parts)]
@@ -287,7 +286,7 @@ def extract(frame: pd.DataFrame, params: Params, rng: np.random.Generator,
     sent: list[str] | np.ndarray = []  # what the partitions mark: S_1's words at level 2, S_(k-1)'s ids after
     with parallel.partitioned(open_partition, specs, spread=parts > 1) as partitions:
         for k in range(1, params.T + 1):
-            sigma, unit, cap = acc.sigmas[k - 1], acc.units[k - 1], params.caps[k - 1]
+            leaf, unit, cap = noises[k - 1], acc.units[k - 1], params.caps[k - 1]
             space = Candidates(previous, words, params.pruning) if k > 1 else None
             if space is not None and space.size == 0:  # nothing valid: this and later levels are empty
                 levels += [Level(j, acc.sigmas[j - 1], math.nan, 0, 0, 0) for j in range(k, params.T + 1)]
@@ -297,8 +296,8 @@ def extract(frame: pd.DataFrame, params: Params, rng: np.random.Generator,
                                         key, unit))  # fmt: skip
             hist = encoding.named(hist) if encoding is not None else hist
             size = len(hist) if space is None else space.size
-            rho = acc.rho_1 if space is None else level_threshold(sigma, params.eta, len(previous), size)
-            noisy, tail = threshold(rng, sigma, unit, rho, hist["units"].to_numpy(), size - len(hist))
+            rho = acc.rho_1 if space is None else level_threshold(leaf.sigma, params.eta, len(previous), size)
+            noisy, tail = threshold(rng, leaf, unit, rho, hist["units"].to_numpy(), size - len(hist))
             simulated = space.sample_outside(rng, len(tail), set(hist["gram"])) if space is not None else []
             keep = noisy > rho
             out = pd.DataFrame({
@@ -307,7 +306,7 @@ def extract(frame: pd.DataFrame, params: Params, rng: np.random.Generator,
                 "noisy_weight": np.concatenate([noisy[keep], tail]),
             }).sort_values("ngram", kind="stable")  # fmt: skip
             released.append(out)
-            levels.append(Level(k, sigma, rho, size, len(out), len(simulated)))
+            levels.append(Level(k, leaf.sigma, rho, size, len(out), len(simulated)))
             previous = list(out["ngram"])
             sent = previous if encoding is None else encoding.ids(previous)
             if k == 1:

@@ -34,6 +34,7 @@ from pydantic import Field, model_validator
 
 from core import noise
 from core.errors import InternalError, ParameterError
+from core.mechanisms import outliers_sensitivity as sens
 from core.mechanisms.base import DPCost, Plan, Result
 from core.mechanisms.outliers_geometry import COORD_LIMIT, Cover, degrees, subspace_points
 from core.mechanisms.outliers_report import describe, expected_counts, expected_lines, expected_selection, too_noisy
@@ -53,8 +54,11 @@ from core.mechanisms.outliers_sensitivity import (
     uses_global,
 )
 from core.params import StrictParams
+from core.privacy import draws, events
+from core.privacy.accountant import parts
 from core.privacy.accuracy import Z95, sampler_std
-from core.privacy.budget import Budget, gaussian_sigma
+from core.privacy.adjacency import ReplaceRecord
+from core.privacy.budget import Budget
 from core.tables.schema import Needs
 
 NAME = "outliers"
@@ -195,16 +199,14 @@ def plan(params: Params) -> Plan:
     what = "count of outliers" if params.query == "count" else f"top-{params.h} subspaces of dimension {params.c}"
     cost = Budget(params.epsilon, params.delta if (a.counts or a.standardize.delta) else 0.0)
     return Plan(
-        cost=DPCost(cost, "record"),
+        cost=DPCost(events.charge(privacy_events(params, a), cost.epsilon, cost.delta), ReplaceRecord()),
         guarantee=f"record-level (epsilon={cost.epsilon:g}, delta={cost.delta:g})-differential privacy: DP {what} (Okada et al.)",
         detail={
-            "accountant": "basic",
             "standardize": [a.standardize.epsilon, a.standardize.delta],
             "select_epsilon": a.select,
             "count": [a.count.epsilon, a.count.delta],
             "scale_epsilon": a.scale,
             "counts": a.counts,
-            "events": [e.as_dict() for e in privacy_events(params, a)],
         },
     )
 
@@ -229,8 +231,12 @@ accuracy_lines = expected_lines
 # -- release -------------------------------------------------------------------------------------------
 
 
+def declared(params: Params) -> events.Event:
+    return plan(params).cost.event  # the plan's privacy event: its leaves are what a run draws with
+
+
 def standardized(frame: pd.DataFrame, columns: list[str], params: Params, budget: Budget,
-                 rng: np.random.Generator) -> tuple[np.ndarray, dict]:  # fmt: skip
+                 rng: np.random.Generator, event: events.Event | None = None) -> tuple[np.ndarray, dict]:  # fmt: skip
     """The columns as a float matrix in the units r is given in, and the scales used (public)."""
     x = frame[columns].to_numpy(dtype=float)
     spec = params.standardize
@@ -242,7 +248,8 @@ def standardized(frame: pd.DataFrame, columns: list[str], params: Params, budget
         method = "public"
     else:
         bounds = np.array([spec.bounds[c] for c in columns])
-        mean, std, sampled = private_scale(x, bounds, budget, rng)
+        leaf = events.find(event or declared(params), sens.PRIVATE) if params.columns else sens.private_leaf(budget, len(columns))
+        mean, std, sampled = private_scale(x, bounds, leaf, rng)
         method = "private (Gaussian mechanism, charged)"
     scales = {c: {"mean": float(m), "std": float(s)} for c, m, s in zip(columns, mean, std)}
     if method != "public":  # each estimated mean's noise and 95% interval (of the clipped values' mean)
@@ -255,7 +262,7 @@ def standardized(frame: pd.DataFrame, columns: list[str], params: Params, budget
     return np.clip(z, -COORD_LIMIT, COORD_LIMIT), {"method": method, "scales": scales}
 
 
-def private_scale(x: np.ndarray, bounds: np.ndarray, budget: Budget,
+def private_scale(x: np.ndarray, bounds: np.ndarray, leaf: events.DiscreteGaussian,
                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, float]:  # fmt: skip
     """Means and stds from clipped sums with one Gaussian mechanism (replace-one sensitivity).
 
@@ -267,25 +274,24 @@ def private_scale(x: np.ndarray, bounds: np.ndarray, budget: Budget,
     n, d = x.shape
     centre, half = bounds.mean(axis=1), (bounds[:, 1] - bounds[:, 0]) / 2
     y = (np.clip(x, bounds[:, 0], bounds[:, 1]) - centre) / half
-    sigma = math.sqrt(5 * d) * gaussian_sigma(*noise.continuous_budget(budget.epsilon, budget.delta, 2 * d))
-    noise.check_shift(math.sqrt(5 * d), sigma)
+    sigma = leaf.sigma  # sqrt(5d) * the continuous proof's std (``private_leaf``)
+    noise.check_shift(leaf.sensitivity, sigma)
     unit = min(1.0, noise.grid(sigma))
     yu = np.rint(y / unit).astype(np.int64)
     sq = (yu * yu) // round(1 / unit)  # floor(y^2 / unit) in grid units (unit is a power of two <= 1)
-    noisy = noise.gaussian(rng, sigma, np.concatenate([yu.sum(axis=0), sq.sum(axis=0)]), unit)
+    noisy = draws.values(rng, leaf, np.concatenate([yu.sum(axis=0), sq.sum(axis=0)]), unit)
     m1 = np.clip(noisy[:d] / n, -1, 1)
     var = np.clip(noisy[d:] / n - m1**2, (1 / n) ** 2, 1)  # a floor keeps the scale positive
     return centre + half * m1, half * np.sqrt(var), sampler_std(sigma, unit)  # the last: the sums' noise std
 
 
-def select_top(quality: np.ndarray, sensitivity: int, h: int, epsilon: float, rng: np.random.Generator) -> np.ndarray:
-    """h distinct indices: h exact permute-and-flip draws without replacement on the integer
-    counts (sensitivity ``sensitivity``), each epsilon/h-DP, so the selection is epsilon-DP in total."""
+def select_top(quality: np.ndarray, sensitivity: int, leaves: list[events.PermuteAndFlip], rng) -> np.ndarray:
+    """h distinct indices, one exact permute-and-flip draw without replacement per leaf (the plan's: epsilon/h
+    each, so epsilon-DP in total) on the integer counts (sensitivity ``sensitivity``)."""
     left = np.arange(len(quality))
     picked = []
-    step = noise.rate(epsilon / h, sensitivity)
-    for _ in range(h):  # h selections, not records
-        i = noise.permute_and_flip(rng, quality[left], step)
+    for leaf in leaves:  # h selections, not records
+        i = draws.select(rng, leaf, quality[left], sensitivity)
         picked.append(int(left[i]))
         left = np.delete(left, i)
     return np.array(picked, dtype=np.int64)
@@ -310,20 +316,21 @@ def measure(z: np.ndarray, params: Params, smooth: bool, b: float = 0.0) -> Meas
 
 
 def noisy_count(z: np.ndarray, subspace: tuple[str, ...], params: Params, a: Allocation, rng: np.random.Generator,
-                measured: Measured | None = None) -> Counted:  # fmt: skip
-    """q + (S_UB/α)·N(0,1) with ln(S_UB/α) released as ln + Laplace(β/ε_scale), or q + GS·σ·N(0,1).
-
-    The caller has charged the ledger already."""
+                measured: Measured | None = None, event: events.Event | None = None) -> Counted:  # fmt: skip
+    """q + (S_UB/α)·N(0,1) with ln(S_UB/α) released as ln + Laplace(β/ε_scale), or q + GS·σ·N(0,1), with the
+    plan's leaves (left open, no N stated: built alike at the table's N). The ledger is charged already."""
     n = len(z)
-    gs, sensitivity = global_noise(n, params.k, len(subspace), a)  # what the plan's global events state
+    event = declared(params) if event is None else event
     use_global = uses_global(params, a, n, len(subspace))
     al, be = alpha(a.count.epsilon, a.count.delta), beta(a.count.epsilon, a.count.delta)
     m = measured or measure(z, params, not use_global, be)
     if use_global:
-        noise.check_shift(sensitivity, gs)
-        unit = min(1.0, noise.grid(gs))  # gs is public, so is its grid
-        noisy = float(np.rint(noise.gaussian(rng, gs, np.array([round(m.q / unit)]), unit)[0]))
-        return Counted(subspace, "global", m.q, noisy, gs, gs, gs, None)
+        leaf = events.find(event, sens.GLOBAL) or sens.global_leaf(n, params.k, len(subspace), a)
+        noise.check_shift(leaf.sensitivity, leaf.sigma)
+        unit = min(1.0, noise.grid(leaf.sigma))  # its std is public, so is its grid
+        noisy = float(np.rint(draws.values(rng, leaf, np.array([round(m.q / unit)]), unit)[0]))
+        return Counted(subspace, "global", m.q, noisy, leaf.sigma, leaf.sigma, leaf.sigma, None)
+    gs, _ = global_noise(n, params.k, len(subspace), a)  # shown beside the smooth std
     std = m.smooth.value / al
     # std is data: its grid must not be. S_UB >= smooth_floor(N, β) gives a public one; exact
     # Python-integer sampling covers any std/unit. Published rounded to an integer (post-processing).
@@ -331,9 +338,9 @@ def noisy_count(z: np.ndarray, subspace: tuple[str, ...], params: Params, a: All
     noisy = float(np.rint(noise.exact_gaussian(rng, std, round(m.q / unit), unit)))
     released = None
     if a.scale > 0:  # S_UB is β-smooth, so ln S_UB has sensitivity β; on a grid, β + one step
-        unit = noise.grid(be / a.scale)
-        step = math.ceil(be / unit) + 1
-        log = noise.laplace(rng, step * unit / a.scale, np.array([round(math.log(std) / unit)]), unit)[0]
+        unit = noise.grid(be / a.scale)  # the grid ``std_leaf``'s steps are on
+        leaf = events.find(event, sens.STD) or sens.std_leaf(a)
+        log = draws.values(rng, leaf, np.array([round(math.log(std) / unit)]), unit)[0]
         released = float(math.exp(log))
     return Counted(subspace, "smooth", m.q, noisy, std, released, gs, m.smooth)
 
@@ -351,8 +358,8 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
         raise ParameterError("outliers: the table needs at least 2 records.")
     if params.rows is not None and params.rows != n:
         raise InternalError("outliers: the table does not have the number of records declared with the dataset")
-    a = allocate(params)
-    z, scaling = standardized(frame, columns, params, a.standardize, rng)
+    a, event = allocate(params), declared(params)  # the plan's leaves: every draw below is made with them
+    z, scaling = standardized(frame, columns, params, a.standardize, rng, event)
     index = {c: i for i, c in enumerate(columns)}
     cols = {s: [index[c] for c in s] for s in subspaces}
     chosen: list[tuple[str, ...]] = subspaces
@@ -360,7 +367,7 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
     if params.query == "top_subspaces":
         gs = gs_upper(n, params.k, params.c)
         counts = [measure(z[:, cols[s]], params=params, smooth=False) for s in subspaces]
-        picked = select_top(np.array([m.q for m in counts]), gs, params.h, a.select, rng)
+        picked = select_top(np.array([m.q for m in counts]), gs, events.each(event, sens.SELECTION), rng)
         chosen = [subspaces[i] for i in picked]
         selection = {"candidates": len(subspaces), "utility_divisor": gs, "epsilon": a.select}
     counted = []
@@ -368,9 +375,11 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
         smooth = not uses_global(params, a, n, len(chosen[0]))
         b = beta(a.count.epsilon, a.count.delta)
         measured = [measure(z[:, cols[s]], params=params, smooth=smooth, b=b) for s in chosen]
-        counted = [clamped(noisy_count(z[:, cols[s]], s, params, a, rng, m), params.rows)
+        counted = [clamped(noisy_count(z[:, cols[s]], s, params, a, rng, m, event), params.rows)
                    for s, m in zip(chosen, measured)]  # fmt: skip
-    return describe(params, a, n, scaling, chosen, counted, selection, plan(params).detail)
+    planned = plan(params)  # the allocation as a release's manifest has always shown it, its parts with their figures
+    shown = {"accountant": "basic", **planned.detail, "events": [e.figures() for e in parts(planned.cost.event)]}
+    return describe(params, a, n, scaling, chosen, counted, selection, shown)
 
 
 

@@ -14,7 +14,7 @@ import scipy  # submodules load on first use; scipy.special.log_ndtr is log Φ (
 
 from core import noise
 from core.mechanisms import outliers_geometry as geometry
-from core.privacy import accountant
+from core.privacy import events
 from core.privacy.budget import Budget, boundary, gaussian_sigma
 
 # Upper bounds on the kissing number K_d (exact for d = 1, 2, 3, 4, 8, 24; otherwise the
@@ -188,13 +188,30 @@ def global_noise(n: int, k: int, c: int, a: Allocation) -> tuple[float, int]:
     return global_std(n, k, c, a.whole), gs_upper(n, k, c)
 
 
-def global_events(n: int, k: int, c: int, a: Allocation) -> list[accountant.Event]:
-    """What ``a.counts`` global-noise counts run: one exact discrete Gaussian each (``noise.gaussian``
-    at ``global_noise``'s std, calibrated at ``noise.continuous_budget(.., 1)`` of the count's share),
-    and the exact sampler's slack against the continuous Gaussian (one coordinate per count)."""
-    sigma, sensitivity = global_noise(n, k, c, a)
-    return [accountant.gaussian(sigma, sensitivity, a.counts, part="outlier count (global sensitivity)"),
-            accountant.sampler_slack(a.counts)]  # fmt: skip
+GLOBAL, PRIVATE, SELECTION, STD = ("outlier count (global sensitivity)", "private standardization", "top-h selection",
+                                   "released noise std (log scale)")  # the parts a run draws with, by name
+
+
+def global_leaf(n: int, k: int, c: int, a: Allocation) -> events.DiscreteGaussian:
+    """A global-noise count's noise: one exact discrete Gaussian (``noise.gaussian``) at ``global_noise``'s
+    std, calibrated at ``noise.continuous_budget(.., 1)`` of the count's share, for sensitivity GS^UB."""
+    return events.DiscreteGaussian(*global_noise(n, k, c, a), part=GLOBAL)
+
+
+def private_leaf(budget: Budget, d: int) -> events.DiscreteGaussian:
+    """A private standardization's noise on d columns' clipped sums and sums of squares: l2 sensitivity
+    sqrt(5d), std from the continuous proof at ``noise.continuous_budget`` for 2d coordinates."""
+    root = math.sqrt(5 * d)
+    return events.DiscreteGaussian(root * gaussian_sigma(*noise.continuous_budget(budget.epsilon, budget.delta, 2 * d)),
+                                   root, part=PRIVATE)  # fmt: skip
+
+
+def std_leaf(a: Allocation) -> events.DiscreteLaplace:
+    """A smooth count's released noise std: ln S_UB on the grid of beta / eps_scale, Lap_Z(t) with t =
+    ceil(step / eps_scale) steps for sensitivity step = ceil(beta / grid) + 1 (S_UB is beta-smooth)."""
+    unit = noise.grid(beta(a.count.epsilon, a.count.delta) / a.scale)
+    step = math.ceil(beta(a.count.epsilon, a.count.delta) / unit) + 1
+    return events.DiscreteLaplace(math.ceil(step / a.scale), step, part=STD)
 
 
 def count_dimension(params) -> int | None:
@@ -226,42 +243,39 @@ def planned_noise(params, a: Allocation) -> str | None:
     return "global" if uses_global(params, a, params.rows, c) else "smooth"
 
 
-def privacy_events(params, a: Allocation) -> list[accountant.Event]:
-    """An outlier release's parts for the accountant (``outliers.Params`` and its allocation), as they
-    run. A private standardization is one Gaussian (sensitivity normalized to 1) plus the sampler's
-    slack; the top-h selection h permute-and-flip draws (pure epsilon/h each). Global-noise counts are
-    the Gaussian they draw (``global_events``: its std and GS^UB in records, and the sampler's slack;
-    their std is public, so nothing else is drawn). A smooth-sensitivity count is known only by its
-    (epsilon, delta) (Theorem 2's Gaussian), and its released noise std is a discrete Laplace draw on
-    its grid. When the parameters leave the noise open (``planned_noise`` is None), each count and
-    its std are one (epsilon, delta) part at their whole share, which bounds either."""
-    out = []
+def privacy_events(params, a: Allocation) -> list[events.Event]:
+    """An outlier release's privacy event, part by part (``outliers.Params`` and its allocation), as it
+    runs. A private standardization is one discrete Gaussian (``private_leaf``) plus the sampler's slack;
+    the top-h selection h permute-and-flip draws (pure epsilon/h each). Global-noise counts are the
+    Gaussian they draw (``global_leaf``, and the sampler's slack; their std is public, so nothing else is
+    drawn). A smooth-sensitivity count is known only by its (epsilon, delta) (Theorem 2's Gaussian), and
+    its released noise std is a discrete Laplace draw on its grid (``std_leaf``). When the parameters
+    leave the noise open (``planned_noise`` is None), each count and its std are one (epsilon, delta)
+    part at their whole share, which bounds either."""
+    out: list[events.Event] = []
     private = getattr(params.standardize, "bounds", None) is not None  # a PrivateScale
     if private:
         # d columns (all of them have bounds); unknown before the schema when columns is None: the
         # sigma is stated for the fewest coordinates (the least noise) and the slack for the most
         d = len(params.columns) if params.columns else None
-        s = gaussian_sigma(*noise.continuous_budget(a.standardize.epsilon, a.standardize.delta, 2 * (d or 1)))
-        out += [accountant.gaussian(s, 1.0, part="private standardization"),
-                accountant.sampler_slack(2 * max(d or 0, len(params.standardize.bounds)))]  # fmt: skip
+        out += [private_leaf(a.standardize, d or 1), events.sampler_slack(2 * max(d or 0, len(params.standardize.bounds)))]
     if a.select:
-        out.append(accountant.Event("permute_and_flip", params.h, epsilon=a.select / params.h, part="top-h selection"))
+        out.append(events.times(events.PermuteAndFlip(a.select / params.h, part=SELECTION), params.h))
     if a.counts:
         s = params.standardize.share if private else 0.0
         eps = params.epsilon * (1 - s) * (params.count_share if params.query == "top_subspaces" else 1) / a.counts
         delta = params.delta * (1 - s) / a.counts
         kind = planned_noise(params, a)
         if kind == "global":
-            return out + global_events(params.rows, params.k, count_dimension(params), a)
+            leaf = global_leaf(params.rows, params.k, count_dimension(params), a)
+            return out + [events.times(leaf, a.counts), events.sampler_slack(a.counts)]
         if kind is None:
-            return out + [accountant.approx(eps, delta, a.counts, part="outlier count and its noise std (smooth or global noise: "
-                                                                       "decided from N and the dimension when it runs)")]  # fmt: skip
-        # the label smooth counts have always been recorded with (an entry's detail is under the hash chain)
-        out.append(accountant.approx(eps * (1 - params.scale_share), delta, a.counts,
-                                     part="outlier count (smooth or global sensitivity)"))  # fmt: skip
+            return out + [events.times(events.EpsilonDelta(eps, delta, part="outlier count and its noise std (smooth or "
+                                                           "global noise: decided from N and the dimension when it runs)"),
+                                       a.counts)]  # fmt: skip
+        # the label smooth counts have always been recorded with
+        out.append(events.times(events.EpsilonDelta(eps * (1 - params.scale_share), delta,
+                                                    part="outlier count (smooth or global sensitivity)"), a.counts))  # fmt: skip
         if a.scale > 0:
-            unit = noise.grid(beta(a.count.epsilon, a.count.delta) / a.scale)
-            step = math.ceil(beta(a.count.epsilon, a.count.delta) / unit) + 1
-            out.append(accountant.Event("discrete_laplace", a.counts, scale=math.ceil(step / a.scale), sensitivity=step,
-                                        part="released noise std (log scale)"))  # fmt: skip
+            out.append(events.times(std_leaf(a), a.counts))
     return out

@@ -5,14 +5,14 @@ Training reads no registered table and releases no table, so it is a ``Mechanism
 by round by ``flows/spam.py``. Its plan states its cost like every other mechanism's, once. Without
 ``dp:`` no epsilon: a semi-honest secure computation, recorded as an ``mpc`` entry. With ``dp:`` a
 DP charge of the mail corpus (ledger dataset ``spam-mail``) at the spec's (epsilon, delta), its
-rounds recorded as Gaussian events (``core.spam.dp``) for the mechanism-aware accountant.
+rounds one Gaussian event self-composed (``core.spam.dp``), under "replace one message".
 """
 
 from __future__ import annotations
 
 from core.mechanisms.base import DPCost, MPCCost, Plan
-from core.privacy.budget import Budget
-from core.spam.dp import calibrate
+from core.privacy import events
+from core.spam.dp import ADJACENCY, calibrate
 from core.spam.spec import SpamSpec
 from core.spam.terms import MAIL
 
@@ -36,5 +36,5 @@ def plan(params: SpamSpec) -> Plan:
     guarantee = (f"message-level (epsilon={params.dp.epsilon:g}, delta={params.dp.delta:g})-differential privacy of "
                  f"every round sum the server decrypts, with up to {params.dp.colluders} users colluding and as few as "
                  f"{params.quorum} users in a round; {GUARANTEE}")  # fmt: skip
-    return Plan(cost=DPCost(Budget(params.dp.epsilon, params.dp.delta), "record"), guarantee=guarantee,
-                detail={"guarantee": guarantee, "noise": noise.public(), "events": [e.as_dict() for e in noise.events()]})  # fmt: skip
+    cost = DPCost(events.charge([noise.event()], params.dp.epsilon, params.dp.delta), ADJACENCY)
+    return Plan(cost=cost, guarantee=guarantee, detail={"guarantee": guarantee, "noise": noise.public()})

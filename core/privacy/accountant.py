@@ -1,12 +1,13 @@
-"""Privacy events and the admission filter: what a DP release is, and whether a cap can take it.
+"""The admission filter: whether a cap can take a DP release, from the release's privacy event.
 
-A mechanism's ``plan`` describes each part of a release as an ``Event`` from public parameters
-only: a Gaussian (noise ``sigma``, l2 ``sensitivity``), a Laplace or discrete Laplace (``scale``,
-``sensitivity``), a permute-and-flip or exponential-mechanism draw (``epsilon``), or a part known
-only by its (epsilon, delta) (``approx``: DPNE's new-item event, a smooth-sensitivity count, the
-exact sampler's slack, and every charge written before events were recorded). ``count`` is the
-number of such draws or compositions inside the part. The events are stored in the ledger entry's
-``detail`` under the hash chain, so every admission can be replayed from the ledger alone.
+A release is a typed privacy event (``core.privacy.events``); the filter counts each of its leaves
+with its compositions as one ``Event`` (``parts``): a Gaussian (noise ``sigma``, l2 ``sensitivity``;
+the discrete Gaussian has the same rho), a Laplace or discrete Laplace (``scale``, ``sensitivity``),
+a permute-and-flip or exponential-mechanism draw (``epsilon``), or a part known only by its
+(epsilon, delta) (``approx``: DPNE's new-item event, a smooth-sensitivity count, the exact sampler's
+slack, and every charge written before events were recorded). A charge (``Spend``) is its
+(epsilon, delta), derived from its event, and those parts; the ledger reads both from its entries,
+so every admission can be replayed from the ledger alone.
 
 Admission (docs/ACCOUNTING.md gives the argument and its sources) is a privacy *filter*, valid
 when every request is chosen after seeing earlier releases. From the cap (epsilon_c, delta_c) it
@@ -31,11 +32,13 @@ more spend: every cost is scaled up and K down by ``SLACK``.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from fractions import Fraction
 from typing import Literal
 
-from core.privacy.budget import Budget
+from core.privacy import events
+from core.privacy.budget import Budget, gaussian_epsilon
+from core.privacy.events import exact
 
 Family = Literal["gaussian", "laplace", "discrete_laplace", "permute_and_flip", "exponential", "approx"]
 FAMILIES = ("gaussian", "laplace", "discrete_laplace", "permute_and_flip", "exponential", "approx")
@@ -45,14 +48,10 @@ SLACK = 1e-9  # relative rounding towards more spend on every float figure
 EVENTS, CHARGE = "events", "charge"  # a charge's mode: counted by its events, or by its (epsilon, delta)
 
 
-def exact(amount: float) -> Fraction:
-    """An amount as the decimal it was given as (its shortest repr), so sums of splits have no residue."""
-    return Fraction(repr(float(amount)))
-
-
 @dataclass(frozen=True)
 class Event:
-    """One part of a release: ``count`` compositions of one noise family, or an (epsilon, delta) part."""
+    """One part of a release as the filter counts it: ``count`` compositions of one leaf of a privacy
+    event (``core.privacy.events``), flat, by its family; ``parts`` makes them from an event."""
 
     family: Family
     count: int = 1
@@ -66,13 +65,17 @@ class Event:
     def __post_init__(self) -> None:
         if self.family not in FAMILIES or self.count < 1:
             raise ValueError(f"not a privacy event: family {self.family!r}, count {self.count}")
-        need = {"gaussian": ("sigma", "sensitivity"), "laplace": ("scale", "sensitivity"),
-                "discrete_laplace": ("scale", "sensitivity"), "permute_and_flip": ("epsilon",),
-                "exponential": ("epsilon",), "approx": ("epsilon", "delta")}[self.family]  # fmt: skip
-        for name in need:
-            value = getattr(self, name)
-            if value is None or not math.isfinite(value) or value < 0 or (name in ("sigma", "scale") and value == 0):
-                raise ValueError(f"a {self.family} event needs a finite {name} >= 0 (sigma, scale > 0), got {value}")
+        self.leaf()  # checks the figures the family needs
+
+    @staticmethod
+    def of(leaf: events.Leaf, count: int = 1) -> Event:
+        figures = {f.name: getattr(leaf, f.name) for f in fields(leaf)}
+        return Event(leaf.family, count, **figures)
+
+    def leaf(self) -> events.Leaf:
+        """The leaf this part composes (a discrete Gaussian's is counted as the Gaussian it is accounted as)."""
+        return events.of_family(self.family, self.part, sigma=self.sigma, scale=self.scale, sensitivity=self.sensitivity,
+                                epsilon=self.epsilon, delta=self.delta)  # fmt: skip
 
     @property
     def pure_epsilon(self) -> float:
@@ -90,11 +93,17 @@ class Event:
         return 0.0
 
     def as_dict(self) -> dict:
+        """Its ledger form: the leaf self-composed ``count`` times (``events.dump``)."""
+        return events.dump(events.times(self.leaf(), self.count))
+
+    def figures(self) -> dict:
+        """Its figures by name, as a release's manifest shows each part (family, count, its noise, words)."""
         return {k: v for k, v in asdict(self).items() if v is not None and v != ""}
 
-    @staticmethod
-    def from_dict(d: dict) -> Event:
-        return Event(**d)
+
+def parts(event: events.Event) -> tuple[Event, ...]:
+    """What the filter counts of a privacy event: each leaf with its compositions, in the tree's order."""
+    return tuple(Event.of(leaf, n) for leaf, n in events.leaves(event))
 
 
 def gaussian(sigma: float, sensitivity: float = 1.0, count: int = 1, part: str = "") -> Event:
@@ -106,11 +115,8 @@ def approx(epsilon: float, delta: float, count: int = 1, part: str = "") -> Even
 
 
 def sampler_slack(coordinates: int) -> Event:
-    """``core.noise``'s exact discrete Gaussian on a grid, against the continuous Gaussian its
-    events describe: pmf within e^{+-ETA} per coordinate and a tail of TAIL (``noise.continuous_budget``)."""
-    from core.noise import ETA, TAIL
-
-    return approx(2 * coordinates * ETA, 2 * coordinates * TAIL, part=f"exact sampler slack ({coordinates} coordinates)")
+    """``events.sampler_slack`` as the filter counts it."""
+    return Event.of(events.sampler_slack(coordinates))
 
 
 # -- a release as the accountant sees it ------------------------------------------------------------
@@ -124,6 +130,12 @@ class Spend:
     budget: Budget
     events: tuple[Event, ...] | None
     mode: str = EVENTS  # how the filter counts it: by its events, or as one (epsilon, delta) part (CHARGE)
+
+    @staticmethod
+    def of(ref: str, event: events.Event, mode: str = EVENTS) -> Spend:
+        """A charge of ``event``: its (epsilon, delta) derived from it, its parts as the filter counts them
+        (an event known only by its (epsilon, delta), a bare ``EpsilonDelta``, has none: it is its charge)."""
+        return Spend(ref, events.epsilon_delta(event), None if isinstance(event, events.EpsilonDelta) else parts(event), mode)
 
     @property
     def parts(self) -> tuple[Event, ...]:
@@ -145,11 +157,6 @@ class Spend:
     @property
     def gaussian(self) -> bool:
         return any(e.family == "gaussian" for e in self.parts)
-
-
-def events_of(detail: dict) -> tuple[Event, ...] | None:
-    raw = detail.get("events")
-    return None if raw is None else tuple(Event.from_dict(e) for e in raw)
 
 
 # -- the filter ---------------------------------------------------------------------------------------
@@ -304,3 +311,18 @@ def gdp_mu(events: list[Event]) -> float | None:
     if not events or any(e.family != "gaussian" for e in events):
         return None
     return math.sqrt(sum(2 * e.rho() for e in events))
+
+
+def gdp_epsilon(history: list[Spend]) -> float | None:
+    """The epsilon of a history of Gaussian-DP releases (each charge's events Gaussians and (epsilon,
+    delta)-only parts, with a Gaussian; else None): all the Gaussians composed as one (GDP, exact) and
+    converted at the charges' delta less their (epsilon, delta)-only parts' delta. A comparison of the
+    Gaussian noise with basic composition, read from the events alone: the (epsilon, delta)-only parts'
+    epsilon (the exact sampler's slack, below 10^-6 a charge) is not added to it."""
+    families = [{e.family for e in s.events or ()} for s in history]
+    if not history or any("gaussian" not in f or f - {"gaussian", "approx"} for f in families):
+        return None
+    mu = gdp_mu([e for s in history for e in s.events if e.family == "gaussian"])
+    left = sum((exact(s.budget.delta) for s in history), Fraction(0)) - sum(
+        (exact(e.delta) * e.count for s in history for e in s.events if e.family == "approx"), Fraction(0))
+    return gaussian_epsilon(1 / mu, float(left)) if left > 0 else None

@@ -1,8 +1,10 @@
 """The tight reported spend: a history's privacy-loss distribution (PLD) by Google's dp-accounting.
 
-Every event becomes its PLD (``dp_accounting.pld.privacy_loss_distribution``): the Gaussians
-together as the one Gaussian they compose to, a Laplace mechanism's own, a discrete Laplace's, an eps-DP selection's as the worst eps-DP pair
-(``from_privacy_parameters(eps, 0)``), and an approx part's as the worst (eps, delta) pair. Equal
+Every event becomes its PLD (``dp_accounting.pld.privacy_loss_distribution``) from its leaf's
+dp-accounting event (``to_dp_event``, ``core.privacy.events``): the Gaussians together as the one
+Gaussian they compose to, a Laplace mechanism's own, a discrete Laplace's; a leaf dp-accounting
+has no event for as the worst pair with its guarantee: an eps-DP selection's as the worst eps-DP
+pair (``from_privacy_parameters(eps, 0)``), and an approx part's as the worst (eps, delta) pair. Equal
 events are grouped and self-composed, the groups composed, and epsilon read at the dataset's delta.
 All PLDs are pessimistic estimates on a grid in the privacy loss (``DISCRETIZATION`` = 1e-4, coarser
 in proportion for histories beyond a basic epsilon of 50: ``discretization``), so the epsilon
@@ -19,9 +21,11 @@ import hashlib
 import json
 import math
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from core.privacy.accountant import Event
+from core.privacy.events import NoDpEvent
 
 DISCRETIZATION = 1e-4  # value_discretization_interval of a PLD, for histories of up to 50 in basic epsilon
 
@@ -35,17 +39,23 @@ _MAX_CACHED = 512
 
 
 def _pld(event: Event, count: int, d: float):
+    """The PLD of ``count`` compositions of ``event``'s leaf, from its dp-accounting event where there is one."""
+    from dp_accounting import dp_event  # seconds to import: only this report needs it
     from dp_accounting.pld import common
     from dp_accounting.pld import privacy_loss_distribution as pl
 
-    if event.family == "gaussian":
-        one = pl.from_gaussian_mechanism(event.sigma, sensitivity=event.sensitivity, value_discretization_interval=d)
-    elif event.family == "laplace":
-        one = pl.from_laplace_mechanism(event.scale, sensitivity=event.sensitivity, value_discretization_interval=d)
-    elif event.family == "discrete_laplace" and float(event.sensitivity).is_integer():
-        one = pl.from_discrete_laplace_mechanism(1 / event.scale, sensitivity=int(event.sensitivity),
+    try:
+        dp = event.leaf().to_dp_event()
+    except NoDpEvent:  # a selection, or a part known only by (eps, delta): the worst pair with that guarantee
+        dp = None
+    if isinstance(dp, dp_event.GaussianDpEvent):
+        one = pl.from_gaussian_mechanism(dp.noise_multiplier, value_discretization_interval=d)
+    elif isinstance(dp, dp_event.LaplaceDpEvent):
+        one = pl.from_laplace_mechanism(dp.noise_multiplier, value_discretization_interval=d)
+    elif isinstance(dp, dp_event.DiscreteLaplaceDpEvent):
+        one = pl.from_discrete_laplace_mechanism(dp.noise_parameter, sensitivity=dp.sensitivity,
                                                  value_discretization_interval=d)  # fmt: skip
-    else:  # a selection, or a part known only by (eps, delta): the worst pair with that guarantee
+    else:
         eps = event.pure_epsilon if event.family != "approx" else event.epsilon
         delta = event.delta if event.family == "approx" else 0.0
         one = pl.from_privacy_parameters(common.DifferentialPrivacyParameters(eps, delta),
@@ -58,16 +68,13 @@ def groups(events: list[Event]) -> list[tuple[Event, int]]:
     merged into one of sensitivity 1 and 1/sigma^2 = sum count Delta^2 / sigma^2, which is exact
     (their composition is that one Gaussian: Dong, Roth & Su's GDP composition)."""
     total: Counter = Counter()
-    first: dict[str, Event] = {}
     gaussians = [e for e in events if e.family == "gaussian"]
     if gaussians:
         mu2 = sum(e.count * (e.sensitivity / e.sigma) ** 2 for e in gaussians)
         events = [e for e in events if e.family != "gaussian"] + [Event("gaussian", sigma=1 / math.sqrt(mu2), sensitivity=1.0)]
     for e in events:
-        key = json.dumps({**e.as_dict(), "count": 1, "part": ""}, sort_keys=True)
-        total[key] += e.count
-        first.setdefault(key, Event(**{**e.as_dict(), "count": 1, "part": ""}))
-    return sorted(((first[k], n) for k, n in total.items()), key=lambda g: json.dumps(g[0].as_dict(), sort_keys=True))
+        total[replace(e, count=1, part="")] += e.count
+    return sorted(total.items(), key=lambda g: json.dumps(g[0].as_dict(), sort_keys=True))
 
 
 def epsilon(events: list[Event], delta: float, interval: float = DISCRETIZATION) -> float:

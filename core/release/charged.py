@@ -45,7 +45,6 @@ class Claim:
     mechanism: str
     plan: Plan
     params: dict  # what the charge pins: a retry with other parameters under the same run id is refused
-    adjacency: str | None  # the dataset's neighbouring relation (a DP cost only)
 
     @property
     def dp(self) -> DPCost | None:
@@ -94,7 +93,7 @@ def admit(home: Home, claim: Claim, hint: Callable[[], str] = str) -> None:
     if claim.dp is None:
         return
     try:
-        home.ledger.admit(claim.dataset, claim.dp.budget, claim.plan.detail)
+        home.ledger.admit(claim.dataset, claim.dp)
     except BudgetExhausted as exc:
         raise BudgetExhausted(f"{exc} {hint()}".rstrip()) from None
 
@@ -103,7 +102,7 @@ def look(home: Home, claim: Claim, caller: Caller) -> Look | None:
     """Why this charge must wait for a data steward (public values only), or None: a look before the charge."""
     if claim.dp is None:
         return None
-    return home.ledger.approval(claim.dataset, claim.dp.budget, claim.plan.detail, caller.requested_by)
+    return home.ledger.approval(claim.dataset, claim.dp, caller.requested_by)
 
 
 def ask(home: Home, claim: Claim, caller: Caller, approver: Approver, log: Log) -> Approval | None:
@@ -114,12 +113,10 @@ def ask(home: Home, claim: Claim, caller: Caller, approver: Approver, log: Log) 
 
 def reserve(home: Home, claim: Claim, caller: Caller, approval: Approval | None) -> Charge:
     """Reserve a run's cost as its plan states it: the one way every charged run charges the ledger. Only a
-    DP cost carries a budget and the dataset's adjacency; the approval is checked again under the lock."""
-    cost = claim.plan.cost
-    dp = claim.dp is not None
-    return home.ledger.reserve(claim.dataset, claim.run_id, cost.kind, cost.budget if dp else None,
-                               claim.adjacency if dp else None, claim.mechanism, claim.params, claim.plan.detail,
-                               caller.flow_run_id, caller.requested_by, approval)  # fmt: skip
+    DP cost carries a privacy event (its budget derived from it) and an adjacency; the approval is checked
+    again under the lock."""
+    return home.ledger.reserve(claim.dataset, claim.run_id, claim.plan.cost.kind, claim.dp, claim.mechanism,
+                               claim.params, claim.plan.detail, caller.flow_run_id, caller.requested_by, approval)  # fmt: skip
 
 
 def settle(home: Home, dataset: str, run_id: str, status: str, detail: dict, flow_run_id: str | None = None) -> None:

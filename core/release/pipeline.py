@@ -29,7 +29,7 @@ from core.errors import SpecError
 from core.ledger import account
 from core.ledger.ledger import Charge, Ledger
 from core.mechanisms.base import DPCost, Plan, Result
-from core.privacy.accountant import Spend, events_of
+from core.privacy.accountant import Spend
 from core.release import charged
 from core.release import publish as _publish
 from core.release import spec as _spec
@@ -60,9 +60,9 @@ def check(store: Home, request: ReleaseRequest, dropped: bool = False) -> tuple[
         raise SpecError(f"dataset {dataset.id!r} is registered for {kinds[dataset.purpose]}; mechanism "
                         f"{release.mechanism!r} gives {kinds[plan_.cost.kind]}. Ask the data steward for a "
                         "dataset registered for that purpose.")  # fmt: skip
-    if isinstance(plan_.cost, DPCost) and plan_.cost.unit != dataset.unit.kind:
-        raise SpecError(f"mechanism {release.mechanism!r} is private for a {plan_.cost.unit} unit, but dataset "
-                        f"{dataset.id!r} is registered with unit {dataset.unit}.")  # fmt: skip
+    if isinstance(plan_.cost, DPCost) and plan_.cost.adjacency != dataset.unit.adjacency:
+        raise SpecError(f"mechanism {release.mechanism!r} is private under \"{plan_.cost.adjacency.sentence}\" (a "
+                        f"{plan_.cost.unit} unit), but dataset {dataset.id!r} is registered with unit {dataset.unit}.")  # fmt: skip
     module.needs(release.params, tuple(dataset.schema.columns)).check(dataset.schema, dataset.id)
     if dataset.purpose == "sdc":
         enforce.admit(dataset, release.mechanism, module, release.params)
@@ -82,7 +82,7 @@ def claim(release: Release, plan_: Plan) -> Claim:
         "registration": release.dataset.version,
         "test_mode": release.seed is not None,
     } | ({"policy": release.dataset.policy_entry} if release.dataset.purpose == "sdc" else {})
-    return Claim(release.dataset.id, release.release_id, release.mechanism, plan_, params, release.dataset.unit.adjacency)
+    return Claim(release.dataset.id, release.release_id, release.mechanism, plan_, params)
 
 
 def warnings(release: Release, plan_: Plan) -> list[str]:
@@ -104,7 +104,7 @@ def largest_fit(ledger: Ledger, dataset: str, module, params) -> str:
             p = module.plan(type(params).model_validate({**params.model_dump(mode="json"), "epsilon": eps}))
         except ValueError:  # pydantic's ValidationError too: no such request at this epsilon
             return None
-        return Spend("this release", p.cost.budget, events_of(p.detail))
+        return Spend.of("this release", p.cost.event)
 
     best = account.largest_epsilon(f, spends, make, params.epsilon)
     if best is None:

@@ -18,7 +18,7 @@ from core.errors import BudgetError, UserError
 from core.ledger.account import left as budget_left
 from core.ledger.ledger import PUBLISHED
 from core.mechanisms.base import Declared, DPCost, Plan
-from core.privacy.accountant import Spend, events_of
+from core.privacy.accountant import Spend
 from core.privacy.budget import charge_phrase
 from core.release import charged, pipeline
 from core.release.home import Home
@@ -78,7 +78,7 @@ def budget(store: Home, release: Release, plan_: Plan) -> dict:
     except BudgetError as exc:
         return out | {"verdict": REFUSED, "reason": str(exc)}
     f, spends = store.ledger.admission(release.dataset.id)
-    after, counted = f.admit(spends, Spend("this release", cost.budget, events_of(plan_.detail)))
+    after, counted = f.admit(spends, Spend.of("this release", cost.event))
     left, by = budget_left(f, spends + [counted])
     out["left_after"] = {
         "epsilon": left.epsilon,

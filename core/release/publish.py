@@ -76,7 +76,7 @@ def manifest(release: Release, plan: Plan, result: Result, entry: Entry) -> dict
         "privacy": {  # the cost as the plan states it (COST_KEYS), then what the run found
             "kind": cost.kind,
             "guarantee": plan.guarantee,
-            "adjacency": release.dataset.unit.adjacency if dp else None,
+            "adjacency": cost.adjacency.sentence if dp else None,
             "model": cost.model,
             "epsilon": cost.budget.epsilon if dp else None,
             "delta": cost.budget.delta if dp else None,

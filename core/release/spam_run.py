@@ -25,7 +25,7 @@ from core.release.charged import Claim, Log
 from core.release.home import Home
 from core.spam import features as F
 from core.spam import terms as T
-from core.spam.dp import ADJACENCY, cap
+from core.spam.dp import cap
 from core.spam.run_report import public_auc
 from core.spam.spec import Inputs, check
 from core.spam.training import RoundReport, Training
@@ -107,7 +107,7 @@ class SpamJob:
                               expected_test=test.sha256)
         plan = spam_training.plan(spec)  # calibrates the noise: refuses colluders >= users
         return Claim(spam_training.ledger_dataset(spec), spec.run_id, spam_training.NAME, plan,
-                     spec.model_dump(mode="json", exclude={"seed"}), ADJACENCY if dp else None)  # fmt: skip
+                     spec.model_dump(mode="json", exclude={"seed"}))  # fmt: skip
 
     def admit_hint(self, home: Home) -> str:
         return ""

@@ -37,12 +37,13 @@ from pydantic import Field
 
 from core.errors import ParameterError
 from core.params import StrictParams
-from core.privacy.accountant import Event, gaussian
+from core.privacy import accountant, events
+from core.privacy.adjacency import ReplaceMessage
 from core.privacy.budget import gaussian_sigma
 from core.spam.aggregation import W_BITS
 from core.spam.features import _splitmix
 
-ADJACENCY = "replace one message (each user's number of messages is public)"
+ADJACENCY = ReplaceMessage()
 MIN_SHARE_VARIANCE = 2**40  # keeps KLS's τ term below any float (module docstring)
 TAIL_SIGMAS_BITS = 7  # slot room for |noise| < 2^7·s per coordinate: P[beyond] < 2·exp(−2^13)
 
@@ -100,12 +101,17 @@ class Noise:
         """KLS's τ for the honest users' sum (0.0 in floating point for every admitted share variance)."""
         return 10 * sum(math.exp(-2 * math.pi**2 * self.share_variance * k / (k + 1)) for k in range(1, min(self.honest, 50)))
 
-    def events(self) -> list[Event]:
-        return [gaussian(self.sigma, self.l2, self.rounds, part=f"round sums, distributed discrete Gaussian "
-                         f"(at least {self.honest} of {self.users} users add noise)")]  # fmt: skip
+    def event(self) -> events.Event:
+        """The run's privacy event: ``rounds`` Gaussians of std sqrt(h s^2) and l2 sensitivity Delta_2."""
+        return events.times(events.Gaussian(self.sigma, self.l2, part=f"round sums, distributed discrete Gaussian "
+                                            f"(at least {self.honest} of {self.users} users add noise)"), self.rounds)  # fmt: skip
+
+    def events(self) -> tuple[accountant.Event, ...]:
+        """``event`` as the admission filter counts it."""
+        return accountant.parts(self.event())
 
     def public(self) -> dict:
-        return {"mechanism": "distributed discrete Gaussian (Kairouz, Liu & Steinke 2021)", "adjacency": ADJACENCY,
+        return {"mechanism": "distributed discrete Gaussian (Kairouz, Liu & Steinke 2021)", "adjacency": ADJACENCY.sentence,
                 "epsilon": self.params.epsilon, "delta": self.params.delta,
                 "users": self.users, "threshold": self.threshold or self.users, "colluders": self.params.colluders, "rounds": self.rounds,
                 "share_variance": str(self.share_variance), "sigma": self.sigma, "l2_sensitivity": self.l2,

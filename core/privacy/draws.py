@@ -1,0 +1,42 @@
+"""Noise drawn from the leaves a plan declares: the one way a mechanism turns its privacy event into draws.
+
+A DP mechanism's ``run`` takes each leaf it draws with from its plan's event (``events.find``) and
+hands it here; each function calls the one exact sampler of ``core.noise`` that draws that leaf's
+law, with the leaf's own figures. So what is drawn and what is declared (and charged) cannot drift:
+there is no second copy of a sigma, a scale or an epsilon. ``tests/test_draws.py`` records every call
+during each DP mechanism's run and checks the leaves against the plan's, their number against its
+compositions, and what each function draws against the leaf's law.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from core import noise
+from core.privacy.events import DiscreteGaussian, DiscreteLaplace, PermuteAndFlip
+
+
+def values(rng: np.random.Generator, leaf: DiscreteGaussian | DiscreteLaplace, units: np.ndarray, unit: float) -> np.ndarray:
+    """``unit * (units + Z)``: integer true values on the public grid ``unit`` plus one draw of the
+    leaf's noise per value: N_Z of std at least ``leaf.sigma`` (``noise.gaussian``), or Lap_Z(t) with
+    t = ``leaf.scale`` grid steps (``noise.laplace``)."""
+    if isinstance(leaf, DiscreteGaussian):
+        return noise.gaussian(rng, leaf.sigma, units, unit)
+    if isinstance(leaf, DiscreteLaplace):
+        return noise.laplace(rng, leaf.scale * unit, units, unit)
+    raise TypeError(f"no exact sampler draws a {type(leaf).__name__} on a grid")
+
+
+def tail(rng: np.random.Generator, leaf: DiscreteGaussian, unit: float, threshold: float, size: int) -> np.ndarray:
+    """``size`` draws of the leaf's noise (as ``values`` draws it on ``unit``) conditioned on exceeding ``threshold``."""
+    return noise.gaussian_tail(rng, leaf.sigma, unit, threshold, size)
+
+
+def tail_probability(leaf: DiscreteGaussian, unit: float, threshold: float) -> float:
+    """P[the leaf's noise on ``unit`` exceeds ``threshold``] (``noise.tail_probability``)."""
+    return noise.tail_probability(leaf.sigma, unit, threshold)
+
+
+def select(rng: np.random.Generator, leaf: PermuteAndFlip, quality: np.ndarray, sensitivity: int) -> int:
+    """One permute-and-flip draw at the leaf's epsilon over integer qualities of ``sensitivity``."""
+    return noise.permute_and_flip(rng, quality, noise.rate(leaf.epsilon, sensitivity))

@@ -1,0 +1,331 @@
+"""Privacy events: what a DP release is, as a small immutable tree (in the spirit of dp-accounting's DpEvent).
+
+Leaves, each with the figures its noise is drawn with and a ``part`` (what it is, in words):
+
+* ``Gaussian(sigma, sensitivity)``: the Gaussian mechanism's curve, l2 ``sensitivity``; declared where
+  the noise is a sum whose Rényi curve is that Gaussian's (the spam users' discrete shares: Kairouz,
+  Liu & Steinke 2021), never drawn by one call;
+* ``DiscreteGaussian(sigma, sensitivity)``: ``core.noise.gaussian``'s exact N_Z on the public grid
+  ``noise.grid(sigma)``, std at least ``sigma``; accounted as the Gaussian of the same sigma (the
+  same zCDP rho: Canonne, Kamath & Steinke 2020) with the sampler's slack as its own
+  ``EpsilonDelta`` part (``sampler_slack``: the grid lemma of ``core.noise``);
+* ``Laplace(scale, sensitivity)``, l1; ``DiscreteLaplace(scale, sensitivity)``: ``core.noise.laplace``'s
+  Lap_Z(t) on a public grid, ``scale`` t and ``sensitivity`` in grid units;
+* ``PermuteAndFlip(epsilon)``: one eps-DP selection (McKenna & Sheldon 2020); ``Exponential(epsilon)``:
+  one exponential-mechanism draw (bounded range, eps^2/8; kept for entries that record it);
+* ``EpsilonDelta(epsilon, delta)``: a part known only by its (epsilon, delta).
+
+Combinators: ``SelfComposed(event, count)`` and ``Composed(events)``; ``Calibrated(event, epsilon,
+delta)`` is the guarantee a mechanism's proof gives the composition it wraps, from its calibration
+(``tests/test_contract.py`` checks every plan's against its leaves). A DP cost's (epsilon, delta) is
+``event.epsilon_delta()``: a ``Calibrated`` node's, or the basic composition of pure and
+(epsilon, delta) leaves; a Gaussian leaf outside a ``Calibrated`` node has no single pair.
+
+``to_dp_event()`` gives dp-accounting's event where it has the class (``GaussianDpEvent`` with
+noise_multiplier sigma / Delta, ``LaplaceDpEvent``, ``DiscreteLaplaceDpEvent``, ``SelfComposedDpEvent``,
+``ComposedDpEvent``); a ``DiscreteGaussian`` maps to the ``GaussianDpEvent`` of its sigma and Delta,
+sound with its slack part beside it (above). ``PermuteAndFlip``, ``Exponential`` and ``EpsilonDelta``
+have no class there and raise ``NoDpEvent``: ``core.privacy.pld`` takes them as the worst pair with
+their guarantee.
+
+``dump`` and ``load`` are the ledger's form (``{"type": ..., figures}``, nested); ``load`` also reads
+the flat parts entries recorded before this tree (``{"family": ..., "count": ...}``), so old entries
+keep replaying.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, fields
+from fractions import Fraction
+from typing import ClassVar
+
+from core.noise import ETA, TAIL
+from core.privacy.budget import Budget
+
+
+class NoDpEvent(ValueError):
+    """A leaf dp-accounting has no event class for."""
+
+
+def _dp():
+    """dp-accounting's event classes, imported when first asked for: the package takes seconds to import,
+    and only the reported PLD figure needs it (not a release, nor the admission filter)."""
+    from dp_accounting import dp_event
+
+    return dp_event
+
+
+def exact(amount: float) -> Fraction:
+    """An amount as the decimal it was given as (its shortest repr), so sums of splits have no residue."""
+    return Fraction(repr(float(amount)))
+
+
+def _positive(leaf: object, *names: str) -> None:
+    for name in names:
+        value = getattr(leaf, name)
+        strict = name in ("sigma", "scale")
+        if not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0 or (strict and value == 0):
+            raise ValueError(f"a {type(leaf).__name__} event needs a finite {name} >= 0 (sigma, scale > 0), got {value}")
+
+
+@dataclass(frozen=True)
+class Gaussian:
+    sigma: float
+    sensitivity: float = 1.0
+    part: str = ""
+    type: ClassVar[str] = "gaussian"
+    family: ClassVar[str] = "gaussian"
+
+    def __post_init__(self) -> None:
+        _positive(self, "sigma", "sensitivity")
+
+    def to_dp_event(self) -> object:
+        return _dp().GaussianDpEvent(noise_multiplier=self.sigma / self.sensitivity)
+
+
+@dataclass(frozen=True)
+class DiscreteGaussian(Gaussian):
+    type: ClassVar[str] = "discrete_gaussian"
+
+
+@dataclass(frozen=True)
+class Laplace:
+    scale: float
+    sensitivity: float = 1.0
+    part: str = ""
+    type: ClassVar[str] = "laplace"
+    family: ClassVar[str] = "laplace"
+
+    def __post_init__(self) -> None:
+        _positive(self, "scale", "sensitivity")
+
+    @property
+    def epsilon(self) -> float:
+        return self.sensitivity / self.scale
+
+    def to_dp_event(self) -> object:
+        return _dp().LaplaceDpEvent(noise_multiplier=self.scale / self.sensitivity)
+
+
+@dataclass(frozen=True)
+class DiscreteLaplace(Laplace):
+    type: ClassVar[str] = "discrete_laplace"
+    family: ClassVar[str] = "discrete_laplace"
+
+    def to_dp_event(self) -> object:
+        if not float(self.sensitivity).is_integer():
+            raise NoDpEvent(f"a discrete Laplace of sensitivity {self.sensitivity} (not whole grid units)")
+        return _dp().DiscreteLaplaceDpEvent(noise_parameter=1 / self.scale, sensitivity=int(self.sensitivity))
+
+
+@dataclass(frozen=True)
+class _Selection:
+    epsilon: float  # of one draw
+    part: str = ""
+
+    def __post_init__(self) -> None:
+        _positive(self, "epsilon")
+
+    def to_dp_event(self) -> object:
+        raise NoDpEvent(f"dp-accounting has no {self.type} event")
+
+
+@dataclass(frozen=True)
+class PermuteAndFlip(_Selection):
+    type: ClassVar[str] = "permute_and_flip"
+    family: ClassVar[str] = "permute_and_flip"
+
+
+@dataclass(frozen=True)
+class Exponential(_Selection):
+    type: ClassVar[str] = "exponential"
+    family: ClassVar[str] = "exponential"
+
+
+@dataclass(frozen=True)
+class EpsilonDelta:
+    epsilon: float
+    delta: float
+    part: str = ""
+    type: ClassVar[str] = "epsilon_delta"
+    family: ClassVar[str] = "approx"
+
+    def __post_init__(self) -> None:
+        _positive(self, "epsilon", "delta")
+
+    def to_dp_event(self) -> object:
+        raise NoDpEvent("dp-accounting has no event for a part known only by its (epsilon, delta)")
+
+
+Leaf = Gaussian | Laplace | PermuteAndFlip | Exponential | EpsilonDelta  # and their discrete kin
+LEAVES = {c.type: c for c in (Gaussian, DiscreteGaussian, Laplace, DiscreteLaplace, PermuteAndFlip, Exponential, EpsilonDelta)}
+
+
+@dataclass(frozen=True)
+class SelfComposed:
+    event: Event
+    count: int
+    type: ClassVar[str] = "self_composed"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.count, numbers.Integral) or self.count < 1:
+            raise ValueError(f"a self-composition needs a count >= 1, got {self.count!r}")
+
+    def to_dp_event(self) -> object:
+        return _dp().SelfComposedDpEvent(self.event.to_dp_event(), self.count)
+
+
+@dataclass(frozen=True)
+class Composed:
+    events: tuple[Event, ...]
+    type: ClassVar[str] = "composed"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "events", tuple(self.events))
+
+    def to_dp_event(self) -> object:
+        return _dp().ComposedDpEvent([e.to_dp_event() for e in self.events])
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """``event``, which its mechanism's proof makes (epsilon, delta)-DP: the pair its calibration gives."""
+
+    event: Event
+    epsilon: float
+    delta: float
+    type: ClassVar[str] = "calibrated"
+
+    def __post_init__(self) -> None:
+        Budget(self.epsilon, self.delta)  # checks the pair
+
+    def to_dp_event(self) -> object:
+        return self.event.to_dp_event()
+
+
+Event = Leaf | SelfComposed | Composed | Calibrated
+
+
+def leaves(event: Event, count: int = 1) -> list[tuple[Leaf, int]]:
+    """Every leaf with the number of times it composes, in the tree's order (a calibration unwrapped)."""
+    if isinstance(event, SelfComposed):
+        return leaves(event.event, count * event.count)
+    if isinstance(event, Composed):
+        return [pair for e in event.events for pair in leaves(e, count)]
+    if isinstance(event, Calibrated):
+        return leaves(event.event, count)
+    return [(event, count)]
+
+
+def find(event: Event, part: str) -> Leaf | None:
+    """The leaf of ``event`` named ``part`` (None: none), for a run to draw with what its plan declares."""
+    found = {leaf for leaf, _ in leaves(event) if leaf.part == part}
+    if len(found) > 1:
+        raise ValueError(f"the event has {len(found)} different leaves named {part!r}")
+    return found.pop() if found else None
+
+
+def each(event: Event, part: str) -> list[Leaf]:
+    """The leaves of ``event`` named ``part``, each repeated as often as it composes, in the tree's order."""
+    return [leaf for leaf, n in leaves(event) if leaf.part == part for _ in range(n)]
+
+
+def epsilon_delta(event: Event) -> Budget:
+    """The (epsilon, delta) of ``event``: a calibration's, else its leaves' by basic composition (exact
+    decimal sums); a Gaussian outside a calibration has none."""
+    if isinstance(event, Calibrated):
+        return Budget(event.epsilon, event.delta)
+    eps = delta = Fraction(0)
+    for leaf, n in leaves(event):
+        if isinstance(leaf, Gaussian):
+            raise ValueError("a Gaussian part has no single (epsilon, delta): its mechanism states the pair it is "
+                             "calibrated to with Calibrated(event, epsilon, delta)")  # fmt: skip
+        eps += n * exact(leaf.epsilon)
+        delta += n * (exact(leaf.delta) if isinstance(leaf, EpsilonDelta) else 0)
+    return Budget(float(eps), float(delta))
+
+
+def sampler_slack(coordinates: int) -> EpsilonDelta:
+    """``core.noise``'s exact discrete Gaussian on a grid, against the continuous Gaussian its leaf is
+    accounted as: pmf within e^{+-ETA} per coordinate and a tail of TAIL (``noise.continuous_budget``)."""
+    return EpsilonDelta(2 * coordinates * ETA, 2 * coordinates * TAIL, part=f"exact sampler slack ({coordinates} coordinates)")
+
+
+# -- the ledger's form --------------------------------------------------------------------------------
+
+
+def dump(event: Event) -> dict:
+    """The JSON form of ``event`` (``type`` and its fields, nested)."""
+    out: dict = {"type": event.type}
+    for f in fields(event):
+        value = getattr(event, f.name)
+        if isinstance(value, tuple):
+            out[f.name] = [dump(e) for e in value]
+        elif f.name == "event":
+            out[f.name] = dump(value)
+        elif not (f.name == "part" and value == ""):
+            out[f.name] = value
+    return out
+
+
+def load(doc: dict) -> Event:
+    """``dump``'s inverse; a flat part recorded before this tree (``family``, ``count``) is read as the
+    leaf it described, self-composed ``count`` times."""
+    if "family" in doc:
+        return _legacy(doc)
+    kind, rest = doc.get("type"), {k: v for k, v in doc.items() if k != "type"}
+    if kind == "self_composed":
+        return SelfComposed(load(rest["event"]), rest["count"])
+    if kind == "composed":
+        return Composed(tuple(load(e) for e in rest["events"]))
+    if kind == "calibrated":
+        return Calibrated(load(rest["event"]), rest["epsilon"], rest["delta"])
+    if kind not in LEAVES:
+        raise ValueError(f"not a privacy event: {doc!r}")
+    return LEAVES[kind](**rest)
+
+
+_FAMILIES = {"gaussian": (Gaussian, ("sigma", "sensitivity")), "laplace": (Laplace, ("scale", "sensitivity")),
+             "discrete_laplace": (DiscreteLaplace, ("scale", "sensitivity")),
+             "permute_and_flip": (PermuteAndFlip, ("epsilon",)), "exponential": (Exponential, ("epsilon",)),
+             "approx": (EpsilonDelta, ("epsilon", "delta"))}  # fmt: skip
+
+
+def of_family(family: str, part: str = "", **figures: float | None) -> Leaf:
+    """The leaf a flat part of ``family`` describes (the filter's view of a leaf, and entries before the
+    tree; a discrete Gaussian's is the Gaussian it is accounted as)."""
+    if family not in _FAMILIES:
+        raise ValueError(f"not a privacy event: family {family!r}")
+    cls, names = _FAMILIES[family]
+    return cls(*(figures.get(n) for n in names), part=part)
+
+
+def _legacy(doc: dict) -> Event:
+    figures = {k: v for k, v in doc.items() if k not in ("family", "count", "part")}
+    return times(of_family(doc["family"], doc.get("part", ""), **figures), doc.get("count", 1))
+
+
+def times(event: Event, count: int) -> Event:
+    """``event`` composed ``count`` times: itself for one."""
+    return event if count == 1 else SelfComposed(event, count)
+
+
+def charge(parts: list[Event], epsilon: float, delta: float) -> Calibrated:
+    """A release's event: its parts composed, at the (epsilon, delta) its mechanism calibrated them to."""
+    return Calibrated(Composed(tuple(parts)), epsilon, delta)
+
+
+def stored(event: Event) -> list[dict] | None:
+    """What a ledger entry records of a charge's event beside its (epsilon, delta): its parts; nothing for
+    an event known only by that pair (a bare ``EpsilonDelta``), which is counted as its charge."""
+    if isinstance(event, EpsilonDelta):
+        return None
+    inner = event.event if isinstance(event, Calibrated) else event
+    return [dump(e) for e in (inner.events if isinstance(inner, Composed) else (inner,))]
+
+
+def recorded(parts: list[dict], budget: Budget) -> Calibrated:
+    """``stored``'s inverse, with the entry's charged (epsilon, delta): old flat parts read as their leaves."""
+    return charge([load(p) for p in parts], budget.epsilon, budget.delta)
