@@ -25,6 +25,7 @@ from core.errors import InternalError  # noqa: E402
 from core.mechanisms import outliers as o  # noqa: E402
 from core.mechanisms import outliers_geometry as geo  # noqa: E402
 from core.mechanisms import outliers_sensitivity as sens  # noqa: E402
+from core.privacy import events  # noqa: E402
 from core.privacy.budget import Budget  # noqa: E402
 
 UCI = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "uci"
@@ -146,11 +147,12 @@ def topk_experiment(runs: int) -> tuple[list[dict], dict]:
             rate_in = flagged[:, label == 0].mean(axis=1)
             truth = set(np.flatnonzero(rate_out >= 2 * np.maximum(rate_in, 1e-9)).tolist())
         truths[name] = {"counts": counts.tolist(), "truth": sorted(truth)}
-        u = counts / sens.gs_upper(n, 3, 1)
+        gs = sens.gs_upper(n, 3, 1)  # the counts' sensitivity
         for eps in (0.2, 0.4, 0.8, 1.6, 3.2):
             for h in (1, 2, 3, 4, 5):
                 for variant, scale in (("ours (eps-DP)", 1.0), ("paper (2eps-DP)", 2.0)):
-                    tp = np.array([len(truth & set(o.select_top(u, h, eps * scale, g).tolist())) for _ in range(runs)])
+                    leaves = [events.PermuteAndFlip(eps * scale / h)] * h
+                    tp = np.array([len(truth & set(o.select_top(counts, gs, leaves, g).tolist())) for _ in range(runs)])
                     rows.append({"data": name, "eps": eps, "h": h, "variant": variant,
                                  "precision": tp.mean() / h, "recall": tp.mean() / max(len(truth), 1)})  # fmt: skip
     return rows, truths
