@@ -42,6 +42,7 @@ audit: $(STAMP)  # the statistical privacy auditor's long run (10-30 min); its t
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check core flows gate cli tests bench
+	$(VENV)/bin/ruff format --check core flows gate cli tests bench  # formatted; `# fmt: skip` on tables only
 
 bench: $(STAMP)  # every benchmark; each needs PRIVRELEASE_DATA for the public data sets
 	for b in bench/bench_*.py; do echo "== $$b"; $(VENV)/bin/python $$b || exit 1; done

@@ -42,8 +42,9 @@ def histories() -> dict[str, list[acc.Spend]]:
     bound = {"k": 5, "r": 1.0, "delta": 1e-6, "rows": 10_000}
     count = outliers.plan(outliers.Params(epsilon=0.5, columns=["a", "b"], standardize=False, **bound))
     top = outliers.plan(outliers.Params(query="top_subspaces", epsilon=1.0, h=3, c=1, standardize=False, **bound))
-    private = outliers.plan(outliers.Params(epsilon=1.0, columns=["a", "b"], **bound,
-                                            standardize={"bounds": {"a": [0, 1], "b": [0, 1]}}))  # fmt: skip
+    private = outliers.plan(
+        outliers.Params(epsilon=1.0, columns=["a", "b"], **bound, standardize={"bounds": {"a": [0, 1], "b": [0, 1]}})
+    )
     table4 = dpne_plan(epsilon=1.0, delta=1e-7, T=6, delta0=10)
     workloads = {
         "DPNE at Table 4's settings (eps 1, delta 1e-7, T 6, Delta0 10)": [spend(table4, "dpne")],
@@ -53,9 +54,8 @@ def histories() -> dict[str, list[acc.Spend]]:
         "outlier count (1, 1e-6), private standardization": [spend(private, "count+std")],
         "top-3 subspaces with counts (1, 1e-6)": [spend(top, "top")],
         "mixed: count (0.5) / top-3 (1) / private count (1)": [spend(count, "c"), spend(top, "t"), spend(private, "p")],
-        "Gaussian mechanism (1, 1e-6), sensitivity 1": [acc.Spend("g", Budget(1.0, 1e-6),
-                                                                  (acc.gaussian(acc_sigma(1.0, 1e-6)),))],
-    }  # fmt: skip
+        "Gaussian mechanism (1, 1e-6), sensitivity 1": [acc.Spend("g", Budget(1.0, 1e-6), (acc.gaussian(acc_sigma(1.0, 1e-6)),))],
+    }
     return {name: [s for s, _ in zip(cycle(w), range(400))] for name, w in workloads.items()}
 
 
@@ -93,8 +93,10 @@ def filter_ok(f: acc.Filter):
 
 def admission_table() -> None:
     f = acc.Filter.of(CAP)
-    print(f"cap {CAP.epsilon:g} / {CAP.delta:g}; filter: Rényi order {f.alpha:.4g}, budget K = {f.k:.4f}, "
-          f"delta for conversion {float(f.delta_conv):g}, room for (eps, delta)-only deltas {float(f.delta_room):g}")  # fmt: skip
+    print(
+        f"cap {CAP.epsilon:g} / {CAP.delta:g}; filter: Rényi order {f.alpha:.4g}, budget K = {f.k:.4f}, "
+        f"delta for conversion {float(f.delta_conv):g}, room for (eps, delta)-only deltas {float(f.delta_room):g}"
+    )
     print("| workload | basic | filter | filter's eps at 1e-5 | PLD eps at 1e-5 (tight) |")
     print("|---|---|---|---|---|")
     for name, seq in histories().items():
@@ -119,7 +121,9 @@ def fill(home: Path, n: int, distinct: bool) -> Ledger:
 
 def timings(sizes: list[int]) -> None:
     exe = str(Path(sys.executable).parent / "privrelease")
-    print("| entries | histories | `Ledger.totals()` cold (PLD computed) | warm (PLD cached) | `privrelease ledger totals` (warm, whole process) |")
+    print(
+        "| entries | histories | `Ledger.totals()` cold (PLD computed) | warm (PLD cached) | `privrelease ledger totals` (warm, whole process) |"
+    )
     print("|---|---|---|---|---|")
     for n in sizes:
         for distinct in (False, True):

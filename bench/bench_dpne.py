@@ -61,11 +61,30 @@ def full_release(frame: pd.DataFrame) -> tuple[float, float, float, dict]:
         env["PRIVRELEASE_HOME"] = str(Path(tmp) / "home")
         exe = str(Path(sys.executable).parent / "privrelease")
         t = time.perf_counter()
-        subprocess.run([exe, "dataset", "add", "msnbc", "--source", "msnbc.parquet", "--format", "parquet",
-                        "--unit", "user:user", "--purpose", "dp"], env=env, check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            [
+                exe,
+                "dataset",
+                "add",
+                "msnbc",
+                "--source",
+                "msnbc.parquet",
+                "--format",
+                "parquet",
+                "--unit",
+                "user:user",
+                "--purpose",
+                "dp",
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
         registration = time.perf_counter() - t
         # a cap above the release's (1, 1e-7): the admission filter sets part of delta aside for its conversion
-        subprocess.run([exe, "ledger", "set-budget", "msnbc", "--epsilon", "2", "--delta", "1e-6"], env=env, check=True, capture_output=True)
+        subprocess.run(
+            [exe, "ledger", "set-budget", "msnbc", "--epsilon", "2", "--delta", "1e-6"], env=env, check=True, capture_output=True
+        )
         t = time.perf_counter()
         subprocess.run([exe, "release", str(Path(tmp) / "request.yaml")], env=env, check=True, capture_output=True)
         wall = time.perf_counter() - t
@@ -106,8 +125,10 @@ def main() -> None:
     frame = msnbc()
     print(f"MSNBC: {len(frame)} users/posts, {frame['text'].str.count(' ').sum() + len(frame)} tokens")
     registration, wall, rss, counts = full_release(frame)
-    print(f"`privrelease dataset add` (steward, once): {registration:.1f} s; `privrelease release` of the registered "
-          f"dataset: {wall:.1f} s wall, peak RSS {rss:.0f} MiB; counts {counts}")  # fmt: skip
+    print(
+        f"`privrelease dataset add` (steward, once): {registration:.1f} s; `privrelease release` of the registered "
+        f"dataset: {wall:.1f} s wall, peak RSS {rss:.0f} MiB; counts {counts}"
+    )
     if args.release_only:
         return
     params = dpne.Params(**PARAMS)
@@ -130,8 +151,10 @@ def main() -> None:
         big_params = dpne.Params(**{**PARAMS, "tokenizer": "whitespace"})
         t = time.perf_counter()
         released, _ = dpne.extract(big, big_params, noise.generator())
-        print(f"synthetic Zipf corpus, {len(big)} posts, {big['user'].nunique()} users: DPNE core {time.perf_counter() - t:.1f} s, "
-              f"released {len(released)} n-grams; peak RSS of this process {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")  # fmt: skip
+        print(
+            f"synthetic Zipf corpus, {len(big)} posts, {big['user'].nunique()} users: DPNE core {time.perf_counter() - t:.1f} s, "
+            f"released {len(released)} n-grams; peak RSS of this process {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
+        )
 
 
 if __name__ == "__main__":

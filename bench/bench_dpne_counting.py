@@ -94,9 +94,11 @@ def memory(copies: int, zipf: bool, child: bool = False) -> None:
     released, _ = dpne.extract(frame, params, np.random.default_rng(1))
     seconds = time.perf_counter() - t
     name = f"Zipf, {len(frame):,} posts" if zipf else f"MSNBC x{copies}"
-    print(f"{name}: {frame['user'].nunique():,} users; resident with the corpus loaded {loaded / 1e9:.2f} GB; "
-          f"dpne.extract {seconds:.1f} s, peak {(_status('VmHWM') - loaded) / 1e9:+.2f} GB above that "
-          f"({len(released):,} n-grams)")  # fmt: skip
+    print(
+        f"{name}: {frame['user'].nunique():,} users; resident with the corpus loaded {loaded / 1e9:.2f} GB; "
+        f"dpne.extract {seconds:.1f} s, peak {(_status('VmHWM') - loaded) / 1e9:+.2f} GB above that "
+        f"({len(released):,} n-grams)"
+    )
 
 
 ALLOCATOR = {"glibc's defaults": None, "MALLOC_TRIM_THRESHOLD_=65536 (Dask's default)": "65536",
@@ -111,8 +113,9 @@ def allocator(copies: int, snapshot: str | None = None) -> None:
             for name, value in ALLOCATOR.items():
                 env = {k: v for k, v in os.environ.items() if k != "MALLOC_TRIM_THRESHOLD_"}
                 env |= {"MALLOC_TRIM_THRESHOLD_": value} if value else {}
-                out = subprocess.run([sys.executable, __file__, "allocator-child", path], env=env, check=True,
-                                     capture_output=True, text=True).stdout.strip()  # fmt: skip
+                out = subprocess.run(
+                    [sys.executable, __file__, "allocator-child", path], env=env, check=True, capture_output=True, text=True
+                ).stdout.strip()
                 print(f"{name}: {out}", flush=True)
         return
     from core import parallel
@@ -122,8 +125,10 @@ def allocator(copies: int, snapshot: str | None = None) -> None:
     t = time.perf_counter()
     released, _ = dpne.extract(None, dpne.Params(**PARAMS, tokenizer="whitespace"), np.random.default_rng(1), snapshot=snapshot)
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    print(f"{time.perf_counter() - t:.1f} s, {usage.ru_minflt:,} minor page faults, peak RSS {usage.ru_maxrss / 1e6:.2f} GB "
-          f"({len(released):,} n-grams)")  # fmt: skip
+    print(
+        f"{time.perf_counter() - t:.1f} s, {usage.ru_minflt:,} minor page faults, peak RSS {usage.ru_maxrss / 1e6:.2f} GB "
+        f"({len(released):,} n-grams)"
+    )
 
 
 def steps() -> None:
@@ -133,9 +138,13 @@ def steps() -> None:
     m = rng.integers(11, 30, 150_000)  # users over a cap of 10
     users = np.repeat(np.arange(len(m)), m)
     grams = rng.integers(0, 10**7, len(users))
-    window = ("SELECT u, g FROM (SELECT u, g, row_number() OVER (PARTITION BY u ORDER BY hash(h, x, $key::UBIGINT), x) AS rk "
-              "FROM over) WHERE rk <= $cap")  # fmt: skip
-    con.register("over", pd.DataFrame({"u": users, "h": rng.integers(0, 2**63, len(m)).astype(np.uint64)[users], "g": grams, "x": grams}))
+    window = (
+        "SELECT u, g FROM (SELECT u, g, row_number() OVER (PARTITION BY u ORDER BY hash(h, x, $key::UBIGINT), x) AS rk "
+        "FROM over) WHERE rk <= $cap"
+    )
+    con.register(
+        "over", pd.DataFrame({"u": users, "h": rng.integers(0, 2**63, len(m)).astype(np.uint64)[users], "g": grams, "x": grams})
+    )
     kept, best = {}, {}
     for name, sql in (("row_number() window", window), ("min_by (dpne_counts.KEEP)", dpne_counts.KEEP)):
         times = []
@@ -145,10 +154,15 @@ def steps() -> None:
             times.append(time.perf_counter() - t)
         best[name] = min(times)
     same = len({tuple(sorted(zip(k["u"].tolist(), k["g"].tolist()))) for k in kept.values()}) == 1
-    print(f"the cap's keyed choice on {len(users):,} over-cap pairs, one thread, best of 3: "
-          + ", ".join(f"{n} {s:.2f} s" for n, s in best.items()) + f"; the same kept pairs: {same}")  # fmt: skip
-    shares = [pd.DataFrame({"gram": np.sort(rng.choice(10**8, 80_000, replace=False)), "units": rng.integers(1, 10**6, 80_000)})
-              for _ in range(2)]  # fmt: skip
+    print(
+        f"the cap's keyed choice on {len(users):,} over-cap pairs, one thread, best of 3: "
+        + ", ".join(f"{n} {s:.2f} s" for n, s in best.items())
+        + f"; the same kept pairs: {same}"
+    )
+    shares = [
+        pd.DataFrame({"gram": np.sort(rng.choice(10**8, 80_000, replace=False)), "units": rng.integers(1, 10**6, 80_000)})
+        for _ in range(2)
+    ]
     for name, merge in (("numpy (dpne_counts.merge)", dpne_counts.merge), ("DuckDB GROUP BY", _merge_duckdb)):
         t = time.perf_counter()
         for _ in range(10):
@@ -170,9 +184,15 @@ def main() -> None:
     ap.add_argument("--zipf", action="store_true", help="memory: the synthetic Zipf corpus instead of MSNBC")
     args = ap.parse_args()
     copies = args.copies or (5 if args.what == "tokenize" else 10)
-    {"tokenize": lambda: tokenize(copies), "groups": lambda: groups(copies), "memory": lambda: memory(copies, args.zipf),
-     "memory-child": lambda: memory(copies, args.zipf, child=True), "allocator": lambda: allocator(copies),
-     "allocator-child": lambda: allocator(copies, args.path), "steps": steps}[args.what]()  # fmt: skip
+    {
+        "tokenize": lambda: tokenize(copies),
+        "groups": lambda: groups(copies),
+        "memory": lambda: memory(copies, args.zipf),
+        "memory-child": lambda: memory(copies, args.zipf, child=True),
+        "allocator": lambda: allocator(copies),
+        "allocator-child": lambda: allocator(copies, args.path),
+        "steps": steps,
+    }[args.what]()
 
 
 if __name__ == "__main__":

@@ -45,8 +45,10 @@ def calls(url: str, n: int) -> str:
         started = time.perf_counter()
         answers.append(analyst_call(url).status_code)
         latencies.append(time.perf_counter() - started)
-    return (f"median {statistics.median(latencies) * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms, "
-            f"answers {sorted(set(answers))} ({answers.count(200)}/{n} succeeded)")  # fmt: skip
+    return (
+        f"median {statistics.median(latencies) * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms, "
+        f"answers {sorted(set(answers))} ({answers.count(200)}/{n} succeeded)"
+    )
 
 
 def measure(name: str, url: str, gate_port: int, proxy_port: int | None, n: int, watch: float) -> None:
@@ -60,8 +62,10 @@ def measure(name: str, url: str, gate_port: int, proxy_port: int | None, n: int,
         while time.monotonic() < deadline:
             peak = {k: max(peak[k], rss_mb(p)) for k, p in ports.items()}
             time.sleep(0.5)
-    print(f"   during the flood: {during}; peak RSS over {watch:.0f} s: " + ", ".join(f"{k} {v:.0f} MB" for k, v in peak.items()),
-          flush=True)  # fmt: skip
+    print(
+        f"   during the flood: {during}; peak RSS over {watch:.0f} s: " + ", ".join(f"{k} {v:.0f} MB" for k, v in peak.items()),
+        flush=True,
+    )
 
 
 def main() -> None:

@@ -23,8 +23,10 @@ PASSWORD = "correct horse battery"
 
 
 def evil(n: int) -> dict:
-    return {"schema": {"type": "object", "properties": {"x": {"type": "string", "pattern": "^(a+)+$"}}},
-            "values": {"x": "a" * n + "!"}}  # fmt: skip
+    return {
+        "schema": {"type": "object", "properties": {"x": {"type": "string", "pattern": "^(a+)+$"}}},
+        "values": {"x": "a" * n + "!"},
+    }
 
 
 def timed(client: httpx.Client, method: str, path: str, body: dict | None = None) -> tuple[float, httpx.Response]:
@@ -44,7 +46,9 @@ def main(sizes: list[int]) -> None:
         print("|---|---|---|---|")
         for n in sizes:
             straight: list[float] = []
-            runner = threading.Thread(target=lambda body=evil(n), out=straight: out.append(timed(api, "POST", "/ui/schemas/validate", body)[0]))
+            runner = threading.Thread(
+                target=lambda body=evil(n), out=straight: out.append(timed(api, "POST", "/ui/schemas/validate", body)[0])
+            )
             runner.start()
             time.sleep(0.2)  # the validation has begun
             health, _ = timed(api, "GET", "/health")

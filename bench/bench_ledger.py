@@ -68,7 +68,8 @@ def sequential(root: Path, n: int, approve_above: float | None = None) -> list[s
     verified = time.perf_counter() - started
     return [
         f"| charge + outcome over {n} releases (the last on a {2 * n}-entry ledger"
-        + ("" if approve_above is None else f"; --approve-above {approve_above:g}, taken under the lock") + "): mean, median, p95 | "
+        + ("" if approve_above is None else f"; --approve-above {approve_above:g}, taken under the lock")
+        + "): mean, median, p95 | "
         f"{statistics.mean(latencies) * 1e3:.1f} ms, {statistics.median(latencies) * 1e3:.1f} ms, "
         f"{statistics.quantiles(latencies, n=20)[-1] * 1e3:.1f} ms |",
         f"| recover, nothing to settle ({entries} entries) | {recovered * 1e3:.1f} ms |",
@@ -80,17 +81,26 @@ def concurrent(root: Path, processes: int, charges: int) -> list[str]:
     """``processes`` processes charge one dataset ``charges`` times each, all at once."""
     Home(root).ledger.set_budget("shared", Budget(float(processes * charges), 0.0))
     start = root / "go"
-    procs = [subprocess.Popen([sys.executable, "-c", CHARGER, str(Home(root).db), f"w{w}", str(charges),
-                               str(start)], cwd=REPO, stdout=subprocess.PIPE, text=True) for w in range(processes)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CHARGER, str(Home(root).db), f"w{w}", str(charges), str(start)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for w in range(processes)
+    ]
     time.sleep(3)  # every process imported and connected
     began = time.perf_counter()
     start.touch()
     latencies = [float(x) for p in procs for x in p.communicate()[0].split()]
     wall = time.perf_counter() - began
     assert len(latencies) == processes * charges and all(p.returncode == 0 for p in procs)
-    return [f"| {processes} processes x {charges} charges on one dataset: throughput; latency median, p95 | "
-            f"{len(latencies) / wall:.0f} charges/s; {statistics.median(latencies) * 1e3:.1f} ms, "
-            f"{statistics.quantiles(latencies, n=20)[-1] * 1e3:.1f} ms |"]  # fmt: skip
+    return [
+        f"| {processes} processes x {charges} charges on one dataset: throughput; latency median, p95 | "
+        f"{len(latencies) / wall:.0f} charges/s; {statistics.median(latencies) * 1e3:.1f} ms, "
+        f"{statistics.quantiles(latencies, n=20)[-1] * 1e3:.1f} ms |"
+    ]
 
 
 def main() -> None:

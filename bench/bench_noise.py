@@ -93,8 +93,10 @@ def dpne_cost(runs: int) -> None:
         released, _ = dpne.extract(frame, params, noise.generator())
         totals.append(time.perf_counter() - t)
         noise_times.append(spent[0])
-    print(f"DPNE on MSNBC ({len(released)} n-grams released in the last run): median {statistics.median(totals):.2f} s "
-          f"per run, of which noise {statistics.median(noise_times):.3f} s ({runs} runs)")  # fmt: skip
+    print(
+        f"DPNE on MSNBC ({len(released)} n-grams released in the last run): median {statistics.median(totals):.2f} s "
+        f"per run, of which noise {statistics.median(noise_times):.3f} s ({runs} runs)"
+    )
 
 
 def main() -> None:

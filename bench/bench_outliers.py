@@ -59,7 +59,9 @@ def labelled_sample(x: np.ndarray, is_out: np.ndarray, inliers: int, outliers: i
 def adult(inliers: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     frame = pd.read_csv(UCI / "adult.data.gz", skipinitialspace=True, na_values="?").dropna()
     frame.columns = [c.strip() for c in frame.columns]
-    return labelled_sample(frame[ADULT_NUMERIC].to_numpy(float), (frame["Salary"] == ">50K").to_numpy(), inliers, 10 if inliers > 45 else 5, seed)
+    return labelled_sample(
+        frame[ADULT_NUMERIC].to_numpy(float), (frame["Salary"] == ">50K").to_numpy(), inliers, 10 if inliers > 45 else 5, seed
+    )
 
 
 def ionosphere(seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -121,13 +123,19 @@ def count_experiment() -> list[dict]:
         n, d = x.shape
         for eps in eps_grid:
             s = sens.smooth_bound(deg, 3, sens.beta(eps, DELTA), cover)
-            rows.append({
-                "data": name, "eps": eps, "q": int((deg < 3).sum()), "S_UB": s.value, "t*": s.argmax,
-                "smooth": s.value / sens.alpha(eps, DELTA),
-                "global_lower (paper, not private)": paper_global_std(gs_lower(n, 3, d), eps, DELTA),
-                "global_upper (valid)": paper_global_std(sens.gs_upper(n, 3, d), eps, DELTA),
-                "global_upper analytic": sens.global_std(n, 3, d, Budget(eps, DELTA)),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "data": name,
+                    "eps": eps,
+                    "q": int((deg < 3).sum()),
+                    "S_UB": s.value,
+                    "t*": s.argmax,
+                    "smooth": s.value / sens.alpha(eps, DELTA),
+                    "global_lower (paper, not private)": paper_global_std(gs_lower(n, 3, d), eps, DELTA),
+                    "global_upper (valid)": paper_global_std(sens.gs_upper(n, 3, d), eps, DELTA),
+                    "global_upper analytic": sens.global_std(n, 3, d, Budget(eps, DELTA)),
+                }
+            )
     return rows
 
 
@@ -153,8 +161,16 @@ def topk_experiment(runs: int) -> tuple[list[dict], dict]:
                 for variant, scale in (("ours (eps-DP)", 1.0), ("paper (2eps-DP)", 2.0)):
                     leaves = [events.PermuteAndFlip(eps * scale / h)] * h
                     tp = np.array([len(truth & set(o.select_top(counts, gs, leaves, g).tolist())) for _ in range(runs)])
-                    rows.append({"data": name, "eps": eps, "h": h, "variant": variant,
-                                 "precision": tp.mean() / h, "recall": tp.mean() / max(len(truth), 1)})  # fmt: skip
+                    rows.append(
+                        {
+                            "data": name,
+                            "eps": eps,
+                            "h": h,
+                            "variant": variant,
+                            "precision": tp.mean() / h,
+                            "recall": tp.mean() / max(len(truth), 1),
+                        }
+                    )
     return rows, truths
 
 

@@ -76,8 +76,9 @@ def previews(env: dict, root: Path, runs: int, pool_limit: int | None, worker_li
     api = operator(env)
     api.patch("/work_pools/privrelease", json={"concurrency_limit": pool_limit})
     dpne = deployment(api, "dpne")["id"]
-    ids = [api.post(f"/deployments/{dpne}/create_flow_run", json={"parameters": {"preview": True}}).json()["id"]
-           for _ in range(runs)]  # fmt: skip
+    ids = [
+        api.post(f"/deployments/{dpne}/create_flow_run", json={"parameters": {"preview": True}}).json()["id"] for _ in range(runs)
+    ]
     t = time.perf_counter()
     with worker(env, root / f"worker-{pool_limit}.log", limit=worker_limit) as proc:
         sampler = Sampler(proc)
@@ -89,9 +90,12 @@ def previews(env: dict, root: Path, runs: int, pool_limit: int | None, worker_li
     done = [api.get(f"/flow_runs/{i}").json() for i in ids]
     running = [seconds(r, "start_time", "end_time") for r in done]
     per_run = statistics.median(sampler.per_run) / MiB if sampler.per_run else 0
-    print(f"| {pool_limit or 'none'} | {worker_limit} | {runs} | {sampler.peak_runs} | {sampler.peak_pss / MiB:.0f} MiB | "
-          f"{per_run:.0f} MiB | {statistics.median(running):.1f} s ({min(running):.1f}-{max(running):.1f}) | {wall:.0f} s | "
-          f"{states.count('COMPLETED')}/{runs} |", flush=True)  # fmt: skip
+    print(
+        f"| {pool_limit or 'none'} | {worker_limit} | {runs} | {sampler.peak_runs} | {sampler.peak_pss / MiB:.0f} MiB | "
+        f"{per_run:.0f} MiB | {statistics.median(running):.1f} s ({min(running):.1f}-{max(running):.1f}) | {wall:.0f} s | "
+        f"{states.count('COMPLETED')}/{runs} |",
+        flush=True,
+    )
 
 
 def waiting(env: dict, root: Path) -> None:
@@ -110,9 +114,12 @@ def waiting(env: dict, root: Path) -> None:
         while run_processes(proc, run):
             time.sleep(0.5)
         time.sleep(2)
-        print(f"worker idle {idle / MiB:.0f} MiB; while the release ran up to its question {peak / MiB:.0f} MiB; "
-              f"while it waits for the steward (suspended) {tree_pss(proc) / MiB:.0f} MiB, "
-              f"{len(run_processes(proc, run))} processes for it", flush=True)  # fmt: skip
+        print(
+            f"worker idle {idle / MiB:.0f} MiB; while the release ran up to its question {peak / MiB:.0f} MiB; "
+            f"while it waits for the steward (suspended) {tree_pss(proc) / MiB:.0f} MiB, "
+            f"{len(run_processes(proc, run))} processes for it",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -123,8 +130,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, running_server(Path(tmp)) as env:
         root = Path(tmp)
         deploy(env)
-        print("| pool limit | worker limit | previews | most flow-run processes at once | peak PSS of the worker's tree "
-              "| median PSS of one flow-run process | running, median (min-max) | all done | completed |")  # fmt: skip
+        print(
+            "| pool limit | worker limit | previews | most flow-run processes at once | peak PSS of the worker's tree "
+            "| median PSS of one flow-run process | running, median (min-max) | all done | completed |"
+        )
         print("|---|---|---|---|---|---|---|---|---|")
         previews(env, root, args.runs, None, args.runs)
         previews(env, root, args.runs, args.limit, args.limit)

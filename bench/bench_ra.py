@@ -67,13 +67,32 @@ def release_adult() -> tuple[float, list[float]]:
         data = Path(tmp) / "home" / "data"
         data.mkdir(parents=True)
         adult().to_csv(data / "adult.csv", index=False)
-        (Path(tmp) / "request.yaml").write_text(f"dataset: adult\nmechanism: {{name: ra, params: {{qi: {QI}, sensitive: occupation}}}}\n")
+        (Path(tmp) / "request.yaml").write_text(
+            f"dataset: adult\nmechanism: {{name: ra, params: {{qi: {QI}, sensitive: occupation}}}}\n"
+        )
         env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
         env["PRIVRELEASE_HOME"] = str(Path(tmp) / "home")
         exe = Path(sys.executable).parent / "privrelease"
         t = time.perf_counter()
-        subprocess.run([str(exe), "dataset", "add", "adult", "--source", "adult.csv", "--format", "csv", "--unit", "record",
-                        "--purpose", "sdc"], env=env, check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            [
+                str(exe),
+                "dataset",
+                "add",
+                "adult",
+                "--source",
+                "adult.csv",
+                "--format",
+                "csv",
+                "--unit",
+                "record",
+                "--purpose",
+                "sdc",
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
         registration = time.perf_counter() - t
         for _ in range(2):
             t = time.perf_counter()
@@ -99,8 +118,10 @@ def main() -> None:
     if not args.skip_release and ADULT.exists():
         registration, (first, second) = release_adult()
         rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-        print(f"Adult (30,162 rows): dataset add {registration:.1f} s; privrelease release {first:.1f} s, then "
-              f"{second:.1f} s; peak RSS {rss:.0f} MiB")  # fmt: skip
+        print(
+            f"Adult (30,162 rows): dataset add {registration:.1f} s; privrelease release {first:.1f} s, then "
+            f"{second:.1f} s; peak RSS {rss:.0f} MiB"
+        )
 
 
 if __name__ == "__main__":

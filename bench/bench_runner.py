@@ -51,13 +51,19 @@ def rest(runs: int, query_seconds: int) -> None:
                 t = time.perf_counter()
                 run_id = _create_run(api, ra["id"], {}).json()["id"]
                 while (run := httpx.get(f"{api}/flow_runs/{run_id}", timeout=60).json())["state"]["type"] not in (
-                        "COMPLETED", "FAILED", "CRASHED"):  # fmt: skip
+                    "COMPLETED",
+                    "FAILED",
+                    "CRASHED",
+                ):
                     time.sleep(0.2)
                 total = time.perf_counter() - t
                 created, start, end = (np.datetime64(run[k].rstrip("Z")[:26]) for k in ("created", "start_time", "end_time"))
                 pickup, flow = ((start - created) / np.timedelta64(1, "s"), (end - start) / np.timedelta64(1, "s"))
-                print(f"{'warm-up' if i == 0 else f'run {i}'}: {run['state']['type']} {total:.1f} s submit to published "
-                      f"(submitted to running {pickup:.1f} s, running {flow:.1f} s)", flush=True)  # fmt: skip
+                print(
+                    f"{'warm-up' if i == 0 else f'run {i}'}: {run['state']['type']} {total:.1f} s submit to published "
+                    f"(submitted to running {pickup:.1f} s, running {flow:.1f} s)",
+                    flush=True,
+                )
 
 
 def msnbc_times(copies: int) -> pd.DataFrame:
@@ -66,8 +72,9 @@ def msnbc_times(copies: int) -> pd.DataFrame:
 
     one = msnbc()
     ids = one["user"].to_numpy()
-    return pd.DataFrame({"user": np.concatenate([ids + c * len(one) for c in range(copies)]),
-                         "text": np.tile(one["text"].to_numpy(), copies)})  # fmt: skip
+    return pd.DataFrame(
+        {"user": np.concatenate([ids + c * len(one) for c in range(copies)]), "text": np.tile(one["text"].to_numpy(), copies)}
+    )
 
 
 def _timed(state, fn, *args):
@@ -99,9 +106,17 @@ class Levels:
             before = wire() if wire else 0
             outs = levels._plain(partitions, _timed, fn, *args)
             levels._last = time.perf_counter()
-            levels.rows.append({"parts": [s for _, (s, _) in outs], "cpu": [c for _, (_, c) in outs],
-                                "wait": levels._last - start, "flow": 0.0, "wire": wire() - before if wire else None,
-                                "sent": len(pickle.dumps(args)), "back": sum(len(pickle.dumps(o)) for o, _ in outs)})
+            levels.rows.append(
+                {
+                    "parts": [s for _, (s, _) in outs],
+                    "cpu": [c for _, (_, c) in outs],
+                    "wait": levels._last - start,
+                    "flow": 0.0,
+                    "wire": wire() - before if wire else None,
+                    "sent": len(pickle.dumps(args)),
+                    "back": sum(len(pickle.dumps(o)) for o, _ in outs),
+                }
+            )
             return [o for o, _ in outs]
 
         parallel.Partitions.map = timed_map
@@ -119,10 +134,13 @@ class Levels:
         for k, r in enumerate(self.rows, 1):
             parts = " / ".join(f"{s:.1f}" for s in r["parts"])
             cpu = " / ".join(f"{s:.1f}" for s in r["cpu"])
-            print(f"  level {k}: partitions {parts} s (CPU {cpu} s), the flow waits {r['wait']:.1f} s "
-                  f"(straggler and round trip {r['wait'] - max(r['parts']):.2f} s), then works {r['flow']:.2f} s; "
-                  f"sends {r['sent'] / 1e3:.1f} kB to each partition, gets back {r['back'] / 1e3:.0f} kB"
-                  + ("" if r["wire"] is None else f"; {r['wire'] / 1e3:.0f} kB crossed the link"), flush=True)
+            print(
+                f"  level {k}: partitions {parts} s (CPU {cpu} s), the flow waits {r['wait']:.1f} s "
+                f"(straggler and round trip {r['wait'] - max(r['parts']):.2f} s), then works {r['flow']:.2f} s; "
+                f"sends {r['sent'] / 1e3:.1f} kB to each partition, gets back {r['back'] / 1e3:.0f} kB"
+                + ("" if r["wire"] is None else f"; {r['wire'] / 1e3:.0f} kB crossed the link"),
+                flush=True,
+            )
 
 
 def dpne(runs: int, copies: int) -> None:
@@ -158,8 +176,9 @@ def dpne(runs: int, copies: int) -> None:
 
 def _veth_bytes(ns: str) -> int:
     """Bytes received plus sent by namespace ``ns``'s end of the veth pair (its only link but lo)."""
-    links = json.loads(subprocess.run(["ip", "-n", ns, "-s", "-j", "link", "show"], capture_output=True, text=True,
-                                      check=True).stdout)  # fmt: skip
+    links = json.loads(
+        subprocess.run(["ip", "-n", ns, "-s", "-j", "link", "show"], capture_output=True, text=True, check=True).stdout
+    )
     (veth,) = [link for link in links if link["ifname"] != "lo"]
     return veth["stats64"]["rx"]["bytes"] + veth["stats64"]["tx"]["bytes"]
 
@@ -184,12 +203,34 @@ def netns(runs: int, copies: int) -> None:
         frame = duckdb.connect().execute("SELECT * FROM read_parquet(?)", [path]).df()
         dask = str(Path(sys.executable).parent / "dask")
         lean = {**os.environ, "DASK_CONFIG": str(REPO / "deploy" / "dask.yaml")}  # as the README starts workers on other hosts
-        procs = [subprocess.Popen([dask, "scheduler", "--host", A_ADDR, "--port", "8786", "--no-dashboard"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]  # fmt: skip
+        procs = [
+            subprocess.Popen(
+                [dask, "scheduler", "--host", A_ADDR, "--port", "8786", "--no-dashboard"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        ]
         for prefix, addr in (([], A_ADDR), (exec_in(b), B_ADDR)):
-            procs.append(subprocess.Popen([*prefix, dask, "worker", f"tcp://{A_ADDR}:8786", "--nthreads", "1",
-                                           "--host", addr, "--no-dashboard", "--memory-limit", "0"],
-                                          env=lean, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
+            procs.append(
+                subprocess.Popen(
+                    [
+                        *prefix,
+                        dask,
+                        "worker",
+                        f"tcp://{A_ADDR}:8786",
+                        "--nthreads",
+                        "1",
+                        "--host",
+                        addr,
+                        "--no-dashboard",
+                        "--memory-limit",
+                        "0",
+                    ],
+                    env=lean,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
         try:
             from distributed import Client
 
@@ -207,12 +248,14 @@ def netns(runs: int, copies: int) -> None:
                         times[kind].append(time.perf_counter() - t)
                         levels.stop()
                     total = _veth_bytes(b) - total
-                    print(f"{kind}: {times[kind][-1]:.1f} s ({len(released)} n-grams; {os.getloadavg()[0]:.2f} load), "
-                          f"{total / 1e3:.0f} kB over the link", flush=True)  # fmt: skip
+                    print(
+                        f"{kind}: {times[kind][-1]:.1f} s ({len(released)} n-grams; {os.getloadavg()[0]:.2f} load), "
+                        f"{total / 1e3:.0f} kB over the link",
+                        flush=True,
+                    )
                     levels.report()
             local, spread = statistics.median(times["local"]), statistics.median(times["dask"])
-            print(f"median of {runs}: in process {local:.1f} s, Dask on two hosts {spread:.1f} s, "
-                  f"speed-up {local / spread:.2f}x")  # fmt: skip
+            print(f"median of {runs}: in process {local:.1f} s, Dask on two hosts {spread:.1f} s, speed-up {local / spread:.2f}x")
         finally:
             for proc in reversed(procs):
                 proc.terminate()
@@ -226,8 +269,11 @@ def main() -> None:
     ap.add_argument("--query-seconds", type=int, default=1, help="the worker's polling interval (Prefect's default: 10)")
     ap.add_argument("--copies", type=int, default=10, help="dpne: MSNBC this many times over")
     args = ap.parse_args()
-    {"rest": lambda: rest(args.runs, args.query_seconds), "dpne": lambda: dpne(args.runs, args.copies),
-     "netns": lambda: netns(args.runs, args.copies)}[args.what]()
+    {
+        "rest": lambda: rest(args.runs, args.query_seconds),
+        "dpne": lambda: dpne(args.runs, args.copies),
+        "netns": lambda: netns(args.runs, args.copies),
+    }[args.what]()
 
 
 if __name__ == "__main__":

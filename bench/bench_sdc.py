@@ -66,10 +66,13 @@ def run(name: str, frame: pd.DataFrame, rules: policy.Policy, recode: methods.Re
     keys = rules.key_vars.all
     assert measures.record_cells(out, keys)["fk"].min() >= K
     return {
-        "variant": name, "seconds": seconds, "suppressed_cells": said["suppressed_cells"],
-        "records_touched": int(out[keys].isna().any(axis=1).sum()), "entropy_bits": entropy_loss(frame, out, keys),
+        "variant": name,
+        "seconds": seconds,
+        "suppressed_cells": said["suppressed_cells"],
+        "records_touched": int(out[keys].isna().any(axis=1).sum()),
+        "entropy_bits": entropy_loss(frame, out, keys),
         "c_avg": len(out) / (classes(out, keys) * K),
-    }  # fmt: skip
+    }
 
 
 def main() -> None:
@@ -82,16 +85,17 @@ def main() -> None:
     variants = [
         ("local suppression alone", None),
         ("recode age (5-year bands), then suppress", methods.Recode(method="recode", columns=["age"])),
-        ("recode every key one level, then suppress",
-         methods.Recode(method="recode", columns=[k for k in keys if k != "sex"])),
+        ("recode every key one level, then suppress", methods.Recode(method="recode", columns=[k for k in keys if k != "sex"])),
         ("recode 5 keys two levels, then suppress", methods.Recode(method="recode", columns=five, level=2)),
-    ]  # fmt: skip
+    ]
     print("| variant | suppressed cells | records touched | non-uniform entropy (bits/record) | C_AVG | seconds |")
     print("|---|---|---|---|---|---|")
     for name, recode in variants:
         r = run(name, frame, rules, recode)
-        print(f"| {r['variant']} | {r['suppressed_cells']:,} | {r['records_touched']:,} | {r['entropy_bits']:.3f} | "
-              f"{r['c_avg']:.2f} | {r['seconds']:.2f} |")  # fmt: skip
+        print(
+            f"| {r['variant']} | {r['suppressed_cells']:,} | {r['records_touched']:,} | {r['entropy_bits']:.3f} | "
+            f"{r['c_avg']:.2f} | {r['seconds']:.2f} |"
+        )
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 

@@ -48,9 +48,16 @@ def repro(key_bits: int, rounds: int, users: int, eta: float) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         split_corpus(CORPUS, out, users, 0.2, 0)
-        spec = SpamSpec(run_id="bench", users=[f"user-{k + 1}.jsonl" for k in range(users)], test="test.jsonl",
-                        features=F.FeatureParams(modulus=1_000_000, reduction="hash", dimension=10_000),
-                        key_bits=key_bits, learning_rate=eta, rounds=rounds, mode="batch")  # fmt: skip
+        spec = SpamSpec(
+            run_id="bench",
+            users=[f"user-{k + 1}.jsonl" for k in range(users)],
+            test="test.jsonl",
+            features=F.FeatureParams(modulus=1_000_000, reduction="hash", dimension=10_000),
+            key_bits=key_bits,
+            learning_rate=eta,
+            rounds=rounds,
+            mode="batch",
+        )
         t = time.perf_counter()
         users = [out / name for name in spec.users]
         inputs = Inputs(spec, out / "spec.yaml", users, out / spec.test, [len(read_mail(p)[1]) for p in users], out)
@@ -60,12 +67,19 @@ def repro(key_bits: int, rounds: int, users: int, eta: float) -> None:
             print(f"setup (features, keys, processes): {time.perf_counter() - t:.1f} s; users hold {training.sizes}")
             for _ in range(rounds):
                 r = training.run_round()
-                print(f"round {r.round}: {r.seconds:.1f} s, {r.training_messages} messages, {r.ciphertexts} ciphertexts, "
-                      f"{r.bytes / 1e6:.1f} MB, max gradient gap {r.max_gradient_gap:.2e}", flush=True)  # fmt: skip
+                print(
+                    f"round {r.round}: {r.seconds:.1f} s, {r.training_messages} messages, {r.ciphertexts} ciphertexts, "
+                    f"{r.bytes / 1e6:.1f} MB, max gradient gap {r.max_gradient_gap:.2e}",
+                    flush=True,
+                )
             report = training.write(out / "run")
         finally:
             training.close()
-        print(json.dumps({k: report[k] for k in ("auc_private", "auc_plain", "auc_plain_exact_sigmoid", "max_weight_gap")}, indent=2))
+        print(
+            json.dumps(
+                {k: report[k] for k in ("auc_private", "auc_plain", "auc_plain_exact_sigmoid", "max_weight_gap")}, indent=2
+            )
+        )
         # the previous protocol's setting: exact sigmoid at η = 0.001, for comparison
         xs = [x for ux in training.twins.user_x for x in ux]
         ys = np.concatenate(training.twins.user_y)
@@ -105,9 +119,11 @@ def timing(messages: int, users: int, epsilon: float | None = None, leave: bool 
     t, cpu = time.perf_counter(), time.process_time()
     times, _, _ = Q.train_round(Q.Local(server), [Q.Local(u) for u in members], channel, 0)
     total, total_cpu = time.perf_counter() - t, time.process_time() - cpu
-    print(f"in process (one core): server offline (d CRT r^n) {offline:.1f} s ({offline_cpu:.1f} s CPU); round {total:.1f} s "
-          f"({total_cpu:.1f} s CPU); together {(offline + total) / messages:.4f} s per message "
-          f"({(offline_cpu + total_cpu) / messages:.4f} s CPU)")  # fmt: skip
+    print(
+        f"in process (one core): server offline (d CRT r^n) {offline:.1f} s ({offline_cpu:.1f} s CPU); round {total:.1f} s "
+        f"({total_cpu:.1f} s CPU); together {(offline + total) / messages:.4f} s per message "
+        f"({(offline_cpu + total_cpu) / messages:.4f} s CPU)"
+    )
     for step, seconds in times.seconds.items():
         print(f"  {step}: {seconds:.2f} s")
     for step in members[0].times.seconds:
@@ -119,10 +135,24 @@ def timing(messages: int, users: int, epsilon: float | None = None, leave: bool 
         paths = []
         for k in range(users):
             paths.append(Path(tmp) / f"user-{k + 1}.jsonl")
-            paths[-1].write_text("".join(json.dumps({"text": texts[i], "label": "spam" if labels[i] > 0 else "ham"}) + "\n"
-                                         for i in pick[k::users]))  # fmt: skip
-        remote = Q.Remote("server", P.Server, 2048, w0, 1.5e-6, "batch", 1000, 1, extra.get("radius"),
-                          extra.get("share_variance", 0), users // 2 + 1)  # fmt: skip  (the spec's default threshold)
+            paths[-1].write_text(
+                "".join(
+                    json.dumps({"text": texts[i], "label": "spam" if labels[i] > 0 else "ham"}) + "\n" for i in pick[k::users]
+                )
+            )
+        remote = Q.Remote(
+            "server",
+            P.Server,
+            2048,
+            w0,
+            1.5e-6,
+            "batch",
+            1000,
+            1,
+            extra.get("radius"),
+            extra.get("share_variance", 0),
+            users // 2 + 1,
+        )  # the spec's default threshold
         group = [Q.Remote(f"user-{k + 1}", _user, f"user-{k + 1}", p, share) for k, p in enumerate(paths)]
         try:
             Q.setup(remote, group, W.Channel())
@@ -137,9 +167,11 @@ def timing(messages: int, users: int, epsilon: float | None = None, leave: bool 
         finally:
             for party in [remote, *group]:
                 party.close()
-    print(f"parties in their own processes (2 cores), a steady-state round (the server precomputes the next round's "
-          f"r^n while the users work){' after the last user left' if leave else ''}: {wall:.1f} s = "
-          f"{wall / messages:.4f} s per message")  # fmt: skip
+    print(
+        f"parties in their own processes (2 cores), a steady-state round (the server precomputes the next round's "
+        f"r^n while the users work){' after the last user left' if leave else ''}: {wall:.1f} s = "
+        f"{wall / messages:.4f} s per message"
+    )
     for step, seconds in times.seconds.items():
         print(f"  {step}: {seconds:.2f} s")
 
@@ -165,9 +197,11 @@ def timing(messages: int, users: int, epsilon: float | None = None, leave: bool 
         "server: m CRT decryptions": m * dec,
     }
     floor = sum(parts.values())
-    print(f"one CRT r^n {crt * 1e3:.2f} ms, one r^n {full * 1e3:.2f} ms, one CRT decryption {dec * 1e3:.2f} ms, "
-          f"one product {mul * 1e6:.2f} µs, one inversion {inv * 1e6:.1f} µs, one packing power {pack * 1e6:.0f} µs; "
-          f"{layout.slots} slots of {layout.slot_bits} bits, m = {m}")  # fmt: skip
+    print(
+        f"one CRT r^n {crt * 1e3:.2f} ms, one r^n {full * 1e3:.2f} ms, one CRT decryption {dec * 1e3:.2f} ms, "
+        f"one product {mul * 1e6:.2f} µs, one inversion {inv * 1e6:.1f} µs, one packing power {pack * 1e6:.0f} µs; "
+        f"{layout.slots} slots of {layout.slot_bits} bits, m = {m}"
+    )
     for name, seconds in parts.items():
         print(f"  floor, {name}: {seconds:.2f} s")
     print(f"floor (one core, CPU): {floor:.1f} s = {floor / messages:.4f} s per message")
@@ -188,9 +222,14 @@ def shares(counts: tuple[int, ...] = (3, 10, 30, 100), m: int = 417) -> None:
         for h in holders:
             h.begin(0, names)
         seeds = [new_seed() for _ in range(users)]
-        bundles = [s.seal(R.SELF, 0, {x - 1: v + w + a.public_key() for (x, v), (_, w) in
-                                      zip(R.split(seed, t_, users), R.split(a.seed, t_, users))})
-                   for s, seed, a in zip(sealers, seeds, agreements)]  # fmt: skip
+        bundles = [
+            s.seal(
+                R.SELF,
+                0,
+                {x - 1: v + w + a.public_key() for (x, v), (_, w) in zip(R.split(seed, t_, users), R.split(a.seed, t_, users))},
+            )
+            for s, seed, a in zip(sealers, seeds, agreements)
+        ]
         relayed = R.relay(bundles, users)
         for k, (h, s, a, payload) in enumerate(zip(holders, sealers, agreements, relayed)):
             a.agree_with(k, h.hold(0, s.open(R.SELF, 0, payload)), b"bench")
@@ -209,17 +248,26 @@ def shares(counts: tuple[int, ...] = (3, 10, 30, 100), m: int = 417) -> None:
         cpu = time.process_time()
         agreements[0].mask(n, 0, m)
         pairwise_cpu = time.process_time() - cpu
-        print(f"{users} users (t = {t_}), m = {m} ciphertexts: self-mask shares {share_cpu:.3f} s (all users, "
-              f"{users * users} sealed shares, {sum(len(b) for b in bundles) / 1e3:.0f} kB), unmask answers and "
-              f"{users - 1} self-masks rebuilt {unmask_cpu:.3f} s, one left user's masks rebuilt {left_cpu:.3f} s; "
-              f"for scale, one user's pairwise masks {pairwise_cpu:.3f} s")  # fmt: skip
+        print(
+            f"{users} users (t = {t_}), m = {m} ciphertexts: self-mask shares {share_cpu:.3f} s (all users, "
+            f"{users * users} sealed shares, {sum(len(b) for b in bundles) / 1e3:.0f} kB), unmask answers and "
+            f"{users - 1} self-masks rebuilt {unmask_cpu:.3f} s, one left user's masks rebuilt {left_cpu:.3f} s; "
+            f"for scale, one user's pairwise masks {pairwise_cpu:.3f} s"
+        )
 
 
 def _user(name: str, path: Path, share: dict | None = None) -> P.User:
     from core.spam.training import load_user
 
-    return load_user(name, path, path.parent, F.FeatureParams(modulus=1_000_000, reduction="hash", dimension=10_000).model_dump(), None,
-                     1, share)  # fmt: skip
+    return load_user(
+        name,
+        path,
+        path.parent,
+        F.FeatureParams(modulus=1_000_000, reduction="hash", dimension=10_000).model_dump(),
+        None,
+        1,
+        share,
+    )
 
 
 def _per(fn, reps: int) -> float:

@@ -52,15 +52,27 @@ def main(messages: int) -> None:
     precompute = time.perf_counter() - t
     t = time.perf_counter()
     wire = K.Wire(Channel())
-    client = K.ClassifyClient(wire.send("server", "client", "public-keys", keys),
-                              wire.send("server", "client", "encrypted-weights", weights))  # fmt: skip
+    client = K.ClassifyClient(
+        wire.send("server", "client", "public-keys", keys), wire.send("server", "client", "encrypted-weights", weights)
+    )
     client.dgk.rerandomize(gmpy2.mpz(1))  # builds the client's fixed-base table once per key
     client_setup = time.perf_counter() - t
-    print(f"one-time: keys {keygen:.2f} s, E[w] for {params.dimension} features {precompute:.1f} s "
-          f"({len(weights) / 1e6:.1f} MB), client setup {client_setup:.2f} s", flush=True)  # fmt: skip
+    print(
+        f"one-time: keys {keygen:.2f} s, E[w] for {params.dimension} features {precompute:.1f} s "
+        f"({len(weights) / 1e6:.1f} MB), client setup {client_setup:.2f} s",
+        flush=True,
+    )
 
-    steps = {k: [] for k in ("1 client: score + mask", "2 server: decrypt, DGK bits", "3 client: DGK terms",
-                             "4 server: zero test, bit", "total")}  # fmt: skip
+    steps = {
+        k: []
+        for k in (
+            "1 client: score + mask",
+            "2 server: decrypt, DGK bits",
+            "3 client: DGK terms",
+            "4 server: zero test, bit",
+            "total",
+        )
+    }
     W = np.rint(np.ldexp(w, K.SCALE_BITS)).astype(object)
     wrong = 0
     for x in xs:
@@ -96,8 +108,10 @@ def main(messages: int) -> None:
     for k, (seconds, count) in ops.items():
         floor += seconds * count
         print(f"  floor {k}: {seconds * 1e3:.3f} ms × {count:.0f} = {seconds * count * 1e3:.1f} ms")
-    print(f"raw-operation floor {floor * 1e3:.1f} ms; measured mean {np.mean(steps['total']) * 1e3:.1f} ms; "
-          f"traffic per message {sum(m.bytes for m in wire.channel.log[2:]) / messages / 1e3:.1f} kB")  # fmt: skip
+    print(
+        f"raw-operation floor {floor * 1e3:.1f} ms; measured mean {np.mean(steps['total']) * 1e3:.1f} ms; "
+        f"traffic per message {sum(m.bytes for m in wire.channel.log[2:]) / messages / 1e3:.1f} kB"
+    )
 
 
 if __name__ == "__main__":

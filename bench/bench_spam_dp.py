@@ -94,10 +94,12 @@ def parity(capped, ty, test, args) -> None:
     w_protocol = protocol(capped, args.eta, params, seed, args.rounds, args.key_bits)
     seconds = time.perf_counter() - t
     w_sim = train(capped, args.eta, params, seed, args.rounds)
-    print(f"ε = {args.protocol:g}, {args.rounds} of {ROUNDS} rounds, {args.key_bits} bits, {seconds:.0f} s: "
-          f"AUC protocol {auc(ty, test @ w_protocol):.6f}, simulation {auc(ty, test @ w_sim):.6f}; "
-          f"largest weight difference {np.abs(w_protocol - w_sim).max():.2e} (weights up to {np.abs(w_sim).max():.2e}), "
-          f"‖w‖₂ {np.linalg.norm(w_protocol):.6f} / {np.linalg.norm(w_sim):.6f}")  # fmt: skip
+    print(
+        f"ε = {args.protocol:g}, {args.rounds} of {ROUNDS} rounds, {args.key_bits} bits, {seconds:.0f} s: "
+        f"AUC protocol {auc(ty, test @ w_protocol):.6f}, simulation {auc(ty, test @ w_sim):.6f}; "
+        f"largest weight difference {np.abs(w_protocol - w_sim).max():.2e} (weights up to {np.abs(w_sim).max():.2e}), "
+        f"‖w‖₂ {np.linalg.norm(w_protocol):.6f} / {np.linalg.norm(w_sim):.6f}"
+    )
 
 
 def main() -> None:
@@ -125,15 +127,21 @@ def main() -> None:
     test = design(tx, D)
     if args.protocol is not None:
         return parity(capped, ty, test, args)
-    print(f"| model (SpamAssassin, {sum(len(y) for _, y in raw)} training messages, {len(ty)} test, 10^4 hashed "
-          f"features, {ROUNDS} rounds, delta {DELTA:g}) | AUC | noise std per coordinate and round (g units) |")  # fmt: skip
+    print(
+        f"| model (SpamAssassin, {sum(len(y) for _, y in raw)} training messages, {len(ty)} test, 10^4 hashed "
+        f"features, {ROUNDS} rounds, delta {DELTA:g}) | AUC | noise std per coordinate and round (g units) |"
+    )
     print("|---|---|---|")
     plain = train(raw, 1.5e-6, None, 0)
-    print(f"| plaintext rule, no caps, η = 1.5·10⁻⁶ (bench_spam.py repro) | {auc(ty, design(load(out / 'test.jsonl', None)[0], D) @ plain):.4f} | 0 |")
+    print(
+        f"| plaintext rule, no caps, η = 1.5·10⁻⁶ (bench_spam.py repro) | {auc(ty, design(load(out / 'test.jsonl', None)[0], D) @ plain):.4f} | 0 |"
+    )
     no_dp = dp.DPParams(epsilon=1.0, delta=DELTA, max_features=args.max_features, radius=args.radius)
     w = train(capped, args.eta, None, 0)
     w = dp.project(w, args.radius)
-    print(f"| no dp: caps (F = {args.max_features}) and ball (R = {args.radius}), η = {args.eta:g} | {auc(ty, test @ w):.4f} | 0 |")
+    print(
+        f"| no dp: caps (F = {args.max_features}) and ball (R = {args.radius}), η = {args.eta:g} | {auc(ty, test @ w):.4f} | 0 |"
+    )
     for eps in EPSILONS:
         params = no_dp.model_copy(update={"epsilon": eps})
         sigma = dp.calibrate(params, USERS, ROUNDS).public()["sigma_of_g"] * np.sqrt(USERS / (USERS - 1))

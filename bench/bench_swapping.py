@@ -74,7 +74,11 @@ def table1() -> list[tuple]:
             print("no feasible width:", rho, t_ub, n, type(exc).__name__)
     print("| rho | t_ub | n | q_ew | P known | P hidden | P given published d |", flush=True)
     for r in rows:
-        print("| " + " | ".join(f"{v:.4f}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v) for v in r) + " |")
+        print(
+            "| "
+            + " | ".join(f"{v:.4f}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v) for v in r)
+            + " |"
+        )
     return rows
 
 
@@ -86,7 +90,7 @@ def delta_rho(a: pd.DataFrame, b: pd.DataFrame) -> np.ndarray:
 
 def datasets() -> dict[str, pd.DataFrame]:
     g = rng(7)
-    x = g.multivariate_normal(np.zeros(4), [[1, .5, 0, 0], [.5, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]], size=100_000)
+    x = g.multivariate_normal(np.zeros(4), [[1, 0.5, 0, 0], [0.5, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]], size=100_000)
     out = {"Syn100k": pd.DataFrame(x, columns=["v1", "v2", "v3", "v4"])}
     if (UCI / "abalone.data.gz").exists():
         abalone = pd.read_csv(UCI / "abalone.data.gz")
@@ -117,15 +121,34 @@ def table2(runs: int = 3) -> list[tuple]:
         sample = frame if len(frame) <= 4_200 else frame.sample(4_000, random_state=0).reset_index(drop=True)
         for k in (100, 40):
             width, degree = width_for_degree(sample, cols, len(sample) // k)
-            mews_dr = [delta_rho(sample, sw.MEWS.run(sample, sw.MEWSParams(swap_set=cols, widths=width, singletons="merge"),
-                                                     rng(s)).data) for s in range(runs)]  # fmt: skip
-            meds_dr = [delta_rho(sample, sw.MEDS.run(sample, sw.DepthParams(swap_set=cols, k=k), rng(s)).data)
-                       for s in range(runs)]  # fmt: skip
-            rows.append((name, len(sample), len(cols), round(width, 3), degree, k, len(sample) // k,
-                         float(np.mean(mews_dr)), float(np.std([d.mean() for d in mews_dr])),
-                         float(np.mean(meds_dr)), float(np.std([d.mean() for d in meds_dr]))))  # fmt: skip
+            mews_dr = [
+                delta_rho(
+                    sample, sw.MEWS.run(sample, sw.MEWSParams(swap_set=cols, widths=width, singletons="merge"), rng(s)).data
+                )
+                for s in range(runs)
+            ]
+            meds_dr = [
+                delta_rho(sample, sw.MEDS.run(sample, sw.DepthParams(swap_set=cols, k=k), rng(s)).data) for s in range(runs)
+            ]
+            rows.append(
+                (
+                    name,
+                    len(sample),
+                    len(cols),
+                    round(width, 3),
+                    degree,
+                    k,
+                    len(sample) // k,
+                    float(np.mean(mews_dr)),
+                    float(np.std([d.mean() for d in mews_dr])),
+                    float(np.mean(meds_dr)),
+                    float(np.std([d.mean() for d in meds_dr])),
+                )
+            )
             print(rows[-1], flush=True)
-    print("| data | n | attrs | MEWS width (sd) | MEWS d | MEDS k | MEDS d | MEWS mean Δρ | (sd over runs) | MEDS mean Δρ | (sd over runs) |")
+    print(
+        "| data | n | attrs | MEWS width (sd) | MEWS d | MEDS k | MEDS d | MEWS mean Δρ | (sd over runs) | MEDS mean Δρ | (sd over runs) |"
+    )
     for r in rows:
         print("| " + " | ".join(f"{v:.4f}" if isinstance(v, float) else str(v) for v in r) + " |")
     return rows

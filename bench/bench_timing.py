@@ -63,8 +63,10 @@ def measure(label: str, make, params, run, pairs: int) -> None:
         tp = seconds(lambda: run(p, params, noise.generator(i)))  # noqa: B023
         times_d.append(td), times_p.append(tp), gaps.append(abs(td - tp))
     both = times_d + times_p
-    print(f"| {label} | {pairs} | {statistics.median(both) * 1e3:.1f} ms | {max(both) * 1e3:.1f} ms | "
-          f"{statistics.median(gaps) * 1e3:.1f} ms | {max(gaps) * 1e3:.1f} ms |")  # fmt: skip
+    print(
+        f"| {label} | {pairs} | {statistics.median(both) * 1e3:.1f} ms | {max(both) * 1e3:.1f} ms | "
+        f"{statistics.median(gaps) * 1e3:.1f} ms | {max(gaps) * 1e3:.1f} ms |"
+    )
 
 
 def main() -> None:
@@ -76,15 +78,20 @@ def main() -> None:
     for dims in (2, 3):
         for clustered in (False, True):
             cols = [f"c{i}" for i in range(dims)]
-            params = o.Params(query="count", columns=cols, k=3, r=0.1, epsilon=1.0, delta=1e-5, standardize=False,
-                              noise="smooth", rows=15)  # fmt: skip
-            measure(f"outliers count, smooth, N = 15, {dims}-D, {'half clustered' if clustered else 'uniform'}",
-                    lambda rng, dims=dims, clustered=clustered: pairs_outliers(15, dims, rng, clustered),
-                    params, o.run, a.pairs)  # fmt: skip
-    params = o.Params(query="count", columns=["c0", "c1"], k=3, r=0.1, epsilon=1.0, delta=1e-5, standardize=False,
-                      noise="global", rows=1000)  # fmt: skip
-    measure("outliers count, global, N = 1,000, 2-D", lambda rng: pairs_outliers(1000, 2, rng, True), params, o.run,
-            a.pairs)  # fmt: skip
+            params = o.Params(
+                query="count", columns=cols, k=3, r=0.1, epsilon=1.0, delta=1e-5, standardize=False, noise="smooth", rows=15
+            )
+            measure(
+                f"outliers count, smooth, N = 15, {dims}-D, {'half clustered' if clustered else 'uniform'}",
+                lambda rng, dims=dims, clustered=clustered: pairs_outliers(15, dims, rng, clustered),
+                params,
+                o.run,
+                a.pairs,
+            )
+    params = o.Params(
+        query="count", columns=["c0", "c1"], k=3, r=0.1, epsilon=1.0, delta=1e-5, standardize=False, noise="global", rows=1000
+    )
+    measure("outliers count, global, N = 1,000, 2-D", lambda rng: pairs_outliers(1000, 2, rng, True), params, o.run, a.pairs)
     params = dpne.Params(user_column="user", text_column="text", epsilon=4, delta=1e-6, T=4, delta0=10)
     measure("DPNE, 2,000 users, T = 4", lambda rng: pairs_dpne(2000, rng), params, dpne.run, a.pairs // 2)
 

@@ -19,7 +19,7 @@ def all_grams(partition: Partition, k: int) -> tuple[np.ndarray, np.ndarray]:
     writes the gram's token ids + 1 as digits in base V + 1 (V tokens), so grams of every length have
     ids of their own and ``lengths`` recovers k."""
     tokens, base = partition.tokens, len(partition.vocabulary) + 1
-    if base ** k >= 2**63:
+    if base**k >= 2**63:
         raise ValueError(f"{base - 1} distinct tokens: {k}-gram ids would overflow")
     n = max(len(tokens) - k + 1, 0)
     ok, ids = np.ones(n, bool), np.zeros(n, np.int64)

@@ -15,4 +15,3 @@ def paper_global_std(gs: float, epsilon: float, delta: float) -> float:
     """Theorem 1's noise std for global sensitivity ``gs`` (the paper's constant 2 ln(2/δ), valid
     for epsilon < 1); for reproducing its comparison. Releases use the analytic Gaussian."""
     return gs * math.sqrt(2 * math.log(2 / delta)) / epsilon
-

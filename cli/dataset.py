@@ -16,9 +16,17 @@ def cmd_dataset_add(args: argparse.Namespace, root: Path) -> int:
     schema = read_schema(args.schema) if args.schema else None
     rules = policy.read(args.policy) if args.policy else None
     dataset, inferred = Registry(root).add(
-        args.id, args.source, args.format, Unit.parse(args.unit), args.purpose, schema,
-        str(Path(args.suite).resolve()) if args.suite else None, args.delimiter, policy=rules, requested_by=requester(),
-    )  # fmt: skip
+        args.id,
+        args.source,
+        args.format,
+        Unit.parse(args.unit),
+        args.purpose,
+        schema,
+        str(Path(args.suite).resolve()) if args.suite else None,
+        args.delimiter,
+        policy=rules,
+        requested_by=requester(),
+    )
     _show(dataset)
     if dataset.purpose == "sdc":
         _policy_notes(Registry(root), dataset)
@@ -33,24 +41,35 @@ def _policy_notes(registry, dataset) -> None:
     columns it never publishes, thresholds."""
     rules = dataset.policy
     if rules is None:
-        print(f"warning: no disclosure policy: no SDC release of {dataset.id!r} is possible until you set one with "
-              f"privrelease dataset policy {dataset.id} --policy FILE (identifiers, key variables, sensitive and "
-              "publishable columns, thresholds).")  # fmt: skip
+        print(
+            f"warning: no disclosure policy: no SDC release of {dataset.id!r} is possible until you set one with "
+            f"privrelease dataset policy {dataset.id} --policy FILE (identifiers, key variables, sensitive and "
+            "publishable columns, thresholds)."
+        )
     for column in registry.identifiers(dataset):
         if rules is None or column not in rules.identifiers:
             role = next((r for r, cs in rules.roles().items() if column in cs), None) if rules else None
-            fate = (f"the policy names it {role}, so a release publishes it" if role else
-                    "the policy does not name it, so no release publishes it" if rules else "set the policy")
-            print(f"warning: column {column!r} holds a different value in every row (an identifier?); {fate}. "
-                  "Name it under identifiers: in the disclosure policy (privrelease dataset policy) if it identifies "
-                  "people.")  # fmt: skip
+            fate = (
+                f"the policy names it {role}, so a release publishes it"
+                if role
+                else "the policy does not name it, so no release publishes it"
+                if rules
+                else "set the policy"
+            )
+            print(
+                f"warning: column {column!r} holds a different value in every row (an identifier?); {fate}. "
+                "Name it under identifiers: in the disclosure policy (privrelease dataset policy) if it identifies "
+                "people."
+            )
     if rules is not None:
         unnamed = rules.unnamed(dataset.schema)
         if unnamed:
             print(f"note: the disclosure policy does not name {unnamed}; no release publishes them.")
         named = rules.thresholds.named()
-        print("thresholds every release must meet: " + ("; ".join(named) if named else
-              "none (any table the methods produce is published)"))  # fmt: skip
+        print(
+            "thresholds every release must meet: "
+            + ("; ".join(named) if named else "none (any table the methods produce is published)")
+        )
 
 
 def cmd_dataset_policy(args: argparse.Namespace, root: Path) -> int:
@@ -67,8 +86,10 @@ def cmd_dataset_policy(args: argparse.Namespace, root: Path) -> int:
 
 def _show(dataset) -> None:
     rows = "" if dataset.rows is None else f", {dataset.rows} rows (public)"
-    print(f"dataset {dataset.id}: registration {dataset.version}, unit {dataset.unit}, purpose {dataset.purpose}, "
-          f"{len(dataset.schema.columns)} columns{rows}")  # fmt: skip
+    print(
+        f"dataset {dataset.id}: registration {dataset.version}, unit {dataset.unit}, purpose {dataset.purpose}, "
+        f"{len(dataset.schema.columns)} columns{rows}"
+    )
 
 
 def cmd_dataset_list(args: argparse.Namespace, root: Path) -> int:

@@ -24,11 +24,15 @@ def cmd_set_budget(args: argparse.Namespace, root: Path) -> int:
     check_id(args.dataset, "dataset id")
     spam = (args.min_colluders, args.min_threshold, args.allow_exact_runs)
     if args.dataset != MAIL and spam != (None, None, False):
-        raise UserError(f"--min-colluders, --min-threshold and --allow-exact-runs are the terms of the users' mail; they "
-                        f"go with the cap of {MAIL!r}, not of {args.dataset!r}.")  # fmt: skip
+        raise UserError(
+            f"--min-colluders, --min-threshold and --allow-exact-runs are the terms of the users' mail; they "
+            f"go with the cap of {MAIL!r}, not of {args.dataset!r}."
+        )
     if args.dataset != MAIL and Registry(root).get(args.dataset).purpose != "dp":  # the mail corpus is not registered
-        raise UserError(f"dataset {args.dataset!r} is registered for statistical disclosure control, which has "
-                        "no epsilon; a privacy budget applies to datasets registered with --purpose dp.")  # fmt: skip
+        raise UserError(
+            f"dataset {args.dataset!r} is registered for statistical disclosure control, which has "
+            "no epsilon; a privacy budget applies to datasets registered with --purpose dp."
+        )
     try:
         cap = Budget(args.epsilon, args.delta)
     except ValueError as exc:
@@ -36,8 +40,10 @@ def cmd_set_budget(args: argparse.Namespace, root: Path) -> int:
     if args.approve_above is not None and not 0 <= args.approve_above <= 1:
         raise UserError(f"--approve-above is a share of the remaining budget, from 0 to 1; got {args.approve_above:g}.")
     if (args.approve_account_above is None) != (args.window is None):
-        raise UserError("--approve-account-above EPSILON and --window HOURS go together: the most one account may charge "
-                        "in that many hours without a steward's approval.")  # fmt: skip
+        raise UserError(
+            "--approve-account-above EPSILON and --window HOURS go together: the most one account may charge "
+            "in that many hours without a steward's approval."
+        )
     account = None if args.window is None else (args.approve_account_above, args.window)
     try:
         rule = Rule(args.approve_above, *(account or (None, None)))
@@ -53,16 +59,22 @@ def cmd_set_budget(args: argparse.Namespace, root: Path) -> int:
     print(f"cap for {args.dataset}: epsilon={cap.epsilon:g} delta={cap.delta:g}{said} (ledger entry #{entry.seq})")
     dropped = sorted(set(json.loads(earlier.detail)) - set(json.loads(entry.detail))) if earlier is not None else []
     if dropped:  # a cap replaces the one before it whole: say what no longer holds
-        print(f"note: the earlier cap's {', '.join(d.replace('_', '-') for d in dropped)} no longer apply; give them "
-              "again with this command to keep them")  # fmt: skip
+        print(
+            f"note: the earlier cap's {', '.join(d.replace('_', '-') for d in dropped)} no longer apply; give them "
+            "again with this command to keep them"
+        )
     if rule.share is not None and rule.account_epsilon is None:
-        print("note: --approve-above bounds each release's share of what remains, so many releases each under it can "
-              "still spend the cap; bound an account's spend too with --approve-account-above EPSILON --window HOURS")  # fmt: skip
+        print(
+            "note: --approve-above bounds each release's share of what remains, so many releases each under it can "
+            "still spend the cap; bound an account's spend too with --approve-account-above EPSILON --window HOURS"
+        )
     totals = next((t for t in ledger.totals() if t.dataset == args.dataset), None)
     if totals is not None and totals.over_cap:
         spent = totals.spent
-        print(f"note: {args.dataset} has already spent epsilon={spent.epsilon:g} delta={spent.delta:g}; "
-              "no further DP release fits under this cap")  # fmt: skip
+        print(
+            f"note: {args.dataset} has already spent epsilon={spent.epsilon:g} delta={spent.delta:g}; "
+            "no further DP release fits under this cap"
+        )
     return 0
 
 
@@ -73,17 +85,22 @@ def cmd_history(args: argparse.Namespace, root: Path) -> int:
     if args.json:
         print(json.dumps([e.as_dict() for e in entries], indent=2))
         return 0
-    header = (f"{'seq':>4}  {'time (UTC)':<19}  {'dataset':<16} {'release':<34} {'kind':<4} {'mechanism':<9} "
-              f"{'status':<9} {'epsilon':>8} {'delta':>8} {'requested by':<12}  detail")  # fmt: skip
+    header = (
+        f"{'seq':>4}  {'time (UTC)':<19}  {'dataset':<16} {'release':<34} {'kind':<4} {'mechanism':<9} "
+        f"{'status':<9} {'epsilon':>8} {'delta':>8} {'requested by':<12}  detail"
+    )
     print(header)
     for e in entries:
-        detail = " ".join(f"{k}={len(v)} parts" if k == "events" else f"{k}={v}"
-                          for k, v in json.loads(e.detail).items())  # the events in full: --json
+        detail = " ".join(
+            f"{k}={len(v)} parts" if k == "events" else f"{k}={v}" for k, v in json.loads(e.detail).items()
+        )  # the events in full: --json
         if e.status == "policy":  # the whole policy: --json or dataset show
             detail = _policy_line(json.loads(e.detail))
         money = f"{e.epsilon:>8.4g} {e.delta:>8.2g}" if e.kind == "dp" or e.status == "cap" else f"{'-':>8} {'-':>8}"
-        print(f"{e.seq:>4}  {e.ts[:19]:<19}  {e.dataset:<16} {e.release_id or '-':<34} {e.kind or '-':<4} "
-              f"{e.mechanism or '-':<9} {e.status:<9} {money} {e.requested_by or '-':<12}  {detail}")  # fmt: skip
+        print(
+            f"{e.seq:>4}  {e.ts[:19]:<19}  {e.dataset:<16} {e.release_id or '-':<34} {e.kind or '-':<4} "
+            f"{e.mechanism or '-':<9} {e.status:<9} {money} {e.requested_by or '-':<12}  {detail}"
+        )
     return 0
 
 
@@ -105,8 +122,10 @@ def cmd_totals(args: argparse.Namespace, root: Path) -> int:
     def pair(b: Budget | None) -> str:
         return "no cap" if b is None else b.show()
 
-    print(f"{'dataset':<16} {'kind':<4} {'cap eps/delta':>22} {'spent eps/delta':>22} {'remaining':>22} {'filter eps':>10} "
-          f"{'PLD eps':>8} {'GDP eps':>8}  {'next release':<24} releases (published/failed/pending)")  # fmt: skip
+    print(
+        f"{'dataset':<16} {'kind':<4} {'cap eps/delta':>22} {'spent eps/delta':>22} {'remaining':>22} {'filter eps':>10} "
+        f"{'PLD eps':>8} {'GDP eps':>8}  {'next release':<24} releases (published/failed/pending)"
+    )
     for t in totals:
         gdp = "-" if t.gdp_epsilon is None else f"{t.gdp_epsilon:.4g}"
         a = t.account
@@ -120,10 +139,12 @@ def cmd_totals(args: argparse.Namespace, root: Path) -> int:
             money = f"{'not DP: no budget':>22} {'-':>22} {'-':>22} {'-':>10} {'-':>8} {'-':>8}  {'-':<24}"
         print(f"{t.dataset:<16} {t.kind or '-':<4} {money} {t.releases} ({t.published}/{t.failed}/{t.pending})")
     if any(t.kind == "dp" for t in totals):
-        print("spent: basic composition of the charges; remaining: the cap less them until a charge has Gaussian noise "
-              "(marked *), then what the admission filter leaves; filter eps: what the admission filter certifies at the cap's "
-              "delta; PLD eps: dp-accounting's tight figure at the cap's delta (reported, not used to admit); next: how "
-              "many more releases like the last one the filter admits (docs/ACCOUNTING.md)")  # fmt: skip
+        print(
+            "spent: basic composition of the charges; remaining: the cap less them until a charge has Gaussian noise "
+            "(marked *), then what the admission filter leaves; filter eps: what the admission filter certifies at the cap's "
+            "delta; PLD eps: dp-accounting's tight figure at the cap's delta (reported, not used to admit); next: how "
+            "many more releases like the last one the filter admits (docs/ACCOUNTING.md)"
+        )
     return 0
 
 
@@ -149,8 +170,9 @@ def cmd_verify(args: argparse.Namespace, root: Path) -> int:
     now = datetime.now(UTC)
     for e in ledger.pending() if n else []:
         age = (now - datetime.fromisoformat(e.ts)).total_seconds()
-        print(f"pending: release {e.release_id} of {e.dataset} (entry #{e.seq}) charged {age:.0f} s ago, "
-              "its process still running")  # fmt: skip
+        print(
+            f"pending: release {e.release_id} of {e.dataset} (entry #{e.seq}) charged {age:.0f} s ago, its process still running"
+        )
     return 0
 
 
@@ -171,10 +193,14 @@ def cmd_migrate(args: argparse.Namespace, root: Path) -> int:
     from core.store import redact
 
     entries, registrations = migrate(root, args.to)
-    print(f"migrated {entries} ledger entries and {registrations} registrations into {redact(args.to)}; "
-          "the hash chain verifies there")  # fmt: skip
-    print(f"every worker now needs: {settings.LEDGER_URL} set to that URL, this ledger key ({anchors.key_path(root)}, via "
-          f"${settings.LEDGER_KEY_FILE}) and the snapshots ({snapshots.root(root)}) in its ${settings.SNAPSHOT_STORE}")  # fmt: skip
+    print(
+        f"migrated {entries} ledger entries and {registrations} registrations into {redact(args.to)}; "
+        "the hash chain verifies there"
+    )
+    print(
+        f"every worker now needs: {settings.LEDGER_URL} set to that URL, this ledger key ({anchors.key_path(root)}, via "
+        f"${settings.LEDGER_KEY_FILE}) and the snapshots ({snapshots.root(root)}) in its ${settings.SNAPSHOT_STORE}"
+    )
     return 0
 
 
@@ -185,17 +211,36 @@ def add_parsers(sub) -> None:
     p.add_argument("dataset")
     p.add_argument("--epsilon", type=float, required=True)
     p.add_argument("--delta", type=float, required=True)
-    p.add_argument("--approve-above", type=float, metavar="FRACTION",
-                   help="a release taking more than this share (0-1) of the remaining budget waits for a steward's approval")
-    p.add_argument("--approve-account-above", type=float, metavar="EPSILON",
-                   help="with --window: a release bringing its requester's epsilon in the window past this waits for a steward")
+    p.add_argument(
+        "--approve-above",
+        type=float,
+        metavar="FRACTION",
+        help="a release taking more than this share (0-1) of the remaining budget waits for a steward's approval",
+    )
+    p.add_argument(
+        "--approve-account-above",
+        type=float,
+        metavar="EPSILON",
+        help="with --window: a release bringing its requester's epsilon in the window past this waits for a steward",
+    )
     p.add_argument("--window", type=float, metavar="HOURS", help="the window of --approve-account-above, in hours")
-    p.add_argument("--min-colluders", type=int, metavar="C",
-                   help="spam-mail only: dp: runs must assume at least C users colluding with the server")
-    p.add_argument("--min-threshold", type=int, metavar="T",
-                   help="spam-mail only: dp: runs must need at least T users for a round to complete")
-    p.add_argument("--allow-exact-runs", action="store_true",
-                   help="spam-mail only: allow training without dp: on mail no dp: run has read (refused by default)")
+    p.add_argument(
+        "--min-colluders",
+        type=int,
+        metavar="C",
+        help="spam-mail only: dp: runs must assume at least C users colluding with the server",
+    )
+    p.add_argument(
+        "--min-threshold",
+        type=int,
+        metavar="T",
+        help="spam-mail only: dp: runs must need at least T users for a round to complete",
+    )
+    p.add_argument(
+        "--allow-exact-runs",
+        action="store_true",
+        help="spam-mail only: allow training without dp: on mail no dp: run has read (refused by default)",
+    )
     p.set_defaults(func=cmd_set_budget)
     p = lsub.add_parser("history", help="every ledger entry, in order")
     p.add_argument("--dataset")
@@ -204,11 +249,14 @@ def add_parsers(sub) -> None:
     p = lsub.add_parser("totals", help="per dataset: cap, spent (basic, filter, PLD), what still fits")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_totals)
-    p = lsub.add_parser("verify", help="check the hash chain and replay every admission (exit 3 if either fails); list pending charges")
+    p = lsub.add_parser(
+        "verify", help="check the hash chain and replay every admission (exit 3 if either fails); list pending charges"
+    )
     p.set_defaults(func=cmd_verify)
     p = lsub.add_parser("recover", help="settle the charges of interrupted releases (every ledger command does too)")
     p.set_defaults(func=cmd_recover)
     p = lsub.add_parser("migrate", help="copy this home's ledger and registrations into an empty PostgreSQL database")
-    p.add_argument("--to", required=True, metavar="URL",
-                   help="postgresql://USER@HOST:PORT/DB (keep the password in PGPASSWORD or ~/.pgpass)")
+    p.add_argument(
+        "--to", required=True, metavar="URL", help="postgresql://USER@HOST:PORT/DB (keep the password in PGPASSWORD or ~/.pgpass)"
+    )
     p.set_defaults(func=cmd_migrate)

@@ -99,8 +99,10 @@ def cmd_release(args: argparse.Namespace, root: Path) -> int:
         print("(already published earlier; nothing was charged again)")
     p = summary["privacy"]
     left = _left(summary["dataset"])
-    print(f"mechanism {summary['mechanism']}; {charge_phrase(p['kind'], p['epsilon'], p['delta'])}"
-          + (f"; left epsilon={left['epsilon']:.4g} delta={left['delta']:.3g}" if left else ""))  # fmt: skip
+    print(
+        f"mechanism {summary['mechanism']}; {charge_phrase(p['kind'], p['epsilon'], p['delta'])}"
+        + (f"; left epsilon={left['epsilon']:.4g} delta={left['delta']:.3g}" if left else "")
+    )
     if summary["headline"]:
         print("result " + ", ".join(f"{k}={_said(k, v)}" for k, v in summary["headline"].items()))
     print(f"home {paths.home()}")
@@ -112,17 +114,23 @@ def _said(key: str, value: object) -> object:
     if key != "result":
         return value
     rows = value if isinstance(value, list) else [value]
-    return "; ".join(f"{','.join(r['subspace'])}: " + ("not released" if r["count"] is None else f"{r['count']:g}")
-                     + (f" (95% interval {r['error']['interval'][0]:g} to {r['error']['interval'][1]:g})" if r.get("error") else "")
-                     for r in rows)  # fmt: skip
+    return "; ".join(
+        f"{','.join(r['subspace'])}: "
+        + ("not released" if r["count"] is None else f"{r['count']:g}")
+        + (f" (95% interval {r['error']['interval'][0]:g} to {r['error']['interval'][1]:g})" if r.get("error") else "")
+        for r in rows
+    )
 
 
 def _left(dataset: str) -> dict | None:
     from core.ledger.ledger import Ledger
 
     totals = next((t for t in Ledger(paths.database(paths.home())).totals() if t.dataset == dataset), None)
-    return None if totals is None or totals.remaining is None else {"epsilon": totals.remaining.epsilon,
-                                                                    "delta": totals.remaining.delta}  # fmt: skip
+    return (
+        None
+        if totals is None or totals.remaining is None
+        else {"epsilon": totals.remaining.epsilon, "delta": totals.remaining.delta}
+    )
 
 
 def cmd_info(args: argparse.Namespace, root: Path) -> int:
@@ -269,14 +277,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("request", help="release request (YAML or JSON): dataset id, mechanism, parameters")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--quiet", action="store_true", help="print only the release id and folder")
-    p.add_argument("--preview", action="store_true",
-                   help="check the request and print its cost, the budget left, whether it would be admitted and its "
-                        "expected accuracy; charges nothing and reads no row")  # fmt: skip
+    p.add_argument(
+        "--preview",
+        action="store_true",
+        help="check the request and print its cost, the budget left, whether it would be admitted and its "
+        "expected accuracy; charges nothing and reads no row",
+    )
     _dask_options(p)
     p.set_defaults(func=cmd_release)
 
-    p = sub.add_parser("demo", help="register sample datasets as the steward, then release the census one (recoding, RA, "
-                                          "local suppression) within its disclosure policy")
+    p = sub.add_parser(
+        "demo",
+        help="register sample datasets as the steward, then release the census one (recoding, RA, "
+        "local suppression) within its disclosure policy",
+    )
     p.add_argument("--rows", type=int, default=20_000)
     p.add_argument("--prepare-only", action="store_true", help="register the demo datasets, release nothing")
     p.set_defaults(func=cmd_demo)
@@ -292,11 +306,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--source", required=True, help="file under the data root ($PRIVRELEASE_DATA_ROOT)")
     p.add_argument("--format", required=True, choices=["csv", "parquet", "jsonl"])
     p.add_argument("--unit", required=True, help="privacy unit: record, or user:COLUMN")
-    p.add_argument("--purpose", required=True, choices=["dp", "sdc"],
-                   help="dp: differentially private releases; sdc: statistical disclosure control (RA, swapping, recoding, "
-                        "suppression, ...) under a disclosure policy")
-    p.add_argument("--policy", help="sdc: the disclosure policy (YAML): identifiers, key variables, sensitive and "
-                                    "publishable columns, weight, cluster, risk thresholds, recoding hierarchies")
+    p.add_argument(
+        "--purpose",
+        required=True,
+        choices=["dp", "sdc"],
+        help="dp: differentially private releases; sdc: statistical disclosure control (RA, swapping, recoding, "
+        "suppression, ...) under a disclosure policy",
+    )
+    p.add_argument(
+        "--policy",
+        help="sdc: the disclosure policy (YAML): identifiers, key variables, sensitive and "
+        "publishable columns, weight, cluster, risk thresholds, recoding hierarchies",
+    )
     p.add_argument("--schema", help="declared schema (YAML/JSON); without it the inferred one is printed")
     p.add_argument("--suite", help="Great Expectations suite (JSON) checked at registration and refresh")
     p.add_argument("--delimiter", default=",", help="CSV delimiter")
@@ -363,8 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the last line of defence: no data in the message
         if settings.flag(settings.DEBUG):
             traceback.print_exc()
-        print(f"internal error ({type(exc).__name__}); this is a bug. Set {settings.DEBUG}=1 for the traceback.",
-              file=sys.stderr)  # fmt: skip
+        print(f"internal error ({type(exc).__name__}); this is a bug. Set {settings.DEBUG}=1 for the traceback.", file=sys.stderr)
         return 1
 
 

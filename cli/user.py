@@ -16,8 +16,10 @@ from gate.accounts import AccountError, Accounts
 def cmd_user_add(args: argparse.Namespace, root: Path) -> int:
     if args.password_stdin:
         if sys.stdin is None or sys.stdin.isatty():
-            raise AccountError("--password-stdin reads the password from standard input: pipe it in, e.g. "
-                               "`printf '%s\\n' \"$PASSWORD\" | privrelease user add NAME --role ROLE --password-stdin`.")  # fmt: skip
+            raise AccountError(
+                "--password-stdin reads the password from standard input: pipe it in, e.g. "
+                "`printf '%s\\n' \"$PASSWORD\" | privrelease user add NAME --role ROLE --password-stdin`."
+            )
         password, generated = sys.stdin.readline().rstrip("\r\n"), False
     else:
         password, generated = secrets.token_urlsafe(18), True
@@ -52,8 +54,11 @@ def add_parsers(sub) -> None:
     p = usub.add_parser("add", help="add an account with one role")
     p.add_argument("name")
     p.add_argument("--role", required=True, choices=ROLES)
-    p.add_argument("--password-stdin", action="store_true",
-                   help="read the password from standard input (without it a random one is made and shown once)")
+    p.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help="read the password from standard input (without it a random one is made and shown once)",
+    )
     p.set_defaults(func=cmd_user_add)
     p = usub.add_parser("list", help="accounts and their roles (never their passwords)")
     p.add_argument("--json", action="store_true")

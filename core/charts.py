@@ -26,7 +26,6 @@ class Chart:
     intervals: list = field(default_factory=list)  # bar charts: (low, high) per label, drawn on the first series
 
 
-
 def render_chart(chart: Chart, path: Path) -> None:
     """Grouped bars, step lines or side-by-side scatter plots, written as PNG (one chart at a time)."""
     with RENDERING:
@@ -77,8 +76,15 @@ def _render(chart: Chart, path: Path) -> None:
         ax.bar(at, values, width, label=name)
         if i == 0 and chart.intervals:
             low, high = np.array(chart.intervals, dtype=float).T
-            ax.errorbar(at, values, yerr=[np.asarray(values) - low, high - np.asarray(values)], fmt="none",
-                        ecolor="black", capsize=4, label="95% interval")  # fmt: skip
+            ax.errorbar(
+                at,
+                values,
+                yerr=[np.asarray(values) - low, high - np.asarray(values)],
+                fmt="none",
+                ecolor="black",
+                capsize=4,
+                label="95% interval",
+            )
     ax.set_xticks(x, chart.labels, rotation=30, ha="right")
     ax.set_title(chart.title, fontsize=10)
     ax.set_ylabel(chart.ylabel)

@@ -96,8 +96,10 @@ def exclusive(lock_path: Path) -> Iterator[None]:
 
 def scratch() -> duckdb.DuckDBPyConnection:
     """An in-memory database for a mechanism's intermediate tables, spilling to the temp folder."""
-    return duckdb.connect(config={
-        "temp_directory": tempfile.gettempdir(),
-        "memory_limit": SCRATCH_MEMORY,
-        "preserve_insertion_order": False,
-    })  # fmt: skip
+    return duckdb.connect(
+        config={
+            "temp_directory": tempfile.gettempdir(),
+            "memory_limit": SCRATCH_MEMORY,
+            "preserve_insertion_order": False,
+        }
+    )

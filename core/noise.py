@@ -229,9 +229,11 @@ def continuous_budget(epsilon: float, delta: float, coordinates: int) -> tuple[f
     eps = epsilon - 2 * coordinates * ETA
     dlt = (delta - 2 * coordinates * TAIL) * math.exp(-coordinates * ETA)
     if eps <= 0 or dlt <= 0:
-        raise ValueError(f"epsilon {epsilon:.3g} and delta {delta:.3g} are too small for the exact sampler, which needs "
-                         f"epsilon above {2 * coordinates * ETA:.2g} and delta above {2 * coordinates * TAIL:.2g} here; "
-                         "raise them")  # fmt: skip
+        raise ValueError(
+            f"epsilon {epsilon:.3g} and delta {delta:.3g} are too small for the exact sampler, which needs "
+            f"epsilon above {2 * coordinates * ETA:.2g} and delta above {2 * coordinates * TAIL:.2g} here; "
+            "raise them"
+        )
     return eps, dlt
 
 

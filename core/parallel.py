@@ -36,8 +36,10 @@ class Partitions:
         """``[fn(state, *args) for state in partitions]``, each where its state lives, concurrently on Dask."""
         if self._client is None:
             return [_step(t, fn, args) for t in self._tokens]
-        futures = [self._client.submit(_step, t, fn, args, workers=[w], allow_other_workers=False, pure=False)
-                   for t, w in zip(self._tokens, self._where)]  # fmt: skip
+        futures = [
+            self._client.submit(_step, t, fn, args, workers=[w], allow_other_workers=False, pure=False)
+            for t, w in zip(self._tokens, self._where)
+        ]
         return self._client.gather(futures)
 
 
@@ -73,8 +75,12 @@ def partitioned(open_fn: Callable[[Any], Any], specs: list[Any], spread: bool = 
             for token, spec in zip(tokens, specs):
                 _open(token, open_fn, spec)
         else:
-            client.gather([client.submit(_open, t, open_fn, s, workers=[w], allow_other_workers=False, pure=False)
-                           for t, s, w in zip(tokens, specs, where)])  # fmt: skip
+            client.gather(
+                [
+                    client.submit(_open, t, open_fn, s, workers=[w], allow_other_workers=False, pure=False)
+                    for t, s, w in zip(tokens, specs, where)
+                ]
+            )
         yield Partitions(client, tokens, where)
     finally:
         if client is None:
@@ -112,8 +118,6 @@ def unreadable(path: str) -> list[str]:
     return sorted(w for w, ok in client.run(os.access, path, os.R_OK).items() if not ok)
 
 
-
-
 def configured() -> Iterator[None]:
     """``using`` as the operator configured this process (worker) in its environment.
 
@@ -149,8 +153,7 @@ def local_cluster(n_workers: int) -> Any:
     from distributed import LocalCluster
 
     with dask.config.set(WORKER_CONFIG):  # the workers take the config they start with
-        return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                            memory_limit=0)  # fmt: skip
+        return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None, memory_limit=0)
 
 
 def _environ(name: str) -> str | None:
@@ -164,8 +167,10 @@ def using(kind: str = "local", address: str | None = None, n_workers: int = 2) -
     if kind == "local":
         yield
         return
-    logging.getLogger("privrelease").info("Dask runner: DPNE counts its user partitions on the cluster's workers; "
-                                          "every other mechanism runs in this process (it would not gain).")  # fmt: skip
+    logging.getLogger("privrelease").info(
+        "Dask runner: DPNE counts its user partitions on the cluster's workers; "
+        "every other mechanism runs in this process (it would not gain)."
+    )
     from distributed import Client
 
     cluster = None if address else local_cluster(n_workers)

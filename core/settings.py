@@ -57,7 +57,9 @@ VARIABLES = (
     Variable(SNAPSHOT_STORE, "<home>/datasets", "where registered snapshots are kept (shared by every worker)"),
     Variable(LEDGER_URL, "the home's DuckDB file", "postgresql://... to keep the ledger and registry in PostgreSQL"),
     Variable(LEDGER_KEY_FILE, "<home>/keys/ledger.key", "the ledger's HMAC key"),
-    Variable(LEDGER_ANCHORS, "<home>/anchors/ledger.anchors", "the anchor files, separated by the path separator (the first written)"),
+    Variable(
+        LEDGER_ANCHORS, "<home>/anchors/ledger.anchors", "the anchor files, separated by the path separator (the first written)"
+    ),
     Variable(LEASE_SECONDS, "21600", "how long a charge's holder may be silent before its charge is recovered"),
     Variable(TEST_MODE, "unset", "1: fixed seeds and test hooks are accepted (releases are marked as tests)"),
     Variable(FAULT, "unset", "test mode only: the step boundary at which a release kills itself"),

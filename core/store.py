@@ -46,9 +46,11 @@ CREATE TABLE IF NOT EXISTS accounts (
 );
 """
 # stores from before holders, requesters and registering hosts were recorded
-_UPGRADE = ("ALTER TABLE ledger ADD COLUMN IF NOT EXISTS holder VARCHAR;"
-            "ALTER TABLE ledger ADD COLUMN IF NOT EXISTS requested_by VARCHAR;"
-            "ALTER TABLE datasets ADD COLUMN IF NOT EXISTS host VARCHAR;")  # fmt: skip
+_UPGRADE = (
+    "ALTER TABLE ledger ADD COLUMN IF NOT EXISTS holder VARCHAR;"
+    "ALTER TABLE ledger ADD COLUMN IF NOT EXISTS requested_by VARCHAR;"
+    "ALTER TABLE datasets ADD COLUMN IF NOT EXISTS host VARCHAR;"
+)
 _NEWEST = ("datasets", "host")  # the last column _UPGRADE adds: a store that has it needs nothing
 # PostgreSQL only: the rows writers lock, and indexes for the per-charge lookups.
 _PG_TABLES = """
@@ -115,9 +117,11 @@ def open_store(db_path: Path) -> Store:
     if configured:
         return PgStore(configured)
     if moved(db_path).exists():
-        raise UserError(f"this home's ledger and registrations were moved to {moved(db_path).read_text().strip()} "
-                        f"(privrelease ledger migrate); set ${settings.LEDGER_URL} to that database's URL. The old file is kept "
-                        "for the record only: releasing from it would spend the budgets a second time.")  # fmt: skip
+        raise UserError(
+            f"this home's ledger and registrations were moved to {moved(db_path).read_text().strip()} "
+            f"(privrelease ledger migrate); set ${settings.LEDGER_URL} to that database's URL. The old file is kept "
+            "for the record only: releasing from it would spend the budgets a second time."
+        )
     return DuckStore(db_path)
 
 
@@ -191,9 +195,15 @@ class PgStore:
 
         with self._guard("could not connect to"):
             self._create_schema()
-            pool = ConnectionPool(self.url, min_size=1, max_size=4, open=False, name="privrelease",
-                                  kwargs={"options": f"-c search_path={SCHEMA}"},
-                                  check=ConnectionPool.check_connection)  # fmt: skip
+            pool = ConnectionPool(
+                self.url,
+                min_size=1,
+                max_size=4,
+                open=False,
+                name="privrelease",
+                kwargs={"options": f"-c search_path={SCHEMA}"},
+                check=ConnectionPool.check_connection,
+            )
             pool.open(wait=True, timeout=30)
         atexit.register(pool.close)
         _POOLS[self.url] = pool
@@ -204,8 +214,11 @@ class PgStore:
         import psycopg
 
         with psycopg.connect(self.url, connect_timeout=10) as con:
-            if con.execute("SELECT count(*) FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
-                           "AND column_name = %s", [SCHEMA, *_NEWEST]).fetchone()[0]:  # fmt: skip
+            if con.execute(
+                "SELECT count(*) FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+                "AND column_name = %s",
+                [SCHEMA, *_NEWEST],
+            ).fetchone()[0]:
                 return
             con.execute("SELECT pg_advisory_xact_lock(hashtext('privrelease schema'))")
             con.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")

@@ -20,7 +20,7 @@ from core import paths, settings
 from core.datasets.registry import Registry
 from core.errors import SpecError
 from core.ids import ID_PATTERN
-from core.mechanisms import dpne, outliers, ra, swapping
+from core.mechanisms import dpne, outliers, outliers_scale, ra, swapping
 from core.mechanisms.base import StrictParams
 from flows.release import run_request
 
@@ -59,7 +59,7 @@ COMMON = {
     "suppress": "after the method: local suppression until every key cell holds the policy's k records",
     "release_id": "optional; a retry with the same id is charged once (default: a fresh id)",
     "preview": "only check the request and show its cost, the budget left and its expected accuracy (an artifact); "
-               "nothing is charged or read",
+    "nothing is charged or read",
 }
 
 
@@ -82,8 +82,12 @@ class ColumnScale(StrictParams):
     """One column's public scale: its values are standardized as (x - mean) / std."""
 
     column: str = Field(min_length=1, description="column of the registered dataset")
-    mean: bounded(outliers.PublicScale, "mean") = Field(description=outliers.PublicScale.model_fields["mean"].description)
-    std: bounded(outliers.PublicScale, "std") = Field(description=outliers.PublicScale.model_fields["std"].description)
+    mean: bounded(outliers_scale.PublicScale, "mean") = Field(
+        description=outliers_scale.PublicScale.model_fields["mean"].description
+    )
+    std: bounded(outliers_scale.PublicScale, "std") = Field(
+        description=outliers_scale.PublicScale.model_fields["std"].description
+    )
 
 
 class ColumnRange(StrictParams):
@@ -112,14 +116,19 @@ def sdc_request(name: str, params: dict, recode: list[str], recode_level: int, s
         return name, params
     steps = ([{"method": "recode", "columns": recode, "level": recode_level}] if recode else []) + [{"method": name, **params}]
     return "sdc", {"steps": steps + ([{"method": "suppress"}] if suppress else [])}
+
+
 LOGIN_SCALES = [ColumnScale(column="duration_min", mean=30, std=8), ColumnScale(column="mb_sent", mean=50, std=15),
                 ColumnScale(column="hour", mean=13, std=3), ColumnScale(column="failed_logins", mean=1, std=0.5)]  # fmt: skip
 
 
 @flow(name="release-ra", persist_result=False)
-@form(ra.Params, p="which QI column to redraw (k = 0): uniformly, or with the Pa-maximizing (entropy) choice",
-      p_per_column="instead of p: one probability per QI column, in qi's order, summing to 1",
-      k="0: RA, one QI cell per record redrawn; 1 .. number of QI columns: Enhanced RA, k distinct cells")  # fmt: skip
+@form(
+    ra.Params,
+    p="which QI column to redraw (k = 0): uniformly, or with the Pa-maximizing (entropy) choice",
+    p_per_column="instead of p: one probability per QI column, in qi's order, summing to 1",
+    k="0: RA, one QI cell per record redrawn; 1 .. number of QI columns: Enhanced RA, k distinct cells",
+)
 def ra_release(
     dataset: SdcDataset = "census-demo",
     qi: Annotated[list[Column], Field(min_length=1)] = RA_QI,
@@ -141,11 +150,14 @@ def ra_release(
 
 
 @flow(name="release-mews", persist_result=False)
-@form(swapping.MEWSParams, t_lb="smallest candidate cell width (in width_units); used when no width is given",
-      t_ub="largest candidate cell width; the width is drawn from [t_lb, t_ub] and kept secret",
-      width="one explicit cell width for every swapped column (instead of a secret width from [t_lb, t_ub])",
-      widths="explicit cell widths, one per swapped column (instead of a secret width)",
-      k="rank-swapping depth (tuples per bin) when others is eds")  # fmt: skip
+@form(
+    swapping.MEWSParams,
+    t_lb="smallest candidate cell width (in width_units); used when no width is given",
+    t_ub="largest candidate cell width; the width is drawn from [t_lb, t_ub] and kept secret",
+    width="one explicit cell width for every swapped column (instead of a secret width from [t_lb, t_ub])",
+    widths="explicit cell widths, one per swapped column (instead of a secret width)",
+    k="rank-swapping depth (tuples per bin) when others is eds",
+)
 def mews_release(
     dataset: SdcDataset = "census-demo",
     swap_set: Annotated[list[Column], Field(min_length=1)] = ["age", "hours-per-week"],  # noqa: B006
@@ -171,8 +183,15 @@ def mews_release(
         choice = {"widths": width if not widths else {w.column: w.width for w in widths}}
     else:
         choice = {"t_range": [t_lb, t_ub]}
-    params = {"swap_set": swap_set, "width_units": width_units, "swap_mode": swap_mode, "others": others,
-              "candidates": candidates, "singletons": singletons, **choice} | ({"k": k} if k is not None else {})  # fmt: skip
+    params = {
+        "swap_set": swap_set,
+        "width_units": width_units,
+        "swap_mode": swap_mode,
+        "others": others,
+        "candidates": candidates,
+        "singletons": singletons,
+        **choice,
+    } | ({"k": k} if k is not None else {})
     return run_request(release_id, dataset, *sdc_request("mews", params, recode, recode_level, suppress), preview)
 
 
@@ -207,8 +226,11 @@ eds_release = _depth("eds", ["hours-per-week"], 10)
 
 
 @flow(name="release-dpne", persist_result=False)
-@form(dpne.Params, delta0="cap on a user's distinct k-grams at every level",
-      delta0_per_level="instead of delta0: one cap per level 1 .. T")  # fmt: skip
+@form(
+    dpne.Params,
+    delta0="cap on a user's distinct k-grams at every level",
+    delta0_per_level="instead of delta0: one cap per level 1 .. T",
+)
 def dpne_release(
     dataset: Dataset = "posts-demo",
     text_column: bounded(dpne.Params, "text_column") = "text",
@@ -227,13 +249,25 @@ def dpne_release(
     preview: bool = False,
 ) -> dict:
     """Release the frequent n-grams of a registered corpus with DPNE (user-level differential privacy)."""
-    params = {"text_column": text_column, "epsilon": epsilon, "delta": delta, "T": T, "delta0": delta0_per_level or delta0, "eta": eta,
-              "split": split, "c": c, "pruning": pruning, "tokenizer": tokenizer, "publish_weights": publish_weights}  # fmt: skip
+    params = {
+        "text_column": text_column,
+        "epsilon": epsilon,
+        "delta": delta,
+        "T": T,
+        "delta0": delta0_per_level or delta0,
+        "eta": eta,
+        "split": split,
+        "c": c,
+        "pruning": pruning,
+        "tokenizer": tokenizer,
+        "publish_weights": publish_weights,
+    }
     return run_request(release_id, dataset, "dpne", params, preview)
 
 
-def _outlier_params(columns: list[str], standardize: list[ColumnScale], estimate: list[ColumnRange],
-                    estimate_share: float, **given: Any) -> dict:  # fmt: skip
+def _outlier_params(
+    columns: list[str], standardize: list[ColumnScale], estimate: list[ColumnRange], estimate_share: float, **given: Any
+) -> dict:
     """The outliers request: public scales, a charged estimate from public ranges, or raw units (neither)."""
     if standardize and estimate:
         raise SpecError("give either standardize (public scales) or estimate (a charged estimate), not both.")
@@ -263,15 +297,27 @@ def outlier_count_release(
     delta: outliers.CountDelta = 1e-6,
     standardize: list[ColumnScale] = LOGIN_SCALES,
     estimate: list[ColumnRange] = [],  # noqa: B006
-    estimate_share: bounded(outliers.PrivateScale, "share") = 0.1,
+    estimate_share: bounded(outliers_scale.PrivateScale, "share") = 0.1,
     scale_share: bounded(outliers.Params, "scale_share") = 0.1,
     noise: Literal["auto", "smooth", "global"] = "auto",
     release_id: ReleaseId = "",
     preview: bool = False,
 ) -> dict:
     """Release a DP count of the outliers of a registered numeric table in one subspace (record-level DP)."""
-    params = partial(_outlier_params, columns, standardize, estimate, estimate_share, query="count", k=k, r=r,
-                     epsilon=epsilon, delta=delta, scale_share=scale_share, noise=noise)  # fmt: skip
+    params = partial(
+        _outlier_params,
+        columns,
+        standardize,
+        estimate,
+        estimate_share,
+        query="count",
+        k=k,
+        r=r,
+        epsilon=epsilon,
+        delta=delta,
+        scale_share=scale_share,
+        noise=noise,
+    )
     return run_request(release_id, dataset, "outliers", params, preview)
 
 
@@ -290,7 +336,7 @@ def outlier_top_release(
     count_share: bounded(outliers.Params, "count_share") = 0.5,
     standardize: list[ColumnScale] = LOGIN_SCALES,
     estimate: list[ColumnRange] = [],  # noqa: B006
-    estimate_share: bounded(outliers.PrivateScale, "share") = 0.1,
+    estimate_share: bounded(outliers_scale.PrivateScale, "share") = 0.1,
     scale_share: bounded(outliers.Params, "scale_share") = 0.1,
     noise: Literal["auto", "smooth", "global"] = "auto",
     release_id: ReleaseId = "",
@@ -298,7 +344,22 @@ def outlier_top_release(
 ) -> dict:
     """Release which c-column subspaces hold the most outliers of a registered numeric table, and
     (optionally) their DP counts (record-level DP)."""
-    params = partial(_outlier_params, columns, standardize, estimate, estimate_share, query="top_subspaces", c=c, h=h,
-                     k=k, r=r, epsilon=epsilon, delta=delta, release_counts=release_counts, count_share=count_share,
-                     scale_share=scale_share, noise=noise)  # fmt: skip
+    params = partial(
+        _outlier_params,
+        columns,
+        standardize,
+        estimate,
+        estimate_share,
+        query="top_subspaces",
+        c=c,
+        h=h,
+        k=k,
+        r=r,
+        epsilon=epsilon,
+        delta=delta,
+        release_counts=release_counts,
+        count_share=count_share,
+        scale_share=scale_share,
+        noise=noise,
+    )
     return run_request(release_id, dataset, "outliers", params, preview)

@@ -79,8 +79,11 @@ def _preview(request: ReleaseRequest) -> dict:
         for chart in preview.charts(found):
             render_chart(chart, Path(tmp) / chart.filename)
             markdown += f"\n![{chart.title}]({data_uri(Path(tmp) / chart.filename)})\n"
-    create_markdown_artifact(key=re.sub(r"[^a-z0-9-]+", "-", f"preview-{found['dataset']}".lower()),
-                             markdown=markdown, description="preview: nothing charged")  # fmt: skip
+    create_markdown_artifact(
+        key=re.sub(r"[^a-z0-9-]+", "-", f"preview-{found['dataset']}".lower()),
+        markdown=markdown,
+        description="preview: nothing charged",
+    )
     return found
 
 
@@ -103,8 +106,9 @@ def release(request: ReleaseRequest) -> dict:
     return summary
 
 
-def run_request(release_id: str, dataset: str, mechanism: str, params: dict | Callable[[], dict],
-                preview: bool = False) -> dict | State:  # fmt: skip
+def run_request(
+    release_id: str, dataset: str, mechanism: str, params: dict | Callable[[], dict], preview: bool = False
+) -> dict | State:
     """Run a form's release request (its ``params``, or a function that assembles them) through the
     pipeline. A request the mechanism or the dataset refuses (a bound across fields, a column the
     registration lacks, the remaining budget) fails the run with that one line; the traceback only

@@ -33,12 +33,16 @@ def spam_filter_training(spec_path: str) -> dict:
     summary = charged.run(Home.open(), job, steps.caller(), steps.pause, log, steps.LEDGER)
     report = job.report
     create_table_artifact(
-        key="spam-rounds", description=f"spam run {summary['run_id']}: seconds and traffic per round",
-        table=[{"round": r["round"], "seconds": round(r["seconds"], 3), "ciphertexts": r["ciphertexts"], "bytes": r["bytes"]}
-               for r in report["per_round"]],
-    )  # fmt: skip
-    create_markdown_artifact(key="spam-report", markdown=markdown(report, public=True),
-                             description=f"spam run {summary['run_id']}")  # fmt: skip
+        key="spam-rounds",
+        description=f"spam run {summary['run_id']}: seconds and traffic per round",
+        table=[
+            {"round": r["round"], "seconds": round(r["seconds"], 3), "ciphertexts": r["ciphertexts"], "bytes": r["bytes"]}
+            for r in report["per_round"]
+        ],
+    )
+    create_markdown_artifact(
+        key="spam-report", markdown=markdown(report, public=True), description=f"spam run {summary['run_id']}"
+    )
     auc = summary["auc_private"]
     log.info("AUC of the server's model: %s; run folder %s", auc if isinstance(auc, str) else f"{auc:.6f}", summary["folder"])
     return summary

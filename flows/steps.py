@@ -78,16 +78,19 @@ def pause(dataset: str, look: Look, log: Log) -> Approval:
     why = shown.words(dataset)
     if not again:
         log.info("waiting for a data steward: %s", why)
-    wait = Answer.with_initial_data(description=f"{why}. Approve to charge and release it; reject to refuse it "
-                                                "(nothing is charged).", approve=False)  # fmt: skip
+    wait = Answer.with_initial_data(
+        description=f"{why}. Approve to charge and release it; reject to refuse it (nothing is charged).", approve=False
+    )
     timeout = int(settings.number(settings.APPROVAL_TIMEOUT, 86_400))
     context = FlowRunContext.get()
     restartable = context is not None and context.flow_run is not None and context.flow_run.deployment_id is not None
     wait_for = suspend_flow_run if restartable else pause_flow_run
     answer = wait_for(wait_for_input=wait, timeout=timeout, key=APPROVAL)
     if not answer.approve:
-        raise ApprovalError(f"the data steward {answer.approved_by or '(unknown)'} rejected this release: {why}; nothing "
-                            "was charged or published.")  # fmt: skip
+        raise ApprovalError(
+            f"the data steward {answer.approved_by or '(unknown)'} rejected this release: {why}; nothing "
+            "was charged or published."
+        )
     return Approval.given(shown, answer.approved_by, datetime.now(UTC))
 
 

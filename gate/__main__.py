@@ -42,8 +42,17 @@ def main() -> int:
     except UserError as error:  # a limit set to what is not one (core.limits)
         print(f"the gate cannot start: {error}", file=sys.stderr)
         return 2
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", ws="websockets-sansio",
-                limit_concurrency=256, timeout_keep_alive=5, proxy_headers=True, forwarded_allow_ips="127.0.0.1")  # fmt: skip
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        ws="websockets-sansio",
+        limit_concurrency=256,
+        timeout_keep_alive=5,
+        proxy_headers=True,
+        forwarded_allow_ips="127.0.0.1",
+    )
     return 0
 
 

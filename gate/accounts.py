@@ -49,8 +49,10 @@ def _hasher():
 
 def check_name(name: str) -> str:
     if not NAME.match(name):
-        raise AccountError(f"account name {name!r} is not allowed: use 1-63 lower-case letters, digits, '.', '_' or '-', "
-                           "starting with a letter (it is shown in the ledger as who asked).")  # fmt: skip
+        raise AccountError(
+            f"account name {name!r} is not allowed: use 1-63 lower-case letters, digits, '.', '_' or '-', "
+            "starting with a letter (it is shown in the ledger as who asked)."
+        )
     return name
 
 
@@ -77,8 +79,10 @@ class Accounts:
         with self.store.write() as con:
             if con.execute("SELECT 1 FROM accounts WHERE name = ?", [name]).fetchall():
                 raise AccountError(f"account {name!r} exists already; remove it first to change its role or password.")
-            con.execute("INSERT INTO accounts (name, role, created, hash) VALUES (?, ?, ?, ?)",
-                        [account.name, account.role, account.created, account.hash])  # fmt: skip
+            con.execute(
+                "INSERT INTO accounts (name, role, created, hash) VALUES (?, ?, ?, ?)",
+                [account.name, account.role, account.created, account.hash],
+            )
         return account
 
     def remove(self, name: str) -> None:
@@ -91,7 +95,9 @@ class Accounts:
         if not self.store.exists():
             return []
         with self.store.read() as con:
-            return [Account(*row) for row in con.execute("SELECT name, role, created, hash FROM accounts ORDER BY name").fetchall()]
+            return [
+                Account(*row) for row in con.execute("SELECT name, role, created, hash FROM accounts ORDER BY name").fetchall()
+            ]
 
     def verify(self, name: str, password: str, known: dict[str, Account] | None = None) -> Account | None:
         """The account if ``password`` is its password, else None (unknown names cost a hash too)."""

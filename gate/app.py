@@ -82,8 +82,11 @@ class Gate:
         self.redact = Redactor(db_path.parent, paths.repo())
         self.upstream = upstream.rstrip("/")
         self.operator = {"authorization": "Basic " + base64.b64encode(operator_auth.encode()).decode()}
-        self.client = httpx.AsyncClient(base_url=self.upstream, timeout=httpx.Timeout(60.0, connect=10.0),
-                                        limits=httpx.Limits(max_connections=UPSTREAM_CONNECTIONS))  # fmt: skip
+        self.client = httpx.AsyncClient(
+            base_url=self.upstream,
+            timeout=httpx.Timeout(60.0, connect=10.0),
+            limits=httpx.Limits(max_connections=UPSTREAM_CONNECTIONS),
+        )
         self._hashing = anyio.Semaphore(HASHES_AT_ONCE)
         self._known: dict[str, Account] = {}
         self._loaded = 0.0
@@ -131,8 +134,11 @@ class Gate:
         address = self.address(request)
         wait = self.throttle.wait(name, address)
         if wait is not None:
-            return _refuse(429, f"privrelease gate: too many failed sign-ins for this name or from this address; "
-                                f"try again in {wait} seconds", {"retry-after": str(wait)})  # fmt: skip
+            return _refuse(
+                429,
+                f"privrelease gate: too many failed sign-ins for this name or from this address; try again in {wait} seconds",
+                {"retry-after": str(wait)},
+            )
         async with self._hashing:
             account = await anyio.to_thread.run_sync(self.accounts.verify, name, password, known)
         if account is None:
@@ -187,8 +193,7 @@ class Gate:
                 return doc
             body = json.dumps(doc).encode() if doc is not None else b""
         if rule.when is not None and not await rule.when(call):
-            return _refuse(403, f"privrelease gate: the {role} role may not {request.method} {path} "
-                                f"(only when {rule.when.says})")  # fmt: skip
+            return _refuse(403, f"privrelease gate: the {role} role may not {request.method} {path} (only when {rule.when.says})")
         if rule.body is not None:
             rewritten = await rule.body(doc if isinstance(doc, dict) else {}, call)
             if isinstance(rewritten, str):
@@ -212,20 +217,30 @@ class Gate:
         if not body and not kind:
             return None
         if kind != JSON:
-            return _refuse(415, f"privrelease gate: a request body must be JSON sent as Content-Type: {JSON}, "
-                                f"not {kind or 'without a Content-Type'}")  # fmt: skip
+            return _refuse(
+                415,
+                f"privrelease gate: a request body must be JSON sent as Content-Type: {JSON}, "
+                f"not {kind or 'without a Content-Type'}",
+            )
         try:
             doc = json.loads(body or b"{}")
         except ValueError:
             return _refuse(422, "privrelease gate: the body is not JSON")
         except RecursionError:  # deeper than Python's parser goes: far past the limit
             doc = None
-        reason = bounds.too_deep(doc) if doc is not None else f"the JSON body nests too deep to read; at most {bounds.MAX_DEPTH} levels are allowed"
+        reason = (
+            bounds.too_deep(doc)
+            if doc is not None
+            else f"the JSON body nests too deep to read; at most {bounds.MAX_DEPTH} levels are allowed"
+        )
         if reason is not None:
             return _refuse(400, f"privrelease gate: {reason}")
         if _placeholders(doc):
-            return _refuse(403, "privrelease gate: values Prefect would resolve on the server (__prefect_kind) "
-                                "are the operator's; send plain values")  # fmt: skip
+            return _refuse(
+                403,
+                "privrelease gate: values Prefect would resolve on the server (__prefect_kind) "
+                "are the operator's; send plain values",
+            )
         return doc
 
     async def forward(self, request: Request, path: str, body: bytes) -> Response:
@@ -281,12 +296,23 @@ async def _no_websockets(websocket: WebSocket) -> None:
     await websocket.close(code=1008)
 
 
-def create_app(home: Path | None = None, upstream: str | None = None, operator_auth: str | None = None,
-               gate_class: type[Gate] = Gate, rules: tuple[policy.Rule, ...] | None = None) -> Starlette:
+def create_app(
+    home: Path | None = None,
+    upstream: str | None = None,
+    operator_auth: str | None = None,
+    gate_class: type[Gate] = Gate,
+    rules: tuple[policy.Rule, ...] | None = None,
+) -> Starlette:
     """The gate as an ASGI app; ``gate_class`` and ``rules`` let the tests build one without a defence."""
-    gate = gate_class(paths.database(home or paths.home()), upstream or settings.get(settings.PREFECT_URL),
-                      operator_auth if operator_auth is not None else settings.get(settings.PREFECT_AUTH, ""), rules)  # fmt: skip
+    gate = gate_class(
+        paths.database(home or paths.home()),
+        upstream or settings.get(settings.PREFECT_URL),
+        operator_auth if operator_auth is not None else settings.get(settings.PREFECT_AUTH, ""),
+        rules,
+    )
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
-    app = Starlette(routes=[WebSocketRoute("/{path:path}", _no_websockets), Route("/{path:path}", gate.__call__, methods=methods)])
+    app = Starlette(
+        routes=[WebSocketRoute("/{path:path}", _no_websockets), Route("/{path:path}", gate.__call__, methods=methods)]
+    )
     app.state.gate = gate
     return app

@@ -60,8 +60,9 @@ def query(doc: Any) -> Any:
         elif key in TEXT_FILTERS and value is not None:
             texts = value if isinstance(value, list) and len(value) <= MAX_LIST else [value]  # startswith_: a list
             if not all(isinstance(t, str) and len(t) <= MAX_LIKE and not any(w in t for w in WILDCARDS) for t in texts):
-                raise OutOfBounds(f"{key} takes text of at most {MAX_LIKE} characters without "
-                                  f"{' or '.join(repr(w) for w in WILDCARDS)}")  # fmt: skip
+                raise OutOfBounds(
+                    f"{key} takes text of at most {MAX_LIKE} characters without {' or '.join(repr(w) for w in WILDCARDS)}"
+                )
             out[key] = value
         else:
             out[key] = query(value)

@@ -119,8 +119,10 @@ def release_id(asked: object, call: Call) -> str | None:
     return named if own and "." not in own and re.fullmatch(ID_PATTERN, named) else None
 
 
-@says("passes on only the parameters (checked against the form's schema), a name and a scheduled time; "
-      f"a chosen release id becomes `<account>.<id>`; tags the run `{REQUESTED_BY}<account>`")  # fmt: skip
+@says(
+    "passes on only the parameters (checked against the form's schema), a name and a scheduled time; "
+    f"a chosen release id becomes `<account>.<id>`; tags the run `{REQUESTED_BY}<account>`"
+)
 async def start_run(body: dict, call: Call) -> dict | str:
     """A run of a deployment: no tags, job variables, work queue or ``enforce_parameter_schema: false`` of
     the caller's; the release flow records the requester tag in the ledger as who asked."""
@@ -130,8 +132,10 @@ async def start_run(body: dict, call: Call) -> dict | str:
     if parameters.get("release_id"):
         named = release_id(parameters["release_id"], call)
         if named is None:
-            return (f"release_id {parameters['release_id']!r} is not allowed: use letters, digits, '_' and '-' "
-                    f"(the gate names it {call.account.name}.<release_id>, at most 80 characters in all)")  # fmt: skip
+            return (
+                f"release_id {parameters['release_id']!r} is not allowed: use letters, digits, '_' and '-' "
+                f"(the gate names it {call.account.name}.<release_id>, at most 80 characters in all)"
+            )
         parameters = parameters | {"release_id": named}
     out: dict = {"parameters": parameters, "tags": [_tag(call)], "enforce_parameter_schema": True}
     if isinstance(body.get("name"), str):
@@ -170,8 +174,10 @@ def _within(make: Callable[..., dict], *args: Any) -> dict | str:
         return str(error)
 
 
-@says(f"bounded: `limit` at most {bounds.MAX_LIMIT}, lists of at most {bounds.MAX_LIST} items, "
-      f"`like_` text of at most {bounds.MAX_LIKE} characters without `%`")  # fmt: skip
+@says(
+    f"bounded: `limit` at most {bounds.MAX_LIMIT}, lists of at most {bounds.MAX_LIST} items, "
+    f"`like_` text of at most {bounds.MAX_LIKE} characters without `%`"
+)
 async def bounded(body: dict, call: Call) -> dict | str:
     return _within(bounds.query, body)
 
@@ -180,11 +186,19 @@ async def _stored_schemas(call: Call) -> list[dict]:
     """The deployments' parameter schemas, and the answer schemas of the runs paused for one (the flow's own)."""
     found = await call.prefect.find("/api/deployments/filter", {"limit": bounds.MAX_LIMIT}) or []
     stored = [d["parameter_openapi_schema"] for d in found if isinstance(d.get("parameter_openapi_schema"), dict)]
-    paused = await call.prefect.find("/api/flow_runs/filter", {"flow_runs": {"state": {"type": {"any_": ["PAUSED"]}}},
-                                                               "limit": bounds.MAX_LIMIT}) or []  # fmt: skip
+    paused = (
+        await call.prefect.find(
+            "/api/flow_runs/filter", {"flow_runs": {"state": {"type": {"any_": ["PAUSED"]}}}, "limit": bounds.MAX_LIMIT}
+        )
+        or []
+    )
     for run in paused:  # a paused or suspended run's keyset names its answer schema ("paused-1-schema", "suspended-<key>-schema")
         key = ((run.get("state") or {}).get("state_details") or {}).get("run_input_keyset", {}) or {}
-        value = await call.prefect.read(f"/api/flow_runs/{run['id']}/input/{quote(key['schema'], safe='')}") if key.get("schema") else None
+        value = (
+            await call.prefect.read(f"/api/flow_runs/{run['id']}/input/{quote(key['schema'], safe='')}")
+            if key.get("schema")
+            else None
+        )
         stored += [value] if isinstance(value, dict) else []
     return [s for s in stored if isinstance(s, dict)]
 
@@ -195,13 +209,14 @@ async def stored_schema(body: dict, call: Call) -> dict | str:
     schema the flow paused with; a schema of the caller's is refused (Prefect would run the caller's regular
     expressions in its event loop)."""
     if not isinstance(body.get("values"), dict) or not schemas.made_of(body.get("schema"), await _stored_schemas(call)):
-        return ("the schema checked must be a deployment's own parameter schema or a paused run's answer schema "
-                "(what their forms send); a schema of your own is not checked")  # fmt: skip
+        return (
+            "the schema checked must be a deployment's own parameter schema or a paused run's answer schema "
+            "(what their forms send); a schema of your own is not checked"
+        )
     return {"schema": body["schema"], "values": body["values"]}
 
 
-@says(f"only flow-run, task-run and artifact events (an analyst's: of their own runs); "
-      f"at most {events.PAGE} a page")  # fmt: skip
+@says(f"only flow-run, task-run and artifact events (an analyst's: of their own runs); at most {events.PAGE} a page")
 async def event_query(body: dict, call: Call) -> dict | str:
     assert call.account is not None
     return _within(events.query, body, call.account)

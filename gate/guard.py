@@ -57,9 +57,12 @@ def problem(run: dict, deployment: dict | None, allowed: dict[str, dict]) -> str
     want = allowed.get(deployment["name"])
     if want is None:
         return f"its deployment {deployment['name']!r} is not declared in prefect.yaml"
-    got = {"entrypoint": deployment.get("entrypoint"), "pull_steps": deployment.get("pull_steps") or [],
-           "job_variables": deployment.get("job_variables") or {},
-           "enforce_parameter_schema": bool(deployment.get("enforce_parameter_schema"))}  # fmt: skip
+    got = {
+        "entrypoint": deployment.get("entrypoint"),
+        "pull_steps": deployment.get("pull_steps") or [],
+        "job_variables": deployment.get("job_variables") or {},
+        "enforce_parameter_schema": bool(deployment.get("enforce_parameter_schema")),
+    }
     for key, expected in want.items():
         if got[key] != expected:
             return f"its deployment {deployment['name']!r} has another {key.replace('_', ' ')} than prefect.yaml declares"

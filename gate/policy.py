@@ -69,13 +69,17 @@ def declared_forms(path: Path) -> tuple[tuple[str, ...], str]:
     try:
         deployments = (yaml.safe_load(path.read_text()) or {}).get("deployments") or []
     except FileNotFoundError:
-        raise UserError(f"the gate's policy reads the deployments people may start from {path}, which does not exist: "
-                        f"run the gate from a privrelease checkout, or set ${paths.REPO_ENV} to one") from None  # fmt: skip
+        raise UserError(
+            f"the gate's policy reads the deployments people may start from {path}, which does not exist: "
+            f"run the gate from a privrelease checkout, or set ${paths.REPO_ENV} to one"
+        ) from None
     forms = tuple(d["name"] for d in deployments if d.get("entrypoint", "").startswith(RELEASE_ENTRYPOINTS))
     audits = [d["name"] for d in deployments if d.get("entrypoint") == AUDIT_ENTRYPOINT]
     if not forms or len(audits) != 1:
-        raise UserError(f"{path} declares {len(forms)} release forms ({RELEASE_ENTRYPOINTS}...) and {len(audits)} "
-                        f"ledger audits ({AUDIT_ENTRYPOINT}): the gate's policy needs some forms and one audit")  # fmt: skip
+        raise UserError(
+            f"{path} declares {len(forms)} release forms ({RELEASE_ENTRYPOINTS}...) and {len(audits)} "
+            f"ledger audits ({AUDIT_ENTRYPOINT}): the gate's policy needs some forms and one audit"
+        )
     return forms, audits[0]
 
 
@@ -116,8 +120,10 @@ class Rule:
 def _reads(*routes: str, who: frozenset[str] = PEOPLE) -> list[Rule]:
     """Read-only calls: a GET of a resource, or one of Prefect's POST queries (filter, count, ...), its
     body bounded (``gate.bounds``)."""
-    return [Rule(who, method, route, body=bounded if method == "POST" else None)
-            for method, route in (r.split(" ", 1) for r in routes)]  # fmt: skip
+    return [
+        Rule(who, method, route, body=bounded if method == "POST" else None)
+        for method, route in (r.split(" ", 1) for r in routes)
+    ]
 
 
 POLICY: tuple[Rule, ...] = (
@@ -135,25 +141,52 @@ POLICY: tuple[Rule, ...] = (
     Rule(PEOPLE, "GET", "/api/admin/version", answer=prefect_version),
     # -- reading: deployments and their forms, runs, task runs, logs, artifacts -------------------------
     *_reads(
-        "POST /api/flows/filter", "POST /api/flows/count", "POST /api/flows/paginate", "GET /api/flows/{id}",
-        "POST /api/deployments/filter", "POST /api/deployments/count", "POST /api/deployments/paginate",
-        "GET /api/deployments/{id}", "GET /api/deployments/{id}/schedules",
-        "POST /api/flow_runs/filter", "POST /api/flow_runs/count", "POST /api/flow_runs/paginate",
-        "POST /api/flow_runs/history", "GET /api/flow_runs/{id}", "GET /api/flow_runs/{id}/graph-v2",
-        "GET /api/flow_runs/{id}/input/{key}", "GET /api/flow_run_states/",
-        "POST /api/task_runs/filter", "POST /api/task_runs/count", "POST /api/task_runs/paginate",
-        "GET /api/task_runs/{id}", "GET /api/task_run_states/", "POST /api/task_runs/history",
+        "POST /api/flows/filter",
+        "POST /api/flows/count",
+        "POST /api/flows/paginate",
+        "GET /api/flows/{id}",
+        "POST /api/deployments/filter",
+        "POST /api/deployments/count",
+        "POST /api/deployments/paginate",
+        "GET /api/deployments/{id}",
+        "GET /api/deployments/{id}/schedules",
+        "POST /api/flow_runs/filter",
+        "POST /api/flow_runs/count",
+        "POST /api/flow_runs/paginate",
+        "POST /api/flow_runs/history",
+        "GET /api/flow_runs/{id}",
+        "GET /api/flow_runs/{id}/graph-v2",
+        "GET /api/flow_runs/{id}/input/{key}",
+        "GET /api/flow_run_states/",
+        "POST /api/task_runs/filter",
+        "POST /api/task_runs/count",
+        "POST /api/task_runs/paginate",
+        "GET /api/task_runs/{id}",
+        "GET /api/task_run_states/",
+        "POST /api/task_runs/history",
         "POST /api/logs/filter",
-        "POST /api/artifacts/filter", "POST /api/artifacts/count", "POST /api/artifacts/latest/filter",
-        "POST /api/artifacts/latest/count", "GET /api/artifacts/{id}", "GET /api/artifacts/{key}/latest",
-        "POST /api/ui/flow_runs/history", "POST /api/ui/flow_runs/count-task-runs",
-        "POST /api/ui/flows/count-deployments", "POST /api/ui/flows/next-runs",
-        "POST /api/ui/task_runs/dashboard/counts", "POST /api/ui/task_runs/count",
-        "POST /api/flow_runs/lateness", "POST /api/saved_searches/filter", "GET /api/automations/related-to/{resource}",
+        "POST /api/artifacts/filter",
+        "POST /api/artifacts/count",
+        "POST /api/artifacts/latest/filter",
+        "POST /api/artifacts/latest/count",
+        "GET /api/artifacts/{id}",
+        "GET /api/artifacts/{key}/latest",
+        "POST /api/ui/flow_runs/history",
+        "POST /api/ui/flow_runs/count-task-runs",
+        "POST /api/ui/flows/count-deployments",
+        "POST /api/ui/flows/next-runs",
+        "POST /api/ui/task_runs/dashboard/counts",
+        "POST /api/ui/task_runs/count",
+        "POST /api/flow_runs/lateness",
+        "POST /api/saved_searches/filter",
+        "GET /api/automations/related-to/{resource}",
         # the pool and its queue's health, as the dashboard and a deployment's page show them (no secrets: the
         # job template fixes the worker's command and takes no variables)
-        "POST /api/work_pools/filter", "GET /api/work_pools/{name}", "GET /api/work_pools/{name}/queues/{queue}",
-        "POST /api/work_pools/{name}/queues/filter", "POST /api/work_pools/{name}/workers/filter",
+        "POST /api/work_pools/filter",
+        "GET /api/work_pools/{name}",
+        "GET /api/work_pools/{name}/queues/{queue}",
+        "POST /api/work_pools/{name}/queues/filter",
+        "POST /api/work_pools/{name}/workers/filter",
     ),
     # the run form checks its fields against its deployment's schema; the event feed and a run's graph read events
     Rule(PEOPLE, "POST", "/api/ui/schemas/validate", body=stored_schema),
@@ -161,10 +194,17 @@ POLICY: tuple[Rule, ...] = (
     Rule(PEOPLE, "GET", "/api/events/filter/next", answer=next_events),
     Rule(PEOPLE, "POST", "/api/events/count-by/{countable}", body=event_count),
     # -- acting: each role its own ---------------------------------------------------------------------
-    Rule(SPENDERS, "POST", "/api/deployments/{id}/create_flow_run", when=deployment_in(RELEASE_FORMS), body=start_run,
-         starts=True),
-    Rule(frozenset({AUDITOR}), "POST", "/api/deployments/{id}/create_flow_run", when=deployment_in([AUDIT_FORM]), body=start_run,
-         starts=True),
+    Rule(
+        SPENDERS, "POST", "/api/deployments/{id}/create_flow_run", when=deployment_in(RELEASE_FORMS), body=start_run, starts=True
+    ),
+    Rule(
+        frozenset({AUDITOR}),
+        "POST",
+        "/api/deployments/{id}/create_flow_run",
+        when=deployment_in([AUDIT_FORM]),
+        body=start_run,
+        starts=True,
+    ),
     Rule(PEOPLE, "POST", "/api/flow_runs/{id}/set_state", when=own_run, body=cancel),
     Rule(frozenset({STEWARD}), "POST", "/api/flow_runs/{id}/resume", when=awaits_approval, body=answer_approval),
 )
@@ -180,7 +220,10 @@ def decide(role: str, method: str, path: str, rules: tuple[Rule, ...] | None = N
 
 # -- the table as the docs show it --------------------------------------------------------------------
 
-BEGIN, END = "<!-- policy: rendered from gate/policy.py by `python -m gate.policy --write docs/SECURITY.md` -->", "<!-- /policy -->"
+BEGIN, END = (
+    "<!-- policy: rendered from gate/policy.py by `python -m gate.policy --write docs/SECURITY.md` -->",
+    "<!-- /policy -->",
+)
 
 
 def markdown() -> str:
@@ -191,7 +234,10 @@ def markdown() -> str:
 
     lines = ["| who | method | route | when | body passed on, or answer |", "|---|---|---|---|---|"]
     for rule in POLICY:
-        does = "; ".join([x.says for x in (rule.body, rule.answer, rule.reply) if x is not None] + (["the account's run limits first"] if rule.starts else []))
+        does = "; ".join(
+            [x.says for x in (rule.body, rule.answer, rule.reply) if x is not None]
+            + (["the account's run limits first"] if rule.starts else [])
+        )
         lines.append(f"| {who(rule.who)} | {rule.method} | `{rule.route}` | {rule.when.says if rule.when else ''} | {does} |")
     return "\n".join(lines) + "\n"
 

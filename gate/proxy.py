@@ -36,8 +36,10 @@ TLS = """ssl_certificate {cert};
 def ui_folder() -> Path:
     """UI_BUILD, once Prefect's server has made it."""
     if not (UI_BUILD / "index.html").is_file():
-        raise UserError(f"the UI's files are not in {UI_BUILD} yet: Prefect's server makes them when it starts; "
-                        f"start it (`prefect server start`) before the proxy")  # fmt: skip
+        raise UserError(
+            f"the UI's files are not in {UI_BUILD} yet: Prefect's server makes them when it starts; "
+            f"start it (`prefect server start`) before the proxy"
+        )
     return UI_BUILD
 
 
@@ -53,21 +55,22 @@ def config(*, host: str, port: int, gate_port: int, ui: Path, state: Path, tls: 
         "tls": TLS.format(cert=tls[0], key=tls[1]) if tls else "",
         # nginx started by root runs its workers as `nobody` unless told; they run as whoever runs privrelease
         "user": f"user {pwd.getpwuid(os.geteuid()).pw_name} {grp.getgrgid(os.getegid()).gr_name};" if os.geteuid() == 0 else "",
-    }  # fmt: skip
+    }
     return re.sub(r"\{\{(\w+)\}\}", lambda m: str(values[m[1]]), TEMPLATE.read_text())
 
 
 def _tls() -> tuple[Path, Path] | None:
     cert, key = settings.get(settings.TLS_CERT), settings.get(settings.TLS_KEY)
     if bool(cert) != bool(key):
-        raise UserError(f"TLS needs both ${settings.TLS_CERT} and ${settings.TLS_KEY} (a certificate chain and its key, "
-                        f"PEM files); set both, or neither for plain HTTP on this host")  # fmt: skip
+        raise UserError(
+            f"TLS needs both ${settings.TLS_CERT} and ${settings.TLS_KEY} (a certificate chain and its key, "
+            f"PEM files); set both, or neither for plain HTTP on this host"
+        )
     if not cert:
         return None
     for name in (cert, key):
         if not Path(name).is_file():
-            raise UserError(f"the TLS file {name} does not exist: set ${settings.TLS_CERT} and ${settings.TLS_KEY} to "
-                            f"PEM files")  # fmt: skip
+            raise UserError(f"the TLS file {name} does not exist: set ${settings.TLS_CERT} and ${settings.TLS_KEY} to PEM files")
     return Path(cert).resolve(), Path(key).resolve()
 
 
@@ -79,8 +82,14 @@ def main() -> int:
     state = paths.home() / "proxy"
     try:
         tls = _tls()
-        text = config(host=settings.get(settings.HOST, "127.0.0.1"), port=int(settings.number(settings.PORT, 4200)),
-                      gate_port=int(settings.number(settings.GATE_PORT, 4202)), ui=ui_folder(), state=state, tls=tls)  # fmt: skip
+        text = config(
+            host=settings.get(settings.HOST, "127.0.0.1"),
+            port=int(settings.number(settings.PORT, 4200)),
+            gate_port=int(settings.number(settings.GATE_PORT, 4202)),
+            ui=ui_folder(),
+            state=state,
+            tls=tls,
+        )
     except UserError as error:
         print(f"the proxy cannot start: {error}", file=sys.stderr)
         return 2

@@ -63,8 +63,10 @@ class Quotas:
                 started.popleft()
             if len(started) >= self.limits.per_minute:
                 wait = math.ceil(started[0] + MINUTE - time.monotonic())
-                return 429, (f"you started {len(started)} runs in the last minute; the limit is {self.limits.per_minute} "
-                             f"a minute per account: start it again in {wait} s")  # fmt: skip
+                return 429, (
+                    f"you started {len(started)} runs in the last minute; the limit is {self.limits.per_minute} "
+                    f"a minute per account: start it again in {wait} s"
+                )
             refusal = await self.counted(account, now, later)
             if refusal is not None:
                 return refusal
@@ -79,20 +81,28 @@ class Quotas:
         limits = self.limits
         size = len(json.dumps(body.get("parameters", {})).encode())
         if size > limits.parameters_kb * 1024:
-            return (413, f"the run's parameters take {size / 1024:.0f} KB of JSON; the limit is {limits.parameters_kb} "
-                         "KB: a form's parameters name a registered dataset and its settings, never data"), False  # fmt: skip
+            return (
+                413,
+                f"the run's parameters take {size / 1024:.0f} KB of JSON; the limit is {limits.parameters_kb} "
+                "KB: a form's parameters name a registered dataset and its settings, never data",
+            ), False
         when = ((body.get("state") or {}).get("state_details") or {}).get("scheduled_time")
         if when is None:
             return None, False
         try:
             start = TIME.validate_python(when)
         except ValidationError:
-            return (422, f"the run's scheduled time {str(when)[:40]!r} is not a time: send an ISO 8601 time, e.g. "
-                         "2030-01-31T06:00:00Z"), False  # fmt: skip
+            return (
+                422,
+                f"the run's scheduled time {str(when)[:40]!r} is not a time: send an ISO 8601 time, e.g. 2030-01-31T06:00:00Z",
+            ), False
         start = start if start.tzinfo else start.replace(tzinfo=UTC)
         if start - now > timedelta(days=limits.ahead_days):
-            return (422, f"the run is scheduled {(start - now).days} days ahead; the limit is {limits.ahead_days} days: "
-                         f"schedule it at most {limits.ahead_days} days from now"), True  # fmt: skip
+            return (
+                422,
+                f"the run is scheduled {(start - now).days} days ahead; the limit is {limits.ahead_days} days: "
+                f"schedule it at most {limits.ahead_days} days from now",
+            ), True
         return None, start - now > SOON
 
     async def counted(self, account: str, now: datetime, later: bool) -> Refusal | None:
@@ -106,9 +116,14 @@ class Quotas:
             )
         ]
         if later:
-            checks.append((tag | {"state": {"type": {"any_": ["SCHEDULED"]}}, "expected_start_time": {"after_": (now + SOON).isoformat()}},
-                           limits.scheduled, "you have {n} runs scheduled for later; the limit is {limit} per account: "
-                                             "cancel one, or start this one now"))  # fmt: skip
+            checks.append(
+                (
+                    tag
+                    | {"state": {"type": {"any_": ["SCHEDULED"]}}, "expected_start_time": {"after_": (now + SOON).isoformat()}},
+                    limits.scheduled,
+                    "you have {n} runs scheduled for later; the limit is {limit} per account: cancel one, or start this one now",
+                )
+            )
         for flow_runs, limit, says in checks:
             n = await self.count(flow_runs)
             if n is None:

@@ -30,7 +30,11 @@ class Redactor:
                 if form not in ("/", "."):
                     found[form.encode()] = placeholder
         self.strings = sorted(found.items(), key=lambda item: -len(item[0]))
-        self.host = re.compile(rb"(?<![\w.-])" + re.escape(host.encode()) + rb"(?![\w-])") if len(host) >= MIN_HOST and host != "localhost" else None
+        self.host = (
+            re.compile(rb"(?<![\w.-])" + re.escape(host.encode()) + rb"(?![\w-])")
+            if len(host) >= MIN_HOST and host != "localhost"
+            else None
+        )
 
     def __call__(self, body: bytes) -> bytes:
         body = PID.sub(b'"infrastructure_pid":null', body)

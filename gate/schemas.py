@@ -86,8 +86,7 @@ def made_of(asked: Any, stored: Iterable[dict]) -> bool:
         whole, allowed = mapped(schema, top=True), pieces(schema)
         if not set(asked) <= set(whole) | {"properties"}:
             continue
-        same = all(_canonical(asked[k]) in (_canonical(whole[k]), _canonical(schema.get(k)))
-                   for k in asked if k != "properties")  # fmt: skip
+        same = all(_canonical(asked[k]) in (_canonical(whole[k]), _canonical(schema.get(k))) for k in asked if k != "properties")
         if same and all(_canonical(p) in allowed for p in asked.get("properties", {}).values()):
             return True
     return False

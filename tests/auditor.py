@@ -85,8 +85,10 @@ class Audit:
 
     def row(self, name: str) -> str:
         lb = "−∞" if self.epsilon_lb == -math.inf else f"{self.epsilon_lb:.3f}"
-        return (f"| {name} | {self.claimed_epsilon:g} | {self.delta:.3g} | {lb} | {self.event} ({self.direction}) "
-                f"| {self.runs:,} | {self.confidence:.3%} |")  # fmt: skip
+        return (
+            f"| {name} | {self.claimed_epsilon:g} | {self.delta:.3g} | {lb} | {self.event} ({self.direction}) "
+            f"| {self.runs:,} | {self.confidence:.3%} |"
+        )
 
 
 def events(a: np.ndarray, b: np.ndarray, grid: int = 48) -> list[Event]:
@@ -97,7 +99,7 @@ def events(a: np.ndarray, b: np.ndarray, grid: int = 48) -> list[Event]:
     if pooled.size:
         cuts = np.unique(np.quantile(pooled, np.linspace(0, 1, grid + 1)))
         cuts = np.concatenate([[-math.inf], cuts, [math.inf]])
-        out += [Event(float(lo), float(hi)) for i, lo in enumerate(cuts) for hi in cuts[i + 1:]]
+        out += [Event(float(lo), float(hi)) for i, lo in enumerate(cuts) for hi in cuts[i + 1 :]]
     return out
 
 

@@ -35,8 +35,15 @@ REPO = Path(__file__).resolve().parent.parent
 # `make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`): each test file is one group,
 # so a file's module fixtures are built once, and the files that share the session's served Prefect
 # (`served`, `people`) form one group, so that server is started once.
-SERVED_FILES = {"test_gate.py", "test_server.py", "test_ui.py", "test_proxy.py", "test_gate_abuse.py", "test_gate_reads.py",
-                "test_quotas.py"}
+SERVED_FILES = {
+    "test_gate.py",
+    "test_server.py",
+    "test_ui.py",
+    "test_proxy.py",
+    "test_gate_abuse.py",
+    "test_gate_reads.py",
+    "test_quotas.py",
+}
 
 
 def pytest_collection_modifyitems(config, items):

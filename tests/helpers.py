@@ -21,21 +21,33 @@ def dp(epsilon: float, delta: float = 0.0, adjacency: Adjacency = ReplaceRecord(
     return DPCost(EpsilonDelta(epsilon, delta), adjacency)
 
 
-def open_policy(columns: list[str], keys: list[str], numeric: tuple[str, ...] = (), sensitive: tuple[str, ...] = (),
-                **extra) -> Policy:  # fmt: skip
+def open_policy(
+    columns: list[str], keys: list[str], numeric: tuple[str, ...] = (), sensitive: tuple[str, ...] = (), **extra
+) -> Policy:
     """A test's disclosure policy: ``keys`` the key variables (those in ``numeric`` numeric), ``sensitive``
     sensitive, every other column publishable, no threshold unless ``extra`` sets them."""
     rest = [c for c in columns if c not in keys and c not in sensitive]
-    doc = {"keys": {"categorical": [k for k in keys if k not in numeric], "numeric": [k for k in keys if k in numeric]},
-           "sensitive": list(sensitive), "publishable": rest, "thresholds": {"k": None}} | extra  # fmt: skip
+    doc = {
+        "keys": {"categorical": [k for k in keys if k not in numeric], "numeric": [k for k in keys if k in numeric]},
+        "sensitive": list(sensitive),
+        "publishable": rest,
+        "thresholds": {"k": None},
+    } | extra
     return Policy.model_validate(doc)
 
 
 def register(
-    home: Path, frame: pd.DataFrame | str | bytes, dataset_id: str = "census", unit: str = "record",
-    purpose: str = "sdc", schema: Schema | None = None, suite: str | None = None, fmt: str = "csv",
-    policy: Policy | None = None, keys: list[str] | None = None,
-) -> Dataset:  # fmt: skip
+    home: Path,
+    frame: pd.DataFrame | str | bytes,
+    dataset_id: str = "census",
+    unit: str = "record",
+    purpose: str = "sdc",
+    schema: Schema | None = None,
+    suite: str | None = None,
+    fmt: str = "csv",
+    policy: Policy | None = None,
+    keys: list[str] | None = None,
+) -> Dataset:
     """Write ``frame`` (or raw file content) under the home's data root and register it, as a steward. An sdc
     table gets ``policy``, else an open one (``open_policy``) keyed on ``keys`` (default: its first column
     among age, x, else its first column), no threshold."""
@@ -54,8 +66,9 @@ def register(
         columns = list(frame.columns)
         keys = keys or [next((c for c in ("age", "x") if c in columns), columns[0])]
         policy = open_policy(columns, keys, tuple(k for k in keys if pd.api.types.is_numeric_dtype(frame[k])))
-    dataset, _ = Registry(home).add(dataset_id, path.name, fmt, Unit.parse(unit), purpose, schema, suite, root=root,
-                                    policy=policy)  # fmt: skip
+    dataset, _ = Registry(home).add(
+        dataset_id, path.name, fmt, Unit.parse(unit), purpose, schema, suite, root=root, policy=policy
+    )
     return dataset
 
 
@@ -86,8 +99,12 @@ def write_policy(folder: Path, **extra) -> Path:
     """A disclosure policy file for the census tables: the RA request's QI columns are the key,
     occupation sensitive, hours-per-week publishable, no threshold unless ``extra`` sets them."""
     folder.mkdir(parents=True, exist_ok=True)
-    doc = {"keys": {"categorical": [q for q in QI if q != "age"], "numeric": ["age"]}, "sensitive": ["occupation"],
-           "publishable": ["hours-per-week"], "thresholds": {"k": None}} | extra  # fmt: skip
+    doc = {
+        "keys": {"categorical": [q for q in QI if q != "age"], "numeric": ["age"]},
+        "sensitive": ["occupation"],
+        "publishable": ["hours-per-week"],
+        "thresholds": {"k": None},
+    } | extra
     path = folder / "census.policy.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path

@@ -34,15 +34,23 @@ def cluster(host: str = "127.0.0.1", clients: str | None = None) -> Iterator[str
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     data = f"{folder}/data"
-    _as_postgres(f"{BIN}/initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8",
-                 "--no-sync")  # fmt: skip
+    _as_postgres(f"{BIN}/initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
     if clients:
         with open(f"{data}/pg_hba.conf", "a") as hba:
             hba.write(f"host all all {clients} trust\n")
     listen = ",".join(dict.fromkeys(["127.0.0.1", host]))
     try:
-        _as_postgres(f"{BIN}/pg_ctl", "-D", data, "-o", f"-c listen_addresses={listen} -p {port} -k {folder} "
-                     "-c fsync=off", "-l", f"{folder}/log", "-w", "start")  # fmt: skip
+        _as_postgres(
+            f"{BIN}/pg_ctl",
+            "-D",
+            data,
+            "-o",
+            f"-c listen_addresses={listen} -p {port} -k {folder} -c fsync=off",
+            "-l",
+            f"{folder}/log",
+            "-w",
+            "start",
+        )
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{open(f'{folder}/log').read()[-2000:]}") from None
     try:

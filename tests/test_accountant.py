@@ -154,8 +154,16 @@ def test_pure_parts_take_the_cheaper_of_linear_and_renyi():
 
 
 def test_outlier_plans_state_their_parts():
-    p = outliers.Params(query="top_subspaces", k=5, r=1.0, epsilon=1.0, delta=1e-6, h=2, c=1,
-                        standardize={"bounds": {"a": [0, 1], "b": [0, 1]}, "share": 0.1})  # fmt: skip
+    p = outliers.Params(
+        query="top_subspaces",
+        k=5,
+        r=1.0,
+        epsilon=1.0,
+        delta=1e-6,
+        h=2,
+        c=1,
+        standardize={"bounds": {"a": [0, 1], "b": [0, 1]}, "share": 0.1},
+    )
     events = acc.parts(outliers.plan(p).cost.event)
     families = [e.family for e in events]
     # N undeclared: global or smooth noise is decided when it runs, so each count is one (eps, delta) part

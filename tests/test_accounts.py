@@ -32,8 +32,15 @@ PASSWORD = "a long enough password"
 
 def typed(home: Path, line: str, *args: str) -> subprocess.CompletedProcess:
     """``printf '%s\\n' LINE | privrelease user ...``: the password on standard input."""
-    return subprocess.run([EXE, *args], cwd=REPO, env={"PRIVRELEASE_HOME": str(home), "PATH": "/usr/bin:/bin"},
-                          input=line + "\n", capture_output=True, text=True, timeout=60)  # fmt: skip
+    return subprocess.run(
+        [EXE, *args],
+        cwd=REPO,
+        env={"PRIVRELEASE_HOME": str(home), "PATH": "/usr/bin:/bin"},
+        input=line + "\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_passwords_are_slow_salted_hashes(tmp_path: Path):
@@ -144,16 +151,32 @@ def test_approval_commands_and_a_command_line_release_that_needs_a_steward(tmp_p
     assert r.returncode == 0 and "a release taking over 5% of what remains waits for a steward" in r.stdout, r.stderr
     r = run(home, "ledger", "set-budget", "census", "--epsilon", "4", "--delta", "1e-5", "--approve-above", "2")
     assert r.returncode == 2 and r.stderr == "error: --approve-above is a share of the remaining budget, from 0 to 1; got 2.\n"
-    request = write_request(tmp_path / "req", dataset="census", mechanism={"name": "outliers", "params": {
-        "query": "count", "columns": ["age"], "r": 1.0, "k": 3, "epsilon": 1.0, "delta": 1e-6, "noise": "global",
-        "standardize": {"age": {"mean": 40, "std": 12}}}})  # fmt: skip
+    request = write_request(
+        tmp_path / "req",
+        dataset="census",
+        mechanism={
+            "name": "outliers",
+            "params": {
+                "query": "count",
+                "columns": ["age"],
+                "r": 1.0,
+                "k": 3,
+                "epsilon": 1.0,
+                "delta": 1e-6,
+                "noise": "global",
+                "standardize": {"age": {"mean": 40, "std": 12}},
+            },
+        },
+    )
     r = run(home, "release", str(request))
     assert r.returncode == 2, r.stderr
     # the global count is one Gaussian: 9.0% of what the filter leaves (its Rényi cost 0.201 of K = 2.229), but
     # epsilon 1 of the 4 left is 25.0%: both are over the steward's 5%
-    assert r.stderr.startswith("error: this release charges epsilon=1 of the cap's epsilon=4 (4 left by the charges' "
-                               "epsilons: 25.0%) and takes 9.0% of what the admission filter leaves; its data steward lets "
-                               "a release of dataset 'census' take at most 5.0% without approval. Start it from its form")
+    assert r.stderr.startswith(
+        "error: this release charges epsilon=1 of the cap's epsilon=4 (4 left by the charges' "
+        "epsilons: 25.0%) and takes 9.0% of what the admission filter leaves; its data steward lets "
+        "a release of dataset 'census' take at most 5.0% without approval. Start it from its form"
+    )
     assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] == ["cap"]  # nothing charged
     history = run(home, "ledger", "history").stdout.splitlines()
     assert "requested by" in history[0] and getpass.getuser() in history[1]

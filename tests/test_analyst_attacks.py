@@ -60,8 +60,17 @@ def test_no_input_fingerprint_or_exact_corpus_size_is_published(prefect_server, 
     register(home, frame, "posts", "user:user", "dp")
     Ledger(home / "privrelease.duckdb").set_budget("posts", Budget(4.0, 1e-5))
     request = tmp_path / "r.yaml"
-    request.write_text(json.dumps({"dataset": "posts", "mechanism": {"name": "dpne", "params": {
-        "text_column": "text", "epsilon": 2.0, "delta": 1e-6, "T": 2, "tokenizer": "words"}}}))  # fmt: skip
+    request.write_text(
+        json.dumps(
+            {
+                "dataset": "posts",
+                "mechanism": {
+                    "name": "dpne",
+                    "params": {"text_column": "text", "epsilon": 2.0, "delta": 1e-6, "T": 2, "tokenizer": "words"},
+                },
+            }
+        )
+    )
     code, said = _cli(capsys, "release", str(request))
     assert code == 0, said
     seen = _readable(home) + said.encode()
@@ -79,11 +88,24 @@ def test_the_budget_unit_is_bound_to_the_data(prefect_server, home, tmp_path, ca
     """Before: one file could be released under two ids and two caps, from any readable path, into a
     ledger the run chose, under a unit the request chose. Now each is refused."""
     register(home, census(300), "census")
-    code, said = _cli(capsys, "dataset", "add", "census-again", "--source", "census.csv", "--format", "csv",
-                      "--unit", "record", "--purpose", "sdc")  # fmt: skip
+    code, said = _cli(
+        capsys,
+        "dataset",
+        "add",
+        "census-again",
+        "--source",
+        "census.csv",
+        "--format",
+        "csv",
+        "--unit",
+        "record",
+        "--purpose",
+        "sdc",
+    )
     assert code == 2 and "already registered as dataset 'census'" in said
-    code, said = _cli(capsys, "dataset", "add", "pw", "--source", "/etc/passwd", "--format", "csv", "--unit", "record",
-                      "--purpose", "sdc")  # fmt: skip
+    code, said = _cli(
+        capsys, "dataset", "add", "pw", "--source", "/etc/passwd", "--format", "csv", "--unit", "record", "--purpose", "sdc"
+    )
     assert code == 2 and "must lie inside the data root" in said
     for override, message in (
         ({"home": str(tmp_path / "mine")}, "home: Extra inputs are not permitted"),
@@ -94,8 +116,10 @@ def test_the_budget_unit_is_bound_to_the_data(prefect_server, home, tmp_path, ca
         assert code == 2 and message in said, said
     register(home, phrase_corpus(200), "posts", "user:user", "dp")
     Ledger(home / "privrelease.duckdb").set_budget("posts", Budget(4.0, 1e-5))
-    doc = {"dataset": "posts", "mechanism": {"name": "dpne", "params": {"user_column": "text", "text_column": "text",
-                                                                          "epsilon": 1.0, "delta": 1e-6}}}  # fmt: skip
+    doc = {
+        "dataset": "posts",
+        "mechanism": {"name": "dpne", "params": {"user_column": "text", "text_column": "text", "epsilon": 1.0, "delta": 1e-6}},
+    }
     (tmp_path / "unit.yaml").write_text(json.dumps(doc))
     code, said = _cli(capsys, "release", str(tmp_path / "unit.yaml"))
     assert code == 2 and "user_column: Extra inputs are not permitted" in said

@@ -61,7 +61,9 @@ def test_finding_3b_releases_started_together_cannot_race_past_the_approval(tmp_
         assert [e.release_id for e in ledger.entries() if e.status == RESERVED] == ["r1", "r2"]
         assert ledger.replay() and "records no approval that covers it" in ledger.replay()[0]  # (c): verify sees it
         return
-    with pytest.raises(ApprovalError, match=r"charges epsilon=1 of the cap's epsilon=2 \(1 left .*: 100.0%\).*Nothing was charged"):
+    with pytest.raises(
+        ApprovalError, match=r"charges epsilon=1 of the cap's epsilon=2 \(1 left .*: 100.0%\).*Nothing was charged"
+    ):
         _charge(ledger, "r2", 1.0, "bob")
     assert [e.release_id for e in ledger.entries() if e.status == RESERVED] == ["r1"] and ledger.replay() == []
 
@@ -72,14 +74,35 @@ def test_finding_3b_two_command_line_releases_at_once_charge_once(tmp_path: Path
 
     home = tmp_path / "home"
     register(home, census(400), "census", purpose="dp")
-    assert run(home, "ledger", "set-budget", "census", "--epsilon", "2", "--delta", "1e-5", "--approve-above", "0.6").returncode == 0
-    requests = [write_request(tmp_path / f"req{i}", dataset="census", release_id=f"race-{i}", mechanism={
-        "name": "outliers", "params": {"query": "count", "columns": ["age"], "r": 1.0, "k": 3, "epsilon": 1.0,
-                                       "delta": 1e-6, "noise": "global", "standardize": {"age": {"mean": 40, "std": 12}}}})
-                for i in range(2)]  # fmt: skip
+    assert (
+        run(home, "ledger", "set-budget", "census", "--epsilon", "2", "--delta", "1e-5", "--approve-above", "0.6").returncode == 0
+    )
+    requests = [
+        write_request(
+            tmp_path / f"req{i}",
+            dataset="census",
+            release_id=f"race-{i}",
+            mechanism={
+                "name": "outliers",
+                "params": {
+                    "query": "count",
+                    "columns": ["age"],
+                    "r": 1.0,
+                    "k": 3,
+                    "epsilon": 1.0,
+                    "delta": 1e-6,
+                    "noise": "global",
+                    "standardize": {"age": {"mean": 40, "std": 12}},
+                },
+            },
+        )
+        for i in range(2)
+    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")} | {"PRIVRELEASE_HOME": str(home)}
-    procs = [subprocess.Popen([EXE, "release", str(r)], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in requests]  # fmt: skip
+    procs = [
+        subprocess.Popen([EXE, "release", str(r)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for r in requests
+    ]
     outcomes = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
     assert sorted(code for code, _ in outcomes) == [0, 2], outcomes
     refused = next(err for code, err in outcomes if code == 2)
@@ -138,12 +161,37 @@ def test_an_accounts_window_is_set_by_the_steward_and_enforced_per_account(tmp_p
     register(home, census(300), "census", purpose="dp")
     r = run(home, "ledger", "set-budget", "census", "--epsilon", "10", "--delta", "1e-5", "--approve-account-above", "1.5")
     assert r.returncode == 2 and r.stderr.startswith("error: --approve-account-above EPSILON and --window HOURS go together")
-    r = run(home, "ledger", "set-budget", "census", "--epsilon", "10", "--delta", "1e-5", "--approve-account-above", "1.5",
-            "--window", "0")
-    assert r.returncode == 2 and r.stderr.startswith("error: invalid approval rule: an account's limit is an epsilon >= 0 "
-                                                     "over a window of 0 to 8784 hours")  # fmt: skip
-    r = run(home, "ledger", "set-budget", "census", "--epsilon", "10", "--delta", "1e-5", "--approve-account-above", "1.5",
-            "--window", "24")
+    r = run(
+        home,
+        "ledger",
+        "set-budget",
+        "census",
+        "--epsilon",
+        "10",
+        "--delta",
+        "1e-5",
+        "--approve-account-above",
+        "1.5",
+        "--window",
+        "0",
+    )
+    assert r.returncode == 2 and r.stderr.startswith(
+        "error: invalid approval rule: an account's limit is an epsilon >= 0 over a window of 0 to 8784 hours"
+    )
+    r = run(
+        home,
+        "ledger",
+        "set-budget",
+        "census",
+        "--epsilon",
+        "10",
+        "--delta",
+        "1e-5",
+        "--approve-account-above",
+        "1.5",
+        "--window",
+        "24",
+    )
     assert r.returncode == 0 and "one bringing its requester past epsilon=1.5 in 24 hours waits for a steward" in r.stdout
     ledger = Ledger(home / "privrelease.duckdb")
     ledger.reserve("census", "a1", "dp", dp(1.0, 0.0), "m", {}, {}, None, "alice")

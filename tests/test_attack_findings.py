@@ -68,8 +68,12 @@ def test_a_requested_dask_cluster_receives_no_rows(home, tmp_path, monkeypatch):
     register(home, pd.DataFrame(rows), "posts", "user:user", "dp")
     store = _store(home, monkeypatch)
     Ledger(store.db).set_budget("posts", Budget(10, 1e-3))
-    request = parse({"dataset": "posts", "mechanism": {"name": "dpne", "params": {"text_column": "text", "epsilon": 1.0,
-                                                                                  "delta": 1e-6, "T": 2}}})  # fmt: skip
+    request = parse(
+        {
+            "dataset": "posts",
+            "mechanism": {"name": "dpne", "params": {"text_column": "text", "epsilon": 1.0, "delta": 1e-6, "T": 2}},
+        }
+    )
     attacker = LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None, data=Spy)
     with attacker, parallel.using("dask", attacker.scheduler_address):  # what the old flow did with the parameter
         pipeline.release(store, request)
@@ -98,9 +102,22 @@ def test_public_standardization_is_no_threshold_oracle(tmp_path, monkeypatch):
         register(home, _ages(last), "people", "record", "dp")
         store = _store(home, monkeypatch)
         Ledger(store.db).set_budget("people", Budget(10, 1e-3))
-        request = {"dataset": "people", "mechanism": {"name": "outliers", "params": {
-            "query": "count", "columns": ["age"], "k": 1, "r": 1.0, "epsilon": 1.0, "delta": 1e-5, "noise": "global",
-            "standardize": {"age": {"mean": 0.0, "std": std}}}}}  # fmt: skip
+        request = {
+            "dataset": "people",
+            "mechanism": {
+                "name": "outliers",
+                "params": {
+                    "query": "count",
+                    "columns": ["age"],
+                    "k": 1,
+                    "r": 1.0,
+                    "epsilon": 1.0,
+                    "delta": 1e-5,
+                    "noise": "global",
+                    "standardize": {"age": {"mean": 0.0, "std": std}},
+                },
+            },
+        }
         outcomes.append(_outcome(store, request))
     assert outcomes[0] == outcomes[1], outcomes
 
@@ -116,8 +133,16 @@ def test_degrees_are_right_or_refused_when_distances_overflow():
     x = np.arange(50.0)[:, None] * 1e153
     with pytest.raises(InternalError, match="clipping limit"):
         geo.degrees(x, 1.0)
-    params = o.Params(query="count", columns=["a"], k=1, r=1.0, epsilon=1.0, delta=1e-5, noise="global",
-                      standardize={"a": {"mean": 0.0, "std": 1e-300}})  # fmt: skip
+    params = o.Params(
+        query="count",
+        columns=["a"],
+        k=1,
+        r=1.0,
+        epsilon=1.0,
+        delta=1e-5,
+        noise="global",
+        standardize={"a": {"mean": 0.0, "std": 1e-300}},
+    )
     z, _ = o.standardized(pd.DataFrame({"a": x[:, 0]}), ["a"], params, Budget(0.0), None)
     assert np.abs(z).max() == geo.COORD_LIMIT and (geo.degrees(z, 1.0) == [0] + [48] * 49).all()
 
@@ -144,13 +169,29 @@ def test_two_dimensional_cover_work_is_bounded_from_public_values():
 # -- finding 5: public parameters that crash as internal errors (no data involved, exit code 1) -------
 
 
-@pytest.mark.parametrize("params", [
-    {"name": "outliers", "params": {"query": "count", "columns": ["age"], "k": 1, "r": 1.0, "epsilon": 1.0,
-                                    "delta": 1e-5, "standardize": {"age": {"mean": float("inf"), "std": 1.0}}}},
-    {"name": "dpne", "params": {"text_column": "text", "epsilon": 1.0, "delta": 1e-6, "delta0": 10**12}},
-    {"name": "dpne", "params": {"text_column": "text", "epsilon": 1.0, "delta": 1e-6, "T": 50, "split": "geometric",
-                                "c": 1e-10}},
-], ids=["outliers-inf-mean", "dpne-delta0-1e12", "dpne-geometric-overflow"])  # fmt: skip
+@pytest.mark.parametrize(
+    "params",
+    [
+        {
+            "name": "outliers",
+            "params": {
+                "query": "count",
+                "columns": ["age"],
+                "k": 1,
+                "r": 1.0,
+                "epsilon": 1.0,
+                "delta": 1e-5,
+                "standardize": {"age": {"mean": float("inf"), "std": 1.0}},
+            },
+        },
+        {"name": "dpne", "params": {"text_column": "text", "epsilon": 1.0, "delta": 1e-6, "delta0": 10**12}},
+        {
+            "name": "dpne",
+            "params": {"text_column": "text", "epsilon": 1.0, "delta": 1e-6, "T": 50, "split": "geometric", "c": 1e-10},
+        },
+    ],
+    ids=["outliers-inf-mean", "dpne-delta0-1e12", "dpne-geometric-overflow"],
+)
 def test_out_of_range_public_parameters_are_user_errors(tmp_path, monkeypatch, capsys, params):
     import yaml
 
@@ -183,8 +224,24 @@ def test_a_seed_outside_test_mode_is_refused_before_the_charge(tmp_path, monkeyp
     register(home, _ages(60), "people", "record", "dp")
     store = _store(home, monkeypatch)
     Ledger(store.db).set_budget("people", Budget(10, 1e-3))
-    request = ReleaseRequest.model_validate({"dataset": "people", "seed": 1, "mechanism": {"name": "outliers", "params": {
-        "query": "count", "columns": ["age"], "k": 1, "r": 1.0, "epsilon": 1.0, "delta": 1e-5, "standardize": False}}})  # fmt: skip
+    request = ReleaseRequest.model_validate(
+        {
+            "dataset": "people",
+            "seed": 1,
+            "mechanism": {
+                "name": "outliers",
+                "params": {
+                    "query": "count",
+                    "columns": ["age"],
+                    "k": 1,
+                    "r": 1.0,
+                    "epsilon": 1.0,
+                    "delta": 1e-5,
+                    "standardize": False,
+                },
+            },
+        }
+    )
     with pytest.raises(SpecError, match="test mode"):
         pipeline.release(store, request)  # what flows/release.py runs with its `request` parameter
     assert [e.status for e in Ledger(store.db).entries()] == ["cap"], "the refused request was charged"
@@ -240,8 +297,11 @@ def test_a_flow_run_cannot_set_the_workers_environment():
     serve = (Path(__file__).resolve().parent.parent / "scripts" / "serve.sh").read_text()
     (create,) = [line for line in serve.splitlines() if "work-pool create" in line and "printf" not in line]
     given = re.search(r"--base-job-template\s+(\S+)", create)
-    template = (json.loads((Path(__file__).resolve().parent.parent / given.group(1).strip("\"'")).read_text())
-                if given else ProcessWorker.get_default_base_job_template())  # fmt: skip
+    template = (
+        json.loads((Path(__file__).resolve().parent.parent / given.group(1).strip("\"'")).read_text())
+        if given
+        else ProcessWorker.get_default_base_job_template()
+    )
     exposed = {"env", "command", "working_dir"} & set(template["variables"].get("properties", {}))
     assert not exposed, f"every flow run may set {sorted(exposed)}"
     # Prefect merges any `env` a run sends into a dict-valued env of the template, so the server must

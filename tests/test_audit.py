@@ -82,16 +82,22 @@ def level_outputs(params: dpne.Params, k: int, rho: float, base: int, m: int, n:
 def _check(params: dpne.Params, k: int, rho: float, base: int, m: int, n: int, seed: int):
     d, d_prime = level_outputs(params, k, rho, base, m, n, seed)
     result = audit(d, d_prime, params.epsilon, params.delta)
-    record(f"DPNE level {k}: {_describe(params)}, rho_k = {rho / dpne.accounting(params).sigmas[k - 1]:.3g} sigma_k, "
-           f"{'held by others' if base else 'unique n-gram'}, extra user's m = {m}", result)
+    record(
+        f"DPNE level {k}: {_describe(params)}, rho_k = {rho / dpne.accounting(params).sigmas[k - 1]:.3g} sigma_k, "
+        f"{'held by others' if base else 'unique n-gram'}, extra user's m = {m}",
+        result,
+    )
     assert result.epsilon_lb <= params.epsilon, result
     return result
 
 
 def _describe(params: dpne.Params) -> str:
     fields = ("epsilon", "delta", "T", "delta0", "eta", "split", "c")
-    return ", ".join(f"{f}={getattr(params, f):.3g}" if isinstance(getattr(params, f), float) else f"{f}={getattr(params, f)}"
-                     for f in fields if getattr(params, f) is not None)
+    return ", ".join(
+        f"{f}={getattr(params, f):.3g}" if isinstance(getattr(params, f), float) else f"{f}={getattr(params, f)}"
+        for f in fields
+        if getattr(params, f) is not None
+    )
 
 
 def _params(**kw) -> dpne.Params:
@@ -166,7 +172,12 @@ def requests(draw):
     return params, k, rho, m
 
 
-@settings(max_examples=40, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(requests())
 def test_auditor_bound_stays_below_the_claim_over_the_request_space(test_mode, request_):
     params, k, rho, m = request_
@@ -194,8 +205,7 @@ def e2e_outputs(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
         return float(hit.iloc[0]) / dpne.accounting(E2E).sigmas[1] if len(hit) else math.nan
 
     d, d_prime = _corpus(300, None), _corpus(300, "alpha alpha")
-    return (np.array([weight(d, seed + i) for i in range(n)]),
-            np.array([weight(d_prime, seed + n + i) for i in range(n)]))  # fmt: skip
+    return (np.array([weight(d, seed + i) for i in range(n)]), np.array([weight(d_prime, seed + n + i) for i in range(n)]))
 
 
 def test_auditor_end_to_end_on_dpne(test_mode, monkeypatch):

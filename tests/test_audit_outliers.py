@@ -44,8 +44,11 @@ CASES = [
     pytest.param(_params(epsilon=1.0, noise="global"), "noisy_count", id="count-global-eps1"),
     pytest.param(_params(noise="smooth"), "noisy_count", id="count-smooth"),
     pytest.param(_params(noise="smooth"), "noise_std", id="count-smooth-released-std"),
-    pytest.param(_params(query="top_subspaces", columns=["a", "b"], c=1, h=1, delta=0.0, release_counts=False),
-                 "subspace", id="top-subspace-selection"),  # fmt: skip
+    pytest.param(
+        _params(query="top_subspaces", columns=["a", "b"], c=1, h=1, delta=0.0, release_counts=False),
+        "subspace",
+        id="top-subspace-selection",
+    ),
 ]
 
 
@@ -57,16 +60,18 @@ def outputs(params: o.Params, column: str, n: int, seed: int) -> tuple[np.ndarra
         return float(params.columns.index(x)) if column == "subspace" else (math.nan if x is None else float(x))
 
     d, d_prime = _tables()
-    return (np.array([value(d, seed + i) for i in range(n)]),
-            np.array([value(d_prime, seed + n + i) for i in range(n)]))  # fmt: skip
+    return (np.array([value(d, seed + i) for i in range(n)]), np.array([value(d_prime, seed + n + i) for i in range(n)]))
 
 
 @pytest.mark.parametrize(("params", "column"), CASES)
 def test_auditor_bound_stays_below_the_claim(test_mode, params, column):
     n = runs(500, 20_000)  # ~2 ms a run; at make-test size the bounds are at 95% confidence, else 99.9%
     result = audit(*outputs(params, column, n, seed=1), params.epsilon, params.delta, 0.05 if n < 1000 else ALPHA)
-    record(f"outliers {params.query} ({params.noise}), released {column}: epsilon={params.epsilon:g}, "
-           f"delta={params.delta:g}, N={N}, k=1, one record of a tight pair moved to 10^6", result)  # fmt: skip
+    record(
+        f"outliers {params.query} ({params.noise}), released {column}: epsilon={params.epsilon:g}, "
+        f"delta={params.delta:g}, N={N}, k=1, one record of a tight pair moved to 10^6",
+        result,
+    )
     assert result.epsilon_lb <= params.epsilon, result
 
 

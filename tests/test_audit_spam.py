@@ -32,8 +32,10 @@ def neighbours(params: dp.DPParams, users: int, rounds: int, d: int = 4) -> tupl
     """The calibrated noise and the protocol's noiseless sums on D and on D′ (the last user's first
     message, of min(F, d) features after the cap, with its label flipped), at a model on the ball."""
     rng = np.random.default_rng(users)
-    corpus = [([np.sort(rng.choice(d, rng.integers(1, d + 1), replace=False)) for _ in range(3)], rng.choice([-1, 1], 3))
-              for _ in range(users)]  # fmt: skip
+    corpus = [
+        ([np.sort(rng.choice(d, rng.integers(1, d + 1), replace=False)) for _ in range(3)], rng.choice([-1, 1], 3))
+        for _ in range(users)
+    ]
     corpus[-1][0][0] = np.arange(d)
     calibrated = dp.calibrate(params, users, rounds)
     w = dp.project(np.random.default_rng(1).normal(0, 1, d), params.radius)
@@ -44,8 +46,9 @@ def neighbours(params: dp.DPParams, users: int, rounds: int, d: int = 4) -> tupl
     return calibrated, s, s_prime
 
 
-def outputs(calibrated: dp.Noise, s: list[int], s_prime: list[int], n: int, seed: int,
-            share_variance: int | None = None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def outputs(
+    calibrated: dp.Noise, s: list[int], s_prime: list[int], n: int, seed: int, share_variance: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """n audited runs on each corpus: the noisy decrypted sum projected on S′ − S, in units of the
     calibrated σ. ``share_variance``: a variant's share variance instead of the calibrated one."""
     s2 = share_variance or calibrated.share_variance
@@ -65,8 +68,11 @@ def outputs(calibrated: dp.Noise, s: list[int], s_prime: list[int], n: int, seed
 def _audit(name: str, params: dp.DPParams, users: int, rounds: int, n: int, seed: int, **variant):
     calibrated, s, s_prime = neighbours(params, users, rounds)
     result = audit(*outputs(calibrated, s, s_prime, n, seed, **variant), params.epsilon, params.delta)
-    record(f"spam round sum (dp:): {name}, {users} users, {params.colluders} colluding, {rounds} rounds, "
-           f"F = {params.max_features}, R = {params.radius:g}", result)  # fmt: skip
+    record(
+        f"spam round sum (dp:): {name}, {users} users, {params.colluders} colluding, {rounds} rounds, "
+        f"F = {params.max_features}, R = {params.radius:g}",
+        result,
+    )
     return calibrated, result
 
 
@@ -104,9 +110,11 @@ def test_auditor_catches_an_under_noised_round(test_mode):
     assert fixed.epsilon_lb <= UNDER_NOISED.epsilon, fixed
     forgot = dp.calibrate(UNDER_NOISED.model_copy(update={"colluders": 0}), 10, 1).share_variance  # σ²/10
     assert abs(forgot * 10 - calibrated.share_variance) <= 10
-    _, result = _audit("UNDER-NOISED: colluders not subtracted (variance / 10)", UNDER_NOISED, 10, 1, n, seed=5,
-                       share_variance=forgot)  # fmt: skip
+    _, result = _audit(
+        "UNDER-NOISED: colluders not subtracted (variance / 10)", UNDER_NOISED, 10, 1, n, seed=5, share_variance=forgot
+    )
     assert result.epsilon_lb > UNDER_NOISED.epsilon, result
-    _, result = _audit("UNDER-NOISED: share variance / 4", UNDER_NOISED, 10, 1, 5 * n, seed=5,
-                       share_variance=calibrated.share_variance // 4)  # fmt: skip
+    _, result = _audit(
+        "UNDER-NOISED: share variance / 4", UNDER_NOISED, 10, 1, 5 * n, seed=5, share_variance=calibrated.share_variance // 4
+    )
     assert result.epsilon_lb > UNDER_NOISED.epsilon, result

@@ -54,8 +54,7 @@ def test_dpne_releases_admitted_by_the_filter_and_refused_with_reasons(store):
     assert "this release needs epsilon=1, delta=1e-06" in message
     # DPNE adds Gaussian noise: only the filter can admit it, and there both ran out (0.159 > 0.103 left;
     # the new-item delta 5e-7 plus the sampler's 5e-84 > 5e-7 left)
-    assert "What binds: under the admission filter, epsilon and delta; basic composition does not take " \
-           "Gaussian noise." in message
+    assert "What binds: under the admission filter, epsilon and delta; basic composition does not take Gaussian noise." in message
     assert "Admission filter (Rényi order" in message and "of which 0" not in message.split("budget,")[0]
     assert f"Largest spenders so far: {charges[0].release_id} (epsilon=1, delta=1e-06, filter cost" in message
     # here the new-item deltas bind: 17 x (5e-7 + the sampler's 5e-84) leave less than 5e-7 of the 9e-6
@@ -99,8 +98,9 @@ def test_totals_show_basic_filter_and_pld_cross_checked(store):
     reference = PLDAccountant(value_discretization_interval=1e-4)
     reference.compose(SelfComposedDpEvent(GaussianDpEvent(gauss[0].sigma), sum(e.count for e in gauss)))
     assert a.pld_epsilon == pytest.approx(reference.get_epsilon(1e-5 - 4 * 5e-7), abs=2e-3)
-    assert a.like == "dpne" and a.fits == acc.fits_more(a.filter, [acc.Spend("x", Budget(1, 1e-6), events[:3])] * 4,
-                                                        acc.Spend("x", Budget(1, 1e-6), events[:3]))  # fmt: skip
+    assert a.like == "dpne" and a.fits == acc.fits_more(
+        a.filter, [acc.Spend("x", Budget(1, 1e-6), events[:3])] * 4, acc.Spend("x", Budget(1, 1e-6), events[:3])
+    )
     shown = t.as_dict()
     assert shown["pld"] == {"epsilon": a.pld_epsilon, "delta": 1e-5, "discretization": 1e-4}
     assert shown["filter"]["epsilon"] == a.filter_epsilon and shown["next"] == {"like": "dpne", "fits": a.fits}
@@ -119,8 +119,20 @@ def test_history_of_sdc_and_mpc_shows_no_epsilon(home):
 def forge(ledger: Ledger, dataset: str, release: str, cost: Budget, detail: dict) -> None:
     """An entry written past the admission check (a writer holding the key): the chain is intact."""
     with ledger._write(dataset) as (con, written):
-        ledger._append(con, written, dataset=dataset, release_id=release, kind="dp", adjacency="x", mechanism="m",
-                       params={}, epsilon=cost.epsilon, delta=cost.delta, detail=detail, status=RESERVED)  # fmt: skip
+        ledger._append(
+            con,
+            written,
+            dataset=dataset,
+            release_id=release,
+            kind="dp",
+            adjacency="x",
+            mechanism="m",
+            params={},
+            epsilon=cost.epsilon,
+            delta=cost.delta,
+            detail=detail,
+            status=RESERVED,
+        )
 
 
 def test_verify_replays_every_admission(store, home):
@@ -135,7 +147,9 @@ def test_verify_replays_every_admission(store, home):
     store.ledger.verify()  # the chain itself is intact
     (problem,) = store.ledger.replay()
     seq = store.ledger.entries()[-1].seq
-    assert problem.startswith(f"entry {seq} (posts): recorded as admitted (basic, by its None) but the filter of the cap then in force gives refused")
+    assert problem.startswith(
+        f"entry {seq} (posts): recorded as admitted (basic, by its None) but the filter of the cap then in force gives refused"
+    )
     r = run(home, "ledger", "verify")
     assert r.returncode == 3 and f"admission replay FAILED: entry {seq} (posts)" in r.stderr
 

@@ -26,15 +26,28 @@ def test_dataset_and_ledger_commands(tmp_path: Path):
     home = tmp_path / "home"
     (home / "data").mkdir(parents=True)
     census(300).to_csv(home / "data" / "census.csv", index=False)
-    r = run(home, "dataset", "add", "census", "--source", "census.csv", "--format", "csv", "--unit", "record",
-            "--purpose", "dp")  # fmt: skip
+    r = run(home, "dataset", "add", "census", "--source", "census.csv", "--format", "csv", "--unit", "record", "--purpose", "dp")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == "dataset census: registration 1, unit record, purpose dp, 11 columns, 300 rows (public)"
     assert "schema (inferred from the file, now public" in r.stdout and "  age:\n    type: integer" in r.stdout
     (tmp_path / "schema.yaml").write_text(r.stdout.split("--schema next time):\n", 1)[1])
-    r = run(home, "dataset", "add", "census2", "--source", "census.csv", "--format", "csv", "--unit", "record",
-            "--purpose", "dp", "--schema", str(tmp_path / "schema.yaml"))  # fmt: skip
+    r = run(
+        home,
+        "dataset",
+        "add",
+        "census2",
+        "--source",
+        "census.csv",
+        "--format",
+        "csv",
+        "--unit",
+        "record",
+        "--purpose",
+        "dp",
+        "--schema",
+        str(tmp_path / "schema.yaml"),
+    )
     assert r.returncode == 2 and r.stderr.startswith("error: this source is already registered as dataset 'census'")
     r = run(home, "dataset", "add", "x", "--source", "/etc/passwd", "--format", "csv", "--unit", "record", "--purpose", "sdc")
     assert r.returncode == 2 and "must lie inside the data root" in r.stderr and "Traceback" not in r.stderr
@@ -57,10 +70,25 @@ def test_dataset_and_ledger_commands(tmp_path: Path):
     history = json.loads(run(home, "ledger", "history", "--json").stdout)
     assert [(e["seq"], e["status"], e["epsilon"]) for e in history] == [(1, "cap", 2.0)]
     totals = json.loads(run(home, "ledger", "totals", "--json").stdout)
-    assert totals == [{"dataset": "census", "kind": "dp", "adjacency": None, "cap": {"epsilon": 2.0, "delta": 1e-6},
-                       "spent": {"epsilon": 0.0, "delta": 0.0}, "remaining": {"epsilon": 2.0, "delta": 9e-7}, "remaining_by": "basic",
-                       "releases": 0, "published": 0, "failed": 0, "pending": 0, "gdp": None,
-                       "filter": None, "pld": None, "next": None}]  # fmt: skip
+    assert totals == [
+        {
+            "dataset": "census",
+            "kind": "dp",
+            "adjacency": None,
+            "cap": {"epsilon": 2.0, "delta": 1e-6},
+            "spent": {"epsilon": 0.0, "delta": 0.0},
+            "remaining": {"epsilon": 2.0, "delta": 9e-7},
+            "remaining_by": "basic",
+            "releases": 0,
+            "published": 0,
+            "failed": 0,
+            "pending": 0,
+            "gdp": None,
+            "filter": None,
+            "pld": None,
+            "next": None,
+        }
+    ]
     assert run(home, "ledger", "totals").stdout.splitlines()[1].startswith("census           dp")
     assert "cap" in run(home, "ledger", "history", "--dataset", "census").stdout
     ok = run(home, "ledger", "verify")
@@ -81,7 +109,9 @@ def test_bad_request_exits_2_with_one_paragraph_and_no_traceback(tmp_path: Path)
     spec = write_request(tmp_path / "case", mechanism__params__p=[0.5] * 9)
     r = run(tmp_path / "home", "release", str(spec))
     assert r.returncode == 2
-    assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: the release request is invalid: mechanism.ra.params: p must sum to 1")
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith(
+        "error: the release request is invalid: mechanism.ra.params: p must sum to 1"
+    )
     r = run(tmp_path / "home", "release", str(tmp_path / "missing.yaml"))
     assert r.returncode == 2 and "is not a file" in r.stderr
 
@@ -94,8 +124,25 @@ def test_release_in_a_real_process(prefect_server, tmp_path: Path):
     home = tmp_path / "home"
     (home / "data").mkdir(parents=True)
     census(500).to_csv(home / "data" / "census.csv", index=False)
-    assert run(home, "dataset", "add", "census", "--source", "census.csv", "--format", "csv", "--unit", "record",
-               "--purpose", "sdc", "--policy", str(write_policy(tmp_path))).returncode == 0  # fmt: skip
+    assert (
+        run(
+            home,
+            "dataset",
+            "add",
+            "census",
+            "--source",
+            "census.csv",
+            "--format",
+            "csv",
+            "--unit",
+            "record",
+            "--purpose",
+            "sdc",
+            "--policy",
+            str(write_policy(tmp_path)),
+        ).returncode
+        == 0
+    )
     r = run(home, "release", str(write_request(tmp_path / "good")), env=env)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
@@ -103,9 +150,11 @@ def test_release_in_a_real_process(prefect_server, tmp_path: Path):
     assert (Path(lines[1].split(" ", 1)[1]) / "manifest.json").is_file()
     r = run(home, "release", str(write_request(tmp_path / "bad", mechanism__params__qi=["age", "no-such-column"])), env=env)
     assert r.returncode == 2
-    assert r.stderr.strip().splitlines() == ["error: dataset 'census' has no column 'no-such-column'; its columns are "
-                                              "['age', 'workclass', 'education', 'marital-status', 'occupation', "
-                                              "'relationship', 'race', 'sex', 'native-country', 'hours-per-week', 'salary']."]  # fmt: skip
+    assert r.stderr.strip().splitlines() == [
+        "error: dataset 'census' has no column 'no-such-column'; its columns are "
+        "['age', 'workclass', 'education', 'marital-status', 'occupation', "
+        "'relationship', 'race', 'sex', 'native-country', 'hours-per-week', 'salary']."
+    ]
     r = run(home, "ledger", "set-budget", "census", "--epsilon", "1", "--delta", "0")
     assert r.returncode == 2 and "registered for statistical disclosure control" in r.stderr
 
@@ -131,8 +180,18 @@ def test_demo_in_a_fresh_home(tmp_path: Path):
     said = r.stdout.splitlines()
     assert said[0] == "As the data steward, the demo registered:"
     assert said[1].split() == ["census-demo", "sdc", "unit", "record", "2000", "rows", "no", "budget", "(SDC)"]
-    assert said[2].split() == ["posts-demo", "dp", "unit", "user:user", "rows", "not", "public", "budget", "epsilon=20",
-                               "delta=1e-05"]  # fmt: skip
+    assert said[2].split() == [
+        "posts-demo",
+        "dp",
+        "unit",
+        "user:user",
+        "rows",
+        "not",
+        "public",
+        "budget",
+        "epsilon=20",
+        "delta=1e-05",
+    ]
     assert said[4] == f"Example release requests, an analyst's: {home / 'requests'}/"
     assert "(sdc: recorded on the ledger, not DP, no budget spent)" in r.stdout
     assert "chain:          recode → ra → suppress" in r.stdout
@@ -143,7 +202,10 @@ def test_demo_in_a_fresh_home(tmp_path: Path):
     assert r.returncode == 0 and "charged epsilon=" in r.stdout, r.stderr[-2000:]
     r = run(home, "dataset", "list")
     assert r.returncode == 0 and [line.split(":")[0] for line in r.stdout.splitlines()] == [
-        "dataset census-demo", "dataset logins-demo", "dataset posts-demo"]
+        "dataset census-demo",
+        "dataset logins-demo",
+        "dataset posts-demo",
+    ]
 
 
 def test_help_version_info_and_a_closed_pipe(tmp_path: Path):
@@ -156,7 +218,10 @@ def test_help_version_info_and_a_closed_pipe(tmp_path: Path):
     assert r.returncode == 0 and r.stdout.strip() == "privrelease 0.1.0"
     r = run(home, "info")
     assert r.returncode == 0 and r.stdout.splitlines()[:3] == [
-        "version         0.1.0", f"home            {home}", "home_from       $PRIVRELEASE_HOME"]
+        "version         0.1.0",
+        f"home            {home}",
+        "home_from       $PRIVRELEASE_HOME",
+    ]
     info = json.loads(run(home, "info", "--json").stdout)
     assert info["data_root"] == str(home / "data") and info["datasets"] == [] and info["ledger_head"] is None
     assert info["snapshot_store"] == f"{home / 'datasets'} ($PRIVRELEASE_SNAPSHOT_STORE unset: this worker's home)"
@@ -164,7 +229,9 @@ def test_help_version_info_and_a_closed_pipe(tmp_path: Path):
     environ["HOME"] = str(tmp_path / "user")
     r = subprocess.run([EXE, "info", "--json"], cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=120)
     assert json.loads(r.stdout)["home"] == str(tmp_path / "user" / ".local" / "share" / "privrelease")  # not ./.privrelease
-    r = subprocess.run(f"{EXE} --home {home} dataset list --json | head -1", shell=True, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        f"{EXE} --home {home} dataset list --json | head -1", shell=True, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0 and r.stdout == "[]\n" and r.stderr == ""
 
 
@@ -173,8 +240,25 @@ def test_release_summary_json_and_quiet(tmp_path: Path):
     home = tmp_path / "home"
     (home / "data").mkdir(parents=True)
     census(400).to_csv(home / "data" / "census.csv", index=False)
-    assert run(home, "dataset", "add", "census", "--source", "census.csv", "--format", "csv", "--unit", "record",
-               "--purpose", "sdc", "--policy", str(write_policy(tmp_path))).returncode == 0  # fmt: skip
+    assert (
+        run(
+            home,
+            "dataset",
+            "add",
+            "census",
+            "--source",
+            "census.csv",
+            "--format",
+            "csv",
+            "--unit",
+            "record",
+            "--purpose",
+            "sdc",
+            "--policy",
+            str(write_policy(tmp_path)),
+        ).returncode
+        == 0
+    )
     r = run(home, "release", str(write_request(tmp_path / "a")))
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
@@ -201,9 +285,17 @@ def test_spam_commands_as_typed(tmp_path: Path):
     env = {"PRIVRELEASE_TEST_MODE": "1", "PREFECT_HOME": str(tmp_path / "prefect")}  # 512-bit keys need test mode
     r = run(home, "spam", "split", str(folder / "all.jsonl"), "--out", str(folder), "--users", "2", env=env)
     assert r.returncode == 0 and r.stdout.splitlines()[0] == str(folder / "user-1.jsonl")
-    doc = {"run_id": "cli", "users": ["user-1.jsonl", "user-2.jsonl"], "test": "test.jsonl",
-           "features": {"modulus": 100_000, "reduction": "hash", "dimension": 256, "seed": 0},
-           "key_bits": 512, "learning_rate": 1e-4, "rounds": 2, "mode": "batch", "block_size": 1000}  # fmt: skip
+    doc = {
+        "run_id": "cli",
+        "users": ["user-1.jsonl", "user-2.jsonl"],
+        "test": "test.jsonl",
+        "features": {"modulus": 100_000, "reduction": "hash", "dimension": 256, "seed": 0},
+        "key_bits": 512,
+        "learning_rate": 1e-4,
+        "rounds": 2,
+        "mode": "batch",
+        "block_size": 1000,
+    }
     (folder / "spam.yaml").write_text(yaml.safe_dump(doc))
     r = run(home, "spam", "train", "mail/spam.yaml", env=env)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -221,12 +313,23 @@ def test_concurrent_first_start_of_prefect_in_a_fresh_home(tmp_path: Path):
     """Eight processes start Prefect's temporary server on one new database at once (without the lock,
     2 and 4 of 8 printed migration tracebacks in two trials here): the first
     migrates it under the lock, the others find it ready; each runs a flow, none shows a traceback."""
-    code = ("from cli.launch import prefect_env as _prefect_env, start_prefect as _start_prefect; from pathlib import Path; import sys; "
-            "_prefect_env(Path(sys.argv[1])); _start_prefect(); from prefect import flow; "
-            "print(flow(name='probe')(lambda: 41)() + 1)")  # fmt: skip
+    code = (
+        "from cli.launch import prefect_env as _prefect_env, start_prefect as _start_prefect; from pathlib import Path; import sys; "
+        "_prefect_env(Path(sys.argv[1])); _start_prefect(); from prefect import flow; "
+        "print(flow(name='probe')(lambda: 41)() + 1)"
+    )
     environ = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    procs = [subprocess.Popen([os.sys.executable, "-c", code, str(tmp_path)], cwd=REPO, env=environ, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(8)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [os.sys.executable, "-c", code, str(tmp_path)],
+            cwd=REPO,
+            env=environ,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(8)
+    ]
     results = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0] * 8, [err[-1500:] for _, err in results]
     assert all(out.strip().endswith("42") and "Traceback" not in err for out, err in results)

@@ -114,8 +114,9 @@ def charge_violations(planned: Plan) -> list[str]:
         found.append("its approx parts' epsilon exceeds the charge's")
     if sum((e.count * acc.exact(e.delta) for e in approx), Fraction(0)) > delta:
         found.append("its approx parts' delta exceeds the charge's")
-    found += [f"its {e.family} part's epsilon exceeds the charge's"
-              for e in events if e.family in acc.PURE and linear_epsilon(e) > eps]  # fmt: skip
+    found += [
+        f"its {e.family} part's epsilon exceeds the charge's" for e in events if e.family in acc.PURE and linear_epsilon(e) > eps
+    ]
     if sum((linear_epsilon(e) for e in events if e.family != "gaussian"), Fraction(0)) > eps:
         found.append("its linearly counted parts' epsilon exceeds the charge's")
     whole = composed_epsilon(events, charge.delta)
@@ -194,13 +195,19 @@ def test_events_beyond_their_charge_are_flagged():
         return replace(planned, cost=replace(planned.cost, event=event))
 
     assert charge_violations(doctored(gauss, acc.approx(charge.epsilon * 1.01, slack.delta)))[:2] == [
-        "its approx parts' epsilon exceeds the charge's", "its linearly counted parts' epsilon exceeds the charge's"]
+        "its approx parts' epsilon exceeds the charge's",
+        "its linearly counted parts' epsilon exceeds the charge's",
+    ]
     assert charge_violations(doctored(acc.approx(0.5, charge.delta * 2))) == ["its approx parts' delta exceeds the charge's"]
-    assert charge_violations(doctored(acc.approx(0.9, charge.delta), acc.approx(0.2, 0.0)))[0] == \
-        "its approx parts' epsilon exceeds the charge's"  # fmt: skip
+    assert (
+        charge_violations(doctored(acc.approx(0.9, charge.delta), acc.approx(0.2, 0.0)))[0]
+        == "its approx parts' epsilon exceeds the charge's"
+    )
     pure = acc.Event("discrete_laplace", 2, scale=10, sensitivity=6)  # 2 x 0.6 > 1
-    assert charge_violations(doctored(pure))[:2] == ["its discrete_laplace part's epsilon exceeds the charge's",
-                                                     "its linearly counted parts' epsilon exceeds the charge's"]  # fmt: skip
+    assert charge_violations(doctored(pure))[:2] == [
+        "its discrete_laplace part's epsilon exceeds the charge's",
+        "its linearly counted parts' epsilon exceeds the charge's",
+    ]
     (found,) = charge_violations(doctored(acc.gaussian(gauss.sigma / 2, gauss.sensitivity), slack))
     assert found.startswith("its events compose to epsilon ") and found.endswith(f"at delta {charge.delta:g}, above the charge's")
     with pytest.raises(TypeError, match="a DP cost needs a privacy event"):  # a DP plan cannot record none

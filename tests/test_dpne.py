@@ -21,7 +21,7 @@ from scipy.stats import chisquare, norm
 
 from bench import dpne_baselines as baselines
 from core import noise
-from core.mechanisms import dpne, dpne_counts
+from core.mechanisms import dpne, dpne_candidates, dpne_counts
 from core.privacy.budget import compose_sigmas, gaussian_delta, gaussian_epsilon, gaussian_sigma
 
 Z_LIMIT = 4.5
@@ -91,13 +91,21 @@ print(pld.get_epsilon(target_delta=delta))
 def _pld_epsilon(sigmas: list[float], delta: float) -> float:
     """dp-accounting's PLD accountant, in its own process (absl's logging set-up upsets Prefect's
     console handler under pytest's capture)."""
-    out = subprocess.run([sys.executable, "-c", PLD, json.dumps(sigmas), repr(delta)], capture_output=True,
-                         text=True, check=True, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", PLD, json.dumps(sigmas), repr(delta)], capture_output=True, text=True, check=True, timeout=120
+    )
     return float(out.stdout)
 
 
-@pytest.mark.parametrize("eps,delta,T,split,c", [(4, 1e-7, 9, "equal", None), (1, 1e-7, 6, "equal", None),
-                                                 (0.5, 1e-6, 3, "geometric", 0.7), (8, 1e-9, 12, "geometric", 0.95)])
+@pytest.mark.parametrize(
+    "eps,delta,T,split,c",
+    [
+        (4, 1e-7, 9, "equal", None),
+        (1, 1e-7, 6, "equal", None),
+        (0.5, 1e-6, 3, "geometric", 0.7),
+        (8, 1e-9, 12, "geometric", 0.95),
+    ],
+)
 def test_inverse_accounting_and_independent_pld(eps, delta, T, split, c):
     p = params(epsilon=eps, delta=delta, T=T, split=split, c=c)
     acc = dpne.accounting(p)
@@ -123,9 +131,15 @@ def test_rho_1_bounds_a_lone_user_by_half_delta():
 
 @pytest.mark.parametrize(
     "kw,message",
-    [({"delta0": [5, 5]}, "delta0 has 2 entries"), ({"split": "geometric"}, "c is required"),
-     ({"c": 0.5}, "c is required"), ({"delta": 0}, "greater than 0"), ({"epsilon": -1}, "greater than 0"),
-     ({"pruning": "left"}, "'both' or 'single'"), ({"delta0": 0}, "between 1 and 100,000")],
+    [
+        ({"delta0": [5, 5]}, "delta0 has 2 entries"),
+        ({"split": "geometric"}, "c is required"),
+        ({"c": 0.5}, "c is required"),
+        ({"delta": 0}, "greater than 0"),
+        ({"epsilon": -1}, "greater than 0"),
+        ({"pruning": "left"}, "'both' or 'single'"),
+        ({"delta0": 0}, "between 1 and 100,000"),
+    ],
 )
 def test_bad_parameters(kw, message):
     with pytest.raises(ValidationError, match=message):
@@ -162,8 +176,9 @@ def _occurrences(partition: dpne_counts.Partition, encoding: dpne_counts.Encodin
     return pd.DataFrame({"user": partition.user_ids[users], "gram": grams})
 
 
-def _levels(partition: dpne_counts.Partition, pruning: str, released: dict[int, set[str]],
-            upto: int) -> Iterator[tuple[int, dpne_counts.Encoding | None]]:  # fmt: skip
+def _levels(
+    partition: dpne_counts.Partition, pruning: str, released: dict[int, set[str]], upto: int
+) -> Iterator[tuple[int, dpne_counts.Encoding | None]]:
     """Walk a partition through levels 1..upto as ``dpne.extract`` does, with the given sets taken as
     released; yields each level and its encoding of the grams' ids (None at level 1: the tokens)."""
     words, encoding = sorted(released[1]), None
@@ -221,7 +236,7 @@ def test_each_levels_histogram_matches_a_brute_force_over_the_texts(pruning, chu
     frame = phrase_corpus(300, seed=5)
     if shuffled:
         frame = frame.sample(frac=1, random_state=2).reset_index(drop=True)
-    grams = [{" ".join(t.split()[i:i + k]) for t in frame["text"] for i in range(len(t.split()) - k + 1)} for k in (1, 2, 3)]
+    grams = [{" ".join(t.split()[i : i + k]) for t in frame["text"] for i in range(len(t.split()) - k + 1)} for k in (1, 2, 3)]
     released = {1: grams[0], 2: {g for g in grams[1] if hash_bit(g)}}
     released[3] = {g for g in grams[2] if hash_bit(g) and _valid_at(g, released, pruning)}  # S_k lies in V_k
     cap, unit, key = 1000, 2.0**-10, 99
@@ -233,7 +248,7 @@ def test_each_levels_histogram_matches_a_brute_force_over_the_texts(pruning, chu
             hist["gram"] = encoding.grams(hist["gram"].to_numpy())
         w, oracle = dpne_counts.unit_weights(cap, unit), {}
         for _, texts in frame.groupby("user")["text"]:
-            held = {" ".join(t.split()[i:i + k]) for t in texts for i in range(len(t.split()) - k + 1)}
+            held = {" ".join(t.split()[i : i + k]) for t in texts for i in range(len(t.split()) - k + 1)}
             held = {g for g in held if k == 1 or _valid_at(g, released, pruning)}
             for g in held:
                 oracle[g] = oracle.get(g, 0) + int(w[len(held)])
@@ -291,7 +306,7 @@ def test_partition_shares_add_up_to_the_histogram_of_all_users():
             else:  # a brute force of the total: each user adds w(m) for each of its m = min(valid grams, cap) kept
                 w, total = dpne_counts.unit_weights(cap, units[k - 1]), 0
                 for _, texts in frame.groupby("user")["text"]:
-                    valid = {" ".join(t.split()[i:i + k]) for t in texts for i in range(len(t.split()) - k + 1)}
+                    valid = {" ".join(t.split()[i : i + k]) for t in texts for i in range(len(t.split()) - k + 1)}
                     m = min(sum(_valid_at(g, {k - 1: set(previous)}, "both") for g in valid), cap)
                     total += m * int(w[m])
                 assert full["units"].sum() == total
@@ -331,7 +346,7 @@ def test_exact_candidate_count_and_uniform_sampler(seed, pruning):
     words, s2, s3 = _closed_levels(seed)
     for k, previous in ((2, words), (3, s2), (4, s3)):
         truth = _brute_force(previous, words, k, pruning)
-        space = dpne.Candidates(sorted(previous), sorted(words), pruning)
+        space = dpne_candidates.Candidates(sorted(previous), sorted(words), pruning)
         assert space.size == len(truth)
         if not truth:
             continue
@@ -355,8 +370,11 @@ def test_candidate_positions_match_brute_force(pruning):
     valid = {1: words, 2: _brute_force(words, words, 2, pruning), 3: _brute_force(s2, words, 3, pruning)}
     for k, encoding in _levels(partition, pruning, {1: words, 2: s2}, 3):
         got = _occurrences(partition, encoding)
-        truth = [(u, " ".join(t.split()[i:i + k])) for u, t in zip(frame["user"], frame["text"])
-                 for i in range(len(t.split()) - k + 1)]  # fmt: skip
+        truth = [
+            (u, " ".join(t.split()[i : i + k]))
+            for u, t in zip(frame["user"], frame["text"])
+            for i in range(len(t.split()) - k + 1)
+        ]
         truth = sorted((u, g) for u, g in truth if k == 1 or g in valid[k])
         assert sorted(zip(got["user"], got["gram"])) == truth and truth, k
     partition.close()
@@ -441,8 +459,11 @@ def test_baseline_grams_match_brute_force_and_baselines_run():
     for k in (1, 2, 3):
         users, ids = baselines.all_grams(partition, k)
         got = sorted(zip(partition.user_ids[users].tolist(), baselines.names(partition, ids)))
-        truth = sorted((u, " ".join(t.split()[i:i + k])) for u, t in zip(frame["user"], frame["text"])
-                       for i in range(len(t.split()) - k + 1))  # fmt: skip
+        truth = sorted(
+            (u, " ".join(t.split()[i : i + k]))
+            for u, t in zip(frame["user"], frame["text"])
+            for i in range(len(t.split()) - k + 1)
+        )
         assert got == truth and (baselines.lengths(partition, ids) == k).all()
     partition.close()
     big = phrase_corpus(3000)
@@ -473,8 +494,7 @@ def test_zero_threshold_level_publishes_weights_on_the_noise_scale(test_mode):
     they stood out from held ones. Every released weight must now lie within a few sigma of what
     users hold, and rho_3 prints as 0, not -0.0."""
     frame = pd.DataFrame({"user": range(800), "text": ["alpha beta"] * 400 + ["beta gamma"] * 400})
-    p = dpne.Params(user_column="user", text_column="text", epsilon=4, delta=1e-6, T=3, delta0=5, eta=0.5,
-                    publish_weights=True)  # fmt: skip
+    p = dpne.Params(user_column="user", text_column="text", epsilon=4, delta=1e-6, T=3, delta0=5, eta=0.5, publish_weights=True)
     seen_zero = False
     for seed in range(6):
         out = dpne.run(frame, p, noise.generator(seed))

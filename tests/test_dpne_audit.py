@@ -58,7 +58,7 @@ def corpora(draw) -> tuple[pd.DataFrame, list, list[list[list[str]]]]:
 
 
 def _grams(posts: list[list[str]], k: int) -> set[str]:
-    return {" ".join(toks[i:i + k]) for toks in posts for i in range(len(toks) - k + 1)}
+    return {" ".join(toks[i : i + k]) for toks in posts for i in range(len(toks) - k + 1)}
 
 
 def _candidates(previous: set[str], words: set[str], pruning: str) -> set[str]:
@@ -83,8 +83,9 @@ def _released(posts: list[list[list[str]]], pruning: str, T: int, salt: int) -> 
     return released
 
 
-def level_histograms(frame: pd.DataFrame, p: dpne.Params, released: dict[int, set[str]], key: int,
-                     parts: int = 1) -> dict[int, dict[str, int]]:  # fmt: skip
+def level_histograms(
+    frame: pd.DataFrame, p: dpne.Params, released: dict[int, set[str]], key: int, parts: int = 1
+) -> dict[int, dict[str, int]]:
     """Each level's merged histogram {n-gram: units} from ``parts`` user partitions, walked as
     ``dpne.extract`` walks them, with ``released`` taken as the released sets."""
     partitions = [dpne_counts.open_partition((frame, p, parts, i)) for i in range(parts)]
@@ -95,8 +96,9 @@ def level_histograms(frame: pd.DataFrame, p: dpne.Params, released: dict[int, se
                 previous = sorted(released[k - 1])
                 sent = previous if encoding is None else encoding.ids(previous)
                 encoding = dpne_counts.Encoding(p.pruning, words, previous)
-            hist = dpne_counts.merge([c.level(k, sent, encoding.base if encoding else 0, p.pruning, p.caps[k - 1], key,
-                                              UNIT) for c in partitions])  # fmt: skip
+            hist = dpne_counts.merge(
+                [c.level(k, sent, encoding.base if encoding else 0, p.pruning, p.caps[k - 1], key, UNIT) for c in partitions]
+            )
             hist = encoding.named(hist) if encoding is not None else hist
             assert hist["gram"].is_unique and (hist["units"] > 0).all()
             out[k] = dict(zip(hist["gram"], hist["units"].tolist()))
@@ -107,8 +109,15 @@ def level_histograms(frame: pd.DataFrame, p: dpne.Params, released: dict[int, se
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(corpus=corpora(), pruning=st.sampled_from(["both", "single"]), caps=st.lists(st.integers(1, 4), min_size=3, max_size=3),
-       parts=st.integers(1, 4), chunk=st.integers(1, 30), key=st.integers(0, 2**63 - 1), salt=st.integers(0, 99))  # fmt: skip
+@given(
+    corpus=corpora(),
+    pruning=st.sampled_from(["both", "single"]),
+    caps=st.lists(st.integers(1, 4), min_size=3, max_size=3),
+    parts=st.integers(1, 4),
+    chunk=st.integers(1, 30),
+    key=st.integers(0, 2**63 - 1),
+    salt=st.integers(0, 99),
+)
 def test_every_level_is_the_sum_of_each_users_own_capped_vector(corpus, pruning, caps, parts, chunk, key, salt):
     """Add/remove-one-user, checked directly: at every level the histogram of all users, counted in
     ``parts`` partitions and groups of ``chunk`` occurrences, is the sum of the histograms of each user
@@ -175,8 +184,12 @@ def test_users_sharing_one_hash_are_still_capped_one_by_one():
 
 
 @settings(max_examples=200, deadline=None)
-@given(words=st.lists(st.sampled_from(TOKENS), min_size=1, max_size=6, unique=True), pruning=st.sampled_from(["both", "single"]),
-       salt=st.integers(0, 99), k=st.integers(2, 4))  # fmt: skip
+@given(
+    words=st.lists(st.sampled_from(TOKENS), min_size=1, max_size=6, unique=True),
+    pruning=st.sampled_from(["both", "single"]),
+    salt=st.integers(0, 99),
+    k=st.integers(2, 4),
+)
 def test_encoding_ids_are_one_to_one_and_decode_to_their_ngram(words, pruning, salt, k):
     released = {1: set(words)}
     for j in range(2, k):

@@ -37,8 +37,14 @@ def test_dpne_release_charges_then_publishes(prefect_server, home, tmp_path, cap
     code, out, err = cli(capsys, "release", str(spec))
     assert code == 0, err
     folder = Path(out.split("folder ")[1].split()[0])
-    assert sorted(p.name for p in folder.iterdir()) == ["detection.png", "manifest.json", "ngrams.csv", "ngrams.parquet",
-                                                         "ngrams_by_length.png", "report.md"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "detection.png",
+        "manifest.json",
+        "ngrams.csv",
+        "ngrams.parquet",
+        "ngrams_by_length.png",
+        "report.md",
+    ]
     table = duckdb.connect().execute("SELECT * FROM read_parquet(?)", [str(folder / "ngrams.parquet")]).df()
     assert list(table.columns) == ["ngram", "n", "noisy_weight"]
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -104,5 +110,9 @@ def test_a_ten_megabyte_post_is_capped_not_fatal(prefect_server, home, tmp_path,
     Ledger(home / "privrelease.duckdb").set_budget("posts", Budget(10, 1e-5))
     code, out, err = cli(capsys, "release", str(spec))
     assert code == 0, err
-    table = duckdb.connect().execute("SELECT * FROM read_parquet(?)", [str(Path(out.split("folder ")[1].split()[0]) / "ngrams.parquet")]).df()
+    table = (
+        duckdb.connect()
+        .execute("SELECT * FROM read_parquet(?)", [str(Path(out.split("folder ")[1].split()[0]) / "ngrams.parquet")])
+        .df()
+    )
     assert not table["ngram"].str.contains("tok").any()  # the big user's words stay private

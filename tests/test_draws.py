@@ -44,8 +44,12 @@ def cases() -> list[tuple[str, dict]]:
     for name in ("dpne", "outliers"):
         for raw in [EXAMPLES[name][1], *DP_REQUESTS.get(name, [])]:
             private = isinstance(raw.get("standardize"), dict) and "bounds" in raw["standardize"]
-            if name == "outliers" and (raw.get("rows") is None or raw["rows"] > 10_000 or (private and not raw.get("columns"))
-                                       or (raw.get("query") == "count" and not raw.get("columns"))):  # fmt: skip
+            if name == "outliers" and (
+                raw.get("rows") is None
+                or raw["rows"] > 10_000
+                or (private and not raw.get("columns"))
+                or (raw.get("query") == "count" and not raw.get("columns"))
+            ):
                 continue
             out.append((name, raw))
     return out
@@ -130,8 +134,9 @@ def test_a_draw_that_leaves_its_plan_is_caught(monkeypatch, test_mode):
     params = o.Params.model_validate(raw)
     leaf = sens.global_leaf(120, 3, 2, o.allocate(params))
     with monkeypatch.context() as patch:
-        patch.setattr(o, "declared", lambda p: ev.Composed((ev.DiscreteGaussian(leaf.sigma * 1.01, leaf.sensitivity,
-                                                                                   part=sens.GLOBAL),)))  # fmt: skip
+        patch.setattr(
+            o, "declared", lambda p: ev.Composed((ev.DiscreteGaussian(leaf.sigma * 1.01, leaf.sensitivity, part=sens.GLOBAL),))
+        )
         (found,) = drawn_violations("outliers", raw, patch)
         assert found.startswith("drew with DiscreteGaussian(sigma=") and found.endswith("which the plan does not declare")
     top = next(r for _, r in cases() if r.get("query") == "top_subspaces" and r.get("h") == 2)
@@ -142,7 +147,10 @@ def test_a_draw_that_leaves_its_plan_is_caught(monkeypatch, test_mode):
     wide = lambda rng, leaf, units, unit: draws.values(rng, ev.DiscreteGaussian(leaf.sigma * 1.1, leaf.sensitivity), units, unit)  # noqa: E731
     assert law_violations(leaf, wide)[0].endswith(")") and "not N(0, sigma^2)" in law_violations(leaf, wide)[0]
     laplace = ev.DiscreteLaplace(1000, 3)
-    assert "not Laplace" in law_violations(laplace, lambda rng, lf, units, unit: draws.values(rng, ev.DiscreteLaplace(1200, 3), units, unit))[0]
+    assert (
+        "not Laplace"
+        in law_violations(laplace, lambda rng, lf, units, unit: draws.values(rng, ev.DiscreteLaplace(1200, 3), units, unit))[0]
+    )
     # a selection drawn at another epsilon than its leaf's is not the leaf's law
     real_select = draws.select
     monkeypatch.setattr(draws, "select", lambda rng, lf, q, s: real_select(rng, ev.PermuteAndFlip(lf.epsilon * 3), q, s))

@@ -24,14 +24,27 @@ from core.privacy.budget import Budget
 from core.privacy.cost import DPCost
 from tests.test_contract import DP_REQUESTS, EXAMPLES
 
-TREE = ev.charge([ev.times(ev.DiscreteGaussian(3.0, 1.0, part="levels"), 3), ev.EpsilonDelta(0.0, 5e-7, part="new"),
-                  ev.sampler_slack(20), ev.times(ev.PermuteAndFlip(0.25, part="top"), 2),
-                  ev.times(ev.DiscreteLaplace(40, 3, part="std"), 2)], 2.0, 1e-6)  # fmt: skip
+TREE = ev.charge(
+    [
+        ev.times(ev.DiscreteGaussian(3.0, 1.0, part="levels"), 3),
+        ev.EpsilonDelta(0.0, 5e-7, part="new"),
+        ev.sampler_slack(20),
+        ev.times(ev.PermuteAndFlip(0.25, part="top"), 2),
+        ev.times(ev.DiscreteLaplace(40, 3, part="std"), 2),
+    ],
+    2.0,
+    1e-6,
+)
 
 
 def test_leaves_check_their_figures_and_combinators_their_counts():
-    for bad in (lambda: ev.Gaussian(0.0), lambda: ev.Laplace(-1.0), lambda: ev.EpsilonDelta(math.inf, 0.0),
-                lambda: ev.PermuteAndFlip(math.nan), lambda: ev.SelfComposed(ev.Gaussian(1.0), 0)):  # fmt: skip
+    for bad in (
+        lambda: ev.Gaussian(0.0),
+        lambda: ev.Laplace(-1.0),
+        lambda: ev.EpsilonDelta(math.inf, 0.0),
+        lambda: ev.PermuteAndFlip(math.nan),
+        lambda: ev.SelfComposed(ev.Gaussian(1.0), 0),
+    ):
         with pytest.raises(ValueError):
             bad()
     assert ev.times(ev.Gaussian(1.0), 1) == ev.Gaussian(1.0) and ev.times(ev.Gaussian(1.0), 2).count == 2
@@ -54,8 +67,13 @@ def test_the_charge_is_derived_from_the_event():
 
 def test_the_filter_counts_each_leaf_with_its_compositions():
     parts = acc.parts(TREE)
-    assert [(p.family, p.count) for p in parts] == [("gaussian", 3), ("approx", 1), ("approx", 1), ("permute_and_flip", 2),
-                                                     ("discrete_laplace", 2)]  # fmt: skip
+    assert [(p.family, p.count) for p in parts] == [
+        ("gaussian", 3),
+        ("approx", 1),
+        ("approx", 1),
+        ("permute_and_flip", 2),
+        ("discrete_laplace", 2),
+    ]
     assert parts[0] == acc.gaussian(3.0, 1.0, 3, part="levels") and parts[2] == acc.sampler_slack(20)
     assert acc.Spend.of("r", TREE) == acc.Spend("r", Budget(2.0, 1e-6), parts)
     assert acc.Spend.of("r", ev.EpsilonDelta(0.5, 1e-7)).events is None  # known only by its pair: its charge
@@ -84,18 +102,26 @@ def test_the_ledger_form_round_trips_and_reads_old_flat_parts():
     assert ev.load(ev.dump(TREE)) == TREE
     assert ev.recorded(ev.stored(TREE), Budget(2.0, 1e-6)) == TREE
     assert ev.stored(ev.EpsilonDelta(1.0, 0.0)) is None
-    assert ev.dump(ev.times(ev.Gaussian(2.0, part="x"), 3)) == {"type": "self_composed", "count": 3,
-                                                                 "event": {"type": "gaussian", "sigma": 2.0, "sensitivity": 1.0, "part": "x"}}  # fmt: skip
-    old = [{"count": 3, "family": "gaussian", "part": "n-gram level noise", "sensitivity": 1.0, "sigma": 7.5},
-           {"count": 1, "delta": 5e-07, "epsilon": 0.0, "family": "approx", "part": "new items"},
-           {"count": 2, "epsilon": 0.25, "family": "permute_and_flip", "part": "top-h selection"},
-           {"count": 1, "family": "discrete_laplace", "scale": 40, "sensitivity": 3},
-           {"count": 1, "epsilon": 0.4, "family": "exponential"}]  # fmt: skip
+    assert ev.dump(ev.times(ev.Gaussian(2.0, part="x"), 3)) == {
+        "type": "self_composed",
+        "count": 3,
+        "event": {"type": "gaussian", "sigma": 2.0, "sensitivity": 1.0, "part": "x"},
+    }
+    old = [
+        {"count": 3, "family": "gaussian", "part": "n-gram level noise", "sensitivity": 1.0, "sigma": 7.5},
+        {"count": 1, "delta": 5e-07, "epsilon": 0.0, "family": "approx", "part": "new items"},
+        {"count": 2, "epsilon": 0.25, "family": "permute_and_flip", "part": "top-h selection"},
+        {"count": 1, "family": "discrete_laplace", "scale": 40, "sensitivity": 3},
+        {"count": 1, "epsilon": 0.4, "family": "exponential"},
+    ]
     read = ev.recorded(old, Budget(1.0, 1e-6))
-    assert read.event.events == (ev.times(ev.Gaussian(7.5, part="n-gram level noise"), 3),
-                                 ev.EpsilonDelta(0.0, 5e-7, part="new items"),
-                                 ev.times(ev.PermuteAndFlip(0.25, part="top-h selection"), 2),
-                                 ev.DiscreteLaplace(40, 3), ev.Exponential(0.4))  # fmt: skip
+    assert read.event.events == (
+        ev.times(ev.Gaussian(7.5, part="n-gram level noise"), 3),
+        ev.EpsilonDelta(0.0, 5e-7, part="new items"),
+        ev.times(ev.PermuteAndFlip(0.25, part="top-h selection"), 2),
+        ev.DiscreteLaplace(40, 3),
+        ev.Exponential(0.4),
+    )
     assert [p.figures() for p in acc.parts(read)] == old  # the same figures, as a manifest shows them
     with pytest.raises(ValueError, match="not a privacy event"):
         ev.load({"family": "cauchy", "count": 1})
@@ -109,7 +135,7 @@ def test_adjacency_is_a_typed_value_stored_as_a_code_and_read_from_old_sentences
     assert record.sentence == "replace one record (the number of records N is public)"
     assert user.sentence == "add or remove one user (all records sharing a 'user' value)"
     assert message.sentence == "replace one message (each user's number of messages is public)"
-    for a in (record, user, message, adj.AddRemoveUser("it's \"odd\""), adj.AddRemoveUser("a:b")):
+    for a in (record, user, message, adj.AddRemoveUser('it\'s "odd"'), adj.AddRemoveUser("a:b")):
         assert adj.read(a.code) == a and adj.read(a.sentence) == a
     assert adj.read("replace one record") == adj.Described("replace one record")  # words known to no value
     assert adj.read("replace one record") != record and adj.Described("x").sentence == "x"
@@ -134,7 +160,12 @@ def test_every_dp_plan_declares_a_typed_event_and_adjacency_and_its_detail_only_
         want = raw["dp"] if name == "spam-filter-training" else raw
         assert planned.cost.budget.epsilon == want["epsilon"], name
         assert not {"events", "accountant"} & set(planned.detail), name  # display figures only
-        expected = (adj.AddRemoveUser(raw["user_column"]) if name == "dpne"
-                    else adj.ReplaceMessage() if name == "spam-filter-training" else adj.ReplaceRecord())  # fmt: skip
+        expected = (
+            adj.AddRemoveUser(raw["user_column"])
+            if name == "dpne"
+            else adj.ReplaceMessage()
+            if name == "spam-filter-training"
+            else adj.ReplaceRecord()
+        )
         assert planned.cost.adjacency == expected, name
     assert seen == {"dpne", "outliers", "spam-filter-training"}

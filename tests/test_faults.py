@@ -39,8 +39,14 @@ def release_process(home: Path, request: Path, fault: str) -> subprocess.Complet
     """``privrelease release`` in its own process, run directly (no Prefect server configured)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "PRIVRELEASE_FAULT"))}
     env.update(PRIVRELEASE_HOME=str(home), PRIVRELEASE_TEST_MODE="1", PRIVRELEASE_FAULT=fault, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "cli.main", "release", str(request)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", "release", str(request)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.fixture
@@ -122,8 +128,11 @@ def test_a_running_release_stays_pending_and_verify_reports_it(dp_home, capsys):
     ledger = Ledger(home / "privrelease.duckdb")
     ledger.reserve("sessions", "live", "dp", dp(0.5), "outliers", {}, {})  # this process
     code, out, _ = cli(capsys, "ledger", "verify")
-    assert code == 0 and re.search(r"pending: release live of sessions \(entry #2\) charged \d+ s ago, its process still "
-                                   "running", out), out  # fmt: skip
+    assert code == 0 and re.search(
+        r"pending: release live of sessions \(entry #2\) charged \d+ s ago, its process still "
+        "running",
+        out,
+    ), out
     assert [e.status for e in ledger.entries()] == ["cap", RESERVED]
     code, out, _ = cli(capsys, "ledger", "recover")
     assert code == 0 and "no interrupted release to settle" in out
@@ -205,10 +214,25 @@ def test_eight_concurrent_releases_settle_only_their_own(dp_home, tmp_path, caps
     env.update(PRIVRELEASE_HOME=str(home), PRIVRELEASE_TEST_MODE="1", PYTHONPATH=str(REPO))
     for i in range(8):
         path = tmp_path / f"c{i}.yaml"
-        path.write_text(yaml.safe_dump({**doc, "release_id": f"c{i}", "mechanism": {
-            "name": "outliers", "params": {**PARAMS, "epsilon": 0.6, "noise": "smooth"}}}))  # fmt: skip
-        procs.append(subprocess.Popen([sys.executable, "-m", "cli.main", "release", str(path)], cwd=REPO, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))  # fmt: skip
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    **doc,
+                    "release_id": f"c{i}",
+                    "mechanism": {"name": "outliers", "params": {**PARAMS, "epsilon": 0.6, "noise": "smooth"}},
+                }
+            )
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "cli.main", "release", str(path)],
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     codes = []
     for proc in procs:
         _, err = proc.communicate(timeout=300)
@@ -233,8 +257,15 @@ def test_charts_render_in_turn_from_concurrent_releases(tmp_path: Path):
 
     from core.charts import Chart, render_chart
 
-    chart = Chart("c.png", "detection", [], {}, kind="curve", axes=("users", "probability"),
-                  points={"weight 1": ([1, 10, 100, 1000], [0.0, 0.2, 0.9, 1.0])})  # fmt: skip
+    chart = Chart(
+        "c.png",
+        "detection",
+        [],
+        {},
+        kind="curve",
+        axes=("users", "probability"),
+        points={"weight 1": ([1, 10, 100, 1000], [0.0, 0.2, 0.9, 1.0])},
+    )
     render_chart(chart, tmp_path / "alone.png")
     errors: list[str] = []
 

@@ -34,8 +34,7 @@ def test_alternatives_reach_the_mechanism(prefect_server, demo):
     assert [s["method"] for s in steps] == ["recode", "ra", "suppress"] and steps[1]["k"] == 2
     assert steps[0]["columns"] == ["age", "education", "native-country"] and chain["sdc_report"]["k"] >= 3
     census = Registry(demo).get("census-demo")  # the steward keys this census on age and sex, no threshold
-    Registry(demo).set_policy("census-demo", open_policy(list(census.schema.columns), ["age", "sex"], ("age",),
-                                                         ("occupation",)))  # fmt: skip
+    Registry(demo).set_policy("census-demo", open_policy(list(census.schema.columns), ["age", "sex"], ("age",), ("occupation",)))
     ra = _manifest(ra_release(qi=["age", "sex"], p_per_column=[0.25, 0.75], recode=[], suppress=False))
     assert ra["mechanism"]["params"]["p"] == [0.25, 0.75] and ra["mechanism"]["params"]["k"] is None  # plain RA
     enhanced = _manifest(ra_release(qi=["age", "sex", "race"], k=2, recode=[], suppress=False))
@@ -44,8 +43,10 @@ def test_alternatives_reach_the_mechanism(prefect_server, demo):
     assert ngrams["mechanism"]["params"]["delta0"] == [5, 3]
     ranges = [ColumnRange(column="mb_sent", low=0, high=800), ColumnRange(column="hour", low=0, high=24)]
     estimated = _manifest(outlier_count_release(standardize=[], estimate=ranges, estimate_share=0.2))
-    assert estimated["mechanism"]["params"]["standardize"] == {"bounds": {"mb_sent": [0.0, 800.0], "hour": [0.0, 24.0]},
-                                                               "share": 0.2}  # fmt: skip
+    assert estimated["mechanism"]["params"]["standardize"] == {
+        "bounds": {"mb_sent": [0.0, 800.0], "hour": [0.0, 24.0]},
+        "share": 0.2,
+    }
     raw = _manifest(outlier_count_release(standardize=[], r=5.0))
     assert raw["mechanism"]["params"]["standardize"] is False
 
@@ -53,10 +54,17 @@ def test_alternatives_reach_the_mechanism(prefect_server, demo):
 REFUSALS = [
     ("ra_release", {"qi": ["age", "sex"], "k": 10}, "k must be between 1 and the number of QI columns (2), got 10"),
     ("ra_release", {"qi": ["age", "postcode"]}, "dataset 'census-demo' has no column 'postcode'"),
-    ("ra_release", {"qi": ["age", "sex"], "recode": [], "suppress": False}, "the request leaves key variables ['workclass', 'education', 'marital-status', "
-     "'relationship', 'race', 'native-country'] of dataset 'census-demo' unprotected"),
-    ("outlier_count_release", {"estimate": [{"column": "hour", "low": 0, "high": 24}]},
-     "give either standardize (public scales) or estimate (a charged estimate), not both."),
+    (
+        "ra_release",
+        {"qi": ["age", "sex"], "recode": [], "suppress": False},
+        "the request leaves key variables ['workclass', 'education', 'marital-status', "
+        "'relationship', 'race', 'native-country'] of dataset 'census-demo' unprotected",
+    ),
+    (
+        "outlier_count_release",
+        {"estimate": [{"column": "hour", "low": 0, "high": 24}]},
+        "give either standardize (public scales) or estimate (a charged estimate), not both.",
+    ),
     ("dpne_release", {"epsilon": 30.0}, "has only epsilon=20, delta=9e-06 left of its cap"),
 ]
 
@@ -87,7 +95,10 @@ def test_a_form_previews_without_charging(prefect_server, demo):
     state = dpne_release(epsilon=30.0, preview=True, return_state=True)  # the budget's refusal is the verdict
     assert state.is_completed() and state.result()["verdict"] == "refused"
     assert "| m | w = 1 |" in Artifact.get("preview-posts-demo").data
-    assert "![Probability that an n-gram held by m users is released](data:image/png;base64," in Artifact.get("preview-posts-demo").data
+    assert (
+        "![Probability that an n-gram held by m users is released](data:image/png;base64,"
+        in Artifact.get("preview-posts-demo").data
+    )
     state = outlier_count_release(columns=["nope"], preview=True, return_state=True)
     assert state.is_failed() and "columns ['nope']" in state.message and "\n" not in state.message
     assert Ledger(demo / "privrelease.duckdb").entries() == before and not (demo / "releases").exists()
@@ -101,9 +112,11 @@ def test_the_sdc_forms_offer_the_registered_datasets_and_columns_by_name(demo):
     import subprocess
     import sys
 
-    code = ("import json; from prefect.utilities.callables import parameter_schema; from flows import forms; "
-            "print(json.dumps(parameter_schema(forms.ra_release).model_dump()['definitions'] | "
-            "{'properties': parameter_schema(forms.ra_release).model_dump()['properties']}))")  # fmt: skip
+    code = (
+        "import json; from prefect.utilities.callables import parameter_schema; from flows import forms; "
+        "print(json.dumps(parameter_schema(forms.ra_release).model_dump()['definitions'] | "
+        "{'properties': parameter_schema(forms.ra_release).model_dump()['properties']}))"
+    )
 
     def schema(home: str | None) -> dict:
         env = {k: v for k, v in os.environ.items() if k != "PRIVRELEASE_HOME"} | ({"PRIVRELEASE_HOME": home} if home else {})

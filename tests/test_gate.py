@@ -75,7 +75,8 @@ def test_every_route_is_decided_by_the_policy(served, people):
             assert any(rule.pattern.match(_filled(p)) and m == rule.method for m, p in named), rule
     clients = {"anyone": httpx.Client(base_url=gate_url, timeout=10)} | {
         role: httpx.Client(base_url=gate_url, auth=(name, PASSWORD), timeout=10)
-        for role, name in (("analyst", "alice"), ("auditor", "ada"), ("steward", "sam"))}  # fmt: skip
+        for role, name in (("analyst", "alice"), ("auditor", "ada"), ("steward", "sam"))
+    }
     mismatches, allowed = [], {role: 0 for role in clients}
     for method, path in routes:
         target = _filled(path)
@@ -108,8 +109,17 @@ def test_ui_files_are_served_to_anyone_and_nothing_else_outside_the_api(served):
         response = anyone.get(page, headers={"accept": "text/html"})  # as a browser navigates
         assert response.status_code == 200 and "<html" in response.text.lower(), page
     # paths outside the UI's files and pages, and paths that would be read differently upstream
-    for path in ("/openapi.json", "/docs", "/api/docs", "/api/openapi.json", "/v2/", "/api/flow_runs/%2e%2e/admin/settings",
-                 "/api//admin/settings", "/api/./admin/settings", "/assets/../api/admin/settings"):
+    for path in (
+        "/openapi.json",
+        "/docs",
+        "/api/docs",
+        "/api/openapi.json",
+        "/v2/",
+        "/api/flow_runs/%2e%2e/admin/settings",
+        "/api//admin/settings",
+        "/api/./admin/settings",
+        "/assets/../api/admin/settings",
+    ):
         response = anyone.get(path)
         assert refused(response), (path, response.status_code)
 
@@ -125,8 +135,9 @@ def test_websocket_routes_are_refused_through_the_gate(served, people):
             connect(gate_ws + _filled(route), additional_headers={"Authorization": token}, open_timeout=10)
         assert refusal.value.response.status_code == 403, route
         with pytest.raises(InvalidStatus):  # as Prefect's client asks for it, too
-            connect(gate_ws + _filled(route), additional_headers={"Authorization": token}, subprotocols=["prefect"],
-                    open_timeout=10)  # fmt: skip
+            connect(
+                gate_ws + _filled(route), additional_headers={"Authorization": token}, subprotocols=["prefect"], open_timeout=10
+            )
     # without the gate, Prefect's server accepts the handshake (and then asks for its credential in a message)
     direct = env["PREFECT_API_URL"].replace("http://", "ws://")
     with connect(direct + "/events/out", subprotocols=["prefect"], open_timeout=10) as socket:
@@ -159,16 +170,24 @@ def test_a_run_started_through_the_gate_is_tagged_with_its_requester_and_nothing
     env, _ = served
     api = operator(env)
     ra = deployment(api, "ra")
-    hostile = {"parameters": {}, "tags": ["requested-by:vera", "x"], "job_variables": {"command": "id"},
-               "enforce_parameter_schema": False, "state": {"type": "RUNNING"}, "work_queue_name": "other"}  # fmt: skip
+    hostile = {
+        "parameters": {},
+        "tags": ["requested-by:vera", "x"],
+        "job_variables": {"command": "id"},
+        "enforce_parameter_schema": False,
+        "state": {"type": "RUNNING"},
+        "work_queue_name": "other",
+    }
     response = people["alice"].post(f"/deployments/{ra['id']}/create_flow_run", json=hostile)
     assert response.status_code == 201, response.text
     run = response.json()
     assert run["tags"] == ["requested-by:alice"] and run["job_variables"] == {} and run["state"]["type"] == "SCHEDULED"
     assert run["work_queue_name"] == "default"
     # the schema is enforced whatever the body says: a bound the form states is refused, naming the field
-    bad = people["alice"].post(f"/deployments/{deployment(api, 'dpne')['id']}/create_flow_run",
-                               json={"parameters": {"epsilon": -1}, "enforce_parameter_schema": False})  # fmt: skip
+    bad = people["alice"].post(
+        f"/deployments/{deployment(api, 'dpne')['id']}/create_flow_run",
+        json={"parameters": {"epsilon": -1}, "enforce_parameter_schema": False},
+    )
     assert bad.status_code == 409 and "epsilon" in bad.text
     # without the gate the same body sets the tags and the state it asks for
     direct = api.post(f"/deployments/{ra['id']}/create_flow_run", json={"parameters": {}, "tags": ["requested-by:vera"]})
@@ -184,8 +203,14 @@ def test_who_starts_what(served, people):
     audit, dpne = deployment(api, "ledger-audit"), deployment(api, "dpne")
     spam = deployment(api, "spam-filter-training")
     started = []
-    for name, target, allowed in (("ada", dpne, False), ("ada", audit, True), ("alice", audit, False),
-                                  ("sam", dpne, True), ("alice", spam, False), ("ada", spam, False)):  # fmt: skip
+    for name, target, allowed in (
+        ("ada", dpne, False),
+        ("ada", audit, True),
+        ("alice", audit, False),
+        ("sam", dpne, True),
+        ("alice", spam, False),
+        ("ada", spam, False),
+    ):
         response = people[name].post(f"/deployments/{target['id']}/create_flow_run", json={"parameters": {}})
         assert (response.status_code == 201) == allowed and refused(response) != allowed, (name, target["name"], response.text)
         if allowed:
@@ -200,8 +225,9 @@ def victim(served, people):
     env, _ = served
     api = operator(env)
     run = people["vera"].post(f"/deployments/{deployment(api, 'ra')['id']}/create_flow_run", json={"parameters": {}}).json()
-    artifact = api.post("/artifacts/", json={"key": "vera-report", "type": "markdown", "data": "# vera",
-                                              "flow_run_id": run["id"]}).json()  # fmt: skip
+    artifact = api.post(
+        "/artifacts/", json={"key": "vera-report", "type": "markdown", "data": "# vera", "flow_run_id": run["id"]}
+    ).json()
     yield run, artifact
     api.delete(f"/flow_runs/{run['id']}")
 
@@ -246,17 +272,36 @@ def test_an_analyst_changes_nothing_of_the_operators(served, people):
     pool = api.get("/work_pools/privrelease").json()
     template = json.loads(json.dumps(pool["base_job_template"]))
     template["job_configuration"]["command"] = "sh -c 'cat $PRIVRELEASE_HOME/ledger.key'"
-    automation = {"name": "exfiltrate", "enabled": False, "trigger": {"type": "event", "expect": ["prefect.flow-run.Completed"], "posture": "Reactive",
-                                                    "threshold": 1, "within": 0},
-                  "actions": [{"type": "cancel-flow-run"}]}  # fmt: skip
+    automation = {
+        "name": "exfiltrate",
+        "enabled": False,
+        "trigger": {
+            "type": "event",
+            "expect": ["prefect.flow-run.Completed"],
+            "posture": "Reactive",
+            "threshold": 1,
+            "within": 0,
+        },
+        "actions": [{"type": "cancel-flow-run"}],
+    }
     now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
     attacks = [
         ("PATCH", "/work_pools/privrelease", {"base_job_template": template}),
         ("POST", "/automations/", automation),
         ("POST", "/variables/", {"name": "planted", "value": "x"}),
         ("POST", "/block_types/", {"name": "planted", "slug": "planted"}),
-        ("POST", "/events", [{"occurred": now, "event": "prefect.flow-run.Completed", "resource": {"prefect.resource.id": "x"},
-                              "id": "11111111-1111-4111-8111-111111111111"}]),
+        (
+            "POST",
+            "/events",
+            [
+                {
+                    "occurred": now,
+                    "event": "prefect.flow-run.Completed",
+                    "resource": {"prefect.resource.id": "x"},
+                    "id": "11111111-1111-4111-8111-111111111111",
+                }
+            ],
+        ),
         ("POST", "/flows/", {"name": "planted"}),
         ("POST", "/concurrency_limits/", {"tag": "planted", "concurrency_limit": 0}),
     ]
@@ -290,10 +335,22 @@ def test_an_analyst_changes_nothing_of_the_operators(served, people):
 def _shell_deployment(api: httpx.Client, pool: str, marker: Path) -> str:
     """What the issue's analyst did: a flow, a deployment whose pull step runs a shell command, a run."""
     flow_id = api.post("/flows/", json={"name": "innocent"}).json()["id"]
-    created = api.post("/deployments/", json={
-        "name": f"innocent-{pool}", "flow_id": flow_id, "entrypoint": "flows/audit.py:ledger_audit", "work_pool_name": pool,
-        "pull_steps": [{"prefect.deployments.steps.run_shell_script": {
-            "script": f"sh -c 'env | grep PRIVRELEASE_ > {marker}; ls $PRIVRELEASE_HOME >> {marker}'"}}]})  # fmt: skip
+    created = api.post(
+        "/deployments/",
+        json={
+            "name": f"innocent-{pool}",
+            "flow_id": flow_id,
+            "entrypoint": "flows/audit.py:ledger_audit",
+            "work_pool_name": pool,
+            "pull_steps": [
+                {
+                    "prefect.deployments.steps.run_shell_script": {
+                        "script": f"sh -c 'env | grep PRIVRELEASE_ > {marker}; ls $PRIVRELEASE_HOME >> {marker}'"
+                    }
+                }
+            ],
+        },
+    )
     assert created.status_code in (200, 201), created.text
     return created.json()["id"]
 
@@ -339,15 +396,27 @@ def test_the_ledger_names_who_asked(served, people):
     api = operator(env)
     home = Path(env["PRIVRELEASE_HOME"])
     with worker(env, root / "worker-requester.log"):
-        run = people["vera"].post(f"/deployments/{deployment(api, 'ra')['id']}/create_flow_run",
-                                  json={"parameters": {"release_id": "asked"}}).json()  # fmt: skip
+        run = (
+            people["vera"]
+            .post(f"/deployments/{deployment(api, 'ra')['id']}/create_flow_run", json={"parameters": {"release_id": "asked"}})
+            .json()
+        )
         assert _wait(api, run["id"], root / "worker-requester.log") == "COMPLETED"
-    (charge,) = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "vera.asked" and e.status == "reserved"]
+    (charge,) = [
+        e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "vera.asked" and e.status == "reserved"
+    ]
     assert charge.requested_by == "vera"
 
 
-def _until(api: httpx.Client, run_id: str, states: tuple[str, ...], log: Path, timeout: float = 120,
-           proc: subprocess.Popen | None = None, seen: set[str] | None = None) -> str:  # fmt: skip
+def _until(
+    api: httpx.Client,
+    run_id: str,
+    states: tuple[str, ...],
+    log: Path,
+    timeout: float = 120,
+    proc: subprocess.Popen | None = None,
+    seen: set[str] | None = None,
+) -> str:
     """Wait for the run to reach one of ``states``; with the worker ``proc``, add the run's id to ``seen``
     if a process of the worker's ran it meanwhile."""
     deadline = time.monotonic() + timeout
@@ -381,7 +450,9 @@ def test_a_large_charge_waits_for_a_steward(served, people):
     seen: set[str] = set()  # runs a process of the worker was seen running
     try:
         with worker(env, log) as proc:
-            rejected = people["alice"].post(f"/deployments/{form}/create_flow_run", json={"parameters": {"release_id": "big-1"}}).json()
+            rejected = (
+                people["alice"].post(f"/deployments/{form}/create_flow_run", json={"parameters": {"release_id": "big-1"}}).json()
+            )
             assert _until(api, rejected["id"], ("PAUSED",), log, proc=proc, seen=seen) == "PAUSED"
             assert rejected["id"] in seen  # it ran in a process of the worker's, until it was suspended
             _left_the_worker(proc, rejected["id"], log)  # which ended: the worker holds nothing for it while it waits
@@ -398,15 +469,21 @@ def test_a_large_charge_waits_for_a_steward(served, people):
             assert not [e for e in ledger.entries() if e.release_id == "alice.big-1"]
             assert not (home / "releases" / "logins-demo" / "alice.big-1").exists()
 
-            approved = people["alice"].post(f"/deployments/{form}/create_flow_run", json={"parameters": {"release_id": "big-2"}}).json()
+            approved = (
+                people["alice"].post(f"/deployments/{form}/create_flow_run", json={"parameters": {"release_id": "big-2"}}).json()
+            )
             _until(api, approved["id"], ("PAUSED",), log)
             _left_the_worker(proc, approved["id"], log)
-            assert people["sam"].post(f"/flow_runs/{approved['id']}/resume", json={"run_input": {"approve": True}}).status_code in (200, 201)
+            assert people["sam"].post(
+                f"/flow_runs/{approved['id']}/resume", json={"run_input": {"approve": True}}
+            ).status_code in (200, 201)
             assert _wait(api, approved["id"], log) == "COMPLETED"
             own = people["sam"].post(f"/deployments/{form}/create_flow_run", json={"parameters": {"release_id": "big-3"}}).json()
             _until(api, own["id"], ("PAUSED",), log)
             assert refused(people["sam"].post(f"/flow_runs/{own['id']}/resume", json={"run_input": {"approve": True}}))
-            assert people["sam"].post(f"/flow_runs/{own['id']}/set_state", json={"state": {"type": "CANCELLING"}}).status_code in (200, 201)
+            assert people["sam"].post(
+                f"/flow_runs/{own['id']}/set_state", json={"state": {"type": "CANCELLING"}}
+            ).status_code in (200, 201)
             _until(api, own["id"], ("CANCELLED",), log)
     finally:
         ledger.set_budget("logins-demo", Budget(40.0, 1e-3))
@@ -427,13 +504,16 @@ def test_what_prefect_would_resolve_after_the_gate_decided_is_refused(served, pe
     api = operator(env)
     ra = deployment(api, "ra")["id"]
     variable = {"__prefect_kind": "workspace_variable", "variable_name": "secret"}
-    for body in ({"parameters": {"release_id": variable}},
-                 {"parameters": {"qi": [{"__prefect_kind": "jinja", "template": "{{ 7*7 }}"}]}}):  # fmt: skip
+    for body in (
+        {"parameters": {"release_id": variable}},
+        {"parameters": {"qi": [{"__prefect_kind": "jinja", "template": "{{ 7*7 }}"}]}},
+    ):
         response = people["alice"].post(f"/deployments/{ra}/create_flow_run", json=body)
         assert refused(response) and response.status_code == 403 and "__prefect_kind" in response.text
     escaped = b'{"parameters": {"release_id": {"\\u005f_prefect_kind": "workspace_variable", "variable_name": "secret"}}}'
-    response = people["alice"].post(f"/deployments/{ra}/create_flow_run", content=escaped,
-                                    headers={"content-type": "application/json"})  # fmt: skip
+    response = people["alice"].post(
+        f"/deployments/{ra}/create_flow_run", content=escaped, headers={"content-type": "application/json"}
+    )
     assert refused(response) and response.status_code == 403
     validate = people["alice"].post("/ui/schemas/validate", json={"schema": {}, "values": {"x": variable}})
     assert refused(validate)
@@ -448,16 +528,19 @@ def test_the_gate_passes_on_only_what_it_decided_on(served, people):
     env, _ = served
     api = operator(env)
     ra = deployment(api, "ra")["id"]
-    label = {"Prefect-Automation-Id": "11111111-2222-4333-8444-555555555555",
-             "Prefect-Automation-Name": base64.b64encode(b"operator nightly release").decode()}  # fmt: skip
+    label = {
+        "Prefect-Automation-Id": "11111111-2222-4333-8444-555555555555",
+        "Prefect-Automation-Name": base64.b64encode(b"operator nightly release").decode(),
+    }
     run = people["alice"].post(f"/deployments/{ra}/create_flow_run", json={"parameters": {}}, headers=label).json()
     direct = api.post(f"/deployments/{ra}/create_flow_run", json={"parameters": {}}, headers=label).json()
     assert (direct["created_by"] or {}).get("type") == "AUTOMATION"  # what the headers do without the gate
     assert (run["created_by"] or {}).get("type") != "AUTOMATION"
     for created in (run["id"], direct["id"]):
         api.delete(f"/flow_runs/{created}")
-    big = people["alice"].post("/flow_runs/filter", content=b"{" + b" " * (2 << 20) + b"}",
-                               headers={"content-type": "application/json"})  # fmt: skip
+    big = people["alice"].post(
+        "/flow_runs/filter", content=b"{" + b" " * (2 << 20) + b"}", headers={"content-type": "application/json"}
+    )
     assert big.status_code == 413  # by the proxy, before the gate; without it, by the gate (tests/test_proxy.py)
     assert refused(people["alice"].post("/flow_runs/filter", content=b"not json"))
     for path, body in ((f"/deployments/{ra}/create_flow_run", {"state": {"type": "SCHEDULED", "state_details": [1]}}),):

@@ -43,8 +43,13 @@ def refused(response: httpx.Response) -> bool:
 def weakened(env: dict, gate_class: type[Gate] = Gate, rules: tuple[policy.Rule, ...] | None = None):
     """A gate without one defence (its class or its rules), in this process, in front of the served Prefect;
     yields a function making a person's client of it."""
-    app = create_app(Path(env["PRIVRELEASE_HOME"]), env["PREFECT_API_URL"].removesuffix("/api"), env["PREFECT_API_AUTH_STRING"],
-                     gate_class, rules)  # fmt: skip
+    app = create_app(
+        Path(env["PRIVRELEASE_HOME"]),
+        env["PREFECT_API_URL"].removesuffix("/api"),
+        env["PREFECT_API_AUTH_STRING"],
+        gate_class,
+        rules,
+    )
     with TestClient(app, base_url="http://testserver/api") as client:
 
         def person(name: str) -> httpx.Client:
@@ -71,9 +76,13 @@ def test_only_a_deployments_own_schema_is_validated(served, people):
     schema = deployment(api, "dpne")["parameter_openapi_schema"]
     from gate.schemas import mapped
 
-    for asked, values in ((mapped(schema, top=True), {"epsilon": "many"}),
-                          ({"definitions": schema.get("definitions"), "properties": {"noun-x": mapped(schema["properties"]["epsilon"])}},
-                           {"noun-x": "many"})):  # fmt: skip
+    for asked, values in (
+        (mapped(schema, top=True), {"epsilon": "many"}),
+        (
+            {"definitions": schema.get("definitions"), "properties": {"noun-x": mapped(schema["properties"]["epsilon"])}},
+            {"noun-x": "many"},
+        ),
+    ):
         asked = {k: v for k, v in asked.items() if v is not None}
         checked = alice.post("/ui/schemas/validate", json={"schema": asked, "values": values})
         assert checked.status_code == 200 and not refused(checked), checked.text
@@ -107,7 +116,9 @@ def test_bodies_must_be_json_of_bounded_nesting(served, people):
     for levels in (bounds.MAX_DEPTH + 1, 5000):
         response = alice.post("/flows/filter", content=_nested(levels), headers={"content-type": "application/json"})
         assert refused(response) and response.status_code == 400 and f"at most {bounds.MAX_DEPTH}" in response.text, levels
-    assert alice.post("/flows/filter", content=_nested(3), headers={"content-type": "application/json"}).status_code == 422  # Prefect's
+    assert (
+        alice.post("/flows/filter", content=_nested(3), headers={"content-type": "application/json"}).status_code == 422
+    )  # Prefect's
     ra = deployment(operator(env), "ra")["id"]
     for kind in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
         response = alice.post(f"/deployments/{ra}/create_flow_run", content=b'{"parameters": {}}', headers={"content-type": kind})
@@ -115,8 +126,9 @@ def test_bodies_must_be_json_of_bounded_nesting(served, people):
     with weakened(env, gate_class=Unbounded) as person:
         with pytest.raises(RecursionError):  # the gate's 500
             person("alice").post("/flows/filter", content=_nested(5000), headers={"content-type": "application/json"})
-        created = person("alice").post(f"/deployments/{ra}/create_flow_run", content=b'{"parameters": {}}',
-                                       headers={"content-type": "text/plain"})  # fmt: skip
+        created = person("alice").post(
+            f"/deployments/{ra}/create_flow_run", content=b'{"parameters": {}}', headers={"content-type": "text/plain"}
+        )
         assert created.status_code == 201  # what a cross-site form can send starts a run
         operator(env).delete(f"/flow_runs/{created.json()['id']}")
 
@@ -237,7 +249,9 @@ def test_release_ids_are_the_requesters_own(served, people):
     ra = deployment(api, "ra")["id"]
     week = (datetime.now(UTC) + timedelta(days=7)).isoformat()  # within the schedule horizon (gate.quotas)
     later = {"type": "SCHEDULED", "state_details": {"scheduled_time": week}}
-    vera = people["vera"].post(f"/deployments/{ra}/create_flow_run", json={"parameters": {"release_id": "monthly"}, "state": later})
+    vera = people["vera"].post(
+        f"/deployments/{ra}/create_flow_run", json={"parameters": {"release_id": "monthly"}, "state": later}
+    )
     assert vera.status_code == 201 and vera.json()["parameters"]["release_id"] == "vera.monthly"
     alice = people["alice"]
     taken = alice.post(f"/deployments/{ra}/create_flow_run", json={"parameters": {"release_id": "vera.monthly"}})

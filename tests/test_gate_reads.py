@@ -48,14 +48,21 @@ def test_events_are_read_by_allow_list(served, people):
     api = operator(env)
     api.post("/variables/", json={"name": "operators_secret", "value": SECRET})
     ra = deployment(api, "ra")["id"]
-    mine, theirs = (people[n].post(f"/deployments/{ra}/create_flow_run", json={"parameters": {}}).json() for n in ("alice", "vera"))
+    mine, theirs = (
+        people[n].post(f"/deployments/{ra}/create_flow_run", json={"parameters": {}}).json() for n in ("alice", "vera")
+    )
     try:
         variable = _until(api, {"event": {"prefix": ["prefect.variable."]}})
         assert SECRET in json.dumps(variable)
         for run in (mine, theirs):
             _until(api, {"any_resource": {"id": [f"prefect.flow-run.{run['id']}"]}})
-        asked = [{}, {"event": {"prefix": ["prefect.variable."]}}, {"event": {"name": ["prefect.variable.created"]}},
-                 {"any_resource": {"id_prefix": ["prefect.variable"]}}, {"event": {"prefix": ["prefect."]}}]  # fmt: skip
+        asked = [
+            {},
+            {"event": {"prefix": ["prefect.variable."]}},
+            {"event": {"name": ["prefect.variable.created"]}},
+            {"any_resource": {"id_prefix": ["prefect.variable"]}},
+            {"event": {"prefix": ["prefect."]}},
+        ]
         for who in ("alice", "ada"):
             for flt in asked:
                 seen = _events(people[who], flt)
@@ -63,7 +70,10 @@ def test_events_are_read_by_allow_list(served, people):
                 assert all(set(e["payload"]) <= set(events.PAYLOAD) for e in seen)
         counted = people["alice"].post("/events/count-by/event", json={"filter": {"event": {"prefix": ["prefect.variable."]}}})
         assert counted.status_code == 200 and counted.json() == [], counted.text  # the feed's counts: the same filter
-        assert [c["value"] for c in api.post("/events/count-by/event", json={"filter": {"event": {"prefix": ["prefect.variable."]}}}).json()]
+        assert [
+            c["value"]
+            for c in api.post("/events/count-by/event", json={"filter": {"event": {"prefix": ["prefect.variable."]}}}).json()
+        ]
         # an analyst reads her own runs' events only; the auditor reads every run's
         runs = {run["id"]: {"any_resource": {"id": [f"prefect.flow-run.{run['id']}"]}} for run in (mine, theirs)}
         assert _events(people["alice"], runs[mine["id"]]) and not _events(people["alice"], runs[theirs["id"]])
@@ -98,10 +108,12 @@ class Unredacted(Gate):
 
 def _read(client: httpx.Client, run_id: str) -> str:
     """Everything a person reads of a run: the run, its logs, artifacts and events (as text)."""
-    texts = [client.get(f"/flow_runs/{run_id}").text,
-             client.post("/logs/filter", json={"logs": {"flow_run_id": {"any_": [run_id]}}, "limit": 200}).text,
-             client.post("/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [run_id]}}}).text,
-             client.post("/events/filter", json={"filter": {"any_resource": {"id": [f"prefect.flow-run.{run_id}"]}}}).text]  # fmt: skip
+    texts = [
+        client.get(f"/flow_runs/{run_id}").text,
+        client.post("/logs/filter", json={"logs": {"flow_run_id": {"any_": [run_id]}}, "limit": 200}).text,
+        client.post("/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [run_id]}}}).text,
+        client.post("/events/filter", json={"filter": {"any_resource": {"id": [f"prefect.flow-run.{run_id}"]}}}).text,
+    ]
     return "\n".join(texts)
 
 
@@ -118,8 +130,11 @@ def test_nothing_of_the_host_in_what_people_read(served, people):
     env, root = served
     api, log = operator(env), root / "worker-host.log"
     with worker(env, log) as proc:
-        release = people["alice"].post(f"/deployments/{deployment(api, 'ra')['id']}/create_flow_run",
-                                       json={"parameters": {"release_id": "host-free"}}).json()  # fmt: skip
+        release = (
+            people["alice"]
+            .post(f"/deployments/{deployment(api, 'ra')['id']}/create_flow_run", json={"parameters": {"release_id": "host-free"}})
+            .json()
+        )
         audit = people["ada"].post(f"/deployments/{deployment(api, 'ledger-audit')['id']}/create_flow_run", json={}).json()
         assert _wait(api, release["id"], log) == "COMPLETED" and _wait(api, audit["id"], log) == "COMPLETED"
         pids = [proc.pid]
@@ -141,9 +156,21 @@ def test_nothing_of_the_host_in_what_people_read(served, people):
 
 def test_the_redactor_replaces_longer_paths_first():
     redact = Redactor(Path("/srv/repo/home"), Path("/srv/repo"), host="worker-7")
-    body = json.dumps({"a": "/srv/repo/home/releases/x", "b": "/srv/repo/flows", "c": "on worker-7", "d": "worker-77",
-                       "infrastructure_pid": "worker-7:4242"}).encode()  # fmt: skip
-    assert json.loads(redact(body)) == {"a": "<home>/releases/x", "b": "<repo>/flows", "c": "on <host>", "d": "worker-77",
-                                        "infrastructure_pid": None}  # fmt: skip
+    body = json.dumps(
+        {
+            "a": "/srv/repo/home/releases/x",
+            "b": "/srv/repo/flows",
+            "c": "on worker-7",
+            "d": "worker-77",
+            "infrastructure_pid": "worker-7:4242",
+        }
+    ).encode()
+    assert json.loads(redact(body)) == {
+        "a": "<home>/releases/x",
+        "b": "<repo>/flows",
+        "c": "on <host>",
+        "d": "worker-77",
+        "infrastructure_pid": None,
+    }
     assert Redactor(Path("/h"), Path("/r"), host="vm")(b'"a vm" "vm:12"') == b'"a vm" "vm:12"'  # too short to take out
     assert Redactor(Path("/h"), Path("/r"), host="localhost")(b'"localhost"') == b'"localhost"'

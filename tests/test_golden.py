@@ -111,8 +111,11 @@ def digests(home: Path, case: str) -> dict[str, str]:
         ledger.set_budget("ds", Budget(10.0, 1e-3))
     request = parse({"dataset": "ds", "release_id": f"golden-{case}", "seed": 7, "mechanism": mechanism})
     folder = Path(pipeline.release(Home(home), request)["folder"])
-    out = {f.name: hashlib.sha256(_masked(f.name, f.read_bytes())).hexdigest()[:16]
-           for f in sorted(folder.iterdir()) if f.suffix != ".png"}  # fmt: skip
+    out = {
+        f.name: hashlib.sha256(_masked(f.name, f.read_bytes())).hexdigest()[:16]
+        for f in sorted(folder.iterdir())
+        if f.suffix != ".png"
+    }
     entries = [(e.kind is None, e.status, e.kind, e.epsilon, e.delta, e.detail, e.params) for e in ledger.entries()]
     out["<ledger>"] = hashlib.sha256(repr(entries).encode()).hexdigest()[:16]
     return out

@@ -52,9 +52,12 @@ def admitted_in_turn(cap: Budget, folder: Path) -> int:
 
 def shared_setup(root: Path, monkeypatch: pytest.MonkeyPatch, url: str) -> dict[str, str]:
     """What every host shares: the ledger's database and key, the snapshot store and the data root."""
-    shared = {"PRIVRELEASE_LEDGER_URL": url, "PRIVRELEASE_LEDGER_KEY_FILE": str(root / "secrets" / "ledger.key"),
-              settings.SNAPSHOT_STORE: str(root / "shared" / "snapshots"),
-              "PRIVRELEASE_DATA_ROOT": str(root / "shared" / "data")}  # fmt: skip
+    shared = {
+        "PRIVRELEASE_LEDGER_URL": url,
+        "PRIVRELEASE_LEDGER_KEY_FILE": str(root / "secrets" / "ledger.key"),
+        settings.SNAPSHOT_STORE: str(root / "shared" / "snapshots"),
+        "PRIVRELEASE_DATA_ROOT": str(root / "shared" / "data"),
+    }
     for name, value in shared.items():
         monkeypatch.setenv(name, value)
     return shared
@@ -68,8 +71,7 @@ def register_corpus(home: Path, data_root: Path) -> None:
     Ledger(home / "privrelease.duckdb").set_budget("conc", CAP)
 
 
-def test_eight_releases_from_two_homes_against_a_cap_for_five(tmp_path: Path, pg_url: str,
-                                                              monkeypatch: pytest.MonkeyPatch):  # fmt: skip
+def test_eight_releases_from_two_homes_against_a_cap_for_five(tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch):
     assert admitted_in_turn(CAP, tmp_path) == 5
     shared = shared_setup(tmp_path, monkeypatch, pg_url)
     homes = [tmp_path / "home-a", tmp_path / "home-b"]
@@ -106,8 +108,9 @@ def test_eight_releases_from_two_homes_against_a_cap_for_five(tmp_path: Path, pg
         assert Ledger(home / "privrelease.duckdb").verify(home / "releases") == 11  # cap + 5 reserved + 5 published
 
 
-def test_a_postgresql_store_from_before_hosts_were_recorded_gains_the_column(tmp_path: Path, pg_url: str,
-                                                                              monkeypatch: pytest.MonkeyPatch):  # fmt: skip
+def test_a_postgresql_store_from_before_hosts_were_recorded_gains_the_column(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+):
     import psycopg
 
     from core import store
@@ -124,8 +127,7 @@ def test_a_postgresql_store_from_before_hosts_were_recorded_gains_the_column(tmp
     assert len(Registry(tmp_path / "home").load(dataset)) == len(phrase_corpus(30, seed=1))
 
 
-def test_dask_workers_that_cannot_read_the_snapshot_are_named_before_any_charge(tmp_path: Path,
-                                                                                monkeypatch: pytest.MonkeyPatch):  # fmt: skip
+def test_dask_workers_that_cannot_read_the_snapshot_are_named_before_any_charge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Two Dask workers on a host that did not mount the snapshot store (their own mount namespace, an
     empty folder over the store): a DPNE release is refused at load, naming them, and charges nothing.
     (Workers that can read it: tests/test_parallel.py, through the command line.)"""
@@ -142,10 +144,21 @@ def test_dask_workers_that_cannot_read_the_snapshot_are_named_before_any_charge(
     dask = Path(sys.executable).parent / "dask"
     with LocalCluster(n_workers=0, processes=False, protocol="tcp://", dashboard_address=None) as cluster:
         workers = subprocess.Popen(
-            ["unshare", "--mount", "--propagation", "private", "sh", "-c", f"mount -t tmpfs none '{store}' && exec "
-             f"'{dask}' worker {cluster.scheduler_address} --nworkers 2 --nthreads 1 --no-dashboard"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env={**os.environ, "DASK_CONFIG": str(DASK_CONFIG)},
-        )  # fmt: skip
+            [
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                f"mount -t tmpfs none '{store}' && exec "
+                f"'{dask}' worker {cluster.scheduler_address} --nworkers 2 --nthreads 1 --no-dashboard",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, "DASK_CONFIG": str(DASK_CONFIG)},
+        )
         try:
             with Client(cluster.scheduler_address) as client:
                 client.wait_for_workers(2, timeout=60)
@@ -155,6 +168,8 @@ def test_dask_workers_that_cannot_read_the_snapshot_are_named_before_any_charge(
             _stop(workers)
     message = str(caught.value)
     assert message.startswith("dataset 'posts' cannot be read on the Dask workers tcp://") and message.count("tcp://") == 2
-    assert message.endswith(f"its snapshot {store / 'posts' / 'v1.parquet'} is not readable there. Mount the snapshot "
-                            "store at the same path on every Dask worker's host, or run without Dask. Nothing was charged.")
+    assert message.endswith(
+        f"its snapshot {store / 'posts' / 'v1.parquet'} is not readable there. Mount the snapshot "
+        "store at the same path on every Dask worker's host, or run without Dask. Nothing was charged."
+    )
     assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] == ["cap"]

@@ -63,8 +63,10 @@ def test_smooth_count_intervals_cover_with_the_released_std(test_mode):
     upper = np.array([accuracy.smooth_std_upper(float(r), grid, t, n, al) for r in released])
     assert binomtest(int((upper >= std).sum()), DRAWS, 1 - accuracy.STD_MISS, alternative="less").pvalue > LEVEL
     published = np.clip(np.rint(500 + _z(rng, std, noise.grid(std))), 0, n)
-    covered = sum(lo <= 500 <= hi for lo, hi in (accuracy.count_interval(float(p), accuracy.Z_SMOOTH * u, n)
-                                                 for p, u in zip(published, upper)))  # fmt: skip
+    covered = sum(
+        lo <= 500 <= hi
+        for lo, hi in (accuracy.count_interval(float(p), accuracy.Z_SMOOTH * u, n) for p, u in zip(published, upper))
+    )
     assert binomtest(covered, DRAWS, accuracy.LEVEL, alternative="less").pvalue > LEVEL
     # control: the released std itself, without the bound, is below the true one about half the time
     assert binomtest(int((released >= std).sum()), DRAWS, 1 - accuracy.STD_MISS, alternative="less").pvalue < LEVEL
@@ -81,8 +83,14 @@ def test_dpne_detection_table_matches_simulation(test_mode):
     for k, rho, weight in ((1, acc.rho_1, 1), (1, acc.rho_1, 4), (2, rho_2, 1)):
         sigma, unit = leaves[k - 1].sigma, acc.units[k - 1]
         w = int(unit_weights(4, unit)[weight])
-        table = dict(zip(*[dpne_accuracy.levels(params, acc.sigmas, acc.units, acc.rho_1, [acc.rho_1, rho_2])[k - 1][x]
-                           for x in ("holders", "p_weight_1" if weight == 1 else "p_weight_cap")]))  # fmt: skip
+        table = dict(
+            zip(
+                *[
+                    dpne_accuracy.levels(params, acc.sigmas, acc.units, acc.rho_1, [acc.rho_1, rho_2])[k - 1][x]
+                    for x in ("holders", "p_weight_1" if weight == 1 else "p_weight_cap")
+                ]
+            )
+        )
         middle = [m for m, p in table.items() if 0.05 < p < 0.95] + ([0] if k == 2 else [])
         assert middle, table
         for m in middle:
@@ -122,8 +130,15 @@ def test_a_private_standardization_states_its_means_interval(test_mode):
 
     x = np.random.default_rng(0).uniform(0, 10, (400, 2))
     frame = pd.DataFrame(x, columns=["a", "b"])
-    params = outliers.Params(query="count", columns=["a", "b"], k=3, r=0.5, epsilon=1.0, delta=1e-5,
-                             standardize={"bounds": {"a": [0, 10], "b": [0, 10]}, "share": 0.5})  # fmt: skip
+    params = outliers.Params(
+        query="count",
+        columns=["a", "b"],
+        k=3,
+        r=0.5,
+        epsilon=1.0,
+        delta=1e-5,
+        standardize={"bounds": {"a": [0, 10], "b": [0, 10]}, "share": 0.5},
+    )
     rng, covered, narrow, runs = noise.generator(6), 0, 0, 1000
     for _ in range(runs):
         _, scaling = outliers.standardized(frame, ["a", "b"], params, Budget(0.5, 5e-6), rng)

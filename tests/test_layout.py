@@ -21,8 +21,11 @@ def package(module: str) -> str:
 
 def imports(root: Path) -> dict[str, set[str]]:
     """Every product module and the product modules it imports, anywhere in its body."""
-    paths = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
-             for top in ("core", "flows", "gate", "cli") for p in (root / top).rglob("*.py")}
+    paths = {
+        ".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+        for top in ("core", "flows", "gate", "cli")
+        for p in (root / top).rglob("*.py")
+    }
     found = {}
     for module, path in sorted(paths.items()):
         names = set()
@@ -54,7 +57,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         state[m] = "open"
         for n in sorted(graph[m]):
             if state.get(n) == "open":
-                found.append(path[path.index(n):] + [n] if n in path else [m, n])
+                found.append(path[path.index(n) :] + [n] if n in path else [m, n])
             elif n not in state:
                 visit(n, path + [n])
         state[m] = "done"
@@ -76,7 +79,9 @@ def test_the_checks_catch_an_import_back_up_and_a_cycle():
     """The same checks on a weakened house: the ledger importing the release path, and a two-module circle."""
     graph = imports(REPO)
     graph["core.ledger.ledger"] = graph["core.ledger.ledger"] | {"core.release.charged"}
-    assert violations(graph) == ["core.ledger.ledger (core.ledger) imports core.release.charged (core.release), which is not below it"]
+    assert violations(graph) == [
+        "core.ledger.ledger (core.ledger) imports core.release.charged (core.release), which is not below it"
+    ]
     assert cycles(graph)  # charged imports the ledger, which now imports charged
     graph = imports(REPO)
     graph["core.spam.dp"] = graph["core.spam.dp"] | {"core.sdc.policy"}

@@ -218,10 +218,15 @@ def test_eight_processes_never_exceed_the_cap(ledger, tmp_path):
     ledger.set_budget("shared", Budget(1.0, 2e-7))  # room for exactly 18 of the 32 (delta 1.8e-7 after the conversion share)
     start = tmp_path / "go"
     procs = [
-        subprocess.Popen([sys.executable, "-c", WORKER, str(ledger.db_path), str(w), str(start)],
-                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(ledger.db_path), str(w), str(start)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for w in range(8)
-    ]  # fmt: skip
+    ]
     time.sleep(1.5)  # let every worker import and wait at the barrier
     start.touch()
     accepted = []
@@ -239,8 +244,10 @@ def test_eight_processes_never_exceed_the_cap(ledger, tmp_path):
 
 def test_gdp_total_for_gaussian_histories(ledger):
     ledger.set_budget("d", Budget(10.0, 1e-5))
-    plans = [dpne.plan(dpne.Params(user_column="u", text_column="t", epsilon=eps, delta=1e-7, T=T))
-             for eps, T in ((1.0, 6), (2.0, 9), (1.0, 3))]  # fmt: skip
+    plans = [
+        dpne.plan(dpne.Params(user_column="u", text_column="t", epsilon=eps, delta=1e-7, T=T))
+        for eps, T in ((1.0, 6), (2.0, 9), (1.0, 3))
+    ]
     for i, plan in enumerate(plans):
         ledger.reserve("d", f"r{i}", "dp", replace(plan.cost, adjacency=ADJ), "dpne", {"i": i}, plan.detail)
     (t,) = ledger.totals()
@@ -258,8 +265,9 @@ def test_set_budget_checks_the_id_as_requests_do(home, capsys, bad):
     from tests.test_release_flow import cli
 
     code, _, err = cli(capsys, "ledger", "set-budget", bad, "--epsilon", "1", "--delta", "0")
-    assert code == 2 and err.strip() == ("error: dataset id must be 1-80 characters of letters, digits, '_', '.' or "
-                                         "'-', starting with a letter or digit.")  # fmt: skip
+    assert code == 2 and err.strip() == (
+        "error: dataset id must be 1-80 characters of letters, digits, '_', '.' or '-', starting with a letter or digit."
+    )
     assert not (home / "privrelease.duckdb").exists()
 
 
@@ -318,7 +326,6 @@ def test_threads_opening_the_database_at_once_never_conflict(tmp_path, weakened,
         assert any("Unique file handle conflict" in e for e in errors)
     else:
         assert errors == []
-
 
 
 def test_remaining_after_a_gaussian_charge_is_what_the_filter_leaves(ledger):

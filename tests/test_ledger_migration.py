@@ -78,8 +78,10 @@ def test_the_old_figures_are_reported_as_before(old: Ledger, tmp_path: Path):
         elif before["gdp"] is None:
             assert shown["gdp"] is None, t.dataset
         else:
-            assert shown["gdp"]["epsilon"] == pytest.approx(before["gdp"]["epsilon"], rel=1e-12) and \
-                shown["gdp"]["delta"] == before["gdp"]["delta"]  # fmt: skip
+            assert (
+                shown["gdp"]["epsilon"] == pytest.approx(before["gdp"]["epsilon"], rel=1e-12)
+                and shown["gdp"]["delta"] == before["gdp"]["delta"]
+            )
 
 
 def test_new_charges_join_the_old_history_under_the_same_adjacency(old: Ledger):
@@ -92,7 +94,8 @@ def test_new_charges_join_the_old_history_under_the_same_adjacency(old: Ledger):
         old.admit("posts", dp(0.1, 1e-7))  # replace one record is another relation
     with pytest.raises(BudgetError, match="another adjacency"):
         old.admit("posts", dp(0.1, 1e-7, adj.AddRemoveUser("author")))  # so is another user column
-    count = outliers.plan(outliers.Params.model_validate(json.loads(next(
-        e.params for e in old.entries() if e.release_id == "outliers-smooth"))))  # fmt: skip
+    count = outliers.plan(
+        outliers.Params.model_validate(json.loads(next(e.params for e in old.entries() if e.release_id == "outliers-smooth")))
+    )
     old.reserve("sessions", "outliers-new", "dp", count.cost, "outliers", {}, count.detail)
     assert old.verify() == 18 and old.replay() == []

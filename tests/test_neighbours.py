@@ -137,12 +137,14 @@ async def _prefect_surface(flow_run_id: str) -> dict:
         LogFilterFlowRunId,
         TaskRunFilter,
         TaskRunFilterFlowRunId,
-    )  # fmt: skip
+    )
 
     async with get_client() as client:
         run = await client.read_flow_run(flow_run_id)
         logs = await client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))
-        artifacts = await client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id])))
+        artifacts = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id]))
+        )
         tasks = await client.read_task_runs(task_run_filter=TaskRunFilter(flow_run_id=TaskRunFilterFlowRunId(any_=[run.id])))
     return {
         "parameters": run.parameters,
@@ -244,8 +246,7 @@ def test_dpne_on_neighbouring_corpora_keeps_a_user_unique_phrase_private():
     from core.mechanisms import dpne
 
     d, d_prime = _neighbours_posts()
-    params = dpne.Params(user_column="user", text_column="text", epsilon=1.0, delta=1e-6, T=1, delta0=10,
-                         tokenizer="words")  # fmt: skip
+    params = dpne.Params(user_column="user", text_column="text", epsilon=1.0, delta=1e-6, T=1, delta0=10, tokenizer="words")
     runs = 100
 
     def released(frame: pd.DataFrame, p: dpne.Params, seed: int) -> set[str]:
@@ -325,12 +326,11 @@ def _section(text: str) -> str:
     """The external SDC section of a report or an artifact: from its heading to the next one."""
     start = text.index(SECTION)
     end = text.find("\n#", start + len(SECTION))
-    return text[start: end if end >= 0 else None]
+    return text[start : end if end >= 0 else None]
 
 
 @pytest.mark.parametrize("case", sorted(SDC_CASES))
-def test_external_sdc_report_differs_only_through_the_released_table(prefect_server, test_mode, tmp_path,
-                                                                      monkeypatch, case):  # fmt: skip
+def test_external_sdc_report_differs_only_through_the_released_table(prefect_server, test_mode, tmp_path, monkeypatch, case):
     """An SDC release on D and on D' (one record replaced), same seed: its external report (report
     section, manifest figures, chart in the artifact) is recomputed from each published table
     alone, and the two differ only where each prints a figure of its own released table. The
@@ -338,8 +338,7 @@ def test_external_sdc_report_differs_only_through_the_released_table(prefect_ser
     from prefect.logging.handlers import APILogHandler
 
     make, mechanism = SDC_CASES[case]
-    runs = [_release(tmp_path / name, frame, "record", mechanism, monkeypatch, "sdc")
-            for name, frame in zip(("d", "dp"), make())]  # fmt: skip
+    runs = [_release(tmp_path / name, frame, "record", mechanism, monkeypatch, "sdc") for name, frame in zip(("d", "dp"), make())]
     APILogHandler().flush()
     time.sleep(2.5)
     outputs, sections = [], []

@@ -76,8 +76,13 @@ def replaced(corpus: Corpus, user: int, message: int, x: np.ndarray, y: int) -> 
 
 def small_corpus(d: int, seed: int, per_user: int = 6, longest: int = 9) -> Corpus:
     rng = np.random.default_rng(seed)
-    return [([np.sort(rng.choice(d, rng.integers(1, longest + 1), replace=False)) for _ in range(per_user)],
-             rng.choice([-1, 1], per_user)) for _ in range(2)]  # fmt: skip
+    return [
+        (
+            [np.sort(rng.choice(d, rng.integers(1, longest + 1), replace=False)) for _ in range(per_user)],
+            rng.choice([-1, 1], per_user),
+        )
+        for _ in range(2)
+    ]
 
 
 D_SMALL, F_SMALL = 10, 4
@@ -107,8 +112,9 @@ def test_round_sums_on_neighbours_stay_within_the_sensitivity(test_mode, radius,
     for _ in range(3):
         sums, after = protocol_round(corpus, noise, w, eta)
         w_int = np.rint(np.ldexp(w, W_BITS)).astype(np.int64)
-        exact = [sum(col) for col in zip(*(rule(v, y, w_int, D_SMALL) for xs, (_, ys) in zip(capped, corpus)
-                                           for v, y in zip(xs, ys)))]  # fmt: skip
+        exact = [
+            sum(col) for col in zip(*(rule(v, y, w_int, D_SMALL) for xs, (_, ys) in zip(capped, corpus) for v, y in zip(xs, ys)))
+        ]
         assert sums == exact
         best = (0.0, None)
         for user, (_, ys) in enumerate(corpus):
@@ -158,11 +164,17 @@ def _spam_run(home: Path, flip: bool, monkeypatch, capsys) -> dict:
     code, _, err = cli(capsys, "spam", "train", spec(folder, rounds=2, dp=DP))
     assert code == 0, err
     run = home / "spam" / "r1"
-    entries = json.loads(json.dumps([e.as_dict() for e in Ledger(home / "privrelease.duckdb").entries()]).replace(str(home), "<home>"))
-    return {"home": str(home), "report": json.loads((run / "report.json").read_text()), "md": (run / "report.md").read_text(),
-            "files": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run.iterdir())},
-            "transcript": [json.loads(line) for line in (run / "transcript.jsonl").read_text().splitlines()],
-            "ledger": entries}  # fmt: skip
+    entries = json.loads(
+        json.dumps([e.as_dict() for e in Ledger(home / "privrelease.duckdb").entries()]).replace(str(home), "<home>")
+    )
+    return {
+        "home": str(home),
+        "report": json.loads((run / "report.json").read_text()),
+        "md": (run / "report.md").read_text(),
+        "files": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run.iterdir())},
+        "transcript": [json.loads(line) for line in (run / "transcript.jsonl").read_text().splitlines()],
+        "ledger": entries,
+    }
 
 
 def _without_timing(key: str, data: str) -> object:
@@ -194,9 +206,14 @@ def test_a_dp_run_shows_only_dp_outputs_and_public_values_on_neighbours(prefect_
         gaps.append([r.pop("max_gradient_gap") for r in report["per_round"]])
         for key in ("auc_plain", "auc_plain_exact_sigmoid", "max_weight_gap"):
             report.pop(key)
-        varying = [report.pop("auc_private"), report.pop("transcript_sha256"), report.pop("directory_digest"),
-                   report.pop("setup_seconds"), *report.pop("seconds_per_round"),
-                   *[files.pop(name) for name in ("model.npy", "roc.png", "report.json", "report.md", "transcript.jsonl")]]  # fmt: skip
+        varying = [
+            report.pop("auc_private"),
+            report.pop("transcript_sha256"),
+            report.pop("directory_digest"),
+            report.pop("setup_seconds"),
+            *report.pop("seconds_per_round"),
+            *[files.pop(name) for name in ("model.npy", "roc.png", "report.json", "report.md", "transcript.jsonl")],
+        ]
         for r in report["per_round"]:
             varying += [r.pop("seconds"), *r.pop("steps").values()]
         for line in run["transcript"]:

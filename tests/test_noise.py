@@ -93,13 +93,13 @@ def test_grid_lemma_and_discrete_tail_bound_hold_pointwise(s2):
     s = math.sqrt(s2)
     k = np.arange(-6 * int(math.ceil(s)), 6 * int(math.ceil(s)) + 1)
     far = np.arange(-60 * int(math.ceil(s)), 60 * int(math.ceil(s)) + 1)
-    d = np.exp(-k**2 / (2 * s2)) / np.exp(-far**2 / (2 * s2)).sum()
+    d = np.exp(-(k**2) / (2 * s2)) / np.exp(-(far**2) / (2 * s2)).sum()
     r = ndtr((k + 0.5) / s) - ndtr((k - 0.5) / s)
     tau = 2 * sum(math.exp(-2 * math.pi**2 * s2 * n * n) for n in range(1, 5))
     log_ratio = np.log(r / d)
     assert (log_ratio >= -1 / (8 * s2) - tau - 1e-12).all()
     assert (log_ratio <= k**2 / (24 * s2**2) + tau + 1e-12).all()
-    weights = np.exp(-far**2 / (2 * s2)) / np.exp(-far**2 / (2 * s2)).sum()
+    weights = np.exp(-(far**2) / (2 * s2)) / np.exp(-(far**2) / (2 * s2)).sum()
     for n in range(1, 6 * int(math.ceil(s))):
         assert weights[far >= n].sum() <= stats.norm.sf((n - 1) / s) + 1e-15
 

@@ -237,7 +237,9 @@ def test_synthetic_1_smooth_bound_at_the_paper_parameters():
 def test_alpha_beta_and_noise_scales_at_the_reference_parameters():
     assert sens.alpha(1, 0.01) == pytest.approx(0.0614393, rel=1e-6)
     assert sens.beta(1, 0.01) == pytest.approx(0.0396931, rel=1e-5)
-    assert sens.alpha(0.5, 0.01) == pytest.approx(0.030720, rel=1e-4) and sens.beta(0.5, 0.01) == pytest.approx(0.019847, rel=1e-4)
+    assert sens.alpha(0.5, 0.01) == pytest.approx(0.030720, rel=1e-4) and sens.beta(0.5, 0.01) == pytest.approx(
+        0.019847, rel=1e-4
+    )
     assert 1 / sens.alpha(1, 0.01) == pytest.approx(16.276236, rel=1e-7)
     assert paper_global_std(13, 0.5, 0.01) == pytest.approx(84.636, abs=1e-3)
 
@@ -274,8 +276,16 @@ def test_auto_noise_is_decided_from_public_parameters_only():
 
 
 def test_budget_allocation_adds_up():
-    p = o.Params(query="top_subspaces", k=3, r=0.1, epsilon=2.0, delta=1e-4, h=4, count_share=0.25,
-                 standardize=o.PrivateScale(bounds={"a": (0, 1)}, share=0.1))  # fmt: skip
+    p = o.Params(
+        query="top_subspaces",
+        k=3,
+        r=0.1,
+        epsilon=2.0,
+        delta=1e-4,
+        h=4,
+        count_share=0.25,
+        standardize=o.PrivateScale(bounds={"a": (0, 1)}, share=0.1),
+    )
     a = o.allocate(p)
     spent = a.standardize.epsilon + a.select + a.counts * (a.count.epsilon + a.scale)
     assert spent == pytest.approx(2.0) and a.standardize.delta + a.counts * a.count.delta == pytest.approx(1e-4)
@@ -363,16 +373,18 @@ def test_top_subspaces_with_a_large_budget_finds_the_planted_columns():
     result = o.run(frame, params, np.random.default_rng(0))
     assert set(result.data["subspace"]) == {"a", "b"}
     o.check(frame, result, params)
-    assert [r["subspace"] for r in result.manifest["result"]] == [["a"], ["b"]] or \
-        [r["subspace"] for r in result.manifest["result"]] == [["b"], ["a"]]  # fmt: skip
+    assert [r["subspace"] for r in result.manifest["result"]] == [["a"], ["b"]] or [
+        r["subspace"] for r in result.manifest["result"]
+    ] == [["b"], ["a"]]
     assert len(result.manifest["noise_std"]) == 2 and all(s > 0 for s in result.manifest["noise_std"])
 
 
 def test_public_and_private_standardization():
     frame = planted(4000, seed=3)
     public = {c: {"mean": 0.0, "std": 2.0} for c in "abcde"}
-    z, scaling = o.standardized(frame, list("ab"), o.Params(k=1, r=1, epsilon=1, delta=1e-3, standardize=public),
-                                ZERO, np.random.default_rng(0))  # fmt: skip
+    z, scaling = o.standardized(
+        frame, list("ab"), o.Params(k=1, r=1, epsilon=1, delta=1e-3, standardize=public), ZERO, np.random.default_rng(0)
+    )
     assert z == pytest.approx(frame[["a", "b"]].to_numpy() / 2) and scaling["method"] == "public"
     bounds = {c: (-4.0, 4.0) for c in "cde"}
     params = o.Params(k=1, r=1, epsilon=1, delta=1e-3, standardize={"bounds": bounds, "share": 0.5})
@@ -393,11 +405,24 @@ def test_public_and_private_standardization():
         ({"k": 0, "r": 0.1, "epsilon": 1, "delta": 1e-3, "standardize": False}, "k: Input should be greater than or equal to 1"),
         ({"k": 3, "r": 0, "epsilon": 1, "delta": 1e-3, "standardize": False}, "r: Input should be greater than 0"),
         ({"k": 3, "r": 0.1, "epsilon": 1, "standardize": False}, "needs delta > 0"),
-        ({"query": "top_subspaces", "columns": ["a", "b"], "h": 3, "k": 3, "r": 0.1, "epsilon": 1, "delta": 1e-3,
-          "standardize": False}, "h=3 is more than the 2 candidate subspaces"),
+        (
+            {
+                "query": "top_subspaces",
+                "columns": ["a", "b"],
+                "h": 3,
+                "k": 3,
+                "r": 0.1,
+                "epsilon": 1,
+                "delta": 1e-3,
+                "standardize": False,
+            },
+            "h=3 is more than the 2 candidate subspaces",
+        ),
         ({"columns": ["a", "a"], "k": 3, "r": 0.1, "epsilon": 1, "delta": 1e-3, "standardize": False}, "twice"),
-        ({"columns": ["a", "b"], "k": 3, "r": 0.1, "epsilon": 1, "delta": 1e-3,
-          "standardize": {"a": {"mean": 0, "std": 1}}}, "no scale for columns ['b']"),
+        (
+            {"columns": ["a", "b"], "k": 3, "r": 0.1, "epsilon": 1, "delta": 1e-3, "standardize": {"a": {"mean": 0, "std": 1}}},
+            "no scale for columns ['b']",
+        ),
         ({"k": 3, "r": 0.1, "epsilon": 1, "delta": 1e-3, "standardize": {"bounds": {"a": [1, 0]}}}, "low < high"),
     ],
     ids=["no-standardize", "k-0", "r-0", "no-delta", "h-too-large", "duplicate-column", "scale-missing", "bad-bounds"],

@@ -143,8 +143,19 @@ GLOBAL_COUNTS = [  # (query, epsilon, delta, noise, h): the example, both ends o
 
 @pytest.mark.parametrize(("query", "epsilon", "delta", "noise_", "h"), GLOBAL_COUNTS)
 def test_a_global_count_declares_the_gaussian_it_draws(query, epsilon, delta, noise_, h, monkeypatch):
-    params = o.Params(query=query, columns=["a", "b"] if query == "count" else None, c=1 if query == "count" else 2,
-                      h=h, k=3, r=0.5, epsilon=epsilon, delta=delta, noise=noise_, standardize=False, rows=120)  # fmt: skip
+    params = o.Params(
+        query=query,
+        columns=["a", "b"] if query == "count" else None,
+        c=1 if query == "count" else 2,
+        h=h,
+        k=3,
+        r=0.5,
+        epsilon=epsilon,
+        delta=delta,
+        noise=noise_,
+        standardize=False,
+        rows=120,
+    )
     assert drawn_against_declared(params, monkeypatch) == []
     (g,) = [e for e in acc.parts(o.plan(params).cost.event) if e.family == "gaussian"]
     a = o.allocate(params)  # calibrated to the count's whole share, its (unreleased) std's included
@@ -161,13 +172,24 @@ def test_a_draw_that_drifts_from_the_plan_is_caught(monkeypatch):
     monkeypatch.setattr(o, "declared", lambda p: ev.Composed((replace(leaf, sensitivity=leaf.sensitivity - 1),)))
     assert drawn_against_declared(params, monkeypatch)[0].startswith("calibrated to sensitivity [18]")
     smooth = params.model_copy(update={"noise": "smooth"})  # and a plan that states no Gaussian at all
-    assert drawn_against_declared(smooth, monkeypatch)[:2] == ["the counts drew ['smooth'] noise", "the plan states 0 Gaussian parts"]
+    assert drawn_against_declared(smooth, monkeypatch)[:2] == [
+        "the counts drew ['smooth'] noise",
+        "the plan states 0 Gaussian parts",
+    ]
 
 
 def test_the_bound_applies_to_each_count_of_a_top_h_release():
     """h counts share the budget: the bound is on epsilon and delta *per count*."""
-    base = {"query": "top_subspaces", "h": 2, "count_share": 0.9, "k": 3, "r": 0.1, "delta": 2e-4,
-            "standardize": False, "noise": "smooth"}  # fmt: skip
+    base = {
+        "query": "top_subspaces",
+        "h": 2,
+        "count_share": 0.9,
+        "k": 3,
+        "r": 0.1,
+        "delta": 2e-4,
+        "standardize": False,
+        "noise": "smooth",
+    }
     limit = sens.smooth_epsilon_max(1e-4)  # count_share 0.9, then 2 counts, then scale_share 0.1
     assert o.allocate(_spec(epsilon=limit * 2 / 0.81 * 0.999, **base)).count.delta == pytest.approx(1e-4)
     with pytest.raises(Exception, match="above"):
@@ -178,18 +200,40 @@ def test_the_bound_applies_to_each_count_of_a_top_h_release():
     "params,message",
     [
         ({"delta": 1e-301}, "delta 1e-301 are too small for the exact sampler, which needs epsilon above"),
-        ({"standardize": {"bounds": {"a": [0, 1]}, "share": 0.4}, "delta": 2e-300, "columns": ["a"]}, "are too small for the exact sampler"),
+        (
+            {"standardize": {"bounds": {"a": [0, 1]}, "share": 0.4}, "delta": 2e-300, "columns": ["a"]},
+            "are too small for the exact sampler",
+        ),
         ({"query": "top_subspaces", "columns": ["a", "b"], "c": 3}, "c=3 is larger than the 2 candidate columns"),
-        ({"query": "top_subspaces", "columns": [f"x{i}" for i in range(30)], "c": 5}, "142506 candidate subspaces is more than 20000"),
+        (
+            {"query": "top_subspaces", "columns": [f"x{i}" for i in range(30)], "c": 5},
+            "142506 candidate subspaces is more than 20000",
+        ),
         ({"query": "top_subspaces", "delta": 0}, "release_counts needs delta > 0"),
-        ({"query": "top_subspaces", "delta": 0, "release_counts": False, "standardize": {"bounds": {"a": [0, 1]}}, "columns": ["a"]},
-         "private standardization uses the Gaussian mechanism and needs delta > 0"),
+        (
+            {
+                "query": "top_subspaces",
+                "delta": 0,
+                "release_counts": False,
+                "standardize": {"bounds": {"a": [0, 1]}},
+                "columns": ["a"],
+            },
+            "private standardization uses the Gaussian mechanism and needs delta > 0",
+        ),
         ({"rows": 1}, "Input should be greater than or equal to 2"),
         ({"epsilon": 101, "noise": "global"}, "Input should be less than or equal to 100"),
     ],
-    ids=["delta-per-count", "delta-standardize", "c-too-large", "too-many-subspaces", "counts-need-delta",
-         "private-scale-needs-delta", "rows", "epsilon-cap"],
-)  # fmt: skip
+    ids=[
+        "delta-per-count",
+        "delta-standardize",
+        "c-too-large",
+        "too-many-subspaces",
+        "counts-need-delta",
+        "private-scale-needs-delta",
+        "rows",
+        "epsilon-cap",
+    ],
+)
 def test_other_parameters_outside_their_proofs_are_refused(params, message):
     with pytest.raises(Exception) as info:
         _spec(**{"k": 3, "r": 0.1, "epsilon": 1.0, "delta": 1e-4, "standardize": False, **params})
@@ -234,7 +278,9 @@ def test_the_report_says_when_the_noise_dwarfs_every_possible_count():
     assert result.privacy["clamped_to"] == [0, 351]
     # the statement uses public values only: the same on a neighbouring table
     other = o.run(frame.assign(a=frame["a"].where(frame.index != 7, 40.0)), swamped, np.random.default_rng(0))
-    assert [ln for ln in other.report.splitlines() if "exceeds" in ln] == [ln for ln in result.report.splitlines() if "exceeds" in ln]
+    assert [ln for ln in other.report.splitlines() if "exceeds" in ln] == [
+        ln for ln in result.report.splitlines() if "exceeds" in ln
+    ]
     fine = o.run(frame, swamped.model_copy(update={"epsilon": 50.0}), np.random.default_rng(0))
     assert "exceeds" not in fine.report
     undeclared = o.run(frame, swamped.model_copy(update={"rows": None}), np.random.default_rng(0))

@@ -33,13 +33,29 @@ def entries(home: Path) -> list:
 
 
 def test_count_release_charges_then_publishes(prefect_server, home, tmp_path, capsys):
-    spec = write(home, tmp_path / "a", planted(), columns=["a", "b"], k=3, r=0.1, epsilon=1.0, delta=1e-4,
-                 standardize=PUBLIC, noise="smooth")  # fmt: skip
+    spec = write(
+        home,
+        tmp_path / "a",
+        planted(),
+        columns=["a", "b"],
+        k=3,
+        r=0.1,
+        epsilon=1.0,
+        delta=1e-4,
+        standardize=PUBLIC,
+        noise="smooth",
+    )
     assert cli(capsys, "ledger", "set-budget", "sessions", "--epsilon", "3", "--delta", "1e-3")[0] == 0
     code, out, err = cli(capsys, "release", str(spec))
     assert code == 0, err
     folder = Path(out.split("folder ")[1].split()[0])
-    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "outliers.csv", "outliers.parquet", "outliers.png", "report.md"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "manifest.json",
+        "outliers.csv",
+        "outliers.parquet",
+        "outliers.png",
+        "report.md",
+    ]
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["result"]["subspace"] == ["a", "b"] and isinstance(manifest["result"]["count"], int)  # rounded
     assert manifest["noise_std"] > 0 and manifest["privacy"]["noise"] == ["smooth"]
@@ -55,8 +71,20 @@ def test_count_release_charges_then_publishes(prefect_server, home, tmp_path, ca
 def test_top_subspaces_release_with_private_standardization(prefect_server, home, test_mode, tmp_path, capsys):
     frame = planted(2000, seed=1).assign(a=lambda f: f["a"] * 50 + 100)  # a on another scale
     bounds = {"a": [-100, 300], "b": [-5, 5], "c": [-5, 5], "d": [-5, 5], "e": [-5, 5]}
-    spec = write(home, tmp_path / "b", frame, seed=7, query="top_subspaces", c=1, h=2, k=3, r=0.05, epsilon=8.0,
-                 delta=1e-4, standardize={"bounds": bounds, "share": 0.25})  # fmt: skip
+    spec = write(
+        home,
+        tmp_path / "b",
+        frame,
+        seed=7,
+        query="top_subspaces",
+        c=1,
+        h=2,
+        k=3,
+        r=0.05,
+        epsilon=8.0,
+        delta=1e-4,
+        standardize={"bounds": bounds, "share": 0.25},
+    )
     assert cli(capsys, "ledger", "set-budget", "sessions", "--epsilon", "10", "--delta", "1e-3")[0] == 0
     code, out, err = cli(capsys, "release", str(spec))
     assert code == 0, err
@@ -66,10 +94,20 @@ def test_top_subspaces_release_with_private_standardization(prefect_server, home
     assert len(manifest["noise_std"]) == 2
     scales = manifest["privacy"]["standardization"]["scales"]
     inliers = frame["a"].iloc[10:]  # the charged estimate, released; planted outliers are clipped
-    assert scales["a"]["std"] == pytest.approx(inliers.std(), rel=0.3) and scales["a"]["mean"] == pytest.approx(inliers.mean(), abs=10)
+    assert scales["a"]["std"] == pytest.approx(inliers.std(), rel=0.3) and scales["a"]["mean"] == pytest.approx(
+        inliers.mean(), abs=10
+    )
     table = pd.read_csv(folder / "outliers.csv")
-    assert list(table.columns) == ["rank", "subspace", "noisy_count", "ci95_low", "ci95_high", "noise", "noise_std",
-                                   "global_noise_std"]
+    assert list(table.columns) == [
+        "rank",
+        "subspace",
+        "noisy_count",
+        "ci95_low",
+        "ci95_high",
+        "noise",
+        "noise_std",
+        "global_noise_std",
+    ]
     assert [e.epsilon for e in entries(home) if e.status == RESERVED] == [8.0]
 
 
@@ -82,7 +120,11 @@ def test_top_subspaces_release_with_private_standardization(prefect_server, home
         (None, {"query": "top_subspaces", "c": 2, "h": 11}, "h=11 is more than the 10 candidate subspaces"),
         (None, {"r": -1.0}, "r: Input should be greater than 0"),
         (None, {"k": 0}, "k: Input should be greater than or equal to 1"),
-        (None, {"noise": "smooth", "epsilon": 30.0}, "delta per count 0.0001 (Theorem 2; docs/REPRODUCTION.md derives the bound). Lower epsilon or use noise: global"),
+        (
+            None,
+            {"noise": "smooth", "epsilon": 30.0},
+            "delta per count 0.0001 (Theorem 2; docs/REPRODUCTION.md derives the bound). Lower epsilon or use noise: global",
+        ),
     ],
     ids=["non-numeric", "nullable", "missing-column", "h-too-large", "negative-r", "k-zero", "smooth-epsilon-bound"],
 )

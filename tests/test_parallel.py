@@ -76,7 +76,9 @@ def lean(client) -> dict[str, tuple[bool, str | None, int]]:
     """Per worker (by name): whether Dask samples its stacks, the MALLOC_TRIM_THRESHOLD_ it started
     with, and its Dask memory limit."""
     workers = client.scheduler_info()["workers"]
-    settings = client.run(lambda: (dask.config.get("distributed.worker.profile.enabled"), os.environ.get("MALLOC_TRIM_THRESHOLD_")))
+    settings = client.run(
+        lambda: (dask.config.get("distributed.worker.profile.enabled"), os.environ.get("MALLOC_TRIM_THRESHOLD_"))
+    )
     return {workers[a]["name"]: (*v, workers[a]["memory_limit"]) for a, v in settings.items()}
 
 
@@ -95,9 +97,16 @@ def test_workers_started_with_deploy_dask_yaml_are_as_lean_as_the_local_cluster(
     command = [str(Path(sys.executable).parent / "dask"), "worker", "--nthreads", "1", "--memory-limit", "0", "--no-dashboard"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DASK_", "MALLOC_"))}
     with LocalCluster(n_workers=0, processes=False, protocol="tcp://", dashboard_address=None) as cluster:
-        procs = [subprocess.Popen([*command, cluster.scheduler_address, "--name", name], env=extra | env, cwd=REPO,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-                 for name, extra in (("configured", {"DASK_CONFIG": str(REPO / "deploy" / "dask.yaml")}), ("plain", {}))]
+        procs = [
+            subprocess.Popen(
+                [*command, cluster.scheduler_address, "--name", name],
+                env=extra | env,
+                cwd=REPO,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for name, extra in (("configured", {"DASK_CONFIG": str(REPO / "deploy" / "dask.yaml")}), ("plain", {}))
+        ]
         try:
             with Client(cluster.scheduler_address) as client:
                 client.wait_for_workers(2, timeout=60)
@@ -144,14 +153,15 @@ def transitions(address: str) -> int:
         return client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.transition_counter)
 
 
-def test_release_on_the_dask_runner_matches_in_process(prefect_server, home, test_mode, tmp_path, capsys, cluster,
-                                                       monkeypatch):  # fmt: skip
+def test_release_on_the_dask_runner_matches_in_process(prefect_server, home, test_mode, tmp_path, capsys, cluster, monkeypatch):
     for name in (settings.RUNNER, settings.DASK_ADDRESS, settings.DASK_WORKERS):  # the CLI sets them; restored after
         monkeypatch.setenv(name, "")
     register(home, phrase_corpus(600), "posts", "user:user", "dp")
     assert cli(capsys, "ledger", "set-budget", "posts", "--epsilon", "10", "--delta", "1e-5")[0] == 0
-    mechanism = {"name": "dpne", "params": {"text_column": "text", "epsilon": 4.0, "delta": 1e-7, "T": 3, "delta0": 5,
-                                            "publish_weights": True}}  # fmt: skip
+    mechanism = {
+        "name": "dpne",
+        "params": {"text_column": "text", "epsilon": 4.0, "delta": 1e-7, "T": 3, "delta0": 5, "publish_weights": True},
+    }
     manifests, used = [], []
     for runner in ("local", "dask"):
         before = transitions(cluster)
@@ -161,7 +171,9 @@ def test_release_on_the_dask_runner_matches_in_process(prefect_server, home, tes
         assert code == 0, err
         used.append(transitions(cluster) > before)
         folder = Path(out.split("folder ")[1].split()[0])
-        manifests.append((json.loads((folder / "manifest.json").read_text()), duckdb.read_parquet(str(folder / "ngrams.parquet")).df()))
+        manifests.append(
+            (json.loads((folder / "manifest.json").read_text()), duckdb.read_parquet(str(folder / "ngrams.parquet")).df())
+        )
     (local, local_table), (spread, spread_table) = manifests
     assert used == [False, True]  # the partitions ran on the cluster only when the CLI named it
     assert sum(local["counts_by_length"].values()) > 5 and local["counts_by_length"] == spread["counts_by_length"]

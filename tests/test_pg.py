@@ -30,8 +30,13 @@ PUBLIC = {c: {"mean": 0.0, "std": 1.0} for c in "abcde"}
 
 
 # A count of outliers in columns a and b at epsilon 1.
-OUTLIERS = {"dataset": "sessions", "mechanism": {"name": "outliers", "params": {
-    "columns": ["a", "b"], "k": 3, "r": 0.1, "epsilon": 1.0, "delta": 1e-4, "standardize": PUBLIC}}}
+OUTLIERS = {
+    "dataset": "sessions",
+    "mechanism": {
+        "name": "outliers",
+        "params": {"columns": ["a", "b"], "k": 3, "r": 0.1, "epsilon": 1.0, "delta": 1e-4, "standardize": PUBLIC},
+    },
+}
 
 
 def outliers_request(folder: Path) -> Path:
@@ -44,8 +49,21 @@ def steward(home: Path, env: dict | None = None, epsilon: str = "5") -> None:
     """Register 300 planted records as ``sessions`` (record unit, dp) and cap it at ``epsilon``."""
     (home / "data").mkdir(parents=True)
     planted().to_csv(home / "data" / "sessions.csv", index=False)
-    r = run(home, "dataset", "add", "sessions", "--source", "sessions.csv", "--format", "csv", "--unit", "record",
-            "--purpose", "dp", env=env)  # fmt: skip
+    r = run(
+        home,
+        "dataset",
+        "add",
+        "sessions",
+        "--source",
+        "sessions.csv",
+        "--format",
+        "csv",
+        "--unit",
+        "record",
+        "--purpose",
+        "dp",
+        env=env,
+    )
     assert r.returncode == 0, r.stderr
     r = run(home, "ledger", "set-budget", "sessions", "--epsilon", epsilon, "--delta", "1e-3", env=env)
     assert r.returncode == 0, r.stderr
@@ -116,8 +134,7 @@ def pg_ledger(tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> L
 def test_a_connection_dropped_mid_charge_writes_nothing(pg_ledger: Ledger, pg_url: str):
     admin = psycopg.connect(pg_url, autocommit=True, options="-c search_path=privrelease")
     # a trigger that holds the charge's transaction open after its row is inserted, before it commits
-    admin.execute("CREATE FUNCTION hold() RETURNS trigger LANGUAGE plpgsql AS "
-                  "$$ BEGIN PERFORM pg_sleep(60); RETURN NEW; END $$")  # fmt: skip
+    admin.execute("CREATE FUNCTION hold() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(60); RETURN NEW; END $$")
     admin.execute("CREATE TRIGGER hold AFTER INSERT ON ledger FOR EACH ROW EXECUTE FUNCTION hold()")
     failure: list[BaseException] = []
 
@@ -130,8 +147,11 @@ def test_a_connection_dropped_mid_charge_writes_nothing(pg_ledger: Ledger, pg_ur
     worker = threading.Thread(target=charge)
     worker.start()
     deadline = time.monotonic() + 30
-    while not (row := admin.execute("SELECT pid, query FROM pg_stat_activity WHERE wait_event = 'PgSleep' "
-                                    "AND datname = current_database()").fetchone()):  # fmt: skip
+    while not (
+        row := admin.execute(
+            "SELECT pid, query FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND datname = current_database()"
+        ).fetchone()
+    ):
         assert time.monotonic() < deadline, "the charge never reached its insert"
         time.sleep(0.05)
     assert row[1].startswith("INSERT INTO ledger")  # the row is written, not committed
@@ -149,8 +169,7 @@ def test_a_connection_dropped_mid_charge_writes_nothing(pg_ledger: Ledger, pg_ur
     admin.close()
 
 
-def test_a_worker_with_another_key_cannot_extend_the_chain(pg_ledger: Ledger, tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch):  # fmt: skip
+def test_a_worker_with_another_key_cannot_extend_the_chain(pg_ledger: Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     other = Ledger(tmp_path / "other-home" / "privrelease.duckdb")  # its own home, so its own (new) key file
     (tmp_path / "other-home" / "keys").mkdir(parents=True)
     (tmp_path / "other-home" / "keys" / "ledger.key").write_text("11" * 32 + "\n")
@@ -191,8 +210,12 @@ def test_the_dataset_row_lock_is_what_holds_the_cap(pg_ledger: Ledger, pg_url: s
         thread.start()
     watcher = psycopg.connect(pg_url, autocommit=True)
     deadline = time.monotonic() + 30
-    while watcher.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                          "AND datname = current_database()").fetchone()[0] < 2:  # fmt: skip
+    while (
+        watcher.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        ).fetchone()[0]
+        < 2
+    ):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     admin.rollback()  # both charges are now waiting: on the head (checked) or on the dataset's row (not yet)

@@ -90,20 +90,24 @@ def test_preview_writes_nothing_reads_no_row_and_refuses_as_a_release(tmp_path: 
     # the count is one Gaussian: the basic region closes, and what is left is the filter's (less than 1.5 - 1)
     left = figures["left_after"]
     assert left["by"] == "filter" and left["epsilon"] < 0.5
-    assert f"- left after it (what the admission filter leaves): epsilon={left['epsilon']:.6g} delta={left['delta']:.6g}" in r.stdout
+    assert (
+        f"- left after it (what the admission filter leaves): epsilon={left['epsilon']:.6g} delta={left['delta']:.6g}" in r.stdout
+    )
     assert "95% interval: the released count ±" in r.stdout
     assert _ledger_bytes(home) == before  # the ledger, registry, anchors and keys: unchanged
 
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({**doc, "mechanism": {**doc["mechanism"], "params": {**doc["mechanism"]["params"],
-                                                                                   "columns": ["a", "zz"]}}}))  # fmt: skip
+    bad.write_text(
+        json.dumps({**doc, "mechanism": {**doc["mechanism"], "params": {**doc["mechanism"]["params"], "columns": ["a", "zz"]}}})
+    )
     released, previewed = run(home, "release", str(bad)), run(home, "release", "--preview", str(bad))
     assert previewed.returncode == released.returncode == 2 and previewed.stdout == ""
     assert previewed.stderr == released.stderr and previewed.stderr.startswith("error: ")
 
     costly = tmp_path / "costly.json"
-    costly.write_text(json.dumps({**doc, "mechanism": {**doc["mechanism"], "params": {**doc["mechanism"]["params"],
-                                                                                      "epsilon": 2.0}}}))  # fmt: skip
+    costly.write_text(
+        json.dumps({**doc, "mechanism": {**doc["mechanism"], "params": {**doc["mechanism"]["params"], "epsilon": 2.0}}})
+    )
     r = run(home, "release", "--preview", str(costly))
     assert r.returncode == 2 and "- verdict: **refused: this release needs epsilon=2" in r.stdout
     assert r.stderr.startswith("error: this release needs epsilon=2") and "largest epsilon" in r.stderr
@@ -116,8 +120,9 @@ def test_preview_writes_nothing_reads_no_row_and_refuses_as_a_release(tmp_path: 
     dropped = json.loads(r.stdout)
     # the figures need registration facts only; the verdict is the release's own refusal (it needs the rows)
     assert r.returncode == 2 and dropped["verdict"] == preview.REFUSED and "is not registered" in dropped["reason"]
-    assert {k: dropped[k] for k in ("accuracy", "warnings", "notes", "guarantee")} == \
-           {k: figures[k] for k in ("accuracy", "warnings", "notes", "guarantee")}
+    assert {k: dropped[k] for k in ("accuracy", "warnings", "notes", "guarantee")} == {
+        k: figures[k] for k in ("accuracy", "warnings", "notes", "guarantee")
+    }
     assert _ledger_bytes(home) == before
     with pytest.raises(SpecError, match="is not registered") as refused:
         pipeline.prepare(Home(home), parse(doc))
@@ -131,7 +136,9 @@ def test_preview_of_a_release_id_already_used_says_what_the_release_would_do(hom
     pipeline.release(store, parse(doc))
     seen = preview.preview(store, parse(doc))
     assert seen["verdict"] == preview.PUBLISHED_ALREADY and seen["charge"] is None and "charges nothing" in seen["reason"]
-    charge = charged.reserve(store, pipeline.claim(*pipeline.prepare(store, parse(doc | {"release_id": "r2"}))), charged.Caller(), None)
+    charge = charged.reserve(
+        store, pipeline.claim(*pipeline.prepare(store, parse(doc | {"release_id": "r2"}))), charged.Caller(), None
+    )
     store.ledger.settle("r2", "failed", {"reason": "test"})
     seen = preview.preview(store, parse(doc | {"release_id": "r2"}))
     assert charge.entry.release_id == "r2" and seen["verdict"] == preview.REFUSED
@@ -155,7 +162,8 @@ def test_a_noisy_outlier_count_is_warned_before_its_charge(home, test_mode, capl
     assert std > 150 and seen["warnings"] == [
         f"an outlier count's noise std is {std:.4g}, more than half of its public range [0, 300]: the released count "
         "would say little about the true one. Raise epsilon (or lower k, or ask about fewer dimensions) before you "
-        "spend the budget."]  # fmt: skip
+        "spend the budget."
+    ]
     assert "> warning: an outlier count's noise std" in preview.text(seen)
     with caplog.at_level(logging.INFO, logger="privrelease"):
         pipeline.release(Home(home), parse({**doc, "seed": 1}), log=logging.getLogger("privrelease"))
@@ -176,7 +184,7 @@ def test_the_release_line_gives_each_count_its_interval():
     from cli.main import _said
 
     error = {"family": "discrete Gaussian (global sensitivity)", "std": 51.4, "interval": [0.0, 148.0]}
-    assert _said("result", [{"subspace": ["hour"], "count": 47.0, "error": error},
-                            {"subspace": ["a", "b"], "count": None, "error": None}]) == (
-        "hour: 47 (95% interval 0 to 148); a,b: not released")  # fmt: skip
+    assert _said(
+        "result", [{"subspace": ["hour"], "count": 47.0, "error": error}, {"subspace": ["a", "b"], "count": None, "error": None}]
+    ) == ("hour: 47 (95% interval 0 to 148); a,b: not released")
     assert _said("pa", 33.99) == 33.99

@@ -44,8 +44,11 @@ def test_core_never_imports_prefect():
     for path in (REPO / "core").rglob("*.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            )
             assert not any(n == "prefect" or n.startswith("prefect.") for n in names), path
 
 
@@ -55,15 +58,26 @@ def _environment_reads(tree: ast.AST) -> list[int]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _is_environ(node.value):
             lines.append(node.lineno)
-        elif isinstance(node, ast.Attribute) and node.attr in ("get", "copy", "items", "keys", "values") and _is_environ(node.value):
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr in ("get", "copy", "items", "keys", "values")
+            and _is_environ(node.value)
+        ):
             lines.append(node.lineno)
-        elif isinstance(node, ast.Attribute) and node.attr == "getenv" and isinstance(node.value, ast.Name) and node.value.id == "os":
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr == "getenv"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "os"
+        ):
             lines.append(node.lineno)
     return sorted(lines)
 
 
 def _is_environ(node: ast.AST) -> bool:
-    return isinstance(node, ast.Attribute) and node.attr == "environ" and isinstance(node.value, ast.Name) and node.value.id == "os"
+    return (
+        isinstance(node, ast.Attribute) and node.attr == "environ" and isinstance(node.value, ast.Name) and node.value.id == "os"
+    )
 
 
 def test_one_module_reads_the_environment():
@@ -76,7 +90,11 @@ def test_one_module_reads_the_environment():
             if found and path != REPO / "core" / "settings.py":
                 readers[str(path.relative_to(REPO))] = found
     assert readers == {}
-    assert _environment_reads(ast.parse("import os\nx = os.environ.get('A')\ny = os.getenv('B')\nz = os.environ['C']\n")) == [2, 3, 4]
+    assert _environment_reads(ast.parse("import os\nx = os.environ.get('A')\ny = os.getenv('B')\nz = os.environ['C']\n")) == [
+        2,
+        3,
+        4,
+    ]
     assert _environment_reads(ast.parse("import os\nos.environ['A'] = '1'\n")) == []  # setting one is not reading it
 
 
@@ -86,7 +104,8 @@ def test_the_docs_policy_table_is_the_gates_policy():
     assert policy.BEGIN in page and policy.END in page
     assert page == policy.spliced(page), (
         "docs/SECURITY.md's policy table differs from gate/policy.py's POLICY; regenerate it: "
-        ".venv/bin/python -m gate.policy --write docs/SECURITY.md")
+        ".venv/bin/python -m gate.policy --write docs/SECURITY.md"
+    )
 
 
 def test_prefect_yaml_entrypoints_import():
@@ -109,10 +128,16 @@ def test_every_package_the_product_imports_is_pinned_as_the_lock_pins_it():
     def norm(name: str) -> str:
         return re.sub(r"[-_.]+", "-", name).lower()
 
-    declared = {norm(d.split("==")[0].split("[")[0]): d.split("==")[1] for d in
-                tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]}  # fmt: skip
-    locked = {norm(name): version for name, version in
-              re.findall(r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?==([^\s#]+)", (REPO / "requirements.lock.txt").read_text(), re.M)}  # fmt: skip
+    declared = {
+        norm(d.split("==")[0].split("[")[0]): d.split("==")[1]
+        for d in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    }
+    locked = {
+        norm(name): version
+        for name, version in re.findall(
+            r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?==([^\s#]+)", (REPO / "requirements.lock.txt").read_text(), re.M
+        )
+    }
     local = {"core", "flows", "gate", "__future__"}
     modules = set()
     for folder in ("core", "flows", "gate"):
@@ -127,4 +152,3 @@ def test_every_package_the_product_imports_is_pinned_as_the_lock_pins_it():
     assert "cryptography" in imported and "pyarrow" in imported  # the scan sees what the code imports
     assert sorted(imported - set(declared)) == []
     assert {name: declared[name] for name in imported} == {name: locked[name] for name in imported}
-

@@ -147,8 +147,12 @@ def test_idle_sockets_and_unread_downloads_shut_nobody_out(served, people, bare)
 def _oversized(url: str) -> list[httpx.Response]:
     """A filter one byte over the gate's limit, with its length declared, then sent in chunks of unknown total."""
     body = b'{"x": "' + b"a" * MAX_BODY + b'"}'
-    call = {"url": f"{url}/api/flow_runs/filter", "auth": ("alice", PASSWORD), "timeout": 60,
-            "headers": {"content-type": "application/json"}}  # fmt: skip
+    call = {
+        "url": f"{url}/api/flow_runs/filter",
+        "auth": ("alice", PASSWORD),
+        "timeout": 60,
+        "headers": {"content-type": "application/json"},
+    }
     return [httpx.post(content=body, **call), httpx.post(content=iter([body[: MAX_BODY // 2], body[MAX_BODY // 2 :]]), **call)]
 
 
@@ -184,9 +188,28 @@ def test_a_header_sent_a_byte_at_a_time_is_cut(served, bare):
 def _certificate(folder: Path) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 and its key, as an operator's would be."""
     cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
-                    "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "2",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return cert, key
 
 

@@ -100,13 +100,25 @@ def test_a_limit_that_is_not_one_stops_the_gate_and_make_serve_naming_it(tmp_pat
     with pytest.raises(UserError) as refusal:
         limits.configured()
     assert str(refusal.value) == said
-    env = os.environ | {settings.ACCOUNT_RUNS: "0", settings.HOME: str(tmp_path), settings.PREFECT_URL: "http://127.0.0.1:9",
-                        settings.PREFECT_AUTH: "operator:x"}  # fmt: skip
+    env = os.environ | {
+        settings.ACCOUNT_RUNS: "0",
+        settings.HOME: str(tmp_path),
+        settings.PREFECT_URL: "http://127.0.0.1:9",
+        settings.PREFECT_AUTH: "operator:x",
+    }
     gate_ = subprocess.run([sys.executable, "-m", "gate"], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert gate_.returncode == 2 and gate_.stderr == f"the gate cannot start: {said}\n"
-    serve = subprocess.run([sys.executable, "-m", "core.limits", "pool"], env=env | {settings.POOL_LIMIT: "two"}, cwd=REPO,
-                           capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert serve.returncode == 1 and serve.stderr == "privrelease: $PRIVRELEASE_POOL_LIMIT is a whole number, 1 or more; got two\n"
+    serve = subprocess.run(
+        [sys.executable, "-m", "core.limits", "pool"],
+        env=env | {settings.POOL_LIMIT: "two"},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (
+        serve.returncode == 1 and serve.stderr == "privrelease: $PRIVRELEASE_POOL_LIMIT is a whole number, 1 or more; got two\n"
+    )
 
 
 def test_when_prefect_does_not_say_how_many_runs_an_account_has_the_run_is_not_started():
@@ -143,7 +155,9 @@ def test_one_analyst_cannot_fill_the_worker_with_previews(served, gates):
     churn = nora.post(form, json=PREVIEW)
     assert churn.status_code == 429 and re.fullmatch(
         r"privrelease gate: you started 4 runs in the last minute; the limit is 4 a minute per account: "
-        r"start it again in \d+ s", _message(churn)), churn.text  # fmt: skip
+        r"start it again in \d+ s",
+        _message(churn),
+    ), churn.text
     # the weakened variant: the same burst, all of it started
     weak = _burst(gates, "weak", "pia", form, PREVIEW, 12)
     assert [r.status_code for r in weak] == [201] * 12, [r.text for r in weak]
@@ -167,9 +181,15 @@ def test_a_run_with_500_kb_of_parameters_is_refused(served, gates):
     form = f"/deployments/{deployment(api, 'dpne')['id']}/create_flow_run"
     big = {"parameters": {"text_column": "x" * 500_000, "preview": True}}
     answer = _client(gates, "limited", "quinn").post(form, json=big)
-    assert answer.status_code == 413 and refused(answer) and _message(answer) == (
-        "privrelease gate: the run's parameters take 488 KB of JSON; the limit is 64 KB: a form's parameters name a "
-        "registered dataset and its settings, never data")  # fmt: skip
+    assert (
+        answer.status_code == 413
+        and refused(answer)
+        and _message(answer)
+        == (
+            "privrelease gate: the run's parameters take 488 KB of JSON; the limit is 64 KB: a form's parameters name a "
+            "registered dataset and its settings, never data"
+        )
+    )
     assert _client(gates, "limited", "quinn").post(form, json={"parameters": {"text_column": "x" * 60_000}}).status_code == 201
     weak = _client(gates, "weak", "quinn").post(form, json=big)
     assert weak.status_code == 201, weak.text
@@ -191,12 +211,16 @@ def test_runs_far_ahead_or_many_ahead_are_refused(served, gates):
     rosa = _client(gates, "limited", "rosa")
     far = rosa.post(form, json=_at(400))
     assert far.status_code == 422 and refused(far)
-    assert re.fullmatch(r"privrelease gate: the run is scheduled 399 days ahead; the limit is 30 days: schedule it at most "
-                        r"30 days from now", _message(far)), far.text  # fmt: skip
+    assert re.fullmatch(
+        r"privrelease gate: the run is scheduled 399 days ahead; the limit is 30 days: schedule it at most "
+        r"30 days from now",
+        _message(far),
+    ), far.text
     garbled = _at(1) | {"state": {"type": "SCHEDULED", "state_details": {"scheduled_time": "next tuesday"}}}
     unreadable = rosa.post(form, json=garbled)
     assert unreadable.status_code == 422 and _message(unreadable) == (
-        "privrelease gate: the run's scheduled time 'next tuesday' is not a time: send an ISO 8601 time, e.g. 2030-01-31T06:00:00Z")
+        "privrelease gate: the run's scheduled time 'next tuesday' is not a time: send an ISO 8601 time, e.g. 2030-01-31T06:00:00Z"
+    )
     assert rosa.post(form, json=_at(2)).status_code == 201
     second = rosa.post(form, json=_at(3))
     assert second.status_code == 429 and _message(second) == (

@@ -26,12 +26,14 @@ Z_LIMIT = 4.5
 
 def fig1() -> pd.DataFrame:
     """The marginals of the paper's Fig. 1 (10 medical records)."""
-    return pd.DataFrame({
-        "age": ["20-30"] + ["30-40"] * 4 + ["40-50"] + ["50-60"] * 3 + ["60-70"],
-        "job": ["Doctor"] + ["Clerk"] * 4 + ["Trader"] * 2 + ["Engineer"] + ["Banker"] * 2,
-        "country": ["USA"] * 6 + ["Germany"] + ["UK"] * 2 + ["India"],
-        "disease": ["Flu"] * 5 + ["Hypertension"] * 5,
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "age": ["20-30"] + ["30-40"] * 4 + ["40-50"] + ["50-60"] * 3 + ["60-70"],
+            "job": ["Doctor"] + ["Clerk"] * 4 + ["Trader"] * 2 + ["Engineer"] + ["Banker"] * 2,
+            "country": ["USA"] * 6 + ["Germany"] + ["UK"] * 2 + ["India"],
+            "disease": ["Flu"] * 5 + ["Hypertension"] * 5,
+        }
+    )
 
 
 def associated(n: int = 120, seed: int = 7) -> pd.DataFrame:
@@ -70,9 +72,7 @@ def test_pa_is_entropy_of_attribute_value_pair():
     frame = associated()
     h = ra.entropies(frame, ["A", "B", "C"])
     p = np.array([0.5, 0.3, 0.2])
-    pairs = np.concatenate(
-        [p[i] * frame[c].value_counts(normalize=True).to_numpy() for i, c in enumerate(["A", "B", "C"])]
-    )
+    pairs = np.concatenate([p[i] * frame[c].value_counts(normalize=True).to_numpy() for i, c in enumerate(["A", "B", "C"])])
     assert ra.log_pa(h, p) == pytest.approx(-(pairs * np.log(pairs)).sum(), rel=1e-12)
 
 

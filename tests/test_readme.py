@@ -71,8 +71,9 @@ def test_the_readmes_commands_run_as_printed(shell):
     (work / "census.policy.yaml").write_text(policy)
     (work / "alice.txt").write_text("correct horse battery staple\n")
     ran = []
-    for command in (commands(block("The steward: registering a dataset", "bash"), "census")
-                    + commands(block("The analyst: a release request", "bash"), "census")):  # fmt: skip
+    for command in commands(block("The steward: registering a dataset", "bash"), "census") + commands(
+        block("The analyst: a release request", "bash"), "census"
+    ):
         if " drop " in command:
             continue  # run last: the release below needs the rows
         r = sh(command)

@@ -56,8 +56,7 @@ def test_register_load_refresh_drop(tmp_path: Path):
     assert register(home, frame, "ds").version == 3
 
 
-def test_a_shared_snapshot_store_and_what_a_worker_that_cannot_read_it_is_told(tmp_path: Path,
-                                                                              monkeypatch: pytest.MonkeyPatch):  # fmt: skip
+def test_a_shared_snapshot_store_and_what_a_worker_that_cannot_read_it_is_told(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Registered from home A into a shared store, read from home B through it; a worker pointed at
     another store is told which store it looked in and which host registered the dataset; only bytes
     that differ from the registration are "changed"."""
@@ -80,26 +79,33 @@ def test_a_shared_snapshot_store_and_what_a_worker_that_cannot_read_it_is_told(t
             b.load(ds)
         return str(caught.value)
 
-    fix = ("It was registered from host 'steward-a'; set $PRIVRELEASE_SNAPSHOT_STORE on this worker to the store "
-           "that host wrote to (a folder every worker mounts). Nothing was charged.")
+    fix = (
+        "It was registered from host 'steward-a'; set $PRIVRELEASE_SNAPSHOT_STORE on this worker to the store "
+        "that host wrote to (a folder every worker mounts). Nothing was charged."
+    )
     assert refusal(tmp_path / "not-mounted") == (
         "dataset 'ds' cannot be read on this worker: its snapshot ds/v1.parquet does not exist in the snapshot store "
-        f"{tmp_path / 'not-mounted'} ($PRIVRELEASE_SNAPSHOT_STORE), a folder missing on this worker. " + fix)
+        f"{tmp_path / 'not-mounted'} ($PRIVRELEASE_SNAPSHOT_STORE), a folder missing on this worker. " + fix
+    )
     (tmp_path / "empty").mkdir()
     assert refusal(tmp_path / "empty") == (
         "dataset 'ds' cannot be read on this worker: its snapshot ds/v1.parquet does not exist in the snapshot store "
-        f"{tmp_path / 'empty'} ($PRIVRELEASE_SNAPSHOT_STORE). " + fix)
+        f"{tmp_path / 'empty'} ($PRIVRELEASE_SNAPSHOT_STORE). " + fix
+    )
     (tmp_path / "odd" / "ds" / "v1.parquet").mkdir(parents=True)
     assert "its snapshot ds/v1.parquet cannot be read (Is a directory) in the snapshot store" in refusal(tmp_path / "odd")
     monkeypatch.delenv(settings.SNAPSHOT_STORE)  # the default: this worker's own home
     with pytest.raises(snapshots.SnapshotUnreachable) as caught:
         b.load(ds)
-    assert (f"in the snapshot store {tmp_path / 'b' / 'datasets'} ($PRIVRELEASE_SNAPSHOT_STORE unset: this worker's "
-            "home), a folder missing on this worker. It was registered from host 'steward-a'") in str(caught.value)
+    assert (
+        f"in the snapshot store {tmp_path / 'b' / 'datasets'} ($PRIVRELEASE_SNAPSHOT_STORE unset: this worker's "
+        "home), a folder missing on this worker. It was registered from host 'steward-a'"
+    ) in str(caught.value)
     monkeypatch.setenv(settings.SNAPSHOT_STORE, str(shared))
     snapshot.write_bytes(snapshot.read_bytes() + b"\0")  # one byte more
-    with pytest.raises(snapshots.SnapshotChanged, match="^dataset 'ds' changed since registration; ask the data "
-                       "steward to check it.$"):  # fmt: skip
+    with pytest.raises(
+        snapshots.SnapshotChanged, match="^dataset 'ds' changed since registration; ask the data steward to check it.$"
+    ):
         b.load(ds)
     monkeypatch.setenv("PRIVRELEASE_SNAPSHOT_DIR", str(shared))
     monkeypatch.delenv(settings.SNAPSHOT_STORE)
@@ -125,14 +131,23 @@ def test_other_formats(tmp_path: Path, fmt: str):
     [
         ("a,b,c\n1,2,3\n4,SECRET5\n7,8,9\n", "csv", "line 3 has 2 fields, the header has 3"),
         ("a,b,c\r\n1,2,3\n4,SECRET5\r\n7,8,9\n", "csv", "line 3 has 2 fields, the header has 3"),
-        ("a,b\n1,2\n3,\"SECRET\n4,5\n", "csv", "line 3: a quoted field opened there is never closed"),
-        ("a,b\n1,2\n3,\"SECRET\"x\n", "csv", "line 3: a quote is misplaced"),
+        ('a,b\n1,2\n3,"SECRET\n4,5\n', "csv", "line 3: a quoted field opened there is never closed"),
+        ('a,b\n1,2\n3,"SECRET"x\n', "csv", "line 3: a quote is misplaced"),
         ("", "csv", "is empty"),
         ("a,b\n1,2\n", "parquet", "not a readable Parquet"),
         ('{"a": 1}\n{"a": SECRET\n', "jsonl", "not valid JSON lines"),
         ("a,a\n1,2\n", "csv", r"the CSV header repeats column names \['a'\]"),
     ],
-    ids=["ragged-csv", "ragged-mixed-endings", "unbalanced-quote", "stray-quote", "empty-file", "csv-as-parquet", "broken-jsonl", "duplicate-header"],
+    ids=[
+        "ragged-csv",
+        "ragged-mixed-endings",
+        "unbalanced-quote",
+        "stray-quote",
+        "empty-file",
+        "csv-as-parquet",
+        "broken-jsonl",
+        "duplicate-header",
+    ],
 )
 def test_unreadable_files_get_a_clear_error_without_content(tmp_path: Path, content, fmt, message):
     root = tmp_path / "data"
@@ -144,11 +159,14 @@ def test_unreadable_files_get_a_clear_error_without_content(tmp_path: Path, cont
     assert Registry(tmp_path).list() == []
 
 
-@pytest.mark.parametrize("body", [
-    "a,b,c\r\n1,2,3\r\n4,5,6\n7,8,9\n",  # written on one system, appended to on another
-    "a,b,c\n1,2,3\r\n4,5,6\r\n7,8,9",  # the other way round, no final newline
-    'a,b,c\r\n1,"two\nlines",3\n4,5,6\r\n7,8,9\r\n',  # a quoted field holding a newline
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "a,b,c\r\n1,2,3\r\n4,5,6\n7,8,9\n",  # written on one system, appended to on another
+        "a,b,c\n1,2,3\r\n4,5,6\r\n7,8,9",  # the other way round, no final newline
+        'a,b,c\r\n1,"two\nlines",3\n4,5,6\r\n7,8,9\r\n',  # a quoted field holding a newline
+    ],
+)
 def test_csv_line_endings_crlf_lf_or_a_mix_register_the_same_table(tmp_path: Path, body):
     root = tmp_path / "data"
     root.mkdir()
@@ -163,11 +181,14 @@ def test_csv_line_endings_crlf_lf_or_a_mix_register_the_same_table(tmp_path: Pat
     assert got["c"].tolist() == [3, 6, 9]
 
 
-@pytest.mark.parametrize("body", [
-    b"name,salary\r\nalice,100\rbob,200\ncarol,300\n",  # a lone CR ends a row
-    b"name,salary\r\nalice,100\r\r\nbob,200\ncarol,300\n",  # CR CR LF
-    b'name,salary\r\n"alice\n",100\nbob,200\r\ncarol,300\n',  # a quoted field ending in LF
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"name,salary\r\nalice,100\rbob,200\ncarol,300\n",  # a lone CR ends a row
+        b"name,salary\r\nalice,100\r\r\nbob,200\ncarol,300\n",  # CR CR LF
+        b'name,salary\r\n"alice\n",100\nbob,200\r\ncarol,300\n',  # a quoted field ending in LF
+    ],
+)
 def test_every_cell_is_the_one_pythons_csv_reader_sees(tmp_path: Path, body):
     """Mixed line endings: the snapshot holds exactly the cells of the file as the csv module reads it
     (DuckDB's relaxed mode kept the row count but dropped a character after a stray CR)."""
@@ -245,8 +266,9 @@ def test_declared_schema_is_enforced_with_line_numbers(tmp_path: Path):
     assert "column 'age': 1 values not of type integer (first at lines [3])" in message
     assert "column 'city': 1 values empty (the schema says nullable: false) (first at lines [4])" in message
     with pytest.raises(IngestError, match=r"missing columns \['zip'\], undeclared columns \['city'\]"):
-        register(home, "age,city\n1,x\n", "ds", schema=Schema(columns={"age": Column(type="integer"),
-                                                                         "zip": Column(type="string")}))  # fmt: skip
+        register(
+            home, "age,city\n1,x\n", "ds", schema=Schema(columns={"age": Column(type="integer"), "zip": Column(type="string")})
+        )
     ds = register(home, "age,city\n1,x\n2,y\n", "ds", schema=schema)
     assert ds.schema == schema
     (tmp_path / "schema.yaml").write_text(schema.yaml())

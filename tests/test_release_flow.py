@@ -37,7 +37,12 @@ def test_release_end_to_end(prefect_server, home, test_mode, tmp_path, capsys):
     assert code == 0, err
     folder = Path(out.split("folder ")[1].split()[0])
     assert sorted(p.name for p in folder.iterdir()) == [
-        "data.csv", "data.parquet", "manifest.json", "ra_columns.png", "report.md", "sdc_cell_sizes.png"
+        "data.csv",
+        "data.parquet",
+        "manifest.json",
+        "ra_columns.png",
+        "report.md",
+        "sdc_cell_sizes.png",
     ]
     manifest = json.loads((folder / "manifest.json").read_text())
     assert sorted(manifest["files"]) == ["data.csv", "data.parquet", "ra_columns.png", "report.md", "sdc_cell_sizes.png"]
@@ -99,24 +104,50 @@ def test_enhanced_ra_with_hostile_column_name(prefect_server, home, test_mode, t
 
 def _bad_requests() -> list:
     return [
-        pytest.param({"mechanism__params__qi": [*QI[:-1], "postcode"]}, "dataset 'census' has no column 'postcode'", id="missing-column"),
+        pytest.param(
+            {"mechanism__params__qi": [*QI[:-1], "postcode"]}, "dataset 'census' has no column 'postcode'", id="missing-column"
+        ),
         pytest.param({"mechanism__name": "laplace"}, "unknown mechanism 'laplace'", id="unknown-mechanism"),
         pytest.param({"mechanism__params__k": 10}, "k must be between 1 and the number of QI columns (9)", id="k-too-large"),
         pytest.param({"mechanism__params__k": 0}, "k must be between 1", id="k-zero"),
         pytest.param({"mechanism__params__p": [0.1] * 9}, "p must sum to 1", id="p-sum"),
-        pytest.param({"mechanism__params__sensitive": 'x"; DROP TABLE ledger; --'},
-                     "has no column 'x\"; DROP TABLE ledger; --'", id="quotes-and-semicolons"),
+        pytest.param(
+            {"mechanism__params__sensitive": 'x"; DROP TABLE ledger; --'},
+            "has no column 'x\"; DROP TABLE ledger; --'",
+            id="quotes-and-semicolons",
+        ),
         pytest.param({"seed": 3}, "only in test mode", id="seed-outside-test-mode"),
         pytest.param({"dataset": "nope"}, "dataset 'nope' is not registered", id="unregistered-dataset"),
-        pytest.param({"dataset": {"id": "census", "source": "/etc/passwd", "format": "csv"}},
-                     "dataset is the id of a registered dataset, not a source", id="source-in-request"),
+        pytest.param(
+            {"dataset": {"id": "census", "source": "/etc/passwd", "format": "csv"}},
+            "dataset is the id of a registered dataset, not a source",
+            id="source-in-request",
+        ),
         pytest.param({"home": "/tmp/elsewhere"}, "home: Extra inputs are not permitted", id="home-in-request"),
-        pytest.param({"mechanism": {"name": "outliers", "params": {"query": "count", "k": 2, "r": 0.5, "epsilon": 1,
-                                                                    "delta": 1e-6, "standardize": False, "columns": ["age"]}}},
-                     "registered for statistical disclosure control (RA, swapping); mechanism 'outliers' gives "
-                     "differentially private releases", id="dp-mechanism-on-sdc-dataset"),
-        pytest.param({"mechanism__params__qi": ["age", "hours-per-week"], "mechanism__params__sensitive": "note"},
-                     "column 'note' of dataset 'census' may hold empty values", id="nullable-column"),
+        pytest.param(
+            {
+                "mechanism": {
+                    "name": "outliers",
+                    "params": {
+                        "query": "count",
+                        "k": 2,
+                        "r": 0.5,
+                        "epsilon": 1,
+                        "delta": 1e-6,
+                        "standardize": False,
+                        "columns": ["age"],
+                    },
+                }
+            },
+            "registered for statistical disclosure control (RA, swapping); mechanism 'outliers' gives "
+            "differentially private releases",
+            id="dp-mechanism-on-sdc-dataset",
+        ),
+        pytest.param(
+            {"mechanism__params__qi": ["age", "hours-per-week"], "mechanism__params__sensitive": "note"},
+            "column 'note' of dataset 'census' may hold empty values",
+            id="nullable-column",
+        ),
     ]
 
 
@@ -158,8 +189,9 @@ def test_flow_itself_rejects_a_bad_request(prefect_server, home, tmp_path):
     from flows.release import release
 
     register(home, census(300))
-    request = ReleaseRequest.model_validate({"dataset": "census", "mechanism": {"name": "ra", "params": {
-        "qi": [*QI[:-1], "postcode"], "sensitive": "occupation"}}})  # fmt: skip
+    request = ReleaseRequest.model_validate(
+        {"dataset": "census", "mechanism": {"name": "ra", "params": {"qi": [*QI[:-1], "postcode"], "sensitive": "occupation"}}}
+    )
     with pytest.raises(SpecError, match="no column 'postcode'"):
         release(request=request)
     assert reserved(home) == []
@@ -227,8 +259,9 @@ def test_typed_request(prefect_server, home, tmp_path):
     from flows.release import release
 
     register(home, census(400))
-    request = ReleaseRequest.model_validate({"dataset": "census", "mechanism": {"name": "ra", "params": {
-        "qi": QI, "sensitive": "occupation"}}})  # fmt: skip
+    request = ReleaseRequest.model_validate(
+        {"dataset": "census", "mechanism": {"name": "ra", "params": {"qi": QI, "sensitive": "occupation"}}}
+    )
     summary = release(request=request)
     assert Path(summary["folder"]).parent == home / "releases" / "census"
     assert len(reserved(home)) == 1

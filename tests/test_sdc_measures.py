@@ -67,17 +67,24 @@ def test_individual_risk_equals_its_series_and_its_integral(f, p):
 
 # A small table, by hand: cells (1,x): f = 3, sensitive {p, q}; (1,y): f = 1, {p}; (2,y): f = 2, {q};
 # (3,z): f = 1, {r}.
-SMALL = pd.DataFrame({"a": [1, 1, 1, 1, 2, 2, 3], "b": list("xxxyyyz"), "s": list("pqpp" "qqr")})
+SMALL = pd.DataFrame({"a": [1, 1, 1, 1, 2, 2, 3], "b": list("xxxyyyz"), "s": list("pqppqqr")})
 
 
 def test_disclosure_figures_of_a_small_table_by_hand():
     figures = m.disclosure(SMALL, ["a", "b"], "s")
     assert figures == {
-        "records": 7, "cells": 4, "k": 1, "records_f_below_2": 2, "records_f_below_3": 4,
-        "expected_reidentifications": 4.0, "global_risk": 4 / 7, "max_individual_risk": 1.0,
+        "records": 7,
+        "cells": 4,
+        "k": 1,
+        "records_f_below_2": 2,
+        "records_f_below_3": 4,
+        "expected_reidentifications": 4.0,
+        "global_risk": 4 / 7,
+        "max_individual_risk": 1.0,
         "records_by_cell_size": {"1": 2, "2": 2, "3-4": 3, "5-9": 0, "10+": 0},
-        "l_min": 1, "records_l_below_2": 4,
-    }  # fmt: skip
+        "l_min": 1,
+        "records_l_below_2": 4,
+    }
 
 
 def _oracle(frame: pd.DataFrame, keys: list[str], sensitive: str) -> dict:
@@ -96,20 +103,29 @@ def _oracle(frame: pd.DataFrame, keys: list[str], sensitive: str) -> dict:
         ell.append(len({sens[j] for j in same}))
     f, ell = np.array(f), np.array(ell)
     return {
-        "records": len(rows), "cells": len(set(rows)), "records_f_below_2": int((f < 2).sum()),
-        "records_f_below_3": int((f < 3).sum()), "expected_reidentifications": float((1 / f).sum()),
-        "max_individual_risk": float((1 / f).max()), "l_min": int(ell.min()), "records_l_below_2": int((ell < 2).sum()),
-    }  # fmt: skip
+        "records": len(rows),
+        "cells": len(set(rows)),
+        "records_f_below_2": int((f < 2).sum()),
+        "records_f_below_3": int((f < 3).sum()),
+        "expected_reidentifications": float((1 / f).sum()),
+        "max_individual_risk": float((1 / f).max()),
+        "l_min": int(ell.min()),
+        "records_l_below_2": int((ell < 2).sum()),
+    }
 
 
 @pytest.mark.parametrize("seed", range(5))
 def test_k_anonymity_and_l_diversity_against_a_brute_force_oracle(seed):
     rng = generator(seed)
     n = 150
-    frame = pd.DataFrame({
-        "a": rng.integers(0, 8, n).astype(float), "b": rng.choice(list("uvw"), n), "c": rng.integers(0, 5, n),
-        "s": rng.choice(["p", "q", "r", "t"], n),
-    })  # fmt: skip
+    frame = pd.DataFrame(
+        {
+            "a": rng.integers(0, 8, n).astype(float),
+            "b": rng.choice(list("uvw"), n),
+            "c": rng.integers(0, 5, n),
+            "s": rng.choice(["p", "q", "r", "t"], n),
+        }
+    )
     frame.loc[rng.random(n) < 0.1, "a"] = np.nan
     frame.loc[rng.random(n) < 0.1, "s"] = None
     found = m.disclosure(frame, ["a", "b", "c"], "s")

@@ -17,20 +17,33 @@ from core.noise import generator
 from core.sdc import measures, methods, policy
 from tests.conftest import REPO, adult_clean
 
-POLICY = policy.parse({
-    "keys": {"categorical": ["a", "b"], "numeric": ["x"]}, "sensitive": ["s"],
-    "hierarchies": {"a": [{"p": "pq", "q": "pq", "r": "rs"}, {"pq": "all", "rs": "all"}], "x": {"breaks": [10, 20, 30]}},
-}, "test policy")  # fmt: skip
+POLICY = policy.parse(
+    {
+        "keys": {"categorical": ["a", "b"], "numeric": ["x"]},
+        "sensitive": ["s"],
+        "hierarchies": {"a": [{"p": "pq", "q": "pq", "r": "rs"}, {"pq": "all", "rs": "all"}], "x": {"breaks": [10, 20, 30]}},
+    },
+    "test policy",
+)
 
 
 def small(n: int = 400, seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
-    return pd.DataFrame({"a": rng.choice(list("pqrst"), n), "b": rng.choice(list("uvwxyz"), n),
-                         "x": rng.integers(0, 40, n), "s": rng.choice(["s1", "s2", "s3"], n), "y": rng.normal(0, 1, n)})  # fmt: skip
+    return pd.DataFrame(
+        {
+            "a": rng.choice(list("pqrst"), n),
+            "b": rng.choice(list("uvwxyz"), n),
+            "x": rng.integers(0, 40, n),
+            "s": rng.choice(["s1", "s2", "s3"], n),
+            "y": rng.normal(0, 1, n),
+        }
+    )
 
 
 def test_recode_cuts_numbers_at_the_breaks_and_maps_categories_up_the_levels():
-    frame = pd.DataFrame({"a": ["p", "q", "r", "s", None], "b": list("uuuuu"), "x": [5, 10, 19.5, 30, np.nan], "s": list("sssss")})
+    frame = pd.DataFrame(
+        {"a": ["p", "q", "r", "s", None], "b": list("uuuuu"), "x": [5, 10, 19.5, 30, np.nan], "s": list("sssss")}
+    )
     one, said = methods.recode(frame, methods.Recode(method="recode", columns=["a", "x"]), POLICY)
     assert list(one["x"]) == ["< 10", "[10, 20)", "[10, 20)", "≥ 30", pd.NA]
     assert list(one["a"]) == ["pq", "pq", "rs", "s", pd.NA]  # a value the hierarchy does not map stays as it is
@@ -72,7 +85,9 @@ def test_microaggregation_groups_at_least_k_and_keeps_the_column_sums():
     out, said = methods.microaggregate(frame, methods.Microaggregate(method="microaggregate", columns=["x", "y"], k=4))
     groups = out.groupby(["x", "y"]).size()
     assert groups.min() >= 4 and len(groups) == said["groups"]
-    assert out["x"].sum() == pytest.approx(frame["x"].sum(), rel=1e-12) and out["y"].sum() == pytest.approx(frame["y"].sum(), abs=1e-9)
+    assert out["x"].sum() == pytest.approx(frame["x"].sum(), rel=1e-12) and out["y"].sum() == pytest.approx(
+        frame["y"].sum(), abs=1e-9
+    )
 
 
 def test_pram_keeps_the_marginal_and_changes_the_expected_share(test_mode):
@@ -109,10 +124,14 @@ def test_household_risk_by_hand():
 def test_k_anonymity_and_l_diversity_agree_with_pycanon(seed):
     rng = np.random.default_rng(seed)
     n = int(rng.integers(20, 300))
-    frame = pd.DataFrame({
-        "a": rng.choice(list("pqr"), n), "b": rng.integers(0, int(rng.integers(2, 6)), n),
-        "c": rng.choice(["u", "v"], n), "s": rng.choice([f"s{i}" for i in range(int(rng.integers(1, 5)))], n),
-    })  # fmt: skip
+    frame = pd.DataFrame(
+        {
+            "a": rng.choice(list("pqr"), n),
+            "b": rng.integers(0, int(rng.integers(2, 6)), n),
+            "c": rng.choice(["u", "v"], n),
+            "s": rng.choice([f"s{i}" for i in range(int(rng.integers(1, 5)))], n),
+        }
+    )
     keys = ["a", "b", "c"][: int(rng.integers(1, 4))]
     ours = measures.disclosure(frame, keys, ["s"])
     assert ours["k"] == anonymity.k_anonymity(frame, keys)
@@ -127,8 +146,7 @@ def test_on_adult_recoding_then_suppression_reaches_k3_with_fewer_suppressed_val
     rules = policy.read(str(REPO / "schemas" / "policies" / "adult.policy.yaml"))
     keys = rules.key_vars.all
     plain, plain_said = methods.suppress(adult, methods.Suppress(method="suppress"), rules)
-    step = methods.Recode(method="recode", columns=["age", "native-country", "education", "marital-status", "workclass"],
-                          level=2)  # fmt: skip
+    step = methods.Recode(method="recode", columns=["age", "native-country", "education", "marital-status", "workclass"], level=2)
     recoded, _ = methods.recode(adult, step, rules)
     chained, chain_said = methods.suppress(recoded, methods.Suppress(method="suppress"), rules)
     for out in (plain, chained):

@@ -49,8 +49,15 @@ def charges(home: Path) -> list[str]:
 
 def _one_column_key(home: Path, tmp_path: Path) -> subprocess.CompletedProcess:
     request = tmp_path / "sex.yaml"
-    request.write_text(yaml.safe_dump({"dataset": "census-demo", "release_id": "near-raw", "mechanism": {
-        "name": "ra", "params": {"qi": ["sex"], "sensitive": "occupation"}}}))  # fmt: skip
+    request.write_text(
+        yaml.safe_dump(
+            {
+                "dataset": "census-demo",
+                "release_id": "near-raw",
+                "mechanism": {"name": "ra", "params": {"qi": ["sex"], "sensitive": "occupation"}},
+            }
+        )
+    )
     return cli(home, "release", str(request))
 
 
@@ -89,12 +96,17 @@ def test_weakened_a_policy_keyed_on_one_column_lets_the_near_raw_table_out(tmp_p
 
 def hospital(n: int = 4000, seed: int = 3) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
-    return pd.DataFrame({
-        "patient_id": [f"P{i:06d}" for i in rng.permutation(n)],
-        "age": rng.integers(0, 100, n), "sex": rng.choice(["F", "M"], n), "zip": rng.choice([f"{z:05d}" for z in range(300)], n),
-        "diagnosis": rng.choice([f"D{d:02d}" for d in range(20)], n), "length_of_stay": rng.integers(1, 30, n),
-        "cost": rng.gamma(2.0, 3000.0, n).round(2),
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "patient_id": [f"P{i:06d}" for i in rng.permutation(n)],
+            "age": rng.integers(0, 100, n),
+            "sex": rng.choice(["F", "M"], n),
+            "zip": rng.choice([f"{z:05d}" for z in range(300)], n),
+            "diagnosis": rng.choice([f"D{d:02d}" for d in range(20)], n),
+            "length_of_stay": rng.integers(1, 30, n),
+            "cost": rng.gamma(2.0, 3000.0, n).round(2),
+        }
+    )
 
 
 HOSPITAL_POLICY = {"identifiers": ["patient_id"], "keys": {"categorical": ["sex", "zip"], "numeric": ["age"]},
@@ -111,8 +123,9 @@ def _hospital(home: Path, doc: dict = HOSPITAL_POLICY) -> pd.DataFrame:
 
 
 def _release(home: Path, mechanism: dict, release_id: str = "r1", seed: int = 5) -> dict:
-    return pipeline.release(Home(home), parse({"release_id": release_id, "dataset": "hospital",
-                                                         "mechanism": mechanism, "seed": seed}))  # fmt: skip
+    return pipeline.release(
+        Home(home), parse({"release_id": release_id, "dataset": "hospital", "mechanism": mechanism, "seed": seed})
+    )
 
 
 RA_HOSPITAL = {"name": "ra", "params": {"qi": ["sex", "zip", "age"], "sensitive": "diagnosis"}}
@@ -122,10 +135,12 @@ def test_a_table_that_misses_the_thresholds_is_not_published_and_the_ledger_says
     _hospital(home)
     with pytest.raises(UserError) as caught:  # the CLI's exit 2
         _release(home, RA_HOSPITAL)
-    said = ("release 'r1' of dataset 'hospital' was not published: the released table would not meet its disclosure "
-            "policy (k-anonymity on the key (k ≥ 3); no record with individual risk above 0.34). Protect more (coarser "
-            "recoding, local suppression to the policy's k, a wider swap) and release again under a new release_id; "
-            "the data steward's internal report has the figures.")  # fmt: skip
+    said = (
+        "release 'r1' of dataset 'hospital' was not published: the released table would not meet its disclosure "
+        "policy (k-anonymity on the key (k ≥ 3); no record with individual risk above 0.34). Protect more (coarser "
+        "recoding, local suppression to the policy's k, a wider swap) and release again under a new release_id; "
+        "the data steward's internal report has the figures."
+    )
     assert str(caught.value) == said
     assert not (home / "releases" / "hospital").exists()
     reserved, failed = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "r1"]
@@ -145,9 +160,19 @@ def test_weakened_without_thresholds_the_hospital_release_is_published_with_most
 
 def test_a_chain_meets_the_hospital_policy_and_publishes_no_identifier(home, test_mode):
     frame = _hospital(home)
-    summary = _release(home, {"name": "sdc", "params": {"steps": [
-        {"method": "recode", "columns": ["age", "zip"]}, {"method": "ra", "qi": ["sex", "zip", "age"], "sensitive": "diagnosis"},
-        {"method": "suppress"}]}})  # fmt: skip
+    summary = _release(
+        home,
+        {
+            "name": "sdc",
+            "params": {
+                "steps": [
+                    {"method": "recode", "columns": ["age", "zip"]},
+                    {"method": "ra", "qi": ["sex", "zip", "age"], "sensitive": "diagnosis"},
+                    {"method": "suppress"},
+                ]
+            },
+        },
+    )
     folder = Path(summary["folder"])
     released = pd.read_parquet(folder / "data.parquet")
     assert list(released.columns) == ["age", "sex", "zip", "diagnosis", "length_of_stay"]  # no patient_id, no cost
@@ -158,8 +183,9 @@ def test_a_chain_meets_the_hospital_policy_and_publishes_no_identifier(home, tes
 
 
 def test_weakened_a_policy_that_publishes_the_identifier_lets_it_out(home, test_mode):
-    frame = _hospital(home, HOSPITAL_POLICY | {"identifiers": [], "publishable": ["length_of_stay", "patient_id"],
-                                               "thresholds": {"k": None}})  # fmt: skip
+    frame = _hospital(
+        home, HOSPITAL_POLICY | {"identifiers": [], "publishable": ["length_of_stay", "patient_id"], "thresholds": {"k": None}}
+    )
     released = pd.read_parquet(Path(_release(home, RA_HOSPITAL)["folder"]) / "data.parquet")
     assert sorted(released["patient_id"]) == sorted(frame["patient_id"])
 
@@ -169,9 +195,14 @@ def test_a_swap_of_the_numeric_key_alone_is_refused_and_mews_in_a_chain_meets_th
     mews = {"swap_set": ["age"], "t_range": [0.05, 0.5], "width_units": "sd"}
     with pytest.raises(SpecError, match=r"leaves key variables \['sex', 'zip'\]"):
         _release(home, {"name": "mews", "params": mews})
-    summary = _release(home, {"name": "sdc", "params": {"steps": [{"method": "recode", "columns": ["zip"]},
-                                                                  {"method": "mews", **mews}, {"method": "suppress"}]}},
-                       "r2")  # fmt: skip
+    summary = _release(
+        home,
+        {
+            "name": "sdc",
+            "params": {"steps": [{"method": "recode", "columns": ["zip"]}, {"method": "mews", **mews}, {"method": "suppress"}]},
+        },
+        "r2",
+    )
     assert summary["headline"]["k"] >= 3
 
 
@@ -180,16 +211,28 @@ def test_a_swap_of_the_numeric_key_alone_is_refused_and_mews_in_a_chain_meets_th
 
 def table(n: int = 600, seed: int = 1) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
-    return pd.DataFrame({
-        "id": np.arange(n) + 1000, "a": rng.choice(list("pqrs"), n), "b": rng.choice(list("uvw"), n),
-        "x": rng.normal(50, 10, n).round(1), "s": rng.choice(["s1", "s2", "s3"], n), "seq": np.arange(n),
-        "y": rng.normal(0, 1, n), "secret": rng.normal(0, 1, n),
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "id": np.arange(n) + 1000,
+            "a": rng.choice(list("pqrs"), n),
+            "b": rng.choice(list("uvw"), n),
+            "x": rng.normal(50, 10, n).round(1),
+            "s": rng.choice(["s1", "s2", "s3"], n),
+            "seq": np.arange(n),
+            "y": rng.normal(0, 1, n),
+            "secret": rng.normal(0, 1, n),
+        }
+    )
 
 
-CATEGORICAL = {"identifiers": ["id"], "keys": {"categorical": ["a", "b"], "numeric": ["x"]}, "sensitive": ["s"],
-               "publishable": ["seq", "y"], "thresholds": {"k": None},
-               "hierarchies": {"a": [{"p": "pq", "q": "pq", "r": "rs", "s": "rs"}], "x": {"breaks": [40, 50, 60]}}}
+CATEGORICAL = {
+    "identifiers": ["id"],
+    "keys": {"categorical": ["a", "b"], "numeric": ["x"]},
+    "sensitive": ["s"],
+    "publishable": ["seq", "y"],
+    "thresholds": {"k": None},
+    "hierarchies": {"a": [{"p": "pq", "q": "pq", "r": "rs", "s": "rs"}], "x": {"breaks": [40, 50, 60]}},
+}
 NUMERIC = CATEGORICAL | {"keys": {"numeric": ["x"]}, "publishable": ["a", "b", "seq", "y"], "hierarchies": {}}
 REQUESTS = {  # id -> (policy, mechanism)
     "ra": (CATEGORICAL, {"name": "ra", "params": {"qi": ["a", "b", "x"], "sensitive": "s"}}),
@@ -219,8 +262,7 @@ def test_every_sdc_release_holds_only_the_policys_columns_in_shuffled_order(home
     doc, mechanism = REQUESTS[case]
     frame = table()
     register(home, frame, "t", policy=policy.parse(doc, "test policy"))
-    summary = pipeline.release(Home(home), parse({"release_id": "r", "dataset": "t", "mechanism": mechanism,
-                                                            "seed": 9}))  # fmt: skip
+    summary = pipeline.release(Home(home), parse({"release_id": "r", "dataset": "t", "mechanism": mechanism, "seed": 9}))
     released = pd.read_parquet(Path(summary["folder"]) / "data.parquet")
     assert list(released.columns) == ["a", "b", "x", "s", "seq", "y"]  # id (identifier) and secret (unnamed) dropped
     # the rows' order tells nothing of the input's: seq (the input position) is uncorrelated with the release's
@@ -237,11 +279,20 @@ def test_l_diversity_and_household_thresholds_block(home, test_mode):
     frame = table()
     frame["s"] = np.where(frame["a"] == "p", "s1", frame["s"])  # every record keyed a = p holds one sensitive value
     frame["hh"] = np.arange(len(frame)) // 3
-    doc = CATEGORICAL | {"keys": {"categorical": ["a"]}, "publishable": ["b", "x", "seq", "y"], "cluster": "hh",
-                         "thresholds": {"k": 3, "l": 2, "household_risk": 0.9}, "hierarchies": {}}  # fmt: skip
+    doc = CATEGORICAL | {
+        "keys": {"categorical": ["a"]},
+        "publishable": ["b", "x", "seq", "y"],
+        "cluster": "hh",
+        "thresholds": {"k": 3, "l": 2, "household_risk": 0.9},
+        "hierarchies": {},
+    }
     register(home, frame, "t", policy=policy.parse(doc, "test policy"))
-    request = {"release_id": "r", "dataset": "t", "seed": 3,
-               "mechanism": {"name": "sdc", "params": {"steps": [{"method": "pram", "columns": ["b"]}, {"method": "suppress"}]}}}
+    request = {
+        "release_id": "r",
+        "dataset": "t",
+        "seed": 3,
+        "mechanism": {"name": "sdc", "params": {"steps": [{"method": "pram", "columns": ["b"]}, {"method": "suppress"}]}},
+    }
     with pytest.raises(Exception, match=r"l-diversity of the sensitive variables \(l ≥ 2\)") as caught:
         pipeline.release(Home(home), parse(request))
     assert "k-anonymity" not in str(caught.value) and "household" not in str(caught.value)
@@ -261,8 +312,17 @@ def test_l_diversity_and_household_thresholds_block(home, test_mode):
 def test_the_risk_is_measured_on_the_policys_key_whatever_the_request_protects(home, test_mode):
     """The finding's report used the analyst's one-column key; now it uses the steward's."""
     register(home, table(), "t", policy=policy.parse(CATEGORICAL, "test policy"))
-    summary = pipeline.release(Home(home), parse({"release_id": "r", "dataset": "t", "seed": 2, "mechanism": {
-        "name": "ra", "params": {"qi": ["a", "b", "x", "y"], "sensitive": "s"}}}))  # fmt: skip
+    summary = pipeline.release(
+        Home(home),
+        parse(
+            {
+                "release_id": "r",
+                "dataset": "t",
+                "seed": 2,
+                "mechanism": {"name": "ra", "params": {"qi": ["a", "b", "x", "y"], "sensitive": "s"}},
+            }
+        ),
+    )
     report = json.loads((Path(summary["folder"]) / "manifest.json").read_text())["sdc_report"]
     assert (report["keys"], report["sensitive"], report["keys_from"]) == (["a", "b", "x"], ["s"], "policy")
 
@@ -281,30 +341,61 @@ def test_an_sdc_dataset_without_a_policy_releases_nothing(home, test_mode):
     (home / "data").mkdir(exist_ok=True)
     frame.to_csv(home / "data" / "t.csv", index=False)
     Registry(home).add("t", "t.csv", "csv", Unit("record"), "sdc", root=home / "data")
-    with pytest.raises(SpecError, match=r"dataset 't' has no disclosure policy, so no SDC release of it is possible; its "
-                                        r"data steward sets one with: privrelease dataset policy t --policy FILE\."):  # fmt: skip
+    with pytest.raises(
+        SpecError,
+        match=r"dataset 't' has no disclosure policy, so no SDC release of it is possible; its "
+        r"data steward sets one with: privrelease dataset policy t --policy FILE\.",
+    ):
         pipeline.release(Home(home), parse({"dataset": "t", "mechanism": REQUESTS["ra"][1]}))
     assert charges(home) == []
 
 
-@pytest.mark.parametrize("mechanism,message", [
-    ({"name": "ra", "params": {"qi": ["a", "b", "x", "id"], "sensitive": "s"}},
-     "['id'] of dataset 't' is a direct identifier in its disclosure policy: it is never published, so no release can name it."),
-    ({"name": "ra", "params": {"qi": ["a", "b", "x"], "sensitive": "secret"}},
-     "['secret'] of dataset 't' is not named by its disclosure policy, so it is never published"),
-    ({"name": "sdc", "params": {"steps": [{"method": "recode", "columns": ["b"]}, {"method": "suppress"}]}},
-     "recode: the disclosure policy has no hierarchy for ['b']"),
-    ({"name": "sdc", "params": {"steps": [{"method": "recode", "columns": ["a"], "level": 2}, {"method": "suppress"}]}},
-     "recode: 'a' has 1 hierarchy levels, not 2"),
-    ({"name": "sdc", "params": {"steps": [{"method": "recode", "columns": ["x"]}, {"method": "microaggregate", "columns": ["x"]},
-                                          {"method": "suppress"}]}},
-     "step 2 (microaggregate) needs ['x'] numeric, but an earlier recode step made them intervals"),
-    ({"name": "sdc", "params": {"steps": [{"method": "ra", "qi": ["a"], "sensitive": "s"},
-                                          {"method": "eds", "swap_set": ["x"], "k": 5}]}},
-     "a chain applies at most one of ra, mews, meds, eds"),
-    ({"name": "sdc", "params": {"steps": [{"method": "topcode", "column": "x"}]}}, "topcode needs top, bottom or both"),
-    ({"name": "sdc", "params": {"steps": []}}, "steps: List should have at least 1 item"),
-], ids=["identifier", "unnamed", "no-hierarchy", "level", "recoded-then-numeric", "two-papers", "topcode", "empty"])  # fmt: skip
+@pytest.mark.parametrize(
+    "mechanism,message",
+    [
+        (
+            {"name": "ra", "params": {"qi": ["a", "b", "x", "id"], "sensitive": "s"}},
+            "['id'] of dataset 't' is a direct identifier in its disclosure policy: it is never published, so no release can name it.",
+        ),
+        (
+            {"name": "ra", "params": {"qi": ["a", "b", "x"], "sensitive": "secret"}},
+            "['secret'] of dataset 't' is not named by its disclosure policy, so it is never published",
+        ),
+        (
+            {"name": "sdc", "params": {"steps": [{"method": "recode", "columns": ["b"]}, {"method": "suppress"}]}},
+            "recode: the disclosure policy has no hierarchy for ['b']",
+        ),
+        (
+            {"name": "sdc", "params": {"steps": [{"method": "recode", "columns": ["a"], "level": 2}, {"method": "suppress"}]}},
+            "recode: 'a' has 1 hierarchy levels, not 2",
+        ),
+        (
+            {
+                "name": "sdc",
+                "params": {
+                    "steps": [
+                        {"method": "recode", "columns": ["x"]},
+                        {"method": "microaggregate", "columns": ["x"]},
+                        {"method": "suppress"},
+                    ]
+                },
+            },
+            "step 2 (microaggregate) needs ['x'] numeric, but an earlier recode step made them intervals",
+        ),
+        (
+            {
+                "name": "sdc",
+                "params": {
+                    "steps": [{"method": "ra", "qi": ["a"], "sensitive": "s"}, {"method": "eds", "swap_set": ["x"], "k": 5}]
+                },
+            },
+            "a chain applies at most one of ra, mews, meds, eds",
+        ),
+        ({"name": "sdc", "params": {"steps": [{"method": "topcode", "column": "x"}]}}, "topcode needs top, bottom or both"),
+        ({"name": "sdc", "params": {"steps": []}}, "steps: List should have at least 1 item"),
+    ],
+    ids=["identifier", "unnamed", "no-hierarchy", "level", "recoded-then-numeric", "two-papers", "topcode", "empty"],
+)
 def test_requests_the_policy_or_the_chain_refuses_are_refused_before_the_charge(home, mechanism, message):
     register(home, table(), "t", policy=policy.parse(CATEGORICAL, "test policy"))
     with pytest.raises(UserError) as caught:
@@ -347,18 +438,35 @@ def test_a_policy_the_steward_got_wrong_is_refused_with_what_to_change(doc, mess
     assert message in str(caught.value) and str(caught.value).startswith("--policy 'p.yaml'")
 
 
-@pytest.mark.parametrize("doc,message", [
-    ({"keys": {"categorical": ["postcode"]}}, "names keys.categorical ['postcode'], which the registered schema lacks"),
-    ({"keys": {"numeric": ["a"]}}, "names 'a' as keys.numeric, but it is registered as string; keys.numeric must be numeric"),
-    ({"keys": {"categorical": ["a"]}, "weight": "s"}, "names 's' as weight, but it is registered as string"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "doc,message",
+    [
+        ({"keys": {"categorical": ["postcode"]}}, "names keys.categorical ['postcode'], which the registered schema lacks"),
+        ({"keys": {"numeric": ["a"]}}, "names 'a' as keys.numeric, but it is registered as string; keys.numeric must be numeric"),
+        ({"keys": {"categorical": ["a"]}, "weight": "s"}, "names 's' as weight, but it is registered as string"),
+    ],
+)
 def test_a_policy_that_does_not_fit_the_schema_registers_nothing(tmp_path, doc, message):
     home = tmp_path / "home"
     (home / "data").mkdir(parents=True)
     table().to_csv(home / "data" / "t.csv", index=False)
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(doc))
-    r = cli(home, "dataset", "add", "t", "--source", "t.csv", "--format", "csv", "--unit", "record", "--purpose", "sdc",
-            "--policy", str(tmp_path / "p.yaml"))  # fmt: skip
+    r = cli(
+        home,
+        "dataset",
+        "add",
+        "t",
+        "--source",
+        "t.csv",
+        "--format",
+        "csv",
+        "--unit",
+        "record",
+        "--purpose",
+        "sdc",
+        "--policy",
+        str(tmp_path / "p.yaml"),
+    )
     assert r.returncode == 2 and message in r.stderr and r.stderr.count("\n") == 1
     assert cli(home, "dataset", "list").stdout.startswith("no datasets registered")
 
@@ -370,11 +478,27 @@ def test_the_steward_registers_shows_and_changes_a_policy_each_change_on_the_led
     frame.to_csv(home / "data" / "t.csv", index=False)
     doc = CATEGORICAL | {"identifiers": [], "publishable": ["seq", "y"]}  # id left out: registration says so
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(doc))
-    r = cli(home, "dataset", "add", "t", "--source", "t.csv", "--format", "csv", "--unit", "record", "--purpose", "sdc",
-            "--policy", str(tmp_path / "p.yaml"))  # fmt: skip
+    r = cli(
+        home,
+        "dataset",
+        "add",
+        "t",
+        "--source",
+        "t.csv",
+        "--format",
+        "csv",
+        "--unit",
+        "record",
+        "--purpose",
+        "sdc",
+        "--policy",
+        str(tmp_path / "p.yaml"),
+    )
     assert r.returncode == 0, r.stderr
-    assert ("warning: column 'id' holds a different value in every row (an identifier?); the policy does not name it, "
-            "so no release publishes it.") in r.stdout  # fmt: skip
+    assert (
+        "warning: column 'id' holds a different value in every row (an identifier?); the policy does not name it, "
+        "so no release publishes it."
+    ) in r.stdout
     assert "note: the disclosure policy does not name ['id', 'secret']; no release publishes them." in r.stdout
     assert "thresholds every release must meet: none (any table the methods produce is published)" in r.stdout
     shown = json.loads(cli(home, "dataset", "show", "t").stdout)
@@ -382,8 +506,10 @@ def test_the_steward_registers_shows_and_changes_a_policy_each_change_on_the_led
     (tmp_path / "p2.yaml").write_text(yaml.safe_dump(doc | {"publishable": ["seq", "y", "id"], "thresholds": {"k": 4}}))
     r = cli(home, "dataset", "policy", "t", "--policy", str(tmp_path / "p2.yaml"))
     assert r.returncode == 0 and r.stdout.startswith("dataset t: disclosure policy recorded as ledger entry #2")
-    assert ("warning: column 'id' holds a different value in every row (an identifier?); the policy names it "
-            "publishable, so a release publishes it.") in r.stdout  # fmt: skip
+    assert (
+        "warning: column 'id' holds a different value in every row (an identifier?); the policy names it "
+        "publishable, so a release publishes it."
+    ) in r.stdout
     entries = Ledger(home / "privrelease.duckdb").entries()
     assert [e.status for e in entries] == [POLICY, POLICY] and entries[1].requested_by
     assert json.loads(entries[1].detail)["thresholds"]["k"] == 4
@@ -391,8 +517,22 @@ def test_the_steward_registers_shows_and_changes_a_policy_each_change_on_the_led
     history = cli(home, "ledger", "history").stdout.splitlines()
     assert " policy " in history[2] and history[2].endswith("key=a,b,x thresholds: k=4 identifiers=0")
     assert json.loads(cli(home, "dataset", "show", "t").stdout)["policy_entry"] == 2
-    r = cli(home, "dataset", "add", "d", "--source", "t.csv", "--format", "csv", "--unit", "record", "--purpose", "dp",
-            "--policy", str(tmp_path / "p2.yaml"))  # fmt: skip
+    r = cli(
+        home,
+        "dataset",
+        "add",
+        "d",
+        "--source",
+        "t.csv",
+        "--format",
+        "csv",
+        "--unit",
+        "record",
+        "--purpose",
+        "dp",
+        "--policy",
+        str(tmp_path / "p2.yaml"),
+    )
     assert r.returncode == 2 and "--policy is a disclosure policy for an sdc dataset" in r.stderr
 
 
@@ -410,7 +550,7 @@ def test_the_preview_says_what_public_values_tell(home):
         "thresholds the released table must meet: k-anonymity on the key (k ≥ 3); l-diversity of the sensitive variables "
         "(l ≥ 2). Whether it does depends on the rows: a release that misses one is not published, and its failed ledger "
         "entry names the thresholds missed (never a figure of the table).",
-    ]  # fmt: skip
+    ]
 
 
 # -- MEWS with suppression publishes nothing computed from the suppressed records (third review, finding 1) ---
@@ -436,8 +576,7 @@ def test_mews_with_suppression_publishes_the_same_figures_on_neighbouring_tables
         home = tmp_path / name
         rules = {"keys": {"numeric": ["x", "y"]}, "thresholds": {"k": None}}
         register(home, _outlier(value), "t", policy=policy.parse(rules, "test policy"))
-        summary = pipeline.release(Home(home), parse({"release_id": "r", "dataset": "t", "mechanism": mews,
-                                                                "seed": 1}))  # fmt: skip
+        summary = pipeline.release(Home(home), parse({"release_id": "r", "dataset": "t", "mechanism": mews, "seed": 1}))
         manifest = json.loads((Path(summary["folder"]) / "manifest.json").read_text())
         report = (Path(summary["folder"]) / "report.md").read_text().split("## Disclosure risk")[0]
         runs.append((manifest["privacy"], report.split("| created |")[1].split("\n", 1)[1]))
@@ -460,12 +599,18 @@ def test_weakened_widths_in_the_data_units_give_the_suppressed_record_back():
 
 def people(n: int = 300, seed: int = 5) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
-    frame = pd.DataFrame({
-        "ssn": [f"{i:09d}" for i in rng.permutation(n)], "sex": rng.choice(["F", "M"], n),
-        "region": rng.choice(list("NESW"), n), "age": rng.integers(18, 80, n),
-        "income": rng.normal(40_000, 10_000, n).round(0), "disease": rng.choice(["d1", "d2", "d3"], n),
-        "hh": np.arange(n) // 2, "w": rng.uniform(1, 5, n).round(2),
-    })  # fmt: skip
+    frame = pd.DataFrame(
+        {
+            "ssn": [f"{i:09d}" for i in rng.permutation(n)],
+            "sex": rng.choice(["F", "M"], n),
+            "region": rng.choice(list("NESW"), n),
+            "age": rng.integers(18, 80, n),
+            "income": rng.normal(40_000, 10_000, n).round(0),
+            "disease": rng.choice(["d1", "d2", "d3"], n),
+            "hh": np.arange(n) // 2,
+            "w": rng.uniform(1, 5, n).round(2),
+        }
+    )
     frame.loc[17, "income"] = 999_999.0  # alone: suppressed or top-coded
     return frame
 
@@ -476,8 +621,10 @@ PEOPLE = {"identifiers": ["ssn"], "keys": {"categorical": ["sex", "region"], "nu
 
 def _people_release(home: Path, frame: pd.DataFrame, steps: list, doc: dict = PEOPLE) -> dict:
     register(home, frame, "p", policy=policy.parse(doc, "test policy"))
-    summary = pipeline.release(Home(home), parse({"release_id": "r", "dataset": "p", "seed": 6,
-                                                            "mechanism": {"name": "sdc", "params": {"steps": steps}}}))  # fmt: skip
+    summary = pipeline.release(
+        Home(home),
+        parse({"release_id": "r", "dataset": "p", "seed": 6, "mechanism": {"name": "sdc", "params": {"steps": steps}}}),
+    )
     return json.loads((Path(summary["folder"]) / "manifest.json").read_text())
 
 
@@ -497,9 +644,15 @@ def test_a_paper_step_in_a_chain_publishes_its_parameters_only(tmp_path, test_mo
         manifest = _people_release(tmp_path / name, frame, MEWS_THEN_SUPPRESS)
         found.append(manifest["privacy"]["steps"])
     assert found[0][0] == found[1][0] == {"method": "mews", **_mews_params(MEWS_THEN_SUPPRESS[0])}
-    topcoded = _people_release(tmp_path / "c", people(), [
-        {"method": "mews", "swap_set": ["income"], "widths": 1e9, "width_units": "absolute"},
-        {"method": "topcode", "column": "income", "top": 80_000}, {"method": "suppress"}])  # fmt: skip
+    topcoded = _people_release(
+        tmp_path / "c",
+        people(),
+        [
+            {"method": "mews", "swap_set": ["income"], "widths": 1e9, "width_units": "absolute"},
+            {"method": "topcode", "column": "income", "top": 80_000},
+            {"method": "suppress"},
+        ],
+    )
     assert "max_change_bound" not in json.dumps(topcoded) and "p_known" not in json.dumps(topcoded)
 
 
@@ -523,19 +676,28 @@ def test_weakened_the_paper_steps_own_figures_give_the_top_coded_value_back(test
 def test_ra_in_a_chain_publishes_no_pa_and_weakened_pa_gives_an_exact_count(tmp_path, test_mode):
     """Finding: top-code age to two values, run RA on it, and Pa = e^H of that split: with N public, an exact
     count of people at or over an age the release itself never shows (its ages are moved)."""
-    steps = [{"method": "topcode", "column": "age", "top": 60, "bottom": 59.5},
-             {"method": "ra", "qi": ["age", "sex", "region"], "sensitive": "disease"}, {"method": "suppress"}]  # fmt: skip
+    steps = [
+        {"method": "topcode", "column": "age", "top": 60, "bottom": 59.5},
+        {"method": "ra", "qi": ["age", "sex", "region"], "sensitive": "disease"},
+        {"method": "suppress"},
+    ]
     manifest = _people_release(tmp_path, people(), steps)
-    assert manifest["privacy"]["steps"][1] == {"method": "ra", "qi": ["age", "sex", "region"], "sensitive": "disease",
-                                               "p": "uniform", "k": None}  # fmt: skip
+    assert manifest["privacy"]["steps"][1] == {
+        "method": "ra",
+        "qi": ["age", "sex", "region"],
+        "sensitive": "disease",
+        "p": "uniform",
+        "k": None,
+    }
     assert "pa" not in json.dumps(manifest["privacy"]).replace('"p"', "")
     from core.mechanisms import ra
 
     binary = people().assign(age=lambda f: f["age"].clip(59.5, 60))
     pa = ra.run(binary, ra.Params(qi=["age"], sensitive="disease"), noise.generator(6)).privacy["pa"]
     share = [q for q in np.linspace(0.001, 0.5, 200_000) if abs(np.exp(-q * np.log(q) - (1 - q) * np.log(1 - q)) - pa) < 1e-5]
-    assert round(min(share) * 300) == int((people()["age"] >= 60).sum()) or round(
-        (1 - min(share)) * 300) == int((people()["age"] >= 60).sum())  # fmt: skip
+    assert round(min(share) * 300) == int((people()["age"] >= 60).sum()) or round((1 - min(share)) * 300) == int(
+        (people()["age"] >= 60).sum()
+    )
 
 
 @pytest.mark.parametrize("column", ["hh", "w"])
@@ -543,10 +705,18 @@ def test_no_step_may_name_the_weight_or_the_cluster(home, column):
     """Finding: a top-coding of the registered household ids split the records by id, and ids follow the
     input order. The cluster is relabelled before any step, and no request may name it or the weight."""
     register(home, people(), "p", policy=policy.parse(PEOPLE, "test policy"))
-    request = {"dataset": "p", "mechanism": {"name": "sdc", "params": {"steps": [
-        {"method": "topcode", "column": column, "top": 100}, {"method": "suppress"}]}}}  # fmt: skip
-    with pytest.raises(SpecError, match=rf"\['{column}'\] of dataset 'p' is the weight or cluster id of its disclosure "
-                                        "policy: it is published as the policy says"):  # fmt: skip
+    request = {
+        "dataset": "p",
+        "mechanism": {
+            "name": "sdc",
+            "params": {"steps": [{"method": "topcode", "column": column, "top": 100}, {"method": "suppress"}]},
+        },
+    }
+    with pytest.raises(
+        SpecError,
+        match=rf"\['{column}'\] of dataset 'p' is the weight or cluster id of its disclosure "
+        "policy: it is published as the policy says",
+    ):
         pipeline.release(Home(home), parse(request))
     assert charges(home) == []
 
@@ -566,8 +736,10 @@ def test_a_table_a_swap_suppressed_whole_is_an_empty_release_not_an_internal_err
     """Finding: MEWS suppressing every row crashed the internal report, an internal error only tables
     without two records sharing their swapped values gave (an oracle). Now the release goes on as for any
     other table: here, one that kept no record, published empty, the internal report written."""
-    steps = [{"method": "mews", "swap_set": ["income", "age"], "widths": 1e-3, "width_units": "absolute",
-              "singletons": "suppress"}, {"method": "pram", "columns": ["sex", "region"]}]  # fmt: skip
+    steps = [
+        {"method": "mews", "swap_set": ["income", "age"], "widths": 1e-3, "width_units": "absolute", "singletons": "suppress"},
+        {"method": "pram", "columns": ["sex", "region"]},
+    ]
     manifest = _people_release(tmp_path, people(), steps)
     assert manifest["sdc_report"]["records"] == 0
     internal = (tmp_path / "sdc-reports" / "p" / "r" / "internal.md").read_text()
@@ -576,8 +748,10 @@ def test_a_table_a_swap_suppressed_whole_is_an_empty_release_not_an_internal_err
 
 def test_suppress_is_the_last_step(home):
     register(home, people(), "p", policy=policy.parse(PEOPLE, "test policy"))
-    request = {"dataset": "p", "mechanism": {"name": "sdc", "params": {"steps": [
-        {"method": "suppress"}, {"method": "pram", "columns": ["sex"]}]}}}  # fmt: skip
+    request = {
+        "dataset": "p",
+        "mechanism": {"name": "sdc", "params": {"steps": [{"method": "suppress"}, {"method": "pram", "columns": ["sex"]}]}},
+    }
     with pytest.raises(SpecError, match="suppress is the last step: a later step would undo the k-anonymity it reaches"):
         pipeline.release(Home(home), parse(request))
 
@@ -616,15 +790,19 @@ def test_a_weight_that_is_not_positive_is_refused_and_unreadable_figures_fail_cl
     from core.sdc import enforce
 
     figures = {"records": 50, "k": 1, "global_risk": -math.inf, "records_risk_above": {"above": 0.2, "records": 0}}
-    rules = policy.parse(PEOPLE | {"thresholds": {"k": None, "risk": {"above": 0.2, "max_share": 0}, "global_risk": 0.05}},
-                         "p")  # fmt: skip
+    rules = policy.parse(PEOPLE | {"thresholds": {"k": None, "risk": {"above": 0.2, "max_share": 0}, "global_risk": 0.05}}, "p")
     assert enforce.missed(figures, rules) == ["no record with individual risk above 0.2", "global risk at most 0.05"]
 
 
 def test_microaggregating_a_key_then_suppressing_is_refused(home, test_mode):
     register(home, people(40), "p", policy=policy.parse(PEOPLE, "test policy"))
-    request = {"dataset": "p", "mechanism": {"name": "sdc", "params": {"steps": [
-        {"method": "microaggregate", "columns": ["age"], "k": 3}, {"method": "suppress"}]}}}  # fmt: skip
+    request = {
+        "dataset": "p",
+        "mechanism": {
+            "name": "sdc",
+            "params": {"steps": [{"method": "microaggregate", "columns": ["age"], "k": 3}, {"method": "suppress"}]},
+        },
+    }
     with pytest.raises(UserError, match=r"microaggregate then suppress: \['age'\] are key variables, and a group mean"):
         pipeline.release(Home(home), parse(request))
     assert charges(home) == []
@@ -643,15 +821,23 @@ def test_weakened_suppressed_group_means_are_told_by_their_missing_occurrences(t
     assert said["suppressed_by_column"]["age"] > 0 and told & set(hidden.round(6))
 
 
-@pytest.mark.parametrize("doc,step,message", [
-    (PEOPLE, {"method": "eds", "swap_set": ["age"], "k": 4, "others": "eds"},
-     "eds: others: eds would rank-swap the weight or cluster id ['hh', 'w']"),
-    (PEOPLE | {"weight": None, "cluster": None, "publishable": ["income", "hh", "w"]},
-     {"method": "mews", "swap_set": ["age"], "widths": 1.0, "others": "eds", "k": 4},
-     "mews: others: eds rank-swaps every numeric column outside the swap set, and ['income'] may be empty"),
-    (PEOPLE, {"method": "microaggregate", "columns": ["age"], "k": 50}, "microaggregate: k = 50 is more than the 40 records"),
-    (PEOPLE, {"method": "suppress", "k": 41}, "suppress: k = 41 is more than the 40 records"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "doc,step,message",
+    [
+        (
+            PEOPLE,
+            {"method": "eds", "swap_set": ["age"], "k": 4, "others": "eds"},
+            "eds: others: eds would rank-swap the weight or cluster id ['hh', 'w']",
+        ),
+        (
+            PEOPLE | {"weight": None, "cluster": None, "publishable": ["income", "hh", "w"]},
+            {"method": "mews", "swap_set": ["age"], "widths": 1.0, "others": "eds", "k": 4},
+            "mews: others: eds rank-swaps every numeric column outside the swap set, and ['income'] may be empty",
+        ),
+        (PEOPLE, {"method": "microaggregate", "columns": ["age"], "k": 50}, "microaggregate: k = 50 is more than the 40 records"),
+        (PEOPLE, {"method": "suppress", "k": 41}, "suppress: k = 41 is more than the 40 records"),
+    ],
+)
 def test_steps_a_registration_rules_out_are_refused_before_the_charge(home, doc, step, message):
     frame = people(40)
     frame.loc[5, "income"] = None  # income is nullable in the registered schema
@@ -677,25 +863,56 @@ def test_the_policy_commands_refuse_what_a_steward_typed_wrong(tmp_path):
     (home / "data").mkdir(parents=True)
     frame = table()
     frame.to_csv(home / "data" / "t.csv", index=False)
-    assert cli(home, "dataset", "add", "d", "--source", "t.csv", "--format", "csv", "--unit", "record",
-               "--purpose", "dp").returncode == 0  # fmt: skip
+    assert (
+        cli(home, "dataset", "add", "d", "--source", "t.csv", "--format", "csv", "--unit", "record", "--purpose", "dp").returncode
+        == 0
+    )
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(CATEGORICAL))
     (tmp_path / "bad.yaml").write_text("keys: [unclosed\n")
     (tmp_path / "weighted.yaml").write_text(yaml.safe_dump(CATEGORICAL | {"weight": "y", "publishable": ["seq"]}))
     said = {
-        ("dataset", "policy", "d", "--policy", str(tmp_path / "p.yaml")):
-            "error: dataset 'd' is registered for dp releases; a disclosure policy is for an sdc dataset.",
-        ("dataset", "policy", "nosuch", "--policy", str(tmp_path / "p.yaml")):
-            "error: dataset 'nosuch' is not registered;",
-        ("dataset", "policy", "d", "--policy", str(tmp_path / "missing.yaml")):
-            f"error: --policy '{tmp_path / 'missing.yaml'}' is not a file.",
-        ("dataset", "policy", "d", "--policy", str(tmp_path / "bad.yaml")): "error: --policy 'bad.yaml' is not valid YAML or JSON.",
-    }  # fmt: skip
+        (
+            "dataset",
+            "policy",
+            "d",
+            "--policy",
+            str(tmp_path / "p.yaml"),
+        ): "error: dataset 'd' is registered for dp releases; a disclosure policy is for an sdc dataset.",
+        ("dataset", "policy", "nosuch", "--policy", str(tmp_path / "p.yaml")): "error: dataset 'nosuch' is not registered;",
+        (
+            "dataset",
+            "policy",
+            "d",
+            "--policy",
+            str(tmp_path / "missing.yaml"),
+        ): f"error: --policy '{tmp_path / 'missing.yaml'}' is not a file.",
+        (
+            "dataset",
+            "policy",
+            "d",
+            "--policy",
+            str(tmp_path / "bad.yaml"),
+        ): "error: --policy 'bad.yaml' is not valid YAML or JSON.",
+    }
     for args, message in said.items():
         r = cli(home, *args)
         assert r.returncode == 2 and r.stderr.startswith(message) and "Traceback" not in r.stderr, (args, r.stderr)
     frame.assign(y=frame["y"].where(frame.index > 0)).to_csv(home / "data" / "w.csv", index=False)
-    r = cli(home, "dataset", "add", "w", "--source", "w.csv", "--format", "csv", "--unit", "record", "--purpose", "sdc",
-            "--policy", str(tmp_path / "weighted.yaml"))  # fmt: skip
+    r = cli(
+        home,
+        "dataset",
+        "add",
+        "w",
+        "--source",
+        "w.csv",
+        "--format",
+        "csv",
+        "--unit",
+        "record",
+        "--purpose",
+        "sdc",
+        "--policy",
+        str(tmp_path / "weighted.yaml"),
+    )
     assert r.returncode == 2 and "the weight column 'y' may be empty (nullable); every record needs its weight." in r.stderr
     assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] == []  # nothing recorded

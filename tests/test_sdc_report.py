@@ -36,8 +36,7 @@ def _release(home: Path, frame: pd.DataFrame, mechanism: dict) -> tuple[Path, Pa
     keys, sensitive = _keys(mechanism)
     numeric = tuple(k for k in keys if pd.api.types.is_numeric_dtype(frame[k]) and not pd.api.types.is_bool_dtype(frame[k]))
     register(home, frame, "ds", "record", "sdc", policy=open_policy(list(frame.columns), keys, numeric, sensitive))
-    summary = pipeline.release(Home(home), parse({"release_id": "r1", "dataset": "ds", "mechanism": mechanism,
-                                                            "seed": 5}))  # fmt: skip
+    summary = pipeline.release(Home(home), parse({"release_id": "r1", "dataset": "ds", "mechanism": mechanism, "seed": 5}))
     return Path(summary["folder"]), sdc_report.folder(home, "ds", "r1")
 
 
@@ -63,8 +62,12 @@ def test_external_report_is_the_released_tables_and_internal_stays_home(home, te
     assert "sdc_cell_sizes.png" in manifest["files"] and (folder / "sdc_cell_sizes.png").is_file()
     # the internal report: under the home, outside releases/, readable by its owner only
     assert internal.is_relative_to(home / "sdc-reports") and not internal.is_relative_to(home / "releases")
-    assert sorted(p.name for p in internal.iterdir()) == ["internal.json", "internal.md", "records.parquet",
-                                                          "sdc_risk_before_after.png"]  # fmt: skip
+    assert sorted(p.name for p in internal.iterdir()) == [
+        "internal.json",
+        "internal.md",
+        "records.parquet",
+        "sdc_risk_before_after.png",
+    ]
     assert all(_mode(p) == 0o600 for p in internal.iterdir())
     assert _mode(internal) == _mode(internal.parent) == _mode(home / "sdc-reports") == 0o700
     figures = json.loads((internal / "internal.json").read_text())
@@ -86,8 +89,11 @@ def test_external_report_is_the_released_tables_and_internal_stays_home(home, te
     text = (internal / "internal.md").read_text()
     assert "For the data steward only" in text and "For the data steward only" not in published
     pmse = f"{figures['pmse']['pmse']:.3g}"
-    assert f"pMSE = {pmse}" in text and "pMSE = " not in published and "il1s" not in published.lower().replace(
-        "information loss il1s", "")  # fmt: skip
+    assert (
+        f"pMSE = {pmse}" in text
+        and "pMSE = " not in published
+        and "il1s" not in published.lower().replace("information loss il1s", "")
+    )
     assert sdc_report.NOTES[mechanism["name"]] in report
     if mechanism["name"] == "mews":
         assert figures["linkage"]["perturbed_records"] > 0 and 0 <= figures["linkage"]["linkage_rate"] < 1
@@ -102,8 +108,7 @@ def test_a_dp_release_has_no_sdc_report(home, test_mode):
     make, unit, purpose, mechanism = CASES["outliers-count"]
     register(home, make(), "ds", unit, purpose)
     Ledger(home / "privrelease.duckdb").set_budget("ds", Budget(10.0, 1e-3))
-    summary = pipeline.release(Home(home), parse({"release_id": "r1", "dataset": "ds", "mechanism": mechanism,
-                                                            "seed": 5}))  # fmt: skip
+    summary = pipeline.release(Home(home), parse({"release_id": "r1", "dataset": "ds", "mechanism": mechanism, "seed": 5}))
     folder = Path(summary["folder"])
     assert "sdc_report" not in json.loads((folder / "manifest.json").read_text())
     assert sdc_report.SECTION not in (folder / "report.md").read_text() and not (home / "sdc-reports").exists()
@@ -115,8 +120,9 @@ def test_boolean_keys_do_not_stop_a_release(home, test_mode):
     frame = census(400)
     frame["smoker"] = frame["age"] % 3 == 0
     frame["bonus"] = (frame["age"] * 10.0).where(frame.index == 0)  # one value: a mean, but none once it moves
-    folder, internal = _release(home, frame, {"name": "ra", "params": {"qi": ["age", "smoker", "sex"],
-                                                                        "sensitive": "occupation"}})  # fmt: skip
+    folder, internal = _release(
+        home, frame, {"name": "ra", "params": {"qi": ["age", "smoker", "sex"], "sensitive": "occupation"}}
+    )
     figures = json.loads((internal / "internal.json").read_text())
     assert "bonus" in figures["means"] and "smoker" not in figures["means"]
     assert sorted(json.loads((folder / "manifest.json").read_text())["sdc_report"]["keys"]) == ["age", "sex", "smoker"]

@@ -22,10 +22,15 @@ READY = "Ctrl-C stops it all."
 
 def _start(home: Path, ports: tuple[int, int, int], log: Path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "PRIVRELEASE_"))}
-    env |= {"PRIVRELEASE_HOME": str(home), "PRIVRELEASE_PORT": str(ports[0]), "PRIVRELEASE_PREFECT_PORT": str(ports[1]),
-            "PRIVRELEASE_GATE_PORT": str(ports[2])}
-    return subprocess.Popen(["make", "-s", "serve"], cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)  # fmt: skip
+    env |= {
+        "PRIVRELEASE_HOME": str(home),
+        "PRIVRELEASE_PORT": str(ports[0]),
+        "PRIVRELEASE_PREFECT_PORT": str(ports[1]),
+        "PRIVRELEASE_GATE_PORT": str(ports[2]),
+    }
+    return subprocess.Popen(
+        ["make", "-s", "serve"], cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
+    )
 
 
 def _ready(proc: subprocess.Popen, log: Path, timeout: float = 300) -> str:
@@ -63,7 +68,9 @@ def _gone(home: Path) -> list[str]:
     deadline = time.monotonic() + 30
     while (left := _ours(home)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    return [Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode() for pid in left if Path(f"/proc/{pid}").exists()]
+    return [
+        Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode() for pid in left if Path(f"/proc/{pid}").exists()
+    ]
 
 
 def _free(port: int) -> bool:

@@ -67,18 +67,27 @@ def running_server(root: Path, extra: dict | None = None, host: str = "127.0.0.1
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     credential = f"operator:{secrets.token_urlsafe(18)}"  # Prefect's own: the operator's alone, as under make serve
     env |= {
-        "PREFECT_HOME": str(root / "prefect"), "PREFECT_API_URL": f"http://{host}:{port}/api",
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_WORKER_QUERY_SECONDS": "1",
-        "PRIVRELEASE_HOME": str(root / "home"), "PRIVRELEASE_REPO": str(REPO),
-        "PREFECT_SERVER_API_AUTH_STRING": credential, "PREFECT_API_AUTH_STRING": credential,
+        "PREFECT_HOME": str(root / "prefect"),
+        "PREFECT_API_URL": f"http://{host}:{port}/api",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_WORKER_QUERY_SECONDS": "1",
+        "PRIVRELEASE_HOME": str(root / "home"),
+        "PRIVRELEASE_REPO": str(REPO),
+        "PREFECT_SERVER_API_AUTH_STRING": credential,
+        "PREFECT_API_AUTH_STRING": credential,
         "PATH": f"{BIN}:{os.environ.get('PATH', '')}",  # the worker's job command runs the venv's python
         "PREFECT_UI_API_URL": "/api",  # the UI calls its API where it was loaded from: the gate
         "PREFECT_SERVER_UI_V2_ENABLED": "false",  # one UI, the one the policy is written for
-    }  # fmt: skip
+    }
     env |= extra or {}
     log = open(root / "server.log", "w")
-    proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", host, "--port", str(port)],
-                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [str(BIN / "prefect"), "server", "start", "--host", host, "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         _healthy(f"http://{host}:{port}", proc, root / "server.log", 180)
         yield env
@@ -108,8 +117,9 @@ def proxy(env: dict, gate_url: str, log_path: Path, tls: tuple[Path, Path] | Non
     if tls:
         penv |= {"PRIVRELEASE_TLS_CERT": str(tls[0]), "PRIVRELEASE_TLS_KEY": str(tls[1])}
     url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
-    with _service([str(BIN / "python"), "-m", "gate.proxy"], penv, log_path, url,
-                  ssl.create_default_context(cafile=tls[0]) if tls else True) as url:  # fmt: skip
+    with _service(
+        [str(BIN / "python"), "-m", "gate.proxy"], penv, log_path, url, ssl.create_default_context(cafile=tls[0]) if tls else True
+    ) as url:
         yield url
 
 
@@ -147,8 +157,12 @@ def person(gate_url: str, name: str, password: str) -> httpx.Client:
 
 def operator(env: dict) -> httpx.Client:
     """Prefect's API as the operator reaches it: directly, with Prefect's own credential."""
-    return httpx.Client(base_url=env["PREFECT_API_URL"], auth=tuple(env["PREFECT_API_AUTH_STRING"].split(":", 1)), timeout=10,
-                        transport=_RetryBusy())  # fmt: skip
+    return httpx.Client(
+        base_url=env["PREFECT_API_URL"],
+        auth=tuple(env["PREFECT_API_AUTH_STRING"].split(":", 1)),
+        timeout=10,
+        transport=_RetryBusy(),
+    )
 
 
 def deploy(env: dict) -> None:
@@ -165,8 +179,14 @@ def worker(env: dict, log_path: Path, pool: str = "privrelease", limit: int | No
     the configured one)."""
     log = open(log_path, "w")
     limit = limits.configured().worker if limit is None else limit
-    proc = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", pool, "--install-policy", "never",
-                             "--limit", str(limit)], env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [str(BIN / "prefect"), "worker", "start", "--pool", pool, "--install-policy", "never", "--limit", str(limit)],
+        env=env,
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         yield proc
     finally:
@@ -197,8 +217,7 @@ def _create_run(api: httpx.Client, deployment_id: str, parameters: dict) -> http
     """POST /deployments/{id}/create_flow_run, as the UI does; SQLite-backed servers answer 503
     while busy (right after a deploy), so retry those for a while."""
     for _ in range(30):
-        response = api.post(f"/deployments/{deployment_id}/create_flow_run", json={"parameters": parameters},
-                              timeout=10)  # fmt: skip
+        response = api.post(f"/deployments/{deployment_id}/create_flow_run", json={"parameters": parameters}, timeout=10)
         if response.status_code != 503:
             return response
         time.sleep(1)
@@ -211,7 +230,9 @@ def _wait(api: httpx.Client, run_id: str, log: Path, timeout: float = 240) -> st
     while True:
         try:
             state = api.get(f"/flow_runs/{run_id}", timeout=10).json()["state"]["type"]
-        except httpx.TimeoutException:  # the SQLite-backed server, busy with concurrent runs, may miss one poll: the deadline decides
+        except (
+            httpx.TimeoutException
+        ):  # the SQLite-backed server, busy with concurrent runs, may miss one poll: the deadline decides
             state = None
         if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
             return state
@@ -247,8 +268,16 @@ def test_release_triggered_like_the_ui(served):
         for name in RELEASE_FORMS:
             form = deployment(api, name)["parameter_openapi_schema"]["properties"]
             # no home, source, path or cluster to fill in: the dataset's id and the mechanism's parameters
-            assert "dataset" in form and not set(form) & {"home", "source", "spec_path", "request", "runner", "dask_address",
-                                                          "dask_workers", "seed"}, name  # fmt: skip
+            assert "dataset" in form and not set(form) & {
+                "home",
+                "source",
+                "spec_path",
+                "request",
+                "runner",
+                "dask_address",
+                "dask_workers",
+                "seed",
+            }, name
         assert deployment(api, "ledger-audit")["parameters"] == {}
         ra = deployment(api, "ra")
         home = Path(env["PRIVRELEASE_HOME"])
@@ -272,11 +301,17 @@ def test_release_triggered_like_the_ui(served):
         unnamed = _create_run(api, ra["id"], {"qi": ["age", "postcode"]})
         assert unnamed.status_code == 409 and "qi" in unnamed.text
         # a run cannot set the worker's environment (test mode, another home) or its command
-        hostile = api.post(f"/deployments/{ra['id']}/create_flow_run", timeout=10, json={
-            "parameters": {}, "job_variables": {"env": {"PRIVRELEASE_TEST_MODE": "1"}}})  # fmt: skip
+        hostile = api.post(
+            f"/deployments/{ra['id']}/create_flow_run",
+            timeout=10,
+            json={"parameters": {}, "job_variables": {"env": {"PRIVRELEASE_TEST_MODE": "1"}}},
+        )
         assert hostile.status_code == 422 and "'env' was unexpected" in hostile.text
-        dotted = api.post(f"/deployments/{ra['id']}/create_flow_run", timeout=10, json={
-            "parameters": {}, "job_variables": {"env.PRIVRELEASE_TEST_MODE": "1"}})  # fmt: skip
+        dotted = api.post(
+            f"/deployments/{ra['id']}/create_flow_run",
+            timeout=10,
+            json={"parameters": {}, "job_variables": {"env.PRIVRELEASE_TEST_MODE": "1"}},
+        )
         assert dotted.status_code == 422
         assert len(list(releases.iterdir())) == before + 1
         assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()][-1] == PUBLISHED  # nothing charged
@@ -315,8 +350,7 @@ def test_spam_training_deployment_runs_on_the_worker(served):
         run = _create_run(api, spam["id"], {})
         assert run.status_code == 201, run.text
         assert _wait(api, run.json()["id"], root / "worker3.log", 300) == "COMPLETED", (root / "worker3.log").read_text()[-3000:]
-        tasks = api.post("/task_runs/filter", timeout=10, json={
-            "flow_runs": {"id": {"any_": [run.json()["id"]]}}}).json()  # fmt: skip
+        tasks = api.post("/task_runs/filter", timeout=10, json={"flow_runs": {"id": {"any_": [run.json()["id"]]}}}).json()
     assert {"round-1", "round-2", "round-3"} <= {t["name"] for t in tasks}
     entries = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "spam-demo"]
     assert [(e.kind, e.status) for e in entries] == [("mpc", "reserved"), ("mpc", "published")]

@@ -26,10 +26,16 @@ from tests.test_server import BIN, _run, _stop, _wait, deployment, operator, run
 
 # The outliers request of tests/test_pg.py as the outlier-count form takes it.
 PARAMS = OUTLIERS["mechanism"]["params"]
-FORM = {"dataset": OUTLIERS["dataset"], "columns": PARAMS["columns"], "k": PARAMS["k"], "r": PARAMS["r"],
-        "epsilon": PARAMS["epsilon"], "delta": PARAMS["delta"],
-        "standardize": [{"column": c, **s} for c, s in PARAMS["standardize"].items()],
-        "noise": "smooth"}  # (eps, delta) counts, summed exactly: the cap of 5 holds five (global ones are cheaper)
+FORM = {
+    "dataset": OUTLIERS["dataset"],
+    "columns": PARAMS["columns"],
+    "k": PARAMS["k"],
+    "r": PARAMS["r"],
+    "epsilon": PARAMS["epsilon"],
+    "delta": PARAMS["delta"],
+    "standardize": [{"column": c, **s} for c, s in PARAMS["standardize"].items()],
+    "noise": "smooth",
+}  # (eps, delta) counts, summed exactly: the cap of 5 holds five (global ones are cheaper)
 
 
 # What an operator on either host runs to submit releases: n runs of a deployment into a work queue.
@@ -43,8 +49,7 @@ print(json.dumps([api.post(f"/deployments/{deployment}/create_flow_run", json={"
 """
 
 
-def test_two_hosts_eight_runs_submitted_from_both_against_a_cap_of_five(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch):  # fmt: skip
+def test_two_hosts_eight_runs_submitted_from_both_against_a_cap_of_five(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Host A: PostgreSQL (ledger and Prefect), Prefect's server, a worker; host B: a worker. Each host
     submits four runs of the outlier-count deployment to its own worker's queue, all at once, against
     a cap for five; then `privrelease ledger verify` on each host."""
@@ -56,8 +61,11 @@ def test_two_hosts_eight_runs_submitted_from_both_against_a_cap_of_five(tmp_path
 
 
 def _eight_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str, b: str) -> None:
-    shared = {"PRIVRELEASE_LEDGER_URL": pg_url, "PRIVRELEASE_LEDGER_KEY_FILE": str(tmp_path / "secrets" / "ledger.key"),
-              "PRIVRELEASE_SNAPSHOT_STORE": str(tmp_path / "shared" / "snapshots")}  # fmt: skip
+    shared = {
+        "PRIVRELEASE_LEDGER_URL": pg_url,
+        "PRIVRELEASE_LEDGER_KEY_FILE": str(tmp_path / "secrets" / "ledger.key"),
+        "PRIVRELEASE_SNAPSHOT_STORE": str(tmp_path / "shared" / "snapshots"),
+    }
     for name, value in shared.items():
         monkeypatch.setenv(name, value)
     homes = [tmp_path / "host-a", tmp_path / "host-b"]
@@ -70,21 +78,49 @@ def _eight_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str, b:
         _run(env, "work-pool", "create", "privrelease", "--type", "process", "--base-job-template", "deploy/process-pool.json")
         _run(env, "--no-prompt", "deploy", "--name", "outlier-count")
         found = deployment(api, "outlier-count")
-        submits = [subprocess.Popen([*prefix, str(BIN / "python"), "-c", SUBMIT, found["id"], f"host-{h}",
-                                     json.dumps(FORM), "4"], env=env, stdout=subprocess.PIPE, text=True)  # fmt: skip
-                   for prefix, h in zip(on, "ab")]
+        submits = [
+            subprocess.Popen(
+                [*prefix, str(BIN / "python"), "-c", SUBMIT, found["id"], f"host-{h}", json.dumps(FORM), "4"],
+                env=env,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for prefix, h in zip(on, "ab")
+        ]
         runs = [json.loads(p.communicate(timeout=120)[0]) for p in submits]
         logs = [open(tmp_path / f"worker-{h}.log", "w") for h in "ab"]
-        workers = [subprocess.Popen([*prefix, str(BIN / "prefect"), "worker", "start", "--pool", "privrelease",
-                                     "--work-queue", f"host-{h}", "--install-policy", "never", "--limit", "4"],
-                                    env=env | {"PRIVRELEASE_HOME": str(home)}, cwd=REPO, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-                   for prefix, h, home, log in zip(on, "ab", homes, logs)]
+        workers = [
+            subprocess.Popen(
+                [
+                    *prefix,
+                    str(BIN / "prefect"),
+                    "worker",
+                    "start",
+                    "--pool",
+                    "privrelease",
+                    "--work-queue",
+                    f"host-{h}",
+                    "--install-policy",
+                    "never",
+                    "--limit",
+                    "4",
+                ],
+                env=env | {"PRIVRELEASE_HOME": str(home)},
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            for prefix, h, home, log in zip(on, "ab", homes, logs)
+        ]
         try:
-            states = [[_wait(api, run_id, tmp_path / f"worker-{h}.log", 300) for run_id in ids]
-                      for h, ids in zip("ab", runs)]  # fmt: skip
-            messages = [api.get(f"/flow_runs/{run_id}", timeout=10).json()["state"]["message"]
-                        for ids, st in zip(runs, states) for run_id, state in zip(ids, st) if state == "FAILED"]  # fmt: skip
+            states = [[_wait(api, run_id, tmp_path / f"worker-{h}.log", 300) for run_id in ids] for h, ids in zip("ab", runs)]
+            messages = [
+                api.get(f"/flow_runs/{run_id}", timeout=10).json()["state"]["message"]
+                for ids, st in zip(runs, states)
+                for run_id, state in zip(ids, st)
+                if state == "FAILED"
+            ]
         finally:
             for worker, log in zip(workers, logs):
                 _stop(worker)
@@ -94,9 +130,16 @@ def _eight_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str, b:
     assert "COMPLETED" in states[0] and "COMPLETED" in states[1], worker_logs  # both hosts published
     for message in messages:
         assert "left of its cap (epsilon=5, delta=0.001)" in message  # refused with the budget error
-    verify = [subprocess.Popen([*prefix, str(BIN / "privrelease"), "ledger", "verify"], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, env=env | {"PRIVRELEASE_HOME": str(home)})  # fmt: skip
-              for prefix, home in zip(on, homes)]  # the chain, each host's anchors and its release folders
+    verify = [
+        subprocess.Popen(
+            [*prefix, str(BIN / "privrelease"), "ledger", "verify"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env | {"PRIVRELEASE_HOME": str(home)},
+        )
+        for prefix, home in zip(on, homes)
+    ]  # the chain, each host's anchors and its release folders
     for done in verify:
         out = done.communicate(timeout=120)[0]
         assert done.returncode == 0 and "ledger ok: 11 entries" in out, out

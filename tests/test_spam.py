@@ -75,7 +75,12 @@ def test_our_paillier_agrees_with_phe(keys512):
     private = phe.PaillierPrivateKey(public, int(keys512._p), int(keys512._q))
     for m in (0, 1, 12345, keys512.public.n - 1, 2**300 + 7):
         assert int(keys512.raw_decrypt(gmpy2.mpz(public.raw_encrypt(m)))) == m
-        assert private.raw_decrypt(int(keys512.encrypt(m % keys512.public.n - (keys512.public.n if m > keys512.public.half else 0), "m"))) == m
+        assert (
+            private.raw_decrypt(
+                int(keys512.encrypt(m % keys512.public.n - (keys512.public.n if m > keys512.public.half else 0), "m"))
+            )
+            == m
+        )
 
 
 def test_the_key_holders_obfuscators_are_fresh_nth_residues(keys512):
@@ -173,8 +178,14 @@ def test_rounds_track_the_plaintext_rule_and_the_server_decrypts_only_the_sum(te
         assert server.w == pytest.approx(w, abs=1e-12)
     assert np.abs(w).max() > 0.1  # the model did move
     per_round = [m for m in channel.log if m.round == 3]
-    assert [m.kind for m in per_round] == (["round"] * 3 + ["self-mask-shares"] * 6 + ["encrypted-weights"] * 3
-                                           + ["masked-gradient"] * 3 + ["unmask-request"] * 3 + ["mask-shares"] * 3)  # fmt: skip
+    assert [m.kind for m in per_round] == (
+        ["round"] * 3
+        + ["self-mask-shares"] * 6
+        + ["encrypted-weights"] * 3
+        + ["masked-gradient"] * 3
+        + ["unmask-request"] * 3
+        + ["mask-shares"] * 3
+    )
     assert all(m.count == server.layout.ciphertexts for m in per_round if m.kind == "masked-gradient")
     assert server.layout.ciphertexts < 30  # packing: fewer ciphertexts (and decryptions) than coordinates
 
@@ -185,7 +196,9 @@ def test_large_keys_train_without_overflow(test_mode, bits):
     x, y = toy(6, 5, 9)
     server, _, (s, us), channel = group(bits, x, y, 5, 2)
     _, gradient, _ = Q.train_round(s, us, channel, 0)
-    assert gradient == pytest.approx(plain_gradient(x[0::2] + x[1::2], np.concatenate([y[0::2], y[1::2]]), np.zeros(5)), abs=1e-12)
+    assert gradient == pytest.approx(
+        plain_gradient(x[0::2] + x[1::2], np.concatenate([y[0::2], y[1::2]]), np.zeros(5)), abs=1e-12
+    )
 
 
 def test_participation_floors_are_enforced_by_the_users(monkeypatch):
@@ -217,7 +230,9 @@ def test_participation_floors_are_enforced_by_the_users(monkeypatch):
     with pytest.raises(ParameterError, match="L1 norm passed the public bound.*smaller learning_rate"):
         server.weights_message()
     monkeypatch.delenv("PRIVRELEASE_TEST_MODE")
-    with pytest.raises(ParameterError, match="user 2 sums 16 messages per round; each user needs at least 1000.*raise block_size"):
+    with pytest.raises(
+        ParameterError, match="user 2 sums 16 messages per round; each user needs at least 1000.*raise block_size"
+    ):
         P.check_participation([5000, 16], floors.floor(F.FeatureParams(dimension=10_000)))
     P.check_participation([1000, 1000], floors.floor(F.FeatureParams(dimension=10_000)))
     with pytest.raises(ParameterError, match="no participation floor was measured for reduction 'hash' to 100000.*hash to 10000"):

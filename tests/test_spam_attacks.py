@@ -77,8 +77,10 @@ def alone(server: P.Server, payload: bytes) -> list[int]:
     layout, key = server.layout, server.public_key
     totals = [int(server._keys.raw_decrypt(c)) for c in W.read_ciphertexts(payload, key, layout.ciphertexts, "x")]
     mask = (1 << layout.slot_bits) - 1
-    return [((totals[j // layout.slots] >> ((j % layout.slots) * layout.slot_bits)) & mask) - layout.offset
-            for j in range(layout.dimension)]  # fmt: skip
+    return [
+        ((totals[j // layout.slots] >> ((j % layout.slots) * layout.slot_bits)) & mask) - layout.offset
+        for j in range(layout.dimension)
+    ]
 
 
 def recover(coords: list[int], w_int: np.ndarray) -> list[tuple[frozenset, int, float]]:
@@ -180,10 +182,25 @@ def test_transcript_payloads_hold_no_plaintext_features_labels_margins_or_weight
                 assert min(m, n - m) > n >> 64  # no small signed value: no feature index, label or margin
     wire = [*inbox.received, *(p for u in users for p in u.received)]
     for user in users:  # the users' inboxes
-        assert [W.inspect(p, key)[0] for p in user.received] == ["public", "public", "sealed", "ciphertext", "public"]  # no setup shares: s_u,r is per round
+        assert [W.inspect(p, key)[0] for p in user.received] == [
+            "public",
+            "public",
+            "sealed",
+            "ciphertext",
+            "public",
+        ]  # no setup shares: s_u,r is per round
         directory, _, _, weights, _ = user.received
-        assert set(W.read_public(directory, "d")) == {"n", "layout", "mode", "block_size", "sizes", "threshold", "users",
-                                                      "keys", "seal_keys"}  # fmt: skip
+        assert set(W.read_public(directory, "d")) == {
+            "n",
+            "layout",
+            "mode",
+            "block_size",
+            "sizes",
+            "threshold",
+            "users",
+            "keys",
+            "seal_keys",
+        }
         assert W.inspect(weights, key) == ("ciphertext", D)
         # the shares a user holds crossed the wire only sealed (they reach the server in the clear only on request)
         for _, share in user.party._holder.held.values():
@@ -329,7 +346,10 @@ def test_a_modulus_the_floor_was_not_measured_for_shows_labels(monkeypatch, weak
         P.check_participation([least, least], least)  # admitted, as the measured map's floor
         assert round0(2**14, [least, least]) == (86, 86)  # 86 of the round's 2000 labels, every one right
     else:
-        with pytest.raises(ParameterError, match="no participation floor was measured for reduction 'hash' to 10000 features of 4-grams mod 16384"):
+        with pytest.raises(
+            ParameterError,
+            match="no participation floor was measured for reduction 'hash' to 10000 features of 4-grams mod 16384",
+        ):
             floors.floor(wide)
         least = floors.floor(F.FeatureParams(modulus=1_000_000, dimension=10_000))
         assert least == 1000

@@ -231,10 +231,14 @@ def test_the_transcript_labels_payloads_by_what_they_are(dgk):
     server, keys, weights, wire = setup(w, dgk)
     query(server, keys, weights, wire, np.array([1, 2, 3]))
     log = [(m.sender, m.kind, m.payload, m.count) for m in wire.channel.log]
-    assert log == [("server", "public-keys", "public", 9), ("server", "encrypted-weights", "ciphertext", 16),
-                   ("client", "masked-score", "ciphertext", 1), ("server", "comparison-bits", "ciphertext", ELL),
-                   ("client", "comparison-terms", "ciphertext", ELL + 1),
-                   ("server", "masked-result", "plaintext", 1)]  # fmt: skip
+    assert log == [
+        ("server", "public-keys", "public", 9),
+        ("server", "encrypted-weights", "ciphertext", 16),
+        ("client", "masked-score", "ciphertext", 1),
+        ("server", "comparison-bits", "ciphertext", ELL),
+        ("client", "comparison-terms", "ciphertext", ELL + 1),
+        ("server", "masked-result", "plaintext", 1),
+    ]
     assert [m.bytes for m in wire.channel.log] == [len(data) for _, _, data in wire.sent]
     # a client that sent its score in the clear, or a DGK bit sent unencrypted, is labelled plaintext
     n2 = server.public_key.nsquare
@@ -292,8 +296,9 @@ def test_the_server_party_runs_in_its_own_process(tmp_path, test_mode):
         assert server._process.pid != os.getpid() and not hasattr(server, "party")
         keys, weights = server.call("publication")
         wire = K.Wire(Channel())
-        client = K.ClassifyClient(wire.send("server", "client", "public-keys", keys),
-                                  wire.send("server", "client", "encrypted-weights", weights))  # fmt: skip
+        client = K.ClassifyClient(
+            wire.send("server", "client", "public-keys", keys), wire.send("server", "client", "encrypted-weights", weights)
+        )
         assert K.classify(server, client, wire, np.array([2, 5])) == "spam"  # 0.75 - 0.25 > 0
         assert K.classify(server, client, wire, np.array([5])) == "ham"
     finally:

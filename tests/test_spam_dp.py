@@ -23,15 +23,19 @@ from core.spam.aggregation import W_BITS
 from tests.test_spam_attacks import D, Inbox, block_of, contribution, recover, summed
 
 
-@pytest.mark.parametrize(("epsilon", "delta", "users", "colluders", "rounds", "features", "radius"),
-                         [(1.0, 1e-6, 3, 1, 10, 200, 1.0), (0.3, 1e-8, 2, 1, 1, 50, 0.25), (8.0, 1e-5, 5, 3, 40, 1000, 4.0)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("epsilon", "delta", "users", "colluders", "rounds", "features", "radius"),
+    [(1.0, 1e-6, 3, 1, 10, 200, 1.0), (0.3, 1e-8, 2, 1, 1, 50, 0.25), (8.0, 1e-5, 5, 3, 40, 1000, 4.0)],
+)
 def test_noise_calibration_against_closed_forms(epsilon, delta, users, colluders, rounds, features, radius):
     params = dp.DPParams(epsilon=epsilon, delta=delta, colluders=colluders, max_features=features, radius=radius)
     n = dp.calibrate(params, users, rounds)
     # |t_i| <= 2·C_w + C_w·R·√F + F/2, and replacing a message moves the sum by 2·√F·T
     exact_t = 2 * 2**W_BITS + radius * math.sqrt(features) * 2**W_BITS + features / 2
     assert exact_t <= n.term_bound <= exact_t * (1 + 1e-11)  # rounded up, by at most a relative 10^-12 + 1
-    assert n.l2 == pytest.approx(2 * math.sqrt(features) * n.term_bound, rel=1e-9) and n.l2 >= 2 * math.sqrt(features) * n.term_bound
+    assert (
+        n.l2 == pytest.approx(2 * math.sqrt(features) * n.term_bound, rel=1e-9) and n.l2 >= 2 * math.sqrt(features) * n.term_bound
+    )
     # σ = Δ₂·√rounds·σ₁(ε, δ), shared by the honest users: h·s² >= σ², and not much more
     target = Fraction(n.l2 * math.sqrt(rounds) * gaussian_sigma(epsilon, delta)) ** 2
     assert n.honest == users - colluders and target <= n.honest * n.share_variance <= target * Fraction(1 + 1e-6) + n.honest

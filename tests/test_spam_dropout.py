@@ -30,8 +30,10 @@ D = 40
 
 def mail(users: int, per_user: int, seed: int) -> list[tuple[list[np.ndarray], np.ndarray]]:
     rng = np.random.default_rng(seed)
-    return [([np.unique(rng.integers(0, D, rng.integers(2, 9))) for _ in range(per_user)], rng.choice([-1, 1], per_user))
-            for _ in range(users)]  # fmt: skip
+    return [
+        ([np.unique(rng.integers(0, D, rng.integers(2, 9))) for _ in range(per_user)], rng.choice([-1, 1], per_user))
+        for _ in range(users)
+    ]
 
 
 def exact(x: list[np.ndarray], y: np.ndarray, w: np.ndarray) -> list[int]:
@@ -114,8 +116,12 @@ def test_after_users_leave_the_server_decrypts_exactly_the_survivors_sum(test_mo
     server, members, data, channel = started(4, 2)
     s = Q.Local(server)
     active = [Leaver(members[0], "unmask", 2), Q.Local(members[1]), Leaver(members[2], "gradient", 1), Q.Local(members[3])]
-    expected_survivors = [["user-1", "user-2", "user-3", "user-4"], ["user-1", "user-2", "user-4"], ["user-1", "user-2", "user-4"],
-                          ["user-2", "user-4"]]  # fmt: skip
+    expected_survivors = [
+        ["user-1", "user-2", "user-3", "user-4"],
+        ["user-1", "user-2", "user-4"],
+        ["user-1", "user-2", "user-4"],
+        ["user-2", "user-4"],
+    ]
     for round_, names in enumerate(expected_survivors):
         w = server.w.copy()
         _, _, active = Q.train_round(s, active, channel, round_)
@@ -158,7 +164,9 @@ def test_the_users_refuse_what_would_unmask_one_of_them(test_mode):
 
 def test_the_threshold_is_public_checked_and_carries_the_dp_calibration(test_mode):
     with pytest.raises(ParameterError, match="threshold is 1, but it must lie between 2 and the number of users"):
-        P.Server(512, np.zeros(3), threshold=1).directory(*(P.User(f"u{k}", [np.array([0])], np.array([1])).announce() for k in range(3)))
+        P.Server(512, np.zeros(3), threshold=1).directory(
+            *(P.User(f"u{k}", [np.array([0])], np.array([1])).announce() for k in range(3))
+        )
     with pytest.raises(ValidationError, match="threshold is 4, but the spec lists 3 users"):
         SpamSpec(run_id="r", users=["a", "b", "c"], test="t", key_bits=2048, threshold=4)
     with pytest.raises(ValidationError, match="threshold\n  Input should be greater than or equal to 2"):
@@ -173,7 +181,9 @@ def test_the_threshold_is_public_checked_and_carries_the_dp_calibration(test_mod
     with pytest.raises(ParameterError, match="colluders is 2, but a round may complete with only the threshold of 2 users"):
         dp.calibrate(params, 5, 1, threshold=2)
     full, quorum = dp.calibrate(params, 5, 1), dp.calibrate(params, 5, 1, threshold=3)
-    assert (full.honest, quorum.honest) == (3, 1) and quorum.sigma >= full.sigma * (1 - 1e-9)  # same total noise, from fewer users
+    assert (full.honest, quorum.honest) == (3, 1) and quorum.sigma >= full.sigma * (
+        1 - 1e-9
+    )  # same total noise, from fewer users
     assert quorum.share_variance >= 3 * full.share_variance - 3
 
 
@@ -185,8 +195,9 @@ class Generous(P.User):
         survivors = [n for n in doc[R.SELF] if n not in doc[R.SECRET]]
         first = self._holder.reveal({**doc, R.SECRET: []})  # every self-mask share asked for
         self._holder.given = {}  # ... forgetting what it gave
-        return R.shares_message({R.SELF: first[R.SELF], R.KEYS: first[R.KEYS],
-                                 R.SECRET: self._holder.reveal({**doc, R.SELF: survivors})[R.SECRET]})  # fmt: skip
+        return R.shares_message(
+            {R.SELF: first[R.SELF], R.KEYS: first[R.KEYS], R.SECRET: self._holder.reveal({**doc, R.SELF: survivors})[R.SECRET]}
+        )
 
 
 @pytest.mark.parametrize("weakened", [False, True])
@@ -216,7 +227,9 @@ def test_a_server_claiming_a_user_left_after_its_message_learns_nothing(test_mod
     key, layout = server.public_key, server.layout
     context = key.n.to_bytes(key.bits // 8 + 1, "big")
     agreement.agree_with(victim, {names.index(k): bytes.fromhex(v) for k, v in replies[0][R.KEYS].items()}, context)
-    masks = [(a + c) % key.n for a, c in zip(agreement.mask(key.n, 0, layout.ciphertexts), self_mask(b, 0, key.n, layout.ciphertexts))]
+    masks = [
+        (a + c) % key.n for a, c in zip(agreement.mask(key.n, 0, layout.ciphertexts), self_mask(b, 0, key.n, layout.ciphertexts))
+    ]
     alone = [int(server._keys.raw_decrypt(c)) for c in W.read_ciphertexts(messages["user-2"], key, layout.ciphertexts, "x")]
     assert layout.unpack([(v - m) % key.n for v, m in zip(alone, masks)], 1) == exact(*data[victim], w)
 
@@ -236,9 +249,11 @@ def test_a_party_that_does_not_answer_in_time_has_left_for_good():
 def test_malformed_or_misdirected_shares_and_lists_are_refused(test_mode):
     server, members, _, _ = started(3, 2)
     user, names = members[0], ["user-1", "user-2", "user-3"]
-    for participants, reason in ((["user-1", "user-1", "user-2"], "round 0 names unknown or repeated users"),
-                                 (["user-1", "mallory"], "round 0 names unknown or repeated users"),
-                                 (["user-2", "user-3"], "round 0 does not name this user")):  # fmt: skip
+    for participants, reason in (
+        (["user-1", "user-1", "user-2"], "round 0 names unknown or repeated users"),
+        (["user-1", "mallory"], "round 0 names unknown or repeated users"),
+        (["user-2", "user-3"], "round 0 does not name this user"),
+    ):
         with pytest.raises(ParameterError, match=reason):
             user.begin(W.public_message({"round": 0, "participants": participants}))
     bundles = [u.begin(server.round_message(0)) for u in members]
@@ -268,5 +283,7 @@ def test_shares_that_do_not_rebuild_a_left_users_key_void_the_round(test_mode):
     for reply in replies:  # a share altered in transit (or by a faulty user)
         x, share = reply["secret"]["user-3"]
         reply["secret"]["user-3"] = [x, bytes(16).hex() if x == 1 else share]
-    with pytest.raises(ParameterError, match="the shares of user-3's mask secret do not rebuild its announced key; the round is void"):
+    with pytest.raises(
+        ParameterError, match="the shares of user-3's mask secret do not rebuild its announced key; the round is void"
+    ):
         server.aggregate(*(R.shares_message(r) for r in replies))

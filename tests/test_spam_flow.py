@@ -31,9 +31,18 @@ def corpus(folder: Path, capsys, seed: int = 5) -> list[str]:
 
 
 def spec(folder: Path, **changes) -> str:
-    doc = {"run_id": "r1", "users": ["user-1.jsonl", "user-2.jsonl", "user-3.jsonl"], "test": "test.jsonl",
-           "features": {"modulus": 100_000, "reduction": "hash", "dimension": 512, "seed": 0},
-           "key_bits": 512, "learning_rate": 4e-4, "rounds": 3, "mode": "online", "block_size": 60, **changes}  # fmt: skip
+    doc = {
+        "run_id": "r1",
+        "users": ["user-1.jsonl", "user-2.jsonl", "user-3.jsonl"],
+        "test": "test.jsonl",
+        "features": {"modulus": 100_000, "reduction": "hash", "dimension": 512, "seed": 0},
+        "key_bits": 512,
+        "learning_rate": 4e-4,
+        "rounds": 3,
+        "mode": "online",
+        "block_size": 60,
+        **changes,
+    }
     (folder / "spam.yaml").write_text(yaml.safe_dump(doc))
     return "mail/spam.yaml"  # relative to the data root, where the mail is
 
@@ -57,7 +66,10 @@ def test_training_flow_end_to_end_and_private_classification(prefect_server, hom
     # labels come from inspecting the bytes: only the setup's announcements and directory are public
     assert {m["kind"] for m in lines if m["payload"] == "public"} == {"announcement", "directory", "round", "unmask-request"}
     assert {(m["kind"], m["payload"]) for m in lines if m["kind"] != "announcement" and m["sender"] != "server"} == {
-        ("self-mask-shares", "sealed"), ("masked-gradient", "ciphertext"), ("mask-shares", "shares")}
+        ("self-mask-shares", "sealed"),
+        ("masked-gradient", "ciphertext"),
+        ("mask-shares", "shares"),
+    }
     # 3 users × (round, E[w], unmask request in; self-mask shares out and relayed in; gradient, mask shares out)
     assert sum(1 for m in lines if m["round"] == 1) == 3 * 7
     assert folder.joinpath("model.npy").stat().st_mode & 0o777 == 0o600
@@ -99,7 +111,10 @@ def test_training_flow_end_to_end_and_private_classification(prefect_server, hom
     code, out, err = cli(capsys, "spam", "train", other)
     assert code == 0, err
     entries = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "r-dp"]
-    assert [(e.status, e.kind, e.epsilon, e.delta) for e in entries] == [(RESERVED, "dp", 2.0, 1e-6), (PUBLISHED, "dp", 0.0, 0.0)]  # the spend is the reservation
+    assert [(e.status, e.kind, e.epsilon, e.delta) for e in entries] == [
+        (RESERVED, "dp", 2.0, 1e-6),
+        (PUBLISHED, "dp", 0.0, 0.0),
+    ]  # the spend is the reservation
     noise = dp_calibrate(DPParams(**dp), 3, 2, threshold=2)
     assert json.loads(entries[0].detail)["events"] == [e.as_dict() for e in noise.events()]
     assert entries[0].adjacency == ADJACENCY.code  # the typed adjacency, stored as its code
@@ -161,8 +176,9 @@ def killing(monkeypatch, victims: set[str], round_: int | None) -> None:
     monkeypatch.setattr(Remote, "send", send)
 
 
-def test_a_party_killed_mid_round_leaves_and_below_the_threshold_the_run_fails(prefect_server, home, test_mode, capsys, monkeypatch,
-                                                                              flow_logs):  # fmt: skip
+def test_a_party_killed_mid_round_leaves_and_below_the_threshold_the_run_fails(
+    prefect_server, home, test_mode, capsys, monkeypatch, flow_logs
+):
     corpus(home / "data" / "mail", capsys)
     names = ["user-1", "user-2", "user-3"]
     killing(monkeypatch, {"user-2"}, 1)
@@ -170,7 +186,11 @@ def test_a_party_killed_mid_round_leaves_and_below_the_threshold_the_run_fails(p
     assert code == 0, err
     report = json.loads((home / "spam" / "r-left" / "report.json").read_text())
     assert report["threshold"] == 2 and report["left"] == [{"round": 1, "user": "user-2"}]
-    assert [(r["participants"], r["left"]) for r in report["per_round"]] == [(names, []), (names, ["user-2"]), (["user-1", "user-3"], [])]
+    assert [(r["participants"], r["left"]) for r in report["per_round"]] == [
+        (names, []),
+        (names, ["user-2"]),
+        (["user-1", "user-3"], []),
+    ]
     # the twin steps on the survivors' mail only: the private model follows the plaintext rule on it, round by round
     assert max(r["max_gradient_gap"] for r in report["per_round"]) < 1e-9 and report["max_weight_gap"] < 1e-9
     assert [r["training_messages"] for r in report["per_round"]][1:] == [120, 120]  # user-1's and user-3's blocks of 60
@@ -178,16 +198,23 @@ def test_a_party_killed_mid_round_leaves_and_below_the_threshold_the_run_fails(p
     assert "round 2: user-2 left (its process ended or did not answer); 2 users remain, threshold 2" in flow_logs.text
     entries = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "r-left"]
     assert entries[1].status == PUBLISHED and json.loads(entries[1].detail)["rounds"] == [
-        {"round": 1, "participants": names, "left": []}, {"round": 2, "participants": names, "left": ["user-2"]},
-        {"round": 3, "participants": ["user-1", "user-3"], "left": []}]  # fmt: skip
+        {"round": 1, "participants": names, "left": []},
+        {"round": 2, "participants": names, "left": ["user-2"]},
+        {"round": 3, "participants": ["user-1", "user-3"], "left": []},
+    ]
     killing(monkeypatch, {"user-1", "user-3"}, 1)  # two of three: fewer than the threshold remain
     code, _, err = cli(capsys, "spam", "train", spec(home / "data" / "mail", run_id="r-quorum", threshold=2))
-    assert code == 2 and "round 2: only 1 of its 3 users sent their gradient (user-1, user-3 left), fewer than the threshold 2" in err
+    assert (
+        code == 2
+        and "round 2: only 1 of its 3 users sent their gradient (user-1, user-3 left), fewer than the threshold 2" in err
+    )
     assert "nothing is published" in err and not (home / "spam" / "r-quorum").exists()
     entries = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "r-quorum"]
     assert [e.status for e in entries] == [RESERVED, FAILED]
     detail = json.loads(entries[1].detail)
-    assert "fewer than the threshold 2" in detail["reason"] and detail["rounds"] == [{"round": 1, "participants": names, "left": []}]
+    assert "fewer than the threshold 2" in detail["reason"] and detail["rounds"] == [
+        {"round": 1, "participants": names, "left": []}
+    ]
     killing(monkeypatch, {"user-3"}, None)  # setup has no threshold: a user lost there stops the run, clearly
     code, _, err = cli(capsys, "spam", "train", spec(home / "data" / "mail", run_id="r-setup", threshold=2))
     assert code == 2 and err.startswith("error: setup: the user-3 process is gone. Every user must take part in setup")

@@ -118,8 +118,10 @@ def test_with_dp_the_leaver_unmasked_keeps_only_its_own_share_of_the_noise(test_
     count = layout.ciphertexts
     masks = [(a + c) % n for a, c in zip(agreement.mask(n, 0, count, among=list(range(users))), self_mask(b, 0, n, count))]
     alone = [int(server._keys.raw_decrypt(c)) for c in W.read_ciphertexts(server.view[0]["messages"]["user-2"], key, count, "x")]
-    residual = np.array([u - e for u, e in zip(layout.unpack([(v - m) % n for v, m in zip(alone, masks)], 1),
-                                                exact(*data[victim], w0))], dtype=float)  # fmt: skip
+    residual = np.array(
+        [u - e for u, e in zip(layout.unpack([(v - m) % n for v, m in zip(alone, masks)], 1), exact(*data[victim], w0))],
+        dtype=float,
+    )
     own = math.sqrt(calibrated.share_variance)
     assert calibrated.sigma > 1.7 * own  # the run claims σ ≈ √3·s per coordinate and round
     # before the fix (commit a56699c): 0.6·s < residual.std() < 1.4·s, the leaver's gradient + its own share only;

@@ -96,7 +96,9 @@ def test_without_dp_whether_and_when_the_model_diverges_is_not_published(test_mo
     done_short, failed_short, w_short = _run(short, 5, 0.5)
     done_long, failed_long, w_long = _run(long, 5, 0.5)
     assert (done_short, failed_short) == (5, None)
-    assert (done_long, failed_long) == (5, None), failed_long  # before the fix: (3, {"reason": "ParameterError: ... L1 norm ..."})
+    assert (done_long, failed_long) == (5, None), (
+        failed_long
+    )  # before the fix: (3, {"reason": "ParameterError: ... L1 norm ..."})
     assert 2**20 * (1 - 2**-19) < np.abs(w_long).sum() < 2**20 and np.abs(w_short).sum() < 2**20
     assert np.abs(P.clamp_l1(np.full(4, 2.0**19))).sum() < 2**20  # and a model already inside is left as it is:
     assert np.array_equal(P.clamp_l1(np.full(4, 1.0)), np.full(4, 1.0))

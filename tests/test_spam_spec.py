@@ -36,9 +36,16 @@ def write_mail(folder: Path, users: int = 2, messages: int = 60) -> None:
 
 
 def write_spec(folder: Path, name: str = "spam.yaml", dimension: int = 500, **changes) -> Path:
-    doc = {"run_id": "r1", "users": ["user-1.jsonl", "user-2.jsonl"], "test": "test.jsonl",
-           "features": {"modulus": 1_000_000, "reduction": "hash", "dimension": dimension}, "key_bits": 2048,
-           "rounds": 1, "mode": "batch", **changes}  # fmt: skip
+    doc = {
+        "run_id": "r1",
+        "users": ["user-1.jsonl", "user-2.jsonl"],
+        "test": "test.jsonl",
+        "features": {"modulus": 1_000_000, "reduction": "hash", "dimension": dimension},
+        "key_bits": 2048,
+        "rounds": 1,
+        "mode": "batch",
+        **changes,
+    }
     (folder / name).write_text(yaml.safe_dump(doc))
     return folder / name
 
@@ -77,9 +84,11 @@ def test_finding_3_files_outside_the_data_root_are_neither_probed_nor_read(home,
         assert len(set(probes[:3])) == 3 and "password" in probes[0]  # exists / YAML / its keys: all told apart
         assert check("mail/leak.yaml", home, unconfined).users[1] == outside / "user-2.jsonl"  # would be trained on
     else:
-        assert set(probes) == {"the spam spec must lie inside the data root " + repr(str(root)) + " (set "
-                               "PRIVRELEASE_DATA_ROOT to change it); paths outside it, also through symbolic links, "
-                               "are refused."}  # fmt: skip
+        assert set(probes) == {
+            "the spam spec must lie inside the data root " + repr(str(root)) + " (set "
+            "PRIVRELEASE_DATA_ROOT to change it); paths outside it, also through symbolic links, "
+            "are refused."
+        }
         said = refusal(home, "mail/leak.yaml")
         assert said.startswith("user or test file ") and "must lie inside the data root" in said and "hunter2" not in said
         assert load_spec("mail/leak.yaml", root)[1] == root / "mail" / "leak.yaml"  # inside: read
@@ -225,8 +234,17 @@ def test_outside_test_mode_nothing_is_trained_on_pooled_plaintext(home, tmp_path
     finally:
         OPENED = None
     assert {str(p) for p in inputs.users} <= checked and inputs.sizes == [50, 50]
-    assert {f.name for f in fields(inputs)} == {"spec", "path", "users", "test", "sizes", "root", "protected", "expected",
-                                                 "expected_test"}
+    assert {f.name for f in fields(inputs)} == {
+        "spec",
+        "path",
+        "users",
+        "test",
+        "sizes",
+        "root",
+        "protected",
+        "expected",
+        "expected_test",
+    }
     OPENED = []
     try:
         training = Training.setup(inputs)
@@ -270,10 +288,16 @@ def test_one_mail_file_under_two_names_is_refused(home, test_mode, monkeypatch, 
     (root / "mail" / "alias.jsonl").symlink_to(root / "mail" / "user-1.jsonl")
     os.link(root / "mail" / "user-1.jsonl", root / "mail" / "hard.jsonl")
     os.link(root / "mail" / "user-2.jsonl", root / "mail" / "eval.jsonl")
-    aliases = {"dot": {"users": ["user-1.jsonl", "./user-1.jsonl"]}, "symlink": {"users": ["user-1.jsonl", "alias.jsonl"]},
-               "hard link": {"users": ["user-1.jsonl", "hard.jsonl"]}, "test": {"test": "eval.jsonl"}}  # fmt: skip
-    said = {name: refusal(home, str(write_spec(root / "mail", f"{name}.yaml", **changes).relative_to(root)))
-            for name, changes in aliases.items()}  # fmt: skip
+    aliases = {
+        "dot": {"users": ["user-1.jsonl", "./user-1.jsonl"]},
+        "symlink": {"users": ["user-1.jsonl", "alias.jsonl"]},
+        "hard link": {"users": ["user-1.jsonl", "hard.jsonl"]},
+        "test": {"test": "eval.jsonl"},
+    }
+    said = {
+        name: refusal(home, str(write_spec(root / "mail", f"{name}.yaml", **changes).relative_to(root)))
+        for name, changes in aliases.items()
+    }
     if not weakened:
         twice = "the spam spec lists a user's mail file twice; each user holds its own file."
         test = "the test file 'eval.jsonl' is also a user's mail file; evaluation mail must be separate."

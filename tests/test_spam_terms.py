@@ -83,8 +83,9 @@ def test_finding_2_exact_runs_the_steward_allows_never_read_mail_a_dp_run_read(p
     changed.mkdir()
     lines = [(folder / f"user-{k}.jsonl").read_text().splitlines() for k in (1, 2, 3)]
     (changed / "user-1.jsonl").write_text("\n".join(reversed(lines[0])) + "\n\n")  # reordered, a blank line
-    (changed / "user-2.jsonl").write_text("".join(json.dumps(dict(reversed(json.loads(x).items()))) + "\n"
-                                                  for x in lines[1][1:]))  # keys reordered, one message left out
+    (changed / "user-2.jsonl").write_text(
+        "".join(json.dumps(dict(reversed(json.loads(x).items()))) + "\n" for x in lines[1][1:])
+    )  # keys reordered, one message left out
     half = len(lines[2]) // 2
     (changed / "user-3.jsonl").write_text("\n".join(lines[2][:half]) + "\n")  # split between two users
     (changed / "user-4.jsonl").write_text("\n".join(lines[2][half:]) + "\n")
@@ -152,12 +153,26 @@ def test_finding_6_the_steward_sets_the_trust_assumptions(home, test_mode, capsy
     corpus(folder, capsys)
     r = cli(capsys, "ledger", "set-budget", "census", "--epsilon", "8", "--delta", "1e-5", "--min-colluders", "1")
     assert r[0] == 2 and "they go with the cap of 'spam-mail', not of 'census'" in r[2]
-    for flag, value, said in (("--min-threshold", "1", "--min-threshold is the least users a round completes with, 2 or more; got 1."),
-                              ("--min-colluders", "-1", "--min-colluders is a number of users, 0 or more; got -1.")):
+    for flag, value, said in (
+        ("--min-threshold", "1", "--min-threshold is the least users a round completes with, 2 or more; got 1."),
+        ("--min-colluders", "-1", "--min-colluders is a number of users, 0 or more; got -1."),
+    ):
         r = cli(capsys, "ledger", "set-budget", "spam-mail", "--epsilon", "8", "--delta", "1e-5", flag, value)
         assert r[0] == 2 and r[2] == f"error: {said}\n"
-    r = cli(capsys, "ledger", "set-budget", "spam-mail", "--epsilon", "8", "--delta", "1e-5", "--min-colluders", "2",
-            "--min-threshold", "3")
+    r = cli(
+        capsys,
+        "ledger",
+        "set-budget",
+        "spam-mail",
+        "--epsilon",
+        "8",
+        "--delta",
+        "1e-5",
+        "--min-colluders",
+        "2",
+        "--min-threshold",
+        "3",
+    )
     assert r[0] == 0 and "at least 2 colluding users and a threshold of at least 3 assumed" in r[1]
     few_colluders = {"run_id": "few-colluders", "dp": DP | {"colluders": 1}, "threshold": 3}
     if weakened:
@@ -187,16 +202,22 @@ def test_finding_3a_a_spam_dp_run_waits_for_the_steward(prefect_server, home, te
     r = run(home, "spam", "train", source)
     assert r.returncode == 2 and "this release charges epsilon=2 of the cap's epsilon=4" in r.stderr, r.stderr
     assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] == [CAP]
-    env = {k: v for k, v in os.environ.items()} | {"PRIVRELEASE_HOME": str(home), "PRIVRELEASE_APPROVAL_TIMEOUT": "240",
-                                                  "PREFECT_API_URL": prefect.settings.PREFECT_API_URL.value()}  # fmt: skip
+    env = {k: v for k, v in os.environ.items()} | {
+        "PRIVRELEASE_HOME": str(home),
+        "PRIVRELEASE_APPROVAL_TIMEOUT": "240",
+        "PREFECT_API_URL": prefect.settings.PREFECT_API_URL.value(),
+    }
+
     def paused_runs(client) -> list:
-        return client.read_flow_runs(flow_run_filter=FlowRunFilter(state=FlowRunFilterState(
-            type=FlowRunFilterStateType(any_=["PAUSED"]))))  # fmt: skip
+        return client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=["PAUSED"])))
+        )
 
     with get_client(sync_client=True) as client:
         before = {f.id for f in paused_runs(client)}
-    proc = subprocess.Popen([EXE, "spam", "train", source], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [EXE, "spam", "train", source], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         paused = None
         with get_client(sync_client=True) as client:
@@ -297,7 +318,9 @@ def test_the_index_is_claimed_in_one_step_before_the_charge(home, test_mode, cap
     exact.check(Home(home))
     exact.load(Home(home))  # the exact run claims the mail first
     if weakened:
-        monkeypatch.setattr(terms.Index, "claim", lambda self, run_id, dp, digests, evaluation, again: self.add(run_id, [(dp, digests)]))
+        monkeypatch.setattr(
+            terms.Index, "claim", lambda self, run_id, dp, digests, evaluation, again: self.add(run_id, [(dp, digests)])
+        )
         dp_job.load(Home(home))  # the look at check time only: both runs read the mail
         return
     with pytest.raises(SpecError, match="found as this run was about to be charged; nothing was charged"):
@@ -308,9 +331,9 @@ def _same_grams_twin(text: str) -> str | None:
     """Another text with exactly the same 4-byte sequences (so the same message to every feature map, whatever
     its settings): a repeated 3-byte run lets the stretch between its two places be said twice (third review, F1)."""
     for k in range(len(text), 3, -1):
-        j = text.find(text[k - 3:k], 0, k - 1)
+        j = text.find(text[k - 3 : k], 0, k - 1)
         if 0 <= j and j + 3 < k:
-            return text[:k] + text[j + 3:k] + text[k:]
+            return text[:k] + text[j + 3 : k] + text[k:]
     return None
 
 

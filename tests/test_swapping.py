@@ -261,10 +261,16 @@ def test_merged_singletons_bound():
 
 @pytest.mark.parametrize(
     "kw,message",
-    [({"widths": -1.0}, "finite and positive"), ({"widths": None}, "exactly one of"),
-     ({"t_range": (0.5, 1.0)}, "exactly one of"), ({"widths": None, "t_range": (1.0, 0.5)}, "t_lb < t_ub"),
-     ({"widths": {"x": 1.0}}, "exactly the swap_set"), ({"others": "eds"}, "needs k"),
-     ({"swap_set": ["x", "x"]}, "twice"), ({"swap_mode": "shuffle"}, "cyclic")],
+    [
+        ({"widths": -1.0}, "finite and positive"),
+        ({"widths": None}, "exactly one of"),
+        ({"t_range": (0.5, 1.0)}, "exactly one of"),
+        ({"widths": None, "t_range": (1.0, 0.5)}, "t_lb < t_ub"),
+        ({"widths": {"x": 1.0}}, "exactly the swap_set"),
+        ({"others": "eds"}, "needs k"),
+        ({"swap_set": ["x", "x"]}, "twice"),
+        ({"swap_mode": "shuffle"}, "cyclic"),
+    ],
 )
 def test_bad_parameters(kw, message):
     with pytest.raises(ValidationError, match=message):
@@ -300,8 +306,11 @@ def test_refusals_after_the_rows_are_read_say_nothing_about_them():
     d = binormal(300, extra=False)
     d_prime = d.copy()
     d_prime.loc[0, ["x", "y"]] = [50.0, -50.0]  # one record replaced by an extreme one
-    requests = [mews(widths=1e-6, singletons="merge"), mews(widths=None, t_range=(1e-6, 2e-6)),
-                mews(widths=1e-6, singletons="suppress")]  # fmt: skip
+    requests = [
+        mews(widths=1e-6, singletons="merge"),
+        mews(widths=None, t_range=(1e-6, 2e-6)),
+        mews(widths=1e-6, singletons="suppress"),
+    ]
     for params in requests:
         outcomes = []
         for frame in (d, d_prime):

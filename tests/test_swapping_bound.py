@@ -68,10 +68,14 @@ def test_bound_is_capped_at_the_range():
 
 @pytest.mark.parametrize(
     "mechanism,params",
-    [(sw.MEWS, mews(singletons="suppress")), (sw.MEWS, mews(widths=None, t_range=(0.2, 1.0))),
-     (sw.MEDS, sw.DepthParams(swap_set=["x", "y", "z"], k=20)), (sw.EDS, sw.DepthParams(swap_set=["z"], k=5))],
+    [
+        (sw.MEWS, mews(singletons="suppress")),
+        (sw.MEWS, mews(widths=None, t_range=(0.2, 1.0))),
+        (sw.MEDS, sw.DepthParams(swap_set=["x", "y", "z"], k=20)),
+        (sw.EDS, sw.DepthParams(swap_set=["z"], k=5)),
+    ],
     ids=["mews-widths", "mews-hidden", "meds", "eds"],
-)  # fmt: skip
+)
 def test_charts_and_report_draw_only_on_released_data(mechanism, params):
     frame = binormal(3000 if mechanism is sw.MEDS else 12_000)  # over 10,000 rows: the charts subsample
     result = mechanism.run(frame, params, seeded(3))

@@ -27,8 +27,9 @@ def write(home: Path, folder: Path, frame: pd.DataFrame, name: str, **params) ->
 
 def test_mews_release_end_to_end(prefect_server, home, tmp_path, capsys):
     frame = binormal(3000)[["id", "x", "label", "y", "z"]]
-    spec = write(home, tmp_path / "a", frame, "mews", swap_set=["x", "y"], t_range=[0.1, 1.0], width_units="sd",
-                 others="eds", k=5)  # fmt: skip
+    spec = write(
+        home, tmp_path / "a", frame, "mews", swap_set=["x", "y"], t_range=[0.1, 1.0], width_units="sd", others="eds", k=5
+    )
     code, out, err = cli(capsys, "release", str(spec))
     assert code == 0, err
     folder = Path(out.split("folder ")[1].split()[0])

@@ -55,8 +55,7 @@ def rechain(ledger: Ledger, key: bytes) -> None:
     for entry in ledger.entries():
         fixed = dataclasses.replace(entry, prev_hash=prev, hash="")
         fixed = dataclasses.replace(fixed, hash=fixed.computed_hash(key))
-        raw_sql(ledger, "UPDATE ledger SET prev_hash = ?, hash = ? WHERE seq = ?",
-                args=[fixed.prev_hash, fixed.hash, entry.seq])
+        raw_sql(ledger, "UPDATE ledger SET prev_hash = ?, hash = ? WHERE seq = ?", args=[fixed.prev_hash, fixed.hash, entry.seq])
         prev = fixed.hash
 
 
@@ -71,15 +70,19 @@ def test_untouched_ledger_verifies(ledger, capsys):
     assert len(anchors.read(ledger.home)) == 10  # one anchor per entry, cap changes included
 
 
-@pytest.mark.parametrize("statement,seq", [
-    ("UPDATE ledger SET epsilon = 0.05 WHERE seq = 4", 4),
-    ("UPDATE ledger SET status = 'failed' WHERE seq = 7", 7),
-    ("DELETE FROM ledger WHERE seq = 5", 5),
-    (("UPDATE ledger SET seq = -seq WHERE seq IN (3, 6)", "UPDATE ledger SET seq = seq + 9 WHERE seq < 0"), 3),
-    ("DELETE FROM ledger WHERE seq = 10", 10),
-    ("DELETE FROM ledger WHERE seq >= 9", 9),
-    ("UPDATE ledger SET epsilon = 50 WHERE seq = 10", 10),
-], ids=["edit", "edit-status", "delete-middle", "reorder", "delete-tail", "delete-tail-2", "edit-last-cap"])  # fmt: skip
+@pytest.mark.parametrize(
+    "statement,seq",
+    [
+        ("UPDATE ledger SET epsilon = 0.05 WHERE seq = 4", 4),
+        ("UPDATE ledger SET status = 'failed' WHERE seq = 7", 7),
+        ("DELETE FROM ledger WHERE seq = 5", 5),
+        (("UPDATE ledger SET seq = -seq WHERE seq IN (3, 6)", "UPDATE ledger SET seq = seq + 9 WHERE seq < 0"), 3),
+        ("DELETE FROM ledger WHERE seq = 10", 10),
+        ("DELETE FROM ledger WHERE seq >= 9", 9),
+        ("UPDATE ledger SET epsilon = 50 WHERE seq = 10", 10),
+    ],
+    ids=["edit", "edit-status", "delete-middle", "reorder", "delete-tail", "delete-tail-2", "edit-last-cap"],
+)
 def test_row_tampering_exits_3(ledger, capsys, statement, seq):
     raw_sql(ledger, *(statement if isinstance(statement, tuple) else (statement,)))
     code, out = verify(capsys)

@@ -46,8 +46,14 @@ def sign_in(page: Page, ui: str, name: str) -> None:
 def refusals(page: Page) -> list[str]:
     """The gate's refusals the page receives from now on (method and path)."""
     seen: list[str] = []
-    page.on("response", lambda r: seen.append(f"{r.request.method} {r.url.split('/api', 1)[-1]}")
-            if r.headers.get("x-privrelease-gate-refused") else None)  # fmt: skip
+    page.on(
+        "response",
+        lambda r: (
+            seen.append(f"{r.request.method} {r.url.split('/api', 1)[-1]}")
+            if r.headers.get("x-privrelease-gate-refused")
+            else None
+        ),
+    )
     return seen
 
 
@@ -66,8 +72,7 @@ def _submit(page: Page, api: str, deployment_id: str, release_id: str, where: st
     page.get_by_role("button", name="Submit").click()
     clicks, deadline = 1, time.monotonic() + timeout
     while True:
-        runs = api.post("/flow_runs/filter", timeout=10, json={
-            "deployments": {"id": {"any_": [deployment_id]}}}).json()  # fmt: skip
+        runs = api.post("/flow_runs/filter", timeout=10, json={"deployments": {"id": {"any_": [deployment_id]}}}).json()
         found = [r["id"] for r in runs if r["parameters"].get("release_id") == release_id]
         if found:
             (run_id,) = found
@@ -77,8 +82,9 @@ def _submit(page: Page, api: str, deployment_id: str, release_id: str, where: st
             page.get_by_role("button", name="Submit").click()
             clicks += 1
         toasts = page.locator(".p-toast__message").all_inner_texts()
-        assert time.monotonic() < deadline, (f"no run after Submit; at {page.url}; toasts {toasts}; "
-                                             f"error answers {answers} {where}")  # fmt: skip
+        assert time.monotonic() < deadline, (
+            f"no run after Submit; at {page.url}; toasts {toasts}; error answers {answers} {where}"
+        )
         time.sleep(0.5)
 
 
@@ -132,12 +138,14 @@ def _as_an_analyst(page: Page, env: dict, root: Path, shots: Path) -> None:
     run_id = _submit(page, api, ra["id"], "alice.ui-enhanced-ra", where)  # the gate names her id <account>.<id>
     page.wait_for_url(re.compile(r"/deployments/deployment/[^/?]+(\?.*)?$"))  # back on the deployment's runs
     assert _wait(api, run_id, root / "worker-ui-analyst.log") == "COMPLETED", where
-    charges = [e for e in Ledger(Path(env["PRIVRELEASE_HOME"]) / "privrelease.duckdb").entries()
-               if e.release_id == "alice.ui-enhanced-ra" and e.status == "reserved"]  # fmt: skip
+    charges = [
+        e
+        for e in Ledger(Path(env["PRIVRELEASE_HOME"]) / "privrelease.duckdb").entries()
+        if e.release_id == "alice.ui-enhanced-ra" and e.status == "reserved"
+    ]
     assert [e.requested_by for e in charges] == ["alice"]
     assert not refused, (refused, where)  # her pages asked for nothing the gate refuses
-    (artifact,) = api.post("/artifacts/filter", timeout=10,
-                             json={"artifacts": {"flow_run_id": {"any_": [run_id]}}}).json()  # fmt: skip
+    (artifact,) = api.post("/artifacts/filter", timeout=10, json={"artifacts": {"flow_run_id": {"any_": [run_id]}}}).json()
     page.set_viewport_size({"width": 1280, "height": 1800})  # the whole report in one screenshot
     failed: list[str] = []
     page.on("response", lambda r: failed.append(f"{r.status} {r.request.method} {r.url}") if r.status >= 400 else None)
@@ -152,8 +160,10 @@ def _as_an_analyst(page: Page, env: dict, root: Path, shots: Path) -> None:
         assert time.monotonic() < deadline, f"the report's chart did not load {where}"
         time.sleep(0.2)
     # nothing runs past the view's edge (the UI never wraps a table cell)
-    assert page.evaluate("Array.from(document.querySelectorAll('.artifact-data-markdown table'))"
-                         ".every(t => t.scrollWidth <= t.parentElement.clientWidth)"), where
+    assert page.evaluate(
+        "Array.from(document.querySelectorAll('.artifact-data-markdown table'))"
+        ".every(t => t.scrollWidth <= t.parentElement.clientWidth)"
+    ), where
     page.screenshot(path=shots / "ui-report.png")
     page.set_viewport_size({"width": 1280, "height": 900})
 
@@ -215,7 +225,9 @@ def _as_the_auditor(page: Page, env: dict, root: Path, shots: Path) -> None:
         time.sleep(0.5)
     (run,) = runs
     assert _wait(api, run["id"], root / "worker-ui-auditor.log") == "COMPLETED"
-    artifacts = {a["key"]: a for a in api.post("/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [run["id"]]}}}).json()}
+    artifacts = {
+        a["key"]: a for a in api.post("/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [run["id"]]}}}).json()
+    }
     page.goto(f"{ui}/artifacts/artifact/{artifacts['ledger-history']['id']}")  # every entry, with who asked
     page.get_by_text("requested_by").first.wait_for()
     page.screenshot(path=shots / "ui-audit.png")
@@ -231,8 +243,12 @@ def _as_the_steward(page: Page, env: dict, root: Path, shots: Path) -> None:
     ledger = Ledger(Path(env["PRIVRELEASE_HOME"]) / "privrelease.duckdb")
     ledger.set_budget("logins-demo", Budget(40.0, 1e-3), approve_above=0.0)  # every DP release waits
     try:
-        run = people_post(env, "alice", f"/deployments/{deployment(api, 'outlier-count')['id']}/create_flow_run",
-                          {"parameters": {"release_id": "ui-approved"}})  # fmt: skip
+        run = people_post(
+            env,
+            "alice",
+            f"/deployments/{deployment(api, 'outlier-count')['id']}/create_flow_run",
+            {"parameters": {"release_id": "ui-approved"}},
+        )
         deadline = time.monotonic() + 120
         while api.get(f"/flow_runs/{run['id']}").json()["state"]["type"] != "PAUSED":
             assert time.monotonic() < deadline, (root / "worker-ui-steward.log").read_text()[-3000:]

@@ -54,7 +54,8 @@ def census(rows: int = 20_000, seed: int = DEMO_SEED) -> pd.DataFrame:
     frame = pd.DataFrame(data)
     score = (
         frame["education"].map(_EDU_RANK).fillna(0).to_numpy()
-        + (frame["age"].to_numpy() > 35) + (frame["hours-per-week"].to_numpy() > 45)
+        + (frame["age"].to_numpy() > 35)
+        + (frame["hours-per-week"].to_numpy() > 45)
         + (frame["marital-status"].to_numpy() == "Married-civ-spouse")
     )
     frame["salary"] = np.where(rng.random(rows) < 1 / (1 + np.exp(3.2 - 1.1 * score)), ">50K", "<=50K")
@@ -62,8 +63,12 @@ def census(rows: int = 20_000, seed: int = DEMO_SEED) -> pd.DataFrame:
 
 
 _PHRASES = [
-    "the release went out on time", "privacy budget left for this quarter", "please send the report",
-    "see you at the meeting", "thanks for the quick reply", "the data looks good to me",
+    "the release went out on time",
+    "privacy budget left for this quarter",
+    "please send the report",
+    "see you at the meeting",
+    "thanks for the quick reply",
+    "the data looks good to me",
 ]
 _WORDS = [f"word{i}" for i in range(400)]
 
@@ -81,20 +86,44 @@ def posts(users: int = 3_000, seed: int = DEMO_SEED) -> pd.DataFrame:
 def logins(rows: int = 500, seed: int = DEMO_SEED) -> pd.DataFrame:
     """Login sessions for the outlier demo: most are ordinary, a few are off in volume and timing."""
     rng = np.random.default_rng(seed)
-    frame = pd.DataFrame({
-        "duration_min": rng.normal(30, 8, rows), "mb_sent": rng.normal(50, 15, rows),
-        "hour": rng.normal(13, 3, rows), "failed_logins": rng.normal(1, 0.5, rows),
-    })  # fmt: skip
+    frame = pd.DataFrame(
+        {
+            "duration_min": rng.normal(30, 8, rows),
+            "mb_sent": rng.normal(50, 15, rows),
+            "hour": rng.normal(13, 3, rows),
+            "failed_logins": rng.normal(1, 0.5, rows),
+        }
+    )
     odd = rng.choice(rows, size=8, replace=False)
     frame.loc[odd, "mb_sent"] = rng.normal(400, 120, len(odd))
     frame.loc[odd, "hour"] = rng.normal(3, 1.5, len(odd))
     return frame.round(3)
 
 
-_SPAM = ["free money", "click here now", "limited offer", "winner claim your prize", "cheap pills", "act now",
-         "unsubscribe", "100% guaranteed", "wire transfer", "lowest price"]
-_HAM = ["meeting at ten", "draft of the report", "see attached minutes", "lunch tomorrow", "budget review",
-        "thanks for the notes", "schedule for next week", "the release is out", "call me later", "project update"]
+_SPAM = [
+    "free money",
+    "click here now",
+    "limited offer",
+    "winner claim your prize",
+    "cheap pills",
+    "act now",
+    "unsubscribe",
+    "100% guaranteed",
+    "wire transfer",
+    "lowest price",
+]
+_HAM = [
+    "meeting at ten",
+    "draft of the report",
+    "see attached minutes",
+    "lunch tomorrow",
+    "budget review",
+    "thanks for the notes",
+    "schedule for next week",
+    "the release is out",
+    "call me later",
+    "project update",
+]
 
 
 def mail(messages: int = 300, seed: int = DEMO_SEED) -> list[dict]:
@@ -104,7 +133,9 @@ def mail(messages: int = 300, seed: int = DEMO_SEED) -> list[dict]:
     for i in range(messages):
         spam = bool(rng.random() < 0.35)
         own, other = (_SPAM, _HAM) if spam else (_HAM, _SPAM)
-        words = [own[k] for k in rng.integers(0, len(own), rng.integers(2, 6))] + [other[k] for k in rng.integers(0, len(other), rng.integers(0, 3))]
+        words = [own[k] for k in rng.integers(0, len(own), rng.integers(2, 6))] + [
+            other[k] for k in rng.integers(0, len(other), rng.integers(0, 3))
+        ]
         rng.shuffle(words)
         out.append({"text": f"Subject: note {i}\n\n" + ". ".join(words), "label": "spam" if spam else "ham"})
     return out
@@ -152,8 +183,16 @@ def write_demo(home: Path, rows: int = 20_000) -> Path:
             if rules is not None and registry.get(dataset_id).policy != rules:
                 registry.set_policy(dataset_id, rules)
         else:
-            registry.add(dataset_id, f"demo/{source}", "csv", Unit.parse(unit), purpose,
-                         suite=str(suite) if suite else None, root=root, policy=rules)  # fmt: skip
+            registry.add(
+                dataset_id,
+                f"demo/{source}",
+                "csv",
+                Unit.parse(unit),
+                purpose,
+                suite=str(suite) if suite else None,
+                root=root,
+                policy=rules,
+            )
         if cap is not None and dataset_id not in capped:
             ledger.set_budget(dataset_id, cap)
     requests = home / "requests"

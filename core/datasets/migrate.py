@@ -24,8 +24,9 @@ def migrate(home: Path, url: str) -> tuple[int, int]:
     (entries, registrations) copied. Snapshot paths become relative to the snapshot store."""
     source = DuckStore(paths.database(home))
     if not source.exists():
-        raise UserError(f"this home ({home}) has no ledger to migrate; pass --home (or set $PRIVRELEASE_HOME) to "
-                        "the home whose ledger moves.")  # fmt: skip
+        raise UserError(
+            f"this home ({home}) has no ledger to migrate; pass --home (or set $PRIVRELEASE_HOME) to the home whose ledger moves."
+        )
     with source.read() as con:
         entries = rows(con, "ORDER BY seq", [])
         registrations = con.execute(f"SELECT {', '.join(COLUMNS)} FROM datasets ORDER BY id, version").fetchall()
@@ -33,7 +34,7 @@ def migrate(home: Path, url: str) -> tuple[int, int]:
         raise UserError(f"this home ({home}) has no ledger entries and no registrations; nothing to migrate.")
     store = snapshots.root(home)
     at = COLUMNS.index("snapshot")
-    registrations = [row[:at] + (_relative(row[at], store),) + row[at + 1:] for row in registrations]
+    registrations = [row[:at] + (_relative(row[at], store),) + row[at + 1 :] for row in registrations]
     target = PgStore(checked(url, "--to"))
     with target.write() as con:
         target.lock_head(con)
@@ -46,12 +47,16 @@ def migrate(home: Path, url: str) -> tuple[int, int]:
             )
         check_chain(entries, home, paths.releases(home))  # a broken ledger is not moved
         insert(con, entries)
-        con.executemany(f"INSERT INTO datasets ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
-                        [list(row) for row in registrations])  # fmt: skip
+        con.executemany(
+            f"INSERT INTO datasets ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
+            [list(row) for row in registrations],
+        )
         arrived = rows(con, "ORDER BY seq", [])
         if arrived != entries:
-            raise LedgerCorrupt("the entries read back from PostgreSQL differ from the ones copied; nothing was "
-                                "committed", next((e.seq for e, a in zip(entries, arrived) if e != a), None))  # fmt: skip
+            raise LedgerCorrupt(
+                "the entries read back from PostgreSQL differ from the ones copied; nothing was committed",
+                next((e.seq for e, a in zip(entries, arrived) if e != a), None),
+            )
         check_chain(arrived, home, paths.releases(home))
     moved(source.path).write_text(target.describe() + "\n")
     return len(entries), len(registrations)

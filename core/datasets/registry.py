@@ -50,6 +50,7 @@ PURPOSES = ("dp", "sdc")
 COLUMNS = ("id", "version", "unit", "purpose", "format", "delimiter", "source", "schema", "suite", "rows", "registered",
            "snapshot", "digest", "source_digest", "host")  # fmt: skip
 
+
 @dataclass(frozen=True)
 class Unit:
     """The privacy unit: one record, or every record of one user (``user:COLUMN``)."""
@@ -90,13 +91,20 @@ class Dataset:
 
     def public(self) -> dict:
         return {
-            "id": self.id, "version": self.version, "unit": str(self.unit), "purpose": self.purpose,
+            "id": self.id,
+            "version": self.version,
+            "unit": str(self.unit),
+            "purpose": self.purpose,
             "adjacency": self.unit.adjacency.sentence if self.purpose == "dp" else None,
-            "rows": self.rows, "registered": self.registered,
+            "rows": self.rows,
+            "registered": self.registered,
             "schema": {n: c.model_dump() for n, c in self.schema.columns.items()},
-            **({"policy": self.policy.public() if self.policy else None, "policy_entry": self.policy_entry}
-               if self.purpose == "sdc" else {}),
-        }  # fmt: skip
+            **(
+                {"policy": self.policy.public() if self.policy else None, "policy_entry": self.policy_entry}
+                if self.purpose == "sdc"
+                else {}
+            ),
+        }
 
 
 @dataclass(frozen=True)
@@ -120,10 +128,19 @@ class Registry:
     # -- steward ---------------------------------------------------------------------------------
 
     def add(
-        self, dataset_id: str, source: str, fmt: str, unit: Unit, purpose: str,
-        schema: Schema | None = None, suite: str | None = None, delimiter: str = ",", root: Path | None = None,
-        policy: Policy | None = None, requested_by: str | None = None,
-    ) -> tuple[Dataset, bool]:  # fmt: skip
+        self,
+        dataset_id: str,
+        source: str,
+        fmt: str,
+        unit: Unit,
+        purpose: str,
+        schema: Schema | None = None,
+        suite: str | None = None,
+        delimiter: str = ",",
+        root: Path | None = None,
+        policy: Policy | None = None,
+        requested_by: str | None = None,
+    ) -> tuple[Dataset, bool]:
         """Register a dataset; returns it and whether its schema was inferred (and so must be shown). An sdc
         dataset's disclosure ``policy`` is checked against the schema before anything is written, and recorded
         on the ledger."""
@@ -135,13 +152,16 @@ class Registry:
         if purpose == "sdc" and unit.kind != "record":
             raise SpecError("an sdc dataset releases perturbed records: its unit is 'record'.")
         if policy is not None and purpose != "sdc":
-            raise SpecError("--policy is a disclosure policy for an sdc dataset; a dp dataset is protected by its "
-                            "privacy unit and budget.")  # fmt: skip
+            raise SpecError(
+                "--policy is a disclosure policy for an sdc dataset; a dp dataset is protected by its privacy unit and budget."
+            )
         with self.store.lock("registry"):
             earlier = self._versions(dataset_id)
             if earlier and earlier[-1][1] is not None:
-                raise SpecError(f"dataset {dataset_id!r} is already registered; use 'privrelease dataset refresh "
-                                f"{dataset_id}' to re-ingest it, or choose another id.")  # fmt: skip
+                raise SpecError(
+                    f"dataset {dataset_id!r} is already registered; use 'privrelease dataset refresh "
+                    f"{dataset_id}' to re-ingest it, or choose another id."
+                )
             if earlier and (earlier[0][0].unit, earlier[0][0].purpose) != (unit, purpose):
                 raise SpecError(
                     f"dataset id {dataset_id!r} was registered before with unit {earlier[0][0].unit} and purpose "
@@ -150,8 +170,7 @@ class Registry:
             path = resolve_source(source, root or data_root(self.home))
             self._refuse_duplicate(dataset_id, path)
             version = len(earlier) + 1
-            dataset, inferred = self._ingest(dataset_id, version, path, fmt, delimiter, unit, purpose, schema, suite,
-                                             policy)  # fmt: skip
+            dataset, inferred = self._ingest(dataset_id, version, path, fmt, delimiter, unit, purpose, schema, suite, policy)
             if policy is not None:
                 self.ledger.set_policy(dataset_id, policy.public(), requested_by)
             return self.get(dataset_id), inferred
@@ -165,13 +184,16 @@ class Registry:
         with self.store.lock("registry"):
             current, private = self._current(dataset_id)
             if current.purpose != "sdc":
-                raise SpecError(f"dataset {dataset_id!r} is registered for dp releases; a disclosure policy is for an "
-                                "sdc dataset.")  # fmt: skip
+                raise SpecError(
+                    f"dataset {dataset_id!r} is registered for dp releases; a disclosure policy is for an sdc dataset."
+                )
             policy.check(current.schema, dataset_id)
             if policy.weight is not None:
                 with duckdb.connect() as con:
-                    con.execute(f"CREATE TEMP TABLE snapshot AS SELECT {quote_ident(policy.weight)} FROM read_parquet(?)",
-                                [str(self._snapshot(private))])  # fmt: skip
+                    con.execute(
+                        f"CREATE TEMP TABLE snapshot AS SELECT {quote_ident(policy.weight)} FROM read_parquet(?)",
+                        [str(self._snapshot(private))],
+                    )
                     check_weight(con, "snapshot", policy.weight, f"dataset {dataset_id!r}")
             self.ledger.set_policy(dataset_id, policy.public(), requested_by)
             return self.get(dataset_id)
@@ -182,9 +204,17 @@ class Registry:
             current, private = self._current(dataset_id)
             path = resolve_source(private.source, root or data_root(self.home))
             self._ingest(
-                dataset_id, current.version + 1, path, private.format, private.delimiter, current.unit,
-                current.purpose, current.schema, private.suite, current.policy,
-            )  # fmt: skip
+                dataset_id,
+                current.version + 1,
+                path,
+                private.format,
+                private.delimiter,
+                current.unit,
+                current.purpose,
+                current.schema,
+                private.suite,
+                current.policy,
+            )
             return self.get(dataset_id)
 
     def drop(self, dataset_id: str) -> None:
@@ -211,11 +241,13 @@ class Registry:
         """The stored snapshot, after checking it is the one registered (its digest stays private)."""
         current, private = self._current(dataset.id)
         if current.version != dataset.version:  # registered again since the request was checked
-            raise snapshots.SnapshotChanged(f"dataset {dataset.id!r} changed since registration; ask the data "
-                                            "steward to check it.")  # fmt: skip
+            raise snapshots.SnapshotChanged(
+                f"dataset {dataset.id!r} changed since registration; ask the data steward to check it."
+            )
         if current.policy_entry != dataset.policy_entry:
-            raise snapshots.SnapshotChanged(f"the disclosure policy of dataset {dataset.id!r} changed since the request "
-                                            "was checked; release again.")  # fmt: skip
+            raise snapshots.SnapshotChanged(
+                f"the disclosure policy of dataset {dataset.id!r} changed since the request was checked; release again."
+            )
         path = snapshots.checked(self.home, dataset.id, private.snapshot, private.digest, private.host)
         with duckdb.connect() as con:  # in memory, default settings (row order kept)
             frame = con.execute("SELECT * FROM read_parquet(?)", [str(path)]).df()
@@ -229,12 +261,17 @@ class Registry:
         columns = list(dataset.schema.columns)
         with duckdb.connect() as con:
             counts = con.execute(
-                "SELECT count(*), " + ", ".join(f"count(DISTINCT {quote_ident(c)}), count({quote_ident(c)})" for c in columns)
-                + " FROM read_parquet(?)", [str(self._snapshot(private))],
-            ).fetchall()[0]  # fmt: skip
+                "SELECT count(*), "
+                + ", ".join(f"count(DISTINCT {quote_ident(c)}), count({quote_ident(c)})" for c in columns)
+                + " FROM read_parquet(?)",
+                [str(self._snapshot(private))],
+            ).fetchall()[0]
         # every value present distinct, in at least half the rows (a few missing values do not hide an identifier)
-        return [c for c, n, present in zip(columns, counts[1::2], counts[2::2])
-                if present > 1 and n == present and 2 * present >= counts[0]]  # fmt: skip
+        return [
+            c
+            for c, n, present in zip(columns, counts[1::2], counts[2::2])
+            if present > 1 and n == present and 2 * present >= counts[0]
+        ]
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -251,19 +288,24 @@ class Registry:
             return con.execute(sql, args).fetchall()
 
     def _versions(self, dataset_id: str) -> list[tuple[Dataset, str | None]]:
-        rows = self._query("SELECT id, version, unit, purpose, schema, rows, registered, snapshot FROM datasets "
-                           "WHERE id = ? ORDER BY version", [dataset_id])  # fmt: skip
+        rows = self._query(
+            "SELECT id, version, unit, purpose, schema, rows, registered, snapshot FROM datasets WHERE id = ? ORDER BY version",
+            [dataset_id],
+        )
         return [(_dataset(r[:7]), r[7]) for r in rows]
 
     def _current(self, dataset_id: str, dropped: bool = False) -> tuple[Dataset, _Private]:
         check_id(dataset_id, "dataset id")
         rows = self._query(
             "SELECT id, version, unit, purpose, schema, rows, registered, source, format, delimiter, suite, snapshot, "
-            "digest, host FROM datasets WHERE id = ? ORDER BY version DESC LIMIT 1", [dataset_id],
-        )  # fmt: skip
+            "digest, host FROM datasets WHERE id = ? ORDER BY version DESC LIMIT 1",
+            [dataset_id],
+        )
         if not rows or (rows[0][11] is None and not dropped):
-            raise SpecError(f"dataset {dataset_id!r} is not registered; the data steward registers it with "
-                            "'privrelease dataset add' (see 'privrelease dataset list').")  # fmt: skip
+            raise SpecError(
+                f"dataset {dataset_id!r} is not registered; the data steward registers it with "
+                "'privrelease dataset add' (see 'privrelease dataset list')."
+            )
         dataset = _dataset(rows[0][:7])
         if dataset.purpose == "sdc":
             entry = self.ledger.policy(dataset_id)
@@ -276,16 +318,29 @@ class Registry:
         """One content, one id (and so one budget): the same path, the same bytes, or (once parsed) the
         same table in any row or column order (``core.datasets.content``) under another id, also one that was
         dropped, is refused. ``source_digest`` holds the content digest (bytes for older rows)."""
-        other = self._query("SELECT DISTINCT id FROM datasets WHERE (source = ? OR source_digest IN (?, ?)) AND id <> ?",
-                            [str(path), snapshots.sha256(path), parsed or "", dataset_id])  # fmt: skip
+        other = self._query(
+            "SELECT DISTINCT id FROM datasets WHERE (source = ? OR source_digest IN (?, ?)) AND id <> ?",
+            [str(path), snapshots.sha256(path), parsed or "", dataset_id],
+        )
         if other:
-            raise SpecError(f"this source is already registered as dataset {other[0][0]!r}; one source has one "
-                            "budget, so release it under that id.")  # fmt: skip
+            raise SpecError(
+                f"this source is already registered as dataset {other[0][0]!r}; one source has one "
+                "budget, so release it under that id."
+            )
 
     def _ingest(
-        self, dataset_id: str, version: int, path: Path, fmt: str, delimiter: str, unit: Unit, purpose: str,
-        schema: Schema | None, suite: str | None, policy: Policy | None = None,
-    ) -> tuple[Dataset, bool]:  # fmt: skip
+        self,
+        dataset_id: str,
+        version: int,
+        path: Path,
+        fmt: str,
+        delimiter: str,
+        unit: Unit,
+        purpose: str,
+        schema: Schema | None,
+        suite: str | None,
+        policy: Policy | None = None,
+    ) -> tuple[Dataset, bool]:
         snapshot = snapshots.folder(self.home, dataset_id) / f"v{version}.parquet"
         with duckdb.connect() as con:
             frame, schema, inferred, total = ingest.read_table(con, path, fmt, delimiter, schema, policy, unit.column, dataset_id)
@@ -304,11 +359,25 @@ class Registry:
         with self.store.write() as con:
             con.execute(
                 f"INSERT INTO datasets ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
-                [dataset_id, version, str(unit), purpose, fmt, delimiter, str(path), schema.model_dump_json(), suite,
-                 rows, registered, f"{dataset_id}/{snapshot.name}", digest, parsed, snapshots.host()],
-            )  # fmt: skip
-            con.execute("UPDATE datasets SET snapshot = NULL, digest = NULL WHERE id = ? AND version < ?",
-                        [dataset_id, version])  # fmt: skip
+                [
+                    dataset_id,
+                    version,
+                    str(unit),
+                    purpose,
+                    fmt,
+                    delimiter,
+                    str(path),
+                    schema.model_dump_json(),
+                    suite,
+                    rows,
+                    registered,
+                    f"{dataset_id}/{snapshot.name}",
+                    digest,
+                    parsed,
+                    snapshots.host(),
+                ],
+            )
+            con.execute("UPDATE datasets SET snapshot = NULL, digest = NULL WHERE id = ? AND version < ?", [dataset_id, version])
         snapshots.prune(snapshot)
         return Dataset(dataset_id, version, unit, purpose, schema, rows, registered), inferred
 

@@ -36,14 +36,20 @@ class SnapshotChanged(UserError):
 def root(home: Path) -> Path:
     """The store's folder: ``$PRIVRELEASE_SNAPSHOT_STORE``, else ``<home>/datasets``."""
     if settings.get(settings.SNAPSHOT_DIR) and not settings.get(settings.SNAPSHOT_STORE):
-        raise UserError(f"${settings.SNAPSHOT_DIR} was renamed ${settings.SNAPSHOT_STORE}; set {settings.SNAPSHOT_STORE} to the same folder (and unset "
-                        f"{settings.SNAPSHOT_DIR}).")  # fmt: skip
+        raise UserError(
+            f"${settings.SNAPSHOT_DIR} was renamed ${settings.SNAPSHOT_STORE}; set {settings.SNAPSHOT_STORE} to the same folder (and unset "
+            f"{settings.SNAPSHOT_DIR})."
+        )
     return Path(settings.get(settings.SNAPSHOT_STORE) or home / "datasets").resolve()
 
 
 def describe(home: Path) -> str:
     """The store, as messages name it: its folder and where that setting came from."""
-    where = f"${settings.SNAPSHOT_STORE}" if settings.get(settings.SNAPSHOT_STORE) else f"${settings.SNAPSHOT_STORE} unset: this worker's home"
+    where = (
+        f"${settings.SNAPSHOT_STORE}"
+        if settings.get(settings.SNAPSHOT_STORE)
+        else f"${settings.SNAPSHOT_STORE} unset: this worker's home"
+    )
     return f"{root(home)} ({where})"
 
 

@@ -25,8 +25,7 @@ class ValidationReport:
     failures: list[dict] = field(default_factory=list)
 
     def summary(self) -> dict:
-        return {"suite": self.suite, "success": self.success, "evaluated": self.evaluated,
-                "failures": self.failures}
+        return {"suite": self.suite, "success": self.success, "evaluated": self.evaluated, "failures": self.failures}
 
 
 def load_suite(suite: str) -> tuple[str, list[dict]]:
@@ -75,9 +74,7 @@ def validate(frame: pd.DataFrame, suite_name: str, expectations: list[dict]) -> 
         .add_batch_definition_whole_dataframe("whole")
     )
     suite = context.suites.add(gx.ExpectationSuite(name="suite", expectations=checked))
-    definition = context.validation_definitions.add(
-        gx.ValidationDefinition(name="validation", data=batch, suite=suite)
-    )
+    definition = context.validation_definitions.add(gx.ValidationDefinition(name="validation", data=batch, suite=suite))
     result = definition.run(batch_parameters={"dataframe": frame}, result_format="SUMMARY")
     failures = [_failure(r) for r in result.results if not r.success]
     failures.sort(key=lambda f: (f["expectation"], f["column"] or ""))

@@ -65,28 +65,44 @@ class Account:
     def as_dict(self) -> dict:
         f = self.filter
         return {
-            "filter": None if self.filter_epsilon is None else {
-                "epsilon": self.filter_epsilon, "delta": f.cap.delta, "order": f.alpha,
-                "renyi_budget": f.k, "delta_for_conversion": float(f.delta_conv)},
-            "pld": None if self.pld_epsilon is None else {
-                "epsilon": self.pld_epsilon, "delta": f.cap.delta, "discretization": pld.discretization(self.basic.epsilon)},
+            "filter": None
+            if self.filter_epsilon is None
+            else {
+                "epsilon": self.filter_epsilon,
+                "delta": f.cap.delta,
+                "order": f.alpha,
+                "renyi_budget": f.k,
+                "delta_for_conversion": float(f.delta_conv),
+            },
+            "pld": None
+            if self.pld_epsilon is None
+            else {"epsilon": self.pld_epsilon, "delta": f.cap.delta, "discretization": pld.discretization(self.basic.epsilon)},
             "next": None if self.like is None else {"like": self.like, "fits": self.fits},
-        }  # fmt: skip
+        }
 
 
 def account(entries: list[Entry], cap: Budget, cache_dir: Path | None = None) -> Account:
     charges = [e for e in entries if e.status == RESERVED and e.kind == "dp"]
     spends = [spend(e) for e in charges]
     f = Filter.of(cap)
-    basic = Budget(float(sum((exact(s.budget.epsilon) for s in spends), Fraction(0))),
-                   float(sum((exact(s.budget.delta) for s in spends), Fraction(0))))  # fmt: skip
+    basic = Budget(
+        float(sum((exact(s.budget.epsilon) for s in spends), Fraction(0))),
+        float(sum((exact(s.budget.delta) for s in spends), Fraction(0))),
+    )
     tight = None
     if spends:
-        tight = pld.cached_epsilon([e for s in spends for e in s.curve], cap.delta, cache_dir,
-                                   pld.discretization(basic.epsilon))  # fmt: skip
+        tight = pld.cached_epsilon([e for s in spends for e in s.curve], cap.delta, cache_dir, pld.discretization(basic.epsilon))
     over = bool(spends) and not f.check(spends).admitted
-    return Account(f, basic, f.spent_epsilon(spends), tight, fits_more(f, spends, spends[-1]) if spends else None,
-                   charges[-1].mechanism if charges else None, over, left(f, spends))  # fmt: skip
+    return Account(
+        f,
+        basic,
+        f.spent_epsilon(spends),
+        tight,
+        fits_more(f, spends, spends[-1]) if spends else None,
+        charges[-1].mechanism if charges else None,
+        over,
+        left(f, spends),
+    )
 
 
 def left(f: Filter, spends: list[Spend]) -> tuple[Budget, str]:
@@ -134,23 +150,33 @@ class Totals:
         """Whether the history is already outside the cap's admission filter (after a cap was lowered)."""
         if self.account is not None:
             return self.account.over_cap
-        return self.cap is not None and self.spent is not None and (
-            exact(self.spent.epsilon) > exact(self.cap.epsilon) or exact(self.spent.delta) > exact(self.cap.delta))
+        return (
+            self.cap is not None
+            and self.spent is not None
+            and (exact(self.spent.epsilon) > exact(self.cap.epsilon) or exact(self.spent.delta) > exact(self.cap.delta))
+        )
 
     def as_dict(self) -> dict:
         def pair(b: Budget | None) -> dict | None:
             return None if b is None else {"epsilon": b.epsilon, "delta": b.delta}
 
         return {
-            "dataset": self.dataset, "kind": self.kind, "adjacency": self.adjacency,
-            "cap": pair(self.cap), "spent": pair(self.spent),
+            "dataset": self.dataset,
+            "kind": self.kind,
+            "adjacency": self.adjacency,
+            "cap": pair(self.cap),
+            "spent": pair(self.spent),
             "remaining": pair(self.remaining),
-            "remaining_by": self.remaining_by, "releases": self.releases,
-            "published": self.published, "failed": self.failed, "pending": self.pending,
-            "gdp": None if self.gdp_epsilon is None or self.spent is None
+            "remaining_by": self.remaining_by,
+            "releases": self.releases,
+            "published": self.published,
+            "failed": self.failed,
+            "pending": self.pending,
+            "gdp": None
+            if self.gdp_epsilon is None or self.spent is None
             else {"epsilon": self.gdp_epsilon, "delta": self.spent.delta},
             **(self.account.as_dict() if self.account is not None else {"filter": None, "pld": None, "next": None}),
-        }  # fmt: skip
+        }
 
 
 def totals(entries: list[Entry], cache_dir: Path | None = None) -> list[Totals]:
@@ -162,18 +188,31 @@ def totals(entries: list[Entry], cache_dir: Path | None = None) -> list[Totals]:
         charges = [e for e in mine if e.status == RESERVED]
         kind = charges[0].kind if charges else ("dp" if caps else None)
         dp = [e for e in charges if e.kind == "dp"]
-        spent = Budget(float(sum((exact(e.epsilon) for e in dp), Fraction(0))),
-                       float(sum((exact(e.delta) for e in dp), Fraction(0)))) if kind == "dp" else None  # fmt: skip
+        spent = (
+            Budget(float(sum((exact(e.epsilon) for e in dp), Fraction(0))), float(sum((exact(e.delta) for e in dp), Fraction(0))))
+            if kind == "dp"
+            else None
+        )
         latest: dict[str, str] = {}
         for e in mine:
             if e.release_id is not None:
                 latest[e.release_id] = e.status
         states = list(latest.values())
-        out.append(Totals(
-            dataset, kind, read(dp[0].adjacency).sentence if dp else None, caps[-1] if caps else None, spent, len(states),
-            states.count(PUBLISHED), states.count(FAILED), states.count(RESERVED), gdp_epsilon(history(dp)),
-            account(mine, caps[-1], cache_dir) if kind == "dp" and caps else None,
-        ))  # fmt: skip
+        out.append(
+            Totals(
+                dataset,
+                kind,
+                read(dp[0].adjacency).sentence if dp else None,
+                caps[-1] if caps else None,
+                spent,
+                len(states),
+                states.count(PUBLISHED),
+                states.count(FAILED),
+                states.count(RESERVED),
+                gdp_epsilon(history(dp)),
+                account(mine, caps[-1], cache_dir) if kind == "dp" and caps else None,
+            )
+        )
     return out
 
 
@@ -198,8 +237,10 @@ def refusal(dataset: str, f: Filter, spends: list[Spend], candidate: Spend) -> s
     """Why a charge is refused, in public values: its cost, what is left, who spent the most."""
     d = f.check(spends)
     cost = candidate.budget
-    lines = [f"this release needs epsilon={cost.epsilon:.6g}, delta={cost.delta:.6g} but dataset {dataset!r} cannot take "
-             f"it. {_binding(f, d, candidate, spends)}"]  # fmt: skip
+    lines = [
+        f"this release needs epsilon={cost.epsilon:.6g}, delta={cost.delta:.6g} but dataset {dataset!r} cannot take "
+        f"it. {_binding(f, d, candidate, spends)}"
+    ]
     if f.alpha is not None:
         lines.append(
             f"Admission filter (Rényi order {f.alpha:.3g}): it would cost {f.cost(candidate):.4g} of the "
@@ -208,16 +249,22 @@ def refusal(dataset: str, f: Filter, spends: list[Spend], candidate: Spend) -> s
             f"{_down(float(f.delta_room - d.approx_delta))} is left."
         )
     room_d = f.delta_room if f.alpha is not None else exact(f.cap.delta)
-    lines.append(f"By basic composition it has only epsilon={float(max(exact(f.cap.epsilon) - d.basic_epsilon, 0)):.6g}, "
-                 f"delta={float(max(room_d - d.basic_delta, 0)):.6g} left of its cap (epsilon={f.cap.epsilon:.6g}, "
-                 f"delta={f.cap.delta:.6g})"
-                 + (" (not open to releases with Gaussian noise)." if candidate.gaussian or
-                    any(s.gaussian for s in spends) else "."))  # fmt: skip
+    lines.append(
+        f"By basic composition it has only epsilon={float(max(exact(f.cap.epsilon) - d.basic_epsilon, 0)):.6g}, "
+        f"delta={float(max(room_d - d.basic_delta, 0)):.6g} left of its cap (epsilon={f.cap.epsilon:.6g}, "
+        f"delta={f.cap.delta:.6g})"
+        + (" (not open to releases with Gaussian noise)." if candidate.gaussian or any(s.gaussian for s in spends) else ".")
+    )
     top = top_spenders(f, spends)
     if top:
-        lines.append("Largest spenders so far: " + "; ".join(
-            f"{ref} (epsilon={b.epsilon:.4g}, delta={b.delta:.3g}" + ("" if math.isnan(c) else f", filter cost {c:.4g}")
-            + ")" for ref, b, c in top) + ".")  # fmt: skip
+        lines.append(
+            "Largest spenders so far: "
+            + "; ".join(
+                f"{ref} (epsilon={b.epsilon:.4g}, delta={b.delta:.3g}" + ("" if math.isnan(c) else f", filter cost {c:.4g}") + ")"
+                for ref, b, c in top
+            )
+            + "."
+        )
     lines.append("Lower the release's cost or raise the cap with privrelease ledger set-budget.")
     return " ".join(lines)
 
@@ -226,20 +273,33 @@ def _binding(f: Filter, d, candidate: Spend, spends: list[Spend]) -> str:
     """Which of epsilon and delta binds, in each region that could have admitted the charge."""
 
     def say(eps: bool, delta: bool) -> str:
-        return ("epsilon and delta" if eps and delta else "epsilon (delta has room)" if eps
-                else "delta (epsilon has room)" if delta else "neither alone")  # fmt: skip
+        return (
+            "epsilon and delta"
+            if eps and delta
+            else "epsilon (delta has room)"
+            if eps
+            else "delta (epsilon has room)"
+            if delta
+            else "neither alone"
+        )
 
     said = []
     if f.alpha is not None:
-        said.append("under the admission filter, " + say(f.cost(candidate) > f.k - d.renyi_used,
-                                                         candidate.approx_delta > f.delta_room - d.approx_delta))  # fmt: skip
+        said.append(
+            "under the admission filter, "
+            + say(f.cost(candidate) > f.k - d.renyi_used, candidate.approx_delta > f.delta_room - d.approx_delta)
+        )
     if candidate.gaussian or any(s.gaussian for s in spends):
         said.append("basic composition does not take Gaussian noise")
     else:
         room_d = f.delta_room if f.alpha is not None else exact(f.cap.delta)
-        said.append("by basic composition, " + say(
-            exact(candidate.budget.epsilon) > exact(f.cap.epsilon) - d.basic_epsilon,
-            exact(candidate.budget.delta) > room_d - d.basic_delta))  # fmt: skip
+        said.append(
+            "by basic composition, "
+            + say(
+                exact(candidate.budget.epsilon) > exact(f.cap.epsilon) - d.basic_epsilon,
+                exact(candidate.budget.delta) > room_d - d.basic_delta,
+            )
+        )
     return "What binds: " + "; ".join(said) + "."
 
 
@@ -292,24 +352,32 @@ def replay(entries: list[Entry]) -> list[str]:
             elif recorded is None:
                 upto = spends + [spend(e)]
                 if sum((exact(s.budget.epsilon) for s in upto), Fraction(0)) > exact(cap.epsilon) or sum(
-                        (exact(s.budget.delta) for s in upto), Fraction(0)) > exact(cap.delta):  # fmt: skip
+                    (exact(s.budget.delta) for s in upto), Fraction(0)
+                ) > exact(cap.delta):
                     problems.append(f"entry {e.seq} ({dataset}): basic composition exceeds the cap then in force")
             else:
                 f = Filter.of(cap.budget)
                 d, counted = f.admit(spends, replace(spend(e), mode=EVENTS))
-                if (not d.admitted or recorded.get("rule") not in RULES or recorded.get("region") != d.region
-                        or recorded.get("mode") != counted.mode):  # fmt: skip
-                    problems.append(f"entry {e.seq} ({dataset}): recorded as admitted ({recorded.get('region')}, by its "
-                                    f"{recorded.get('mode')}) but the filter of the cap then in force gives "
-                                    f"{d.region or 'refused'} (by its {counted.mode})")  # fmt: skip
+                if (
+                    not d.admitted
+                    or recorded.get("rule") not in RULES
+                    or recorded.get("region") != d.region
+                    or recorded.get("mode") != counted.mode
+                ):
+                    problems.append(
+                        f"entry {e.seq} ({dataset}): recorded as admitted ({recorded.get('region')}, by its "
+                        f"{recorded.get('mode')}) but the filter of the cap then in force gives "
+                        f"{d.region or 'refused'} (by its {counted.mode})"
+                    )
                 problems += _approval(e, dataset, cap, f, spends, counted, charges)
             spends.append(spend(e))
             charges.append(e)
     return problems
 
 
-def _approval(e: Entry, dataset: str, cap: Entry, f: Filter, spends: list[Spend], counted: Spend,
-              charges: list[Entry]) -> list[str]:  # fmt: skip
+def _approval(
+    e: Entry, dataset: str, cap: Entry, f: Filter, spends: list[Spend], counted: Spend, charges: list[Entry]
+) -> list[str]:
     """The steward's approval rule of ``cap`` applied again to charge ``e``: one it holds back needs a recorded approval."""
     rule = approval.Rule.of(json.loads(cap.detail))
     record = json.loads(e.detail).get("approval")

@@ -43,8 +43,11 @@ def key(home: Path, create: bool) -> bytes:
     path = key_path(home)
     if not path.exists():
         if not create:
-            raise LedgerCorrupt(f"the ledger key {path} is missing, so no entry can be checked; restore it "
-                                f"(or point ${settings.LEDGER_KEY_FILE} at it).", None)  # fmt: skip
+            raise LedgerCorrupt(
+                f"the ledger key {path} is missing, so no entry can be checked; restore it "
+                f"(or point ${settings.LEDGER_KEY_FILE} at it).",
+                None,
+            )
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:

@@ -45,8 +45,10 @@ class Rule:
         if (self.account_epsilon is None) != (self.window_hours is None):
             raise ValueError("an account's limit needs both its epsilon and its window in hours")
         if self.account_epsilon is not None and not (self.account_epsilon >= 0 and 0 < self.window_hours <= 24 * 366):
-            raise ValueError(f"an account's limit is an epsilon >= 0 over a window of 0 to 8784 hours; got "
-                             f"{self.account_epsilon} over {self.window_hours}")  # fmt: skip
+            raise ValueError(
+                f"an account's limit is an epsilon >= 0 over a window of 0 to 8784 hours; got "
+                f"{self.account_epsilon} over {self.window_hours}"
+            )
 
     @property
     def any(self) -> bool:
@@ -59,8 +61,10 @@ class Rule:
 
     def as_detail(self) -> dict:
         return ({} if self.share is None else {"approve_above": float(self.share)}) | (
-            {} if self.account_epsilon is None
-            else {"approve_account": {"epsilon": float(self.account_epsilon), "hours": float(self.window_hours)}})  # fmt: skip
+            {}
+            if self.account_epsilon is None
+            else {"approve_account": {"epsilon": float(self.account_epsilon), "hours": float(self.window_hours)}}
+        )
 
     def words(self) -> str:
         said = [f"a release taking over {self.share:.0%} of what remains"] if self.share is not None else []
@@ -105,23 +109,37 @@ class Look:
         said = []
         if self.over_share:
             left = f"{self.epsilon_left:.4g} left" if self.epsilon_left > 0 else "none left"
-            said.append(f"this release charges epsilon={self.epsilon:g} of the cap's epsilon={self.cap_epsilon:g} "
-                        f"({left} by the charges' epsilons: {_pct(self.epsilon_share)}) and takes "
-                        f"{_pct(self.filter_share)} of what the admission filter leaves; its data steward lets a "
-                        f"release of dataset {dataset!r} take at most {self.rule.share:.1%} without approval")  # fmt: skip
+            said.append(
+                f"this release charges epsilon={self.epsilon:g} of the cap's epsilon={self.cap_epsilon:g} "
+                f"({left} by the charges' epsilons: {_pct(self.epsilon_share)}) and takes "
+                f"{_pct(self.filter_share)} of what the admission filter leaves; its data steward lets a "
+                f"release of dataset {dataset!r} take at most {self.rule.share:.1%} without approval"
+            )
         if self.over_account:
-            said.append(f"it brings its requester's epsilon on dataset {dataset!r} in the last "
-                        f"{self.rule.window_hours:g} hours to {self.account_epsilon:.4g}, past the "
-                        f"{self.rule.account_epsilon:g} its data steward lets one account spend without approval")  # fmt: skip
+            said.append(
+                f"it brings its requester's epsilon on dataset {dataset!r} in the last "
+                f"{self.rule.window_hours:g} hours to {self.account_epsilon:.4g}, past the "
+                f"{self.rule.account_epsilon:g} its data steward lets one account spend without approval"
+            )
         return "; ".join(said)
 
     def record(self, approval: Approval | None) -> dict:
         """What the charge's ledger entry keeps of this decision (``detail["approval"]``)."""
-        return {"rule": self.rule.as_detail(), "share": _finite(self.share), "account_epsilon": self.account_epsilon,
-                "needed": self.needed} | ({} if approval is None else {"approved_by": approval.by,
-                                                                        "approved_at": approval.at,
-                                                                        "approved_share": _finite(approval.share),
-                                                                        "approved_account_epsilon": approval.account_epsilon})  # fmt: skip
+        return {
+            "rule": self.rule.as_detail(),
+            "share": _finite(self.share),
+            "account_epsilon": self.account_epsilon,
+            "needed": self.needed,
+        } | (
+            {}
+            if approval is None
+            else {
+                "approved_by": approval.by,
+                "approved_at": approval.at,
+                "approved_share": _finite(approval.share),
+                "approved_account_epsilon": approval.account_epsilon,
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -146,12 +164,12 @@ class Approval:
         if "approved_by" not in record:
             return None
         share = record["approved_share"]
-        return Approval(record["approved_by"], record["approved_at"], math.inf if share is None else share,
-                        record["approved_account_epsilon"])  # fmt: skip
+        return Approval(
+            record["approved_by"], record["approved_at"], math.inf if share is None else share, record["approved_account_epsilon"]
+        )
 
 
-def look(rule: Rule, f: Filter, history: list[Spend], candidate: Spend,
-         account: list[tuple[str, float]], now: datetime) -> Look:  # fmt: skip
+def look(rule: Rule, f: Filter, history: list[Spend], candidate: Spend, account: list[tuple[str, float]], now: datetime) -> Look:
     """The charge ``candidate`` after ``history`` under the cap's filter ``f``; ``account``: the requester's
     earlier dp charges on the dataset as (ISO time, epsilon)."""
     charged = sum((exact(s.budget.epsilon) for s in history), Fraction(0))
@@ -159,8 +177,10 @@ def look(rule: Rule, f: Filter, history: list[Spend], candidate: Spend,
     in_window = 0.0
     if rule.account_epsilon is not None:
         since = now - timedelta(hours=rule.window_hours)
-        in_window = float(sum((exact(e) for ts, e in account if datetime.fromisoformat(ts) > since), Fraction(0))
-                          + exact(candidate.budget.epsilon))  # fmt: skip
+        in_window = float(
+            sum((exact(e) for ts, e in account if datetime.fromisoformat(ts) > since), Fraction(0))
+            + exact(candidate.budget.epsilon)
+        )
     return Look(rule, candidate.budget.epsilon, left, f.cap.epsilon, f.share(history, candidate), in_window)
 
 

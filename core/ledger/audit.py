@@ -32,7 +32,9 @@ class Audit:
         return (
             f"# Ledger audit\n\nHash chain: {status} ({len(self.entries)} entries).\n\n"
             "| dataset | kind | cap (eps / delta) | spent | remaining | GDP eps | filter eps | PLD eps | next release "
-            "| published / failed / pending |\n|---|---|---|---|---|---|---|---|---|---|\n" + rows + picture
+            "| published / failed / pending |\n|---|---|---|---|---|---|---|---|---|---|\n"
+            + rows
+            + picture
             + "\n\nspent: basic composition; filter eps: what the admission filter certifies at the cap's delta; PLD eps: "
             "dp-accounting's tight figure at the cap's delta (reported only); next release: how many more like the "
             "last one the filter admits.\n"
@@ -69,11 +71,24 @@ def spend_chart(entries: list[Entry]) -> Chart | None:
     charges = [e for e in entries if e.status == RESERVED and e.kind == "dp"]
     if not charges:
         return None
-    frame = pd.DataFrame({"dataset": [e.dataset for e in charges], "ts": pd.to_datetime([e.ts for e in charges]),
-                          "epsilon": [e.epsilon for e in charges]})  # fmt: skip
+    frame = pd.DataFrame(
+        {
+            "dataset": [e.dataset for e in charges],
+            "ts": pd.to_datetime([e.ts for e in charges]),
+            "epsilon": [e.epsilon for e in charges],
+        }
+    )
     points = {
         name: (group["ts"].to_numpy(), np.cumsum(group["epsilon"].to_numpy()))
         for name, group in frame.groupby("dataset", sort=True)
     }
-    return Chart("ledger_spend.png", "Epsilon spent per dataset (basic composition)", [], {}, "epsilon",
-                 kind="line", points=points, axes=("time (UTC)", "epsilon"))  # fmt: skip
+    return Chart(
+        "ledger_spend.png",
+        "Epsilon spent per dataset (basic composition)",
+        [],
+        {},
+        "epsilon",
+        kind="line",
+        points=points,
+        axes=("time (UTC)", "epsilon"),
+    )

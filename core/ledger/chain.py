@@ -12,8 +12,10 @@ import hashlib
 import hmac
 import json
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 
+from core import settings
 from core.errors import LedgerCorrupt
 from core.ledger import anchors
 from core.privacy.budget import Budget
@@ -77,8 +79,10 @@ def rows(con, where: str, args: list) -> list[Entry]:
 
 def insert(con, entries: list[Entry]) -> None:
     """Append rows as they are (their hashes already computed)."""
-    con.executemany(f"INSERT INTO ledger ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
-                    [[getattr(e, c) for c in COLUMNS] for e in entries])  # fmt: skip
+    con.executemany(
+        f"INSERT INTO ledger ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
+        [[getattr(e, c) for c in COLUMNS] for e in entries],
+    )
 
 
 def check_chain(entries: list[Entry], home: Path, releases_root: Path | None = None) -> int:
@@ -117,3 +121,54 @@ def check_chain(entries: list[Entry], home: Path, releases_root: Path | None = N
                     ref.get("seq"),
                 )
     return len(entries)
+
+
+def link(
+    last: Entry | None,
+    key: bytes,
+    key_path: Path,
+    ts: datetime,
+    *,
+    dataset: str,
+    status: str,
+    release_id: str | None = None,
+    flow_run_id: str | None = None,
+    kind: str | None = None,
+    adjacency: str | None = None,
+    mechanism: str | None = None,
+    params: dict | None = None,
+    epsilon: float = 0.0,
+    delta: float = 0.0,
+    detail: dict | None = None,
+    holder: str | None = None,
+    requested_by: str | None = None,
+) -> Entry:
+    """The entry after ``last`` (the chain's head; None for the first), its hash under ``key``: refused if the
+    head does not check out under that key (another key file, or a changed head), so nothing is chained to it."""
+    if last is not None and not hmac.compare_digest(last.computed_hash(key), last.hash):
+        raise LedgerCorrupt(
+            f"entry {last.seq}, the chain's head, does not check out under this process's ledger key "
+            f"({key_path}): every worker needs the same key file (${settings.LEDGER_KEY_FILE}), "
+            "or the entry was changed; nothing was written. Run privrelease ledger verify.",
+            last.seq,
+        )
+    draft = Entry(
+        seq=last.seq + 1 if last else 1,
+        ts=ts.isoformat(timespec="microseconds"),
+        dataset=dataset,
+        release_id=release_id,
+        flow_run_id=flow_run_id,
+        kind=kind,
+        adjacency=adjacency,
+        mechanism=mechanism,
+        params=canonical(params or {}),
+        epsilon=float(epsilon),
+        delta=float(delta),
+        detail=canonical(detail or {}),
+        holder=holder,
+        status=status,
+        prev_hash=last.hash if last else GENESIS,
+        hash="",
+        requested_by=requested_by,
+    )
+    return Entry(**{**asdict(draft), "hash": draft.computed_hash(key)})

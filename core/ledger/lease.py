@@ -40,8 +40,7 @@ def lease_seconds() -> float:
 def me(home: Path) -> str:
     """This process, working in ``home``, as a holder (canonical JSON, as stored in the ledger)."""
     pid = os.getpid()
-    doc = {"host": socket.gethostname(), "pid": pid, "start": _start_time(pid), "lease_s": lease_seconds(),
-           "home": str(home)}  # fmt: skip
+    doc = {"host": socket.gethostname(), "pid": pid, "start": _start_time(pid), "lease_s": lease_seconds(), "home": str(home)}
     return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
 

@@ -20,18 +20,16 @@ workers on several hosts never exceed a cap nor lose an entry.
 from __future__ import annotations
 
 import contextlib
-import hmac
 import json
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from core import settings
-from core.errors import ApprovalError, BudgetError, BudgetExhausted, LedgerCorrupt, ReleaseConflict
+from core.errors import ApprovalError, BudgetError, BudgetExhausted, ReleaseConflict
 from core.ledger import account, anchors, lease
 from core.ledger.approval import Approval, Look, Rule, look
-from core.ledger.chain import GENESIS, Entry, canonical, check_chain, insert, rows
+from core.ledger.chain import Entry, canonical, check_chain, insert, link, rows
 from core.people import requester
 from core.privacy import events
 from core.privacy.accountant import Filter, Spend
@@ -42,6 +40,7 @@ from core.store import Store, open_store
 
 CAP, RESERVED, PUBLISHED, FAILED, POLICY = "cap", "reserved", "published", "failed", "policy"
 KINDS = ("dp", "sdc", "mpc")
+
 
 @dataclass(frozen=True)
 class Charge:
@@ -70,9 +69,15 @@ class Ledger:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def set_budget(self, dataset: str, cap: Budget, approve_above: float | None = None,
-                   requested_by: str | None = None, approve_account: tuple[float, float] | None = None,
-                   terms: dict | None = None) -> Entry:  # fmt: skip
+    def set_budget(
+        self,
+        dataset: str,
+        cap: Budget,
+        approve_above: float | None = None,
+        requested_by: str | None = None,
+        approve_account: tuple[float, float] | None = None,
+        terms: dict | None = None,
+    ) -> Entry:
         """Record a dataset's cap; later caps replace earlier ones, and the history keeps both.
 
         ``approve_above``: the largest share of what remains one release may take without a steward's
@@ -81,8 +86,16 @@ class Ledger:
         steward sets with the cap (the spam mail's trust assumptions, ``core.spam.terms``)."""
         rule = Rule(approve_above, *(approve_account or (None, None)))
         with self._write(dataset) as (con, written):
-            return self._append(con, written, dataset=dataset, status=CAP, epsilon=cap.epsilon, delta=cap.delta,
-                                detail=rule.as_detail() | (terms or {}), requested_by=requested_by)  # fmt: skip
+            return self._append(
+                con,
+                written,
+                dataset=dataset,
+                status=CAP,
+                epsilon=cap.epsilon,
+                delta=cap.delta,
+                detail=rule.as_detail() | (terms or {}),
+                requested_by=requested_by,
+            )
 
     def set_policy(self, dataset: str, policy: dict, requested_by: str | None = None) -> Entry:
         """Record an SDC dataset's disclosure policy (the steward's); a later one replaces it, the history keeps both."""
@@ -109,8 +122,7 @@ class Ledger:
         an approval (``core.ledger.approval``); None when it need not. A look taken before the charge:
         ``reserve`` takes it again under its lock."""
         with self.store.read() as con:
-            found = self._look(con, dataset, Spend.of("this release", cost.event), requested_by or requester(),
-                               datetime.now(UTC))  # fmt: skip
+            found = self._look(con, dataset, Spend.of("this release", cost.event), requested_by or requester(), datetime.now(UTC))
         return found if found is not None and found.needed else None
 
     def _look(self, con, dataset: str, candidate: Spend, requested_by: str, now: datetime) -> Look | None:
@@ -131,8 +143,9 @@ class Ledger:
         """The dataset's admission filter (None: no cap) and its dp history, for what-if questions."""
         with self.store.read() as con:
             cap = self._cap(con, dataset)
-            return (None if cap is None else Filter.of(cap)), account.history(rows(
-                con, "WHERE dataset = ? AND status = ? AND kind = 'dp' ORDER BY seq", [dataset, RESERVED]))
+            return (None if cap is None else Filter.of(cap)), account.history(
+                rows(con, "WHERE dataset = ? AND status = ? AND kind = 'dp' ORDER BY seq", [dataset, RESERVED])
+            )
 
     def reserve(
         self,
@@ -165,21 +178,31 @@ class Ledger:
                 return earlier
             kinds = {e.kind for e in rows(con, "WHERE dataset = ? AND status = ?", [dataset, RESERVED])}
             if kinds - {kind}:
-                raise BudgetError(f"dataset {dataset!r} has {kinds.pop()} entries in the ledger; one dataset holds "
-                                  f"one kind of release, not {kind}.")  # fmt: skip
+                raise BudgetError(
+                    f"dataset {dataset!r} has {kinds.pop()} entries in the ledger; one dataset holds "
+                    f"one kind of release, not {kind}."
+                )
             requested_by, now = requested_by or requester(), datetime.now(UTC)
             if kind == "dp":
                 decision, counted = self._check_cap(con, dataset, cost)
                 recorded = events.stored(cost.event)
-                detail = {**(detail or {}), **({"events": recorded} if recorded is not None else {}),
-                          "admission": {"rule": account.RULE, "region": decision.region, "mode": counted.mode}}  # fmt: skip
+                detail = {
+                    **(detail or {}),
+                    **({"events": recorded} if recorded is not None else {}),
+                    "admission": {"rule": account.RULE, "region": decision.region, "mode": counted.mode},
+                }
                 seen = self._look(con, dataset, counted, requested_by, now)
                 if seen is not None:
                     if seen.needed and (approval is None or not approval.covers(seen)):
-                        raise ApprovalError(f"{seen.words(dataset)}. " + (
-                            "It changed while this release waited for the steward (another charge came first): the "
-                            "approval given no longer covers it. Nothing was charged; start it again to ask anew."
-                            if approval is not None else "Nothing was charged; it needs a steward's approval."))  # fmt: skip
+                        raise ApprovalError(
+                            f"{seen.words(dataset)}. "
+                            + (
+                                "It changed while this release waited for the steward (another charge came first): the "
+                                "approval given no longer covers it. Nothing was charged; start it again to ask anew."
+                                if approval is not None
+                                else "Nothing was charged; it needs a steward's approval."
+                            )
+                        )
                     detail["approval"] = seen.record(approval if seen.needed else None)
                     detail["admission"]["rule"] = account.APPROVED
             self.store.lock_head(con)
@@ -187,11 +210,23 @@ class Ledger:
             if earlier is not None:
                 return earlier
             entry = self._append(
-                con, written, dataset=dataset, release_id=release_id, flow_run_id=flow_run_id, kind=kind,
-                adjacency=cost.adjacency.code if cost else None, mechanism=mechanism, params=params,
-                epsilon=cost.budget.epsilon if cost else 0.0, delta=cost.budget.delta if cost else 0.0,
-                detail=detail or {}, holder=lease.me(self.home), status=RESERVED, requested_by=requested_by, ts=now,
-            )  # fmt: skip
+                con,
+                written,
+                dataset=dataset,
+                release_id=release_id,
+                flow_run_id=flow_run_id,
+                kind=kind,
+                adjacency=cost.adjacency.code if cost else None,
+                mechanism=mechanism,
+                params=params,
+                epsilon=cost.budget.epsilon if cost else 0.0,
+                delta=cost.budget.delta if cost else 0.0,
+                detail=detail or {},
+                holder=lease.me(self.home),
+                status=RESERVED,
+                requested_by=requested_by,
+                ts=now,
+            )
             return Charge(entry, None)
 
     @staticmethod
@@ -218,14 +253,18 @@ class Ledger:
                 f"dataset {dataset!r} has no privacy budget, so a DP release is refused; set one "
                 f"with: privrelease ledger set-budget {dataset} --epsilon E --delta D"
             )
-        other = [read(e.adjacency) for e in rows(con, "WHERE dataset = ? AND kind = 'dp' AND status = ?", [dataset, RESERVED])
-                 if read(e.adjacency) != cost.adjacency]  # fmt: skip
+        other = [
+            read(e.adjacency)
+            for e in rows(con, "WHERE dataset = ? AND kind = 'dp' AND status = ?", [dataset, RESERVED])
+            if read(e.adjacency) != cost.adjacency
+        ]
         if other:
-            raise BudgetError(f"dataset {dataset!r} was charged under another adjacency ({other[0].sentence}); DP costs "
-                              "under different neighbouring relations do not add up under one cap.")  # fmt: skip
+            raise BudgetError(
+                f"dataset {dataset!r} was charged under another adjacency ({other[0].sentence}); DP costs "
+                "under different neighbouring relations do not add up under one cap."
+            )
         f = Filter.of(cap)
-        spends = account.history(rows(con, "WHERE dataset = ? AND status = ? AND kind = 'dp' ORDER BY seq",
-                                       [dataset, RESERVED]))  # fmt: skip
+        spends = account.history(rows(con, "WHERE dataset = ? AND status = ? AND kind = 'dp' ORDER BY seq", [dataset, RESERVED]))
         decision, counted = f.admit(spends, Spend.of("this release", cost.event))
         if not decision.admitted:
             raise BudgetExhausted(account.refusal(dataset, f, spends, counted))
@@ -238,8 +277,7 @@ class Ledger:
         with self._write() as (con, written):
             return self._settle(con, written, release_id, status, detail, flow_run_id)
 
-    def _settle(self, con, written: list, release_id: str, status: str, detail: dict | None,
-                flow_run_id: str | None) -> Entry:
+    def _settle(self, con, written: list, release_id: str, status: str, detail: dict | None, flow_run_id: str | None) -> Entry:
         self.store.lock_head(con)  # before reading the latest status, so two outcomes cannot both be written
         charged = rows(con, "WHERE release_id = ? AND status = ? ORDER BY seq LIMIT 1", [release_id, RESERVED])
         if not charged:
@@ -249,8 +287,15 @@ class Ledger:
         if latest.status == PUBLISHED:
             return latest  # a published release stays published, whatever a late retry reports
         return self._append(
-            con, written, dataset=first.dataset, release_id=release_id, flow_run_id=flow_run_id, kind=first.kind,
-            mechanism=first.mechanism, status=status, detail=detail or {},
+            con,
+            written,
+            dataset=first.dataset,
+            release_id=release_id,
+            flow_run_id=flow_run_id,
+            kind=first.kind,
+            mechanism=first.mechanism,
+            status=status,
+            detail=detail or {},
         )
 
     def recover(self, releases_root: Path) -> list[Entry]:
@@ -267,8 +312,11 @@ class Ledger:
                 manifest = releases_root / charge.dataset / str(charge.release_id) / "manifest.json"
                 cited = json.loads(manifest.read_text()).get("ledger") if manifest.is_file() else None
                 if cited == {"seq": charge.seq, "hash": charge.hash}:
-                    out.append(self._settle(con, written, charge.release_id, PUBLISHED,
-                                            {"recovered": "interrupted after publishing"}, None))  # fmt: skip
+                    out.append(
+                        self._settle(
+                            con, written, charge.release_id, PUBLISHED, {"recovered": "interrupted after publishing"}, None
+                        )
+                    )
                 else:
                     out.append(self._settle(con, written, charge.release_id, FAILED, {"reason": "interrupted"}, None))
             return out
@@ -280,31 +328,21 @@ class Ledger:
 
     @staticmethod
     def _open(con) -> list[Entry]:
-        return rows(con, "WHERE status = ? AND release_id IN (SELECT release_id FROM ledger GROUP BY release_id "
-                          "HAVING count(*) = 1) ORDER BY seq", [RESERVED])  # fmt: skip
+        return rows(
+            con,
+            "WHERE status = ? AND release_id IN (SELECT release_id FROM ledger GROUP BY release_id "
+            "HAVING count(*) = 1) ORDER BY seq",
+            [RESERVED],
+        )
 
-    def _append(self, con, written: list, *, dataset: str, status: str, release_id: str | None = None,
-                flow_run_id: str | None = None, kind: str | None = None, adjacency: str | None = None,
-                mechanism: str | None = None, params: dict | None = None,
-                epsilon: float = 0.0, delta: float = 0.0, detail: dict | None = None,
-                holder: str | None = None, requested_by: str | None = None, ts: datetime | None = None) -> Entry:
+    def _append(self, con, written: list, *, ts: datetime | None = None, **fields) -> Entry:
+        """Append one entry (``chain.link``'s fields) at the chain's head, under the head's lock."""
         self.store.lock_head(con)
         last = rows(con, "ORDER BY seq DESC LIMIT 1", [])
-        key = anchors.key(self.home, create=not last)
-        if last and not hmac.compare_digest(last[0].computed_hash(key), last[0].hash):
-            raise LedgerCorrupt(
-                f"entry {last[0].seq}, the chain's head, does not check out under this process's ledger key "
-                f"({anchors.key_path(self.home)}): every worker needs the same key file (${settings.LEDGER_KEY_FILE}), "
-                "or the entry was changed; nothing was written. Run privrelease ledger verify.", last[0].seq)
-        draft = Entry(
-            seq=last[0].seq + 1 if last else 1, ts=(ts or datetime.now(UTC)).isoformat(timespec="microseconds"),
-            dataset=dataset, release_id=release_id, flow_run_id=flow_run_id, kind=kind, adjacency=adjacency,
-            mechanism=mechanism,
-            params=canonical(params or {}), epsilon=float(epsilon), delta=float(delta),
-            detail=canonical(detail or {}), holder=holder, status=status,
-            prev_hash=last[0].hash if last else GENESIS, hash="", requested_by=requested_by,
-        )  # fmt: skip
-        entry = Entry(**{**asdict(draft), "hash": draft.computed_hash(key)})
+        head = last[0] if last else None
+        entry = link(
+            head, anchors.key(self.home, create=head is None), anchors.key_path(self.home), ts or datetime.now(UTC), **fields
+        )
         insert(con, [entry])
         written.append(entry)
         return entry

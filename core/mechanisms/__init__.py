@@ -26,8 +26,9 @@ def registry(*mechanisms: object, kind: type = Mechanism) -> dict:
     return {m.NAME: m for m in mechanisms}
 
 
-REGISTRY: dict[str, TableMechanism] = registry(ra, dpne, outliers, swapping.MEWS, swapping.MEDS, swapping.EDS, sdc_chain,
-                                               kind=TableMechanism)  # fmt: skip
+REGISTRY: dict[str, TableMechanism] = registry(
+    ra, dpne, outliers, swapping.MEWS, swapping.MEDS, swapping.EDS, sdc_chain, kind=TableMechanism
+)
 MECHANISMS: dict[str, Mechanism] = {**REGISTRY, **registry(spam_training)}
 
 
@@ -36,6 +37,4 @@ def get(name: str) -> TableMechanism:
     try:
         return REGISTRY[name]
     except KeyError:
-        raise SpecError(
-            f"unknown mechanism {name!r}; available: {', '.join(sorted(REGISTRY))}."
-        ) from None
+        raise SpecError(f"unknown mechanism {name!r}; available: {', '.join(sorted(REGISTRY))}.") from None

@@ -44,6 +44,7 @@ from core.db import quote_ident, scratch
 from core.errors import InternalError
 from core.mechanisms import dpne_accuracy
 from core.mechanisms.base import DPCost, Plan, Result
+from core.mechanisms.dpne_candidates import Candidates
 from core.mechanisms.dpne_counts import SEP, Encoding, Partition, merge, open_partition, tokens_sql
 from core.params import StrictParams
 from core.privacy import draws, events
@@ -88,8 +89,10 @@ class Params(StrictParams):
         elif not 1 <= self.delta0 <= MAX_DELTA0:
             raise ValueError(f"delta0 must be between 1 and {MAX_DELTA0:,}")
         if self.c is not None and (self.T - 1) * math.log10(self.c) < -150:
-            raise ValueError(f"c = {self.c:g} is too small for T = {self.T}: sigma_T = c^(T-1) * sigma_1 would leave "
-                             "double precision; c^(T-1) must be at least 1e-150")
+            raise ValueError(
+                f"c = {self.c:g} is too small for T = {self.T}: sigma_T = c^(T-1) * sigma_1 would leave "
+                "double precision; c^(T-1) must be at least 1e-150"
+            )
         if (self.split == "geometric") != (self.c is not None):
             raise ValueError("c is required with split: geometric, and only then")
         return self
@@ -182,65 +185,6 @@ def parts(params: Params, acc: Accounting) -> list[events.Event]:
     ]
 
 
-# -- valid candidates V_k -----------------------------------------------------------------------------
-
-
-class Candidates:
-    """V_k as a structure: counted exactly and sampled uniformly without listing it."""
-
-    def __init__(self, previous: list[str], words: list[str], pruning: str):
-        self.pruning = pruning
-        self.previous = np.array(previous, dtype=object)
-        self.words = np.array(words, dtype=object)
-        if pruning == "both":
-            # Group (k-1)-grams x.y by y (for L) and y.z by y (for R); V_k = sum over y of L(y) R(y).
-            left: dict[str, list[str]] = {}
-            right: dict[str, list[str]] = {}
-            for gram in previous:
-                head, _, tail = gram.partition(SEP)
-                left.setdefault(tail, []).append(head)
-                stem, _, last = gram.rpartition(SEP)
-                right.setdefault(stem, []).append(last)
-            self.ys = [y for y in left if y in right]
-            self.left = [np.array(left[y], dtype=object) for y in self.ys]
-            self.right = [np.array(right[y], dtype=object) for y in self.ys]
-            self.weights = np.array([len(a) * len(b) for a, b in zip(self.left, self.right)], dtype=np.int64)
-            self.size = int(self.weights.sum())
-        else:
-            self.size = len(previous) * len(words)
-
-    def sample(self, rng: np.random.Generator, count: int) -> list[str]:
-        """``count`` exactly uniform draws (with replacement) from V_k: an index in [0, |V_k|) from
-        ``noise.below``, decoded through the integer group sizes (no float probabilities)."""
-        if self.pruning == "single":
-            w = self.previous[noise.below(rng, np.full(count, len(self.previous)))]
-            z = self.words[noise.below(rng, np.full(count, len(self.words)))]
-            return [f"{a}{SEP}{b}" for a, b in zip(w, z)]
-        index = noise.below(rng, np.full(count, self.size))
-        ends = np.cumsum(self.weights)
-        groups = np.searchsorted(ends, index, side="right")
-        within = index - (ends[groups] - self.weights[groups])
-        out = []
-        for g, r in zip(groups, within):
-            right = self.right[g]
-            x, z, y = self.left[g][r // len(right)], right[r % len(right)], self.ys[g]
-            out.append(f"{x}{SEP}{y}{SEP}{z}" if y else f"{x}{SEP}{z}")
-        return out
-
-    def sample_outside(self, rng: np.random.Generator, count: int, taken: set[str]) -> list[str]:
-        """``count`` distinct uniform draws from V_k minus ``taken`` (rejection sampling)."""
-        if count > self.size - len(taken):
-            raise InternalError("asked for more zero-weight candidates than V_k holds")
-        chosen: dict[str, None] = {}
-        while len(chosen) < count:
-            for gram in self.sample(rng, max(64, 2 * (count - len(chosen)))):
-                if gram not in taken and gram not in chosen:
-                    chosen[gram] = None
-                    if len(chosen) == count:
-                        break
-        return list(chosen)
-
-
 # -- the mechanism ----------------------------------------------------------------------------------
 
 
@@ -254,8 +198,9 @@ class Level:
     simulated: int  # zero-weight candidates that crossed rho_k (not released: depends on |supp H_k|)
 
 
-def threshold(rng: np.random.Generator, leaf: events.DiscreteGaussian, unit: float, rho: float, units: np.ndarray,
-              zero: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def threshold(
+    rng: np.random.Generator, leaf: events.DiscreteGaussian, unit: float, rho: float, units: np.ndarray, zero: int
+) -> tuple[np.ndarray, np.ndarray]:
     """One level's noise, drawn with its leaf of the plan's event: the held candidates' noisy weights (true
     weights ``units`` in grid units; the caller keeps those above ``rho``), and the weights of the ``zero``
     zero-weight candidates that pass rho: Binomial(zero, p) of them (p the tail probability), each from the
@@ -265,8 +210,9 @@ def threshold(rng: np.random.Generator, leaf: events.DiscreteGaussian, unit: flo
     return noisy, draws.tail(rng, leaf, unit, rho, passed)
 
 
-def extract(frame: pd.DataFrame, params: Params, rng: np.random.Generator,
-            snapshot: str | None = None) -> tuple[pd.DataFrame, list[Level]]:  # fmt: skip
+def extract(
+    frame: pd.DataFrame, params: Params, rng: np.random.Generator, snapshot: str | None = None
+) -> tuple[pd.DataFrame, list[Level]]:
     """Run DPNE; returns the released n-grams (ngram, n, noisy_weight) and the per-level accounting.
 
     The users' grams are counted in user partitions (``parallel.partitioned``): one in process, one
@@ -292,19 +238,22 @@ def extract(frame: pd.DataFrame, params: Params, rng: np.random.Generator,
                 levels += [Level(j, acc.sigmas[j - 1], math.nan, 0, 0, 0) for j in range(k, params.T + 1)]
                 break
             encoding = Encoding(params.pruning, words, previous) if k > 1 else None
-            hist = merge(partitions.map(Partition.level, k, sent, encoding.base if encoding else 0, params.pruning, cap,
-                                        key, unit))  # fmt: skip
+            hist = merge(
+                partitions.map(Partition.level, k, sent, encoding.base if encoding else 0, params.pruning, cap, key, unit)
+            )
             hist = encoding.named(hist) if encoding is not None else hist
             size = len(hist) if space is None else space.size
             rho = acc.rho_1 if space is None else level_threshold(leaf.sigma, params.eta, len(previous), size)
             noisy, tail = threshold(rng, leaf, unit, rho, hist["units"].to_numpy(), size - len(hist))
             simulated = space.sample_outside(rng, len(tail), set(hist["gram"])) if space is not None else []
             keep = noisy > rho
-            out = pd.DataFrame({
-                "ngram": list(hist["gram"][keep]) + simulated,
-                "n": np.int32(k),
-                "noisy_weight": np.concatenate([noisy[keep], tail]),
-            }).sort_values("ngram", kind="stable")  # fmt: skip
+            out = pd.DataFrame(
+                {
+                    "ngram": list(hist["gram"][keep]) + simulated,
+                    "n": np.int32(k),
+                    "noisy_weight": np.concatenate([noisy[keep], tail]),
+                }
+            ).sort_values("ngram", kind="stable")
             released.append(out)
             levels.append(Level(k, leaf.sigma, rho, size, len(out), len(simulated)))
             previous = list(out["ngram"])
@@ -331,12 +280,25 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
         "rho": privacy["rho"],
         "valid_candidates": privacy["valid_candidates"],
     }
-    chart = Chart("ngrams_by_length.png", "n-grams released per length", [str(lv.k) for lv in levels],
-                  {"released": [float(lv.released) for lv in levels]}, "n-grams")  # fmt: skip
-    privacy["accuracy"], lines, curve = dpne_accuracy.release(params, acc.sigmas, acc.units, acc.rho_1, privacy["rho"],
-                                                              [lv.released for lv in levels], privacy["valid_candidates"])  # fmt: skip
-    return Result(table, privacy, _report(params, acc, levels) + "\n".join(lines) + "\n", [chart, curve], headline,
-                  name="ngrams", manifest={"counts_by_length": counts})  # fmt: skip
+    chart = Chart(
+        "ngrams_by_length.png",
+        "n-grams released per length",
+        [str(lv.k) for lv in levels],
+        {"released": [float(lv.released) for lv in levels]},
+        "n-grams",
+    )
+    privacy["accuracy"], lines, curve = dpne_accuracy.release(
+        params, acc.sigmas, acc.units, acc.rho_1, privacy["rho"], [lv.released for lv in levels], privacy["valid_candidates"]
+    )
+    return Result(
+        table,
+        privacy,
+        _report(params, acc, levels) + "\n".join(lines) + "\n",
+        [chart, curve],
+        headline,
+        name="ngrams",
+        manifest={"counts_by_length": counts},
+    )
 
 
 def _report(params: Params, acc: Accounting, levels: list[Level]) -> str:
@@ -380,9 +342,12 @@ def check(original: pd.DataFrame, result: Result, params: Params) -> None:
     try:
         con.register("corpus_input", original)
         text = quote_ident(params.text_column)
-        known = {w for (w,) in con.execute(
-            f"SELECT DISTINCT unnest({tokens_sql(params.tokenizer, f'CAST({text} AS VARCHAR)')}) FROM corpus_input"
-        ).fetchall()}  # fmt: skip
+        known = {
+            w
+            for (w,) in con.execute(
+                f"SELECT DISTINCT unnest({tokens_sql(params.tokenizer, f'CAST({text} AS VARCHAR)')}) FROM corpus_input"
+            ).fetchall()
+        }
     finally:
         con.close()
     if not words <= known:

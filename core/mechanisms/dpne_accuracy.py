@@ -39,8 +39,7 @@ def holders_grid(sigma: float, rho: float, full: float, capped: float) -> list[i
     return sorted({int(x) for x in np.round(np.geomspace(lo, hi, 10))})
 
 
-def levels(params, sigmas: list[float], units: list[float], rho_1: float,
-           rho: list[float | None] | None = None) -> list[dict]:  # fmt: skip
+def levels(params, sigmas: list[float], units: list[float], rho_1: float, rho: list[float | None] | None = None) -> list[dict]:
     """Per level: the noise, the threshold (the one used, or before a release the least it can be) and
     the detection table at the two extreme weights (a holder with that one n-gram; one at the cap)."""
     out = []
@@ -52,16 +51,22 @@ def levels(params, sigmas: list[float], units: list[float], rho_1: float,
         full, capped = int(weights[1]), int(weights[cap])
         m = holders_grid(sigma, threshold, full * unit, capped * unit)
         m_arr = np.array(m)
-        out.append({
-            "k": k, "noise": "discrete Gaussian", "sigma": sigma, "grid": unit,
-            "weight_half_width": Z95 * sampler_std(sigma, unit),
-            "threshold": threshold, "threshold_exact": k == 1 or used is not None,
-            "spurious_per_previous": 0.0 if k == 1 else params.eta,
-            "holders": m,
-            "p_weight_1": detection(sigma, unit, threshold, full, m_arr).tolist(),
-            "weight_cap": capped * unit,
-            "p_weight_cap": detection(sigma, unit, threshold, capped, m_arr).tolist(),
-        })  # fmt: skip
+        out.append(
+            {
+                "k": k,
+                "noise": "discrete Gaussian",
+                "sigma": sigma,
+                "grid": unit,
+                "weight_half_width": Z95 * sampler_std(sigma, unit),
+                "threshold": threshold,
+                "threshold_exact": k == 1 or used is not None,
+                "spurious_per_previous": 0.0 if k == 1 else params.eta,
+                "holders": m,
+                "p_weight_1": detection(sigma, unit, threshold, full, m_arr).tolist(),
+                "weight_cap": capped * unit,
+                "p_weight_cap": detection(sigma, unit, threshold, capped, m_arr).tolist(),
+            }
+        )
     return out
 
 
@@ -79,18 +84,31 @@ def spurious(levels: list[dict], released: list[int], candidates: list[int | Non
     return out
 
 
-def release(params, sigmas: list[float], units: list[float], rho_1: float, rho: list[float | None],
-            released: list[int], candidates: list[int | None]) -> tuple[dict, list[str], Chart]:  # fmt: skip
+def release(
+    params,
+    sigmas: list[float],
+    units: list[float],
+    rho_1: float,
+    rho: list[float | None],
+    released: list[int],
+    candidates: list[int | None],
+) -> tuple[dict, list[str], Chart]:
     """What a DPNE release says of its accuracy (from its parameters and DP outputs): the manifest's
     part, the report's lines and the detection-probability chart."""
     found = levels(params, sigmas, units, rho_1, rho)
     share = spurious(found, released, candidates)
-    said = ["", "### Accuracy", "", f"Each noisy weight at level k is its users' summed weight plus discrete Gaussian "
-             f"noise of std sigma_k: a 95% interval is ± {found[0]['weight_half_width']:.4g} at level 1 (before "
-             "selection: a released n-gram was selected for a high noisy weight, so its weight is biased upward). "
-             "Expected spurious n-grams at level k: at most |V_k| · P[noise > rho_k] (every zero-weight "
-             "candidate passes with that probability), shown as a share of those released.", "",
-             *lines(found, share)]  # fmt: skip
+    said = [
+        "",
+        "### Accuracy",
+        "",
+        f"Each noisy weight at level k is its users' summed weight plus discrete Gaussian "
+        f"noise of std sigma_k: a 95% interval is ± {found[0]['weight_half_width']:.4g} at level 1 (before "
+        "selection: a released n-gram was selected for a high noisy weight, so its weight is biased upward). "
+        "Expected spurious n-grams at level k: at most |V_k| · P[noise > rho_k] (every zero-weight "
+        "candidate passes with that probability), shown as a share of those released.",
+        "",
+        *lines(found, share),
+    ]
     return {"levels": found, "spurious_share": share}, said, detection_chart(found)
 
 
@@ -98,8 +116,15 @@ def detection_chart(levels: list[dict]) -> Chart:
     """The detection-probability curves of the first two levels, at both weights."""
     points = {f"level {lv['k']}, w = 1": (lv["holders"], lv["p_weight_1"]) for lv in levels[:2]}
     points |= {f"level {lv['k']}, w = {lv['weight_cap']:.3g}": (lv["holders"], lv["p_weight_cap"]) for lv in levels[:2]}
-    return Chart("detection.png", "Probability that an n-gram held by m users is released", [], {}, kind="curve",
-                 points=points, axes=("users holding it (m)", "probability released"))  # fmt: skip
+    return Chart(
+        "detection.png",
+        "Probability that an n-gram held by m users is released",
+        [],
+        {},
+        kind="curve",
+        points=points,
+        axes=("users holding it (m)", "probability released"),
+    )
 
 
 def lines(levels: list[dict], spurious: list | None = None) -> list[str]:
@@ -114,9 +139,13 @@ def lines(levels: list[dict], spurious: list | None = None) -> list[str]:
         else:
             share = f"<= {lv['spurious_per_previous']:g} per released {lv['k'] - 1}-gram"
         out.append(f"| {lv['k']} | {lv['sigma']:.4g} | {lv['weight_half_width']:.4g} | {rho} | {share} |")
-    out += ["", "Probability that an n-gram held by m users is released (given, at k >= 2, that it is a valid "
-            "candidate), each holder adding weight w: w = 1 (it is their only n-gram of that length) or w at the "
-            "cap (they hold delta0 of them). Thresholds marked >= are the least they can be; the release states the one used.", ""]  # fmt: skip
+    out += [
+        "",
+        "Probability that an n-gram held by m users is released (given, at k >= 2, that it is a valid "
+        "candidate), each holder adding weight w: w = 1 (it is their only n-gram of that length) or w at the "
+        "cap (they hold delta0 of them). Thresholds marked >= are the least they can be; the release states the one used.",
+        "",
+    ]
     key = ("holders", "p_weight_1", "p_weight_cap", "weight_cap")
     for i, lv in enumerate(levels):
         if i and all(lv[x] == levels[i - 1][x] for x in key):
@@ -166,7 +195,9 @@ def notes(params, plan: Plan, columns: tuple[str, ...]) -> list[str]:
     d, cap = plan.detail, params.caps[0]
     weights = unit_weights(cap, d["grids"][0])
     full, capped = (holders_needed(d["grids"][0], d["rho_1"], int(weights[t])) for t in (1, cap))
-    return [f"a word is released with probability 1/2 or more only when at least {full} users hold it as their only "
-            f"word, or {capped} users who each hold {cap} distinct words (the detection table below); in a corpus "
-            "with fewer users, every word is more likely withheld than released. Its size is not public under the "
-            "user unit: judge it before you spend."]  # fmt: skip
+    return [
+        f"a word is released with probability 1/2 or more only when at least {full} users hold it as their only "
+        f"word, or {capped} users who each hold {cap} distinct words (the detection table below); in a corpus "
+        "with fewer users, every word is more likely withheld than released. Its size is not public under the "
+        "user unit: judge it before you spend."
+    ]

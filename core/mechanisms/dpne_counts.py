@@ -101,8 +101,15 @@ class Encoding:
 KEEP = "SELECT u, unnest(min_by(g, (hash(h, x, $key::UBIGINT), x), $cap)) AS g FROM over GROUP BY u"
 
 
-def contributions(con: duckdb.DuckDBPyConnection, users: np.ndarray, grams: np.ndarray, user_hash: np.ndarray, cap: int,
-                  key: int, names: pa.Array | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+def contributions(
+    con: duckdb.DuckDBPyConnection,
+    users: np.ndarray,
+    grams: np.ndarray,
+    user_hash: np.ndarray,
+    cap: int,
+    key: int,
+    names: pa.Array | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each user's contribution vector as (user, gram, m) arrays, from the occurrences ``users[i]``
     holds ``grams[i]``: the user's distinct grams, at most ``cap`` of them, m = how many were kept (so
     each is weighted w(m)). A user over the cap keeps the ``cap`` grams ranked first by a hash keyed
@@ -128,15 +135,26 @@ def contributions(con: duckdb.DuckDBPyConnection, users: np.ndarray, grams: np.n
         kept = con.execute(KEEP, {"key": key, "cap": cap}).fetchnumpy()
     finally:
         con.unregister("over")
-    return (np.concatenate([u[~over], kept["u"]]), np.concatenate([g[~over], kept["g"]]),
-            np.concatenate([m[~over], np.full(len(kept["g"]), cap)]))  # fmt: skip
+    return (
+        np.concatenate([u[~over], kept["u"]]),
+        np.concatenate([g[~over], kept["g"]]),
+        np.concatenate([m[~over], np.full(len(kept["g"]), cap)]),
+    )
 
 
 CHUNK = 1 << 21  # occurrences counted per DuckDB pass: its hash tables stay small (faster), and memory bounded
 
 
-def histogram(con: duckdb.DuckDBPyConnection, users: np.ndarray, grams: np.ndarray, user_hash: np.ndarray, cap: int,
-              key: int, unit: float, names: pa.Array | None = None) -> pd.DataFrame:  # fmt: skip
+def histogram(
+    con: duckdb.DuckDBPyConnection,
+    users: np.ndarray,
+    grams: np.ndarray,
+    user_hash: np.ndarray,
+    cap: int,
+    key: int,
+    unit: float,
+    names: pa.Array | None = None,
+) -> pd.DataFrame:
     """The weighted-Gaussian-policy histogram (gram, units) of the occurrences: each gram's users'
     weights w(m) (``contributions``) summed in grid units, sorted by gram (its name, with ``names``).
     Users are counted in groups of about ``CHUNK`` occurrences, each group's sums added like a
@@ -147,7 +165,9 @@ def histogram(con: duckdb.DuckDBPyConnection, users: np.ndarray, grams: np.ndarr
         _, g, m = contributions(con, users[held], grams[held], user_hash, cap, key, names)
         con.register("entries", pd.DataFrame({"g": g, "w": weights[m]}, copy=False))
         try:
-            shares.append(con.execute("SELECT g AS gram, CAST(sum(w) AS BIGINT) AS units FROM entries GROUP BY g ORDER BY g").df())
+            shares.append(
+                con.execute("SELECT g AS gram, CAST(sum(w) AS BIGINT) AS units FROM entries GROUP BY g ORDER BY g").df()
+            )
         finally:
             con.unregister("entries")
     hist = merge(shares)
@@ -201,15 +221,23 @@ class Partition:
     and after level k's marking ``hits`` (the index in S_k of the released k-gram that starts there, or
     NONE)."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, user_ids: np.ndarray, user_hash: np.ndarray, users: np.ndarray,
-                 tokens: np.ndarray, vocabulary: pa.Array):  # fmt: skip
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        user_ids: np.ndarray,
+        user_hash: np.ndarray,
+        users: np.ndarray,
+        tokens: np.ndarray,
+        vocabulary: pa.Array,
+    ):
         self.con, self.user_ids, self.user_hash, self.users, self.k = con, user_ids, user_hash, users, 1
         self.tokens, self.vocabulary = tokens, vocabulary  # level 1 only: each position's token id, and the tokens
         self.hits = self.words = np.empty(0, np.int32)
         self.pos, self.grams = np.empty(0, np.int64), np.empty(0, np.int64)  # the last level's candidates
 
-    def level(self, k: int, released: list[str] | np.ndarray, base: int, pruning: str, cap: int, key: int,
-              unit: float) -> pd.DataFrame:  # fmt: skip
+    def level(
+        self, k: int, released: list[str] | np.ndarray, base: int, pruning: str, cap: int, key: int, unit: float
+    ) -> pd.DataFrame:
         """Level k: mark where the released (k-1)-grams start (``released``: S_1's words at level 2,
         S_(k-1)'s ids after, each set in released order), find the valid k-grams with ids of ``base``
         (``Encoding``), and return this partition's share of their ``histogram``."""

@@ -34,6 +34,7 @@ from pydantic import Field, model_validator
 
 from core import noise
 from core.errors import InternalError, ParameterError
+from core.mechanisms import outliers_scale
 from core.mechanisms import outliers_sensitivity as sens
 from core.mechanisms.base import DPCost, Plan, Result
 from core.mechanisms.outliers_geometry import COORD_LIMIT, Cover, degrees, subspace_points
@@ -56,7 +57,7 @@ from core.mechanisms.outliers_sensitivity import (
 from core.params import StrictParams
 from core.privacy import draws, events
 from core.privacy.accountant import parts
-from core.privacy.accuracy import Z95, sampler_std
+from core.privacy.accuracy import Z95
 from core.privacy.adjacency import ReplaceRecord
 from core.privacy.budget import Budget
 from core.tables.schema import Needs
@@ -69,49 +70,47 @@ CountDelta = Annotated[float, Field(gt=0, lt=1)]  # a count's delta (Params chec
 # -- parameters -------------------------------------------------------------------------------------
 
 
-class PublicScale(StrictParams):
-    mean: float = Field(allow_inf_nan=False, description="public mean of the column")
-    std: float = Field(gt=0, allow_inf_nan=False, description="public standard deviation of the column")
-
-
-class PrivateScale(StrictParams):
-    """Estimate means and standard deviations from the data with the Gaussian mechanism (charged)."""
-
-    bounds: dict[str, tuple[Annotated[float, Field(allow_inf_nan=False)], Annotated[float, Field(allow_inf_nan=False)]]] = Field(
-        min_length=1, description="public clipping range [low, high] per column for the estimate"
-    )
-    share: float = Field(0.1, gt=0, lt=1, description="fraction of epsilon and delta spent on the estimate")
-
-    @model_validator(mode="after")
-    def _ordered(self) -> PrivateScale:
-        for column, (lo, hi) in self.bounds.items():
-            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-                raise ValueError(f"standardize.bounds[{column!r}] must be finite with low < high")
-        return self
-
-
 class Params(StrictParams):
     """Public parameters of an outlier-statistics release. ``epsilon``/``delta`` are the total."""
 
-    query: Literal["count", "top_subspaces"] = Field("count", description="count: outliers in one subspace; top_subspaces: the h c-dim subspaces with most outliers")
-    columns: list[str] | None = Field(None, min_length=1, description="count: the subspace; top_subspaces: the candidate columns (default: every column)")
+    query: Literal["count", "top_subspaces"] = Field(
+        "count", description="count: outliers in one subspace; top_subspaces: the h c-dim subspaces with most outliers"
+    )
+    columns: list[str] | None = Field(
+        None, min_length=1, description="count: the subspace; top_subspaces: the candidate columns (default: every column)"
+    )
     k: int = Field(ge=1, le=10_000, description="an outlier has fewer than k other records within r")
-    r: float = Field(gt=0, allow_inf_nan=False, description="radius, in RMS distance over the subspace (standardized units unless standardize is false)")
+    r: float = Field(
+        gt=0,
+        allow_inf_nan=False,
+        description="radius, in RMS distance over the subspace (standardized units unless standardize is false)",
+    )
     epsilon: float = Field(gt=0, le=100, description="total epsilon charged")
     delta: float = Field(0.0, ge=0, lt=1, description="total delta charged (needed by counts and by a private standardization)")
     c: int = Field(1, ge=1, le=64, description="top_subspaces: dimension of the candidate subspaces")
     h: int = Field(1, ge=1, le=1000, description="top_subspaces: number of subspaces chosen")
     release_counts: bool = Field(True, description="top_subspaces: also release the noisy count of each chosen subspace")
     count_share: float = Field(0.5, gt=0, lt=1, description="top_subspaces: fraction of the query budget for the counts")
-    scale_share: float = Field(0.1, ge=0, lt=1, description="fraction of each count's budget spent releasing its noise std (0: not released)")
-    standardize: Literal[False] | dict[str, PublicScale] | PrivateScale | None = Field(
+    scale_share: float = Field(
+        0.1, ge=0, lt=1, description="fraction of each count's budget spent releasing its noise std (0: not released)"
+    )
+    standardize: Literal[False] | dict[str, outliers_scale.PublicScale] | outliers_scale.PrivateScale | None = Field(
         None, description="false (raw units), public {column: {mean, std}}, or {bounds, share} for a charged estimate"
     )
     noise: Literal["auto", "smooth", "global"] = Field(
-        "auto", description="count noise: smooth sensitivity (S_UB/α), global sensitivity (min(N, k·K_c+1)), or auto: global whenever it beats the least noise smooth sensitivity could give for this N (public)"
+        "auto",
+        description="count noise: smooth sensitivity (S_UB/α), global sensitivity (min(N, k·K_c+1)), or auto: global whenever it beats the least noise smooth sensitivity could give for this N (public)",
     )
-    exact_until: int | None = Field(None, ge=0, description="compute the max ball cover exactly for t < exact_until and use the band count beyond (public switch); default exact throughout (in 3-D and above, cover_plan decides from N and the dimension)")
-    rows: int | None = Field(None, ge=2, description="the public number of records N declared with the dataset, set by the service from its registration (never by the analyst): counts are then clamped to [0, N] and must come from a table of N records")
+    exact_until: int | None = Field(
+        None,
+        ge=0,
+        description="compute the max ball cover exactly for t < exact_until and use the band count beyond (public switch); default exact throughout (in 3-D and above, cover_plan decides from N and the dimension)",
+    )
+    rows: int | None = Field(
+        None,
+        ge=2,
+        description="the public number of records N declared with the dataset, set by the service from its registration (never by the analyst): counts are then clamped to [0, N] and must come from a table of N records",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Params:
@@ -126,7 +125,7 @@ class Params(StrictParams):
             raise ValueError("a count is released with Gaussian noise and needs delta > 0")
         if self.query == "top_subspaces" and self.release_counts and self.delta == 0:
             raise ValueError("release_counts needs delta > 0 (the counts get Gaussian noise); or set release_counts: false")
-        if isinstance(self.standardize, PrivateScale) and self.delta == 0:
+        if isinstance(self.standardize, outliers_scale.PrivateScale) and self.delta == 0:
             raise ValueError("a private standardization uses the Gaussian mechanism and needs delta > 0")
         a = allocate(self)  # refuses a budget below the exact sampler's slack (noise.continuous_budget)
         if a.counts and self.noise == "smooth" and a.count.epsilon > smooth_epsilon_max(a.count.delta):
@@ -144,7 +143,7 @@ class Params(StrictParams):
 
 
 def allocate(params: Params) -> Allocation:
-    s = params.standardize.share if isinstance(params.standardize, PrivateScale) else 0.0
+    s = params.standardize.share if isinstance(params.standardize, outliers_scale.PrivateScale) else 0.0
     eps, delta = params.epsilon * (1 - s), params.delta * (1 - s)
     if params.query == "count":
         counts, select = 1, 0.0
@@ -172,11 +171,13 @@ def resolve(params: Params, schema: tuple[str, ...]) -> tuple[list[str], list[tu
     missing = [c for c in columns if c not in schema]
     if missing:
         raise ParameterError(f"outliers: columns {missing} are not in the table (it has {list(schema)}).")
-    if isinstance(params.standardize, dict | PrivateScale):
+    if isinstance(params.standardize, dict | outliers_scale.PrivateScale):
         given = params.standardize if isinstance(params.standardize, dict) else params.standardize.bounds
         absent = [c for c in columns if c not in given]
         if absent:
-            raise ParameterError(f"outliers: standardize gives no scale for columns {absent}; add them or set standardize: false.")
+            raise ParameterError(
+                f"outliers: standardize gives no scale for columns {absent}; add them or set standardize: false."
+            )
     if params.query == "count":
         return columns, [tuple(columns)]
     if params.c > len(columns):
@@ -185,7 +186,9 @@ def resolve(params: Params, schema: tuple[str, ...]) -> tuple[list[str], list[tu
     if params.h > n_sub:
         raise ParameterError(f"outliers: h={params.h} is more than the {n_sub} candidate subspaces of dimension {params.c}.")
     if n_sub > MAX_SUBSPACES:
-        raise ParameterError(f"outliers: {n_sub} candidate subspaces is more than {MAX_SUBSPACES}; list fewer columns or lower c.")
+        raise ParameterError(
+            f"outliers: {n_sub} candidate subspaces is more than {MAX_SUBSPACES}; list fewer columns or lower c."
+        )
     return columns, list(combinations(columns, params.c))
 
 
@@ -235,8 +238,14 @@ def declared(params: Params) -> events.Event:
     return plan(params).cost.event  # the plan's privacy event: its leaves are what a run draws with
 
 
-def standardized(frame: pd.DataFrame, columns: list[str], params: Params, budget: Budget,
-                 rng: np.random.Generator, event: events.Event | None = None) -> tuple[np.ndarray, dict]:  # fmt: skip
+def standardized(
+    frame: pd.DataFrame,
+    columns: list[str],
+    params: Params,
+    budget: Budget,
+    rng: np.random.Generator,
+    event: events.Event | None = None,
+) -> tuple[np.ndarray, dict]:
     """The columns as a float matrix in the units r is given in, and the scales used (public)."""
     x = frame[columns].to_numpy(dtype=float)
     spec = params.standardize
@@ -249,40 +258,21 @@ def standardized(frame: pd.DataFrame, columns: list[str], params: Params, budget
     else:
         bounds = np.array([spec.bounds[c] for c in columns])
         leaf = events.find(event or declared(params), sens.PRIVATE) if params.columns else sens.private_leaf(budget, len(columns))
-        mean, std, sampled = private_scale(x, bounds, leaf, rng)
+        mean, std, sampled = outliers_scale.private_scale(x, bounds, leaf, rng)
         method = "private (Gaussian mechanism, charged)"
     scales = {c: {"mean": float(m), "std": float(s)} for c, m, s in zip(columns, mean, std)}
     if method != "public":  # each estimated mean's noise and 95% interval (of the clipped values' mean)
         for c, m, (lo, hi) in zip(columns, mean, bounds):
             half = Z95 * sampled * (hi - lo) / 2 / len(x)
-            scales[c]["mean_noise"] = {"family": "discrete Gaussian on the clipped sum", "std": sampled * (hi - lo) / 2 / len(x),
-                                       "interval": [max(lo, m - half), min(hi, m + half)], "of": "the mean of the values clipped to the bounds (on the noise grid)"}  # fmt: skip
+            scales[c]["mean_noise"] = {
+                "family": "discrete Gaussian on the clipped sum",
+                "std": sampled * (hi - lo) / 2 / len(x),
+                "interval": [max(lo, m - half), min(hi, m + half)],
+                "of": "the mean of the values clipped to the bounds (on the noise grid)",
+            }
     with np.errstate(over="ignore"):
         z = (x - mean) / std
     return np.clip(z, -COORD_LIMIT, COORD_LIMIT), {"method": method, "scales": scales}
-
-
-def private_scale(x: np.ndarray, bounds: np.ndarray, leaf: events.DiscreteGaussian,
-                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, float]:  # fmt: skip
-    """Means and stds from clipped sums with one Gaussian mechanism (replace-one sensitivity).
-
-    Each column is mapped onto [−1, 1] by its public bounds and each value put on the noise grid
-    (y to the nearest grid point, y^2 rounded down: still in [−1, 1] and [0, 1]); replacing a record
-    moves a column's sum by at most 2 and its sum of squares by at most 1, so the l2 sensitivity is
-    sqrt(5d). Sums are exact integers in grid units; the noise is ``core.noise``'s discrete Gaussian.
-    """
-    n, d = x.shape
-    centre, half = bounds.mean(axis=1), (bounds[:, 1] - bounds[:, 0]) / 2
-    y = (np.clip(x, bounds[:, 0], bounds[:, 1]) - centre) / half
-    sigma = leaf.sigma  # sqrt(5d) * the continuous proof's std (``private_leaf``)
-    noise.check_shift(leaf.sensitivity, sigma)
-    unit = min(1.0, noise.grid(sigma))
-    yu = np.rint(y / unit).astype(np.int64)
-    sq = (yu * yu) // round(1 / unit)  # floor(y^2 / unit) in grid units (unit is a power of two <= 1)
-    noisy = draws.values(rng, leaf, np.concatenate([yu.sum(axis=0), sq.sum(axis=0)]), unit)
-    m1 = np.clip(noisy[:d] / n, -1, 1)
-    var = np.clip(noisy[d:] / n - m1**2, (1 / n) ** 2, 1)  # a floor keeps the scale positive
-    return centre + half * m1, half * np.sqrt(var), sampler_std(sigma, unit)  # the last: the sums' noise std
 
 
 def select_top(quality: np.ndarray, sensitivity: int, leaves: list[events.PermuteAndFlip], rng) -> np.ndarray:
@@ -315,8 +305,15 @@ def measure(z: np.ndarray, params: Params, smooth: bool, b: float = 0.0) -> Meas
     return Measured(int((deg < params.k).sum()), bound)
 
 
-def noisy_count(z: np.ndarray, subspace: tuple[str, ...], params: Params, a: Allocation, rng: np.random.Generator,
-                measured: Measured | None = None, event: events.Event | None = None) -> Counted:  # fmt: skip
+def noisy_count(
+    z: np.ndarray,
+    subspace: tuple[str, ...],
+    params: Params,
+    a: Allocation,
+    rng: np.random.Generator,
+    measured: Measured | None = None,
+    event: events.Event | None = None,
+) -> Counted:
     """q + (S_UB/α)·N(0,1) with ln(S_UB/α) released as ln + Laplace(β/ε_scale), or q + GS·σ·N(0,1), with the
     plan's leaves (left open, no N stated: built alike at the table's N). The ledger is charged already."""
     n = len(z)
@@ -375,12 +372,12 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
         smooth = not uses_global(params, a, n, len(chosen[0]))
         b = beta(a.count.epsilon, a.count.delta)
         measured = [measure(z[:, cols[s]], params=params, smooth=smooth, b=b) for s in chosen]
-        counted = [clamped(noisy_count(z[:, cols[s]], s, params, a, rng, m, event), params.rows)
-                   for s, m in zip(chosen, measured)]  # fmt: skip
+        counted = [
+            clamped(noisy_count(z[:, cols[s]], s, params, a, rng, m, event), params.rows) for s, m in zip(chosen, measured)
+        ]
     planned = plan(params)  # the allocation as a release's manifest has always shown it, its parts with their figures
     shown = {"accountant": "basic", **planned.detail, "events": [e.figures() for e in parts(planned.cost.event)]}
     return describe(params, a, n, scaling, chosen, counted, selection, shown)
-
 
 
 def check(original: pd.DataFrame, result: Result, params: Params) -> None:

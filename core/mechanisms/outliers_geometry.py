@@ -24,6 +24,7 @@ MAX_BLOCK_ENTRIES = 10_000_000  # worst-case size of the blocks bound's incidenc
 # distances then never overflow, so no table can make the search fail where its neighbour does not.
 COORD_LIMIT = 1e15
 
+
 def subspace_points(z: np.ndarray) -> np.ndarray:
     """Coordinates scaled by 1/sqrt(|S|), so Euclidean distance is the paper's RMS distance."""
     return np.ascontiguousarray(z, dtype=float) / math.sqrt(z.shape[1])
@@ -74,7 +75,9 @@ class Cover:
             return
         tree = scipy.spatial.cKDTree(self.unique)
         if self.method == "centres":
-            centres = np.vstack([self.unique, *_circle_centres(self.unique, tree.query_pairs(2 * self.rho, output_type="ndarray"), self.rho)])
+            centres = np.vstack(
+                [self.unique, *_circle_centres(self.unique, tree.query_pairs(2 * self.rho, output_type="ndarray"), self.rho)]
+            )
             self.incidence = _incidence(scipy.spatial.cKDTree(centres), tree, self.rho, len(centres), len(self.unique))
             return
         pairs = tree.query_pairs(2 * self.rho, output_type="ndarray")
@@ -109,7 +112,7 @@ class Cover:
             if totals[comp] <= best:
                 break
             members = live[label == comp]
-            neighbours = {v: set(self.graph.indices[self.graph.indptr[v]:self.graph.indptr[v + 1]]) for v in members}
+            neighbours = {v: set(self.graph.indices[self.graph.indptr[v] : self.graph.indptr[v + 1]]) for v in members}
 
             def expand(chosen: list[int], ball: tuple[np.ndarray, float], have: int, cands: list[int]) -> None:
                 nonlocal best
@@ -126,7 +129,7 @@ class Cover:
                         grown = _ball_through(self.unique[chosen], self.unique[v])
                     if grown[1] <= limit:
                         best = max(best, have + int(weight[v]))
-                        rest = np.array([u for u in cands[i + 1:] if u in neighbours[v]], dtype=np.int64)  # noqa: B023 - used at once
+                        rest = np.array([u for u in cands[i + 1 :] if u in neighbours[v]], dtype=np.int64)  # noqa: B023 - used at once
                         if rest.size:  # a radius-r ball holding the chosen set is centred within
                             reach = self.rho + math.sqrt(max(limit - grown[1], 0.0))  # sqrt(r² − seb²) of its centre
                             rest = rest[((self.unique[rest] - grown[0]) ** 2).sum(axis=1) <= reach**2 * (1 + SEB_SLACK)]
@@ -229,4 +232,3 @@ def _incidence(
     pairs = centres.sparse_distance_matrix(points, rho * (1 + SEB_SLACK), output_type="ndarray")
     ones = np.ones(len(pairs), dtype=np.int64)
     return scipy.sparse.csr_matrix((ones, (pairs["i"], pairs["j"])), shape=(n_centres, n_points))
-

@@ -160,15 +160,18 @@ def smooth_bound(deg: np.ndarray, k: int, b: float, cover: geometry.Cover | None
         ahead = (m_prev[:, None] + bands[:, s] - p_prev[:, None]).max(axis=0)
         if (decay[s] * np.minimum(n, ahead + t_all[s] + 1)).max() <= best:
             return Smooth(best, arg, t)
-        m = np.array([
-            m_prev[i] if t and bands[i, t] == p_prev[i] else cover.max_cover(np.abs(deg - j) <= t)
-            for i, j in enumerate((k, k - 1))
-        ])  # fmt: skip
+        m = np.array(
+            [
+                m_prev[i] if t and bands[i, t] == p_prev[i] else cover.max_cover(np.abs(deg - j) <= t)
+                for i, j in enumerate((k, k - 1))
+            ]
+        )
         value = decay[t] * min(n, m.max() + t + 1)
         if value > best:
             best, arg = float(value), t
         m_prev, p_prev = m, bands[:, t].copy()
     return Smooth(best, arg, stop)
+
 
 def smooth_floor(n: int, b: float) -> float:
     """The least S_UB any table of n records can have: B_t >= min(n, t + 1)."""
@@ -188,8 +191,12 @@ def global_noise(n: int, k: int, c: int, a: Allocation) -> tuple[float, int]:
     return global_std(n, k, c, a.whole), gs_upper(n, k, c)
 
 
-GLOBAL, PRIVATE, SELECTION, STD = ("outlier count (global sensitivity)", "private standardization", "top-h selection",
-                                   "released noise std (log scale)")  # the parts a run draws with, by name
+GLOBAL, PRIVATE, SELECTION, STD = (
+    "outlier count (global sensitivity)",
+    "private standardization",
+    "top-h selection",
+    "released noise std (log scale)",
+)  # the parts a run draws with, by name
 
 
 def global_leaf(n: int, k: int, c: int, a: Allocation) -> events.DiscreteGaussian:
@@ -202,8 +209,9 @@ def private_leaf(budget: Budget, d: int) -> events.DiscreteGaussian:
     """A private standardization's noise on d columns' clipped sums and sums of squares: l2 sensitivity
     sqrt(5d), std from the continuous proof at ``noise.continuous_budget`` for 2d coordinates."""
     root = math.sqrt(5 * d)
-    return events.DiscreteGaussian(root * gaussian_sigma(*noise.continuous_budget(budget.epsilon, budget.delta, 2 * d)),
-                                   root, part=PRIVATE)  # fmt: skip
+    return events.DiscreteGaussian(
+        root * gaussian_sigma(*noise.continuous_budget(budget.epsilon, budget.delta, 2 * d)), root, part=PRIVATE
+    )
 
 
 def std_leaf(a: Allocation) -> events.DiscreteLaplace:
@@ -270,12 +278,24 @@ def privacy_events(params, a: Allocation) -> list[events.Event]:
             leaf = global_leaf(params.rows, params.k, count_dimension(params), a)
             return out + [events.times(leaf, a.counts), events.sampler_slack(a.counts)]
         if kind is None:
-            return out + [events.times(events.EpsilonDelta(eps, delta, part="outlier count and its noise std (smooth or "
-                                                           "global noise: decided from N and the dimension when it runs)"),
-                                       a.counts)]  # fmt: skip
+            return out + [
+                events.times(
+                    events.EpsilonDelta(
+                        eps,
+                        delta,
+                        part="outlier count and its noise std (smooth or "
+                        "global noise: decided from N and the dimension when it runs)",
+                    ),
+                    a.counts,
+                )
+            ]
         # the label smooth counts have always been recorded with
-        out.append(events.times(events.EpsilonDelta(eps * (1 - params.scale_share), delta,
-                                                    part="outlier count (smooth or global sensitivity)"), a.counts))  # fmt: skip
+        out.append(
+            events.times(
+                events.EpsilonDelta(eps * (1 - params.scale_share), delta, part="outlier count (smooth or global sensitivity)"),
+                a.counts,
+            )
+        )
         if a.scale > 0:
             out.append(events.times(std_leaf(a), a.counts))
     return out

@@ -24,9 +24,11 @@ from core.tables.schema import Needs
 NAME = "ra"
 P_TOLERANCE = 1e-9
 # What the published figures tell of the registered table (eq. 1 takes the original marginals; DECISIONS.md)
-REVEALS = ("Pa, Pa_max and, with p: entropy, p are computed from the registered table's QI marginals: from them "
-           "follows each QI column's Shannon entropy H_i (e^H_i is its effective number of categories), and nothing "
-           "else of the table; on a column with two values H_i gives the exact split of its records.")
+REVEALS = (
+    "Pa, Pa_max and, with p: entropy, p are computed from the registered table's QI marginals: from them "
+    "follows each QI column's Shannon entropy H_i (e^H_i is its effective number of categories), and nothing "
+    "else of the table; on a column with two values H_i gives the exact split of its records."
+)
 
 
 class Params(StrictParams):
@@ -72,7 +74,10 @@ def protects(params: Params) -> list[str]:
 
 def plan(params: Params) -> Plan:
     variant = "Enhanced RA" if params.k is not None else "RA"
-    return Plan(cost=NoDP("probabilistic anonymity (not differential privacy)"), guarantee=f"{variant}: probabilistic anonymity Pa (Yang & Qiao, eq. 1); not differential privacy")
+    return Plan(
+        cost=NoDP("probabilistic anonymity (not differential privacy)"),
+        guarantee=f"{variant}: probabilistic anonymity Pa (Yang & Qiao, eq. 1); not differential privacy",
+    )
 
 
 def entropies(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
@@ -172,8 +177,11 @@ def _report(privacy: dict, select_rate: np.ndarray) -> str:
     k = privacy["k"]
     variant = f"Enhanced RA (k = {k})" if k else "RA"
     cells = f"{k} distinct QI cells" if k else "one QI cell"
-    best = ("every way of choosing which k cells to redraw (Prop. 7's argument on k-subsets; Enhanced RA chooses "
-            "uniformly)" if k else "every column-choice p (Prop. 7)")  # fmt: skip
+    best = (
+        "every way of choosing which k cells to redraw (Prop. 7's argument on k-subsets; Enhanced RA chooses uniformly)"
+        if k
+        else "every column-choice p (Prop. 7)"
+    )
     rows = "\n".join(f"| {c} | {r:.4f} |" for c, r in zip(privacy["qi"], select_rate))
     return (
         f"## {variant}\n\n"

@@ -47,10 +47,20 @@ class EDSStep(swapping.DepthParams):
 
 PAPERS = {"ra": ra, "mews": swapping.MEWS, "meds": swapping.MEDS, "eds": swapping.EDS}
 Step = Annotated[
-    Union[methods.Recode, methods.TopCode, methods.Suppress, methods.Microaggregate, methods.Pram, methods.Noise,  # noqa: UP007
-          RAStep, MEWSStep, MEDSStep, EDSStep],
+    Union[  # noqa: UP007 - a discriminated union of classes: pydantic reads it as written
+        methods.Recode,
+        methods.TopCode,
+        methods.Suppress,
+        methods.Microaggregate,
+        methods.Pram,
+        methods.Noise,
+        RAStep,
+        MEWSStep,
+        MEDSStep,
+        EDSStep,
+    ],
     Field(discriminator="method"),
-]  # fmt: skip
+]
 
 
 class Params(StrictParams):
@@ -70,8 +80,10 @@ class Params(StrictParams):
         for i, s in enumerate(self.steps):
             wanted = set(_numeric_needs(s))
             if wanted & recoded:
-                raise ValueError(f"step {i + 1} ({s.method}) needs {sorted(wanted & recoded)} numeric, but an earlier "
-                                 "recode step made them intervals")  # fmt: skip
+                raise ValueError(
+                    f"step {i + 1} ({s.method}) needs {sorted(wanted & recoded)} numeric, but an earlier "
+                    "recode step made them intervals"
+                )
             if isinstance(s, methods.Recode):
                 recoded |= set(s.columns)
         return self
@@ -117,16 +129,20 @@ def needs(params: Params, schema: tuple[str, ...]) -> Needs:
         aggregated = [c for s in params.steps if s.method == "microaggregate" for c in s.columns]
         keys = [c for c in aggregated if c in params.policy.key_vars.all]
         if keys and params.steps[-1].method == "suppress":
-            raise ParameterError(f"microaggregate then suppress: {keys} are key variables, and a group mean seen "
-                                 "fewer than k times in the release is the value of a suppressed member (group sizes "
-                                 "follow from N and k); recode them instead, or leave out the suppress step")  # fmt: skip
+            raise ParameterError(
+                f"microaggregate then suppress: {keys} are key variables, and a group mean seen "
+                "fewer than k times in the release is the value of a suppressed member (group sizes "
+                "follow from N and k); recode them instead, or leave out the suppress step"
+            )
     return Needs(columns=tuple(dict.fromkeys(columns)), numeric=tuple(dict.fromkeys(numeric)))
 
 
 def plan(params: Params) -> Plan:
     chain = " → ".join(s.method for s in params.steps)
-    return Plan(cost=NoDP("statistical disclosure control (not differential privacy)"),
-                guarantee=f"SDC chain {chain}: the disclosure policy's thresholds, measured on its key; not differential privacy")  # fmt: skip
+    return Plan(
+        cost=NoDP("statistical disclosure control (not differential privacy)"),
+        guarantee=f"SDC chain {chain}: the disclosure policy's thresholds, measured on its key; not differential privacy",
+    )
 
 
 def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result:
@@ -150,12 +166,15 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
     privacy = {"steps": done}
     suppressed = sum(d.get("suppressed_cells", 0) for d in done)
     headline = {"chain": " → ".join(s.method for s in params.steps), "suppressed_cells": suppressed}
-    lines = "\n".join(f"{i + 1}. `{d['method']}`: " + ", ".join(f"{k} {v}" for k, v in d.items() if k != "method")
-                      for i, d in enumerate(done))  # fmt: skip
-    report = (f"## SDC chain: {headline['chain']}\n\nThe steps ran in this order on the policy's published columns "
-              "(not differential privacy). A paper's step states its parameters only: its own figures would describe "
-              "a table the later steps changed. The release's risk is the policy's, measured on the final table "
-              "below.\n\n" + lines + "\n")  # fmt: skip
+    lines = "\n".join(
+        f"{i + 1}. `{d['method']}`: " + ", ".join(f"{k} {v}" for k, v in d.items() if k != "method") for i, d in enumerate(done)
+    )
+    report = (
+        f"## SDC chain: {headline['chain']}\n\nThe steps ran in this order on the policy's published columns "
+        "(not differential privacy). A paper's step states its parameters only: its own figures would describe "
+        "a table the later steps changed. The release's risk is the policy's, measured on the final table "
+        "below.\n\n" + lines + "\n"
+    )
     return Result(data.reset_index(drop=True), privacy, report, [], headline)
 
 

@@ -33,8 +33,10 @@ def plan(params: SpamSpec) -> Plan:
     if params.dp is None:
         return Plan(cost=MPCCost(GUARANTEE), guarantee=GUARANTEE, detail={"guarantee": GUARANTEE})
     noise = calibrate(params.dp, len(params.users), params.rounds, params.quorum)
-    guarantee = (f"message-level (epsilon={params.dp.epsilon:g}, delta={params.dp.delta:g})-differential privacy of "
-                 f"every round sum the server decrypts, with up to {params.dp.colluders} users colluding and as few as "
-                 f"{params.quorum} users in a round; {GUARANTEE}")  # fmt: skip
+    guarantee = (
+        f"message-level (epsilon={params.dp.epsilon:g}, delta={params.dp.delta:g})-differential privacy of "
+        f"every round sum the server decrypts, with up to {params.dp.colluders} users colluding and as few as "
+        f"{params.quorum} users in a round; {GUARANTEE}"
+    )
     cost = DPCost(events.charge([noise.event()], params.dp.epsilon, params.dp.delta), ADJACENCY)
     return Plan(cost=cost, guarantee=guarantee, detail={"guarantee": guarantee, "noise": noise.public()})

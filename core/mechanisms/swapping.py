@@ -52,7 +52,9 @@ SwapMode = Literal["cyclic", "pairs", "block"]
 
 class _Common(StrictParams):
     swap_set: list[str] = Field(min_length=1, description="attributes swapped together (S)")
-    swap_mode: SwapMode = Field("cyclic", description="cyclic | pairs: each attribute permuted on its own; block: x[S] moves whole")
+    swap_mode: SwapMode = Field(
+        "cyclic", description="cyclic | pairs: each attribute permuted on its own; block: x[S] moves whole"
+    )
     others: Literal["eds", "keep"] = Field("keep", description="numeric attributes outside S: rank-swapped (EDS) or left alone")
     k: int | None = Field(None, ge=2, description="bin depth for MEDS and EDS (tuples per bin)")
 
@@ -76,9 +78,11 @@ class MEWSParams(_Common):
     @classmethod
     def _no_refusal_on_data(cls, value: object) -> object:
         if value == "error":  # it refused after the rows were read, with how many tuples sat alone
-            raise ValueError("singletons: error is not offered: a refusal after the rows are read would tell the "
-                             "analyst about the table (whether, and how many, tuples sit alone in their cell), "
-                             "which no release shows; use merge or suppress")  # fmt: skip
+            raise ValueError(
+                "singletons: error is not offered: a refusal after the rows are read would tell the "
+                "analyst about the table (whether, and how many, tuples sit alone in their cell), "
+                "which no release shows; use merge or suppress"
+            )
         return value
 
     @model_validator(mode="after")
@@ -117,7 +121,10 @@ def needs_numeric(params: _Common) -> Needs:
 
 
 def plan_swapping(name: str) -> Plan:
-    return Plan(cost=NoDP("local data swapping (not differential privacy)"), guarantee=f"{name}: value-invariant local swapping with disclosure risk P; not differential privacy")
+    return Plan(
+        cost=NoDP("local data swapping (not differential privacy)"),
+        guarantee=f"{name}: value-invariant local swapping with disclosure risk P; not differential privacy",
+    )
 
 
 def _others(frame: pd.DataFrame, params: _Common, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -130,8 +137,10 @@ def _others(frame: pd.DataFrame, params: _Common, rng: np.random.Generator) -> d
             continue
         values = frame[column].to_numpy()
         if pd.isna(values).any():
-            raise ParameterError("a numeric column outside the swap set has missing values (the registered schema "
-                                 "says which may); EDS needs complete columns: use others: keep")  # fmt: skip
+            raise ParameterError(
+                "a numeric column outside the swap set has missing values (the registered schema "
+                "says which may); EDS needs complete columns: use others: keep"
+            )
         out |= swap([column], rank_bins(values, params.k, rng), params.swap_mode, rng)
     return out
 
@@ -149,8 +158,16 @@ def _risk(partners: dict[str, np.ndarray], candidates: list[Partition]) -> float
     return worst
 
 
-def _finish(name: str, frame: pd.DataFrame, params: _Common, bins: np.ndarray, risk: dict, rng: np.random.Generator,
-            keep_rows: np.ndarray | None = None, candidates: list[Partition] | None = None) -> Result:  # fmt: skip
+def _finish(
+    name: str,
+    frame: pd.DataFrame,
+    params: _Common,
+    bins: np.ndarray,
+    risk: dict,
+    rng: np.random.Generator,
+    keep_rows: np.ndarray | None = None,
+    candidates: list[Partition] | None = None,
+) -> Result:
     """Swap inside ``bins``, apply EDS outside S if asked, and state the risk figures."""
     partners_s = swap(params.swap_set, bins, params.swap_mode, rng)
     partners = partners_s | _others(frame, params, rng)
@@ -163,40 +180,64 @@ def _finish(name: str, frame: pd.DataFrame, params: _Common, bins: np.ndarray, r
     sizes = np.bincount(kept_bins)
     sizes = sizes[sizes > 0]
     degree, smallest = int(len(sizes)), int(sizes.min()) if len(sizes) else 0
-    risk = {"partition_degree": degree, "minimal_bin_size": smallest,
-            "p_known": 1.0 / (smallest - 1) if smallest > 1 else 1.0, **risk}  # fmt: skip
+    risk = {
+        "partition_degree": degree,
+        "minimal_bin_size": smallest,
+        "p_known": 1.0 / (smallest - 1) if smallest > 1 else 1.0,
+        **risk,
+    }
     if candidates is not None:
         # The paper's model: the attacker knows only the range, so any of the q_ew partitions may
         # be the one used. But d and the minimal bin size are published too, and only candidates
         # that match them remain plausible: the risk given what is published is reported beside it.
         consistent = [p for p in candidates if p.degree == degree and int(p.sizes.min()) == smallest]
-        risk |= {"p_hidden": _risk(partners_s, candidates), "q_consistent": len(consistent),
-                 "p_hidden_given_published": _risk(partners_s, consistent)}  # fmt: skip
+        risk |= {
+            "p_hidden": _risk(partners_s, candidates),
+            "q_consistent": len(consistent),
+            "p_hidden_given_published": _risk(partners_s, consistent),
+        }
     else:
         risk |= {"p_hidden": risk["p_known"], "p_hidden_given_published": risk["p_known"]}
-    privacy = {"swap_set": list(params.swap_set), "swap_mode": params.swap_mode,
-               "others_swapped_with_eds": sorted(set(partners) - set(params.swap_set)), **risk}  # fmt: skip
+    privacy = {
+        "swap_set": list(params.swap_set),
+        "swap_mode": params.swap_mode,
+        "others_swapped_with_eds": sorted(set(partners) - set(params.swap_set)),
+        **risk,
+    }
     # The report and charts draw on the released table and the risk figures only: the original
     # records (and any statistic of them beyond the stated figures) never leave the run.
-    pairs = [(x, y) for i, x in enumerate(params.swap_set) for y in params.swap_set[i + 1:]][:3]
+    pairs = [(x, y) for i, x in enumerate(params.swap_set) for y in params.swap_set[i + 1 :]][:3]
     charts = [_scatter(released, x, y, i) for i, (x, y) in enumerate(pairs)]
     report = _report(name, privacy)
     headline = {k: privacy[k] for k in ("partition_degree", "p_known", "p_hidden")}
-    return Result(released, privacy, report, charts, headline,
-                  manifest={"risk": {k: privacy[k] for k in ("p_known", "p_hidden", "p_hidden_given_published")},
-                            "partition_degree": degree})  # fmt: skip
+    return Result(
+        released,
+        privacy,
+        report,
+        charts,
+        headline,
+        manifest={
+            "risk": {k: privacy[k] for k in ("p_known", "p_hidden", "p_hidden_given_published")},
+            "partition_degree": degree,
+        },
+    )
 
 
 def _report(name: str, privacy: dict) -> str:
     lines = "\n".join(f"- {k.replace('_', ' ')}: {v}" for k, v in privacy.items())
-    bound = ("The max change bound, per column of S, is a true bound: no released value differs from the value "
-             "its row held by more than it. It is the cell width (t_ub for a hidden width) times the widest bin in "
-             "cells (a lone tuple merged into a nearby cell widens that bin), capped at the column's range "
-             "(max − min).\n"
-             if "max_change_bound" in privacy else "")  # fmt: skip
+    bound = (
+        "The max change bound, per column of S, is a true bound: no released value differs from the value "
+        "its row held by more than it. It is the cell width (t_ub for a hidden width) times the widest bin in "
+        "cells (a lone tuple merged into a nearby cell widens that bin), capped at the column's range "
+        "(max − min).\n"
+        if "max_change_bound" in privacy
+        else ""
+    )
     if privacy.get("bound_units") == "sd":
-        bound += ("Widths and bounds are in standard deviations of the registered column, as the request gave them: "
-                  "tuples were suppressed, and that column's scale in the data's units would tell their values.\n")
+        bound += (
+            "Widths and bounds are in standard deviations of the registered column, as the request gave them: "
+            "tuples were suppressed, and that column's scale in the data's units would tell their values.\n"
+        )
     return (
         f"## {name.upper()}\n\nValues were swapped between tuples of the same bin: every column holds exactly its "
         "original values, in another order. Not differential privacy; the ledger records epsilon = delta = 0.\n\n"
@@ -207,8 +248,7 @@ def _report(name: str, privacy: dict) -> str:
 def _scatter(released: pd.DataFrame, x: str, y: str, i: int) -> Chart:
     step = max(1, len(released) // 5000)  # plot at most about 5,000 points
     points = {"released": (released[x].to_numpy(float)[::step], released[y].to_numpy(float)[::step])}
-    return Chart(f"swap_scatter_{i + 1}.png", f"{x} vs {y}: released", [], {}, kind="scatter",
-                 points=points, axes=(x, y))  # fmt: skip
+    return Chart(f"swap_scatter_{i + 1}.png", f"{x} vs {y}: released", [], {}, kind="scatter", points=points, axes=(x, y))
 
 
 class _MEWS:
@@ -243,8 +283,12 @@ class _MEWS:
                 )
             _, part = found[int(rng.integers(0, len(found)))]  # the width used stays secret
             labels, candidates = part.labels, [p for _, p in found]
-            risk = {"t_range": list(params.t_range), "width_units": params.width_units, "q_ew": len(found),
-                    "max_change_bound": {c: float(params.t_range[1] * sc) for c, sc in zip(params.swap_set, scales)}}  # fmt: skip
+            risk = {
+                "t_range": list(params.t_range),
+                "width_units": params.width_units,
+                "q_ew": len(found),
+                "max_change_bound": {c: float(params.t_range[1] * sc) for c, sc in zip(params.swap_set, scales)},
+            }
         else:
             w = params.widths
             widths = (np.array([w[c] for c in params.swap_set]) if isinstance(w, dict) else np.full(len(scales), w)) * scales
@@ -255,17 +299,27 @@ class _MEWS:
                 labels, merged, span = merge_singletons(values, widths, part)
             if lone and params.singletons == "suppress":
                 keep_rows = part.sizes[part.labels] >= 2
-            risk = {"widths": dict(zip(params.swap_set, widths.tolist())), "q_ew": 1,
-                    "max_change_bound": {c: float(wv * n) for c, wv, n in zip(params.swap_set, widths, span)}}  # fmt: skip
+            risk = {
+                "widths": dict(zip(params.swap_set, widths.tolist())),
+                "q_ew": 1,
+                "max_change_bound": {c: float(wv * n) for c, wv, n in zip(params.swap_set, widths, span)},
+            }
             if keep_rows is not None and params.width_units == "sd":
                 # The scale is the registered column's standard deviation, suppressed records included: with
                 # N and the kept values public, a width in the data's units would give the suppressed values
                 # back (a quadratic in each). Widths and bounds stay in the request's units.
                 given = widths / scales
-                risk = {"widths": dict(zip(params.swap_set, given.tolist())), "q_ew": 1, "bound_units": "sd",
-                        "max_change_bound": {c: float(wv * n) for c, wv, n in zip(params.swap_set, given, span)}}  # fmt: skip
-        risk |= {"cells": part.degree, "merged_singletons": merged,
-                 "suppressed_tuples": 0 if keep_rows is None else int((~keep_rows).sum())}  # fmt: skip
+                risk = {
+                    "widths": dict(zip(params.swap_set, given.tolist())),
+                    "q_ew": 1,
+                    "bound_units": "sd",
+                    "max_change_bound": {c: float(wv * n) for c, wv, n in zip(params.swap_set, given, span)},
+                }
+        risk |= {
+            "cells": part.degree,
+            "merged_singletons": merged,
+            "suppressed_tuples": 0 if keep_rows is None else int((~keep_rows).sum()),
+        }
         return _finish("mews", frame, params, labels, risk, rng, keep_rows, candidates)
 
     @staticmethod

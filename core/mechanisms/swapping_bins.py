@@ -117,7 +117,9 @@ def column_scales(values: np.ndarray, units: str) -> np.ndarray:
     return np.where(sd > 0, sd, 1.0)  # a constant column has one cell whatever its width
 
 
-def candidate_partitions(values: np.ndarray, scales: np.ndarray, t_range: tuple[float, float], count: int) -> list[tuple[float, Partition]]:
+def candidate_partitions(
+    values: np.ndarray, scales: np.ndarray, t_range: tuple[float, float], count: int
+) -> list[tuple[float, Partition]]:
     """The pruning scheme: feasible (every cell ≥ 2 tuples), pairwise-different partitions on the grid."""
     seen: set[str] = set()
     kept = []

@@ -74,8 +74,15 @@ class Event:
 
     def leaf(self) -> events.Leaf:
         """The leaf this part composes (a discrete Gaussian's is counted as the Gaussian it is accounted as)."""
-        return events.of_family(self.family, self.part, sigma=self.sigma, scale=self.scale, sensitivity=self.sensitivity,
-                                epsilon=self.epsilon, delta=self.delta)  # fmt: skip
+        return events.of_family(
+            self.family,
+            self.part,
+            sigma=self.sigma,
+            scale=self.scale,
+            sensitivity=self.sensitivity,
+            epsilon=self.epsilon,
+            delta=self.delta,
+        )
 
     @property
     def pure_epsilon(self) -> float:
@@ -214,10 +221,14 @@ class Filter:
         renyi = self.alpha is not None and approx_delta <= self.delta_room and used <= self.k
         basic_eps = sum((exact(s.budget.epsilon) for s in history), Fraction(0))
         basic_delta = sum((exact(s.budget.delta) for s in history), Fraction(0))
-        basic = (not any(s.gaussian for s in history) and basic_eps <= exact(self.cap.epsilon)
-                 and basic_delta <= (self.delta_room if self.alpha else exact(self.cap.delta)))  # fmt: skip
-        return Decision(renyi or basic, "basic" if basic else "renyi" if renyi else None, used, approx_delta,
-                        basic_eps, basic_delta)  # fmt: skip
+        basic = (
+            not any(s.gaussian for s in history)
+            and basic_eps <= exact(self.cap.epsilon)
+            and basic_delta <= (self.delta_room if self.alpha else exact(self.cap.delta))
+        )
+        return Decision(
+            renyi or basic, "basic" if basic else "renyi" if renyi else None, used, approx_delta, basic_eps, basic_delta
+        )
 
     def share(self, history: list[Spend], candidate: Spend) -> float:
         """How much of what remains under this filter ``candidate`` would take: the larger of its shares of
@@ -233,10 +244,14 @@ class Filter:
 
         if after.region == "basic":
             room = self.delta_room if self.alpha else exact(self.cap.delta)
-            return max(part(before.basic_epsilon, exact(self.cap.epsilon), after.basic_epsilon - before.basic_epsilon),
-                       part(before.basic_delta, room, after.basic_delta - before.basic_delta))  # fmt: skip
-        return max(part(before.renyi_used, self.k, after.renyi_used - before.renyi_used),
-                   part(before.approx_delta, self.delta_room, after.approx_delta - before.approx_delta))  # fmt: skip
+            return max(
+                part(before.basic_epsilon, exact(self.cap.epsilon), after.basic_epsilon - before.basic_epsilon),
+                part(before.basic_delta, room, after.basic_delta - before.basic_delta),
+            )
+        return max(
+            part(before.renyi_used, self.k, after.renyi_used - before.renyi_used),
+            part(before.approx_delta, self.delta_room, after.approx_delta - before.approx_delta),
+        )
 
     def spent_epsilon(self, history: list[Spend]) -> float | None:
         """The epsilon the filter's own bound certifies for a history at the cap's delta (None: empty)."""
@@ -324,5 +339,6 @@ def gdp_epsilon(history: list[Spend]) -> float | None:
         return None
     mu = gdp_mu([e for s in history for e in s.events if e.family == "gaussian"])
     left = sum((exact(s.budget.delta) for s in history), Fraction(0)) - sum(
-        (exact(e.delta) * e.count for s in history for e in s.events if e.family == "approx"), Fraction(0))
+        (exact(e.delta) * e.count for s in history for e in s.events if e.family == "approx"), Fraction(0)
+    )
     return gaussian_epsilon(1 / mu, float(left)) if left > 0 else None

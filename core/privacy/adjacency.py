@@ -90,8 +90,8 @@ def read(stored: str) -> Read:
     for value in (ReplaceRecord(), ReplaceMessage()):
         if stored in (value.code, value.sentence):
             return value
-    if stored.startswith("add-remove-user:") and stored[len("add-remove-user:"):]:
-        return AddRemoveUser(stored[len("add-remove-user:"):])
+    if stored.startswith("add-remove-user:") and stored[len("add-remove-user:") :]:
+        return AddRemoveUser(stored[len("add-remove-user:") :])
     found = _USER_SENTENCE.fullmatch(stored)
     if found:
         try:

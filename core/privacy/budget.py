@@ -33,13 +33,10 @@ class Budget:
 
     def fits_within(self, cap: Budget) -> bool:
         """Whether this total stays within ``cap`` (with the split-rounding tolerance)."""
-        return (
-            self.epsilon <= cap.epsilon * (1 + REL_TOL)
-            and self.delta <= cap.delta * (1 + REL_TOL)
-        )
+        return self.epsilon <= cap.epsilon * (1 + REL_TOL) and self.delta <= cap.delta * (1 + REL_TOL)
 
     def show(self) -> str:
-        """"epsilon / delta" with enough digits that spent and remaining visibly add up to the cap."""
+        """ "epsilon / delta" with enough digits that spent and remaining visibly add up to the cap."""
         return f"{self.epsilon:.6g} / {self.delta:.6g}"
 
     @property

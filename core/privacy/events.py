@@ -240,8 +240,10 @@ def epsilon_delta(event: Event) -> Budget:
     eps = delta = Fraction(0)
     for leaf, n in leaves(event):
         if isinstance(leaf, Gaussian):
-            raise ValueError("a Gaussian part has no single (epsilon, delta): its mechanism states the pair it is "
-                             "calibrated to with Calibrated(event, epsilon, delta)")  # fmt: skip
+            raise ValueError(
+                "a Gaussian part has no single (epsilon, delta): its mechanism states the pair it is "
+                "calibrated to with Calibrated(event, epsilon, delta)"
+            )
         eps += n * exact(leaf.epsilon)
         delta += n * (exact(leaf.delta) if isinstance(leaf, EpsilonDelta) else 0)
     return Budget(float(eps), float(delta))

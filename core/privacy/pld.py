@@ -34,6 +34,8 @@ def discretization(basic_epsilon: float) -> float:
     """The interval for a history whose charges sum to ``basic_epsilon``: 1e-4, coarser in proportion
     beyond a basic epsilon of 50 (the loss's range grows with it, and so would the time)."""
     return DISCRETIZATION * max(1.0, basic_epsilon / 50)
+
+
 CACHE_NAME = "pld-cache.json"
 _MAX_CACHED = 512
 
@@ -53,13 +55,11 @@ def _pld(event: Event, count: int, d: float):
     elif isinstance(dp, dp_event.LaplaceDpEvent):
         one = pl.from_laplace_mechanism(dp.noise_multiplier, value_discretization_interval=d)
     elif isinstance(dp, dp_event.DiscreteLaplaceDpEvent):
-        one = pl.from_discrete_laplace_mechanism(dp.noise_parameter, sensitivity=dp.sensitivity,
-                                                 value_discretization_interval=d)  # fmt: skip
+        one = pl.from_discrete_laplace_mechanism(dp.noise_parameter, sensitivity=dp.sensitivity, value_discretization_interval=d)
     else:
         eps = event.pure_epsilon if event.family != "approx" else event.epsilon
         delta = event.delta if event.family == "approx" else 0.0
-        one = pl.from_privacy_parameters(common.DifferentialPrivacyParameters(eps, delta),
-                                         value_discretization_interval=d)  # fmt: skip
+        one = pl.from_privacy_parameters(common.DifferentialPrivacyParameters(eps, delta), value_discretization_interval=d)
     return one.self_compose(count) if count > 1 else one
 
 
@@ -93,8 +93,9 @@ def cached_epsilon(events: list[Event], delta: float, cache_dir: Path | None, in
     """``epsilon``, read from and written to the cache file in ``cache_dir`` when given."""
     if cache_dir is None:
         return epsilon(events, delta, interval)
-    key = hashlib.sha256(json.dumps([[e.as_dict(), n] for e, n in groups(events)] + [delta, interval],
-                                    sort_keys=True).encode()).hexdigest()  # fmt: skip
+    key = hashlib.sha256(
+        json.dumps([[e.as_dict(), n] for e, n in groups(events)] + [delta, interval], sort_keys=True).encode()
+    ).hexdigest()
     path = cache_dir / CACHE_NAME
     try:
         cache = json.loads(path.read_text()) if path.is_file() else {}
@@ -103,7 +104,7 @@ def cached_epsilon(events: list[Event], delta: float, cache_dir: Path | None, in
     if key in cache:
         return float(cache[key])
     value = epsilon(events, delta, interval)
-    cache = dict(list(cache.items())[-(_MAX_CACHED - 1):]) | {key: value}
+    cache = dict(list(cache.items())[-(_MAX_CACHED - 1) :]) | {key: value}
     try:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(cache))

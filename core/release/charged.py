@@ -84,8 +84,10 @@ class Ledgering:
 
 def refuse(dataset: str, look: Look, log: Log) -> Approval:
     """Outside Prefect no steward can answer: a charge that needs approval is refused, before it is made."""
-    raise ApprovalError(f"{look.words(dataset)}. Start it from its form in the Prefect UI, where a steward can approve "
-                        "it, or ask the steward to raise the dataset's --approve-above.")  # fmt: skip
+    raise ApprovalError(
+        f"{look.words(dataset)}. Start it from its form in the Prefect UI, where a steward can approve "
+        "it, or ask the steward to raise the dataset's --approve-above."
+    )
 
 
 def admit(home: Home, claim: Claim, hint: Callable[[], str] = str) -> None:
@@ -115,8 +117,18 @@ def reserve(home: Home, claim: Claim, caller: Caller, approval: Approval | None)
     """Reserve a run's cost as its plan states it: the one way every charged run charges the ledger. Only a
     DP cost carries a privacy event (its budget derived from it) and an adjacency; the approval is checked
     again under the lock."""
-    return home.ledger.reserve(claim.dataset, claim.run_id, claim.plan.cost.kind, claim.dp, claim.mechanism,
-                               claim.params, claim.plan.detail, caller.flow_run_id, caller.requested_by, approval)  # fmt: skip
+    return home.ledger.reserve(
+        claim.dataset,
+        claim.run_id,
+        claim.plan.cost.kind,
+        claim.dp,
+        claim.mechanism,
+        claim.params,
+        claim.plan.detail,
+        caller.flow_run_id,
+        caller.requested_by,
+        approval,
+    )
 
 
 def settle(home: Home, dataset: str, run_id: str, status: str, detail: dict, flow_run_id: str | None = None) -> None:
@@ -173,8 +185,11 @@ def run(home: Home, job: Job[T], caller: Caller, approver: Approver, log: Log, l
             "Run it again under a new id, which is a new charge."
         )
     cost = claim.plan.cost
-    log.info("ledger entry #%d: %s", charge.entry.seq, charge_phrase(
-        "dp", cost.budget.epsilon, cost.budget.delta) if claim.dp is not None else charge_phrase(cost.kind))  # fmt: skip
+    log.info(
+        "ledger entry #%d: %s",
+        charge.entry.seq,
+        charge_phrase("dp", cost.budget.epsilon, cost.budget.delta) if claim.dp is not None else charge_phrase(cost.kind),
+    )
     try:
         result, headline = job.work(home, charge, log)
     except Exception as exc:

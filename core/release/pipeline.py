@@ -57,12 +57,16 @@ def check(store: Home, request: ReleaseRequest, dropped: bool = False) -> tuple[
     plan_ = module.plan(release.params)
     if plan_.cost.kind != dataset.purpose:
         kinds = {"dp": "differentially private releases", "sdc": "statistical disclosure control (RA, swapping)"}
-        raise SpecError(f"dataset {dataset.id!r} is registered for {kinds[dataset.purpose]}; mechanism "
-                        f"{release.mechanism!r} gives {kinds[plan_.cost.kind]}. Ask the data steward for a "
-                        "dataset registered for that purpose.")  # fmt: skip
+        raise SpecError(
+            f"dataset {dataset.id!r} is registered for {kinds[dataset.purpose]}; mechanism "
+            f"{release.mechanism!r} gives {kinds[plan_.cost.kind]}. Ask the data steward for a "
+            "dataset registered for that purpose."
+        )
     if isinstance(plan_.cost, DPCost) and plan_.cost.adjacency != dataset.unit.adjacency:
-        raise SpecError(f"mechanism {release.mechanism!r} is private under \"{plan_.cost.adjacency.sentence}\" (a "
-                        f"{plan_.cost.unit} unit), but dataset {dataset.id!r} is registered with unit {dataset.unit}.")  # fmt: skip
+        raise SpecError(
+            f'mechanism {release.mechanism!r} is private under "{plan_.cost.adjacency.sentence}" (a '
+            f"{plan_.cost.unit} unit), but dataset {dataset.id!r} is registered with unit {dataset.unit}."
+        )
     module.needs(release.params, tuple(dataset.schema.columns)).check(dataset.schema, dataset.id)
     if dataset.purpose == "sdc":
         enforce.admit(dataset, release.mechanism, module, release.params)
@@ -71,8 +75,11 @@ def check(store: Home, request: ReleaseRequest, dropped: bool = False) -> tuple[
 
 def admit(store: Home, release: Release, plan_: Plan) -> None:
     """Refuse a DP release its dataset's cap cannot take (writes nothing), naming the largest epsilon that fits."""
-    charged.admit(store, claim(release, plan_), lambda: largest_fit(store.ledger, release.dataset.id,
-                                                                 mechanisms.get(release.mechanism), release.params))
+    charged.admit(
+        store,
+        claim(release, plan_),
+        lambda: largest_fit(store.ledger, release.dataset.id, mechanisms.get(release.mechanism), release.params),
+    )
 
 
 def claim(release: Release, plan_: Plan) -> Claim:
@@ -150,8 +157,14 @@ def assess(store: Home, release: Release, frame: pd.DataFrame, result: Result) -
     external = sdc_report.external(result.data, role)
     missing = enforce.missed(external, policy)
     internal = sdc_report.internal(frame, result.data, role) | {"thresholds_missed": missing}
-    sdc_report.write_internal(store.root, release.dataset.id, release.release_id, release.mechanism, internal,
-                              sdc_report.records(frame, result.data, role))  # fmt: skip
+    sdc_report.write_internal(
+        store.root,
+        release.dataset.id,
+        release.release_id,
+        release.mechanism,
+        internal,
+        sdc_report.records(frame, result.data, role),
+    )
     if missing:
         raise enforce.refuse(release.dataset.id, release.release_id, missing)
     return sdc_report.attach(result, external, release.mechanism)
@@ -186,15 +199,15 @@ class ReleaseJob:
     def check(self, home: Home) -> Claim:
         self.release, self.plan = check(home, self.request)
         r = self.release
-        self.log.info("prepare: %s on dataset %s (registration %d), release %s", r.mechanism, r.dataset.id,
-                      r.dataset.version, r.release_id)  # fmt: skip
+        self.log.info(
+            "prepare: %s on dataset %s (registration %d), release %s", r.mechanism, r.dataset.id, r.dataset.version, r.release_id
+        )
         for line in warnings(r, self.plan):
             self.log.warning("warning: %s", line)
         return claim(r, self.plan)
 
     def admit_hint(self, home: Home) -> str:
-        return largest_fit(home.ledger, self.release.dataset.id, mechanisms.get(self.release.mechanism),
-                           self.release.params)  # fmt: skip
+        return largest_fit(home.ledger, self.release.dataset.id, mechanisms.get(self.release.mechanism), self.release.params)
 
     def load(self, home: Home) -> None:
         self.frame = self.steps.load(home, self.release)
@@ -221,9 +234,15 @@ class ReleaseJob:
         return summary(json.loads((folder / "manifest.json").read_text()), folder, True)
 
 
-def release(home: Home, request: ReleaseRequest, steps: Steps = Steps(), log: Log = logging.getLogger("privrelease"),
-            caller: Caller = Caller(), approver: charged.Approver = charged.refuse,
-            ledger: charged.Ledgering = charged.DIRECT) -> dict:  # fmt: skip
+def release(
+    home: Home,
+    request: ReleaseRequest,
+    steps: Steps = Steps(),
+    log: Log = logging.getLogger("privrelease"),
+    caller: Caller = Caller(),
+    approver: charged.Approver = charged.refuse,
+    ledger: charged.Ledgering = charged.DIRECT,
+) -> dict:
     """Run one release as a charged run; returns its summary (public values only)."""
     return charged.run(home, ReleaseJob(request, steps, log), caller, approver, log, ledger)
 
@@ -241,8 +260,13 @@ def summary(manifest: dict, folder: Path, already: bool) -> dict:
         "headline": {k: manifest[k] for k in ("result", "counts_by_length") if k in manifest}
         | {k: manifest["privacy"][k] for k in ("pa", "pa_max") if k in manifest["privacy"]}
         | ({"k": manifest["sdc_report"]["k"]} if "sdc_report" in manifest else {})
-        | ({"chain": " → ".join(s["method"] for s in manifest["privacy"]["steps"]),
-            "suppressed_cells": sum(s.get("suppressed_cells", 0) for s in manifest["privacy"]["steps"])}
-           if "steps" in manifest["privacy"] else {})
+        | (
+            {
+                "chain": " → ".join(s["method"] for s in manifest["privacy"]["steps"]),
+                "suppressed_cells": sum(s.get("suppressed_cells", 0) for s in manifest["privacy"]["steps"]),
+            }
+            if "steps" in manifest["privacy"]
+            else {}
+        )
         | ({"risk": manifest["risk"]} if "risk" in manifest else {}),
     }

@@ -54,11 +54,16 @@ def used(store: Home, request: ReleaseRequest) -> dict | None:
     published release without charging, or refuse an id charged before that did not publish."""
     status = store.ledger.status(request.release_id) if request.release_id else None
     if status == PUBLISHED:
-        return _verdict(PUBLISHED_ALREADY, f"release {request.release_id!r} is already published; running it again "
-                                           "charges nothing and returns that release.")  # fmt: skip
+        return _verdict(
+            PUBLISHED_ALREADY,
+            f"release {request.release_id!r} is already published; running it again charges nothing and returns that release.",
+        )
     if status is not None:
-        return _verdict(REFUSED, f"release {request.release_id!r} was charged before and did not publish (its ledger "
-                                 f"status is {status}); release again under a new release_id.")  # fmt: skip
+        return _verdict(
+            REFUSED,
+            f"release {request.release_id!r} was charged before and did not publish (its ledger "
+            f"status is {status}); release again under a new release_id.",
+        )
     return None
 
 
@@ -70,8 +75,7 @@ def budget(store: Home, release: Release, plan_: Plan) -> dict:
     """The charge, what would be left after it, and the verdict: admitted, waits for approval, refused."""
     cost = plan_.cost
     if not isinstance(cost, DPCost):
-        return {"kind": cost.kind, "charge": None, "left_after": None, "verdict": ADMITTED,
-                "reason": charge_phrase(cost.kind)}  # fmt: skip
+        return {"kind": cost.kind, "charge": None, "left_after": None, "verdict": ADMITTED, "reason": charge_phrase(cost.kind)}
     out = {"kind": "dp", "charge": {"epsilon": cost.budget.epsilon, "delta": cost.budget.delta}, "left_after": None}
     try:
         pipeline.admit(store, release, plan_)
@@ -86,11 +90,16 @@ def budget(store: Home, release: Release, plan_: Plan) -> dict:
         "by": by,
         "region": after.region,
         "counted_by": counted.mode,
-        **({"renyi": {"order": f.alpha, "cost": f.cost(counted), "left": max(0.0, f.k - after.renyi_used), "of": f.k}}
-           if f.alpha is not None else {}),
-    }  # fmt: skip
+        **(
+            {"renyi": {"order": f.alpha, "cost": f.cost(counted), "left": max(0.0, f.k - after.renyi_used), "of": f.k}}
+            if f.alpha is not None
+            else {}
+        ),
+    }
     held = charged.look(store, pipeline.claim(release, plan_), charged.Caller())
-    return out | ({"verdict": APPROVAL, "reason": held.words(release.dataset.id)} if held else {"verdict": ADMITTED, "reason": None})
+    return out | (
+        {"verdict": APPROVAL, "reason": held.words(release.dataset.id)} if held else {"verdict": ADMITTED, "reason": None}
+    )
 
 
 def accuracy_of(release: Release, plan_: Plan) -> dict | None:
@@ -130,8 +139,10 @@ def text(p: dict) -> str:
         lines.append(f"- left after it ({how}): epsilon={left['epsilon']:.6g} delta={left['delta']:.6g}")
         if "renyi" in left:
             r = left["renyi"]
-            lines.append(f"- admission filter (Rényi order {r['order']:.3g}, counted by {left['counted_by']}): costs "
-                         f"{r['cost']:.4g}, leaves {r['left']:.4g} of {r['of']:.4g}")  # fmt: skip
+            lines.append(
+                f"- admission filter (Rényi order {r['order']:.3g}, counted by {left['counted_by']}): costs "
+                f"{r['cost']:.4g}, leaves {r['left']:.4g} of {r['of']:.4g}"
+            )
     verdict = p["verdict"] + (f": {p['reason']}" if p["reason"] and (p["charge"] or p["kind"] is None) else "")
     lines += [f"- verdict: **{verdict}**", ""]
     lines += [f"> warning: {w}" for w in p["warnings"]] + ([""] if p["warnings"] else [])

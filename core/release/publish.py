@@ -94,8 +94,11 @@ def report(record: dict, result: Result) -> str:
     p, ds = record["privacy"], record["input"]
     charts = "".join(f"![{c.title}]({c.filename})\n\n" for c in result.charts)
     files = "\n".join(f"- `{name}` (sha256 `{digest[:16]}…`)" for name, digest in record["files"].items())
-    cost = (f"epsilon = {p['epsilon']:g}, delta = {p['delta']:g} ({p['adjacency']})" if p["kind"] == "dp"
-            else f"none: {NOT_DP} (statistical disclosure control; see its risk figures)")
+    cost = (
+        f"epsilon = {p['epsilon']:g}, delta = {p['delta']:g} ({p['adjacency']})"
+        if p["kind"] == "dp"
+        else f"none: {NOT_DP} (statistical disclosure control; see its risk figures)"
+    )
     rows = "" if ds["rows"] is None else f", {ds['rows']} records (public under its unit)"
     return (
         f"# Release `{record['release_id']}` of dataset `{record['dataset']}`\n\n"
@@ -108,7 +111,12 @@ def report(record: dict, result: Result) -> str:
         f"| dataset | `{ds['id']}` registration {ds['version']}, unit `{ds['unit']}`, {len(ds['schema'])} columns{rows} |\n"
         f"| created | {record['created']} |\n\n"
         f"Parameters: `{json.dumps(record['mechanism']['params'])}`\n\n"
-        + result.report + "\n" + charts + "## Files\n\n" + files + "\n"
+        + result.report
+        + "\n"
+        + charts
+        + "## Files\n\n"
+        + files
+        + "\n"
     )
 
 

@@ -101,13 +101,25 @@ class SpamJob:
             T.once([u.digests for u in users], test.digests, spec.users, spec.test)
         self.evaluation = test.digests
         index = T.Index(home.root / T.INDEX)
-        T.check(terms, dp, spec.dp.colluders if dp else None, spec.quorum, index.crossed(self.digests, dp),
-                index.crossed(self.evaluation, False))  # fmt: skip
-        self.inputs = replace(inputs, protected=terms.capped and not terms.exact_runs, expected=[u.sha256 for u in users],
-                              expected_test=test.sha256)
+        T.check(
+            terms,
+            dp,
+            spec.dp.colluders if dp else None,
+            spec.quorum,
+            index.crossed(self.digests, dp),
+            index.crossed(self.evaluation, False),
+        )
+        self.inputs = replace(
+            inputs, protected=terms.capped and not terms.exact_runs, expected=[u.sha256 for u in users], expected_test=test.sha256
+        )
         plan = spam_training.plan(spec)  # calibrates the noise: refuses colluders >= users
-        return Claim(spam_training.ledger_dataset(spec), spec.run_id, spam_training.NAME, plan,
-                     spec.model_dump(mode="json", exclude={"seed"}))  # fmt: skip
+        return Claim(
+            spam_training.ledger_dataset(spec),
+            spec.run_id,
+            spam_training.NAME,
+            plan,
+            spec.model_dump(mode="json", exclude={"seed"}),
+        )
 
     def admit_hint(self, home: Home) -> str:
         return ""
@@ -131,24 +143,42 @@ class SpamJob:
         folder = home.root / "spam" / spec.run_id
         training = self.steps.setup(self.inputs)
         try:
-            log.info("setup: %d users (one process each), %d features, %d-bit key", len(training.users),
-                     spec.features.size, spec.key_bits)  # fmt: skip
+            log.info(
+                "setup: %d users (one process each), %d features, %d-bit key",
+                len(training.users),
+                spec.features.size,
+                spec.key_bits,
+            )
             for number in range(1, spec.rounds + 1):
                 r = self.steps.run_round(training, number)
-                log.info("round %d: %.2f s, %d messages, %d ciphertexts, %.1f MB", number, r.seconds, r.messages,
-                         r.ciphertexts, r.bytes / 1e6)  # fmt: skip
+                log.info(
+                    "round %d: %.2f s, %d messages, %d ciphertexts, %.1f MB",
+                    number,
+                    r.seconds,
+                    r.messages,
+                    r.ciphertexts,
+                    r.bytes / 1e6,
+                )
                 self.rounds.append({"round": number, "participants": r.participants, "left": r.left})
                 for name in r.left:
-                    log.warning("round %d: %s left (its process ended or did not answer); %d users remain, threshold "
-                                "%d", number, name, len(r.participants) - len(r.left), spec.quorum)  # fmt: skip
+                    log.warning(
+                        "round %d: %s left (its process ended or did not answer); %d users remain, threshold %d",
+                        number,
+                        name,
+                        len(r.participants) - len(r.left),
+                        spec.quorum,
+                    )
             self.report = self.steps.write(training, folder)
         finally:
             training.close()
         auc = public_auc(self.report)  # a DP output with dp:, else withheld (the run folder keeps it)
-        headline = {**{k: self.report[k] for k in ("transcript_sha256", "threshold")}, "auc_private": auc,
-                    "rounds": self.rounds}  # fmt: skip
-        return {"run_id": spec.run_id, "folder": str(folder), "auc_private": auc,
-                **({"auc_plain": self.report["auc_plain"]} if self.report["test_mode"] else {})}, headline  # fmt: skip
+        headline = {**{k: self.report[k] for k in ("transcript_sha256", "threshold")}, "auc_private": auc, "rounds": self.rounds}
+        return {
+            "run_id": spec.run_id,
+            "folder": str(folder),
+            "auc_private": auc,
+            **({"auc_plain": self.report["auc_plain"]} if self.report["test_mode"] else {}),
+        }, headline
 
     def progress(self) -> dict:
         return {"rounds": self.rounds}

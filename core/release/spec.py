@@ -35,9 +35,11 @@ def _request_params(module: object) -> type[StrictParams]:
 
 def _choice(name: str, params: type[StrictParams]) -> type[BaseModel]:
     return create_model(
-        f"{name.upper()}Mechanism", __config__=ConfigDict(extra="forbid", frozen=True),
-        name=(Literal[name], Field(name, description="mechanism")), params=(params, ...),
-    )  # fmt: skip
+        f"{name.upper()}Mechanism",
+        __config__=ConfigDict(extra="forbid", frozen=True),
+        name=(Literal[name], Field(name, description="mechanism")),
+        params=(params, ...),
+    )
 
 
 # The mechanism as a typed choice: what a Prefect form renders (a selector, then each
@@ -91,8 +93,10 @@ def parse(doc: object) -> ReleaseRequest:
     if not isinstance(doc, dict):
         raise SpecError("a release request is a mapping with keys dataset, mechanism (and optionally release_id, seed).")
     if isinstance(doc.get("dataset"), dict):
-        raise SpecError("dataset is the id of a registered dataset, not a source description; the data steward "
-                        "registers sources with 'privrelease dataset add'.")  # fmt: skip
+        raise SpecError(
+            "dataset is the id of a registered dataset, not a source description; the data steward "
+            "registers sources with 'privrelease dataset add'."
+        )
     mechanism = doc.get("mechanism")
     if isinstance(mechanism, dict) and isinstance(mechanism.get("name"), str):
         mechanisms.get(mechanism["name"])  # an unknown name gets the list of known ones
@@ -112,13 +116,17 @@ def bind(request: ReleaseRequest, dataset: Dataset) -> Release:
     unit, rows, policy = declared.UNIT_PARAM, declared.ROWS_PARAM, declared.POLICY_PARAM
     if unit is not None:
         if dataset.unit.column is None:
-            raise SpecError(f"mechanism {request.mechanism.name!r} protects users, but dataset {dataset.id!r} is "
-                            "registered with unit 'record'; it needs a dataset registered with --unit user:COLUMN.")  # fmt: skip
+            raise SpecError(
+                f"mechanism {request.mechanism.name!r} protects users, but dataset {dataset.id!r} is "
+                "registered with unit 'record'; it needs a dataset registered with --unit user:COLUMN."
+            )
         params[unit] = dataset.unit.column
     if rows is not None:
         if dataset.rows is None:
-            raise SpecError(f"mechanism {request.mechanism.name!r} needs a public number of records, but dataset "
-                            f"{dataset.id!r} is registered with unit {dataset.unit}; it needs --unit record.")  # fmt: skip
+            raise SpecError(
+                f"mechanism {request.mechanism.name!r} needs a public number of records, but dataset "
+                f"{dataset.id!r} is registered with unit {dataset.unit}; it needs --unit record."
+            )
         params[rows] = dataset.rows
     if policy is not None and dataset.policy is not None:
         params[policy] = dataset.policy

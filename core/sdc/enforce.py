@@ -31,23 +31,31 @@ def admit(dataset, mechanism: str, module, params) -> None:
     """Refuse, from public facts only, an SDC request its dataset's policy does not allow."""
     policy: Policy | None = dataset.policy
     if policy is None:
-        raise SpecError(f"dataset {dataset.id!r} has no disclosure policy, so no SDC release of it is possible; its "
-                        f"data steward sets one with: privrelease dataset policy {dataset.id} --policy FILE.")  # fmt: skip
+        raise SpecError(
+            f"dataset {dataset.id!r} has no disclosure policy, so no SDC release of it is possible; its "
+            f"data steward sets one with: privrelease dataset policy {dataset.id} --policy FILE."
+        )
     columns = list(dataset.schema.columns)
     named = module.needs(params, tuple(columns)).columns
     identifiers = [c for c in named if c in policy.identifiers]
     if identifiers:
-        raise SpecError(f"{identifiers} of dataset {dataset.id!r} is a direct identifier in its disclosure policy: it "
-                        "is never published, so no release can name it.")  # fmt: skip
+        raise SpecError(
+            f"{identifiers} of dataset {dataset.id!r} is a direct identifier in its disclosure policy: it "
+            "is never published, so no release can name it."
+        )
     fixed = [c for c in named if c in (policy.weight, policy.cluster)]
     if fixed:
-        raise SpecError(f"{fixed} of dataset {dataset.id!r} is the weight or cluster id of its disclosure policy: it is "
-                        "published as the policy says, so no release names it.")  # fmt: skip
+        raise SpecError(
+            f"{fixed} of dataset {dataset.id!r} is the weight or cluster id of its disclosure policy: it is "
+            "published as the policy says, so no release names it."
+        )
     published = set(policy.published(columns))
     unnamed = [c for c in named if c not in published]
     if unnamed:
-        raise SpecError(f"{unnamed} of dataset {dataset.id!r} is not named by its disclosure policy, so it is never "
-                        f"published; the columns a release may hold are {policy.published(columns)}.")  # fmt: skip
+        raise SpecError(
+            f"{unnamed} of dataset {dataset.id!r} is not named by its disclosure policy, so it is never "
+            f"published; the columns a release may hold are {policy.published(columns)}."
+        )
     _steps_admitted(dataset, mechanism, params, policy)
     protected = set(module.protects(params))
     missing = [c for c in policy.key_vars.all if c not in protected]
@@ -65,16 +73,21 @@ def _steps_admitted(dataset, mechanism: str, params, policy: Policy) -> None:
     names = [getattr(s, "method", mechanism) for s in steps]
     for name, step in zip(names, steps):
         if getattr(step, "others", "keep") == "eds":
-            outside = [c for c in policy.published(list(dataset.schema.columns))
-                       if c not in step.swap_set and dataset.schema.numeric(c)]  # fmt: skip
+            outside = [
+                c for c in policy.published(list(dataset.schema.columns)) if c not in step.swap_set and dataset.schema.numeric(c)
+            ]
             fixed = [c for c in outside if c in (policy.weight, policy.cluster)]
             if fixed:
-                raise SpecError(f"{name}: others: eds would rank-swap the weight or cluster id {fixed}, which are "
-                                "published as the disclosure policy says; use others: keep.")  # fmt: skip
+                raise SpecError(
+                    f"{name}: others: eds would rank-swap the weight or cluster id {fixed}, which are "
+                    "published as the disclosure policy says; use others: keep."
+                )
             nullable = [c for c in outside if dataset.schema.columns[c].nullable]
             if nullable:
-                raise SpecError(f"{name}: others: eds rank-swaps every numeric column outside the swap set, and "
-                                f"{nullable} may be empty (nullable); EDS needs complete columns: use others: keep.")  # fmt: skip
+                raise SpecError(
+                    f"{name}: others: eds rank-swaps every numeric column outside the swap set, and "
+                    f"{nullable} may be empty (nullable); EDS needs complete columns: use others: keep."
+                )
         k = getattr(step, "k", None) if name in ("microaggregate", "suppress") else None
         if k is not None and dataset.rows is not None and k > dataset.rows:
             raise SpecError(f"{name}: k = {k} is more than the {dataset.rows} records of dataset {dataset.id!r}.")
@@ -85,9 +98,11 @@ def notes(dataset, module, params) -> list[str]:
     the risk is measured on, the thresholds, and whether the request meets one by construction."""
     policy: Policy = dataset.policy
     columns = list(dataset.schema.columns)
-    out = [f"published columns: {policy.published(columns)}; dropped: identifiers {policy.identifiers}, columns "
-           f"the policy does not name {policy.unnamed(dataset.schema)}; rows shuffled.",
-           f"risk is measured on the policy's key {policy.key_vars.all} after the last step."]  # fmt: skip
+    out = [
+        f"published columns: {policy.published(columns)}; dropped: identifiers {policy.identifiers}, columns "
+        f"the policy does not name {policy.unnamed(dataset.schema)}; rows shuffled.",
+        f"risk is measured on the policy's key {policy.key_vars.all} after the last step.",
+    ]
     named = policy.thresholds.named()
     if not named:
         return [*out, "the policy sets no threshold: the table is published as the methods leave it."]
@@ -95,11 +110,15 @@ def notes(dataset, module, params) -> list[str]:
     last = steps[-1] if steps else None
     k = policy.thresholds.k
     if k is not None and last is not None and last.method == "suppress" and (last.k or k) >= k:
-        out.append(f"k-anonymity on the key (k ≥ {k}) holds by construction: the last step suppresses key values "
-                   "until every key cell holds that many records.")  # fmt: skip
-    out.append("thresholds the released table must meet: " + "; ".join(named) + ". Whether it does depends on the "
-               "rows: a release that misses one is not published, and its failed ledger entry names the thresholds "
-               "missed (never a figure of the table).")  # fmt: skip
+        out.append(
+            f"k-anonymity on the key (k ≥ {k}) holds by construction: the last step suppresses key values "
+            "until every key cell holds that many records."
+        )
+    out.append(
+        "thresholds the released table must meet: " + "; ".join(named) + ". Whether it does depends on the "
+        "rows: a release that misses one is not published, and its failed ledger entry names the thresholds "
+        "missed (never a figure of the table)."
+    )
     return out
 
 
@@ -151,7 +170,6 @@ def missed(figures: dict, policy: Policy) -> list[str]:
     if t.household_risk is not None and figures["household_risk_max"] > t.household_risk:
         out.append(said["household_risk"])
     return out
-
 
 
 def refuse(dataset: str, release_id: str, missing: list[str]) -> ThresholdMissed:

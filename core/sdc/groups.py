@@ -21,7 +21,7 @@ def _diameter_pair(points: np.ndarray, rows: np.ndarray) -> tuple[int, int]:
     best, pair = -1.0, (int(candidates[0]), int(candidates[0]))
     pts = points[candidates]
     for start in range(0, len(candidates), 512):
-        block = ((pts[start:start + 512, None, :] - pts[None, :, :]) ** 2).sum(axis=2)
+        block = ((pts[start : start + 512, None, :] - pts[None, :, :]) ** 2).sum(axis=2)
         i, j = np.unravel_index(block.argmax(), block.shape)
         if block[i, j] > best:
             best, pair = float(block[i, j]), (int(candidates[start + i]), int(candidates[j]))

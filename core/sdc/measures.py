@@ -82,8 +82,9 @@ def _patterns(codes: np.ndarray) -> np.ndarray:
     return ((codes < 0) * (1 << np.arange(codes.shape[1], dtype=np.int64))).sum(axis=1)
 
 
-def matches(codes: np.ndarray, queries: np.ndarray, weights: np.ndarray | None = None,
-            values: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:  # fmt: skip
+def matches(
+    codes: np.ndarray, queries: np.ndarray, weights: np.ndarray | None = None, values: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """For each query row of key codes: how many records match it, their summed weights and (given
     ``values``, one code per record) how many distinct values they hold. A record matches a query
     where, key by key, the two are equal or either is missing (−1), as sdcMicro's ``freqCalc``.
@@ -101,7 +102,7 @@ def matches(codes: np.ndarray, queries: np.ndarray, weights: np.ndarray | None =
             ri = np.flatnonzero(rbits == r_pattern)
             shared = [j for j in range(codes.shape[1]) if not ((q_pattern | r_pattern) >> j) & 1]
             both = _dense(np.vstack([codes[ri], queries[qi]]), shared)
-            rk, qk = both[: len(ri)], both[len(ri):]
+            rk, qk = both[: len(ri)], both[len(ri) :]
             keys, inverse = np.unique(rk, return_inverse=True)
             pos = np.minimum(np.searchsorted(keys, qk), len(keys) - 1)
             hit = keys[pos] == qk
@@ -122,8 +123,13 @@ def matches(codes: np.ndarray, queries: np.ndarray, weights: np.ndarray | None =
     return n, wsum, distinct
 
 
-def record_cells(frame: pd.DataFrame, keys: list[str], sensitive: list[str] | str | None = None,
-                 weight: str | None = None, cluster: str | None = None) -> pd.DataFrame:  # fmt: skip
+def record_cells(
+    frame: pd.DataFrame,
+    keys: list[str],
+    sensitive: list[str] | str | None = None,
+    weight: str | None = None,
+    cluster: str | None = None,
+) -> pd.DataFrame:
     """Per record, in the table's order: ``fk`` (records sharing its key combination), ``pop_fk`` (their
     summed weights, or fk), ``l`` (the fewest distinct values of a sensitive variable among them) and,
     given, its ``cluster``.
@@ -146,12 +152,19 @@ def record_cells(frame: pd.DataFrame, keys: list[str], sensitive: list[str] | st
     return pd.DataFrame(out)
 
 
-def cells(frame: pd.DataFrame, keys: list[str], sensitive: list[str] | str | None = None,
-          weight: str | None = None) -> pd.DataFrame:  # fmt: skip
+def cells(
+    frame: pd.DataFrame, keys: list[str], sensitive: list[str] | str | None = None, weight: str | None = None
+) -> pd.DataFrame:
     """One row per distinct (f_k, F_k, l) of the records (``fk``, ``pop_fk``, ``l``) and how many records have it."""
     per = record_cells(frame, keys, sensitive, weight)
-    return (per.groupby(["fk", "pop_fk", "l"], dropna=False).size().rename("records").reset_index()
-            .sort_values(["fk", "pop_fk", "l"]).reset_index(drop=True))  # fmt: skip
+    return (
+        per.groupby(["fk", "pop_fk", "l"], dropna=False)
+        .size()
+        .rename("records")
+        .reset_index()
+        .sort_values(["fk", "pop_fk", "l"])
+        .reset_index(drop=True)
+    )
 
 
 def household_risk(risk: np.ndarray, cluster: pd.Series) -> np.ndarray:
@@ -164,8 +177,14 @@ def household_risk(risk: np.ndarray, cluster: pd.Series) -> np.ndarray:
     return -np.expm1(log_safe.groupby(codes).transform("sum").to_numpy())
 
 
-def disclosure(frame: pd.DataFrame, keys: list[str], sensitive: list[str] | str | None = None,
-               weight: str | None = None, cluster: str | None = None, above: float | None = None) -> dict:  # fmt: skip
+def disclosure(
+    frame: pd.DataFrame,
+    keys: list[str],
+    sensitive: list[str] | str | None = None,
+    weight: str | None = None,
+    cluster: str | None = None,
+    above: float | None = None,
+) -> dict:
     """k-anonymity, sdcMicro's individual and global risk (and, with ``cluster``, household risk), and
     distinct l-diversity of one table, from its records' key cells (``record_cells``). With ``above``,
     also the records whose individual risk exceeds it."""
@@ -184,8 +203,7 @@ def disclosure(frame: pd.DataFrame, keys: list[str], sensitive: list[str] | str 
         "expected_reidentifications": er,
         "global_risk": er / n if n else 0.0,
         "max_individual_risk": float(risk.max(initial=0.0)),
-        "records_by_cell_size": {_band(lo, hi): int(((f >= lo) & (f <= (hi or math.inf))).sum())
-                                 for lo, hi in FREQUENCY_BANDS},  # fmt: skip
+        "records_by_cell_size": {_band(lo, hi): int(((f >= lo) & (f <= (hi or math.inf))).sum()) for lo, hi in FREQUENCY_BANDS},
     }
     if above is not None:
         out["records_risk_above"] = {"above": above, "records": int((risk > above).sum())}
@@ -249,28 +267,39 @@ def il1s(con: duckdb.DuckDBPyConnection, original: str, released: str, columns: 
 
 def moments(con: duckdb.DuckDBPyConnection, table: str, columns: list[str]) -> tuple[dict, dict]:
     """Means of the numeric columns and their pairwise Pearson correlations."""
-    pairs = [(a, b) for i, a in enumerate(columns) for b in columns[i + 1:]]
+    pairs = [(a, b) for i, a in enumerate(columns) for b in columns[i + 1 :]]
     terms = [f"avg({ident(c)})" for c in columns] + [f"corr({ident(a)}, {ident(b)})" for a, b in pairs]
     if not terms:
         return {}, {}
     row = con.execute(f"SELECT {', '.join(terms)} FROM {table}").fetchone()
-    return dict(zip(columns, row[: len(columns)])), dict(zip(pairs, row[len(columns):]))
+    return dict(zip(columns, row[: len(columns)])), dict(zip(pairs, row[len(columns) :]))
 
 
 def changes(con: duckdb.DuckDBPyConnection, original: str, released: str, columns: list[str]) -> dict:
     """Mean changes per column (absolute and relative) and the largest change of a correlation."""
     m0, c0 = moments(con, original, columns)
     m1, c1 = moments(con, released, columns)
+
     def change(a, b):  # a column with no values (in either table) has no mean to compare
         return None if a is None or b is None else b - a
 
-    means = {c: {"original": m0[c], "released": m1[c], "change": change(m0[c], m1[c]),
-                 "relative": change(m0[c], m1[c]) / abs(m0[c]) if m0[c] and m1[c] is not None else None}
-             for c in columns}  # fmt: skip
+    means = {
+        c: {
+            "original": m0[c],
+            "released": m1[c],
+            "change": change(m0[c], m1[c]),
+            "relative": change(m0[c], m1[c]) / abs(m0[c]) if m0[c] and m1[c] is not None else None,
+        }
+        for c in columns
+    }
     deltas = {f"{a} ~ {b}": c1[(a, b)] - c0[(a, b)] for a, b in c0 if c0[(a, b)] is not None and c1[(a, b)] is not None}
     worst = max(deltas, key=lambda k: abs(deltas[k]), default=None)
-    return {"means": means, "correlation_changes": deltas,
-            "max_abs_correlation_change": abs(deltas[worst]) if worst else None, "max_pair": worst}  # fmt: skip
+    return {
+        "means": means,
+        "correlation_changes": deltas,
+        "max_abs_correlation_change": abs(deltas[worst]) if worst else None,
+        "max_pair": worst,
+    }
 
 
 def design(frame: pd.DataFrame, columns: list[str], numeric: set[str]) -> tuple[np.ndarray, list[str]]:
@@ -320,8 +349,14 @@ def pmse(original: pd.DataFrame, released: pd.DataFrame, columns: list[str], num
         score = np.full(big_n, c)
     value = float(np.mean((score - c) ** 2))
     null = null_pmse(k, c, big_n)
-    return {"pmse": value, "null_expectation": null, "ratio": value / null if null else None, "parameters": k,
-            "left_out": left_out, "every": step}  # fmt: skip
+    return {
+        "pmse": value,
+        "null_expectation": null,
+        "ratio": value / null if null else None,
+        "parameters": k,
+        "left_out": left_out,
+        "every": step,
+    }
 
 
 def null_pmse(k: int, c: float, big_n: int) -> float:

@@ -109,8 +109,10 @@ def check(step: StrictParams, policy: Policy) -> None:
     if isinstance(step, Recode):
         missing = [c for c in step.columns if c not in policy.hierarchies]
         if missing:
-            raise ParameterError(f"recode: the disclosure policy has no hierarchy for {missing}; the data steward "
-                                 f"declares them (hierarchies: in the policy); it has {sorted(policy.hierarchies)}")  # fmt: skip
+            raise ParameterError(
+                f"recode: the disclosure policy has no hierarchy for {missing}; the data steward "
+                f"declares them (hierarchies: in the policy); it has {sorted(policy.hierarchies)}"
+            )
         for c in step.columns:
             h = policy.hierarchies[c]
             if isinstance(h, list) and step.level > len(h):
@@ -158,8 +160,13 @@ def suppress(frame: pd.DataFrame, step: Suppress, policy: Policy) -> tuple[pd.Da
             out[c] = out[c].astype("Int64")
     if len(out) < k:  # no suppression reaches k: every key value goes (the threshold check then refuses the table)
         out[keys] = pd.NA
-        return out, {"method": "suppress", "k": k, "rounds": 1, "suppressed_cells": int(len(out) * len(keys)),
-                     "suppressed_by_column": dict.fromkeys(keys, len(out))}  # fmt: skip
+        return out, {
+            "method": "suppress",
+            "k": k,
+            "rounds": 1,
+            "suppressed_cells": int(len(out) * len(keys)),
+            "suppressed_by_column": dict.fromkeys(keys, len(out)),
+        }
     levels = {c: frame[c].nunique() for c in keys}
     order = sorted(range(len(keys)), key=lambda j: -levels[keys[j]])  # ties: more categories first
     codes = np.column_stack([measures.codes(out[c]) for c in keys])
@@ -184,8 +191,13 @@ def suppress(frame: pd.DataFrame, step: Suppress, policy: Policy) -> tuple[pd.Da
             codes[rows, j] = -1
             out.iloc[rows, out.columns.get_loc(keys[j])] = pd.NA
             suppressed[j] += len(rows)
-    return out, {"method": "suppress", "k": k, "rounds": rounds, "suppressed_cells": int(suppressed.sum()),
-                 "suppressed_by_column": dict(zip(keys, suppressed.tolist()))}  # fmt: skip
+    return out, {
+        "method": "suppress",
+        "k": k,
+        "rounds": rounds,
+        "suppressed_cells": int(suppressed.sum()),
+        "suppressed_by_column": dict(zip(keys, suppressed.tolist())),
+    }
 
 
 def microaggregate(frame: pd.DataFrame, step: Microaggregate) -> tuple[pd.DataFrame, dict]:
@@ -199,8 +211,7 @@ def microaggregate(frame: pd.DataFrame, step: Microaggregate) -> tuple[pd.DataFr
     out = frame.copy()
     for j, c in enumerate(step.columns):
         out[c] = means[:, j]
-    return out, {"method": "microaggregate", "columns": list(step.columns), "k": step.k,
-                 "groups": int(len(np.unique(bins)))}  # fmt: skip
+    return out, {"method": "microaggregate", "columns": list(step.columns), "k": step.k, "groups": int(len(np.unique(bins)))}
 
 
 def pram(frame: pd.DataFrame, step: Pram, rng: np.random.Generator) -> tuple[pd.DataFrame, dict]:

@@ -124,8 +124,10 @@ class Policy(_Strict):
             elif isinstance(h, list) and all(isinstance(level, dict) for level in h):
                 out[name] = [{str(a): str(b) for a, b in level.items()} for level in h]
             else:
-                raise ValueError(f"{name!r}: a numeric key's hierarchy is {{breaks: [b0, b1, ...]}}, a categorical "
-                                 "key's a list of levels, each a {value: group} map")  # fmt: skip
+                raise ValueError(
+                    f"{name!r}: a numeric key's hierarchy is {{breaks: [b0, b1, ...]}}, a categorical "
+                    "key's a list of levels, each a {value: group} map"
+                )
         return out
 
     @model_validator(mode="after")
@@ -142,8 +144,10 @@ class Policy(_Strict):
             if name not in self.key_vars.all:
                 raise ValueError(f"hierarchies: {name!r} is not a key variable; only keys are recoded")
             if isinstance(h, Breaks) != (name in self.key_vars.numeric):
-                raise ValueError(f"hierarchies: {name!r} needs {'breaks' if name in self.key_vars.numeric else 'levels'} "
-                                 "(breaks for a numeric key, a list of {value: group} maps for a categorical one)")  # fmt: skip
+                raise ValueError(
+                    f"hierarchies: {name!r} needs {'breaks' if name in self.key_vars.numeric else 'levels'} "
+                    "(breaks for a numeric key, a list of {value: group} maps for a categorical one)"
+                )
             if isinstance(h, list) and not h:
                 raise ValueError(f"hierarchies: {name!r} has no level")
         if self.thresholds.household_risk is not None and self.cluster is None:
@@ -154,10 +158,14 @@ class Policy(_Strict):
 
     def roles(self) -> dict[str, list[str]]:
         return {
-            "identifiers": self.identifiers, "keys.categorical": self.key_vars.categorical, "keys.numeric": self.key_vars.numeric,
-            "sensitive": self.sensitive, "publishable": self.publishable,
-            "weight": [self.weight] if self.weight else [], "cluster": [self.cluster] if self.cluster else [],
-        }  # fmt: skip
+            "identifiers": self.identifiers,
+            "keys.categorical": self.key_vars.categorical,
+            "keys.numeric": self.key_vars.numeric,
+            "sensitive": self.sensitive,
+            "publishable": self.publishable,
+            "weight": [self.weight] if self.weight else [],
+            "cluster": [self.cluster] if self.cluster else [],
+        }
 
     def published(self, columns: list[str]) -> list[str]:
         """The columns a release may hold, in the registered order: everything named but identifiers."""
@@ -170,22 +178,28 @@ class Policy(_Strict):
         for role, columns in self.roles().items():
             missing = [c for c in columns if c not in schema.columns]
             if missing:
-                raise SpecError(f"the disclosure policy of {dataset!r} names {role} {missing}, which the registered "
-                                f"schema lacks; its columns are {list(schema.columns)}.")  # fmt: skip
+                raise SpecError(
+                    f"the disclosure policy of {dataset!r} names {role} {missing}, which the registered "
+                    f"schema lacks; its columns are {list(schema.columns)}."
+                )
         for role, columns in (("keys.numeric", self.key_vars.numeric), ("weight", [self.weight] if self.weight else [])):
             text = [c for c in columns if not schema.numeric(c)]
             if text:
-                raise SpecError(f"the disclosure policy of {dataset!r} names {text[0]!r} as {role}, but it is "
-                                f"registered as {schema.columns[text[0]].type}; {role} must be numeric.")  # fmt: skip
+                raise SpecError(
+                    f"the disclosure policy of {dataset!r} names {text[0]!r} as {role}, but it is "
+                    f"registered as {schema.columns[text[0]].type}; {role} must be numeric."
+                )
         if self.weight and schema.columns[self.weight].nullable:
             raise SpecError(f"the weight column {self.weight!r} may be empty (nullable); every record needs its weight.")
         nullable = [c for c in self.key_vars.all if schema.columns[c].nullable]
         if nullable:
-            raise SpecError(f"the disclosure policy of {dataset!r} names key variables {nullable} that may be empty "
-                            "(nullable in the registered schema): the risk measures count a missing key value as "
-                            "matching every value (as a suppressed one does), so a table with a few missing keys would "
-                            "pass any k. Register them with missing values as a category of their own (for example "
-                            "'unknown'), or leave them out of the key.")  # fmt: skip
+            raise SpecError(
+                f"the disclosure policy of {dataset!r} names key variables {nullable} that may be empty "
+                "(nullable in the registered schema): the risk measures count a missing key value as "
+                "matching every value (as a suppressed one does), so a table with a few missing keys would "
+                "pass any k. Register them with missing values as a category of their own (for example "
+                "'unknown'), or leave them out of the key."
+            )
 
     def unnamed(self, schema: Schema) -> list[str]:
         """Registered columns the policy does not name: never published."""
@@ -199,13 +213,16 @@ class Policy(_Strict):
 def parse(doc: object, where: str) -> Policy:
     """A policy document (already parsed), with the errors a steward can act on."""
     if not isinstance(doc, dict):
-        raise SpecError(f"{where} is not a mapping; a disclosure policy names keys (and optionally identifiers, "
-                        "sensitive, publishable, weight, cluster, thresholds, hierarchies).")  # fmt: skip
+        raise SpecError(
+            f"{where} is not a mapping; a disclosure policy names keys (and optionally identifiers, "
+            "sensitive, publishable, weight, cluster, thresholds, hierarchies)."
+        )
     try:
         return Policy.model_validate(doc)
     except ValidationError as exc:
-        said = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'policy'}: {e['msg'].removeprefix('Value error, ')}"
-                         for e in exc.errors())  # fmt: skip
+        said = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'policy'}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()
+        )
         raise SpecError(f"{where} is invalid ({said}).") from None
 
 

@@ -43,9 +43,12 @@ NOTES = {  # the figures count exact matches on released values, which the mecha
 }  # fmt: skip
 
 
-NOTES |= {"meds": NOTES["mews"], "eds": NOTES["mews"],
-          "sdc": "A chain's methods moved, coarsened or suppressed key values; a suppressed (missing) key value "
-                 "matches every value, as sdcMicro counts it.\n\n"}  # fmt: skip
+NOTES |= {
+    "meds": NOTES["mews"],
+    "eds": NOTES["mews"],
+    "sdc": "A chain's methods moved, coarsened or suppressed key values; a suppressed (missing) key value "
+    "matches every value, as sdcMicro counts it.\n\n",
+}
 
 
 @dataclass(frozen=True)
@@ -59,15 +62,21 @@ class Roles:
     above: float | None = None  # the policy's individual-risk threshold, if any
 
 
-def roles(mechanism: str, policy, protected: list[str], privacy: dict, frame: pd.DataFrame,
-          released: pd.DataFrame) -> Roles:  # fmt: skip
+def roles(mechanism: str, policy, protected: list[str], privacy: dict, frame: pd.DataFrame, released: pd.DataFrame) -> Roles:
     """The policy's key, sensitive, weight and cluster columns; the release's perturbed numeric columns
     (numeric before and after: a recoded column became intervals)."""
     moved = list(protected) + list(privacy.get("others_swapped_with_eds", []))
     perturbed = [c for c in dict.fromkeys(moved) if c in frame.columns and _numeric(frame[c]) and _numeric(released[c])]
     risk = policy.thresholds.risk
-    return Roles(mechanism, list(policy.key_vars.all), list(policy.sensitive), perturbed, policy.weight, policy.cluster,
-                 risk.above if risk else None)  # fmt: skip
+    return Roles(
+        mechanism,
+        list(policy.key_vars.all),
+        list(policy.sensitive),
+        perturbed,
+        policy.weight,
+        policy.cluster,
+        risk.above if risk else None,
+    )
 
 
 def _numeric(column: pd.Series) -> bool:
@@ -78,8 +87,14 @@ def _numeric(column: pd.Series) -> bool:
 def external(released: pd.DataFrame, role: Roles) -> dict:
     """The published figures: a function of the released table and the public parameters only."""
     figures = _disclosure(released, role)
-    return {"keys_from": "policy", "keys": role.keys, "sensitive": role.sensitive, "weight": role.weight,
-            "cluster": role.cluster, **figures}  # fmt: skip
+    return {
+        "keys_from": "policy",
+        "keys": role.keys,
+        "sensitive": role.sensitive,
+        "weight": role.weight,
+        "cluster": role.cluster,
+        **figures,
+    }
 
 
 def _disclosure(frame: pd.DataFrame, role: Roles) -> dict:
@@ -126,11 +141,15 @@ def _disclosure_rows(figures: dict) -> list[tuple[str, str]]:
         above = figures["records_risk_above"]
         rows.append((f"records with individual risk above {above['above']:g}", f"{above['records']}"))
     if "l_min" in figures:
-        rows += [("smallest distinct l of a sensitive variable", f"{figures['l_min']}"),
-                 ("records in cells with l < 2", f"{figures['records_l_below_2']}")]  # fmt: skip
+        rows += [
+            ("smallest distinct l of a sensitive variable", f"{figures['l_min']}"),
+            ("records in cells with l < 2", f"{figures['records_l_below_2']}"),
+        ]
     if "household_risk_max" in figures:
-        rows += [("highest household risk", f"{figures['household_risk_max']:.4f}"),
-                 ("expected re-identifications of households' members", f"{figures['household_expected_reidentifications']:.2f}")]  # fmt: skip
+        rows += [
+            ("highest household risk", f"{figures['household_risk_max']:.4f}"),
+            ("expected re-identifications of households' members", f"{figures['household_expected_reidentifications']:.2f}"),
+        ]
     return rows
 
 
@@ -147,7 +166,9 @@ def external_section(figures: dict, mechanism: str) -> str:
         "sharing record k's key combination (a missing key value matches every value), and its re-identification risk "
         "r_k is sdcMicro's (1/f_k without sampling weights: the released table is taken as the population).\n\n"
         + NOTES.get(mechanism, "")
-        + "| measure | value |\n|---|---|\n" + rows + "\n\n"
+        + "| measure | value |\n|---|---|\n"
+        + rows
+        + "\n\n"
         "What compares the release with the input (the risk before the release, record linkage, information loss "
         "IL1s, changes of means and correlations, pMSE) is in the data steward's internal report, which is not "
         "published.\n\n"
@@ -156,8 +177,13 @@ def external_section(figures: dict, mechanism: str) -> str:
 
 def external_chart(figures: dict) -> Chart:
     bands = figures["records_by_cell_size"]
-    return Chart(EXTERNAL_CHART, "Released records by the size f_k of their key cell", list(bands),
-                 {"released": [float(v) for v in bands.values()]}, ylabel="records", )  # fmt: skip
+    return Chart(
+        EXTERNAL_CHART,
+        "Released records by the size f_k of their key cell",
+        list(bands),
+        {"released": [float(v) for v in bands.values()]},
+        ylabel="records",
+    )
 
 
 def attach(result, figures: dict, mechanism: str):
@@ -178,46 +204,79 @@ def records(original: pd.DataFrame, released: pd.DataFrame, role: Roles) -> pd.D
         return None
     before, after = m.record_risks(original, role.keys), m.record_risks(released, role.keys)
     rows = original.attrs["input_rows"].order if "input_rows" in original.attrs else range(len(original))
-    return pd.DataFrame({"row": rows, "released_row": range(len(released)), "fk_original": before["fk"], "risk_original": before["risk"],
-                         "fk_released": after["fk"], "risk_released": after["risk"]})  # fmt: skip
+    return pd.DataFrame(
+        {
+            "row": rows,
+            "released_row": range(len(released)),
+            "fk_original": before["fk"],
+            "risk_original": before["risk"],
+            "fk_released": after["fk"],
+            "risk_released": after["risk"],
+        }
+    )
 
 
 def internal_markdown(release_id: str, dataset: str, mechanism: str, figures: dict) -> str:
     before, after = dict(_disclosure_rows(figures["before"])), dict(_disclosure_rows(figures["after"]))
     risk = "\n".join(f"| {k} | {before[k]} | {after[k]} |" for k in before)
-    bands = "\n".join(f"| {b} | {figures['before']['records_by_cell_size'][b]} | {figures['after']['records_by_cell_size'][b]} |"
-                      for b in figures["before"]["records_by_cell_size"])  # fmt: skip
+    bands = "\n".join(
+        f"| {b} | {figures['before']['records_by_cell_size'][b]} | {figures['after']['records_by_cell_size'][b]} |"
+        for b in figures["before"]["records_by_cell_size"]
+    )
     link = figures["linkage"]
-    linkage = ("not computed: no perturbed numeric column, or rows were suppressed" if not link or link["linkage_rate"] is None
-               else f"{link['linkage_rate']:.4f} of {link['perturbed_records']} perturbed records")  # fmt: skip
+    linkage = (
+        "not computed: no perturbed numeric column, or rows were suppressed"
+        if not link or link["linkage_rate"] is None
+        else f"{link['linkage_rate']:.4f} of {link['perturbed_records']} perturbed records"
+    )
     il1s = "not computed" if figures["il1s"] is None else f"{figures['il1s']:.4f}"
-    means = "\n".join(f"| {c} | {v['original']:.6g} | {v['released']:.6g} | {v['change']:+.6g} |"
-                      for c, v in figures["means"].items() if v["change"] is not None)  # fmt: skip
+    means = "\n".join(
+        f"| {c} | {v['original']:.6g} | {v['released']:.6g} | {v['change']:+.6g} |"
+        for c, v in figures["means"].items()
+        if v["change"] is not None
+    )
     p = figures["pmse"]
-    corr = ("none (fewer than two numeric columns)" if figures["max_pair"] is None
-            else f"{figures['max_abs_correlation_change']:.4f} ({figures['max_pair']})")  # fmt: skip
+    corr = (
+        "none (fewer than two numeric columns)"
+        if figures["max_pair"] is None
+        else f"{figures['max_abs_correlation_change']:.4f} ({figures['max_pair']})"
+    )
     return (
         f"# Internal SDC report: release `{release_id}` of `{dataset}` ({mechanism})\n\n"
         "> **For the data steward only.** Compares the release with the original records; never publish it.\n\n"
-        + ("**Not published**: the released table missed the disclosure policy's thresholds: "
-           + "; ".join(figures["thresholds_missed"]) + ".\n\n" if figures.get("thresholds_missed") else
-           "The released table met every threshold of the disclosure policy.\n\n")
-        + "## Disclosure risk before and after\n\n| measure | original | released |\n|---|---|---|\n" + risk + "\n\n"
+        + (
+            "**Not published**: the released table missed the disclosure policy's thresholds: "
+            + "; ".join(figures["thresholds_missed"])
+            + ".\n\n"
+            if figures.get("thresholds_missed")
+            else "The released table met every threshold of the disclosure policy.\n\n"
+        )
+        + "## Disclosure risk before and after\n\n| measure | original | released |\n|---|---|---|\n"
+        + risk
+        + "\n\n"
         "| records in cells of size f_k | original | released |\n|---|---|---|\n" + bands + "\n\n"
         "![risk before and after](sdc_risk_before_after.png)\n\n"
-        + ("Each record's f_k and r_k, before and after (its row in the registered table and in the release): "
-           "`records.parquet`.\n\n"
-           if figures["paired"] else "")
+        + (
+            "Each record's f_k and r_k, before and after (its row in the registered table and in the release): "
+            "`records.parquet`.\n\n"
+            if figures["paired"]
+            else ""
+        )
         + "## Record linkage and information loss\n\n"
         f"- record linkage in rank space (nearest original record is the record's own): {linkage}\n"
         f"- IL1s (sdcMicro dUtility, perturbed numeric columns): {il1s}\n"
         f"- largest change of a correlation between numeric columns: {corr}\n"
-        + ("- pMSE: not computed (the release kept no row)" if p["pmse"] is None else
-           f"- pMSE = {p['pmse']:.3g}, null expectation (k − 1)(1 − c)²c/N = {p['null_expectation']:.3g} "
-           f"(k = {p['parameters']} parameters), ratio {p['ratio'] if p['ratio'] is None else format(p['ratio'], '.3g')}")
+        + (
+            "- pMSE: not computed (the release kept no row)"
+            if p["pmse"] is None
+            else f"- pMSE = {p['pmse']:.3g}, null expectation (k − 1)(1 − c)²c/N = {p['null_expectation']:.3g} "
+            f"(k = {p['parameters']} parameters), ratio {p['ratio'] if p['ratio'] is None else format(p['ratio'], '.3g')}"
+        )
         + (f"; fitted on every {p['every']}th record of each table" if p["every"] > 1 else "")
         + (f"; left out of the model (over {m.MAX_LEVELS} levels): {', '.join(p['left_out'])}" if p["left_out"] else "")
-        + "\n\n| column | original mean | released mean | change |\n|---|---|---|---|\n" + means + "\n"
+        + "\n\n| column | original mean | released mean | change |\n|---|---|---|---|\n"
+        + means
+        + "\n"
     )
 
 
@@ -227,9 +286,13 @@ def internal_chart(figures: dict) -> Chart:
     if "records_l_below_2" in figures["before"]:
         names.append("records_l_below_2")
         labels.append("l < 2")
-    return Chart("sdc_risk_before_after.png", "Disclosure risk before and after the release", labels,
-                 {"original": [float(figures["before"][n]) for n in names],
-                  "released": [float(figures["after"][n]) for n in names]}, ylabel="records")  # fmt: skip
+    return Chart(
+        "sdc_risk_before_after.png",
+        "Disclosure risk before and after the release",
+        labels,
+        {"original": [float(figures["before"][n]) for n in names], "released": [float(figures["after"][n]) for n in names]},
+        ylabel="records",
+    )
 
 
 def folder(root: Path, dataset: str, release_id: str) -> Path:
@@ -240,8 +303,9 @@ def _private(path: Path) -> None:
     os.chmod(path, 0o600)
 
 
-def write_internal(root: Path, dataset: str, release_id: str, mechanism: str, figures: dict,
-                   records: pd.DataFrame | None = None) -> Path:  # fmt: skip
+def write_internal(
+    root: Path, dataset: str, release_id: str, mechanism: str, figures: dict, records: pd.DataFrame | None = None
+) -> Path:
     """Write the internal report (markdown, JSON, chart and, given, the per-record risks), readable by
     the home's owner only."""
     target = folder(root, dataset, release_id)

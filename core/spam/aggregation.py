@@ -68,13 +68,23 @@ class Layout:
 
     def check(self) -> Layout:
         if self.slots < 1:
-            raise ParameterError(f"a {self.key_bits}-bit key cannot hold one gradient slot of {self.slot_bits} bits; use larger key_bits.")
+            raise ParameterError(
+                f"a {self.key_bits}-bit key cannot hold one gradient slot of {self.slot_bits} bits; use larger key_bits."
+            )
         return self
 
     def public(self) -> dict:
-        return {"key_bits": self.key_bits, "dimension": self.dimension, "users": self.users, "max_block": self.max_block,
-                "noise_bits": self.noise_bits, "w_bits": W_BITS, "l1_bits": L1_BITS, "slot_bits": self.slot_bits,
-                "slots": self.slots}  # fmt: skip
+        return {
+            "key_bits": self.key_bits,
+            "dimension": self.dimension,
+            "users": self.users,
+            "max_block": self.max_block,
+            "noise_bits": self.noise_bits,
+            "w_bits": W_BITS,
+            "l1_bits": L1_BITS,
+            "slot_bits": self.slot_bits,
+            "slots": self.slots,
+        }
 
     def unpack(self, totals: list[int], contributors: int | None = None) -> list[int]:
         """The d summed slot values 4·C_w·Σ_users g_j from the decrypted sums of the plaintexts of

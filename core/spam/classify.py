@@ -88,8 +88,9 @@ class Wire:
 
     def send(self, sender: str, receiver: str, kind: str, data: bytes) -> bytes:
         label, count = self.inspect(data)
-        self.channel.log.append(Message(self.channel.round, sender, receiver, kind, label, count, len(data),
-                                        hashlib.sha256(data).hexdigest()))  # fmt: skip
+        self.channel.log.append(
+            Message(self.channel.round, sender, receiver, kind, label, count, len(data), hashlib.sha256(data).hexdigest())
+        )
         return bytes(data)
 
     def inspect(self, data: bytes) -> tuple[str, int]:
@@ -97,14 +98,18 @@ class Wire:
         if isinstance(value, dict):
             if {"paillier_n", "dgk_n"} <= set(value):
                 n, g = value["dgk_n"], value["dgk_g"]
-                self._rings = {b"P": (value["paillier_n"] ** 2, value["paillier_n"], set()),
-                               b"D": (n, n, {int(gmpy2.powmod(g, m, n)) for m in range(value["dgk_u"])})}  # fmt: skip
+                self._rings = {
+                    b"P": (value["paillier_n"] ** 2, value["paillier_n"], set()),
+                    b"D": (n, n, {int(gmpy2.powmod(g, m, n)) for m in range(value["dgk_u"])}),
+                }
             return "public", len(value)
         if isinstance(value, int):
             return "plaintext", 1
         modulus, n, bare = self._rings.get(data[1:2], (0, 1, set()))
-        random_looking = all(modulus.bit_length() - 64 <= v.bit_length() and v < modulus and gmpy2.gcd(v, n) == 1
-                             and v % n != 1 and v not in bare for v in value)  # fmt: skip
+        random_looking = all(
+            modulus.bit_length() - 64 <= v.bit_length() and v < modulus and gmpy2.gcd(v, n) == 1 and v % n != 1 and v not in bare
+            for v in value
+        )
         return ("ciphertext" if modulus and random_looking else "plaintext"), len(value)
 
 
@@ -119,8 +124,10 @@ class ClassifyServer:
     def __init__(self, weights: np.ndarray, p: int, q: int, dgk: C.DGKKey):
         self._w = [int(v) for v in np.rint(np.ldexp(np.asarray(weights, dtype=float), SCALE_BITS))]
         if sum(abs(v) for v in self._w) + 1 >= 1 << SCORE_BITS:
-            raise ParameterError(f"the model's weights sum to more than 2^{SCORE_BITS - SCALE_BITS} in magnitude; scores "
-                                 "that large cannot be compared privately: retrain with a smaller learning rate.")
+            raise ParameterError(
+                f"the model's weights sum to more than 2^{SCORE_BITS - SCALE_BITS} in magnitude; scores "
+                "that large cannot be compared privately: retrain with a smaller learning rate."
+            )
         self._p, self._q, self._dgk = gmpy2.mpz(p), gmpy2.mpz(q), dgk
         self.public_key = PublicKey(int(p * q))
         self.public_key.check(1 << (SCORE_BITS + 2 + KAPPA), "the masked score")
@@ -130,8 +137,10 @@ class ClassifyServer:
     @classmethod
     def generate(cls, weights: np.ndarray, key_bits: int = PRODUCTION_BITS) -> ClassifyServer:
         if key_bits < PRODUCTION_BITS and not noise.test_mode():
-            raise ParameterError(f"classification keys need at least {PRODUCTION_BITS} bits outside test mode; "
-                                 f"train the run with key_bits: {PRODUCTION_BITS} or more.")
+            raise ParameterError(
+                f"classification keys need at least {PRODUCTION_BITS} bits outside test mode; "
+                f"train the run with key_bits: {PRODUCTION_BITS} or more."
+            )
         _, secret = paillier.generate_paillier_keypair(n_length=key_bits)
         t = C.PRODUCTION_T if key_bits >= C.PRODUCTION_BITS else 80
         dgk = C.DGKKey.generate(max(key_bits, 512), t, int(gmpy2.next_prime(3 * SCORE_BITS + 3)))
@@ -147,8 +156,19 @@ class ClassifyServer:
 
     def public_keys(self) -> bytes:
         dgk = self._dgk.public
-        return pack_json({"paillier_n": self.public_key.n, "dgk_n": dgk.n, "dgk_g": dgk.g, "dgk_h": dgk.h, "dgk_u": dgk.u,
-                          "dgk_t": dgk.t, "scale_bits": SCALE_BITS, "score_bits": SCORE_BITS, "kappa": KAPPA})  # fmt: skip
+        return pack_json(
+            {
+                "paillier_n": self.public_key.n,
+                "dgk_n": dgk.n,
+                "dgk_g": dgk.g,
+                "dgk_h": dgk.h,
+                "dgk_u": dgk.u,
+                "dgk_t": dgk.t,
+                "scale_bits": SCALE_BITS,
+                "score_bits": SCORE_BITS,
+                "kappa": KAPPA,
+            }
+        )
 
     def encrypted_weights(self) -> bytes:
         """E[W_j] for every feature, with r^n computed modulo p² and q² (the key holder's shortcut)."""
@@ -279,8 +299,9 @@ def classify_message(folder: Path, text: str, key_bits: int | None = None) -> tu
     try:
         keys, weights = server.call("publication")
         wire = Wire(Channel())
-        client = ClassifyClient(wire.send(server.name, "client", "public-keys", keys),
-                                wire.send(server.name, "client", "encrypted-weights", weights))  # fmt: skip
+        client = ClassifyClient(
+            wire.send(server.name, "client", "public-keys", keys), wire.send(server.name, "client", "encrypted-weights", weights)
+        )
         return classify(server, client, wire, x), wire.channel
     finally:
         server.close()

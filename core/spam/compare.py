@@ -110,8 +110,16 @@ class DGKKey:
 
     def to_dict(self) -> dict:
         pub = self.public
-        return {"p": int(self.p), "q": int(self.q), "vp": int(self.vp), "vq": int(self.vq), "g": pub.g, "h": pub.h,
-                "u": pub.u, "t": pub.t}  # fmt: skip
+        return {
+            "p": int(self.p),
+            "q": int(self.q),
+            "vp": int(self.vp),
+            "vq": int(self.vq),
+            "g": pub.g,
+            "h": pub.h,
+            "u": pub.u,
+            "t": pub.t,
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> DGKKey:

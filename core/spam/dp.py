@@ -103,31 +103,51 @@ class Noise:
 
     def event(self) -> events.Event:
         """The run's privacy event: ``rounds`` Gaussians of std sqrt(h s^2) and l2 sensitivity Delta_2."""
-        return events.times(events.Gaussian(self.sigma, self.l2, part=f"round sums, distributed discrete Gaussian "
-                                            f"(at least {self.honest} of {self.users} users add noise)"), self.rounds)  # fmt: skip
+        return events.times(
+            events.Gaussian(
+                self.sigma,
+                self.l2,
+                part=f"round sums, distributed discrete Gaussian (at least {self.honest} of {self.users} users add noise)",
+            ),
+            self.rounds,
+        )
 
     def events(self) -> tuple[accountant.Event, ...]:
         """``event`` as the admission filter counts it."""
         return accountant.parts(self.event())
 
     def public(self) -> dict:
-        return {"mechanism": "distributed discrete Gaussian (Kairouz, Liu & Steinke 2021)", "adjacency": ADJACENCY.sentence,
-                "epsilon": self.params.epsilon, "delta": self.params.delta,
-                "users": self.users, "threshold": self.threshold or self.users, "colluders": self.params.colluders, "rounds": self.rounds,
-                "share_variance": str(self.share_variance), "sigma": self.sigma, "l2_sensitivity": self.l2,
-                "max_features": self.params.max_features, "radius": self.params.radius,
-                "sigma_of_g": self.sigma / 2.0 ** (W_BITS + 2)}  # fmt: skip
+        return {
+            "mechanism": "distributed discrete Gaussian (Kairouz, Liu & Steinke 2021)",
+            "adjacency": ADJACENCY.sentence,
+            "epsilon": self.params.epsilon,
+            "delta": self.params.delta,
+            "users": self.users,
+            "threshold": self.threshold or self.users,
+            "colluders": self.params.colluders,
+            "rounds": self.rounds,
+            "share_variance": str(self.share_variance),
+            "sigma": self.sigma,
+            "l2_sensitivity": self.l2,
+            "max_features": self.params.max_features,
+            "radius": self.params.radius,
+            "sigma_of_g": self.sigma / 2.0 ** (W_BITS + 2),
+        }
 
 
 def calibrate(params: DPParams, users: int, rounds: int, threshold: int | None = None) -> Noise:
     """The share variance s² for rounds of at least ``threshold`` (default: all) of ``users`` users of
     which ``colluders`` add nothing, ``rounds`` rounds."""
     if threshold is not None and params.colluders >= threshold:
-        raise ParameterError(f"dp.colluders is {params.colluders}, but a round may complete with only the threshold of "
-                             f"{threshold} users: at least one of them must add noise; lower colluders or raise threshold.")  # fmt: skip
+        raise ParameterError(
+            f"dp.colluders is {params.colluders}, but a round may complete with only the threshold of "
+            f"{threshold} users: at least one of them must add noise; lower colluders or raise threshold."
+        )
     if params.colluders >= users:
-        raise ParameterError(f"dp.colluders is {params.colluders}, but the run has {users} users: at least one user "
-                             "must add noise; lower colluders or add users.")  # fmt: skip
+        raise ParameterError(
+            f"dp.colluders is {params.colluders}, but the run has {users} users: at least one user "
+            "must add noise; lower colluders or add users."
+        )
     probe = Noise(params, users, rounds, MIN_SHARE_VARIANCE, threshold)
     sigma = Fraction(probe.l2) * Fraction(math.sqrt(rounds)) * Fraction(gaussian_sigma(params.epsilon, params.delta))
     share = max(MIN_SHARE_VARIANCE, math.ceil(sigma * sigma * Fraction(1 + 1e-9) / probe.honest))

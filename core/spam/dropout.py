@@ -52,8 +52,10 @@ KEYS = "keys"  # in an unmask reply: the round mask keys this user received (the
 
 def check_threshold(threshold: int, users: int) -> int:
     if not 2 <= threshold <= users:
-        raise ParameterError(f"threshold is {threshold}, but it must lie between 2 and the number of users ({users}): a "
-                             "round completes only if at least threshold users remain; set threshold in that range.")  # fmt: skip
+        raise ParameterError(
+            f"threshold is {threshold}, but it must lie between 2 and the number of users ({users}): a "
+            "round completes only if at least threshold users remain; set threshold in that range."
+        )
     return threshold
 
 
@@ -64,8 +66,9 @@ def split(seed: bytes, threshold: int, users: int) -> list[tuple[int, bytes]]:
 
 def combine(shares: list[tuple[int, bytes]], threshold: int, what: str) -> bytes:
     if len(shares) < threshold:
-        raise ParameterError(f"only {len(shares)} shares of {what} came back, fewer than the threshold {threshold}; "
-                             "it cannot be rebuilt.")  # fmt: skip
+        raise ParameterError(
+            f"only {len(shares)} shares of {what} came back, fewer than the threshold {threshold}; it cannot be rebuilt."
+        )
     return Shamir.combine(sorted(shares)[:threshold])
 
 
@@ -124,8 +127,10 @@ def records(payload: bytes) -> list[tuple[int, int, bytes]]:
     body = payload[1:]
     if payload[:1] != b"S" or len(body) % RECORD:
         raise ParameterError("expected sealed shares.")
-    return [(int.from_bytes(body[i : i + 2], "big"), int.from_bytes(body[i + 2 : i + 4], "big"), body[i + 4 : i + RECORD])
-            for i in range(0, len(body), RECORD)]  # fmt: skip
+    return [
+        (int.from_bytes(body[i : i + 2], "big"), int.from_bytes(body[i + 2 : i + 4], "big"), body[i + 4 : i + RECORD])
+        for i in range(0, len(body), RECORD)
+    ]
 
 
 def relay(bundles: list[bytes], users: int) -> list[bytes]:
@@ -188,11 +193,15 @@ class Holder:
         who = self._index(names, f"round {round_}")
         new = sorted(set(who) - set(self.participants))
         if new:
-            raise ParameterError(f"the server's round {round_} names {self.names[new[0]]}, which was not among the last "
-                                 "round's participants (a user that left stays out); participants may only shrink, refusing the round.")  # fmt: skip
+            raise ParameterError(
+                f"the server's round {round_} names {self.names[new[0]]}, which was not among the last "
+                "round's participants (a user that left stays out); participants may only shrink, refusing the round."
+            )
         if len(who) < self.threshold:
-            raise ParameterError(f"the server's round {round_} names {len(who)} participants, fewer than the threshold "
-                                 f"{self.threshold}; refusing the round.")  # fmt: skip
+            raise ParameterError(
+                f"the server's round {round_} names {len(who)} participants, fewer than the threshold "
+                f"{self.threshold}; refusing the round."
+            )
         if self.me not in who:
             raise ParameterError(f"the server's round {round_} does not name this user; refusing the round.")
         self.round, self.participants, self.given, self.keys = round_, sorted(who), {}, {}
@@ -203,21 +212,31 @@ class Holder:
         survivor's self-mask seed, of each left user's mask secret; never both for one user in a round."""
         round_ = int(request["round"])
         if round_ != self.round:
-            raise ParameterError(f"the unmask request is for round {round_}, but this user's current round is {self.round}; refusing.")
+            raise ParameterError(
+                f"the unmask request is for round {round_}, but this user's current round is {self.round}; refusing."
+            )
         survivors, left = self._index(request["self"], "unmask request"), self._index(request["secret"], "unmask request")
         if self.me in left:  # it is answering, so it did not leave: a server that says so is after its mask secret
-            raise ParameterError(f"the unmask request for round {round_} says this user left, but it is answering; it "
-                                 "never reveals a share of its own mask secret, refusing.")  # fmt: skip
+            raise ParameterError(
+                f"the unmask request for round {round_} says this user left, but it is answering; it "
+                "never reveals a share of its own mask secret, refusing."
+            )
         for owner in survivors + left:
             kind = SELF if owner in survivors else SECRET
             if owner in survivors and owner in left or self.given.get(owner, kind) != kind:
-                raise ParameterError(f"the unmask request for round {round_} asks for both the self-mask share and the mask "
-                                     f"secret share of {self.names[owner]}; together they unmask its gradient, refusing.")  # fmt: skip
+                raise ParameterError(
+                    f"the unmask request for round {round_} asks for both the self-mask share and the mask "
+                    f"secret share of {self.names[owner]}; together they unmask its gradient, refusing."
+                )
             if owner not in self.participants:
-                raise ParameterError(f"the unmask request names {self.names[owner]}, not a participant of round {round_}; refusing.")
+                raise ParameterError(
+                    f"the unmask request names {self.names[owner]}, not a participant of round {round_}; refusing."
+                )
         if len(survivors) < self.threshold:
-            raise ParameterError(f"the unmask request for round {round_} names {len(survivors)} survivors, fewer than the "
-                                 f"threshold {self.threshold}: their sum would not be protected; refusing.")  # fmt: skip
+            raise ParameterError(
+                f"the unmask request for round {round_} names {len(survivors)} survivors, fewer than the "
+                f"threshold {self.threshold}: their sum would not be protected; refusing."
+            )
         out: dict[str, dict] = {SELF: {}, SECRET: {}, KEYS: {self.names[o]: k.hex() for o, k in self.keys.items()}}
         for kind, owners in ((SELF, survivors), (SECRET, left)):
             for owner in owners:  # both kinds are of this round's secrets only (s_u,r is fresh each round)
@@ -238,8 +257,9 @@ def gather(replies: list[dict], names: list[str], kind: str) -> dict[int, list[t
     return out
 
 
-def unmask(totals: list[int], replies: list[dict], directory: dict, survivors: list[int], left: list[int],
-           round_: int, context: bytes) -> list[int]:  # fmt: skip
+def unmask(
+    totals: list[int], replies: list[dict], directory: dict, survivors: list[int], left: list[int], round_: int, context: bytes
+) -> list[int]:
     """The server's part: the decrypted sums of the survivors' messages, less their self-masks and
     plus the left users' masks toward them (each rebuilt from t shares), mod n: the survivors' sum."""
     names, t, n = directory["users"], directory["threshold"], int(directory["n"])

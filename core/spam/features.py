@@ -24,7 +24,9 @@ DATA_DEPENDENT = ("df", "multinomial")
 
 class FeatureParams(StrictParams):
     modulus: int = Field(1_000_000, ge=16, le=2**32, description="4-gram value modulo this (the paper: 10^6)")
-    reduction: Literal["hash", "uniform", "lsh", "df", "multinomial", "none"] = Field("hash", description="how to reach `dimension` features")
+    reduction: Literal["hash", "uniform", "lsh", "df", "multinomial", "none"] = Field(
+        "hash", description="how to reach `dimension` features"
+    )
     dimension: int = Field(10_000, ge=2, le=1_000_000, description="features after the reduction")
     seed: int = Field(0, ge=0, description="seed shared by the parties for uniform and lsh (public; not privacy noise)")
 

@@ -58,8 +58,9 @@ def check_participation(blocks: list[int], least: int) -> None:
     """The floor users insist on before taking part: at least two users, and each user's round block
     at least ``least`` messages (so the round's sum holds at least that many, too)."""
     if len(blocks) < MIN_USERS:
-        raise ParameterError(f"secure aggregation needs at least {MIN_USERS} users (with one, the sum is that user's "
-                             "gradient); add users.")  # fmt: skip
+        raise ParameterError(
+            f"secure aggregation needs at least {MIN_USERS} users (with one, the sum is that user's gradient); add users."
+        )
     small = [k + 1 for k, b in enumerate(blocks) if b < least]
     if small:
         raise ParameterError(

@@ -20,7 +20,9 @@ def confined(path: Path, shown: str, root: Path) -> BinaryIO:
     """``path`` opened for reading if what was opened is a regular file inside ``root``. The check is on
     the open file (its /proc/self/fd link), not on the path checked earlier: a folder swapped for a
     symbolic link after the spec was checked leads nowhere outside. Any failure gets one message."""
-    refused = SpecError(f"mail file {shown!r} must be a regular file inside the data root {str(root)!r}; nothing outside it is read.")
+    refused = SpecError(
+        f"mail file {shown!r} must be a regular file inside the data root {str(root)!r}; nothing outside it is read."
+    )
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # non-blocking: a FIFO does not hang the open
     except OSError:
@@ -32,8 +34,9 @@ def confined(path: Path, shown: str, root: Path) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def read_mail(path: Path, shown: str | None = None, root: Path | None = None,
-              expected: str | None = None) -> tuple[list[str], np.ndarray]:  # fmt: skip
+def read_mail(
+    path: Path, shown: str | None = None, root: Path | None = None, expected: str | None = None
+) -> tuple[list[str], np.ndarray]:
     """Texts and labels (+1 spam, −1 ham) of a JSON-lines file (optionally gzipped); errors name
     the file as ``shown`` (default: its name). With ``root``: the file opened must lie inside it (``confined``).
     With ``expected``: its bytes must have that SHA-256 (``read_bytes``), else it changed since it was checked."""
@@ -55,8 +58,11 @@ def read_bytes(path: Path, shown: str, root: Path | None = None) -> bytes:
 def parse_mail(data: bytes, shown: str, gz: bool) -> tuple[list[str], np.ndarray]:
     texts, labels = [], []
     raw = io.BytesIO(data)
-    with (gzip.open(raw, "rt", encoding="utf-8", errors="surrogateescape") if gz
-          else io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape")) as fh:  # fmt: skip
+    with (
+        gzip.open(raw, "rt", encoding="utf-8", errors="surrogateescape")
+        if gz
+        else io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape")
+    ) as fh:
         for number, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
@@ -69,8 +75,10 @@ def parse_mail(data: bytes, shown: str, gz: bool) -> tuple[list[str], np.ndarray
             try:
                 doc["text"].encode("utf-8", "surrogateescape")
             except UnicodeEncodeError:
-                raise SpecError(f"{shown} line {number}: the text holds a lone surrogate (an escape like \\ud800), "
-                                "which is no character; remove it.") from None
+                raise SpecError(
+                    f"{shown} line {number}: the text holds a lone surrogate (an escape like \\ud800), "
+                    "which is no character; remove it."
+                ) from None
             texts.append(doc["text"])
             labels.append(1 if doc["label"] == "spam" else -1)
     if not texts:

@@ -35,8 +35,10 @@ def check_bits(bits: int) -> int:
     """Key sizes: 2048 and up; smaller (down to 512) only in test mode."""
     floor = TEST_MIN_BITS if noise.test_mode() else MIN_BITS
     if bits < floor or bits % 8:
-        raise ParameterError(f"key_bits must be a multiple of 8 and at least {MIN_BITS} (3072 recommended past 2030); "
-                             f"smaller keys (down to {TEST_MIN_BITS}) are for test runs only ({settings.TEST_MODE}=1).")  # fmt: skip
+        raise ParameterError(
+            f"key_bits must be a multiple of 8 and at least {MIN_BITS} (3072 recommended past 2030); "
+            f"smaller keys (down to {TEST_MIN_BITS}) are for test runs only ({settings.TEST_MODE}=1)."
+        )
     return bits
 
 
@@ -162,5 +164,7 @@ class KeyPair:
         m = int(self.raw_decrypt(gmpy2.mpz(c)))
         value = m - self.public.n if m > self.public.half else m
         if abs(value) >= bound:
-            raise Overflow(f"{what} decrypted outside its range (|value| >= 2^{bound.bit_length() - 1}); the scales do not fit the key.")
+            raise Overflow(
+                f"{what} decrypted outside its range (|value| >= 2^{bound.bit_length() - 1}); the scales do not fit the key."
+            )
         return value

@@ -151,7 +151,12 @@ def each(users: list[Local], method: str, args: Callable[[Local], tuple]) -> lis
 def share(server: Local, bundles: list[tuple[Local, bytes]], channel: Channel, kind: str) -> list[Local]:
     """Sealed shares from users, relayed by the server to every user that is still there."""
     relayed = server.call("relay", *[channel.deliver(u.name, server.name, kind, b) for u, b in bundles])
-    return [u for u, _ in each([u for u, _ in bundles], "hold", lambda u: (channel.deliver(server.name, u.name, kind, relayed[u.name]),))]
+    return [
+        u
+        for u, _ in each(
+            [u for u, _ in bundles], "hold", lambda u: (channel.deliver(server.name, u.name, kind, relayed[u.name]),)
+        )
+    ]
 
 
 def setup(server: Local, users: list[Local], channel: Channel) -> None:
@@ -166,8 +171,9 @@ def setup(server: Local, users: list[Local], channel: Channel) -> None:
         u.receive()  # a user lost here stops the run (``training.Training.setup``)
 
 
-def train_round(server: Local, users: list[Local], channel: Channel, round_: int,
-                precompute: bool = False) -> tuple[StepTimes, np.ndarray, list[Local]]:  # fmt: skip
+def train_round(
+    server: Local, users: list[Local], channel: Channel, round_: int, precompute: bool = False
+) -> tuple[StepTimes, np.ndarray, list[Local]]:
     """One round among ``users`` (those that have not left): participants out and self-mask shares
     relayed, E[w] to every user, the users' masked gradients (computed concurrently when the
     parties are processes) back to the server, which asks the survivors for the shares that unmask

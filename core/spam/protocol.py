@@ -75,9 +75,18 @@ class Server:
 
     name = "server"
 
-    def __init__(self, key_bits: int, weights: np.ndarray, learning_rate: float = 0.0, mode: str = "batch",
-                 block_size: int = 1000, floor: int = 1, radius: float | None = None, share_variance: int = 0,
-                 threshold: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        key_bits: int,
+        weights: np.ndarray,
+        learning_rate: float = 0.0,
+        mode: str = "batch",
+        block_size: int = 1000,
+        floor: int = 1,
+        radius: float | None = None,
+        share_variance: int = 0,
+        threshold: int | None = None,
+    ):
         self._keys = KeyPair(key_bits)
         self.public_key = self._keys.public
         self.w = np.asarray(weights, dtype=float)
@@ -103,8 +112,9 @@ class Server:
         """E[round(C_w·w)], afresh: precomputed r^n if there are, else CRT encryption now."""
         t = time.perf_counter()
         if np.abs(self.w).sum() >= 2**L1_BITS:
-            raise ParameterError(f"the model's L1 norm passed the public bound 2^{L1_BITS} (training diverged); "
-                                 "use a smaller learning_rate.")  # fmt: skip
+            raise ParameterError(
+                f"the model's L1 norm passed the public bound 2^{L1_BITS} (training diverged); use a smaller learning_rate."
+            )
         if len(self._obfuscators) < len(self.w):
             self.precompute()
         ready, self._obfuscators = self._obfuscators, []  # each r^n is used once
@@ -122,9 +132,16 @@ class Server:
         self.layout = Layout(self.public_key.bits, len(self.w), len(users), max(blocks), self.noise_bits).check()
         self.threshold = R.check_threshold(self.threshold or len(users), len(users))
         self.participants = list(range(len(users)))
-        self._directory = {"n": self.public_key.n, "layout": self.layout.public(), **self.schedule, "sizes": sizes,
-                           "threshold": self.threshold, "users": [u["user"] for u in users],
-                           "keys": [u["x25519"] for u in users], "seal_keys": [u["seal"] for u in users]}  # fmt: skip
+        self._directory = {
+            "n": self.public_key.n,
+            "layout": self.layout.public(),
+            **self.schedule,
+            "sizes": sizes,
+            "threshold": self.threshold,
+            "users": [u["user"] for u in users],
+            "keys": [u["x25519"] for u in users],
+            "seal_keys": [u["seal"] for u in users],
+        }
         return public_message(self._directory)
 
     def relay(self, *bundles: bytes) -> dict[str, bytes]:
@@ -143,11 +160,14 @@ class Server:
         survivors = [n for n in names if n in received]
         if len(survivors) < self.threshold:
             left = [n for n in names if n not in received]
-            raise QuorumLost(f"round {round_ + 1}: only {len(survivors)} of its {len(names)} users sent their gradient "
-                             f"({', '.join(left)} left), fewer than the threshold {self.threshold}; the run stops and "
-                             "nothing is published. Rerun when the users are online, or with a lower threshold.")  # fmt: skip
-        self._round.update(received={n: received[n] for n in survivors}, survivors=survivors,
-                           left=[n for n in names if n not in received])  # fmt: skip
+            raise QuorumLost(
+                f"round {round_ + 1}: only {len(survivors)} of its {len(names)} users sent their gradient "
+                f"({', '.join(left)} left), fewer than the threshold {self.threshold}; the run stops and "
+                "nothing is published. Rerun when the users are online, or with a lower threshold."
+            )
+        self._round.update(
+            received={n: received[n] for n in survivors}, survivors=survivors, left=[n for n in names if n not in received]
+        )
         return public_message({"round": round_, R.SELF: survivors, R.SECRET: self._round["left"]})
 
     def weights_message(self, times: StepTimes | None = None) -> bytes:
@@ -164,8 +184,15 @@ class Server:
         for part in parts:
             sums = [key.add(a, b) for a, b in zip(sums, part)]
         survivors = [names.index(u) for u in self._round["survivors"]]
-        totals = R.unmask([int(self._keys.raw_decrypt(c)) for c in sums], [R.read_shares(r) for r in replies], self._directory,
-                          survivors, [names.index(u) for u in self._round["left"]], round_, n.to_bytes(key.bits // 8 + 1, "big"))  # fmt: skip
+        totals = R.unmask(
+            [int(self._keys.raw_decrypt(c)) for c in sums],
+            [R.read_shares(r) for r in replies],
+            self._directory,
+            survivors,
+            [names.index(u) for u in self._round["left"]],
+            round_,
+            n.to_bytes(key.bits // 8 + 1, "big"),
+        )
         self.participants = survivors  # a user that left is out for the rest of the run
         self.sums = layout.unpack(totals, len(survivors))
         g = np.array(self.sums, dtype=float) / 2.0 ** (W_BITS + 2)
@@ -178,12 +205,18 @@ class Server:
         return self.w
 
 
-
 class User:
     """Holds mail (feature sets and labels), the public key and its pairwise secrets."""
 
-    def __init__(self, name: str, features: list[np.ndarray], labels: np.ndarray, floor: int = 1,
-                 noise: dict | None = None, threshold: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        name: str,
+        features: list[np.ndarray],
+        labels: np.ndarray,
+        floor: int = 1,
+        noise: dict | None = None,
+        threshold: int | None = None,
+    ):
         self.name = name
         self.floor = floor  # this user's own copy of the public floor: it refuses a round below it
         self.threshold = threshold  # its own copy of the public threshold (None: accept the directory's)
@@ -210,8 +243,14 @@ class User:
         return len(self._y)
 
     def announce(self) -> bytes:
-        return public_message({"user": self.name, "x25519": self._agreement.public_key().hex(),
-                               "seal": self._sealer.public_key().hex(), "messages": len(self)})  # fmt: skip
+        return public_message(
+            {
+                "user": self.name,
+                "x25519": self._agreement.public_key().hex(),
+                "seal": self._sealer.public_key().hex(),
+                "messages": len(self),
+            }
+        )
 
     def setup(self, directory: bytes) -> None:
         """Check the directory (participation floor, threshold, own entry) and agree on the sealing keys.
@@ -253,8 +292,9 @@ class User:
         self._agreement = Agreement()  # s_u,r: fresh each round, so revealing it says nothing about another round
         t, users, key = self._holder.threshold, len(self._holder.names), self._agreement.public_key()
         b, s = R.split(self._self_seed, t, users), R.split(self._agreement.seed, t, users)
-        return self._sealer.seal(R.SELF, self._holder.round,
-                                 {x - 1: bs + ss + key for (x, bs), (_, ss) in zip(b, s) if x - 1 in participants})  # fmt: skip
+        return self._sealer.seal(
+            R.SELF, self._holder.round, {x - 1: bs + ss + key for (x, bs), (_, ss) in zip(b, s) if x - 1 in participants}
+        )
 
     def unmask(self, request: bytes) -> bytes:
         """Step 4: this user's shares for the server's unmask request (``dropout.Holder.reveal``)."""

@@ -8,16 +8,20 @@ from pathlib import Path
 import numpy as np
 
 # with dp: why the AUC the report and the ledger hold is itself DP (README, "What the server still learns")
-EVALUATION = ("The AUC is measured on the evaluation mail (`test:`), the server operator's own mail, not a user's: "
-              "the model is DP with respect to the users' messages, so its AUC on the operator's mail is "
-              "post-processing of a DP output with the operator's data, and DP with respect to the users' mail. That "
-              "holds only when the evaluation mail is the operator's own: `privrelease spam split` carves its "
-              "test.jsonl out of the corpus it splits among the users, a way to try the protocol, and the people "
-              "whose messages went to that file are not protected by the model's DP: their messages set the AUC "
-              "directly.")  # fmt: skip
+EVALUATION = (
+    "The AUC is measured on the evaluation mail (`test:`), the server operator's own mail, not a user's: "
+    "the model is DP with respect to the users' messages, so its AUC on the operator's mail is "
+    "post-processing of a DP output with the operator's data, and DP with respect to the users' mail. That "
+    "holds only when the evaluation mail is the operator's own: `privrelease spam split` carves its "
+    "test.jsonl out of the corpus it splits among the users, a way to try the protocol, and the people "
+    "whose messages went to that file are not protected by the model's DP: their messages set the AUC "
+    "directly."
+)
 
-WITHHELD = ("withheld: without dp: the model is not a DP output of the users' mail, so its AUC stays in the run "
-            "folder's report.json and report.md, for the server's operator")
+WITHHELD = (
+    "withheld: without dp: the model is not a DP output of the users' mail, so its AUC stays in the run "
+    "folder's report.json and report.md, for the server's operator"
+)
 
 
 def public_auc(report: dict) -> float | str:
@@ -59,48 +63,69 @@ def markdown(report: dict, public: bool = False) -> str:
     steps = sorted({s for r in report["per_round"] for s in r["steps"]})
     head = "| round | total s | " + " | ".join(steps) + " | messages | ciphertexts | MB |"
     rows = [
-        f"| {r['round']} | {r['seconds']:.2f} | " + " | ".join(f"{r['steps'].get(s, 0):.2f}" for s in steps)
+        f"| {r['round']} | {r['seconds']:.2f} | "
+        + " | ".join(f"{r['steps'].get(s, 0):.2f}" for s in steps)
         + f" | {r['messages']} | {r['ciphertexts']} | {r['bytes'] / 1e6:.1f} |"
         for r in report["per_round"]
-    ]  # fmt: skip
-    return "\n".join([
-        f"# Private spam-filter training `{report['run_id']}`",
-        "",
-        (f"AUC on {report['test_messages']} test messages: {WITHHELD} "
-         f"(η = {report['learning_rate']}, {report['rounds']} rounds, {report['mode']} mode)."
-         if public and not report.get("dp") else
-         f"AUC on {report['test_messages']} test messages: private **{report['auc_private']:.6f}** "
-         f"(η = {report['learning_rate']}, {report['rounds']} rounds, {report['mode']} mode)."
-         + (f" Test mode: plaintext twin on the pooled mail {report['auc_plain']:.6f} (same rule), largest weight "
-            f"difference {report['max_weight_gap']:.2e}; with the exact sigmoid {report['auc_plain_exact_sigmoid']:.6f}."
-            if report["test_mode"] else "")),
-        "",
-        f"{len(report['users'])} users holding {', '.join(map(str, report['users']))} messages (at least "
-        f"{report['floor']} per user and round); {report['key_bits']}-bit "
-        f"Paillier keys; features: {report['features']['reduction']} to {report['features']['dimension']} "
-        f"(4-grams mod {report['features']['modulus']})"
-        + (" — **data-dependent reduction**: its feature list reveals document frequencies" if report["features"]["data_dependent"] else "")
-        + ".",
-        "",
-        "Seconds per protocol step, and traffic:",
-        "",
-        head,
-        "|" + "---|" * (len(steps) + 5),
-        *rows,
-        "",
-        "What the server learns: " + report["server_learns"] + ".",
-        "",
-        f"Threshold: a round completes if at least {report['threshold']} users remain. "
-        + ("; ".join(f"{e['user']} left in round {e['round'] + 1}" for e in report["left"]) + " (out for the rest of the run)."
-           if report["left"] else "No user left."),
-        *(["", f"Differential privacy: (ε = {report['dp']['epsilon']:g}, δ = {report['dp']['delta']:g}) for the whole run, "
-            f"per replaced message, with up to {report['dp']['colluders']} colluding users adding nothing: "
-            f"{report['dp']['mechanism']}, noise std {report['dp']['sigma_of_g']:.4g} per gradient coordinate and round; "
-            f"at most {report['dp']['max_features']} features per message, model kept in the l2 ball of radius "
-            f"{report['dp']['radius']:g}. " + EVALUATION] if report.get("dp") else []),
-        "",
-        "![ROC](roc.png)",
-        "",
-    ])  # fmt: skip
-
-
+    ]
+    return "\n".join(
+        [
+            f"# Private spam-filter training `{report['run_id']}`",
+            "",
+            (
+                f"AUC on {report['test_messages']} test messages: {WITHHELD} "
+                f"(η = {report['learning_rate']}, {report['rounds']} rounds, {report['mode']} mode)."
+                if public and not report.get("dp")
+                else f"AUC on {report['test_messages']} test messages: private **{report['auc_private']:.6f}** "
+                f"(η = {report['learning_rate']}, {report['rounds']} rounds, {report['mode']} mode)."
+                + (
+                    f" Test mode: plaintext twin on the pooled mail {report['auc_plain']:.6f} (same rule), largest weight "
+                    f"difference {report['max_weight_gap']:.2e}; with the exact sigmoid {report['auc_plain_exact_sigmoid']:.6f}."
+                    if report["test_mode"]
+                    else ""
+                )
+            ),
+            "",
+            f"{len(report['users'])} users holding {', '.join(map(str, report['users']))} messages (at least "
+            f"{report['floor']} per user and round); {report['key_bits']}-bit "
+            f"Paillier keys; features: {report['features']['reduction']} to {report['features']['dimension']} "
+            f"(4-grams mod {report['features']['modulus']})"
+            + (
+                " — **data-dependent reduction**: its feature list reveals document frequencies"
+                if report["features"]["data_dependent"]
+                else ""
+            )
+            + ".",
+            "",
+            "Seconds per protocol step, and traffic:",
+            "",
+            head,
+            "|" + "---|" * (len(steps) + 5),
+            *rows,
+            "",
+            "What the server learns: " + report["server_learns"] + ".",
+            "",
+            f"Threshold: a round completes if at least {report['threshold']} users remain. "
+            + (
+                "; ".join(f"{e['user']} left in round {e['round'] + 1}" for e in report["left"])
+                + " (out for the rest of the run)."
+                if report["left"]
+                else "No user left."
+            ),
+            *(
+                [
+                    "",
+                    f"Differential privacy: (ε = {report['dp']['epsilon']:g}, δ = {report['dp']['delta']:g}) for the whole run, "
+                    f"per replaced message, with up to {report['dp']['colluders']} colluding users adding nothing: "
+                    f"{report['dp']['mechanism']}, noise std {report['dp']['sigma_of_g']:.4g} per gradient coordinate and round; "
+                    f"at most {report['dp']['max_features']} features per message, model kept in the l2 ball of radius "
+                    f"{report['dp']['radius']:g}. " + EVALUATION,
+                ]
+                if report.get("dp")
+                else []
+            ),
+            "",
+            "![ROC](roc.png)",
+            "",
+        ]
+    )

@@ -30,13 +30,21 @@ class SpamSpec(StrictParams):
     """A training run: its parties' mail files, the features, the key and the schedule (public values)."""
 
     run_id: str = Field(pattern=ID_PATTERN, description="names the run folder and its ledger entry")
-    users: list[str] = Field(min_length=2, max_length=1000, description="one JSON-lines file per user (at least 2): text, label (spam | ham)")
+    users: list[str] = Field(
+        min_length=2, max_length=1000, description="one JSON-lines file per user (at least 2): text, label (spam | ham)"
+    )
     test: str = Field(description="JSON-lines file for evaluation only")
     features: F.FeatureParams = Field(default_factory=F.FeatureParams)
-    key_bits: int = Field(2048, ge=512, le=8192, description="Paillier modulus size: 2048 or more (3072 past 2030); less only in test mode")
-    learning_rate: float = Field(1.5e-6, gt=0, le=10, description="η of the first-order-sigmoid rule (1.5e-6 for 10^4 hashed 4-grams)")
+    key_bits: int = Field(
+        2048, ge=512, le=8192, description="Paillier modulus size: 2048 or more (3072 past 2030); less only in test mode"
+    )
+    learning_rate: float = Field(
+        1.5e-6, gt=0, le=10, description="η of the first-order-sigmoid rule (1.5e-6 for 10^4 hashed 4-grams)"
+    )
     rounds: int = Field(10, ge=1, le=10_000, description="gradient steps")
-    mode: Literal["batch", "online"] = Field("batch", description="batch: every message each round; online: each user's mail in whole blocks, one per round in turn")
+    mode: Literal["batch", "online"] = Field(
+        "batch", description="batch: every message each round; online: each user's mail in whole blocks, one per round in turn"
+    )
     block_size: int = Field(1000, ge=1, le=1_000_000, description="online mode: messages per user per round")
     dp: DPParams | None = Field(None, description="differential privacy of what the server decrypts (core.spam.dp)")
     threshold: int | None = Field(None, ge=2, description="least users a round needs to complete; default a majority")
@@ -124,8 +132,10 @@ def check(source: str, home: Path, resolve: Resolver = resolve_source) -> Inputs
     root = data_root(home)
     spec, path = load_spec(source, root, resolve)
     if spec.features.reduction in F.DATA_DEPENDENT and not noise.test_mode():
-        raise SpecError(f"reduction {spec.features.reduction!r} builds the feature map from all users' pooled plaintext "
-                        "mail, which no party may see; outside test mode use reduction: hash (a public choice).")  # fmt: skip
+        raise SpecError(
+            f"reduction {spec.features.reduction!r} builds the feature map from all users' pooled plaintext "
+            "mail, which no party may see; outside test mode use reduction: hash (a public choice)."
+        )
     users = [mail_file(path, name, root, resolve) for name in spec.users]
     test = mail_file(path, spec.test, root, resolve)
     distinct(users, test, spec.test)

@@ -60,13 +60,18 @@ class Terms:
             raise SpecError(f"--min-colluders is a number of users, 0 or more; got {min_colluders}.")
         if min_threshold is not None and min_threshold < 2:
             raise SpecError(f"--min-threshold is the least users a round completes with, 2 or more; got {min_threshold}.")
-        t = ({} if min_colluders is None else {"min_colluders": min_colluders}) | (
-            {} if min_threshold is None else {"min_threshold": min_threshold}) | ({"exact_runs": True} if exact_runs else {})
+        t = (
+            ({} if min_colluders is None else {"min_colluders": min_colluders})
+            | ({} if min_threshold is None else {"min_threshold": min_threshold})
+            | ({"exact_runs": True} if exact_runs else {})
+        )
         return {"spam": t} if t else {}
 
     def words(self) -> str:
-        return (f"at least {self.min_colluders} colluding users and a threshold of at least {self.min_threshold} "
-                f"assumed; runs without dp: {'allowed on mail no dp: run has read' if self.exact_runs else 'refused'}")  # fmt: skip
+        return (
+            f"at least {self.min_colluders} colluding users and a threshold of at least {self.min_threshold} "
+            f"assumed; runs without dp: {'allowed on mail no dp: run has read' if self.exact_runs else 'refused'}"
+        )
 
 
 def subkey(ledger_key: bytes, purpose: str) -> bytes:
@@ -116,13 +121,17 @@ def once(users: list[list[str]], test: list[str], names: list[str], test_name: s
         for d in digests:  # a message's digests never meet each other (each kind has its own prefix)
             if d in where:
                 other = names[where[d]]
-                raise SpecError(f"the users' mail holds one message twice ({other!r} and {names[k]!r}"
-                                + ("" if where[d] != k else ", within the file") + "): under dp: each message is "
-                                "counted once, for the sensitivity the noise is calibrated to; remove the copies.")  # fmt: skip
+                raise SpecError(
+                    f"the users' mail holds one message twice ({other!r} and {names[k]!r}"
+                    + ("" if where[d] != k else ", within the file")
+                    + "): under dp: each message is "
+                    "counted once, for the sensitivity the noise is calibrated to; remove the copies."
+                )
             where[d] = k
     if any(d in where for d in test):
-        raise SpecError(f"the evaluation mail {test_name!r} holds messages of the users' mail; evaluation mail must be "
-                        "separate from theirs.")  # fmt: skip
+        raise SpecError(
+            f"the evaluation mail {test_name!r} holds messages of the users' mail; evaluation mail must be separate from theirs."
+        )
 
 
 @dataclass(frozen=True)
@@ -138,8 +147,10 @@ class Index:
         if not self.path.exists():
             return 0
         with connect(self.path) as con:
-            return con.execute("SELECT count(DISTINCT mac) FROM mail JOIN (SELECT unnest(?::VARCHAR[]) AS mac) USING (mac) "
-                               "WHERE dp = ?", [digests, not dp]).fetchone()[0]  # fmt: skip
+            return con.execute(
+                "SELECT count(DISTINCT mac) FROM mail JOIN (SELECT unnest(?::VARCHAR[]) AS mac) USING (mac) WHERE dp = ?",
+                [digests, not dp],
+            ).fetchone()[0]
 
     def claim(self, run_id: str, dp: bool, digests: list[str], evaluation: list[str], again: Callable[[], None]) -> None:
         """Record this run's messages, refusing as ``check`` would if a run of the other kind read one (or a dp:
@@ -165,8 +176,10 @@ class Index:
         os.chmod(self.path, 0o600)
 
 
-EVALUATION_READ = ("the evaluation mail holds messages a dp: run read; they would be scored in plain text, outside "
-                   "the charge. Evaluate on the operator's own mail")  # fmt: skip
+EVALUATION_READ = (
+    "the evaluation mail holds messages a dp: run read; they would be scored in plain text, outside "
+    "the charge. Evaluate on the operator's own mail"
+)
 
 
 def check(terms: Terms, dp: bool, colluders: int | None, quorum: int, crossed: int, evaluation: int = 0) -> None:
@@ -174,9 +187,11 @@ def check(terms: Terms, dp: bool, colluders: int | None, quorum: int, crossed: i
     messages a run of the other kind read, ``evaluation``: how many of its evaluation mail's a dp: run read
     (``Index.crossed``)."""
     if not dp and terms.capped and not terms.exact_runs:
-        raise SpecError(f"the users' mail is under a DP cap (ledger dataset {MAIL!r}), and a run without dp: lets the "
-                        "server decrypt exact round sums; add dp: to the spec, or ask the data steward to allow "
-                        f"exact runs (privrelease ledger set-budget {MAIL} ... --allow-exact-runs).")  # fmt: skip
+        raise SpecError(
+            f"the users' mail is under a DP cap (ledger dataset {MAIL!r}), and a run without dp: lets the "
+            "server decrypt exact round sums; add dp: to the spec, or ask the data steward to allow "
+            f"exact runs (privrelease ledger set-budget {MAIL} ... --allow-exact-runs)."
+        )
     if crossed:
         raise SpecError(_crossed(dp) + ".")
     if evaluation:
@@ -184,17 +199,25 @@ def check(terms: Terms, dp: bool, colluders: int | None, quorum: int, crossed: i
     if not dp:
         return
     if colluders is not None and colluders < terms.min_colluders:
-        raise SpecError(f"dp.colluders is {colluders}, but the data steward assumes at least {terms.min_colluders} users "
-                        f"may collude with the server (the {MAIL!r} cap); set dp.colluders to {terms.min_colluders} or more.")  # fmt: skip
+        raise SpecError(
+            f"dp.colluders is {colluders}, but the data steward assumes at least {terms.min_colluders} users "
+            f"may collude with the server (the {MAIL!r} cap); set dp.colluders to {terms.min_colluders} or more."
+        )
     if quorum < terms.min_threshold:
-        raise SpecError(f"the spec's threshold is {quorum}, but the data steward requires rounds of at least "
-                        f"{terms.min_threshold} users (the {MAIL!r} cap); set threshold to {terms.min_threshold} or more.")  # fmt: skip
+        raise SpecError(
+            f"the spec's threshold is {quorum}, but the data steward requires rounds of at least "
+            f"{terms.min_threshold} users (the {MAIL!r} cap); set threshold to {terms.min_threshold} or more."
+        )
 
 
 def _crossed(dp: bool) -> str:
     if dp:
-        return ("messages of this spec's users were read by an earlier run without dp:, whose round sums the server "
-                "decrypted exactly; a DP charge of them would state a guarantee the server's earlier view does not "
-                "have. Train with dp: on other mail")  # fmt: skip
-    return (f"messages of this spec's users were read by a dp: run charged to {MAIL!r}; a run without dp: on them "
-            "would decrypt exact round sums of mail the cap protects. Add dp: to the spec")  # fmt: skip
+        return (
+            "messages of this spec's users were read by an earlier run without dp:, whose round sums the server "
+            "decrypted exactly; a DP charge of them would state a guarantee the server's earlier view does not "
+            "have. Train with dp: on other mail"
+        )
+    return (
+        f"messages of this spec's users were read by a dp: run charged to {MAIL!r}; a run without dp: on them "
+        "would decrypt exact round sums of mail the cap protects. Add dp: to the spec"
+    )

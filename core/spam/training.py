@@ -61,15 +61,26 @@ def exact_gradient(x: list[np.ndarray], y: np.ndarray, w: np.ndarray) -> np.ndar
     return m.T @ (y / (1 + np.exp(np.minimum(z, 700.0))))
 
 
-def load_user(name: str, path: Path, root: Path, params: dict, keep: np.ndarray | None, floor: int = 1,
-              noise: dict | None = None, threshold: int | None = None, protected: bool = False,
-              expected: str | None = None) -> User:  # fmt: skip
+def load_user(
+    name: str,
+    path: Path,
+    root: Path,
+    params: dict,
+    keep: np.ndarray | None,
+    floor: int = 1,
+    noise: dict | None = None,
+    threshold: int | None = None,
+    protected: bool = False,
+    expected: str | None = None,
+) -> User:
     """A user party, built inside its own process from its own mail file (which must lie in ``root``). Mail
     under a DP cap (``protected``) takes part only in rounds with noise: the party refuses before it reads it; a
     file whose bytes are not those the run was checked on (``expected``, their SHA-256) is refused too."""
     if protected and noise is None:
-        raise SpecError(f"{name}: this user's mail is under a DP cap, and the run adds no noise to the round sums the "
-                        "server decrypts; the user's party refuses to take part.")  # fmt: skip
+        raise SpecError(
+            f"{name}: this user's mail is under a DP cap, and the run adds no noise to the round sums the "
+            "server decrypts; the user's party refuses to take part."
+        )
     texts, labels = read_mail(path, root=root, expected=expected)
     reducer = F.Reducer(F.FeatureParams.model_validate(params), keep)
     return User(name, [reducer.apply(F.grams(t, reducer.params.modulus)) for t in texts], labels, floor, noise, threshold)
@@ -161,16 +172,39 @@ class Training:
         d = spec.features.size
         calibrated = dp.calibrate(spec.dp, len(inputs.users), spec.rounds, spec.quorum) if spec.dp else None
         share = calibrated.share(spec.features.seed) if calibrated else None
-        server = parties.Remote("server", Server, spec.key_bits, np.zeros(d), spec.learning_rate, spec.mode, spec.block_size,
-                                least, spec.dp.radius if spec.dp else None, calibrated.share_variance if calibrated else 0,
-                                spec.quorum)  # fmt: skip
+        server = parties.Remote(
+            "server",
+            Server,
+            spec.key_bits,
+            np.zeros(d),
+            spec.learning_rate,
+            spec.mode,
+            spec.block_size,
+            least,
+            spec.dp.radius if spec.dp else None,
+            calibrated.share_variance if calibrated else 0,
+            spec.quorum,
+        )
         users: list[parties.Local] = []
         try:
             for k, path in enumerate(inputs.users):
-                users.append(parties.Remote(f"user-{k + 1}", load_user, f"user-{k + 1}", path, inputs.root,
-                                            spec.features.model_dump(), reducer.keep, least, share, spec.quorum,
-                                            inputs.protected, inputs.expected and inputs.expected[k],
-                                            timeout=spec.timeout))  # fmt: skip
+                users.append(
+                    parties.Remote(
+                        f"user-{k + 1}",
+                        load_user,
+                        f"user-{k + 1}",
+                        path,
+                        inputs.root,
+                        spec.features.model_dump(),
+                        reducer.keep,
+                        least,
+                        share,
+                        spec.quorum,
+                        inputs.protected,
+                        inputs.expected and inputs.expected[k],
+                        timeout=spec.timeout,
+                    )
+                )
             channel = Channel()
             parties.setup(server, users, channel)
             server.call("precompute")  # the first round's r^n: offline, counted in the setup time
@@ -178,27 +212,52 @@ class Training:
             for party in [server, *users]:
                 party.close()
             if isinstance(exc, parties.Dropped):  # setup has no threshold: every user's keys and shares are needed
-                raise QuorumLost(f"setup: {exc}. Every user must take part in setup (its keys and the shares of its "
-                                 "mask secret); nothing was trained or published. Start the run again with a new "
-                                 "run_id once every user's process can run.") from None  # fmt: skip
+                raise QuorumLost(
+                    f"setup: {exc}. Every user must take part in setup (its keys and the shares of its "
+                    "mask secret); nothing was trained or published. Start the run again with a new "
+                    "run_id once every user's process can run."
+                ) from None
             raise
-        return cls(spec, server, users, list(inputs.sizes), test_x, test_y, reducer, channel, twins,
-                   setup_seconds=time.perf_counter() - t)  # fmt: skip
+        return cls(
+            spec,
+            server,
+            users,
+            list(inputs.sizes),
+            test_x,
+            test_y,
+            reducer,
+            channel,
+            twins,
+            setup_seconds=time.perf_counter() - t,
+        )
 
     def run_round(self) -> RoundReport:
         t = time.perf_counter()
         number = len(self.rounds)
         before, began = len(self.channel.log), [u.name for u in self.active]
-        times, gradient, self.active = parties.train_round(self.server, self.active, self.channel, number, number + 1 < self.spec.rounds)
+        times, gradient, self.active = parties.train_round(
+            self.server, self.active, self.channel, number, number + 1 < self.spec.rounds
+        )
         seconds = time.perf_counter() - t
-        survivors = {k: b for k, (u, b) in enumerate(zip(self.users, schedule(self.sizes, self.spec, number))) if u in self.active}
+        survivors = {
+            k: b for k, (u, b) in enumerate(zip(self.users, schedule(self.sizes, self.spec, number))) if u in self.active
+        }
         gap = None
         if self.twins is not None:
             gap = float(np.abs(gradient - self.twins.step(survivors, self.spec.learning_rate)).max())
         sent = self.channel.log[before:]
-        report = RoundReport(number, seconds, times.seconds, len(sent), sum(m.count for m in sent), sum(m.bytes for m in sent),
-                             sum(len(b) for b in survivors.values()), began, [n for n in began if n not in {u.name for u in self.active}],
-                             gap)  # fmt: skip
+        report = RoundReport(
+            number,
+            seconds,
+            times.seconds,
+            len(sent),
+            sum(m.count for m in sent),
+            sum(m.bytes for m in sent),
+            sum(len(b) for b in survivors.values()),
+            began,
+            [n for n in began if n not in {u.name for u in self.active}],
+            gap,
+        )
         self.rounds.append(report)
         return report
 
@@ -251,7 +310,9 @@ class Training:
             "key_bits": self.spec.key_bits,
             "features": {**self.spec.features.model_dump(), "data_dependent": self.spec.features.reduction in F.DATA_DEPENDENT},
             "floor": floors.floor(self.spec.features),
-            "dp": dp.calibrate(self.spec.dp, len(self.sizes), self.spec.rounds, self.spec.quorum).public() if self.spec.dp else None,
+            "dp": dp.calibrate(self.spec.dp, len(self.sizes), self.spec.rounds, self.spec.quorum).public()
+            if self.spec.dp
+            else None,
             "threshold": self.spec.quorum,
             "left": [{"round": r.round, "user": name} for r in self.rounds for name in r.left],
             "learning_rate": self.spec.learning_rate,
@@ -261,14 +322,14 @@ class Training:
             "users": list(self.sizes),
             "test_messages": len(self.test_y),
             "server_learns": f"per round, only the sum of the gradient over the round's surviving users' messages (all "
-                             f"{len(sizes)} users' {sum(sizes)} while no user leaves; at least {self.spec.quorum} users) "
-                             + ("plus their discrete Gaussian noise (a DP output) " if self.spec.dp else "")
-                             + "(and so the model), and who left when; each user's message decrypts to a value uniform on "
-                             "Z_n, and a user that left has its masks removed from the others', never its own message unmasked",
+            f"{len(sizes)} users' {sum(sizes)} while no user leaves; at least {self.spec.quorum} users) "
+            + ("plus their discrete Gaussian noise (a DP output) " if self.spec.dp else "")
+            + "(and so the model), and who left when; each user's message decrypts to a value uniform on "
+            "Z_n, and a user that left has its masks removed from the others', never its own message unmasked",
             "directory_digest": directory.digest,
             "per_round": [asdict(r) for r in self.rounds],
             "transcript_sha256": hashlib.sha256(transcript.read_bytes()).hexdigest(),
-        }  # fmt: skip
+        }
         curves = {"private": private}
         if self.twins is not None:  # test mode: the pooled-plaintext comparisons
             curves["plaintext (test mode)"] = self.scores(self.twins.plain_w)

@@ -80,7 +80,9 @@ class Channel:
 
     def deliver(self, sender: str, receiver: str, kind: str, payload: bytes) -> bytes:
         label, count = inspect(payload, self.key)
-        self.log.append(Message(self.round, sender, receiver, kind, label, count, len(payload), hashlib.sha256(payload).hexdigest()))
+        self.log.append(
+            Message(self.round, sender, receiver, kind, label, count, len(payload), hashlib.sha256(payload).hexdigest())
+        )
         return payload
 
     def ciphertexts(self, sender: str, receiver: str, kind: str, values: list, key: PublicKey) -> list:

@@ -29,8 +29,10 @@ from core.db import quote_ident
 from core.errors import IngestError, SpecError
 from core.tables.schema import Schema
 
-_CSV = ("read_csv(?, header = true, skip = 0, delim = ?, quote = '\"', escape = '\"', strict_mode = true, "
-        "sample_size = -1, max_line_size = 134217728)")  # fmt: skip
+_CSV = (
+    "read_csv(?, header = true, skip = 0, delim = ?, quote = '\"', escape = '\"', strict_mode = true, "
+    "sample_size = -1, max_line_size = 134217728)"
+)
 
 
 # DuckDB type → registered type; anything else is stored as text.
@@ -59,16 +61,19 @@ def read_into(con, table: str, path, fmt: str, delimiter: str) -> None:
         return
     except Exception as exc:  # noqa: BLE001
         if _unicode(exc):
-            raise IngestError(f"could not read {path.name!r}: it is not UTF-8 encoded{_near(exc)}; convert it to "
-                              "UTF-8 first.") from None  # fmt: skip
+            raise IngestError(
+                f"could not read {path.name!r}: it is not UTF-8 encoded{_near(exc)}; convert it to UTF-8 first."
+            ) from None
     with tempfile.TemporaryDirectory(prefix="privrelease-csv-") as scratch:  # mode 700: the rows are private
         copy = Path(scratch) / "normalized.csv"
         normalize(path, delimiter, copy)  # raises naming the first bad line
         try:
             con.execute(f"CREATE TEMP TABLE {table} AS SELECT * FROM {_CSV}", [str(copy), delimiter])
         except Exception:  # noqa: BLE001 - DuckDB raises several types; none is echoed
-            raise IngestError(f"could not read {path.name!r}: it is not a well-formed CSV file with a header row "
-                              f"and delimiter {delimiter!r}; fix the file or pass --delimiter.") from None  # fmt: skip
+            raise IngestError(
+                f"could not read {path.name!r}: it is not a well-formed CSV file with a header row "
+                f"and delimiter {delimiter!r}; fix the file or pass --delimiter."
+            ) from None
 
 
 def csv_header(path, delimiter: str) -> list[str]:
@@ -92,15 +97,20 @@ def normalize(path, delimiter: str, copy: Path) -> None:
             expected, start = len(header), reader.line_num + 1
             for row in reader:
                 if row and len(row) != expected:
-                    raise IngestError(f"could not read {name!r}: line {start} has {len(row)} fields, the header has "
-                                      f"{expected}; every row needs the header's number of fields (or pass "
-                                      "--delimiter if the file uses another one).")  # fmt: skip
+                    raise IngestError(
+                        f"could not read {name!r}: line {start} has {len(row)} fields, the header has "
+                        f"{expected}; every row needs the header's number of fields (or pass "
+                        "--delimiter if the file uses another one)."
+                    )
                 if row:
                     writer.writerow(row)
                 start = reader.line_num + 1
     except csv.Error as exc:
-        what = ("a quoted field opened there is never closed" if "end of data" in str(exc) or "EOF" in str(exc)
-                else "a quote is misplaced (a quote inside a field must be doubled, as \"\")")  # fmt: skip
+        what = (
+            "a quoted field opened there is never closed"
+            if "end of data" in str(exc) or "EOF" in str(exc)
+            else 'a quote is misplaced (a quote inside a field must be doubled, as "")'
+        )
         raise IngestError(f"could not read {name!r}: line {start}: {what}.") from None
     except UnicodeDecodeError:
         raise IngestError(f"could not read {name!r}: it is not UTF-8 encoded; convert it to UTF-8 first.") from None
@@ -143,7 +153,8 @@ def check_schema(con, schema: Schema, found: list[str], name: str) -> None:
         extra = [c for c in found if c not in declared]
         raise IngestError(
             f"{name!r} does not match the declared schema: missing columns {missing}, undeclared columns {extra}"
-            + ("" if missing or extra else ", columns in another order") + "; fix the file or the schema."
+            + ("" if missing or extra else ", columns in another order")
+            + "; fix the file or the schema."
         )
     problems = []
     for column, spec in schema.columns.items():
@@ -159,7 +170,7 @@ def check_schema(con, schema: Schema, found: list[str], name: str) -> None:
             bad = con.execute(
                 f"SELECT count(*), list(line ORDER BY line)[1:5] FROM (SELECT row_number() OVER () + 1 AS line, * "
                 f"FROM incoming) WHERE {predicate}"
-            ).fetchall()[0]  # fmt: skip
+            ).fetchall()[0]
             if bad[0]:
                 problems.append(f"column {column!r}: {bad[0]} values {what} (first at lines {bad[1]})")
     if problems:
@@ -172,8 +183,10 @@ def check_weight(con, table: str, weight: str | None, name: str) -> None:
         return
     bad = con.execute(f"SELECT count(*) FROM {table} WHERE NOT (CAST({quote_ident(weight)} AS DOUBLE) > 0)").fetchone()[0]
     if bad:
-        raise IngestError(f"{name}: the weight column {weight!r} holds {bad} values that are not positive; a "
-                          "sampling weight is the number of people a record stands for, above 0.")  # fmt: skip
+        raise IngestError(
+            f"{name}: the weight column {weight!r} holds {bad} values that are not positive; a "
+            "sampling weight is the number of people a record stands for, above 0."
+        )
 
 
 def data_root(home: Path) -> Path:

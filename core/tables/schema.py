@@ -52,9 +52,13 @@ class Needs:
             raise SpecError(f"dataset {dataset!r} has no column {missing[0]!r}; its columns are {list(schema.columns)}.")
         nullable = [c for c in self.columns if schema.columns[c].nullable]
         if nullable:
-            raise SpecError(f"column {nullable[0]!r} of dataset {dataset!r} may hold empty values (its registered "
-                            "schema says nullable: true); this mechanism needs a column without them.")  # fmt: skip
+            raise SpecError(
+                f"column {nullable[0]!r} of dataset {dataset!r} may hold empty values (its registered "
+                "schema says nullable: true); this mechanism needs a column without them."
+            )
         text = [c for c in self.numeric if not schema.numeric(c)]
         if text:
-            raise SpecError(f"column {text[0]!r} of dataset {dataset!r} is registered as "
-                            f"{schema.columns[text[0]].type}; this mechanism needs a numeric column.")  # fmt: skip
+            raise SpecError(
+                f"column {text[0]!r} of dataset {dataset!r} is registered as "
+                f"{schema.columns[text[0]].type}; this mechanism needs a numeric column."
+            )
