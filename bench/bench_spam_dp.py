@@ -4,7 +4,7 @@ The protocol's decrypted sum is exactly the plaintext first-order rule on the us
 messages (``tests/test_spam.py`` pins the parity to 10^-12) plus the users' integer noise shares,
 and the server then projects the model onto the public ball. So the curve is measured by running
 exactly that in the clear: the same split as ``bench_spam.py repro`` (3 users, 20% test, seed 0),
-10^4 hashed features, batch mode, each user's shares from ``core.noise.integer_gaussian`` at the
+10^4 hashed features, batch mode, each user's shares from ``core.privacy.draws.shares`` at the
 share variance ``core.spam.dp.calibrate`` gives (1 of the 3 users assumed colluding, so each adds
 half the variance), in the slot units the server decrypts. Beside it: the no-DP protocol with the
 same caps and step, and the plaintext rule without caps (the repro's). Fixed seeds (test mode).
@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ["PRIVRELEASE_TEST_MODE"] = "1"  # fixed seeds for the noise: a reproducible curve
 
 from core import noise
+from core.privacy import draws
 from core.spam import dp
 from core.spam import features as F
 from core.spam import parties as Q
@@ -54,7 +55,7 @@ def train(users, eta: float, params: dp.DPParams | None, seed: int, rounds: int 
     for _ in range(rounds):
         g = sum(plain_gradient(x, y, w) for x, y in users)
         if calibrated is not None:
-            shares = [noise.integer_gaussian(rng, calibrated.share_variance, D) for _ in range(USERS)]
+            shares = [draws.shares(rng, calibrated.leaf, D) for _ in range(USERS)]
             g = g + np.array([sum(z) for z in zip(*shares)], dtype=float) / 2.0 ** (W_BITS + 2)
         w = w + eta * g
         if params is not None:
@@ -69,7 +70,7 @@ class SeededUser(P.User):
     stream = None
 
     def noise_share(self, layout) -> list[int]:
-        return noise.integer_gaussian(SeededUser.stream, self.noise["share_variance"], layout.dimension)
+        return draws.shares(SeededUser.stream, self.noise["leaf"], layout.dimension)
 
 
 def protocol(capped, eta: float, params: dp.DPParams, seed: int, rounds: int, key_bits: int = 2048) -> np.ndarray:

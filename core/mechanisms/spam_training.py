@@ -5,7 +5,7 @@ Training reads no registered table and releases no table, so it is a ``Mechanism
 by round by ``flows/spam.py``. Its plan states its cost like every other mechanism's, once. Without
 ``dp:`` no epsilon: a semi-honest secure computation, recorded as an ``mpc`` entry. With ``dp:`` a
 DP charge of the mail corpus (ledger dataset ``spam-mail``) at the spec's (epsilon, delta), its
-rounds one Gaussian event self-composed (``core.spam.dp``), under "replace one message".
+rounds one distributed discrete Gaussian leaf self-composed (``core.spam.dp``), under "replace one message".
 """
 
 from __future__ import annotations

@@ -69,6 +69,7 @@ class Event:
 
     @staticmethod
     def of(leaf: events.Leaf, count: int = 1) -> Event:
+        leaf = events.accounted(leaf)  # a distributed discrete Gaussian: the Gaussian of its sum
         figures = {f.name: getattr(leaf, f.name) for f in fields(leaf)}
         return Event(leaf.family, count, **figures)
 

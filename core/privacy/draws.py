@@ -5,7 +5,8 @@ hands it here; each function calls the one exact sampler of ``core.noise`` that 
 law, with the leaf's own figures. So what is drawn and what is declared (and charged) cannot drift:
 there is no second copy of a sigma, a scale or an epsilon. ``tests/test_draws.py`` records every call
 during each DP mechanism's run and checks the leaves against the plan's, their number against its
-compositions, and what each function draws against the leaf's law.
+compositions, and what each function draws against the leaf's law; ``tests/test_draws_spam.py`` does
+the same for the spam users' shares (``shares``) in a ``dp:`` training's rounds.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from core import noise
-from core.privacy.events import DiscreteGaussian, DiscreteLaplace, PermuteAndFlip
+from core.privacy.events import DiscreteGaussian, DiscreteLaplace, DistributedDiscreteGaussian, PermuteAndFlip
 
 
 def values(rng: np.random.Generator, leaf: DiscreteGaussian | DiscreteLaplace, units: np.ndarray, unit: float) -> np.ndarray:
@@ -40,3 +41,9 @@ def tail_probability(leaf: DiscreteGaussian, unit: float, threshold: float) -> f
 def select(rng: np.random.Generator, leaf: PermuteAndFlip, quality: np.ndarray, sensitivity: int) -> int:
     """One permute-and-flip draw at the leaf's epsilon over integer qualities of ``sensitivity``."""
     return noise.permute_and_flip(rng, quality, noise.rate(leaf.epsilon, sensitivity))
+
+
+def shares(rng: np.random.Generator, leaf: DistributedDiscreteGaussian, size: int) -> list[int]:
+    """One user's share of the leaf's noise: ``size`` exact N_Z(0, ``leaf.share_variance``), as Python
+    integers (``noise.integer_gaussian``; the variance passes the vectorized sampler's int64 range)."""
+    return noise.integer_gaussian(rng, leaf.share_variance, size)

@@ -2,9 +2,13 @@
 
 Leaves, each with the figures its noise is drawn with and a ``part`` (what it is, in words):
 
-* ``Gaussian(sigma, sensitivity)``: the Gaussian mechanism's curve, l2 ``sensitivity``; declared where
-  the noise is a sum whose Rényi curve is that Gaussian's (the spam users' discrete shares: Kairouz,
-  Liu & Steinke 2021), never drawn by one call;
+* ``Gaussian(sigma, sensitivity)``: the Gaussian mechanism's curve, l2 ``sensitivity``; what other
+  leaves are accounted as, and what old entries recorded; never drawn;
+* ``DistributedDiscreteGaussian(share_variance, parties, sensitivity)``: each of at least ``parties``
+  honest users draws ``core.noise.integer_gaussian``'s exact N_Z(0, share_variance) per coordinate and
+  only the sum is seen (the spam users' shares: Kairouz, Liu & Steinke 2021, whose tau term
+  ``core.spam.dp`` keeps below any float); accounted as the Gaussian of sigma = sqrt(parties *
+  share_variance) (``accounted``; the same to_dp_event): what the filter counts and the ledger records;
 * ``DiscreteGaussian(sigma, sensitivity)``: ``core.noise.gaussian``'s exact N_Z on the public grid
   ``noise.grid(sigma)``, std at least ``sigma``; accounted as the Gaussian of the same sigma (the
   same zCDP rho: Canonne, Kamath & Steinke 2020) with the sampler's slack as its own
@@ -28,9 +32,11 @@ sound with its slack part beside it (above). ``PermuteAndFlip``, ``Exponential``
 have no class there and raise ``NoDpEvent``: ``core.privacy.pld`` takes them as the worst pair with
 their guarantee.
 
-``dump`` and ``load`` are the ledger's form (``{"type": ..., figures}``, nested); ``load`` also reads
+``dump`` and ``load`` are the JSON form (``{"type": ..., figures}``, nested); ``load`` also reads
 the flat parts entries recorded before this tree (``{"family": ..., "count": ...}``), so old entries
-keep replaying.
+keep replaying. A ledger entry records its event as ``accounted`` (``stored``): a distributed discrete
+Gaussian as its Gaussian, so spam entries read as they did before the leaf, and the share variance (an
+integer past 2^64) stays in the run's report.
 """
 
 from __future__ import annotations
@@ -159,8 +165,41 @@ class EpsilonDelta:
         raise NoDpEvent("dp-accounting has no event for a part known only by its (epsilon, delta)")
 
 
-Leaf = Gaussian | Laplace | PermuteAndFlip | Exponential | EpsilonDelta  # and their discrete kin
-LEAVES = {c.type: c for c in (Gaussian, DiscreteGaussian, Laplace, DiscreteLaplace, PermuteAndFlip, Exponential, EpsilonDelta)}
+@dataclass(frozen=True)
+class DistributedDiscreteGaussian:
+    """Each of at least ``parties`` honest users adds N_Z(0, ``share_variance``) per coordinate to a sum
+    of l2 ``sensitivity``; accounted as the Gaussian of sigma = sqrt(parties * share_variance)."""
+
+    share_variance: int  # s^2 of one user's share, in the sum's integer units
+    parties: int  # the least number of users whose shares are in the sum
+    sensitivity: float = 1.0
+    part: str = ""
+    type: ClassVar[str] = "distributed_discrete_gaussian"
+    family: ClassVar[str] = "gaussian"
+
+    def __post_init__(self) -> None:
+        for name in ("share_variance", "parties"):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"a DistributedDiscreteGaussian event needs an integer {name} >= 1, got {value!r}")
+        _positive(self, "sensitivity")
+
+    @property
+    def sigma(self) -> float:
+        """The std of the honest users' summed noise per coordinate."""
+        return math.sqrt(self.parties * self.share_variance)
+
+    def gaussian(self) -> Gaussian:
+        """The Gaussian it is accounted as (``accounted``)."""
+        return Gaussian(self.sigma, self.sensitivity, part=self.part)
+
+    def to_dp_event(self) -> object:
+        return self.gaussian().to_dp_event()
+
+
+Leaf = Gaussian | DistributedDiscreteGaussian | Laplace | PermuteAndFlip | Exponential | EpsilonDelta  # and discrete kin
+LEAVES = {c.type: c for c in (Gaussian, DiscreteGaussian, DistributedDiscreteGaussian, Laplace, DiscreteLaplace)}
+LEAVES |= {c.type: c for c in (PermuteAndFlip, Exponential, EpsilonDelta)}
 
 
 @dataclass(frozen=True)
@@ -219,6 +258,20 @@ def leaves(event: Event, count: int = 1) -> list[tuple[Leaf, int]]:
     return [(event, count)]
 
 
+def accounted(event: Event) -> Event:
+    """``event`` as the filter counts it and the ledger records it: each distributed discrete Gaussian as
+    the Gaussian it is accounted as (the same curve), every other node as it is."""
+    if isinstance(event, DistributedDiscreteGaussian):
+        return event.gaussian()
+    if isinstance(event, SelfComposed):
+        return SelfComposed(accounted(event.event), event.count)
+    if isinstance(event, Composed):
+        return Composed(tuple(accounted(e) for e in event.events))
+    if isinstance(event, Calibrated):
+        return Calibrated(accounted(event.event), event.epsilon, event.delta)
+    return event
+
+
 def find(event: Event, part: str) -> Leaf | None:
     """The leaf of ``event`` named ``part`` (None: none), for a run to draw with what its plan declares."""
     found = {leaf for leaf, _ in leaves(event) if leaf.part == part}
@@ -238,7 +291,7 @@ def epsilon_delta(event: Event) -> Budget:
     if isinstance(event, Calibrated):
         return Budget(event.epsilon, event.delta)
     eps = delta = Fraction(0)
-    for leaf, n in leaves(event):
+    for leaf, n in leaves(accounted(event)):
         if isinstance(leaf, Gaussian):
             raise ValueError(
                 "a Gaussian part has no single (epsilon, delta): its mechanism states the pair it is "
@@ -320,11 +373,12 @@ def charge(parts: list[Event], epsilon: float, delta: float) -> Calibrated:
 
 
 def stored(event: Event) -> list[dict] | None:
-    """What a ledger entry records of a charge's event beside its (epsilon, delta): its parts; nothing for
-    an event known only by that pair (a bare ``EpsilonDelta``), which is counted as its charge."""
+    """What a ledger entry records of a charge's event beside its (epsilon, delta): its parts, as
+    ``accounted``; nothing for an event known only by that pair (a bare ``EpsilonDelta``), which is
+    counted as its charge."""
     if isinstance(event, EpsilonDelta):
         return None
-    inner = event.event if isinstance(event, Calibrated) else event
+    inner = accounted(event.event if isinstance(event, Calibrated) else event)
     return [dump(e) for e in (inner.events if isinstance(inner, Composed) else (inner,))]
 
 

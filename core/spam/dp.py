@@ -19,7 +19,7 @@ curve: ``core.privacy.budget.gaussian_sigma``), the total std σ with which ``ro
 sensitivity Δ₂ meet it: σ = Δ₂·√rounds·gaussian_sigma(ε, δ). Up to ``colluders`` users may collude
 with the server and add nothing, and a round may complete with only the spec's ``threshold`` t of
 the users (the others left, ``dropout``), so each user adds N_Z(0, s²) per coordinate with
-s² = ⌈σ² / (t − colluders)⌉ (``core.noise.integer_gaussian``, exact), and the honest users'
+s² = ⌈σ² / (t − colluders)⌉ (``Noise.leaf``, drawn by ``core.privacy.draws.shares``), and the honest users'
 noise alone has variance at least σ². By KLS Theorem 1 the sum Z of h such draws satisfies
 D_α(Z ‖ Z + Δ) ≤ α·ε̃²/2 with ε̃² = Δ₂²/(h·s²) + τ·d/2, τ = 10·Σ_{k<h} exp(−2π²s²·k/(k+1));
 with s² ≥ 2^40 (required) τ < 10·h·exp(−π²·2^40), below any float, so the run is exactly a
@@ -89,28 +89,32 @@ class Noise:
         return 2 * self.params.max_features * self.term_bound
 
     @property
+    def leaf(self) -> events.DistributedDiscreteGaussian:
+        """What a round's noise is: each honest user's N_Z(0, s²) per coordinate, summed (the plan's leaf)."""
+        return events.DistributedDiscreteGaussian(
+            self.share_variance,
+            self.honest,
+            self.l2,
+            part=f"round sums, distributed discrete Gaussian (at least {self.honest} of {self.users} users add noise)",
+        )
+
+    @property
     def sigma(self) -> float:
         """The std of the honest users' summed noise per coordinate (at least the calibrated σ)."""
-        return math.sqrt(self.honest * self.share_variance)
+        return self.leaf.sigma
 
     def share(self, seed: int) -> dict:
-        """What each user needs to add its share (``protocol.User``'s ``noise``)."""
-        return {"share_variance": self.share_variance, "max_features": self.params.max_features, "seed": seed}
+        """What each user needs to add its share (``protocol.User``'s ``noise``): the leaf it draws with."""
+        return {"leaf": self.leaf, "max_features": self.params.max_features, "seed": seed}
 
     def tau(self) -> float:
         """KLS's τ for the honest users' sum (0.0 in floating point for every admitted share variance)."""
         return 10 * sum(math.exp(-2 * math.pi**2 * self.share_variance * k / (k + 1)) for k in range(1, min(self.honest, 50)))
 
     def event(self) -> events.Event:
-        """The run's privacy event: ``rounds`` Gaussians of std sqrt(h s^2) and l2 sensitivity Delta_2."""
-        return events.times(
-            events.Gaussian(
-                self.sigma,
-                self.l2,
-                part=f"round sums, distributed discrete Gaussian (at least {self.honest} of {self.users} users add noise)",
-            ),
-            self.rounds,
-        )
+        """The run's privacy event: ``rounds`` distributed discrete Gaussians (``leaf``), each accounted as the
+        Gaussian of std sqrt(h s^2) and l2 sensitivity Delta_2."""
+        return events.times(self.leaf, self.rounds)
 
     def events(self) -> tuple[accountant.Event, ...]:
         """``event`` as the admission filter counts it."""

@@ -40,6 +40,7 @@ import numpy as np
 
 from core import noise
 from core.errors import ParameterError, QuorumLost
+from core.privacy import draws
 from core.spam import dp
 from core.spam import dropout as R
 from core.spam.aggregation import L1_BITS, W_BITS, Agreement, Layout, new_seed, self_mask
@@ -220,7 +221,7 @@ class User:
         self.name = name
         self.floor = floor  # this user's own copy of the public floor: it refuses a round below it
         self.threshold = threshold  # its own copy of the public threshold (None: accept the directory's)
-        # with dp: {"share_variance", "max_features", "seed"}; each message keeps at most max_features features
+        # with dp: {"leaf", "max_features", "seed"} (``dp.Noise.share``); each message keeps at most max_features features
         self.noise = noise
         if noise is not None:  # capped, then padded to exactly max_features with PAD (an encryption of 0):
             # every message costs the same work, so how long a user takes says nothing of its mail's lengths
@@ -260,7 +261,7 @@ class User:
         sizes = doc["sizes"]
         blocks = [len(block(s, doc["mode"], doc["block_size"], 0)) for s in sizes]
         check_participation(blocks, self.floor)
-        bits = dp.noise_bits(self.noise["share_variance"]) if self.noise else 0
+        bits = dp.noise_bits(self.noise["leaf"].share_variance) if self.noise else 0
         self.layout = Layout(self.public_key.bits, int(doc["layout"]["dimension"]), len(sizes), max(blocks), bits).check()
         if self.layout.public() != doc["layout"]:
             raise ParameterError("the server's layout does not follow from the public sizes; refusing to take part.")
@@ -365,11 +366,11 @@ class User:
         return ciphertext_message(out, key)
 
     def noise_share(self, layout: Layout) -> list[int]:
-        """With dp: this round's fresh N_Z(0, s²) per coordinate (``core.noise``, OS randomness), added
-        before masking; without: zeros."""
+        """With dp: this round's fresh N_Z(0, s²) per coordinate, drawn with the plan's leaf (``draws.shares``,
+        OS randomness) and added before masking; without: zeros."""
         if self.noise is None:
             return [0] * layout.dimension
-        shares = noise.integer_gaussian(noise.generator(), self.noise["share_variance"], layout.dimension)
+        shares = draws.shares(noise.generator(), self.noise["leaf"], layout.dimension)
         if max(abs(z) for z in shares) >= 1 << layout.noise_bits:  # P < 2·exp(−2^13) per coordinate
             raise ParameterError("a noise share left its slot room; this does not happen by chance, refusing the round.")
         return shares
