@@ -9,6 +9,8 @@ import sys
 from core import settings
 from core.errors import UserError
 
+CONNECTIONS = 256  # open connections the gate holds; the proxy opens at most max_conns (deploy/nginx.conf) below it
+
 
 def main() -> int:
     import logging
@@ -48,7 +50,7 @@ def main() -> int:
         port=port,
         log_level="warning",
         ws="websockets-sansio",
-        limit_concurrency=256,
+        limit_concurrency=CONNECTIONS,
         timeout_keep_alive=5,
         proxy_headers=True,
         forwarded_allow_ips="127.0.0.1",

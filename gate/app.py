@@ -60,6 +60,7 @@ REFUSED = "x-privrelease-gate-refused"  # on every answer the gate refused itsel
 PASSED = {"accept", "accept-language", "content-type", "user-agent", "x-prefect-ui"}
 MAX_BODY = 1 << 20  # bytes: the largest request body passed on (a filter, a form's parameters)
 UPSTREAM_CONNECTIONS = 100
+READS = ("filter", "count", "paginate", "history", "validate", "next")  # the last segment of a POST that only reads
 BUSY_RETRIES = 8  # Prefect's 503 "busy" answers retried, about 9 s in all
 HASHES_AT_ONCE = 2  # Argon2id checks at once (64 MiB each); a flood of wrong passwords queues here, not in memory
 ACCOUNTS_TTL_S = 2.0  # a removed account is refused within this time
@@ -248,7 +249,10 @@ class Gate:
         if body:
             headers["content-type"] = "application/json"
         # read whole (decoded) before answering: a caller that reads slowly holds no connection to Prefect
-        response = await self.upstream_call(request.method, path, params=request.query_params, headers=headers, content=body)
+        try:
+            response = await self.upstream_call(request.method, path, params=request.query_params, headers=headers, content=body)
+        except httpx.TransportError:
+            return _refuse(502, "privrelease gate: Prefect's server did not answer this call; try it again")
         out = {k: v for k, v in response.headers.items() if k.lower() not in HOP}
         content = response.content
         if response.headers.get("content-type", "").startswith(JSON):
@@ -260,11 +264,23 @@ class Gate:
         busy, before anything is committed; Prefect's own client retries those, and so does the gate for
         the UI, which does not."""
         for attempt in range(BUSY_RETRIES + 1):
-            response = await self.client.request(method, path, **kwargs)
+            try:
+                response = await self.client.request(method, path, **kwargs)
+            except httpx.RemoteProtocolError:
+                # Prefect closes its connection after answering a 500, and the pool may hand that connection to
+                # the next caller: a read is asked again once on a fresh one (never a call that changes state)
+                if attempt > 0 or not _read_only(method, path):
+                    raise
+                continue
             if response.status_code != 503 or attempt == BUSY_RETRIES:
                 break
             await anyio.sleep(0.25 * (attempt + 1))
         return response
+
+
+def _read_only(method: str, path: str) -> bool:
+    """Whether a call to Prefect only reads (its GETs, and the POSTs that query)."""
+    return method in ("GET", "HEAD") or path.rstrip("/").rsplit("/", 1)[-1] in READS or "/count-by/" in path
 
 
 def _placeholders(value) -> bool:

@@ -15,8 +15,11 @@ from __future__ import annotations
 from typing import Any
 
 MAX_DEPTH = 32  # levels of JSON nesting in any body (a release form's parameters use under 8)
+MAX_NODES = 5_000  # values (objects, lists and scalars) in any body: Prefect's validation of a long list of
+# errors grows with its square (19,000 wrong items held its event loop 9 s: issue #39's attack)
 MAX_LIMIT = 200  # rows a query returns (Prefect's own default limit)
-MAX_LIST = 500  # items of any list in a query (ids to match, states, tags)
+MAX_LIST = 500  # items of any list in a query (ids to match, states)
+MAX_TAGS = 50  # items of a tag list (SQLite's JSON functions fail past 127 arguments: a 500 for everyone's next call)
 MAX_LIKE = 100  # characters of a text filter
 TEXT_FILTERS = ("like_", "startswith_")
 WILDCARDS = ("%", "\\")  # LIKE's many-character wildcard, and the escape that would smuggle one
@@ -35,10 +38,26 @@ def depth(value: Any) -> int:
     return deepest
 
 
+def nodes(value: Any) -> int:
+    """How many values ``value`` holds, itself included (without recursion)."""
+    count, stack = 0, [value]
+    while stack:
+        node = stack.pop()
+        count += 1
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return count
+
+
 def too_deep(value: Any) -> str | None:
-    """Why ``value`` is refused for its nesting, or None."""
+    """Why ``value`` is refused for its nesting or its size in values, or None."""
     found = depth(value)
-    return f"the JSON body nests {found} levels deep; at most {MAX_DEPTH} are allowed" if found > MAX_DEPTH else None
+    if found > MAX_DEPTH:
+        return f"the JSON body nests {found} levels deep; at most {MAX_DEPTH} are allowed"
+    many = nodes(value)
+    return f"the JSON body holds {many} values; at most {MAX_NODES} are allowed" if many > MAX_NODES else None
 
 
 class OutOfBounds(ValueError):
@@ -55,6 +74,8 @@ def query(doc: Any) -> Any:
         return doc
     out: dict = {}
     for key, value in doc.items():
+        if key == "tags" and isinstance(value, dict) and any(isinstance(v, list) and len(v) > MAX_TAGS for v in value.values()):
+            raise OutOfBounds(f"a tag filter may list at most {MAX_TAGS} tags")
         if key == "limit" and isinstance(value, int) and not isinstance(value, bool):
             out[key] = min(value, MAX_LIMIT)
         elif key in TEXT_FILTERS and value is not None:

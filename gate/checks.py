@@ -12,16 +12,20 @@ Prefect's; an answer is the JSON the gate returns itself (or raises ``Refused``)
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import quote
 
+from core import limits
 from core.params import ID_PATTERN
 from core.people import REQUESTED_BY
 from gate import bounds, events, schemas
 from gate.accounts import Account
+
+MAX_NAME = 100  # a run's name: shown on every page that lists it, copied into its logs and events
 
 
 class Records(Protocol):
@@ -139,6 +143,8 @@ async def start_run(body: dict, call: Call) -> dict | str:
         parameters = parameters | {"release_id": named}
     out: dict = {"parameters": parameters, "tags": [_tag(call)], "enforce_parameter_schema": True}
     if isinstance(body.get("name"), str):
+        if len(body["name"]) > MAX_NAME:
+            return f"a run's name may hold at most {MAX_NAME} characters"
         out["name"] = body["name"]
     state = body.get("state")
     if isinstance(state, dict) and state.get("type") == "SCHEDULED":
@@ -208,7 +214,11 @@ async def stored_schema(body: dict, call: Call) -> dict | str:
     """The UI checks a run form's values against its deployment's schema, and a paused run's answer against the
     schema the flow paused with; a schema of the caller's is refused (Prefect would run the caller's regular
     expressions in its event loop)."""
-    if not isinstance(body.get("values"), dict) or not schemas.made_of(body.get("schema"), await _stored_schemas(call)):
+    if not isinstance(body.get("values"), dict):
+        return "the values checked must be an object"
+    if len(json.dumps(body["values"])) > limits.configured().parameters_kb * 1024:
+        return f"the values checked may hold at most {limits.configured().parameters_kb} KB, as a run's parameters"
+    if not schemas.made_of(body.get("schema"), await _stored_schemas(call)):
         return (
             "the schema checked must be a deployment's own parameter schema or a paused run's answer schema "
             "(what their forms send); a schema of your own is not checked"

@@ -27,6 +27,9 @@ ALLOWED = ("prefect.flow-run.", "prefect.task-run.", "prefect.artifact.")
 NOTHING = "privrelease.no-such-event"  # a name no event has: an empty intersection matches nothing
 PAGE = 50  # Prefect's page of events (INTERACTIVE_PAGE_SIZE)
 MAX_ITEMS, MAX_TEXT = 50, 200  # per list, per string of a filter
+# Prefect matches each label condition with a JSON query over every event in the window: 20 related filters
+# of 400 labels took its server 13 s (issue #39's second attack). What the Event Feed sends is a few of each.
+MAX_RELATED, MAX_LABELS, MAX_LABEL_VALUES = 3, 5, 5
 PAYLOAD = ("intended", "initial_state", "validated_state")  # a state change: what a run's page shows
 STATE = ("type", "name", "message", "timestamp")
 RESOURCE_KEYS = {"resource": ("id", "id_prefix", "labels"), "any_resource": ("id", "id_prefix", "labels"),
@@ -68,7 +71,12 @@ def _resource(asked: Any, kind: str) -> dict | None:
     out: dict = {}
     for key in RESOURCE_KEYS[kind]:
         if key == "labels" and isinstance(asked.get(key), dict):
-            out[key] = {_texts(k, f"{kind}.labels")[0]: _texts(v, f"{kind}.labels") for k, v in asked[key].items()}
+            labels = asked[key]
+            if len(labels) > MAX_LABELS or any(
+                len(_texts(v, f"{kind}.labels") or []) > MAX_LABEL_VALUES for v in labels.values()
+            ):
+                raise OutOfBounds(f"{kind}.labels takes at most {MAX_LABELS} labels of at most {MAX_LABEL_VALUES} values each")
+            out[key] = {_texts(k, f"{kind}.labels")[0]: _texts(v, f"{kind}.labels") for k, v in labels.items()}
         elif (texts := _texts(asked.get(key), f"{kind}.{key}")) is not None:
             out[key] = texts
     return out or None
@@ -93,7 +101,9 @@ def scoped(asked: Any, account: Account) -> dict:
         if (kept := _resource(asked.get(kind), kind)) is not None:
             out[kind] = kept
     related = asked.get("related")
-    related = [r for r in (related if isinstance(related, list) else [related]) if isinstance(r, dict)][:MAX_ITEMS]
+    related = [r for r in (related if isinstance(related, list) else [related]) if isinstance(r, dict)]
+    if len(related) > MAX_RELATED:
+        raise OutOfBounds(f"related takes at most {MAX_RELATED} resource filters")
     related = [kept for r in related if (kept := _resource(r, "related")) is not None]
     if account.role == ANALYST and {"id": [_mine(account)]} not in related:  # (a next page's token holds it already)
         related.append({"id": [_mine(account)]})

@@ -42,6 +42,7 @@ SERVED_FILES = {
     "test_proxy.py",
     "test_gate_abuse.py",
     "test_gate_reads.py",
+    "test_gate_attack2.py",
     "test_quotas.py",
 }
 

@@ -19,6 +19,8 @@ import pytest
 
 from core import noise
 from core.mechanisms import outliers as o
+from core.mechanisms import outliers_sensitivity as sens
+from core.privacy import events
 from tests.auditor import ALPHA, audit, record, runs
 
 N = 15
@@ -79,8 +81,9 @@ def test_auditor_catches_a_count_with_too_little_noise(test_mode, monkeypatch):
     """The auditor can fail here: a weakened count (noise std divided by 20) is caught."""
     real = o.noisy_count
 
-    def weakened(z, s, params, a, rng, m):
-        return real(z, s, params, replace(a, count=replace(a.count, epsilon=a.count.epsilon * 20)), rng, m)
+    def weakened(z, s, params, a, rng, m, event=None):  # the count's declared leaf, its sigma divided by 20
+        leaf = events.find(event or o.declared(params), sens.GLOBAL)
+        return real(z, s, params, a, rng, m, replace(leaf, sigma=leaf.sigma / 20))
 
     monkeypatch.setattr(o, "noisy_count", weakened)
     params = _params(epsilon=0.5, noise="global")

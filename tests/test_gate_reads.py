@@ -52,8 +52,10 @@ def test_events_are_read_by_allow_list(served, people):
         people[n].post(f"/deployments/{ra}/create_flow_run", json={"parameters": {}}).json() for n in ("alice", "vera")
     )
     try:
-        variable = _until(api, {"event": {"prefix": ["prefect.variable."]}})
-        assert SECRET in json.dumps(variable)
+        deadline = time.monotonic() + 60  # events are stored asynchronously: wait for this variable's own
+        while SECRET not in json.dumps(_events(api, {"event": {"name": ["prefect.variable.created"]}})):
+            assert time.monotonic() < deadline, "the variable's event was never stored"
+            time.sleep(0.5)
         for run in (mine, theirs):
             _until(api, {"any_resource": {"id": [f"prefect.flow-run.{run['id']}"]}})
         asked = [

@@ -15,6 +15,7 @@ from core import noise
 from core.errors import ParameterError
 from core.mechanisms import outliers as o
 from core.mechanisms import outliers_geometry as geo
+from core.mechanisms import outliers_scale
 from core.mechanisms import outliers_sensitivity as sens
 from core.privacy.budget import ZERO, gaussian_sigma
 from core.privacy.events import PermuteAndFlip
@@ -284,7 +285,7 @@ def test_budget_allocation_adds_up():
         delta=1e-4,
         h=4,
         count_share=0.25,
-        standardize=o.PrivateScale(bounds={"a": (0, 1)}, share=0.1),
+        standardize=outliers_scale.PrivateScale(bounds={"a": (0, 1)}, share=0.1),
     )
     a = o.allocate(p)
     spent = a.standardize.epsilon + a.select + a.counts * (a.count.epsilon + a.scale)

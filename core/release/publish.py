@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 from dataclasses import dataclass
@@ -110,7 +111,7 @@ def report(record: dict, result: Result) -> str:
         f"| ledger entry | #{record['ledger']['seq']} (`{record['ledger']['hash'][:16]}…`) |\n"
         f"| dataset | `{ds['id']}` registration {ds['version']}, unit `{ds['unit']}`, {len(ds['schema'])} columns{rows} |\n"
         f"| created | {record['created']} |\n\n"
-        f"Parameters: `{json.dumps(record['mechanism']['params'])}`\n\n"
+        f"Parameters: {code(json.dumps(record['mechanism']['params']))}\n\n"
         + result.report
         + "\n"
         + charts
@@ -153,3 +154,11 @@ def publish(releases_root: Path, staging_root: Path, record: dict, result: Resul
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return Published(final, record)
+
+
+def code(text: str) -> str:
+    """``text`` as one Markdown code span whatever backticks it holds (CommonMark: a longer run of backticks
+    around it), so a parameter's text cannot end the span and write into the report."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    return f"{fence} {text} {fence}" if longest else f"`{text}`"

@@ -1,0 +1,86 @@
+"""The second independent attack on the served stack (issue #39), each finding through the real proxy, gate and
+server, and each shown to work on a weakened gate without the one bound:
+
+- a deployment's own schema checked against a huge list of wrong values (Prefect's error list grows with its square);
+- event filters of many related resources and labels (each label a JSON query over every event);
+- bodies of very many values, and run names of a megabyte copied into every page, log and event;
+- the proxy opening more connections to the gate than the gate holds (past them the gate answers everyone 503);
+- a parameter whose text ends the report's code span and writes into a release's report."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from core.release.publish import code
+from gate import bounds, checks, events
+from gate.__main__ import CONNECTIONS
+from tests.test_gate_abuse import refused, weakened
+from tests.test_server import deployment, operator
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_a_stored_schemas_values_are_bounded_like_a_runs_parameters(served, people, monkeypatch):
+    env, _ = served
+    form = operator(env).get(f"/deployments/{deployment(operator(env), 'outlier-count')['id']}").json()
+    wrong = {"standardize": [{"column": "m" * 1000, "mean": 1.5, "std": -2.5}] * 70}  # 70 KB of wrong values
+    body = {"schema": form["parameter_openapi_schema"], "values": wrong}
+    answer = people["alice"].post("/ui/schemas/validate", json=body)
+    assert refused(answer) and answer.status_code == 403 and "at most 64 KB" in answer.text
+    monkeypatch.setattr(checks.limits, "configured", lambda: checks.limits.Limits(parameters_kb=10**6))
+    with weakened(env) as person:  # no bound on the values: Prefect validates every one of them
+        validated = person("alice").post("/ui/schemas/validate", json=body)
+    assert validated.status_code == 200 and not validated.headers.get("x-privrelease-gate-refused")
+
+
+def test_event_filters_take_few_related_resources_and_labels(served, people, monkeypatch):
+    env, _ = served
+    labels = {f"k{i}": ["v"] for i in range(6)}
+    body = {"filter": {"related": [{"labels": labels}] * 4, "occurred": {"since": "2000-01-01T00:00:00Z"}}, "limit": 50}
+    answer = people["ada"].post("/events/filter", json=body)
+    assert refused(answer) and answer.status_code == 403 and "at most 3 resource filters" in answer.text
+    one = {"filter": {"related": [{"labels": labels}]}, "limit": 5}
+    answer = people["ada"].post("/events/filter", json=one)
+    assert refused(answer) and "at most 5 labels" in answer.text
+    for name, value in (("MAX_RELATED", 10**6), ("MAX_LABELS", 10**6)):
+        monkeypatch.setattr(events, name, value)
+    with weakened(env) as person:  # the labels reach Prefect's query
+        assert person("ada").post("/events/filter", json=body).status_code == 200
+
+
+def test_a_body_of_very_many_values_is_refused(served, people, monkeypatch):
+    many = {"flow_runs": {"id": {"any_": ["00000000-0000-4000-8000-000000000000"] * 400}}, "pad": [[0] * 400] * 14}
+    answer = people["alice"].post("/flow_runs/filter", json=many)
+    assert refused(answer) and answer.status_code == 400 and f"at most {bounds.MAX_NODES} are allowed" in answer.text
+    monkeypatch.setattr(bounds, "MAX_NODES", 10**7)
+    env, _ = served
+    with weakened(env) as person:
+        assert person("alice").post("/flow_runs/filter", json=many).status_code != 400
+
+
+def test_a_runs_name_is_short(served, people, monkeypatch):
+    env, _ = served
+    api = operator(env)
+    ra = deployment(api, "ra")["id"]
+    long = {"name": "n-" + "A" * 5000, "parameters": {"preview": True}}
+    answer = people["vera"].post(f"/deployments/{ra}/create_flow_run", json=long)
+    assert refused(answer) and answer.status_code == 403 and f"at most {checks.MAX_NAME} characters" in answer.text
+    monkeypatch.setattr(checks, "MAX_NAME", 10**7)
+    with weakened(env) as person:
+        created = person("vera").post(f"/deployments/{ra}/create_flow_run", json=long)
+    assert created.status_code == 201 and len(created.json()["name"]) == 5002
+    api.delete(f"/flow_runs/{created.json()['id']}")
+
+
+def test_the_proxy_opens_fewer_connections_to_the_gate_than_it_holds():
+    conf = (REPO / "deploy" / "nginx.conf").read_text()
+    (most,) = [int(n) for n in re.findall(r"server 127\.0\.0\.1:\{\{gate_port\}\} max_conns=(\d+);", conf)]
+    (per_address,) = [int(n) for n in re.findall(r"limit_conn per_address (\d+);", conf)]
+    assert most < CONNECTIONS and per_address < most
+
+
+def test_a_parameter_cannot_end_the_reports_code_span():
+    assert code('{"a": 1}') == '`{"a": 1}`'  # as before, for text without backticks
+    span = code('{"c": "x` ![i](http://evil/) `"}')
+    assert span.startswith("`` ") and span.endswith(" ``") and span.count("``") == 2
