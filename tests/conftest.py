@@ -110,7 +110,10 @@ def served(tmp_path_factory):
     from tests.test_server import deploy, gate, proxy, running_server
 
     root = tmp_path_factory.mktemp("server")
-    with running_server(root) as env, gate(env, root / "gate.log") as gate_url, proxy(env, gate_url, root / "proxy.log") as url:
+    # the per-account limits (tested on gates of their own in tests/test_quotas.py) set out of reach: the
+    # session's accounts start runs in many tests, in whatever order and pace the workers take them
+    roomy = {"PRIVRELEASE_ACCOUNT_RUNS": "1000", "PRIVRELEASE_ACCOUNT_SCHEDULED": "1000", "PRIVRELEASE_ACCOUNT_PER_MINUTE": "1000"}
+    with running_server(root, roomy) as env, gate(env, root / "gate.log") as gate_url, proxy(env, gate_url, root / "proxy.log") as url:
         deploy(env)
         yield env | {"PRIVRELEASE_GATE_URL": url, "PRIVRELEASE_GATE_PORT": gate_url.rsplit(":", 1)[1]}, root
 

@@ -132,12 +132,14 @@ def test_nothing_of_the_host_in_what_people_read(served, people):
     env, root = served
     api, log = operator(env), root / "worker-host.log"
     with worker(env, log) as proc:
-        release = (
-            people["alice"]
-            .post(f"/deployments/{deployment(api, 'ra')['id']}/create_flow_run", json={"parameters": {"release_id": "host-free"}})
-            .json()
-        )
-        audit = people["ada"].post(f"/deployments/{deployment(api, 'ledger-audit')['id']}/create_flow_run", json={}).json()
+        started = [
+            people["alice"].post(
+                f"/deployments/{deployment(api, 'ra')['id']}/create_flow_run", json={"parameters": {"release_id": "host-free"}}
+            ),
+            people["ada"].post(f"/deployments/{deployment(api, 'ledger-audit')['id']}/create_flow_run", json={}),
+        ]
+        assert all(s.status_code == 201 for s in started), [s.text for s in started]
+        release, audit = (s.json() for s in started)
         assert _wait(api, release["id"], log) == "COMPLETED" and _wait(api, audit["id"], log) == "COMPLETED"
         pids = [proc.pid]
     for run in (release, audit):
