@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from cli.main import parser  # noqa: E402
+from core import paths  # noqa: E402
 from core.mechanisms import describe  # noqa: E402
 from gate import policy  # noqa: E402
 
@@ -62,8 +63,8 @@ def _arguments(p: argparse.ArgumentParser) -> list[str]:
             facts.append("required")
         if a.default not in (None, False, argparse.SUPPRESS) and a.option_strings:
             facts.append(f"default {a.default}")
-        home = str(Path.home())
-        rows.append(f"| `{name}` | {_cell((a.help or '').replace(home, '~'))} | {'; '.join(facts)} |")
+        said = (a.help or "").replace(str(paths.DEFAULT_HOME), "the per-user data folder")  # the same on every machine
+        rows.append(f"| `{name}` | {_cell(said)} | {'; '.join(facts)} |")
     return rows
 
 
