@@ -23,6 +23,7 @@ class ReleaseHelp(argparse.RawDescriptionHelpFormatter):
 
             pages = "\n".join(f"  {n:<21} {describe.page(n)}" for n in MECHANISMS)
             text = f"mechanisms (a request's mechanism.name), each described on its page:\n{pages}\n"
+            text += "(spam-filter-training is not a request's: it runs with `privrelease spam train`)\n"
             text += "`privrelease mechanisms [NAME]` prints their parameters, types, defaults and bounds."
         super().add_text(text)
 
