@@ -5,7 +5,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test audit lint serve serve-pg bench clean
+.PHONY: demo test audit lint docs serve serve-pg bench clean
 
 $(STAMP): pyproject.toml requirements.lock.txt
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -41,8 +41,13 @@ audit: $(STAMP)  # the statistical privacy auditor's long run (10-30 min); its t
 	@echo "results: audit-results.md"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check core flows gate cli tests bench
-	$(VENV)/bin/ruff format --check core flows gate cli tests bench  # formatted; `# fmt: skip` on tables only
+	$(VENV)/bin/ruff check core flows gate cli tests bench scripts
+	$(VENV)/bin/ruff format --check core flows gate cli tests bench scripts  # formatted; `# fmt: skip` on tables only
+	$(VENV)/bin/python scripts/gendocs.py --check  # the generated pages: CLI, parameters, request schema, policy
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet  # the site (mkdocs.yml) into build/site: a broken link fails
+
+docs: $(STAMP)  # the documentation site on http://127.0.0.1:8000, rebuilt as pages change
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 bench: $(STAMP)  # every benchmark; each needs PRIVRELEASE_DATA for the public data sets
 	for b in bench/bench_*.py; do echo "== $$b"; $(VENV)/bin/python $$b || exit 1; done
