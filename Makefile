@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml requirements.lock.txt
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
-	@echo "installing the pinned dependencies into $(VENV) (with uv: about 30 s the first time; with pip, its fallback: 2-3 min)..."
+	@echo "installing the pinned dependencies into $(VENV) (1-3 min the first time: uv, else pip)..."
 	# uv installs the same pinned lock from the registry in a fraction of pip's time; where uv cannot be had or
 	# fails (no registry it reaches), pip installs it as before
 	$(VENV)/bin/pip install -q --disable-pip-version-check uv==0.13.8 2>&1 | sed '/is ignored: it is neither/d' || true

@@ -22,8 +22,9 @@ from core.errors import UserError
 class Limits:
     pool: int = 4  # flow runs running at once in the privrelease pool, over all its workers
     worker: int = 4  # flow runs one worker runs at once (its processes)
-    runs: int = 4  # an account's runs not finished: scheduled, pending, running, paused, cancelling
-    scheduled: int = 2  # of those, the ones scheduled to start later than a minute from now
+    runs: int = 2  # an account's runs not finished: scheduled, pending, running, paused, cancelling (half the pool:
+    # one account cannot take every process of the worker)
+    scheduled: int = 1  # of those, the ones scheduled to start later than a minute from now
     per_minute: int = 6  # runs an account starts in a minute
     parameters_kb: int = 16  # a run's parameters, as JSON (a form's: under 2 KB)
     ahead_days: int = 30  # how far ahead a run may be scheduled

@@ -62,6 +62,8 @@ MAX_BODY = 1 << 20  # bytes: the largest request body passed on (a filter, a for
 UPSTREAM_CONNECTIONS = 100
 BUSY_RETRIES = 8  # Prefect's 503 "busy" answers retried, about 9 s in all
 ALONE_AT_ONCE = 2  # calls of the rows marked `alone` (Prefect works for them in its event loop) at once, in all
+ALONE_WAITING = 1  # such calls of one account's waiting behind its one in progress; more are refused (429)
+IN_FLIGHT = 16  # calls of one account in the gate at once (a browser makes at most 6); more are refused (429)
 BROKEN = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.ConnectError)  # before any answer
 HASHES_AT_ONCE = 2  # Argon2id checks at once (64 MiB each); a flood of wrong passwords queues here, not in memory
 ACCOUNTS_TTL_S = 2.0  # a removed account is refused within this time
@@ -90,8 +92,10 @@ class Gate:
             limits=httpx.Limits(max_connections=UPSTREAM_CONNECTIONS),
         )
         self._hashing = anyio.Semaphore(HASHES_AT_ONCE)
-        self._alone: dict[str, anyio.Lock] = {}  # per account
+        self._alone: dict[tuple[str, str], anyio.Lock] = {}  # per account and row
+        self._alone_asked: dict[tuple[str, str], int] = {}  # calls in progress or waiting, per account and row
         self._alone_at_once = anyio.Semaphore(ALONE_AT_ONCE)
+        self._in_flight: dict[str, int] = {}  # calls in the gate, per account
         self._known: dict[str, Account] = {}
         self._loaded = 0.0
         self._verified: dict[bytes, str] = {}  # keyed digest of (name, password) -> the hash it matched
@@ -186,6 +190,22 @@ class Gate:
             return account
         if account is False:
             return _refuse(401, "Unauthorized")
+        if account is None:
+            return await self.decided(request, path, None)
+        if self._in_flight.get(account.name, 0) >= IN_FLIGHT:
+            return _refuse(
+                429,
+                f"privrelease gate: {IN_FLIGHT} of your calls are in progress already; try again when they are answered",
+                {"retry-after": "1"},
+            )
+        self._in_flight[account.name] = self._in_flight.get(account.name, 0) + 1
+        try:
+            return await self.decided(request, path, account)
+        finally:
+            self._in_flight[account.name] -= 1
+
+    async def decided(self, request: Request, path: str, account: Account | None) -> Response:
+        """The call of ``account`` (None: a caller without credentials) as the policy decides it."""
         role = account.role if account else policy.ANONYMOUS
         rule = policy.decide(role, request.method, path, self.rules)
         if rule is None:
@@ -214,14 +234,30 @@ class Gate:
             if self.quotas is not None and rule.starts:
                 started = await self.quotas.start(account.name, rewritten, lambda: self.forward(request, path, body, False))
                 return _refuse(started[0], f"privrelease gate: {started[1]}") if isinstance(started, tuple) else started
-        if rule.alone:  # the account's calls of this row one after the other, and few of anyone's at once
-            async with self._alone.setdefault(account.name, anyio.Lock()), self._alone_at_once:
-                response = await self.forward(request, path, body, rule.read_only)
+        if rule.alone:
+            response = await self.alone(request, path, body, rule, account)
         else:
             response = await self.forward(request, path, body, rule.read_only)
         if rule.reply is not None and response.status_code == 200:
             return JSONResponse(rule.reply(json.loads(response.body), call))
         return response
+
+    async def alone(self, request: Request, path: str, body: bytes, rule: policy.Rule, account: Account) -> Response:
+        """A call of a row marked ``alone``: the account's one after the other (one more may wait; past that,
+        429 at once, so that no queue holds the proxy's connections), and few of anyone's at once."""
+        key = (account.name, rule.route)
+        if self._alone_asked.get(key, 0) > ALONE_WAITING:
+            return _refuse(
+                429,
+                f"privrelease gate: one of your calls of {rule.route} is in progress and one waits; try again when they are answered",
+                {"retry-after": "1"},
+            )
+        self._alone_asked[key] = self._alone_asked.get(key, 0) + 1
+        try:
+            async with self._alone.setdefault(key, anyio.Lock()), self._alone_at_once:
+                return await self.forward(request, path, body, rule.read_only)
+        finally:
+            self._alone_asked[key] -= 1
 
     async def parse(self, request: Request) -> Any | Response:
         """The request's JSON body (None if it has none), or the gate's refusal: not JSON, too large, too deep,
@@ -239,7 +275,7 @@ class Gate:
                 f"not {kind or 'without a Content-Type'}",
             )
         try:
-            doc = json.loads(body or b"{}")
+            doc = json.loads(body or b"{}", parse_constant=_no_constant)
         except ValueError:
             return _refuse(422, "privrelease gate: the body is not JSON")
         except RecursionError:  # deeper than Python's parser goes: far past the limit
@@ -292,6 +328,11 @@ class Gate:
                 break
             await anyio.sleep(0.25 * (attempt + 1))
         return response
+
+
+def _no_constant(name: str) -> None:
+    """NaN and Infinity are not JSON (Python's parser takes them; Prefect answered 500 to them)."""
+    raise ValueError(f"{name} is not JSON")
 
 
 def _placeholders(value) -> bool:

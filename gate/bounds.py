@@ -19,6 +19,8 @@ them costs its event loop time that grows faster than their number.
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
 from typing import Any
 
 MAX_DEPTH = 32  # levels of JSON nesting in any body (a release form's parameters use under 8)
@@ -31,8 +33,20 @@ MAX_LIKE = 100  # characters of a text filter
 MAX_OFFSET = 100_000  # rows a query skips
 MAX_PAGE = 1_000  # pages of a paginated query
 MAX_FORM_VALUES = 500  # values in a run form's parameters (a release form's use under 100)
+NUMBERS = ("limit", "offset", "page")  # whole numbers (a string, a float or NaN of these made Prefect answer 500)
+TIMES = ("after_", "before_", "since", "until", "history_start", "history_end")  # times, within YEARS
+YEARS = (1970, 2200)  # past these Prefect's time arithmetic overflows (500)
 TEXT_FILTERS = ("like_", "startswith_")
 WILDCARDS = ("%", "\\")  # LIKE's many-character wildcard, and the escape that would smuggle one
+
+
+def _plausible(text: str) -> bool:
+    """Whether ``text`` is no time, or one within YEARS in every time zone (Prefect refuses what is no time)."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return True
+    return YEARS[0] < when.year < YEARS[1]
 
 
 def depth(value: Any) -> int:
@@ -86,10 +100,14 @@ def query(doc: Any) -> Any:
     for key, value in doc.items():
         if key == "tags" and isinstance(value, dict) and any(isinstance(v, list) and len(v) > MAX_TAGS for v in value.values()):
             raise OutOfBounds(f"a tag filter may list at most {MAX_TAGS} tags")
-        if key == "limit" and isinstance(value, int) and not isinstance(value, bool):
+        if key == "limit" and isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             out[key] = min(value, MAX_LIMIT)
-        elif key in ("offset", "page") and isinstance(value, int) and value > (MAX_OFFSET if key == "offset" else MAX_PAGE):
+        elif key in NUMBERS and value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise OutOfBounds(f"{key} takes a whole number, 0 or more, not {json.dumps(value)[:40]}")
+        elif key in NUMBERS[1:] and value > (MAX_OFFSET if key == "offset" else MAX_PAGE):
             raise OutOfBounds(f"{key} may be at most {MAX_OFFSET if key == 'offset' else MAX_PAGE}, not {value}")
+        elif key in TIMES and isinstance(value, str) and not _plausible(value):
+            raise OutOfBounds(f"{key} takes a time between the years {YEARS[0]} and {YEARS[1]}, not {value[:40]!r}")
         elif key == "logs" and isinstance(value, dict) and value.get("text") is not None:
             raise OutOfBounds("the logs' text search does not work on this server's database: filter by run or level instead")
         elif key in TEXT_FILTERS and value is not None:

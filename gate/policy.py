@@ -102,7 +102,7 @@ class Rule:
     reply: Reply | None = None  # the answer passed back, made from Prefect's
     starts: bool = False  # it starts a run: the account's limits apply first (gate.quotas)
     reads: bool = False  # it only reads (a POST query; every GET does): asked again once if the connection broke
-    alone: bool = False  # Prefect works for it in its event loop: one of an account's at a time, few at once in all
+    alone: bool = False  # Prefect works hard for it: one of an account's at a time (one more waits), few at once in all
     pattern: re.Pattern = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -147,7 +147,8 @@ POLICY: tuple[Rule, ...] = (
     Rule(ANYONE, "GET", "/robots.txt"),
     *(Rule(ANYONE, "GET", page) for name in UI_PAGES for page in (f"/{name}", f"/{name}/{{rest*}}")),
     Rule(ANYONE, "GET", "/api/health"),
-    # -- answered by the gate: what the UI asks of /api/admin on every page ----------------------------
+    # -- answered by the gate: what the UI asks of /api/admin on every page (people's: the UI takes an answer to
+    # its version as signed in) ---------------------------------------------------------------------------
     Rule(PEOPLE, "GET", "/api/admin/settings", answer=public_settings),
     Rule(PEOPLE, "GET", "/api/admin/version", answer=prefect_version),
     # -- reading: deployments and their forms, runs, task runs, logs, artifacts -------------------------
@@ -201,9 +202,9 @@ POLICY: tuple[Rule, ...] = (
     ),
     # the run form checks its fields against its deployment's schema; the event feed and a run's graph read events
     Rule(PEOPLE, "POST", "/api/ui/schemas/validate", body=stored_schema, reads=True, alone=True),
-    Rule(PEOPLE, "POST", "/api/events/filter", body=event_query, reply=events_shown, reads=True),
+    Rule(PEOPLE, "POST", "/api/events/filter", body=event_query, reply=events_shown, reads=True, alone=True),
     Rule(PEOPLE, "GET", "/api/events/filter/next", answer=next_events),
-    Rule(PEOPLE, "POST", "/api/events/count-by/{countable}", body=event_count, reads=True),
+    Rule(PEOPLE, "POST", "/api/events/count-by/{countable}", body=event_count, reads=True, alone=True),
     # -- acting: each role its own ---------------------------------------------------------------------
     Rule(
         SPENDERS, "POST", "/api/deployments/{id}/create_flow_run", when=deployment_in(RELEASE_FORMS), body=start_run, starts=True
@@ -248,7 +249,7 @@ def markdown() -> str:
         does = "; ".join(
             [x.says for x in (rule.body, rule.answer, rule.reply) if x is not None]
             + (["the account's run limits first"] if rule.starts else [])
-            + (["one of the account's at a time"] if rule.alone else [])
+            + (["one of the account's at a time, one more waiting"] if rule.alone else [])
         )
         lines.append(f"| {who(rule.who)} | {rule.method} | `{rule.route}` | {rule.when.says if rule.when else ''} | {does} |")
     return "\n".join(lines) + "\n"

@@ -50,6 +50,7 @@ def config(*, host: str, port: int, gate_port: int, ui: Path, state: Path, tls: 
         "listen": f"{address}:{port}" + (" ssl" if tls else ""),
         "gate_port": gate_port,
         "ui": ui,
+        "deploy": TEMPLATE.parent,
         "state": state,
         "max_body": MAX_BODY,
         "tls": TLS.format(cert=tls[0], key=tls[1]) if tls else "",

@@ -8,6 +8,7 @@ and each shown to work on a weakened gate (in this process, against the same ser
 
 from __future__ import annotations
 
+import base64
 import threading
 from dataclasses import replace
 
@@ -15,6 +16,7 @@ import anyio
 import httpx
 from starlette.requests import Request
 
+from gate import app as gate_app
 from gate import bounds, checks, policy
 from gate.app import Gate
 from tests.test_gate_abuse import refused, weakened, without
@@ -77,16 +79,19 @@ class Counting(Gate):
             self.now -= 1
 
 
-def _at_once(env: dict, rules: tuple[policy.Rule, ...] | None, callers: int = 6) -> int:
-    """The most schema checks of one account the gate passed on at once, of ``callers`` sent together."""
+def _at_once(env: dict, rules: tuple[policy.Rule, ...] | None, callers: int = 6) -> tuple[int, list[int]]:
+    """The most schema checks of one account the gate passed on at once, of ``callers`` sent together, and
+    the statuses answered."""
     body = {"schema": _form(env, "outlier-count")["parameter_openapi_schema"], "values": {"standardize": ITEMS[:100]}}
     start, answers = threading.Barrier(callers), []
     with weakened(env, gate_class=Counting, rules=rules) as person:
         client = person("alice")
+        assert client.post("/ui/schemas/validate", json=body).status_code == 200  # signed in: no hash in the burst
+        client.app.state.gate.most = 0
 
         def ask() -> None:
             start.wait()
-            answers.append(client.post("/ui/schemas/validate", json=body).status_code)
+            answers.append(client.post("/ui/schemas/validate", json=body))
 
         threads = [threading.Thread(target=ask) for _ in range(callers)]
         for t in threads:
@@ -94,15 +99,84 @@ def _at_once(env: dict, rules: tuple[policy.Rule, ...] | None, callers: int = 6)
         for t in threads:
             t.join()
         most = client.app.state.gate.most
-    assert answers == [200] * callers, answers
-    return most
+    for answer in answers:
+        assert answer.status_code == 200 or (
+            answer.status_code == 429 and "is in progress and one waits" in answer.text and answer.headers["retry-after"] == "1"
+        ), answer.text
+    return most, sorted(a.status_code for a in answers)
 
 
 def test_an_accounts_schema_checks_reach_prefect_one_at_a_time(served, people):
+    """One in progress, one waiting behind it, the rest refused at once: no queue of an account's holds the
+    proxy's connections to the gate (the fourth attack filled them so, and nginx answered everyone 502)."""
     env, _ = served
-    assert _at_once(env, None) == 1
+    assert _at_once(env, None) == (1, [200, 200, 429, 429, 429, 429])
     # the weakened gate (the row not marked `alone`) passes them on together
-    assert _at_once(env, without("/api/ui/schemas/validate", alone=False)) > 1
+    most, statuses = _at_once(env, without("/api/ui/schemas/validate", alone=False))
+    assert most > 1 and statuses == [200] * 6
+
+
+def test_an_account_has_at_most_16_calls_in_the_gate(served, people, monkeypatch):
+    env, _ = served
+    callers = gate_app.IN_FLIGHT + 4
+    start, answers = threading.Barrier(callers), []
+
+    def flood() -> list[int]:
+        with weakened(env, gate_class=Counting) as person:
+            client = person("vera")
+            assert client.post("/flow_runs/count", json={}).status_code == 200  # signed in: no hash in the burst
+
+            def ask() -> None:
+                start.wait()
+                answers.append(client.post("/flow_runs/count", json={}))
+
+            threads = [threading.Thread(target=ask) for _ in range(callers)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        return sorted(a.status_code for a in answers)
+
+    assert flood() == [200] * gate_app.IN_FLIGHT + [429] * 4
+    assert all("16 of your calls are in progress already" in a.text for a in answers if a.status_code == 429)
+    answers.clear()
+    monkeypatch.setattr(gate_app, "IN_FLIGHT", 10**6)  # the weakened gate: no limit
+    assert flood() == [200] * callers
+
+
+def test_what_made_prefect_answer_500_within_the_bounds_is_refused(served, people):
+    """The fourth attack's 500s: numbers that are strings, floats or NaN; times far past or ahead; a page token
+    nested deeper than Python's parser goes (the gate's own 500)."""
+    env, _ = served
+    asked = [
+        ("/flow_runs/filter", b'{"offset": "9223372036854775808"}', 403, "offset takes a whole number"),
+        ("/flow_runs/paginate", b'{"page": 1e+17}', 403, "page takes a whole number"),
+        ("/flow_runs/filter", b'{"limit": NaN}', 422, "the body is not JSON"),
+        ("/events/count-by/event", b'{"filter": {}, "time_unit": "day", "time_interval": Infinity}', 422, "not JSON"),
+        (
+            "/flow_runs/filter",
+            b'{"flow_runs": {"start_time": {"after_": "0001-01-01T00:00:00+14:00"}}}',
+            403,
+            "between the years",
+        ),
+        (
+            "/flow_runs/history",
+            b'{"history_start": "9999-12-31T00:00:00Z", "history_end": "9999-12-31T23:59:59Z", "history_interval_seconds": 3600}',
+            403,
+            "between the years",
+        ),  # fmt: skip
+    ]
+    for route, body, status, said in asked:
+        answer = people["alice"].post(route, content=body, headers={"content-type": "application/json"})
+        assert refused(answer) and answer.status_code == status and said in answer.text, (route, answer.text)
+    deep = base64.b64encode(base64.b64encode(b"[" * 1100 + b"]" * 1100)).decode()
+    answer = people["alice"].get("/events/filter/next", params={"page-token": deep})
+    assert refused(answer) and answer.status_code == 403 and "not one the gate answered" in answer.text
+    with weakened(env, rules=_unbounded()) as person:  # passed on as asked: Prefect answers 500
+        for route, body, status, _ in asked:
+            if status == 403:
+                answer = person("alice").post(route, content=body, headers={"content-type": "application/json"})
+                assert answer.status_code == 500, (route, answer.status_code)
 
 
 def test_offsets_pages_and_the_logs_text_search_never_reach_prefect(served, people):

@@ -29,7 +29,7 @@ from tests.conftest import PASSWORD, REPO
 from tests.test_gate import refused
 from tests.test_server import _wait, deployment, gate, operator, person, proxy, worker
 
-# what the operator sets for the limited gate (the defaults are 4, 2 and 6)
+# what the operator sets for the limited gate (the defaults are 2, 1 and 6)
 LIMITS = {settings.ACCOUNT_RUNS: "3", settings.ACCOUNT_SCHEDULED: "1", settings.ACCOUNT_PER_MINUTE: "4"}
 # fresh accounts, so that other tests' runs on the session's server are not counted
 ACCOUNTS = {"nora": "analyst", "omar": "analyst", "pia": "analyst", "quinn": "analyst", "rosa": "analyst",

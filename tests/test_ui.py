@@ -106,6 +106,47 @@ def _in_browser(served, role: str, act) -> None:
             browser.close()
 
 
+OPERATORS_PAGES = {"/blocks", "/variables", "/automations", "/concurrency-limits"}  # refused to every person
+
+
+def _before_signing_in(page: Page, ui: str) -> tuple[str | None, str]:
+    """The sign-in page a person is sent to from the dashboard: its field's placeholder and its text (toasts too)."""
+    page.set_default_timeout(60_000)
+    page.goto(f"{ui}/dashboard")
+    page.wait_for_url(re.compile(r"/login"))
+    page.wait_for_load_state("networkidle")  # the calls the dashboard made before it was sent here, answered
+    return page.locator("input[type=password]").get_attribute("placeholder"), page.inner_text("body")
+
+
+def _navigation(page: Page, ui: str) -> set[str]:
+    sign_in(page, ui, "alice")
+    page.wait_for_load_state("networkidle")
+    shown = "els => els.filter(e => e.offsetParent !== null).map(e => e.getAttribute('href'))"
+    return set(page.locator("a.p-context-nav-item").evaluate_all(shown))
+
+
+def test_the_sign_in_page_asks_for_an_account_and_the_navigation_holds_peoples_pages(served, people):
+    """Through the proxy: the sign-in page shows no "Authentication failed." or "Oops" before anything is typed
+    and asks for name:password; signed in, the navigation has no page of the operator's. At the gate itself
+    (the weakened variant: no proxy, Prefect's UI as it ships) the page shows both toasts and `admin:pass`."""
+    env, _ = served
+    ui, bare = env["PRIVRELEASE_GATE_URL"], f"http://127.0.0.1:{env['PRIVRELEASE_GATE_PORT']}"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            placeholder, text = _before_signing_in(browser.new_page(), ui)
+            assert placeholder == "name:password" and "Authentication failed" not in text and "Oops" not in text, text
+            shown = _navigation(browser.new_page(), ui)
+            assert {"/runs", "/deployments", "/events"} <= shown and not shown & OPERATORS_PAGES, shown
+            page = browser.new_page()
+            placeholder, _ = _before_signing_in(page, bare)
+            page.get_by_text("Authentication failed.").first.wait_for()
+            assert placeholder == "admin:pass" and "Oops. Something went wrong." in page.inner_text("body")
+            assert OPERATORS_PAGES <= _navigation(browser.new_page(), bare)
+        finally:
+            browser.close()
+
+
 def test_the_analysts_forms_runs_and_reports(served, people):
     _in_browser(served, "analyst", _as_an_analyst)
 
