@@ -36,6 +36,12 @@ MEDIA = {
     ".json": "application/json",
 }
 LIST_RELEASES = "privrelease release list"
+WEB = "/privrelease"  # where the gate serves the catalogues' page (gate/catalogue.py)
+
+
+def page(release_id: str) -> str:
+    """The gate's page of one published release (its files to download), as a path on the gate's site."""
+    return f"{WEB}/releases/{release_id}"
 
 
 class NotInCatalogue(UserError):
