@@ -16,6 +16,7 @@ manifest itself), never by a path a caller writes.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -23,10 +24,13 @@ from pathlib import Path, PurePosixPath
 from core import __version__
 from core.datasets.snapshots import sha256
 from core.errors import UserError
+from core.ledger.chain import Entry
 from core.ledger.ledger import PUBLISHED
+from core.params import ID_PATTERN
 from core.release.home import Home
 
 MANIFEST, REPORT = "manifest.json", "report.md"
+ID = re.compile(ID_PATTERN)
 INDEX_FORMAT = "privrelease-catalogue/1"
 MEDIA = {
     ".csv": "text/csv; charset=utf-8",
@@ -114,51 +118,48 @@ class Catalogue:
 
     def releases(self, dataset: str | None = None) -> list[Release]:
         """Every published release (of ``dataset``), newest first."""
-        ledger = self.home.ledger
-        if not ledger.store.exists() or not self.home.releases.is_dir():
-            return []
-        last: dict[str, str] = {}
-        charges: dict[str, dict] = {}
-        for e in ledger.entries(dataset):
-            if e.release_id is None:
-                continue
-            last[e.release_id] = e.status
-            charges.setdefault(e.release_id, {"seq": e.seq, "hash": e.hash})  # its first entry: the charge
-        found = []
-        for path in self.home.releases.glob(f"{dataset or '*'}/*/{MANIFEST}"):
-            release = self._read(path)
-            if (
-                release is not None
-                and last.get(release.id) == PUBLISHED
-                and charges.get(release.id) == release.manifest.get("ledger")
-            ):
-                found.append(release)
+        found = [r for r in (self._read(*p) for p in self._published(dataset).items()) if r is not None]
         return sorted(found, key=lambda r: (r.manifest["created"], r.id), reverse=True)
-
-    @staticmethod
-    def _read(path: Path) -> Release | None:
-        """The release whose manifest is at ``path``, if the manifest is whole and names its own folder."""
-        try:
-            manifest = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return None
-        folder = path.parent
-        if not isinstance(manifest, dict) or (manifest.get("dataset"), manifest.get("release_id")) != (
-            folder.parent.name,
-            folder.name,
-        ):
-            return None
-        return Release(folder, manifest)
 
     def get(self, release_id: str) -> Release:
         """The published release ``release_id``; any other id is a user error saying how to list them."""
-        found = next((r for r in self.releases() if r.id == release_id), None)
+        settled = self._published().get(release_id)
+        found = None if settled is None else self._read(release_id, settled)
         if found is None:
             raise NotInCatalogue(
                 f"no published release {release_id!r} (a release still running or one that failed is not "
                 f"published); list the published ones with {LIST_RELEASES}."
             )
         return found
+
+    def _published(self, dataset: str | None = None) -> dict[str, Entry]:
+        """The charge of every release id the ledger settled last as published (its ids name folders: checked
+        when it was charged, and again here)."""
+        ledger = self.home.ledger
+        if not ledger.store.exists():
+            return {}
+        last: dict[str, str] = {}
+        charges: dict[str, Entry] = {}
+        for e in ledger.entries(dataset):
+            if e.release_id is not None and ID.fullmatch(e.release_id) and ID.fullmatch(e.dataset):
+                last[e.release_id] = e.status
+                charges.setdefault(e.release_id, e)  # its first entry: the charge
+        return {i: charges[i] for i, status in last.items() if status == PUBLISHED}
+
+    def _read(self, release_id: str, charge: Entry) -> Release | None:
+        """The release's folder and manifest, if the manifest is whole, names its own folder and cites its charge."""
+        folder = self.home.releases / charge.dataset / release_id
+        try:
+            manifest = json.loads((folder / MANIFEST).read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(manifest, dict) or (manifest.get("dataset"), manifest.get("release_id"), manifest.get("ledger")) != (
+            charge.dataset,
+            release_id,
+            {"seq": charge.seq, "hash": charge.hash},
+        ):
+            return None
+        return Release(folder, manifest)
 
     def file(self, release_id: str, name: str) -> Path:
         """The file ``name`` of a published release: only a name its manifest lists (or the manifest),

@@ -1,0 +1,201 @@
+"""The catalogues through the real proxy, gate and server (issue #42), and in a real browser:
+
+- people signed in read the index of published releases, one release, its files (each matching its digest),
+  and the datasets' public facts and budget; a caller without credentials reads none of it (the page
+  itself, which holds no data, loads for anyone);
+- path traversal to the home's files is refused through the proxy; on gates built in this process
+  against the same home, each of the two defences (the gate's path check, the catalogue's names from the
+  manifest) holds alone, and a gate without both hands out the steward's raw source file;
+- in the browser, the analyst who asked for a release follows its artifact's link to the gate's page and
+  downloads its data, which matches the manifest's sha256."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import sync_playwright
+from starlette.testclient import TestClient
+
+from core.release import pipeline, spec
+from core.release.catalogue import Catalogue
+from core.release.home import Home
+from gate import policy
+from gate.app import REFUSED, Gate, create_app
+from tests.conftest import PASSWORD
+from tests.test_catalogue import RAW, Unchecked
+from tests.test_server import _wait, deployment, operator, worker
+from tests.test_ui import ARGS, CHROMIUM, people_post, sign_in
+
+FILES = "/privrelease/api/releases/{id}/files/{name}"
+
+
+@pytest.fixture(scope="module")
+def published(served, people) -> dict:
+    """One SDC release of the demo census, published in the served home as the analyst's run would."""
+    env, _ = served
+    root = Path(env["PRIVRELEASE_HOME"])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PRIVRELEASE_HOME", str(root))
+        mp.delenv("PREFECT_API_URL", raising=False)
+        return pipeline.release(Home(root), spec.load(root / "requests" / "census-ra.yaml"), log=logging.getLogger("test"))
+
+
+def _sha(content: bytes) -> str:
+    return hashlib.sha256(content).hexdigest()
+
+
+def test_people_read_the_catalogues_through_the_proxy_and_anyone_else_nothing(served, people, published):
+    env, _ = served
+    url, home = env["PRIVRELEASE_GATE_URL"], Path(env["PRIVRELEASE_HOME"])
+    rid = published["release_id"]
+    anyone = httpx.Client(base_url=url, timeout=30)
+    for path in ("/privrelease/api/index.json", f"/privrelease/api/releases/{rid}", FILES.format(id=rid, name="data.csv"),
+                 "/privrelease/api/datasets", "/privrelease/api/datasets/posts-demo"):  # fmt: skip
+        response = anyone.get(path)
+        assert response.status_code == 401 and response.headers.get(REFUSED) == "1", path
+    page = anyone.get(f"/privrelease/releases/{rid}")  # the page: a shell, no data
+    assert page.status_code == 200 and '<script src="/privrelease/catalogue.js">' in page.text and rid not in page.text
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    manifest = json.loads((home / "releases" / "census-demo" / rid / "manifest.json").read_text())
+    for name in ("alice", "ada", "sam"):  # every role reads what was published
+        client = httpx.Client(base_url=url, auth=(name, PASSWORD), timeout=30)
+        index = client.get("/privrelease/api/index.json").json()
+        (entry,) = [r for r in index["releases"] if r["id"] == rid]
+        assert entry["guarantee"] == manifest["privacy"]["guarantee"] and entry["privacy"]["sdc_methods"] == [
+            "recode",
+            "ra",
+            "suppress",
+        ]
+        assert str(home) not in json.dumps(index)
+        one = client.get(f"/privrelease/api/releases/{rid}").json()
+        assert one["report_markdown"] == (home / "releases" / "census-demo" / rid / "report.md").read_text()
+        for f in one["files"]:
+            got = client.get(FILES.format(id=rid, name=f["name"]))
+            assert got.status_code == 200 and _sha(got.content) == f["sha256"], f
+            assert got.headers["content-disposition"] == f'attachment; filename="{f["name"]}"'
+        assert {f["name"]: f["sha256"] for f in one["files"]} == {
+            **manifest["files"],
+            "manifest.json": one["files"][-1]["sha256"],
+        }
+    alice = httpx.Client(base_url=url, auth=("alice", PASSWORD), timeout=30)
+    missing = alice.get("/privrelease/api/releases/nope")
+    assert (
+        missing.status_code == 404
+        and "no published release 'nope'" in missing.text
+        and "GET /privrelease/api/index.json" in missing.text
+    )
+    missing = alice.get(FILES.format(id=rid, name="secret.csv"))
+    assert missing.status_code == 404 and "has no file 'secret.csv'; its files are data.parquet" in missing.text
+    datasets = {d["id"]: d for d in alice.get("/privrelease/api/datasets").json()}
+    assert {"census-demo", "logins-demo", "posts-demo"} <= set(datasets) and datasets["census-demo"]["budget"] is None
+    posts = alice.get("/privrelease/api/datasets/posts-demo").json()
+    assert posts["schema"]["text"] == {"type": "string", "nullable": False} and posts["budget"]["cap"]["epsilon"] == 20.0
+    assert "source" not in json.dumps(datasets) and str(home) not in json.dumps(datasets)
+    # traversal to the steward's raw source, as a caller writes it: refused, and nothing of the file comes back
+    raw = (home / "data" / "demo" / "census.csv").read_bytes()
+    for path in (
+        FILES.format(id=rid, name=RAW.replace("/", "%2F")),
+        FILES.format(id=rid, name=RAW.replace("/", "%2f").replace(".", "%2e")),
+        f"/privrelease/api/releases/{rid}/files/{RAW}",
+        "/privrelease/api/releases/..%2F..%2Fdata%2Fdemo/files/census.csv",
+    ):
+        response = alice.get(path)
+        assert response.status_code in (400, 403, 404) and raw[:200] not in response.content, (path, response.status_code)
+
+
+class Traversing(Gate):
+    """The weakened gate: no path check (dot segments, encoded slashes pass)."""
+
+    @staticmethod
+    def malformed(path: str) -> bool:
+        return False
+
+
+class TraversingUnchecked(Traversing):
+    """Weaker still: its catalogue serves any name (``tests.test_catalogue.Unchecked``)."""
+
+    CATALOGUE = Unchecked
+
+
+def _gate(env: dict, gate_class: type[Gate]) -> TestClient:
+    """A gate in this process, in front of the served Prefect and home, whose file row takes the rest of the path
+    (``{name*}``): what a route written for nested names would do."""
+    rules = tuple(replace(r, route=FILES.replace("{name}", "{name*}")) if r.route == FILES else r for r in policy.POLICY)
+    app = create_app(
+        Path(env["PRIVRELEASE_HOME"]),
+        env["PREFECT_API_URL"].removesuffix("/api"),
+        env["PREFECT_API_AUTH_STRING"],
+        gate_class,
+        rules,
+    )
+    client = TestClient(app)
+    client.auth = ("alice", PASSWORD)
+    return client
+
+
+def test_traversal_is_refused_by_each_defence_and_works_without_both(served, people, published):
+    env, _ = served
+    home, rid = Path(env["PRIVRELEASE_HOME"]), published["release_id"]
+    raw = (home / "data" / "demo" / "census.csv").read_bytes()
+    attack = FILES.format(id=rid, name=RAW.replace("/", "%2F"))
+    with _gate(env, TraversingUnchecked) as weakest:  # neither defence: the raw microdata comes back
+        leaked = weakest.get(attack)
+        assert leaked.status_code == 200 and leaked.content == raw
+    with _gate(env, Traversing) as gate:  # the catalogue's check alone: not a file its manifest lists
+        refused = gate.get(attack)
+        assert refused.status_code == 404 and "has no file" in refused.text and raw[:200] not in refused.content
+    with _gate(env, type("CheckedPathsOnly", (Gate,), {"CATALOGUE": Unchecked})) as gate:  # the path check alone
+        refused = gate.get(attack)
+        assert refused.status_code == 400 and "malformed path" in refused.text
+
+
+def test_the_analyst_downloads_her_release_from_the_ui(served, people, tmp_path: Path):
+    env, root = served
+    api, ui = operator(env), env["PRIVRELEASE_GATE_URL"]
+    home = Path(env["PRIVRELEASE_HOME"])
+    with worker(env, root / "worker-catalogue.log"):
+        run = people_post(
+            env,
+            "alice",
+            f"/deployments/{deployment(api, 'ra')['id']}/create_flow_run",
+            {"parameters": {"release_id": "catalogue-ui"}},
+        )
+        assert _wait(api, run["id"], root / "worker-catalogue.log") == "COMPLETED"
+    rid = "alice.catalogue-ui"  # the gate names her id <account>.<id>
+    (artifact,) = api.post("/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [run["id"]]}}}).json()
+    assert f"(/privrelease/releases/{rid})" in artifact["data"] and str(home) not in artifact["data"]
+    manifest = json.loads((Catalogue(Home(home)).get(rid).folder / "manifest.json").read_text())
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+        page.set_default_timeout(60_000)
+        try:
+            sign_in(page, ui, "alice")
+            page.goto(f"{ui}/artifacts/artifact/{artifact['id']}")
+            link = page.get_by_role("link", name="Download this release's files")
+            assert link.get_attribute("href") == f"/privrelease/releases/{rid}"
+            with page.context.expect_page() as opened:  # the UI opens an artifact's links in a new tab
+                link.click()
+            page = opened.value
+            page.wait_for_url(re.compile(rf"/privrelease/releases/{re.escape(rid)}$"))
+            page.get_by_text(manifest["privacy"]["guarantee"]).first.wait_for()
+            with page.expect_download() as caught:
+                page.locator("button[data-file='data.csv']").click()
+            saved = tmp_path / "data.csv"
+            caught.value.save_as(saved)
+            assert caught.value.suggested_filename == "data.csv"
+            assert _sha(saved.read_bytes()) == manifest["files"]["data.csv"]
+            page.screenshot(path=root / "ui-catalogue.png", full_page=True)
+        except BaseException:
+            page.screenshot(path=tmp_path / "failure-catalogue.png", full_page=True)
+            print(f"screenshot of the browser test: {tmp_path / 'failure-catalogue.png'}")
+            raise
+        finally:
+            browser.close()
