@@ -20,18 +20,18 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import sync_playwright
-from starlette.testclient import TestClient
+from playwright.sync_api import Page
 
 from core.release import pipeline, spec
 from core.release.catalogue import Catalogue
 from core.release.home import Home
 from gate import policy
-from gate.app import REFUSED, Gate, create_app
+from gate.app import REFUSED, Gate
 from tests.conftest import PASSWORD
 from tests.test_catalogue import RAW, Unchecked
-from tests.test_server import _wait, deployment, operator, worker
-from tests.test_ui import ARGS, CHROMIUM, people_post, sign_in
+from tests.test_gate_abuse import weakened
+from tests.test_server import _wait, deployment, operator
+from tests.test_ui import _in_browser, people_post, sign_in
 
 FILES = "/privrelease/api/releases/{id}/files/{name}"
 
@@ -124,78 +124,51 @@ class TraversingUnchecked(Traversing):
     CATALOGUE = Unchecked
 
 
-def _gate(env: dict, gate_class: type[Gate]) -> TestClient:
-    """A gate in this process, in front of the served Prefect and home, whose file row takes the rest of the path
-    (``{name*}``): what a route written for nested names would do."""
-    rules = tuple(replace(r, route=FILES.replace("{name}", "{name*}")) if r.route == FILES else r for r in policy.POLICY)
-    app = create_app(
-        Path(env["PRIVRELEASE_HOME"]),
-        env["PREFECT_API_URL"].removesuffix("/api"),
-        env["PREFECT_API_AUTH_STRING"],
-        gate_class,
-        rules,
-    )
-    client = TestClient(app)
-    client.auth = ("alice", PASSWORD)
-    return client
+# the file row taking the rest of the path ({name*}), as a route written for nested names would
+NESTED = tuple(replace(r, route=FILES.replace("{name}", "{name*}")) if r.route == FILES else r for r in policy.POLICY)
 
 
 def test_traversal_is_refused_by_each_defence_and_works_without_both(served, people, published):
     env, _ = served
     home, rid = Path(env["PRIVRELEASE_HOME"]), published["release_id"]
     raw = (home / "data" / "demo" / "census.csv").read_bytes()
-    attack = FILES.format(id=rid, name=RAW.replace("/", "%2F"))
-    with _gate(env, TraversingUnchecked) as weakest:  # neither defence: the raw microdata comes back
-        leaked = weakest.get(attack)
+    attack = "http://testserver" + FILES.format(id=rid, name=RAW.replace("/", "%2F"))  # a gate in this process
+    with weakened(env, TraversingUnchecked, NESTED) as person:  # neither defence: the raw microdata comes back
+        leaked = person("alice").get(attack)
         assert leaked.status_code == 200 and leaked.content == raw
-    with _gate(env, Traversing) as gate:  # the catalogue's check alone: not a file its manifest lists
-        refused = gate.get(attack)
+    with weakened(env, Traversing, NESTED) as person:  # the catalogue's check alone: not a file its manifest lists
+        refused = person("alice").get(attack)
         assert refused.status_code == 404 and "has no file" in refused.text and raw[:200] not in refused.content
-    with _gate(env, type("CheckedPathsOnly", (Gate,), {"CATALOGUE": Unchecked})) as gate:  # the path check alone
-        refused = gate.get(attack)
+    with weakened(env, type("PathsChecked", (Gate,), {"CATALOGUE": Unchecked}), NESTED) as person:  # the path check alone
+        refused = person("alice").get(attack)
         assert refused.status_code == 400 and "malformed path" in refused.text
 
 
-def test_the_analyst_downloads_her_release_from_the_ui(served, people, tmp_path: Path):
-    env, root = served
-    api, ui = operator(env), env["PRIVRELEASE_GATE_URL"]
-    home = Path(env["PRIVRELEASE_HOME"])
-    with worker(env, root / "worker-catalogue.log"):
-        run = people_post(
-            env,
-            "alice",
-            f"/deployments/{deployment(api, 'ra')['id']}/create_flow_run",
-            {"parameters": {"release_id": "catalogue-ui"}},
-        )
-        assert _wait(api, run["id"], root / "worker-catalogue.log") == "COMPLETED"
+def test_the_analyst_downloads_her_release_from_the_ui(served, people):
+    _in_browser(served, "catalogue", _downloads)
+
+
+def _downloads(page: Page, env: dict, root: Path, shots: Path) -> None:
+    api, ui, home = operator(env), env["PRIVRELEASE_GATE_URL"], Path(env["PRIVRELEASE_HOME"])
+    ra = deployment(api, "ra")["id"]
+    run = people_post(env, "alice", f"/deployments/{ra}/create_flow_run", {"parameters": {"release_id": "catalogue-ui"}})
+    assert _wait(api, run["id"], root / "worker-ui-catalogue.log") == "COMPLETED"
     rid = "alice.catalogue-ui"  # the gate names her id <account>.<id>
     (artifact,) = api.post("/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [run["id"]]}}}).json()
     assert f"(/privrelease/releases/{rid})" in artifact["data"] and str(home) not in artifact["data"]
-    manifest = json.loads((Catalogue(Home(home)).get(rid).folder / "manifest.json").read_text())
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 900}, accept_downloads=True)
-        page.set_default_timeout(60_000)
-        try:
-            sign_in(page, ui, "alice")
-            page.goto(f"{ui}/artifacts/artifact/{artifact['id']}")
-            link = page.get_by_role("link", name="Download this release's files")
-            assert link.get_attribute("href") == f"/privrelease/releases/{rid}"
-            with page.context.expect_page() as opened:  # the UI opens an artifact's links in a new tab
-                link.click()
-            page = opened.value
-            page.wait_for_url(re.compile(rf"/privrelease/releases/{re.escape(rid)}$"))
-            page.get_by_text(manifest["privacy"]["guarantee"]).first.wait_for()
-            with page.expect_download() as caught:
-                page.locator("button[data-file='data.csv']").click()
-            saved = tmp_path / "data.csv"
-            caught.value.save_as(saved)
-            assert caught.value.suggested_filename == "data.csv"
-            assert _sha(saved.read_bytes()) == manifest["files"]["data.csv"]
-            page.screenshot(path=root / "ui-catalogue.png", full_page=True)
-        except BaseException:
-            page.screenshot(path=tmp_path / "failure-catalogue.png", full_page=True)
-            print(f"screenshot of the browser test: {tmp_path / 'failure-catalogue.png'}")
-            raise
-        finally:
-            browser.close()
+    manifest = Catalogue(Home(home)).get(rid).manifest
+    sign_in(page, ui, "alice")
+    page.goto(f"{ui}/artifacts/artifact/{artifact['id']}")
+    link = page.get_by_role("link", name="Download this release's files")
+    assert link.get_attribute("href") == f"/privrelease/releases/{rid}"
+    with page.context.expect_page() as opened:  # the UI opens an artifact's links in a new tab
+        link.click()
+    tab = opened.value
+    tab.wait_for_url(re.compile(rf"/privrelease/releases/{re.escape(rid)}$"))
+    tab.get_by_text(manifest["privacy"]["guarantee"]).first.wait_for()
+    with tab.expect_download() as caught:
+        tab.locator("button[data-file='data.csv']").click()
+    saved = shots / "catalogue-data.csv"
+    caught.value.save_as(saved)
+    assert caught.value.suggested_filename == "data.csv" and _sha(saved.read_bytes()) == manifest["files"]["data.csv"]
+    tab.screenshot(path=shots / "ui-catalogue.png", full_page=True)
