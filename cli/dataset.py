@@ -84,32 +84,37 @@ def cmd_dataset_policy(args: argparse.Namespace, root: Path) -> int:
     return 0
 
 
-def _show(dataset) -> None:
+def _show(dataset, budget: str = "") -> None:
     rows = "" if dataset.rows is None else f", {dataset.rows} rows (public)"
     print(
         f"dataset {dataset.id}: registration {dataset.version}, unit {dataset.unit}, purpose {dataset.purpose}, "
-        f"{len(dataset.schema.columns)} columns{rows}"
+        f"{len(dataset.schema.columns)} columns{rows}{budget}"
     )
 
 
 def cmd_dataset_list(args: argparse.Namespace, root: Path) -> int:
+    from cli.catalogue import budget_words
     from core.datasets.registry import Registry
+    from core.release.catalogue import Catalogue
+    from core.release.home import Home
 
     datasets = Registry(root).list()
+    entries = {e["id"]: e for e in Catalogue(Home(root)).datasets()}  # public facts, budget, what fits next
     if args.json:
-        print(json.dumps([d.public() for d in datasets], indent=2))
+        print(json.dumps([entries[d.id] for d in datasets], indent=2))
         return 0
     for dataset in datasets:
-        _show(dataset)
+        _show(dataset, budget_words(entries[dataset.id]))
     if not datasets:
         print("no datasets registered; register one with privrelease dataset add")
     return 0
 
 
 def cmd_dataset_show(args: argparse.Namespace, root: Path) -> int:
-    from core.datasets.registry import Registry
+    from core.release.catalogue import Catalogue
+    from core.release.home import Home
 
-    print(json.dumps(Registry(root).get(args.id).public(), indent=2))
+    print(json.dumps(Catalogue(Home(root)).dataset(args.id), indent=2))  # public facts, budget, what fits next
     return 0
 
 

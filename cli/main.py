@@ -14,6 +14,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from cli.catalogue import ACTIONS, cmd_release_catalogue
 from cli.dataset import (
     cmd_dataset_add,
     cmd_dataset_drop,
@@ -87,6 +88,13 @@ def cmd_preview(args: argparse.Namespace) -> int:
 
 
 def cmd_release(args: argparse.Namespace, root: Path) -> int:
+    if args.request in ACTIONS:  # release list | show ID | get ID: the published releases (cli/catalogue.py)
+        return cmd_release_catalogue(args, root)
+    if args.release_id is not None:
+        raise UserError(
+            f"privrelease release takes one request file, not {args.release_id!r} too; to read a published release: "
+            "privrelease release show ID (list them with privrelease release list)"
+        )
     if args.preview:
         return cmd_preview(args)
     summary = _run_release(Path(args.request), _runner(args))
@@ -277,11 +285,18 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "release",
-        help="run the release flow for a release request",
+        help="run the release flow for a release request; or list, show and get published releases",
         epilog=MECHANISMS_EPILOG,
         formatter_class=ReleaseHelp,
     )
-    p.add_argument("request", help="release request (YAML or JSON): dataset id, mechanism, parameters")
+    p.add_argument(
+        "request",
+        help="release request (YAML or JSON): dataset id, mechanism, parameters; or list, show ID, get ID: the "
+        "published releases (a request file named list, show or get: ./list)",
+    )
+    p.add_argument("release_id", nargs="?", metavar="ID", help="show, get: a published release's id (release list)")
+    p.add_argument("--out", metavar="DIR", help="get: the folder its files are written into (default ./ID)")
+    p.add_argument("--dataset", help="list: only this dataset's releases")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--quiet", action="store_true", help="print only the release id and folder")
     p.add_argument(

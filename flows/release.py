@@ -21,7 +21,7 @@ from prefect.states import Failed, State
 
 from core import parallel, settings
 from core.errors import UserError
-from core.release import pipeline, spec
+from core.release import catalogue, pipeline, spec
 from core.release.home import Home
 from core.release.spec import ReleaseRequest
 from flows import steps
@@ -59,8 +59,9 @@ def _artifact(summary: dict) -> None:
     folder = Path(summary["folder"])
     create_markdown_artifact(
         key=re.sub(r"[^a-z0-9-]+", "-", f"release-{summary['dataset']}".lower()),
-        # named by dataset and release id, as under the home: nothing of the host in what people read
-        markdown=f"Release folder: `releases/{summary['dataset']}/{summary['release_id']}`\n\n"
+        # a link to the gate's page of the release, where who is signed in downloads its files: nothing of the host
+        markdown=f"**[Download this release's files]({catalogue.page(summary['release_id'])})** "
+        f"(data, report, charts, manifest; every published release: [the catalogue]({catalogue.WEB}/releases))\n\n"
         + readable((folder / "report.md").read_text(), folder),
         description=f"release {summary['release_id']}",
     )

@@ -46,6 +46,8 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from core import limits, paths, settings
+from core.release.catalogue import Catalogue
+from core.release.home import Home
 from gate import bounds, policy
 from gate.accounts import Account, Accounts
 from gate.checks import Call, Refused
@@ -79,6 +81,8 @@ def _refuse(status: int, message: str, headers: dict[str, str] | None = None) ->
 
 
 class Gate:
+    CATALOGUE: type[Catalogue] = Catalogue  # the published releases and datasets it answers under /privrelease/
+
     def __init__(self, db_path: Path, upstream: str, operator_auth: str, rules: tuple[policy.Rule, ...] | None = None):
         self.accounts = Accounts(db_path)
         self.rules = policy.POLICY if rules is None else rules
@@ -101,6 +105,7 @@ class Gate:
         self._verified: dict[bytes, str] = {}  # keyed digest of (name, password) -> the hash it matched
         self._key = secrets.token_bytes(32)
         self.quotas: Quotas | None = Quotas(limits.configured(), self.count)  # None: no limits (tests' weakened gate)
+        self.catalogue = self.CATALOGUE(Home(db_path.parent))
 
     # -- who is asking --------------------------------------------------------------------------
 
@@ -183,7 +188,7 @@ class Gate:
 
     async def handle(self, request: Request) -> Response:
         path = request.url.path
-        if not SAFE_PATH.fullmatch(path) or "//" in path or "/." in path:
+        if self.malformed(path):
             return _refuse(400, "privrelease gate: malformed path")
         account = await self.who(request)
         if isinstance(account, Response):
@@ -209,15 +214,16 @@ class Gate:
         role = account.role if account else policy.ANONYMOUS
         rule = policy.decide(role, request.method, path, self.rules)
         if rule is None:
-            if account is None and path.startswith("/api/"):
+            if account is None and path.startswith(("/api/", "/privrelease/api/")):
                 return _refuse(401, "Unauthorized")  # the API is for people: sign in first
             return _refuse(403, f"privrelease gate: the {role} role may not {request.method} {path}")
         call = Call(account, rule.params(path), self, dict(request.query_params))
         if rule.answer is not None:
             try:
-                return JSONResponse(await rule.answer(call))
+                answered = await rule.answer(call)
             except Refused as refusal:
                 return _refuse(refusal.status, refusal.message)
+            return answered if isinstance(answered, Response) else JSONResponse(answered)
         body, doc = b"", None
         if request.method not in ("GET", "HEAD"):
             doc = await self.parse(request)
@@ -258,6 +264,12 @@ class Gate:
                 return await self.forward(request, path, body, rule.read_only)
         finally:
             self._alone_asked[key] -= 1
+
+    @staticmethod
+    def malformed(path: str) -> bool:
+        """Whether a path holds what no route of Prefect's or the UI's does: a dot segment, an empty one, or
+        any character to re-encode (a file of the catalogue is never named by a path a caller writes)."""
+        return not SAFE_PATH.fullmatch(path) or "//" in path or "/." in path
 
     async def parse(self, request: Request) -> Any | Response:
         """The request's JSON body (None if it has none), or the gate's refusal: not JSON, too large, too deep,

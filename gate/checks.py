@@ -29,6 +29,8 @@ MAX_NAME = 100  # a run's name: shown on every page that lists it, copied into i
 
 
 class Records(Protocol):
+    catalogue: Any  # the home's published releases and registered datasets (core.release.catalogue.Catalogue)
+
     async def read(self, path: str) -> Any | None:
         """GET ``path`` of Prefect's server with the operator's credential: its JSON, None unless it is found."""
 

@@ -34,6 +34,7 @@ import yaml
 from core import paths
 from core.errors import UserError
 from core.people import ANALYST, AUDITOR, STEWARD
+from gate import catalogue
 from gate.checks import (
     Answer,
     Condition,
@@ -88,6 +89,7 @@ RELEASE_FORMS, AUDIT_FORM = declared_forms(paths.repo() / "prefect.yaml")
 UI_PAGES = ("dashboard", "runs", "flows", "deployments", "flow-runs", "artifacts", "automations", "blocks",
             "concurrency-limits", "events", "notifications", "settings", "variables", "work-pools", "work-queues",
             "login")  # fmt: skip
+CATALOGUE_PAGES = ("/privrelease", "/privrelease/releases", "/privrelease/releases/{id}", "/privrelease/datasets")
 PARAMETER = re.compile(r"\\\{([a-z_]+)(\\\*)?\\\}")  # "{x}" or "{x*}", as re.escape leaves it
 
 
@@ -151,6 +153,14 @@ POLICY: tuple[Rule, ...] = (
     # its version as signed in) ---------------------------------------------------------------------------
     Rule(PEOPLE, "GET", "/api/admin/settings", answer=public_settings),
     Rule(PEOPLE, "GET", "/api/admin/version", answer=prefect_version),
+    # -- answered by the gate: the catalogues of published releases and datasets (gate.catalogue) ------------
+    *(Rule(ANYONE, "GET", page, answer=catalogue.page) for page in CATALOGUE_PAGES),
+    Rule(ANYONE, "GET", "/privrelease/catalogue.js", answer=catalogue.script),
+    Rule(PEOPLE, "GET", "/privrelease/api/index.json", answer=catalogue.index),
+    Rule(PEOPLE, "GET", "/privrelease/api/releases/{id}", answer=catalogue.release),
+    Rule(PEOPLE, "GET", "/privrelease/api/releases/{id}/files/{name}", answer=catalogue.release_file),
+    Rule(PEOPLE, "GET", "/privrelease/api/datasets", answer=catalogue.datasets),
+    Rule(PEOPLE, "GET", "/privrelease/api/datasets/{id}", answer=catalogue.dataset),
     # -- reading: deployments and their forms, runs, task runs, logs, artifacts -------------------------
     *_reads(
         "POST /api/flows/filter",

@@ -44,6 +44,7 @@ SERVED_FILES = {
     "test_gate_reads.py",
     "test_gate_attack2.py",
     "test_quotas.py",
+    "test_catalogue_served.py",
 }
 
 

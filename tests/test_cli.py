@@ -54,7 +54,18 @@ def test_dataset_and_ledger_commands(tmp_path: Path):
     r = run(home, "dataset", "list")
     assert r.returncode == 0 and r.stdout.splitlines()[0].startswith("dataset census: registration 1")
     shown = json.loads(run(home, "dataset", "show", "census").stdout)
-    assert set(shown) == {"id", "version", "unit", "purpose", "adjacency", "rows", "registered", "schema"}
+    assert set(shown) == {
+        "id",
+        "version",
+        "unit",
+        "purpose",
+        "adjacency",
+        "rows",
+        "registered",
+        "schema",
+        "budget",
+        "published_releases",
+    }
     assert "source" not in json.dumps(shown) and "digest" not in json.dumps(shown)
     r = run(home, "dataset", "refresh", "census")
     assert r.returncode == 0 and r.stdout.startswith("dataset census: registration 2")

@@ -1,0 +1,235 @@
+"""The catalogues an analyst reads: the published releases, with their files, and the registered datasets.
+
+A release is in the catalogue when it is *published*: its folder is in place under
+``releases/<dataset>/<release-id>/`` (publishing renames a complete folder there, never a partial
+one), its manifest cites the ledger entry of its own charge, and the ledger's last word on its
+release id is ``published``. A release still running (its charge pending, or its folder in place
+before it is settled), failed, or a folder no charge of the ledger vouches for, is not listed.
+
+Everything here is a public value: a release's manifest, report, charts and data are what was
+published (DP outputs, SDC tables and the public facts they cite); a dataset's entry is its
+registration's public facts and its account's public figures (cap, what is left, what fits next).
+Who asked for a release is not shown. A file is served only by a name its manifest lists (or the
+manifest itself), never by a path a caller writes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+
+from core import __version__
+from core.datasets.snapshots import sha256
+from core.errors import UserError
+from core.ledger.chain import Entry
+from core.ledger.ledger import PUBLISHED
+from core.params import ID_PATTERN
+from core.release.home import Home
+
+MANIFEST, REPORT = "manifest.json", "report.md"
+ID = re.compile(ID_PATTERN)
+INDEX_FORMAT = "privrelease-catalogue/1"
+MEDIA = {
+    ".csv": "text/csv; charset=utf-8",
+    ".parquet": "application/vnd.apache.parquet",
+    ".png": "image/png",
+    ".md": "text/markdown; charset=utf-8",
+    ".json": "application/json",
+}
+LIST_RELEASES = "privrelease release list"
+WEB = "/privrelease"  # where the gate serves the catalogues' page (gate/catalogue.py)
+
+
+def page(release_id: str) -> str:
+    """The gate's page of one published release (its files to download), as a path on the gate's site."""
+    return f"{WEB}/releases/{release_id}"
+
+
+class NotInCatalogue(UserError):
+    """A release, a file of a release, or a dataset the catalogue does not hold."""
+
+
+@dataclass(frozen=True)
+class Release:
+    """One published release: its folder and its manifest (as publishing wrote it)."""
+
+    folder: Path
+    manifest: dict
+
+    @property
+    def id(self) -> str:
+        return self.manifest["release_id"]
+
+    @property
+    def dataset(self) -> str:
+        return self.manifest["dataset"]
+
+    def files(self) -> dict[str, str]:
+        """Every file of the release by name, with its sha256: those the manifest lists, and the manifest."""
+        return {**self.manifest["files"], MANIFEST: sha256(self.folder / MANIFEST)}
+
+    def summary(self) -> dict:
+        """The release as a data portal indexes it: title, dataset, request, guarantee, cost, date, files."""
+        m, p = self.manifest, self.manifest["privacy"]
+        steps = [s["method"] for s in p.get("steps") or [] if isinstance(s, dict) and "method" in s]
+        return {
+            "id": self.id,
+            "title": f"{m['mechanism']['name']} release of {self.dataset}",
+            "dataset": self.dataset,
+            "dataset_version": m["input"]["version"],
+            "unit": m["input"]["unit"],
+            "created": m["created"],
+            "test_mode": m["test_mode"],
+            "request": {"mechanism": m["mechanism"]["name"], "params": m["mechanism"]["params"]},
+            "mechanism": m["mechanism"]["name"],
+            "guarantee": p["guarantee"],
+            "privacy": {
+                "kind": p["kind"],
+                "model": p["model"],
+                "adjacency": p["adjacency"],
+                "epsilon": p["epsilon"],
+                "delta": p["delta"],
+                "sdc_methods": (steps or [m["mechanism"]["name"]]) if p["kind"] == "sdc" else None,
+            },
+            "ledger": m["ledger"],
+            "report": REPORT,
+            "charts": [n for n in m["files"] if n.endswith(".png")],
+            "files": [
+                {"name": name, "sha256": digest, "bytes": (self.folder / name).stat().st_size, "media_type": media_type(name)}
+                for name, digest in self.files().items()
+            ],
+        }
+
+
+def media_type(name: str) -> str:
+    return MEDIA.get(PurePosixPath(name).suffix, "application/octet-stream")
+
+
+class Catalogue:
+    """The published releases and the registered datasets of one home, read afresh on every call."""
+
+    def __init__(self, home: Home):
+        self.home = home
+
+    # -- releases ------------------------------------------------------------------------------------
+
+    def releases(self, dataset: str | None = None) -> list[Release]:
+        """Every published release (of ``dataset``), newest first."""
+        found = [r for r in (self._read(*p) for p in self._published(dataset).items()) if r is not None]
+        return sorted(found, key=lambda r: (r.manifest["created"], r.id), reverse=True)
+
+    def get(self, release_id: str) -> Release:
+        """The published release ``release_id``; any other id is a user error saying how to list them."""
+        settled = self._published().get(release_id)
+        found = None if settled is None else self._read(release_id, settled)
+        if found is None:
+            raise NotInCatalogue(
+                f"no published release {release_id!r} (a release still running or one that failed is not "
+                f"published); list the published ones with {LIST_RELEASES}."
+            )
+        return found
+
+    def _published(self, dataset: str | None = None) -> dict[str, Entry]:
+        """The charge of every release id the ledger settled last as published (its ids name folders: checked
+        when it was charged, and again here)."""
+        ledger = self.home.ledger
+        if not ledger.store.exists():
+            return {}
+        last: dict[str, str] = {}
+        charges: dict[str, Entry] = {}
+        for e in ledger.entries(dataset):
+            if e.release_id is not None and ID.fullmatch(e.release_id) and ID.fullmatch(e.dataset):
+                last[e.release_id] = e.status
+                charges.setdefault(e.release_id, e)  # its first entry: the charge
+        return {i: charges[i] for i, status in last.items() if status == PUBLISHED}
+
+    def _read(self, release_id: str, charge: Entry) -> Release | None:
+        """The release's folder and manifest, if the manifest is whole, names its own folder and cites its charge."""
+        folder = self.home.releases / charge.dataset / release_id
+        try:
+            manifest = json.loads((folder / MANIFEST).read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(manifest, dict) or (manifest.get("dataset"), manifest.get("release_id"), manifest.get("ledger")) != (
+            charge.dataset,
+            release_id,
+            {"seq": charge.seq, "hash": charge.hash},
+        ):
+            return None
+        return Release(folder, manifest)
+
+    def file(self, release_id: str, name: str) -> Path:
+        """The file ``name`` of a published release: only a name its manifest lists (or the manifest),
+        and only a file directly in its folder."""
+        release = self.get(release_id)
+        if not self.listed(release, name):
+            raise NotInCatalogue(f"release {release_id!r} has no file {name!r}; its files are {', '.join(release.files())}.")
+        return release.folder / name
+
+    @staticmethod
+    def listed(release: Release, name: str) -> bool:
+        """Whether ``name`` is a file the release publishes: a plain name its manifest lists, in its folder."""
+        path = release.folder / name
+        return (
+            name in release.files()
+            and PurePosixPath(name).name == name
+            and path.resolve().parent == release.folder.resolve()
+            and path.is_file()
+        )
+
+    def index(self) -> dict:
+        """The machine-readable index of every published release (what a data portal harvests)."""
+        return {
+            "format": INDEX_FORMAT,
+            "generated": datetime.now(UTC).isoformat(timespec="seconds"),
+            "software": {"privrelease": __version__},
+            "releases": [r.summary() for r in self.releases()],
+        }
+
+    # -- datasets ------------------------------------------------------------------------------------
+
+    def datasets(self) -> list[dict]:
+        """Every registered dataset's public facts, with its budget and what fits next."""
+        return self._entries(self.home.registry.list())
+
+    def dataset(self, dataset_id: str) -> dict:
+        """One registered dataset's entry; an unknown id is the registry's error, which says how to list them."""
+        return self._entries([self.home.registry.get(dataset_id)])[0]
+
+    def _entries(self, datasets: list) -> list[dict]:
+        ledger = self.home.ledger
+        totals = {t.dataset: t for t in ledger.totals()} if datasets and ledger.store.exists() else {}
+        published = [r.dataset for r in self.releases()] if datasets else []
+        return [entry(d.public(), totals.get(d.id), published.count(d.id)) for d in datasets]
+
+
+def entry(public: dict, totals, published: int) -> dict:
+    """A dataset's catalogue entry: its public facts, its budget (dp) and how many releases it published."""
+    return {**public, "budget": budget(public["purpose"], totals), "published_releases": published}
+
+
+def budget(purpose: str, totals) -> dict | None:
+    """A dp dataset's cap, what is left and what fits next (None for sdc, which spends no epsilon)."""
+    if purpose != "dp":
+        return None
+    figures = totals.as_dict() if totals is not None else {}
+    cap, left, nxt = figures.get("cap"), figures.get("remaining"), figures.get("next")
+    if cap is None:
+        says = "no cap set: no DP release fits until the data steward sets one"
+    elif nxt is None:
+        says = f"epsilon={left['epsilon']:.4g} delta={left['delta']:.3g} left; no DP release charged yet"
+    else:
+        says = (
+            f"epsilon={left['epsilon']:.4g} delta={left['delta']:.3g} left; {nxt['fits']} more like the last ({nxt['like']}) fit"
+        )
+    return {
+        "cap": cap,
+        "spent": figures.get("spent"),
+        "remaining": left,
+        "remaining_by": figures.get("remaining_by"),
+        "next": nxt,
+        "says": says,
+    }
