@@ -33,6 +33,7 @@ import logging
 import re
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -230,7 +231,14 @@ class Gate:
             if isinstance(doc, Response):
                 return doc
             body = json.dumps(doc).encode() if doc is not None else b""
+        if rule.alone:  # the checks below read Prefect too: they wait their turn with the call
+            return await self.alone(account, rule, lambda: self.passed_on(request, path, rule, call, doc, body))
+        return await self.passed_on(request, path, rule, call, doc, body)
+
+    async def passed_on(self, request: Request, path: str, rule: policy.Rule, call: Call, doc: Any, body: bytes) -> Response:
+        """The call checked against the row's condition, its body rewritten, passed on, and its reply made."""
         if rule.when is not None and not await rule.when(call):
+            role = call.account.role if call.account else policy.ANONYMOUS
             return _refuse(403, f"privrelease gate: the {role} role may not {request.method} {path} (only when {rule.when.says})")
         if rule.body is not None:
             rewritten = await rule.body(doc if isinstance(doc, dict) else {}, call)
@@ -238,18 +246,15 @@ class Gate:
                 return _refuse(403, f"privrelease gate: {rewritten}")
             body = json.dumps(rewritten).encode()
             if self.quotas is not None and rule.starts:
-                started = await self.quotas.start(account.name, rewritten, lambda: self.forward(request, path, body, False))
+                started = await self.quotas.start(call.account.name, rewritten, lambda: self.forward(request, path, body, False))
                 return _refuse(started[0], f"privrelease gate: {started[1]}") if isinstance(started, tuple) else started
-        if rule.alone:
-            response = await self.alone(request, path, body, rule, account)
-        else:
-            response = await self.forward(request, path, body, rule.read_only)
+        response = await self.forward(request, path, body, rule.read_only)
         if rule.reply is not None and response.status_code == 200:
             return JSONResponse(rule.reply(json.loads(response.body), call))
         return response
 
-    async def alone(self, request: Request, path: str, body: bytes, rule: policy.Rule, account: Account) -> Response:
-        """A call of a row marked ``alone``: the account's one after the other (one more may wait; past that,
+    async def alone(self, account: Account, rule: policy.Rule, call: Callable[[], Awaitable[Response]]) -> Response:
+        """``call()`` of a row marked ``alone``: the account's one after the other (one more may wait; past that,
         429 at once, so that no queue holds the proxy's connections), and few of anyone's at once."""
         key = (account.name, rule.route)
         if self._alone_asked.get(key, 0) > ALONE_WAITING:
@@ -261,15 +266,9 @@ class Gate:
         self._alone_asked[key] = self._alone_asked.get(key, 0) + 1
         try:
             async with self._alone.setdefault(key, anyio.Lock()), self._alone_at_once:
-                return await self.forward(request, path, body, rule.read_only)
+                return await call()
         finally:
             self._alone_asked[key] -= 1
-
-    @staticmethod
-    def malformed(path: str) -> bool:
-        """Whether a path holds what no route of Prefect's or the UI's does: a dot segment, an empty one, or
-        any character to re-encode (a file of the catalogue is never named by a path a caller writes)."""
-        return not SAFE_PATH.fullmatch(path) or "//" in path or "/." in path
 
     async def parse(self, request: Request) -> Any | Response:
         """The request's JSON body (None if it has none), or the gate's refusal: not JSON, too large, too deep,
