@@ -270,6 +270,12 @@ class Gate:
         finally:
             self._alone_asked[key] -= 1
 
+    @staticmethod
+    def malformed(path: str) -> bool:
+        """Whether a path holds what no route of Prefect's or the UI's does: a dot segment, an empty one, or
+        any character to re-encode (a file of the catalogue is never named by a path a caller writes)."""
+        return not SAFE_PATH.fullmatch(path) or "//" in path or "/." in path
+
     async def parse(self, request: Request) -> Any | Response:
         """The request's JSON body (None if it has none), or the gate's refusal: not JSON, too large, too deep,
         or holding what Prefect would resolve."""
