@@ -63,8 +63,8 @@ def shell(tmp_path: Path):
 
 def test_the_readmes_commands_run_as_printed(shell):
     home, work, sh = shell
-    census(600).to_csv(home / "data" / "census.csv", index=False)  # the files the README assumes
-    posts(300).to_csv(home / "data" / "posts.csv", index=False)
+    census(600).to_csv(work / "census.csv", index=False)  # the files the README assumes, in the current folder
+    posts(300).to_csv(work / "posts.csv", index=False)
     (work / "request.yaml").write_text(block("The analyst: a release request", "yaml"))
     policy = block("The steward: registering a dataset", "yaml")
     assert yaml.safe_load(policy) == yaml.safe_load(CENSUS_POLICY)  # the README's policy is the demo's

@@ -190,13 +190,19 @@ out["prefect imported"] = any(m == "prefect" or m.startswith("prefect.") for m i
 out["entries"] = len(Ledger(Path({str(home / "privrelease.duckdb")!r})).entries())
 print(json.dumps(out))
 """
-    env = {"PRIVRELEASE_HOME": str(home), "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    env = {"PRIVRELEASE_HOME": str(home), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    # typed from the data root: relative paths are relative to the current folder, and a typed path is the user's
+    # own file wherever it lies (the data root bounds what a run started through the gate may name, above)
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert result.pop("prefect imported") is False and result.pop("entries") == 1
+    typed = {
+        "missing": f"user or test file 'nope.jsonl': the mail file '{root / 'mail' / 'nope.jsonl'}' is not a file.",
+        "outside": "the spam spec is invalid: users: Field required",
+    }
     for name, (code, out, err, seconds) in result.items():
-        reason = BAD[name][1]
+        reason = typed.get(name, BAD[name][1])
         assert code == 2 and out == "" and err.startswith("error: ") and err.count("\n") == 1, (name, err)
         assert (out + err).count(reason) == 1, (name, err)
         print(f"{name}: refused in {seconds:.3f} s")
