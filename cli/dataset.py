@@ -44,7 +44,7 @@ def _register(args: argparse.Namespace, root: Path, dry_run: bool) -> int:
         warn=warnings.append,
         dry_run=dry_run,
     )
-    _show(dataset)
+    _show(dataset, "a dry run, not registered" if dry_run else None)
     for line in warnings:
         print(f"warning: {line}")
     if dataset.purpose == "sdc":
@@ -83,8 +83,8 @@ def _policy_notes(registry, dataset, registered: bool = True) -> None:
     if rules is None:
         print(
             f"warning: no disclosure policy: no SDC release of {dataset.id!r} is possible until you set one with "
-            f"privrelease dataset policy {dataset.id} --policy FILE (identifiers, key variables, sensitive and "
-            "publishable columns, thresholds)."
+            + (f"{typed.command()} dataset policy {dataset.id} --policy FILE" if registered else "--policy FILE")
+            + " (identifiers, key variables, sensitive and publishable columns, thresholds)."
         )
     for column in registry.identifiers(dataset):
         if rules is None or column not in rules.identifiers:
@@ -97,14 +97,14 @@ def _policy_notes(registry, dataset, registered: bool = True) -> None:
                 else "set the policy"
             )
             drop = (
-                f"drop it from the source and run privrelease dataset refresh {dataset.id} (the column leaves the schema)"
+                f"drop it from the source and run {typed.command()} dataset refresh {dataset.id} (the column leaves the schema)"
                 if registered
                 else "drop it from the source before registering"
             )
             print(
                 f"warning: column {column!r} holds a different value in every row (an identifier?); {fate}. "
                 f"If it identifies people, {drop}, or name it under identifiers: in the disclosure policy "
-                f"(privrelease dataset policy {dataset.id} --policy FILE)."
+                + (f"({typed.command()} dataset policy {dataset.id} --policy FILE)." if registered else "(--policy FILE).")
             )
     if rules is not None:
         unnamed = rules.unnamed(dataset.schema)
@@ -129,10 +129,10 @@ def cmd_dataset_policy(args: argparse.Namespace, root: Path) -> int:
     return 0
 
 
-def _show(dataset) -> None:
+def _show(dataset, status: str | None = None) -> None:
     rows = "" if dataset.rows is None else f", {dataset.rows} rows (public)"
     print(
-        f"dataset {dataset.id}: registration {dataset.version}, unit {dataset.unit}, purpose {dataset.purpose}, "
+        f"dataset {dataset.id}: {status or f'registration {dataset.version}'}, unit {dataset.unit}, purpose {dataset.purpose}, "
         f"{len(dataset.schema.columns)} columns{rows}"
     )
 
