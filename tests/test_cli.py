@@ -322,7 +322,7 @@ def test_internal_error_exits_1_without_details(tmp_path: Path):
 def test_demo_in_a_fresh_home(tmp_path: Path):
     """The README's first command, as a newcomer runs it: a fresh home, its own temporary Prefect server."""
     home = tmp_path / "home"
-    r = run(home, "demo", "--rows", "2000", env={"PREFECT_HOME": str(tmp_path / "prefect")})
+    r = run(home, "demo", "--rows", "2000", env={"PREFECT_HOME": str(tmp_path / "prefect"), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr[-2000:]
     folder = Path(next(line for line in r.stdout.splitlines() if line.startswith("release folder:")).split(":", 1)[1].strip())
     assert (folder / "manifest.json").is_file() and (folder / "report.md").is_file()
@@ -346,10 +346,16 @@ def test_demo_in_a_fresh_home(tmp_path: Path):
     assert "(sdc: recorded on the ledger, not DP, no budget spent)" in r.stdout
     assert "chain:          recode → ra → suppress" in r.stdout
     assert "risk:           k = 3 on the steward's key (the policy asks k >= 3); rows shuffled" in r.stdout
-    nxt = said[said.index("Next:") + 1].split("#")[0].split()
-    assert nxt == ["privrelease", "--home", str(home), "release", str(home / "requests" / "posts-dpne.yaml")]
-    r = run(home, *nxt[3:])  # the next command, as printed
+    # privrelease is not on the PATH (make demo runs .venv/bin/privrelease): the next commands say how they run
+    printed = said[said.index("Next:") + 1].split("#")[0].strip()
+    assert printed.split() == [EXE, "--home", str(home), "release", str(home / "requests" / "posts-dpne.yaml")]
+    assert said[said.index("Next:") + 4] == f"  (or `source {Path(EXE).parent / 'activate'}` first, then type privrelease)"
+    r = typed(home, printed, cwd=tmp_path)  # the next command, as printed, in a shell without the venv on its PATH
     assert r.returncode == 0 and "charged epsilon=" in r.stdout, r.stderr[-2000:]
+    r = typed(home, f"source {Path(EXE).parent / 'activate'} && privrelease --home {home} ledger totals", cwd=tmp_path)
+    assert r.returncode == 0 and "posts-demo" in r.stdout, r.stderr[-2000:]
+    r = typed(home, f"{EXE} demo --prepare-only --rows 2000", cwd=tmp_path, path=f"{Path(EXE).parent}:/usr/bin:/bin")
+    assert r.stdout.splitlines()[-1] == f"Next: privrelease --home {home} release {home / 'requests' / 'census-ra.yaml'}"
     r = run(home, "dataset", "list")
     assert r.returncode == 0 and [line.split(":")[0] for line in r.stdout.splitlines()] == [
         "dataset census-demo",
