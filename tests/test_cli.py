@@ -429,18 +429,19 @@ def test_release_summary_json_and_quiet(tmp_path: Path):
 
 
 def test_spam_commands_as_typed(tmp_path: Path):
-    """split → train (its flow, on Prefect's temporary server) → classify, each a real process."""
+    """split → train (its flow, on Prefect's temporary server) → classify, each a real process, typed one after the other
+    from the user's own folder with the paths the previous command wrote (relative to that folder)."""
     import yaml
 
     from core.datasets.demo import mail
 
-    home = tmp_path / "home"
-    folder = home / "data" / "mail"  # the spec and its mail files live under the data root
-    folder.mkdir(parents=True)
-    (folder / "all.jsonl").write_text("".join(json.dumps(m) + "\n" for m in mail(200, 5)))
+    home, work = tmp_path / "home", tmp_path / "work"  # the user's own folder, outside the data root
+    work.mkdir()
+    (work / "all.jsonl").write_text("".join(json.dumps(m) + "\n" for m in mail(200, 5)))
     env = {"PRIVRELEASE_TEST_MODE": "1", "PREFECT_HOME": str(tmp_path / "prefect")}  # 512-bit keys need test mode
-    r = run(home, "spam", "split", str(folder / "all.jsonl"), "--out", str(folder), "--users", "2", env=env)
-    assert r.returncode == 0 and r.stdout.splitlines()[0] == str(folder / "user-1.jsonl")
+    r = run(home, "spam", "split", "all.jsonl", "--out", "mail/", "--users", "2", env=env, cwd=work)
+    folder = work / "mail"
+    assert r.returncode == 0 and r.stdout.splitlines()[0] == str(folder / "user-1.jsonl"), r.stderr
     doc = {
         "run_id": "cli",
         "users": ["user-1.jsonl", "user-2.jsonl"],
@@ -453,11 +454,11 @@ def test_spam_commands_as_typed(tmp_path: Path):
         "block_size": 1000,
     }
     (folder / "spam.yaml").write_text(yaml.safe_dump(doc))
-    r = run(home, "spam", "train", "mail/spam.yaml", env=env)
+    r = run(home, "spam", "train", "mail/spam.yaml", env=env, cwd=work)  # the next command, from the same folder
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.startswith("run cli: AUC private ") and f"folder {home / 'spam' / 'cli'}" in r.stdout
     (folder / "msg.eml").write_text("Subject: x\n\nfree money, click here now, winner claim your prize")
-    r = run(home, "spam", "classify", "cli", str(folder / "msg.eml"), env=env)
+    r = run(home, "spam", "classify", "cli", "mail/msg.eml", env=env, cwd=work)
     assert r.returncode == 0 and r.stdout.strip() in ("spam", "ham"), r.stderr[-2000:]
     r = run(home, "spam", "classify", "nope", str(folder / "msg.eml"), env=env)
     assert r.returncode == 2 and r.stderr.startswith("error: no trained spam run 'nope'")
