@@ -94,6 +94,36 @@ def test_finding_3_files_outside_the_data_root_are_neither_probed_nor_read(home,
         assert load_spec("mail/leak.yaml", root)[1] == root / "mail" / "leak.yaml"  # inside: read
 
 
+@pytest.mark.parametrize("typed", [False, True])
+def test_only_a_typed_command_reads_outside_the_data_root(home, test_mode, tmp_path, typed):
+    """A spec and mail outside the data root: refused as a run started through the worker or the gate sees them
+    (the worker never enters ``typed_paths``); read when a user types the command (cli.main enters it), which is
+    the weakened variant for a UI-named path: a worker inside ``typed_paths`` would train on the outside mail."""
+    from core.tables.readers import typed_paths
+
+    outside = tmp_path / "outside"
+    write_mail(outside)
+    spec = str(write_spec(outside))
+    if typed:
+        with typed_paths():
+            assert check(spec, home).users[1] == outside / "user-2.jsonl"
+        assert refusal(home, spec).startswith("the spam spec must lie inside the data root")  # left when it returns
+    else:
+        assert refusal(home, spec).startswith("the spam spec must lie inside the data root")
+        assert refusal(home, "../outside/spam.yaml").startswith("the spam spec must lie inside the data root")
+
+
+def test_only_the_command_line_enters_typed_paths():
+    """What keeps a UI-named path inside the data root: no flow, gate or worker module enters ``typed_paths``."""
+    users = sorted(
+        str(p.relative_to(REPO))
+        for top in ("core", "flows", "gate", "cli")
+        for p in (REPO / top).rglob("*.py")
+        if "with typed_paths()" in p.read_text()
+    )
+    assert users == ["cli/main.py"]
+
+
 def resolved_after_links(source: str, root: Path, what: str) -> Path:
     """Weakened: the confined resolver before the fix, which followed symbolic links
     before taking "..", so where a path landed depended on where a link outside the root points."""
