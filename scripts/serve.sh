@@ -122,7 +122,7 @@ printf '\n$ prefect --no-prompt deploy --all\n'
 # the SDC forms offer the registered sdc datasets and their published columns by name (flows/forms.py)
 # (wide lines: Prefect draws its report in boxes wrapped at the terminal's width)
 COLUMNS=240 PRIVRELEASE_FORMS_FROM_REGISTRY=1 "$BIN/prefect" --no-prompt deploy --all > "$PRIVRELEASE_HOME/deploy.log" 2>&1 || { tail -20 "$PRIVRELEASE_HOME/deploy.log"; stop 1; }
-deployed=$(grep -oE "Deployment '[^']+' successfully [a-z]+" "$PRIVRELEASE_HOME/deploy.log" | sed -E "s/Deployment '([^']+)' successfully ([a-z]+)/  \1 (\2)/" || true)
+deployed=$(grep -oE "Deployment '[^']+' successfully" "$PRIVRELEASE_HOME/deploy.log" | sed -E "s/Deployment '([^']+)' successfully/  \1/" || true)
 if [ -n "$deployed" ]; then echo "deployments:"; echo "$deployed"; else echo "no deployment was reported; see $PRIVRELEASE_HOME/deploy.log"; fi
 
 printf '\n$ prefect worker start --pool privrelease --install-policy never --limit %s &\n' "$WORKER_LIMIT"
