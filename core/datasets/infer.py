@@ -50,14 +50,16 @@ class Reading:
         tokens = NA if na is None else tuple(dict.fromkeys(["", *(t.strip() for t in na.split(","))]))
         return cls(tokens, decimal)
 
-    def dump(self) -> str | None:
-        """As the registry keeps it (None: the defaults)."""
-        return None if self == Reading() else json.dumps({"na": list(self.na), "decimal": self.decimal})
+    def dump(self) -> str:
+        """As the registry keeps it."""
+        return json.dumps({"na": list(self.na), "decimal": self.decimal})
 
     @classmethod
     def load(cls, text: str | None) -> Reading:
+        """As the registry kept it; a registration from before reading options were kept read only empty values
+        as missing (a refresh reads its source as it was read then)."""
         if not text:
-            return cls()
+            return cls(("",), ".")
         doc = json.loads(text)
         return cls(tuple(doc["na"]), doc["decimal"])
 

@@ -102,10 +102,10 @@ class Registry:
     ) -> tuple[Dataset, bool]:
         """Register a dataset; returns it and whether its schema was inferred (and so must be shown). An sdc
         dataset's disclosure ``policy`` is checked against the schema before anything is written, and recorded
-        on the ledger. ``source`` lies in ``root`` (default ``readers.bound``: the data root, relative to it, or
-        anywhere for a command a user typed, which makes it absolute); ``warn`` hears of columns read as text because of a few values. With
-        ``dry_run`` everything is read and checked as for a registration and nothing is written (no lock, no
-        snapshot, no row): the dataset returned is not registered."""
+        on the ledger. ``source`` lies in ``root`` (default ``readers.bound``: the data root, relative to it,
+        or anywhere for a command a user typed, which makes it absolute); ``warn`` hears of columns read as
+        text because of a few values. With ``dry_run`` everything is read and checked as for a registration
+        and nothing is written (no lock, no snapshot, no row): the dataset returned is not registered."""
         with contextlib.nullcontext() if dry_run else self.store.lock("registry"):
             path, version = self._admit(dataset_id, source, fmt, unit, purpose, policy, root)
             source_ = _Source(path, fmt, delimiter, reading, suite)
