@@ -5,14 +5,18 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test audit lint serve serve-pg bench clean
+.PHONY: demo test audit lint docs serve serve-pg bench clean
 
 $(STAMP): pyproject.toml requirements.lock.txt
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
-	@echo "installing the pinned dependencies into $(VENV) (about a minute the first time)..."
-	$(VENV)/bin/pip install --disable-pip-version-check --progress-bar off -r requirements.lock.txt 2>&1 \
+	@echo "installing the pinned dependencies into $(VENV) (with uv: about 30 s the first time; with pip, its fallback: 2-3 min)..."
+	# uv installs the same pinned lock from the registry in a fraction of pip's time; where uv cannot be had or
+	# fails (no registry it reaches), pip installs it as before
+	$(VENV)/bin/pip install -q --disable-pip-version-check uv==0.13.8 2>&1 | sed '/is ignored: it is neither/d' || true
+	if ! ($(VENV)/bin/uv --version > /dev/null 2>&1 && $(VENV)/bin/uv pip install --python $(VENV)/bin/python -r requirements.lock.txt 2>&1 | tail -n 1); then \
+		$(VENV)/bin/pip install --disable-pip-version-check --progress-bar off -r requirements.lock.txt 2>&1 \
 		| sed -u '/is ignored: it is neither/d' | grep --line-buffered -E '^(Collecting|Successfully|ERROR)' \
-		| sed -u -E 's/^Collecting ([^ ]+).*/  collecting \1/' || true
+		| sed -u -E 's/^Collecting ([^ ]+).*/  collecting \1/' || true; fi
 	# pyCANON: the tests' independent check of k-anonymity and l-diversity. --no-deps: it pins typer and
 	# typing_extensions (for its own command line, which the tests do not use) below the versions Prefect needs
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps pycanon==1.3.6
@@ -41,8 +45,13 @@ audit: $(STAMP)  # the statistical privacy auditor's long run (10-30 min); its t
 	@echo "results: audit-results.md"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check core flows gate cli tests bench
-	$(VENV)/bin/ruff format --check core flows gate cli tests bench  # formatted; `# fmt: skip` on tables only
+	$(VENV)/bin/ruff check core flows gate cli tests bench scripts
+	$(VENV)/bin/ruff format --check core flows gate cli tests bench scripts  # formatted; `# fmt: skip` on tables only
+	$(VENV)/bin/python scripts/gendocs.py --check  # the generated pages: CLI, parameters, request schema, policy
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet  # the site (mkdocs.yml) into build/site: a broken link fails
+
+docs: $(STAMP)  # the documentation site on http://127.0.0.1:8000, rebuilt as pages change
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 bench: $(STAMP)  # every benchmark; each needs PRIVRELEASE_DATA for the public data sets
 	for b in bench/bench_*.py; do echo "== $$b"; $(VENV)/bin/python $$b || exit 1; done

@@ -202,7 +202,10 @@ def netns(runs: int, copies: int) -> None:
         duckdb.connect().from_df(msnbc_times(copies)).write_parquet(path)
         frame = duckdb.connect().execute("SELECT * FROM read_parquet(?)", [path]).df()
         dask = str(Path(sys.executable).parent / "dask")
-        lean = {**os.environ, "DASK_CONFIG": str(REPO / "deploy" / "dask.yaml")}  # as the README starts workers on other hosts
+        lean = {
+            **os.environ,
+            "DASK_CONFIG": str(REPO / "deploy" / "dask.yaml"),
+        }  # as docs/guides/hosts.md starts workers on other hosts
         procs = [
             subprocess.Popen(
                 [dask, "scheduler", "--host", A_ADDR, "--port", "8786", "--no-dashboard"],

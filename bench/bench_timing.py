@@ -2,8 +2,8 @@
 
 Prefect shows every task's duration to analysts, and the privatize task's duration depends on the
 data. This measures how much: ``run`` (the privatize step) of each DP mechanism on random pairs of
-neighbouring tables, the time on each, and the largest difference between neighbours. The README's
-threat model states the result as a bound.
+neighbouring tables, the time on each, and the largest difference between neighbours. docs/SECURITY.md's
+release-surface guarantees state the result as a bound.
 
 Run: .venv/bin/python bench/bench_timing.py [--pairs 40]   (results recorded by hand in bench/RESULTS.md)
 """

@@ -18,6 +18,8 @@ from cli import typed
 from cli.dataset import add_parsers as add_dataset_parsers
 from cli.launch import prefect_api_url, prefect_env, quiet_console, start_prefect
 from cli.ledger import add_parsers as add_ledger_parsers
+from cli.mechanisms import MECHANISMS_EPILOG, ReleaseHelp
+from cli.mechanisms import add_parser as add_mechanisms_parser
 from cli.user import add_parsers as add_user_parsers
 from core import __version__, paths, settings
 from core.errors import LedgerCorrupt, UserError
@@ -272,7 +274,12 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--home", help=f"state folder (default ${settings.HOME}, else {paths.DEFAULT_HOME})")
     sub = top.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("release", help="run the release flow for a release request")
+    p = sub.add_parser(
+        "release",
+        help="run the release flow for a release request",
+        epilog=MECHANISMS_EPILOG,
+        formatter_class=ReleaseHelp,
+    )
     p.add_argument("request", help="release request (YAML or JSON): dataset id, mechanism, parameters")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--quiet", action="store_true", help="print only the release id and folder")
@@ -293,6 +300,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rows", type=int, default=20_000)
     p.add_argument("--prepare-only", action="store_true", help="register the demo datasets, release nothing")
     p.set_defaults(func=cmd_demo)
+
+    add_mechanisms_parser(sub)
 
     p = sub.add_parser("info", help="home, data root, ledger head, registered datasets, Prefect server")
     p.add_argument("--json", action="store_true")

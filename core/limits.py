@@ -25,7 +25,7 @@ class Limits:
     runs: int = 4  # an account's runs not finished: scheduled, pending, running, paused, cancelling
     scheduled: int = 2  # of those, the ones scheduled to start later than a minute from now
     per_minute: int = 6  # runs an account starts in a minute
-    parameters_kb: int = 64  # a run's parameters, as JSON
+    parameters_kb: int = 16  # a run's parameters, as JSON (a form's: under 2 KB)
     ahead_days: int = 30  # how far ahead a run may be scheduled
 
 

@@ -12,7 +12,7 @@ Canonne, Kamath & Steinke, "The Discrete Gaussian for Differential Privacy" (Alg
 vectorized, on integer arithmetic and uniform 64-bit words (rejection, so no modulo bias). The
 output is a function of one integer, so it has no low-order bits of the input to leak.
 
-Why the continuous proofs still hold (the "grid lemma", proved in the README's Noise section):
+Why the continuous proofs still hold (the "grid lemma", proved in docs/mechanisms/noise.md):
 with ``s = sigma / grid >= 2**20``, on ``|k| <= 60 s`` the pmf of N_Z(0, s^2) is within a factor
 ``e^{±ETA}`` of the pmf of the *rounded* continuous Gaussian round(N(0, s^2)), which is a
 post-processing of the continuous Gaussian mechanism. With neighbours at most ``MAX_SHIFT`` stds

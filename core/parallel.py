@@ -181,7 +181,7 @@ def using(kind: str = "local", address: str | None = None, n_workers: int = 2) -
         logging.getLogger("privrelease").warning(
             f"{len(trimming)} of {workers()} Dask workers started with MALLOC_TRIM_THRESHOLD_={trimming[0]}, which makes "
             "DPNE's counting about a fifth slower there; start them with DASK_CONFIG set to privrelease's "
-            "deploy/dask.yaml and without that variable in their environment (README, Several hosts)."
+            "deploy/dask.yaml and without that variable in their environment (docs/guides/hosts.md, step 6)."
         )
     try:
         yield

@@ -84,7 +84,7 @@ VARIABLES = (
     Variable(ACCOUNT_RUNS, "4", "the gate: an account's runs not finished (scheduled, running, waiting for a steward)"),
     Variable(ACCOUNT_SCHEDULED, "2", "the gate: of those, an account's runs scheduled for later"),
     Variable(ACCOUNT_PER_MINUTE, "6", "the gate: runs an account starts in a minute"),
-    Variable(PARAMETERS_KB, "64", "the gate: the largest parameters of a run, in KB of JSON"),
+    Variable(PARAMETERS_KB, "16", "the gate: the largest parameters of a run, in KB of JSON"),
     Variable(SCHEDULE_AHEAD_DAYS, "30", "the gate: how many days ahead a run may be scheduled"),
 )
 

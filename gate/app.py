@@ -60,8 +60,9 @@ REFUSED = "x-privrelease-gate-refused"  # on every answer the gate refused itsel
 PASSED = {"accept", "accept-language", "content-type", "user-agent", "x-prefect-ui"}
 MAX_BODY = 1 << 20  # bytes: the largest request body passed on (a filter, a form's parameters)
 UPSTREAM_CONNECTIONS = 100
-READS = ("filter", "count", "paginate", "history", "validate", "next")  # the last segment of a POST that only reads
 BUSY_RETRIES = 8  # Prefect's 503 "busy" answers retried, about 9 s in all
+ALONE_AT_ONCE = 2  # calls of the rows marked `alone` (Prefect works for them in its event loop) at once, in all
+BROKEN = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.ConnectError)  # before any answer
 HASHES_AT_ONCE = 2  # Argon2id checks at once (64 MiB each); a flood of wrong passwords queues here, not in memory
 ACCOUNTS_TTL_S = 2.0  # a removed account is refused within this time
 SAFE_PATH = re.compile(r"/[A-Za-z0-9._~/-]*")  # what Prefect's routes and the UI's files use; nothing to re-encode
@@ -89,6 +90,8 @@ class Gate:
             limits=httpx.Limits(max_connections=UPSTREAM_CONNECTIONS),
         )
         self._hashing = anyio.Semaphore(HASHES_AT_ONCE)
+        self._alone: dict[str, anyio.Lock] = {}  # per account
+        self._alone_at_once = anyio.Semaphore(ALONE_AT_ONCE)
         self._known: dict[str, Account] = {}
         self._loaded = 0.0
         self._verified: dict[bytes, str] = {}  # keyed digest of (name, password) -> the hash it matched
@@ -152,21 +155,29 @@ class Gate:
     # -- what Prefect knows of a deployment or a run (what the rows' conditions read) -----------------------
 
     async def read(self, path: str) -> Any | None:
-        response = await self.client.get(path, headers=self.operator)
+        response = await self.upstream_call("GET", path, reads=True, headers=self.operator)
         return json.loads(self.redact(response.content)) if response.status_code == 200 else None
 
     async def find(self, path: str, body: dict) -> Any | None:
-        response = await self.client.post(path, json=body, headers=self.operator)
+        response = await self.upstream_call("POST", path, reads=True, json=body, headers=self.operator)
         return json.loads(self.redact(response.content)) if response.status_code == 200 else None
 
     async def count(self, flow_runs: dict) -> int | None:
         """How many flow runs match Prefect's filter ``flow_runs``; None if the server does not say."""
-        response = await self.upstream_call("POST", "/api/flow_runs/count", json={"flow_runs": flow_runs}, headers=self.operator)
+        response = await self.upstream_call(
+            "POST", "/api/flow_runs/count", reads=True, json={"flow_runs": flow_runs}, headers=self.operator
+        )
         return response.json() if response.status_code == 200 else None
 
     # -- the one entry point ---------------------------------------------------------------------------
 
     async def __call__(self, request: Request) -> Response:
+        try:
+            return await self.handle(request)
+        except httpx.TransportError:  # Prefect's server did not answer a call the gate made for this one
+            return _refuse(502, "privrelease gate: Prefect's server did not answer this call; try it again")
+
+    async def handle(self, request: Request) -> Response:
         path = request.url.path
         if not SAFE_PATH.fullmatch(path) or "//" in path or "/." in path:
             return _refuse(400, "privrelease gate: malformed path")
@@ -201,9 +212,13 @@ class Gate:
                 return _refuse(403, f"privrelease gate: {rewritten}")
             body = json.dumps(rewritten).encode()
             if self.quotas is not None and rule.starts:
-                started = await self.quotas.start(account.name, rewritten, lambda: self.forward(request, path, body))
+                started = await self.quotas.start(account.name, rewritten, lambda: self.forward(request, path, body, False))
                 return _refuse(started[0], f"privrelease gate: {started[1]}") if isinstance(started, tuple) else started
-        response = await self.forward(request, path, body)
+        if rule.alone:  # the account's calls of this row one after the other, and few of anyone's at once
+            async with self._alone.setdefault(account.name, anyio.Lock()), self._alone_at_once:
+                response = await self.forward(request, path, body, rule.read_only)
+        else:
+            response = await self.forward(request, path, body, rule.read_only)
         if rule.reply is not None and response.status_code == 200:
             return JSONResponse(rule.reply(json.loads(response.body), call))
         return response
@@ -244,43 +259,39 @@ class Gate:
             )
         return doc
 
-    async def forward(self, request: Request, path: str, body: bytes) -> Response:
+    async def forward(self, request: Request, path: str, body: bytes, reads: bool) -> Response:
         headers = {k: v for k, v in request.headers.items() if k.lower() in PASSED} | self.operator
         if body:
             headers["content-type"] = "application/json"
         # read whole (decoded) before answering: a caller that reads slowly holds no connection to Prefect
-        try:
-            response = await self.upstream_call(request.method, path, params=request.query_params, headers=headers, content=body)
-        except httpx.TransportError:
-            return _refuse(502, "privrelease gate: Prefect's server did not answer this call; try it again")
+        response = await self.upstream_call(
+            request.method, path, reads=reads, params=request.query_params, headers=headers, content=body
+        )
         out = {k: v for k, v in response.headers.items() if k.lower() not in HOP}
         content = response.content
         if response.headers.get("content-type", "").startswith(JSON):
             content = self.redact(content)
         return Response(content, status_code=response.status_code, headers=out)
 
-    async def upstream_call(self, method: str, path: str, **kwargs) -> httpx.Response:
-        """One call to Prefect's server. A SQLite-backed server answers 503 ("retry") while its database is
-        busy, before anything is committed; Prefect's own client retries those, and so does the gate for
-        the UI, which does not."""
+    async def upstream_call(self, method: str, path: str, reads: bool, **kwargs) -> httpx.Response:
+        """One call to Prefect's server (``reads``: one that only reads). A SQLite-backed server answers 503
+        ("retry") while its database is busy, before anything is committed; Prefect's own client retries those,
+        and so does the gate for the UI, which does not."""
+        broken = False
         for attempt in range(BUSY_RETRIES + 1):
             try:
                 response = await self.client.request(method, path, **kwargs)
-            except httpx.RemoteProtocolError:
+            except BROKEN:
                 # Prefect closes its connection after answering a 500, and the pool may hand that connection to
                 # the next caller: a read is asked again once on a fresh one (never a call that changes state)
-                if attempt > 0 or not _read_only(method, path):
+                if broken or not reads:
                     raise
+                broken = True
                 continue
             if response.status_code != 503 or attempt == BUSY_RETRIES:
                 break
             await anyio.sleep(0.25 * (attempt + 1))
         return response
-
-
-def _read_only(method: str, path: str) -> bool:
-    """Whether a call to Prefect only reads (its GETs, and the POSTs that query)."""
-    return method in ("GET", "HEAD") or path.rstrip("/").rsplit("/", 1)[-1] in READS or "/count-by/" in path
 
 
 def _placeholders(value) -> bool:

@@ -7,7 +7,14 @@ validation earlier). A query's body is rebuilt with ``limit`` at most ``MAX_LIMI
 most ``MAX_LIST`` items and text filters (``like_``, ``startswith_``) of at most ``MAX_LIKE``
 characters without SQL wildcards: Prefect wraps a ``like_`` value in ``%...%`` (a ``startswith_``
 item in ``...%``) and hands it to ``LIKE`` unescaped, whose matching backtracks on every ``%`` a
-caller adds. (The logs' text search escapes its terms and takes at most 200 characters.)
+caller adds. ``offset`` at most ``MAX_OFFSET`` and ``page`` at most ``MAX_PAGE``: past SQLite's
+integers Prefect answers 500 and closes its connection, which the next caller would have been
+handed. The logs' text search is refused: on SQLite Prefect's query for it fails (500) whatever
+the text.
+
+A run form's values (its parameters, and the values the UI checks against its schema) hold at
+most ``MAX_FORM_VALUES`` values: they name a dataset and its settings, and Prefect's validation of
+them costs its event loop time that grows faster than their number.
 """
 
 from __future__ import annotations
@@ -21,6 +28,9 @@ MAX_LIMIT = 200  # rows a query returns (Prefect's own default limit)
 MAX_LIST = 500  # items of any list in a query (ids to match, states)
 MAX_TAGS = 50  # items of a tag list (SQLite's JSON functions fail past 127 arguments: a 500 for everyone's next call)
 MAX_LIKE = 100  # characters of a text filter
+MAX_OFFSET = 100_000  # rows a query skips
+MAX_PAGE = 1_000  # pages of a paginated query
+MAX_FORM_VALUES = 500  # values in a run form's parameters (a release form's use under 100)
 TEXT_FILTERS = ("like_", "startswith_")
 WILDCARDS = ("%", "\\")  # LIKE's many-character wildcard, and the escape that would smuggle one
 
@@ -78,6 +88,10 @@ def query(doc: Any) -> Any:
             raise OutOfBounds(f"a tag filter may list at most {MAX_TAGS} tags")
         if key == "limit" and isinstance(value, int) and not isinstance(value, bool):
             out[key] = min(value, MAX_LIMIT)
+        elif key in ("offset", "page") and isinstance(value, int) and value > (MAX_OFFSET if key == "offset" else MAX_PAGE):
+            raise OutOfBounds(f"{key} may be at most {MAX_OFFSET if key == 'offset' else MAX_PAGE}, not {value}")
+        elif key == "logs" and isinstance(value, dict) and value.get("text") is not None:
+            raise OutOfBounds("the logs' text search does not work on this server's database: filter by run or level instead")
         elif key in TEXT_FILTERS and value is not None:
             texts = value if isinstance(value, list) and len(value) <= MAX_LIST else [value]  # startswith_: a list
             if not all(isinstance(t, str) and len(t) <= MAX_LIKE and not any(w in t for w in WILDCARDS) for t in texts):

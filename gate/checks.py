@@ -182,16 +182,21 @@ def _within(make: Callable[..., dict], *args: Any) -> dict | str:
 
 @says(
     f"bounded: `limit` at most {bounds.MAX_LIMIT}, lists of at most {bounds.MAX_LIST} items, "
-    f"`like_` text of at most {bounds.MAX_LIKE} characters without `%`"
+    f"`like_` text of at most {bounds.MAX_LIKE} characters without `%`, `offset` at most {bounds.MAX_OFFSET:,}, "
+    f"`page` at most {bounds.MAX_PAGE:,}; no logs' text search"
 )
 async def bounded(body: dict, call: Call) -> dict | str:
     return _within(bounds.query, body)
 
 
-async def _stored_schemas(call: Call) -> list[dict]:
-    """The deployments' parameter schemas, and the answer schemas of the runs paused for one (the flow's own)."""
+async def _is_stored(schema: Any, call: Call) -> bool:
+    """Whether ``schema`` is a deployment's parameter schema, or the answer schema of a run paused for one (the
+    flow's own); the paused runs are read only when no deployment's matches."""
     found = await call.prefect.find("/api/deployments/filter", {"limit": bounds.MAX_LIMIT}) or []
-    stored = [d["parameter_openapi_schema"] for d in found if isinstance(d.get("parameter_openapi_schema"), dict)]
+    if schemas.made_of(
+        schema, [d["parameter_openapi_schema"] for d in found if isinstance(d.get("parameter_openapi_schema"), dict)]
+    ):
+        return True
     paused = (
         await call.prefect.find(
             "/api/flow_runs/filter", {"flow_runs": {"state": {"type": {"any_": ["PAUSED"]}}}, "limit": bounds.MAX_LIMIT}
@@ -205,20 +210,29 @@ async def _stored_schemas(call: Call) -> list[dict]:
             if key.get("schema")
             else None
         )
-        stored += [value] if isinstance(value, dict) else []
-    return [s for s in stored if isinstance(s, dict)]
+        if isinstance(value, dict) and schemas.made_of(schema, [value]):
+            return True
+    return False
 
 
-@says("only a deployment's own parameter schema, or a paused run's answer schema (as the forms send them)")
+@says(
+    "only a deployment's own parameter schema, or a paused run's answer schema (as the forms send them); "
+    f"values of at most {bounds.MAX_FORM_VALUES} values"
+)
 async def stored_schema(body: dict, call: Call) -> dict | str:
     """The UI checks a run form's values against its deployment's schema, and a paused run's answer against the
     schema the flow paused with; a schema of the caller's is refused (Prefect would run the caller's regular
-    expressions in its event loop)."""
+    expressions in its event loop), and so are values larger than a form's (Prefect's check of them takes its
+    event loop for a time that grows faster than their number)."""
     if not isinstance(body.get("values"), dict):
         return "the values checked must be an object"
-    if len(json.dumps(body["values"])) > limits.configured().parameters_kb * 1024:
-        return f"the values checked may hold at most {limits.configured().parameters_kb} KB, as a run's parameters"
-    if not schemas.made_of(body.get("schema"), await _stored_schemas(call)):
+    kb, many = limits.configured().parameters_kb, bounds.nodes(body["values"])
+    if len(json.dumps(body["values"])) > kb * 1024 or many > bounds.MAX_FORM_VALUES:
+        return (
+            f"the values checked hold {many} values; a form's hold at most {bounds.MAX_FORM_VALUES} values "
+            f"and {kb} KB, as a run's parameters"
+        )
+    if not await _is_stored(body.get("schema"), call):
         return (
             "the schema checked must be a deployment's own parameter schema or a paused run's answer schema "
             "(what their forms send); a schema of your own is not checked"

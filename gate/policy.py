@@ -101,6 +101,8 @@ class Rule:
     answer: Answer | None = None  # answered by the gate itself, never passed on
     reply: Reply | None = None  # the answer passed back, made from Prefect's
     starts: bool = False  # it starts a run: the account's limits apply first (gate.quotas)
+    reads: bool = False  # it only reads (a POST query; every GET does): asked again once if the connection broke
+    alone: bool = False  # Prefect works for it in its event loop: one of an account's at a time, few at once in all
     pattern: re.Pattern = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -111,6 +113,15 @@ class Rule:
         acts = (self.when, self.body, self.reply)
         if any(x is not None for x in acts) and (ANONYMOUS in self.who or self.answer is not None):
             raise ValueError(f"{self.route}: a row that checks or rewrites is for people, and is passed on")
+        if self.reads and (self.starts or self.when is not None):
+            raise ValueError(f"{self.route}: a row that starts or acts on a run does not only read")
+        if self.alone and ANONYMOUS in self.who:
+            raise ValueError(f"{self.route}: one at a time per account is for people")
+
+    @property
+    def read_only(self) -> bool:
+        """Whether Prefect only reads for it: every GET, and the POST queries marked so."""
+        return self.method in ("GET", "HEAD") or self.reads
 
     def params(self, path: str) -> dict[str, str]:
         """The route's parameters as ``path`` fills them in."""
@@ -121,7 +132,7 @@ def _reads(*routes: str, who: frozenset[str] = PEOPLE) -> list[Rule]:
     """Read-only calls: a GET of a resource, or one of Prefect's POST queries (filter, count, ...), its
     body bounded (``gate.bounds``)."""
     return [
-        Rule(who, method, route, body=bounded if method == "POST" else None)
+        Rule(who, method, route, body=bounded if method == "POST" else None, reads=True)
         for method, route in (r.split(" ", 1) for r in routes)
     ]
 
@@ -189,10 +200,10 @@ POLICY: tuple[Rule, ...] = (
         "POST /api/work_pools/{name}/workers/filter",
     ),
     # the run form checks its fields against its deployment's schema; the event feed and a run's graph read events
-    Rule(PEOPLE, "POST", "/api/ui/schemas/validate", body=stored_schema),
-    Rule(PEOPLE, "POST", "/api/events/filter", body=event_query, reply=events_shown),
+    Rule(PEOPLE, "POST", "/api/ui/schemas/validate", body=stored_schema, reads=True, alone=True),
+    Rule(PEOPLE, "POST", "/api/events/filter", body=event_query, reply=events_shown, reads=True),
     Rule(PEOPLE, "GET", "/api/events/filter/next", answer=next_events),
-    Rule(PEOPLE, "POST", "/api/events/count-by/{countable}", body=event_count),
+    Rule(PEOPLE, "POST", "/api/events/count-by/{countable}", body=event_count, reads=True),
     # -- acting: each role its own ---------------------------------------------------------------------
     Rule(
         SPENDERS, "POST", "/api/deployments/{id}/create_flow_run", when=deployment_in(RELEASE_FORMS), body=start_run, starts=True
@@ -237,6 +248,7 @@ def markdown() -> str:
         does = "; ".join(
             [x.says for x in (rule.body, rule.answer, rule.reply) if x is not None]
             + (["the account's run limits first"] if rule.starts else [])
+            + (["one of the account's at a time"] if rule.alone else [])
         )
         lines.append(f"| {who(rule.who)} | {rule.method} | `{rule.route}` | {rule.when.says if rule.when else ''} | {does} |")
     return "\n".join(lines) + "\n"

@@ -3,10 +3,11 @@
 Each run an account starts through the gate (``create_flow_run``, after its body is rewritten) is
 checked before it is passed on:
 
-- its shape: its parameters at most ``parameters_kb`` KB of JSON (413), and a scheduled start at
+- its shape: its parameters at most ``parameters_kb`` KB of JSON and ``bounds.MAX_FORM_VALUES`` values (413), and a scheduled start at
   most ``ahead_days`` days ahead (422);
-- the runs the account started through this gate in the last minute, at most ``per_minute``
-  (cancelled ones too: starting and cancelling in a loop fills Prefect's database as well); Prefect's
+- the runs the account asked this gate to start in the last minute, at most ``per_minute``
+  (cancelled ones too: starting and cancelling in a loop fills Prefect's database as well; and those
+  Prefect refused, whose parameters it checked all the same); Prefect's
   records cannot be filtered by when a run was created, so this gate keeps the times itself;
 - the account's runs, counted from Prefect's own records by the requester tag the gate puts on
   every run it creates (``requested-by:<account>``), one count query each: runs not finished
@@ -36,6 +37,7 @@ from starlette.responses import Response
 
 from core.limits import Limits
 from core.people import REQUESTED_BY
+from gate import bounds
 
 Refusal = tuple[int, str]  # HTTP status, message
 UNFINISHED = ["SCHEDULED", "PENDING", "RUNNING", "PAUSED", "CANCELLING"]
@@ -71,7 +73,7 @@ class Quotas:
             if refusal is not None:
                 return refusal
             response = await create()
-            if response.status_code == 201:
+            if response.status_code < 500:  # refused by Prefect too: its validation took its time all the same
                 started.append(time.monotonic())
             return response
 
@@ -80,11 +82,13 @@ class Quotas:
         to start later than a minute from now."""
         limits = self.limits
         size = len(json.dumps(body.get("parameters", {})).encode())
-        if size > limits.parameters_kb * 1024:
+        many = bounds.nodes(body.get("parameters", {}))
+        if size > limits.parameters_kb * 1024 or many > bounds.MAX_FORM_VALUES:
             return (
                 413,
-                f"the run's parameters take {size / 1024:.0f} KB of JSON; the limit is {limits.parameters_kb} "
-                "KB: a form's parameters name a registered dataset and its settings, never data",
+                f"the run's parameters take {size / 1024:.0f} KB of JSON in {many} values; the limit is "
+                f"{limits.parameters_kb} KB and {bounds.MAX_FORM_VALUES} values: a form's parameters name a "
+                "registered dataset and its settings, never data",
             ), False
         when = ((body.get("state") or {}).get("state_details") or {}).get("scheduled_time")
         if when is None:

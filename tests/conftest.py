@@ -112,8 +112,16 @@ def served(tmp_path_factory):
     root = tmp_path_factory.mktemp("server")
     # the per-account limits (tested on gates of their own in tests/test_quotas.py) set out of reach: the
     # session's accounts start runs in many tests, in whatever order and pace the workers take them
-    roomy = {"PRIVRELEASE_ACCOUNT_RUNS": "1000", "PRIVRELEASE_ACCOUNT_SCHEDULED": "1000", "PRIVRELEASE_ACCOUNT_PER_MINUTE": "1000"}
-    with running_server(root, roomy) as env, gate(env, root / "gate.log") as gate_url, proxy(env, gate_url, root / "proxy.log") as url:
+    roomy = {
+        "PRIVRELEASE_ACCOUNT_RUNS": "1000",
+        "PRIVRELEASE_ACCOUNT_SCHEDULED": "1000",
+        "PRIVRELEASE_ACCOUNT_PER_MINUTE": "1000",
+    }
+    with (
+        running_server(root, roomy) as env,
+        gate(env, root / "gate.log") as gate_url,
+        proxy(env, gate_url, root / "proxy.log") as url,
+    ):
         deploy(env)
         yield env | {"PRIVRELEASE_GATE_URL": url, "PRIVRELEASE_GATE_PORT": gate_url.rsplit(":", 1)[1]}, root
 

@@ -1,6 +1,6 @@
 """A curious analyst against the registered-dataset release surface: findings of a review, fixed.
 
-Each test states the property the README's "Guarantees of the release surface" promise and
+Each test states the property docs/SECURITY.md's "Guarantees of the release surface" promise and
 replays an attack that broke it when these tests were written (each failed then, against the
 code it names); each now guards its fix.
 """
@@ -282,7 +282,7 @@ def test_one_content_has_one_budget(tmp_path):
 
 
 def test_a_flow_run_cannot_set_the_workers_environment():
-    """``prefect work-pool create privrelease --type process`` (scripts/serve.sh, README) takes
+    """``prefect work-pool create privrelease --type process`` (scripts/serve.sh, docs/guides/operator.md) takes
     Prefect's default process template: ``env``, ``command`` and ``working_dir`` are job variables,
     and a flow run's own ``job_variables`` override the deployment's (prefect/workers/base.py merges
     ``flow_run.job_variables`` last). Whoever may start a deployment run (UI custom run,

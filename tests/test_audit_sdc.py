@@ -1,14 +1,14 @@
 """The statistical auditor (tests/auditor.py) on the two SDC releases the third privacy review named:
 MEWS suppressing lone tuples (widths in sd units) and RA with ``p: entropy``.
 
-SDC makes no epsilon claim, so the auditor is held to what the README says each publishes of one
+SDC makes no epsilon claim, so the auditor is held to what the mechanism pages (docs/mechanisms/) say each publishes of one
 record. The real mechanisms run many times with fresh seeds on a table and a neighbour; each run is
 reduced to one float, and the auditor's lower bound on epsilon (false alarm at most ALPHA, as for the
 DP audits) must be 0 where the documentation says the record leaves no trace:
 
 - MEWS with ``singletons: suppress``: the released column where the lone tuple's value would show, a kept record's released
   value, on tables that differ only in where the lone tuple lies (a move that changes neither the
-  grid nor which tuples are alone; the README says a move that does can change the suppressed count);
+  grid nor which tuples are alone; docs/mechanisms/swapping.md says a move that does can change the suppressed count);
 - RA with ``p: entropy``: the published p and a released cell, on tables whose QI marginals have the
   same entropies (another joint); and p separates tables whose entropies differ, as ``ra.REVEALS`` says.
 """

@@ -320,7 +320,7 @@ def test_internal_error_exits_1_without_details(tmp_path: Path):
 
 
 def test_demo_in_a_fresh_home(tmp_path: Path):
-    """The README's first command, as a newcomer runs it: a fresh home, its own temporary Prefect server."""
+    """The quickstart's first command (``make demo``), as a newcomer runs it: a fresh home, its own temporary Prefect server."""
     home = tmp_path / "home"
     r = run(home, "demo", "--rows", "2000", env={"PREFECT_HOME": str(tmp_path / "prefect"), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr[-2000:]

@@ -62,7 +62,7 @@ def test_dpne_release_charges_then_publishes(prefect_server, home, tmp_path, cap
     assert json.loads(published.detail)["counts_by_length"] == manifest["counts_by_length"]
     report = (folder / "report.md").read_text()
     assert "sigma* = 1.327904" in report and "simulated" not in json.dumps(manifest)
-    # the report says which draw is not exact, as the README does (third privacy review, finding 7)
+    # the report says which draw is not exact, as docs/mechanisms/noise.md does (third privacy review, finding 7)
     assert "how many pass drawn by numpy's floating-point binomial sampler (DPNE's one draw that is not exact)" in report
     accuracy = manifest["privacy"]["accuracy"]
     assert len(accuracy["levels"]) == 5 and accuracy["spurious_share"][0] == 0

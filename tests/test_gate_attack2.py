@@ -27,7 +27,7 @@ def test_a_stored_schemas_values_are_bounded_like_a_runs_parameters(served, peop
     wrong = {"standardize": [{"column": "m" * 1000, "mean": 1.5, "std": -2.5}] * 70}  # 70 KB of wrong values
     body = {"schema": form["parameter_openapi_schema"], "values": wrong}
     answer = people["alice"].post("/ui/schemas/validate", json=body)
-    assert refused(answer) and answer.status_code == 403 and "at most 64 KB" in answer.text
+    assert refused(answer) and answer.status_code == 403 and "values and 16 KB, as a run's parameters" in answer.text
     monkeypatch.setattr(checks.limits, "configured", lambda: checks.limits.Limits(parameters_kb=10**6))
     with weakened(env) as person:  # no bound on the values: Prefect validates every one of them
         validated = person("alice").post("/ui/schemas/validate", json=body)

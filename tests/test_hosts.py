@@ -34,7 +34,9 @@ from tests.test_server import _stop
 DPNE = {"dataset": "conc", "mechanism": {"name": "dpne", "params": {
     "text_column": "text", "epsilon": 1.0, "delta": 1e-7, "T": 3, "delta0": 10, "tokenizer": "words"}}}  # fmt: skip
 CAP = Budget(2.5, 1e-6)
-DASK_CONFIG = Path(__file__).resolve().parent.parent / "deploy" / "dask.yaml"  # as the README starts Dask workers on other hosts
+DASK_CONFIG = (
+    Path(__file__).resolve().parent.parent / "deploy" / "dask.yaml"
+)  # as docs/guides/hosts.md starts Dask workers on other hosts
 
 
 def admitted_in_turn(cap: Budget, folder: Path) -> int:

@@ -188,7 +188,7 @@ def test_a_dp_run_shows_only_dp_outputs_and_public_values_on_neighbours(prefect_
     folder, report, transcript, ledger and Prefect's parameters, tasks, logs and artifacts are the
     same, except (1) the DP outputs: the server's model (``model.npy``), its AUC on the operator's
     evaluation mail and the ROC plot, functions of the DP round sums and of the operator's own mail
-    (README); (2) values drawn afresh by every run whatever the mail: digests of ciphertexts, of the
+    (docs/mechanisms/spam-training.md); (2) values drawn afresh by every run whatever the mail: digests of ciphertexts, of the
     key directory and of the transcript, the directory's size (n in decimal), and seconds; (3) the test-mode plaintext twins, which only
     test mode builds. The control: the flipped message does change the twins' gradients."""
     from prefect.logging.handlers import APILogHandler

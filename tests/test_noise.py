@@ -89,7 +89,7 @@ def test_tail_sampler_is_the_same_law_conditioned_on_passing(test_mode):
 @pytest.mark.parametrize("s2", [1, 2, 5, 12, 40])
 def test_grid_lemma_and_discrete_tail_bound_hold_pointwise(s2):
     """ln(r(k)/d(k)) lies in [-1/(8 s^2) - tau, k^2/(24 s^4) + tau] for the rounded Gaussian r and the
-    discrete Gaussian d (the README's lemma), and P[Z >= n] <= P[N(0, s^2) >= n - 1] (DPNE's rho_1)."""
+    discrete Gaussian d (the lemma of docs/mechanisms/noise.md), and P[Z >= n] <= P[N(0, s^2) >= n - 1] (DPNE's rho_1)."""
     s = math.sqrt(s2)
     k = np.arange(-6 * int(math.ceil(s)), 6 * int(math.ceil(s)) + 1)
     far = np.arange(-60 * int(math.ceil(s)), 60 * int(math.ceil(s)) + 1)

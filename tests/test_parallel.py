@@ -83,7 +83,7 @@ def lean(client) -> dict[str, tuple[bool, str | None, int]]:
 
 
 def test_workers_started_with_deploy_dask_yaml_are_as_lean_as_the_local_cluster(caplog):
-    """Workers an operator starts on other hosts, as the README says (``DASK_CONFIG=/path/to/deploy/dask.yaml
+    """Workers an operator starts on other hosts, as docs/guides/hosts.md says (``DASK_CONFIG=/path/to/deploy/dask.yaml
     dask worker ADDRESS --nthreads 1 --memory-limit 0``), get ``parallel.WORKER_CONFIG``; a worker
     started without the file gets Dask's defaults (the stack sampler, and MALLOC_TRIM_THRESHOLD_=65536,
     which made DPNE's counting 19% slower: bench/RESULTS.md), and the runner warns of it."""
@@ -116,7 +116,7 @@ def test_workers_started_with_deploy_dask_yaml_are_as_lean_as_the_local_cluster(
             assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
                 "1 of 2 Dask workers started with MALLOC_TRIM_THRESHOLD_=65536, which makes DPNE's counting about a fifth "
                 "slower there; start them with DASK_CONFIG set to privrelease's deploy/dask.yaml and without that variable "
-                "in their environment (README, Several hosts)."
+                "in their environment (docs/guides/hosts.md, step 6)."
             ]
         finally:
             for proc in procs:

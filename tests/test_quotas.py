@@ -186,11 +186,11 @@ def test_a_run_with_500_kb_of_parameters_is_refused(served, gates):
         and refused(answer)
         and _message(answer)
         == (
-            "privrelease gate: the run's parameters take 488 KB of JSON; the limit is 64 KB: a form's parameters name a "
-            "registered dataset and its settings, never data"
+            "privrelease gate: the run's parameters take 488 KB of JSON in 3 values; the limit is 16 KB and 500 values: "
+            "a form's parameters name a registered dataset and its settings, never data"
         )
     )
-    assert _client(gates, "limited", "quinn").post(form, json={"parameters": {"text_column": "x" * 60_000}}).status_code == 201
+    assert _client(gates, "limited", "quinn").post(form, json={"parameters": {"text_column": "x" * 15_000}}).status_code == 201
     weak = _client(gates, "weak", "quinn").post(form, json=big)
     assert weak.status_code == 201, weak.text
     assert len(api.get(f"/flow_runs/{weak.json()['id']}").json()["parameters"]["text_column"]) == 500_000  # stored whole

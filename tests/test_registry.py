@@ -324,7 +324,7 @@ def test_identifier_like_columns_are_named_for_the_steward(tmp_path: Path):
 def test_one_table_one_id_whatever_its_bytes(tmp_path: Path):
     """Review finding 5: the same table with a blank line appended, its rows reversed, its columns
     reordered, or as JSON lines, is the same content and is refused under a second id. A near-duplicate
-    (one row fewer) is a different table to this check: the steward's to watch (README)."""
+    (one row fewer) is a different table to this check: the steward's to watch (docs/guides/steward.md)."""
     home = tmp_path / "home"
     table = census(60)
     register(home, table, "a")
@@ -339,7 +339,7 @@ def test_one_table_one_id_whatever_its_bytes(tmp_path: Path):
             register(home, body, f"b-{name}")
     with pytest.raises(SpecError, match="already registered as dataset 'a'"):
         register(home, table.sample(frac=1, random_state=1), "b-json", fmt="jsonl")
-    register(home, table.iloc[1:], "near")  # one row fewer: accepted (the README says so)
+    register(home, table.iloc[1:], "near")  # one row fewer: accepted (docs/guides/steward.md says so)
 
 
 def test_missing_value_tokens_are_kept_with_the_registration_and_older_ones_refresh_as_they_were_read(tmp_path: Path):

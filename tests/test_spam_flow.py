@@ -120,13 +120,13 @@ def test_training_flow_end_to_end_and_private_classification(prefect_server, hom
     assert entries[0].adjacency == ADJACENCY.code  # the typed adjacency, stored as its code
     report = json.loads((home / "spam" / "r-dp" / "report.json").read_text())
     assert report["dp"]["share_variance"] == str(noise.share_variance) and report["per_round"][1]["max_gradient_gap"] > 0
-    # the decision on the evaluation mail's AUC, said in the dp run's report and in the README (not without dp:)
+    # the decision on the evaluation mail's AUC, said in the dp run's report and on the spam-training page (not without dp:)
     assert EVALUATION in (home / "spam" / "r-dp" / "report.md").read_text()
     assert json.loads(entries[1].detail)["auc_private"] == report["auc_private"]  # a DP output: shown
     assert f"{report['auc_private']:.6f}" in markdown(report, public=True)
     assert EVALUATION not in (folder / "report.md").read_text()
-    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
-    assert "With `dp:`, the AUC in the report and the ledger is DP too. " + EVALUATION in readme
+    page = " ".join((Path(__file__).resolve().parent.parent / "docs" / "mechanisms" / "spam-training.md").read_text().split())
+    assert "With `dp:`, the AUC in the report and the ledger is DP too. " + EVALUATION in page
 
 
 def test_bad_mail_is_refused_before_anything_is_recorded(prefect_server, home, test_mode, tmp_path, capsys):

@@ -8,7 +8,7 @@ gate in front of a real `prefect server` with every deployment and a worker, as 
 - the auditor starts the ledger audit and reads its artifacts; Run on a release form is refused;
 - a release above the steward's threshold waits until a steward approves it in the UI.
 
-Screenshots go to $PRIVRELEASE_UI_SHOTS (docs/img refreshes the README's) or the test's own folder,
+Screenshots go to $PRIVRELEASE_UI_SHOTS (docs/img refreshes the analyst's guide's) or the test's own folder,
 which a failure names."""
 
 from __future__ import annotations

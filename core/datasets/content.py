@@ -10,7 +10,7 @@ kept privately in the store, like the snapshot's digest, and never published.
 It does not catch near-duplicates: one row added, removed or edited, a column renamed or dropped, a
 value rounded or recoded, a type declared differently. Those are different tables to this check,
 and their releases spend two budgets on nearly one dataset; the steward must keep one id per
-underlying data set (README: "The steward: registering a dataset").
+underlying data set (docs/guides/steward.md).
 """
 
 from __future__ import annotations

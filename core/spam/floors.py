@@ -6,7 +6,7 @@ round 0, its margin later. How many messages a sum needs so that none stands alo
 feature map, so the floor is a measured property of (4-gram modulus, reduction, dimension), not one number:
 ``bench/bench_spam_exposure.py`` draws random rounds of SpamAssassin mail for each map and size,
 and ``MEASURED`` keeps, per map, the smallest measured size at which no draw exposed any message
-(the stated bound: 0 exposed messages in 5 draws; README "What the server learns").
+(the stated bound: 0 exposed messages in 5 draws; docs/mechanisms/spam-training.md, "What the server still learns").
 
 The floor holds for each user's block on its own, not only for the round's sum: with a server
 colluding with one user, the sum minus the colluder's own gradient is the other users' gradient,

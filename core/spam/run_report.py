@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-# with dp: why the AUC the report and the ledger hold is itself DP (README, "What the server still learns")
+# with dp: why the AUC the report and the ledger hold is itself DP (docs/mechanisms/spam-training.md, "What the server still learns")
 EVALUATION = (
     "The AUC is measured on the evaluation mail (`test:`), the server operator's own mail, not a user's: "
     "the model is DP with respect to the users' messages, so its AUC on the operator's mail is "

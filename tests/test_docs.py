@@ -1,0 +1,242 @@
+"""The documentation site, held to the code: its commands run as printed, its generated parts are fresh,
+its worked requests parse, and the README stays a short door into it.
+
+Every ``bash`` block of the quickstart and of each guide (docs/guides/) runs as printed, the page's
+blocks in order in one shell, in a fresh home (a fresh ``$HOME``, so ``~/privrelease`` and the default
+home are new). The only steps not taken from a page are writing the source files it says it assumes
+(``SOURCES``) and the ``yaml`` blocks whose first line is ``# file: NAME`` (written to NAME, as the reader
+saves them). ``sh`` blocks are shown but not run: installing (``make``), and servers that keep running
+(``make serve``, PostgreSQL, Dask), which tests/test_serve.py, test_server.py, test_hosts.py run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import runpy
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from core.datasets.demo import CENSUS_POLICY, census, posts
+from core.mechanisms import MECHANISMS, REGISTRY, describe
+from core.release import spec
+from tests.conftest import REPO
+
+DOCS = REPO / "docs"
+EXE = Path(sys.executable).parent / "privrelease"
+GUIDED = ("quickstart.md", "guides/steward.md", "guides/analyst.md", "guides/auditor.md", "guides/operator.md")
+SOURCES = {  # the files each page says it assumes, in the folder its commands run in
+    "quickstart.md": {"people.csv": lambda: census(600)},
+    "guides/steward.md": {"census.csv": lambda: census(600), "posts.csv": lambda: posts(300)},
+}
+gendocs = runpy.run_path(str(REPO / "scripts" / "gendocs.py"))
+
+
+def blocks(text: str, language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```$", text, re.S | re.M)
+
+
+def saved_files(text: str) -> dict[str, str]:
+    """The page's ``yaml`` blocks that name the file a reader saves them as."""
+    return {b.split("\n", 1)[0].removeprefix("# file: ").strip(): b for b in blocks(text, "yaml") if b.startswith("# file: ")}
+
+
+def shell(tmp_path: Path) -> tuple[Path, dict]:
+    """A fresh $HOME and a folder to work in (holding the checkout's .venv, as the quickstart's reader does)."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    (work / ".venv").symlink_to(REPO / ".venv")
+    drop = (
+        "PREFECT_API",
+        "PRIVRELEASE_HOME",
+        "PRIVRELEASE_DATA_ROOT",
+        "PRIVRELEASE_SNAPSHOT_STORE",
+        "PRIVRELEASE_LEDGER",
+        "XDG_",
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env.update(HOME=str(home), PATH=f"{EXE.parent}:{env['PATH']}")
+    return work, env
+
+
+def run_page(page: str, tmp_path: Path, text: str | None = None) -> tuple[subprocess.CompletedProcess, Callable]:
+    """Run the page's bash blocks; return what they printed and a shell for more commands in the same home."""
+    text = (DOCS / page).read_text() if text is None else text
+    work, env = shell(tmp_path)
+    for name, frame in SOURCES.get(page, {}).items():
+        frame().to_csv(work / name, index=False)
+    for name, body in saved_files(text).items():
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_text(body)
+
+    def sh(script: str, *flags: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", *flags, "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+
+    r = sh("\n".join(blocks(text, "bash")), "-e", "-o", "pipefail", "-x")
+    ran = [line for line in r.stderr.splitlines() if line.startswith("+ ")]
+    assert r.returncode == 0, f"{page}: the command `{ran[-1] if ran else '?'}` failed:\n{r.stderr[-3000:]}"
+    return r, sh
+
+
+def listed(sh: Callable, command: str) -> list[dict]:
+    r = sh(f"PRIVRELEASE_HOME=~/privrelease {command} --json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("page", GUIDED)
+def test_every_command_on_the_page_runs_as_printed(page, tmp_path):
+    r, sh = run_page(page, tmp_path)
+    commands = [line for line in r.stderr.splitlines() if line.startswith("+ privrelease ")]
+    assert len(commands) >= 4, commands  # the page's own commands ran, not an empty script
+    releases = Path(sh("echo ~").stdout.strip()) / "privrelease" / "releases"
+    if page == "quickstart.md":  # your own CSV registered, released, and its files where the page says
+        folder = releases / "people" / "people-first"
+        assert {"data.csv", "data.parquet", "manifest.json", "report.md"} <= {p.name for p in folder.iterdir()}
+        assert r.stdout.count("age,occupation,race,sex,hours-per-week") == 1  # only the policy's columns, once
+    elif page == "guides/steward.md":  # census registered, then dropped; posts capped as the page says
+        assert [d["id"] for d in listed(sh, "privrelease dataset list")] == ["posts"]
+        totals = {t["dataset"]: t for t in listed(sh, "privrelease ledger totals")}
+        assert totals["posts"]["cap"] == {"epsilon": 3.0, "delta": 1e-06} and "census" in totals
+    elif page == "guides/analyst.md":  # the SDC request and the demo's DPNE request, each published
+        assert (releases / "census-demo" / "census-2026-q4" / "report.md").is_file()
+        assert len(list((releases / "posts-demo").iterdir())) == 1
+    elif page == "guides/auditor.md":  # the DP release it audits is on the ledger, charged
+        totals = {t["dataset"]: t for t in listed(sh, "privrelease ledger totals")}
+        assert totals["posts-demo"]["spent"]["epsilon"] == 1.0 and totals["posts-demo"]["published"] == 1
+    elif page == "guides/operator.md":  # alice added then removed, and the home backed up
+        assert [u["name"] for u in listed(sh, "privrelease user list")] == ["sam"]
+        assert "privrelease/privrelease.duckdb" in r.stdout
+
+
+def test_the_steward_guides_policy_is_the_demos():
+    policy = saved_files((DOCS / "guides" / "steward.md").read_text())["census.policy.yaml"]
+    assert yaml.safe_load(policy) == yaml.safe_load(CENSUS_POLICY)
+
+
+def test_a_failing_command_fails_the_page(tmp_path):
+    """The runner stops at the first command that fails and names it: a page with a wrong option cannot pass."""
+    broken = "```bash\nprivrelease --version\nprivrelease dataset list --no-such-option\nprivrelease info\n```\n"
+    with pytest.raises(AssertionError, match="dataset list --no-such-option"):
+        run_page("broken.md", tmp_path, broken)
+
+
+def test_every_worked_request_parses():
+    """Each release request the pages show (a YAML block with a dataset and a mechanism) is one the
+    request schema and the mechanism's Params accept."""
+    seen = set()
+    for path in sorted(DOCS.rglob("*.md")):
+        for body in blocks(path.read_text(), "yaml"):
+            doc = yaml.safe_load(body)
+            if isinstance(doc, dict) and {"dataset", "mechanism"} <= set(doc):
+                seen.add(spec.parse(doc).mechanism.name)
+    assert seen == set(REGISTRY) - {"meds", "eds"}, seen  # meds and eds share MEWS's request on its page
+
+
+def test_every_mechanism_has_a_page_with_its_generated_parameters():
+    for name in MECHANISMS:
+        page = REPO / describe.page(name)
+        assert f"<!-- params: {name} -->" in page.read_text(), f"{page} has no parameter table for {name}"
+
+
+def test_generated_pages_are_fresh():
+    stale = gendocs["stale"]()
+    assert stale == [], f"stale: {[str(p.relative_to(REPO)) for p in stale]}; run: python scripts/gendocs.py --write"
+
+
+def test_a_stale_page_is_caught(tmp_path):
+    """The same check on a copy whose DPNE table lost a bound and whose policy table lost a row."""
+    shutil.copytree(DOCS, tmp_path / "docs")
+    dpne = tmp_path / "docs" / "mechanisms" / "dpne.md"
+    dpne.write_text(dpne.read_text().replace("> 0, <= 50", "> 0"))
+    security = tmp_path / "docs" / "SECURITY.md"
+    head, table = security.read_text().split(
+        "| who | method | route | when | body passed on, or answer |\n|---|---|---|---|---|\n"
+    )
+    security.write_text(head + table.split("\n", 1)[1])  # the policy's first row gone
+    assert sorted(p.name for p in gendocs["stale"](tmp_path)) == ["SECURITY.md", "dpne.md"]
+
+
+def test_every_page_is_in_the_nav():
+    """mkdocs only notes a page missing from the nav; here it fails, so no page is built unreachable."""
+    nav = yaml.safe_load((REPO / "mkdocs.yml").read_text())["nav"]
+
+    def files(entry: object) -> list[str]:
+        if isinstance(entry, str):
+            return [entry]
+        if isinstance(entry, list):
+            return [f for e in entry for f in files(e)]
+        return [f for v in entry.values() for f in files(v)]
+
+    listed = files(nav)
+    assert sorted(listed) == sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md"))
+    assert all((DOCS / f).is_file() for f in listed)
+
+
+def anchors(page: str) -> set[str]:
+    """The anchors of a page's headings, as the site's table of contents makes them (or ``{ #id }``)."""
+    found = set()
+    for heading in re.findall(r"^#+ (.*)$", page, re.M):
+        named = re.search(r"\{ #([\w-]+) \}$", heading)
+        found.add(named.group(1) if named else re.sub(r"[\s]+", "-", re.sub(r"[^\w\s-]", "", heading.lower()).strip()))
+    return found
+
+
+def test_the_readme_is_a_short_door_into_the_site():
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) < 200
+    assert "make demo" in readme and "make test" in readme
+    links = re.findall(r"\]\((docs/[^)#]+)(#[^)]*)?\)", readme)
+    assert {"docs/quickstart.md", "docs/guides/steward.md", "docs/guides/analyst.md"} <= {f for f, _ in links}
+    for target, anchor in links:
+        assert (REPO / target).is_file(), target
+        assert not anchor or anchor[1:] in anchors((REPO / target).read_text()), f"{target}{anchor}"
+    # how to register your own CSV and get a release's files: the README says it and links the sections
+    assert "docs/quickstart.md#your-first-own-dataset" in readme and "docs/quickstart.md#get-the-releases-files" in readme
+    quickstart = (DOCS / "quickstart.md").read_text()
+    assert "## Your first own dataset" in quickstart and "## Get the release's files" in quickstart
+    # every privrelease command the README shows is one the quickstart runs as printed
+    shown = [
+        line.removeprefix("$ ") for b in blocks(readme, "console") for line in b.splitlines() if line.startswith("$ privrelease")
+    ]
+    assert shown and all(command.split("  #")[0].strip() in quickstart for command in shown), shown
+
+
+def test_no_page_refers_to_internal_notes_or_shared_folders():
+    for path in [REPO / "README.md", *DOCS.rglob("*.md")]:
+        text = path.read_text()
+        assert "../shared" not in text and "/work/" not in text, path
+
+
+def test_mechanisms_command_prints_each_mechanism_with_its_parameters():
+    r = subprocess.run([EXE, "mechanisms"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    sections = r.stdout.split("\n\n")
+    assert [s.split(":", 1)[0] for s in sections] == list(MECHANISMS)
+    for section, (name, mechanism) in zip(sections, MECHANISMS.items(), strict=True):
+        assert f"page: {describe.page(name)}" in section
+        for field in mechanism.Params.model_fields:
+            assert re.search(rf"^  {re.escape(field)} \(", section, re.M), (name, field)
+    assert "epsilon (number; required; > 0, <= 50)" in sections[list(MECHANISMS).index("dpne")]
+    r = subprocess.run([EXE, "mechanisms", "ra"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("ra: RA and Enhanced RA") and "dpne" not in r.stdout
+    r = subprocess.run([EXE, "mechanisms", "rra"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "unknown mechanism 'rra'; available: ra, dpne" in r.stderr
+
+
+def test_release_help_lists_the_mechanisms_and_their_pages():
+    r = subprocess.run([EXE, "release", "--help"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    listed = r.stdout.split("each described on its page:\n", 1)[1]
+    for name in MECHANISMS:
+        assert re.search(rf"^  {re.escape(name)} +{re.escape(describe.page(name))}$", listed, re.M), name
+        assert (REPO / describe.page(name)).is_file()
+    assert "privrelease mechanisms [NAME]" in listed
