@@ -6,45 +6,85 @@ import argparse
 import json
 from pathlib import Path
 
+from cli import typed
+
 
 def cmd_dataset_add(args: argparse.Namespace, root: Path) -> int:
+    return _register(args, root, dry_run=False)
+
+
+def cmd_dataset_check(args: argparse.Namespace, root: Path) -> int:
+    return _register(args, root, dry_run=True)
+
+
+def _register(args: argparse.Namespace, root: Path, dry_run: bool) -> int:
+    """``dataset add``, or its dry run ``dataset check``: the same reading and checks, the same warnings;
+    the dry run writes nothing."""
+    from core.datasets.infer import Reading
     from core.datasets.ingest import read_schema
     from core.datasets.registry import Registry, Unit
     from core.people import requester
     from core.sdc import policy
 
-    schema = read_schema(args.schema) if args.schema else None
-    rules = policy.read(args.policy) if args.policy else None
-    dataset, inferred = Registry(root).add(
+    schema = read_schema(typed.path(args.schema)) if args.schema else None
+    rules = policy.read(typed.path(args.policy)) if args.policy else None
+    registry, warnings = Registry(root), []
+    dataset, inferred = registry.add(
         args.id,
-        args.source,
+        _source(args.source, root),
         args.format,
         Unit.parse(args.unit),
         args.purpose,
         schema,
-        str(Path(args.suite).resolve()) if args.suite else None,
+        typed.path(args.suite),
         args.delimiter,
         policy=rules,
         requested_by=requester(),
+        reading=Reading.parse(args.na, args.decimal, args.delimiter, args.format),
+        warn=warnings.append,
+        dry_run=dry_run,
     )
-    _show(dataset)
+    _show(dataset, "a dry run, not registered" if dry_run else None)
+    for line in warnings:
+        print(f"warning: {line}")
     if dataset.purpose == "sdc":
-        _policy_notes(Registry(root), dataset)
-    if inferred:
+        _policy_notes(registry, dataset, registered=not dry_run)
+    if dry_run:
+        said = "inferred from the file" if inferred else "as declared"
+        print(f"\nschema ({said}; it becomes public when registered):")
+        print(dataset.schema.yaml(), end="")
+        print("nothing was registered or written; register it with the same arguments: privrelease dataset add ...")
+    elif inferred:
         print("\nschema (inferred from the file, now public; keep it and pass it with --schema next time):")
         print(dataset.schema.yaml(), end="")
     return 0
 
 
-def _policy_notes(registry, dataset) -> None:
+def _source(text: str, root: Path) -> str:
+    """``--source`` as typed, relative to the current folder; a name found only in the data root (where
+    sources were read from before) is refused saying where it is."""
+    from core.errors import SpecError
+    from core.tables.readers import data_root
+
+    path = typed.path(text)
+    there = data_root(root) / text
+    if not Path(path).exists() and not Path(text).is_absolute() and there.is_file():
+        raise SpecError(
+            f"--source {text!r} is not a file in the current folder {str(Path.cwd())!r} (a relative path is relative "
+            f"to the current folder); the data root has one: pass --source {there}"
+        )
+    return path
+
+
+def _policy_notes(registry, dataset, registered: bool = True) -> None:
     """What the steward should know of an sdc dataset's policy: unset, identifier-like columns it publishes,
     columns it never publishes, thresholds."""
     rules = dataset.policy
     if rules is None:
         print(
             f"warning: no disclosure policy: no SDC release of {dataset.id!r} is possible until you set one with "
-            f"privrelease dataset policy {dataset.id} --policy FILE (identifiers, key variables, sensitive and "
-            "publishable columns, thresholds)."
+            + (f"{typed.command()} dataset policy {dataset.id} --policy FILE" if registered else "--policy FILE")
+            + " (identifiers, key variables, sensitive and publishable columns, thresholds)."
         )
     for column in registry.identifiers(dataset):
         if rules is None or column not in rules.identifiers:
@@ -56,10 +96,15 @@ def _policy_notes(registry, dataset) -> None:
                 if rules
                 else "set the policy"
             )
+            drop = (
+                f"drop it from the source and run {typed.command()} dataset refresh {dataset.id} (the column leaves the schema)"
+                if registered
+                else "drop it from the source before registering"
+            )
             print(
                 f"warning: column {column!r} holds a different value in every row (an identifier?); {fate}. "
-                "Name it under identifiers: in the disclosure policy (privrelease dataset policy) if it identifies "
-                "people."
+                f"If it identifies people, {drop}, or name it under identifiers: in the disclosure policy "
+                + (f"({typed.command()} dataset policy {dataset.id} --policy FILE)." if registered else "(--policy FILE).")
             )
     if rules is not None:
         unnamed = rules.unnamed(dataset.schema)
@@ -78,16 +123,16 @@ def cmd_dataset_policy(args: argparse.Namespace, root: Path) -> int:
     from core.sdc import policy
 
     registry = Registry(root)
-    dataset = registry.set_policy(args.id, policy.read(args.policy), requester())
+    dataset = registry.set_policy(args.id, policy.read(typed.path(args.policy)), requester())
     print(f"dataset {dataset.id}: disclosure policy recorded as ledger entry #{dataset.policy_entry}")
     _policy_notes(registry, dataset)
     return 0
 
 
-def _show(dataset, budget: str = "") -> None:
+def _show(dataset, status: str | None = None, budget: str = "") -> None:
     rows = "" if dataset.rows is None else f", {dataset.rows} rows (public)"
     print(
-        f"dataset {dataset.id}: registration {dataset.version}, unit {dataset.unit}, purpose {dataset.purpose}, "
+        f"dataset {dataset.id}: {status or f'registration {dataset.version}'}, unit {dataset.unit}, purpose {dataset.purpose}, "
         f"{len(dataset.schema.columns)} columns{rows}{budget}"
     )
 
@@ -104,7 +149,7 @@ def cmd_dataset_list(args: argparse.Namespace, root: Path) -> int:
         print(json.dumps([entries[d.id] for d in datasets], indent=2))
         return 0
     for dataset in datasets:
-        _show(dataset, budget_words(entries[dataset.id]))
+        _show(dataset, budget=budget_words(entries[dataset.id]))
     if not datasets:
         print("no datasets registered; register one with privrelease dataset add")
     return 0
@@ -119,9 +164,14 @@ def cmd_dataset_show(args: argparse.Namespace, root: Path) -> int:
 
 
 def cmd_dataset_refresh(args: argparse.Namespace, root: Path) -> int:
+    from core.datasets.ingest import read_schema
     from core.datasets.registry import Registry
 
-    _show(Registry(root).refresh(args.id))
+    warnings = []
+    schema = read_schema(typed.path(args.schema)) if args.schema else None
+    _show(Registry(root).refresh(args.id, schema=schema, warn=warnings.append))
+    for line in warnings:
+        print(f"warning: {line}")
     return 0
 
 
@@ -131,3 +181,63 @@ def cmd_dataset_drop(args: argparse.Namespace, root: Path) -> int:
     Registry(root).drop(args.id)
     print(f"dataset {args.id}: stored rows deleted; its registration history and ledger entries remain")
     return 0
+
+
+def _registration(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``dataset add`` and of its dry run ``dataset check``."""
+    p.add_argument("id")
+    p.add_argument("--source", required=True, help="the source file (a relative path is relative to the current folder)")
+    p.add_argument("--format", required=True, choices=["csv", "parquet", "jsonl"])
+    p.add_argument("--unit", required=True, help="privacy unit: record, or user:COLUMN")
+    p.add_argument(
+        "--purpose",
+        required=True,
+        choices=["dp", "sdc"],
+        help="dp: differentially private releases; sdc: statistical disclosure control (RA, swapping, recoding, "
+        "suppression, ...) under a disclosure policy",
+    )
+    p.add_argument(
+        "--policy",
+        help="sdc: the disclosure policy (YAML): identifiers, key variables, sensitive and "
+        "publishable columns, weight, cluster, risk thresholds, recoding hierarchies",
+    )
+    p.add_argument("--schema", help="declared schema (YAML/JSON); without it the inferred one is printed")
+    p.add_argument("--suite", help="Great Expectations suite (JSON) checked at registration and refresh")
+    p.add_argument("--delimiter", default=",", help="CSV delimiter")
+    p.add_argument(
+        "--na",
+        help='values meaning "missing" in text columns, comma-separated (default: empty and NA), e.g. --na "NA,?"',
+    )
+    p.add_argument("--decimal", default=".", choices=[".", ","], help="decimal separator of numbers in text (1,5: --decimal ,)")
+
+
+def add_parsers(sub) -> None:
+    ds = sub.add_parser("dataset", help="the data steward's dataset registry")
+    dsub = ds.add_subparsers(dest="dataset_command", required=True)
+    p = dsub.add_parser("add", help="ingest a source once, check it, and register it")
+    _registration(p)
+    p.set_defaults(func=cmd_dataset_add)
+    p = dsub.add_parser("check", help="a dry run of add (same arguments): the inferred schema and the warnings; writes nothing")
+    _registration(p)
+    p.set_defaults(func=cmd_dataset_check)
+    p = dsub.add_parser("list", help="registered datasets (public facts)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_dataset_list)
+    p = dsub.add_parser("show", help="one dataset's public facts: unit, purpose, schema, disclosure policy")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_dataset_show)
+    p = dsub.add_parser("policy", help="set an sdc dataset's disclosure policy (recorded on the ledger)")
+    p.add_argument("id")
+    p.add_argument("--policy", required=True, help="the disclosure policy (YAML)")
+    p.set_defaults(func=cmd_dataset_policy)
+    p = dsub.add_parser("refresh", help="re-ingest and re-check from the registered source")
+    p.add_argument("id")
+    p.add_argument(
+        "--schema",
+        help="a new schema (YAML/JSON) for the source as it is now; without it the registered one, less the "
+        "columns the source no longer has",
+    )
+    p.set_defaults(func=cmd_dataset_refresh)
+    p = dsub.add_parser("drop", help="delete the stored rows (the ledger keeps its entries)")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_dataset_drop)

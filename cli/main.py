@@ -14,15 +14,9 @@ import sys
 import traceback
 from pathlib import Path
 
+from cli import typed
 from cli.catalogue import ACTIONS, cmd_release_catalogue
-from cli.dataset import (
-    cmd_dataset_add,
-    cmd_dataset_drop,
-    cmd_dataset_list,
-    cmd_dataset_policy,
-    cmd_dataset_refresh,
-    cmd_dataset_show,
-)
+from cli.dataset import add_parsers as add_dataset_parsers
 from cli.launch import prefect_api_url, prefect_env, quiet_console, start_prefect
 from cli.ledger import add_parsers as add_ledger_parsers
 from cli.mechanisms import MECHANISMS_EPILOG, ReleaseHelp
@@ -31,6 +25,7 @@ from cli.user import add_parsers as add_user_parsers
 from core import __version__, paths, settings
 from core.errors import LedgerCorrupt, UserError
 from core.privacy.budget import charge_phrase
+from core.tables.readers import typed_paths
 
 
 def _runner(args: argparse.Namespace) -> dict:
@@ -79,7 +74,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
     from core.release import preview, spec
     from core.release.home import Home
 
-    found = preview.preview(Home.open(), spec.load(Path(args.request)))
+    found = preview.preview(Home.open(), spec.load(Path(typed.path(args.request))))
     print(json.dumps(found, indent=2) if args.json else preview.text(found), end="\n" if args.json else "")
     if found["verdict"] == preview.REFUSED:
         print(f"error: {found['reason']}", file=sys.stderr)
@@ -97,7 +92,7 @@ def cmd_release(args: argparse.Namespace, root: Path) -> int:
         )
     if args.preview:
         return cmd_preview(args)
-    summary = _run_release(Path(args.request), _runner(args))
+    summary = _run_release(Path(typed.path(args.request)), _runner(args))
     if args.json:
         print(json.dumps({**summary, "budget_left": _left(summary["dataset"])}, indent=2))
         return 0
@@ -177,7 +172,8 @@ def cmd_spam_train(args: argparse.Namespace, root: Path) -> int:
     from core.release.spam_run import SpamJob
 
     home = Home(root)
-    claim = SpamJob(args.spec).check(home)  # the whole spec, its files, floors, terms and run id: before Prefect starts
+    spec = typed.path(args.spec)
+    claim = SpamJob(spec).check(home)  # the whole spec, its files, floors, terms and run id: before Prefect starts
     charged.admit(home, claim)
     prefect_env(root)
     held = charged.look(home, claim, charged.Caller())
@@ -187,7 +183,7 @@ def cmd_spam_train(args: argparse.Namespace, root: Path) -> int:
     from flows.spam import spam_filter_training
 
     quiet_console()
-    summary = spam_filter_training(spec_path=args.spec)
+    summary = spam_filter_training(spec_path=spec)
     plain = f", plaintext twin (test mode) {summary['auc_plain']:.6f}" if "auc_plain" in summary else ""
     auc = summary["auc_private"]
     print(f"run {summary['run_id']}: AUC private {auc if isinstance(auc, str) else f'{auc:.6f}'}{plain}")
@@ -203,7 +199,7 @@ def cmd_spam_classify(args: argparse.Namespace, root: Path) -> int:
     folder = root / "spam" / check_id(args.run_id, "the run id")
     if not (folder / "model.npy").is_file():
         raise SpecError(f"no trained spam run {args.run_id!r} under {root / 'spam'}; train one with privrelease spam train.")
-    message = Path(args.message)
+    message = Path(typed.path(args.message))
     if not message.is_file():
         raise SpecError(f"message file {args.message!r} does not exist.")
     label, _ = classify_message(folder, message.read_bytes().decode("utf-8", "surrogateescape"))
@@ -214,7 +210,7 @@ def cmd_spam_classify(args: argparse.Namespace, root: Path) -> int:
 def cmd_spam_split(args: argparse.Namespace, root: Path) -> int:
     from core.spam.mail import split_corpus
 
-    written = split_corpus(Path(args.corpus), Path(args.out), args.users, args.test_fraction, args.seed)
+    written = split_corpus(Path(typed.path(args.corpus)), Path(typed.path(args.out)), args.users, args.test_fraction, args.seed)
     for path in written:
         print(path)
     return 0
@@ -236,9 +232,10 @@ def cmd_demo(args: argparse.Namespace, root: Path) -> int:
     print(f"Example release requests, an analyst's: {request.parent}/")
     for example in sorted(request.parent.glob("*.yaml")):
         print(f"  {example.name}")
-    me = f"privrelease --home {root}"
+    me = f"{typed.command()} --home {root}"
+    hint = typed.activate_hint()
     if args.prepare_only:
-        print(f"\nNext: {me} release {request}")
+        print(f"\nNext: {me} release {request}" + (f"\n  {hint}" if hint else ""))
         return 0
     print(f"\nReleasing {request.name} as the analyst:")
     summary = _run_release(request, {"runner": "local", "dask_address": None, "dask_workers": 2})
@@ -251,6 +248,8 @@ def cmd_demo(args: argparse.Namespace, root: Path) -> int:
     print(f"  {me} release {request.parent / 'posts-dpne.yaml'}   # a DP release: spends posts-demo's budget")
     print(f"  {me} ledger totals                              # what each dataset has spent and has left")
     print(f"  {me} ledger history                             # every release, as an auditor reads it")
+    if hint:
+        print(f"  {hint}")
     return 0
 
 
@@ -323,50 +322,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_info)
 
-    ds = sub.add_parser("dataset", help="the data steward's dataset registry")
-    dsub = ds.add_subparsers(dest="dataset_command", required=True)
-    p = dsub.add_parser("add", help="ingest a source once, check it, and register it")
-    p.add_argument("id")
-    p.add_argument("--source", required=True, help="file under the data root ($PRIVRELEASE_DATA_ROOT)")
-    p.add_argument("--format", required=True, choices=["csv", "parquet", "jsonl"])
-    p.add_argument("--unit", required=True, help="privacy unit: record, or user:COLUMN")
-    p.add_argument(
-        "--purpose",
-        required=True,
-        choices=["dp", "sdc"],
-        help="dp: differentially private releases; sdc: statistical disclosure control (RA, swapping, recoding, "
-        "suppression, ...) under a disclosure policy",
-    )
-    p.add_argument(
-        "--policy",
-        help="sdc: the disclosure policy (YAML): identifiers, key variables, sensitive and "
-        "publishable columns, weight, cluster, risk thresholds, recoding hierarchies",
-    )
-    p.add_argument("--schema", help="declared schema (YAML/JSON); without it the inferred one is printed")
-    p.add_argument("--suite", help="Great Expectations suite (JSON) checked at registration and refresh")
-    p.add_argument("--delimiter", default=",", help="CSV delimiter")
-    p.set_defaults(func=cmd_dataset_add)
-    p = dsub.add_parser("list", help="registered datasets (public facts)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_dataset_list)
-    p = dsub.add_parser("show", help="one dataset's public facts: unit, purpose, schema, disclosure policy")
-    p.add_argument("id")
-    p.set_defaults(func=cmd_dataset_show)
-    p = dsub.add_parser("policy", help="set an sdc dataset's disclosure policy (recorded on the ledger)")
-    p.add_argument("id")
-    p.add_argument("--policy", required=True, help="the disclosure policy (YAML)")
-    p.set_defaults(func=cmd_dataset_policy)
-    p = dsub.add_parser("refresh", help="re-ingest and re-check from the registered source")
-    p.add_argument("id")
-    p.set_defaults(func=cmd_dataset_refresh)
-    p = dsub.add_parser("drop", help="delete the stored rows (the ledger keeps its entries)")
-    p.add_argument("id")
-    p.set_defaults(func=cmd_dataset_drop)
+    add_dataset_parsers(sub)
 
     spam = sub.add_parser("spam", help="private spam-filter training and classification")
     ssub = spam.add_subparsers(dest="spam_command", required=True)
     p = ssub.add_parser("train", help="run the spam-filter-training flow for a spam spec")
-    p.add_argument("spec", help="spam spec (YAML), relative to the data root (or absolute inside it); so are its mail files")
+    p.add_argument("spec", help="spam spec (YAML); its mail files are relative to its folder")
     p.set_defaults(func=cmd_spam_train)
     p = ssub.add_parser("classify", help="classify one message privately against a trained run; prints spam or ham")
     p.add_argument("run_id")
@@ -394,7 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command in ("ledger", "info") and _has_ledger(root):
             args.recovered = _recover(root)
-        return args.func(args, root)
+        with typed_paths():  # the paths a user types are theirs (cli/typed.py)
+            return args.func(args, root)
     except BrokenPipeError:  # the reader went away (e.g. `| head -1`): stop quietly, as other tools do
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

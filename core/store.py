@@ -45,13 +45,14 @@ CREATE TABLE IF NOT EXISTS accounts (
     name VARCHAR PRIMARY KEY, role VARCHAR NOT NULL, created VARCHAR NOT NULL, hash VARCHAR NOT NULL
 );
 """
-# stores from before holders, requesters and registering hosts were recorded
+# stores from before holders, requesters, registering hosts and reading options were recorded
 _UPGRADE = (
     "ALTER TABLE ledger ADD COLUMN IF NOT EXISTS holder VARCHAR;"
     "ALTER TABLE ledger ADD COLUMN IF NOT EXISTS requested_by VARCHAR;"
     "ALTER TABLE datasets ADD COLUMN IF NOT EXISTS host VARCHAR;"
+    "ALTER TABLE datasets ADD COLUMN IF NOT EXISTS reading VARCHAR;"  # missing-value tokens, decimal separator
 )
-_NEWEST = ("datasets", "host")  # the last column _UPGRADE adds: a store that has it needs nothing
+_NEWEST = ("datasets", "reading")  # the last column _UPGRADE adds: a store that has it needs nothing
 # PostgreSQL only: the rows writers lock, and indexes for the per-charge lookups.
 _PG_TABLES = """
 CREATE TABLE IF NOT EXISTS ledger_datasets (dataset VARCHAR PRIMARY KEY);

@@ -9,7 +9,10 @@ cd "$(dirname "$0")/.."
 BIN=$PWD/.venv/bin
 export PATH="$BIN:$PATH"  # the pool's job command (python -m gate.guard) runs the venv's python
 export PRIVRELEASE_REPO=$PWD
-export PRIVRELEASE_HOME=${PRIVRELEASE_HOME:-$PWD/.privrelease}
+# the command line's home (core/paths.py: --home, else $PRIVRELEASE_HOME, else the per-user data folder), so
+# `privrelease ...` typed anywhere reads the ledger this server writes
+PRIVRELEASE_HOME=${PRIVRELEASE_HOME:-$("$BIN/python" -c 'from core import paths; print(paths.home())')}
+export PRIVRELEASE_HOME
 export PREFECT_HOME=${PREFECT_HOME:-$PRIVRELEASE_HOME/prefect-server}
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
 # the worker asks for new runs every second (Prefect's default is 10 s: up to 10 s before a submitted run starts)
@@ -24,6 +27,26 @@ export PREFECT_API_URL=$PRIVRELEASE_PREFECT_URL/api
 export PREFECT_UI_API_URL=/api  # the UI calls its API where it was loaded from: the proxy, then the gate
 export PREFECT_SERVER_UI_V2_ENABLED=false  # one UI (Prefect's v1), the one the gate's policy is written for
 mkdir -p "$PRIVRELEASE_HOME"
+
+# every port free before anything starts: a busy one is named at once (not after the start times out)
+"$BIN/python" - "${PRIVRELEASE_HOST:-127.0.0.1}" "$PORT" "$PREFECT_PORT" "$GATE_PORT" <<'PY' || exit 1
+import errno, socket, sys
+host, people, prefect, gate = sys.argv[1:]
+busy = 0
+for port, bind, what, variable in ((people, host, "the proxy, where people reach the UI", "PRIVRELEASE_PORT"),
+                                   (prefect, "127.0.0.1", "Prefect's server", "PRIVRELEASE_PREFECT_PORT"),
+                                   (gate, "127.0.0.1", "the gate", "PRIVRELEASE_GATE_PORT")):
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((bind, int(port)))
+        except OSError as exc:
+            busy += 1
+            why = "is in use by another program" if exc.errno == errno.EADDRINUSE else f"cannot be used ({exc.strerror})"
+            print(f"privrelease: port {port} on {bind} ({what}) {why}; stop it (ss -ltnp 'sport = :{port}' "
+                  f"names it) or set {variable} to a free port. Nothing was started.")
+sys.exit(1 if busy else 0)
+PY
 
 # Prefect's own credential: the operator's alone (0600 in the home), asked of every call to Prefect's server
 secret=$PRIVRELEASE_HOME/prefect-operator.secret
@@ -70,9 +93,21 @@ printf '$ python -m gate.proxy  # nginx on %s:%s, configuration from deploy/ngin
 start "$PRIVRELEASE_HOME/proxy.log" "$BIN/python" -m gate.proxy
 wait_for "$SCHEME://127.0.0.1:$PORT/api/health" "the proxy" "$PRIVRELEASE_HOME/proxy.log"
 
-echo "# the steward registers the demo datasets the deployments' default requests name"
-printf '\n$ privrelease --home %s demo --prepare-only\n' "$PRIVRELEASE_HOME"
-"$BIN/privrelease" --home "$PRIVRELEASE_HOME" demo --prepare-only
+# the steward registers the demo datasets the deployments' default requests name, once: a restart keeps them
+if "$BIN/privrelease" --home "$PRIVRELEASE_HOME" dataset list --json | "$BIN/python" -c '
+import json, sys
+from core.datasets.demo import DATASETS
+try:
+    registered = {d["id"] for d in json.load(sys.stdin)}
+except ValueError:  # no list to read: register them (that command then says what is wrong)
+    registered = set()
+sys.exit(0 if set(DATASETS) - registered else 1)'; then
+  echo "# the steward registers the demo datasets the deployments' default requests name"
+  printf '\n$ privrelease --home %s demo --prepare-only\n' "$PRIVRELEASE_HOME"
+  "$BIN/privrelease" --home "$PRIVRELEASE_HOME" demo --prepare-only
+else
+  echo "# the demo datasets the deployments' default requests name are registered (privrelease dataset list)"
+fi
 # the pool's job template fixes the worker's environment, command (the guard) and folder: a flow run cannot set them
 if ! "$BIN/prefect" work-pool inspect privrelease > /dev/null 2>&1; then
   printf '\n$ prefect work-pool create privrelease --type process --base-job-template deploy/process-pool.json\n'
@@ -85,8 +120,10 @@ printf '$ prefect work-pool set-concurrency-limit privrelease %s\n' "$POOL_LIMIT
 "$BIN/prefect" work-pool set-concurrency-limit privrelease "$POOL_LIMIT" > /dev/null
 printf '\n$ prefect --no-prompt deploy --all\n'
 # the SDC forms offer the registered sdc datasets and their published columns by name (flows/forms.py)
-PRIVRELEASE_FORMS_FROM_REGISTRY=1 "$BIN/prefect" --no-prompt deploy --all > "$PRIVRELEASE_HOME/deploy.log" 2>&1 || { tail -20 "$PRIVRELEASE_HOME/deploy.log"; stop 1; }
-grep -E "^Deployment '" "$PRIVRELEASE_HOME/deploy.log" || true
+# (wide lines: Prefect draws its report in boxes wrapped at the terminal's width)
+COLUMNS=240 PRIVRELEASE_FORMS_FROM_REGISTRY=1 "$BIN/prefect" --no-prompt deploy --all > "$PRIVRELEASE_HOME/deploy.log" 2>&1 || { tail -20 "$PRIVRELEASE_HOME/deploy.log"; stop 1; }
+deployed=$(grep -oE "Deployment '[^']+' successfully" "$PRIVRELEASE_HOME/deploy.log" | sed -E "s/Deployment '([^']+)' successfully/  \1/" || true)
+if [ -n "$deployed" ]; then echo "deployments:"; echo "$deployed"; else echo "no deployment was reported; see $PRIVRELEASE_HOME/deploy.log"; fi
 
 printf '\n$ prefect worker start --pool privrelease --install-policy never --limit %s &\n' "$WORKER_LIMIT"
 start "$PRIVRELEASE_HOME/worker.log" "$BIN/prefect" worker start --pool privrelease --install-policy never --limit "$WORKER_LIMIT"

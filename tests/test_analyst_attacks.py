@@ -94,7 +94,7 @@ def test_the_budget_unit_is_bound_to_the_data(prefect_server, home, tmp_path, ca
         "add",
         "census-again",
         "--source",
-        "census.csv",
+        str(home / "data" / "census.csv"),
         "--format",
         "csv",
         "--unit",
@@ -103,10 +103,9 @@ def test_the_budget_unit_is_bound_to_the_data(prefect_server, home, tmp_path, ca
         "sdc",
     )
     assert code == 2 and "already registered as dataset 'census'" in said
-    code, said = _cli(
-        capsys, "dataset", "add", "pw", "--source", "/etc/passwd", "--format", "csv", "--unit", "record", "--purpose", "sdc"
-    )
-    assert code == 2 and "must lie inside the data root" in said
+    # a source path is the steward's, typed on the command line (any file the steward can read, cli/typed.py); a
+    # request names a registered id and nothing else (below), and what a run started through the gate names stays
+    # inside the data root (tests/test_spam_spec.py)
     for override, message in (
         ({"home": str(tmp_path / "mine")}, "home: Extra inputs are not permitted"),
         ({"dataset": {"id": "x", "source": "/etc/passwd", "format": "csv", "delimiter": ":"}}, "not a source description"),

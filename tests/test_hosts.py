@@ -119,7 +119,8 @@ def test_a_postgresql_store_from_before_hosts_were_recorded_gains_the_column(
 
     monkeypatch.setenv("PRIVRELEASE_LEDGER_URL", pg_url)
     register(tmp_path / "home", phrase_corpus(20), "old", "user:user", "dp")
-    with psycopg.connect(pg_url, autocommit=True) as con:  # as the store was before this version
+    with psycopg.connect(pg_url, autocommit=True) as con:  # as the store was before this version (and those after it)
+        con.execute("ALTER TABLE privrelease.datasets DROP COLUMN reading")
         con.execute("ALTER TABLE privrelease.datasets DROP COLUMN host")
     store.close(pg_url)  # a worker of the new version starts
     dataset = register(tmp_path / "home", phrase_corpus(30, seed=1), "new", "user:user", "dp")

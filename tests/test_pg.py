@@ -55,7 +55,7 @@ def steward(home: Path, env: dict | None = None, epsilon: str = "5") -> None:
         "add",
         "sessions",
         "--source",
-        "sessions.csv",
+        str(home / "data" / "sessions.csv"),
         "--format",
         "csv",
         "--unit",

@@ -340,3 +340,26 @@ def test_one_table_one_id_whatever_its_bytes(tmp_path: Path):
     with pytest.raises(SpecError, match="already registered as dataset 'a'"):
         register(home, table.sample(frac=1, random_state=1), "b-json", fmt="jsonl")
     register(home, table.iloc[1:], "near")  # one row fewer: accepted (docs/guides/steward.md says so)
+
+
+def test_missing_value_tokens_are_kept_with_the_registration_and_older_ones_refresh_as_they_were_read(tmp_path: Path):
+    """--na is read again by refresh; a registration from before reading options were kept read only empty values
+    as missing, so its refresh keeps 'NA' (here: North America) a value, as it was registered."""
+    import duckdb as db
+
+    from core.datasets.infer import Reading
+
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "c.csv").write_text("region,n\nNA,1\nEU,?\n")
+    registry = Registry(tmp_path)
+    ds, _ = registry.add("c", "c.csv", "csv", Unit("record"), "dp", root=root, reading=Reading.parse("?", "."))
+    assert ds.schema.columns == {"region": Column(type="string"), "n": Column(type="integer", nullable=True)}
+    assert registry.load(registry.refresh("c", root))["region"].tolist() == ["NA", "EU"]  # '?' read as missing again
+    with db.connect(str(tmp_path / "privrelease.duckdb")) as con:
+        con.execute("UPDATE datasets SET reading = NULL")  # as registered before this version
+    assert registry.load(
+        registry.refresh(
+            "c", root, schema=Schema(columns={"region": Column(type="string"), "n": Column(type="string", nullable=True)})
+        )
+    )["region"].tolist() == ["NA", "EU"]

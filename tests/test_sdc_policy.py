@@ -457,7 +457,7 @@ def test_a_policy_that_does_not_fit_the_schema_registers_nothing(tmp_path, doc, 
         "add",
         "t",
         "--source",
-        "t.csv",
+        str(home / "data" / "t.csv"),
         "--format",
         "csv",
         "--unit",
@@ -484,7 +484,7 @@ def test_the_steward_registers_shows_and_changes_a_policy_each_change_on_the_led
         "add",
         "t",
         "--source",
-        "t.csv",
+        str(home / "data" / "t.csv"),
         "--format",
         "csv",
         "--unit",
@@ -523,7 +523,7 @@ def test_the_steward_registers_shows_and_changes_a_policy_each_change_on_the_led
         "add",
         "d",
         "--source",
-        "t.csv",
+        str(home / "data" / "t.csv"),
         "--format",
         "csv",
         "--unit",
@@ -864,7 +864,20 @@ def test_the_policy_commands_refuse_what_a_steward_typed_wrong(tmp_path):
     frame = table()
     frame.to_csv(home / "data" / "t.csv", index=False)
     assert (
-        cli(home, "dataset", "add", "d", "--source", "t.csv", "--format", "csv", "--unit", "record", "--purpose", "dp").returncode
+        cli(
+            home,
+            "dataset",
+            "add",
+            "d",
+            "--source",
+            str(home / "data" / "t.csv"),
+            "--format",
+            "csv",
+            "--unit",
+            "record",
+            "--purpose",
+            "dp",
+        ).returncode
         == 0
     )
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(CATEGORICAL))
@@ -904,7 +917,7 @@ def test_the_policy_commands_refuse_what_a_steward_typed_wrong(tmp_path):
         "add",
         "w",
         "--source",
-        "w.csv",
+        str(home / "data" / "w.csv"),
         "--format",
         "csv",
         "--unit",

@@ -18,6 +18,7 @@ from tests.conftest import REPO
 from tests.test_server import _free_port
 
 READY = "Ctrl-C stops it all."
+DEPLOYMENTS = (REPO / "prefect.yaml").read_text().count("\n  - name: ")
 
 
 def _start(home: Path, ports: tuple[int, int, int], log: Path) -> subprocess.Popen:
@@ -103,6 +104,10 @@ def test_make_serve_starts_behind_the_gate_and_stops_cleanly(tmp_path: Path):
         assert httpx.post(f"{prefect}/api/flow_runs/filter", json={}, timeout=10).status_code == 401
         credential = tuple(secret.read_text().strip().split(":", 1))
         assert httpx.post(f"{prefect}/api/flow_runs/filter", json={}, auth=credential, timeout=10).status_code == 200
+        # every deployment of prefect.yaml is listed, and the demo datasets the default requests name are registered
+        deployed = out.split("\ndeployments:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+        assert "  release-ra/ra" in deployed and len(deployed) == DEPLOYMENTS, out[-3000:]
+        assert "demo --prepare-only" in out
         started = _ours(home)
         assert len(started) >= 4  # the script, Prefect's server, the gate, the worker (nginx rewrites its environment)
         left, out = _stop(proc, signal.SIGINT, log, home)
@@ -112,7 +117,9 @@ def test_make_serve_starts_behind_the_gate_and_stops_cleanly(tmp_path: Path):
         assert left == [] and all(_free(port) for port in ports)
         # a second start works at once (no port, lock or process left behind); SIGTERM stops it too
         proc = _start(home, ports, log)
-        _ready(proc, log)
+        out = _ready(proc, log)
+        assert "demo --prepare-only" not in out and "the demo datasets" in out  # registered once, not again
+        assert "  release-ra/ra\n" in out.split("\ndeployments:\n", 1)[1]
         left, out = _stop(proc, signal.SIGTERM, log, home)
         assert "privrelease: stopped the worker, the proxy, the gate and Prefect's server" in out and "Traceback" not in out
         assert left == [] and all(_free(port) for port in ports)
@@ -122,3 +129,22 @@ def test_make_serve_starts_behind_the_gate_and_stops_cleanly(tmp_path: Path):
         for pid in _ours(home):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_make_serve_names_a_busy_port_at_once_in_the_command_lines_home(tmp_path: Path):
+    """A port already taken is named (which one, whose, what to set) before anything starts; the home is the
+    command line's default (the per-user data folder), not a folder of the checkout."""
+    ports = (_free_port(), _free_port(), _free_port())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "PRIVRELEASE_"))}
+    env |= {"HOME": str(tmp_path / "user"), "PRIVRELEASE_PORT": str(ports[0])}
+    env |= {"PRIVRELEASE_PREFECT_PORT": str(ports[1]), "PRIVRELEASE_GATE_PORT": str(ports[2])}
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", ports[2]))
+        holder.listen()
+        r = subprocess.run(["bash", "scripts/serve.sh"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and r.stdout.strip().splitlines() == [
+        f"privrelease: port {ports[2]} on 127.0.0.1 (the gate) is in use by another program; stop it "
+        f"(ss -ltnp 'sport = :{ports[2]}' names it) or set PRIVRELEASE_GATE_PORT to a free port. Nothing was started."
+    ], r.stdout + r.stderr
+    home = tmp_path / "user" / ".local" / "share" / "privrelease"  # as `privrelease info` says (tests/test_cli.py)
+    assert home.is_dir() and not (home / "server.log").exists()  # nothing started

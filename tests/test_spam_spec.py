@@ -94,6 +94,36 @@ def test_finding_3_files_outside_the_data_root_are_neither_probed_nor_read(home,
         assert load_spec("mail/leak.yaml", root)[1] == root / "mail" / "leak.yaml"  # inside: read
 
 
+@pytest.mark.parametrize("typed", [False, True])
+def test_only_a_typed_command_reads_outside_the_data_root(home, test_mode, tmp_path, typed):
+    """A spec and mail outside the data root: refused as a run started through the worker or the gate sees them
+    (the worker never enters ``typed_paths``); read when a user types the command (cli.main enters it), which is
+    the weakened variant for a UI-named path: a worker inside ``typed_paths`` would train on the outside mail."""
+    from core.tables.readers import typed_paths
+
+    outside = tmp_path / "outside"
+    write_mail(outside)
+    spec = str(write_spec(outside))
+    if typed:
+        with typed_paths():
+            assert check(spec, home).users[1] == outside / "user-2.jsonl"
+        assert refusal(home, spec).startswith("the spam spec must lie inside the data root")  # left when it returns
+    else:
+        assert refusal(home, spec).startswith("the spam spec must lie inside the data root")
+        assert refusal(home, "../outside/spam.yaml").startswith("the spam spec must lie inside the data root")
+
+
+def test_only_the_command_line_enters_typed_paths():
+    """What keeps a UI-named path inside the data root: no flow, gate or worker module enters ``typed_paths``."""
+    users = sorted(
+        str(p.relative_to(REPO))
+        for top in ("core", "flows", "gate", "cli")
+        for p in (REPO / top).rglob("*.py")
+        if "with typed_paths()" in p.read_text()
+    )
+    assert users == ["cli/main.py"]
+
+
 def resolved_after_links(source: str, root: Path, what: str) -> Path:
     """Weakened: the confined resolver before the fix, which followed symbolic links
     before taking "..", so where a path landed depended on where a link outside the root points."""
@@ -190,13 +220,19 @@ out["prefect imported"] = any(m == "prefect" or m.startswith("prefect.") for m i
 out["entries"] = len(Ledger(Path({str(home / "privrelease.duckdb")!r})).entries())
 print(json.dumps(out))
 """
-    env = {"PRIVRELEASE_HOME": str(home), "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    env = {"PRIVRELEASE_HOME": str(home), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    # typed from the data root: relative paths are relative to the current folder, and a typed path is the user's
+    # own file wherever it lies (the data root bounds what a run started through the gate may name, above)
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert result.pop("prefect imported") is False and result.pop("entries") == 1
+    typed = {
+        "missing": f"user or test file 'nope.jsonl': the mail file '{root / 'mail' / 'nope.jsonl'}' is not a file.",
+        "outside": "the spam spec is invalid: users: Field required",
+    }
     for name, (code, out, err, seconds) in result.items():
-        reason = BAD[name][1]
+        reason = typed.get(name, BAD[name][1])
         assert code == 2 and out == "" and err.startswith("error: ") and err.count("\n") == 1, (name, err)
         assert (out + err).count(reason) == 1, (name, err)
         print(f"{name}: refused in {seconds:.3f} s")

@@ -1,4 +1,4 @@
-"""The canonical digest of a parsed table: one content, one id, one budget.
+"""The canonical digest of a parsed table (one content, one id, one budget), and its identifier-like columns.
 
 A registration is refused when its parsed content is already registered under another id. Bytes
 are not content: a blank line appended, the rows reordered, the columns reordered or another file
@@ -21,6 +21,8 @@ import json
 import numpy as np
 import pandas as pd
 
+from core.db import quote_ident
+
 
 def digest(frame: pd.DataFrame, types: dict[str, str]) -> str:
     """SHA-256 over sorted (name, type) and the sorted 64-bit hashes of the rows (columns by name)."""
@@ -29,3 +31,18 @@ def digest(frame: pd.DataFrame, types: dict[str, str]) -> str:
     h = hashlib.sha256(json.dumps([[n, types[n]] for n in names]).encode())
     h.update(np.sort(rows).astype("<u8").tobytes())
     return "content:" + h.hexdigest()
+
+
+def identifier_like(con, table: str, columns: list[str]) -> list[str]:
+    """Columns of ``table`` whose every present value is distinct, present in at least half the rows (a few
+    missing values do not hide an identifier)."""
+    counts = con.execute(
+        "SELECT count(*), "
+        + ", ".join(f"count(DISTINCT {quote_ident(c)}), count({quote_ident(c)})" for c in columns)
+        + f" FROM {table}"
+    ).fetchall()[0]
+    return [
+        c
+        for c, n, present in zip(columns, counts[1::2], counts[2::2])
+        if present > 1 and n == present and 2 * present >= counts[0]
+    ]

@@ -4,17 +4,20 @@ the steward can act on."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
 import pandas as pd
 from pydantic import ValidationError
 
+from core.datasets import infer
+from core.datasets.infer import Reading
 from core.db import quote_ident
 from core.errors import IngestError, SpecError
 from core.sdc.policy import Policy
-from core.tables.readers import CAST, DUCK, check_schema, check_weight, csv_header, read_into, steward_file
-from core.tables.schema import TYPES, Column, Schema
+from core.tables.readers import CAST, check_schema, check_weight, csv_header, read_into, steward_file
+from core.tables.schema import TYPES, Schema
 
 
 def read_table(
@@ -26,34 +29,46 @@ def read_table(
     policy: Policy | None,
     unit_column: str | None,
     dataset_id: str,
+    reading: Reading = Reading(),
+    warn: Callable[[str], None] | None = None,
+    may_drop: bool = False,
 ) -> tuple[pd.DataFrame, Schema, bool, int]:
-    """The file as a frame cast to its schema, the schema, whether it was inferred, and the row count."""
+    """The file as a frame cast to its schema, the schema, whether it was inferred, and the row count. Types are
+    inferred, and missing values and decimal commas read, as ``core.datasets.infer`` says; ``warn`` hears of
+    columns left as text by a few values. With ``may_drop`` (a refresh keeping its schema), columns of ``schema``
+    the file no longer has leave it."""
     if fmt == "csv":
         header = csv_header(path, delimiter)
         dupes = sorted({h for h in header if header.count(h) > 1})
         if dupes:
             raise IngestError(f"the CSV header repeats column names {dupes}; give every column a unique name.")
-    read_into(con, "incoming", path, fmt, delimiter)
-    found = con.execute(
-        "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'incoming' ORDER BY ordinal_position"
-    ).fetchall()
-    total = con.execute("SELECT count(*) FROM incoming").fetchall()[0][0]
+    read_into(con, "raw", path, fmt, delimiter)
+    found = infer.clean(con, "raw", "cleaned", reading)
+    names = [n for n, _ in found]
+    total = con.execute("SELECT count(*) FROM raw").fetchall()[0][0]
     if total == 0:
         raise IngestError(f"{path.name!r} has a header but no rows; nothing to register.")
     inferred = schema is None
     if schema is None:
-        schema = Schema(
-            columns={
-                name: Column(
-                    type=DUCK.get(dtype, "string"),
-                    nullable=bool(
-                        con.execute(f"SELECT count(*) FROM incoming WHERE {quote_ident(name)} IS NULL").fetchall()[0][0]
-                    ),
-                )
-                for name, dtype in found
-            }
+        schema, warnings = infer.infer(con, "cleaned", found, reading)
+        for line in warnings:
+            (warn or _ignore)(line)
+    elif may_drop and len(names) < len(schema.columns) and [c for c in schema.columns if c in names] == names:
+        gone = [c for c in schema.columns if c not in names]
+        schema = Schema(columns={n: c for n, c in schema.columns.items() if n in names})
+        (warn or _ignore)(f"columns {gone} are no longer in the source: they leave the registered schema (public).")
+    dtypes = dict(found)
+    con.execute(
+        "CREATE TEMP TABLE incoming AS SELECT "
+        + ", ".join(
+            f"{infer.value(n, schema.columns[n], dtypes[n], reading)} AS {quote_ident(n)}"
+            if n in schema.columns
+            else quote_ident(n)
+            for n in names
         )
-    check_schema(con, schema, [n for n, _ in found], path.name)
+        + " FROM cleaned"
+    )
+    check_schema(con, schema, names, path.name)
     if policy is not None:
         policy.check(schema, dataset_id)
         check_weight(con, "incoming", policy.weight, path.name)
@@ -68,6 +83,10 @@ def read_table(
         + " FROM incoming"
     ).df()
     return frame, schema, inferred, total
+
+
+def _ignore(line: str) -> None:
+    """No one to tell (the warnings are the steward's, on the command line)."""
 
 
 def read_schema(path: str) -> Schema:

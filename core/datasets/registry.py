@@ -20,91 +20,34 @@ registered digest before use.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
 
 import duckdb
 import pandas as pd
 
 from core import paths
 from core.datasets import content, ingest, snapshots
+from core.datasets.facts import Dataset, Unit
+from core.datasets.infer import Reading
 from core.db import quote_ident
 from core.errors import SpecError
 from core.ids import check_id
 from core.ledger.ledger import Ledger
-from core.privacy.adjacency import AddRemoveUser, ReplaceRecord
 from core.sdc.policy import Policy
 from core.store import open_store
-from core.tables.readers import (
-    check_weight,
-    data_root,
-    resolve_source,
-)
+from core.tables.readers import bound, check_weight, resolve_source
 from core.tables.schema import Schema
 
 FORMATS = ("csv", "parquet", "jsonl")
 PURPOSES = ("dp", "sdc")
 COLUMNS = ("id", "version", "unit", "purpose", "format", "delimiter", "source", "schema", "suite", "rows", "registered",
-           "snapshot", "digest", "source_digest", "host")  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Unit:
-    """The privacy unit: one record, or every record of one user (``user:COLUMN``)."""
-
-    kind: Literal["record", "user"]
-    column: str | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> Unit:
-        if text == "record":
-            return cls("record")
-        if text.startswith("user:") and text[5:]:
-            return cls("user", text[5:])
-        raise SpecError(f"--unit must be 'record' or 'user:COLUMN' (the column naming each user), got {text!r}.")
-
-    def __str__(self) -> str:
-        return "record" if self.kind == "record" else f"user:{self.column}"
-
-    @property
-    def adjacency(self) -> ReplaceRecord | AddRemoveUser:
-        """The neighbouring relation DP releases of this dataset are made under."""
-        return ReplaceRecord() if self.kind == "record" else AddRemoveUser(self.column)
-
-
-@dataclass(frozen=True)
-class Dataset:
-    """A registered dataset's public facts: all a release request is checked against."""
-
-    id: str
-    version: int
-    unit: Unit
-    purpose: Literal["dp", "sdc"]
-    schema: Schema
-    rows: int | None  # public only under the record unit
-    registered: str
-    policy: Policy | None = None  # an sdc dataset's disclosure policy (the steward's; None: no release possible)
-    policy_entry: int | None = None  # the ledger entry that recorded it
-
-    def public(self) -> dict:
-        return {
-            "id": self.id,
-            "version": self.version,
-            "unit": str(self.unit),
-            "purpose": self.purpose,
-            "adjacency": self.unit.adjacency.sentence if self.purpose == "dp" else None,
-            "rows": self.rows,
-            "registered": self.registered,
-            "schema": {n: c.model_dump() for n, c in self.schema.columns.items()},
-            **(
-                {"policy": self.policy.public() if self.policy else None, "policy_entry": self.policy_entry}
-                if self.purpose == "sdc"
-                else {}
-            ),
-        }
+           "snapshot", "digest", "source_digest", "host", "reading")  # fmt: skip
+Warn = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -116,6 +59,18 @@ class _Private:
     snapshot: str | None
     digest: str | None
     host: str | None
+    reading: str | None
+
+
+@dataclass(frozen=True)
+class _Source:
+    """Where a registration reads its rows, and how."""
+
+    path: Path
+    format: str
+    delimiter: str
+    reading: Reading
+    suite: str | None
 
 
 class Registry:
@@ -124,6 +79,7 @@ class Registry:
     def __init__(self, home: Path):
         self.home = home
         self.store = open_store(paths.database(home))
+        self._seen: dict[str, list[str]] = {}  # identifier-like columns of the rows this registry just read
 
     # -- steward ---------------------------------------------------------------------------------
 
@@ -140,10 +96,30 @@ class Registry:
         root: Path | None = None,
         policy: Policy | None = None,
         requested_by: str | None = None,
+        reading: Reading = Reading(),
+        warn: Warn | None = None,
+        dry_run: bool = False,
     ) -> tuple[Dataset, bool]:
         """Register a dataset; returns it and whether its schema was inferred (and so must be shown). An sdc
         dataset's disclosure ``policy`` is checked against the schema before anything is written, and recorded
-        on the ledger."""
+        on the ledger. ``source`` lies in ``root`` (default ``readers.bound``: the data root, relative to it,
+        or anywhere for a command a user typed, which makes it absolute); ``warn`` hears of columns read as
+        text because of a few values. With ``dry_run`` everything is read and checked as for a registration
+        and nothing is written (no lock, no snapshot, no row): the dataset returned is not registered."""
+        with contextlib.nullcontext() if dry_run else self.store.lock("registry"):
+            path, version = self._admit(dataset_id, source, fmt, unit, purpose, policy, root)
+            source_ = _Source(path, fmt, delimiter, reading, suite)
+            dataset = self._ingest(dataset_id, version, source_, unit, purpose, schema, policy, warn, dry_run=dry_run)
+            if dry_run:
+                return dataclasses.replace(dataset, policy=policy), schema is None
+            if policy is not None:
+                self.ledger.set_policy(dataset_id, policy.public(), requested_by)
+            return self.get(dataset_id), schema is None
+
+    def _admit(
+        self, dataset_id: str, source: str, fmt: str, unit: Unit, purpose: str, policy: Policy | None, root: Path | None
+    ) -> tuple[Path, int]:
+        """The arguments of a new registration checked, before any row is read: its source's path and version."""
         check_id(dataset_id, "dataset id")
         if fmt not in FORMATS:
             raise SpecError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}.")
@@ -155,25 +131,20 @@ class Registry:
             raise SpecError(
                 "--policy is a disclosure policy for an sdc dataset; a dp dataset is protected by its privacy unit and budget."
             )
-        with self.store.lock("registry"):
-            earlier = self._versions(dataset_id)
-            if earlier and earlier[-1][1] is not None:
-                raise SpecError(
-                    f"dataset {dataset_id!r} is already registered; use 'privrelease dataset refresh "
-                    f"{dataset_id}' to re-ingest it, or choose another id."
-                )
-            if earlier and (earlier[0][0].unit, earlier[0][0].purpose) != (unit, purpose):
-                raise SpecError(
-                    f"dataset id {dataset_id!r} was registered before with unit {earlier[0][0].unit} and purpose "
-                    f"{earlier[0][0].purpose}; its ledger entries are bound to them. Register under another id."
-                )
-            path = resolve_source(source, root or data_root(self.home))
-            self._refuse_duplicate(dataset_id, path)
-            version = len(earlier) + 1
-            dataset, inferred = self._ingest(dataset_id, version, path, fmt, delimiter, unit, purpose, schema, suite, policy)
-            if policy is not None:
-                self.ledger.set_policy(dataset_id, policy.public(), requested_by)
-            return self.get(dataset_id), inferred
+        earlier = self._versions(dataset_id)
+        if earlier and earlier[-1][1] is not None:
+            raise SpecError(
+                f"dataset {dataset_id!r} is already registered; use 'privrelease dataset refresh "
+                f"{dataset_id}' to re-ingest it, or choose another id."
+            )
+        if earlier and (earlier[0][0].unit, earlier[0][0].purpose) != (unit, purpose):
+            raise SpecError(
+                f"dataset id {dataset_id!r} was registered before with unit {earlier[0][0].unit} and purpose "
+                f"{earlier[0][0].purpose}; its ledger entries are bound to them. Register under another id."
+            )
+        path = resolve_source(source, root or bound(self.home))
+        self._refuse_duplicate(dataset_id, path)
+        return path, len(earlier) + 1
 
     @property
     def ledger(self) -> Ledger:
@@ -198,22 +169,26 @@ class Registry:
             self.ledger.set_policy(dataset_id, policy.public(), requested_by)
             return self.get(dataset_id)
 
-    def refresh(self, dataset_id: str, root: Path | None = None) -> Dataset:
-        """Re-ingest and re-check a dataset from its registered source, schema and suite."""
+    def refresh(
+        self, dataset_id: str, root: Path | None = None, schema: Schema | None = None, warn: Warn | None = None
+    ) -> Dataset:
+        """Re-ingest and re-check a dataset from its registered source, suite and reading options, under
+        ``schema`` if given (a new one: columns dropped, types changed), else the registered one less the columns
+        the source no longer has (a column dropped from the source leaves the schema)."""
         with self.store.lock("registry"):
             current, private = self._current(dataset_id)
-            path = resolve_source(private.source, root or data_root(self.home))
+            path = resolve_source(private.source, root or bound(self.home))
+            source = _Source(path, private.format, private.delimiter, Reading.load(private.reading), private.suite)
             self._ingest(
                 dataset_id,
                 current.version + 1,
-                path,
-                private.format,
-                private.delimiter,
+                source,
                 current.unit,
                 current.purpose,
-                current.schema,
-                private.suite,
+                schema or current.schema,
                 current.policy,
+                warn,
+                may_drop=schema is None,
             )
             return self.get(dataset_id)
 
@@ -256,22 +231,14 @@ class Registry:
 
     def identifiers(self, dataset: Dataset) -> list[str]:
         """Columns holding a different value in every row: identifier-like, for the steward to drop
-        before an sdc release publishes them as they are (a steward's check; it reads the rows)."""
+        before an sdc release publishes them as they are (a steward's check; it reads the rows, or
+        remembers them from the registration or dry run this registry just made)."""
+        if dataset.id in self._seen:
+            return self._seen[dataset.id]
         _, private = self._current(dataset.id)
-        columns = list(dataset.schema.columns)
         with duckdb.connect() as con:
-            counts = con.execute(
-                "SELECT count(*), "
-                + ", ".join(f"count(DISTINCT {quote_ident(c)}), count({quote_ident(c)})" for c in columns)
-                + " FROM read_parquet(?)",
-                [str(self._snapshot(private))],
-            ).fetchall()[0]
-        # every value present distinct, in at least half the rows (a few missing values do not hide an identifier)
-        return [
-            c
-            for c, n, present in zip(columns, counts[1::2], counts[2::2])
-            if present > 1 and n == present and 2 * present >= counts[0]
-        ]
+            con.execute("CREATE TEMP TABLE stored AS SELECT * FROM read_parquet(?)", [str(self._snapshot(private))])
+            return content.identifier_like(con, "stored", list(dataset.schema.columns))
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -298,7 +265,7 @@ class Registry:
         check_id(dataset_id, "dataset id")
         rows = self._query(
             "SELECT id, version, unit, purpose, schema, rows, registered, source, format, delimiter, suite, snapshot, "
-            "digest, host FROM datasets WHERE id = ? ORDER BY version DESC LIMIT 1",
+            "digest, host, reading FROM datasets WHERE id = ? ORDER BY version DESC LIMIT 1",
             [dataset_id],
         )
         if not rows or (rows[0][11] is None and not dropped):
@@ -328,33 +295,66 @@ class Registry:
                 "budget, so release it under that id."
             )
 
+    def _read(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        dataset_id: str,
+        source: _Source,
+        unit: Unit,
+        schema: Schema | None,
+        policy: Policy | None,
+        warn: Warn | None,
+        may_drop: bool = False,
+    ) -> tuple[pd.DataFrame, Schema, int, str]:
+        """The source read, cast and checked (schema, policy, one content one id, the suite): the frame, its
+        schema, row count and content digest."""
+        frame, schema, _, total = ingest.read_table(
+            con,
+            source.path,
+            source.format,
+            source.delimiter,
+            schema,
+            policy,
+            unit.column,
+            dataset_id,
+            source.reading,
+            warn,
+            may_drop,
+        )
+        parsed = content.digest(frame, {n: c.type for n, c in schema.columns.items()})
+        self._refuse_duplicate(dataset_id, source.path, parsed)
+        if source.suite is not None:
+            from core.datasets.validate import load_suite, validate
+
+            name, expectations = load_suite(source.suite)
+            validate(frame, name, expectations)
+        return frame, schema, total, parsed
+
     def _ingest(
         self,
         dataset_id: str,
         version: int,
-        path: Path,
-        fmt: str,
-        delimiter: str,
+        source: _Source,
         unit: Unit,
         purpose: str,
         schema: Schema | None,
-        suite: str | None,
-        policy: Policy | None = None,
-    ) -> tuple[Dataset, bool]:
-        snapshot = snapshots.folder(self.home, dataset_id) / f"v{version}.parquet"
+        policy: Policy | None,
+        warn: Warn | None,
+        may_drop: bool = False,
+        dry_run: bool = False,
+    ) -> Dataset:
+        """Read and check the source, then write its snapshot and registration: nothing before the checks passed
+        (a failed registration leaves no folder behind), nothing at all in a dry run."""
         with duckdb.connect() as con:
-            frame, schema, inferred, total = ingest.read_table(con, path, fmt, delimiter, schema, policy, unit.column, dataset_id)
-            parsed = content.digest(frame, {n: c.type for n, c in schema.columns.items()})
-            self._refuse_duplicate(dataset_id, path, parsed)
-            if suite is not None:
-                from core.datasets.validate import load_suite, validate
-
-                name, expectations = load_suite(suite)
-                validate(frame, name, expectations)
+            frame, schema, total, parsed = self._read(con, dataset_id, source, unit, schema, policy, warn, may_drop)
             con.register("snapshot_frame", frame)
+            self._seen[dataset_id] = content.identifier_like(con, "snapshot_frame", list(schema.columns))
+            rows = total if unit.kind == "record" else None
+            if dry_run:
+                return Dataset(dataset_id, version, unit, purpose, schema, rows, "not registered (a dry run)")
+            snapshot = snapshots.folder(self.home, dataset_id) / f"v{version}.parquet"
             digest = snapshots.write(con, "snapshot_frame", snapshot)
             con.unregister("snapshot_frame")
-        rows = total if unit.kind == "record" else None
         registered = datetime.now(UTC).isoformat(timespec="seconds")
         with self.store.write() as con:
             con.execute(
@@ -364,22 +364,23 @@ class Registry:
                     version,
                     str(unit),
                     purpose,
-                    fmt,
-                    delimiter,
-                    str(path),
+                    source.format,
+                    source.delimiter,
+                    str(source.path),
                     schema.model_dump_json(),
-                    suite,
+                    source.suite,
                     rows,
                     registered,
                     f"{dataset_id}/{snapshot.name}",
                     digest,
                     parsed,
                     snapshots.host(),
+                    source.reading.dump(),
                 ],
             )
             con.execute("UPDATE datasets SET snapshot = NULL, digest = NULL WHERE id = ? AND version < ?", [dataset_id, version])
         snapshots.prune(snapshot)
-        return Dataset(dataset_id, version, unit, purpose, schema, rows, registered), inferred
+        return Dataset(dataset_id, version, unit, purpose, schema, rows, registered)
 
 
 def _dataset(row: tuple) -> Dataset:

@@ -23,7 +23,7 @@ from core.spam.dp import DPParams
 from core.spam.floors import check_participation, floor
 from core.spam.paillier import check_bits
 from core.spam.protocol import block
-from core.tables.readers import data_root, resolve_source
+from core.tables.readers import ANYWHERE, bound, resolve_source
 
 
 class SpamSpec(StrictParams):
@@ -106,9 +106,11 @@ def load_spec(source: str, root: Path, resolve: Resolver = resolve_source) -> tu
 
 
 def mail_file(spec_path: Path, name: str, root: Path, resolve: Resolver = resolve_source) -> Path:
-    """A mail file named in the spec, relative to the spec's folder; it too must lie under the data root."""
+    """A mail file named in the spec, relative to the spec's folder; it too must lie under ``root`` (the data root
+    of a run started through Prefect's worker or the gate)."""
+    written = spec_path.parent / name
     try:
-        return resolve(os.path.relpath(spec_path.parent / name, root), root, "the mail file")
+        return resolve(str(written) if root == ANYWHERE else os.path.relpath(written, root), root, "the mail file")
     except UserError as exc:
         raise type(exc)(f"user or test file {name!r}: {exc}") from None
 
@@ -129,7 +131,7 @@ def check(source: str, home: Path, resolve: Resolver = resolve_source) -> Inputs
     spec and every mail file exist under the data root and parse, the users are distinct, each user's and
     the round's message counts meet the floor of the feature map, and the key size fits the mode. It reads
     no ledger: the run id, the steward's terms and the budget are the charged run's (``core.release.spam_run``)."""
-    root = data_root(home)
+    root = bound(home)  # the data root, for a run started through Prefect's worker or the gate
     spec, path = load_spec(source, root, resolve)
     if spec.features.reduction in F.DATA_DEPENDENT and not noise.test_mode():
         raise SpecError(

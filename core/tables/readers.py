@@ -1,7 +1,8 @@
 """Reading a source file into DuckDB at registration, with errors a steward can act on.
 
 CSV is read with a fixed dialect in strict mode, so a bad row is refused instead of guessed
-around, and with types inferred from every row (not a sample), so a late value of another type
+around, and with every cell read as text: types are inferred afterwards from every row (not a
+sample), by one rule for every format (``core.datasets.infer``), so a late value of another type
 widens its column instead of failing the read. DuckDB's strict mode also refuses a file whose rows
 end in a mix of CRLF and LF (a file written on one system and appended to on another). When the
 strict read fails, one streaming pass with Python's ``csv`` module, in the same dialect, finds the
@@ -16,10 +17,12 @@ Messages name line numbers and counts, never a cell's content.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -31,7 +34,7 @@ from core.tables.schema import Schema
 
 _CSV = (
     "read_csv(?, header = true, skip = 0, delim = ?, quote = '\"', escape = '\"', strict_mode = true, "
-    "sample_size = -1, max_line_size = 134217728)"
+    "all_varchar = true, max_line_size = 134217728)"
 )
 
 
@@ -190,12 +193,35 @@ def check_weight(con, table: str, weight: str | None, name: str) -> None:
 
 
 def data_root(home: Path) -> Path:
-    """Where registered sources must live: ``$PRIVRELEASE_DATA_ROOT``, else ``<home>/data``."""
+    """The operator's data folder: ``$PRIVRELEASE_DATA_ROOT``, else ``<home>/data``. Runs started through
+    Prefect's worker or the gate read only files inside it (``bound``)."""
     return Path(settings.get(settings.DATA_ROOT) or home / "data").resolve()
 
 
+ANYWHERE = Path("/")  # the bound of a path a user typed: their own files, wherever their permissions reach
+_TYPED = [False]
+
+
+@contextlib.contextmanager
+def typed_paths() -> Iterator[None]:
+    """Within it, this process runs a command a user typed (``cli.main``): the paths it names are theirs,
+    relative to their current folder (the command line makes them absolute) and bounded by nothing but their
+    own permissions. A run started through Prefect's worker or the gate never enters it, so a path its
+    parameters name (a person's, through the UI) stays inside the data root."""
+    _TYPED[0] = True
+    try:
+        yield
+    finally:
+        _TYPED[0] = False
+
+
+def bound(home: Path) -> Path:
+    """The folder every file a run reads must lie in: anywhere for a typed command, else the data root."""
+    return ANYWHERE if _TYPED[0] else data_root(home)
+
+
 def resolve_source(source: str, root: Path, what: str = "--source") -> Path:
-    """The source path inside the data root; anything outside it, also through symlinks, is refused
+    """The source path inside ``root`` (the data root, or ``ANYWHERE``); anything outside it, also through symlinks, is refused
     with one message whatever is there (so the refusal tells nothing about files outside the root).
     The path is read as written first (``..`` taken lexically, never after a symbolic link), so
     ``link/../x`` or ``/proc/self/fd/3/..`` cannot tell where a link outside the root points."""
@@ -207,7 +233,8 @@ def resolve_source(source: str, root: Path, what: str = "--source") -> Path:
             "paths outside it, also through symbolic links, are refused."
         )
     if not path.is_file():
-        raise IngestError(f"{what} {source!r} is not a file under the data root {str(root)!r}.")
+        where = "" if root == ANYWHERE else f" under the data root {str(root)!r}"
+        raise IngestError(f"{what} {source!r} is not a file{where}.")
     if path.stat().st_size == 0:
         raise IngestError(f"{what} {source!r} is empty (0 bytes).")
     return path

@@ -1,0 +1,67 @@
+"""A registered dataset's public facts: its privacy unit and what a release request is checked against."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from core.errors import SpecError
+from core.privacy.adjacency import AddRemoveUser, ReplaceRecord
+from core.sdc.policy import Policy
+from core.tables.schema import Schema
+
+
+@dataclass(frozen=True)
+class Unit:
+    """The privacy unit: one record, or every record of one user (``user:COLUMN``)."""
+
+    kind: Literal["record", "user"]
+    column: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Unit:
+        if text == "record":
+            return cls("record")
+        if text.startswith("user:") and text[5:]:
+            return cls("user", text[5:])
+        raise SpecError(f"--unit must be 'record' or 'user:COLUMN' (the column naming each user), got {text!r}.")
+
+    def __str__(self) -> str:
+        return "record" if self.kind == "record" else f"user:{self.column}"
+
+    @property
+    def adjacency(self) -> ReplaceRecord | AddRemoveUser:
+        """The neighbouring relation DP releases of this dataset are made under."""
+        return ReplaceRecord() if self.kind == "record" else AddRemoveUser(self.column)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A registered dataset's public facts: all a release request is checked against."""
+
+    id: str
+    version: int
+    unit: Unit
+    purpose: Literal["dp", "sdc"]
+    schema: Schema
+    rows: int | None  # public only under the record unit
+    registered: str
+    policy: Policy | None = None  # an sdc dataset's disclosure policy (the steward's; None: no release possible)
+    policy_entry: int | None = None  # the ledger entry that recorded it
+
+    def public(self) -> dict:
+        return {
+            "id": self.id,
+            "version": self.version,
+            "unit": str(self.unit),
+            "purpose": self.purpose,
+            "adjacency": self.unit.adjacency.sentence if self.purpose == "dp" else None,
+            "rows": self.rows,
+            "registered": self.registered,
+            "schema": {n: c.model_dump() for n, c in self.schema.columns.items()},
+            **(
+                {"policy": self.policy.public() if self.policy else None, "policy_entry": self.policy_entry}
+                if self.purpose == "sdc"
+                else {}
+            ),
+        }
