@@ -22,10 +22,11 @@ from cli.dataset import (
     cmd_dataset_refresh,
     cmd_dataset_show,
 )
+from cli.interrupted import interrupted
 from cli.launch import prefect_api_url, prefect_env, quiet_console, start_prefect
 from cli.ledger import add_parsers as add_ledger_parsers
 from cli.user import add_parsers as add_user_parsers
-from core import __version__, paths, settings
+from core import __version__, interrupts, paths, settings
 from core.errors import LedgerCorrupt, UserError
 from core.privacy.budget import charge_phrase
 
@@ -284,7 +285,7 @@ def parser() -> argparse.ArgumentParser:
         "expected accuracy; charges nothing and reads no row",
     )
     _dask_options(p)
-    p.set_defaults(func=cmd_release)
+    p.set_defaults(func=cmd_release, charges=True)
 
     p = sub.add_parser(
         "demo",
@@ -293,7 +294,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--rows", type=int, default=20_000)
     p.add_argument("--prepare-only", action="store_true", help="register the demo datasets, release nothing")
-    p.set_defaults(func=cmd_demo)
+    p.set_defaults(func=cmd_demo, charges=True)
 
     p = sub.add_parser("info", help="home, data root, ledger head, registered datasets, Prefect server")
     p.add_argument("--json", action="store_true")
@@ -343,7 +344,7 @@ def parser() -> argparse.ArgumentParser:
     ssub = spam.add_subparsers(dest="spam_command", required=True)
     p = ssub.add_parser("train", help="run the spam-filter-training flow for a spam spec")
     p.add_argument("spec", help="spam spec (YAML), relative to the data root (or absolute inside it); so are its mail files")
-    p.set_defaults(func=cmd_spam_train)
+    p.set_defaults(func=cmd_spam_train, charges=True)
     p = ssub.add_parser("classify", help="classify one message privately against a trained run; prints spam or ham")
     p.add_argument("run_id")
     p.add_argument("message", help="file holding the raw message")
@@ -363,6 +364,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    interrupts.install()
     args = parser().parse_args(argv)
     args.home_from = "--home" if args.home else (f"${settings.HOME}" if settings.get(settings.HOME) else "default")
     root = paths.home(args.home)
@@ -371,6 +373,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in ("ledger", "info") and _has_ledger(root):
             args.recovered = _recover(root)
         return args.func(args, root)
+    except interrupts.Interrupted as exc:
+        print(exc.words, file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print(interrupted(args, root), file=sys.stderr)
+        return 130
     except BrokenPipeError:  # the reader went away (e.g. `| head -1`): stop quietly, as other tools do
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -382,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ledger verification FAILED: {exc}", file=sys.stderr)
         return 3
     except Exception as exc:  # noqa: BLE001 - the last line of defence: no data in the message
+        if interrupts.caused(exc):  # e.g. DuckDB's RuntimeError('Query interrupted') for a Ctrl-C
+            print(interrupted(args, root), file=sys.stderr)
+            return 130
         if settings.flag(settings.DEBUG):
             traceback.print_exc()
         print(f"internal error ({type(exc).__name__}); this is a bug. Set {settings.DEBUG}=1 for the traceback.", file=sys.stderr)
