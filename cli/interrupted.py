@@ -10,8 +10,6 @@ import argparse
 from pathlib import Path
 
 from core import paths
-from core.ledger import lease
-from core.ledger.ledger import Ledger
 from core.privacy.budget import charge_phrase
 
 
@@ -19,6 +17,8 @@ def interrupted(args: argparse.Namespace, root: Path) -> str:
     """What an interrupt that no charged run explained did: a charging command says whether this process charged."""
     if not getattr(args, "charges", False):
         return "stopped (Ctrl-C)."
+    from core.ledger import lease  # imported only when needed: the command line starts quickly
+
     mine = [e for e in _entries(root) if e.holder == lease.me(root) and e.release_id]
     if not mine:
         return "stopped (Ctrl-C) before its charge: nothing was charged and nothing published."
@@ -30,5 +30,7 @@ def interrupted(args: argparse.Namespace, root: Path) -> str:
 
 
 def _entries(root: Path) -> list:
+    from core.ledger.ledger import Ledger
+
     ledger = Ledger(paths.database(root))
     return ledger.entries() if ledger.store.exists() else []
