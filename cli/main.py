@@ -78,7 +78,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
     from core.release.home import Home
 
     found = preview.preview(Home.open(), spec.load(Path(args.request)))
-    print(json.dumps(found, indent=2) if args.json else preview.text(found), end="\n" if args.json else "")
+    print(json.dumps(found, indent=2) if args.json else preview.text(found, args.verbose), end="\n" if args.json else "")
     if found["verdict"] == preview.REFUSED:
         print(f"error: {found['reason']}", file=sys.stderr)
         return 2
@@ -102,7 +102,12 @@ def cmd_release(args: argparse.Namespace, root: Path) -> int:
     left = _left(summary["dataset"])
     print(
         f"mechanism {summary['mechanism']}; {charge_phrase(p['kind'], p['epsilon'], p['delta'])}"
-        + (f"; left epsilon={left['epsilon']:.4g} delta={left['delta']:.3g}" if left else "")
+        + (
+            f"; left of the cap: epsilon={left['epsilon']:.4g} of {left['cap']['epsilon']:g}, "
+            f"delta={left['delta']:.3g} of {left['cap']['delta']:g}"
+            if left
+            else ""
+        )
     )
     if summary["headline"]:
         print("result " + ", ".join(f"{k}={_said(k, v)}" for k, v in summary["headline"].items()))
@@ -130,7 +135,11 @@ def _left(dataset: str) -> dict | None:
     return (
         None
         if totals is None or totals.remaining is None
-        else {"epsilon": totals.remaining.epsilon, "delta": totals.remaining.delta}
+        else {
+            "epsilon": totals.remaining.epsilon,
+            "delta": totals.remaining.delta,
+            "cap": {"epsilon": totals.cap.epsilon, "delta": totals.cap.delta},
+        }
     )
 
 
@@ -284,6 +293,7 @@ def parser() -> argparse.ArgumentParser:
         help="check the request and print its cost, the budget left, whether it would be admitted and its "
         "expected accuracy; charges nothing and reads no row",
     )
+    p.add_argument("--verbose", action="store_true", help="with --preview: the accounting behind what would be left")
     _dask_options(p)
     p.set_defaults(func=cmd_release, charges=True)
 
