@@ -22,12 +22,13 @@ from cli.dataset import (
     cmd_dataset_refresh,
     cmd_dataset_show,
 )
+from cli.info import cmd_info
 from cli.interrupted import interrupted
 from cli.launch import prefect_api_url, prefect_env, quiet_console, start_prefect
 from cli.ledger import add_parsers as add_ledger_parsers
 from cli.user import add_parsers as add_user_parsers
 from core import __version__, interrupts, paths, settings
-from core.errors import LedgerCorrupt, UserError
+from core.errors import LedgerCorrupt, NotRegistered, UserError
 from core.privacy.budget import charge_phrase
 
 
@@ -141,34 +142,6 @@ def _left(dataset: str) -> dict | None:
             "cap": {"epsilon": totals.cap.epsilon, "delta": totals.cap.delta},
         }
     )
-
-
-def cmd_info(args: argparse.Namespace, root: Path) -> int:
-    from core.datasets import snapshots
-    from core.datasets.registry import Registry
-    from core.ledger.ledger import Ledger
-    from core.tables.readers import data_root
-
-    ledger = Ledger(paths.database(root))
-    entries = ledger.entries() if ledger.store.exists() else []
-    info = {
-        "version": __version__,
-        "home": str(root),
-        "home_from": args.home_from,
-        "data_root": str(data_root(root)),
-        "data_root_from": f"${settings.DATA_ROOT}" if settings.get(settings.DATA_ROOT) else "default (<home>/data)",
-        "snapshot_store": snapshots.describe(root),
-        "ledger_store": ledger.store.describe(),
-        "ledger_head": {"seq": entries[-1].seq, "hash": entries[-1].hash} if entries else None,
-        "datasets": [d.id for d in Registry(root).list()],
-        "prefect_api_url": prefect_api_url(),
-    }
-    if args.json:
-        print(json.dumps(info, indent=2))
-        return 0
-    for key, value in info.items():
-        print(f"{key:<15} {value if value not in (None, []) else '-'}")
-    return 0
 
 
 def cmd_spam_train(args: argparse.Namespace, root: Path) -> int:
@@ -370,7 +343,17 @@ def parser() -> argparse.ArgumentParser:
     add_user_parsers(sub)
 
     add_ledger_parsers(sub)
+    _home_everywhere(top)
     return top
+
+
+def _home_everywhere(p: argparse.ArgumentParser) -> None:
+    """--home is accepted after a subcommand too (``privrelease ledger history --home H``)."""
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                child.add_argument("--home", default=argparse.SUPPRESS, help="state folder, as before the subcommand")
+                _home_everywhere(child)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -394,7 +377,12 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        said = (
+            f"{str(exc).rstrip('.')}; the home searched is {root} (from {args.home_from})."
+            if isinstance(exc, NotRegistered)
+            else exc
+        )
+        print(f"error: {said}", file=sys.stderr)
         return 2
     except LedgerCorrupt as exc:
         print(f"ledger verification FAILED: {exc}", file=sys.stderr)

@@ -14,6 +14,10 @@ class SpecError(UserError):
     """The release spec is malformed or names an impossible parameter."""
 
 
+class NotRegistered(SpecError):
+    """No such dataset in the registry (the command line adds which home it searched)."""
+
+
 class IngestError(UserError):
     """The source file cannot be read into a table."""
 

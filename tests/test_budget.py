@@ -167,7 +167,7 @@ def test_totals_command_as_the_steward_types_it(store, home):
     (t,) = store.ledger.totals()
     assert row.startswith("posts            dp") and f"dpne fits {t.account.fits} more" in row
     assert f"{t.account.pld_epsilon:.4g}" in row and f"{t.account.filter_epsilon:.4g}" in row
-    history = run(home, "ledger", "history").stdout
+    history = run(home, "ledger", "history", "--verbose").stdout
     assert "events=3 parts" in history and "'mode': 'events', 'region': 'renyi'" in history  # in full with --json
     shown = json.loads(run(home, "ledger", "totals", "--json").stdout)[0]
     assert shown["spent"] == {"epsilon": 3.0, "delta": 3e-6}

@@ -32,7 +32,7 @@ import pandas as pd
 from core import paths
 from core.datasets import content, ingest, snapshots
 from core.db import quote_ident
-from core.errors import SpecError
+from core.errors import NotRegistered, SpecError
 from core.ids import check_id
 from core.ledger.ledger import Ledger
 from core.privacy.adjacency import AddRemoveUser, ReplaceRecord
@@ -302,7 +302,7 @@ class Registry:
             [dataset_id],
         )
         if not rows or (rows[0][11] is None and not dropped):
-            raise SpecError(
+            raise NotRegistered(
                 f"dataset {dataset_id!r} is not registered; the data steward registers it with "
                 "'privrelease dataset add' (see 'privrelease dataset list')."
             )
