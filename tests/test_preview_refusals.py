@@ -156,3 +156,16 @@ def test_eds_with_two_columns_as_typed(tmp_path: Path):
         assert r.returncode == 2 and r.stderr.startswith("error: the release request is invalid") and r.stdout == "", r
         assert "EDS swaps one attribute at a time: give a single swap_set column, or use MEDS" in r.stderr
     assert [e["status"] for e in yaml.safe_load(run(home, "ledger", "history", "--json").stdout)] == ["policy"]
+
+
+@pytest.mark.parametrize("name", ["mews", "meds", "eds"])
+def test_a_swap_of_a_one_record_table_is_refused_before_the_charge(name: str, tmp_path: Path):
+    """Its public number of records says it: the swap's own check refuses it, not its run after the charge."""
+    home = tmp_path / "home"
+    register(home, census(1), "one", keys=["age"])
+    store, (_, params) = Home(home), BASES[name]
+    request = parse({"dataset": "one", "mechanism": {"name": name, "params": params}})
+    for call in (preview.preview, pipeline.release):
+        with pytest.raises(UserError, match=f"{name}: swapping needs at least 2 records; dataset 'one' has 1."):
+            call(store, request)
+    assert [e.status for e in store.ledger.entries()] == ["policy"]
