@@ -29,8 +29,10 @@ def _handler(signum: int, frame: object) -> None:
 
 
 def install() -> None:
-    """Record every SIGINT before raising ``KeyboardInterrupt`` as Python's own handler does (main thread only)."""
-    signal.signal(signal.SIGINT, _handler)
+    """Record every SIGINT before raising ``KeyboardInterrupt`` as Python's own handler does (signals reach the
+    main thread only: elsewhere, as when a test calls the command line from a thread, nothing changes)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _handler)
 
 
 def caused(exc: BaseException) -> bool:
