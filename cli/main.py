@@ -27,8 +27,9 @@ from cli.interrupted import interrupted
 from cli.launch import prefect_api_url, prefect_env, quiet_console, start_prefect
 from cli.ledger import add_parsers as add_ledger_parsers
 from cli.user import add_parsers as add_user_parsers
+from cli.words import error_words
 from core import __version__, interrupts, paths, settings
-from core.errors import LedgerCorrupt, NotRegistered, UserError
+from core.errors import LedgerCorrupt, UserError
 from core.privacy.budget import charge_phrase
 
 
@@ -377,12 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     except UserError as exc:
-        said = (
-            f"{str(exc).rstrip('.')}; the home searched is {root} (from {args.home_from})."
-            if isinstance(exc, NotRegistered)
-            else exc
-        )
-        print(f"error: {said}", file=sys.stderr)
+        print(f"error: {error_words(exc, args, root)}", file=sys.stderr)
         return 2
     except LedgerCorrupt as exc:
         print(f"ledger verification FAILED: {exc}", file=sys.stderr)

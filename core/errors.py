@@ -43,7 +43,12 @@ class ApprovalError(UserError):
 
 
 class BudgetExhausted(BudgetError):
-    """The cap's admission filter refuses a charge (its message says what is left and who spent it)."""
+    """The cap's admission filter refuses a charge: ``plain`` says what is left and what to do, ``detail`` the
+    accounting behind it (what binds, the filter's figures, who spent the most)."""
+
+    def __init__(self, plain: str, detail: str = ""):
+        super().__init__(f"{plain} {detail}".strip())
+        self.plain, self.detail = plain, detail
 
 
 class ReleaseConflict(UserError):

@@ -29,6 +29,15 @@ def test_history_lines_are_short_and_say_what_happened(tmp_path: Path):
     # what is left, said as a share of the cap (the preview says why the delta left is below the cap less the charge)
     assert "; left of the cap: epsilon=" in r.stdout and "of 10, delta=8.95e-06 of 1e-05" in r.stdout
 
+    request.write_text(yaml.safe_dump({"dataset": "posts", "mechanism": {"name": "dpne", "params": DPNE | {"epsilon": 30}}}))
+    r = run(home, "release", str(request))  # refused by the cap: plain words; the accounting with --verbose
+    assert r.returncode == 2 and r.stderr.startswith(
+        "error: this release needs epsilon=30, delta=1e-07 but dataset 'posts' cannot take it: epsilon="
+    )
+    assert r.stderr.endswith(" (--verbose adds the accounting behind it)\n") and "Rényi" not in r.stderr
+    r = run(home, "release", str(request), "--verbose")
+    assert r.returncode == 2 and "Accounting detail. What binds: under the admission filter, epsilon" in r.stderr
+
     lines = run(home, "ledger", "history").stdout.splitlines()
     assert len(lines) == 4 and max(map(len, lines)) <= 120, lines  # a DPNE charge's detail was 681 characters
     assert lines[2].endswith(f"posts          {release} dpne: charged epsilon=1 delta=1e-07 (by {lines[2].split('(by ')[1]}")

@@ -273,7 +273,7 @@ class Ledger:
         spends = account.history(rows(con, "WHERE dataset = ? AND status = ? AND kind = 'dp' ORDER BY seq", [dataset, RESERVED]))
         decision, counted = f.admit(spends, Spend.of("this release", cost.event))
         if not decision.admitted:
-            raise BudgetExhausted(account.refusal(dataset, f, spends, counted))
+            raise BudgetExhausted(*account.refusal(dataset, f, spends, counted))
         return decision, counted
 
     def settle(self, release_id: str, status: str, detail: dict | None = None, flow_run_id: str | None = None) -> Entry:

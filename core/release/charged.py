@@ -99,7 +99,7 @@ def admit(home: Home, claim: Claim, hint: Callable[[], str] = str) -> None:
     try:
         home.ledger.admit(claim.dataset, claim.dp)
     except BudgetExhausted as exc:
-        raise BudgetExhausted(f"{exc} {hint()}".rstrip()) from None
+        raise BudgetExhausted(f"{exc.plain} {hint()}".rstrip(), exc.detail) from None
 
 
 def look(home: Home, claim: Claim, caller: Caller) -> Look | None:

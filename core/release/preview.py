@@ -79,8 +79,8 @@ def budget(store: Home, release: Release, plan_: Plan) -> dict:
     out = {"kind": "dp", "charge": {"epsilon": cost.budget.epsilon, "delta": cost.budget.delta}, "left_after": None}
     try:
         pipeline.admit(store, release, plan_)
-    except BudgetError as exc:
-        return out | {"verdict": REFUSED, "reason": str(exc)}
+    except BudgetError as exc:  # the accounting behind a refusal by the admission filter: --verbose
+        return out | {"verdict": REFUSED, "reason": getattr(exc, "plain", str(exc)), "detail": getattr(exc, "detail", "")}
     f, spends = store.ledger.admission(release.dataset.id)
     after, counted = f.admit(spends, Spend.of("this release", cost.event))
     left, by = budget_left(f, spends + [counted])
@@ -139,7 +139,11 @@ def text(p: dict, verbose: bool = False) -> str:
     if p["left_after"]:
         lines += _left_lines(p["left_after"], verbose)
     verdict = p["verdict"] + (f": {p['reason']}" if p["reason"] and (p["charge"] or p["kind"] is None) else "")
-    lines += [f"- verdict: **{verdict}**", ""]
+    lines += (
+        [f"- verdict: **{verdict}**"]
+        + ([f"- accounting: {p['detail'].removeprefix('Accounting detail. ')}"] if verbose and p.get("detail") else [])
+        + [""]
+    )
     lines += [f"> warning: {w}" for w in p["warnings"]] + ([""] if p["warnings"] else [])
     lines += [f"> note: {n}" for n in p["notes"]] + ([""] if p["notes"] else [])
     if p["accuracy"]:
