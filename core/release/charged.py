@@ -192,7 +192,7 @@ def run(home: Home, job: Job[T], caller: Caller, approver: Approver, log: Log, l
         result, headline = job.work(home, charge, log)
     except BaseException as exc:
         if charge is None or charge.previous_status is None:  # this run's own charge, if it made one
-            _stopped(home, claim, caller, ledger, job, exc)
+            _stopped(home, claim, caller, ledger, job, exc, charge)
         raise
     ledger.settle(home, claim.dataset, claim.run_id, PUBLISHED, headline, caller.flow_run_id)
     faults.point("settle")
@@ -203,12 +203,17 @@ def _phrase(entry: Entry) -> str:
     return charge_phrase(entry.kind, entry.epsilon, entry.delta)
 
 
-def _stopped(home: Home, claim: Claim, caller: Caller, ledger: Ledgering, job: Job, exc: BaseException) -> None:
+def _stopped(
+    home: Home, claim: Claim, caller: Caller, ledger: Ledgering, job: Job, exc: BaseException, charge: Charge | None
+) -> None:
     """Settle the charge of a run that stopped after making it (as failed, its charge kept: noise may have been
     drawn), and raise ``Interrupted`` for a user's Ctrl-C, saying what became of the charge. An interrupt can land
-    inside ``reserve``, so the charge is looked up rather than taken from it."""
-    entry = next(
-        (e for e in home.ledger.pending() if e.release_id == claim.run_id and e.holder == lease.me(home.ledger.home)), None
+    inside ``reserve`` after its entry is written: without a ``charge``, this process's pending entry is looked up."""
+    mine = lease.me(home.ledger.home)
+    entry = (
+        charge.entry
+        if charge is not None
+        else next((e for e in home.ledger.pending() if e.release_id == claim.run_id and e.holder == mine), None)
     )
     stopped = interrupts.caused(exc)
     if entry is None:
