@@ -78,29 +78,71 @@ def cmd_set_budget(args: argparse.Namespace, root: Path) -> int:
     return 0
 
 
+WIDTH = 120  # a history line's most characters; --verbose and ledger show give the rest
+
+
 def cmd_history(args: argparse.Namespace, root: Path) -> int:
     from core.ledger.ledger import Ledger
 
-    entries = Ledger(paths.database(root)).entries(args.dataset)
+    ledger = Ledger(paths.database(root))
+    entries = ledger.entries(args.dataset)
+    if args.dataset is not None and not entries:
+        _no_entries(args.dataset, root, ledger)
     if args.json:
         print(json.dumps([e.as_dict() for e in entries], indent=2))
         return 0
-    header = (
-        f"{'seq':>4}  {'time (UTC)':<19}  {'dataset':<16} {'release':<34} {'kind':<4} {'mechanism':<9} "
-        f"{'status':<9} {'epsilon':>8} {'delta':>8} {'requested by':<12}  detail"
-    )
-    print(header)
+    print(f"{'seq':>4}  {'time (UTC)':<16}  {'dataset':<14} what (requested by); ledger show SEQ for the whole entry")
     for e in entries:
-        detail = " ".join(
-            f"{k}={len(v)} parts" if k == "events" else f"{k}={v}" for k, v in json.loads(e.detail).items()
-        )  # the events in full: --json
-        if e.status == "policy":  # the whole policy: --json or dataset show
-            detail = _policy_line(json.loads(e.detail))
-        money = f"{e.epsilon:>8.4g} {e.delta:>8.2g}" if e.kind == "dp" or e.status == "cap" else f"{'-':>8} {'-':>8}"
-        print(
-            f"{e.seq:>4}  {e.ts[:19]:<19}  {e.dataset:<16} {e.release_id or '-':<34} {e.kind or '-':<4} "
-            f"{e.mechanism or '-':<9} {e.status:<9} {money} {e.requested_by or '-':<12}  {detail}"
+        line = f"{e.seq:>4}  {e.ts[:16].replace('T', ' '):<16}  {e.dataset:<14} {_said(e)}"
+        print(line if args.verbose or len(line) <= WIDTH else line[: WIDTH - 1] + "…")
+        if args.verbose and e.detail not in ("{}", ""):
+            print(f"{'':>6}detail: {_detail(json.loads(e.detail))}")
+    return 0
+
+
+def _no_entries(dataset: str, root: Path, ledger) -> None:
+    """A --dataset with no entry: refused when no such dataset is known, so a typo is not read as "nothing spent"."""
+    from core.datasets.registry import Registry
+
+    known = sorted({d.id for d in Registry(root).list()} | {e.dataset for e in ledger.entries()})
+    if dataset not in known:
+        raise UserError(
+            f"no dataset {dataset!r} in the ledger or the registry of home {root}; "
+            + (f"the datasets there are {', '.join(known)}." if known else "it has no datasets yet.")
         )
+
+
+def _said(e) -> str:
+    """One ledger entry in words: what happened, to which release, and who asked."""
+    detail = json.loads(e.detail) if e.detail else {}
+    by = f" (by {e.requested_by})" if e.requested_by else ""
+    if e.status == "cap":
+        return f"cap set: epsilon={e.epsilon:g} delta={e.delta:g}{by}"
+    if e.status == "policy":  # the whole policy: --json or dataset show
+        return f"disclosure policy set{by}: {_policy_line(detail)}"
+    if e.status == "reserved":
+        cost = f"charged epsilon={e.epsilon:g} delta={e.delta:g}" if e.kind == "dp" else "recorded (not DP: no budget)"
+        return f"{e.release_id} {e.mechanism}: {cost}{by}"
+    if e.status == "failed":
+        kept = "; its charge stands" if e.kind == "dp" else ""
+        return f"{e.release_id}: failed, {detail.get('reason', 'no reason recorded')}{kept}"
+    figures = ", ".join(f"{k}={v}" for k, v in detail.items() if isinstance(v, (int, float, str)))
+    return f"{e.release_id}: {e.status}" + (f": {figures}" if figures else "")
+
+
+def _detail(detail: dict) -> str:
+    return " ".join(f"{k}={len(v)} parts" if k == "events" else f"{k}={v}" for k, v in detail.items())  # events in full: --json
+
+
+def cmd_show(args: argparse.Namespace, root: Path) -> int:
+    """One ledger entry, every field, its parameters and detail in full."""
+    from core.ledger.ledger import Ledger
+
+    entries = Ledger(paths.database(root)).entries()
+    entry = next((e for e in entries if e.seq == args.seq), None)
+    if entry is None:
+        raise UserError(f"the ledger of home {root} has no entry #{args.seq}; it has entries #1 to #{len(entries)}.")
+    print(json.dumps(entry.as_dict(), indent=2))
     return 0
 
 
@@ -245,7 +287,11 @@ def add_parsers(sub) -> None:
     p = lsub.add_parser("history", help="every ledger entry, in order")
     p.add_argument("--dataset")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--verbose", action="store_true", help="each entry's detail in full, under its line")
     p.set_defaults(func=cmd_history)
+    p = lsub.add_parser("show", help="one ledger entry in full (its number from ledger history)")
+    p.add_argument("seq", type=int)
+    p.set_defaults(func=cmd_show)
     p = lsub.add_parser("totals", help="per dataset: cap, spent (basic, filter, PLD), what still fits")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_totals)

@@ -17,12 +17,15 @@ from pathlib import Path
 from cli import typed
 from cli.catalogue import ACTIONS, cmd_release_catalogue
 from cli.dataset import add_parsers as add_dataset_parsers
+from cli.info import cmd_info
+from cli.interrupted import interrupted
 from cli.launch import prefect_api_url, prefect_env, quiet_console, start_prefect
 from cli.ledger import add_parsers as add_ledger_parsers
 from cli.mechanisms import MECHANISMS_EPILOG, ReleaseHelp
 from cli.mechanisms import add_parser as add_mechanisms_parser
 from cli.user import add_parsers as add_user_parsers
-from core import __version__, paths, settings
+from cli.words import error_words
+from core import __version__, interrupts, paths, settings
 from core.errors import LedgerCorrupt, UserError
 from core.privacy.budget import charge_phrase
 from core.tables.readers import typed_paths
@@ -75,7 +78,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
     from core.release.home import Home
 
     found = preview.preview(Home.open(), spec.load(Path(typed.path(args.request))))
-    print(json.dumps(found, indent=2) if args.json else preview.text(found), end="\n" if args.json else "")
+    print(json.dumps(found, indent=2) if args.json else preview.text(found, args.verbose), end="\n" if args.json else "")
     if found["verdict"] == preview.REFUSED:
         print(f"error: {found['reason']}", file=sys.stderr)
         return 2
@@ -106,7 +109,12 @@ def cmd_release(args: argparse.Namespace, root: Path) -> int:
     left = _left(summary["dataset"])
     print(
         f"mechanism {summary['mechanism']}; {charge_phrase(p['kind'], p['epsilon'], p['delta'])}"
-        + (f"; left epsilon={left['epsilon']:.4g} delta={left['delta']:.3g}" if left else "")
+        + (
+            f"; left of the cap: epsilon={left['epsilon']:.4g} of {left['cap']['epsilon']:g}, "
+            f"delta={left['delta']:.3g} of {left['cap']['delta']:g}"
+            if left
+            else ""
+        )
     )
     if summary["headline"]:
         print("result " + ", ".join(f"{k}={_said(k, v)}" for k, v in summary["headline"].items()))
@@ -134,36 +142,12 @@ def _left(dataset: str) -> dict | None:
     return (
         None
         if totals is None or totals.remaining is None
-        else {"epsilon": totals.remaining.epsilon, "delta": totals.remaining.delta}
+        else {
+            "epsilon": totals.remaining.epsilon,
+            "delta": totals.remaining.delta,
+            "cap": {"epsilon": totals.cap.epsilon, "delta": totals.cap.delta},
+        }
     )
-
-
-def cmd_info(args: argparse.Namespace, root: Path) -> int:
-    from core.datasets import snapshots
-    from core.datasets.registry import Registry
-    from core.ledger.ledger import Ledger
-    from core.tables.readers import data_root
-
-    ledger = Ledger(paths.database(root))
-    entries = ledger.entries() if ledger.store.exists() else []
-    info = {
-        "version": __version__,
-        "home": str(root),
-        "home_from": args.home_from,
-        "data_root": str(data_root(root)),
-        "data_root_from": f"${settings.DATA_ROOT}" if settings.get(settings.DATA_ROOT) else "default (<home>/data)",
-        "snapshot_store": snapshots.describe(root),
-        "ledger_store": ledger.store.describe(),
-        "ledger_head": {"seq": entries[-1].seq, "hash": entries[-1].hash} if entries else None,
-        "datasets": [d.id for d in Registry(root).list()],
-        "prefect_api_url": prefect_api_url(),
-    }
-    if args.json:
-        print(json.dumps(info, indent=2))
-        return 0
-    for key, value in info.items():
-        print(f"{key:<15} {value if value not in (None, []) else '-'}")
-    return 0
 
 
 def cmd_spam_train(args: argparse.Namespace, root: Path) -> int:
@@ -304,8 +288,9 @@ def parser() -> argparse.ArgumentParser:
         help="check the request and print its cost, the budget left, whether it would be admitted and its "
         "expected accuracy; charges nothing and reads no row",
     )
+    p.add_argument("--verbose", action="store_true", help="with --preview: the accounting behind what would be left")
     _dask_options(p)
-    p.set_defaults(func=cmd_release)
+    p.set_defaults(func=cmd_release, charges=True)
 
     p = sub.add_parser(
         "demo",
@@ -314,7 +299,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--rows", type=int, default=20_000)
     p.add_argument("--prepare-only", action="store_true", help="register the demo datasets, release nothing")
-    p.set_defaults(func=cmd_demo)
+    p.set_defaults(func=cmd_demo, charges=True)
 
     add_mechanisms_parser(sub)
 
@@ -328,7 +313,7 @@ def parser() -> argparse.ArgumentParser:
     ssub = spam.add_subparsers(dest="spam_command", required=True)
     p = ssub.add_parser("train", help="run the spam-filter-training flow for a spam spec")
     p.add_argument("spec", help="spam spec (YAML); its mail files are relative to its folder")
-    p.set_defaults(func=cmd_spam_train)
+    p.set_defaults(func=cmd_spam_train, charges=True)
     p = ssub.add_parser("classify", help="classify one message privately against a trained run; prints spam or ham")
     p.add_argument("run_id")
     p.add_argument("message", help="file holding the raw message")
@@ -344,10 +329,21 @@ def parser() -> argparse.ArgumentParser:
     add_user_parsers(sub)
 
     add_ledger_parsers(sub)
+    _home_everywhere(top)
     return top
 
 
+def _home_everywhere(p: argparse.ArgumentParser) -> None:
+    """--home is accepted after a subcommand too (``privrelease ledger history --home H``)."""
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                child.add_argument("--home", default=argparse.SUPPRESS, help="state folder, as before the subcommand")
+                _home_everywhere(child)
+
+
 def main(argv: list[str] | None = None) -> int:
+    interrupts.install()
     args = parser().parse_args(argv)
     args.home_from = "--home" if args.home else (f"${settings.HOME}" if settings.get(settings.HOME) else "default")
     root = paths.home(args.home)
@@ -357,17 +353,26 @@ def main(argv: list[str] | None = None) -> int:
             args.recovered = _recover(root)
         with typed_paths():  # the paths a user types are theirs (cli/typed.py)
             return args.func(args, root)
+    except interrupts.Interrupted as exc:
+        print(exc.words, file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print(interrupted(args, root), file=sys.stderr)
+        return 130
     except BrokenPipeError:  # the reader went away (e.g. `| head -1`): stop quietly, as other tools do
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {error_words(exc, args, root)}", file=sys.stderr)
         return 2
     except LedgerCorrupt as exc:
         print(f"ledger verification FAILED: {exc}", file=sys.stderr)
         return 3
     except Exception as exc:  # noqa: BLE001 - the last line of defence: no data in the message
+        if interrupts.caused(exc):  # e.g. DuckDB's RuntimeError('Query interrupted') for a Ctrl-C
+            print(interrupted(args, root), file=sys.stderr)
+            return 130
         if settings.flag(settings.DEBUG):
             traceback.print_exc()
         print(f"internal error ({type(exc).__name__}); this is a bug. Set {settings.DEBUG}=1 for the traceback.", file=sys.stderr)

@@ -13,18 +13,31 @@ from core.people import ROLES
 from gate.accounts import AccountError, Accounts
 
 
+def _password(args: argparse.Namespace, command: str) -> tuple[str, bool]:
+    """The password from standard input (--password-stdin), else a random one (shown once); and whether it was made."""
+    if not args.password_stdin:
+        return secrets.token_urlsafe(18), True
+    if sys.stdin is None or sys.stdin.isatty():
+        raise AccountError(
+            "--password-stdin reads the password from standard input: pipe it in, e.g. "
+            f"`printf '%s\\n' \"$PASSWORD\" | privrelease user {command} --password-stdin`."
+        )
+    return sys.stdin.readline().rstrip("\r\n"), False
+
+
 def cmd_user_add(args: argparse.Namespace, root: Path) -> int:
-    if args.password_stdin:
-        if sys.stdin is None or sys.stdin.isatty():
-            raise AccountError(
-                "--password-stdin reads the password from standard input: pipe it in, e.g. "
-                "`printf '%s\\n' \"$PASSWORD\" | privrelease user add NAME --role ROLE --password-stdin`."
-            )
-        password, generated = sys.stdin.readline().rstrip("\r\n"), False
-    else:
-        password, generated = secrets.token_urlsafe(18), True
+    password, generated = _password(args, "add NAME --role ROLE")
     account = Accounts(paths.database(root)).add(args.name, args.role, password)
     print(f"account {account.name} added with role {account.role}; it signs in to the UI as {account.name}:PASSWORD")
+    if generated:
+        print(f"password (shown once, keep it): {password}")
+    return 0
+
+
+def cmd_user_passwd(args: argparse.Namespace, root: Path) -> int:
+    password, generated = _password(args, "passwd NAME")
+    account = Accounts(paths.database(root)).passwd(args.name, password)
+    print(f"account {account.name} ({account.role}) has a new password; the gate refuses the old one within seconds")
     if generated:
         print(f"password (shown once, keep it): {password}")
     return 0
@@ -60,6 +73,14 @@ def add_parsers(sub) -> None:
         help="read the password from standard input (without it a random one is made and shown once)",
     )
     p.set_defaults(func=cmd_user_add)
+    p = usub.add_parser("passwd", help="give an account a new password (its role stays)")
+    p.add_argument("name")
+    p.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help="read the new password from standard input (without it a random one is made and shown once)",
+    )
+    p.set_defaults(func=cmd_user_passwd)
     p = usub.add_parser("list", help="accounts and their roles (never their passwords)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_user_list)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import random
 import tempfile
 import threading
@@ -40,24 +41,54 @@ def _is_lock_error(exc: duckdb.Error) -> bool:
 
 @contextlib.contextmanager
 def connect(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[duckdb.DuckDBPyConnection]:
-    """Open ``path``, retrying while another process holds its lock, and always close it."""
+    """Open ``path``, retrying while another process holds its lock, and always close it. The file and its
+    write-ahead log are its owner's only (mode 600: the database holds the accounts' password hashes)."""
     deadline = time.monotonic() + timeout
     delay = 0.02
-    while True:
+    with private_files():
+        while True:
+            try:
+                with _OPENING:
+                    con = duckdb.connect(str(path))
+                break
+            except duckdb.IOException as exc:
+                if not _is_lock_error(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 1.5, 0.5)
+        if path.stat().st_mode & 0o077:  # a database made before files were private
+            os.chmod(path, 0o600)
+        handle = _Handle(con)
         try:
-            with _OPENING:
-                con = duckdb.connect(str(path))
-            break
-        except duckdb.IOException as exc:
-            if not _is_lock_error(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 1.5, 0.5)
-    handle = _Handle(con)
+            yield handle  # type: ignore[misc] - a stand-in that forwards to the connection
+        finally:
+            handle.release()
+
+
+_UMASK = threading.Lock()
+_held: list[int] = []  # the umask to restore, while a connection is open
+
+
+@contextlib.contextmanager
+def private_files() -> Iterator[None]:
+    """Files created meanwhile are their owner's only (umask 077). DuckDB creates its database file on
+    open and its write-ahead log on a connection's first write (an empty file made beforehand is refused
+    or replaced), both with the umask, so the umask is held while any connection is open: it is the
+    process's, set by the first to open and restored by the last to close."""
+    with _UMASK:
+        if not _held:
+            saved = os.umask(0o077)
+            os.umask(saved | 0o077)
+            _held.append(saved)
+        else:
+            _held.append(_held[0])
     try:
-        yield handle  # type: ignore[misc] - a stand-in that forwards to the connection
+        yield
     finally:
-        handle.release()
+        with _UMASK:
+            saved = _held.pop()
+            if not _held:
+                os.umask(saved)
 
 
 class _Handle:

@@ -14,6 +14,10 @@ class SpecError(UserError):
     """The release spec is malformed or names an impossible parameter."""
 
 
+class NotRegistered(SpecError):
+    """No such dataset in the registry (the command line adds which home it searched)."""
+
+
 class IngestError(UserError):
     """The source file cannot be read into a table."""
 
@@ -39,7 +43,12 @@ class ApprovalError(UserError):
 
 
 class BudgetExhausted(BudgetError):
-    """The cap's admission filter refuses a charge (its message says what is left and who spent it)."""
+    """The cap's admission filter refuses a charge: ``plain`` says what is left and what to do, ``detail`` the
+    accounting behind it (what binds, the filter's figures, who spent the most)."""
+
+    def __init__(self, plain: str, detail: str = ""):
+        super().__init__(f"{plain} {detail}".strip())
+        self.plain, self.detail = plain, detail
 
 
 class ReleaseConflict(UserError):

@@ -2,12 +2,15 @@
 
 ``PRIVRELEASE_FAULT=<step>`` takes effect only in test mode (``PRIVRELEASE_TEST_MODE=1``); outside
 it the variable is refused (``check``), so a production run can never be cut short on purpose.
+``PRIVRELEASE_FAULT=pause:<step>`` instead says ``paused at <step>`` on stderr and waits there for a
+signal, so a test can interrupt (Ctrl-C) a run at a known step.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 
 from core import noise, settings
 from core.errors import UserError
@@ -22,11 +25,16 @@ def check() -> None:
         return
     if not noise.test_mode():
         raise UserError(f"{settings.FAULT} is a test hook, accepted only in test mode; unset it.")
-    if step not in STEPS:
+    if step.removeprefix("pause:") not in STEPS:
         raise UserError(f"{settings.FAULT} names a step boundary, one of {', '.join(STEPS)}; not {step!r}.")
 
 
 def point(step: str) -> None:
-    """The boundary after ``step``: SIGKILL this process if the test asked for it here."""
-    if settings.get(settings.FAULT) == step and noise.test_mode():
+    """The boundary after ``step``: SIGKILL this process, or wait for a signal, if the test asked for it here."""
+    asked = settings.get(settings.FAULT)
+    if asked == step and noise.test_mode():
         os.kill(os.getpid(), signal.SIGKILL)
+    if asked == f"pause:{step}" and noise.test_mode():
+        print(f"paused at {step}", file=sys.stderr, flush=True)
+        while True:
+            signal.pause()

@@ -78,12 +78,25 @@ class Accounts:
         account = Account(name, role, datetime.now(UTC).isoformat(timespec="seconds"), _hasher().hash(password))
         with self.store.write() as con:
             if con.execute("SELECT 1 FROM accounts WHERE name = ?", [name]).fetchall():
-                raise AccountError(f"account {name!r} exists already; remove it first to change its role or password.")
+                raise AccountError(
+                    f"account {name!r} exists already; change its password with privrelease user passwd, or remove it first to change its role."
+                )
             con.execute(
                 "INSERT INTO accounts (name, role, created, hash) VALUES (?, ?, ?, ?)",
                 [account.name, account.role, account.created, account.hash],
             )
         return account
+
+    def passwd(self, name: str, password: str) -> Account:
+        """Give ``name`` a new password (its role and creation time stay); the old one stops working."""
+        check_password(password)
+        hashed = _hasher().hash(password)
+        with self.store.write() as con:
+            rows = con.execute("SELECT name, role, created FROM accounts WHERE name = ?", [name]).fetchall()
+            if not rows:
+                raise AccountError(f"there is no account {name!r} (privrelease user list shows them).")
+            con.execute("UPDATE accounts SET hash = ? WHERE name = ?", [hashed, name])
+        return Account(*rows[0], hashed)
 
     def remove(self, name: str) -> None:
         with self.store.write() as con:

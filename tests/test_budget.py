@@ -57,8 +57,11 @@ def test_dpne_releases_admitted_by_the_filter_and_refused_with_reasons(store):
     assert "What binds: under the admission filter, epsilon and delta; basic composition does not take Gaussian noise." in message
     assert "Admission filter (Rényi order" in message and "of which 0" not in message.split("budget,")[0]
     assert f"Largest spenders so far: {charges[0].release_id} (epsilon=1, delta=1e-06, filter cost" in message
-    # here the new-item deltas bind: 17 x (5e-7 + the sampler's 5e-84) leave less than 5e-7 of the 9e-6
-    assert n == 17 and message.endswith("No epsilon of this request fits (its delta alone does not).")
+    # here the new-item deltas bind: 17 x (5e-7 + the sampler's 5e-84) leave less than 5e-7 of the 9e-6 (shown rounded)
+    assert n == 17 and message.split(" Accounting detail.")[0].endswith(
+        "No epsilon of this request fits, however small: the delta it needs is more than the delta=5e-07 left of the "
+        "cap. Ask for a smaller delta, or ask the data steward to raise the cap."
+    )
     (t,) = store.ledger.totals()
     assert t.account.fits == 0 and not t.over_cap
 
@@ -164,7 +167,7 @@ def test_totals_command_as_the_steward_types_it(store, home):
     (t,) = store.ledger.totals()
     assert row.startswith("posts            dp") and f"dpne fits {t.account.fits} more" in row
     assert f"{t.account.pld_epsilon:.4g}" in row and f"{t.account.filter_epsilon:.4g}" in row
-    history = run(home, "ledger", "history").stdout
+    history = run(home, "ledger", "history", "--verbose").stdout
     assert "events=3 parts" in history and "'mode': 'events', 'region': 'renyi'" in history  # in full with --json
     shown = json.loads(run(home, "ledger", "totals", "--json").stdout)[0]
     assert shown["spent"] == {"epsilon": 3.0, "delta": 3e-6}

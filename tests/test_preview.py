@@ -90,9 +90,12 @@ def test_preview_writes_nothing_reads_no_row_and_refuses_as_a_release(tmp_path: 
     # the count is one Gaussian: the basic region closes, and what is left is the filter's (less than 1.5 - 1)
     left = figures["left_after"]
     assert left["by"] == "filter" and left["epsilon"] < 0.5
-    assert (
-        f"- left after it (what the admission filter leaves): epsilon={left['epsilon']:.6g} delta={left['delta']:.6g}" in r.stdout
-    )
+    assert f"- left after it: epsilon={left['epsilon']:.4g} of the cap's 1.5, delta={left['delta']:.3g} of 0.001\n" in r.stdout
+    # the delta left is less than the cap less the charges: a tenth of it is set aside, and the line says so
+    assert left["held_back"] == 1e-4 and "  (0.0001 of the cap's delta is set aside to state the total spent" in r.stdout
+    assert "Rényi" not in r.stdout.split("- verdict")[0].replace("Rényi accountant", "")  # its figures: --verbose
+    verbose = run(home, "release", "--preview", "--verbose", str(request)).stdout
+    assert "- accounting: admitted by the Rényi filter; the Rényi filter (order " in verbose
     assert "95% interval: the released count ±" in r.stdout
     assert _ledger_bytes(home) == before  # the ledger, registry, anchors and keys: unchanged
 

@@ -59,7 +59,7 @@ def test_release_end_to_end(prefect_server, home, test_mode, tmp_path, capsys):
     assert json.loads(entries[0].params)["policy"] == policy.seq  # the charge names the policy it was checked against
     assert entries[0].epsilon == entries[0].delta == 0 and entries[0].kind == "sdc"
     assert json.loads(entries[1].detail) == {"pa": expected.privacy["pa"], "pa_max": expected.privacy["pa_max"], "variant": "ra"}
-    code, out, _ = cli(capsys, "ledger", "history")
+    code, out, _ = cli(capsys, "ledger", "history", "--verbose")
     assert code == 0 and f"pa={expected.privacy['pa']}" in out
     assert manifest["ledger"] == {"seq": entries[0].seq, "hash": entries[0].hash}
     assert manifest["input"] == {**register_facts(home), "version": 1}

@@ -35,7 +35,7 @@ from core.datasets import content, ingest, snapshots
 from core.datasets.facts import Dataset, Unit
 from core.datasets.infer import Reading
 from core.db import quote_ident
-from core.errors import SpecError
+from core.errors import NotRegistered, SpecError
 from core.ids import check_id
 from core.ledger.ledger import Ledger
 from core.sdc.policy import Policy
@@ -269,7 +269,7 @@ class Registry:
             [dataset_id],
         )
         if not rows or (rows[0][11] is None and not dropped):
-            raise SpecError(
+            raise NotRegistered(
                 f"dataset {dataset_id!r} is not registered; the data steward registers it with "
                 "'privrelease dataset add' (see 'privrelease dataset list')."
             )

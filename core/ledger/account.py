@@ -233,14 +233,18 @@ def top_spenders(f: Filter, spends: list[Spend], n: int = 3) -> list[tuple[str, 
     return [(s.ref, s.budget, f.cost(s) if f.alpha else math.nan) for s in ranked[:n]]
 
 
-def refusal(dataset: str, f: Filter, spends: list[Spend], candidate: Spend) -> str:
-    """Why a charge is refused, in public values: its cost, what is left, who spent the most."""
+def refusal(dataset: str, f: Filter, spends: list[Spend], candidate: Spend) -> tuple[str, str]:
+    """Why a charge is refused, in public values: in plain words (its cost, what is left, what to do), and
+    the accounting detail (what binds in which region, the filter's figures, who spent the most)."""
     d = f.check(spends)
-    cost = candidate.budget
-    lines = [
+    cost, (rest, _) = candidate.budget, left(f, spends)
+    plain = (
         f"this release needs epsilon={cost.epsilon:.6g}, delta={cost.delta:.6g} but dataset {dataset!r} cannot take "
-        f"it. {_binding(f, d, candidate, spends)}"
-    ]
+        f"it: epsilon={rest.epsilon:.4g}, delta={rest.delta:.3g} is left of its cap (epsilon={f.cap.epsilon:g}, "
+        f"delta={f.cap.delta:g}). Lower the release's cost or ask the data steward to raise the cap "
+        "(privrelease ledger set-budget)."
+    )
+    lines = [f"Accounting detail. {_binding(f, d, candidate, spends)}"]
     if f.alpha is not None:
         lines.append(
             f"Admission filter (Rényi order {f.alpha:.3g}): it would cost {f.cost(candidate):.4g} of the "
@@ -265,8 +269,7 @@ def refusal(dataset: str, f: Filter, spends: list[Spend], candidate: Spend) -> s
             )
             + "."
         )
-    lines.append("Lower the release's cost or raise the cap with privrelease ledger set-budget.")
-    return " ".join(lines)
+    return plain, " ".join(lines)
 
 
 def _binding(f: Filter, d, candidate: Spend, spends: list[Spend]) -> str:

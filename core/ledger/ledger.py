@@ -42,6 +42,12 @@ CAP, RESERVED, PUBLISHED, FAILED, POLICY = "cap", "reserved", "published", "fail
 KINDS = ("dp", "sdc", "mpc")
 
 
+def published(releases_root: Path, charge: Entry) -> bool:
+    """Whether the release folder of ``charge`` is in place and its manifest cites that charge."""
+    manifest = releases_root / charge.dataset / str(charge.release_id) / "manifest.json"
+    return manifest.is_file() and json.loads(manifest.read_text()).get("ledger") == {"seq": charge.seq, "hash": charge.hash}
+
+
 @dataclass(frozen=True)
 class Charge:
     """The result of ``reserve``: the charging entry and the release's status before the call."""
@@ -267,7 +273,7 @@ class Ledger:
         spends = account.history(rows(con, "WHERE dataset = ? AND status = ? AND kind = 'dp' ORDER BY seq", [dataset, RESERVED]))
         decision, counted = f.admit(spends, Spend.of("this release", cost.event))
         if not decision.admitted:
-            raise BudgetExhausted(account.refusal(dataset, f, spends, counted))
+            raise BudgetExhausted(*account.refusal(dataset, f, spends, counted))
         return decision, counted
 
     def settle(self, release_id: str, status: str, detail: dict | None = None, flow_run_id: str | None = None) -> Entry:
@@ -309,9 +315,7 @@ class Ledger:
             for charge in self._open(con):
                 if lease.alive(charge.holder, charge.ts) or not lease.ours(charge.holder, charge.ts, self.home):
                     continue
-                manifest = releases_root / charge.dataset / str(charge.release_id) / "manifest.json"
-                cited = json.loads(manifest.read_text()).get("ledger") if manifest.is_file() else None
-                if cited == {"seq": charge.seq, "hash": charge.hash}:
+                if published(releases_root, charge):
                     out.append(
                         self._settle(
                             con, written, charge.release_id, PUBLISHED, {"recovered": "interrupted after publishing"}, None

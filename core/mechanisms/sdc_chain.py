@@ -41,7 +41,7 @@ class MEDSStep(swapping.DepthParams):
     method: Literal["meds"]
 
 
-class EDSStep(swapping.DepthParams):
+class EDSStep(swapping.EDSParams):
     method: Literal["eds"]
 
 

@@ -113,6 +113,16 @@ class DepthParams(_Common):
         return self
 
 
+class EDSParams(DepthParams):
+    """EDS: rank swapping of one attribute."""
+
+    @model_validator(mode="after")
+    def _one(self) -> EDSParams:
+        if len(self.swap_set) != 1:
+            raise ValueError("EDS swaps one attribute at a time: give a single swap_set column, or use MEDS")
+        return self
+
+
 # -- the three mechanisms -----------------------------------------------------------------------------
 
 
@@ -351,9 +361,9 @@ def check_value_invariance(original: pd.DataFrame, result: Result, params: _Comm
 
 
 class _Depth:
-    def __init__(self, name: str):
+    def __init__(self, name: str, params: type[DepthParams]):
         self.NAME = name
-        self.Params = DepthParams
+        self.Params = params
 
     def needs(self, params: DepthParams, schema: tuple[str, ...]) -> Needs:
         return needs_numeric(params)
@@ -370,9 +380,7 @@ class _Depth:
             raise ParameterError("swapping needs at least 2 rows")
         if self.NAME == "meds":
             bins, _ = meds_bins(values, params.k)
-        else:
-            if len(params.swap_set) != 1:
-                raise ParameterError("EDS swaps one attribute at a time: give a single swap_set column, or use MEDS")
+        else:  # one attribute (EDSParams)
             bins = rank_bins(values[:, 0], params.k, rng)
         return _finish(self.NAME, frame, params, bins, {"k": params.k}, rng)
 
@@ -381,5 +389,5 @@ class _Depth:
 
 
 MEWS = _MEWS()
-MEDS = _Depth("meds")
-EDS = _Depth("eds")
+MEDS = _Depth("meds", DepthParams)
+EDS = _Depth("eds", EDSParams)

@@ -23,10 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from core import faults
+from core import faults, interrupts
 from core.errors import ApprovalError, BudgetExhausted, ReleaseConflict, UserError
+from core.ledger import lease
 from core.ledger.approval import Approval, Look
-from core.ledger.ledger import FAILED, PUBLISHED, Charge
+from core.ledger.chain import Entry
+from core.ledger.ledger import FAILED, PUBLISHED, Charge, published
 from core.mechanisms.base import DPCost, Plan
 from core.privacy.budget import charge_phrase
 from core.release import publish as _publish
@@ -97,7 +99,7 @@ def admit(home: Home, claim: Claim, hint: Callable[[], str] = str) -> None:
     try:
         home.ledger.admit(claim.dataset, claim.dp)
     except BudgetExhausted as exc:
-        raise BudgetExhausted(f"{exc} {hint()}".rstrip()) from None
+        raise BudgetExhausted(f"{exc.plain} {hint()}".rstrip(), exc.detail) from None
 
 
 def look(home: Home, claim: Claim, caller: Caller) -> Look | None:
@@ -173,28 +175,67 @@ def run(home: Home, job: Job[T], caller: Caller, approver: Approver, log: Log, l
         log.info("approved by the data steward %s", approval.by or "(unknown)")
     job.load(home)
     faults.point("load")
-    charge = ledger.reserve(home, claim, caller, approval)
-    faults.point("charge")
-    if charge.previous_status == PUBLISHED:
-        log.info("%s was already published; nothing charged or drawn", claim.run_id)
-        return job.earlier(home, charge)
-    if charge.previous_status is not None:  # one charge, one draw: never a second draw under it
-        raise ReleaseConflict(
-            f"run {claim.run_id!r} was charged before and did not publish (its ledger status is "
-            f"{charge.previous_status}); another attempt would draw new noise under the same charge. "
-            "Run it again under a new id, which is a new charge."
-        )
-    cost = claim.plan.cost
-    log.info(
-        "ledger entry #%d: %s",
-        charge.entry.seq,
-        charge_phrase("dp", cost.budget.epsilon, cost.budget.delta) if claim.dp is not None else charge_phrase(cost.kind),
-    )
+    charge = None
     try:
+        charge = ledger.reserve(home, claim, caller, approval)
+        faults.point("charge")
+        if charge.previous_status == PUBLISHED:
+            log.info("%s was already published; nothing charged or drawn", claim.run_id)
+            return job.earlier(home, charge)
+        if charge.previous_status is not None:  # one charge, one draw: never a second draw under it
+            raise ReleaseConflict(
+                f"run {claim.run_id!r} was charged before and did not publish (its ledger status is "
+                f"{charge.previous_status}); another attempt would draw new noise under the same charge. "
+                "Run it again under a new id, which is a new charge."
+            )
+        log.info("ledger entry #%d: %s", charge.entry.seq, _phrase(charge.entry))
         result, headline = job.work(home, charge, log)
-    except Exception as exc:
-        ledger.settle(home, claim.dataset, claim.run_id, FAILED, failure(exc) | job.progress(), caller.flow_run_id)
+    except BaseException as exc:
+        if charge is None or charge.previous_status is None:  # this run's own charge, if it made one
+            _stopped(home, claim, caller, ledger, job, exc, charge)
         raise
     ledger.settle(home, claim.dataset, claim.run_id, PUBLISHED, headline, caller.flow_run_id)
     faults.point("settle")
     return result
+
+
+def _phrase(entry: Entry) -> str:
+    return charge_phrase(entry.kind, entry.epsilon, entry.delta)
+
+
+def _stopped(
+    home: Home, claim: Claim, caller: Caller, ledger: Ledgering, job: Job, exc: BaseException, charge: Charge | None
+) -> None:
+    """Settle the charge of a run that stopped after making it (as failed, its charge kept: noise may have been
+    drawn), and raise ``Interrupted`` for a user's Ctrl-C, saying what became of the charge. An interrupt can land
+    inside ``reserve`` after its entry is written: without a ``charge``, this process's pending entry is looked up."""
+    mine = lease.me(home.ledger.home)
+    entry = (
+        charge.entry
+        if charge is not None
+        else next((e for e in home.ledger.pending() if e.release_id == claim.run_id and e.holder == mine), None)
+    )
+    stopped = interrupts.caused(exc)
+    if entry is None:
+        if stopped:
+            raise interrupts.Interrupted("stopped (Ctrl-C) before its charge: nothing was charged and nothing published.")
+        return
+    if stopped and published(home.releases, entry):
+        ledger.settle(
+            home, claim.dataset, claim.run_id, PUBLISHED, {"recovered": "interrupted after publishing"}, caller.flow_run_id
+        )
+        raise interrupts.Interrupted(
+            f"stopped (Ctrl-C) after publishing: release {claim.run_id} is in place, ledger entry #{entry.seq} "
+            f"({_phrase(entry)}) records it as published."
+        )
+    detail = {"reason": "interrupted by the user (Ctrl-C)"} if stopped else failure(exc)
+    ledger.settle(home, claim.dataset, claim.run_id, FAILED, detail | job.progress(), caller.flow_run_id)
+    if stopped:
+        raise interrupts.Interrupted(
+            f"stopped (Ctrl-C) after its charge: ledger entry #{entry.seq} charged {claim.dataset} epsilon={entry.epsilon:g} "
+            f"delta={entry.delta:g}, and that charge stands (recorded as failed): the mechanism had started and may "
+            "already have drawn noise from the data, so the budget cannot be given back. Nothing was published."
+            if entry.kind == "dp"
+            else f"stopped (Ctrl-C) after its ledger entry #{entry.seq} ({entry.kind}: no budget spent), now recorded as "
+            "failed. Nothing was published."
+        ) from None

@@ -115,7 +115,13 @@ def largest_fit(ledger: Ledger, dataset: str, module, params) -> str:
 
     best = account.largest_epsilon(f, spends, make, params.epsilon)
     if best is None:
-        return "No epsilon of this request fits (its delta alone does not)."
+        rest, _ = account.left(f, spends)
+        if rest.epsilon <= 0:
+            return "No epsilon of this request fits: the cap has no epsilon left. Ask the data steward to raise the cap."
+        return (
+            f"No epsilon of this request fits, however small: the delta it needs is more than the delta={rest.delta:.3g} "
+            "left of the cap. Ask for a smaller delta, or ask the data steward to raise the cap."
+        )
     return f"The largest epsilon of this request that fits is {best:.3g} (same delta and other parameters)."
 
 

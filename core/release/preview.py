@@ -79,14 +79,16 @@ def budget(store: Home, release: Release, plan_: Plan) -> dict:
     out = {"kind": "dp", "charge": {"epsilon": cost.budget.epsilon, "delta": cost.budget.delta}, "left_after": None}
     try:
         pipeline.admit(store, release, plan_)
-    except BudgetError as exc:
-        return out | {"verdict": REFUSED, "reason": str(exc)}
+    except BudgetError as exc:  # the accounting behind a refusal by the admission filter: --verbose
+        return out | {"verdict": REFUSED, "reason": getattr(exc, "plain", str(exc)), "detail": getattr(exc, "detail", "")}
     f, spends = store.ledger.admission(release.dataset.id)
     after, counted = f.admit(spends, Spend.of("this release", cost.event))
     left, by = budget_left(f, spends + [counted])
     out["left_after"] = {
         "epsilon": left.epsilon,
         "delta": left.delta,
+        "cap": {"epsilon": f.cap.epsilon, "delta": f.cap.delta},
+        "held_back": float(f.delta_conv),
         "by": by,
         "region": after.region,
         "counted_by": counted.mode,
@@ -126,30 +128,54 @@ def _public(release: Release, plan_: Plan) -> tuple:
     return release.params, plan_, tuple(release.dataset.schema.columns)
 
 
-def text(p: dict) -> str:
-    """The preview as an analyst reads it (markdown: the command line prints it, the UI shows it)."""
+def text(p: dict, verbose: bool = False) -> str:
+    """The preview as an analyst reads it (markdown: the command line prints it, the UI shows it); ``verbose``
+    adds the accounting behind what would be left."""
     lines = [f"# Preview: {p['mechanism']} on dataset `{p['dataset']}` (nothing charged)", "", f"- guarantee: {p['guarantee']}"]
     if p["charge"]:
-        lines.append(f"- cost: epsilon={p['charge']['epsilon']:g} delta={p['charge']['delta']:g}")
+        lines.append(f"- cost: epsilon={p['charge']['epsilon']:g} delta={p['charge']['delta']:g}, from the dataset's budget")
     elif p["kind"] is not None:
         lines.append(f"- cost: none ({p['reason']})")
-    left = p["left_after"]
-    if left:
-        how = "basic composition" if left.get("by", "basic") == "basic" else "what the admission filter leaves"
-        lines.append(f"- left after it ({how}): epsilon={left['epsilon']:.6g} delta={left['delta']:.6g}")
-        if "renyi" in left:
-            r = left["renyi"]
-            lines.append(
-                f"- admission filter (Rényi order {r['order']:.3g}, counted by {left['counted_by']}): costs "
-                f"{r['cost']:.4g}, leaves {r['left']:.4g} of {r['of']:.4g}"
-            )
+    if p["left_after"]:
+        lines += _left_lines(p["left_after"], verbose)
     verdict = p["verdict"] + (f": {p['reason']}" if p["reason"] and (p["charge"] or p["kind"] is None) else "")
-    lines += [f"- verdict: **{verdict}**", ""]
+    lines += (
+        [f"- verdict: **{verdict}**"]
+        + ([f"- accounting: {p['detail'].removeprefix('Accounting detail. ')}"] if verbose and p.get("detail") else [])
+        + [""]
+    )
     lines += [f"> warning: {w}" for w in p["warnings"]] + ([""] if p["warnings"] else [])
     lines += [f"> note: {n}" for n in p["notes"]] + ([""] if p["notes"] else [])
     if p["accuracy"]:
         lines += declared(p["mechanism"]).accuracy_lines(p["accuracy"])
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _left_lines(left: dict, verbose: bool) -> list[str]:
+    """What would be left, in plain words: of the cap, and why less delta than the cap minus the charges is usable."""
+    cap, held = left["cap"], left["held_back"]
+    lines = [
+        f"- left after it: epsilon={left['epsilon']:.4g} of the cap's {cap['epsilon']:g}, delta={left['delta']:.3g} of {cap['delta']:g}"
+    ]
+    if held:
+        lines.append(
+            f"  ({held:.3g} of the cap's delta is set aside to state the total spent as one (epsilon, delta); "
+            "releases share the rest)"
+        )
+    if left["by"] != "basic":
+        lines.append(
+            "  (with Gaussian noise in the history, what is left is counted by the Rényi accountant: less than the "
+            "cap minus the charges over a few releases, more over many; docs/ACCOUNTING.md)"
+        )
+    if verbose and "renyi" in left:
+        r, counted = left["renyi"], {"events": "its noise events", "charge": "its (epsilon, delta) charge"}
+        region = "basic composition (the charges add up)" if left["region"] == "basic" else "the Rényi filter"
+        lines.append(
+            f"- accounting: admitted by {region}; the Rényi filter (order {r['order']:.3g}, budget {r['of']:.4g}) "
+            f"counts this release by {counted.get(left['counted_by'], left['counted_by'])} as {r['cost']:.4g}, "
+            f"leaving {r['left']:.4g} of that budget"
+        )
+    return lines
 
 
 def charts(p: dict) -> list[Chart]:

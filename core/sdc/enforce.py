@@ -88,6 +88,8 @@ def _steps_admitted(dataset, mechanism: str, params, policy: Policy) -> None:
                     f"{name}: others: eds rank-swaps every numeric column outside the swap set, and "
                     f"{nullable} may be empty (nullable); EDS needs complete columns: use others: keep."
                 )
+        if name in ("mews", "meds", "eds") and dataset.rows is not None and dataset.rows < 2:  # else refused after the charge
+            raise SpecError(f"{name}: swapping needs at least 2 records; dataset {dataset.id!r} has {dataset.rows}.")
         k = getattr(step, "k", None) if name in ("microaggregate", "suppress") else None
         if k is not None and dataset.rows is not None and k > dataset.rows:
             raise SpecError(f"{name}: k = {k} is more than the {dataset.rows} records of dataset {dataset.id!r}.")

@@ -59,6 +59,9 @@ def read_into(con, table: str, path, fmt: str, delimiter: str) -> None:
         except Exception as exc:  # noqa: BLE001 - DuckDB raises several types; none is echoed
             raise IngestError(f"could not read {path.name!r}: {_other_error(exc, fmt)}.") from None
         return
+    other = _looks_like(path)
+    if other is not None:
+        raise IngestError(f"could not read {path.name!r} as CSV: it looks like {other}; check --format.")
     try:
         con.execute(f"CREATE TEMP TABLE {table} AS SELECT * FROM {_CSV}", [str(path), delimiter])
         return
@@ -117,6 +120,17 @@ def normalize(path, delimiter: str, copy: Path) -> None:
         raise IngestError(f"could not read {name!r}: line {start}: {what}.") from None
     except UnicodeDecodeError:
         raise IngestError(f"could not read {name!r}: it is not UTF-8 encoded; convert it to UTF-8 first.") from None
+
+
+MAGIC = {b"PAR1": "a Parquet file (--format parquet)", b"\x1f\x8b": "a gzip-compressed file (decompress it first)",
+         b"PK\x03\x04": "a ZIP archive (a spreadsheet? export it as CSV)"}  # fmt: skip
+
+
+def _looks_like(path) -> str | None:
+    """What a file given as CSV is by its first bytes, when they name another format."""
+    with open(path, "rb") as handle:
+        head = handle.read(4)
+    return next((what for magic, what in MAGIC.items() if head.startswith(magic)), None)
 
 
 def _unicode(exc: Exception) -> bool:
