@@ -125,7 +125,7 @@ def _said(key: str, value: object) -> object:
 def _left(dataset: str) -> dict | None:
     from core.ledger.ledger import Ledger
 
-    totals = next((t for t in Ledger(paths.database(paths.home())).totals() if t.dataset == dataset), None)
+    totals = next((t for t in Ledger(paths.database(paths.home())).totals(tight=False) if t.dataset == dataset), None)
     return (
         None
         if totals is None or totals.remaining is None
@@ -188,16 +188,27 @@ def cmd_spam_train(args: argparse.Namespace, root: Path) -> int:
 def cmd_spam_classify(args: argparse.Namespace, root: Path) -> int:
     from core.errors import SpecError
     from core.ids import check_id
-    from core.spam.classify import classify_message
+    from core.spam.service import classify_messages
 
     folder = root / "spam" / check_id(args.run_id, "the run id")
     if not (folder / "model.npy").is_file():
         raise SpecError(f"no trained spam run {args.run_id!r} under {root / 'spam'}; train one with privrelease spam train.")
-    message = Path(args.message)
-    if not message.is_file():
-        raise SpecError(f"message file {args.message!r} does not exist.")
-    label, _ = classify_message(folder, message.read_bytes().decode("utf-8", "surrogateescape"))
-    print(label)
+    for name in args.message:
+        if not Path(name).is_file():
+            raise SpecError(f"message file {name!r} does not exist.")
+    texts = [Path(name).read_bytes().decode("utf-8", "surrogateescape") for name in args.message]
+
+    def progress(done: int, total: int) -> None:  # the first query of a model makes its classifier: say so
+        end = "\n" if done == total else ("\r" if sys.stderr.isatty() else "\n")
+        print(
+            f"preparing run {args.run_id}'s classifier (once per model): {done} of {total} weights encrypted",
+            end=end,
+            file=sys.stderr,
+        )
+
+    labels, _ = classify_messages(folder, texts, progress=progress)
+    for name, label in zip(args.message, labels):
+        print(label if len(labels) == 1 else f"{label}\t{name}")
     return 0
 
 
@@ -344,9 +355,11 @@ def parser() -> argparse.ArgumentParser:
     p = ssub.add_parser("train", help="run the spam-filter-training flow for a spam spec")
     p.add_argument("spec", help="spam spec (YAML), relative to the data root (or absolute inside it); so are its mail files")
     p.set_defaults(func=cmd_spam_train)
-    p = ssub.add_parser("classify", help="classify one message privately against a trained run; prints spam or ham")
+    p = ssub.add_parser(
+        "classify", help="classify messages privately against a trained run; prints spam or ham (and the file, for several)"
+    )
     p.add_argument("run_id")
-    p.add_argument("message", help="file holding the raw message")
+    p.add_argument("message", nargs="+", help="file holding the raw message (several: one server start for all)")
     p.set_defaults(func=cmd_spam_classify)
     p = ssub.add_parser("split", help="split one labelled corpus into per-user files and a test file (stratified)")
     p.add_argument("corpus", help="JSON lines with text and label (optionally .gz)")
