@@ -39,7 +39,7 @@ def _runner(args: argparse.Namespace) -> dict:
 def _run_release(request_path: Path, runner: dict) -> dict:
     """Check the request against public facts first (under a second), then release: as a flow
     run on the configured Prefect server, or directly when none is configured (no temporary server)."""
-    from core import parallel
+    from core import charts, parallel
     from core.release import charged, pipeline, spec
     from core.release.home import Home
 
@@ -67,7 +67,7 @@ def _run_release(request_path: Path, runner: dict) -> dict:
         handler.setFormatter(logging.Formatter("%(asctime)s | %(message)s", "%H:%M:%S"))
         log.addHandler(handler)
         log.setLevel(logging.INFO)
-    with parallel.configured():
+    with parallel.configured(), charts.ahead():  # matplotlib loads in another process while the release runs
         return pipeline.release(store, request, log=log)
 
 

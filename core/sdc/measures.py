@@ -38,6 +38,7 @@ import math
 import duckdb
 import numpy as np
 import pandas as pd
+import scipy  # submodules load on first use: scipy.special only for weighted risk, scipy.spatial for linkage
 
 from core.sdc import logistic
 
@@ -53,13 +54,12 @@ def ident(name: str) -> str:
 
 def nb_risk(f: np.ndarray, F: np.ndarray) -> np.ndarray:
     """sdcMicro's individual risk r_k = E[1/F_k | f_k] = (p/f)·₂F₁(1, 1; f+1; q), and 1/f where F = f."""
-    from scipy.special import hyp2f1
-
     f, F = np.asarray(f, dtype=float), np.asarray(F, dtype=float)
     p = np.minimum(f / F, 1.0)
     out = 1.0 / f
     weighted = p < 1.0
-    out[weighted] = p[weighted] / f[weighted] * hyp2f1(1.0, 1.0, f[weighted] + 1.0, 1.0 - p[weighted])
+    if weighted.any():  # without weights (F = f) no ₂F₁, and no 0.3 s import of scipy.special
+        out[weighted] = p[weighted] / f[weighted] * scipy.special.hyp2f1(1.0, 1.0, f[weighted] + 1.0, 1.0 - p[weighted])
     return out
 
 
@@ -236,8 +236,6 @@ def mid_ranks(original: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 def linkage(original: pd.DataFrame, released: pd.DataFrame, columns: list[str]) -> dict:
     """Share of perturbed records whose nearest original record in rank space is their own."""
-    from scipy.spatial import cKDTree
-
     x, y = original[columns].to_numpy(float), released[columns].to_numpy(float)
     complete = ~(np.isnan(x).any(axis=1) | np.isnan(y).any(axis=1))
     x, y = x[complete], y[complete]
@@ -248,7 +246,7 @@ def linkage(original: pd.DataFrame, released: pd.DataFrame, columns: list[str]) 
         return {"perturbed_records": 0, "linkage_rate": None}
     o_m, r_m = o[moved], r[moved]
     own = np.linalg.norm(r_m - o_m, axis=1)
-    tree = cKDTree(o)
+    tree = scipy.spatial.cKDTree(o)
     nearest, _ = tree.query(r_m, k=1)
     tol = 1e-12
     linked = own <= nearest + tol
