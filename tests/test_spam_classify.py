@@ -367,3 +367,19 @@ def test_decide_on_mail_where_the_sign_calls_everything_ham():
     assert got["recall"] == 1.0 and got["false_positives"] == 0 and got["precision"] == 1.0
     assert got["cutoff_units"] == D.scores(w, [np.array([0])])[0] and got["cutoff"] == -4 / 1024
     assert (got["true_positives"], got["false_negatives"], got["true_negatives"]) == (40, 0, 90)
+
+
+def test_the_key_holders_r_to_the_n_is_r_to_the_n(dgk):
+    """E[W]'s randomizer: r^n mod p² from two short exponentiations equals r^n mod p² (so E[W_j] is as random
+    as before); and the ciphertexts decrypt to the weights."""
+    from phe import paillier
+
+    _, secret = paillier.generate_paillier_keypair(n_length=512)
+    p, q = gmpy2.mpz(secret.p), gmpy2.mpz(secret.q)
+    n = p * q
+    for r in [1, 2, int(p) + 1, int(n) - 1, *(int(v) for v in np.random.default_rng(5).integers(1, 2**62, 20))]:
+        assert K.nth_power(r, p, q) == gmpy2.powmod(r, n, p * p) and K.nth_power(r, q, p) == gmpy2.powmod(r, n, q * q)
+    w = np.array([0.5, -0.25, 1.0])
+    server = K.ClassifyServer(w, p, q, dgk)
+    decrypted = [int(server._secret.raw_decrypt(c)) for c in server.encrypt_weights(0, 3)]
+    assert [d - int(n) if d > n // 2 else d for d in decrypted] == [int(v) for v in np.ldexp(w, K.SCALE_BITS)]

@@ -47,6 +47,13 @@ KAPPA = 80  # statistical hiding of the score in what the server decrypts
 PRODUCTION_BITS = 2048
 
 
+def nth_power(r: int, p: gmpy2.mpz, q: gmpy2.mpz) -> gmpy2.mpz:
+    """r^n mod p² for n = pq, as ((r^q mod p)^p mod p²: x^p mod p² depends only on x mod p and is
+    multiplicative, so r^n = (r^p)^q ≡ ((r mod p)^q mod p)^p. Two exponents of |p| bits, one modulo p,
+    instead of one of 2|p| bits modulo p²: 1.5× faster (bench/RESULTS.md), the same value."""
+    return gmpy2.powmod(gmpy2.powmod(r % p, q % (p - 1), p), p, p * p)
+
+
 def integer_weights(weights: np.ndarray) -> list[int]:
     """W_j = round(2^48·w_j): the integers the protocol's score S = Σ_{j∈x} W_j sums."""
     return [int(v) for v in np.rint(np.ldexp(np.asarray(weights, dtype=float), SCALE_BITS))]
@@ -179,14 +186,15 @@ class ClassifyServer:
         return len(self._w)
 
     def encrypt_weights(self, start: int, stop: int) -> list[int]:
-        """E[W_j] for features start..stop−1, with r^n computed modulo p² and q² (the key holder's shortcut);
-        two exponentiations each, the slow part of making a model's classifier (``core.spam.service``)."""
-        key, p2, q2 = self.public_key, self._p**2, self._q**2
-        ep, eq, q2_inv = key.n % (self._p * (self._p - 1)), key.n % (self._q * (self._q - 1)), gmpy2.invert(q2, p2)
+        """E[W_j] for features start..stop−1, with r^n computed modulo p² and q² (the key holder's shortcut,
+        ``nth_power``); the slow part of making a model's classifier (``core.spam.service``)."""
+        key, p, q = self.public_key, self._p, self._q
+        p2, q2 = p * p, q * q
+        q2_inv = gmpy2.invert(q2, p2)
         out = []
         for v in self._w[start:stop]:
             r = secrets.randbelow(key.n - 1) + 1
-            rp, rq = gmpy2.powmod(r, ep, p2), gmpy2.powmod(r, eq, q2)
+            rp, rq = nth_power(r, p, q), nth_power(r, q, p)
             out.append(int(key.encrypt(v, "w", rq + q2 * ((rp - rq) * q2_inv % p2))))
         return out
 

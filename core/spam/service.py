@@ -1,8 +1,8 @@
 """A trained run's classifier as a service: the server's state kept beside the model, and ``spam classify``.
 
 The first query of a model makes the server's classification state: its Paillier and DGK keys (under a
-second) and E[W_j] for every feature, two 2048-bit exponentiations each (about 8 ms a feature on this
-machine idle: over a minute for 10^4 hashed features). That is done once per model, in chunks the caller
+second) and E[W_j] for every feature, four 1024-bit exponentiations each (``classify.nth_power``: about
+4 ms of CPU a feature here, so 40 s for 10^4 hashed features; 6 ms, 60 s, before issue #42). That is done once per model, in chunks the caller
 can show progress for (``classify_messages``'s ``progress``); later queries read it back.
 """
 
