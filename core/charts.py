@@ -59,7 +59,7 @@ def ahead() -> Iterator[None]:
     """Draw this block's charts (``render_chart`` in this thread) in a process forked now, which imports
     matplotlib while the block runs. The fork shares the modules already loaded; it only draws."""
     parent, child = mp.get_context("fork").Pipe()
-    process = mp.get_context("fork").Process(target=_serve, args=(child,), name="privrelease-charts", daemon=True)
+    process = mp.get_context("fork").Process(target=_serve, args=(child, parent), name="privrelease-charts", daemon=True)
     process.start()
     child.close()
     token = _renderer.set(parent)
@@ -77,10 +77,18 @@ def ahead() -> Iterator[None]:
         parent.close()
 
 
-def _serve(conn: Connection) -> None:
-    """The drawing process: matplotlib first, then each chart it is sent, answering None or the error."""
+def _serve(conn: Connection, theirs: Connection) -> None:
+    """The drawing process: matplotlib first, then each chart it is sent, answering None or the error. It
+    closes its copy of the other end, so that it ends when the release's process does, however that ends."""
+    theirs.close()
     _pyplot()
-    while (job := conn.recv()) is not None:
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:  # the release's process is gone
+            return
+        if job is None:
+            return
         chart, path = job
         try:
             _render(chart, Path(path))
