@@ -193,18 +193,13 @@ def cmd_spam_classify(args: argparse.Namespace, root: Path) -> int:
     folder = root / "spam" / check_id(args.run_id, "the run id")
     if not (folder / "model.npy").is_file():
         raise SpecError(f"no trained spam run {args.run_id!r} under {root / 'spam'}; train one with privrelease spam train.")
-    for name in args.message:
-        if not Path(name).is_file():
-            raise SpecError(f"message file {name!r} does not exist.")
+    if missing := [name for name in args.message if not Path(name).is_file()]:
+        raise SpecError(f"message file {missing[0]!r} does not exist.")
     texts = [Path(name).read_bytes().decode("utf-8", "surrogateescape") for name in args.message]
+    said = f"preparing run {args.run_id}'s classifier (once per model): {{}} of {{}} weights encrypted"
 
     def progress(done: int, total: int) -> None:  # the first query of a model makes its classifier: say so
-        end = "\n" if done == total else ("\r" if sys.stderr.isatty() else "\n")
-        print(
-            f"preparing run {args.run_id}'s classifier (once per model): {done} of {total} weights encrypted",
-            end=end,
-            file=sys.stderr,
-        )
+        print(said.format(done, total), end="\r" if sys.stderr.isatty() and done < total else "\n", file=sys.stderr)
 
     labels, _ = classify_messages(folder, texts, progress=progress)
     for name, label in zip(args.message, labels):
