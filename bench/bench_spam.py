@@ -80,6 +80,13 @@ def repro(key_bits: int, rounds: int, users: int, eta: float) -> None:
                 {k: report[k] for k in ("auc_private", "auc_plain", "auc_plain_exact_sigmoid", "max_weight_gap")}, indent=2
             )
         )
+        for name in ("decision", "decision_plain"):  # spam classify's cutoff on the test mail, and the bare sign's
+            d = report[name]
+            print(
+                f"{name}: cutoff {d['cutoff']:.4g} for FPR <= {d['max_false_positive_rate']:g}: TP {d['true_positives']} "
+                f"FN {d['false_negatives']} FP {d['false_positives']} TN {d['true_negatives']}, precision {d['precision']}, "
+                f"recall {d['recall']}; at the sign: TP {d['at_sign']['true_positives']} FP {d['at_sign']['false_positives']}"
+            )
         # the previous protocol's setting: exact sigmoid at η = 0.001, for comparison
         xs = [x for ux in training.twins.user_x for x in ux]
         ys = np.concatenate(training.twins.user_y)

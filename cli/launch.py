@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 
-from core import paths
+from core import paths, settings
 from core.errors import UserError
 
 
@@ -63,8 +64,29 @@ def quiet_console() -> None:
 
 
 def prefect_api_url() -> str | None:
-    """The Prefect server releases report to, if one is configured; else they run directly."""
+    """The Prefect server releases report to, if one is configured; else they run directly.
+
+    Importing Prefect to ask takes about a second, most of a small release's command: it is asked only
+    when it is loaded already (its settings may have been changed in this process, as a test harness
+    does) or when a file it reads its settings from could name a server (``_maybe_configured``)."""
     prefect_env(paths.home())
+    url = settings.get(settings.PREFECT_API)
+    if url or ("prefect.settings" not in sys.modules and not _maybe_configured(Path.cwd())):
+        return url
     import prefect.settings
 
     return prefect.settings.PREFECT_API_URL.value() or None
+
+
+def _maybe_configured(cwd: Path) -> bool:
+    """Whether a file Prefect reads its settings from (besides the environment) may set its API URL: the
+    profiles file, and ``.env``, ``prefect.toml`` or ``pyproject.toml``'s ``[tool.prefect]`` in the
+    working folder. Conservative: a mention is enough, Prefect itself then says what holds."""
+    profiles = Path(settings.get(settings.PREFECT_PROFILES) or Path(settings.get(settings.PREFECT_HOME, "")) / "profiles.toml")
+    found = [
+        (profiles, "PREFECT_API_URL"),
+        (cwd / ".env", "PREFECT_API_URL"),
+        (cwd / "prefect.toml", "url"),
+        (cwd / "pyproject.toml", "tool.prefect"),
+    ]
+    return any(path.is_file() and word in path.read_text(errors="replace") for path, word in found)

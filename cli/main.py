@@ -40,7 +40,7 @@ def _runner(args: argparse.Namespace) -> dict:
 def _run_release(request_path: Path, runner: dict) -> dict:
     """Check the request against public facts first (under a second), then release: as a flow
     run on the configured Prefect server, or directly when none is configured (no temporary server)."""
-    from core import parallel
+    from core import charts, parallel
     from core.release import charged, pipeline, spec
     from core.release.home import Home
 
@@ -68,7 +68,7 @@ def _run_release(request_path: Path, runner: dict) -> dict:
         handler.setFormatter(logging.Formatter("%(asctime)s | %(message)s", "%H:%M:%S"))
         log.addHandler(handler)
         log.setLevel(logging.INFO)
-    with parallel.configured():
+    with parallel.configured(), charts.ahead():  # matplotlib loads in another process while the release runs
         return pipeline.release(store, request, log=log)
 
 
@@ -138,7 +138,7 @@ def _said(key: str, value: object) -> object:
 def _left(dataset: str) -> dict | None:
     from core.ledger.ledger import Ledger
 
-    totals = next((t for t in Ledger(paths.database(paths.home())).totals() if t.dataset == dataset), None)
+    totals = next((t for t in Ledger(paths.database(paths.home())).totals(tight=False) if t.dataset == dataset), None)
     return (
         None
         if totals is None or totals.remaining is None
@@ -178,16 +178,22 @@ def cmd_spam_train(args: argparse.Namespace, root: Path) -> int:
 def cmd_spam_classify(args: argparse.Namespace, root: Path) -> int:
     from core.errors import SpecError
     from core.ids import check_id
-    from core.spam.classify import classify_message
+    from core.spam.service import classify_messages
 
     folder = root / "spam" / check_id(args.run_id, "the run id")
     if not (folder / "model.npy").is_file():
         raise SpecError(f"no trained spam run {args.run_id!r} under {root / 'spam'}; train one with privrelease spam train.")
-    message = Path(typed.path(args.message))
-    if not message.is_file():
-        raise SpecError(f"message file {args.message!r} does not exist.")
-    label, _ = classify_message(folder, message.read_bytes().decode("utf-8", "surrogateescape"))
-    print(label)
+    if missing := [name for name in args.message if not Path(typed.path(name)).is_file()]:
+        raise SpecError(f"message file {missing[0]!r} does not exist.")
+    texts = [Path(typed.path(name)).read_bytes().decode("utf-8", "surrogateescape") for name in args.message]
+    said = f"preparing run {args.run_id}'s classifier (once per model): {{}} of {{}} weights encrypted"
+
+    def progress(done: int, total: int) -> None:  # the first query of a model makes its classifier: say so
+        print(said.format(done, total), end="\r" if sys.stderr.isatty() and done < total else "\n", file=sys.stderr)
+
+    labels, _ = classify_messages(folder, texts, progress=progress)
+    for name, label in zip(args.message, labels):
+        print(label if len(labels) == 1 else f"{label}\t{name}")
     return 0
 
 
@@ -314,9 +320,11 @@ def parser() -> argparse.ArgumentParser:
     p = ssub.add_parser("train", help="run the spam-filter-training flow for a spam spec")
     p.add_argument("spec", help="spam spec (YAML); its mail files are relative to its folder")
     p.set_defaults(func=cmd_spam_train, charges=True)
-    p = ssub.add_parser("classify", help="classify one message privately against a trained run; prints spam or ham")
+    p = ssub.add_parser(
+        "classify", help="classify messages privately against a trained run; prints spam or ham (and the file, for several)"
+    )
     p.add_argument("run_id")
-    p.add_argument("message", help="file holding the raw message")
+    p.add_argument("message", nargs="+", help="file holding the raw message (several: one server start for all)")
     p.set_defaults(func=cmd_spam_classify)
     p = ssub.add_parser("split", help="split one labelled corpus into per-user files and a test file (stratified)")
     p.add_argument("corpus", help="JSON lines with text and label (optionally .gz)")

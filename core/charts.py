@@ -1,10 +1,21 @@
-"""Charts: what a release or an audit draws (a ``Chart``, public values only) and how it is rendered as PNG."""
+"""Charts: what a release or an audit draws (a ``Chart``, public values only) and how it is rendered as PNG.
+
+Importing matplotlib is about half a second of a small release's command. ``ahead()`` starts a process
+that imports it at once, while the release reads its data and runs on the other core; the block's charts
+are then drawn there (the same PNG bytes as in process).
+"""
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 # matplotlib is not thread-safe (pyplot's figure registry; mathtext's parser, which draws a log axis's
 # ticks, fails outright when two threads parse at once): releases in threads of one process render in turn
@@ -26,18 +37,79 @@ class Chart:
     intervals: list = field(default_factory=list)  # bar charts: (low, high) per label, drawn on the first series
 
 
+_renderer: ContextVar[Connection | None] = ContextVar("privrelease_chart_renderer", default=None)
+
+
 def render_chart(chart: Chart, path: Path) -> None:
-    """Grouped bars, step lines or side-by-side scatter plots, written as PNG (one chart at a time)."""
-    with RENDERING:
-        _render(chart, path)
+    """Grouped bars, step lines or side-by-side scatter plots, written as PNG (one chart at a time): in the
+    process ``ahead()`` started, within its block, else in this one."""
+    conn = _renderer.get()
+    if conn is None:
+        with RENDERING:
+            _render(chart, path)
+        return
+    conn.send((chart, str(path)))
+    failed = conn.recv()
+    if failed is not None:
+        raise RuntimeError(f"drawing the chart {chart.filename!r} failed: {failed}")
 
 
-def _render(chart: Chart, path: Path) -> None:
+@contextmanager
+def ahead() -> Iterator[None]:
+    """Draw this block's charts (``render_chart`` in this thread) in a process forked now, which imports
+    matplotlib while the block runs. The fork shares the modules already loaded; it only draws."""
+    parent, child = mp.get_context("fork").Pipe()
+    process = mp.get_context("fork").Process(target=_serve, args=(child, parent), name="privrelease-charts", daemon=True)
+    process.start()
+    child.close()
+    token = _renderer.set(parent)
+    try:
+        yield
+    finally:
+        _renderer.reset(token)
+        try:
+            parent.send(None)
+        except OSError:
+            pass  # it is gone already
+        process.join(timeout=10)
+        if process.is_alive():
+            process.kill()
+        parent.close()
+
+
+def _serve(conn: Connection, theirs: Connection) -> None:
+    """The drawing process: matplotlib first, then each chart it is sent, answering None or the error. It
+    closes its copy of the other end, so that it ends when the release's process does, however that ends."""
+    theirs.close()
+    _pyplot()
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:  # the release's process is gone
+            return
+        if job is None:
+            return
+        chart, path = job
+        try:
+            _render(chart, Path(path))
+            conn.send(None)
+        except Exception as exc:  # noqa: BLE001 - any failure to draw: the release's process raises it
+            conn.send(f"{type(exc).__name__}: {exc}")
+
+
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _render(chart: Chart, path: Path) -> None:
     import numpy as np
+
+    plt = _pyplot()
 
     if chart.kind in ("line", "curve"):  # step lines, or smooth curves on a log x axis
         fig, ax = plt.subplots(figsize=(8, 4))

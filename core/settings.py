@@ -42,6 +42,9 @@ TLS_CERT = "PRIVRELEASE_TLS_CERT"
 TLS_KEY = "PRIVRELEASE_TLS_KEY"
 PREFECT_URL = "PRIVRELEASE_PREFECT_URL"
 PREFECT_AUTH = "PREFECT_API_AUTH_STRING"  # Prefect's own: the operator's credential for its server
+PREFECT_API = "PREFECT_API_URL"  # Prefect's own: the server a command's flow runs report to
+PREFECT_HOME = "PREFECT_HOME"  # Prefect's own: its settings and profiles (the command line sets it under our home)
+PREFECT_PROFILES = "PREFECT_PROFILES_PATH"  # Prefect's own: its profiles file, if not in PREFECT_HOME
 FLOW_RUN_ID = "PREFECT__FLOW_RUN_ID"  # Prefect's own: the run a worker starts a process for
 POOL_LIMIT = "PRIVRELEASE_POOL_LIMIT"
 WORKER_LIMIT = "PRIVRELEASE_WORKER_LIMIT"
@@ -78,6 +81,11 @@ VARIABLES = (
     Variable(TLS_KEY, "unset", "the private key (PEM) of TLS_CERT"),
     Variable(PREFECT_URL, "required by the gate", "Prefect's server behind the gate"),
     Variable(PREFECT_AUTH, "required by the gate", "the operator's credential for Prefect's server"),
+    Variable(
+        PREFECT_API, "unset (or a Prefect profile's)", "the Prefect server commands run flows on; none: releases run directly"
+    ),
+    Variable(PREFECT_HOME, "<home>/prefect", "Prefect's own folder (profiles, its temporary server's database)"),
+    Variable(PREFECT_PROFILES, "$PREFECT_HOME/profiles.toml", "Prefect's profiles file"),
     Variable(FLOW_RUN_ID, "set by Prefect's worker", "the flow run the worker's guard checks"),
     Variable(POOL_LIMIT, "4", "flow runs running at once in the pool, over all its workers (make serve sets it)"),
     Variable(WORKER_LIMIT, "4", "flow runs one worker runs at once (make serve's worker --limit)"),

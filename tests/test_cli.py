@@ -8,8 +8,11 @@ import subprocess
 from pathlib import Path
 
 import duckdb
+import numpy as np
 
-from core.datasets.demo import census
+from core.datasets.demo import census, mail
+from core.spam import decision as D
+from core.spam import features as F
 from tests.conftest import REPO
 from tests.helpers import write_policy, write_request
 
@@ -444,8 +447,6 @@ def test_spam_commands_as_typed(tmp_path: Path):
     from the user's own folder with the paths the previous command wrote (relative to that folder)."""
     import yaml
 
-    from core.datasets.demo import mail
-
     home, work = tmp_path / "home", tmp_path / "work"  # the user's own folder, outside the data root
     work.mkdir()
     (work / "all.jsonl").write_text("".join(json.dumps(m) + "\n" for m in mail(200, 5)))
@@ -470,7 +471,29 @@ def test_spam_commands_as_typed(tmp_path: Path):
     assert r.stdout.startswith("run cli: AUC private ") and f"folder {home / 'spam' / 'cli'}" in r.stdout
     (folder / "msg.eml").write_text("Subject: x\n\nfree money, click here now, winner claim your prize")
     r = run(home, "spam", "classify", "cli", "mail/msg.eml", env=env, cwd=work)
-    assert r.returncode == 0 and r.stdout.strip() in ("spam", "ham"), r.stderr[-2000:]
+    assert r.returncode == 0 and r.stdout.strip() == "spam", r.stderr[-2000:]
+    assert "preparing run cli's classifier (once per model): 256 of 256 weights encrypted" in r.stderr
+    # against the plaintext twin (the same mail pooled, the same rule, its cutoff chosen the same way): 10 held-out
+    # spam and 10 ham, as a user types them, in one command
+    run_folder, held_out = home / "spam" / "cli", mail(400, 9)[200:]
+    report = json.loads((run_folder / "report.json").read_text())
+    chosen = [m for m in held_out if m["label"] == "spam"][:10] + [m for m in held_out if m["label"] == "ham"][:10]
+    for i, message in enumerate(chosen):
+        (folder / f"held-{i}.eml").write_text(message["text"])
+    r = run(home, "spam", "classify", "cli", *(str(folder / f"held-{i}.eml") for i in range(20)), env=env)
+    assert r.returncode == 0 and "preparing" not in r.stderr, r.stderr[-2000:]
+    said = [line.split("\t") for line in r.stdout.splitlines()]
+    assert [name for _, name in said] == [str(folder / f"held-{i}.eml") for i in range(20)]
+    params = F.FeatureParams(**{k: v for k, v in report["features"].items() if k != "data_dependent"})
+    xs = [F.Reducer(params).apply(F.grams(m["text"], params.modulus)) for m in chosen]
+    twin = [D.label(np.load(run_folder / "twin.npy"), x, report["decision_plain"]["cutoff_units"]) for x in xs]
+    assert [label for label, _ in said] == twin
+    assert [label for label, _ in said] == [
+        D.label(np.load(run_folder / "model.npy"), x, report["decision"]["cutoff_units"]) for x in xs
+    ]
+    flagged = [label == "spam" for label, _ in said]
+    sign = [D.label(np.load(run_folder / "model.npy"), x, 0) == "spam" for x in xs]  # what the bare sign would say
+    assert (sum(sign[:10]), sum(flagged[:10]) > sum(sign[:10]), sum(flagged[10:]) <= 1) == (0, True, True), (sign, said)
     r = run(home, "spam", "classify", "nope", str(folder / "msg.eml"), env=env)
     assert r.returncode == 2 and r.stderr.startswith("error: no trained spam run 'nope'")
     r = run(home, "spam", "classify", "../spam/cli", str(folder / "msg.eml"), env=env)  # a path, not a run id

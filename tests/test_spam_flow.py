@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import yaml
 
 from core.datasets.demo import mail
 from core.ledger.ledger import FAILED, PUBLISHED, RESERVED, Ledger
+from core.spam import decision as D
 from core.spam import features as F
 from core.spam.dp import ADJACENCY, DPParams
 from core.spam.dp import calibrate as dp_calibrate
@@ -55,7 +57,14 @@ def test_training_flow_end_to_end_and_private_classification(prefect_server, hom
     code, out, err = cli(capsys, "spam", "train", (spec(home / "data" / "mail")))
     assert code == 0, err
     folder = home / "spam" / "r1"
-    assert sorted(p.name for p in folder.iterdir()) == ["model.npy", "report.json", "report.md", "roc.png", "transcript.jsonl"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "model.npy",
+        "report.json",
+        "report.md",
+        "roc.png",
+        "transcript.jsonl",
+        "twin.npy",  # test mode: the plaintext twin's model
+    ]
     report = json.loads((folder / "report.json").read_text())
     assert {"auc_private", "auc_plain", "rounds", "seconds_per_round", "key_bits", "features"} <= set(report)
     assert report["rounds"] == 3 and len(report["seconds_per_round"]) == 3 and report["key_bits"] == 512
@@ -82,7 +91,17 @@ def test_training_flow_end_to_end_and_private_classification(prefect_server, hom
     shown = markdown(report, public=True)
     assert WITHHELD in shown and f"{report['auc_private']:.6f}" not in shown
     assert f"{report['auc_private']:.6f}" in (folder / "report.md").read_text()
-    # private classification: the client's label is the sign of the server's model on its message
+    # the cutoff chosen on the evaluation mail, with its figures beside the AUC; withheld publicly without dp:
+    chosen = report["decision"]
+    assert chosen["false_positives"] <= 0.01 * (chosen["false_positives"] + chosen["true_negatives"])
+    test_spam = sum(json.loads(line)["label"] == "spam" for line in Path(paths[3]).read_text().splitlines())
+    assert (chosen["true_positives"] + chosen["false_negatives"], chosen["false_positives"] + chosen["true_negatives"]) == (
+        test_spam,
+        48 - test_spam,
+    )
+    assert chosen["recall"] > 0.5 and chosen["at_sign"]["recall"] is not None
+    assert "| spam | " in (folder / "report.md").read_text() and "| spam | " not in shown
+    # private classification: the client's label is the server's model against its cutoff on the message
     w = np.load(folder / "model.npy")
     params = F.FeatureParams(modulus=100_000, reduction="hash", dimension=512)
     for i, message in enumerate(mail(6, 77)):
@@ -90,8 +109,9 @@ def test_training_flow_end_to_end_and_private_classification(prefect_server, hom
         path.write_text(message["text"])
         code, out, err = cli(capsys, "spam", "classify", "r1", str(path))
         assert code == 0, err
-        score = w[F.Reducer(params).apply(F.grams(message["text"], 100_000))].sum()
-        assert out.strip() == ("spam" if score > 0 else "ham")
+        x = F.Reducer(params).apply(F.grams(message["text"], 100_000))
+        assert out.strip() == D.label(w, x, chosen["cutoff_units"])
+        assert ("preparing run r1's classifier" in err) == (i == 0)  # once per model
     code, _, err = cli(capsys, "spam", "train", (spec(home / "data" / "mail")))
     assert code == 2 and "already exists" in err
     # a run whose folder fails part-way (here its ROC plot) leaves no run folder, and is settled failed
@@ -221,3 +241,43 @@ def test_a_party_killed_mid_round_leaves_and_below_the_threshold_the_run_fails(
     assert "nothing was trained or published" in err and not (home / "spam" / "r-setup").exists()
     entries = [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "r-setup"]
     assert [e.status for e in entries] == [RESERVED, FAILED]
+
+
+def table_widths(text: str) -> set[int]:
+    """The number of cells of each line of report.md's per-round table, splitting at unescaped ``|``."""
+    table = [line for line in text.splitlines() if line.startswith("| round") or line.startswith("| 1 ")]
+    return {len(re.split(r"(?<!\\)\|", line)) for line in table}
+
+
+def test_a_step_name_with_a_bar_stays_in_its_cell(monkeypatch):
+    report = {
+        "run_id": "r",
+        "test_messages": 4,
+        "learning_rate": 0.1,
+        "rounds": 1,
+        "mode": "batch",
+        "auc_private": 0.9,
+        "test_mode": False,
+        "users": [2, 2],
+        "floor": 1,
+        "key_bits": 512,
+        "features": {"reduction": "hash", "dimension": 8, "modulus": 100, "data_dependent": False},
+        "server_learns": "sums",
+        "threshold": 2,
+        "left": [],
+        "dp": None,
+        "per_round": [
+            {
+                "round": 1,
+                "seconds": 1.0,
+                "steps": {"encrypt | sum": 0.5, "decrypt": 0.25},
+                "messages": 3,
+                "ciphertexts": 4,
+                "bytes": 1e6,
+            }
+        ],
+    }
+    assert table_widths(markdown(report)) == {9}  # round, total, 2 steps, messages, ciphertexts, MB, and the two ends
+    assert "encrypt \\| sum" in markdown(report)
+    monkeypatch.setattr("core.spam.run_report.cell", str)  # weakened: the name as it is
+    assert table_widths(markdown(report)) == {9, 10}

@@ -81,7 +81,9 @@ class Account:
         }
 
 
-def account(entries: list[Entry], cap: Budget, cache_dir: Path | None = None) -> Account:
+def account(entries: list[Entry], cap: Budget, cache_dir: Path | None = None, tight: bool = True) -> Account:
+    """The dataset's account under ``cap``; ``tight=False`` leaves out the PLD figure (``pld_epsilon`` None),
+    a second of dp-accounting for each new history that what is left does not depend on."""
     charges = [e for e in entries if e.status == RESERVED and e.kind == "dp"]
     spends = [spend(e) for e in charges]
     f = Filter.of(cap)
@@ -89,15 +91,17 @@ def account(entries: list[Entry], cap: Budget, cache_dir: Path | None = None) ->
         float(sum((exact(s.budget.epsilon) for s in spends), Fraction(0))),
         float(sum((exact(s.budget.delta) for s in spends), Fraction(0))),
     )
-    tight = None
-    if spends:
-        tight = pld.cached_epsilon([e for s in spends for e in s.curve], cap.delta, cache_dir, pld.discretization(basic.epsilon))
+    pld_epsilon = None
+    if spends and tight:
+        pld_epsilon = pld.cached_epsilon(
+            [e for s in spends for e in s.curve], cap.delta, cache_dir, pld.discretization(basic.epsilon)
+        )
     over = bool(spends) and not f.check(spends).admitted
     return Account(
         f,
         basic,
         f.spent_epsilon(spends),
-        tight,
+        pld_epsilon,
         fits_more(f, spends, spends[-1]) if spends else None,
         charges[-1].mechanism if charges else None,
         over,
@@ -179,8 +183,9 @@ class Totals:
         }
 
 
-def totals(entries: list[Entry], cache_dir: Path | None = None) -> list[Totals]:
-    """Per dataset: its kind, cap, dp spend (basic composition), and release counts by status."""
+def totals(entries: list[Entry], cache_dir: Path | None = None, tight: bool = True) -> list[Totals]:
+    """Per dataset: its kind, cap, dp spend (basic composition), and release counts by status (``tight``:
+    as ``account``)."""
     out = []
     for dataset in sorted({e.dataset for e in entries}):
         mine = [e for e in entries if e.dataset == dataset]
@@ -210,7 +215,7 @@ def totals(entries: list[Entry], cache_dir: Path | None = None) -> list[Totals]:
                 states.count(FAILED),
                 states.count(RESERVED),
                 gdp_epsilon(history(dp)),
-                account(mine, caps[-1], cache_dir) if kind == "dp" and caps else None,
+                account(mine, caps[-1], cache_dir, tight) if kind == "dp" and caps else None,
             )
         )
     return out

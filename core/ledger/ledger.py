@@ -382,9 +382,10 @@ class Ledger:
             latest = rows(con, "WHERE release_id = ? ORDER BY seq DESC LIMIT 1", [release_id])
         return latest[0].status if latest else None
 
-    def totals(self) -> list[account.Totals]:
-        """Per dataset: its kind, cap, dp spend (basic composition), and release counts by status."""
-        return account.totals(self.entries(), self.home)
+    def totals(self, tight: bool = True) -> list[account.Totals]:
+        """Per dataset: its kind, cap, dp spend (basic composition), and release counts by status; ``tight``:
+        with the PLD figure (``account.account``)."""
+        return account.totals(self.entries(), self.home, tight)
 
     def verify(self, releases_root: Path | None = None) -> int:
         """Check the HMAC chain, that every anchor and every published manifest's entry is in it.

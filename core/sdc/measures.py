@@ -2,7 +2,7 @@
 
 Set work (frequencies of the key combination, l-diversity, IL1s, means, correlations) runs in
 DuckDB over the registered frames, so it does not copy them; the nearest-neighbour linkage (a
-KD-tree) and pMSE (a logistic regression) run in numpy and scikit-learn.
+KD-tree) and pMSE (a logistic regression) run in numpy and scipy.
 
 - k-anonymity: f_k, the number of records sharing record k's combination of key columns; the
   records in cells with f_k < 2 (sample uniques) and f_k < 3 violate 2- and 3-anonymity.
@@ -24,7 +24,7 @@ KD-tree) and pMSE (a logistic regression) run in numpy and scikit-learn.
 - IL1s (sdcMicro ``dUtility``; Mateo-Sanz, Sebé & Domingo-Ferrer 2004):
   (1/(p·n)) Σ_j Σ_i |x_ij − x'_ij| / (√2·S_j), S_j the original column's standard deviation.
 - pMSE (Woo et al. 2009; Snoke et al. 2018): a logistic regression of "is released" on the
-  columns (numeric ones with their squares and pairwise products) over the stacked tables;
+  columns (numeric ones with their squares and pairwise products) over the stacked tables (``core.sdc.logistic``);
   pMSE = mean (p̂_i − c)², c the released share. Snoke et al.'s null, a release drawn from the
   original's own distribution (as RA's and a swap's are made from the original), has expectation
   (k − 1)(1 − c)²c/N for k parameters and N stacked records; two independent samples of one
@@ -38,6 +38,9 @@ import math
 import duckdb
 import numpy as np
 import pandas as pd
+import scipy  # submodules load on first use: scipy.special only for weighted risk, scipy.spatial for linkage
+
+from core.sdc import logistic
 
 FREQUENCY_BANDS = ((1, 1), (2, 2), (3, 4), (5, 9), (10, None))  # cell-size bands of the risk charts
 MAX_LEVELS = 50  # a categorical column with more levels is left out of pMSE's model (and named)
@@ -51,13 +54,12 @@ def ident(name: str) -> str:
 
 def nb_risk(f: np.ndarray, F: np.ndarray) -> np.ndarray:
     """sdcMicro's individual risk r_k = E[1/F_k | f_k] = (p/f)·₂F₁(1, 1; f+1; q), and 1/f where F = f."""
-    from scipy.special import hyp2f1
-
     f, F = np.asarray(f, dtype=float), np.asarray(F, dtype=float)
     p = np.minimum(f / F, 1.0)
     out = 1.0 / f
     weighted = p < 1.0
-    out[weighted] = p[weighted] / f[weighted] * hyp2f1(1.0, 1.0, f[weighted] + 1.0, 1.0 - p[weighted])
+    if weighted.any():  # without weights (F = f) no ₂F₁, and no 0.3 s import of scipy.special
+        out[weighted] = p[weighted] / f[weighted] * scipy.special.hyp2f1(1.0, 1.0, f[weighted] + 1.0, 1.0 - p[weighted])
     return out
 
 
@@ -234,8 +236,6 @@ def mid_ranks(original: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 def linkage(original: pd.DataFrame, released: pd.DataFrame, columns: list[str]) -> dict:
     """Share of perturbed records whose nearest original record in rank space is their own."""
-    from scipy.spatial import cKDTree
-
     x, y = original[columns].to_numpy(float), released[columns].to_numpy(float)
     complete = ~(np.isnan(x).any(axis=1) | np.isnan(y).any(axis=1))
     x, y = x[complete], y[complete]
@@ -246,7 +246,7 @@ def linkage(original: pd.DataFrame, released: pd.DataFrame, columns: list[str]) 
         return {"perturbed_records": 0, "linkage_rate": None}
     o_m, r_m = o[moved], r[moved]
     own = np.linalg.norm(r_m - o_m, axis=1)
-    tree = cKDTree(o)
+    tree = scipy.spatial.cKDTree(o)
     nearest, _ = tree.query(r_m, k=1)
     tol = 1e-12
     linked = own <= nearest + tol
@@ -330,8 +330,6 @@ def design(frame: pd.DataFrame, columns: list[str], numeric: set[str]) -> tuple[
 
 def pmse(original: pd.DataFrame, released: pd.DataFrame, columns: list[str], numeric: set[str]) -> dict:
     """Propensity-score MSE of a main-effects logistic regression, its null expectation and their ratio."""
-    from sklearn.linear_model import LogisticRegression
-
     if not len(original) or not len(released):  # nothing to tell apart (a release that kept no row)
         return {"pmse": None, "null_expectation": None, "ratio": None, "parameters": 0, "left_out": [], "every": 1}
     step = max(1, math.ceil(max(len(original), len(released)) / MAX_PMSE_ROWS))
@@ -343,8 +341,7 @@ def pmse(original: pd.DataFrame, released: pd.DataFrame, columns: list[str], num
     big_n, c = len(label), len(released) / len(label)
     k = x.shape[1] + 1  # parameters, with the intercept
     if x.shape[1]:
-        model = LogisticRegression(C=1e6, solver="newton-cholesky", tol=1e-8).fit(x, label)  # unpenalized in effect
-        score = model.predict_proba(x)[:, 1]
+        score = logistic.propensities(x, label)  # unpenalized in effect
     else:
         score = np.full(big_n, c)
     value = float(np.mean((score - c) ** 2))

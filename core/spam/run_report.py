@@ -57,11 +57,41 @@ def roc(labels: np.ndarray, curves: dict[str, np.ndarray], path: Path) -> None:
     plt.close(fig)
 
 
+def cell(text: str) -> str:
+    """Text as one cell of a Markdown table: a ``|`` in it would start a new cell."""
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def decision_lines(report: dict) -> list[str]:
+    """The cutoff ``spam classify`` uses and its precision, recall and confusion matrix on the evaluation mail."""
+    d = report.get("decision")
+    if not d:
+        return ["Decision threshold: none recorded (a run trained before #42): `spam classify` compares at 0, the sign."]
+    sign = d["at_sign"]
+    return [
+        f"Decision threshold of `spam classify`: spam iff the score wᵀx exceeds **{d['cutoff']:.6g}**, the least "
+        f"cutoff at which at most {d['max_false_positive_rate']:.2%} of the evaluation mail's ham is called spam "
+        f"(`max_false_positive_rate`). On the evaluation mail (the mail it was chosen on, like the AUC): precision "
+        f"{share(d['precision'])}, recall {share(d['recall'])}, false-positive rate {share(d['false_positive_rate'])}; "
+        f"at the bare sign (score > 0) recall would be {share(sign['recall'])} and the false-positive rate "
+        f"{share(sign['false_positive_rate'])}. Computed from the model and the evaluation mail only (docs/SPAM.md).",
+        "",
+        "| evaluation mail | called spam | called ham |",
+        "|---|---|---|",
+        f"| spam | {d['true_positives']} | {d['false_negatives']} |",
+        f"| ham | {d['false_positives']} | {d['true_negatives']} |",
+    ]
+
+
 def markdown(report: dict, public: bool = False) -> str:
     """report.md (the run folder's, the operator's); ``public``: the version for Prefect's artifact, where
-    a model without dp: has its AUC withheld (``public_auc``)."""
+    a model without dp: has its AUC and decision figures withheld (``public_auc``)."""
     steps = sorted({s for r in report["per_round"] for s in r["steps"]})
-    head = "| round | total s | " + " | ".join(steps) + " | messages | ciphertexts | MB |"
+    head = "| round | total s | " + " | ".join(cell(s) for s in steps) + " | messages | ciphertexts | MB |"
     rows = [
         f"| {r['round']} | {r['seconds']:.2f} | "
         + " | ".join(f"{r['steps'].get(s, 0):.2f}" for s in steps)
@@ -86,6 +116,11 @@ def markdown(report: dict, public: bool = False) -> str:
                 )
             ),
             "",
+            *(
+                [f"Decision threshold and its confusion matrix: {WITHHELD}.", ""]
+                if public and not report.get("dp")
+                else [*decision_lines(report), ""]
+            ),
             f"{len(report['users'])} users holding {', '.join(map(str, report['users']))} messages (at least "
             f"{report['floor']} per user and round); {report['key_bits']}-bit "
             f"Paillier keys; features: {report['features']['reduction']} to {report['features']['dimension']} "

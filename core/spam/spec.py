@@ -48,6 +48,13 @@ class SpamSpec(StrictParams):
     block_size: int = Field(1000, ge=1, le=1_000_000, description="online mode: messages per user per round")
     dp: DPParams | None = Field(None, description="differential privacy of what the server decrypts (core.spam.dp)")
     threshold: int | None = Field(None, ge=2, description="least users a round needs to complete; default a majority")
+    max_false_positive_rate: float = Field(
+        0.01,
+        ge=0,
+        lt=1,
+        description="spam classify's cutoff: the least score at which at most this share of the evaluation mail's ham is "
+        "called spam (core.spam.decision)",
+    )
     timeout: float = Field(3600, gt=0, le=86_400, description="seconds a party may take to answer before it counts as left")
 
     @field_validator("threshold")
@@ -142,6 +149,9 @@ def check(source: str, home: Path, resolve: Resolver = resolve_source) -> Inputs
     test = mail_file(path, spec.test, root, resolve)
     distinct(users, test, spec.test)
     sizes = [len(mail.read_mail(p, name, root)[1]) for p, name in zip(users, spec.users)]
-    mail.read_mail(test, spec.test, root)
+    if len(set(mail.read_mail(test, spec.test, root)[1])) < 2:
+        raise SpecError(
+            f"the test file {spec.test!r} must hold both spam and ham: the AUC and spam classify's cutoff are measured on it."
+        )
     check_participation([len(block(n, spec.mode, spec.block_size, 0)) for n in sizes], floor(spec.features))
     return Inputs(spec, path, users, test, sizes, root)

@@ -25,7 +25,7 @@ from scipy.sparse import csr_matrix
 
 from core import noise
 from core.errors import QuorumLost, SpecError
-from core.spam import dp, floors, parties, run_report
+from core.spam import decision, dp, floors, parties, run_report
 from core.spam import features as F
 from core.spam.mail import read_mail
 from core.spam.protocol import Server, User, block, clamp_l1
@@ -330,12 +330,17 @@ class Training:
             "per_round": [asdict(r) for r in self.rounds],
             "transcript_sha256": hashlib.sha256(transcript.read_bytes()).hexdigest(),
         }
+        report["decision"] = decision.decide(model, self.test_x, self.test_y, self.spec.max_false_positive_rate)
         curves = {"private": private}
         if self.twins is not None:  # test mode: the pooled-plaintext comparisons
             curves["plaintext (test mode)"] = self.scores(self.twins.plain_w)
             report["auc_plain"] = auc(self.test_y, curves["plaintext (test mode)"])
             report["auc_plain_exact_sigmoid"] = auc(self.test_y, self.scores(self.twins.exact_w))
             report["max_weight_gap"] = float(np.abs(model - self.twins.plain_w).max())
+            report["decision_plain"] = decision.decide(
+                self.twins.plain_w, self.test_x, self.test_y, self.spec.max_false_positive_rate
+            )
+            np.save(folder / "twin.npy", self.twins.plain_w)  # the plaintext twin's model, for tests against it
         (folder / "report.json").write_text(json.dumps(report, indent=2))
         run_report.roc(self.test_y, curves, folder / "roc.png")
         (folder / "report.md").write_text(run_report.markdown(report))

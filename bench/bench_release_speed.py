@@ -1,0 +1,110 @@
+"""Wall time of two small releases from the command line, warm (issue #42): RA on UCI Adult and DPNE on
+MSNBC at Table 4's settings, each `privrelease release request.yaml` in a fresh process with no Prefect
+server configured, as an analyst types it (full output, with the budget line).
+
+The steward registers both once in a temporary home (Adult with schemas/policies/adult.policy.yaml, its
+k threshold lifted so that RA alone publishes; MSNBC per user, a cap of ε = 100 for the runs); one
+release of each warms the caches, then ``--runs`` timed releases of each alternate. Each run's report
+and charts are checked to be there. ``--checkout`` times another checkout's code (PYTHONPATH) in the same
+way, for a before/after on one machine; CPU seconds (user + system of the child) are given beside the
+wall time since other tenants may share the cores.
+
+Run: PRIVRELEASE_DATA=… .venv/bin/python bench/bench_release_speed.py [--runs 5] [--checkout /path]
+(results recorded by hand in bench/RESULTS.md)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_dpne import PARAMS, msnbc
+from bench_ra import adult
+
+REPO = Path(__file__).resolve().parent.parent
+RA_REQUEST = """dataset: adult
+mechanism:
+  name: ra
+  params:
+    qi: [workclass, education, marital-status, occupation, race, sex, native-country, age, relationship]
+    sensitive: Salary
+"""
+
+
+def setup(home: Path, env: dict) -> dict[str, Path]:
+    data = home / "data"
+    data.mkdir(parents=True)
+    adult().to_csv(data / "adult.csv", index=False)
+    duckdb.connect().from_df(msnbc()).write_parquet(str(data / "msnbc.parquet"))
+    policy = (REPO / "schemas" / "policies" / "adult.policy.yaml").read_text().replace("\n  k: 3\n", "\n  k: null\n")
+    (home / "adult.policy.yaml").write_text(policy)
+    exe = str(Path(sys.executable).parent / "privrelease")
+    for args in (
+        ["dataset", "add", "adult", "--source", "adult.csv", "--format", "csv", "--unit", "record", "--purpose", "sdc"],
+        ["dataset", "policy", "adult", "--policy", str(home / "adult.policy.yaml")],
+        ["dataset", "add", "msnbc", "--source", "msnbc.parquet", "--format", "parquet", "--unit", "user:user", "--purpose", "dp"],
+        ["ledger", "set-budget", "msnbc", "--epsilon", "100", "--delta", "1e-3"],
+    ):
+        subprocess.run([exe, *args], env=env, check=True, capture_output=True)
+    (home / "ra.yaml").write_text(RA_REQUEST)
+    params = ", ".join(f"{k}: {v}" for k, v in PARAMS.items() if k != "user_column")
+    (home / "dpne.yaml").write_text(f"dataset: msnbc\nmechanism: {{name: dpne, params: {{{params}}}}}\n")
+    return {"RA on Adult": home / "ra.yaml", "DPNE on MSNBC": home / "dpne.yaml"}
+
+
+def release(request: Path, env: dict) -> tuple[float, float]:
+    """One `privrelease release`: its wall and CPU seconds; checks its report and charts are complete."""
+    exe = str(Path(sys.executable).parent / "privrelease")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    done = subprocess.run([exe, "release", str(request)], env=env, check=True, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    folder = Path(next(line.split(" ", 1)[1] for line in done.stdout.splitlines() if line.startswith("folder ")))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    charts = [name for name in manifest["files"] if name.endswith(".png")]
+    report = (folder / "report.md").read_text()
+    assert charts and all((folder / c).stat().st_size > 1000 and c in report for c in charts), folder
+    assert "left epsilon" in done.stdout or "sdc" in done.stdout
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--checkout", default=str(REPO), help="the checkout whose code runs (PYTHONPATH)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+        env |= {"PRIVRELEASE_HOME": str(Path(tmp) / "home"), "PYTHONPATH": args.checkout}
+        requests = setup(Path(tmp) / "home", env)
+        for request in requests.values():
+            release(request, env)  # warm: page cache, bytecode, the ledger's first entries
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in requests}
+        load = os.getloadavg()[0]
+        for _ in range(args.runs):
+            for name, request in requests.items():
+                times[name].append(release(request, env))
+        print(f"checkout {args.checkout}; load average {load:.1f} before, {os.getloadavg()[0]:.1f} after")
+        print("| release | wall, median (min–max) | CPU s, median |")
+        print("|---|---|---|")
+        for name, runs in times.items():
+            walls, cpus = [w for w, _ in runs], [c for _, c in runs]
+            print(
+                f"| {name} | {statistics.median(walls):.2f} s ({min(walls):.2f}–{max(walls):.2f}) | {statistics.median(cpus):.2f} |"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""Charts drawn ahead: in a process forked at the start of a release, which imports matplotlib while the
+release runs. The PNGs are the bytes drawn in process; a failure is raised in the release's process; and
+the release's process never imports matplotlib (the half second it saves)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core.charts import Chart, ahead, render_chart
+from tests.conftest import REPO
+
+CHARTS = [
+    Chart(
+        "bars.png",
+        "counts",
+        ["a", "b", "c"],
+        {"released": [3.0, 1.0, 2.0], "true": [2.0, 1.0, 3.0]},
+        intervals=[(2, 4), (0, 2), (1, 3)],
+    ),
+    Chart("curve.png", "detection", [], {}, kind="curve", axes=("users", "p"), points={"w": ([1, 10, 100], [0.0, 0.5, 1.0])}),
+    Chart("scatter.png", "rank", [], {}, kind="scatter", points={"a": (np.arange(50), np.arange(50) ** 0.5)}),
+]
+
+
+def test_charts_drawn_ahead_are_the_charts_drawn_in_process(tmp_path: Path):
+    for chart in CHARTS:
+        render_chart(chart, tmp_path / f"here-{chart.filename}")
+    with ahead():
+        for chart in CHARTS:
+            render_chart(chart, tmp_path / f"ahead-{chart.filename}")
+    for chart in CHARTS:
+        assert (tmp_path / f"ahead-{chart.filename}").read_bytes() == (tmp_path / f"here-{chart.filename}").read_bytes()
+
+
+def test_a_chart_that_cannot_be_drawn_fails_the_release_process(tmp_path: Path):
+    broken = Chart("broken.png", "t", ["a", "b"], {"s": [1.0, 2.0, 3.0]})  # three bars for two labels
+    with pytest.raises(RuntimeError, match="drawing the chart 'broken.png' failed: ValueError"), ahead():
+        render_chart(broken, tmp_path / "broken.png")
+    render_chart(CHARTS[0], tmp_path / "after.png")  # the block is over: in process again
+    assert (tmp_path / "after.png").stat().st_size > 1000
+
+
+def test_the_release_process_never_imports_matplotlib():
+    code = (
+        "import sys, tempfile, pathlib\n"
+        "from tests.test_charts import CHARTS\n"
+        "from core.charts import ahead, render_chart\n"
+        "from contextlib import nullcontext\n"
+        "with (ahead() if sys.argv[1] == 'ahead' else nullcontext()), tempfile.TemporaryDirectory() as tmp:\n"
+        "    render_chart(CHARTS[0], pathlib.Path(tmp) / 'c.png')\n"
+        "    assert (pathlib.Path(tmp) / 'c.png').stat().st_size > 1000\n"
+        "print('matplotlib' in sys.modules)\n"
+    )
+    said = [
+        subprocess.run([sys.executable, "-c", code, way], cwd=REPO, capture_output=True, text=True, check=True)
+        for way in ("ahead", "here")
+    ]
+    assert [s.stdout.strip() for s in said] == ["False", "True"]  # drawn in process (the weakened way), it is imported
+
+
+def orphan(weakened: bool, folder: Path) -> int:
+    """A release process killed outright inside ``ahead()``; returns its drawing process's pid (read from a
+    file: a pipe would stay open as long as the drawing process holds it)."""
+    code = (
+        "import os, signal, sys, types, multiprocessing\n"
+        "from core import charts\n"
+        "if sys.argv[1] == 'weakened':  # the drawing process keeps its copy of the release's end of the pipe\n"
+        "    serve = charts._serve\n"
+        "    charts._serve = lambda conn, theirs: serve(conn, types.SimpleNamespace(close=lambda: None))\n"
+        "with charts.ahead():\n"
+        "    print(multiprocessing.active_children()[0].pid, flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    argv = [sys.executable, "-c", code, "weakened" if weakened else "sound"]
+    out = folder / f"pid-{weakened}"
+    with out.open("w") as fh:
+        done = subprocess.run(argv, cwd=REPO, stdout=fh, stderr=subprocess.DEVNULL, timeout=120)
+    assert done.returncode == -9
+    return int(out.read_text().split()[0])
+
+
+def alive(pid: int, seconds: float = 30.0) -> bool:
+    """Whether the process is still there after ``seconds`` (polled: it may take a moment to end)."""
+    import os
+    import time
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def test_the_drawing_process_ends_with_a_killed_release(tmp_path: Path):
+    import os
+    import signal
+
+    assert not alive(orphan(False, tmp_path))
+    stuck = orphan(True, tmp_path)
+    try:
+        assert alive(stuck, seconds=3)  # waiting forever on a pipe it holds open itself
+    finally:
+        os.kill(stuck, signal.SIGKILL)
