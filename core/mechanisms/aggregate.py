@@ -29,13 +29,13 @@ from core.errors import InternalError, ParameterError
 from core.mechanisms import aggregate_budget as budget
 from core.mechanisms import aggregate_query as query
 from core.mechanisms import aggregate_report as show
-from core.mechanisms.aggregate_params import Params
+from core.mechanisms.aggregate_params import Measure, Params
 from core.mechanisms.base import DPCost, Plan, Result
 from core.privacy import draws, events
 from core.privacy.adjacency import AddRemoveUser, ReplaceRecord
 from core.tables.schema import Needs
 
-__all__ = ["NAME", "Params", "needs", "plan", "run", "check"]
+__all__ = ["NAME", "Measure", "Params", "needs", "plan", "run", "check"]
 
 NAME = "aggregate"
 UNIT_PARAM = "user_column"  # the registered user column; None under the record unit (UNIT_OPTIONAL)
@@ -110,7 +110,7 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
     noisy: dict = {}
     counts = acc.counts
     if params.selects:
-        y = draws.values(rng, leaf[counts.vector.part], _units(counts, stats["n"]), counts.unit)
+        y = draws.values(rng, leaf[counts.vector.part], _units(counts, stats["__n"]), counts.unit)
         keep = y >= acc.threshold * counts.unit
         stats, hists = stats[keep].reset_index(drop=True), {i: h[keep] for i, h in hists.items()}
         noisy[("counts", None)] = y[keep]
@@ -124,7 +124,7 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
         v = n.vector
         if (v.kind, v.measure) in noisy:
             continue
-        true = stats["n"] if v.kind == "counts" else hists[v.measure] if v.kind == "histogram" else stats[f"v{v.measure}"]
+        true = stats["__n"] if v.kind == "counts" else hists[v.measure] if v.kind == "histogram" else stats[f"__v{v.measure}"]
         noisy[(v.kind, v.measure)] = draws.values(rng, leaf[v.part], _units(n, true), n.unit)
     table = show.estimates(params, acc, keys, noisy)
     privacy = {"keys": len(table), "cells": show.cells(params, acc), "selected": params.selects}
