@@ -52,7 +52,7 @@ EXAMPLES: dict[str, tuple] = {  # name -> (table or None, parameters as a reques
                                           "T": 2, "delta0": 10, "tokenizer": "words"}),
     "outliers": (lambda: planted(120), {"query": "count", "columns": ["a", "b"], "k": 3, "r": 0.5, "epsilon": 1.0,
                                         "delta": 1e-4, "standardize": False, "rows": 120}),
-    "aggregate": (_census, {"group_by": ["a", "b"], "measures": [{"op": "count"}, {"op": "count_distinct", "column": "c"}],
+    "aggregate": (lambda: _census().assign(x=np.random.default_rng(2).normal(0.5, 0.3, 200)), {"group_by": ["a", "b"], "measures": [{"op": "count"}, {"op": "count_distinct", "column": "c"}],
                             "epsilon": 1.0, "delta": 1e-6}),
     "sdc": (_census, {"steps": [{"method": "recode", "columns": ["a"]}, {"method": "ra", "qi": QI, "sensitive": "s"},
                                 {"method": "suppress", "k": 3}],
