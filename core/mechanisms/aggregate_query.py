@@ -56,8 +56,8 @@ def _on_grid(column: str, low: float, high: float, unit: float, centre: float = 
 
 
 def exact(frame: pd.DataFrame, params: Params, acc: Accounting, key: int) -> tuple[pd.DataFrame, dict[int, np.ndarray]]:
-    """Per present key: the key columns, ``n`` (rows), and per vector its true values in grid units
-    (``v<i>`` for measure i's vector); and per quantile measure the (keys x B) histogram. Rows whose key
+    """Per present key: the key columns, ``__n`` (rows), and per vector its true values in grid units
+    (``__v<i>`` for measure i's vector); and per quantile measure the (keys x B) histogram. Rows whose key
     lies outside a declared domain are left out (they belong to no released key)."""
     if params.domains:
         held = np.ones(len(frame), dtype=bool)
@@ -67,18 +67,18 @@ def exact(frame: pd.DataFrame, params: Params, acc: Accounting, key: int) -> tup
         if not held.all():
             frame = frame[held]
     keys = ", ".join(quote_ident(c) for c in params.group_by)
-    select = [keys, "count(*) AS n"]
+    select = [keys, "count(*) AS __n"]
     for n in acc.noised:
         v, i = n.vector, n.vector.measure
         if v.kind in ("counts", "histogram"):
             continue
         m = params.measures[i]
         if v.kind == "distinct":
-            select.append(f"count(DISTINCT {quote_ident(m.column)}) AS v{i}")
+            select.append(f"count(DISTINCT {quote_ident(m.column)}) AS __v{i}")
         else:
             low, high = m.bounds
             centre = (low + high) / 2 if v.kind == "centred" else 0.0
-            select.append(f"CAST(sum({_on_grid(m.column, low, high, n.unit, centre)}) AS BIGINT) AS v{i}")
+            select.append(f"CAST(sum({_on_grid(m.column, low, high, n.unit, centre)}) AS BIGINT) AS __v{i}")
     con = scratch()
     try:
         con.register("input_rows", frame[params.columns])
@@ -99,9 +99,9 @@ def _histogram(con, params: Params, i: int, stats: pd.DataFrame) -> np.ndarray:
     x = f"CAST({quote_ident(m.column)} AS DOUBLE)"
     b = f"CAST(greatest(least(floor(({x} - {low!r}) / {(high - low) / m.bins!r}), {m.bins - 1}), 0) AS BIGINT)"
     keys = ", ".join(quote_ident(c) for c in params.group_by)
-    counts = con.execute(f"SELECT {keys}, {b} AS bin, count(*) AS h FROM {BOUNDED} GROUP BY ALL").df()
+    counts = con.execute(f"SELECT {keys}, {b} AS __bin, count(*) AS __h FROM {BOUNDED} GROUP BY ALL").df()
     index = pd.MultiIndex.from_frame(stats[params.group_by])
     rows = index.get_indexer(pd.MultiIndex.from_frame(counts[params.group_by]))
     out = np.zeros((len(stats), m.bins), dtype=np.int64)
-    np.add.at(out, (rows, counts["bin"].to_numpy()), counts["h"].to_numpy(np.int64))
+    np.add.at(out, (rows, counts["__bin"].to_numpy()), counts["__h"].to_numpy(np.int64))
     return out
