@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
 
 CASES = {
@@ -86,7 +87,7 @@ def tumult_run(case: dict, path: str) -> dict:
     if _SPARK is None:
         os.environ["PYSPARK_PYTHON"] = sys.executable  # Spark's workers run this venv's interpreter
         _SPARK = (SparkSession.builder.master("local[2]").config("spark.driver.memory", "8g")
-                  .config("spark.ui.showConsoleProgress", "false")
+                  .config("spark.ui.showConsoleProgress", "false").config("spark.sql.warehouse.dir", tempfile.mkdtemp())
                   .config("spark.sql.shuffle.partitions", "8").config("spark.ui.enabled", "false").getOrCreate())  # fmt: skip
         _SPARK.sparkContext.setLogLevel("ERROR")
     by, measures = case["by"], case["measures"]
