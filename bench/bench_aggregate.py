@@ -110,9 +110,16 @@ def params(frame: pd.DataFrame, case: dict, user: str | None) -> dict:
             **({"user_column": user} if user else {}), "domains": domains}  # fmt: skip
 
 
-def ours(frame: pd.DataFrame, case: dict, user: str | None, reps: int) -> tuple[dict, dict, float]:
+# privrelease's record unit is replace-one-record; the peers' default is add/remove one row, which privrelease
+# gives as the user unit over a row id (at most 1 key and 1 row per "user"): compared here too, with Laplace
+VARIANTS = {"adult": [("laplace, add/remove one record (unit user:rid)", {"noise": "laplace"}, "rid")]}
+
+
+def ours(frame: pd.DataFrame, case: dict, user: str | None, reps: int, extra: dict | None = None) -> tuple[dict, dict, float]:
     """Per output: |errors| over reps and cells; per output: coverage; one run's seconds (in process)."""
-    p = agg.Params.model_validate(params(frame, case, user))
+    if user == "rid":
+        frame = frame.assign(rid=np.arange(len(frame)))
+    p = agg.Params.model_validate({**params(frame, case, user), **(extra or {})})
     t = truth(frame, case)
     errors: dict[str, list] = {}
     covered: dict[str, list] = {}
@@ -196,6 +203,10 @@ def main() -> None:
                 continue
         errors, coverage, seconds = ours(frame, case, "person" if name == "payroll" else None, args.reps)
         t = truth(frame, case)
+        for label, extra, user in VARIANTS.get(name, []):
+            e, c, _ = ours(frame, case, user, args.reps, extra)
+            results[f"{name}: privrelease {label}"] = {"errors": {k: float(np.median(v)) for k, v in e.items()}, "coverage": c}
+            print(json.dumps({label: results[f"{name}: privrelease {label}"]}), flush=True)
         found = peers(args.peers_python, name, path, args.peer_reps, folder)
         row = {
             "privrelease": {k: float(np.median(v)) for k, v in errors.items()},
