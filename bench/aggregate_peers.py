@@ -2,7 +2,7 @@
 (its Polars context) and Tumult Analytics 0.21, on the same Parquet files.
 
 Runs in its own venv (bench/requirements-peers.txt: tmlt.analytics pins pandas 1.5 / numpy 1.26, which
-the product's lock does not allow): ``/work/peers-venv/bin/python bench/aggregate_peers.py CASE FILE REPS OUT``.
+the product's lock does not allow): ``.peers-venv/bin/python bench/aggregate_peers.py CASE FILE REPS OUT [LIBS]``.
 It writes JSON: per library, each repetition's estimates per key and cell, and the wall time of one
 whole query (from reading the file to the collected result).
 """
@@ -121,9 +121,10 @@ def tumult_run(case: dict, path: str) -> dict:
 
 def main() -> None:
     name, path, reps, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    libs = sys.argv[5].split(",") if len(sys.argv) > 5 else ["opendp", "tumult"]
     case = CASES[name]
     found = {}
-    for lib, fn in (("opendp", opendp_run), ("tumult", tumult_run)):
+    for lib, fn in ((lib, {"opendp": opendp_run, "tumult": tumult_run}[lib]) for lib in libs):
         runs, times = [], []
         for _ in range(reps):
             start = time.perf_counter()

@@ -136,10 +136,10 @@ def ours(frame: pd.DataFrame, case: dict, user: str | None, reps: int, extra: di
     return errors, {k: float(np.mean(v)) for k, v in covered.items()}, float(np.median(seconds))
 
 
-def peers(python: str, name: str, path: Path, reps: int, folder: Path) -> dict:
+def peers(python: str, name: str, path: Path, reps: int, folder: Path, libs: str) -> dict:
     out = folder / f"peers_{name}.json"
     env = {**os.environ, "PYTHONPATH": os.environ.get("PEERS_PYTHONPATH", "")}
-    subprocess.run([python, str(ROOT / "bench" / "aggregate_peers.py"), name, str(path), str(reps), str(out)], check=True,
+    subprocess.run([python, str(ROOT / "bench" / "aggregate_peers.py"), name, str(path), str(reps), str(out), libs], check=True,
                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     return json.loads(out.read_text())
 
@@ -187,6 +187,7 @@ def main() -> None:
     ap.add_argument("--peer-reps", type=int, default=3, help="repetitions per peer and case")
     ap.add_argument("--peers-python", default=str(ROOT / ".peers-venv" / "bin" / "python"))
     ap.add_argument("--cases", default="adult,payroll")
+    ap.add_argument("--peer-libs", default="opendp,tumult")
     ap.add_argument("--cli-only", action="store_true", help="only time privrelease's CLI release of payroll")
     args = ap.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench-aggregate-"))
@@ -207,7 +208,7 @@ def main() -> None:
             e, c, _ = ours(frame, case, user, args.reps, extra)
             results[f"{name}: privrelease {label}"] = {"errors": {k: float(np.median(v)) for k, v in e.items()}, "coverage": c}
             print(json.dumps({label: results[f"{name}: privrelease {label}"]}), flush=True)
-        found = peers(args.peers_python, name, path, args.peer_reps, folder)
+        found = peers(args.peers_python, name, path, args.peer_reps, folder, args.peer_libs)
         row = {
             "privrelease": {k: float(np.median(v)) for k, v in errors.items()},
             "coverage": coverage,
