@@ -5,7 +5,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test audit lint docs serve serve-pg bench clean
+.PHONY: demo test audit lint docs serve serve-pg bench bench-aggregate peers-venv clean
 
 $(STAMP): pyproject.toml requirements.lock.txt
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -41,7 +41,7 @@ test: $(STAMP)
 
 audit: $(STAMP)  # the statistical privacy auditor's long run (10-30 min); its table goes in docs/PRIVACY-AUDIT.md
 	rm -f audit-results.md
-	PRIVRELEASE_AUDIT=1 PRIVRELEASE_AUDIT_REPORT=$(CURDIR)/audit-results.md $(VENV)/bin/python -m pytest tests/test_audit.py tests/test_audit_outliers.py tests/test_audit_spam.py tests/test_audit_sdc.py -q
+	PRIVRELEASE_AUDIT=1 PRIVRELEASE_AUDIT_REPORT=$(CURDIR)/audit-results.md $(VENV)/bin/python -m pytest tests/test_audit.py tests/test_audit_outliers.py tests/test_audit_spam.py tests/test_audit_sdc.py tests/test_audit_aggregate.py -q
 	@echo "results: audit-results.md"
 
 lint: $(STAMP)
@@ -58,3 +58,11 @@ bench: $(STAMP)  # every benchmark; each needs PRIVRELEASE_DATA for the public d
 
 clean:
 	rm -rf $(VENV)
+
+PEERS_VENV ?= .peers-venv
+peers-venv:  # OpenDP and Tumult Analytics for bench/bench_aggregate.py, in their own venv (never .venv)
+	test -x $(PEERS_VENV)/bin/python || $(PY) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install -q --disable-pip-version-check -r bench/requirements-peers.txt
+
+bench-aggregate: $(STAMP) peers-venv  # about 30 min on 2 cores; results go in bench/RESULTS.md by hand
+	PYTHONPATH=$(CURDIR) $(VENV)/bin/python bench/bench_aggregate.py --peers-python $(PEERS_VENV)/bin/python

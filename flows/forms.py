@@ -20,7 +20,7 @@ from core import paths, settings
 from core.datasets.registry import Registry
 from core.errors import SpecError
 from core.ids import ID_PATTERN
-from core.mechanisms import dpne, outliers, outliers_scale, ra, swapping
+from core.mechanisms import aggregate, dpne, outliers, outliers_scale, ra, swapping
 from core.mechanisms.base import StrictParams
 from flows.release import run_request
 
@@ -363,3 +363,43 @@ def outlier_top_release(
         noise=noise,
     )
     return run_request(release_id, dataset, "outliers", params, preview)
+
+
+class ColumnQuantiles(ColumnRange):
+    """One column's quantiles within its public range."""
+
+    q: Annotated[list[Annotated[float, Field(gt=0, lt=1)]], Field(min_length=1)] = Field(description="levels, each in (0, 1)")
+    bins: bounded(aggregate.Measure, "bins") = 64
+
+
+@flow(name="release-aggregate", persist_result=False)
+@form(aggregate.Params, count="release the count per key", distinct="columns whose distinct values are counted per key",
+      sums="columns summed per key, each clipped to its public range", means="columns averaged per key, clipped likewise",
+      quantiles="columns whose quantiles are released per key, within their public range")  # fmt: skip
+def aggregate_release(
+    dataset: Dataset = "adult",
+    group_by: bounded(aggregate.Params, "group_by") = ["education", "sex"],  # noqa: B006
+    count: bool = True,
+    distinct: list[Annotated[str, Field(min_length=1)]] = [],  # noqa: B006
+    sums: list[ColumnRange] = [],  # noqa: B006
+    means: list[ColumnRange] = [ColumnRange(column="hours_per_week", low=0, high=100)],  # noqa: B006
+    quantiles: list[ColumnQuantiles] = [],  # noqa: B006
+    epsilon: bounded(aggregate.Params, "epsilon") = 1.0,
+    rho: bounded(aggregate.Params, "rho") = None,
+    delta: bounded(aggregate.Params, "delta") = 1e-6,
+    noise: Literal["gaussian", "laplace"] = "gaussian",
+    max_groups: bounded(aggregate.Params, "max_groups") = 1,
+    max_rows: bounded(aggregate.Params, "max_rows") = 1,
+    release_id: ReleaseId = "",
+    preview: bool = False,
+) -> dict:
+    """Release counts, sums, means and quantiles by group from a registered dp dataset (aggregate)."""
+    measures = [{"op": "count"}] if count else []
+    measures += [{"op": "count_distinct", "column": c} for c in distinct]
+    measures += [
+        {"op": op, "column": r.column, "bounds": [r.low, r.high]} for op, rs in (("sum", sums), ("mean", means)) for r in rs
+    ]
+    measures += [{"op": "quantile", "column": r.column, "bounds": [r.low, r.high], "q": r.q, "bins": r.bins} for r in quantiles]
+    params = {"group_by": group_by, "measures": measures, "epsilon": None if rho else epsilon, "rho": rho, "delta": delta,
+              "noise": noise, "max_groups": max_groups, "max_rows": max_rows}  # fmt: skip
+    return run_request(release_id, dataset, "aggregate", params, preview)

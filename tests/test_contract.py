@@ -52,6 +52,8 @@ EXAMPLES: dict[str, tuple] = {  # name -> (table or None, parameters as a reques
                                           "T": 2, "delta0": 10, "tokenizer": "words"}),
     "outliers": (lambda: planted(120), {"query": "count", "columns": ["a", "b"], "k": 3, "r": 0.5, "epsilon": 1.0,
                                         "delta": 1e-4, "standardize": False, "rows": 120}),
+    "aggregate": (lambda: _census().assign(x=np.random.default_rng(2).normal(0.5, 0.3, 200)), {"group_by": ["a", "b"], "measures": [{"op": "count"}, {"op": "count_distinct", "column": "c"}],
+                            "epsilon": 1.0, "delta": 1e-6}),
     "sdc": (_census, {"steps": [{"method": "recode", "columns": ["a"]}, {"method": "ra", "qi": QI, "sensitive": "s"},
                                 {"method": "suppress", "k": 3}],
                       "policy": {"keys": {"categorical": QI}, "sensitive": ["s"],
@@ -64,6 +66,15 @@ _COUNT = EXAMPLES["outliers"][1]
 _TOP = {**_COUNT, "query": "top_subspaces", "columns": None, "c": 1, "h": 2, "epsilon": 2.0, "rows": 300}
 _BOUNDS = {"bounds": {"a": [-3, 3], "b": [-3, 3]}}
 _SPAM = EXAMPLES["spam-filter-training"][1]
+_AGG = {
+    **EXAMPLES["aggregate"][1],
+    "measures": [
+        {"op": "count"},
+        {"op": "sum", "column": "x", "bounds": [-5, 10]},
+        {"op": "mean", "column": "x", "bounds": [0, 1], "share": 2},
+        {"op": "quantile", "column": "x", "bounds": [0, 1], "q": [0.25, 0.5], "bins": 16},
+    ],
+}
 DP_REQUESTS: dict[str, list[dict]] = {  # name -> more requests (as a request binds them) beside its example
     "dpne": [{**EXAMPLES["dpne"][1], "epsilon": 0.3, "delta": 1e-8, "T": 3}],
     "outliers": [
@@ -75,6 +86,11 @@ DP_REQUESTS: dict[str, list[dict]] = {  # name -> more requests (as a request bi
         _TOP, {**_TOP, "c": 8, "rows": 10**6}, {**_TOP, "release_counts": False, "delta": 0.0},  # auto: global, smooth
         {**_TOP, "standardize": {**_BOUNDS, "share": 0.2}, "h": 1},
     ],
+    "aggregate": [{**_AGG, "noise": "laplace"}, {**_AGG, "rho": 0.3, "epsilon": None},
+                  {**_AGG, "rho": 0.3, "epsilon": None, "noise": "laplace"},
+                  {**_AGG, "user_column": "s", "max_groups": 3, "max_rows": 2, "epsilon": 0.1, "delta": 1e-9},
+                  {**_AGG, "domains": {"a": ["a0", "a1", "a2", "a3"], "b": ["b0", "b1", "b2", "b3"]}, "noise": "laplace",
+                   "delta": 0.0}],
     "spam-filter-training": [{**_SPAM, "dp": {"epsilon": 1.0, "delta": 1e-6}},
                              {**_SPAM, "rounds": 40, "dp": {"epsilon": 8.0, "delta": 1e-5, "colluders": 0}}],
 }  # fmt: skip
@@ -215,7 +231,7 @@ def test_events_beyond_their_charge_are_flagged():
 
 
 def test_the_registries_cover_what_requests_and_flows_run():
-    assert set(REGISTRY) == {"ra", "dpne", "outliers", "mews", "meds", "eds", "sdc"}
+    assert set(REGISTRY) == {"ra", "dpne", "outliers", "aggregate", "mews", "meds", "eds", "sdc"}
     assert set(MECHANISMS) == set(REGISTRY) | {"spam-filter-training"}
     assert all(isinstance(m, TableMechanism) for m in REGISTRY.values())
     assert not isinstance(MECHANISMS["spam-filter-training"], TableMechanism)  # its run is its flow's protocol

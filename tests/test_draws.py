@@ -41,7 +41,7 @@ def cases() -> list[tuple[str, dict]]:
     """The DP table mechanisms' requests whose plan states what their noise turns on (N, the columns of a
     private standardization), on tables small enough to run here."""
     out = []
-    for name in ("dpne", "outliers"):
+    for name in ("dpne", "outliers", "aggregate"):
         for raw in [EXAMPLES[name][1], *DP_REQUESTS.get(name, [])]:
             private = isinstance(raw.get("standardize"), dict) and "bounds" in raw["standardize"]
             if name == "outliers" and (
@@ -124,7 +124,7 @@ def test_the_cases_cover_every_kind_of_leaf_drawn():
         m = MECHANISMS[name]
         kinds |= {type(leaf) for leaf, _ in ev.leaves(m.plan(m.Params.model_validate(raw)).cost.event)}
     assert {ev.DiscreteGaussian, ev.DiscreteLaplace, ev.PermuteAndFlip} <= kinds
-    assert {name for name, _ in cases()} == {"dpne", "outliers"}  # every DP table mechanism
+    assert {name for name, _ in cases()} == {"dpne", "outliers", "aggregate"}  # every DP table mechanism
 
 
 def test_a_draw_that_leaves_its_plan_is_caught(monkeypatch, test_mode):

@@ -14,7 +14,7 @@ import pytest
 from prefect.utilities.callables import parameter_schema
 from prefect.utilities.schema_tools import ValidationError, validate
 
-from core.mechanisms import dpne, outliers, ra, swapping
+from core.mechanisms import aggregate, dpne, outliers, ra, swapping
 from flows import forms
 from gate.policy import RELEASE_FORMS
 
@@ -26,6 +26,7 @@ FORMS = {
     "dpne": (forms.dpne_release, dpne.Params),
     "outlier-count": (forms.outlier_count_release, outliers.Params),
     "outlier-top-subspaces": (forms.outlier_top_release, outliers.Params),
+    "aggregate": (forms.aggregate_release, aggregate.Params),
 }
 BOUNDS = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", "minLength", "maxLength", "pattern",
           "minItems", "maxItems", "enum"}  # fmt: skip
@@ -84,6 +85,9 @@ REFUSED = {
                       ("scale_share", 1), ("columns", [])],
     "outlier-top-subspaces": [("epsilon", -1), ("delta", -0.1), ("delta", 1), ("c", 0), ("h", 0), ("k", 0),
                               ("r", -1), ("count_share", 0), ("count_share", 1), ("scale_share", -0.1)],
+    "aggregate": [("epsilon", 0), ("epsilon", 51), ("rho", 0), ("delta", 1), ("max_groups", 0), ("max_rows", 0),
+                  ("group_by", []), ("quantiles", [{"column": "a", "low": 0, "high": 1, "q": [1.5]}]),
+                  ("quantiles", [{"column": "a", "low": 0, "high": 1, "q": [0.5], "bins": 1}])],
 }  # fmt: skip
 
 

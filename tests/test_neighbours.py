@@ -36,6 +36,7 @@ from core.sdc import report as sdc_report
 from core.sdc.report import SECTION
 from flows.artifacts import data_uri, readable
 from tests.helpers import open_policy, register
+from tests.test_aggregate import payroll
 from tests.test_dpne import phrase_corpus
 from tests.test_outliers import planted
 from tests.test_swapping import binormal
@@ -56,7 +57,19 @@ def _neighbours_records() -> tuple[pd.DataFrame, pd.DataFrame]:
     return d, d_prime
 
 
+def _neighbours_payroll() -> tuple[pd.DataFrame, pd.DataFrame]:
+    d = payroll(600, 80, seed=4)
+    loud = pd.DataFrame({"user": 9999, "g": ["a", "b", "c"] * 4, "h": [1, 2] * 6, "item": 0, "x": 1e6})  # in every key
+    return pd.concat([d, loud], ignore_index=True), d
+
+
 CASES = {
+    "aggregate": (_neighbours_payroll, "user:user",
+                  {"name": "aggregate", "params": {"group_by": ["g", "h"], "max_groups": 6, "max_rows": 2,
+                                                   "epsilon": 1.0, "delta": 1e-6, "measures": [
+                                                       {"op": "count"}, {"op": "mean", "column": "x", "bounds": [0, 50]},
+                                                       {"op": "quantile", "column": "x", "bounds": [0, 60], "q": [0.5]}]}},
+                  [("keys",), ("privacy", "keys")]),
     "dpne": (_neighbours_posts, "user:user",
              {"name": "dpne", "params": {"text_column": "text", "epsilon": 2.0, "delta": 1e-6, "T": 3, "delta0": 10,
                                          "tokenizer": "words", "publish_weights": True}},
@@ -206,7 +219,7 @@ def test_only_dp_outputs_differ_between_neighbours(prefect_server, test_mode, tm
         for entry in run["ledger"]:
             for key in ("ts", "hash", "prev_hash", "flow_run_id"):
                 entry.pop(key)
-            for key in ("counts_by_length", "rho", "valid_candidates"):
+            for key in ("counts_by_length", "rho", "valid_candidates", "keys"):
                 entry["detail"].pop(key, None)
         run["prefect"]["artifacts"] = [list(a) for a in run["prefect"]["artifacts"]]
     a, b = runs

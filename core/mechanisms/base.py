@@ -13,7 +13,7 @@ params)`` (output invariants).
 
 What a mechanism may declare besides, each with its default, is ``Declared``, and ``declared(m)``
 reads it, the one way anything does: the parameters the registry fills from the dataset's
-registration, never from a request (``UNIT_PARAM``, ``ROWS_PARAM``, ``POLICY_PARAM``), whether
+registration, never from a request (``UNIT_PARAM``, ``ROWS_PARAM``, ``POLICY_PARAM``, ``DOMAINS_PARAM``), whether
 its Dask workers read the stored snapshot themselves, and its views before a release (its expected
 ``accuracy`` with the lines and charts that show it, its ``warnings`` and ``notes``), as
 diffprivlib's mechanisms carry their bias and variance. The preview asks for them by these names
@@ -119,6 +119,8 @@ class Declared:
     UNIT_PARAM: str | None = None  # the parameter filled with the registered unit's column (its privacy unit)
     ROWS_PARAM: str | None = None  # the parameter filled with the registered, public number of records
     POLICY_PARAM: str | None = None  # the parameter filled with the dataset's disclosure policy
+    DOMAINS_PARAM: str | None = None  # the parameter filled with the key domains declared at registration
+    UNIT_OPTIONAL: bool = False  # UNIT_PARAM is left None under the record unit (else such a dataset is refused)
     READS_SNAPSHOT_ON_WORKERS: bool = False  # on Dask, its workers read the stored snapshot (checked before the charge)
     accuracy: Callable[[StrictParams, Plan, tuple[str, ...]], dict | None] = _none  # each DP output's noise and interval
     accuracy_lines: Callable[[dict], list[str]] = _empty  # those figures in markdown
@@ -129,7 +131,7 @@ class Declared:
     @property
     def filled(self) -> tuple[str, ...]:
         """The parameters the registry fills in, which a request never gives."""
-        return tuple(p for p in (self.UNIT_PARAM, self.ROWS_PARAM, self.POLICY_PARAM) if p)
+        return tuple(p for p in (self.UNIT_PARAM, self.ROWS_PARAM, self.POLICY_PARAM, self.DOMAINS_PARAM) if p)
 
 
 def declared(m: object) -> Declared:

@@ -115,7 +115,7 @@ def bind(request: ReleaseRequest, dataset: Dataset) -> Release:
     declared = mechanisms.declared(module)
     unit, rows, policy = declared.UNIT_PARAM, declared.ROWS_PARAM, declared.POLICY_PARAM
     if unit is not None:
-        if dataset.unit.column is None:
+        if dataset.unit.column is None and not declared.UNIT_OPTIONAL:
             raise SpecError(
                 f"mechanism {request.mechanism.name!r} protects users, but dataset {dataset.id!r} is "
                 "registered with unit 'record'; it needs a dataset registered with --unit user:COLUMN."
@@ -130,6 +130,8 @@ def bind(request: ReleaseRequest, dataset: Dataset) -> Release:
         params[rows] = dataset.rows
     if policy is not None and dataset.policy is not None:
         params[policy] = dataset.policy
+    if declared.DOMAINS_PARAM is not None:
+        params[declared.DOMAINS_PARAM] = dataset.schema.domains()
     try:
         checked = module.Params.model_validate(params)
     except ValidationError as exc:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from core.errors import SpecError
 
@@ -22,6 +22,29 @@ class Column(BaseModel):
 
     type: Literal["integer", "float", "string", "boolean", "date", "timestamp"]
     nullable: bool = False
+    domain: list[str | int | bool] | None = Field(
+        None, min_length=1, description="the column's public values, declared by the steward (aggregate releases every key)"
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_empty_domain(self, handler):  # a column without a domain dumps as it did before domains
+        out = handler(self)
+        if out.get("domain") is None:
+            out.pop("domain", None)
+        return out
+
+    @model_validator(mode="after")
+    def _domain(self) -> Column:
+        kinds = {"integer": int, "string": str, "boolean": bool}
+        if self.domain is not None:
+            kind = kinds.get(self.type)
+            if kind is None or any(type(v) is not kind for v in self.domain):
+                raise ValueError(
+                    f"a domain lists values of an integer, string or boolean column, all of its type; got {self.domain!r}"
+                )
+            if len(set(self.domain)) != len(self.domain):
+                raise ValueError("a domain lists a value twice")
+        return self
 
 
 class Schema(BaseModel):
@@ -30,6 +53,10 @@ class Schema(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     columns: dict[str, Column] = Field(min_length=1)
+
+    def domains(self) -> dict[str, list]:
+        """The public domains the steward declared, by column."""
+        return {n: list(c.domain) for n, c in self.columns.items() if c.domain is not None}
 
     def numeric(self, name: str) -> bool:
         return self.columns[name].type in ("integer", "float")

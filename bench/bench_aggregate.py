@@ -1,0 +1,226 @@
+"""Aggregate tables side by side: privrelease, OpenDP 0.16 (Polars context) and Tumult Analytics 0.21.
+
+Two cases, the same query at the same budget in each library, every key public (declared domains
+here; OpenDP's margin ``invariant="keys"``; Tumult's KeySet):
+
+- Adult (UCI, 30,162 complete records): count and mean hours_per_week (bounds [0, 100]) by
+  education x sex, epsilon = 1, delta = 1e-6, one record per individual;
+- payroll (synthetic, ``--rows`` rows, default 10 million: persons with 5 monthly rows each, all in one
+  region x grade key): sum, mean and median of salary (bounds [0, 200000]) by region x grade,
+  rho = 0.5 zCDP, the person as the privacy unit (at most 1 key and 5 rows per person).
+
+Accuracy: the median over cells and repetitions of |estimate - true value| (the true value of the
+clipped data), per measure, and privrelease's ratio to each peer's; the share of privrelease's 95%
+intervals that hold the true value. Speed: privrelease's whole CLI release on payroll, warm (the second
+run in one home; the first registers nothing, that is done before), against one query's wall time in
+each peer, and the CLI's peak RSS (``/usr/bin/time -v``).
+
+The peers run in their own venv (``bench/requirements-peers.txt``; ``make peers-venv``) as a
+subprocess on the same Parquet files: ``bench/aggregate_peers.py``.
+
+    PYTHONPATH=. PRIVRELEASE_DATA=/work/shared/data .venv/bin/python bench/bench_aggregate.py \\
+        --peers-python .peers-venv/bin/python   (make peers-venv; or: make bench-aggregate)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from core import noise
+from core.datasets.registry import Registry, Unit
+from core.ledger.ledger import Ledger
+from core.mechanisms import aggregate as agg
+from core.mechanisms import aggregate_report as show
+from core.privacy.budget import Budget
+from core.tables.schema import Column, Schema
+
+ADULT = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "uci" / "adult.data.gz"
+ROOT = Path(__file__).resolve().parent.parent
+BOUNDS = (0.0, 200_000.0)
+CASES = {
+    "adult": {"by": ["education", "sex"], "budget": {"epsilon": 1.0, "delta": 1e-6},
+              "measures": [{"op": "count"}, {"op": "mean", "column": "hours_per_week", "bounds": [0, 100]}],
+              "peer": {"count": "count", "hours_per_week_mean": "hours_per_week_mean"}},
+    "payroll": {"by": ["region", "grade"], "budget": {"rho": 0.5, "delta": 1e-6}, "unit": {"max_groups": 1, "max_rows": 5},
+                "measures": [{"op": "sum", "column": "salary", "bounds": list(BOUNDS)},
+                             {"op": "mean", "column": "salary", "bounds": list(BOUNDS)},
+                             {"op": "quantile", "column": "salary", "bounds": list(BOUNDS), "q": [0.5], "bins": 128}],
+                "peer": {"salary_sum": "salary_sum", "salary_mean": "salary_mean", "salary_q50": "salary_median"}},
+}  # fmt: skip
+
+
+def adult(folder: Path) -> Path:
+    frame = pd.read_csv(ADULT, skipinitialspace=True, na_values="?").dropna()
+    frame.columns = [c.replace("-", "_") for c in frame.columns]
+    path = folder / "adult.parquet"
+    frame[["education", "sex", "hours_per_week"]].to_parquet(path, index=False)
+    return path
+
+
+def payroll(folder: Path, rows: int) -> Path:
+    rng = np.random.default_rng(0)
+    persons = rows // 5
+    region, grade = rng.integers(0, 8, persons), rng.integers(1, 11, persons)
+    base = rng.lognormal(10.4 + 0.05 * grade, 0.35)
+    who = np.repeat(np.arange(persons), 5)
+    frame = pd.DataFrame({"person": who, "region": np.array([f"r{i}" for i in range(8)])[region[who]], "grade": grade[who],
+                          "salary": (base[who] * rng.normal(1, 0.05, len(who))).round(2)})  # fmt: skip
+    path = folder / "payroll.parquet"
+    frame.to_parquet(path, index=False)
+    return path
+
+
+def truth(frame: pd.DataFrame, case: dict) -> dict[str, dict[str, float]]:
+    """Per output column, per key ("a|b"), the true value of the clipped data."""
+    out: dict[str, dict[str, float]] = {}
+    for key, part in frame.groupby(case["by"]):
+        k = "|".join(map(str, key))
+        for m in case["measures"]:
+            if m["op"] == "count":
+                out.setdefault("count", {})[k] = len(part)
+                continue
+            x = np.clip(part[m["column"]].to_numpy(float), *m["bounds"])
+            if m["op"] == "sum":
+                out.setdefault(f"{m['column']}_sum", {})[k] = float(x.sum())
+            elif m["op"] == "mean":
+                out.setdefault(f"{m['column']}_mean", {})[k] = float(x.mean())
+            else:
+                out.setdefault(f"{m['column']}_q50", {})[k] = show.true_quantile(x, 0.5, m["bounds"])
+    return out
+
+
+def params(frame: pd.DataFrame, case: dict, user: str | None) -> dict:
+    domains = {c: sorted(frame[c].unique().tolist()) for c in case["by"]}
+    domains = {c: [int(v) if isinstance(v, np.integer) else v for v in vs] for c, vs in domains.items()}
+    return {"group_by": case["by"], "measures": case["measures"], **case["budget"], **case.get("unit", {}),
+            **({"user_column": user} if user else {}), "domains": domains}  # fmt: skip
+
+
+# privrelease's record unit is replace-one-record; the peers' default is add/remove one row, which privrelease
+# gives as the user unit over a row id (at most 1 key and 1 row per "user"): compared here too, with Laplace
+VARIANTS = {"adult": [("laplace, add/remove one record (unit user:rid)", {"noise": "laplace"}, "rid")]}
+
+
+def ours(frame: pd.DataFrame, case: dict, user: str | None, reps: int, extra: dict | None = None) -> tuple[dict, dict, float]:
+    """Per output: |errors| over reps and cells; per output: coverage; one run's seconds (in process)."""
+    if user == "rid":
+        frame = frame.assign(rid=np.arange(len(frame)))
+    p = agg.Params.model_validate({**params(frame, case, user), **(extra or {})})
+    t = truth(frame, case)
+    errors: dict[str, list] = {}
+    covered: dict[str, list] = {}
+    seconds = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        table = agg.run(frame, p, noise.generator(None)).data
+        seconds.append(time.perf_counter() - start)
+        keys = ["|".join(map(str, r)) for r in table[case["by"]].itertuples(index=False)]
+        for name, true in t.items():
+            tv = np.array([true[k] for k in keys])
+            errors.setdefault(name, []).extend(np.abs(table[name].to_numpy() - tv))
+            covered.setdefault(name, []).extend((table[f"{name}_lo"] <= tv + 1e-9) & (tv <= table[f"{name}_hi"] + 1e-9))
+    return errors, {k: float(np.mean(v)) for k, v in covered.items()}, float(np.median(seconds))
+
+
+def peers(python: str, name: str, path: Path, reps: int, folder: Path, libs: str) -> dict:
+    out = folder / f"peers_{name}.json"
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PEERS_PYTHONPATH", "")}
+    subprocess.run([python, str(ROOT / "bench" / "aggregate_peers.py"), name, str(path), str(reps), str(out), libs], check=True,
+                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    return json.loads(out.read_text())
+
+
+def peer_errors(found: dict, case: dict, t: dict) -> dict[str, list]:
+    errors: dict[str, list] = {}
+    for ours_name, col in case["peer"].items():
+        index = list(case["peer"].values()).index(col)
+        for run in found["runs"]:
+            for k, v in run.items():
+                if k in t[ours_name] and v[index] is not None:
+                    errors.setdefault(ours_name, []).append(abs(float(v[index]) - t[ours_name][k]))
+    return errors
+
+
+def cli_release(folder: Path, path: Path, frame: pd.DataFrame, case: dict) -> tuple[float, float, int]:
+    """privrelease's whole release of payroll through the CLI: (first run s, warm run s, peak RSS KiB of the warm run)."""
+    home = folder / "home"
+    env = {**os.environ, "PRIVRELEASE_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    os.environ["PRIVRELEASE_HOME"] = str(home)
+    cols = {"person": Column(type="integer"), "region": Column(type="string", domain=sorted(frame["region"].unique())),
+            "grade": Column(type="integer", domain=sorted(int(g) for g in frame["grade"].unique())),
+            "salary": Column(type="float")}  # fmt: skip
+    Registry(home).add("payroll", path.name, "parquet", Unit.parse("user:person"), "dp", Schema(columns=cols), root=path.parent)
+    Ledger(home / "privrelease.duckdb").set_budget("payroll", Budget(100.0, 1e-3))
+    request = folder / "payroll.yaml"
+    p = {k: v for k, v in params(frame, case, None).items() if k != "domains"}
+    request.write_text(yaml.safe_dump({"dataset": "payroll", "mechanism": {"name": "aggregate", "params": p}}))
+    walls, rss = [], 0
+    for _ in range(2):
+        start = time.perf_counter()
+        done = subprocess.run(["/usr/bin/time", "-v", sys.executable, "-c", "import sys; from cli.main import main; sys.exit(main(sys.argv[1:]))",
+                               "release", str(request)], env=env, capture_output=True, text=True)  # fmt: skip
+        walls.append(time.perf_counter() - start)
+        if done.returncode != 0:
+            raise SystemExit(done.stderr[-2000:])
+        rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr).group(1))
+    return walls[0], walls[1], rss
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=10_000_000)
+    ap.add_argument("--reps", type=int, default=20, help="privrelease repetitions per case")
+    ap.add_argument("--peer-reps", type=int, default=3, help="repetitions per peer and case")
+    ap.add_argument("--peers-python", default=str(ROOT / ".peers-venv" / "bin" / "python"))
+    ap.add_argument("--cases", default="adult,payroll")
+    ap.add_argument("--peer-libs", default="opendp,tumult")
+    ap.add_argument("--cli-only", action="store_true", help="only time privrelease's CLI release of payroll")
+    args = ap.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="bench-aggregate-"))
+    results = {}
+    for name in args.cases.split(","):
+        case = CASES[name]
+        path = adult(folder) if name == "adult" else payroll(folder, args.rows)
+        frame = pd.read_parquet(path)
+        if name == "payroll":  # the whole release through the CLI first (a fresh home; registration not timed)
+            cli = dict(zip(("first_s", "warm_s", "peak_rss_kib"), cli_release(folder, path, frame, case)))
+            print(json.dumps({"payroll cli": cli}), flush=True)
+            results["payroll cli"] = cli
+            if args.cli_only:
+                continue
+        errors, coverage, seconds = ours(frame, case, "person" if name == "payroll" else None, args.reps)
+        t = truth(frame, case)
+        for label, extra, user in VARIANTS.get(name, []):
+            e, c, _ = ours(frame, case, user, args.reps, extra)
+            results[f"{name}: privrelease {label}"] = {"errors": {k: float(np.median(v)) for k, v in e.items()}, "coverage": c}
+            print(json.dumps({label: results[f"{name}: privrelease {label}"]}), flush=True)
+        found = peers(args.peers_python, name, path, args.peer_reps, folder, args.peer_libs)
+        row = {
+            "privrelease": {k: float(np.median(v)) for k, v in errors.items()},
+            "coverage": coverage,
+            "seconds": {"privrelease core": seconds},
+        }
+        for lib, got in found.items():
+            row[lib] = {k: float(np.median(v)) for k, v in peer_errors(got, case, t).items()}
+            row["seconds"][lib] = float(np.min(got["seconds"]))
+        results[name] = row
+        print(json.dumps({name: row}, indent=1), flush=True)
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

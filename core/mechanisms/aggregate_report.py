@@ -1,0 +1,188 @@
+"""What an aggregate release publishes, from its noisy vectors and public values only: each measure's
+estimate and 95% interval per key, the report and a chart per measure; and before it runs, what the
+preview says (each cell's noise std and 95% half-width).
+
+Intervals (each covers its cell's true value with probability at least 95%):
+
+- count, count_distinct: y ± h with P[|noise| > h] <= 5%, published as rint(y) clamped to >= 0
+  with its interval cut the same way (``accuracy.count_interval``);
+- sum: y ± h;
+- mean = m + S/C (m the bounds' midpoint, S the centred sum, C the count): S and C each within
+  their 97.5% half-widths (a union bound: both hold with probability >= 95%), and the interval is the
+  range of m + S'/C' over that box (C' > 0), cut to [L, U]; the whole [L, U] when C' could be 0;
+- quantile, read from the noisy histogram of B bins (no exponential mechanism; every q from the same
+  counts): D_j = C_j - q N, the count of bins 0..j less q times the total, is noised by a linear
+  combination of the bins' noise; with every D_j within its half-width w_j at once (Bonferroni over
+  the B edges at 5%/B), the bin j* holding the ceil(qN)-th smallest value (the first j with D_j >= 0)
+  lies between the first j with D~_j + w_j >= 0 and the first with D~_j - w_j >= 0. The estimate is
+  the middle of the first bin with D~_j >= 0 (kept inside that range).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from core.charts import Chart
+from core.mechanisms.aggregate_budget import Accounting, Noised
+from core.mechanisms.aggregate_params import Params
+from core.privacy import events
+
+MISS = 0.05
+SHOWN = 40  # keys drawn per chart
+
+
+def estimates(params: Params, acc: Accounting, keys: pd.DataFrame, noisy: dict) -> pd.DataFrame:
+    """The released table: ``keys`` then, per measure output, its estimate and ``_lo``, ``_hi``.
+    ``noisy[(kind, measure)]`` holds each vector's noisy values over ``keys`` (floats, grid applied)."""
+    out = keys.reset_index(drop=True).copy()
+    counts = acc.counts
+    for i, m in enumerate(params.measures):
+        if m.op in ("count", "count_distinct"):
+            n = counts if m.op == "count" else acc.of("distinct", i)
+            y = noisy[(n.vector.kind, n.vector.measure)]
+            h = math.ceil(n.half(MISS))
+            value = np.maximum(np.rint(y), 0)
+            _put(out, m.names[0], value, np.maximum(value - h, 0), value + h)
+        elif m.op == "sum":
+            n = acc.of("sum", i)
+            y = noisy[("sum", i)]
+            _put(out, m.names[0], y, y - n.half(MISS), y + n.half(MISS))
+        elif m.op == "mean":
+            _put(out, m.names[0], *_mean(m.bounds, noisy[("centred", i)], acc.of("centred", i), noisy[("counts", None)], counts))
+        else:
+            hist = noisy[("histogram", i)]
+            for name, q in zip(m.names, m.q):
+                _put(out, name, *quantile(m.bounds, m.bins, q, hist, acc.of("histogram", i)))
+    return out
+
+
+def _put(out: pd.DataFrame, name: str, value, low, high) -> None:
+    out[name], out[f"{name}_lo"], out[f"{name}_hi"] = (np.asarray(a, dtype=float) for a in (value, low, high))
+
+
+def _mean(bounds, s, ns: Noised, c, nc: Noised) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    low, high = bounds
+    mid = (low + high) / 2
+    hs, hc = ns.half(MISS / 2), nc.half(MISS / 2)
+    value = np.clip(mid + s / np.maximum(c, 1.0), low, high)
+    known = c + hc >= 1.0  # a nonempty key's count is at least 1: the box's counts are [max(c - hc, 1), c + hc]
+    c_lo = np.maximum(c - hc, 1.0)
+    corners = np.stack([(s + a * hs) / b for a in (-1, 1) for b in (c_lo, c + hc)])
+    lo = np.where(known, np.clip(mid + corners.min(axis=0), low, high), low)
+    hi = np.where(known, np.clip(mid + corners.max(axis=0), low, high), high)
+    return value, lo, hi
+
+
+def band(q: float, bins: int, n: Noised) -> np.ndarray:
+    """w_j for j = 0..B-1: each D~_j = sum_{i<=j} (1-q) h~_i - sum_{i>j} q h~_i is within w_j of D_j for all
+    j at once with probability >= 95% (Gaussian: D_j's std at 5%/B each; Laplace: every bin's noise at 5%/B)."""
+    j = np.arange(bins)
+    per = n.half(MISS / bins)
+    if isinstance(n.leaf, events.DiscreteGaussian):
+        return per * np.sqrt((j + 1) * (1 - q) ** 2 + (bins - j - 1) * q**2)
+    return per * ((j + 1) * (1 - q) + (bins - j - 1) * q)
+
+
+def _first(mask: np.ndarray) -> np.ndarray:
+    """Per row, the first column where ``mask`` holds (the last column where none does)."""
+    return np.where(mask.any(axis=1), mask.argmax(axis=1), mask.shape[1] - 1)
+
+
+def quantile(bounds, bins: int, q: float, hist: np.ndarray, n: Noised) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    low, high = bounds
+    width = (high - low) / bins
+    d = np.cumsum(hist, axis=1) - q * hist.sum(axis=1, keepdims=True)
+    w = band(q, bins, n)
+    lo, hi = _first(d + w >= 0), _first(d - w >= 0)
+    est = np.clip(_first(d >= 0), lo, hi)
+    return low + (est + 0.5) * width, low + lo * width, low + (hi + 1) * width
+
+
+def true_quantile(values: np.ndarray, q: float, bounds) -> float:
+    """The ceil(qN)-th smallest of the clipped values: what a quantile's interval covers (tests, bench)."""
+    x = np.sort(np.clip(values, *bounds))
+    return float(x[max(math.ceil(q * len(x)), 1) - 1])
+
+
+# -- the preview and the report ----------------------------------------------------------------------------
+
+
+def cells(params: Params, acc: Accounting) -> list[dict]:
+    """Per vector: its noise std per cell and 95% half-width (a quantile's: its rank band at the median edge)."""
+    out = []
+    for n in acc.noised:
+        v = n.vector
+        row = {"vector": v.part, "noise": type(n.leaf).__name__, "l2_sensitivity": v.l2, "l1_sensitivity": v.l1,
+               "noise_std": n.std, "half_width_95": n.half(MISS)}  # fmt: skip
+        if v.kind == "histogram":
+            m = params.measures[v.measure]
+            row["rank_half_width_95_at_median"] = float(band(0.5, m.bins, n)[m.bins // 2])
+        out.append(row)
+    return out
+
+
+def lines(params: Params, acc: Accounting, released: int | None = None) -> list[str]:
+    keys = (
+        f"keys selected privately: a key is released when its noisy count reaches {acc.threshold * acc.counts.unit:g} "
+        f"(delta {acc.delta_select:.3g} for selection)"
+        if params.selects
+        else "keys public (the declared domains): every key is released, empty ones with noise"
+    )
+    rows = "\n".join(
+        f"| {c['vector']} | {c['noise']} | {c['l2_sensitivity']:.6g} | {c['l1_sensitivity']:.6g} | {c['noise_std']:.6g} | "
+        f"{c['half_width_95']:.6g} |"
+        for c in cells(params, acc)
+    )
+    return [
+        f"- {keys}" + ("" if released is None else f"; {released} keys released") + ".",
+        "- unit: "
+        + (
+            f"user `{params.user_column}`, at most {params.max_groups} keys and {params.max_rows} rows per key "
+            "per user (chosen by a keyed hash of the user's own rows)"
+            if params.user_column
+            else "record (replace one record)"
+        )
+        + ".",  # fmt: skip
+        "- quantiles: read from a noisy histogram over equal public bins (not the exponential mechanism); "
+        "means: a noisy centred sum over the noisy count.",
+        "",
+        "| vector | noise | l2 sensitivity | l1 sensitivity | noise std per cell | 95% half-width |",
+        "|---|---|---|---|---|---|",
+        rows,
+    ]
+
+
+def report(params: Params, acc: Accounting, guarantee: str, released: int) -> str:
+    return (
+        "## Aggregate\n\n"
+        + guarantee
+        + ".\n\n"
+        + "\n".join(lines(params, acc, released))
+        + "\n\n"
+        + (
+            "Each estimate has its 95% interval beside it (`_lo`, `_hi`): a count's cut at 0, a mean's from its sum's and "
+            "count's 97.5% intervals, a quantile's from a simultaneous band over the histogram's bin edges.\n"
+        )
+    )
+
+
+def charts(params: Params, table: pd.DataFrame) -> list[Chart]:
+    """One chart per measure output: its estimates with their intervals, for the first keys."""
+    shown = table.head(SHOWN)
+    labels = [" / ".join(str(v) for v in row) for row in shown[params.group_by].itertuples(index=False)]
+    out = []
+    for name in [n for m in params.measures for n in m.names]:
+        out.append(
+            Chart(
+                f"{name}.png",
+                f"{name} by {' x '.join(params.group_by)}" + (f" (first {SHOWN} keys)" if len(table) > SHOWN else ""),
+                labels,
+                {name: shown[name].tolist()},
+                name,
+                intervals=list(zip(shown[f"{name}_lo"].tolist(), shown[f"{name}_hi"].tolist())),
+            )
+        )
+    return out
