@@ -51,6 +51,7 @@ from core.release.catalogue import Catalogue
 from core.release.home import Home
 from gate import bounds, policy
 from gate.accounts import Account, Accounts
+from gate.catalogue import Kept
 from gate.checks import Call, Refused
 from gate.quotas import Quotas
 from gate.redact import Redactor
@@ -69,6 +70,7 @@ ALONE_WAITING = 1  # such calls of one account's waiting behind its one in progr
 IN_FLIGHT = 16  # calls of one account in the gate at once (a browser makes at most 6); more are refused (429)
 BROKEN = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.ConnectError)  # before any answer
 HASHES_AT_ONCE = 2  # Argon2id checks at once (64 MiB each); a flood of wrong passwords queues here, not in memory
+HASHES_WAITING = 24  # sign-ins in progress or waiting for a check, in all; more are refused (429) at once
 ACCOUNTS_TTL_S = 2.0  # a removed account is refused within this time
 SAFE_PATH = re.compile(r"/[A-Za-z0-9._~/-]*")  # what Prefect's routes and the UI's files use; nothing to re-encode
 PROXIES = frozenset({"127.0.0.1", "::1"})  # peers whose X-Real-IP names the client (nginx on this host)
@@ -82,7 +84,7 @@ def _refuse(status: int, message: str, headers: dict[str, str] | None = None) ->
 
 
 class Gate:
-    CATALOGUE: type[Catalogue] = Catalogue  # the published releases and datasets it answers under /privrelease/
+    CATALOGUE: type[Catalogue] = Kept  # the published releases and datasets it answers under /privrelease/
 
     def __init__(self, db_path: Path, upstream: str, operator_auth: str, rules: tuple[policy.Rule, ...] | None = None):
         self.accounts = Accounts(db_path)
@@ -97,6 +99,7 @@ class Gate:
             limits=httpx.Limits(max_connections=UPSTREAM_CONNECTIONS),
         )
         self._hashing = anyio.Semaphore(HASHES_AT_ONCE)
+        self._to_hash = 0
         self._alone: dict[tuple[str, str], anyio.Lock] = {}  # per account and row
         self._alone_asked: dict[tuple[str, str], int] = {}  # calls in progress or waiting, per account and row
         self._alone_at_once = anyio.Semaphore(ALONE_AT_ONCE)
@@ -153,8 +156,16 @@ class Gate:
                 f"privrelease gate: too many failed sign-ins for this name or from this address; try again in {wait} seconds",
                 {"retry-after": str(wait)},
             )
-        async with self._hashing:
-            account = await anyio.to_thread.run_sync(self.accounts.verify, name, password, known)
+        if self._to_hash >= HASHES_WAITING:  # the rest are refused at once: no queue holds the proxy's connections
+            return _refuse(
+                429, "privrelease gate: too many sign-ins are being checked; try again in a second", {"retry-after": "1"}
+            )
+        self._to_hash += 1
+        try:
+            async with self._hashing:
+                account = await anyio.to_thread.run_sync(self.accounts.verify, name, password, known)
+        finally:
+            self._to_hash -= 1
         if account is None:
             self.throttle.failed(name, address)
             log.warning("failed sign-in: name %r from %s", name[:64], address)
@@ -292,7 +303,7 @@ class Gate:
                 f"not {kind or 'without a Content-Type'}",
             )
         try:
-            doc = json.loads(body or b"{}", parse_constant=_no_constant)
+            doc = json.loads(body or b"{}", parse_constant=bounds.no_constant)
         except ValueError:
             return _refuse(422, "privrelease gate: the body is not JSON")
         except RecursionError:  # deeper than Python's parser goes: far past the limit
@@ -304,7 +315,7 @@ class Gate:
         )
         if reason is not None:
             return _refuse(400, f"privrelease gate: {reason}")
-        if _placeholders(doc):
+        if bounds.placeholders(doc):
             return _refuse(
                 403,
                 "privrelease gate: values Prefect would resolve on the server (__prefect_kind) "
@@ -345,21 +356,6 @@ class Gate:
                 break
             await anyio.sleep(0.25 * (attempt + 1))
         return response
-
-
-def _no_constant(name: str) -> None:
-    """NaN and Infinity are not JSON (Python's parser takes them; Prefect answered 500 to them)."""
-    raise ValueError(f"{name} is not JSON")
-
-
-def _placeholders(value) -> bool:
-    """Whether a JSON value holds an object Prefect's server would resolve (``__prefect_kind``: a workspace
-    variable, a Jinja template, a JSON string) after the gate has decided on what it saw."""
-    if isinstance(value, dict):
-        return "__prefect_kind" in value or any(_placeholders(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_placeholders(v) for v in value)
-    return False
 
 
 async def _bounded_body(request: Request) -> bytes | None:

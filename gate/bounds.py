@@ -120,3 +120,18 @@ def query(doc: Any) -> Any:
         else:
             out[key] = query(value)
     return out
+
+
+def no_constant(name: str) -> None:
+    """NaN and Infinity are not JSON (Python's parser takes them; Prefect answered 500 to them)."""
+    raise ValueError(f"{name} is not JSON")
+
+
+def placeholders(value) -> bool:
+    """Whether a JSON value holds an object Prefect's server would resolve (``__prefect_kind``: a workspace
+    variable, a Jinja template, a JSON string) after the gate has decided on what it saw."""
+    if isinstance(value, dict):
+        return "__prefect_kind" in value or any(placeholders(v) for v in value.values())
+    if isinstance(value, list):
+        return any(placeholders(v) for v in value)
+    return False

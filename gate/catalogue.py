@@ -11,6 +11,9 @@ attachment, streamed from disk.
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from importlib.resources import files
 from typing import Any
 
@@ -18,7 +21,9 @@ import anyio.to_thread
 from starlette.responses import FileResponse, Response
 
 from core.errors import UserError
-from core.release.catalogue import REPORT, media_type
+from core.ledger.chain import Entry
+from core.release.catalogue import REPORT, Catalogue, media_type
+from core.release.home import Home
 from gate.checks import Call, Refused, says
 
 STATIC = files("gate") / "static"
@@ -34,6 +39,45 @@ FILE_HEADERS = {
     "cache-control": "private, no-store",
 }
 INDEX, DATASETS = "/privrelease/api/index.json", "/privrelease/api/datasets"
+FRESH_S = 5.0  # the catalogue the gate answers is at most this old (a release published is listed within it)
+
+
+class Kept(Catalogue):
+    """The catalogue as the gate answers it: what it reads of the home's database (the ledger's published
+    releases, the datasets' entries) and the index read at most once every FRESH_S seconds, by one thread at
+    a time. The database is one file that one process at a time may open: a caller's stream of catalogue
+    reads must not keep it open, or the worker's releases and the steward's commands wait for it and fail
+    (the fifth attack: 16 reads in flight failed a release after 120 s). A release or dataset asked for by
+    id is looked up in what was kept; an unknown one opens nothing."""
+
+    def __init__(self, home: Home):
+        super().__init__(home)
+        self._lock = threading.Lock()
+        self._kept: dict[str, tuple[float, Any]] = {}
+
+    def _fresh(self, key: str, make: Callable[[], Any]) -> Any:
+        with self._lock:
+            at, value = self._kept.get(key, (-FRESH_S, None))
+            if time.monotonic() - at >= FRESH_S:
+                value = make()
+                self._kept[key] = (time.monotonic(), value)
+            return value
+
+    def _published(self, dataset: str | None = None) -> dict[str, Entry]:
+        every = self._fresh("published", super()._published)
+        return {i: e for i, e in every.items() if dataset is None or e.dataset == dataset}
+
+    def index(self) -> dict:
+        return self._fresh("index", super().index)
+
+    def datasets(self) -> list[dict]:
+        return self._fresh("datasets", super().datasets)
+
+    def dataset(self, dataset_id: str) -> dict:
+        found = [d for d in self.datasets() if d["id"] == dataset_id]
+        if not found:
+            raise UserError(f"dataset {dataset_id!r} is not registered")
+        return found[0]
 
 
 async def _read(call: Call, fn, *args, listing: str = INDEX) -> Any:

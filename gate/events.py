@@ -30,6 +30,7 @@ MAX_ITEMS, MAX_TEXT = 10, 200  # per list, per string of a filter (the UI's feed
 # Prefect matches each label condition with a JSON query over every event in the window: 20 related filters
 # of 400 labels took its server 13 s (issue #39's second attack). What the Event Feed sends is a few of each.
 MAX_RELATED, MAX_LABELS, MAX_LABEL_VALUES = 3, 5, 5
+MAX_INTERVAL = 1000  # time units in one bucket of a count (the UI's feed asks for 1)
 PAYLOAD = ("intended", "initial_state", "validated_state")  # a state change: what a run's page shows
 STATE = ("type", "name", "message", "timestamp")
 RESOURCE_KEYS = {"resource": ("id", "id_prefix", "labels"), "any_resource": ("id", "id_prefix", "labels"),
@@ -124,8 +125,11 @@ def count(body: dict, account: Account) -> dict:
     out: dict = {"filter": scoped(body.get("filter"), account)}
     if isinstance(body.get("time_unit"), str):
         out["time_unit"] = body["time_unit"]
-    if isinstance(body.get("time_interval"), int | float) and not isinstance(body.get("time_interval"), bool):
-        out["time_interval"] = body["time_interval"]
+    interval = body.get("time_interval")
+    if isinstance(interval, int | float) and not isinstance(interval, bool):
+        if not 0 < interval <= MAX_INTERVAL:  # a bucket of a million weeks ends past year 9999: Prefect's 500
+            raise OutOfBounds(f"time_interval takes a number of time units above 0 and at most {MAX_INTERVAL}")
+        out["time_interval"] = interval
     return out
 
 

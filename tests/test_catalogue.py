@@ -20,6 +20,7 @@ import pytest
 
 from core.datasets.demo import write_demo
 from core.datasets.snapshots import sha256
+from core.errors import UserError
 from core.ledger.ledger import FAILED, Ledger
 from core.release import pipeline, spec
 from core.release.catalogue import Catalogue, NotInCatalogue, Release
@@ -199,3 +200,35 @@ def test_the_catalogue_commands_as_typed(demo, tmp_path: Path):
     ]
     shown = json.loads(run(home.root, "dataset", "show", "posts-demo").stdout)
     assert shown["budget"]["next"]["like"] == "dpne" and shown["schema"]["text"]["type"] == "string"
+
+
+def test_the_gates_catalogue_opens_the_database_once_for_many_readers(demo, monkeypatch):
+    """The fifth attack: 16 catalogue reads in flight kept the home's database open in the gate, and a release
+    (another process: one at a time may open the file) failed after 120 s. The gate's catalogue reads the
+    database at most once every FRESH_S seconds, however many callers ask, and an unknown id opens nothing;
+    the weakened one (the catalogue as the command line reads it) opens it for every call."""
+    import threading
+
+    from core import store
+    from gate.catalogue import Kept
+
+    home, sdc, _ = demo
+    opened = []
+    real = store.connect
+    monkeypatch.setattr(store, "connect", lambda *a, **k: opened.append(1) or real(*a, **k))
+
+    def opens(catalogue: Catalogue) -> int:
+        opened.clear()
+        ask = [lambda: catalogue.index(), lambda: catalogue.datasets(), lambda: catalogue.get(sdc["release_id"])]
+        ask += [lambda: catalogue.dataset("census-demo")]
+        threads = [threading.Thread(target=ask[i % len(ask)]) for i in range(40)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        with pytest.raises(UserError, match="'nosuch' is not registered"):
+            catalogue.dataset("nosuch")
+        return len(opened)
+
+    kept, every = opens(Kept(home)), opens(Catalogue(home))
+    assert 0 < kept <= 6 and every >= 40, (kept, every)

@@ -79,7 +79,8 @@ def test_a_parquet_file_given_as_csv_is_called_parquet(tmp_path: Path):
     home = tmp_path / "home"
     (home / "data").mkdir(parents=True)
     census(50).to_parquet(home / "data" / "census.csv")
-    r = run(home, "dataset", "add", "c", "--source", "census.csv", "--format", "csv", "--unit", "record", "--purpose", "dp")
+    source = str(home / "data" / "census.csv")
+    r = run(home, "dataset", "add", "c", "--source", source, "--format", "csv", "--unit", "record", "--purpose", "dp")
     assert r.returncode == 2 and "UTF-8" not in r.stderr
     assert (
         r.stderr

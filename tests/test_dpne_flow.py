@@ -70,7 +70,8 @@ def test_dpne_release_charges_then_publishes(prefect_server, home, tmp_path, cap
     assert "### Accuracy" in report and "![Probability that an n-gram held by m users is released](detection.png)" in report
 
     code, _, err = cli(capsys, "release", str(spec))  # a second epsilon = 4 would exceed the cap of 6
-    assert code == 2 and "has only epsilon=2" in err.strip().splitlines()[-1]
+    last = err.strip().splitlines()[-1]
+    assert code == 2 and "needs epsilon=4, delta=1e-07 but dataset 'posts' cannot take it" in last, err
     assert len(list((home / "releases" / "posts").iterdir())) == 1
     assert len([e for e in Ledger(home / "privrelease.duckdb").entries() if e.status == RESERVED]) == 1
 

@@ -39,6 +39,8 @@ BASES = {  # mechanism -> (dataset, a valid request's parameters)
     "dpne": ("posts", {"text_column": "text", "epsilon": 1.0, "delta": 1e-7, "T": 2, "delta0": 10}),
     "outliers": ("logins", {"query": "top_subspaces", "c": 1, "h": 2, "k": 3, "r": 0.05, "epsilon": 2.0, "delta": 1e-5,
                             "standardize": SCALES}),
+    "aggregate": ("logins", {"group_by": ["hour"], "measures": [{"op": "count"},
+                             {"op": "mean", "column": "mb_sent", "bounds": [0, 500]}], "epsilon": 1.0, "delta": 1e-6}),
 }  # fmt: skip
 
 unknown = st.from_regex(r"[a-z]{3,9}", fullmatch=True).filter(lambda c: c not in NUMERIC + WORDS + ["occupation"])
@@ -95,6 +97,14 @@ DEFECTS = {  # mechanism -> a strategy of its base parameters with one defect
         unknown.map(lambda c: b | {"columns": ["hour", c]}),
         st.sampled_from(list(SCALES)).map(lambda c: b | {"standardize": {k: v for k, v in SCALES.items() if k != c}}),
         st.just(b | {"query": "count", "delta": 0.0}),
+        st.floats(100, 1e6).map(lambda e: b | {"epsilon": e}),  # more than the cap's 40
+    ),
+    "aggregate": lambda b: st.one_of(
+        unknown.map(lambda c: b | {"group_by": [c]}),
+        unknown.map(lambda c: b | {"measures": [{"op": "sum", "column": c, "bounds": [0, 1]}]}),
+        st.just(b | {"measures": [{"op": "mean", "column": "mb_sent", "bounds": [500, 0]}]}),
+        st.just(b | {"measures": [{"op": "quantile", "column": "mb_sent", "bounds": [0, 500]}]}),  # no q
+        not_positive.map(lambda e: b | {"epsilon": e}),
         st.floats(100, 1e6).map(lambda e: b | {"epsilon": e}),  # more than the cap's 40
     ),
 }

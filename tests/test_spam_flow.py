@@ -46,7 +46,7 @@ def spec(folder: Path, **changes) -> str:
         **changes,
     }
     (folder / "spam.yaml").write_text(yaml.safe_dump(doc))
-    return "mail/spam.yaml"  # relative to the data root, where the mail is
+    return str(folder / "spam.yaml")  # as a user types it: the path of the file (here, in the data root)
 
 
 def test_training_flow_end_to_end_and_private_classification(prefect_server, home, test_mode, tmp_path, capsys):

@@ -66,7 +66,8 @@ class Reading:
 
 def _number(decimal: str) -> str:
     d = "\\" + decimal
-    return rf"[+-]?((0|[1-9][0-9]*)({d}[0-9]*)?|{d}[0-9]+)([eE][+-]?[0-9]+)?"
+    # inf and nan read as numbers, so that a float column holding one is refused naming its line (readers.check_schema)
+    return rf"[+-]?(((0|[1-9][0-9]*)({d}[0-9]*)?|{d}[0-9]+)([eE][+-]?[0-9]+)?|(?i:inf|infinity|nan))"
 
 
 _INTEGER = r"[+-]?(0|[1-9][0-9]*)"
