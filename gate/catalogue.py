@@ -52,7 +52,7 @@ class Kept(Catalogue):
 
     def __init__(self, home: Home):
         super().__init__(home)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # the index and the datasets read the published releases: re-entered
         self._kept: dict[str, tuple[float, Any]] = {}
 
     def _fresh(self, key: str, make: Callable[[], Any]) -> Any:
