@@ -80,25 +80,31 @@ class Counting(Gate):
             self.now -= 1
 
 
+def _together(callers: int, ask) -> list:
+    """``ask(i)`` for i in range(callers), each in its own thread, all released at once; their answers."""
+    start, answers = threading.Barrier(callers), []
+
+    def one(i: int) -> None:
+        start.wait()
+        answers.append(ask(i))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(callers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return answers
+
+
 def _at_once(env: dict, rules: tuple[policy.Rule, ...] | None, callers: int = 6) -> tuple[int, list[int]]:
     """The most schema checks of one account the gate passed on at once, of ``callers`` sent together, and
     the statuses answered."""
     body = {"schema": _form(env, "outlier-count")["parameter_openapi_schema"], "values": {"standardize": ITEMS[:100]}}
-    start, answers = threading.Barrier(callers), []
     with weakened(env, gate_class=Counting, rules=rules) as person:
         client = person("alice")
         assert client.post("/ui/schemas/validate", json=body).status_code == 200  # signed in: no hash in the burst
         client.app.state.gate.most = 0
-
-        def ask() -> None:
-            start.wait()
-            answers.append(client.post("/ui/schemas/validate", json=body))
-
-        threads = [threading.Thread(target=ask) for _ in range(callers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        answers = _together(callers, lambda _: client.post("/ui/schemas/validate", json=body))
         most = client.app.state.gate.most
     for answer in answers:
         assert answer.status_code == 200 or (
@@ -120,29 +126,18 @@ def test_an_accounts_schema_checks_reach_prefect_one_at_a_time(served, people):
 def test_an_account_has_at_most_16_calls_in_the_gate(served, people, monkeypatch):
     env, _ = served
     callers = gate_app.IN_FLIGHT + 4
-    start, answers = threading.Barrier(callers), []
 
-    def flood() -> list[int]:
+    def flood() -> list[httpx.Response]:
         with weakened(env, gate_class=Counting) as person:
             client = person("vera")
             assert client.post("/flow_runs/count", json={}).status_code == 200  # signed in: no hash in the burst
+            return _together(callers, lambda _: client.post("/flow_runs/count", json={}))
 
-            def ask() -> None:
-                start.wait()
-                answers.append(client.post("/flow_runs/count", json={}))
-
-            threads = [threading.Thread(target=ask) for _ in range(callers)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        return sorted(a.status_code for a in answers)
-
-    assert flood() == [200] * gate_app.IN_FLIGHT + [429] * 4
+    answers = flood()
+    assert sorted(a.status_code for a in answers) == [200] * gate_app.IN_FLIGHT + [429] * 4
     assert all("16 of your calls are in progress already" in a.text for a in answers if a.status_code == 429)
-    answers.clear()
     monkeypatch.setattr(gate_app, "IN_FLIGHT", 10**6)  # the weakened gate: no limit
-    assert flood() == [200] * callers
+    assert sorted(a.status_code for a in flood()) == [200] * callers
 
 
 def test_what_made_prefect_answer_500_within_the_bounds_is_refused(served, people):
@@ -249,20 +244,9 @@ class SlowHashing(Gate):
 
 
 def _wrong_sign_ins(env: dict, callers: int = 40) -> list[httpx.Response]:
-    start, answers = threading.Barrier(callers), []
     with weakened(env, gate_class=SlowHashing) as person:
         client = person("alice")
-
-        def ask(i: int) -> None:
-            start.wait()
-            answers.append(client.post("/flow_runs/count", json={}, auth=(f"nobody{i}", "wrong")))
-
-        threads = [threading.Thread(target=ask, args=(i,)) for i in range(callers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    return answers
+        return _together(callers, lambda i: client.post("/flow_runs/count", json={}, auth=(f"nobody{i}", "wrong")))
 
 
 def test_wrong_sign_ins_wait_in_a_bounded_queue(served, people, monkeypatch):
