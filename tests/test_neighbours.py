@@ -117,6 +117,7 @@ def _printed(token: str, outputs: list) -> bool:
     if any(len(token) >= 17 and o.startswith(token.rstrip("…")) or token == o for o in texts):
         return True
     outputs = [o for o in outputs if not isinstance(o, str)]
+    token = token.removesuffix(".")  # a number that ends a sentence
     if not _TOKEN.fullmatch(token):
         return False
     decimals = len(token.split(".")[1].split("e")[0]) if "." in token else 0

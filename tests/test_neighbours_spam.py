@@ -187,7 +187,7 @@ def test_a_dp_run_shows_only_dp_outputs_and_public_values_on_neighbours(prefect_
     """The spam flow with dp: on D and on D′ (one user's message with its label flipped): the run
     folder, report, transcript, ledger and Prefect's parameters, tasks, logs and artifacts are the
     same, except (1) the DP outputs: the server's model (``model.npy``), its AUC on the operator's
-    evaluation mail and the ROC plot, functions of the DP round sums and of the operator's own mail
+    evaluation mail, the ROC plot and the decision cutoff with its counts on that mail, functions of the DP round sums and of the operator's own mail
     (docs/mechanisms/spam-training.md); (2) values drawn afresh by every run whatever the mail: digests of ciphertexts, of the
     key directory and of the transcript, the directory's size (n in decimal), and seconds; (3) the test-mode plaintext twins, which only
     test mode builds. The control: the flipped message does change the twins' gradients."""
@@ -203,15 +203,19 @@ def test_a_dp_run_shows_only_dp_outputs_and_public_values_on_neighbours(prefect_
         flow_run_id = next(e["flow_run_id"] for e in run["ledger"] if e["flow_run_id"])
         run["prefect"] = json.loads(json.dumps(asyncio.run(_prefect_surface(flow_run_id))).replace(run.pop("home"), "<home>"))
         report, files = run["report"], run["files"]
-        gaps.append([r.pop("max_gradient_gap") for r in report["per_round"]])
-        for key in ("auc_plain", "auc_plain_exact_sigmoid", "max_weight_gap"):
+        gaps.append([r.pop("max_gradient_gap") for r in report["per_round"]] + [files.pop("twin.npy")])
+        for key in ("auc_plain", "auc_plain_exact_sigmoid", "max_weight_gap", "decision_plain"):
             report.pop(key)
+        chosen = report.pop("decision")  # the cutoff and its counts: the DP model scored on the operator's mail
+        assert chosen.pop("max_false_positive_rate") == 0.01
+        at_sign = chosen.pop("at_sign")
         varying = [
             report.pop("auc_private"),
             report.pop("transcript_sha256"),
             report.pop("directory_digest"),
             report.pop("setup_seconds"),
             *report.pop("seconds_per_round"),
+            *[v for v in (*chosen.values(), *at_sign.values()) if v is not None],
             *[files.pop(name) for name in ("model.npy", "roc.png", "report.json", "report.md", "transcript.jsonl")],
         ]
         for r in report["per_round"]:
