@@ -56,7 +56,7 @@ def setup(home: Path, env: dict) -> dict[str, Path]:
         ["dataset", "add", "msnbc", "--source", "msnbc.parquet", "--format", "parquet", "--unit", "user:user", "--purpose", "dp"],
         ["ledger", "set-budget", "msnbc", "--epsilon", "100", "--delta", "1e-3"],
     ):
-        subprocess.run([exe, *args], env=env, check=True, capture_output=True)
+        subprocess.run([exe, *args], env=env, check=True, capture_output=True, cwd=data)  # typed paths: from the folder
     (home / "ra.yaml").write_text(RA_REQUEST)
     params = ", ".join(f"{k}: {v}" for k, v in PARAMS.items() if k != "user_column")
     (home / "dpne.yaml").write_text(f"dataset: msnbc\nmechanism: {{name: dpne, params: {{{params}}}}}\n")

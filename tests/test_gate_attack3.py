@@ -175,6 +175,22 @@ def test_what_made_prefect_answer_500_within_the_bounds_is_refused(served, peopl
                 assert answer.status_code == 500, (route, answer.status_code)
 
 
+def test_an_events_count_from_year_one_is_refused(served, people):
+    """The sixth attack's 500: events counted by week from year 1 (each 500 a 34 KB traceback in Prefect's log:
+    a disk filled by any account). The event filter's times are held to the years every other time is."""
+    env, _ = served
+    since = {"since": "0001-01-01T00:00:00Z", "until": "2026-01-01T00:00:00Z"}
+    body = {"filter": {"occurred": since}, "time_unit": "week", "time_interval": 1000}
+    for route, asked in (("/events/count-by/time", body), ("/events/filter", {"filter": {"occurred": since}})):
+        answer = people["alice"].post(route, json=asked)
+        assert refused(answer) and answer.status_code == 403 and "since takes a time between the years" in answer.text
+    recent = {"since": "2026-01-01T00:00:00Z", "until": "2026-02-01T00:00:00Z"}
+    assert people["alice"].post("/events/count-by/time", json=body | {"filter": {"occurred": recent}}).status_code == 200
+    unscoped = tuple(replace(r, body=None) if r.body is checks.event_count else r for r in policy.POLICY)
+    with weakened(env, rules=unscoped) as person:  # the count passed on as asked: Prefect answers 500
+        assert person("alice").post("/events/count-by/time", json=body).status_code == 500
+
+
 def test_offsets_pages_and_the_logs_text_search_never_reach_prefect(served, people):
     """Each of these made Prefect answer 500 (SQLite's integers overflow; it has no concat) and reset its
     connection: refused by the gate with a message saying what is allowed."""
