@@ -20,8 +20,8 @@ import json
 from typing import Any
 
 from core.people import ANALYST, REQUESTED_BY
-from gate.accounts import Account
 from gate import bounds
+from gate.accounts import Account
 from gate.bounds import OutOfBounds, too_deep
 
 ALLOWED = ("prefect.flow-run.", "prefect.task-run.", "prefect.artifact.")
