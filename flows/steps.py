@@ -64,8 +64,10 @@ def stopped(exc: BaseException) -> State:
     while chained is not None:
         traceback.clear_frames(chained.__traceback__)
         chained = chained.__context__
-    if not isinstance(exc, interrupts.Interrupted):  # outside the charged run (its artifact, say): the ledger tells
-        exc = interrupts.Interrupted(charged.said(Home.open()))  # and Prefect hands an Exception back, not a BaseException
+    # outside the charged run (its artifact, say) the ledger tells; and the data must be an Exception: Prefect raises
+    # it in its event-loop thread, which a KeyboardInterrupt would kill, with a traceback and exit code 1
+    if not isinstance(exc, interrupts.Interrupted):
+        exc = interrupts.Interrupted(charged.said(Home.open()))
     return Cancelled(message=exc.words, data=exc)
 
 
