@@ -123,10 +123,14 @@ def cmd_dataset_policy(args: argparse.Namespace, root: Path) -> int:
     from core.sdc import policy
 
     registry = Registry(root)
-    dataset = registry.set_policy(args.id, policy.read(typed.path(args.policy)), requester())
+    _policy_recorded(registry, registry.set_policy(args.id, policy.read(typed.path(args.policy)), requester()))
+    return 0
+
+
+def _policy_recorded(registry, dataset) -> None:
+    """A new disclosure policy, recorded: its ledger entry, and what the steward should know of it."""
     print(f"dataset {dataset.id}: disclosure policy recorded as ledger entry #{dataset.policy_entry}")
     _policy_notes(registry, dataset)
-    return 0
 
 
 def _show(dataset, status: str | None = None, budget: str = "") -> None:
@@ -166,12 +170,19 @@ def cmd_dataset_show(args: argparse.Namespace, root: Path) -> int:
 def cmd_dataset_refresh(args: argparse.Namespace, root: Path) -> int:
     from core.datasets.ingest import read_schema
     from core.datasets.registry import Registry
+    from core.people import requester
+    from core.sdc import policy
 
     warnings = []
     schema = read_schema(typed.path(args.schema)) if args.schema else None
-    _show(Registry(root).refresh(args.id, schema=schema, warn=warnings.append))
+    rules = policy.read(typed.path(args.policy)) if args.policy else None  # a bad file is refused before any row is read
+    registry = Registry(root)
+    dataset = registry.refresh(args.id, schema=schema, warn=warnings.append, policy=rules, requested_by=requester())
+    _show(dataset)
     for line in warnings:
         print(f"warning: {line}")
+    if rules is not None:
+        _policy_recorded(registry, dataset)
     return 0
 
 
@@ -236,6 +247,11 @@ def add_parsers(sub) -> None:
         "--schema",
         help="a new schema (YAML/JSON) for the source as it is now; without it the registered one, less the "
         "columns the source no longer has",
+    )
+    p.add_argument(
+        "--policy",
+        help="sdc: a new disclosure policy (YAML) for the source as it is now, checked as at registration and "
+        "recorded on the ledger; without it the registered one, which must still fit",
     )
     p.set_defaults(func=cmd_dataset_refresh)
     p = dsub.add_parser("drop", help="delete the stored rows (the ledger keeps its entries)")

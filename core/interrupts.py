@@ -14,6 +14,8 @@ import threading
 
 _seen = threading.Event()
 
+BEFORE = "stopped (Ctrl-C) before its charge: nothing was charged and nothing published."
+
 
 class Interrupted(Exception):
     """The user stopped a run (Ctrl-C); ``words`` say what became of its charge."""
@@ -21,6 +23,14 @@ class Interrupted(Exception):
     def __init__(self, words: str):
         super().__init__(words)
         self.words = words
+
+
+def published(release_id: str, seq: int, phrase: str) -> str:
+    """The words for a run stopped once its release was in place: its charge (``phrase``) recorded as published."""
+    return (
+        f"stopped (Ctrl-C) after publishing: release {release_id} is in place, ledger entry #{seq} ({phrase}) "
+        "records it as published."
+    )
 
 
 def _handler(signum: int, frame: object) -> None:
@@ -35,6 +45,11 @@ def install() -> None:
         signal.signal(signal.SIGINT, _handler)
 
 
+def seen() -> bool:
+    """Whether the user interrupted this process (what a Prefect task logs after that is a consequence of it)."""
+    return _seen.is_set()
+
+
 def caused(exc: BaseException) -> bool:
     """Whether ``exc`` is, or followed, an interrupt by the user."""
-    return isinstance(exc, (KeyboardInterrupt, Interrupted)) or _seen.is_set()
+    return isinstance(exc, (KeyboardInterrupt, Interrupted)) or seen()

@@ -19,7 +19,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.exceptions import FailedRun
 from prefect.states import Failed, State
 
-from core import parallel, settings
+from core import interrupts, parallel, settings
 from core.errors import UserError
 from core.release import catalogue, pipeline, spec
 from core.release.home import Home
@@ -35,7 +35,8 @@ def _kinds(error: type) -> set[str]:
 class OneLine(logging.Filter):
     """A user error is one line in a run's log, the flow's own: the task that raised it does not log
     it again (nor its traceback), nor does the engine re-raise the run the flow already failed with
-    it. All of them stay with PRIVRELEASE_DEBUG=1."""
+    it. After the user's Ctrl-C, a task's error lines are its consequences: the run's Cancelled state says
+    what happened (``steps.stopped``). All of them stay with PRIVRELEASE_DEBUG=1."""
 
     TASK_FAILED = re.compile(rf"Finished in state Failed\('Task run encountered an exception ({'|'.join(_kinds(UserError))}):")
 
@@ -44,6 +45,8 @@ class OneLine(logging.Filter):
             return True
         exc = record.exc_info[1] if record.exc_info else None
         task = record.name == "prefect.task_runs"
+        if task and record.levelno >= logging.WARNING and interrupts.seen():
+            return False
         if isinstance(exc, FailedRun) or (task and (isinstance(exc, UserError) or self.TASK_FAILED.match(record.getMessage()))):
             return False
         if isinstance(exc, UserError):
@@ -96,14 +99,20 @@ def _release(request: ReleaseRequest, log) -> dict:
 
 
 @flow(name="release", persist_result=False)
-def release(request: ReleaseRequest) -> dict:
+def release(request: ReleaseRequest) -> dict | State:
     """Release a registered dataset as the ``request`` says, each step a task. Where heavy pieces
     run (in process, or a Dask cluster) is the worker's setting (``core.parallel.configured``).
-    Returns the release id, folder and ledger entry."""
-    with parallel.configured():
-        summary = _release(request, get_run_logger())
-    if not summary["already_published"]:
-        _artifact(summary)
+    Returns the release id, folder and ledger entry; stopped by its user (Ctrl-C), the run ends
+    Cancelled and its caller gets the interrupt, saying what became of the charge."""
+    try:
+        with parallel.configured():
+            summary = _release(request, get_run_logger())
+        if not summary["already_published"]:
+            _artifact(summary)
+    except BaseException as exc:
+        if interrupts.caused(exc):  # Ctrl-C at the command line: Cancelled, not a crash (steps.stopped)
+            return steps.stopped(exc)
+        raise
     return summary
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.states import State
 
+from core import interrupts
 from core.release import charged
 from core.release.home import Home
 from core.release.spam_run import SpamJob
@@ -21,7 +23,7 @@ from flows import steps
 
 
 @flow(name="spam-filter-training", persist_result=False)
-def spam_filter_training(spec_path: str) -> dict:
+def spam_filter_training(spec_path: str) -> dict | State:
     """Train the shared spam filter privately between the server and the users of the spec
     (``spec_path``: relative to the data root, or absolute inside it).
 
@@ -30,7 +32,12 @@ def spam_filter_training(spec_path: str) -> dict:
     """
     log = get_run_logger()
     job = SpamJob(spec_path, steps.SPAM)
-    summary = charged.run(Home.open(), job, steps.caller(), steps.pause, log, steps.LEDGER)
+    try:
+        summary = charged.run(Home.open(), job, steps.caller(), steps.pause, log, steps.LEDGER)
+    except BaseException as exc:
+        if interrupts.caused(exc):  # Ctrl-C at the command line: Cancelled, not a crash (steps.stopped)
+            return steps.stopped(exc)
+        raise
     report = job.report
     create_table_artifact(
         key="spam-rounds",

@@ -9,6 +9,7 @@ place. Tasks carry raw rows or mail: none is ever cached or its result persisted
 from __future__ import annotations
 
 import json
+import traceback
 from dataclasses import asdict, fields, replace
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -19,14 +20,16 @@ from prefect.context import FlowRunContext
 from prefect.flow_runs import pause_flow_run, suspend_flow_run
 from prefect.input import RunInput, create_flow_run_input, read_flow_run_input
 from prefect.runtime import flow_run
+from prefect.states import Cancelled, State
 from pydantic import Field
 
-from core import settings
+from core import interrupts, settings
 from core.errors import ApprovalError
 from core.ledger.approval import Approval, Look, Rule
 from core.people import requester
 from core.release import charged, pipeline, spam_run
 from core.release.charged import Caller, Log
+from core.release.home import Home
 
 RAW = {"cache_policy": NO_CACHE, "persist_result": False}
 S = TypeVar("S")
@@ -49,6 +52,23 @@ def tasks(steps: S) -> S:
 RELEASE = tasks(pipeline.Steps())
 SPAM = tasks(spam_run.Steps())
 LEDGER = tasks(charged.DIRECT)
+
+
+def stopped(exc: BaseException) -> State:
+    """A run its user stopped (Ctrl-C at the command line) ends Cancelled, its message the words saying what became
+    of its charge (``core.interrupts.Interrupted``: public values only); the exception itself goes on to the caller,
+    which says them and exits 130. The frames it passed through are cleared first: Prefect keeps a crashed task's
+    exception to the end of the process, and DuckDB objects left in those frames would then make DuckDB print
+    leak warnings as the process exits."""
+    chained: BaseException | None = exc
+    while chained is not None:
+        traceback.clear_frames(chained.__traceback__)
+        chained = chained.__context__
+    # outside the charged run (its artifact, say) the ledger tells; and the data must be an Exception: Prefect raises
+    # it in its event-loop thread, which a KeyboardInterrupt would kill, with a traceback and exit code 1
+    if not isinstance(exc, interrupts.Interrupted):
+        exc = interrupts.Interrupted(charged.said(Home.open()))
+    return Cancelled(message=exc.words, data=exc)
 
 
 def caller() -> Caller:

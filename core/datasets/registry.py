@@ -38,7 +38,7 @@ from core.db import quote_ident
 from core.errors import NotRegistered, SpecError
 from core.ids import check_id
 from core.ledger.ledger import Ledger
-from core.sdc.policy import Policy
+from core.sdc.policy import Policy, PolicyMismatch
 from core.store import open_store
 from core.tables.readers import bound, check_weight, resolve_source
 from core.tables.schema import Schema
@@ -154,10 +154,7 @@ class Registry:
         """The steward's new disclosure policy of an sdc dataset, checked against its schema, on the ledger."""
         with self.store.lock("registry"):
             current, private = self._current(dataset_id)
-            if current.purpose != "sdc":
-                raise SpecError(
-                    f"dataset {dataset_id!r} is registered for dp releases; a disclosure policy is for an sdc dataset."
-                )
+            _sdc(current)
             policy.check(current.schema, dataset_id)
             if policy.weight is not None:
                 with duckdb.connect() as con:
@@ -170,26 +167,33 @@ class Registry:
             return self.get(dataset_id)
 
     def refresh(
-        self, dataset_id: str, root: Path | None = None, schema: Schema | None = None, warn: Warn | None = None
+        self,
+        dataset_id: str,
+        root: Path | None = None,
+        schema: Schema | None = None,
+        warn: Warn | None = None,
+        policy: Policy | None = None,
+        requested_by: str | None = None,
     ) -> Dataset:
         """Re-ingest and re-check a dataset from its registered source, suite and reading options, under
         ``schema`` if given (a new one: columns dropped, types changed), else the registered one less the columns
-        the source no longer has (a column dropped from the source leaves the schema)."""
+        the source no longer has (a column dropped from the source leaves the schema). An sdc dataset's ``policy``,
+        if given, replaces its disclosure policy with the new rows, checked as at registration (nothing changes if
+        it does not fit them) and recorded on the ledger."""
         with self.store.lock("registry"):
             current, private = self._current(dataset_id)
+            if policy is not None:
+                _sdc(current)
             path = resolve_source(private.source, root or bound(self.home))
             source = _Source(path, private.format, private.delimiter, Reading.load(private.reading), private.suite)
-            self._ingest(
-                dataset_id,
-                current.version + 1,
-                source,
-                current.unit,
-                current.purpose,
-                schema or current.schema,
-                current.policy,
-                warn,
-                may_drop=schema is None,
-            )
+            args = (dataset_id, current.version + 1, source, current.unit, current.purpose, schema or current.schema)
+            try:
+                self._ingest(*args, policy or current.policy, warn, may_drop=schema is None)
+            except PolicyMismatch as exc:  # nothing was written: the registration and its policy stand
+                fix = "fix the --policy file" if policy else "pass a policy that fits the source as it is now with --policy FILE"
+                raise PolicyMismatch(f"{exc} Nothing was changed; {fix}.") from None
+            if policy is not None:
+                self.ledger.set_policy(dataset_id, policy.public(), requested_by)
             return self.get(dataset_id)
 
     def drop(self, dataset_id: str) -> None:
@@ -381,6 +385,12 @@ class Registry:
             con.execute("UPDATE datasets SET snapshot = NULL, digest = NULL WHERE id = ? AND version < ?", [dataset_id, version])
         snapshots.prune(snapshot)
         return Dataset(dataset_id, version, unit, purpose, schema, rows, registered)
+
+
+def _sdc(dataset: Dataset) -> None:
+    """Refuse a disclosure policy for a dp dataset."""
+    if dataset.purpose != "sdc":
+        raise SpecError(f"dataset {dataset.id!r} is registered for dp releases; a disclosure policy is for an sdc dataset.")
 
 
 def _dataset(row: tuple) -> Dataset:

@@ -166,15 +166,20 @@ def run(home: Home, job: Job[T], caller: Caller, approver: Approver, log: Log, l
     """Run one charged job from recovery to its settled outcome (see the module docstring); returns its result.
     A failure after the charge is settled as failed, the charge kept."""
     faults.check()
-    recover(home)
-    claim = job.check(home)
-    admit(home, claim, lambda: job.admit_hint(home))
-    faults.point("prepare")
-    approval = ask(home, claim, caller, approver, log)
-    if approval is not None:
-        log.info("approved by the data steward %s", approval.by or "(unknown)")
-    job.load(home)
-    faults.point("load")
+    try:
+        recover(home)
+        claim = job.check(home)
+        admit(home, claim, lambda: job.admit_hint(home))
+        faults.point("prepare")
+        approval = ask(home, claim, caller, approver, log)
+        if approval is not None:
+            log.info("approved by the data steward %s", approval.by or "(unknown)")
+        job.load(home)
+        faults.point("load")
+    except BaseException as exc:  # a Ctrl-C before the charge (DuckDB's RuntimeError('Query interrupted') too): none made
+        if interrupts.caused(exc):
+            raise interrupts.Interrupted(interrupts.BEFORE) from None
+        raise
     charge = None
     try:
         charge = ledger.reserve(home, claim, caller, approval)
@@ -194,9 +199,33 @@ def run(home: Home, job: Job[T], caller: Caller, approver: Approver, log: Log, l
         if charge is None or charge.previous_status is None:  # this run's own charge, if it made one
             _stopped(home, claim, caller, ledger, job, exc, charge)
         raise
-    ledger.settle(home, claim.dataset, claim.run_id, PUBLISHED, headline, caller.flow_run_id)
-    faults.point("settle")
+    try:
+        ledger.settle(home, claim.dataset, claim.run_id, PUBLISHED, headline, caller.flow_run_id)
+        faults.point("settle")
+    except BaseException as exc:
+        if interrupts.caused(exc):  # its release is in place: settled (again) as published, and said so
+            _stopped(home, claim, caller, ledger, job, exc, charge)
+        raise
     return result
+
+
+def said(home: Home) -> str:
+    """What became of this process's charge, for an interrupt outside a charged run (``_stopped`` says it inside):
+    none made, its release recorded as published or as failed, or its outcome still to be recorded."""
+    ledger = home.ledger
+    mine = [e for e in ledger.entries() if e.holder == lease.me(ledger.home) and e.release_id] if ledger.store.exists() else []
+    if not mine:
+        return interrupts.BEFORE
+    e = mine[-1]
+    status = ledger.status(e.release_id)
+    if status == PUBLISHED:
+        return interrupts.published(e.release_id, e.seq, _phrase(e))
+    if status == FAILED:
+        return f"stopped (Ctrl-C) after its charge: ledger entry #{e.seq} ({_phrase(e)}) stands, recorded as failed. Nothing was published."
+    return (
+        f"stopped (Ctrl-C) after its charge: ledger entry #{e.seq} ({_phrase(e)}) stands; "
+        "the next privrelease command records its outcome (see privrelease ledger history)."
+    )
 
 
 def _phrase(entry: Entry) -> str:
@@ -218,16 +247,13 @@ def _stopped(
     stopped = interrupts.caused(exc)
     if entry is None:
         if stopped:
-            raise interrupts.Interrupted("stopped (Ctrl-C) before its charge: nothing was charged and nothing published.")
+            raise interrupts.Interrupted(interrupts.BEFORE)
         return
     if stopped and published(home.releases, entry):
         ledger.settle(
             home, claim.dataset, claim.run_id, PUBLISHED, {"recovered": "interrupted after publishing"}, caller.flow_run_id
         )
-        raise interrupts.Interrupted(
-            f"stopped (Ctrl-C) after publishing: release {claim.run_id} is in place, ledger entry #{entry.seq} "
-            f"({_phrase(entry)}) records it as published."
-        )
+        raise interrupts.Interrupted(interrupts.published(claim.run_id, entry.seq, _phrase(entry)))
     detail = {"reason": "interrupted by the user (Ctrl-C)"} if stopped else failure(exc)
     ledger.settle(home, claim.dataset, claim.run_id, FAILED, detail | job.progress(), caller.flow_run_id)
     if stopped:

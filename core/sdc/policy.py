@@ -30,6 +30,10 @@ from core.tables.readers import steward_file
 from core.tables.schema import Schema
 
 
+class PolicyMismatch(SpecError):
+    """A disclosure policy names a column the schema lacks, or one of a type its role does not allow."""
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -178,22 +182,22 @@ class Policy(_Strict):
         for role, columns in self.roles().items():
             missing = [c for c in columns if c not in schema.columns]
             if missing:
-                raise SpecError(
+                raise PolicyMismatch(
                     f"the disclosure policy of {dataset!r} names {role} {missing}, which the registered "
                     f"schema lacks; its columns are {list(schema.columns)}."
                 )
         for role, columns in (("keys.numeric", self.key_vars.numeric), ("weight", [self.weight] if self.weight else [])):
             text = [c for c in columns if not schema.numeric(c)]
             if text:
-                raise SpecError(
+                raise PolicyMismatch(
                     f"the disclosure policy of {dataset!r} names {text[0]!r} as {role}, but it is "
                     f"registered as {schema.columns[text[0]].type}; {role} must be numeric."
                 )
         if self.weight and schema.columns[self.weight].nullable:
-            raise SpecError(f"the weight column {self.weight!r} may be empty (nullable); every record needs its weight.")
+            raise PolicyMismatch(f"the weight column {self.weight!r} may be empty (nullable); every record needs its weight.")
         nullable = [c for c in self.key_vars.all if schema.columns[c].nullable]
         if nullable:
-            raise SpecError(
+            raise PolicyMismatch(
                 f"the disclosure policy of {dataset!r} names key variables {nullable} that may be empty "
                 "(nullable in the registered schema): the risk measures count a missing key value as "
                 "matching every value (as a suppressed one does), so a table with a few missing keys would "
