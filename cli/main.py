@@ -214,11 +214,14 @@ def cmd_demo(args: argparse.Namespace, root: Path) -> int:
     request = write_demo(root, rows=args.rows)
     caps = {t.dataset: t.cap for t in Ledger(paths.database(root)).totals()}
     print("As the data steward, the demo registered:")
+    lines = []
     for d in (Registry(root).get(i) for i in DATASETS):
-        rows = f"{d.rows} rows" if d.rows is not None else "rows not public"
         cap = caps.get(d.id)
         budget = f"budget epsilon={cap.epsilon:g} delta={cap.delta:g}" if cap else "no budget (SDC)"
-        print(f"  {d.id:<12} {d.purpose:<4} unit {str(d.unit):<10} {rows:<16} {budget}")
+        lines.append((d.id, d.purpose, f"unit {d.unit}", f"{d.rows} rows" if d.rows is not None else "rows not public", budget))
+    widths = [max(len(line[i]) for line in lines) for i in range(4)]
+    for *cells, budget in lines:
+        print("  " + " ".join(c.ljust(w) for c, w in zip(cells, widths)) + f" {budget}")
     print(f"Example release requests, an analyst's: {request.parent}/")
     for example in sorted(request.parent.glob("*.yaml")):
         print(f"  {example.name}")

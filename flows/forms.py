@@ -25,32 +25,41 @@ from core.mechanisms.base import StrictParams
 from flows.release import run_request
 
 
-def _sdc_registered() -> tuple[list[str], list[str]]:
-    """The sdc datasets with a disclosure policy in the home of the process that deploys the forms (with
-    $PRIVRELEASE_FORMS_FROM_REGISTRY=1), and the columns their policies publish: what the SDC forms offer
-    by name. Elsewhere (a worker running a form, a test) the fields take text: the deployment's stored
-    schema is what the server checks, and the release checks every name anyway. A dataset registered
-    later appears when the forms are deployed again (make serve deploys them at every start)."""
+def _registered(purpose: str) -> tuple[list[str], list[str]]:
+    """The datasets of ``purpose`` in the home of the process that deploys the forms (with
+    $PRIVRELEASE_FORMS_FROM_REGISTRY=1), and their public column names (an sdc dataset's: the ones its
+    policy publishes): what the forms offer by name. Elsewhere (a worker running a form, a test) the
+    fields take text: the deployment's stored schema is what the server checks, and the release checks
+    every name anyway. A dataset registered later appears when the forms are deployed again (make serve
+    deploys them at every start)."""
     home = settings.get(settings.HOME)
     if not settings.flag(settings.FORMS_FROM_REGISTRY) or not home or not paths.database(Path(home)).exists():
         return [], []
-    datasets = [d for d in Registry(Path(home)).list() if d.purpose == "sdc" and d.policy]
-    columns = [c for d in datasets for c in d.policy.published(list(d.schema.columns))]
+    datasets = [d for d in Registry(Path(home)).list() if d.purpose == purpose and (d.policy or purpose == "dp")]
+    names = [list(d.schema.columns) for d in datasets]
+    columns = [c for d, n in zip(datasets, names) for c in (d.policy.published(n) if d.policy else n)]
     return [d.id for d in datasets], list(dict.fromkeys(columns))
 
 
-SDC_DATASETS, SDC_COLUMNS = _sdc_registered()
-SdcDataset = Literal[tuple(SDC_DATASETS)] if SDC_DATASETS else Annotated[str, Field(pattern=ID_PATTERN)]
-Column = Literal[tuple(SDC_COLUMNS)] if SDC_COLUMNS else Annotated[str, Field(min_length=1)]
+def _choice(names: list[str], text: Any) -> Any:
+    return Literal[tuple(names)] if names else text
 
 
-def bounded(model: type[BaseModel], name: str) -> Any:
-    """A ``Params`` field's type with its bounds, as a form parameter's annotation: one source for both."""
+(SDC_DATASETS, SDC_COLUMNS), (DP_DATASETS, DP_COLUMNS) = _registered("sdc"), _registered("dp")
+SdcDataset = _choice(SDC_DATASETS, Annotated[str, Field(pattern=ID_PATTERN)])
+Column = _choice(SDC_COLUMNS, Annotated[str, Field(min_length=1)])
+DpDataset = _choice(DP_DATASETS, Annotated[str, Field(pattern=ID_PATTERN)])
+DpColumn = _choice(DP_COLUMNS, Annotated[str, Field(min_length=1)])
+
+
+def bounded(model: type[BaseModel], name: str, annotation: Any = None) -> Any:
+    """A ``Params`` field's type (or ``annotation``, e.g. its names offered as choices) with its bounds, as a
+    form parameter's annotation: one source for both."""
     field = model.model_fields[name]
-    return Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+    annotation = annotation or field.annotation
+    return Annotated[(annotation, *field.metadata)] if field.metadata else annotation
 
 
-Dataset = Annotated[str, Field(pattern=ID_PATTERN)]
 ReleaseId = Annotated[str, Field(pattern=f"^$|{ID_PATTERN}")]  # empty: a fresh id
 COMMON = {
     "dataset": "id of a dataset the data steward registered",
@@ -81,7 +90,7 @@ def form(*models: type[BaseModel], **extra: str):
 class ColumnScale(StrictParams):
     """One column's public scale: its values are standardized as (x - mean) / std."""
 
-    column: str = Field(min_length=1, description="column of the registered dataset")
+    column: DpColumn = Field(description="column of the registered dataset")
     mean: bounded(outliers_scale.PublicScale, "mean") = Field(
         description=outliers_scale.PublicScale.model_fields["mean"].description
     )
@@ -93,7 +102,7 @@ class ColumnScale(StrictParams):
 class ColumnRange(StrictParams):
     """One column's public clipping range, for a charged estimate of its scale."""
 
-    column: str = Field(min_length=1, description="column of the registered dataset")
+    column: DpColumn = Field(description="column of the registered dataset")
     low: float = Field(allow_inf_nan=False, description="public lower end of the column's values")
     high: float = Field(allow_inf_nan=False, description="public upper end (above low)")
 
@@ -232,7 +241,7 @@ eds_release = _depth("eds", ["hours-per-week"], 10)
     delta0_per_level="instead of delta0: one cap per level 1 .. T",
 )
 def dpne_release(
-    dataset: Dataset = "posts-demo",
+    dataset: DpDataset = "posts-demo",
     text_column: bounded(dpne.Params, "text_column") = "text",
     epsilon: bounded(dpne.Params, "epsilon") = 1.0,
     delta: bounded(dpne.Params, "delta") = 1e-7,
@@ -289,8 +298,8 @@ OUTLIERS = {
 @flow(name="release-outlier-count", persist_result=False)
 @form(outliers.Params, **OUTLIERS, columns="the subspace: the columns the distance is measured over")
 def outlier_count_release(
-    dataset: Dataset = "logins-demo",
-    columns: Annotated[list[str], Field(min_length=1)] = ["mb_sent", "hour"],  # noqa: B006
+    dataset: DpDataset = "logins-demo",
+    columns: Annotated[list[DpColumn], Field(min_length=1)] = ["mb_sent", "hour"],  # noqa: B006
     k: bounded(outliers.Params, "k") = 3,
     r: bounded(outliers.Params, "r") = 0.2,
     epsilon: bounded(outliers.Params, "epsilon") = 0.5,
@@ -324,8 +333,8 @@ def outlier_count_release(
 @flow(name="release-outlier-top-subspaces", persist_result=False)
 @form(outliers.Params, **OUTLIERS, columns="the candidate columns (empty: every column)")
 def outlier_top_release(
-    dataset: Dataset = "logins-demo",
-    columns: list[str] = [],  # noqa: B006
+    dataset: DpDataset = "logins-demo",
+    columns: list[DpColumn] = [],  # noqa: B006
     c: bounded(outliers.Params, "c") = 1,
     h: bounded(outliers.Params, "h") = 2,
     k: bounded(outliers.Params, "k") = 3,
@@ -377,19 +386,19 @@ class ColumnQuantiles(ColumnRange):
       sums="columns summed per key, each clipped to its public range", means="columns averaged per key, clipped likewise",
       quantiles="columns whose quantiles are released per key, within their public range")  # fmt: skip
 def aggregate_release(
-    dataset: Dataset = "adult",
-    group_by: bounded(aggregate.Params, "group_by") = ["education", "sex"],  # noqa: B006
+    dataset: DpDataset = "payroll-demo",
+    group_by: bounded(aggregate.Params, "group_by", list[DpColumn]) = ["region", "grade"],  # noqa: B006
     count: bool = True,
-    distinct: list[Annotated[str, Field(min_length=1)]] = [],  # noqa: B006
+    distinct: list[DpColumn] = [],  # noqa: B006
     sums: list[ColumnRange] = [],  # noqa: B006
-    means: list[ColumnRange] = [ColumnRange(column="hours_per_week", low=0, high=100)],  # noqa: B006
+    means: list[ColumnRange] = [ColumnRange(column="salary", low=0, high=10_000)],  # noqa: B006
     quantiles: list[ColumnQuantiles] = [],  # noqa: B006
     epsilon: bounded(aggregate.Params, "epsilon") = 1.0,
     rho: bounded(aggregate.Params, "rho") = None,
     delta: bounded(aggregate.Params, "delta") = 1e-6,
     noise: Literal["gaussian", "laplace"] = "gaussian",
     max_groups: bounded(aggregate.Params, "max_groups") = 1,
-    max_rows: bounded(aggregate.Params, "max_rows") = 1,
+    max_rows: bounded(aggregate.Params, "max_rows") = 6,
     release_id: ReleaseId = "",
     preview: bool = False,
 ) -> dict:

@@ -136,7 +136,7 @@ def test_the_index_is_what_a_data_portal_needs(demo):
 def test_the_dataset_catalogue_shows_public_facts_and_the_budget(demo):
     home, _, dp = demo
     entries = {e["id"]: e for e in Catalogue(home).datasets()}
-    assert set(entries) == {"census-demo", "logins-demo", "posts-demo"}
+    assert set(entries) == {"census-demo", "logins-demo", "payroll-demo", "posts-demo"}
     posts, logins, census = entries["posts-demo"], entries["logins-demo"], entries["census-demo"]
     assert posts["schema"] == {"user": {"type": "integer", "nullable": False}, "text": {"type": "string", "nullable": False}}
     assert posts["unit"] == "user:user" and posts["rows"] is None and posts["published_releases"] == 1
@@ -195,6 +195,8 @@ def test_the_catalogue_commands_as_typed(demo, tmp_path: Path):
         "dataset census-demo: registration 1, unit record, purpose sdc, 11 columns, 2000 rows (public); no budget (SDC)",
         "dataset logins-demo: registration 1, unit record, purpose dp, 4 columns, 500 rows (public); epsilon=40 "
         "delta=0.0009 left; no DP release charged yet",
+        "dataset payroll-demo: registration 1, unit user:person, purpose dp, 5 columns; epsilon=20 delta=9e-06 left; "
+        "no DP release charged yet",
         f"dataset posts-demo: registration 1, unit user:user, purpose dp, 2 columns; "
         f"{Catalogue(home).dataset('posts-demo')['budget']['says']}",
     ]

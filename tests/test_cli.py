@@ -250,6 +250,11 @@ def test_one_type_rule_for_every_format_missing_values_and_decimal_commas(tmp_pa
     r = run(home, "dataset", "add", "bad", *eu, "--decimal", ",", "--schema", "bad.yaml", cwd=work)
     assert r.returncode == 2 and "values not of type integer" in r.stderr
     assert not (home / "datasets").exists()  # a failed registration leaves no folder behind
+    # a declared domain (the public keys of a DP table) is checked against the file: a value outside it is refused
+    (work / "domain.yaml").write_text("columns:\n  amount: {type: float}\n  label: {type: string, domain: [a, b]}\n")
+    r = run(home, "dataset", "add", "eu", *eu, "--decimal", ",", "--schema", "domain.yaml", cwd=work)
+    assert r.returncode == 2 and "column 'label': 1 values outside its declared domain (first at lines [4])" in r.stderr
+    assert not (home / "datasets").exists()
     r = run(home, "dataset", "add", "eu", *eu, "--decimal", ",", cwd=work)
     assert r.returncode == 0 and "  amount:\n    type: float" in r.stdout, r.stderr
     assert run(home, "dataset", "refresh", "eu").returncode == 0  # read again with the registered separator
@@ -356,7 +361,19 @@ def test_demo_in_a_fresh_home(tmp_path: Path):
         "epsilon=20",
         "delta=1e-05",
     ]
-    assert said[4] == f"Example release requests, an analyst's: {home / 'requests'}/"
+    assert said[4].split() == [
+        "payroll-demo",
+        "dp",
+        "unit",
+        "user:person",
+        "rows",
+        "not",
+        "public",
+        "budget",
+        "epsilon=20",
+        "delta=1e-05",
+    ]
+    assert said[5] == f"Example release requests, an analyst's: {home / 'requests'}/"
     assert "(sdc: recorded on the ledger, not DP, no budget spent)" in r.stdout
     assert "chain:          recode → ra → suppress" in r.stdout
     assert "risk:           k = 3 on the steward's key (the policy asks k >= 3); rows shuffled" in r.stdout
@@ -374,6 +391,7 @@ def test_demo_in_a_fresh_home(tmp_path: Path):
     assert r.returncode == 0 and [line.split(":")[0] for line in r.stdout.splitlines()] == [
         "dataset census-demo",
         "dataset logins-demo",
+        "dataset payroll-demo",
         "dataset posts-demo",
     ]
 

@@ -104,29 +104,56 @@ def test_a_form_previews_without_charging(prefect_server, demo):
     assert Ledger(demo / "privrelease.duckdb").entries() == before and not (demo / "releases").exists()
 
 
-def test_the_sdc_forms_offer_the_registered_datasets_and_columns_by_name(demo):
+def test_the_forms_offer_the_registered_datasets_and_columns_by_name(demo):
     """Deployed from a home (make serve's), the SDC forms' column fields are enums of the columns the
-    registered sdc datasets' policies publish, and their dataset field an enum of those datasets; from a
-    fresh checkout they take text. Computed as `prefect deploy` stores it, in a process of its own."""
+    registered sdc datasets' policies publish, and their dataset field an enum of those datasets; the DP
+    forms' (the aggregate table's group_by, measures and dataset) the dp datasets' columns and ids. From
+    a fresh checkout they take text. Computed as `prefect deploy` stores it, in a process of its own."""
     import os
     import subprocess
     import sys
 
     code = (
-        "import json; from prefect.utilities.callables import parameter_schema; from flows import forms; "
-        "print(json.dumps(parameter_schema(forms.ra_release).model_dump()['definitions'] | "
-        "{'properties': parameter_schema(forms.ra_release).model_dump()['properties']}))"
+        "import json, sys; from prefect.utilities.callables import parameter_schema; from flows import forms; "
+        "s = parameter_schema(getattr(forms, sys.argv[1])).model_dump(); print(json.dumps(s))"
     )
 
-    def schema(home: str | None) -> dict:
+    def schema(home: str | None, form: str) -> dict:
         env = {k: v for k, v in os.environ.items() if k != "PRIVRELEASE_HOME"} | ({"PRIVRELEASE_HOME": home} if home else {})
         env["PRIVRELEASE_FORMS_FROM_REGISTRY"] = "1"
-        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True)
+        r = subprocess.run([sys.executable, "-c", code, form], env=env, capture_output=True, text=True, timeout=120, check=True)
         return json.loads(r.stdout)
 
-    published = Registry(demo).get("census-demo").policy.published(list(Registry(demo).get("census-demo").schema.columns))
-    props = schema(str(demo))["properties"]
+    registry = Registry(demo)
+    published = registry.get("census-demo").policy.published(list(registry.get("census-demo").schema.columns))
+    props = schema(str(demo), "ra_release")["properties"]
     assert props["qi"]["items"]["enum"] == published and props["sensitive"]["enum"] == published
     assert props["recode"]["items"]["enum"] == published and props["dataset"]["const"] == "census-demo"  # one dataset
-    fresh = schema(None)["properties"]
+    fresh = schema(None, "ra_release")["properties"]
     assert fresh["qi"]["items"] == {"minLength": 1, "type": "string"} and "const" not in fresh["dataset"]
+    dp = [d for d in registry.list() if d.purpose == "dp"]
+    columns = list(dict.fromkeys(c for d in dp for c in d.schema.columns))
+    table = schema(str(demo), "aggregate_release")
+    props = table["properties"]
+    assert props["dataset"]["enum"] == [d.id for d in dp] and "payroll-demo" in props["dataset"]["enum"]
+    assert props["group_by"]["items"]["enum"] == columns and props["distinct"]["items"]["enum"] == columns
+    assert props["group_by"]["maxItems"] == 8 and props["group_by"]["minItems"] == 1  # the Params' bounds
+    assert table["definitions"]["ColumnRange"]["properties"]["column"]["enum"] == columns
+    fresh = schema(None, "aggregate_release")["properties"]
+    assert fresh["group_by"]["items"] == {"minLength": 1, "type": "string"} and "enum" not in fresh["dataset"]
+
+
+def test_the_aggregate_form_releases_the_demo_payroll_table(prefect_server, demo):
+    """The aggregate form's defaults (its Quick run in the UI) release the demo payroll by region and grade:
+    every declared key (5 regions x 4 grades) appears once, with each measure's interval around its value."""
+    import pandas as pd
+
+    from core.datasets.demo import GRADES, REGIONS
+    from flows.forms import aggregate_release
+
+    summary = aggregate_release()
+    table = pd.read_csv(Path(summary["folder"]) / "aggregate.csv")
+    assert sorted(zip(table["region"], table["grade"])) == sorted((r, g) for r in REGIONS for g in GRADES)
+    for measure in ("count", "salary_mean"):
+        assert (table[f"{measure}_lo"] <= table[measure]).all() and (table[measure] <= table[f"{measure}_hi"]).all()
+    assert _manifest(summary)["mechanism"]["params"]["max_rows"] == 6

@@ -163,6 +163,8 @@ def _as_an_analyst(page: Page, env: dict, root: Path, shots: Path) -> None:
         labels = page.locator(".schema-form-property__label").all_inner_texts()
         assert labels[0].startswith("dataset") and not [x for x in labels if OPERATOR.match(x)], (name, labels, where)
         assert page.locator(JSON_BOX).count() == 0, (name, where)
+        if name == "aggregate":  # the registered dp datasets and their columns, offered by name
+            assert "payroll-demo" in field(page, "dataset").inner_text() and "region" in field(page, "group_by").inner_text()
     page.get_by_text("Additional Options").click()  # the selector does find Prefect's JSON editor (job variables)
     assert page.locator(JSON_BOX).count() >= 1, where
 

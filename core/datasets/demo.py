@@ -16,6 +16,7 @@ import yaml
 
 from core import paths
 from core.privacy.budget import Budget
+from core.tables.schema import Column, Schema
 
 DEMO_SEED = 20100101
 
@@ -126,6 +127,41 @@ _HAM = [
 ]
 
 
+REGIONS = ("North", "South", "East", "West", "Central")
+GRADES = ("G1", "G2", "G3", "G4")
+
+
+def payroll(persons: int = 5_000, seed: int = DEMO_SEED) -> pd.DataFrame:
+    """Monthly pay slips for the DP-table demo: each person in one region and grade, with 1 to 6 slips."""
+    rng = np.random.default_rng(seed)
+    region = rng.choice(len(REGIONS), persons, p=[0.3, 0.25, 0.2, 0.15, 0.1])
+    grade = rng.choice(len(GRADES), persons, p=[0.4, 0.3, 0.2, 0.1])
+    slips = rng.integers(1, 7, persons)
+    person = np.repeat(np.arange(persons), slips)
+    base = np.repeat(2_000 * 1.4**grade + 150 * region, slips)
+    return pd.DataFrame(
+        {
+            "person": person,
+            "region": np.array(REGIONS)[np.repeat(region, slips)],
+            "grade": np.array(GRADES)[np.repeat(grade, slips)],
+            "month": np.concatenate([np.arange(1, k + 1) for k in slips]),
+            "salary": np.round(base * rng.lognormal(0, 0.15, len(person)), 2),
+        }
+    )
+
+
+# the steward declares the regions and grades (public lists), so a table by them shows every key
+PAYROLL_SCHEMA = Schema(
+    columns={
+        "person": Column(type="integer"),
+        "region": Column(type="string", domain=list(REGIONS)),
+        "grade": Column(type="string", domain=list(GRADES)),
+        "month": Column(type="integer"),
+        "salary": Column(type="float"),
+    }
+)
+
+
 def mail(messages: int = 300, seed: int = DEMO_SEED) -> list[dict]:
     """Labelled sample mail for the spam demo: spam and ham share words, in different proportions."""
     rng = np.random.default_rng(seed)
@@ -142,12 +178,13 @@ def mail(messages: int = 300, seed: int = DEMO_SEED) -> list[dict]:
 
 
 SUITES = Path(__file__).resolve().parents[2] / "schemas" / "suites"  # the checkout's, beside core/
-# what write_demo registers: id, source, unit, purpose, expectation suite, and a cap that covers a few
-# dozen runs of each form's defaults (the UI's Quick run)
+# what write_demo registers: id, source, unit, purpose, expectation suite, a cap that covers a few
+# dozen runs of each form's defaults (the UI's Quick run), and a declared schema (None: inferred)
 _REGISTERED = (
-    ("census-demo", "census.csv", "record", "sdc", SUITES / "census_demo.json", None),  # with CENSUS_POLICY
-    ("posts-demo", "posts.csv", "user:user", "dp", None, Budget(20.0, 1e-5)),
-    ("logins-demo", "logins.csv", "record", "dp", None, Budget(40.0, 1e-3)),
+    ("census-demo", "census.csv", "record", "sdc", SUITES / "census_demo.json", None, None),  # with CENSUS_POLICY
+    ("posts-demo", "posts.csv", "user:user", "dp", None, Budget(20.0, 1e-5), None),
+    ("logins-demo", "logins.csv", "record", "dp", None, Budget(40.0, 1e-3), None),
+    ("payroll-demo", "payroll.csv", "user:person", "dp", None, Budget(20.0, 1e-5), PAYROLL_SCHEMA),
 )  # fmt: skip
 DATASETS = tuple(r[0] for r in _REGISTERED)
 
@@ -165,6 +202,7 @@ def write_demo(home: Path, rows: int = 20_000) -> Path:
     census(rows).to_csv(folder / "census.csv", index=False)
     posts().to_csv(folder / "posts.csv", index=False)
     logins().to_csv(folder / "logins.csv", index=False)
+    payroll().to_csv(folder / "payroll.csv", index=False)
     spam = folder / "mail"
     spam.mkdir(exist_ok=True)
     for name, part in (("user-1", mail(600, 1)), ("user-2", mail(600, 2)), ("test", mail(200, 3))):
@@ -176,7 +214,7 @@ def write_demo(home: Path, rows: int = 20_000) -> Path:
     registry, ledger = Registry(home), Ledger(paths.database(home))
     registered = {d.id for d in registry.list()}
     capped = {t.dataset for t in ledger.totals() if t.cap is not None}
-    for dataset_id, source, unit, purpose, suite, cap in _REGISTERED:
+    for dataset_id, source, unit, purpose, suite, cap, schema in _REGISTERED:
         rules = census_policy if purpose == "sdc" else None
         if dataset_id in registered:
             registry.refresh(dataset_id, root)
@@ -189,6 +227,7 @@ def write_demo(home: Path, rows: int = 20_000) -> Path:
                 "csv",
                 Unit.parse(unit),
                 purpose,
+                schema=schema,
                 suite=str(suite) if suite else None,
                 root=root,
                 policy=rules,
@@ -199,6 +238,7 @@ def write_demo(home: Path, rows: int = 20_000) -> Path:
     requests.mkdir(exist_ok=True)
     (requests / "posts-dpne.yaml").write_text(DEMO_NGRAM_REQUEST)
     (requests / "logins-outliers.yaml").write_text(DEMO_OUTLIER_REQUEST)
+    (requests / "payroll-aggregate.yaml").write_text(DEMO_AGGREGATE_REQUEST)
     (folder / "spam-training.yaml").write_text(DEMO_SPAM_SPEC)  # under the data root, beside its mail
     request = requests / "census-ra.yaml"
     request.write_text(DEMO_REQUEST)
@@ -278,6 +318,23 @@ mechanism:
       mb_sent: {mean: 50, std: 15}
       hour: {mean: 13, std: 3}
       failed_logins: {mean: 1, std: 0.5}
+"""
+
+DEMO_AGGREGATE_REQUEST = """\
+# A DP table of the demo payroll: pay slips and the mean monthly salary by region and grade, each person
+# (all their pay slips) protected. Regions and grades were declared at registration: every key shows.
+dataset: payroll-demo
+mechanism:
+  name: aggregate
+  params:
+    group_by: [region, grade]
+    measures:
+      - {op: count}
+      - {op: mean, column: salary, bounds: [0, 10000]}
+    epsilon: 1.0
+    delta: 1.0e-6
+    max_groups: 1                # a person's slips are all in one region and grade
+    max_rows: 6                  # at most six slips per person count
 """
 
 DEMO_SPAM_SPEC = """\

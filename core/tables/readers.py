@@ -183,10 +183,15 @@ def check_schema(con, schema: Schema, found: list[str], name: str) -> None:
             checks.append((f"isinf(TRY_CAST({q} AS DOUBLE)) OR isnan(TRY_CAST({q} AS DOUBLE))", "infinite or NaN"))
         if spec.type == "string":
             checks.append((f"regexp_matches(CAST({q} AS VARCHAR), '{CONTROL}')", "holding NUL or control characters"))
+        if spec.domain is not None:  # the steward's public list of its values: a value outside it is a typo or a new key
+            checks.append(
+                (f"NOT list_contains(?::{CAST[spec.type]}[], TRY_CAST({q} AS {CAST[spec.type]}))", "outside its declared domain")
+            )
         for predicate, what in checks:
             bad = con.execute(
                 f"SELECT count(*), list(line ORDER BY line)[1:5] FROM (SELECT row_number() OVER () + 1 AS line, * "
-                f"FROM incoming) WHERE {predicate}"
+                f"FROM incoming) WHERE {predicate}",
+                [list(spec.domain)] if "?" in predicate else None,
             ).fetchall()[0]
             if bad[0]:
                 problems.append(f"column {column!r}: {bad[0]} values {what} (first at lines {bad[1]})")
