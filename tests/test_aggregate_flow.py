@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +25,7 @@ from core.privacy.budget import Budget
 from core.release import pipeline, spec
 from core.release.home import Home
 from core.tables.schema import Column, Schema
+from tests.conftest import REPO
 from tests.helpers import register
 from tests.test_release_flow import cli
 
@@ -162,3 +165,26 @@ def _bound(home: Path, tmp_path: Path, unit: str, domains: bool):
     Ledger(home / "privrelease.duckdb").set_budget("payroll", Budget(10.0, 1e-2))
     bound, _ = pipeline.prepare(store, spec.load(request))
     return bound, store
+
+
+RELEASE_ALONE = (
+    "import sys\n"
+    "if len(sys.argv) > 2: import flows.release\n"  # the weakened variant: the command loads the flow anyway
+    "from cli.main import main\n"
+    "code = main(['release', sys.argv[1]])\n"
+    "print(code, any(m == 'prefect' or m.startswith('prefect.') for m in sys.modules))\n"
+)
+
+
+@pytest.mark.parametrize("weakened", [False, True])
+def test_a_release_with_no_server_neither_imports_nor_starts_prefect(home, tmp_path, weakened):
+    """A command-line aggregate release with no Prefect server configured runs directly: Prefect is never
+    imported (about a second) and no temporary server's database is created under the home."""
+    request = write(home, tmp_path / "req", seed=None)
+    Ledger(home / "privrelease.duckdb").set_budget("payroll", Budget(10.0, 1e-2))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env |= {"PYTHONPATH": str(REPO), "PRIVRELEASE_HOME": str(home)}
+    argv = [sys.executable, "-c", RELEASE_ALONE, str(request), *(["weakened"] if weakened else [])]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.split()[-2:] == ["0", str(weakened)], done.stderr[-2000:]
+    assert not list(home.rglob("*.db"))  # no Prefect server's SQLite database
