@@ -11,9 +11,9 @@ here; OpenDP's margin ``invariant="keys"``; Tumult's KeySet):
 
 Accuracy: the median over cells and repetitions of |estimate - true value| (the true value of the
 clipped data), per measure, and privrelease's ratio to each peer's; the share of privrelease's 95%
-intervals that hold the true value. Speed: privrelease's whole CLI release on payroll, warm (the second
-run in one home; the first registers nothing, that is done before), against one query's wall time in
-each peer, and the CLI's peak RSS (``/usr/bin/time -v``).
+intervals that hold the true value. Speed: privrelease's whole CLI release on payroll, warm (the median
+of ``--warm`` runs after the first in one home; registration is done before, not timed), its CPU seconds
+(user + sys) and peak RSS (``/usr/bin/time -v``), against one query's wall time in each peer.
 
 The peers run in their own venv (``bench/requirements-peers.txt``; ``make peers-venv``) as a
 subprocess on the same Parquet files: ``bench/aggregate_peers.py``.
@@ -155,8 +155,14 @@ def peer_errors(found: dict, case: dict, t: dict) -> dict[str, list]:
     return errors
 
 
-def cli_release(folder: Path, path: Path, frame: pd.DataFrame, case: dict) -> tuple[float, float, int]:
-    """privrelease's whole release of payroll through the CLI: (first run s, warm run s, peak RSS KiB of the warm run)."""
+def _timed(stderr: str, name: str) -> float:
+    """One figure of ``/usr/bin/time -v``'s report."""
+    return float(re.search(rf"{re.escape(name)} \([a-z]+\): ([0-9.]+)", stderr).group(1))
+
+
+def cli_release(folder: Path, path: Path, frame: pd.DataFrame, case: dict, warm: int = 3) -> dict:
+    """privrelease's whole release of payroll through the CLI: the first run, then ``warm`` runs in the same home
+    (their median wall and CPU seconds, user + sys of the command), the warm runs' peak RSS and the load average."""
     home = folder / "home"
     env = {**os.environ, "PRIVRELEASE_HOME": str(home), "PYTHONPATH": str(ROOT)}
     os.environ["PRIVRELEASE_HOME"] = str(home)
@@ -168,16 +174,25 @@ def cli_release(folder: Path, path: Path, frame: pd.DataFrame, case: dict) -> tu
     request = folder / "payroll.yaml"
     p = {k: v for k, v in params(frame, case, None).items() if k != "domains"}
     request.write_text(yaml.safe_dump({"dataset": "payroll", "mechanism": {"name": "aggregate", "params": p}}))
-    walls, rss = [], 0
-    for _ in range(2):
+    runs = []
+    for _ in range(1 + warm):
+        load = os.getloadavg()[0]
         start = time.perf_counter()
         done = subprocess.run(["/usr/bin/time", "-v", sys.executable, "-c", "import sys; from cli.main import main; sys.exit(main(sys.argv[1:]))",
                                "release", str(request)], env=env, capture_output=True, text=True)  # fmt: skip
-        walls.append(time.perf_counter() - start)
+        wall = time.perf_counter() - start
         if done.returncode != 0:
             raise SystemExit(done.stderr[-2000:])
-        rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr).group(1))
-    return walls[0], walls[1], rss
+        user, system, rss = (_timed(done.stderr, name) for name in ("User time", "System time", "Maximum resident set size"))
+        runs.append({"wall_s": wall, "cpu_s": user + system, "peak_rss_kib": int(rss), "load": load})
+    later = runs[1:]
+    return {
+        "first_s": runs[0]["wall_s"],
+        "warm_median_s": float(np.median([r["wall_s"] for r in later])),
+        "warm_cpu_median_s": float(np.median([r["cpu_s"] for r in later])),
+        "peak_rss_kib": max(r["peak_rss_kib"] for r in later),
+        "runs": runs,
+    }
 
 
 def main() -> None:
@@ -189,6 +204,7 @@ def main() -> None:
     ap.add_argument("--cases", default="adult,payroll")
     ap.add_argument("--peer-libs", default="opendp,tumult")
     ap.add_argument("--cli-only", action="store_true", help="only time privrelease's CLI release of payroll")
+    ap.add_argument("--warm", type=int, default=3, help="warm CLI releases of payroll timed (their median is reported)")
     args = ap.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench-aggregate-"))
     results = {}
@@ -197,7 +213,7 @@ def main() -> None:
         path = adult(folder) if name == "adult" else payroll(folder, args.rows)
         frame = pd.read_parquet(path)
         if name == "payroll":  # the whole release through the CLI first (a fresh home; registration not timed)
-            cli = dict(zip(("first_s", "warm_s", "peak_rss_kib"), cli_release(folder, path, frame, case)))
+            cli = cli_release(folder, path, frame, case, args.warm)
             print(json.dumps({"payroll cli": cli}), flush=True)
             results["payroll cli"] = cli
             if args.cli_only:

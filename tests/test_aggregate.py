@@ -75,8 +75,7 @@ def oracle(rows: pd.DataFrame) -> pd.DataFrame:
 def bounded(frame: pd.DataFrame, p: agg.Params, key: int) -> pd.DataFrame:
     con = query.scratch()
     con.register("input_rows", frame[p.columns])
-    con.execute(query.bound_sql(p), {"key": key} if p.user_column else None)
-    return con.execute(f"SELECT * FROM {query.BOUNDED}").df()
+    return con.execute(query.bound_sql(p), {"key": key} if p.user_column else None).df()
 
 
 @pytest.mark.parametrize("unit", ["record", "user"])

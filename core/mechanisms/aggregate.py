@@ -30,7 +30,7 @@ from core.mechanisms import aggregate_budget as budget
 from core.mechanisms import aggregate_query as query
 from core.mechanisms import aggregate_report as show
 from core.mechanisms.aggregate_params import Measure, Params
-from core.mechanisms.base import DPCost, Plan, Result
+from core.mechanisms.base import DPCost, Plan, Result, Snapshot
 from core.privacy import draws, events
 from core.privacy.adjacency import AddRemoveUser, ReplaceRecord
 from core.tables.schema import Needs
@@ -38,6 +38,7 @@ from core.tables.schema import Needs
 __all__ = ["NAME", "Measure", "Params", "needs", "plan", "run", "check"]
 
 NAME = "aggregate"
+READS_SNAPSHOT = True  # a release hands ``run`` the checked snapshot's file: DuckDB reads it, no pandas copy of the rows
 UNIT_PARAM = "user_column"  # the registered user column; None under the record unit (UNIT_OPTIONAL)
 UNIT_OPTIONAL = True
 DOMAINS_PARAM = "domains"  # the key domains the steward declared at registration
@@ -101,7 +102,7 @@ def _units(n: budget.Noised, values: np.ndarray) -> np.ndarray:
     return np.asarray(values, dtype=np.int64) * (int(1 / n.unit) if n.vector.integral else 1)
 
 
-def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result:
+def run(frame: pd.DataFrame | Snapshot, params: Params, rng: np.random.Generator) -> Result:
     acc = accounting(params)
     event = plan(params).cost.event
     leaf = {n.vector.part: events.find(event, n.vector.part) for n in acc.noised}  # drawn as the plan declares
@@ -147,7 +148,7 @@ def _reindexed(values: pd.DataFrame | np.ndarray, at: np.ndarray):
     return pd.DataFrame(out, columns=values.columns) if isinstance(values, pd.DataFrame) else out
 
 
-def check(original: pd.DataFrame, result: Result, params: Params) -> None:
+def check(original: pd.DataFrame | Snapshot, result: Result, params: Params) -> None:
     """Invariants: one row per key, no duplicate key, every estimate inside its interval, means and
     quantiles inside their bounds, public keys exactly the domains' product."""
     table = result.data

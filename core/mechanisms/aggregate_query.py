@@ -11,6 +11,13 @@ Values on a grid: a sum's value is clipped to [L, U] and put on its vector's gri
 nearest multiple inside [L, U], so the sensitivity is unchanged); a mean's is centred on (L + U)/2
 first; a quantile's is its bin among B equal bins of [L, U] (clipped: below L in the first, above U
 in the last).
+
+One pass: the rows are read in DuckDB (from the checked snapshot's Parquet file, or a frame a caller
+hands in), bounded, and every vector's true values per key, with every quantile's histogram, come out
+of one ``GROUP BY GROUPING SETS`` over them. Under the user unit the bounding groups the rows by user
+and key once (a hash aggregate), ranks each user's keys in that small table, and ranks rows only in a
+(user, key) holding more than ``max_rows`` rows: a (user, key) with at most that many keeps them all,
+which is what the ranking would keep (the same rows as ranking every row, at a fraction of the cost).
 """
 
 from __future__ import annotations
@@ -23,29 +30,28 @@ import pandas as pd
 from core.db import quote_ident, scratch
 from core.mechanisms.aggregate_budget import Accounting
 from core.mechanisms.aggregate_params import Params
-
-BOUNDED = "bounded_rows"
+from core.mechanisms.base import Snapshot
 
 
 def bound_sql(params: Params) -> str:
-    """The rows a run aggregates: all of them (record unit), or each user's bounded contribution."""
+    """A SELECT of the rows a run aggregates, from ``input_rows``: all of them (record unit), or each
+    user's bounded contribution (parameter ``$key``, the run's secret hash key)."""
     if not params.user_column:
-        return f"CREATE TEMP VIEW {BOUNDED} AS SELECT * FROM input_rows"
+        return "SELECT * FROM input_rows"
     u = quote_ident(params.user_column)
     keys = ", ".join(quote_ident(c) for c in params.group_by)
-    cols = ", ".join(quote_ident(c) for c in params.columns)
     on = " AND ".join(f"r.{c} IS NOT DISTINCT FROM k.{c}" for c in map(quote_ident, [params.user_column, *params.group_by]))
+    r_cols = ", ".join("r." + quote_ident(c) for c in params.columns)
+    r_keys = ", ".join("r." + quote_ident(c) for c in [params.user_column, *params.group_by])
     return f"""
-        CREATE TEMP TABLE {BOUNDED} AS
-        WITH held AS (SELECT DISTINCT {u}, {keys} FROM input_rows),
-        kept AS (
-            SELECT * FROM held
+        WITH kept AS (
+            SELECT {u}, {keys}, count(*) AS __rows FROM input_rows GROUP BY {u}, {keys}
             QUALIFY row_number() OVER (PARTITION BY {u} ORDER BY hash({u}, {keys}, $key::UBIGINT), {keys}) <= {params.max_groups}
         )
-        SELECT r.* FROM (SELECT {cols} FROM input_rows) r JOIN kept k ON {on}
-        QUALIFY row_number() OVER (PARTITION BY r.{u}, {", ".join("r." + quote_ident(c) for c in params.group_by)}
-                                   ORDER BY hash({", ".join("r." + quote_ident(c) for c in params.columns)}, $key::UBIGINT),
-                                   {", ".join("r." + quote_ident(c) for c in params.columns)}) <= {params.max_rows}
+        SELECT {r_cols} FROM input_rows r JOIN kept k ON {on} WHERE k.__rows <= {params.max_rows}
+        UNION ALL
+        SELECT {r_cols} FROM input_rows r JOIN kept k ON {on} WHERE k.__rows > {params.max_rows}
+        QUALIFY row_number() OVER (PARTITION BY {r_keys} ORDER BY hash({r_cols}, $key::UBIGINT), {r_cols}) <= {params.max_rows}
     """
 
 
@@ -55,19 +61,30 @@ def _on_grid(column: str, low: float, high: float, unit: float, centre: float = 
     return f"CAST(greatest(least(round({x} / {unit!r}), {hi}), {lo}) AS BIGINT)"
 
 
-def exact(frame: pd.DataFrame, params: Params, acc: Accounting, key: int) -> tuple[pd.DataFrame, dict[int, np.ndarray]]:
+def _bin(params: Params, i: int) -> str:
+    m = params.measures[i]
+    low, high = m.bounds
+    x = f"CAST({quote_ident(m.column)} AS DOUBLE)"
+    return f"CAST(greatest(least(floor(({x} - {low!r}) / {(high - low) / m.bins!r}), {m.bins - 1}), 0) AS BIGINT)"
+
+
+def _input(con, rows: pd.DataFrame | Snapshot, params: Params) -> dict:
+    """``source``: the rows read (the request's columns only); returns the query's parameters that keep the
+    rows whose key lies inside the declared domains (the others belong to no released key)."""
+    if isinstance(rows, Snapshot):
+        con.read_parquet(rows.path).project(", ".join(map(quote_ident, params.columns))).create_view("source")
+    else:
+        con.register("source", rows[params.columns])
+    return {f"d{j}": list(params.domains[c]) for j, c in enumerate(params.group_by) if params.domains and c in params.domains}
+
+
+def exact(rows: pd.DataFrame | Snapshot, params: Params, acc: Accounting, key: int) -> tuple[pd.DataFrame, dict[int, np.ndarray]]:
     """Per present key: the key columns, ``__n`` (rows), and per vector its true values in grid units
     (``__v<i>`` for measure i's vector); and per quantile measure the (keys x B) histogram. Rows whose key
     lies outside a declared domain are left out (they belong to no released key)."""
-    if params.domains:
-        held = np.ones(len(frame), dtype=bool)
-        for c in params.group_by:
-            if c in params.domains:
-                held &= frame[c].isin(params.domains[c]).to_numpy()
-        if not held.all():
-            frame = frame[held]
     keys = ", ".join(quote_ident(c) for c in params.group_by)
     select = [keys, "count(*) AS __n"]
+    quantiles = [n.vector.measure for n in acc.noised if n.vector.kind == "histogram"]
     for n in acc.noised:
         v, i = n.vector, n.vector.measure
         if v.kind in ("counts", "histogram"):
@@ -79,29 +96,34 @@ def exact(frame: pd.DataFrame, params: Params, acc: Accounting, key: int) -> tup
             low, high = m.bounds
             centre = (low + high) / 2 if v.kind == "centred" else 0.0
             select.append(f"CAST(sum({_on_grid(m.column, low, high, n.unit, centre)}) AS BIGINT) AS __v{i}")
+    bins = [f"{_bin(params, i)} AS __b{i}" for i in quantiles]
+    sets = ", ".join(f"({keys}{''.join(f', __b{i}' for i in s)})" for s in [[], *([i] for i in quantiles)])
     con = scratch()
     try:
-        con.register("input_rows", frame[params.columns])
-        con.execute(bound_sql(params), {"key": key} if params.user_column else None)
-        stats = con.execute(f"SELECT {', '.join(select)} FROM {BOUNDED} GROUP BY ALL ORDER BY {keys}").df()
-        hists = {}
-        for n in acc.noised:
-            if n.vector.kind == "histogram":
-                hists[n.vector.measure] = _histogram(con, params, n.vector.measure, stats)
+        args = _input(con, rows, params)
+        where = " AND ".join(f"list_contains($d{j}, {quote_ident(c)})" for j, c in enumerate(params.group_by) if f"d{j}" in args)
+        args |= {"key": key} if params.user_column else {}
+        flags = [f"grouping(__b{i}) AS __g{i}" for i in quantiles]
+        out = con.execute(
+            f"""WITH input_rows AS NOT MATERIALIZED (SELECT * FROM source {"WHERE " + where if where else ""})
+                SELECT {", ".join([*select, *(f"__b{i}" for i in quantiles), *flags])}
+                FROM (SELECT {", ".join(["*", *bins])} FROM ({bound_sql(params)}))
+                GROUP BY GROUPING SETS ({sets}) ORDER BY {keys}""",
+            args or None,
+        ).df()
     finally:
         con.close()
-    return stats, hists
+    whole = np.ones(len(out), dtype=bool)
+    for i in quantiles:
+        whole &= out[f"__g{i}"].to_numpy() == 1
+    stats = out[whole].drop(columns=[c for c in out.columns if c.startswith(("__b", "__g"))]).reset_index(drop=True)
+    return stats, {i: _histogram(out[out[f"__g{i}"] == 0], params, i, stats) for i in quantiles}
 
 
-def _histogram(con, params: Params, i: int, stats: pd.DataFrame) -> np.ndarray:
-    m = params.measures[i]
-    low, high = m.bounds
-    x = f"CAST({quote_ident(m.column)} AS DOUBLE)"
-    b = f"CAST(greatest(least(floor(({x} - {low!r}) / {(high - low) / m.bins!r}), {m.bins - 1}), 0) AS BIGINT)"
-    keys = ", ".join(quote_ident(c) for c in params.group_by)
-    counts = con.execute(f"SELECT {keys}, {b} AS __bin, count(*) AS __h FROM {BOUNDED} GROUP BY ALL").df()
+def _histogram(counts: pd.DataFrame, params: Params, i: int, stats: pd.DataFrame) -> np.ndarray:
+    """The (keys x B) histogram of quantile measure i from its grouping set's rows (the key's rows per bin)."""
     index = pd.MultiIndex.from_frame(stats[params.group_by])
     rows = index.get_indexer(pd.MultiIndex.from_frame(counts[params.group_by]))
-    out = np.zeros((len(stats), m.bins), dtype=np.int64)
-    np.add.at(out, (rows, counts["__bin"].to_numpy()), counts["__h"].to_numpy(np.int64))
+    out = np.zeros((len(stats), params.measures[i].bins), dtype=np.int64)
+    np.add.at(out, (rows, counts[f"__b{i}"].to_numpy(np.int64)), counts["__n"].to_numpy(np.int64))
     return out

@@ -70,6 +70,15 @@ class Plan:
 
 
 @dataclass(frozen=True)
+class Snapshot:
+    """A registered snapshot's Parquet file, its digest checked against the registration: what ``run`` and
+    ``check`` get instead of its rows when the mechanism declares ``READS_SNAPSHOT`` (it reads the file in
+    DuckDB itself, so the rows are never all in this process's memory, nor converted to pandas)."""
+
+    path: str
+
+
+@dataclass(frozen=True)
 class Result:
     """A mechanism's output: the released table and what the manifest and report say of it."""
 
@@ -122,6 +131,7 @@ class Declared:
     DOMAINS_PARAM: str | None = None  # the parameter filled with the key domains declared at registration
     UNIT_OPTIONAL: bool = False  # UNIT_PARAM is left None under the record unit (else such a dataset is refused)
     READS_SNAPSHOT_ON_WORKERS: bool = False  # on Dask, its workers read the stored snapshot (checked before the charge)
+    READS_SNAPSHOT: bool = False  # a DP release's run gets the checked snapshot's file (a ``Snapshot``), not its rows
     accuracy: Callable[[StrictParams, Plan, tuple[str, ...]], dict | None] = _none  # each DP output's noise and interval
     accuracy_lines: Callable[[dict], list[str]] = _empty  # those figures in markdown
     accuracy_charts: Callable[[dict], list[Chart]] = _empty  # and drawn

@@ -28,7 +28,7 @@ from core.datasets import snapshots
 from core.errors import SpecError
 from core.ledger import account
 from core.ledger.ledger import Charge, Ledger
-from core.mechanisms.base import DPCost, Plan, Result
+from core.mechanisms.base import DPCost, Plan, Result, Snapshot
 from core.privacy.accountant import Spend
 from core.release import charged
 from core.release import publish as _publish
@@ -125,14 +125,18 @@ def largest_fit(ledger: Ledger, dataset: str, module, params) -> str:
     return f"The largest epsilon of this request that fits is {best:.3g} (same delta and other parameters)."
 
 
-def load(store: Home, release: Release) -> pd.DataFrame:
+def load(store: Home, release: Release) -> pd.DataFrame | Snapshot:
     """The registered snapshot, checked; for a mechanism whose Dask workers read it themselves, also
     checked to be readable on every worker (before the charge, so an unreachable store costs nothing).
-    For an SDC release, only the columns its disclosure policy publishes, rows shuffled (``enforce.prepare``)."""
+    For an SDC release, only the columns its disclosure policy publishes, rows shuffled (``enforce.prepare``).
+    For a DP mechanism that reads the snapshot's file itself (``READS_SNAPSHOT``), that file, checked."""
+    declared = mechanisms.declared(mechanisms.get(release.mechanism))
+    if release.dataset.purpose == "dp" and declared.READS_SNAPSHOT:
+        return Snapshot(str(store.registry.checked(release.dataset)))
     frame = store.registry.load(release.dataset)
     if release.dataset.purpose == "sdc":
         return enforce.prepare(frame, release.dataset.policy, noise.generator(release.seed))
-    if mechanisms.declared(mechanisms.get(release.mechanism)).READS_SNAPSHOT_ON_WORKERS:
+    if declared.READS_SNAPSHOT_ON_WORKERS:
         missing = parallel.unreadable(frame.attrs["snapshot"])
         if missing:
             raise snapshots.SnapshotUnreachable(
@@ -143,7 +147,7 @@ def load(store: Home, release: Release) -> pd.DataFrame:
     return frame
 
 
-def privatize(release: Release, frame: pd.DataFrame) -> Result:
+def privatize(release: Release, frame: pd.DataFrame | Snapshot) -> Result:
     """Run the mechanism on fresh randomness (a fixed seed only in test mode), then check it."""
     module = mechanisms.get(release.mechanism)
     result = module.run(frame, release.params, noise.generator(release.seed))
@@ -185,8 +189,8 @@ def publish(store: Home, release: Release, plan_: Plan, result: Result, charge_:
 class Steps:
     """The steps of a release that touch its rows, as plain functions (``flows/steps.py`` runs each as a Prefect task)."""
 
-    load: Callable[[Home, Release], pd.DataFrame] = load
-    privatize: Callable[[Release, pd.DataFrame], Result] = privatize
+    load: Callable[[Home, Release], pd.DataFrame | Snapshot] = load
+    privatize: Callable[[Release, pd.DataFrame | Snapshot], Result] = privatize
     assess: Callable[[Home, Release, pd.DataFrame, Result], Result] = assess
     publish: Callable[[Home, Release, Plan, Result, Charge], _publish.Published] = publish
 
@@ -200,7 +204,7 @@ class ReleaseJob:
     log: Log = logging.getLogger("privrelease")
     release: Release | None = None
     plan: Plan | None = None
-    frame: pd.DataFrame | None = None
+    frame: pd.DataFrame | Snapshot | None = None
 
     def check(self, home: Home) -> Claim:
         self.release, self.plan = check(home, self.request)
