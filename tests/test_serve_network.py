@@ -1,0 +1,148 @@
+"""The operator's commands for serving on the network, run as printed on a host of their own: a Linux network
+namespace (its default ports 4201, 4202 and 8443 free, its 0.0.0.0 no one else's) with a private view of
+/etc/ssl (the test's certificate at /etc/ssl/privrelease/, as the pages name it) and of /srv (empty).
+
+- docs/OPERATING.md's TLS block: `make serve` on 0.0.0.0:8443 with the certificate; HTTPS only, people sign
+  in there, SIGTERM stops all of it;
+- docs/guides/operator.md's "by hand" block, against a Prefect server started as the text before it says:
+  the gate, the proxy over TLS, the demo datasets, the pool, every deployment and a worker; an analyst's
+  release through the proxy completes.
+
+Each starts a whole stack (minutes on 2 cores), so this file is in the audit tier: tests/conftest.py collects
+it under ``make audit`` (PRIVRELEASE_AUDIT=1) only. Needs root (network and mount namespaces).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import ssl
+import subprocess
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import PASSWORD, REPO
+from tests.netns import A_ADDR, exec_in, inside, two_hosts
+from tests.pages import DOCS, sh_block
+from tests.test_proxy import _certificate
+from tests.test_serve import _gone, _ready
+from tests.test_server import BIN, _wait, deployment
+
+TLS_SERVE = sh_block("OPERATING.md", "PRIVRELEASE_HOST=0.0.0.0")
+BY_HAND = sh_block("guides/operator.md", "export PREFECT_API_URL")
+# the server the by-hand block expects, with the settings the operator guide's sentence before the block names
+SETTINGS = re.search(
+    r"By hand, against your own .*? started with\s+`([^`]+)`:", (DOCS / "guides" / "operator.md").read_text(), re.S
+)
+PREFECT_SERVER = f"{SETTINGS[1]} setsid .venv/bin/prefect server start --host 127.0.0.1 --port 4201"
+
+
+@contextmanager
+def own_host(tmp_path: Path):
+    """A network namespace, and the command prefix that runs a process there with the test's /etc/ssl and an
+    empty /srv; every process in the namespace is killed before it goes."""
+    cert, key = _certificate(tmp_path)
+    etc_ssl = tmp_path / "etc-ssl"
+    shutil.copytree("/etc/ssl", etc_ssl, symlinks=True)
+    (etc_ssl / "privrelease").mkdir()
+    shutil.copy(cert, etc_ssl / "privrelease" / "fullchain.pem")
+    shutil.copy(key, etc_ssl / "privrelease" / "key.pem")
+    mounts = f'mount --bind {etc_ssl} /etc/ssl && mount -t tmpfs tmpfs /srv && exec "$@"'
+    with two_hosts() as (ns, _):
+        try:
+            yield [*exec_in(ns), "unshare", "--mount", "--propagation", "private", "bash", "-c", mounts, "mounts"], ns, cert
+        finally:
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+def _environ(user: Path) -> dict:
+    """A fresh operator's shell: a new $HOME, none of this test session's settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "PRIVRELEASE_"))}
+    return env | {"HOME": str(user)}
+
+
+def test_the_tls_serve_block_as_printed(tmp_path: Path):
+    user = tmp_path / "user"
+    home = user / ".local" / "share" / "privrelease"  # the command line's default home, which make serve uses
+    log = tmp_path / "serve.log"
+    with own_host(tmp_path) as (prefix, ns, cert):
+        proc = subprocess.Popen(
+            [*prefix, "bash", "-c", TLS_SERVE],
+            cwd=REPO,
+            env=_environ(user),
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        out = _ready(proc, log, timeout=900)
+        assert "UI (people, through the proxy and the gate):  https://0.0.0.0:8443" in out, out[-3000:]
+        added = subprocess.run(
+            [str(BIN / "privrelease"), "--home", str(home), "user", "add", "alice", "--role", "analyst", "--password-stdin"],
+            input=PASSWORD,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert added.returncode == 0, added.stderr
+        trust = ssl.create_default_context(cafile=cert)
+        with inside(ns):
+            signed_in = httpx.post(
+                "https://127.0.0.1:8443/api/flow_runs/filter", json={"limit": 1}, auth=("alice", PASSWORD), verify=trust
+            )
+            assert signed_in.status_code == 200 and "max-age" in signed_in.headers["strict-transport-security"]
+            assert httpx.get("http://127.0.0.1:8443/api/health", timeout=30).status_code == 400  # HTTPS only
+            # on every address of the host (0.0.0.0): also at its network address (the certificate names 127.0.0.1)
+            assert httpx.get(f"https://{A_ADDR}:8443/api/health", verify=False, timeout=30).headers["server"] == "nginx"
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0
+        assert "privrelease: stopped the worker, the proxy, the gate and Prefect's server" in log.read_text()
+        assert _gone(home) == []
+
+
+def test_the_by_hand_block_as_printed(tmp_path: Path):
+    user = tmp_path / "user"
+    log = tmp_path / "by-hand.log"
+    script = f"""
+{PREFECT_SERVER} > {tmp_path / "server.log"} 2>&1 &
+until curl -fs http://127.0.0.1:4201/api/health > /dev/null; do sleep 0.5; done
+bash -e -c {shlex.quote(BY_HAND)} > {tmp_path / "block.log"} 2>&1 &
+until curl -fsk https://127.0.0.1:8443/api/health > /dev/null; do sleep 0.5; done
+until grep -q "started!" {tmp_path / "block.log"}; do sleep 0.5; done
+printf '%s\\n' '{PASSWORD}' | .venv/bin/privrelease --home /srv/privrelease user add alice --role analyst --password-stdin
+echo READY
+wait
+"""
+    with own_host(tmp_path) as (prefix, ns, cert):
+        proc = subprocess.Popen(
+            [*prefix, "bash", "-e", "-c", script],
+            cwd=REPO,
+            env=_environ(user),
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 900
+        while "READY" not in log.read_text():
+            block = (tmp_path / "block.log").read_text() if (tmp_path / "block.log").exists() else ""
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:] + block[-3000:]
+            time.sleep(1)
+        trust = ssl.create_default_context(cafile=cert)
+        with (
+            inside(ns),
+            httpx.Client(base_url="https://127.0.0.1:8443/api", auth=("alice", PASSWORD), verify=trust, timeout=30) as alice,
+        ):
+            ra = deployment(alice, "ra")
+            run = alice.post(f"/deployments/{ra['id']}/create_flow_run", json={"parameters": {}})
+            assert run.status_code == 201, run.text
+            assert _wait(alice, run.json()["id"], tmp_path / "block.log", 600) == "COMPLETED"
