@@ -6,7 +6,8 @@ namespace (its default ports 4201, 4202 and 8443 free, its 0.0.0.0 no one else's
   in there, SIGTERM stops all of it;
 - docs/guides/operator.md's "by hand" block, against a Prefect server started as the text before it says:
   the gate, the proxy over TLS, the demo datasets, the pool, every deployment and a worker; an analyst's
-  release through the proxy completes.
+  release through the proxy completes;
+- docs/guides/hosts.md's first step: PostgreSQL's database created and `make serve-pg` on it.
 
 Each starts a whole stack (minutes on 2 cores), so this file is in the audit tier: tests/conftest.py collects
 it under ``make audit`` (PRIVRELEASE_AUDIT=1) only. Needs root (network and mount namespaces).
@@ -14,6 +15,7 @@ it under ``make audit`` (PRIVRELEASE_AUDIT=1) only. Needs root (network and moun
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -26,12 +28,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import psycopg
 
 from tests.conftest import PASSWORD, REPO
 from tests.netns import A_ADDR, exec_in, inside, two_hosts
 from tests.pages import DOCS, sh_block
+from tests.pg import BIN as BIN_PG
+from tests.pg import cluster
 from tests.test_proxy import _certificate
-from tests.test_serve import _gone, _ready
+from tests.test_serve import _gone, _ours, _ready
 from tests.test_server import BIN, _wait, deployment
 
 TLS_SERVE = sh_block("OPERATING.md", "PRIVRELEASE_HOST=0.0.0.0")
@@ -68,6 +73,7 @@ def own_host(tmp_path: Path):
 
 def _environ(user: Path) -> dict:
     """A fresh operator's shell: a new $HOME, none of this test session's settings."""
+    user.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "PRIVRELEASE_"))}
     return env | {"HOME": str(user)}
 
@@ -115,10 +121,12 @@ def test_the_by_hand_block_as_printed(tmp_path: Path):
     log = tmp_path / "by-hand.log"
     script = f"""
 {PREFECT_SERVER} > {tmp_path / "server.log"} 2>&1 &
-until curl -fs http://127.0.0.1:4201/api/health > /dev/null; do sleep 0.5; done
+server=$!
+until curl -fs http://127.0.0.1:4201/api/health > /dev/null; do kill -0 $server; sleep 0.5; done
 bash -e -c {shlex.quote(BY_HAND)} > {tmp_path / "block.log"} 2>&1 &
-until curl -fsk https://127.0.0.1:8443/api/health > /dev/null; do sleep 0.5; done
-until grep -q "started!" {tmp_path / "block.log"}; do sleep 0.5; done
+block=$!
+until curl -fsk https://127.0.0.1:8443/api/health > /dev/null; do kill -0 $block; sleep 0.5; done
+until grep -q "started!" {tmp_path / "block.log"}; do kill -0 $block; sleep 0.5; done
 printf '%s\\n' '{PASSWORD}' | .venv/bin/privrelease --home /srv/privrelease user add alice --role analyst --password-stdin
 echo READY
 wait
@@ -135,7 +143,8 @@ wait
         deadline = time.monotonic() + 900
         while "READY" not in log.read_text():
             block = (tmp_path / "block.log").read_text() if (tmp_path / "block.log").exists() else ""
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:] + block[-3000:]
+            server = (tmp_path / "server.log").read_text() if (tmp_path / "server.log").exists() else ""
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:] + block[-3000:] + server[-2000:]
             time.sleep(1)
         trust = ssl.create_default_context(cafile=cert)
         with (
@@ -146,3 +155,59 @@ wait
             run = alice.post(f"/deployments/{ra['id']}/create_flow_run", json={"parameters": {}})
             assert run.status_code == 201, run.text
             assert _wait(alice, run.json()["id"], tmp_path / "block.log", 600) == "COMPLETED"
+
+
+def test_the_serve_pg_block_as_printed(tmp_path: Path):
+    """docs/guides/hosts.md's step 1 on host A (a network namespace, PostgreSQL at A:5432, user postgres): the
+    database created, `make serve-pg` on it; the demo's registrations and Prefect's tables land there, and an
+    analyst's release through the proxy is charged on that ledger."""
+    user = tmp_path / "user"
+    home = user / ".local" / "share" / "privrelease"
+    log = tmp_path / "serve-pg.log"
+    block = sh_block("guides/hosts.md", "createdb privrelease")
+    env = _environ(user) | {"PGHOST": A_ADDR, "PGPORT": "5432", "PGUSER": "postgres"}  # who runs createdb on A
+    env["PATH"] = f"{BIN_PG}:{env['PATH']}"
+    with two_hosts() as (a, _), inside(a), cluster(A_ADDR, f"{A_ADDR}/24", port=5432) as server:
+        url = server.rsplit("/", 1)[0] + "/privrelease"
+        script = block.replace("postgresql://USER@A:5432/privrelease", url)  # the page's placeholders
+        proc = subprocess.Popen(
+            ["bash", "-e", "-c", script],
+            cwd=REPO,
+            env=env,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            out = _ready(proc, log, timeout=900)
+            assert f"# ledger:         PRIVRELEASE_LEDGER_URL={url}" in out
+            with psycopg.connect(url) as con:
+                registered = {i for (i,) in con.execute("SELECT id FROM privrelease.datasets")}
+                prefect = con.execute("SELECT to_regclass('public.flow_run') IS NOT NULL").fetchone()  # Prefect's tables
+            assert {"census-demo", "posts-demo", "logins-demo"} <= registered and prefect == (True,)
+            added = subprocess.run(
+                [str(BIN / "privrelease"), "user", "add", "alice", "--role", "analyst", "--password-stdin"],
+                input=PASSWORD,
+                env={**env, "PRIVRELEASE_HOME": str(home), "PRIVRELEASE_LEDGER_URL": url},
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert added.returncode == 0, added.stderr
+            with httpx.Client(base_url="http://127.0.0.1:4200/api", auth=("alice", PASSWORD), timeout=30) as alice:
+                ra = deployment(alice, "ra")
+                run = alice.post(f"/deployments/{ra['id']}/create_flow_run", json={"parameters": {}})
+                assert run.status_code == 201, run.text
+                assert _wait(alice, run.json()["id"], home / "worker.log", 600) == "COMPLETED"
+            with psycopg.connect(url) as con:
+                statuses = [s for (s,) in con.execute("SELECT status FROM privrelease.ledger ORDER BY seq")]
+            assert statuses[-2:] == ["reserved", "published"], statuses
+            os.killpg(proc.pid, signal.SIGTERM)
+            assert proc.wait(timeout=120) == 0
+            assert _gone(home) == []
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            for pid in _ours(home):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
