@@ -41,6 +41,7 @@ def test_the_quickstarts_install_commands_run_in_a_fresh_clone(tmp_path: Path):
     if real:
         env["PYTEST_ADDOPTS"] = ONE_TEST
     dry = "" if real else 'make() { command make -n "$@"; }\n'  # make's own dry run: each recipe printed, none run
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
     r = subprocess.run(
         ["bash", "-e", "-o", "pipefail", "-c", dry + script],
         cwd=tmp_path,
@@ -51,8 +52,8 @@ def test_the_quickstarts_install_commands_run_in_a_fresh_clone(tmp_path: Path):
     )
     assert r.returncode == 0, f"{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
     clone = tmp_path / "privrelease"
-    head = [subprocess.run(["git", "rev-parse", "HEAD"], cwd=c, capture_output=True, text=True).stdout for c in (clone, REPO)]
-    assert head[0] == head[1] and head[0], head  # the checkout's commit, cloned
+    cloned = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True).stdout
+    assert cloned == head and head, (cloned, head)  # the checkout's commit, cloned
     if real:
         assert (clone / ".venv" / ".installed").is_file() and (clone / ".venv" / "bin" / "privrelease").is_file()
         releases = home / ".local" / "share" / "privrelease" / "releases" / "census-demo"  # the demo, in the fresh home
