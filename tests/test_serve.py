@@ -1,6 +1,8 @@
-"""`make serve` as an operator types it: Prefect's server behind the operator's credential, the gate in
-front and the proxy (nginx) in front of the gate, no account anyone could guess, and a clean stop on Ctrl-C or SIGTERM (every service it started
-ends, one line, exit 0) after which a second start works at once."""
+"""`make serve` as the operator guide prints it (its `sh` block, run as printed): Prefect's server behind the
+operator's credential, the gate in front and the proxy (nginx) in front of the gate, no account anyone could
+guess, the guide's accounts block run against it (the people it adds sign in through the proxy, the one it
+removes is refused), and a clean stop on Ctrl-C or SIGTERM (every service it started ends, one line, exit 0)
+after which a second start works at once."""
 
 from __future__ import annotations
 
