@@ -5,7 +5,8 @@
 - ``sh``: commands that need an install, a server that keeps running, root, PostgreSQL or another host:
   run as printed by the test ``ELSEWHERE`` names, which reads the block from the page with ``sh_block``
   (so a stale page fails that test);
-- ``text``: not a command: output, a diagram, a usage synopsis with placeholders;
+- ``text``: not a command: output, a diagram, a usage synopsis with placeholders (a line that reads as a
+  command, ``privrelease …`` or ``make …``, is a synopsis or one a ``bash`` block runs);
 - ``yaml``, ``json``: files and requests (tests/test_docs.py parses the release requests);
 - ``console`` (README.md only): ``$ command`` lines with what they print; each command is one the
   quickstart runs.

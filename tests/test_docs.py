@@ -119,15 +119,23 @@ def test_every_command_on_the_page_runs_as_printed(page, tmp_path):
 
 
 MARKED = {"text", "yaml", "json"}  # not commands: output, diagrams and synopses; files and requests
+SYNOPSIS = re.compile(r"\[|\||…|\b[A-Z][A-Z_]+\b")  # [optional], a | b, …, or a PLACEHOLDER: not typed as it is
 
 
 def unrun(texts: dict[str, str]) -> list[str]:
     """The command blocks of ``texts`` (page: its text) that no test runs and that are not marked as what else
     they are: a ``bash`` block off the pages run here, an ``sh`` block no test of ``ELSEWHERE`` runs, a block
-    without a language or with another one."""
+    without a language or with another one; and a command in a ``text`` block that is neither a synopsis nor
+    one a page's ``bash`` block runs."""
+    ran = {" ".join(c.split()) for page in GUIDED if page in texts for b in blocks(texts[page], "bash") for c in commands(b)}
     found = []
     for page, text in texts.items():
         for n, (language, body) in enumerate(fences(text), 1):
+            if language == "text":
+                typed = [line.strip() for line in body.splitlines() if line.strip().startswith(("privrelease ", "make ", "$ "))]
+                found += [
+                    f"{page}, block {n} (text): {c}" for c in typed if not SYNOPSIS.search(c) and " ".join(c.split()) not in ran
+                ]
             ok = (
                 language in MARKED
                 or (language == "bash" and page in GUIDED)
@@ -155,11 +163,13 @@ def test_every_command_block_is_run_or_marked():
 
 def test_a_new_unrun_command_block_is_caught(tmp_path):
     """The same check on a copy where a page gains a command no test runs: a bash block on a page the
-    runner does not run, an sh block no test reads, a block without a language."""
+    runner does not run, an sh block no test reads, a block without a language, a command fenced as text."""
     shutil.copytree(DOCS, tmp_path / "docs")
     shutil.copy(REPO / "README.md", tmp_path / "README.md")
     assert unrun(page_texts(tmp_path)) == []
-    (tmp_path / "docs" / "new.md").write_text("# New\n\n```bash\nprivrelease info\n```\n")
+    (tmp_path / "docs" / "new.md").write_text(
+        "# New\n\n```bash\nprivrelease info\n```\n\n```text\nprivrelease dataset drop posts\n```\n"
+    )
     operator = tmp_path / "docs" / "guides" / "operator.md"
     n = len(fences(operator.read_text()))
     operator.write_text(operator.read_text() + "\n```sh\nmake serve-pg\n```\n\n```\nprivrelease ledger verify\n```\n")
@@ -167,6 +177,7 @@ def test_a_new_unrun_command_block_is_caught(tmp_path):
         f"guides/operator.md, block {n + 1} (sh): make serve-pg",  # not `make serve`, which test_serve.py runs
         f"guides/operator.md, block {n + 2} (no language): privrelease ledger verify",
         "new.md, block 1 (bash): privrelease info",
+        "new.md, block 2 (text): privrelease dataset drop posts",  # a command, fenced as if it were output
     ]
 
 
