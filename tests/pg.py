@@ -24,15 +24,16 @@ def _as_postgres(*args: str) -> None:
 
 
 @contextlib.contextmanager
-def cluster(host: str = "127.0.0.1", clients: str | None = None) -> Iterator[str]:
-    """Start a fresh cluster on a free port, listening on 127.0.0.1 and ``host``; yields its URL at
-    ``host`` (trust authentication, user postgres, from this host and the ``clients`` network)."""
+def cluster(host: str = "127.0.0.1", clients: str | None = None, port: int | None = None) -> Iterator[str]:
+    """Start a fresh cluster on ``port`` (default: a free one), listening on 127.0.0.1 and ``host``; yields its
+    URL at ``host`` (trust authentication, user postgres, from this host and the ``clients`` network)."""
     folder = tempfile.mkdtemp(prefix="privrelease-pg-")
     if os.geteuid() == 0:
         shutil.chown(folder, "postgres", "postgres")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    if port is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
     data = f"{folder}/data"
     _as_postgres(f"{BIN}/initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
     if clients:

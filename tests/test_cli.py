@@ -15,6 +15,7 @@ from core.spam import decision as D
 from core.spam import features as F
 from tests.conftest import REPO
 from tests.helpers import write_policy, write_request
+from tests.pages import DOCS, blocks, sh_block
 
 EXE = str(Path(os.sys.executable).parent / "privrelease")
 
@@ -136,10 +137,12 @@ def test_dataset_and_ledger_commands(tmp_path: Path):
     assert bad.returncode == 3 and "FAILED at entry 1" in bad.stderr
 
 
-def typed(home: Path, command: str, cwd: Path, path: str = "/usr/bin:/bin") -> subprocess.CompletedProcess:
+def typed(
+    home: Path, command: str, cwd: Path, path: str = "/usr/bin:/bin", env: dict | None = None
+) -> subprocess.CompletedProcess:
     """``command`` as a user types it into a shell whose PATH is ``path`` (without the venv: after make demo)."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
-    environ.update(PRIVRELEASE_HOME=str(home), PATH=path)
+    environ.update(PRIVRELEASE_HOME=str(home), PATH=path, **(env or {}))
     return subprocess.run(["bash", "-c", command], cwd=cwd, env=environ, capture_output=True, text=True, timeout=300)
 
 
@@ -461,44 +464,44 @@ def test_release_summary_json_and_quiet(tmp_path: Path):
 
 
 def test_spam_commands_as_typed(tmp_path: Path):
-    """split → train (its flow, on Prefect's temporary server) → classify, each a real process, typed one after the other
-    from the user's own folder with the paths the previous command wrote (relative to that folder)."""
+    """The spam training page's commands as printed (docs/mechanisms/spam-training.md): split → train (its flow, on
+    Prefect's temporary server) → classify, each a real process, typed one after the other from the user's own
+    folder with the paths the previous command wrote (relative to that folder). The spec is the page's, saved
+    where it says (its run id and its mail files, relative to its folder), with test-sized keys and rounds."""
     import yaml
 
     home, work = tmp_path / "home", tmp_path / "work"  # the user's own folder, outside the data root
-    work.mkdir()
-    (work / "all.jsonl").write_text("".join(json.dumps(m) + "\n" for m in mail(200, 5)))
-    env = {"PRIVRELEASE_TEST_MODE": "1", "PREFECT_HOME": str(tmp_path / "prefect")}  # 512-bit keys need test mode
-    r = run(home, "spam", "split", "all.jsonl", "--out", "mail/", "--users", "2", env=env, cwd=work)
-    folder = work / "mail"
-    assert r.returncode == 0 and r.stdout.splitlines()[0] == str(folder / "user-1.jsonl"), r.stderr
-    doc = {
-        "run_id": "cli",
-        "users": ["user-1.jsonl", "user-2.jsonl"],
-        "test": "test.jsonl",
+    (work / "mail").mkdir(parents=True)
+    (work / "corpus.jsonl").write_text("".join(json.dumps(m) + "\n" for m in mail(240, 5)))
+    page = (DOCS / "mechanisms" / "spam-training.md").read_text()
+    (saved,) = [b for b in blocks(page, "yaml") if b.startswith("# file: mail/spam.yaml")]
+    doc = yaml.safe_load(saved) | {
         "features": {"modulus": 100_000, "reduction": "hash", "dimension": 256, "seed": 0},
         "key_bits": 512,
         "learning_rate": 1e-4,
         "rounds": 2,
         "mode": "batch",
-        "block_size": 1000,
+        "dp": None,
     }
-    (folder / "spam.yaml").write_text(yaml.safe_dump(doc))
-    r = run(home, "spam", "train", "mail/spam.yaml", env=env, cwd=work)  # the next command, from the same folder
+    (work / "mail" / "spam.yaml").write_text(yaml.safe_dump(doc))
+    (work / "message.eml").write_text("Subject: x\n\nfree money, click here now, winner claim your prize")
+    env = {"PRIVRELEASE_TEST_MODE": "1", "PREFECT_HOME": str(tmp_path / "prefect")}  # 512-bit keys need test mode
+    run_id, folder = doc["run_id"], work / "mail"
+    page_block = sh_block("mechanisms/spam-training.md", "privrelease spam split")
+    r = typed(home, "set -e\n" + page_block, work, f"{Path(EXE).parent}:/usr/bin:/bin", env=env)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.startswith("run cli: AUC private ") and f"folder {home / 'spam' / 'cli'}" in r.stdout
-    (folder / "msg.eml").write_text("Subject: x\n\nfree money, click here now, winner claim your prize")
-    r = run(home, "spam", "classify", "cli", "mail/msg.eml", env=env, cwd=work)
-    assert r.returncode == 0 and r.stdout.strip() == "spam", r.stderr[-2000:]
-    assert "preparing run cli's classifier (once per model): 256 of 256 weights encrypted" in r.stderr
+    assert r.stdout.splitlines()[0] == str(folder / "user-1.jsonl") and (folder / "user-3.jsonl").is_file(), r.stdout
+    assert f"run {run_id}: AUC private " in r.stdout and f"folder {home / 'spam' / run_id}" in r.stdout
+    assert r.stdout.splitlines()[-1] == "spam", r.stdout  # the message, classified with the run's model
+    assert f"preparing run {run_id}'s classifier (once per model): 256 of 256 weights encrypted" in r.stderr
     # against the plaintext twin (the same mail pooled, the same rule, its cutoff chosen the same way): 10 held-out
     # spam and 10 ham, as a user types them, in one command
-    run_folder, held_out = home / "spam" / "cli", mail(400, 9)[200:]
+    run_folder, held_out = home / "spam" / run_id, mail(400, 9)[200:]
     report = json.loads((run_folder / "report.json").read_text())
     chosen = [m for m in held_out if m["label"] == "spam"][:10] + [m for m in held_out if m["label"] == "ham"][:10]
     for i, message in enumerate(chosen):
         (folder / f"held-{i}.eml").write_text(message["text"])
-    r = run(home, "spam", "classify", "cli", *(str(folder / f"held-{i}.eml") for i in range(20)), env=env)
+    r = run(home, "spam", "classify", run_id, *(str(folder / f"held-{i}.eml") for i in range(20)), env=env)
     assert r.returncode == 0 and "preparing" not in r.stderr, r.stderr[-2000:]
     said = [line.split("\t") for line in r.stdout.splitlines()]
     assert [name for _, name in said] == [str(folder / f"held-{i}.eml") for i in range(20)]
@@ -512,9 +515,9 @@ def test_spam_commands_as_typed(tmp_path: Path):
     flagged = [label == "spam" for label, _ in said]
     sign = [D.label(np.load(run_folder / "model.npy"), x, 0) == "spam" for x in xs]  # what the bare sign would say
     assert (sum(sign[:10]), sum(flagged[:10]) > sum(sign[:10]), sum(flagged[10:]) <= 1) == (0, True, True), (sign, said)
-    r = run(home, "spam", "classify", "nope", str(folder / "msg.eml"), env=env)
+    r = run(home, "spam", "classify", "nope", str(work / "message.eml"), env=env)
     assert r.returncode == 2 and r.stderr.startswith("error: no trained spam run 'nope'")
-    r = run(home, "spam", "classify", "../spam/cli", str(folder / "msg.eml"), env=env)  # a path, not a run id
+    r = run(home, "spam", "classify", f"../spam/{run_id}", str(work / "message.eml"), env=env)  # a path, not a run id
     assert r.returncode == 2 and r.stderr.startswith("error: the run id must be 1-80 characters of letters, digits")
 
 

@@ -5,9 +5,10 @@ Every ``bash`` block of the quickstart and of each guide (docs/guides/) runs as 
 blocks in order in one shell, in a fresh home (a fresh ``$HOME``, so ``~/privrelease`` and the default
 home are new). The only steps not taken from a page are writing the source files it says it assumes
 (``SOURCES``) and the ``yaml`` blocks whose first line is ``# file: NAME`` (written to NAME, as the reader
-saves them). ``sh`` blocks are shown but not run: installing (``make``), and servers that keep running
-(``make serve``, PostgreSQL, Dask), which tests/test_serve.py, test_server.py, test_hosts.py run.
-"""
+saves them). ``sh`` blocks (installing, servers that keep running, PostgreSQL, several hosts) are run as
+printed by the tests tests/pages.py's ``ELSEWHERE`` names, which read them from the page. Every other
+block is marked as what it is (``text``: output, a diagram, a synopsis); a block that is none of these
+fails ``test_every_command_block_is_run_or_marked``."""
 
 from __future__ import annotations
 
@@ -28,19 +29,16 @@ from core.datasets.demo import CENSUS_POLICY, census, posts
 from core.mechanisms import MECHANISMS, REGISTRY, describe
 from core.release import spec
 from tests.conftest import REPO
+from tests.pages import DOCS, ELSEWHERE, blocks, commands, fences, sh_block, starts
 
-DOCS = REPO / "docs"
 EXE = Path(sys.executable).parent / "privrelease"
-GUIDED = ("quickstart.md", "guides/steward.md", "guides/analyst.md", "guides/auditor.md", "guides/operator.md")
+GUIDED = ("quickstart.md", "guides/steward.md", "guides/analyst.md", "guides/auditor.md", "guides/operator.md", "DATASETS.md")
 SOURCES = {  # the files each page says it assumes, in the folder its commands run in
     "quickstart.md": {"people.csv": lambda: census(600)},
     "guides/steward.md": {"census.csv": lambda: census(600), "posts.csv": lambda: posts(300)},
+    "DATASETS.md": {"census.csv": lambda: census(600), "census.policy.yaml": lambda: CENSUS_POLICY},
 }
 gendocs = runpy.run_path(str(REPO / "scripts" / "gendocs.py"))
-
-
-def blocks(text: str, language: str) -> list[str]:
-    return re.findall(rf"^```{language}\n(.*?)^```$", text, re.S | re.M)
 
 
 def saved_files(text: str) -> dict[str, str]:
@@ -49,10 +47,10 @@ def saved_files(text: str) -> dict[str, str]:
 
 
 def shell(tmp_path: Path) -> tuple[Path, dict]:
-    """A fresh $HOME and a folder to work in (holding the checkout's .venv, as the quickstart's reader does)."""
-    home, work = tmp_path / "home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
+    """A fresh $HOME and a folder to work in, ~/work (holding the checkout's .venv, as the quickstart's reader does)."""
+    home = tmp_path / "home"
+    work = home / "work"
+    work.mkdir(parents=True)
     (work / ".venv").symlink_to(REPO / ".venv")
     drop = (
         "PREFECT_API",
@@ -71,8 +69,9 @@ def run_page(page: str, tmp_path: Path, text: str | None = None) -> tuple[subpro
     """Run the page's bash blocks; return what they printed and a shell for more commands in the same home."""
     text = (DOCS / page).read_text() if text is None else text
     work, env = shell(tmp_path)
-    for name, frame in SOURCES.get(page, {}).items():
-        frame().to_csv(work / name, index=False)
+    for name, source in SOURCES.get(page, {}).items():
+        content = source()
+        (work / name).write_text(content if isinstance(content, str) else content.to_csv(index=False))
     for name, body in saved_files(text).items():
         (work / name).parent.mkdir(parents=True, exist_ok=True)
         (work / name).write_text(body)
@@ -96,7 +95,7 @@ def listed(sh: Callable, command: str) -> list[dict]:
 def test_every_command_on_the_page_runs_as_printed(page, tmp_path):
     r, sh = run_page(page, tmp_path)
     commands = [line for line in r.stderr.splitlines() if line.startswith("+ privrelease ")]
-    assert len(commands) >= 4, commands  # the page's own commands ran, not an empty script
+    assert len(commands) >= 3, commands  # the page's own commands ran, not an empty script
     releases = Path(sh("echo ~").stdout.strip()) / "privrelease" / "releases"
     if page == "quickstart.md":  # your own CSV registered, released, and its files where the page says
         folder = releases / "people" / "people-first"
@@ -112,9 +111,74 @@ def test_every_command_on_the_page_runs_as_printed(page, tmp_path):
     elif page == "guides/auditor.md":  # the DP release it audits is on the ledger, charged
         totals = {t["dataset"]: t for t in listed(sh, "privrelease ledger totals")}
         assert totals["posts-demo"]["spent"]["epsilon"] == 1.0 and totals["posts-demo"]["published"] == 1
+    elif page == "DATASETS.md":  # checked, then registered from the reader's folder into the default home
+        assert [d["id"] for d in json.loads(sh("privrelease dataset list --json").stdout)] == ["census"]
     elif page == "guides/operator.md":  # alice added then removed, and the home backed up
         assert [u["name"] for u in listed(sh, "privrelease user list")] == ["sam"]
         assert "privrelease/privrelease.duckdb" in r.stdout
+
+
+MARKED = {"text", "yaml", "json"}  # not commands: output, diagrams and synopses; files and requests
+SYNOPSIS = re.compile(r"\[|\||…|\b[A-Z][A-Z_]+\b")  # [optional], a | b, …, or a PLACEHOLDER: not typed as it is
+
+
+def unrun(texts: dict[str, str]) -> list[str]:
+    """The command blocks of ``texts`` (page: its text) that no test runs and that are not marked as what else
+    they are: a ``bash`` block off the pages run here, an ``sh`` block no test of ``ELSEWHERE`` runs, a block
+    without a language or with another one; and a command in a ``text`` block that is neither a synopsis nor
+    one a page's ``bash`` block runs."""
+    ran = {" ".join(c.split()) for page in GUIDED if page in texts for b in blocks(texts[page], "bash") for c in commands(b)}
+    found = []
+    for page, text in texts.items():
+        for n, (language, body) in enumerate(fences(text), 1):
+            if language == "text":
+                typed = [line.strip() for line in body.splitlines() if line.strip().startswith(("privrelease ", "make ", "$ "))]
+                found += [
+                    f"{page}, block {n} (text): {c}" for c in typed if not SYNOPSIS.search(c) and " ".join(c.split()) not in ran
+                ]
+            ok = (
+                language in MARKED
+                or (language == "bash" and page in GUIDED)
+                or (language == "sh" and any(p == page and starts(body, start) for p, start in ELSEWHERE))
+                or (language == "console" and page == "README.md")  # its commands: the quickstart's (below)
+            )
+            if not ok:
+                found.append(f"{page}, block {n} ({language or 'no language'}): {body.splitlines()[0] if body else ''}")
+    return found
+
+
+def page_texts(root: Path = REPO) -> dict[str, str]:
+    docs = {str(p.relative_to(root / "docs")): p.read_text() for p in sorted((root / "docs").rglob("*.md"))}
+    return {"README.md": (root / "README.md").read_text()} | docs
+
+
+def test_every_command_block_is_run_or_marked():
+    """Each fenced block of the README and the site is run as printed by a test, or marked as not a command
+    (tests/pages.py says how); each ``sh`` block's test reads it from the page, so a stale page fails it."""
+    assert unrun(page_texts()) == [], "run these in a test (tests/pages.py), or fence output, diagrams and synopses as text"
+    for (page, start), runner in ELSEWHERE.items():
+        assert f'sh_block("{page}", "{start}")' in (REPO / runner).read_text(), f"{runner} does not read {page}'s {start!r}"
+        assert sh_block(page, start)  # on the page, once
+
+
+def test_a_new_unrun_command_block_is_caught(tmp_path):
+    """The same check on a copy where a page gains a command no test runs: a bash block on a page the
+    runner does not run, an sh block no test reads, a block without a language, a command fenced as text."""
+    shutil.copytree(DOCS, tmp_path / "docs")
+    shutil.copy(REPO / "README.md", tmp_path / "README.md")
+    assert unrun(page_texts(tmp_path)) == []
+    (tmp_path / "docs" / "new.md").write_text(
+        "# New\n\n```bash\nprivrelease info\n```\n\n```text\nprivrelease dataset drop posts\n```\n"
+    )
+    operator = tmp_path / "docs" / "guides" / "operator.md"
+    n = len(fences(operator.read_text()))
+    operator.write_text(operator.read_text() + "\n```sh\nmake serve-pg\n```\n\n```\nprivrelease ledger verify\n```\n")
+    assert unrun(page_texts(tmp_path)) == [
+        f"guides/operator.md, block {n + 1} (sh): make serve-pg",  # not `make serve`, which test_serve.py runs
+        f"guides/operator.md, block {n + 2} (no language): privrelease ledger verify",
+        "new.md, block 1 (bash): privrelease info",
+        "new.md, block 2 (text): privrelease dataset drop posts",  # a command, fenced as if it were output
+    ]
 
 
 def test_the_steward_guides_policy_is_the_demos():
@@ -203,11 +267,10 @@ def test_the_readme_is_a_short_door_into_the_site():
     assert "docs/quickstart.md#your-first-own-dataset" in readme and "docs/quickstart.md#get-the-releases-files" in readme
     quickstart = (DOCS / "quickstart.md").read_text()
     assert "## Your first own dataset" in quickstart and "## Get the release's files" in quickstart
-    # every privrelease command the README shows is one the quickstart runs as printed
-    shown = [
-        line.removeprefix("$ ") for b in blocks(readme, "console") for line in b.splitlines() if line.startswith("$ privrelease")
-    ]
-    assert shown and all(command.split("  #")[0].strip() in quickstart for command in shown), shown
+    # every command the README shows is one the quickstart runs as printed (its transcripts' `$` lines)
+    ran = {c for b in blocks(quickstart, "bash") for c in commands(b)}
+    shown = [c.removeprefix("$ ") for b in blocks(readme, "console") for c in commands(b) if c.startswith("$ ")]
+    assert len(shown) >= 8 and set(shown) <= ran, set(shown) - ran
 
 
 def test_no_page_refers_to_internal_notes_or_shared_folders():

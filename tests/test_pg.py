@@ -22,7 +22,8 @@ from core.privacy.adjacency import ReplaceRecord
 from core.privacy.budget import Budget
 from core.store import PgStore, StoreUnavailable
 from tests.helpers import dp, register
-from tests.test_cli import run
+from tests.pages import sh_block
+from tests.test_cli import EXE, run, typed
 from tests.test_outliers import planted
 
 ADJ = ReplaceRecord()
@@ -80,7 +81,10 @@ def test_migrate_a_home_into_postgresql(tmp_path: Path, pg_url: str):
     with duckdb.connect(str(home / "privrelease.duckdb")) as con:  # as homes from before relative snapshot paths
         con.execute("UPDATE datasets SET snapshot = ?", [str(home / "datasets" / "sessions" / "v1.parquet")])
 
-    r = run(home, "ledger", "migrate", "--to", pg_url)
+    migrate = sh_block("guides/hosts.md", "privrelease ledger migrate")  # as docs/guides/hosts.md prints it
+    r = typed(
+        home, migrate.replace("postgresql://USER@HOST:5432/privrelease", pg_url), tmp_path, f"{Path(EXE).parent}:/usr/bin:/bin"
+    )
     assert r.returncode == 0, r.stderr
     with psycopg.connect(pg_url) as con:  # a path any worker resolves under its own snapshot folder
         assert con.execute("SELECT snapshot FROM privrelease.datasets").fetchall() == [("sessions/v1.parquet",)]

@@ -1,6 +1,8 @@
-"""`make serve` as an operator types it: Prefect's server behind the operator's credential, the gate in
-front and the proxy (nginx) in front of the gate, no account anyone could guess, and a clean stop on Ctrl-C or SIGTERM (every service it started
-ends, one line, exit 0) after which a second start works at once."""
+"""`make serve` as the operator guide prints it (its `sh` block, run as printed): Prefect's server behind the
+operator's credential, the gate in front and the proxy (nginx) in front of the gate, no account anyone could
+guess, the guide's accounts block run against it (the people it adds sign in through the proxy, the one it
+removes is refused), and a clean stop on Ctrl-C or SIGTERM (every service it started ends, one line, exit 0)
+after which a second start works at once."""
 
 from __future__ import annotations
 
@@ -15,13 +17,16 @@ from pathlib import Path
 import httpx
 
 from tests.conftest import REPO
-from tests.test_server import _free_port
+from tests.pages import DOCS, blocks, sh_block
+from tests.test_server import BIN, _free_port, person
 
 READY = "Ctrl-C stops it all."
+SERVE = sh_block("guides/operator.md", "make serve")
 DEPLOYMENTS = (REPO / "prefect.yaml").read_text().count("\n  - name: ")
 
 
 def _start(home: Path, ports: tuple[int, int, int], log: Path) -> subprocess.Popen:
+    """The operator guide's `make serve` block, as printed, on free ports (the defaults may be taken here)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "PRIVRELEASE_"))}
     env |= {
         "PRIVRELEASE_HOME": str(home),
@@ -30,8 +35,41 @@ def _start(home: Path, ports: tuple[int, int, int], log: Path) -> subprocess.Pop
         "PRIVRELEASE_GATE_PORT": str(ports[2]),
     }
     return subprocess.Popen(
-        ["make", "-s", "serve"], cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
+        ["bash", "-c", SERVE], cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
     )
+
+
+def _accounts(home: Path, people: str, work: Path) -> None:
+    """The operator guide's accounts block, as printed, against the running stack (its home is ~/privrelease):
+    the two people it adds sign in through the proxy with their passwords, and the one it removes is then
+    refused. The block runs in two parts, its `export` line in each: up to `user remove`, then that line."""
+    block = next(b for b in blocks((DOCS / "guides" / "operator.md").read_text(), "bash") if "privrelease user add" in b)
+    head, tail = block.split("privrelease user remove")
+    export = head.splitlines()[0]
+    assert export == "export PRIVRELEASE_HOME=~/privrelease" and home == work.parent / "privrelease", export
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "PRIVRELEASE_"))}
+    env |= {"HOME": str(home.parent), "PATH": f"{BIN}:{env['PATH']}"}
+
+    def sh(script: str) -> str:
+        r = subprocess.run(["bash", "-e", "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return r.stdout
+
+    work.mkdir()
+    out = sh(head)
+    passwords = {
+        "alice": (work / "alice.txt").read_text().strip(),
+        "sam": out.split("password (shown once, keep it): ")[1].split()[0],
+    }
+    signed_in = {name: person(people, name, password) for name, password in passwords.items()}
+    for name, client in signed_in.items():
+        assert client.post("/flow_runs/filter", json={}).status_code == 200, name
+    sh(f"{export}\nprivrelease user remove{tail}")
+    deadline = time.monotonic() + 60  # the page says within 2 s; a loaded machine gets longer here
+    while signed_in["alice"].post("/flow_runs/filter", json={}).status_code != 401:
+        assert time.monotonic() < deadline, "alice, removed, still signs in"
+        time.sleep(0.5)
+    assert signed_in["sam"].post("/flow_runs/filter", json={}).status_code == 200
 
 
 def _ready(proc: subprocess.Popen, log: Path, timeout: float = 300) -> str:
@@ -85,7 +123,7 @@ def _free(port: int) -> bool:
 
 
 def test_make_serve_starts_behind_the_gate_and_stops_cleanly(tmp_path: Path):
-    home = tmp_path / "home"
+    home = tmp_path / "privrelease"  # ~/privrelease of the operator guide's accounts block
     ports = (_free_port(), _free_port(), _free_port())
     log = tmp_path / "serve.log"
     proc = _start(home, ports, log)
@@ -108,6 +146,7 @@ def test_make_serve_starts_behind_the_gate_and_stops_cleanly(tmp_path: Path):
         deployed = out.split("\ndeployments:\n", 1)[1].split("\n\n", 1)[0].splitlines()
         assert "  release-ra/ra" in deployed and len(deployed) == DEPLOYMENTS, out[-3000:]
         assert "demo --prepare-only" in out
+        _accounts(home, people, tmp_path / "work")
         started = _ours(home)
         assert len(started) >= 4  # the script, Prefect's server, the gate, the worker (nginx rewrites its environment)
         left, out = _stop(proc, signal.SIGINT, log, home)

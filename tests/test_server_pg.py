@@ -6,6 +6,7 @@ submitted through Prefect from both hosts, their charges rows in that one databa
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from core.privacy.budget import Budget
 from tests.conftest import REPO
 from tests.helpers import register
 from tests.netns import A_ADDR, exec_in, inside, two_hosts
+from tests.pages import commands, sh_block
 from tests.pg import cluster
 from tests.test_outliers import planted
 from tests.test_pg import OUTLIERS
@@ -37,6 +39,10 @@ FORM = {
     "noise": "smooth",
 }  # (eps, delta) counts, summed exactly: the cap of 5 holds five (global ones are cheaper)
 
+
+# How docs/guides/hosts.md starts each host's worker, as printed (the venv's prefect); each here takes its own
+# host's queue, so that both hosts run some of the runs
+WORKER = [str(BIN / "prefect"), *shlex.split(commands(sh_block("guides/hosts.md", "prefect worker start"))[0])[1:]]
 
 # What an operator on either host runs to submit releases: n runs of a deployment into a work queue.
 SUBMIT = """
@@ -91,20 +97,7 @@ def _eight_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str, b:
         logs = [open(tmp_path / f"worker-{h}.log", "w") for h in "ab"]
         workers = [
             subprocess.Popen(
-                [
-                    *prefix,
-                    str(BIN / "prefect"),
-                    "worker",
-                    "start",
-                    "--pool",
-                    "privrelease",
-                    "--work-queue",
-                    f"host-{h}",
-                    "--install-policy",
-                    "never",
-                    "--limit",
-                    "4",
-                ],
+                [*prefix, *WORKER, "--work-queue", f"host-{h}", "--install-policy", "never", "--limit", "4"],
                 env=env | {"PRIVRELEASE_HOME": str(home)},
                 cwd=REPO,
                 stdout=log,
