@@ -352,30 +352,9 @@ def test_demo_in_a_fresh_home(tmp_path: Path):
     said = r.stdout.splitlines()
     assert said[0] == "As the data steward, the demo registered:"
     assert said[1].split() == ["census-demo", "sdc", "unit", "record", "2000", "rows", "no", "budget", "(SDC)"]
-    assert said[2].split() == [
-        "posts-demo",
-        "dp",
-        "unit",
-        "user:user",
-        "rows",
-        "not",
-        "public",
-        "budget",
-        "epsilon=20",
-        "delta=1e-05",
-    ]
-    assert said[4].split() == [
-        "payroll-demo",
-        "dp",
-        "unit",
-        "user:person",
-        "rows",
-        "not",
-        "public",
-        "budget",
-        "epsilon=20",
-        "delta=1e-05",
-    ]
+    per_user = "dp unit {} rows not public budget epsilon=20 delta=1e-05".format
+    assert said[2].split() == ["posts-demo", *per_user("user:user").split()]
+    assert said[4].split() == ["payroll-demo", *per_user("user:person").split()]
     assert said[5] == f"Example release requests, an analyst's: {home / 'requests'}/"
     assert "(sdc: recorded on the ledger, not DP, no budget spent)" in r.stdout
     assert "chain:          recode → ra → suppress" in r.stdout
