@@ -117,6 +117,7 @@ def served(tmp_path_factory):
         "PRIVRELEASE_ACCOUNT_RUNS": "1000",
         "PRIVRELEASE_ACCOUNT_SCHEDULED": "1000",
         "PRIVRELEASE_ACCOUNT_PER_MINUTE": "1000",
+        "PRIVRELEASE_POOL_RESERVED": "0",  # the tests' runs that no worker takes fill the pool's queue
     }
     with (
         running_server(root, roomy) as env,
