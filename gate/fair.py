@@ -3,9 +3,9 @@
 Each signed-in call holds one of the gate's slots until it is answered (its reads of Prefect, or of the
 catalogue, included). An account may hold at most ``per_account`` (``$PRIVRELEASE_ACCOUNT_CALLS``; a
 browser opens at most 6 connections to one host), and everyone together at most ``total``
-(``$PRIVRELEASE_GATE_CALLS``: what Prefect's one process and SQLite, and the gate's threads, answer
-without slowing everyone; nine accounts at 16 each slowed a 12 ms read to 2.7 s in issue #39's fifth
-attack). While ``k`` accounts have calls in the gate (the asker counted), each may hold at most its
+(``$PRIVRELEASE_GATE_CALLS``: Prefect's one process and SQLite, and the gate's threads, work on what
+is in progress together; nine accounts at 16 each slowed a 12 ms read to 2.7 s and made Prefect answer
+500 in issue #39's fifth attack). While ``k`` accounts have calls in the gate (the asker counted), each may hold at most its
 share, ``ceil(total / k)`` and at least ``bounds.MIN_SHARE``; past it, or past the total, a call is
 refused at once (429, Retry-After: 1; no queue holds the proxy's connections). An account holding fewer
 than ``bounds.MIN_SHARE`` calls is let in even when the total is reached, so that a flood of other
@@ -24,7 +24,6 @@ class Slots:
     def __init__(self, total: int, per_account: int):
         self.total, self.per_account = total, per_account
         self._held: dict[str, int] = {}  # calls in the gate, per account (only accounts with some)
-        self.most = 0  # the most calls held at once (what the tests and the bench read)
 
     def held(self, account: str | None = None) -> int:
         """Calls in the gate: the account's, or everyone's."""
@@ -48,7 +47,6 @@ class Slots:
         if mine >= bounds.MIN_SHARE and everyone >= self.total:
             return f"{everyone} calls are in progress, the most at once for everyone; try again when yours are answered"
         self._held[account] = mine + 1
-        self.most = max(self.most, everyone + 1)
         return None
 
     def give(self, account: str) -> None:

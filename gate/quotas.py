@@ -135,15 +135,16 @@ class Quotas:
                     "you have {n} runs scheduled for later; the limit is {limit} per account: cancel one, or start this one now",
                 )
             )
-        mine = None
+        counted = []
         for flow_runs, limit, says in checks:
             n = await self.count(flow_runs)
             if n is None:
                 return 503, "Prefect's server did not say how many runs you have: try again in a moment"
             if n >= limit:
                 return 429, says.format(n=n, limit=limit)
-            mine = n if mine is None else mine
-        return None if later or not mine else await self.reserved(mine, now)
+            counted.append(n)
+        unfinished = counted[0]
+        return None if later or not unfinished else await self.reserved(unfinished, now)
 
     async def reserved(self, mine: int, now: datetime) -> Refusal | None:
         """Why an account with ``mine`` runs not finished may not start one more now: the pool's last free slots

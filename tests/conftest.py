@@ -45,6 +45,9 @@ SERVED_FILES = {
     "test_gate_attack2.py",
     "test_quotas.py",
     "test_catalogue_served.py",
+    "test_gate_fair.py",
+    "test_pool_fair.py",
+    "test_proxy_accounts.py",
 }
 
 

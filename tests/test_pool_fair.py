@@ -10,9 +10,11 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
-from core import settings
+import anyio
+
+from core import limits, settings
 from gate.accounts import Accounts
-from gate.quotas import POOL_STATES, SOON
+from gate.quotas import POOL_STATES, SOON, Quotas
 from tests.conftest import PASSWORD
 from tests.test_gate import refused
 from tests.test_server import deployment, gate, operator, person, proxy
@@ -70,3 +72,14 @@ def test_two_accounts_cannot_fill_the_pool(served, people):
     assert refused(no) and said and int(said[1]) == int(said[2]) - 1, no.text  # refused with one slot free
     # the weakened gate: the two accounts take all four slots (the other account's run queues behind them)
     assert _hogged(env, root, 0)[0] == [201] * 5
+
+
+def test_when_prefect_does_not_say_how_many_runs_wait_for_the_worker_the_run_is_not_started():
+    async def count(flow_runs: dict) -> int | None:
+        return None if "expected_start_time" in flow_runs else 1  # the account's one run; the pool's unknown
+
+    async def create():
+        raise AssertionError("a run was created without the pool's runs counted")
+
+    answer = anyio.run(Quotas(limits.Limits(), count).start, "nora", {"parameters": {}}, create)
+    assert answer == (503, "Prefect's server did not say how many runs wait for the worker: try again in a moment")
