@@ -1,7 +1,8 @@
 """Short-lived DuckDB connections to the one database file, and identifier quoting.
 
 DuckDB lets one process at a time open a file for writing, so every use opens, works and
-closes; a connection refused by another process's lock is retried until ``timeout``.
+closes; a connection refused by another process's lock is retried until ``timeout``
+(``$PRIVRELEASE_DB_WAIT`` seconds), then refused with ``DatabaseBusy`` naming the process that holds it.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import contextlib
 import fcntl
 import os
 import random
+import re
 import tempfile
 import threading
 import time
@@ -19,8 +21,9 @@ from pathlib import Path
 import duckdb
 
 from core import settings
+from core.errors import DatabaseBusy
 
-LOCK_TIMEOUT_S = 120.0
+LOCK_TIMEOUT_S = settings.number(settings.DB_WAIT, 120.0)
 # Threads of one process opening one file at the same instant race in DuckDB's database cache ("Unique
 # file handle conflict"; seen in the gate under load): opening and closing are serialized per process
 # (a close lets the file go from that cache), using is not.
@@ -39,6 +42,16 @@ def _is_lock_error(exc: duckdb.Error) -> bool:
     return "lock" in str(exc).lower()
 
 
+def _busy(path: Path, exc: duckdb.Error, timeout: float) -> DatabaseBusy:
+    """The refusal after ``timeout`` s of another process's lock; DuckDB names the process ("held in PROGRAM (PID N)")."""
+    held = re.search(r"held in (\S+) \(PID (\d+)\)", str(exc))
+    who = f"another process ({Path(held[1]).name}, PID {held[2]})" if held else "another process"
+    return DatabaseBusy(
+        f"the database {path} is busy: {who} holds it (a command, the gate or a release using it), and it was not "
+        f"let go within {timeout:g} s; try again when that process is done"
+    )
+
+
 @contextlib.contextmanager
 def connect(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[duckdb.DuckDBPyConnection]:
     """Open ``path``, retrying while another process holds its lock, and always close it. The file and its
@@ -52,8 +65,10 @@ def connect(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[duckdb.Duck
                     con = duckdb.connect(str(path))
                 break
             except duckdb.IOException as exc:
-                if not _is_lock_error(exc) or time.monotonic() > deadline:
+                if not _is_lock_error(exc):
                     raise
+                if time.monotonic() > deadline:
+                    raise _busy(path, exc, timeout) from exc
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 1.5, 0.5)
         if path.stat().st_mode & 0o077:  # a database made before files were private

@@ -10,6 +10,10 @@ class UserError(Exception):
     """An error caused by input the user controls (file, spec, parameter, budget)."""
 
 
+class DatabaseBusy(UserError):
+    """Another process held the database for longer than a command waits; its message names it, if DuckDB did."""
+
+
 class SpecError(UserError):
     """The release spec is malformed or names an impossible parameter."""
 

@@ -5,7 +5,9 @@ The pool and worker limits bound the processes on the worker's host whoever asks
 process takes a few hundred MB); the per-account limits, which the gate applies where a run is
 created (``gate.quotas``), keep one account from taking every slot or filling Prefect's database:
 its runs not finished, its runs scheduled for later, the runs it starts in a minute, the size of a
-run's parameters and how far ahead a run may be scheduled. ``python -m core.limits pool`` prints one
+run's parameters and how far ahead a run may be scheduled; the pool's slots kept for accounts with no
+run going (an account with one may start another only while more are free); and the calls the gate answers at once,
+in all and per account (``gate.fair``). ``python -m core.limits pool`` prints one
 (what ``make serve`` passes to Prefect).
 """
 
@@ -28,23 +30,28 @@ class Limits:
     per_minute: int = 6  # runs an account starts in a minute
     parameters_kb: int = 16  # a run's parameters, as JSON (a form's: under 2 KB)
     ahead_days: int = 30  # how far ahead a run may be scheduled
+    reserved: int = 1  # of the pool's slots, kept for accounts with no run going (0: none kept)
+    calls: int = 32  # signed-in calls in the gate at once, of all accounts, shared fairly (gate.fair)
+    account_calls: int = 16  # of those, one account's (a browser opens at most 6 connections to a host)
 
 
 VARIABLES = {
     "pool": settings.POOL_LIMIT, "worker": settings.WORKER_LIMIT, "runs": settings.ACCOUNT_RUNS,
     "scheduled": settings.ACCOUNT_SCHEDULED, "per_minute": settings.ACCOUNT_PER_MINUTE,
     "parameters_kb": settings.PARAMETERS_KB, "ahead_days": settings.SCHEDULE_AHEAD_DAYS,
+    "reserved": settings.POOL_RESERVED, "calls": settings.GATE_CALLS, "account_calls": settings.ACCOUNT_CALLS,
 }  # fmt: skip
 
 
 def configured() -> Limits:
-    """The limits the environment sets; each unset one its default. A limit is a whole number, 1 or more."""
+    """The limits the environment sets; each unset one its default. A limit is a whole number, 1 or more (the
+    slots reserved, 0 or more)."""
     values = {}
     for f in fields(Limits):
-        name = VARIABLES[f.name]
+        name, least = VARIABLES[f.name], 0 if f.name == "reserved" else 1
         value = settings.get(name, str(f.default))
-        if not value.isdigit() or int(value) < 1:
-            raise UserError(f"${name} is a whole number, 1 or more; got {settings.get(name)}")
+        if not value.isdigit() or int(value) < least:
+            raise UserError(f"${name} is a whole number, {least} or more; got {settings.get(name)}")
         values[f.name] = int(value)
     return Limits(**values)
 

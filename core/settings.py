@@ -53,6 +53,10 @@ ACCOUNT_SCHEDULED = "PRIVRELEASE_ACCOUNT_SCHEDULED"
 ACCOUNT_PER_MINUTE = "PRIVRELEASE_ACCOUNT_PER_MINUTE"
 PARAMETERS_KB = "PRIVRELEASE_PARAMETERS_KB"
 SCHEDULE_AHEAD_DAYS = "PRIVRELEASE_SCHEDULE_AHEAD_DAYS"
+DB_WAIT = "PRIVRELEASE_DB_WAIT"
+POOL_RESERVED = "PRIVRELEASE_POOL_RESERVED"
+GATE_CALLS = "PRIVRELEASE_GATE_CALLS"
+ACCOUNT_CALLS = "PRIVRELEASE_ACCOUNT_CALLS"
 
 VARIABLES = (
     Variable(HOME, "the user data folder (platformdirs)", "the state folder: database, snapshots, releases, keys"),
@@ -64,6 +68,7 @@ VARIABLES = (
         LEDGER_ANCHORS, "<home>/anchors/ledger.anchors", "the anchor files, separated by the path separator (the first written)"
     ),
     Variable(LEASE_SECONDS, "21600", "how long a charge's holder may be silent before its charge is recovered"),
+    Variable(DB_WAIT, "120", "seconds a command or a run waits for the home's database while another process holds it"),
     Variable(TEST_MODE, "unset", "1: fixed seeds and test hooks are accepted (releases are marked as tests)"),
     Variable(FAULT, "unset", "test mode only: the step boundary at which a release kills itself"),
     Variable(DEBUG, "unset", "1: user errors with their tracebacks"),
@@ -94,6 +99,9 @@ VARIABLES = (
     Variable(ACCOUNT_PER_MINUTE, "6", "the gate: runs an account starts in a minute"),
     Variable(PARAMETERS_KB, "16", "the gate: the largest parameters of a run, in KB of JSON"),
     Variable(SCHEDULE_AHEAD_DAYS, "30", "the gate: how many days ahead a run may be scheduled"),
+    Variable(POOL_RESERVED, "1", "the gate: the pool's slots kept for accounts with no run going (0: none)"),
+    Variable(GATE_CALLS, "32", "the gate: signed-in calls in progress at once, of all accounts, shared fairly between them"),
+    Variable(ACCOUNT_CALLS, "16", "the gate: of those, one account's (past its share, or these, 429)"),
 )
 
 

@@ -53,6 +53,7 @@ from gate import bounds, policy
 from gate.accounts import Account, Accounts
 from gate.catalogue import Kept
 from gate.checks import Call, Refused
+from gate.fair import Slots
 from gate.quotas import Quotas
 from gate.redact import Redactor
 from gate.throttle import Throttle
@@ -67,7 +68,6 @@ UPSTREAM_CONNECTIONS = 100
 BUSY_RETRIES = 8  # Prefect's 503 "busy" answers retried, about 9 s in all
 ALONE_AT_ONCE = 2  # calls of the rows marked `alone` (Prefect works for them in its event loop) at once, in all
 ALONE_WAITING = 1  # such calls of one account's waiting behind its one in progress; more are refused (429)
-IN_FLIGHT = 16  # calls of one account in the gate at once (a browser makes at most 6); more are refused (429)
 BROKEN = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.ConnectError)  # before any answer
 HASHES_AT_ONCE = 2  # Argon2id checks at once (64 MiB each); a flood of wrong passwords queues here, not in memory
 HASHES_WAITING = 24  # sign-ins in progress or waiting for a check, in all; more are refused (429) at once
@@ -103,12 +103,13 @@ class Gate:
         self._alone: dict[tuple[str, str], anyio.Lock] = {}  # per account and row
         self._alone_asked: dict[tuple[str, str], int] = {}  # calls in progress or waiting, per account and row
         self._alone_at_once = anyio.Semaphore(ALONE_AT_ONCE)
-        self._in_flight: dict[str, int] = {}  # calls in the gate, per account
         self._known: dict[str, Account] = {}
         self._loaded = 0.0
         self._verified: dict[bytes, str] = {}  # keyed digest of (name, password) -> the hash it matched
         self._key = secrets.token_bytes(32)
-        self.quotas: Quotas | None = Quotas(limits.configured(), self.count)  # None: no limits (tests' weakened gate)
+        configured = limits.configured()
+        self.quotas: Quotas | None = Quotas(configured, self.count)  # None: no limits (tests' weakened gate)
+        self.slots = Slots(configured.calls, configured.account_calls)  # signed-in calls in the gate, fairly shared
         self.catalogue = self.CATALOGUE(Home(db_path.parent))
 
     # -- who is asking --------------------------------------------------------------------------
@@ -209,17 +210,13 @@ class Gate:
             return _refuse(401, "Unauthorized")
         if account is None:
             return await self.decided(request, path, None)
-        if self._in_flight.get(account.name, 0) >= IN_FLIGHT:
-            return _refuse(
-                429,
-                f"privrelease gate: {IN_FLIGHT} of your calls are in progress already; try again when they are answered",
-                {"retry-after": "1"},
-            )
-        self._in_flight[account.name] = self._in_flight.get(account.name, 0) + 1
+        refusal = self.slots.take(account.name)
+        if refusal is not None:
+            return _refuse(429, f"privrelease gate: {refusal}", {"retry-after": "1"})
         try:
             return await self.decided(request, path, account)
         finally:
-            self._in_flight[account.name] -= 1
+            self.slots.give(account.name)
 
     async def decided(self, request: Request, path: str, account: Account | None) -> Response:
         """The call of ``account`` (None: a caller without credentials) as the policy decides it."""

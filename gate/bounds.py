@@ -33,6 +33,7 @@ MAX_LIKE = 100  # characters of a text filter
 MAX_OFFSET = 100_000  # rows a query skips
 MAX_PAGE = 1_000  # pages of a paginated query
 MAX_FORM_VALUES = 500  # values in a run form's parameters (a release form's use under 100)
+MIN_SHARE = 4  # calls in the gate at once an account may always hold, however many accounts call (gate.fair)
 NUMBERS = ("limit", "offset", "page")  # whole numbers (a string, a float or NaN of these made Prefect answer 500)
 TIMES = ("after_", "before_", "since", "until", "history_start", "history_end")  # times, within YEARS
 YEARS = (1970, 2200)  # past these Prefect's time arithmetic overflows (500)

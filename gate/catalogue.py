@@ -20,7 +20,7 @@ from typing import Any
 import anyio.to_thread
 from starlette.responses import FileResponse, Response
 
-from core.errors import UserError
+from core.errors import DatabaseBusy, UserError
 from core.ledger.chain import Entry
 from core.release.catalogue import REPORT, Catalogue, media_type
 from core.release.home import Home
@@ -85,6 +85,8 @@ async def _read(call: Call, fn, *args, listing: str = INDEX) -> Any:
     naming the route that lists them."""
     try:
         return await anyio.to_thread.run_sync(fn, call.prefect.catalogue, *args)
+    except DatabaseBusy:  # its message names the home's path and a process: not for callers
+        raise Refused(503, "privrelease gate: the catalogue's database is busy; try again in a minute") from None
     except UserError as error:
         raise Refused(404, f"privrelease gate: {error} (through the gate: GET {listing})") from None
 

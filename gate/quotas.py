@@ -13,7 +13,13 @@ checked before it is passed on:
   every run it creates (``requested-by:<account>``), one count query each: runs not finished
   (scheduled, pending, running, paused or suspended for a steward, cancelling) at most ``runs``;
   and, for a run scheduled to start later than a minute from now, those already scheduled so at
-  most ``scheduled`` (429 each).
+  most ``scheduled`` (429 each);
+- the pool's last ``reserved`` slots (``$PRIVRELEASE_POOL_RESERVED``), kept for accounts with no run
+  going: an account with a run not finished may start another to run now only while fewer than
+  ``pool - reserved`` runs (of anyone's, the operator's too) are running or due and waiting for the
+  pool (429 otherwise). So ``pool / runs`` accounts cannot fill the pool between them: once it is
+  nearly full only accounts with no run going add to it, and one of them waits at most for one run to
+  end (checked under each account's lock: two accounts asking at the same instant may both pass).
 
 The checks and the creation happen under the account's own lock in this gate, so requests sent at
 once are counted one after the other (two gates in front of one server could each let one more
@@ -41,6 +47,7 @@ from gate import bounds
 
 Refusal = tuple[int, str]  # HTTP status, message
 UNFINISHED = ["SCHEDULED", "PENDING", "RUNNING", "PAUSED", "CANCELLING"]
+POOL_STATES = ["SCHEDULED", "PENDING", "RUNNING", "CANCELLING"]  # a run due now holds, or waits for, a slot of the pool
 SOON = timedelta(minutes=1)  # a run due within this is started now; later, it is scheduled ahead
 MINUTE = 60.0
 TIME = TypeAdapter(datetime)  # what Prefect's server parses a scheduled time with
@@ -128,10 +135,31 @@ class Quotas:
                     "you have {n} runs scheduled for later; the limit is {limit} per account: cancel one, or start this one now",
                 )
             )
+        counted = []
         for flow_runs, limit, says in checks:
             n = await self.count(flow_runs)
             if n is None:
                 return 503, "Prefect's server did not say how many runs you have: try again in a moment"
             if n >= limit:
                 return 429, says.format(n=n, limit=limit)
-        return None
+            counted.append(n)
+        unfinished = counted[0]
+        return None if later or not unfinished else await self.reserved(unfinished, now)
+
+    async def reserved(self, mine: int, now: datetime) -> Refusal | None:
+        """Why an account with ``mine`` runs not finished may not start one more now: the pool's last free slots
+        are kept for accounts with none (the next slot goes to them); None: it may."""
+        limits = self.limits
+        if not limits.reserved:
+            return None
+        due = {"state": {"type": {"any_": POOL_STATES}}, "expected_start_time": {"before_": (now + SOON).isoformat()}}
+        taken = await self.count(due)
+        if taken is None:
+            return 503, "Prefect's server did not say how many runs wait for the worker: try again in a moment"
+        if taken < limits.pool - limits.reserved:
+            return None
+        return 429, (
+            f"{taken} runs are running or waiting for the worker, which runs {limits.pool} at once; {limits.reserved} "
+            f"of its slots are kept for accounts with no run going, and you have {mine} not finished: start this one "
+            "when one of yours has finished"
+        )

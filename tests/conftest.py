@@ -49,6 +49,9 @@ SERVED_FILES = {
     "test_gate_attack2.py",
     "test_quotas.py",
     "test_catalogue_served.py",
+    "test_gate_fair.py",
+    "test_pool_fair.py",
+    "test_proxy_accounts.py",
 }
 
 
@@ -121,6 +124,7 @@ def served(tmp_path_factory):
         "PRIVRELEASE_ACCOUNT_RUNS": "1000",
         "PRIVRELEASE_ACCOUNT_SCHEDULED": "1000",
         "PRIVRELEASE_ACCOUNT_PER_MINUTE": "1000",
+        "PRIVRELEASE_POOL_RESERVED": "0",  # the tests' runs that no worker takes fill the pool's queue
     }
     with (
         running_server(root, roomy) as env,

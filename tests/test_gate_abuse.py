@@ -44,7 +44,7 @@ def refused(response: httpx.Response) -> bool:
 def weakened(env: dict, gate_class: type[Gate] = Gate, rules: tuple[policy.Rule, ...] | None = None):
     """A gate without one defence (its class or its rules), in this process, in front of the served Prefect;
     yields a function making a person's client of it."""
-    roomy = {k: v for k, v in env.items() if k.startswith("PRIVRELEASE_ACCOUNT_")}  # the served gate's limits
+    roomy = {k: v for k, v in env.items() if k.startswith(("PRIVRELEASE_ACCOUNT_", "PRIVRELEASE_POOL_"))}  # the served gate's
     saved = {k: os.environ.get(k) for k in roomy}
     os.environ.update(roomy)
     try:

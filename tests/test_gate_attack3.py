@@ -17,6 +17,7 @@ import anyio
 import httpx
 from starlette.requests import Request
 
+from core import limits, settings
 from gate import app as gate_app
 from gate import bounds, checks, policy
 from gate.app import Gate
@@ -125,7 +126,8 @@ def test_an_accounts_schema_checks_reach_prefect_one_at_a_time(served, people):
 
 def test_an_account_has_at_most_16_calls_in_the_gate(served, people, monkeypatch):
     env, _ = served
-    callers = gate_app.IN_FLIGHT + 4
+    most = limits.Limits().account_calls
+    callers = most + 4
 
     def flood() -> list[httpx.Response]:
         with weakened(env, gate_class=Counting) as person:
@@ -134,9 +136,9 @@ def test_an_account_has_at_most_16_calls_in_the_gate(served, people, monkeypatch
             return _together(callers, lambda _: client.post("/flow_runs/count", json={}))
 
     answers = flood()
-    assert sorted(a.status_code for a in answers) == [200] * gate_app.IN_FLIGHT + [429] * 4
-    assert all("16 of your calls are in progress already" in a.text for a in answers if a.status_code == 429)
-    monkeypatch.setattr(gate_app, "IN_FLIGHT", 10**6)  # the weakened gate: no limit
+    assert sorted(a.status_code for a in answers) == [200] * most + [429] * 4
+    assert all(f"{most} of your calls are in progress already" in a.text for a in answers if a.status_code == 429)
+    monkeypatch.setenv(settings.ACCOUNT_CALLS, str(10**6))  # the weakened gate: no limit
     assert sorted(a.status_code for a in flood()) == [200] * callers
 
 
