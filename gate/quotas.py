@@ -4,7 +4,7 @@ Each run an account starts through the gate (``create_flow_run``, after its body
 checked before it is passed on:
 
 - its shape: its parameters at most ``parameters_kb`` KB of JSON and ``bounds.MAX_FORM_VALUES`` values (413), and a scheduled start at
-  most ``ahead_days`` days ahead (422);
+  most ``ahead_days`` days ahead and at most an hour past (422);
 - the runs the account asked this gate to start in the last minute, at most ``per_minute``
   (cancelled ones too: starting and cancelling in a loop fills Prefect's database as well; and those
   Prefect refused, whose parameters it checked all the same); Prefect's
@@ -49,6 +49,7 @@ Refusal = tuple[int, str]  # HTTP status, message
 UNFINISHED = ["SCHEDULED", "PENDING", "RUNNING", "PAUSED", "CANCELLING"]
 POOL_STATES = ["SCHEDULED", "PENDING", "RUNNING", "CANCELLING"]  # a run due now holds, or waits for, a slot of the pool
 SOON = timedelta(minutes=1)  # a run due within this is started now; later, it is scheduled ahead
+PAST = timedelta(hours=1)  # a start further back than this is refused (a clock a little behind is welcome)
 MINUTE = 60.0
 TIME = TypeAdapter(datetime)  # what Prefect's server parses a scheduled time with
 
@@ -114,6 +115,11 @@ class Quotas:
                 f"the run is scheduled {(start - now).days} days ahead; the limit is {limits.ahead_days} days: "
                 f"schedule it at most {limits.ahead_days} days from now",
             ), True
+        if now - start > PAST:  # started "years late": every dashboard's lateness would read so
+            return (
+                422,
+                f"the run is scheduled {str(when)[:40]!r}, in the past: leave the time out to start it now, or schedule it ahead",
+            ), False
         return None, start - now > SOON
 
     async def counted(self, account: str, now: datetime, later: bool) -> Refusal | None:

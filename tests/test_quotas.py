@@ -202,7 +202,7 @@ def _at(days: float) -> dict:
 
 
 def test_runs_far_ahead_or_many_ahead_are_refused(served, gates):
-    """A run scheduled a year ahead is refused (422, naming the 30 days); of runs scheduled for later an
+    """A run scheduled a year ahead or in a past year is refused (422, naming the 30 days); of runs scheduled for later an
     account keeps one; a time the gate cannot read is refused rather than passed on. Without the limits,
     both are scheduled."""
     env, _ = served
@@ -221,6 +221,10 @@ def test_runs_far_ahead_or_many_ahead_are_refused(served, gates):
     assert unreadable.status_code == 422 and _message(unreadable) == (
         "privrelease gate: the run's scheduled time 'next tuesday' is not a time: send an ISO 8601 time, e.g. 2030-01-31T06:00:00Z"
     )
+    past = rosa.post(form, json=_at(-365 * 2025))  # the sixth attack's year-1 start: dashboards' lateness in years
+    assert past.status_code == 422 and _message(past).endswith(
+        "in the past: leave the time out to start it now, or schedule it ahead"
+    )
     assert rosa.post(form, json=_at(2)).status_code == 201
     second = rosa.post(form, json=_at(3))
     assert second.status_code == 429 and _message(second) == (
@@ -228,8 +232,8 @@ def test_runs_far_ahead_or_many_ahead_are_refused(served, gates):
     )
     assert rosa.post(form, json=PREVIEW).status_code == 201  # one to start now is still welcome
     weak = _client(gates, "weak", "rosa")
-    created = [weak.post(form, json=_at(days)) for days in (400, 3, 4)]
-    assert [r.status_code for r in created] == [201] * 3, [r.text for r in created]
+    created = [weak.post(form, json=_at(days)) for days in (400, 3, 4, -365 * 2025)]
+    assert [r.status_code for r in created] == [201] * 4, [r.text for r in created]
     scheduled = api.get(f"/flow_runs/{created[0].json()['id']}").json()["expected_start_time"]
     assert datetime.fromisoformat(scheduled) > datetime.now(UTC) + timedelta(days=399)
 
