@@ -9,7 +9,8 @@ before it is settled), failed, or a folder no charge of the ledger vouches for, 
 Everything here is a public value: a release's manifest, report, charts and data are what was
 published (DP outputs, SDC tables and the public facts they cite); a dataset's entry is its
 registration's public facts and its account's public figures (cap, what is left, what fits next).
-Who asked for a release is not shown. A file is served only by a name its manifest lists (or the
+Who asked for a release is not shown, except that a release id its analyst chose through the gate
+begins with their account name (``<account>.<id>``: no one else can take it). A file is served only by a name its manifest lists (or the
 manifest itself), never by a path a caller writes.
 """
 
