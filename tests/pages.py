@@ -33,6 +33,8 @@ ELSEWHERE = {
     ("guides/hosts.md", "privrelease ledger migrate"): "tests/test_pg.py",
     ("guides/hosts.md", "createdb privrelease"): "tests/test_serve_network.py",
     ("guides/hosts.md", "prefect worker start"): "tests/test_server_pg.py",
+    ("guides/hosts.md", "privrelease ledger verify"): "tests/test_server_pg.py",
+    ("guides/hosts.md", "DASK_CONFIG="): "tests/test_hosts.py",
     ("README.md", "make demo"): "tests/test_install.py",
     ("mechanisms/spam-training.md", "privrelease spam split"): "tests/test_cli.py",
     ("OPERATING.md", "PRIVRELEASE_HOST=0.0.0.0"): "tests/test_serve_network.py",

@@ -6,6 +6,7 @@ network namespaces, through Prefect's server and workers: tests/test_server_pg.p
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -24,7 +25,9 @@ from core.privacy.budget import Budget
 from core.release.home import Home
 from core.release.pipeline import release
 from core.release.spec import ReleaseRequest
+from tests.conftest import REPO
 from tests.helpers import register
+from tests.pages import commands, sh_block
 from tests.test_dpne import phrase_corpus
 from tests.test_server import _stop
 
@@ -34,9 +37,15 @@ from tests.test_server import _stop
 DPNE = {"dataset": "conc", "mechanism": {"name": "dpne", "params": {
     "text_column": "text", "epsilon": 1.0, "delta": 1e-7, "T": 3, "delta0": 10, "tokenizer": "words"}}}  # fmt: skip
 CAP = Budget(2.5, 1e-6)
-DASK_CONFIG = (
-    Path(__file__).resolve().parent.parent / "deploy" / "dask.yaml"
-)  # as docs/guides/hosts.md starts Dask workers on other hosts
+WORKER = commands(sh_block("guides/hosts.md", "DASK_CONFIG="))[0]  # how the page starts a Dask worker on a host
+
+
+def dask_worker(address: str) -> tuple[dict, list[str]]:
+    """The page's worker command as printed, for a scheduler at ``address`` and this checkout: its environment and words."""
+    setting, *words = shlex.split(WORKER)
+    name, value = setting.split("=", 1)
+    fill = {"dask": str(Path(sys.executable).parent / "dask"), "tcp://A:8786": address}
+    return {name: value.replace("/path/to/privrelease", str(REPO))}, [fill.get(w, w) for w in words]
 
 
 def admitted_in_turn(cap: Budget, folder: Path) -> int:
@@ -144,8 +153,8 @@ def test_dask_workers_that_cannot_read_the_snapshot_are_named_before_any_charge(
     register(home, phrase_corpus(100), "posts", "user:user", "dp")
     Ledger(home / "privrelease.duckdb").set_budget("posts", CAP)
     request = ReleaseRequest.model_validate({**DPNE, "dataset": "posts"})
-    dask = Path(sys.executable).parent / "dask"
     with LocalCluster(n_workers=0, processes=False, protocol="tcp://", dashboard_address=None) as cluster:
+        environment, words = dask_worker(cluster.scheduler_address)
         workers = subprocess.Popen(
             [
                 "unshare",
@@ -155,12 +164,12 @@ def test_dask_workers_that_cannot_read_the_snapshot_are_named_before_any_charge(
                 "sh",
                 "-c",
                 f"mount -t tmpfs none '{store}' && exec "
-                f"'{dask}' worker {cluster.scheduler_address} --nworkers 2 --nthreads 1 --no-dashboard",
+                f"{shlex.join(words)} --nworkers 2 --no-dashboard",  # two of them, as two hosts
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
-            env={**os.environ, "DASK_CONFIG": str(DASK_CONFIG)},
+            env={**os.environ, **environment},
         )
         try:
             with Client(cluster.scheduler_address) as client:

@@ -43,6 +43,7 @@ FORM = {
 # How docs/guides/hosts.md starts each host's worker, as printed (the venv's prefect); each here takes its own
 # host's queue, so that both hosts run some of the runs
 WORKER = [str(BIN / "prefect"), *shlex.split(commands(sh_block("guides/hosts.md", "prefect worker start"))[0])[1:]]
+VERIFY = [str(BIN / "privrelease"), *shlex.split(commands(sh_block("guides/hosts.md", "privrelease ledger verify"))[0])[1:]]
 
 # What an operator on either host runs to submit releases: n runs of a deployment into a work queue.
 SUBMIT = """
@@ -125,7 +126,7 @@ def _eight_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str, b:
         assert "left of its cap (epsilon=5, delta=0.001)" in message  # refused with the budget error
     verify = [
         subprocess.Popen(
-            [*prefix, str(BIN / "privrelease"), "ledger", "verify"],
+            [*prefix, *VERIFY],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
