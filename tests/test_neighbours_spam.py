@@ -215,7 +215,7 @@ def test_a_dp_run_shows_only_dp_outputs_and_public_values_on_neighbours(prefect_
             report.pop("directory_digest"),
             report.pop("setup_seconds"),
             *report.pop("seconds_per_round"),
-            *[v for v in (*chosen.values(), *at_sign.values()) if v is not None],
+            *["-" if v is None else v for v in (*chosen.values(), *at_sign.values())],  # "-": no precision (none flagged)
             *[files.pop(name) for name in ("model.npy", "roc.png", "report.json", "report.md", "transcript.jsonl")],
         ]
         for r in report["per_round"]:
