@@ -363,3 +363,14 @@ def test_missing_value_tokens_are_kept_with_the_registration_and_older_ones_refr
             "c", root, schema=Schema(columns={"region": Column(type="string"), "n": Column(type="string", nullable=True)})
         )
     )["region"].tolist() == ["NA", "EU"]
+
+
+def test_a_declared_domain_is_checked_and_a_question_mark_in_a_name_is_only_a_name(home: Path):
+    """Values outside a declared domain are refused, counted, with their lines; a column whose name holds a
+    ``?`` (SQL's parameter mark, inside a quoted name) is checked like any other."""
+    frame = pd.DataFrame({"region": ["north", "south", "east", "north"], "ok?": ["y", "n", "y", "y"]})
+    declared = Schema(columns={"region": Column(type="string", domain=["north", "south"]), "ok?": Column(type="string")})
+    with pytest.raises(IngestError, match=r"column 'region': 1 values outside its declared domain \(first at lines \[4\]\)"):
+        register(home, frame, "regions", purpose="dp", schema=declared)
+    widened = Schema(columns={**declared.columns, "region": Column(type="string", domain=["north", "south", "east"])})
+    assert register(home, frame, "regions", purpose="dp", schema=widened).schema == widened

@@ -176,22 +176,23 @@ def check_schema(con, schema: Schema, found: list[str], name: str) -> None:
     problems = []
     for column, spec in schema.columns.items():
         q = quote_ident(column)
-        checks = [(f"TRY_CAST({q} AS {CAST[spec.type]}) IS NULL AND {q} IS NOT NULL", f"not of type {spec.type}")]
+        checks = [(f"TRY_CAST({q} AS {CAST[spec.type]}) IS NULL AND {q} IS NOT NULL", f"not of type {spec.type}", None)]
         if not spec.nullable:
-            checks.append((f"{q} IS NULL", "empty (the schema says nullable: false)"))
+            checks.append((f"{q} IS NULL", "empty (the schema says nullable: false)", None))
         if spec.type == "float":
-            checks.append((f"isinf(TRY_CAST({q} AS DOUBLE)) OR isnan(TRY_CAST({q} AS DOUBLE))", "infinite or NaN"))
+            checks.append((f"isinf(TRY_CAST({q} AS DOUBLE)) OR isnan(TRY_CAST({q} AS DOUBLE))", "infinite or NaN", None))
         if spec.type == "string":
-            checks.append((f"regexp_matches(CAST({q} AS VARCHAR), '{CONTROL}')", "holding NUL or control characters"))
+            checks.append((f"regexp_matches(CAST({q} AS VARCHAR), '{CONTROL}')", "holding NUL or control characters", None))
         if spec.domain is not None:  # the steward's public list of its values: a value outside it is a typo or a new key
+            kind = CAST[spec.type]
             checks.append(
-                (f"NOT list_contains(?::{CAST[spec.type]}[], TRY_CAST({q} AS {CAST[spec.type]}))", "outside its declared domain")
+                (f"NOT list_contains(?::{kind}[], TRY_CAST({q} AS {kind}))", "outside its declared domain", [list(spec.domain)])
             )
-        for predicate, what in checks:
+        for predicate, what, parameters in checks:  # the domain as a parameter: its values are the steward's text
             bad = con.execute(
                 f"SELECT count(*), list(line ORDER BY line)[1:5] FROM (SELECT row_number() OVER () + 1 AS line, * "
                 f"FROM incoming) WHERE {predicate}",
-                [list(spec.domain)] if "?" in predicate else None,
+                parameters,
             ).fetchall()[0]
             if bad[0]:
                 problems.append(f"column {column!r}: {bad[0]} values {what} (first at lines {bad[1]})")
