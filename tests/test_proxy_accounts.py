@@ -7,7 +7,6 @@ while another account's call is answered; through a proxy whose configuration la
 from __future__ import annotations
 
 import shutil
-import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import gate.proxy
 from gate.accounts import Accounts
 from gate.app import REFUSED
 from tests.conftest import PASSWORD
+from tests.test_gate_attack3 import _together
 from tests.test_server import _free_port, _service
 
 LOOPER, OTHER = "lupe", "ovid"  # accounts of this test's own (their limits are not shared with other tests')
@@ -31,22 +31,12 @@ def _client(url: str, name: str, address: str) -> httpx.Client:
 
 def _loop(url: str) -> list[httpx.Response]:
     """The loop's answers: CALLS calls of LOOPER's, THREADS at once, from ADDRESSES."""
-    answers: list[httpx.Response] = []
-    lock = threading.Lock()
 
-    def one(i: int) -> None:
+    def one(i: int) -> list[httpx.Response]:
         with _client(url, LOOPER, ADDRESSES[i % len(ADDRESSES)]) as client:
-            for _ in range(CALLS // THREADS):
-                answer = client.get(ROUTE)
-                with lock:
-                    answers.append(answer)
+            return [client.get(ROUTE) for _ in range(CALLS // THREADS)]
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(THREADS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return answers
+    return [answer for batch in _together(THREADS, one) for answer in batch]
 
 
 def _by_nginx(answers: list[httpx.Response]) -> int:
