@@ -26,6 +26,7 @@ from gate.policy import RELEASE_FORMS
 from tests.conftest import REPO
 
 BIN = Path(sys.executable).parent
+TERMINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 
 
 def _free_port() -> int:
@@ -189,22 +190,40 @@ def worker(env: dict, log_path: Path, pool: str = "privrelease", limit: int | No
     )
     try:
         yield proc
+        _settle(env, proc)
     finally:
         _stop(proc)
         log.close()
 
 
-def run_processes(proc: subprocess.Popen, run_id: str) -> list[psutil.Process]:
-    """The processes under the worker ``proc`` that run the flow run ``run_id`` (the worker starts each
-    run's process with the run's id in its environment)."""
+def _settle(env: dict, proc: subprocess.Popen, timeout: float = 60) -> None:
+    """Wait until the processes of the runs that have ended have exited. A run's process sends its last log
+    lines after its final state, and stopping the worker's process group stops it too: those lines would be
+    lost (a loaded machine's process takes seconds). Runs still going are left to be stopped with the worker."""
+    api, deadline = operator(env), time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = {run_id: api.get(f"/flow_runs/{run_id}").json().get("state") or {} for _, run_id in _runs_under(proc)}
+        if not any(state.get("type") in TERMINAL for state in states.values()):
+            return
+        time.sleep(0.5)
+
+
+def _runs_under(proc: subprocess.Popen) -> list[tuple[psutil.Process, str]]:
+    """The processes under the worker ``proc`` that run a flow run, with its id (the worker starts each run's
+    process with the run's id in its environment)."""
     found = []
     for p in psutil.Process(proc.pid).children(recursive=True):
         try:
-            if p.environ().get("PREFECT__FLOW_RUN_ID") == run_id:
-                found.append(p)
+            if run_id := p.environ().get("PREFECT__FLOW_RUN_ID"):
+                found.append((p, run_id))
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             pass  # ended while we looked
     return found
+
+
+def run_processes(proc: subprocess.Popen, run_id: str) -> list[psutil.Process]:
+    """The processes under the worker ``proc`` that run the flow run ``run_id``."""
+    return [p for p, run in _runs_under(proc) if run == run_id]
 
 
 def deployment(api: httpx.Client, name: str) -> dict:
@@ -234,7 +253,7 @@ def _wait(api: httpx.Client, run_id: str, log: Path, timeout: float = 240) -> st
             httpx.TimeoutException
         ):  # the SQLite-backed server, busy with concurrent runs, may miss one poll: the deadline decides
             state = None
-        if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+        if state in TERMINAL:
             return state
         assert time.monotonic() < deadline, log.read_text()[-3000:]
         time.sleep(1)

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from core.ledger.ledger import Ledger
 from core.privacy.budget import Budget
@@ -109,13 +110,28 @@ def _in_browser(served, role: str, act) -> None:
 OPERATORS_PAGES = {"/blocks", "/variables", "/automations", "/concurrency-limits"}  # refused to every person
 
 
-def _before_signing_in(page: Page, ui: str) -> tuple[str | None, str]:
-    """The sign-in page a person is sent to from the dashboard: its field's placeholder and its text (toasts too)."""
+def _before_signing_in(page: Page, ui: str, slow_settings: bool = False) -> tuple[str | None, str, list[str]]:
+    """The sign-in page a person is sent to from the dashboard: its field's placeholder (None if the page never
+    shows it), its text (toasts too) and the errors its scripts threw. With ``slow_settings`` the dashboard's
+    calls for the server's settings are held until the page is at the sign-in page, as a busy server answers
+    them: their 401 comes while the sign-in page renders."""
+    thrown: list[str] = []
+    page.on("pageerror", lambda e: thrown.append(str(e)))
+    held, holding = [], [slow_settings]
+    page.route("**/api/admin/settings", lambda route: held.append(route) if holding[0] else route.continue_())
     page.set_default_timeout(60_000)
     page.goto(f"{ui}/dashboard")
     page.wait_for_url(re.compile(r"/login"))
+    holding[0] = False
+    for route in held:
+        route.continue_()
     page.wait_for_load_state("networkidle")  # the calls the dashboard made before it was sent here, answered
-    return page.locator("input[type=password]").get_attribute("placeholder"), page.inner_text("body")
+    box = page.locator("input[type=password]")
+    try:
+        box.wait_for(timeout=10_000)
+    except PlaywrightTimeout:
+        return None, page.inner_text("body"), thrown
+    return box.get_attribute("placeholder"), page.inner_text("body"), thrown
 
 
 def _navigation(page: Page, ui: str) -> set[str]:
@@ -127,21 +143,27 @@ def _navigation(page: Page, ui: str) -> set[str]:
 
 def test_the_sign_in_page_asks_for_an_account_and_the_navigation_holds_peoples_pages(served, people):
     """Through the proxy: the sign-in page shows no "Authentication failed." or "Oops" before anything is typed
-    and asks for name:password; signed in, the navigation has no page of the operator's. At the gate itself
-    (the weakened variant: no proxy, Prefect's UI as it ships) the page shows both toasts and `admin:pass`."""
+    and asks for name:password, also when the dashboard's settings come back (401) after the page was sent to
+    sign in; signed in, the navigation has no page of the operator's. At the gate itself (the weakened variant:
+    no proxy, Prefect's UI as it ships) the page shows both toasts and `admin:pass`, and, with the settings
+    late, never shows its field (a blank page)."""
     env, _ = served
     ui, bare = env["PRIVRELEASE_GATE_URL"], f"http://127.0.0.1:{env['PRIVRELEASE_GATE_PORT']}"
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
-            placeholder, text = _before_signing_in(browser.new_page(), ui)
-            assert placeholder == "name:password" and "Authentication failed" not in text and "Oops" not in text, text
+            for slow in (False, True):
+                placeholder, text, thrown = _before_signing_in(browser.new_page(), ui, slow_settings=slow)
+                assert placeholder == "name:password" and "Authentication failed" not in text and "Oops" not in text, text
+                assert not thrown, (slow, thrown)
             shown = _navigation(browser.new_page(), ui)
             assert {"/runs", "/deployments", "/events"} <= shown and not shown & OPERATORS_PAGES, shown
             page = browser.new_page()
-            placeholder, _ = _before_signing_in(page, bare)
+            placeholder, _, _ = _before_signing_in(page, bare)
             page.get_by_text("Authentication failed.").first.wait_for()
             assert placeholder == "admin:pass" and "Oops. Something went wrong." in page.inner_text("body")
+            placeholder, _, thrown = _before_signing_in(browser.new_page(), bare, slow_settings=True)
+            assert placeholder is None and thrown, thrown  # the settings' late 401 thrown: no sign-in field, ever
             assert OPERATORS_PAGES <= _navigation(browser.new_page(), bare)
         finally:
             browser.close()
