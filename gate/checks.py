@@ -125,9 +125,17 @@ def release_id(asked: object, call: Call) -> str | None:
     return named if own and "." not in own and re.fullmatch(ID_PATTERN, named) else None
 
 
+async def unnamed(parameters: dict, call: Call) -> list[str]:
+    """The parameters the deployment ``{id}``'s form does not name (Prefect's schema check lets them through,
+    and they would be stored with the run and fail it only when it starts, holding a slot until then)."""
+    deployment = await call.prefect.read(f"/api/deployments/{call.params['id']}")
+    named = ((deployment or {}).get("parameter_openapi_schema") or {}).get("properties") or {}
+    return sorted(set(parameters) - set(named))
+
+
 @says(
-    "passes on only the parameters (checked against the form's schema), a name and a scheduled time; "
-    f"a chosen release id becomes `<account>.<id>`; tags the run `{REQUESTED_BY}<account>`"
+    "passes on only the parameters the form names (checked against its schema), a printable name and a "
+    f"scheduled time; a chosen release id becomes `<account>.<id>`; tags the run `{REQUESTED_BY}<account>`"
 )
 async def start_run(body: dict, call: Call) -> dict | str:
     """A run of a deployment: no tags, job variables, work queue or ``enforce_parameter_schema: false`` of
@@ -135,6 +143,9 @@ async def start_run(body: dict, call: Call) -> dict | str:
     parameters = body.get("parameters", {})
     if not isinstance(parameters, dict):
         return "parameters must be an object"
+    if extra := await unnamed(parameters, call):
+        shown = ", ".join(repr(name[:40]) for name in extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
+        return f"this form has no parameter {shown}: remove it (the form's fields are its parameters)"
     if parameters.get("release_id"):
         named = release_id(parameters["release_id"], call)
         if named is None:
@@ -147,6 +158,8 @@ async def start_run(body: dict, call: Call) -> dict | str:
     if isinstance(body.get("name"), str):
         if len(body["name"]) > MAX_NAME:
             return f"a run's name may hold at most {MAX_NAME} characters"
+        if not body["name"].isprintable():
+            return "a run's name may hold printable characters only (no line breaks, tabs or control characters)"
         out["name"] = body["name"]
     state = body.get("state")
     if isinstance(state, dict) and state.get("type") == "SCHEDULED":

@@ -9,13 +9,14 @@ server, and each shown to work on a weakened gate without the one bound:
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
 from core.release.publish import code
 from gate import bounds, checks, events
 from gate.__main__ import CONNECTIONS
-from tests.test_gate_abuse import refused, weakened
+from tests.test_gate_abuse import refused, weakened, without
 from tests.test_server import deployment, operator
 
 REPO = Path(__file__).resolve().parent.parent
@@ -71,6 +72,38 @@ def test_a_runs_name_is_short(served, people, monkeypatch):
         created = person("vera").post(f"/deployments/{ra}/create_flow_run", json=long)
     assert created.status_code == 201 and len(created.json()["name"]) == 5002
     api.delete(f"/flow_runs/{created.json()['id']}")
+
+
+def test_parameters_the_form_does_not_name_and_unprintable_run_names_are_refused(served, people, monkeypatch):
+    """Prefect's schema check lets unknown parameters through: they were stored with the run (plain text, in
+    Prefect's database) and failed it only when it started. A run's name is shown on every page listing it."""
+    env, _ = served
+    api = operator(env)
+    ra = deployment(api, "ra")["id"]
+    smuggled = {"parameters": {"preview": True, "home": "/etc", "__class__": 1}}
+    answer = people["vera"].post(f"/deployments/{ra}/create_flow_run", json=smuggled)
+    assert refused(answer) and answer.status_code == 403, answer.text
+    assert "this form has no parameter '__class__', 'home': remove it" in answer.text
+    forged = {"name": "q4\nrequested-by:alice", "parameters": {"preview": True}}
+    answer = people["vera"].post(f"/deployments/{ra}/create_flow_run", json=forged)
+    assert refused(answer) and "printable characters only" in answer.text
+    plain = people["vera"].post(f"/deployments/{ra}/create_flow_run", json={"parameters": {"preview": True}})
+    assert plain.status_code == 201, plain.text
+    # the weakened gate: without the names' check the extra parameters are stored with the run; with a rewrite
+    # passing the name as asked, the name is too
+    monkeypatch.setattr(checks, "unnamed", lambda parameters, call: asyncio.sleep(0, []))
+    with weakened(env) as person:
+        created = person("vera").post(f"/deployments/{ra}/create_flow_run", json=smuggled)
+    assert created.status_code == 201 and created.json()["parameters"]["home"] == "/etc", created.text
+
+    async def named_as_asked(body: dict, call) -> dict:
+        return {"parameters": body["parameters"], "name": body["name"]}
+
+    with weakened(env, rules=without("/api/deployments/{id}/create_flow_run", body=named_as_asked)) as person:
+        named = person("vera").post(f"/deployments/{ra}/create_flow_run", json=forged)
+    assert named.status_code == 201 and "\n" in named.json()["name"], named.text
+    for run in (plain, created, named):
+        api.delete(f"/flow_runs/{run.json()['id']}")
 
 
 def test_the_proxy_opens_fewer_connections_to_the_gate_than_it_holds():
