@@ -42,6 +42,10 @@ class BudgetError(UserError):
     """The ledger refuses a charge: no cap set, or the cap would be exceeded."""
 
 
+class TimeLimit(UserError):
+    """A run went on past the operator's limit on how long one may take (``core.interrupts.limited``)."""
+
+
 class ApprovalError(UserError):
     """A release that needs a data steward's approval did not get it (or cannot wait for it here)."""
 

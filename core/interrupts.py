@@ -5,12 +5,19 @@ query and raises its own ``RuntimeError('Query interrupted')`` instead, which wo
 ``install`` (the command line's) records that an interrupt arrived, so ``caused`` can tell either
 exception apart from a real failure. A charged run stopped after its charge raises ``Interrupted``,
 which says what became of the charge.
+
+A run that goes on past the operator's time limit is stopped the same way, by a signal: ``limited``
+raises ``TimeLimit`` in it once its time is up (and whatever it raises after that reads as the limit).
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from core.errors import TimeLimit
 
 _seen = threading.Event()
 
@@ -53,3 +60,34 @@ def seen() -> bool:
 def caused(exc: BaseException) -> bool:
     """Whether ``exc`` is, or followed, an interrupt by the user."""
     return isinstance(exc, (KeyboardInterrupt, Interrupted)) or seen()
+
+
+@contextmanager
+def limited(seconds: int, words: str) -> Iterator[None]:
+    """Stop what runs inside once ``seconds`` have passed: a SIGALRM raises ``TimeLimit(words)`` where it is, and
+    any exception that comes out after it (a DuckDB query stopped by it raises its own) is that ``TimeLimit``;
+    then the run's cleanup (its charge settled as failed, its processes ended) runs as after any failure. In the
+    main thread only (signals reach no other): elsewhere, or inside another alarm, nothing is limited."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGALRM) not in (
+        signal.SIG_DFL,
+        None,
+    ):
+        yield
+        return
+    fired = threading.Event()
+
+    def ring(signum: int, frame: object) -> None:
+        fired.set()
+        raise TimeLimit(words)
+
+    signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    except BaseException as exc:
+        if fired.is_set() and not isinstance(exc, TimeLimit):
+            raise TimeLimit(words) from None
+        raise
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)

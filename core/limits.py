@@ -4,10 +4,11 @@ operator's settings (``core.settings``), with their defaults stated once, here.
 The pool and worker limits bound the processes on the worker's host whoever asks (each release
 process takes a few hundred MB); the per-account limits, which the gate applies where a run is
 created (``gate.quotas``), keep one account from taking every slot or filling Prefect's database:
-its runs not finished, its runs scheduled for later, the runs it starts in a minute, the size of a
-run's parameters and how far ahead a run may be scheduled; the pool's slots kept for accounts with no
+its runs not finished, its runs scheduled for later, the runs it starts in a minute, the runs that
+publish it starts in a day, the size of a run's parameters and how far ahead a run may be scheduled; the pool's slots kept for accounts with no
 run going (an account with one may start another only while more are free); and the calls the gate answers at once,
-in all and per account (``gate.fair``). ``python -m core.limits pool`` prints one
+in all and per account (``gate.fair``). How long one run may take bounds what a run costs the worker whatever its
+settings (``flows.steps.time_limited``). ``python -m core.limits pool`` prints one
 (what ``make serve`` passes to Prefect).
 """
 
@@ -33,6 +34,10 @@ class Limits:
     reserved: int = 1  # of the pool's slots, kept for accounts with no run going (0: none kept)
     calls: int = 32  # signed-in calls in the gate at once, of all accounts, shared fairly (gate.fair)
     account_calls: int = 16  # of those, one account's (a browser opens at most 6 connections to a host)
+    releases: int = 24  # runs an account starts in a day that publish (every run but a preview: an SDC release spends no
+    # budget, yet keeps a few MB on the worker's disk and lengthens the catalogue)
+    run_seconds: int = 3600  # how long a run the worker runs may take (a 10-round spam training: up to 45 min)
+    preview_seconds: int = 120  # how long a form's preview may take (DPNE's costliest settings: 49 s on a loaded host)
 
 
 VARIABLES = {
@@ -40,6 +45,8 @@ VARIABLES = {
     "scheduled": settings.ACCOUNT_SCHEDULED, "per_minute": settings.ACCOUNT_PER_MINUTE,
     "parameters_kb": settings.PARAMETERS_KB, "ahead_days": settings.SCHEDULE_AHEAD_DAYS,
     "reserved": settings.POOL_RESERVED, "calls": settings.GATE_CALLS, "account_calls": settings.ACCOUNT_CALLS,
+    "releases": settings.ACCOUNT_RELEASES, "run_seconds": settings.RUN_SECONDS,
+    "preview_seconds": settings.PREVIEW_SECONDS,
 }  # fmt: skip
 
 

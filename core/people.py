@@ -12,6 +12,7 @@ import pwd
 ANALYST, AUDITOR, STEWARD = "analyst", "auditor", "steward"
 ROLES = (ANALYST, AUDITOR, STEWARD)
 REQUESTED_BY = "requested-by:"  # the tag the gate puts on every flow run it creates: who asked
+PUBLISHES = "publishes"  # and on each that publishes (every run but a preview): counted per day (gate.quotas)
 
 
 def requester(tags=()) -> str:

@@ -57,6 +57,9 @@ DB_WAIT = "PRIVRELEASE_DB_WAIT"
 POOL_RESERVED = "PRIVRELEASE_POOL_RESERVED"
 GATE_CALLS = "PRIVRELEASE_GATE_CALLS"
 ACCOUNT_CALLS = "PRIVRELEASE_ACCOUNT_CALLS"
+ACCOUNT_RELEASES = "PRIVRELEASE_ACCOUNT_RELEASES"
+RUN_SECONDS = "PRIVRELEASE_RUN_SECONDS"
+PREVIEW_SECONDS = "PRIVRELEASE_PREVIEW_SECONDS"
 
 VARIABLES = (
     Variable(HOME, "the user data folder (platformdirs)", "the state folder: database, snapshots, releases, keys"),
@@ -102,6 +105,9 @@ VARIABLES = (
     Variable(POOL_RESERVED, "1", "the gate: the pool's slots kept for accounts with no run going (0: none)"),
     Variable(GATE_CALLS, "32", "the gate: signed-in calls in progress at once, of all accounts, shared fairly between them"),
     Variable(ACCOUNT_CALLS, "16", "the gate: of those, one account's (past its share, or these, 429)"),
+    Variable(ACCOUNT_RELEASES, "24", "the gate: runs an account starts in a day that publish (every run but a preview)"),
+    Variable(RUN_SECONDS, "3600", "the worker: seconds a run may take; past them it is stopped and fails"),
+    Variable(PREVIEW_SECONDS, "120", "the worker: seconds a form's preview may take; past them it is stopped and fails"),
 )
 
 

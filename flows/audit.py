@@ -15,7 +15,7 @@ from core.ledger import audit as _audit
 from core.release.charged import recover
 from core.release.home import Home
 from flows.artifacts import data_uri, flat, readable
-from flows.steps import RAW
+from flows.steps import RAW, time_limited
 
 
 @task(name="read-ledger", **RAW)
@@ -41,8 +41,9 @@ def ledger_audit() -> list[dict]:
     """Audit the ledger of the worker's home; the run fails (after publishing its artifacts) if the
     chain is broken."""
     home = Home.open()
-    audit = read(home)
-    chart_path = chart(home, audit, datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"))
+    with time_limited():
+        audit = read(home)
+        chart_path = chart(home, audit, datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"))
     totals = [x.as_dict() for x in audit.totals]
     create_table_artifact(key="ledger-totals", table=[flat(x) for x in totals], description="per dataset: cap, spent, remaining")
     # every entry but its holder (the charging process's host, pid and home: the operator's bookkeeping)

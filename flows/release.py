@@ -126,12 +126,13 @@ def run_request(
     the request's preview (``core.release.preview``)."""
     log = get_run_logger()
     try:
-        doc = {"dataset": dataset, "mechanism": {"name": mechanism, "params": params() if callable(params) else params}}
-        request = spec.parse(doc | ({"release_id": release_id} if release_id else {}))
-        if preview:
-            return _preview(request)
-        with parallel.configured():
-            summary = _release(request, log)
+        with steps.time_limited(preview):
+            doc = {"dataset": dataset, "mechanism": {"name": mechanism, "params": params() if callable(params) else params}}
+            request = spec.parse(doc | ({"release_id": release_id} if release_id else {}))
+            if preview:
+                return _preview(request)
+            with parallel.configured():
+                summary = _release(request, log)
     except UserError as exc:
         # the form's fields are flat: no mechanism.NAME.params. (nor, for an SDC form's chain, steps.N.METHOD.)
         message = re.sub(r"(mechanism\.[a-z]+\.params|steps\.\d+\.[a-z]+)(\.|: )", "", str(exc))

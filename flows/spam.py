@@ -33,7 +33,8 @@ def spam_filter_training(spec_path: str) -> dict | State:
     log = get_run_logger()
     job = SpamJob(spec_path, steps.SPAM)
     try:
-        summary = charged.run(Home.open(), job, steps.caller(), steps.pause, log, steps.LEDGER)
+        with steps.time_limited():
+            summary = charged.run(Home.open(), job, steps.caller(), steps.pause, log, steps.LEDGER)
     except BaseException as exc:
         if interrupts.caused(exc):  # Ctrl-C at the command line: Cancelled, not a crash (steps.stopped)
             return steps.stopped(exc)

@@ -1,5 +1,5 @@
 """Where Prefect meets the core: every step of a charged run as a Prefect task, a steward's approval
-as a suspended flow run, and who is running.
+as a suspended flow run, who is running, and how long a run the worker runs may take.
 
 The steps are the core's own plain functions (``core.release.pipeline.Steps``, ``core.release.spam_run.Steps``,
 ``core.release.charged.DIRECT``), each wrapped here once (``tasks``), so a step's signature exists in one
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, fields, replace
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -23,7 +25,7 @@ from prefect.runtime import flow_run
 from prefect.states import Cancelled, State
 from pydantic import Field
 
-from core import interrupts, settings
+from core import interrupts, limits, settings
 from core.errors import ApprovalError
 from core.ledger.approval import Approval, Look, Rule
 from core.people import requester
@@ -69,6 +71,30 @@ def stopped(exc: BaseException) -> State:
     if not isinstance(exc, interrupts.Interrupted):
         exc = interrupts.Interrupted(charged.said(Home.open()))
     return Cancelled(message=exc.words, data=exc)
+
+
+@contextmanager
+def time_limited(preview: bool = False) -> Iterator[None]:
+    """A run of the worker's (its process started for one flow run: ``$PREFECT__FLOW_RUN_ID``) stopped once it has
+    taken the operator's limit, ``$PRIVRELEASE_RUN_SECONDS`` (a preview's: ``$PRIVRELEASE_PREVIEW_SECONDS``), free
+    ones too: it fails with the one line saying so, and its process ends, as after any failure. A charge it made
+    stands, recorded as failed. A steward's approval is no part of it: a suspended run's process ends while it waits,
+    and the answer starts it again with its time afresh. The command line's runs, on the operator's own host, are not
+    limited."""
+    if settings.get(settings.FLOW_RUN_ID) is None:
+        yield
+        return
+    configured = limits.configured()
+    seconds, name = (
+        (configured.preview_seconds, settings.PREVIEW_SECONDS) if preview else (configured.run_seconds, settings.RUN_SECONDS)
+    )
+    words = (
+        f"the run was stopped after {seconds} s, the longest a {'preview' if preview else 'run'} may take on this worker "
+        f"(${name}, the operator's setting): ask for less work (fewer rows or columns, a larger k for MEDS or EDS, fewer "
+        "candidates for MEWS, a smaller T or delta0 for DPNE), or ask the operator to raise it"
+    )
+    with interrupts.limited(seconds, words):
+        yield
 
 
 def caller() -> Caller:

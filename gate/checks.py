@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 from core import limits
 from core.params import ID_PATTERN
-from core.people import REQUESTED_BY
+from core.people import PUBLISHES, REQUESTED_BY
 from gate import bounds, events, schemas
 from gate.accounts import Account
 
@@ -135,7 +135,8 @@ async def unnamed(parameters: dict, call: Call) -> list[str]:
 
 @says(
     "passes on only the parameters the form names (checked against its schema), a printable name and a "
-    f"scheduled time; a chosen release id becomes `<account>.<id>`; tags the run `{REQUESTED_BY}<account>`"
+    f"scheduled time; a chosen release id becomes `<account>.<id>`; tags the run `{REQUESTED_BY}<account>` (and "
+    f"`{PUBLISHES}` unless it is a preview)"
 )
 async def start_run(body: dict, call: Call) -> dict | str:
     """A run of a deployment: no tags, job variables, work queue or ``enforce_parameter_schema: false`` of
@@ -154,7 +155,8 @@ async def start_run(body: dict, call: Call) -> dict | str:
                 f"(the gate names it {call.account.name}.<release_id>, at most 80 characters in all)"
             )
         parameters = parameters | {"release_id": named}
-    out: dict = {"parameters": parameters, "tags": [_tag(call)], "enforce_parameter_schema": True}
+    tags = [_tag(call)] + ([] if parameters.get("preview") is True else [PUBLISHES])  # the server takes only a boolean
+    out: dict = {"parameters": parameters, "tags": tags, "enforce_parameter_schema": True}
     if isinstance(body.get("name"), str):
         if len(body["name"]) > MAX_NAME:
             return f"a run's name may hold at most {MAX_NAME} characters"

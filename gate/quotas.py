@@ -12,8 +12,10 @@ checked before it is passed on:
 - the account's runs, counted from Prefect's own records by the requester tag the gate puts on
   every run it creates (``requested-by:<account>``), one count query each: runs not finished
   (scheduled, pending, running, paused or suspended for a steward, cancelling) at most ``runs``;
-  and, for a run scheduled to start later than a minute from now, those already scheduled so at
-  most ``scheduled`` (429 each);
+  for a run scheduled to start later than a minute from now, those already scheduled so at
+  most ``scheduled``; and, for a run that publishes (every run but a preview, tagged ``publishes`` by the
+  gate: an SDC release spends no budget, yet keeps a few MB on the worker's disk), those due in the last day or
+  later, completed or not finished (failed and cancelled ones are not counted), at most ``releases`` (429 each);
 - the pool's last ``reserved`` slots (``$PRIVRELEASE_POOL_RESERVED``), kept for accounts with no run
   going: an account with a run not finished may start another to run now only while fewer than
   ``pool - reserved`` runs (of anyone's, the operator's too) are running or due and waiting for the
@@ -42,7 +44,7 @@ from pydantic import TypeAdapter, ValidationError
 from starlette.responses import Response
 
 from core.limits import Limits
-from core.people import REQUESTED_BY
+from core.people import PUBLISHES, REQUESTED_BY
 from gate import bounds
 
 Refusal = tuple[int, str]  # HTTP status, message
@@ -51,6 +53,7 @@ POOL_STATES = ["SCHEDULED", "PENDING", "RUNNING", "CANCELLING"]  # a run due now
 SOON = timedelta(minutes=1)  # a run due within this is started now; later, it is scheduled ahead
 PAST = timedelta(hours=1)  # a start further back than this is refused (a clock a little behind is welcome)
 MINUTE = 60.0
+DAY = timedelta(days=1)
 TIME = TypeAdapter(datetime)  # what Prefect's server parses a scheduled time with
 
 
@@ -77,7 +80,7 @@ class Quotas:
                     f"you started {len(started)} runs in the last minute; the limit is {self.limits.per_minute} "
                     f"a minute per account: start it again in {wait} s"
                 )
-            refusal = await self.counted(account, now, later)
+            refusal = await self.counted(account, now, later, PUBLISHES in body.get("tags", []))
             if refusal is not None:
                 return refusal
             response = await create()
@@ -122,8 +125,9 @@ class Quotas:
             ), False
         return None, start - now > SOON
 
-    async def counted(self, account: str, now: datetime, later: bool) -> Refusal | None:
-        """Why the account may not start another run, counted from Prefect's records; None: it may."""
+    async def counted(self, account: str, now: datetime, later: bool, publishes: bool = False) -> Refusal | None:
+        """Why the account may not start another run (``later``: one scheduled for later; ``publishes``: one that
+        publishes), counted from Prefect's records; None: it may."""
         limits, tag = self.limits, {"tags": {"all_": [f"{REQUESTED_BY}{account}"]}}
         checks = [
             (
@@ -139,6 +143,19 @@ class Quotas:
                     | {"state": {"type": {"any_": ["SCHEDULED"]}}, "expected_start_time": {"after_": (now + SOON).isoformat()}},
                     limits.scheduled,
                     "you have {n} runs scheduled for later; the limit is {limit} per account: cancel one, or start this one now",
+                )
+            )
+        if publishes:
+            checks.append(
+                (
+                    {
+                        "tags": {"all_": [f"{REQUESTED_BY}{account}", PUBLISHES]},
+                        "state": {"type": {"any_": ["COMPLETED", *UNFINISHED]}},
+                        "expected_start_time": {"after_": (now - DAY).isoformat()},
+                    },
+                    limits.releases,
+                    "you have started {n} runs that publish in the last 24 hours (previews are not counted); the limit is "
+                    "{limit} a day per account: preview it instead, or publish it once the first of them is a day old",
                 )
             )
         counted = []

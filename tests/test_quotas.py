@@ -29,11 +29,12 @@ from tests.conftest import PASSWORD, REPO
 from tests.test_gate import refused
 from tests.test_server import _wait, deployment, gate, operator, person, proxy, worker
 
-# what the operator sets for the limited gate (the defaults are 2, 1 and 6)
-LIMITS = {settings.ACCOUNT_RUNS: "3", settings.ACCOUNT_SCHEDULED: "1", settings.ACCOUNT_PER_MINUTE: "4"}
+# what the operator sets for the limited gate (the defaults are 2, 1, 6 and 24)
+LIMITS = {settings.ACCOUNT_RUNS: "3", settings.ACCOUNT_SCHEDULED: "1", settings.ACCOUNT_PER_MINUTE: "4",
+          settings.ACCOUNT_RELEASES: "3"}  # fmt: skip
 # fresh accounts, so that other tests' runs on the session's server are not counted
 ACCOUNTS = {"nora": "analyst", "omar": "analyst", "pia": "analyst", "quinn": "analyst", "rosa": "analyst",
-            "otto": "auditor", "olga": "auditor", "ugo": "auditor"}  # fmt: skip
+            "sid": "analyst", "otto": "auditor", "olga": "auditor", "ugo": "auditor"}  # fmt: skip
 PREVIEW = {"parameters": {"preview": True}}  # a release form's preview: nothing charged, but a process on the worker
 
 
@@ -194,6 +195,37 @@ def test_a_run_with_500_kb_of_parameters_is_refused(served, gates):
     weak = _client(gates, "weak", "quinn").post(form, json=big)
     assert weak.status_code == 201, weak.text
     assert len(api.get(f"/flow_runs/{weak.json()['id']}").json()["parameters"]["text_column"]) == 500_000  # stored whole
+
+
+def test_one_analyst_cannot_publish_sdc_releases_without_end(served, gates):
+    """The sixth attack's free SDC releases in a loop (each a few MB on the worker's disk, no budget spent): once
+    the account has three published in the day (the operator's limit here; each marked completed as the worker does
+    once it has published), the next release is refused (429, naming the limit) before anything runs, while a
+    preview is still started; on the gate without its limits, the same account publishes a fourth."""
+    env, _ = served
+    api = operator(env)
+    form = f"/deployments/{deployment(api, 'meds')['id']}/create_flow_run"
+    sid = _client(gates, "limited", "sid")
+    for _ in range(3):
+        started = sid.post(form, json={"parameters": {}})
+        assert started.status_code == 201, started.text
+        assert "publishes" in api.get(f"/flow_runs/{started.json()['id']}").json()["tags"]  # the gate's tag, not sid's
+        done = api.post(f"/flow_runs/{started.json()['id']}/set_state", json={"state": {"type": "COMPLETED"}, "force": True})
+        assert done.status_code in (200, 201), done.text
+    fourth = sid.post(form, json={"parameters": {}})
+    assert (
+        fourth.status_code == 429
+        and refused(fourth)
+        and _message(fourth)
+        == (
+            "privrelease gate: you have started 3 runs that publish in the last 24 hours (previews are not counted); the "
+            "limit is 3 a day per account: preview it instead, or publish it once the first of them is a day old"
+        )
+    )
+    preview = sid.post(form, json=PREVIEW)
+    assert preview.status_code == 201 and "publishes" not in api.get(f"/flow_runs/{preview.json()['id']}").json()["tags"]
+    weak = _client(gates, "weak", "sid").post(form, json={"parameters": {}})
+    assert weak.status_code == 201, weak.text
 
 
 def _at(days: float) -> dict:
