@@ -24,7 +24,6 @@ and process ids (``gate.redact``).
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import hmac
 import ipaddress
@@ -49,7 +48,7 @@ from starlette.websockets import WebSocket
 from core import limits, paths, settings
 from core.release.catalogue import Catalogue
 from core.release.home import Home
-from gate import bounds, policy
+from gate import bounds, headers, policy
 from gate.accounts import Account, Accounts
 from gate.catalogue import Kept
 from gate.checks import Call, Refused
@@ -60,9 +59,6 @@ from gate.throttle import Throttle
 
 HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding"}  # not passed back
 REFUSED = "x-privrelease-gate-refused"  # on every answer the gate refused itself
-# Headers passed on to Prefect; every other one (cookies, Prefect's automation headers that label who created a
-# run, forwarding headers, method overrides) is dropped.
-PASSED = {"accept", "accept-language", "content-type", "user-agent", "x-prefect-ui"}
 MAX_BODY = 1 << 20  # bytes: the largest request body passed on (a filter, a form's parameters)
 UPSTREAM_CONNECTIONS = 100
 BUSY_RETRIES = 8  # Prefect's 503 "busy" answers retried, about 9 s in all
@@ -107,6 +103,7 @@ class Gate:
         self._loaded = 0.0
         self._verified: dict[bytes, str] = {}  # keyed digest of (name, password) -> the hash it matched
         self._key = secrets.token_bytes(32)
+        self._told = -60.0  # when a defect's traceback was last logged
         configured = limits.configured()
         self.quotas: Quotas | None = Quotas(configured, self.count)  # None: no limits (tests' weakened gate)
         self.slots = Slots(configured.calls, configured.account_calls)  # signed-in calls in the gate, fairly shared
@@ -137,13 +134,10 @@ class Gate:
         header = request.headers.get("authorization")
         if header is None:
             return None
-        scheme, _, token = header.partition(" ")
-        try:
-            name, sep, password = base64.b64decode(token.strip(), validate=True).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
+        named = headers.credentials(header)
+        if named is None:
             return False
-        if scheme.lower() != "basic" or not sep:
-            return False
+        name, password = named
         known = await anyio.to_thread.run_sync(self._accounts)
         digest = hmac.new(self._key, f"{name}\0{password}".encode(), hashlib.sha256).digest()
         account = known.get(name)
@@ -198,11 +192,21 @@ class Gate:
             return await self.handle(request)
         except httpx.TransportError:  # Prefect's server did not answer a call the gate made for this one
             return _refuse(502, "privrelease gate: Prefect's server did not answer this call; try it again")
+        except Exception as exc:  # a defect: answered, so the connection stays usable; its traceback once a minute
+            if time.monotonic() - self._told > 60:
+                self._told = time.monotonic()
+                log.exception("internal error on %s %s", request.method, request.url.path[:200])
+            else:
+                log.error("internal error on %s %s: %s", request.method, request.url.path[:200], type(exc).__name__)
+            return _refuse(500, "privrelease gate: internal error; the operator's gate log names it")
 
     async def handle(self, request: Request) -> Response:
         path = request.url.path
         if self.malformed(path):
             return _refuse(400, "privrelease gate: malformed path")
+        unreadable = headers.unreadable(request.headers.raw)
+        if unreadable is not None:
+            return _refuse(400, f"privrelease gate: {unreadable}")
         account = await self.who(request)
         if isinstance(account, Response):
             return account
@@ -321,12 +325,12 @@ class Gate:
         return doc
 
     async def forward(self, request: Request, path: str, body: bytes, reads: bool) -> Response:
-        headers = {k: v for k, v in request.headers.items() if k.lower() in PASSED} | self.operator
+        passed = {k: v for k, v in request.headers.items() if k.lower() in headers.PASSED} | self.operator
         if body:
-            headers["content-type"] = "application/json"
+            passed["content-type"] = "application/json"
         # read whole (decoded) before answering: a caller that reads slowly holds no connection to Prefect
         response = await self.upstream_call(
-            request.method, path, reads=reads, params=request.query_params, headers=headers, content=body
+            request.method, path, reads=reads, params=request.query_params, headers=passed, content=body
         )
         out = {k: v for k, v in response.headers.items() if k.lower() not in HOP}
         content = response.content

@@ -124,7 +124,9 @@ def served(tmp_path_factory):
         "PRIVRELEASE_ACCOUNT_RUNS": "1000",
         "PRIVRELEASE_ACCOUNT_SCHEDULED": "1000",
         "PRIVRELEASE_ACCOUNT_PER_MINUTE": "1000",
+        "PRIVRELEASE_ACCOUNT_RELEASES": "1000",
         "PRIVRELEASE_POOL_RESERVED": "0",  # the tests' runs that no worker takes fill the pool's queue
+        "PRIVRELEASE_PREVIEW_SECONDS": "1800",  # a loaded machine's preview (tested in tests/test_run_limits.py)
     }
     with (
         running_server(root, roomy) as env,
