@@ -6,10 +6,12 @@ The steward registers both once in a temporary home (Adult with schemas/policies
 k threshold lifted so that RA alone publishes; MSNBC per user, a cap of ε = 100 for the runs); one
 release of each warms the caches, then ``--runs`` timed releases of each alternate. Each run's report
 and charts are checked to be there. ``--checkout`` times another checkout's code (PYTHONPATH) in the same
-way, for a before/after on one machine; CPU seconds (user + system of the child) are given beside the
-wall time since other tenants may share the cores.
+way, for a before/after on one machine; ``--against`` a second checkout, its releases interleaved with the
+first's in the same home (each round: every request by one checkout, then by the other), so both see the
+same load. CPU seconds (user + system of the command and its children) are given beside the wall time
+since other tenants may share the cores.
 
-Run: PRIVRELEASE_DATA=… .venv/bin/python bench/bench_release_speed.py [--runs 5] [--checkout /path]
+Run: PRIVRELEASE_DATA=… .venv/bin/python bench/bench_release_speed.py [--runs 5] [--checkout /path] [--against /path]
 (results recorded by hand in bench/RESULTS.md)
 """
 
@@ -84,25 +86,31 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--checkout", default=str(REPO), help="the checkout whose code runs (PYTHONPATH)")
+    parser.add_argument("--against", help="a second checkout, its runs interleaved with the first's")
     args = parser.parse_args()
+    checkouts = [args.checkout] + ([args.against] if args.against else [])
     with tempfile.TemporaryDirectory() as tmp:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
-        env |= {"PRIVRELEASE_HOME": str(Path(tmp) / "home"), "PYTHONPATH": args.checkout}
-        requests = setup(Path(tmp) / "home", env)
-        for request in requests.values():
-            release(request, env)  # warm: page cache, bytecode, the ledger's first entries
-        times: dict[str, list[tuple[float, float]]] = {name: [] for name in requests}
+        base = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+        base["PRIVRELEASE_HOME"] = str(Path(tmp) / "home")
+        envs = {c: base | {"PYTHONPATH": c} for c in checkouts}
+        requests = setup(Path(tmp) / "home", envs[args.checkout])
+        for env in envs.values():
+            for request in requests.values():
+                release(request, env)  # warm: page cache, bytecode, the ledger's first entries
+        times: dict[tuple[str, str], list[tuple[float, float]]] = {(c, n): [] for c in checkouts for n in requests}
         load = os.getloadavg()[0]
-        for _ in range(args.runs):
-            for name, request in requests.items():
-                times[name].append(release(request, env))
-        print(f"checkout {args.checkout}; load average {load:.1f} before, {os.getloadavg()[0]:.1f} after")
-        print("| release | wall, median (min–max) | CPU s, median |")
-        print("|---|---|---|")
-        for name, runs in times.items():
+        for i in range(args.runs):
+            for c in checkouts if i % 2 == 0 else checkouts[::-1]:  # alternate which goes first
+                for name, request in requests.items():
+                    times[c, name].append(release(request, envs[c]))
+        print(f"load average {load:.1f} before, {os.getloadavg()[0]:.1f} after")
+        print("| checkout | release | wall, median (min–max) | CPU s, median (min–max) |")
+        print("|---|---|---|---|")
+        for (checkout, name), runs in times.items():
             walls, cpus = [w for w, _ in runs], [c for _, c in runs]
             print(
-                f"| {name} | {statistics.median(walls):.2f} s ({min(walls):.2f}–{max(walls):.2f}) | {statistics.median(cpus):.2f} |"
+                f"| {checkout} | {name} | {statistics.median(walls):.2f} s ({min(walls):.2f}–{max(walls):.2f}) "
+                f"| {statistics.median(cpus):.2f} ({min(cpus):.2f}–{max(cpus):.2f}) |"
             )
 
 

@@ -138,7 +138,7 @@ def _said(key: str, value: object) -> object:
 def _left(dataset: str) -> dict | None:
     from core.ledger.ledger import Ledger
 
-    totals = next((t for t in Ledger(paths.database(paths.home())).totals(tight=False) if t.dataset == dataset), None)
+    totals = next(iter(Ledger(paths.database(paths.home())).totals(tight=False, dataset=dataset)), None)  # others' GDP unread
     return (
         None
         if totals is None or totals.remaining is None

@@ -544,3 +544,20 @@ def test_a_user_over_the_cap_keeps_the_cap_smallest_by_keyed_hash_then_gram(name
     assert got == expected
     assert sum(len(r) > cap for r in held.values()) > 40  # most users are over the cap
     assert {int(a): int(b) for a, b in zip(u, m)} == {user: min(len(r), cap) for user, r in held.items()}
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_distinct_pairs_are_the_set_of_occurrences_sorted(wide):
+    """``distinct_pairs`` against Python's sorted set, on users from an offset and grams as small ids
+    (one int64 key per pair) or ids near 2^62 and negative ones (a key would overflow: the grams'
+    codes, in the grams' order, stand for them)."""
+    rng = seeded(11)
+    users = rng.integers(1_000, 1_300, 5_000).astype(np.int32)
+    ids = rng.integers(0, 50, len(users))
+    grams = np.where(ids % 2, 2**62 - ids, -ids) if wide else ids
+    u, g = dpne_counts.distinct_pairs(users, grams)
+    expected = sorted(set(zip(users.tolist(), grams.tolist())))
+    assert list(zip(u.tolist(), g.tolist())) == expected
+    assert len(expected) < len(users)  # repeats were there to drop
+    empty = dpne_counts.distinct_pairs(np.zeros(0, np.int32), np.zeros(0, np.int64))
+    assert [len(a) for a in empty] == [0, 0]

@@ -106,6 +106,19 @@ def test_no_float_residue_in_what_is_left(ledger):
     charge(ledger, "r4", 0.25, 0.0)  # exactly the rest of epsilon still fits
 
 
+def test_one_datasets_totals_are_its_row_of_all_totals(tmp_path: Path):
+    """``totals(dataset=...)`` (what a release's "left of the cap" line reads) is that dataset's row of
+    the totals of all datasets, and reads no other dataset's history."""
+    ledger = Ledger(tmp_path / "privrelease.duckdb")
+    for name, eps in (("a", 0.5), ("b", 0.25)):
+        ledger.set_budget(name, Budget(2.0, 1e-6))
+        charge(ledger, f"r-{name}", eps, 1e-8, dataset=name)
+    every = {t.dataset: t for t in ledger.totals(tight=False)}
+    for name in ("a", "b"):
+        assert ledger.totals(tight=False, dataset=name) == [every[name]]
+    assert every["a"] != every["b"] and ledger.totals(dataset="c") == []
+
+
 def test_retry_is_charged_once_and_other_params_conflict(ledger):
     ledger.set_budget("d", Budget(1.0, 0.0))
     first = charge(ledger, "r1", 0.7)

@@ -148,6 +148,44 @@ def test_rank_linkage_by_hand():
     assert m.linkage(original, original, ["x"]) == {"perturbed_records": 0, "linkage_rate": None}
 
 
+def _linkage_oracle(original: pd.DataFrame, released: pd.DataFrame, columns: list[str]) -> float:
+    """Record by record in Python: a moved record is linked when no original is nearer than its own (by
+    more than 1e-12), and then counts 1/(originals as near as its own)."""
+    x, y = original[columns].to_numpy(float), released[columns].to_numpy(float)
+    o = np.column_stack([m.mid_ranks(x[:, j], x[:, j]) for j in range(len(columns))]).tolist()
+    r = np.column_stack([m.mid_ranks(x[:, j], y[:, j]) for j in range(len(columns))]).tolist()
+    moved = [i for i in range(len(x)) if (x[i] != y[i]).any()]
+    total = 0.0
+    for i in moved:
+        d = [math.dist(r[i], p) for p in o]
+        if d[i] <= min(d) + 1e-12:
+            total += 1 / sum(v <= d[i] + 1e-12 for v in d)
+    return total / len(moved)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("tree", [False, True])
+def test_rank_linkage_is_the_brute_force_oracles_by_direct_distances_and_by_the_kd_tree(seed, tree, monkeypatch):
+    """Both exact ways of ``linkage`` (direct distances to the distinct originals; the k-d tree above
+    ``BRUTE_PAIRS``) give the oracle's rate, on few distinct values (ties everywhere) and on one
+    continuous column."""
+    rng = generator(seed)
+    n = 600
+    original = pd.DataFrame({"a": rng.integers(0, 6, n), "b": rng.integers(0, 8, n), "c": rng.normal(size=n).round(2)})
+    released = original.copy()
+    moved = rng.choice(n, 150, replace=False)
+    released.loc[moved, "a"] = rng.integers(0, 6, 150)
+    released.loc[moved[:50], "c"] += 0.01
+    monkeypatch.setattr(m, "BRUTE_PAIRS", 0 if tree else 10**12)
+    monkeypatch.setattr(m, "BLOCK", 64)  # several blocks of queries
+    rates = []
+    for columns in (["a", "b"], ["a", "b", "c"]):
+        found = m.linkage(original, released, columns)
+        assert found["linkage_rate"] == pytest.approx(_linkage_oracle(original, released, columns), rel=1e-12)
+        rates.append(found["linkage_rate"])
+    assert 0 < rates[1] < 1  # some links, some not (on (a, b) a moved record mostly lands on another's cell)
+
+
 def test_il1s_and_changes_of_means_and_correlations_by_hand():
     original = pd.DataFrame({"x": [1.0, 2, 3, 4], "y": [1.0, 2, 3, 4], "k": [7.0, 7, 7, 7]})
     released = original.assign(y=[2.0, 1, 3, 4], k=[7.0, 7, 7, 7])

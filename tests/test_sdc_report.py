@@ -134,3 +134,16 @@ def test_a_column_emptied_by_suppression_has_no_mean_change():
     out = sdc_report.internal(original, original.iloc[:3], sdc_report.Roles("mews", ["x", "y"], [], ["x", "y"]))
     assert out["means"]["bonus"] == {"original": 7.0, "released": None, "change": None, "relative": None}
     assert out["means"]["x"]["change"] == pytest.approx(2 - 14)
+
+
+def test_the_internal_reports_after_is_the_external_reports_figures():
+    """The release passes the external report's figures to the internal one as its "after" (computed
+    once): they are the released table's disclosure figures, as the internal report computes them itself."""
+    original = census(300)
+    released = original.assign(age=original["age"].sample(frac=1.0, random_state=3).to_numpy())
+    role = sdc_report.Roles("ra", ["age", "sex"], ["occupation"], ["age"])
+    external = sdc_report.external(released, role)
+    figures = {k: v for k, v in external.items() if k not in sdc_report.ROLE_FIELDS}
+    itself = sdc_report.internal(original, released, role)
+    assert sdc_report.internal(original, released, role, figures) == itself
+    assert itself["after"] == figures and itself["after"] != itself["before"]

@@ -382,10 +382,10 @@ class Ledger:
             latest = rows(con, "WHERE release_id = ? ORDER BY seq DESC LIMIT 1", [release_id])
         return latest[0].status if latest else None
 
-    def totals(self, tight: bool = True) -> list[account.Totals]:
-        """Per dataset: its kind, cap, dp spend (basic composition), and release counts by status; ``tight``:
-        with the PLD figure (``account.account``)."""
-        return account.totals(self.entries(), self.home, tight)
+    def totals(self, tight: bool = True, dataset: str | None = None) -> list[account.Totals]:
+        """Per dataset (or of ``dataset`` only): its kind, cap, dp spend (basic composition), and release
+        counts by status; ``tight``: with the PLD figure (``account.account``)."""
+        return account.totals(self.entries(dataset), self.home, tight)
 
     def verify(self, releases_root: Path | None = None) -> int:
         """Check the HMAC chain, that every anchor and every published manifest's entry is in it.

@@ -117,12 +117,7 @@ def contributions(
     user's own grams. ``user_hash[u]`` is user u's hash; a gram is ranked by its id, or by its name
     ``names[id]`` where ids are this partition's own (level 1's tokens), so that every partition
     ranks alike."""
-    con.register("occurrences", pd.DataFrame({"u": users, "g": grams}, copy=False))
-    try:
-        pairs = con.execute("SELECT DISTINCT u, g FROM occurrences").fetchnumpy()
-    finally:
-        con.unregister("occurrences")
-    u, g = pairs["u"], pairs["g"].astype(np.int64, copy=False)
+    u, g = distinct_pairs(users, grams)
     offset = u - u.min() if len(u) else u  # a group's users are a range of indices: count over that range only
     m = np.bincount(offset)[offset]
     over = m > cap
@@ -140,6 +135,26 @@ def contributions(
         np.concatenate([g[~over], kept["g"]]),
         np.concatenate([m[~over], np.full(len(kept["g"]), cap)]),
     )
+
+
+def distinct_pairs(users: np.ndarray, grams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (user, gram) pairs of the occurrences, sorted by user then gram: one int64 per pair
+    (the user's offset from the first user, times the grams' span, plus the gram's offset; where that
+    would pass 63 bits, the grams' codes stand for them), sorted and its repeats dropped. The sort is
+    a stable one (timsort) since occurrences mostly come user after user, so the keys come in ascending
+    runs: a sixth of the CPU of DuckDB's SELECT DISTINCT there (``bench/RESULTS.md``)."""
+    if not len(users):
+        return users.astype(np.int64), grams.astype(np.int64)
+    u_lo, g_lo = int(users.min()), int(grams.min())
+    g = grams.astype(np.int64) - g_lo
+    span_u, span_g, names = int(users.max()) - u_lo + 1, int(grams.max()) - g_lo + 1, None
+    if span_u * span_g >= 2**63:  # ids of long grams: number the distinct ones (no more than the occurrences)
+        g, names = pd.factorize(g, sort=True)
+        span_g = len(names)
+    key = np.sort((users.astype(np.int64) - u_lo) * span_g + g, kind="stable")
+    key = key[np.concatenate([[True], key[1:] != key[:-1]])]
+    g = key % span_g
+    return key // span_g + u_lo, (g if names is None else np.asarray(names)[g]) + g_lo
 
 
 CHUNK = 1 << 21  # occurrences counted per DuckDB pass: its hash tables stay small (faster), and memory bounded

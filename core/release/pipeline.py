@@ -166,7 +166,8 @@ def assess(store: Home, release: Release, frame: pd.DataFrame, result: Result) -
     role = sdc_report.roles(release.mechanism, policy, module.protects(release.params), result.privacy, frame, result.data)
     external = sdc_report.external(result.data, role)
     missing = enforce.missed(external, policy)
-    internal = sdc_report.internal(frame, result.data, role) | {"thresholds_missed": missing}
+    figures = {k: v for k, v in external.items() if k not in sdc_report.ROLE_FIELDS}  # the released table's, once
+    internal = sdc_report.internal(frame, result.data, role, figures) | {"thresholds_missed": missing}
     sdc_report.write_internal(
         store.root,
         release.dataset.id,

@@ -1,8 +1,9 @@
 """Disclosure-risk and utility measures of an SDC release (RA, swapping), as sdcMicro computes them.
 
 Set work (frequencies of the key combination, l-diversity, IL1s, means, correlations) runs in
-DuckDB over the registered frames, so it does not copy them; the nearest-neighbour linkage (a
-KD-tree) and pMSE (a logistic regression) run in numpy and scipy.
+DuckDB over the registered frames, so it does not copy them; the nearest-neighbour linkage
+(exact: direct distances to the distinct originals, or a KD-tree when they are many) and pMSE (a
+logistic regression) run in numpy and scipy.
 
 - k-anonymity: f_k, the number of records sharing record k's combination of key columns; the
   records in cells with f_k < 2 (sample uniques) and f_k < 3 violate 2- and 3-anonymity.
@@ -38,7 +39,7 @@ import math
 import duckdb
 import numpy as np
 import pandas as pd
-import scipy  # submodules load on first use: scipy.special only for weighted risk, scipy.spatial for linkage
+import scipy  # submodules load on first use: scipy.special only for weighted risk, scipy.spatial for a large linkage
 
 from core.sdc import logistic
 
@@ -246,13 +247,39 @@ def linkage(original: pd.DataFrame, released: pd.DataFrame, columns: list[str]) 
         return {"perturbed_records": 0, "linkage_rate": None}
     o_m, r_m = o[moved], r[moved]
     own = np.linalg.norm(r_m - o_m, axis=1)
-    tree = scipy.spatial.cKDTree(o)
-    nearest, _ = tree.query(r_m, k=1)
-    tol = 1e-12
-    linked = own <= nearest + tol
-    ties = tree.query_ball_point(r_m[linked], own[linked] + tol, return_length=True)
-    rate = float((1.0 / np.asarray(ties, dtype=float)).sum() / moved.sum())
+    ties = _ties(o, r_m, own)
+    rate = float((1.0 / ties[ties > 0]).sum() / moved.sum())
     return {"perturbed_records": int(moved.sum()), "linkage_rate": rate}
+
+
+LINK_TOLERANCE = 1e-12  # a record's own original counts as nearest within this (rank-space) distance
+BRUTE_PAIRS = 20_000_000  # (queries × distinct original points) compared directly, in blocks, up to this
+BLOCK = 1 << 20  # distances computed per block of queries
+
+
+def _ties(points: np.ndarray, queries: np.ndarray, own: np.ndarray) -> np.ndarray:
+    """For each query whose own point lies at distance ``own``: 0 if another point is nearer by more than
+    ``LINK_TOLERANCE`` (not linked), else the number of points within ``own`` + ``LINK_TOLERANCE``
+    (Euclidean, boundary included), its own among them.
+
+    Exact either way: over the distinct points (rank space repeats values; Adult's age has 72) with
+    their multiplicities, by direct distances while queries × distinct points stay under
+    ``BRUTE_PAIRS``, without scipy.spatial (0.1-0.3 s to import); a k-d tree beyond that."""
+    distinct, counts = np.unique(points, axis=0, return_counts=True)
+    ties = np.zeros(len(queries))
+    if len(queries) * len(distinct) > BRUTE_PAIRS:
+        tree = scipy.spatial.cKDTree(points)
+        nearest, _ = tree.query(queries, k=1)
+        linked = own <= nearest + LINK_TOLERANCE
+        ties[linked] = tree.query_ball_point(queries[linked], own[linked] + LINK_TOLERANCE, return_length=True)
+        return ties
+    step = max(1, BLOCK // len(distinct))
+    for a in range(0, len(queries), step):
+        q, mine = queries[a : a + step], own[a : a + step]
+        d = np.sqrt(((q[:, None, :] - distinct[None, :, :]) ** 2).sum(axis=2))
+        linked = mine <= d.min(axis=1) + LINK_TOLERANCE
+        ties[a : a + step] = np.where(linked, (d <= (mine + LINK_TOLERANCE)[:, None]) @ counts, 0)
+    return ties
 
 
 def il1s(con: duckdb.DuckDBPyConnection, original: str, released: str, columns: list[str]) -> float | None:

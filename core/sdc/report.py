@@ -84,6 +84,9 @@ def _numeric(column: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
 
 
+ROLE_FIELDS = ("keys_from", "keys", "sensitive", "weight", "cluster")  # what ``external`` puts before the figures
+
+
 def external(released: pd.DataFrame, role: Roles) -> dict:
     """The published figures: a function of the released table and the public parameters only."""
     figures = _disclosure(released, role)
@@ -101,8 +104,9 @@ def _disclosure(frame: pd.DataFrame, role: Roles) -> dict:
     return m.disclosure(frame, role.keys, role.sensitive, role.weight, role.cluster, role.above)
 
 
-def internal(original: pd.DataFrame, released: pd.DataFrame, role: Roles) -> dict:
-    """Everything the steward reviews: before and after, linkage, information loss, pMSE."""
+def internal(original: pd.DataFrame, released: pd.DataFrame, role: Roles, after: dict | None = None) -> dict:
+    """Everything the steward reviews: before and after, linkage, information loss, pMSE. ``after``: the
+    released table's disclosure figures when ``external`` has computed them already."""
     numeric_all = [c for c in original.columns if _numeric(original[c]) and _numeric(released[c])]
     paired = len(original) == len(released)
     con = duckdb.connect()
@@ -111,7 +115,7 @@ def internal(original: pd.DataFrame, released: pd.DataFrame, role: Roles) -> dic
         con.register("released", released)
         out = {
             "before": _disclosure(original, role),
-            "after": _disclosure(released, role),
+            "after": _disclosure(released, role) if after is None else after,
             "il1s": m.il1s(con, "original", "released", role.perturbed) if paired else None,
             **m.changes(con, "original", "released", numeric_all),
         }
