@@ -304,13 +304,13 @@ class Gate:
                 f"not {kind or 'without a Content-Type'}",
             )
         try:
-            doc = json.loads(body or b"{}", parse_constant=bounds.no_constant)
-        except ValueError:
-            return _refuse(422, "privrelease gate: the body is not JSON")
+            doc = bounds.loads(body or b"{}")
+        except ValueError as error:  # not JSON, or a number past 64 bits
+            return _refuse(422, f"privrelease gate: {error}")
         except RecursionError:  # deeper than Python's parser goes: far past the limit
             doc = None
         reason = (
-            bounds.too_deep(doc)
+            bounds.unfit(doc)
             if doc is not None
             else f"the JSON body nests too deep to read; at most {bounds.MAX_DEPTH} levels are allowed"
         )

@@ -15,13 +15,26 @@ the text.
 A run form's values (its parameters, and the values the UI checks against its schema) hold at
 most ``MAX_FORM_VALUES`` values: they name a dataset and its settings, and Prefect's validation of
 them costs its event loop time that grows faster than their number.
+
+Every field a query may hold that Prefect turns into SQL or time arithmetic is bounded by ``FIELDS``, by
+its name wherever it appears (one table; the allow-list way: what the gate cannot read as the field's
+kind within its range is refused, 403 naming the field and its range). A time is parsed with the type
+Prefect's server parses it with, must be text, and is passed on rewritten in ISO 8601, so that Prefect
+reads the time the gate checked (pendulum also reads ordinal dates, epoch seconds and milliseconds
+written as text, and "now"). Every body is read with ``loads``: numbers finite and within 64 bits, and
+``unfit`` holds every string to UTF-8 (a lone surrogate, valid JSON, made Prefect's database driver
+fail: 500).
 """
 
 from __future__ import annotations
 
 import json
-from datetime import datetime
+import math
+from dataclasses import dataclass
 from typing import Any
+
+from prefect.types import DateTime
+from pydantic import TypeAdapter, ValidationError
 
 MAX_DEPTH = 32  # levels of JSON nesting in any body (a release form's parameters use under 8)
 MAX_NODES = 5_000  # values (objects, lists and scalars) in any body: Prefect's validation of a long list of
@@ -34,20 +47,101 @@ MAX_OFFSET = 100_000  # rows a query skips
 MAX_PAGE = 1_000  # pages of a paginated query
 MAX_FORM_VALUES = 500  # values in a run form's parameters (a release form's use under 100)
 MIN_SHARE = 4  # calls in the gate at once an account may always hold, however many accounts call (gate.fair)
-NUMBERS = ("limit", "offset", "page")  # whole numbers (a string, a float or NaN of these made Prefect answer 500)
-TIMES = ("after_", "before_", "since", "until", "history_start", "history_end")  # times, within YEARS
-YEARS = (1970, 2200)  # past these Prefect's time arithmetic overflows (500)
+MAX_INT = 2**63 - 1  # SQLite's (and Prefect's) whole numbers: past them its queries fail (500)
+MAX_INTERVAL = 1000  # time units in one bucket of an events count (the UI's feed asks for 1)
+EVENTS_PAGE = 50  # Prefect's page of events (INTERACTIVE_PAGE_SIZE)
+TEN_YEARS = 10 * 365 * 86_400  # seconds: a runs' history's widest bucket (Prefect's last may end one bucket past 2199)
+YEARS = (1970, 2200)  # a time's year lies strictly between: past them Prefect's time arithmetic overflows (500)
+TIME = TypeAdapter(DateTime)  # what Prefect's server parses its times with (pendulum below Python 3.13)
 TEXT_FILTERS = ("like_", "startswith_")
 WILDCARDS = ("%", "\\")  # LIKE's many-character wildcard, and the escape that would smuggle one
 
 
-def _plausible(text: str) -> bool:
-    """Whether ``text`` is no time, or one within YEARS in every time zone (Prefect refuses what is no time)."""
+class OutOfBounds(ValueError):
+    """A query outside the bounds; its message says which and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Bound:
+    """What one field takes: a ``kind`` ("whole", "number" or "time") from ``low`` to ``high`` (a time's: years,
+    strictly between); a whole number past ``cap`` is lowered to it rather than refused."""
+
+    kind: str
+    low: float
+    high: float
+    cap: int | None = None
+
+    def says(self, key: str) -> str:
+        if self.kind == "time":
+            return (
+                f"{key} takes a time between the years {self.low} and {self.high}, as ISO 8601 text (e.g. 2026-01-31T00:00:00Z)"
+            )
+        what = "a whole number" if self.kind == "whole" else "a number"
+        return f"{key} takes {what} from {_shown(self.low)} to {_shown(self.high)}"
+
+    def held(self, key: str, value: Any) -> Any:
+        """``value`` as passed on (a time in ISO 8601, a whole number capped); OutOfBounds when it is not held."""
+        if self.kind == "time" and isinstance(value, str):
+            try:
+                when = TIME.validate_python(value)
+            except (ValidationError, ValueError, OverflowError):
+                when = None
+            if when is not None and self.low < when.year < self.high:
+                return when.isoformat()
+        elif self.kind != "time" and isinstance(value, int | float) and not isinstance(value, bool):
+            if (self.kind == "number" or isinstance(value, int)) and self.low <= value <= self.high:
+                return min(value, self.cap) if self.cap is not None else value
+        raise OutOfBounds(f"{self.says(key)}, not {json.dumps(value)[:40]}")
+
+
+def _shown(number: float) -> str:
+    return f"{int(number):,}" if number == int(number) else str(number)
+
+
+# Each field a query may hold that Prefect turns into SQL or time arithmetic, by its name wherever it appears.
+FIELDS: dict[str, Bound] = {
+    "limit": Bound("whole", 0, MAX_INT, cap=MAX_LIMIT),  # rows a query returns: past MAX_LIMIT lowered, not refused
+    "offset": Bound("whole", 0, MAX_OFFSET),  # rows skipped (a query's, and the events' page token's)
+    "page": Bound("whole", 0, MAX_PAGE),
+    "ge_": Bound("whole", 0, MAX_INT), "le_": Bound("whole", 0, MAX_INT),  # a log level, a concurrency limit
+    "history_interval_seconds": Bound("number", 1, TEN_YEARS),  # a runs' history bucket (Prefect: at least 1 s)
+    "time_interval": Bound("number", 0.01, MAX_INTERVAL),  # time units in an events count's bucket
+    "page_size": Bound("whole", 0, EVENTS_PAGE), "count": Bound("whole", 0, MAX_INT),  # the events' page token
+    **{key: Bound("time", *YEARS) for key in ("after_", "before_", "since", "until", "history_start", "history_end")},
+}  # fmt: skip
+
+
+def held(key: str, value: Any) -> Any:
+    """``value`` of the field ``key`` as passed on; OutOfBounds naming the field and its range when not held."""
+    return FIELDS[key].held(key, value)
+
+
+def loads(text: bytes | str) -> Any:
+    """A JSON body as the gate reads it: numbers finite and within 64 bits (1e999 is read as infinity, and sent on
+    as Infinity; a whole number past SQLite's fails Prefect's query); ValueError saying why it is not read."""
     try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        return True
-    return YEARS[0] < when.year < YEARS[1]
+        return json.loads(text, parse_constant=_constant, parse_float=_float, parse_int=_whole)
+    except json.JSONDecodeError:
+        raise ValueError("the body is not JSON") from None
+    except UnicodeDecodeError:
+        raise ValueError("the body is not JSON: it is not UTF-8 text") from None
+
+
+def _constant(name: str) -> None:
+    raise ValueError(f"the body is not JSON: {name} is not a JSON number")
+
+
+def _float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"the body's number {text[:40]} is past a 64-bit float's range: send finite numbers")
+    return number
+
+
+def _whole(text: str) -> int:
+    if len(text.lstrip("-")) > 19 or not -MAX_INT - 1 <= int(text) <= MAX_INT:
+        raise ValueError(f"the body's number {text[:40]} is past 64 bits: whole numbers lie within ±{MAX_INT}")
+    return int(text)
 
 
 def depth(value: Any) -> int:
@@ -63,34 +157,51 @@ def depth(value: Any) -> int:
     return deepest
 
 
-def nodes(value: Any) -> int:
-    """How many values ``value`` holds, itself included (without recursion)."""
-    count, stack = 0, [value]
+def _held(value: Any):
+    """Every value ``value`` holds, itself included (without recursion)."""
+    stack = [value]
     while stack:
         node = stack.pop()
-        count += 1
+        yield node
         if isinstance(node, dict):
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)
-    return count
 
 
-def too_deep(value: Any) -> str | None:
-    """Why ``value`` is refused for its nesting or its size in values, or None."""
+def nodes(value: Any) -> int:
+    """How many values ``value`` holds, itself included."""
+    return sum(1 for _ in _held(value))
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # a lone surrogate ("\udfff"): Python's JSON parser keeps it
+        return False
+    return True
+
+
+def unfit(value: Any) -> str | None:
+    """Why a JSON body ``value`` is refused (400): its nesting, its size in values, or a string (a key, a value) that
+    is not text (a lone surrogate); None: it is not."""
     found = depth(value)
     if found > MAX_DEPTH:
         return f"the JSON body nests {found} levels deep; at most {MAX_DEPTH} are allowed"
     many = nodes(value)
-    return f"the JSON body holds {many} values; at most {MAX_NODES} are allowed" if many > MAX_NODES else None
-
-
-class OutOfBounds(ValueError):
-    """A query outside the bounds; its message says which and what is allowed."""
+    if many > MAX_NODES:
+        return f"the JSON body holds {many} values; at most {MAX_NODES} are allowed"
+    for node in _held(value):
+        for text in node if isinstance(node, dict) else [node] if isinstance(node, str) else []:  # keys, strings
+            if not text.isascii() and not _utf8(text):
+                return (
+                    f"the JSON body holds a string that is not UTF-8 text ({ascii(text[:40])}, a lone surrogate): send text only"
+                )
+    return None
 
 
 def query(doc: Any) -> Any:
-    """A read query's body within the bounds (``limit`` lowered to ``MAX_LIMIT``); raises OutOfBounds."""
+    """A read query's body within the bounds (``FIELDS``; ``limit`` lowered to ``MAX_LIMIT``); raises OutOfBounds."""
     if isinstance(doc, list):
         if len(doc) > MAX_LIST:
             raise OutOfBounds(f"a list in a query may hold at most {MAX_LIST} items, not {len(doc)}")
@@ -101,14 +212,8 @@ def query(doc: Any) -> Any:
     for key, value in doc.items():
         if key == "tags" and isinstance(value, dict) and any(isinstance(v, list) and len(v) > MAX_TAGS for v in value.values()):
             raise OutOfBounds(f"a tag filter may list at most {MAX_TAGS} tags")
-        if key == "limit" and isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            out[key] = min(value, MAX_LIMIT)
-        elif key in NUMBERS and value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            raise OutOfBounds(f"{key} takes a whole number, 0 or more, not {json.dumps(value)[:40]}")
-        elif key in NUMBERS[1:] and value > (MAX_OFFSET if key == "offset" else MAX_PAGE):
-            raise OutOfBounds(f"{key} may be at most {MAX_OFFSET if key == 'offset' else MAX_PAGE}, not {value}")
-        elif key in TIMES and isinstance(value, str) and not _plausible(value):
-            raise OutOfBounds(f"{key} takes a time between the years {YEARS[0]} and {YEARS[1]}, not {value[:40]!r}")
+        if key in FIELDS and value is not None:  # None: the field is not asked (or Prefect refuses it, 422)
+            out[key] = held(key, value)
         elif key == "logs" and isinstance(value, dict) and value.get("text") is not None:
             raise OutOfBounds("the logs' text search does not work on this server's database: filter by run or level instead")
         elif key in TEXT_FILTERS and value is not None:
@@ -121,11 +226,6 @@ def query(doc: Any) -> Any:
         else:
             out[key] = query(value)
     return out
-
-
-def no_constant(name: str) -> None:
-    """NaN and Infinity are not JSON (Python's parser takes them; Prefect answered 500 to them)."""
-    raise ValueError(f"{name} is not JSON")
 
 
 def placeholders(value) -> bool:

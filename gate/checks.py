@@ -200,7 +200,8 @@ def _within(make: Callable[..., dict], *args: Any) -> dict | str:
 @says(
     f"bounded: `limit` at most {bounds.MAX_LIMIT}, lists of at most {bounds.MAX_LIST} items, "
     f"`like_` text of at most {bounds.MAX_LIKE} characters without `%`, `offset` at most {bounds.MAX_OFFSET:,}, "
-    f"`page` at most {bounds.MAX_PAGE:,}; no logs' text search"
+    f"`page` at most {bounds.MAX_PAGE:,}; times ISO 8601 text between the years {bounds.YEARS[0]} and {bounds.YEARS[1]}, "
+    "passed on as the gate read them; a history's interval 1 s to 10 years; no logs' text search"
 )
 async def bounded(body: dict, call: Call) -> dict | str:
     return _within(bounds.query, body)
@@ -257,7 +258,7 @@ async def stored_schema(body: dict, call: Call) -> dict | str:
     return {"schema": body["schema"], "values": body["values"]}
 
 
-@says(f"only flow-run, task-run and artifact events (an analyst's: of their own runs); at most {events.PAGE} a page")
+@says(f"only flow-run, task-run and artifact events (an analyst's: of their own runs); at most {bounds.EVENTS_PAGE} a page")
 async def event_query(body: dict, call: Call) -> dict | str:
     assert call.account is not None
     return _within(events.query, body, call.account)

@@ -18,20 +18,20 @@ import base64
 import binascii
 import json
 from typing import Any
+from urllib.parse import urlsplit
 
 from core.people import ANALYST, REQUESTED_BY
 from gate import bounds
 from gate.accounts import Account
-from gate.bounds import OutOfBounds, too_deep
+from gate.bounds import OutOfBounds
 
+NEXT = "/api/events/filter/next"  # the next page's route: answered by the gate, read through the proxy
 ALLOWED = ("prefect.flow-run.", "prefect.task-run.", "prefect.artifact.")
 NOTHING = "privrelease.no-such-event"  # a name no event has: an empty intersection matches nothing
-PAGE = 50  # Prefect's page of events (INTERACTIVE_PAGE_SIZE)
 MAX_ITEMS, MAX_TEXT = 10, 200  # per list, per string of a filter (the UI's feed filters by a few resources)
 # Prefect matches each label condition with a JSON query over every event in the window: 20 related filters
 # of 400 labels took its server 13 s (issue #39's second attack). What the Event Feed sends is a few of each.
 MAX_RELATED, MAX_LABELS, MAX_LABEL_VALUES = 3, 5, 5
-MAX_INTERVAL = 1000  # time units in one bucket of a count (the UI's feed asks for 1)
 PAYLOAD = ("intended", "initial_state", "validated_state")  # a state change: what a run's page shows
 STATE = ("type", "name", "message", "timestamp")
 RESOURCE_KEYS = {"resource": ("id", "id_prefix", "labels"), "any_resource": ("id", "id_prefix", "labels"),
@@ -95,7 +95,7 @@ def scoped(asked: Any, account: Account) -> dict:
     occurred = asked.get("occurred")
     if isinstance(occurred, dict):
         # within the years every time the gate passes on keeps (from year 1 Prefect's counts answer 500)
-        out["occurred"] = bounds.query({k: occurred[k] for k in ("since", "until") if isinstance(occurred.get(k), str)})
+        out["occurred"] = bounds.query({k: occurred[k] for k in ("since", "until") if occurred.get(k) is not None})
     if asked.get("order") in ("ASC", "DESC"):
         out["order"] = asked["order"]
     if isinstance(asked.get("id"), dict) and (ids := _texts(asked["id"].get("id"), "id.id")) is not None:
@@ -118,7 +118,8 @@ def scoped(asked: Any, account: Account) -> dict:
 def query(body: dict, account: Account) -> dict:
     """``POST /api/events/filter``'s body passed on."""
     limit = body.get("limit")
-    limit = min(limit, PAGE) if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0 else PAGE
+    page = bounds.EVENTS_PAGE
+    limit = min(limit, page) if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0 else page
     return {"filter": scoped(body.get("filter"), account), "limit": limit}
 
 
@@ -127,11 +128,8 @@ def count(body: dict, account: Account) -> dict:
     out: dict = {"filter": scoped(body.get("filter"), account)}
     if isinstance(body.get("time_unit"), str):
         out["time_unit"] = body["time_unit"]
-    interval = body.get("time_interval")
-    if isinstance(interval, int | float) and not isinstance(interval, bool):
-        if not 0 < interval <= MAX_INTERVAL:  # a bucket of a million weeks ends past year 9999: Prefect's 500
-            raise OutOfBounds(f"time_interval takes a number of time units above 0 and at most {MAX_INTERVAL}")
-        out["time_interval"] = interval
+    if body.get("time_interval") is not None:  # a bucket of a million weeks ends past year 9999: Prefect's 500
+        out["time_interval"] = bounds.held("time_interval", body["time_interval"])
     return out
 
 
@@ -139,22 +137,21 @@ def page_token(token: str, account: Account) -> str:
     """The next page's token (as the URL carries it) with its filter rebuilt; OutOfBounds if it is not one."""
     try:
         inner = base64.b64decode(token.encode(), validate=True)
-        doc = json.loads(base64.b64decode(inner, validate=True))
+        doc = bounds.loads(base64.b64decode(inner, validate=True))
     except (binascii.Error, ValueError, UnicodeError, RecursionError):
         raise OutOfBounds("the page token is not one the gate answered") from None
-    if too_deep(doc) is not None:
+    numbers = ("count", "page_size", "offset")
+    if bounds.unfit(doc) is not None or not isinstance(doc, dict) or any(doc.get(k) is None for k in numbers):
         raise OutOfBounds("the page token is not one the gate answered")
-    numbers = [doc.get(k) if isinstance(doc, dict) else None for k in ("count", "page_size", "offset")]
-    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in numbers) or numbers[1] > PAGE:
-        raise OutOfBounds("the page token is not one the gate answered")
-    count, size, offset = numbers
+    count, size, offset = (bounds.held(k, doc[k]) for k in numbers)  # offset: past SQLite's whole numbers, a 500
     rebuilt = {"filter": scoped(doc.get("filter"), account), "count": count, "page_size": size, "offset": offset}
     return base64.b64encode(base64.b64encode(json.dumps(rebuilt).encode())).decode()
 
 
 def shown(page: Any, account: Account) -> Any:
     """Prefect's page of events as the caller reads it: only allowed events (an analyst's own runs'),
-    each payload cut to its state change."""
+    each payload cut to its state change, and the next page named by the gate's own path (Prefect's names its
+    own address, which only the gate reaches)."""
     if not isinstance(page, dict) or not isinstance(page.get("events"), list):
         return page
     kept = []
@@ -170,4 +167,8 @@ def shown(page: Any, account: Account) -> Any:
             if isinstance(cut.get(key), dict):
                 cut[key] = {k: cut[key][k] for k in STATE if k in cut[key]}
         kept.append(event | {"payload": cut})
-    return page | {"events": kept}
+    following = page.get("next_page")
+    if isinstance(following, str):
+        parts = urlsplit(following)
+        following = f"{NEXT}?{parts.query}" if parts.path.endswith(NEXT) and parts.query else None
+    return page | {"events": kept} | ({"next_page": following} if "next_page" in page else {})

@@ -7,7 +7,7 @@ checked before it is passed on:
   most ``ahead_days`` days ahead and at most an hour past (422);
 - the runs the account asked this gate to start in the last minute, at most ``per_minute``
   (cancelled ones too: starting and cancelling in a loop fills Prefect's database as well; and those
-  Prefect refused, whose parameters it checked all the same); Prefect's
+  Prefect refused or failed on, 4xx or 5xx, whose parameters it checked and whose errors it logged all the same); Prefect's
   records cannot be filtered by when a run was created, so this gate keeps the times itself;
 - the account's runs, counted from Prefect's own records by the requester tag the gate puts on
   every run it creates (``requested-by:<account>``), one count query each: runs not finished
@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 import anyio
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 from starlette.responses import Response
 
 from core.limits import Limits
@@ -54,7 +54,6 @@ SOON = timedelta(minutes=1)  # a run due within this is started now; later, it i
 PAST = timedelta(hours=1)  # a start further back than this is refused (a clock a little behind is welcome)
 MINUTE = 60.0
 DAY = timedelta(days=1)
-TIME = TypeAdapter(datetime)  # what Prefect's server parses a scheduled time with
 
 
 class Quotas:
@@ -84,8 +83,7 @@ class Quotas:
             if refusal is not None:
                 return refusal
             response = await create()
-            if response.status_code < 500:  # refused by Prefect too: its validation took its time all the same
-                started.append(time.monotonic())
+            started.append(time.monotonic())  # refused or failed by Prefect too: it took its time all the same
             return response
 
     def shape(self, body: dict, now: datetime) -> tuple[Refusal | None, bool]:
@@ -105,8 +103,8 @@ class Quotas:
         if when is None:
             return None, False
         try:
-            start = TIME.validate_python(when)
-        except ValidationError:
+            start = bounds.TIME.validate_python(when)  # as Prefect's server parses it
+        except (ValidationError, ValueError):
             return (
                 422,
                 f"the run's scheduled time {str(when)[:40]!r} is not a time: send an ISO 8601 time, e.g. 2030-01-31T06:00:00Z",
