@@ -14,10 +14,13 @@ in the last).
 
 One pass: the rows are read in DuckDB (from the checked snapshot's Parquet file, or a frame a caller
 hands in), bounded, and every vector's true values per key, with every quantile's histogram, come out
-of one ``GROUP BY GROUPING SETS`` over them. Under the user unit the bounding groups the rows by user
-and key once (a hash aggregate), ranks each user's keys in that small table, and ranks rows only in a
-(user, key) holding more than ``max_rows`` rows: a (user, key) with at most that many keeps them all,
-which is what the ranking would keep (the same rows as ranking every row, at a fraction of the cost).
+of one ``GROUP BY GROUPING SETS`` over them. Under the user unit the bounding first finds, in one hash
+aggregate by user, the users whose rows hold more than one key or more than ``max_rows`` rows; every
+other user keeps all their rows (what ranking keeps of them: their one key ranks first, all its rows
+within the cap), unranked, their rows only checked against the found users (an anti join). Only the found users' rows are ranked: grouped by (user,
+key), each user's keys ranked in that small table, and rows ranked only in a (user, key) holding more
+than ``max_rows`` rows. The kept rows are the same as ranking every user's rows (tests/test_aggregate.py
+checks it against ``ranked_sql`` over all rows).
 """
 
 from __future__ import annotations
@@ -34,10 +37,45 @@ from core.mechanisms.base import Snapshot
 
 
 def bound_sql(params: Params) -> str:
-    """A SELECT of the rows a run aggregates, from ``input_rows``: all of them (record unit), or each
-    user's bounded contribution (parameter ``$key``, the run's secret hash key)."""
+    """A SELECT of the rows a run aggregates, from ``input_rows`` (the rows inside the declared domains): all of
+    them (record unit), or each user's bounded contribution (parameters ``$key``, the run's secret hash key, and
+    ``$d<j>``, the declared domains). A user who holds one key and at most ``max_rows`` rows keeps them all, which
+    is what ranking would keep (their one key ranks first, all its rows within the cap): only the other users'
+    rows are ranked (``ranked_sql``), and a user's kept rows depend on that user's rows alone either way."""
     if not params.user_column:
         return "SELECT * FROM input_rows"
+    u = quote_ident(params.user_column)
+    same = f"r.{u} IS NOT DISTINCT FROM c.{u}"
+    return f"""
+        WITH crowded AS MATERIALIZED (
+            SELECT {u} FROM input_rows GROUP BY {u} HAVING count(*) > {params.max_rows} OR {_several_keys(params)}
+        ), crowded_rows AS NOT MATERIALIZED (
+            SELECT r.* FROM input_rows r SEMI JOIN crowded c ON {same}
+        )
+        SELECT {", ".join("r." + quote_ident(c) for c in params.columns)} FROM input_rows r ANTI JOIN crowded c ON {same}
+        UNION ALL ({ranked_sql(params, "crowded_rows")})
+    """
+
+
+def _several_keys(params: Params) -> str:
+    """Whether a group of one user's rows holds more than one key, exactly: a declared column through its value's
+    position in its domain (all of them as one integer, cheaper to compare than strings), another through its own
+    values, NULL a value of its own (the grouping's and the ranking's IS NOT DISTINCT FROM)."""
+    declared = [(j, c) for j, c in enumerate(params.group_by) if params.domains and c in params.domains]
+    parts, stride = [], 1
+    for j, c in declared:
+        parts.append(f"(list_position($d{j}, {quote_ident(c)}) - 1) * {stride}")
+        stride *= len(params.domains[c])
+    exprs = ([f"CAST({' + '.join(parts)} AS BIGINT)"] if parts else []) + [
+        quote_ident(c) for c in params.group_by if (params.domains is None or c not in params.domains)
+    ]
+    return " OR ".join(f"min({e}) IS DISTINCT FROM max({e}) OR count({e}) NOT IN (0, count(*))" for e in exprs)
+
+
+def ranked_sql(params: Params, rows: str = "input_rows") -> str:
+    """Each user's bounded contribution from the relation ``rows`` (parameter ``$key``): the user's (user, key) groups
+    ranked by the keyed hash, the first ``max_groups`` kept; a kept group of at most ``max_rows`` rows kept whole,
+    a larger one's rows ranked by the keyed hash of their values, the first ``max_rows`` kept."""
     u = quote_ident(params.user_column)
     keys = ", ".join(quote_ident(c) for c in params.group_by)
     on = " AND ".join(f"r.{c} IS NOT DISTINCT FROM k.{c}" for c in map(quote_ident, [params.user_column, *params.group_by]))
@@ -45,12 +83,12 @@ def bound_sql(params: Params) -> str:
     r_keys = ", ".join("r." + quote_ident(c) for c in [params.user_column, *params.group_by])
     return f"""
         WITH kept AS (
-            SELECT {u}, {keys}, count(*) AS __rows FROM input_rows GROUP BY {u}, {keys}
+            SELECT {u}, {keys}, count(*) AS __rows FROM {rows} GROUP BY {u}, {keys}
             QUALIFY row_number() OVER (PARTITION BY {u} ORDER BY hash({u}, {keys}, $key::UBIGINT), {keys}) <= {params.max_groups}
         )
-        SELECT {r_cols} FROM input_rows r JOIN kept k ON {on} WHERE k.__rows <= {params.max_rows}
+        SELECT {r_cols} FROM {rows} r JOIN kept k ON {on} WHERE k.__rows <= {params.max_rows}
         UNION ALL
-        SELECT {r_cols} FROM input_rows r JOIN kept k ON {on} WHERE k.__rows > {params.max_rows}
+        SELECT {r_cols} FROM {rows} r JOIN kept k ON {on} WHERE k.__rows > {params.max_rows}
         QUALIFY row_number() OVER (PARTITION BY {r_keys} ORDER BY hash({r_cols}, $key::UBIGINT), {r_cols}) <= {params.max_rows}
     """
 
@@ -68,14 +106,18 @@ def _bin(params: Params, i: int) -> str:
     return f"CAST(greatest(least(floor(({x} - {low!r}) / {(high - low) / m.bins!r}), {m.bins - 1}), 0) AS BIGINT)"
 
 
-def _input(con, rows: pd.DataFrame | Snapshot, params: Params) -> dict:
-    """``source``: the rows read (the request's columns only); returns the query's parameters that keep the
-    rows whose key lies inside the declared domains (the others belong to no released key)."""
+def domain_args(params: Params) -> dict:
+    """The query's parameters ``$d<j>``: group_by column j's declared domain (the rows whose key lies outside
+    one belong to no released key; ``bound_sql`` compares a user's keys through them)."""
+    return {f"d{j}": list(params.domains[c]) for j, c in enumerate(params.group_by) if params.domains and c in params.domains}
+
+
+def _input(con, rows: pd.DataFrame | Snapshot, params: Params) -> None:
+    """``source``: the rows read (the request's columns only)."""
     if isinstance(rows, Snapshot):
         con.read_parquet(rows.path).project(", ".join(map(quote_ident, params.columns))).create_view("source")
     else:
         con.register("source", rows[params.columns])
-    return {f"d{j}": list(params.domains[c]) for j, c in enumerate(params.group_by) if params.domains and c in params.domains}
 
 
 def exact(rows: pd.DataFrame | Snapshot, params: Params, acc: Accounting, key: int) -> tuple[pd.DataFrame, dict[int, np.ndarray]]:
@@ -100,7 +142,8 @@ def exact(rows: pd.DataFrame | Snapshot, params: Params, acc: Accounting, key: i
     sets = ", ".join(f"({keys}{''.join(f', __b{i}' for i in s)})" for s in [[], *([i] for i in quantiles)])
     con = scratch()
     try:
-        args = _input(con, rows, params)
+        _input(con, rows, params)
+        args = domain_args(params)
         where = " AND ".join(f"list_contains($d{j}, {quote_ident(c)})" for j, c in enumerate(params.group_by) if f"d{j}" in args)
         args |= {"key": key} if params.user_column else {}
         flags = [f"grouping(__b{i}) AS __g{i}" for i in quantiles]
