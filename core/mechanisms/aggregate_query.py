@@ -58,18 +58,21 @@ def bound_sql(params: Params) -> str:
 
 
 def _several_keys(params: Params) -> str:
-    """Whether a group of one user's rows holds more than one key, exactly: a declared column through its value's
-    position in its domain (all of them as one integer, cheaper to compare than strings), another through its own
-    values, NULL a value of its own (the grouping's and the ranking's IS NOT DISTINCT FROM)."""
+    """Whether a group of one user's rows holds more than one key, exactly: the declared columns through their
+    values' positions in their domains, as one integer (cheaper to compare than strings; never NULL on rows
+    inside the domains, which is all ``input_rows`` holds), another column through its own values, NULL a
+    value of its own (the grouping's and the ranking's IS NOT DISTINCT FROM)."""
     declared = [(j, c) for j, c in enumerate(params.group_by) if params.domains and c in params.domains]
-    parts, stride = [], 1
+    tests, parts, stride = [], [], 1
     for j, c in declared:
         parts.append(f"(list_position($d{j}, {quote_ident(c)}) - 1) * {stride}")
         stride *= len(params.domains[c])
-    exprs = ([f"CAST({' + '.join(parts)} AS BIGINT)"] if parts else []) + [
-        quote_ident(c) for c in params.group_by if (params.domains is None or c not in params.domains)
-    ]
-    return " OR ".join(f"min({e}) IS DISTINCT FROM max({e}) OR count({e}) NOT IN (0, count(*))" for e in exprs)
+    if parts:
+        code = f"CAST({' + '.join(parts)} AS BIGINT)"
+        tests.append(f"min({code}) <> max({code})")
+    for c in (quote_ident(c) for c in params.group_by if not (params.domains and c in params.domains)):
+        tests.append(f"min({c}) IS DISTINCT FROM max({c}) OR count({c}) NOT IN (0, count(*))")
+    return " OR ".join(tests)
 
 
 def ranked_sql(params: Params, rows: str = "input_rows") -> str:
