@@ -35,26 +35,40 @@ from core.mechanisms.aggregate_budget import Accounting
 from core.mechanisms.aggregate_params import Params
 from core.mechanisms.base import Snapshot
 
+RANK_ALL_ABOVE = 100_000  # found users past which every user's rows are ranked: two joins of every row against
+# that many users cost more than ranking them all (all 2 M of payroll's users under max_rows 1: +40% CPU)
 
-def bound_sql(params: Params) -> str:
-    """A SELECT of the rows a run aggregates, from ``input_rows`` (the rows inside the declared domains): all of
-    them (record unit), or each user's bounded contribution (parameters ``$key``, the run's secret hash key, and
-    ``$d<j>``, the declared domains). A user who holds one key and at most ``max_rows`` rows keeps them all, which
-    is what ranking would keep (their one key ranks first, all its rows within the cap): only the other users'
-    rows are ranked (``ranked_sql``), and a user's kept rows depend on that user's rows alone either way."""
+
+def bound_sql(con, params: Params, args: dict, rows: str = "") -> str:
+    """A SELECT of the rows a run aggregates, from ``input_rows`` (the rows inside the declared domains; ``rows``,
+    the WITH clause defining it, when ``con`` has no such table): all of them (record unit), or each user's bounded
+    contribution (parameters ``$key``, the run's secret hash key, and ``$d<j>``, the declared domains, in ``args``).
+    A user who holds one key and at most ``max_rows`` rows keeps them all, which is what ranking keeps of them
+    (their one key ranks first, all its rows within the cap). The others are found first (table ``crowded``, on
+    ``con``, at most ``RANK_ALL_ABOVE`` + 1 of them kept): none, every row is kept; more than ``RANK_ALL_ABOVE``,
+    every user's rows are ranked (``ranked_sql``); else only theirs are, the rest kept. A user's kept rows depend on that user's rows alone either way."""
     if not params.user_column:
         return "SELECT * FROM input_rows"
     u = quote_ident(params.user_column)
+    found = f"SELECT {u} FROM input_rows GROUP BY {u} HAVING count(*) > {params.max_rows} OR {_several_keys(params)}"
+    execute(con, f"CREATE OR REPLACE TEMP TABLE crowded AS {rows} {found} LIMIT {RANK_ALL_ABOVE + 1}", args)
+    n = con.execute("SELECT count(*) FROM crowded").fetchone()[0]
+    if n == 0:
+        return "SELECT * FROM input_rows"
+    if n > RANK_ALL_ABOVE:
+        return ranked_sql(params)
     same = f"r.{u} IS NOT DISTINCT FROM c.{u}"
     return f"""
-        WITH crowded AS MATERIALIZED (
-            SELECT {u} FROM input_rows GROUP BY {u} HAVING count(*) > {params.max_rows} OR {_several_keys(params)}
-        ), crowded_rows AS NOT MATERIALIZED (
-            SELECT r.* FROM input_rows r SEMI JOIN crowded c ON {same}
-        )
+        WITH crowded_rows AS NOT MATERIALIZED (SELECT r.* FROM input_rows r SEMI JOIN crowded c ON {same})
         SELECT {", ".join("r." + quote_ident(c) for c in params.columns)} FROM input_rows r ANTI JOIN crowded c ON {same}
         UNION ALL ({ranked_sql(params, "crowded_rows")})
     """
+
+
+def execute(con, sql: str, args: dict):
+    """``sql`` run on ``con`` with those of ``args`` it names (DuckDB refuses a parameter a query does not use)."""
+    named = {k: v for k, v in args.items() if f"${k}" in sql}
+    return con.execute(sql, named or None)
 
 
 def _several_keys(params: Params) -> str:
@@ -150,12 +164,14 @@ def exact(rows: pd.DataFrame | Snapshot, params: Params, acc: Accounting, key: i
         where = " AND ".join(f"list_contains($d{j}, {quote_ident(c)})" for j, c in enumerate(params.group_by) if f"d{j}" in args)
         args |= {"key": key} if params.user_column else {}
         flags = [f"grouping(__b{i}) AS __g{i}" for i in quantiles]
-        out = con.execute(
-            f"""WITH input_rows AS NOT MATERIALIZED (SELECT * FROM source {"WHERE " + where if where else ""})
+        rows_in = f"WITH input_rows AS NOT MATERIALIZED (SELECT * FROM source {'WHERE ' + where if where else ''})"
+        out = execute(
+            con,
+            f"""{rows_in}
                 SELECT {", ".join([*select, *(f"__b{i}" for i in quantiles), *flags])}
-                FROM (SELECT {", ".join(["*", *bins])} FROM ({bound_sql(params)}))
+                FROM (SELECT {", ".join(["*", *bins])} FROM ({bound_sql(con, params, args, rows_in)}))
                 GROUP BY GROUPING SETS ({sets}) ORDER BY {keys}""",
-            args or None,
+            args,
         ).df()
     finally:
         con.close()
