@@ -17,10 +17,11 @@ hands in), bounded, and every vector's true values per key, with every quantile'
 of one ``GROUP BY GROUPING SETS`` over them. Under the user unit the bounding first finds, in one hash
 aggregate by user, the users whose rows hold more than one key or more than ``max_rows`` rows; every
 other user keeps all their rows (what ranking keeps of them: their one key ranks first, all its rows
-within the cap), unranked, their rows only checked against the found users (an anti join). Only the found users' rows are ranked: grouped by (user,
-key), each user's keys ranked in that small table, and rows ranked only in a (user, key) holding more
-than ``max_rows`` rows. The kept rows are the same as ranking every user's rows (tests/test_aggregate.py
-checks it against ``ranked_sql`` over all rows).
+within the cap), unranked. None found: the rows are aggregated as they are; a few: only theirs are
+ranked, the others' kept through an anti join; many (past ``RANK_ALL_ABOVE``): every user's rows are
+ranked. Ranking (``ranked_sql``) groups the rows by (user, key), ranks each user's keys in that small
+table, and ranks rows only in a (user, key) holding more than ``max_rows`` rows. The kept rows are the
+same each way (tests/test_aggregate.py checks them against ``ranked_sql`` over all rows).
 """
 
 from __future__ import annotations
