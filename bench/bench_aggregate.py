@@ -13,7 +13,9 @@ Accuracy: the median over cells and repetitions of |estimate - true value| (the 
 clipped data), per measure, and privrelease's ratio to each peer's; the share of privrelease's 95%
 intervals that hold the true value. Speed: privrelease's whole CLI release on payroll, warm (the median
 of ``--warm`` runs after the first in one home; registration is done before, not timed), its CPU seconds
-(user + sys) and peak RSS (``/usr/bin/time -v``), against one query's wall time in each peer.
+(user + sys) and peak RSS (``/usr/bin/time -v``), against one query's wall time in each peer; with
+``--cli-only --opendp-each``, OpenDP's query in its own process after each warm release (interleaved, under
+the same load): its CPU seconds and the query's wall time, and the ratios to privrelease's medians.
 
 The peers run in their own venv (``bench/requirements-peers.txt``; ``make peers-venv``) as a
 subprocess on the same Parquet files: ``bench/aggregate_peers.py``.
@@ -50,6 +52,7 @@ from core.tables.schema import Column, Schema
 
 ADULT = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "uci" / "adult.data.gz"
 ROOT = Path(__file__).resolve().parent.parent
+CLI = "import sys; from cli.main import main; sys.exit(main(sys.argv[1:]))"
 BOUNDS = (0.0, 200_000.0)
 CASES = {
     "adult": {"by": ["education", "sex"], "budget": {"epsilon": 1.0, "delta": 1e-6},
@@ -160,9 +163,32 @@ def _timed(stderr: str, name: str) -> float:
     return float(re.search(rf"{re.escape(name)} \([a-z]+\): ([0-9.]+)", stderr).group(1))
 
 
-def cli_release(folder: Path, path: Path, frame: pd.DataFrame, case: dict, warm: int = 3) -> dict:
+def _time_v(command: list[str], env: dict) -> dict:
+    """One command under ``/usr/bin/time -v``: its wall and CPU seconds (user + sys, children included), peak RSS
+    and the load average when it started."""
+    load = os.getloadavg()[0]
+    start = time.perf_counter()
+    done = subprocess.run(["/usr/bin/time", "-v", *command], env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(done.stderr[-2000:])
+    user, system, rss = (_timed(done.stderr, name) for name in ("User time", "System time", "Maximum resident set size"))
+    return {"wall_s": wall, "cpu_s": user + system, "peak_rss_kib": int(rss), "load": load}
+
+
+def opendp_query(python: str, path: Path, folder: Path) -> dict:
+    """OpenDP's payroll query once, in its own process (``aggregate_peers.py``): the process's figures, and
+    ``query_s``, the query's own wall time (reading the file to the collected result)."""
+    out = folder / "opendp_once.json"
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PEERS_PYTHONPATH", "")}
+    run = _time_v([python, str(ROOT / "bench" / "aggregate_peers.py"), "payroll", str(path), "1", str(out), "opendp"], env)
+    return {**run, "query_s": float(json.loads(out.read_text())["opendp"]["seconds"][0])}
+
+
+def cli_release(folder: Path, path: Path, frame: pd.DataFrame, case: dict, warm: int = 3, opendp: str | None = None) -> dict:
     """privrelease's whole release of payroll through the CLI: the first run, then ``warm`` runs in the same home
-    (their median wall and CPU seconds, user + sys of the command), the warm runs' peak RSS and the load average."""
+    (their median wall and CPU seconds, user + sys of the command), the warm runs' peak RSS and the load average;
+    with ``opendp`` (the peers' python), OpenDP's query once after each warm run, interleaved, and the ratios."""
     home = folder / "home"
     env = {**os.environ, "PRIVRELEASE_HOME": str(home), "PYTHONPATH": str(ROOT)}
     os.environ["PRIVRELEASE_HOME"] = str(home)
@@ -174,25 +200,25 @@ def cli_release(folder: Path, path: Path, frame: pd.DataFrame, case: dict, warm:
     request = folder / "payroll.yaml"
     p = {k: v for k, v in params(frame, case, None).items() if k != "domains"}
     request.write_text(yaml.safe_dump({"dataset": "payroll", "mechanism": {"name": "aggregate", "params": p}}))
-    runs = []
-    for _ in range(1 + warm):
-        load = os.getloadavg()[0]
-        start = time.perf_counter()
-        done = subprocess.run(["/usr/bin/time", "-v", sys.executable, "-c", "import sys; from cli.main import main; sys.exit(main(sys.argv[1:]))",
-                               "release", str(request)], env=env, capture_output=True, text=True)  # fmt: skip
-        wall = time.perf_counter() - start
-        if done.returncode != 0:
-            raise SystemExit(done.stderr[-2000:])
-        user, system, rss = (_timed(done.stderr, name) for name in ("User time", "System time", "Maximum resident set size"))
-        runs.append({"wall_s": wall, "cpu_s": user + system, "peak_rss_kib": int(rss), "load": load})
+    runs, peers = [], []
+    command = [sys.executable, "-c", CLI, "release", str(request)]
+    for i in range(1 + warm):
+        runs.append(_time_v(command, env))
+        if opendp and i:
+            peers.append(opendp_query(opendp, path, folder))
     later = runs[1:]
-    return {
+    out = {
         "first_s": runs[0]["wall_s"],
         "warm_median_s": float(np.median([r["wall_s"] for r in later])),
         "warm_cpu_median_s": float(np.median([r["cpu_s"] for r in later])),
         "peak_rss_kib": max(r["peak_rss_kib"] for r in later),
         "runs": runs,
     }
+    if peers:
+        cpu, wall = float(np.median([p["cpu_s"] for p in peers])), float(np.median([p["query_s"] for p in peers]))
+        out |= {"opendp": peers, "opendp_cpu_median_s": cpu, "opendp_query_median_s": wall,
+                "cpu_ratio": cpu / out["warm_cpu_median_s"], "wall_ratio": wall / out["warm_median_s"]}  # fmt: skip
+    return out
 
 
 def main() -> None:
@@ -205,6 +231,7 @@ def main() -> None:
     ap.add_argument("--peer-libs", default="opendp,tumult")
     ap.add_argument("--cli-only", action="store_true", help="only time privrelease's CLI release of payroll")
     ap.add_argument("--warm", type=int, default=3, help="warm CLI releases of payroll timed (their median is reported)")
+    ap.add_argument("--opendp-each", action="store_true", help="with --cli-only: OpenDP's query after each warm release")
     args = ap.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench-aggregate-"))
     results = {}
@@ -213,7 +240,7 @@ def main() -> None:
         path = adult(folder) if name == "adult" else payroll(folder, args.rows)
         frame = pd.read_parquet(path)
         if name == "payroll":  # the whole release through the CLI first (a fresh home; registration not timed)
-            cli = cli_release(folder, path, frame, case, args.warm)
+            cli = cli_release(folder, path, frame, case, args.warm, args.peers_python if args.opendp_each else None)
             print(json.dumps({"payroll cli": cli}), flush=True)
             results["payroll cli"] = cli
             if args.cli_only:

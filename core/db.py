@@ -141,11 +141,14 @@ def exclusive(lock_path: Path) -> Iterator[None]:
 
 
 def scratch() -> duckdb.DuckDBPyConnection:
-    """An in-memory database for a mechanism's intermediate tables, spilling to the temp folder."""
-    return duckdb.connect(
+    """An in-memory database for a mechanism's intermediate tables, spilling to the temp folder; no progress
+    bar (DuckDB draws one on stdout for a query past 2 s, into a command's output)."""
+    con = duckdb.connect(
         config={
             "temp_directory": tempfile.gettempdir(),
             "memory_limit": SCRATCH_MEMORY,
             "preserve_insertion_order": False,
         }
     )
+    con.execute("SET enable_progress_bar = false")
+    return con

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from dp_accounting import ComposedDpEvent, GaussianDpEvent, LaplaceDpEvent, SelfComposedDpEvent
 from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
 from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon as rdp_epsilon
+from scipy import special
 
 from core.mechanisms import dpne, outliers
 from core.privacy import accountant as acc
-from core.privacy import pld
+from core.privacy import budget, pld
 from core.privacy.budget import Budget, gaussian_epsilon, gaussian_sigma
 
 SIGMA_1 = gaussian_sigma(1.0, 1e-6)  # one Gaussian release at (1, 1e-6), sensitivity 1
@@ -240,3 +242,22 @@ def admitted_after(f: acc.Filter, history: list[acc.Spend], spend: acc.Spend) ->
         history.append(decision[1])
         n += 1
     return n
+
+
+def test_the_normal_cdf_without_scipy_matches_scipys_far_into_the_tail():
+    """budget.ndtr / log_ndtr (erfc, then the asymptotic series below -37) against scipy.special, down to
+    x = -1000; Gaussian sigmas and epsilons through them against the same conversion through scipy's (a log Phi
+    taken as the log of erfc's value fails below -37, where that underflows)."""
+    xs = np.concatenate([np.linspace(-36.9, 0, 3001), -np.logspace(-4, 3, 400), [-37.0, -37.0001, -40.0, -100.0]])
+    for x in xs:
+        assert budget.ndtr(x) == pytest.approx(float(special.ndtr(x)), rel=1e-12, abs=1e-300)
+        assert budget.log_ndtr(x) == pytest.approx(float(special.log_ndtr(x)), rel=1e-13)
+
+    def scipy_delta(eps: float, sigma: float) -> float:
+        a = 1 / (2 * sigma)
+        return float(special.ndtr(-eps * sigma + a) - math.exp(eps + special.log_ndtr(-eps * sigma - a)))
+
+    for eps, delta in [(0.1, 1e-7), (1.0, 1e-6), (5.0, 1e-10), (40.0, 1e-12)]:
+        sigma = gaussian_sigma(eps, delta)
+        assert scipy_delta(eps, sigma) == pytest.approx(delta, rel=1e-9)
+        assert gaussian_epsilon(sigma, delta) == pytest.approx(eps, rel=1e-9)

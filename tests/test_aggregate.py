@@ -72,10 +72,32 @@ def oracle(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def bounded(frame: pd.DataFrame, p: agg.Params, key: int) -> pd.DataFrame:
+def bounded(frame: pd.DataFrame, p: agg.Params, key: int, ranked: bool = False) -> pd.DataFrame:
+    """The rows bound_sql keeps (``ranked``: ranked_sql's, every user's rows ranked)."""
     con = query.scratch()
     con.register("input_rows", frame[p.columns])
-    return con.execute(query.bound_sql(p), {"key": key} if p.user_column else None).df()
+    args = {"key": key, **query.domain_args(p)}
+    return query.execute(con, query.ranked_sql(p) if ranked else query.bound_sql(con, p, args), args).df()
+
+
+def mixed_users(seed: int, nulls: bool) -> pd.DataFrame:
+    """Users of every kind: one key and few rows, one key and many, several keys, and (``nulls``) a NULL user
+    and NULL key values, each a value of its own."""
+    rng = np.random.default_rng(seed)
+    n = 2500
+    frame = pd.DataFrame({"user": pd.array(rng.integers(0, 700, n), dtype="Int64"), "g": rng.choice(["a", "b", "c"], n),
+                          "h": rng.choice([1, 2], n), "item": rng.integers(0, 9, n), "x": rng.normal(25, 15, n).round(1)})  # fmt: skip
+    single = frame["user"] >= 350  # users with one key only
+    frame.loc[single, "g"], frame.loc[single, "h"] = "b", 2
+    if nulls:
+        frame.loc[rng.random(n) < 0.02, "user"] = pd.NA
+        frame["g"] = frame["g"].astype(object)
+        frame.loc[rng.random(n) < 0.03, "g"] = None
+    return frame
+
+
+def _rows(frame: pd.DataFrame) -> list[str]:
+    return sorted(map(repr, frame.astype(object).where(frame.notna(), None).itertuples(index=False, name=None)))
 
 
 @pytest.mark.parametrize("unit", ["record", "user"])
@@ -130,6 +152,30 @@ def test_user_bounding_keeps_caps_whole_users_and_is_unmoved_by_other_users():
         .reset_index(drop=True)
         .equals(kept.sort_values(list(kept.columns)).reset_index(drop=True))
     )
+
+
+@pytest.mark.parametrize("rank_all_above", [0, 10**9])
+@pytest.mark.parametrize("caps", [(1, 1), (1, 4), (2, 3), (3, 1)])
+@pytest.mark.parametrize("declared", [False, True])
+def test_users_left_unranked_keep_what_ranking_every_user_keeps(monkeypatch, caps, declared, rank_all_above):
+    """bound_sql ranks only the users holding several keys or more than max_rows rows (or every user's rows, past
+    RANK_ALL_ABOVE such users); its kept rows are ranked_sql's over every user, for every kind of user, and every
+    row when no user needs ranking; a test of "one key" that lets a user of two keys through unranked is caught."""
+    monkeypatch.setattr(query, "RANK_ALL_ABOVE", rank_all_above)
+    domains = {"domains": {"g": ["a", "b", "c"], "h": [1, 2]}} if declared else {}
+    p = params(user_column="user", max_groups=caps[0], max_rows=caps[1], **domains)
+    for seed in range(3):
+        frame = mixed_users(seed, nulls=not declared)
+        for key in (12345, 2**62 + seed):
+            kept = _rows(bounded(frame, p, key))
+            assert kept == _rows(bounded(frame, p, key, ranked=True))
+            assert len(kept) < len(frame)
+    light = frame.groupby("user", dropna=False).filter(lambda d: len(d) <= caps[1] and len(d[["g", "h"]].drop_duplicates()) == 1)
+    assert len(light) and _rows(bounded(light, p, 7)) == _rows(light[p.columns]) == _rows(bounded(light, p, 7, ranked=True))
+    monkeypatch.setattr(query, "_several_keys", lambda p: "false")  # weakened: one key assumed (max_rows 4: few rows)
+    frame, p = mixed_users(0, nulls=not declared), params(user_column="user", max_groups=1, max_rows=4, **domains)
+    if rank_all_above:
+        assert _rows(bounded(frame, p, 12345)) != _rows(bounded(frame, p, 12345, ranked=True))
 
 
 def _empty_noise(noise_kind: str, n_keys: int = 3000) -> tuple[np.ndarray, object]:

@@ -14,10 +14,14 @@ in the last).
 
 One pass: the rows are read in DuckDB (from the checked snapshot's Parquet file, or a frame a caller
 hands in), bounded, and every vector's true values per key, with every quantile's histogram, come out
-of one ``GROUP BY GROUPING SETS`` over them. Under the user unit the bounding groups the rows by user
-and key once (a hash aggregate), ranks each user's keys in that small table, and ranks rows only in a
-(user, key) holding more than ``max_rows`` rows: a (user, key) with at most that many keeps them all,
-which is what the ranking would keep (the same rows as ranking every row, at a fraction of the cost).
+of one ``GROUP BY GROUPING SETS`` over them. Under the user unit the bounding first finds, in one hash
+aggregate by user, the users whose rows hold more than one key or more than ``max_rows`` rows; every
+other user keeps all their rows (what ranking keeps of them: their one key ranks first, all its rows
+within the cap), unranked. None found: the rows are aggregated as they are; a few: only theirs are
+ranked, the others' kept through an anti join; many (past ``RANK_ALL_ABOVE``): every user's rows are
+ranked. Ranking (``ranked_sql``) groups the rows by (user, key), ranks each user's keys in that small
+table, and ranks rows only in a (user, key) holding more than ``max_rows`` rows. The kept rows are the
+same each way (tests/test_aggregate.py checks them against ``ranked_sql`` over all rows).
 """
 
 from __future__ import annotations
@@ -32,12 +36,64 @@ from core.mechanisms.aggregate_budget import Accounting
 from core.mechanisms.aggregate_params import Params
 from core.mechanisms.base import Snapshot
 
+RANK_ALL_ABOVE = 100_000  # found users past which every user's rows are ranked: two joins of every row against
+# that many users cost more than ranking them all (all 2 M of payroll's users under max_rows 1: +40% CPU)
 
-def bound_sql(params: Params) -> str:
-    """A SELECT of the rows a run aggregates, from ``input_rows``: all of them (record unit), or each
-    user's bounded contribution (parameter ``$key``, the run's secret hash key)."""
+
+def bound_sql(con, params: Params, args: dict, rows: str = "") -> str:
+    """A SELECT of the rows a run aggregates, from ``input_rows`` (the rows inside the declared domains; ``rows``,
+    the WITH clause defining it, when ``con`` has no such table): all of them (record unit), or each user's bounded
+    contribution (parameters ``$key``, the run's secret hash key, and ``$d<j>``, the declared domains, in ``args``).
+    A user who holds one key and at most ``max_rows`` rows keeps them all, which is what ranking keeps of them
+    (their one key ranks first, all its rows within the cap). The others are found first (table ``crowded``, on
+    ``con``, at most ``RANK_ALL_ABOVE`` + 1 of them kept): none, every row is kept; more than ``RANK_ALL_ABOVE``,
+    every user's rows are ranked (``ranked_sql``); else only theirs are, the rest kept. A user's kept rows depend on that user's rows alone either way."""
     if not params.user_column:
         return "SELECT * FROM input_rows"
+    u = quote_ident(params.user_column)
+    found = f"SELECT {u} FROM input_rows GROUP BY {u} HAVING count(*) > {params.max_rows} OR {_several_keys(params)}"
+    execute(con, f"CREATE OR REPLACE TEMP TABLE crowded AS {rows} {found} LIMIT {RANK_ALL_ABOVE + 1}", args)
+    n = con.execute("SELECT count(*) FROM crowded").fetchone()[0]
+    if n == 0:
+        return "SELECT * FROM input_rows"
+    if n > RANK_ALL_ABOVE:
+        return ranked_sql(params)
+    same = f"r.{u} IS NOT DISTINCT FROM c.{u}"
+    return f"""
+        WITH crowded_rows AS NOT MATERIALIZED (SELECT r.* FROM input_rows r SEMI JOIN crowded c ON {same})
+        SELECT {", ".join("r." + quote_ident(c) for c in params.columns)} FROM input_rows r ANTI JOIN crowded c ON {same}
+        UNION ALL ({ranked_sql(params, "crowded_rows")})
+    """
+
+
+def execute(con, sql: str, args: dict):
+    """``sql`` run on ``con`` with those of ``args`` it names (DuckDB refuses a parameter a query does not use)."""
+    named = {k: v for k, v in args.items() if f"${k}" in sql}
+    return con.execute(sql, named or None)
+
+
+def _several_keys(params: Params) -> str:
+    """Whether a group of one user's rows holds more than one key, exactly: the declared columns through their
+    values' positions in their domains, as one integer (cheaper to compare than strings; never NULL on rows
+    inside the domains, which is all ``input_rows`` holds), another column through its own values, NULL a
+    value of its own (the grouping's and the ranking's IS NOT DISTINCT FROM)."""
+    declared = [(j, c) for j, c in enumerate(params.group_by) if params.domains and c in params.domains]
+    tests, parts, stride = [], [], 1
+    for j, c in declared:
+        parts.append(f"(list_position($d{j}, {quote_ident(c)}) - 1) * {stride}")
+        stride *= len(params.domains[c])
+    if parts:
+        code = f"CAST({' + '.join(parts)} AS BIGINT)"
+        tests.append(f"min({code}) <> max({code})")
+    for c in (quote_ident(c) for c in params.group_by if not (params.domains and c in params.domains)):
+        tests.append(f"min({c}) IS DISTINCT FROM max({c}) OR count({c}) NOT IN (0, count(*))")
+    return " OR ".join(tests)
+
+
+def ranked_sql(params: Params, rows: str = "input_rows") -> str:
+    """Each user's bounded contribution from the relation ``rows`` (parameter ``$key``): the user's (user, key) groups
+    ranked by the keyed hash, the first ``max_groups`` kept; a kept group of at most ``max_rows`` rows kept whole,
+    a larger one's rows ranked by the keyed hash of their values, the first ``max_rows`` kept."""
     u = quote_ident(params.user_column)
     keys = ", ".join(quote_ident(c) for c in params.group_by)
     on = " AND ".join(f"r.{c} IS NOT DISTINCT FROM k.{c}" for c in map(quote_ident, [params.user_column, *params.group_by]))
@@ -45,12 +101,12 @@ def bound_sql(params: Params) -> str:
     r_keys = ", ".join("r." + quote_ident(c) for c in [params.user_column, *params.group_by])
     return f"""
         WITH kept AS (
-            SELECT {u}, {keys}, count(*) AS __rows FROM input_rows GROUP BY {u}, {keys}
+            SELECT {u}, {keys}, count(*) AS __rows FROM {rows} GROUP BY {u}, {keys}
             QUALIFY row_number() OVER (PARTITION BY {u} ORDER BY hash({u}, {keys}, $key::UBIGINT), {keys}) <= {params.max_groups}
         )
-        SELECT {r_cols} FROM input_rows r JOIN kept k ON {on} WHERE k.__rows <= {params.max_rows}
+        SELECT {r_cols} FROM {rows} r JOIN kept k ON {on} WHERE k.__rows <= {params.max_rows}
         UNION ALL
-        SELECT {r_cols} FROM input_rows r JOIN kept k ON {on} WHERE k.__rows > {params.max_rows}
+        SELECT {r_cols} FROM {rows} r JOIN kept k ON {on} WHERE k.__rows > {params.max_rows}
         QUALIFY row_number() OVER (PARTITION BY {r_keys} ORDER BY hash({r_cols}, $key::UBIGINT), {r_cols}) <= {params.max_rows}
     """
 
@@ -68,14 +124,18 @@ def _bin(params: Params, i: int) -> str:
     return f"CAST(greatest(least(floor(({x} - {low!r}) / {(high - low) / m.bins!r}), {m.bins - 1}), 0) AS BIGINT)"
 
 
-def _input(con, rows: pd.DataFrame | Snapshot, params: Params) -> dict:
-    """``source``: the rows read (the request's columns only); returns the query's parameters that keep the
-    rows whose key lies inside the declared domains (the others belong to no released key)."""
+def domain_args(params: Params) -> dict:
+    """The query's parameters ``$d<j>``: group_by column j's declared domain (the rows whose key lies outside
+    one belong to no released key; ``bound_sql`` compares a user's keys through them)."""
+    return {f"d{j}": list(params.domains[c]) for j, c in enumerate(params.group_by) if params.domains and c in params.domains}
+
+
+def _input(con, rows: pd.DataFrame | Snapshot, params: Params) -> None:
+    """``source``: the rows read (the request's columns only)."""
     if isinstance(rows, Snapshot):
         con.read_parquet(rows.path).project(", ".join(map(quote_ident, params.columns))).create_view("source")
     else:
         con.register("source", rows[params.columns])
-    return {f"d{j}": list(params.domains[c]) for j, c in enumerate(params.group_by) if params.domains and c in params.domains}
 
 
 def exact(rows: pd.DataFrame | Snapshot, params: Params, acc: Accounting, key: int) -> tuple[pd.DataFrame, dict[int, np.ndarray]]:
@@ -100,16 +160,19 @@ def exact(rows: pd.DataFrame | Snapshot, params: Params, acc: Accounting, key: i
     sets = ", ".join(f"({keys}{''.join(f', __b{i}' for i in s)})" for s in [[], *([i] for i in quantiles)])
     con = scratch()
     try:
-        args = _input(con, rows, params)
+        _input(con, rows, params)
+        args = domain_args(params)
         where = " AND ".join(f"list_contains($d{j}, {quote_ident(c)})" for j, c in enumerate(params.group_by) if f"d{j}" in args)
         args |= {"key": key} if params.user_column else {}
         flags = [f"grouping(__b{i}) AS __g{i}" for i in quantiles]
-        out = con.execute(
-            f"""WITH input_rows AS NOT MATERIALIZED (SELECT * FROM source {"WHERE " + where if where else ""})
+        rows_in = f"WITH input_rows AS NOT MATERIALIZED (SELECT * FROM source {'WHERE ' + where if where else ''})"
+        out = execute(
+            con,
+            f"""{rows_in}
                 SELECT {", ".join([*select, *(f"__b{i}" for i in quantiles), *flags])}
-                FROM (SELECT {", ".join(["*", *bins])} FROM ({bound_sql(params)}))
+                FROM (SELECT {", ".join(["*", *bins])} FROM ({bound_sql(con, params, args, rows_in)}))
                 GROUP BY GROUPING SETS ({sets}) ORDER BY {keys}""",
-            args or None,
+            args,
         ).df()
     finally:
         con.close()
