@@ -60,6 +60,7 @@ ACCOUNT_CALLS = "PRIVRELEASE_ACCOUNT_CALLS"
 ACCOUNT_RELEASES = "PRIVRELEASE_ACCOUNT_RELEASES"
 RUN_SECONDS = "PRIVRELEASE_RUN_SECONDS"
 PREVIEW_SECONDS = "PRIVRELEASE_PREVIEW_SECONDS"
+LOG_MB = "PRIVRELEASE_LOG_MB"
 
 VARIABLES = (
     Variable(HOME, "the user data folder (platformdirs)", "the state folder: database, snapshots, releases, keys"),
@@ -108,6 +109,7 @@ VARIABLES = (
     Variable(ACCOUNT_RELEASES, "24", "the gate: runs an account starts in a day that publish (every run but a preview)"),
     Variable(RUN_SECONDS, "3600", "the worker: seconds a run may take; past them it is stopped and fails"),
     Variable(PREVIEW_SECONDS, "120", "the worker: seconds a form's preview may take; past them it is stopped and fails"),
+    Variable(LOG_MB, "64", "make serve: each log's size in MB past which it is rotated (2 older files kept)"),
 )
 
 

@@ -14,10 +14,14 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import re
+import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import quote
+
+import anyio
 
 from core import limits
 from core.params import ID_PATTERN
@@ -305,7 +309,41 @@ async def next_events(call: Call) -> Any:
     return events.shown(page, call.account)
 
 
-@says("answered by the gate: Prefect's UI settings, with its first UI only (no `/v2`)")
+RECENT_SECONDS = 5.0  # how old Prefect's answer to anyone's health check and UI settings may be
+
+
+@dataclass
+class _Kept:
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    at: float = float("-inf")
+    answer: Any = None
+
+
+_KEPT: weakref.WeakKeyDictionary[Records, dict[str, _Kept]] = weakref.WeakKeyDictionary()
+
+
+async def recent(call: Call, path: str) -> Any | None:
+    """Prefect's answer to GET ``path`` (None unless found), read at most once every RECENT_SECONDS and kept
+    for every caller: callers without credentials ask these on every page, and each call waiting for
+    Prefect held one of the proxy's connections to the gate (issue #39's seventh attack, H2)."""
+    kept = _KEPT.setdefault(call.prefect, {}).setdefault(path, _Kept())
+    async with kept.lock:  # one read at a time; the callers waiting for it take its answer
+        if time.monotonic() - kept.at > RECENT_SECONDS:
+            kept.answer, kept.at = await call.prefect.read(path), time.monotonic()
+    return kept.answer
+
+
+@says(f"answered by the gate: Prefect's health check, read at most every {RECENT_SECONDS:.0f} s")
+async def health(call: Call) -> Any:
+    answer = await recent(call, "/api/health")
+    if answer is None:
+        raise Refused(503, "privrelease gate: Prefect's server does not answer its health check; see its log (server.log)")
+    return answer
+
+
+@says(
+    f"answered by the gate: Prefect's UI settings (read at most every {RECENT_SECONDS:.0f} s), with its first UI only (no `/v2`)"
+)
 async def ui_settings(call: Call) -> Any:
-    settings = await call.prefect.read("/ui-settings") or {}
+    settings = await recent(call, "/ui-settings") or {}
     return settings | {"available_uis": ["v1"], "default_ui": "v1", "v2_base_url": None}

@@ -48,6 +48,7 @@ from gate.checks import (
     event_count,
     event_query,
     events_shown,
+    health,
     next_events,
     own_run,
     prefect_version,
@@ -148,7 +149,7 @@ POLICY: tuple[Rule, ...] = (
     Rule(ANYONE, "GET", "/{file}.svg"),
     Rule(ANYONE, "GET", "/robots.txt"),
     *(Rule(ANYONE, "GET", page) for name in UI_PAGES for page in (f"/{name}", f"/{name}/{{rest*}}")),
-    Rule(ANYONE, "GET", "/api/health"),
+    Rule(ANYONE, "GET", "/api/health", answer=health),
     # -- answered by the gate: what the UI asks of /api/admin on every page (people's: the UI takes an answer to
     # its version as signed in) ---------------------------------------------------------------------------
     Rule(PEOPLE, "GET", "/api/admin/settings", answer=public_settings),

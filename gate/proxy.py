@@ -21,6 +21,7 @@ from pathlib import Path
 from core import paths, settings
 from core.errors import UserError
 from gate.app import MAX_BODY
+from gate.policy import UI_PAGES
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "deploy" / "nginx.conf"
 # the UI's files as Prefect's server serves them: the copy it makes at its start of the ones it ships, with its
@@ -53,6 +54,7 @@ def config(*, host: str, port: int, gate_port: int, ui: Path, state: Path, tls: 
         "deploy": TEMPLATE.parent,
         "state": state,
         "max_body": MAX_BODY,
+        "ui_pages": "|".join(f"{re.escape(name)}(/.*)?" for name in UI_PAGES),  # served by nginx from disk
         "tls": TLS.format(cert=tls[0], key=tls[1]) if tls else "",
         # nginx started by root runs its workers as `nobody` unless told; they run as whoever runs privrelease
         "user": f"user {pwd.getpwuid(os.geteuid()).pw_name} {grp.getgrgid(os.getegid()).gr_name};" if os.geteuid() == 0 else "",

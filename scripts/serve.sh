@@ -72,11 +72,17 @@ stop() {  # stop CODE: every child, then exit CODE (0 when asked to stop)
 }
 trap 'stop 0' INT TERM
 # each child in its own process group (setsid): stop() ends it with all it started
-start() { local log=$1; shift; setsid "$@" > "$log" 2>&1 & children+=($!); }
+# each child's output appended (O_APPEND) to its log, which `python -m gate.logs` can then cut in place
+start() { local log=$1; shift; setsid "$@" >> "$log" 2>&1 & children+=($!); }
 wait_for() {  # -k: a certificate for the host's public name need not name 127.0.0.1
   for _ in $(seq 1 240); do curl -fsk "$1" > /dev/null && return 0; sleep 0.5; done
   echo "$2 did not start; see $3"; stop 1
 }
+
+echo "# every log here kept under \$PRIVRELEASE_LOG_MB MB (default 64), with 2 older files (docs/OPERATING.md)"
+"$BIN/python" -m gate.logs --check || exit 1
+printf '$ python -m gate.logs server.log gate.log proxy.log worker.log logs.log proxy/access.log &\n'
+start "$PRIVRELEASE_HOME/logs.log" "$BIN/python" -m gate.logs "$PRIVRELEASE_HOME"/{server,gate,proxy,worker,logs}.log "$PRIVRELEASE_HOME/proxy/access.log"
 
 echo "# Prefect's server, reachable from this host only, asking for the operator's credential"
 printf '$ PREFECT_SERVER_API_AUTH_STRING=... prefect server start --host 127.0.0.1 --port %s &\n' "$PREFECT_PORT"
@@ -133,7 +139,7 @@ cat <<EOF
 
 UI (people, through the proxy and the gate):  $SCHEME://${PRIVRELEASE_HOST:-127.0.0.1}:$PORT   sign in as NAME:PASSWORD
 Prefect's server (operator):     $PREFECT_API_URL   credential in $secret
-state: $PRIVRELEASE_HOME   logs: server.log gate.log proxy.log worker.log there
+state: $PRIVRELEASE_HOME   logs: server.log gate.log proxy.log worker.log proxy/access.log there (each rotated past ${PRIVRELEASE_LOG_MB:-64} MB)
 EOF
 if [ "$accounts" = 0 ]; then
   cat <<EOF

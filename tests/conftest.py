@@ -52,6 +52,7 @@ SERVED_FILES = {
     "test_gate_fair.py",
     "test_pool_fair.py",
     "test_proxy_accounts.py",
+    "test_proxy_attack7.py",
 }
 
 

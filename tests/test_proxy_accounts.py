@@ -6,18 +6,15 @@ while another account's call is answered; through a proxy whose configuration la
 
 from __future__ import annotations
 
-import shutil
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 
-import gate.proxy
 from gate.accounts import Accounts
 from gate.app import REFUSED
 from tests.conftest import PASSWORD
 from tests.test_gate_attack3 import _together
-from tests.test_server import _free_port, _service
+from tests.test_proxy_attack7 import reconfigured, without
 
 LOOPER, OTHER = "lupe", "ovid"  # accounts of this test's own (their limits are not shared with other tests')
 ADDRESSES = [f"127.0.7.{i}" for i in range(1, 9)]  # the loop's: 75 calls each, under the per-address burst
@@ -44,23 +41,6 @@ def _by_nginx(answers: list[httpx.Response]) -> int:
     return sum(1 for a in answers if a.status_code == 429 and a.headers.get(REFUSED) != "1")
 
 
-@contextmanager
-def _without_account_rate(env: dict, root: Path):
-    """nginx with deploy/nginx.conf less its per-account rate, in front of the session's gate; yields its URL."""
-    port, state = _free_port(), root / "proxy-no-account-rate"
-    state.mkdir(exist_ok=True)
-    text = gate.proxy.config(
-        host="127.0.0.1", port=port, gate_port=int(env["PRIVRELEASE_GATE_PORT"]), ui=gate.proxy.ui_folder(), state=state
-    )
-    weak = "\n".join(line for line in text.splitlines() if "per_account" not in line)
-    assert len(weak.splitlines()) == len(text.splitlines()) - 2  # the zone and its use
-    (state / "nginx.conf").write_text(weak)
-    nginx = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/usr/local/sbin")
-    command = [nginx, "-p", str(state), "-e", "stderr", "-c", str(state / "nginx.conf"), "-g", "daemon off;"]
-    with _service(command, env, root / "proxy-no-account-rate.log", f"http://127.0.0.1:{port}") as url:
-        yield url
-
-
 def test_an_account_looping_from_many_addresses_is_refused_by_the_proxy(served, people):
     env, root = served
     accounts = Accounts(Path(env["PRIVRELEASE_HOME"]) / "privrelease.duckdb")
@@ -75,6 +55,8 @@ def test_an_account_looping_from_many_addresses_is_refused_by_the_proxy(served, 
     with _client(url, OTHER, "127.0.7.20") as other:
         answer = other.get(ROUTE)
     assert answer.status_code == 200, answer.text
-    # the weakened proxy: none of the loop's calls is refused by nginx
-    with _without_account_rate(env, root) as weak:
+    # the weakened proxy (less the per-account zone and its use): none of the loop's calls is refused by nginx
+    with reconfigured(
+        env, root, "proxy-no-account-rate", int(env["PRIVRELEASE_GATE_PORT"]), lambda text: without(text, "per_account", 2)
+    ) as weak:
         assert _by_nginx(_loop(weak)) == 0

@@ -112,6 +112,20 @@ def _gone(home: Path) -> list[str]:
     ]
 
 
+def _rotated(home: Path, started: list[int]) -> None:
+    """Every log of the services is rotated by `python -m gate.logs`, and written appending (so it can be cut in place)."""
+    commands = {pid: Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") for pid in started if Path(f"/proc/{pid}").exists()}
+    rotation = [c for c in commands.values() if b"gate.logs" in c]
+    assert len(rotation) == 1, commands
+    named = {Path(name.decode()) for name in rotation[0][3:] if name}
+    assert named == {home / f"{n}.log" for n in ("server", "gate", "proxy", "worker", "logs")} | {home / "proxy" / "access.log"}
+    for pid in commands:
+        out = Path(f"/proc/{pid}/fd/1")
+        if out.exists() and out.resolve() in named:
+            flags = int(Path(f"/proc/{pid}/fdinfo/1").read_text().split("flags:")[1].split()[0], 8)
+            assert flags & os.O_APPEND, (commands[pid], out.resolve())
+
+
 def _free(port: int) -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: a closed connection's TIME_WAIT is no holder
@@ -149,6 +163,7 @@ def test_make_serve_starts_behind_the_gate_and_stops_cleanly(tmp_path: Path):
         _accounts(home, people, tmp_path / "work")
         started = _ours(home)
         assert len(started) >= 4  # the script, Prefect's server, the gate, the worker (nginx rewrites its environment)
+        _rotated(home, started)
         left, out = _stop(proc, signal.SIGINT, log, home)
         script = [line for line in out.splitlines() if not line.startswith("make")]  # make reports the Ctrl-C it saw
         assert script[-1] == "privrelease: stopped the worker, the proxy, the gate and Prefect's server", out[-2000:]
