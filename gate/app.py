@@ -59,7 +59,6 @@ from gate.throttle import Throttle
 
 HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding"}  # not passed back
 REFUSED = "x-privrelease-gate-refused"  # on every answer the gate refused itself
-MAX_BODY = 1 << 20  # bytes: the largest request body passed on (a filter, a form's parameters)
 UPSTREAM_CONNECTIONS = 100
 BUSY_RETRIES = 8  # Prefect's 503 "busy" answers retried, about 9 s in all
 ALONE_AT_ONCE = 2  # calls of the rows marked `alone` (Prefect works for them in its event loop) at once, in all
@@ -291,9 +290,9 @@ class Gate:
     async def parse(self, request: Request) -> Any | Response:
         """The request's JSON body (None if it has none), or the gate's refusal: not JSON, too large, too deep,
         or holding what Prefect would resolve."""
-        body = await _bounded_body(request)
+        body = await bounds.body(request)
         if body is None:
-            return _refuse(413, f"privrelease gate: a request body may hold at most {MAX_BODY} bytes")
+            return _refuse(413, f"privrelease gate: a request body may hold at most {bounds.MAX_BODY} bytes")
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if not body and not kind:
             return None
@@ -328,10 +327,12 @@ class Gate:
         passed = {k: v for k, v in request.headers.items() if k.lower() in headers.PASSED} | self.operator
         if body:
             passed["content-type"] = "application/json"
+        try:
+            params = bounds.url_query(request.query_params)
+        except bounds.OutOfBounds as out:
+            return _refuse(403, f"privrelease gate: {out}")
         # read whole (decoded) before answering: a caller that reads slowly holds no connection to Prefect
-        response = await self.upstream_call(
-            request.method, path, reads=reads, params=request.query_params, headers=passed, content=body
-        )
+        response = await self.upstream_call(request.method, path, reads=reads, params=params, headers=passed, content=body)
         out = {k: v for k, v in response.headers.items() if k.lower() not in HOP}
         content = response.content
         if response.headers.get("content-type", "").startswith(JSON):
@@ -357,20 +358,6 @@ class Gate:
                 break
             await anyio.sleep(0.25 * (attempt + 1))
         return response
-
-
-async def _bounded_body(request: Request) -> bytes | None:
-    """The request body, or None past MAX_BODY bytes (read no further)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
-        return None
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 async def _no_websockets(websocket: WebSocket) -> None:

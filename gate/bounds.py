@@ -30,12 +30,17 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC
 from typing import Any
 
 from prefect.types import DateTime
 from pydantic import TypeAdapter, ValidationError
+from starlette.requests import Request
 
+MAX_BODY = 1 << 20  # bytes: the largest request body passed on (a filter, a form's parameters)
 MAX_DEPTH = 32  # levels of JSON nesting in any body (a release form's parameters use under 8)
 MAX_NODES = 5_000  # values (objects, lists and scalars) in any body: Prefect's validation of a long list of
 # errors grows with its square (19,000 wrong items held its event loop 9 s: issue #39's attack)
@@ -144,6 +149,20 @@ def _whole(text: str) -> int:
     return int(text)
 
 
+async def body(request: Request) -> bytes | None:
+    """The request body, or None past MAX_BODY bytes (read no further)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def depth(value: Any) -> int:
     """How deeply ``value`` nests (a scalar: 0), without recursion."""
     deepest, stack = 0, [(value, 0)]
@@ -225,6 +244,31 @@ def query(doc: Any) -> Any:
             out[key] = value
         else:
             out[key] = query(value)
+    return out
+
+
+# The URL query parameters the gate passes on, and what each is read as (the routes the policy passes name no
+# other: the UI's run graph asks `since`, its state lists a run's id); every other parameter is dropped.
+QUERY = {"since": "time", "flow_run_id": "id", "task_run_id": "id"}
+
+
+def url_query(asked: Mapping[str, str]) -> dict[str, str]:
+    """The URL's query parameters as passed on: those of ``QUERY`` only, an id read as a UUID and a time as in a body
+    (``FIELDS``), passed on in UTC (Prefect reads a URL's time as a plain datetime: one without a zone, or whose zone
+    took it past year 1 or 9999, made its comparison or arithmetic fail, 500); OutOfBounds naming one not held."""
+    out = {}
+    for key, kind in QUERY.items():
+        value = asked.get(key)
+        if value is None:
+            continue
+        if kind == "id":
+            try:
+                out[key] = str(uuid.UUID(value))
+            except ValueError:
+                raise OutOfBounds(f"{key} takes a run's id (a UUID), not {json.dumps(value)[:40]}") from None
+        else:
+            when = TIME.validate_python(held(key, value))
+            out[key] = (when if when.tzinfo else when.replace(tzinfo=UTC)).astimezone(UTC).isoformat()
     return out
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from core import paths, settings
 from core.errors import UserError
-from gate.app import MAX_BODY
+from gate.bounds import MAX_BODY
 from gate.policy import UI_PAGES
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "deploy" / "nginx.conf"

@@ -200,3 +200,30 @@ def test_the_next_page_of_events_is_the_gates_own_path(served, people):
     finally:
         for run_id in created:
             api.delete(f"/flow_runs/{run_id}")
+
+
+def test_a_urls_query_is_read_as_prefect_reads_it_and_nothing_else_passed(served, people, monkeypatch):
+    """The eighth attack's High: the run graph's `since` (a URL query parameter, read by Prefect as a plain datetime)
+    without a zone, or with one taking it past year 1 or 9999, made Prefect answer 500 with a traceback."""
+    env, _ = served
+    api, alice = operator(env), people["alice"]
+    ra = deployment(api, "ra")["id"]
+    run = alice.post(f"/deployments/{ra}/create_flow_run", json={"parameters": {"preview": True}}).json()
+    graph = f"/flow_runs/{run['id']}/graph-v2"
+    try:
+        for since in ("2026-01-01T00:00:00", "2026-11-26 10:00", "2026-01-01T00:00:00+14:00"):  # no zone: read as UTC
+            answer = alice.get(graph, params={"since": since})
+            assert answer.status_code == 200, (since, answer.text)
+        for since in ("0001-01-01T00:00:00+23:59", "9999-12-31T23:59:59-23:59", "2026"):
+            answer = alice.get(graph, params={"since": since})
+            assert refused(answer) and answer.status_code == 403 and "since takes a time between the years" in answer.text
+        answer = alice.get("/flow_run_states/", params={"flow_run_id": "not-an-id"})
+        assert refused(answer) and "flow_run_id takes a run's id (a UUID)" in answer.text
+        states = alice.get("/flow_run_states/", params={"flow_run_id": run["id"], "anything": "x" * 500})
+        assert states.status_code == 200 and states.json(), states.text  # an unknown parameter is dropped
+        # weakened: the query passed on as asked, and Prefect fails on the time without a zone
+        monkeypatch.setattr(bounds, "url_query", lambda asked: dict(asked))
+        with weakened(env) as person:
+            assert person("alice").get(graph, params={"since": "2026-01-01T00:00:00"}).status_code == 500
+    finally:
+        api.delete(f"/flow_runs/{run['id']}")

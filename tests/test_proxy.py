@@ -30,7 +30,8 @@ import pytest
 
 import gate.proxy
 from core.errors import UserError
-from gate.app import MAX_BODY, REFUSED
+from gate.app import REFUSED
+from gate.bounds import MAX_BODY
 from tests.conftest import PASSWORD, REPO
 from tests.test_server import gate as bare_gate
 from tests.test_server import proxy
