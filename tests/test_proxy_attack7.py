@@ -98,9 +98,51 @@ def test_callers_without_credentials_never_take_peoples_connections_to_the_gate(
         port = int(slow.rsplit(":", 1)[1])
         with reconfigured(env, tmp_path, "proxy", port) as url:
             assert _flood(url) == [200] * READS
-        # the weakened proxy: no limits on calls without credentials (its two zones not used)
-        with reconfigured(env, tmp_path, "proxy-open", port, lambda text: without(text, "limit_conn anon_", 2)) as url:
+        # the weakened proxy: calls without credentials through people's connections, with no limit per address
+        with reconfigured(env, tmp_path, "proxy-open", port, _one_pool) as url:
             assert 502 in _flood(url)
+
+
+def _one_pool(text: str) -> str:
+    return without(text, "limit_conn anon_", 1).replace("proxy_pass http://$gate_pool;", "proxy_pass http://gate;")
+
+
+def _global_anonymous_limit(text: str) -> str:
+    """The seventh attack's fix as it was: calls without credentials limited to 32 in progress in all."""
+    zone = 'map $http_authorization $anon_all { "" anonymous; default ""; }\n    limit_conn_zone $anon_all zone=anon_all:1m;\n'
+    text = text.replace("    limit_conn_zone $anon_address", zone + "    limit_conn_zone $anon_address", 1)
+    return text.replace("limit_conn anon_address 6;", "limit_conn anon_address 6;\n            limit_conn anon_all 32;", 1)
+
+
+def _held(url: str, addresses: list[str], per_address: int) -> list[socket.socket]:
+    """Calls without credentials that send their body a byte at a time (the ninth attack): connected, head and a
+    first byte sent, the rest never."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    held = []
+    for address in addresses:
+        for _ in range(per_address):
+            s = socket.create_connection((host, int(port)), timeout=10, source_address=(address, 0))
+            s.sendall(b"POST /api/health HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 100000\r\n\r\n{")  # fmt: skip
+            held.append(s)
+    return held
+
+
+def test_calls_sending_their_body_slowly_hold_no_connection_to_the_gate(served, tmp_path: Path):
+    """36 calls without credentials from 6 addresses, each sending its body a byte at a time: a visitor's first call
+    (the UI's settings, which every page asks for before anything else) is still answered."""
+    env, _ = served
+    port = int(env["PRIVRELEASE_GATE_PORT"])
+    for name, edit, expected in (("proxy-pools", lambda text: text, 200), ("proxy-all", _global_anonymous_limit, 429)):
+        with reconfigured(env, tmp_path, name, port, edit) as url:
+            held = _held(url, [f"127.0.14.{i}" for i in range(1, 7)], 6)
+            try:
+                time.sleep(1)  # every held call's head is read
+                visitor = httpx.Client(base_url=url, timeout=30, transport=httpx.HTTPTransport(local_address="127.0.14.100"))
+                assert visitor.get("/ui-settings").status_code == expected, name
+            finally:
+                for s in held:
+                    s.close()
 
 
 def test_the_uis_pages_are_the_proxys_and_anyones_settings_are_read_seldom(served):

@@ -260,12 +260,18 @@ def _wait(api: httpx.Client, run_id: str, log: Path, timeout: float = 240) -> st
 
 
 def _logs(api: httpx.Client, run_id: str, timeout: float = 30) -> list[dict]:
-    """A run's log lines, once its last one (the flow's own "Finished in state ...", not a task's) has reached
-    the server."""
+    """A run's log lines, once its last one (the flow's own "Finished in state ...", not a task's, nor that of a run
+    that was suspended for a steward and went on in a new process) has reached the server."""
     deadline = time.monotonic() + timeout
     while True:
         logs = api.post("/logs/filter", timeout=10, json={"logs": {"flow_run_id": {"any_": [run_id]}}}).json()
-        last = [x for x in logs if x["message"].startswith("Finished in state") and not x.get("task_run_id")]
+        last = [
+            x
+            for x in logs
+            if x["message"].startswith("Finished in state")
+            and not x["message"].startswith(("Finished in state Suspended", "Finished in state Paused"))
+            and not x.get("task_run_id")
+        ]
         if last or time.monotonic() > deadline:
             return logs
         time.sleep(0.5)
