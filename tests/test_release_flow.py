@@ -157,14 +157,12 @@ def test_bad_request_is_refused_before_anything_is_charged(prefect_server, home,
     frame["note"] = ["x", None] * 150
     register(home, frame)
     spec = write_request(tmp_path / "case", **overrides)
-    started = time.perf_counter()
     code, out, err = cli(capsys, "release", str(spec))
     assert code == 2, err
     last = err.strip().splitlines()[-1]
     assert message in last and last.startswith("error: ") and err.count("error:") == 1
     assert reserved(home) == []
     assert not (home / "releases").exists()
-    assert time.perf_counter() - started < 30  # refused before Prefect starts (measured in bench/RESULTS.md)
 
 
 def test_failure_after_charge_keeps_the_charge_and_publishes_nothing(prefect_server, home, tmp_path, capsys):
