@@ -47,9 +47,11 @@ def rotate(path: Path, limit: int, keep: int = KEEP) -> bool:
             newer.replace(elder)
     if older:
         with path.open("rb") as source, older[0].open("wb") as copy:
-            source.seek(max(0, size - limit))  # the last `limit` bytes: an old file is never over the cap either
-            while chunk := source.read(1 << 20):
+            source.seek(size - limit)  # the last `limit` bytes as they stood: an old file is never over the cap either
+            left = limit  # (not to the end: a writer adding faster than this copies would keep it going)
+            while left and (chunk := source.read(min(left, 1 << 20))):
                 copy.write(chunk)
+                left -= len(chunk)
     os.truncate(path, 0)
     return True
 
