@@ -8,8 +8,9 @@ are then drawn there (the same PNG bytes as in process).
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -41,17 +42,31 @@ _renderer: ContextVar[Connection | None] = ContextVar("privrelease_chart_rendere
 
 
 def render_chart(chart: Chart, path: Path) -> None:
-    """Grouped bars, step lines or side-by-side scatter plots, written as PNG (one chart at a time): in the
-    process ``ahead()`` started, within its block, else in this one."""
+    """Grouped bars, step lines or side-by-side scatter plots, written as PNG (one chart at a time)."""
+    with drawing([(chart, path)]):
+        pass
+
+
+@contextmanager
+def drawing(jobs: Iterable[tuple[Chart, Path]]) -> Iterator[None]:
+    """Draw these charts while the block runs: in the process ``ahead()`` started, within its block (else in this
+    one, before the block). When the block ends every chart is written, or the first failure is raised."""
+    jobs = list(jobs)
     conn = _renderer.get()
     if conn is None:
         with RENDERING:
-            _render(chart, path)
+            for chart, path in jobs:
+                _render(chart, path)
+        yield
         return
-    conn.send((chart, str(path)))
-    failed = conn.recv()
-    if failed is not None:
-        raise RuntimeError(f"drawing the chart {chart.filename!r} failed: {failed}")
+    conn.send([(chart, str(path)) for chart, path in jobs])
+    try:
+        yield
+    finally:  # the answers are read, whatever the block did: the next block's answers stay its own
+        answers = conn.recv()
+    failed = [(chart, answer) for (chart, _), answer in zip(jobs, answers, strict=True) if answer is not None]
+    if failed:
+        raise RuntimeError(f"drawing the chart {failed[0][0].filename!r} failed: {failed[0][1]}")
 
 
 @contextmanager
@@ -78,23 +93,49 @@ def ahead() -> Iterator[None]:
 
 
 def _serve(conn: Connection, theirs: Connection) -> None:
-    """The drawing process: matplotlib first, then each chart it is sent, answering None or the error. It
-    closes its copy of the other end, so that it ends when the release's process does, however that ends."""
+    """The drawing process: matplotlib first, then each batch of charts it is sent, answering None or the error
+    for each. It closes its copy of the other end, so that it ends when the release's process does, however
+    that ends."""
     theirs.close()
     _pyplot()
     while True:
         try:
-            job = conn.recv()
+            jobs = conn.recv()
         except EOFError:  # the release's process is gone
             return
-        if job is None:
+        if jobs is None:
             return
-        chart, path = job
-        try:
-            _render(chart, Path(path))
-            conn.send(None)
-        except Exception as exc:  # noqa: BLE001 - any failure to draw: the release's process raises it
-            conn.send(f"{type(exc).__name__}: {exc}")
+        conn.send(_draw_all(jobs))
+
+
+def _draw_all(jobs: list[tuple[Chart, str]]) -> list[str | None]:
+    """Each chart drawn, all at once: the first here, the others in children forked from this process (matplotlib
+    loaded, no threads), on the other core while the release waits for them. None, or what failed, for each."""
+    children = []
+    for chart, path in jobs[1:]:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: draw, say how it went, and end without the parent's exit handlers
+            os.close(read)
+            os.write(write, (_draw(chart, path) or "").encode())
+            os._exit(0)
+        os.close(write)
+        children.append((pid, read))
+    answers = [_draw(*jobs[0])] if jobs else []
+    for pid, read in children:
+        with os.fdopen(read, "rb") as said:
+            failure = said.read().decode(errors="replace")
+        status = os.waitpid(pid, 0)[1]
+        answers.append(failure or (None if status == 0 else f"its drawing process ended with status {status}"))
+    return answers
+
+
+def _draw(chart: Chart, path: str) -> str | None:
+    try:
+        _render(chart, Path(path))
+    except Exception as exc:  # noqa: BLE001 - any failure to draw: the release's process raises it
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def _pyplot() -> Any:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.charts import Chart, ahead, render_chart
+from core.charts import Chart, ahead, drawing, render_chart
 from tests.conftest import REPO
 
 CHARTS = [
@@ -43,6 +43,24 @@ def test_a_chart_that_cannot_be_drawn_fails_the_release_process(tmp_path: Path):
         render_chart(broken, tmp_path / "broken.png")
     render_chart(CHARTS[0], tmp_path / "after.png")  # the block is over: in process again
     assert (tmp_path / "after.png").stat().st_size > 1000
+
+
+def test_charts_drawn_while_a_block_runs_are_all_written_when_it_ends(tmp_path: Path):
+    """A release sends its charts, writes its data files while they are drawn, and digests them after the block:
+    every chart is there then, a failed one is raised after its fellows are written, and a block that fails
+    still reads its charts' answers, so that the next chart's answer is its own."""
+    broken = Chart("broken.png", "t", ["a", "b"], {"s": [1.0, 2.0, 3.0]})
+    with ahead():
+        with (
+            pytest.raises(RuntimeError, match="'broken.png' failed"),
+            drawing([(CHARTS[0], tmp_path / "a.png"), (broken, tmp_path / "b.png"), (CHARTS[1], tmp_path / "c.png")]),
+        ):
+            pass
+        assert (tmp_path / "a.png").stat().st_size > 1000 and (tmp_path / "c.png").stat().st_size > 1000
+        with pytest.raises(KeyError), drawing([(CHARTS[2], tmp_path / "d.png")]):
+            raise KeyError("the block failed")
+        render_chart(CHARTS[0], tmp_path / "e.png")
+        assert (tmp_path / "e.png").read_bytes() == (tmp_path / "a.png").read_bytes()
 
 
 def test_the_release_process_never_imports_matplotlib():

@@ -272,22 +272,23 @@ class Registry:
 
     def _current(self, dataset_id: str, dropped: bool = False) -> tuple[Dataset, _Private]:
         check_id(dataset_id, "dataset id")
-        rows = self._query(
-            "SELECT id, version, unit, purpose, schema, rows, registered, source, format, delimiter, suite, snapshot, "
-            "digest, host, reading FROM datasets WHERE id = ? ORDER BY version DESC LIMIT 1",
-            [dataset_id],
-        )
+        rows, entry = [], None
+        if self.store.exists():
+            with self.store.read() as con:  # the registration and its policy entry in one open
+                rows = con.execute(
+                    "SELECT id, version, unit, purpose, schema, rows, registered, source, format, delimiter, suite, "
+                    "snapshot, digest, host, reading FROM datasets WHERE id = ? ORDER BY version DESC LIMIT 1",
+                    [dataset_id],
+                ).fetchall()
+                entry = self.ledger.policy(dataset_id, con) if rows and rows[0][3] == "sdc" else None
         if not rows or (rows[0][11] is None and not dropped):
             raise NotRegistered(
                 f"dataset {dataset_id!r} is not registered; the data steward registers it with "
                 "'privrelease dataset add' (see 'privrelease dataset list')."
             )
         dataset = _dataset(rows[0][:7])
-        if dataset.purpose == "sdc":
-            entry = self.ledger.policy(dataset_id)
-            if entry is not None:
-                policy = Policy.model_validate_json(entry.detail)
-                dataset = dataclasses.replace(dataset, policy=policy, policy_entry=entry.seq)
+        if entry is not None:
+            dataset = dataclasses.replace(dataset, policy=Policy.model_validate_json(entry.detail), policy_entry=entry.seq)
         return dataset, _Private(*rows[0][7:])
 
     def _refuse_duplicate(self, dataset_id: str, path: Path, parsed: str | None = None) -> None:

@@ -36,7 +36,7 @@ from core.privacy.accountant import Filter, Spend
 from core.privacy.adjacency import read
 from core.privacy.budget import Budget
 from core.privacy.cost import DPCost
-from core.store import Store, open_store
+from core.store import Con, Store, open_store
 
 CAP, RESERVED, PUBLISHED, FAILED, POLICY = "cap", "reserved", "published", "failed", "policy"
 KINDS = ("dp", "sdc", "mpc")
@@ -108,12 +108,15 @@ class Ledger:
         with self._write(dataset) as (con, written):
             return self._append(con, written, dataset=dataset, status=POLICY, detail=policy, requested_by=requested_by)
 
-    def policy(self, dataset: str) -> Entry | None:
-        """The dataset's current disclosure policy entry (its ``detail`` holds the policy), if any."""
-        if not self.store.exists():
-            return None
-        with self.store.read() as con:
-            found = rows(con, "WHERE dataset = ? AND status = ? ORDER BY seq DESC LIMIT 1", [dataset, POLICY])
+    def policy(self, dataset: str, con: Con | None = None) -> Entry | None:
+        """The dataset's current disclosure policy entry (its ``detail`` holds the policy), if any; read with
+        ``con`` when given (a reader's connection already open on this store: one open instead of two)."""
+        if con is None:
+            if not self.store.exists():
+                return None
+            with self.store.read() as con:
+                return self.policy(dataset, con)
+        found = rows(con, "WHERE dataset = ? AND status = ? ORDER BY seq DESC LIMIT 1", [dataset, POLICY])
         return found[0] if found else None
 
     def cap_entry(self, dataset: str) -> Entry | None:

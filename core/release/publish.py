@@ -21,7 +21,7 @@ from pathlib import Path
 import duckdb
 
 from core import __version__, faults
-from core.charts import render_chart
+from core.charts import drawing
 from core.datasets.snapshots import sha256
 from core.errors import InternalError, ReleaseConflict
 from core.ledger.chain import Entry
@@ -132,16 +132,11 @@ def publish(releases_root: Path, staging_root: Path, record: dict, result: Resul
     os.chmod(staging_root, 0o700)  # staged results are not yet released: readable by their owner only
     tmp.mkdir()
     try:
-        con = duckdb.connect()
-        try:
+        names = [f"{result.name}.parquet", f"{result.name}.csv"]  # the CSV for whoever opens it first
+        with drawing((chart, tmp / chart.filename) for chart in result.charts), duckdb.connect() as con:
             relation = con.from_df(result.data)
-            names = [f"{result.name}.parquet", f"{result.name}.csv"]  # the CSV for whoever opens it first
             relation.write_parquet(str(tmp / names[0]))
             relation.write_csv(str(tmp / names[1]))
-        finally:
-            con.close()
-        for chart in result.charts:
-            render_chart(chart, tmp / chart.filename)
         files = {name: sha256(tmp / name) for name in [*names, *(c.filename for c in result.charts)]}
         (tmp / "report.md").write_text(report({**record, "files": files}, result))
         record = {**record, "files": {**files, "report.md": sha256(tmp / "report.md")}}

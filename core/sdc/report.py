@@ -28,7 +28,7 @@ import duckdb
 import pandas as pd
 
 from core import paths
-from core.charts import Chart, render_chart
+from core.charts import Chart, drawing
 from core.sdc import measures as m
 
 EXTERNAL_CHART = "sdc_cell_sizes.png"
@@ -316,16 +316,13 @@ def write_internal(
     for part in (paths.sdc_reports(root), target.parent, target):
         part.mkdir(exist_ok=True, mode=0o700)
         os.chmod(part, 0o700)
-    if records is not None:
-        con = duckdb.connect()
-        try:
-            con.from_df(records).write_parquet(str(target / "records.parquet"))
-        finally:
-            con.close()
     chart = internal_chart(figures)
-    render_chart(chart, target / chart.filename)
-    (target / "internal.md").write_text(internal_markdown(release_id, dataset, mechanism, figures))
-    (target / "internal.json").write_text(json.dumps(figures, indent=2, default=str) + "\n")
+    with drawing([(chart, target / chart.filename)]):
+        if records is not None:
+            with duckdb.connect() as con:
+                con.from_df(records).write_parquet(str(target / "records.parquet"))
+        (target / "internal.md").write_text(internal_markdown(release_id, dataset, mechanism, figures))
+        (target / "internal.json").write_text(json.dumps(figures, indent=2, default=str) + "\n")
     for name in (chart.filename, "internal.md", "internal.json", *(["records.parquet"] if records is not None else [])):
         _private(target / name)
     return target
