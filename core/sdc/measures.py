@@ -2,8 +2,8 @@
 
 Set work (frequencies of the key combination, l-diversity, IL1s, means, correlations) runs in
 DuckDB over the registered frames, so it does not copy them; the nearest-neighbour linkage
-(exact: direct distances to the distinct originals, or a KD-tree when they are many) and pMSE (a
-logistic regression) run in numpy and scipy.
+(exact: direct distances to the distinct originals, or scipy's KD-tree when they are many) and pMSE (a
+logistic regression over level codes, ``core.sdc.logistic``) run in numpy.
 
 - k-anonymity: f_k, the number of records sharing record k's combination of key columns; the
   records in cells with f_k < 2 (sample uniques) and f_k < 3 violate 2- and 3-anonymity.
@@ -329,12 +329,13 @@ def changes(con: duckdb.DuckDBPyConnection, original: str, released: str, column
     }
 
 
-def design(frame: pd.DataFrame, columns: list[str], numeric: set[str]) -> tuple[np.ndarray, list[str]]:
+def design(frame: pd.DataFrame, columns: list[str], numeric: set[str]) -> tuple[logistic.Design, list[str]]:
     """pMSE's model: numeric columns standardized (a missing value as the mean plus an indicator),
     with their squares and pairwise products among the first ``MAX_SQUARED`` of them (swapping keeps
-    every marginal, so only second-order terms can see what it changed); other columns one-hot with the first level dropped. Returns the
-    matrix and the columns left out (more than ``MAX_LEVELS`` levels)."""
-    parts, left_out, z = [], [], []
+    every marginal, so only second-order terms can see what it changed), the dense columns constant
+    in-sample dropped; other columns one-hot with the first level (as text, sorted) dropped, kept as level
+    codes. Returns the design and the columns left out (more than ``MAX_LEVELS`` levels)."""
+    codes, levels, dense, left_out, z = [], [], [], [], []
     for c in columns:
         if c in numeric:
             v = frame[c].to_numpy(float)
@@ -342,17 +343,18 @@ def design(frame: pd.DataFrame, columns: list[str], numeric: set[str]) -> tuple[
             mu, sd = (np.nanmean(v), np.nanstd(v)) if (~missing).any() else (0.0, 0.0)
             z.append((np.where(missing, mu, v) - mu) / (sd or 1.0))
             if missing.any() and not missing.all():
-                parts.append(missing[:, None].astype(float))
+                dense.append(missing.astype(float))
             continue
-        levels = frame[c].astype("string").fillna("<NA>")
-        if levels.nunique() > MAX_LEVELS:
+        level, names = pd.factorize(frame[c].astype("string").fillna("<NA>"), sort=True)
+        if len(names) > MAX_LEVELS:
             left_out.append(c)
-            continue
-        parts.append(pd.get_dummies(levels, drop_first=True).to_numpy(float))
+        elif len(names) > 1:  # one level: no column
+            codes.append(level.astype(np.int64))
+            levels.append(len(names))
     second = z[:MAX_SQUARED]
-    parts += [v[:, None] for v in z] + [(a * b)[:, None] for i, a in enumerate(second) for b in second[i:]]
-    width = sum(p.shape[1] for p in parts)
-    return (np.hstack(parts) if width else np.zeros((len(frame), 0))), left_out
+    dense += z + [a * b for i, a in enumerate(second) for b in second[i:]]
+    block = np.column_stack(dense) if dense else np.zeros((len(frame), 0))
+    return logistic.Design(codes, levels, block[:, block.std(axis=0) > 0]), left_out
 
 
 def pmse(original: pd.DataFrame, released: pd.DataFrame, columns: list[str], numeric: set[str]) -> dict:
@@ -364,13 +366,9 @@ def pmse(original: pd.DataFrame, released: pd.DataFrame, columns: list[str], num
     stacked = pd.concat([original[columns], released[columns]], ignore_index=True)
     label = np.r_[np.zeros(len(original)), np.ones(len(released))]
     x, left_out = design(stacked, columns, numeric)
-    x = x[:, x.std(axis=0) > 0] if x.shape[1] else x
     big_n, c = len(label), len(released) / len(label)
-    k = x.shape[1] + 1  # parameters, with the intercept
-    if x.shape[1]:
-        score = logistic.propensities(x, label)  # unpenalized in effect
-    else:
-        score = np.full(big_n, c)
+    k = x.width + 1  # parameters, with the intercept
+    score = logistic.propensities(x, label) if x.width else np.full(big_n, c)  # unpenalized in effect
     value = float(np.mean((score - c) ** 2))
     null = null_pmse(k, c, big_n)
     return {
