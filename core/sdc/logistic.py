@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core.sdc import coding
+
 PENALTY = 1e-6  # 1/C, C = 1e6 as pMSE fitted it with scikit-learn
 TOLERANCE = 1e-8  # on the largest component of the mean loss's gradient, as scikit-learn's tol
 MAX_STEPS = 100
@@ -41,28 +43,40 @@ class Design:
 
 class _Operator:
     """X's products in "slot" space: every level of every categorical column (its reference too, whose
-    coefficient stays 0), the dense columns, the intercept; ``keep`` picks the parameters' slots."""
+    coefficient stays 0), the dense columns, the intercept; ``keep`` picks the parameters' slots.
+
+    Rows are grouped by their cell (their levels in every categorical column; Adult: 14,000 of 60,000):
+    the categorical products run over the cells' sums, one bincount of the rows per dense column."""
 
     def __init__(self, design: Design):
-        self.codes, self.levels = design.codes, design.levels
+        self.levels = design.levels
         self.columns = np.vstack([design.dense.T, np.ones(len(design.dense))])  # by column; the intercept last
+        codes = np.column_stack(design.codes) if design.codes else np.zeros((len(design.dense), 0), np.int64)
+        key = coding.combined(codes, list(range(codes.shape[1])))
+        _, first, self.cell = np.unique(key, return_index=True, return_inverse=True)
+        self.size = len(first)
+        self.cells = [c[first] for c in design.codes]  # each cell's level in each column
         self.starts = np.r_[0, np.cumsum(self.levels)].astype(int)
         keep = np.ones(self.starts[-1] + len(self.columns), dtype=bool)
         keep[self.starts[:-1]] = False
         self.keep = keep
 
+    def _by_cell(self, r: np.ndarray) -> np.ndarray:
+        return np.bincount(self.cell, weights=r, minlength=self.size)
+
     def linear(self, beta: np.ndarray) -> np.ndarray:
         """Xβ, for β the parameters."""
         slots = np.zeros(len(self.keep))
         slots[self.keep] = beta
-        z = slots[self.starts[-1] :] @ self.columns
-        for c, a, b in zip(self.codes, self.starts[:-1], self.starts[1:]):
-            z += slots[a:b][c]
-        return z
+        by_cell = np.zeros(self.size)
+        for c, a, b in zip(self.cells, self.starts[:-1], self.starts[1:]):
+            by_cell += slots[a:b][c]
+        return slots[self.starts[-1] :] @ self.columns + by_cell[self.cell]
 
     def transposed(self, r: np.ndarray) -> np.ndarray:
         """Xᵀr."""
-        parts = [np.bincount(c, weights=r, minlength=size) for c, size in zip(self.codes, self.levels)]
+        by_cell = self._by_cell(r)
+        parts = [np.bincount(c, weights=by_cell, minlength=size) for c, size in zip(self.cells, self.levels)]
         return np.concatenate([*parts, self.columns @ r])[self.keep]
 
     def hessian(self, w: np.ndarray) -> np.ndarray:
@@ -71,13 +85,14 @@ class _Operator:
         weighted = self.columns * w
         dense = slice(self.starts[-1], None)
         h[dense, dense] = self.columns @ weighted.T
-        for i, (ci, li, ai) in enumerate(zip(self.codes, self.levels, self.starts)):
-            block = np.column_stack([np.bincount(ci, weights=col, minlength=li) for col in weighted])
+        by_cell = [self._by_cell(row) for row in weighted]  # the last: w
+        for i, (ci, li, ai) in enumerate(zip(self.cells, self.levels, self.starts)):
+            block = np.column_stack([np.bincount(ci, weights=col, minlength=li) for col in by_cell])
             h[ai : ai + li, dense] = block
             h[dense, ai : ai + li] = block.T
             h[ai : ai + li, ai : ai + li] = np.diag(block[:, -1])  # the intercept's column: w by level
-            for cj, lj, aj in zip(self.codes[i + 1 :], self.levels[i + 1 :], self.starts[i + 1 :]):
-                pair = np.bincount(ci * lj + cj, weights=w, minlength=li * lj).reshape(li, lj)
+            for cj, lj, aj in zip(self.cells[i + 1 :], self.levels[i + 1 :], self.starts[i + 1 :]):
+                pair = np.bincount(ci * lj + cj, weights=by_cell[-1], minlength=li * lj).reshape(li, lj)
                 h[ai : ai + li, aj : aj + lj] = pair
                 h[aj : aj + lj, ai : ai + li] = pair.T
         return h[np.ix_(self.keep, self.keep)]

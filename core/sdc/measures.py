@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 import scipy  # submodules load on first use: scipy.special only for weighted risk, scipy.spatial for a large linkage
 
-from core.sdc import logistic
+from core.sdc import coding, logistic
 
 FREQUENCY_BANDS = ((1, 1), (2, 2), (3, 4), (5, 9), (10, None))  # cell-size bands of the risk charts
 MAX_LEVELS = 50  # a categorical column with more levels is left out of pMSE's model (and named)
@@ -62,22 +62,6 @@ def nb_risk(f: np.ndarray, F: np.ndarray) -> np.ndarray:
     if weighted.any():  # without weights (F = f) no ₂F₁, and no 0.3 s import of scipy.special
         out[weighted] = p[weighted] / f[weighted] * scipy.special.hyp2f1(1.0, 1.0, f[weighted] + 1.0, 1.0 - p[weighted])
     return out
-
-
-def codes(column: pd.Series) -> np.ndarray:
-    """A column's values as integer codes, a missing value as −1."""
-    return pd.factorize(column, use_na_sentinel=True)[0].astype(np.int64)
-
-
-def _dense(codes: np.ndarray, columns: list[int]) -> np.ndarray:
-    """One integer per row for its values in ``columns``, kept dense (renumbered before it could overflow)."""
-    key = np.zeros(len(codes), dtype=np.int64)
-    for j in columns:
-        radix = int(codes[:, j].max(initial=-1)) + 2
-        if key.max(initial=0) >= (2**62) // radix:
-            key = np.unique(key, return_inverse=True)[1].astype(np.int64)
-        key = key * radix + codes[:, j] + 1
-    return key
 
 
 def _patterns(codes: np.ndarray) -> np.ndarray:
@@ -104,7 +88,7 @@ def matches(
         for r_pattern in np.unique(rbits):
             ri = np.flatnonzero(rbits == r_pattern)
             shared = [j for j in range(codes.shape[1]) if not ((q_pattern | r_pattern) >> j) & 1]
-            both = _dense(np.vstack([codes[ri], queries[qi]]), shared)
+            both = coding.combined(np.vstack([codes[ri], queries[qi]]), shared)
             rk, qk = both[: len(ri)], both[len(ri) :]
             keys, inverse = np.unique(rk, return_inverse=True)
             pos = np.minimum(np.searchsorted(keys, qk), len(keys) - 1)
@@ -141,12 +125,12 @@ def record_cells(
     could be anything, so a record with one is counted with every record it could be. A missing
     sensitive value counts as one value."""
     sens = [sensitive] if isinstance(sensitive, str) else list(sensitive or [])
-    keyed = np.column_stack([codes(frame[k]) for k in keys]) if len(frame) else np.zeros((0, len(keys)), np.int64)
+    keyed = np.column_stack([coding.codes(frame[k]) for k in keys]) if len(frame) else np.zeros((0, len(keys)), np.int64)
     w = frame[weight].to_numpy(dtype=float) if weight else None
     fk, pop, _ = matches(keyed, keyed, w)
     out = {"fk": fk, "pop_fk": pop if weight else fk.astype(float)}
     if sens:
-        ell = [matches(keyed, keyed, None, codes(frame[s]) + 1)[2] for s in sens]  # missing: its own value 0
+        ell = [matches(keyed, keyed, None, coding.codes(frame[s]) + 1)[2] for s in sens]  # missing: its own value 0
         out["l"] = np.min(ell, axis=0)
     else:
         out["l"] = np.full(len(frame), np.nan)
