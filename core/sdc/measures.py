@@ -81,32 +81,28 @@ def matches(
     patterns) × rows, never rows × rows."""
     w = np.ones(len(codes)) if weights is None else weights
     n, wsum = np.zeros(len(queries), dtype=np.int64), np.zeros(len(queries))
+    span = int(values.max(initial=0)) + 1 if values is not None else 0
     found: list[np.ndarray] = []
     rbits, qbits = _patterns(codes), _patterns(queries)
-    for q_pattern in np.unique(qbits):
+    for q_pattern in np.sort(pd.unique(qbits)):
         qi = np.flatnonzero(qbits == q_pattern)
-        for r_pattern in np.unique(rbits):
+        for r_pattern in np.sort(pd.unique(rbits)):
             ri = np.flatnonzero(rbits == r_pattern)
             shared = [j for j in range(codes.shape[1]) if not ((q_pattern | r_pattern) >> j) & 1]
-            both = coding.combined(np.vstack([codes[ri], queries[qi]]), shared)
-            rk, qk = both[: len(ri)], both[len(ri) :]
-            keys, inverse = np.unique(rk, return_inverse=True)
-            pos = np.minimum(np.searchsorted(keys, qk), len(keys) - 1)
-            hit = keys[pos] == qk
-            n[qi[hit]] += np.bincount(inverse, minlength=len(keys))[pos[hit]]
-            wsum[qi[hit]] += np.bincount(inverse, weights=w[ri], minlength=len(keys))[pos[hit]]
-            if values is not None:  # the distinct (group, value) pairs, then each hit query's groups' values
-                span = int(values.max(initial=0)) + 1
-                pairs = np.unique(inverse.astype(np.int64) * span + values[ri])
-                group = pairs // span
-                lo = np.searchsorted(group, pos[hit], "left")
-                size = np.searchsorted(group, pos[hit], "right") - lo
-                at = np.repeat(lo - np.cumsum(np.r_[0, size[:-1]]), size) + np.arange(size.sum())
-                found.append(np.repeat(qi[hit], size) * span + pairs[at] % span)
+            group, distinct_keys = pd.factorize(coding.combined(np.vstack([codes[ri], queries[qi]]), shared))
+            rg, qg, size = group[: len(ri)], group[len(ri) :], len(distinct_keys)  # a query's group may hold no record
+            n[qi] += np.bincount(rg, minlength=size)[qg]
+            wsum[qi] += np.bincount(rg, weights=w[ri], minlength=size)[qg]
+            if values is not None:  # the distinct (group, value) pairs by group, then each query's group's values
+                pairs = np.sort(pd.unique(rg * span + values[ri]))
+                per_group = np.bincount(pairs // span, minlength=size)
+                start, take = np.cumsum(per_group) - per_group, per_group[qg]
+                at = np.repeat(start[qg] - np.cumsum(take) + take, take) + np.arange(take.sum())
+                found.append(np.repeat(qi, take) * span + pairs[at] % span)
     distinct = None
-    if values is not None:
-        seen = np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
-        distinct = np.bincount(seen // (int(values.max(initial=0)) + 1), minlength=len(queries))
+    if values is not None:  # a query's values over every record pattern it matched, each once
+        seen = pd.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
+        distinct = np.bincount(seen // span, minlength=len(queries))
     return n, wsum, distinct
 
 
@@ -127,11 +123,11 @@ def record_cells(
     sens = [sensitive] if isinstance(sensitive, str) else list(sensitive or [])
     keyed = np.column_stack([coding.codes(frame[k]) for k in keys]) if len(frame) else np.zeros((0, len(keys)), np.int64)
     w = frame[weight].to_numpy(dtype=float) if weight else None
-    fk, pop, _ = matches(keyed, keyed, w)
+    values = [coding.codes(frame[s]) + 1 for s in sens]  # a missing value: its own value 0
+    fk, pop, ell = matches(keyed, keyed, w, values[0] if values else None)
     out = {"fk": fk, "pop_fk": pop if weight else fk.astype(float)}
-    if sens:
-        ell = [matches(keyed, keyed, None, coding.codes(frame[s]) + 1)[2] for s in sens]  # missing: its own value 0
-        out["l"] = np.min(ell, axis=0)
+    if values:
+        out["l"] = np.min([ell, *(matches(keyed, keyed, None, v)[2] for v in values[1:])], axis=0)
     else:
         out["l"] = np.full(len(frame), np.nan)
     if cluster:
