@@ -210,9 +210,12 @@ def _band(lo: int, hi: int | None) -> str:
 
 
 def mid_ranks(original: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Each value's mid-rank among the original values, scaled to [0, 1]."""
-    s = np.sort(original)
-    return (np.searchsorted(s, values, "left") + np.searchsorted(s, values, "right")) / (2.0 * len(s))
+    """Each value's mid-rank among the original values, scaled to [0, 1]: (#below + #below or equal)/(2n),
+    looked up among the distinct original values (Adult's age: 72 of 30,000)."""
+    levels, counts = np.unique(original, return_counts=True)
+    i = np.searchsorted(levels, values)
+    equal = counts[np.minimum(i, len(levels) - 1)] * (levels[np.minimum(i, len(levels) - 1)] == values)
+    return (2 * np.r_[0, np.cumsum(counts)][i] + equal) / (2.0 * len(original))
 
 
 def linkage(original: pd.DataFrame, released: pd.DataFrame, columns: list[str]) -> dict:
@@ -220,8 +223,8 @@ def linkage(original: pd.DataFrame, released: pd.DataFrame, columns: list[str]) 
     x, y = original[columns].to_numpy(float), released[columns].to_numpy(float)
     complete = ~(np.isnan(x).any(axis=1) | np.isnan(y).any(axis=1))
     x, y = x[complete], y[complete]
-    o = np.column_stack([mid_ranks(x[:, j], x[:, j]) for j in range(x.shape[1])])
-    r = np.column_stack([mid_ranks(x[:, j], y[:, j]) for j in range(x.shape[1])])
+    both = np.column_stack([mid_ranks(x[:, j], np.r_[x[:, j], y[:, j]]) for j in range(x.shape[1])])
+    o, r = both[: len(x)], both[len(x) :]
     moved = (x != y).any(axis=1)
     if not moved.any():
         return {"perturbed_records": 0, "linkage_rate": None}
@@ -245,7 +248,7 @@ def _ties(points: np.ndarray, queries: np.ndarray, own: np.ndarray) -> np.ndarra
     Exact either way: over the distinct points (rank space repeats values; Adult's age has 72) with
     their multiplicities, by direct distances while queries × distinct points stay under
     ``BRUTE_PAIRS``, without scipy.spatial (0.1-0.3 s to import); a k-d tree beyond that."""
-    distinct, counts = np.unique(points, axis=0, return_counts=True)
+    distinct, counts = _distinct(points)
     ties = np.zeros(len(queries))
     if len(queries) * len(distinct) > BRUTE_PAIRS:
         tree = scipy.spatial.cKDTree(points)
@@ -260,6 +263,15 @@ def _ties(points: np.ndarray, queries: np.ndarray, own: np.ndarray) -> np.ndarra
         linked = mine <= d.min(axis=1) + LINK_TOLERANCE
         ties[a : a + step] = np.where(linked, (d <= (mine + LINK_TOLERANCE)[:, None]) @ counts, 0)
     return ties
+
+
+def _distinct(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of ``points`` (in the order they first appear) and how many times each occurs, by
+    hashing (``np.unique(axis=0)`` sorts rows as bytes: 28 ms for one column of Adult's 30,000)."""
+    per_column = np.column_stack([pd.factorize(points[:, j])[0] for j in range(points.shape[1])])
+    group = pd.factorize(coding.combined(per_column, list(range(points.shape[1]))))[0]
+    first = np.flatnonzero(np.diff(np.maximum.accumulate(group), prepend=-1) > 0)
+    return points[first], np.bincount(group)
 
 
 def il1s(con: duckdb.DuckDBPyConnection, original: str, released: str, columns: list[str]) -> float | None:
