@@ -114,8 +114,8 @@ def record_cells(
     cluster: str | None = None,
 ) -> pd.DataFrame:
     """Per record, in the table's order: ``fk`` (records sharing its key combination), ``pop_fk`` (their
-    summed weights, or fk), ``l`` (the fewest distinct values of a sensitive variable among them) and,
-    given, its ``cluster``.
+    summed weights, or fk), ``l`` (the fewest distinct values of a sensitive variable among them), ``cell``
+    (its key combination as a number, a missing value one value of its own) and, given, its ``cluster``.
 
     A missing key value matches every value, as sdcMicro's ``freqCalc`` counts it: a suppressed cell
     could be anything, so a record with one is counted with every record it could be. A missing
@@ -125,7 +125,7 @@ def record_cells(
     w = frame[weight].to_numpy(dtype=float) if weight else None
     values = [coding.codes(frame[s]) + 1 for s in sens]  # a missing value: its own value 0
     fk, pop, ell = matches(keyed, keyed, w, values[0] if values else None)
-    out = {"fk": fk, "pop_fk": pop if weight else fk.astype(float)}
+    out = {"fk": fk, "pop_fk": pop if weight else fk.astype(float), "cell": coding.combined(keyed, list(range(len(keys))))}
     if values:
         out["l"] = np.min([ell, *(matches(keyed, keyed, None, v)[2] for v in values[1:])], axis=0)
     else:
@@ -176,7 +176,7 @@ def disclosure(
     risk = nb_risk(f, per["pop_fk"].to_numpy(float))
     er = float(risk.sum())
     n = len(per)
-    combos = len(frame[keys].drop_duplicates())
+    combos = len(pd.unique(per["cell"].to_numpy()))
     out = {
         "records": n,
         "cells": int(combos),
