@@ -66,7 +66,7 @@ def nb_risk(f: np.ndarray, F: np.ndarray) -> np.ndarray:
 
 def _patterns(codes: np.ndarray) -> np.ndarray:
     """Each row's set of missing keys, as a bit mask."""
-    return ((codes < 0) * (1 << np.arange(codes.shape[1], dtype=np.int64))).sum(axis=1)
+    return (codes < 0).astype(np.int64) @ (1 << np.arange(codes.shape[1], dtype=np.int64))
 
 
 def matches(
@@ -89,9 +89,11 @@ def matches(
         for r_pattern in np.sort(pd.unique(rbits)):
             ri = np.flatnonzero(rbits == r_pattern)
             shared = [j for j in range(codes.shape[1]) if not ((q_pattern | r_pattern) >> j) & 1]
-            group, distinct_keys = pd.factorize(coding.combined(np.vstack([codes[ri], queries[qi]]), shared))
-            rg, qg, size = group[: len(ri)], group[len(ri) :], len(distinct_keys)  # a query's group may hold no record
-            n[qi] += np.bincount(rg, minlength=size)[qg]
+            alike = queries is codes and q_pattern == r_pattern  # the records are the queries
+            rows = codes[ri] if alike else np.vstack([codes[ri], queries[qi]])
+            group, distinct_keys = pd.factorize(coding.combined(rows, shared))
+            rg, qg, size = group[: len(ri)], group if alike else group[len(ri) :], len(distinct_keys)
+            n[qi] += np.bincount(rg, minlength=size)[qg]  # a query's group may hold no record: 0
             wsum[qi] += np.bincount(rg, weights=w[ri], minlength=size)[qg]
             if values is not None:  # the distinct (group, value) pairs by group, then each query's group's values
                 pairs = np.sort(pd.unique(rg * span + values[ri]))
