@@ -21,3 +21,10 @@ def combined(codes: np.ndarray, columns: list[int]) -> np.ndarray:
             key = np.unique(key, return_inverse=True)[1].astype(np.int64)
         key = key * radix + codes[:, j] + 1
     return key
+
+
+def groups(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's group of equal ``key`` (numbered as they first appear, by hashing: no sort) and each
+    group's first row."""
+    group = pd.factorize(key)[0]
+    return group, np.flatnonzero(np.diff(np.maximum.accumulate(group), prepend=-1) > 0)

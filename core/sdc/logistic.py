@@ -52,8 +52,7 @@ class _Operator:
         self.levels = design.levels
         self.columns = np.vstack([design.dense.T, np.ones(len(design.dense))])  # by column; the intercept last
         codes = np.column_stack(design.codes) if design.codes else np.zeros((len(design.dense), 0), np.int64)
-        key = coding.combined(codes, list(range(codes.shape[1])))
-        _, first, self.cell = np.unique(key, return_index=True, return_inverse=True)
+        self.cell, first = coding.groups(coding.combined(codes, list(range(codes.shape[1]))))
         self.size = len(first)
         self.cells = [c[first] for c in design.codes]  # each cell's level in each column
         self.starts = np.r_[0, np.cumsum(self.levels)].astype(int)
