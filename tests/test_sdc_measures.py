@@ -355,3 +355,33 @@ def test_pmse_structured_design_is_the_one_hot_model_with_missing_values_and_one
     assert found["parameters"] == 1 + 4 + 1 + 5 and found["left_out"] == ["n"]
     assert found["pmse"] == pytest.approx(np.mean((theirs - 0.5) ** 2), rel=1e-5)
     assert found["ratio"] > 1  # the level only the release has shows
+
+
+def test_pmse_fit_starts_a_level_in_one_table_only_near_its_optimum(monkeypatch):
+    """A level only the release has is separable: from 0, Newton's steps gain about 1 each on its coefficient,
+    whose optimum is near W(m/PENALTY) ≈ 15, and the fit takes 18 steps. Started there it takes a few, and
+    gives the same propensities (and scikit-learn's). The weakened variant starts at 0."""
+    from core.sdc import logistic
+
+    rng = generator(5)
+    n = 3000
+    frame = pd.DataFrame({"g": rng.choice(list("abcd"), n), "v": rng.normal(size=n)})
+    released = frame.sample(n, replace=True, random_state=rng)
+    released.loc[released.index[:40], "g"] = "only-released"
+    design, _ = m.design(pd.concat([frame, released], ignore_index=True), ["g", "v"], {"v"})
+    label = np.r_[np.zeros(n), np.ones(n)]
+    hessian, steps = logistic._Operator.hessian, []
+
+    def counted(self, w):
+        steps[-1] += 1
+        return hessian(self, w)
+
+    monkeypatch.setattr(logistic._Operator, "hessian", counted)
+    fits = []
+    for start in (logistic._start, lambda one_sided: np.zeros(len(one_sided))):
+        monkeypatch.setattr(logistic, "_start", start)
+        steps.append(0)
+        fits.append(logistic.propensities(design, label))
+    assert steps[0] <= 5 < 12 <= steps[1], steps
+    assert np.max(np.abs(fits[0] - fits[1])) < 1e-9
+    assert np.max(np.abs(fits[0] - _sklearn(_matrix(design), label))) < 1e-5

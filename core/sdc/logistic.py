@@ -63,6 +63,15 @@ class _Operator:
     def _by_cell(self, r: np.ndarray) -> np.ndarray:
         return np.bincount(self.cell, weights=r, minlength=self.size)
 
+    def one_sided(self, y: np.ndarray) -> np.ndarray:
+        """Per parameter: for a level whose records are all labelled 1, their number; all 0, minus it; else 0."""
+        records, ones = self._by_cell(np.ones(len(y))), self._by_cell(y)
+        parts = []
+        for c, size in zip(self.cells, self.levels):
+            count, positive = np.bincount(c, weights=records, minlength=size), np.bincount(c, weights=ones, minlength=size)
+            parts.append(np.where(positive == count, count, 0.0) - np.where(positive == 0, count, 0.0))
+        return np.concatenate([*parts, np.zeros(len(self.columns))])[self.keep]
+
     def linear(self, beta: np.ndarray) -> np.ndarray:
         """Xβ, for β the parameters."""
         slots = np.zeros(len(self.keep))
@@ -105,13 +114,26 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * z))  # without overflow
 
 
+def _start(one_sided: np.ndarray) -> np.ndarray:
+    """Where Newton's method starts: 0, but for a level in one table only (its m records all labelled alike,
+    separable) near its coefficient's optimum with the others at 0, the root of m·e^(−β) = PENALTY·β,
+    β = W(m/PENALTY) (Lambert's W, by fixed-point steps β ← ln(m/PENALTY) − ln β). From 0 Newton's steps
+    gain about 1 each there (the loss is nearly exponential in β): 12 to 18 steps on Adult, not 3."""
+    m = np.abs(one_sided)
+    log_ratio = np.log(np.maximum(m, 1.0) / PENALTY)
+    beta = log_ratio.copy()
+    for _ in range(8):
+        beta = log_ratio - np.log(beta)
+    return np.where(m > 0, np.sign(one_sided) * beta, 0.0)
+
+
 def propensities(design: Design, y: np.ndarray) -> np.ndarray:
     """P(y = 1 | x) under the fitted model, for each row of the design (an intercept is added); y in {0, 1}."""
     n = len(y)
     x = _Operator(design)
     ridge = np.full(design.width + 1, PENALTY)
     ridge[-1] = 0.0
-    beta = np.zeros(design.width + 1)
+    beta = _start(x.one_sided(y))
     z = x.linear(beta)
     loss = _loss(z, y, beta, ridge)
     for _ in range(MAX_STEPS):
