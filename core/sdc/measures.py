@@ -1,9 +1,9 @@
 """Disclosure-risk and utility measures of an SDC release (RA, swapping), as sdcMicro computes them.
 
-Set work (frequencies of the key combination, l-diversity, IL1s, means, correlations) runs in
-DuckDB over the registered frames, so it does not copy them; the nearest-neighbour linkage
-(exact: direct distances to the distinct originals, or scipy's KD-tree when they are many) and pMSE (a
-logistic regression over level codes, ``core.sdc.logistic``) run in numpy.
+IL1s, means and correlations run in DuckDB over the registered frames, so it does not copy them;
+frequencies of the key combination and l-diversity (``matches``: rows hashed by their key codes), the
+nearest-neighbour linkage (exact: direct distances to the distinct originals, or scipy's KD-tree when
+they are many) and pMSE (a logistic regression over level codes, ``core.sdc.logistic``) run in numpy.
 
 - k-anonymity: f_k, the number of records sharing record k's combination of key columns; the
   records in cells with f_k < 2 (sample uniques) and f_k < 3 violate 2- and 3-anonymity.
