@@ -260,17 +260,28 @@ def test_pmse_on_a_large_table_is_fitted_on_every_s_th_record(monkeypatch):
     assert found["null_expectation"] == pytest.approx(1 * 0.25 * 0.5 / 8)
 
 
+def _matrix(design) -> np.ndarray:
+    """The design's X as one matrix: each categorical column one-hot without its level 0, then the dense block."""
+    return np.column_stack([np.eye(size)[c][:, 1:] for c, size in zip(design.codes, design.levels)] + [design.dense])
+
+
+def _sklearn(x: np.ndarray, label: np.ndarray) -> np.ndarray:
+    from sklearn.linear_model import LogisticRegression
+
+    fitted = LogisticRegression(C=1e6, solver="newton-cholesky", tol=1e-8, max_iter=1000).fit(x, label)
+    return fitted.predict_proba(x)[:, 1]
+
+
+def _loss(p: np.ndarray, y: np.ndarray) -> float:
+    return float(-np.sum(y * np.log(p) + (1 - y) * np.log(1 - p)))
+
+
 def test_pmse_propensities_are_scikit_learns():
     """``core.sdc.logistic`` fits the model pMSE fitted with scikit-learn (C = 1e6, Newton–Cholesky): the same
     propensities on one-hot designs with numeric terms; where a level is in one table only (separable: its
     coefficient runs off, held only by the penalty) both stop on a flat stretch, ours no higher, and pMSE
     agrees to 5 digits."""
-    from sklearn.linear_model import LogisticRegression
-
     from core.sdc import logistic
-
-    def loss(p: np.ndarray, y: np.ndarray) -> float:
-        return float(-np.sum(y * np.log(p) + (1 - y) * np.log(1 - p)))
 
     rng = generator(8)
     for trial in range(4):
@@ -287,17 +298,90 @@ def test_pmse_propensities_are_scikit_learns():
         released["v"] += 0.1 * trial
         if trial % 2:
             released.loc[released.index[:40], "g"] = "only-released"  # a level the original lacks
-        x, _ = m.design(pd.concat([frame, released], ignore_index=True), ["g", "h", "v", "w"], {"v", "w"})
+        design, _ = m.design(pd.concat([frame, released], ignore_index=True), ["g", "h", "v", "w"], {"v", "w"})
         label = np.r_[np.zeros(n), np.ones(n)]
-        ours = logistic.propensities(x, label)
-        theirs = LogisticRegression(C=1e6, solver="newton-cholesky", tol=1e-8, max_iter=1000).fit(x, label).predict_proba(x)[:, 1]
+        ours, theirs = logistic.propensities(design, label), _sklearn(_matrix(design), label)
         assert np.max(np.abs(ours - theirs)) < (1e-5 if trial % 2 else 1e-10), trial
-        assert loss(ours, label) <= loss(theirs, label) + 1e-9
+        assert _loss(ours, label) <= _loss(theirs, label) + 1e-9
         assert np.mean((ours - 0.5) ** 2) == pytest.approx(np.mean((theirs - 0.5) ** 2), rel=1e-5)
     # a weakened fit (one Newton step) is not the same model: the comparison can fail
     one_step = logistic.MAX_STEPS
     try:
         logistic.MAX_STEPS = 1
-        assert np.max(np.abs(logistic.propensities(x, label) - theirs)) > 1e-3
+        assert np.max(np.abs(logistic.propensities(design, label) - theirs)) > 1e-3
     finally:
         logistic.MAX_STEPS = one_step
+
+
+def test_pmse_structured_design_is_the_one_hot_model_with_missing_values_and_one_table_levels():
+    """The design's codes are pandas' one-hot columns (text levels sorted, a missing value the level "<NA>",
+    the first dropped), constant columns leave the model, and its fit is scikit-learn's on the one-hot matrix.
+    Columns: x numeric with missing values (z, its indicator, z²), u numeric ±1 in equal shares (z_u; its
+    square is constant and dropped), their product; g text with missing values and a level only the
+    release has; b boolean; one a single level (no column); n more than ``MAX_LEVELS`` levels (left out)."""
+    from core.sdc import logistic
+
+    rng = generator(11)
+    n = 2000
+
+    def table() -> pd.DataFrame:
+        frame = pd.DataFrame(
+            {
+                "x": rng.normal(size=n).round(1),
+                "u": np.repeat([-1.0, 1.0], n // 2),
+                "g": rng.choice(["p", "q", "r", None], n),
+                "b": rng.random(n) < 0.3,
+                "one": "same",
+                "n": rng.integers(0, 400, n),
+            }
+        )
+        frame.loc[rng.random(n) < 0.05, "x"] = np.nan
+        return frame
+
+    original, released = table(), table()
+    released.loc[:29, "g"] = "s"  # in the release only
+    columns = ["x", "u", "g", "b", "one", "n"]
+    stacked = pd.concat([original, released], ignore_index=True)
+    design, left_out = m.design(stacked, columns, {"x", "u"})
+    assert left_out == ["n"] and design.levels == [5, 2]  # g: <NA> p q r s; b: False True
+    one_hot = pd.get_dummies(stacked[["g", "b"]].astype("string").fillna("<NA>"), drop_first=True).to_numpy(float)
+    x = _matrix(design)
+    assert np.array_equal(x[:, :5], one_hot)
+    assert design.dense.shape[1] == 5 and (x.std(axis=0) > 0).all()  # z_x, missing, z_u, z_x², z_x·z_u
+    label = np.r_[np.zeros(n), np.ones(n)]
+    ours, theirs = logistic.propensities(design, label), _sklearn(x, label)
+    assert np.max(np.abs(ours - theirs)) < 1e-5 and _loss(ours, label) <= _loss(theirs, label) + 1e-9
+    found = m.pmse(original, released, columns, {"x", "u"})
+    assert found["parameters"] == 1 + 4 + 1 + 5 and found["left_out"] == ["n"]
+    assert found["pmse"] == pytest.approx(np.mean((theirs - 0.5) ** 2), rel=1e-5)
+    assert found["ratio"] > 1  # the level only the release has shows
+
+
+def test_pmse_fit_starts_a_level_in_one_table_only_near_its_optimum(monkeypatch):
+    """A level only the release has is separable: from 0, Newton's steps gain about 1 each on its coefficient,
+    whose optimum is near W(m/PENALTY) ≈ 15, and the fit takes 18 steps. Started there it takes a few, and
+    gives the same propensities (and scikit-learn's). The weakened variant starts at 0."""
+    from core.sdc import logistic
+
+    rng = generator(5)
+    n = 3000
+    frame = pd.DataFrame({"g": rng.choice(list("abcd"), n), "v": rng.normal(size=n)})
+    released = frame.sample(n, replace=True, random_state=rng)
+    released.loc[released.index[:40], "g"] = "only-released"
+    design, _ = m.design(pd.concat([frame, released], ignore_index=True), ["g", "v"], {"v"})
+    label = np.r_[np.zeros(n), np.ones(n)]
+    hessian, steps = logistic._Operator.hessian, []
+
+    def counted(self, w):
+        steps[-1] += 1
+        return hessian(self, w)
+
+    monkeypatch.setattr(logistic._Operator, "hessian", counted)
+    fits = []
+    for start in (logistic._start, lambda one_sided: np.zeros(len(one_sided))):
+        monkeypatch.setattr(logistic, "_start", start)
+        steps.append(0)
+        fits.append(logistic.propensities(design, label))
+    assert steps[0] <= 5 < 12 <= steps[1], steps
+    assert np.max(np.abs(fits[0] - fits[1])) < 1e-9
+    assert np.max(np.abs(fits[0] - _sklearn(_matrix(design), label))) < 1e-5

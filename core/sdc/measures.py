@@ -1,9 +1,9 @@
 """Disclosure-risk and utility measures of an SDC release (RA, swapping), as sdcMicro computes them.
 
-Set work (frequencies of the key combination, l-diversity, IL1s, means, correlations) runs in
-DuckDB over the registered frames, so it does not copy them; the nearest-neighbour linkage
-(exact: direct distances to the distinct originals, or a KD-tree when they are many) and pMSE (a
-logistic regression) run in numpy and scipy.
+IL1s, means and correlations run in DuckDB over the registered frames, so it does not copy them;
+frequencies of the key combination and l-diversity (``matches``: rows hashed by their key codes), the
+nearest-neighbour linkage (exact: direct distances to the distinct originals, or scipy's KD-tree when
+they are many) and pMSE (a logistic regression over level codes, ``core.sdc.logistic``) run in numpy.
 
 - k-anonymity: f_k, the number of records sharing record k's combination of key columns; the
   records in cells with f_k < 2 (sample uniques) and f_k < 3 violate 2- and 3-anonymity.
@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 import scipy  # submodules load on first use: scipy.special only for weighted risk, scipy.spatial for a large linkage
 
-from core.sdc import logistic
+from core.sdc import coding, logistic
 
 FREQUENCY_BANDS = ((1, 1), (2, 2), (3, 4), (5, 9), (10, None))  # cell-size bands of the risk charts
 MAX_LEVELS = 50  # a categorical column with more levels is left out of pMSE's model (and named)
@@ -64,25 +64,9 @@ def nb_risk(f: np.ndarray, F: np.ndarray) -> np.ndarray:
     return out
 
 
-def codes(column: pd.Series) -> np.ndarray:
-    """A column's values as integer codes, a missing value as −1."""
-    return pd.factorize(column, use_na_sentinel=True)[0].astype(np.int64)
-
-
-def _dense(codes: np.ndarray, columns: list[int]) -> np.ndarray:
-    """One integer per row for its values in ``columns``, kept dense (renumbered before it could overflow)."""
-    key = np.zeros(len(codes), dtype=np.int64)
-    for j in columns:
-        radix = int(codes[:, j].max(initial=-1)) + 2
-        if key.max(initial=0) >= (2**62) // radix:
-            key = np.unique(key, return_inverse=True)[1].astype(np.int64)
-        key = key * radix + codes[:, j] + 1
-    return key
-
-
 def _patterns(codes: np.ndarray) -> np.ndarray:
     """Each row's set of missing keys, as a bit mask."""
-    return ((codes < 0) * (1 << np.arange(codes.shape[1], dtype=np.int64))).sum(axis=1)
+    return (codes < 0).astype(np.int64) @ (1 << np.arange(codes.shape[1], dtype=np.int64))
 
 
 def matches(
@@ -97,32 +81,30 @@ def matches(
     patterns) × rows, never rows × rows."""
     w = np.ones(len(codes)) if weights is None else weights
     n, wsum = np.zeros(len(queries), dtype=np.int64), np.zeros(len(queries))
+    span = int(values.max(initial=0)) + 1 if values is not None else 0
     found: list[np.ndarray] = []
     rbits, qbits = _patterns(codes), _patterns(queries)
-    for q_pattern in np.unique(qbits):
+    for q_pattern in np.sort(pd.unique(qbits)):
         qi = np.flatnonzero(qbits == q_pattern)
-        for r_pattern in np.unique(rbits):
+        for r_pattern in np.sort(pd.unique(rbits)):
             ri = np.flatnonzero(rbits == r_pattern)
             shared = [j for j in range(codes.shape[1]) if not ((q_pattern | r_pattern) >> j) & 1]
-            both = _dense(np.vstack([codes[ri], queries[qi]]), shared)
-            rk, qk = both[: len(ri)], both[len(ri) :]
-            keys, inverse = np.unique(rk, return_inverse=True)
-            pos = np.minimum(np.searchsorted(keys, qk), len(keys) - 1)
-            hit = keys[pos] == qk
-            n[qi[hit]] += np.bincount(inverse, minlength=len(keys))[pos[hit]]
-            wsum[qi[hit]] += np.bincount(inverse, weights=w[ri], minlength=len(keys))[pos[hit]]
-            if values is not None:  # the distinct (group, value) pairs, then each hit query's groups' values
-                span = int(values.max(initial=0)) + 1
-                pairs = np.unique(inverse.astype(np.int64) * span + values[ri])
-                group = pairs // span
-                lo = np.searchsorted(group, pos[hit], "left")
-                size = np.searchsorted(group, pos[hit], "right") - lo
-                at = np.repeat(lo - np.cumsum(np.r_[0, size[:-1]]), size) + np.arange(size.sum())
-                found.append(np.repeat(qi[hit], size) * span + pairs[at] % span)
+            alike = queries is codes and q_pattern == r_pattern  # the records are the queries
+            rows = codes[ri] if alike else np.vstack([codes[ri], queries[qi]])
+            group, distinct_keys = pd.factorize(coding.combined(rows, shared))
+            rg, qg, size = group[: len(ri)], group if alike else group[len(ri) :], len(distinct_keys)
+            n[qi] += np.bincount(rg, minlength=size)[qg]  # a query's group may hold no record: 0
+            wsum[qi] += np.bincount(rg, weights=w[ri], minlength=size)[qg]
+            if values is not None:  # the distinct (group, value) pairs by group, then each query's group's values
+                pairs = np.sort(pd.unique(rg * span + values[ri]))
+                per_group = np.bincount(pairs // span, minlength=size)
+                start, take = np.cumsum(per_group) - per_group, per_group[qg]
+                at = np.repeat(start[qg] - np.cumsum(take) + take, take) + np.arange(take.sum())
+                found.append(np.repeat(qi, take) * span + pairs[at] % span)
     distinct = None
-    if values is not None:
-        seen = np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
-        distinct = np.bincount(seen // (int(values.max(initial=0)) + 1), minlength=len(queries))
+    if values is not None:  # a query's values over every record pattern it matched, each once
+        seen = pd.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
+        distinct = np.bincount(seen // span, minlength=len(queries))
     return n, wsum, distinct
 
 
@@ -134,20 +116,20 @@ def record_cells(
     cluster: str | None = None,
 ) -> pd.DataFrame:
     """Per record, in the table's order: ``fk`` (records sharing its key combination), ``pop_fk`` (their
-    summed weights, or fk), ``l`` (the fewest distinct values of a sensitive variable among them) and,
-    given, its ``cluster``.
+    summed weights, or fk), ``l`` (the fewest distinct values of a sensitive variable among them), ``cell``
+    (its key combination as a number, a missing value one value of its own) and, given, its ``cluster``.
 
     A missing key value matches every value, as sdcMicro's ``freqCalc`` counts it: a suppressed cell
     could be anything, so a record with one is counted with every record it could be. A missing
     sensitive value counts as one value."""
     sens = [sensitive] if isinstance(sensitive, str) else list(sensitive or [])
-    keyed = np.column_stack([codes(frame[k]) for k in keys]) if len(frame) else np.zeros((0, len(keys)), np.int64)
+    keyed = np.column_stack([coding.codes(frame[k]) for k in keys]) if len(frame) else np.zeros((0, len(keys)), np.int64)
     w = frame[weight].to_numpy(dtype=float) if weight else None
-    fk, pop, _ = matches(keyed, keyed, w)
-    out = {"fk": fk, "pop_fk": pop if weight else fk.astype(float)}
-    if sens:
-        ell = [matches(keyed, keyed, None, codes(frame[s]) + 1)[2] for s in sens]  # missing: its own value 0
-        out["l"] = np.min(ell, axis=0)
+    values = [coding.codes(frame[s]) + 1 for s in sens]  # a missing value: its own value 0
+    fk, pop, ell = matches(keyed, keyed, w, values[0] if values else None)
+    out = {"fk": fk, "pop_fk": pop if weight else fk.astype(float), "cell": coding.combined(keyed, list(range(len(keys))))}
+    if values:
+        out["l"] = np.min([ell, *(matches(keyed, keyed, None, v)[2] for v in values[1:])], axis=0)
     else:
         out["l"] = np.full(len(frame), np.nan)
     if cluster:
@@ -196,7 +178,7 @@ def disclosure(
     risk = nb_risk(f, per["pop_fk"].to_numpy(float))
     er = float(risk.sum())
     n = len(per)
-    combos = len(frame[keys].drop_duplicates())
+    combos = len(pd.unique(per["cell"].to_numpy()))
     out = {
         "records": n,
         "cells": int(combos),
@@ -230,9 +212,12 @@ def _band(lo: int, hi: int | None) -> str:
 
 
 def mid_ranks(original: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Each value's mid-rank among the original values, scaled to [0, 1]."""
-    s = np.sort(original)
-    return (np.searchsorted(s, values, "left") + np.searchsorted(s, values, "right")) / (2.0 * len(s))
+    """Each value's mid-rank among the original values, scaled to [0, 1]: (#below + #below or equal)/(2n),
+    looked up among the distinct original values (Adult's age: 72 of 30,000)."""
+    levels, counts = np.unique(original, return_counts=True)
+    i = np.searchsorted(levels, values)
+    equal = counts[np.minimum(i, len(levels) - 1)] * (levels[np.minimum(i, len(levels) - 1)] == values)
+    return (2 * np.r_[0, np.cumsum(counts)][i] + equal) / (2.0 * len(original))
 
 
 def linkage(original: pd.DataFrame, released: pd.DataFrame, columns: list[str]) -> dict:
@@ -240,8 +225,8 @@ def linkage(original: pd.DataFrame, released: pd.DataFrame, columns: list[str]) 
     x, y = original[columns].to_numpy(float), released[columns].to_numpy(float)
     complete = ~(np.isnan(x).any(axis=1) | np.isnan(y).any(axis=1))
     x, y = x[complete], y[complete]
-    o = np.column_stack([mid_ranks(x[:, j], x[:, j]) for j in range(x.shape[1])])
-    r = np.column_stack([mid_ranks(x[:, j], y[:, j]) for j in range(x.shape[1])])
+    both = np.column_stack([mid_ranks(x[:, j], np.r_[x[:, j], y[:, j]]) for j in range(x.shape[1])])
+    o, r = both[: len(x)], both[len(x) :]
     moved = (x != y).any(axis=1)
     if not moved.any():
         return {"perturbed_records": 0, "linkage_rate": None}
@@ -265,7 +250,7 @@ def _ties(points: np.ndarray, queries: np.ndarray, own: np.ndarray) -> np.ndarra
     Exact either way: over the distinct points (rank space repeats values; Adult's age has 72) with
     their multiplicities, by direct distances while queries × distinct points stay under
     ``BRUTE_PAIRS``, without scipy.spatial (0.1-0.3 s to import); a k-d tree beyond that."""
-    distinct, counts = np.unique(points, axis=0, return_counts=True)
+    distinct, counts = _distinct(points)
     ties = np.zeros(len(queries))
     if len(queries) * len(distinct) > BRUTE_PAIRS:
         tree = scipy.spatial.cKDTree(points)
@@ -280,6 +265,14 @@ def _ties(points: np.ndarray, queries: np.ndarray, own: np.ndarray) -> np.ndarra
         linked = mine <= d.min(axis=1) + LINK_TOLERANCE
         ties[a : a + step] = np.where(linked, (d <= (mine + LINK_TOLERANCE)[:, None]) @ counts, 0)
     return ties
+
+
+def _distinct(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of ``points`` (in the order they first appear) and how many times each occurs, by
+    hashing (``np.unique(axis=0)`` sorts rows as bytes: 28 ms for one column of Adult's 30,000)."""
+    per_column = np.column_stack([pd.factorize(points[:, j])[0] for j in range(points.shape[1])])
+    group, first = coding.groups(coding.combined(per_column, list(range(points.shape[1]))))
+    return points[first], np.bincount(group)
 
 
 def il1s(con: duckdb.DuckDBPyConnection, original: str, released: str, columns: list[str]) -> float | None:
@@ -329,12 +322,13 @@ def changes(con: duckdb.DuckDBPyConnection, original: str, released: str, column
     }
 
 
-def design(frame: pd.DataFrame, columns: list[str], numeric: set[str]) -> tuple[np.ndarray, list[str]]:
+def design(frame: pd.DataFrame, columns: list[str], numeric: set[str]) -> tuple[logistic.Design, list[str]]:
     """pMSE's model: numeric columns standardized (a missing value as the mean plus an indicator),
     with their squares and pairwise products among the first ``MAX_SQUARED`` of them (swapping keeps
-    every marginal, so only second-order terms can see what it changed); other columns one-hot with the first level dropped. Returns the
-    matrix and the columns left out (more than ``MAX_LEVELS`` levels)."""
-    parts, left_out, z = [], [], []
+    every marginal, so only second-order terms can see what it changed), the dense columns constant
+    in-sample dropped; other columns one-hot with the first level (as text, sorted) dropped, kept as level
+    codes. Returns the design and the columns left out (more than ``MAX_LEVELS`` levels)."""
+    codes, levels, dense, left_out, z = [], [], [], [], []
     for c in columns:
         if c in numeric:
             v = frame[c].to_numpy(float)
@@ -342,17 +336,18 @@ def design(frame: pd.DataFrame, columns: list[str], numeric: set[str]) -> tuple[
             mu, sd = (np.nanmean(v), np.nanstd(v)) if (~missing).any() else (0.0, 0.0)
             z.append((np.where(missing, mu, v) - mu) / (sd or 1.0))
             if missing.any() and not missing.all():
-                parts.append(missing[:, None].astype(float))
+                dense.append(missing.astype(float))
             continue
-        levels = frame[c].astype("string").fillna("<NA>")
-        if levels.nunique() > MAX_LEVELS:
+        level, names = pd.factorize(frame[c].astype("string").fillna("<NA>"), sort=True)
+        if len(names) > MAX_LEVELS:
             left_out.append(c)
-            continue
-        parts.append(pd.get_dummies(levels, drop_first=True).to_numpy(float))
+        elif len(names) > 1:  # one level: no column
+            codes.append(level.astype(np.int64))
+            levels.append(len(names))
     second = z[:MAX_SQUARED]
-    parts += [v[:, None] for v in z] + [(a * b)[:, None] for i, a in enumerate(second) for b in second[i:]]
-    width = sum(p.shape[1] for p in parts)
-    return (np.hstack(parts) if width else np.zeros((len(frame), 0))), left_out
+    dense += z + [a * b for i, a in enumerate(second) for b in second[i:]]
+    block = np.column_stack(dense) if dense else np.zeros((len(frame), 0))
+    return logistic.Design(codes, levels, block[:, block.std(axis=0) > 0]), left_out
 
 
 def pmse(original: pd.DataFrame, released: pd.DataFrame, columns: list[str], numeric: set[str]) -> dict:
@@ -364,13 +359,9 @@ def pmse(original: pd.DataFrame, released: pd.DataFrame, columns: list[str], num
     stacked = pd.concat([original[columns], released[columns]], ignore_index=True)
     label = np.r_[np.zeros(len(original)), np.ones(len(released))]
     x, left_out = design(stacked, columns, numeric)
-    x = x[:, x.std(axis=0) > 0] if x.shape[1] else x
     big_n, c = len(label), len(released) / len(label)
-    k = x.shape[1] + 1  # parameters, with the intercept
-    if x.shape[1]:
-        score = logistic.propensities(x, label)  # unpenalized in effect
-    else:
-        score = np.full(big_n, c)
+    k = x.width + 1  # parameters, with the intercept
+    score = logistic.propensities(x, label) if x.width else np.full(big_n, c)  # unpenalized in effect
     value = float(np.mean((score - c) ** 2))
     null = null_pmse(k, c, big_n)
     return {

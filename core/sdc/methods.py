@@ -34,7 +34,7 @@ from pydantic import Field, model_validator
 
 from core.errors import ParameterError
 from core.params import StrictParams
-from core.sdc import measures
+from core.sdc import coding, measures
 from core.sdc.groups import meds_bins
 from core.sdc.policy import Breaks, Policy
 
@@ -169,7 +169,7 @@ def suppress(frame: pd.DataFrame, step: Suppress, policy: Policy) -> tuple[pd.Da
         }
     levels = {c: frame[c].nunique() for c in keys}
     order = sorted(range(len(keys)), key=lambda j: -levels[keys[j]])  # ties: more categories first
-    codes = np.column_stack([measures.codes(out[c]) for c in keys])
+    codes = np.column_stack([coding.codes(out[c]) for c in keys])
     suppressed = np.zeros(len(keys), dtype=np.int64)
     rounds = 0
     while True:
