@@ -43,17 +43,19 @@ def _run_release(request_path: Path, runner: dict) -> dict:
     """Check the request against public facts first (under a second), then release: as a flow
     run on the configured Prefect server, or directly when none is configured (no temporary server)."""
     from core import charts, parallel
-    from core.release import pipeline, spec
+    from core.release import charged, pipeline, spec
     from core.release.home import Home
 
     request = spec.load(request_path)
     store = Home.open()
-    if prefect_api_url():  # fail fast, before a flow run starts; its log is quiet on the console: warnings said here
-        bound, plan_ = pipeline.prepare(store, request)
+    bound, plan_ = pipeline.prepare(store, request)  # fail fast, with the error alone, before anything starts
+    if not prefect_api_url():  # without Prefect no steward can answer: a release needing approval is refused now
+        held = charged.look(store, pipeline.claim(bound, plan_), charged.Caller())
+        if held is not None:
+            charged.refuse(bound.dataset.id, held, logging.getLogger("privrelease"))
+    else:  # the flow's log is quiet on the console: its warnings are printed here, before the charge
         for line in pipeline.warnings(bound, plan_):
             print(f"warning: {line}", file=sys.stderr)
-    # without Prefect the charged run checks the same before its charge, and no steward can answer there: a
-    # release needing approval is refused (charged.refuse)
     os.environ.update({settings.RUNNER: runner["runner"], settings.DASK_WORKERS: str(runner["dask_workers"])})
     if runner["dask_address"]:
         os.environ[settings.DASK_ADDRESS] = runner["dask_address"]
