@@ -31,7 +31,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from core import settings
+from core import normal, settings
 from core.errors import SpecError
 
 MIN_UNITS = 2.0**20  # sigma / grid is at least this (so the grid lemma's ETA is below 2e-10)
@@ -361,11 +361,9 @@ def gaussian_tail(rng: np.random.Generator, sigma: float, unit: float, threshold
 def tail_probability(sigma: float, unit: float, threshold: float) -> float:
     """P[unit * Z > threshold] for that discrete Gaussian, to within a factor e^{±ETA} + TAIL: the
     rounded-Gaussian value P[N(0, s2) >= n0 - 1/2] (the grid lemma)."""
-    from scipy.special import ndtr  # norm.sf(x) is ndtr(-x); scipy.stats costs 0.3 s to import
-
     s2 = gaussian_variance_units(sigma, unit)
     n0 = math.floor(threshold / unit) + 1
-    return float(ndtr(-(n0 - 0.5) / math.sqrt(s2)))
+    return normal.ndtr(-(n0 - 0.5) / math.sqrt(s2))
 
 
 def laplace(rng: np.random.Generator, scale: float, units: np.ndarray, unit: float) -> np.ndarray:

@@ -35,7 +35,6 @@ from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
-import scipy  # submodules load on first use: a flow that never runs DPNE never imports scipy.special
 from pydantic import Field, model_validator
 
 from core import noise, parallel
@@ -46,6 +45,7 @@ from core.mechanisms import dpne_accuracy
 from core.mechanisms.base import DPCost, Plan, Result
 from core.mechanisms.dpne_candidates import Candidates
 from core.mechanisms.dpne_counts import SEP, Encoding, Partition, merge, open_partition, tokens_sql
+from core.normal import ndtri
 from core.params import StrictParams
 from core.privacy import draws, events
 from core.privacy.adjacency import AddRemoveUser
@@ -130,7 +130,7 @@ def dpsu_threshold(sigma: float, cap: int, delta_part: float) -> float:
     """
     t = np.arange(1, cap + 1, dtype=float)
     tail = -np.expm1(np.log1p(-delta_part) / t)  # 1 - (1 - delta_part)^(1/t), without cancellation
-    return float(np.max(1 / np.sqrt(t) + sigma * -scipy.special.ndtri(tail)))
+    return float(np.max(1 / np.sqrt(t) + sigma * -ndtri(tail)))
 
 
 def accounting(params: Params) -> Accounting:
@@ -151,7 +151,7 @@ def level_threshold(sigma: float, eta: float, previous: int, candidates: int) ->
     at 1e-300 (rho_k <= 37 sigma_k): a tiny eta times a small ratio underflows to 0, whose rho_k would
     be infinite and fail the run after the data was read."""
     share = max(eta * min(1.0, previous / candidates), 1e-300)
-    return max(0.0, sigma * float(-scipy.special.ndtri(share)))
+    return max(0.0, sigma * float(-ndtri(share)))
 
 
 def needs(params: Params, schema: tuple[str, ...]) -> Needs:
