@@ -5,8 +5,7 @@ on every release that needs one of them).
 ``scipy.special`` runs) with the same coefficients, the same order of floating-point operations and the C
 library's exp and log, so they return scipy's values bit for bit (``tests/test_normal.py`` checks that over
 their whole range): DPNE's thresholds and pass probabilities, which a release publishes and its ledger records,
-are the ones it computed with scipy, to the last bit. (``core.privacy.budget.ndtr``, the Gaussian calibration's
-CDF from the C library's erfc, differs from this one in some last bits; the outlier releases record its values.)
+are the ones it computed with scipy, to the last bit; so are the Gaussian calibration's (``core.privacy.budget``).
 """
 
 from __future__ import annotations
@@ -124,3 +123,18 @@ def _p1evl(x, coefficients: tuple[float, ...]):
     for c in coefficients[1:]:
         total = total * x + c
     return total
+
+
+def log_ndtr(x: float) -> float:
+    """log Phi(x): log of ``ndtr`` while it stays a normal float (x >= -37), below that its asymptotic series
+    log(phi(x) / -x) + log(1 - 1/x^2 + 3/x^4 - ...), alternating, to its first omitted term (< 1e-17 there)."""
+    if x >= -37.0:
+        return math.log(ndtr(x))
+    inv, term, total = 1 / (x * x), 1.0, 1.0
+    for k in range(1, 8):
+        term *= -(2 * k - 1) * inv
+        total += term
+    return -0.5 * x * x - math.log(-x) - _LOG_SQRT_2PI + math.log(total)
+
+
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)

@@ -11,9 +11,10 @@ from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
 from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon as rdp_epsilon
 from scipy import special
 
+from core import normal
 from core.mechanisms import dpne, outliers
 from core.privacy import accountant as acc
-from core.privacy import budget, pld
+from core.privacy import pld
 from core.privacy.budget import Budget, gaussian_epsilon, gaussian_sigma
 
 SIGMA_1 = gaussian_sigma(1.0, 1e-6)  # one Gaussian release at (1, 1e-6), sensitivity 1
@@ -245,13 +246,13 @@ def admitted_after(f: acc.Filter, history: list[acc.Spend], spend: acc.Spend) ->
 
 
 def test_the_normal_cdf_without_scipy_matches_scipys_far_into_the_tail():
-    """budget.ndtr / log_ndtr (erfc, then the asymptotic series below -37) against scipy.special, down to
+    """core.normal's ndtr / log_ndtr (Cephes, then the asymptotic series below -37) against scipy.special, down to
     x = -1000; Gaussian sigmas and epsilons through them against the same conversion through scipy's (a log Phi
     taken as the log of erfc's value fails below -37, where that underflows)."""
     xs = np.concatenate([np.linspace(-36.9, 0, 3001), -np.logspace(-4, 3, 400), [-37.0, -37.0001, -40.0, -100.0]])
     for x in xs:
-        assert budget.ndtr(x) == pytest.approx(float(special.ndtr(x)), rel=1e-12, abs=1e-300)
-        assert budget.log_ndtr(x) == pytest.approx(float(special.log_ndtr(x)), rel=1e-13)
+        assert normal.ndtr(x) == pytest.approx(float(special.ndtr(x)), rel=1e-12, abs=1e-300)
+        assert normal.log_ndtr(x) == pytest.approx(float(special.log_ndtr(x)), rel=1e-13)
 
     def scipy_delta(eps: float, sigma: float) -> float:
         a = 1 / (2 * sigma)

@@ -79,17 +79,17 @@ GOLDEN = {  # the SDC digests moved with the disclosure policy (rows shuffled, c
                  "manifest.json": "aa8e9094f787f70d", "report.md": "b82b6acb14a8be14"},
     "dpne": {"<ledger>": "eec64ac6fc09f6f1", "manifest.json": "fb081d6389db94ed", "ngrams.csv": "27a8ead094c3dffb",
              "ngrams.parquet": "02e1caacbf8f11aa", "report.md": "a84c60f8526be93a"},
-    # the outlier cases' noise moved with the Gaussian calibration's normal CDF from the C library's erfc (no scipy):
-    # its sigma moved by 1e-15 to 4e-14 relative, and the exact sampler's seeded draws with it (outliers-top's
-    # ledger entry records that sigma); the old CDF gives these files' old digests (checked)
-    "outliers-count": {"<ledger>": "8da978881d81b584", "manifest.json": "b1309e1a3bde9721", "outliers.csv": "9d8f6b63e2f6259c",
-                       "outliers.parquet": "21d8ffc07ae34a75", "report.md": "0722d6c32448747e"},
+    # the outlier cases' digests are those of the Gaussian calibration with scipy.special's normal CDF: core.normal
+    # computes it bit for bit without scipy (a CDF from the C library's erfc moved sigma by 1e-15 to 4e-14 relative,
+    # and the exact sampler's seeded draws with it)
+    "outliers-count": {"<ledger>": "8da978881d81b584", "manifest.json": "dc98247427888b82", "outliers.csv": "196e97da3384c6ed",
+                       "outliers.parquet": "7f537c53750dfce5", "report.md": "da6339a458e968cf"},
     # the dp cases' ledger entries moved with #38 item 1 (typed privacy events): an entry records its event's
     # parts in the tree's form and no longer the plan's accountant keys; their released files did not move.
     # outliers-top draws global noise: its ledger entry and manifest moved with its events (#37 finding 5: the
     # Gaussian it draws, not an (eps, delta) count and a Laplace std); its released files did not
-    "outliers-top": {"<ledger>": "d3fbce0b8d0b2d16", "manifest.json": "92556547e75cc9f9", "outliers.csv": "3045360ab390fc6e",
-                     "outliers.parquet": "0e61cae646ef0940", "report.md": "96c4570a088657fe"},
+    "outliers-top": {"<ledger>": "76b904a73ee3882d", "manifest.json": "0a43677e4183e974", "outliers.csv": "8bfda1a53db0faa4",
+                     "outliers.parquet": "c2077e9ca9ae9abc", "report.md": "fcdabc9203725cdd"},
 }  # fmt: skip
 
 

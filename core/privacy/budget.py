@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from core.normal import log_ndtr, ndtr
+
 # Relative slack so that n equal splits of a cap add back up to the cap despite float rounding.
 REL_TOL = 1e-9
 
@@ -64,28 +66,6 @@ def gaussian_delta(epsilon: float, sigma: float) -> float:
     """The smallest delta for which noise ``sigma`` (sensitivity 1) is (epsilon, delta)-DP."""
     a = 1 / (2 * sigma)
     return ndtr(-epsilon * sigma + a) - math.exp(epsilon + log_ndtr(-epsilon * sigma - a))
-
-
-def ndtr(x: float) -> float:
-    """Phi(x), the standard normal CDF, from the C library's erfc (scipy.special's ndtr to a few ulps, without
-    its 0.2 s import on every release)."""
-    return 0.5 * math.erfc(-x / _SQRT2)
-
-
-def log_ndtr(x: float) -> float:
-    """log Phi(x): log of ``ndtr`` while erfc stays a normal float (x >= -37), below that its asymptotic series
-    log(phi(x) / -x) + log(1 - 1/x^2 + 3/x^4 - ...), alternating, to its first omitted term (< 1e-17 there)."""
-    if x >= -37.0:
-        return math.log(ndtr(x))
-    inv, term, total = 1 / (x * x), 1.0, 1.0
-    for k in range(1, 8):
-        term *= -(2 * k - 1) * inv
-        total += term
-    return -0.5 * x * x - math.log(-x) - _LOG_SQRT_2PI + math.log(total)
-
-
-_SQRT2 = math.sqrt(2.0)
-_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
 def boundary(holds, lo: float, hi: float, rtol: float = 1e-15) -> float:
