@@ -5,7 +5,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test audit lint docs serve serve-pg bench bench-aggregate peers-venv clean
+.PHONY: demo test test-system audit lint docs serve serve-pg bench bench-aggregate peers-venv clean
 
 $(STAMP): pyproject.toml requirements.lock.txt
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -37,7 +37,11 @@ serve-pg: $(STAMP)  # the same, with the ledger and Prefect's server on PostgreS
 
 test: $(STAMP)
 	bash scripts/system-deps.sh
-	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup  # both cores; a file is one group (tests/conftest.py)
+	$(VENV)/bin/python -m pytest -n 2 --dist load -m "not system"  # both cores; the tiers: tests/conftest.py
+
+test-system: $(STAMP)  # the system tier: whole stacks (served Prefect, gate, proxy, browser, make serve, two hosts)
+	bash scripts/system-deps.sh
+	$(VENV)/bin/python -m pytest -n 2 --dist load -m system
 
 # the statistical privacy auditor's long run (10-30 min; its table goes in docs/PRIVACY-AUDIT.md), then the quickstart's
 # install for real in a fresh clone and the operator's serving commands in a network namespace (tests/test_serve_network.py)

@@ -36,32 +36,33 @@ REPO = Path(__file__).resolve().parent.parent
 collect_ignore = [] if os.environ.get("PRIVRELEASE_AUDIT") == "1" else ["test_serve_network.py"]
 
 
-# `make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`): each test file is one group,
-# so a file's module fixtures are built once, and the files that share the session's served Prefect
-# (`served`, `people`) form one group, so that server is started once.
-SERVED_FILES = {
-    "test_gate.py",
+# Two tiers. `make test` (CI) runs every test but the system tier, on two pytest-xdist workers; `make test-system`
+# runs the system tier: whole stacks (the served Prefect with its gate, proxy and worker, the browser, `make serve`,
+# two hosts on PostgreSQL, a fresh home's first start), a minute or more each. A file of the tier is named here;
+# a single test of another file is marked `@pytest.mark.system`.
+SYSTEM_FILES = {
     "test_server.py",
     "test_ui.py",
     "test_proxy.py",
-    "test_gate_abuse.py",
-    "test_gate_reads.py",
-    "test_gate_attack2.py",
     "test_quotas.py",
     "test_catalogue_served.py",
-    "test_gate_fair.py",
     "test_pool_fair.py",
-    "test_proxy_accounts.py",
     "test_proxy_attack7.py",
+    "test_run_limits.py",
+    "test_serve.py",
+    "test_server_pg.py",
+    "test_docs.py",
+    "test_spam_flow.py",
 }
 
 
 def pytest_collection_modifyitems(config, items):
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
+    """The system tier's files marked. `make test`'s two workers take the tests one by one (`--dist load`): a file's
+    module fixtures and the session's served Prefect are built on each worker that runs one of its tests.
+    (pytest-xdist's `loadgroup` cannot group them under pytest 9, which ignores the test ids xdist rewrites.)"""
     for item in items:
-        name = item.path.name
-        item.add_marker(pytest.mark.xdist_group("served" if name in SERVED_FILES else name))
+        if item.path.name in SYSTEM_FILES:
+            item.add_marker(pytest.mark.system)
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
+import pytest
 
 from core.datasets.demo import census, mail
 from core.spam import decision as D
@@ -341,6 +342,7 @@ def test_internal_error_exits_1_without_details(tmp_path: Path):
     assert r.returncode == 1 and r.stderr.startswith("internal error (") and "Traceback" not in r.stderr
 
 
+@pytest.mark.system
 def test_demo_in_a_fresh_home(tmp_path: Path):
     """The quickstart's first command (``make demo``), as a newcomer runs it: a fresh home, its own temporary Prefect server."""
     home = tmp_path / "home"
@@ -442,6 +444,7 @@ def test_release_summary_json_and_quiet(tmp_path: Path):
     assert set(summary["headline"]) == {"pa", "pa_max", "k"}  # k: the smallest key cell of the released table
 
 
+@pytest.mark.system
 def test_spam_commands_as_typed(tmp_path: Path):
     """The spam training page's commands as printed (docs/mechanisms/spam-training.md): split → train (its flow, on
     Prefect's temporary server) → classify, each a real process, typed one after the other from the user's own
@@ -500,6 +503,7 @@ def test_spam_commands_as_typed(tmp_path: Path):
     assert r.returncode == 2 and r.stderr.startswith("error: the run id must be 1-80 characters of letters, digits")
 
 
+@pytest.mark.system
 def test_concurrent_first_start_of_prefect_in_a_fresh_home(tmp_path: Path):
     """Eight processes start Prefect's temporary server on one new database at once (without the lock,
     2 and 4 of 8 printed migration tracebacks in two trials here): the first

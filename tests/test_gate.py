@@ -437,6 +437,7 @@ def _left_the_worker(proc: subprocess.Popen, run_id: str, log: Path, timeout: fl
         time.sleep(0.2)
 
 
+@pytest.mark.system
 def test_a_large_charge_waits_for_a_steward(served, people):
     """A release above the steward's threshold is suspended before its charge: its process ends and frees
     the worker while it waits; the analyst cannot answer it, nor can a steward answer their own; a
@@ -555,6 +556,7 @@ def test_the_gate_passes_on_only_what_it_decided_on(served, people):
     api.delete(f"/flow_runs/{mine['id']}")
 
 
+@pytest.mark.system
 def test_callers_that_never_read_hold_no_connection_to_prefect(served):
     """More callers than the gate has connections to Prefect each ask for the UI's largest file and never
     read it; the gate still answers (it reads Prefect's answer whole before passing it on). The bare gate, behind

@@ -71,4 +71,4 @@ def test_the_quickstarts_install_commands_run_in_a_fresh_clone(tmp_path: Path):
         ]
         at = [out.find(step) for step in steps]
         assert -1 not in at and at == sorted(at), (steps, out)
-    assert test.index("bash scripts/system-deps.sh") < test.index(".venv/bin/python -m pytest -n 2 --dist loadgroup")
+    assert test.index("bash scripts/system-deps.sh") < test.index('.venv/bin/python -m pytest -n 2 --dist load -m "not system"')

@@ -70,6 +70,7 @@ def steward(home: Path, env: dict | None = None, epsilon: str = "5") -> None:
     assert r.returncode == 0, r.stderr
 
 
+@pytest.mark.system
 def test_migrate_a_home_into_postgresql(tmp_path: Path, pg_url: str):
     home = tmp_path / "home"
     steward(home)
