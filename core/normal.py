@@ -57,7 +57,8 @@ _C = {
 
 def ndtr(x: float) -> float:
     """Phi(x), as scipy.special.ndtr computes it (Cephes: erf's rational function for |x| < sqrt 2, else erfc's
-    times exp(-x^2/2), the C library's exp): DPNE's pass probabilities, which its accuracy figures publish."""
+    times exp(-x^2/2), the C library's exp): DPNE's pass probabilities, which its accuracy figures publish, and the
+    Gaussian calibration's delta (``core.privacy.budget``)."""
     x = x * _SQRT1_2
     z = abs(x)
     if z < 1.0:

@@ -38,7 +38,7 @@ collect_ignore = [] if os.environ.get("PRIVRELEASE_AUDIT") == "1" else ["test_se
 
 # Two tiers. `make test` (CI) runs every test but the system tier, on two pytest-xdist workers; `make test-system`
 # runs the system tier: whole stacks (the served Prefect with its gate, proxy and worker, the browser, `make serve`,
-# two hosts on PostgreSQL, a fresh home's first start), a minute or more each. A file of the tier is named here;
+# two hosts on PostgreSQL, a fresh home's first start), tens of seconds to minutes each. A file of the tier is named here;
 # a single test of another file is marked `@pytest.mark.system`.
 SYSTEM_FILES = {
     "test_server.py",
