@@ -108,7 +108,7 @@ def test_a_release_publishes_every_public_key_with_intervals(prefect_server, hom
          "keys of region, grade are not declared at registration, so they are selected privately"),
         ("record", True, {"max_groups": 2}, "under the record unit each record is in one key: drop them"),
         ("user:person", True, {"group_by": ["person"]}, "cannot be a group_by column: it would publish users"),
-        ("user:person", True, {"epsilon": 1e-9, "delta": 1e-12}, "past the exact sampler's range: raise epsilon"),
+        ("user:person", True, {"epsilon": 1e-9, "delta": 1e-12}, "too small for the exact sampler"),
     ],
     ids=["non-numeric", "missing-column", "no-bounds", "selection-without-delta", "caps-under-record", "user-key", "tiny-budget"],
 )  # fmt: skip

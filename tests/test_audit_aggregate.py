@@ -6,10 +6,13 @@ fresh seeds each, and an empirical lower bound on epsilon that must stay at or b
 - a user in every group: the removed user holds max_rows rows in each of max_groups keys;
 - bounds that clip everything: every value far above the upper bound, so each of the user's rows
   moves the sum by the whole bound (public keys, the sum alone);
+- a median one user moves: two camps of users at 10 and 90, the removed user's rows in one of them
+  (the exponential mechanism's draw, with the histogram it draws inside);
 - the record unit: one record moved from one key to another (replace one record).
 
 The watched output is the first key's published value (nan when the key is not released). A weakened
-run (the count's noise std divided by 20) is caught by the same auditor, so the test can fail.
+run (the count's noise std divided by 20; the median drawn at 20 times its epsilon) is caught by the same
+auditor, so the test can fail.
 """
 
 from __future__ import annotations
@@ -44,6 +47,13 @@ def _moved_record(d: pd.DataFrame) -> pd.DataFrame:
     return d2
 
 
+def _two_camps() -> pd.DataFrame:
+    """One key, 12 users of 3 rows: users 0-5 at 10, 6-11 at 90, so the removed user 0 moves the median's rank
+    by the most a user can (R max(q, 1 - q) = 1.5) and the median jumps between the camps."""
+    n = 36
+    return pd.DataFrame({"user": np.arange(n) // 3, "g": np.zeros(n, int), "x": np.where(np.arange(n) < 18, 10.0, 90.0)})
+
+
 COUNT = [{"op": "count"}]
 CASES = {
     "one-group": (lambda: _users(1, 3, 30), _without_first_user, "count",
@@ -54,6 +64,10 @@ CASES = {
     "bounds-clip-everything": (lambda: _users(2, 2, 20), _without_first_user, "x_sum",
                                {"group_by": ["g"], "measures": [{"op": "sum", "column": "x", "bounds": [0, 1]}], "epsilon": 1.0,
                                 "delta": 1e-5, "user_column": "user", "max_groups": 2, "max_rows": 2, "domains": {"g": [0, 1]}}),
+    "quantile-median-user": (_two_camps, _without_first_user, "x_q50",
+                             {"group_by": ["g"], "measures": [{"op": "quantile", "column": "x", "bounds": [0, 100], "q": [0.5],
+                              "bins": 4, "steps": 64, "interval_share": 0.5}], "epsilon": 1.0, "delta": 1e-5,
+                              "user_column": "user", "max_rows": 3, "domains": {"g": [0]}}),
     "record-moved": (lambda: _users(2, 10, 1).drop(columns="user"), _moved_record, "count",
                      {"group_by": ["g"], "measures": COUNT, "epsilon": 1.0, "delta": 1e-5, "domains": {"g": [0, 1]}}),
 }  # fmt: skip
@@ -89,4 +103,12 @@ def test_auditor_catches_a_count_with_too_little_noise(test_mode, monkeypatch):
         draws, "values", lambda rng, leaf, units, unit: real(rng, replace(leaf, sigma=leaf.sigma / 20), units, unit)
     )
     result = audit(*outputs("user-in-every-group", 150, seed=3), 1.0, 1e-5, 0.05)
+    assert result.epsilon_lb > 1.0, result
+
+
+def test_auditor_catches_a_median_drawn_at_too_large_an_epsilon(test_mode, monkeypatch):
+    """The auditor can fail on the quantile too: its exponential-mechanism leaf drawn at 20 times its epsilon is caught."""
+    real = draws.exponential
+    monkeypatch.setattr(draws, "exponential", lambda rng, leaf, c, s: real(rng, replace(leaf, epsilon=leaf.epsilon * 20), c, s))
+    result = audit(*outputs("quantile-median-user", 150, seed=3), 1.0, 1e-5, 0.05)
     assert result.epsilon_lb > 1.0, result

@@ -19,6 +19,7 @@ drawing once more than declared, a sampler wider than its leaf).
 from __future__ import annotations
 
 from collections import Counter
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -35,6 +36,7 @@ from tests.test_outliers import _permute_and_flip, planted
 
 N = 3000
 QUALITY, SENSITIVITY = np.array([0, 2, 4, 5, 8]), 2
+EM_CANDIDATES = (np.array([40, 1, 0, 3, 1, 90]), np.array([0, 0, 2, 2, 6, 7]), np.array([0, 2, 2, 6, 7, 7]), Fraction(9, 2))
 
 
 def cases() -> list[tuple[str, dict]]:
@@ -62,7 +64,7 @@ def frame_for(name: str, raw: dict):
 def recorded_run(name: str, raw: dict, monkeypatch) -> tuple[list[tuple[str, object]], object, object]:
     """The run's draws as (function, leaf) in order, its plan, and its result."""
     calls: list[tuple[str, object]] = []
-    for fn in ("values", "tail", "select"):
+    for fn in ("values", "tail", "select", "exponential"):
         real = getattr(draws, fn)
         monkeypatch.setattr(draws, fn, lambda *a, _fn=fn, _real=real: calls.append((_fn, a[1])) or _real(*a))
     m = MECHANISMS[name]
@@ -82,8 +84,9 @@ def drawn_violations(name: str, raw: dict, monkeypatch) -> list[str]:
     if name == "dpne":  # each level run draws once with its level's leaf
         ran = sum(r is not None for r in result.privacy["rho"])
         expected = Counter(ev.each(planned.cost.event, dpne.LEVEL)[:ran])
-    else:
-        expected = Counter({leaf: n for leaf, n in declared.items() if not isinstance(leaf, ev.EpsilonDelta)})
+    else:  # an aggregate quantile's Exponential leaf: one call draws every key, the plan composes the keys a neighbour touches
+        expected = Counter({leaf: 1 if isinstance(leaf, ev.Exponential) else n for leaf, n in declared.items()
+                            if not isinstance(leaf, ev.EpsilonDelta)})  # fmt: skip
     if made != expected and not found:
         found.append(f"drew {dict(made)} where the plan composes {dict(expected)}")
     return found
@@ -106,6 +109,14 @@ def law_violations(leaf, sampler=None) -> list[str]:
         exact = _permute_and_flip(QUALITY, float(noise.rate(leaf.epsilon, SENSITIVITY)))
         p = stats.chisquare(picks, exact * N).pvalue
         return [] if p > 1e-3 else [f"{leaf!r}: its picks are not permute-and-flip's (chi-square p = {p:.2g})"]
+    if isinstance(leaf, ev.Exponential):  # over fixed candidates: the exponential mechanism's exact probabilities
+        w, a, b, t = EM_CANDIDATES
+        picks = np.bincount([k for k, _ in draws.exponential(rng, leaf, [EM_CANDIDATES] * N, SENSITIVITY)], minlength=len(w))
+        r = float(noise.rate(leaf.epsilon, SENSITIVITY))
+        score = -np.maximum(0, np.maximum(a - float(t), float(t) - b))
+        exact = w * np.exp(r * (score - score.max()))
+        p = stats.chisquare(picks[w > 0], (exact / exact.sum() * N)[w > 0]).pvalue
+        return [] if p > 1e-3 else [f"{leaf!r}: its picks are not the exponential mechanism's (chi-square p = {p:.2g})"]
     return [f"{leaf!r}: no law to check"]
 
 
@@ -123,7 +134,7 @@ def test_the_cases_cover_every_kind_of_leaf_drawn():
     for name, raw in cases():
         m = MECHANISMS[name]
         kinds |= {type(leaf) for leaf, _ in ev.leaves(m.plan(m.Params.model_validate(raw)).cost.event)}
-    assert {ev.DiscreteGaussian, ev.DiscreteLaplace, ev.PermuteAndFlip} <= kinds
+    assert {ev.DiscreteGaussian, ev.DiscreteLaplace, ev.PermuteAndFlip, ev.Exponential} <= kinds
     assert {name for name, _ in cases()} == {"dpne", "outliers", "aggregate"}  # every DP table mechanism
 
 
@@ -155,3 +166,7 @@ def test_a_draw_that_leaves_its_plan_is_caught(monkeypatch, test_mode):
     real_select = draws.select
     monkeypatch.setattr(draws, "select", lambda rng, lf, q, s: real_select(rng, ev.PermuteAndFlip(lf.epsilon * 3), q, s))
     assert "not permute-and-flip" in law_violations(ev.PermuteAndFlip(1.0))[0]
+    # an exponential-mechanism draw at another epsilon than its leaf's is not the leaf's law
+    real_em = draws.exponential
+    monkeypatch.setattr(draws, "exponential", lambda rng, lf, c, s: real_em(rng, ev.Exponential(lf.epsilon * 3), c, s))
+    assert "not the exponential mechanism's" in law_violations(ev.Exponential(1.0))[0]

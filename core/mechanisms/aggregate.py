@@ -13,8 +13,10 @@ release is one row per key with one column per measure and its 95% interval.
   one draw per key from ``core.noise``'s exact discrete Gaussian or discrete Laplace on a public
   grid, with the leaf of the plan's event that declares it (``core.privacy.draws``): the sensitivities,
   the split and the argument are in ``aggregate_budget``.
-- Means are a noisy centred sum over the noisy count; quantiles are read from a noisy histogram over
-  equal bins (not the exponential mechanism). Intervals: ``aggregate_report``.
+- Means are a noisy centred sum over the noisy count. A quantile's interval is read from a noisy
+  histogram over equal bins, and its estimate drawn by the exponential mechanism over the answer grid's
+  steps inside that interval (``aggregate_quantile``), one ``Exponential`` leaf per level composed over
+  the keys a neighbour touches. Intervals: ``aggregate_report``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import pandas as pd
 from core import noise
 from core.errors import InternalError, ParameterError
 from core.mechanisms import aggregate_budget as budget
+from core.mechanisms import aggregate_quantile as quantile
 from core.mechanisms import aggregate_query as query
 from core.mechanisms import aggregate_report as show
 from core.mechanisms.aggregate_params import Measure, Params
@@ -46,7 +49,7 @@ DOMAINS_PARAM = "domains"  # the key domains the steward declared at registratio
 
 def accuracy(params: Params, plan_: Plan, columns: tuple[str, ...]) -> dict:
     """Each vector's noise std per cell and 95% half-width, before anything is read."""
-    return {"cells": plan_.detail["cells"], "keys": plan_.detail["keys"]}
+    return {"cells": plan_.detail["cells"], "keys": plan_.detail["keys"], "picks": plan_.detail["picks"]}
 
 
 def accuracy_lines(figures: dict) -> list[str]:
@@ -55,7 +58,8 @@ def accuracy_lines(figures: dict) -> list[str]:
         + (f" rank ±{c['rank_half_width_95_at_median']:.4g} at the median |" if "rank_half_width_95_at_median" in c else " |")
         for c in figures["cells"]
     ]
-    return [f"Keys: {figures['keys']}.", "", "| vector | noise std per cell | 95% half-width | |", "|---|---|---|---|", *rows]
+    head = [f"Keys: {figures['keys']}.", "", "| vector | noise std per cell | 95% half-width | |", "|---|---|---|---|"]
+    return [*head, *rows, *show.pick_lines(figures.get("picks", []))]
 
 
 def needs(params: Params, schema: tuple[str, ...]) -> Needs:
@@ -87,6 +91,7 @@ def plan(params: Params) -> Plan:
         guarantee=guarantee(params, acc),
         detail={
             "cells": show.cells(params, acc),
+            "picks": show.picks(params, acc),
             "keys": f"selected, threshold {acc.threshold * acc.counts.unit:g}" if params.selects else "public (declared domains)",
             "noise": f"exact discrete {params.noise} on a public grid per vector (core.noise)",
         },
@@ -107,28 +112,31 @@ def run(frame: pd.DataFrame | Snapshot, params: Params, rng: np.random.Generator
     event = plan(params).cost.event
     leaf = {n.vector.part: events.find(event, n.vector.part) for n in acc.noised}  # drawn as the plan declares
     key = int(noise.words(rng, 1)[0] >> np.uint64(1))
-    stats, hists = query.exact(frame, params, acc, key)
-    noisy: dict = {}
-    counts = acc.counts
-    if params.selects:
-        y = draws.values(rng, leaf[counts.vector.part], _units(counts, stats["__n"]), counts.unit)
-        keep = y >= acc.threshold * counts.unit
-        stats, hists = stats[keep].reset_index(drop=True), {i: h[keep] for i, h in hists.items()}
-        noisy[("counts", None)] = y[keep]
-        keys = stats[params.group_by]
-    else:
-        keys = _public_keys(params)
-        at = pd.MultiIndex.from_frame(stats[params.group_by]).get_indexer(pd.MultiIndex.from_frame(keys))
-        stats = _reindexed(stats.drop(columns=params.group_by), at)
-        hists = {i: _reindexed(h, at) for i, h in hists.items()}
-    for n in acc.noised:
-        v = n.vector
-        if (v.kind, v.measure) in noisy:
-            continue
-        true = stats["__n"] if v.kind == "counts" else hists[v.measure] if v.kind == "histogram" else stats[f"__v{v.measure}"]
-        noisy[(v.kind, v.measure)] = draws.values(rng, leaf[v.part], _units(n, true), n.unit)
+    with query.Exact(frame, params, acc, key) as exact:
+        stats, hists = exact.stats()
+        noisy: dict = {}
+        counts = acc.counts
+        if params.selects:
+            y = draws.values(rng, leaf[counts.vector.part], _units(counts, stats["__n"]), counts.unit)
+            keep = y >= acc.threshold * counts.unit
+            stats, hists = stats[keep].reset_index(drop=True), {i: h[keep] for i, h in hists.items()}
+            noisy[("counts", None)] = y[keep]
+            keys = stats[params.group_by]
+        else:
+            keys = _public_keys(params)
+            at = pd.MultiIndex.from_frame(stats[params.group_by]).get_indexer(pd.MultiIndex.from_frame(keys))
+            stats = _reindexed(stats.drop(columns=params.group_by), at)
+            hists = {i: _reindexed(h, at) for i, h in hists.items()}
+        for n in acc.noised:
+            v = n.vector
+            if (v.kind, v.measure) in noisy:
+                continue
+            true = stats["__n"] if v.kind == "counts" else hists[v.measure] if v.kind == "histogram" else stats[f"__v{v.measure}"]
+            noisy[(v.kind, v.measure)] = draws.values(rng, leaf[v.part], _units(n, true), n.unit)
+        for p in acc.picks:
+            noisy[("pick", p.measure, p.q)] = _pick(rng, exact, p, params, keys, hists[p.measure], noisy, acc, stats["__n"])
     table = show.estimates(params, acc, keys, noisy)
-    privacy = {"keys": len(table), "cells": show.cells(params, acc), "selected": params.selects}
+    privacy = {"keys": len(table), "cells": show.cells(params, acc), "picks": show.picks(params, acc), "selected": params.selects}
     return Result(
         table,
         privacy,
@@ -138,6 +146,15 @@ def run(frame: pd.DataFrame | Snapshot, params: Params, rng: np.random.Generator
         name="aggregate",
         manifest={"keys": len(table)},
     )
+
+
+def _pick(rng, exact: query.Exact, p: budget.Pick, params: Params, keys, hist: np.ndarray, noisy: dict, acc, n) -> np.ndarray:
+    """Level p.q's drawn answer-grid step per key, inside the interval its noisy histogram gives."""
+    per = params.measures[p.measure].grid // params.measures[p.measure].bins
+    lo, hi = show.interval(p.q, noisy[("histogram", p.measure)], acc.of("histogram", p.measure))
+    below = np.cumsum(hist, axis=1)[np.arange(len(hist)), lo - 1] * (lo > 0)  # the key's rows under bin lo
+    found = exact.steps(p.measure, keys, lo * per, (hi + 1) * per)
+    return quantile.steps(rng, p, found, lo * per, (hi + 1) * per, below, np.asarray(n, dtype=np.int64))
 
 
 def _reindexed(values: pd.DataFrame | np.ndarray, at: np.ndarray):

@@ -21,6 +21,17 @@ sampler's slack over the cells a neighbour changes), mu^2 split by the measures'
 split as is (sigma_i = Delta_i / sqrt(2 rho_i)) and charged at the epsilon its Gaussian DP curve
 gives at delta. Laplace noise: pure epsilon split by shares (a rho as epsilon_i = sqrt(2 rho_i)).
 
+Quantiles. A quantile measure's histogram (``interval_share`` of its weight) gives each level's 95%
+interval; each level's estimate is then one exponential-mechanism draw per key over the answer grid's
+steps inside that interval (the rest of the weight, split equally between the levels). The score of a
+step is minus the distance from q n to the ranks its values span, of sensitivity Delta = max(q, 1 - q) R
+under the user unit (adding or removing a user's R rows moves every rank by at most R and q n by q R) and
+1 under replace-one-record; a draw at epsilon_c is epsilon_c-DP and epsilon_c-bounded-range, so
+epsilon_c^2 / 8 zCDP (the ledger's filter composes it so), and a neighbour touches at most ``groups``
+keys, so each level is the ``Exponential`` leaf composed that many times. Its epsilon_c: from a rho
+share, sqrt(8 rho_c / groups); from an epsilon, its share of epsilon counted linearly (the Gaussian
+vectors are calibrated at the rest), and the charge adds groups x epsilon_c per level.
+
 Keys. With every group_by column's domain declared at registration, the keys are their product,
 public, all released. Otherwise the present keys are selected by their noisy count: a key held by
 one user alone (at most R rows, and a user holds at most G such keys; one key under replace) passes
@@ -32,6 +43,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from statistics import NormalDist
 
 from core import noise
@@ -87,6 +99,17 @@ class Noised:
 
 
 @dataclass(frozen=True)
+class Pick:
+    """One quantile level's exponential-mechanism draw per key: its leaf (epsilon per draw) and score sensitivity."""
+
+    measure: int
+    q: float
+    leaf: events.Exponential
+    sensitivity: Fraction  # of the score, exactly (the rate epsilon / (2 Delta) is rounded down from it)
+    groups: int  # keys a neighbour touches: the leaf's compositions
+
+
+@dataclass(frozen=True)
 class Accounting:
     noised: list[Noised]
     delta_select: float  # 0 with public keys
@@ -94,6 +117,10 @@ class Accounting:
     epsilon: float  # the charge
     delta: float
     coordinates: int  # the sampler's slack's (Gaussian)
+    picks: tuple[Pick, ...] = ()
+
+    def pick(self, measure: int, q: float) -> Pick:
+        return next(p for p in self.picks if p.measure == measure and p.q == q)
 
     def of(self, kind: str, measure: int | None) -> Noised:
         return next(n for n in self.noised if n.vector.kind == kind and n.vector.measure == measure)
@@ -126,6 +153,27 @@ def vectors(params: Params) -> list[Vector]:
     return out
 
 
+def _weight(params: Params, v: Vector) -> float:
+    """A vector's weight in the split: a quantile's histogram takes its interval share of the measure's."""
+    return v.weight * (params.measures[v.measure].interval_share if v.kind == "histogram" else 1.0)
+
+
+def _picks(params: Params) -> list[tuple[int, float, float, Fraction]]:
+    """(measure, q, weight, score sensitivity) of each quantile level's draws."""
+    out = []
+    for i, m in enumerate(params.measures):
+        for q in m.q if m.op == "quantile" else ():
+            exact_q = Fraction(str(q))  # the level as written: the sensitivity exactly, never a float a hair below it
+            delta = max(exact_q, 1 - exact_q) * params.max_rows if params.user_column else Fraction(1)
+            out.append((i, q, m.share * (1 - m.interval_share) / len(m.q), delta))
+    return out
+
+
+def _pick(params: Params, i: int, q: float, delta: Fraction, epsilon_c: float) -> Pick:
+    part = f"{params.measures[i].names[params.measures[i].q.index(q)]}: exponential mechanism"
+    return Pick(i, q, events.Exponential(epsilon_c, part=part), delta, params.groups)
+
+
 def _kind(m: Measure) -> tuple[str, float, float]:
     if m.op == "count_distinct":
         return "distinct", 1.0, 0.0
@@ -148,40 +196,56 @@ def grid(scale: float, integral: bool) -> float:
 
 def accounting(params: Params) -> Accounting:
     vs = vectors(params)
-    total = sum(v.weight for v in vs)
+    raw_picks = _picks(params)
+    total = sum(_weight(params, v) for v in vs) + sum(w for _, _, w, _ in raw_picks)
+    if params.rho is None:
+        picks = [_pick(params, i, q, d, params.epsilon * w / total / params.groups) for i, q, w, d in raw_picks]
+    else:
+        picks = [_pick(params, i, q, d, math.sqrt(8 * params.rho * w / total / params.groups)) for i, q, w, d in raw_picks]
+    linear = sum(p.groups * events.exact(p.leaf.epsilon) for p in picks)  # the picks' epsilon, counted linearly
     delta_select = (params.delta * (params.selection_share if params.noise == "gaussian" else 1.0)) if params.selects else 0.0
     if params.noise == "gaussian":
-        return _gaussian(params, vs, total, delta_select)
-    eps = [params.epsilon * v.weight / total if params.rho is None else math.sqrt(2 * params.rho * v.weight / total) for v in vs]
+        return _gaussian(params, vs, total, delta_select, tuple(picks), float(linear))
+    share = [_weight(params, v) / total for v in vs]
+    eps = [params.epsilon * s if params.rho is None else math.sqrt(2 * params.rho * s) for s in share]
     noised = []
     for v, e in zip(vs, eps):
         unit = grid(v.l1 / e, v.integral)
         sens = math.ceil(v.l1 / unit)
         noised.append(Noised(v, events.DiscreteLaplace(math.ceil(sens / e), sens, part=v.part), unit))
-    charged = params.epsilon if params.rho is None else float(sum(events.exact(e) for e in eps))
-    acc = Accounting(noised, delta_select, None, charged, delta_select, 0)
+    charged = params.epsilon if params.rho is None else float(sum(events.exact(e) for e in eps) + linear)
+    acc = Accounting(noised, delta_select, None, charged, delta_select, 0, tuple(picks))
     return _with_threshold(params, acc)
 
 
-def _gaussian(params: Params, vs: list[Vector], total: float, delta_select: float) -> Accounting:
+def _gaussian(
+    params: Params, vs: list[Vector], total: float, delta_select: float, picks: tuple[Pick, ...], linear: float
+) -> Accounting:
+    """The vectors share mu^2 by weight: at the epsilon left after the picks', or 2 rho times their share of the weight."""
     cells = sum(v.cells for v in vs)
     delta_noise = params.delta - delta_select
+    weights = [_weight(params, v) for v in vs]
     if params.rho is None:
-        eps, dlt = noise.continuous_budget(params.epsilon, delta_noise, cells)
+        try:
+            eps, dlt = noise.continuous_budget(params.epsilon - linear, delta_noise, cells)
+        except ValueError as exc:
+            if not linear:
+                raise
+            raise ValueError(f"{exc} (the quantile draws take {linear:.3g} of epsilon {params.epsilon:g} first)") from None
         mu2 = 1 / gaussian_sigma(eps, dlt) ** 2
         charged = params.epsilon
     else:
-        mu2 = 2 * params.rho
+        mu2 = 2 * params.rho * sum(weights) / total
         dlt = (delta_noise - 2 * cells * noise.TAIL) * math.exp(-cells * noise.ETA)
         if dlt <= 0:
             raise ValueError("delta is too small for the exact sampler; raise it")
-        charged = gaussian_epsilon(1 / math.sqrt(mu2), dlt) + 2 * cells * noise.ETA
+        charged = gaussian_epsilon(1 / math.sqrt(mu2), dlt) + 2 * cells * noise.ETA + linear
     noised = []
-    for v in vs:
-        sigma = v.l2 / math.sqrt(mu2 * v.weight / total) * (1 + 1e-12)  # float rounding to the safe side
+    for v, w in zip(vs, weights):
+        sigma = v.l2 / math.sqrt(mu2 * w / sum(weights)) * (1 + 1e-12)  # float rounding to the safe side
         noise.check_shift(v.l2, sigma)
         noised.append(Noised(v, events.DiscreteGaussian(sigma, v.l2, part=v.part), grid(sigma, v.integral)))
-    return _with_threshold(params, Accounting(noised, delta_select, None, charged, params.delta, cells))
+    return _with_threshold(params, Accounting(noised, delta_select, None, charged, params.delta, cells, picks))
 
 
 def _with_threshold(params: Params, acc: Accounting) -> Accounting:
@@ -199,12 +263,12 @@ def _with_threshold(params: Params, acc: Accounting) -> Accounting:
     else:
         q = math.exp(-1 / counts.leaf.scale)
         beyond = math.ceil(counts.leaf.scale * math.log(1 / (each * (1 + q))))
-    return Accounting(acc.noised, acc.delta_select, int(own) + max(beyond, 1), acc.epsilon, acc.delta, acc.coordinates)
+    return Accounting(acc.noised, acc.delta_select, int(own) + max(beyond, 1), acc.epsilon, acc.delta, acc.coordinates, acc.picks)
 
 
 def event(params: Params, acc: Accounting) -> events.Calibrated:
     """The plan's event: each vector's leaf once, key selection's delta, the Gaussian sampler's slack."""
-    parts: list[events.Event] = [n.leaf for n in acc.noised]
+    parts: list[events.Event] = [n.leaf for n in acc.noised] + [events.times(p.leaf, p.groups) for p in acc.picks]
     if acc.delta_select:
         parts.append(events.EpsilonDelta(0.0, acc.delta_select, part="key selection (noisy count threshold)"))
     if acc.coordinates:

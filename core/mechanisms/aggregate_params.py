@@ -17,6 +17,7 @@ from core.params import StrictParams
 
 MAX_KEYS = 1_000_000  # public key combinations (every one is released, empty ones with noise)
 MAX_BINS = 1024
+MAX_STEPS = 2**40
 
 
 class Measure(StrictParams):
@@ -29,7 +30,13 @@ class Measure(StrictParams):
         None, min_length=2, max_length=2, description="sum, mean, quantile: public [low, high]; values are clipped to them"
     )
     q: list[float] | None = Field(None, min_length=1, max_length=20, description="quantile: the levels, each in (0, 1)")
-    bins: int = Field(64, ge=2, le=MAX_BINS, description="quantile: equal bins over the bounds (the answer's resolution)")
+    bins: int = Field(
+        64, ge=2, le=MAX_BINS, description="quantile: equal bins over the bounds of the histogram its interval is read from"
+    )
+    steps: int | None = Field(
+        None, ge=2, le=MAX_STEPS, description="quantile: the answer's grid, equal steps over the bounds (default bins x 2^14)"
+    )
+    interval_share: float = Field(0.25, gt=0, lt=1, description="quantile: the part of its budget its interval's histogram takes")
     share: float = Field(1.0, gt=0, le=1000, description="this measure's weight in the budget split (default: equal)")
 
     @model_validator(mode="after")
@@ -51,7 +58,14 @@ class Measure(StrictParams):
         if self.q is not None:
             if any(not 0 < x < 1 for x in self.q) or len(set(self.q)) != len(self.q):
                 raise ValueError(f"q must hold distinct levels strictly between 0 and 1, got {self.q}")
+        if self.steps is not None and self.steps % self.bins:
+            raise ValueError(f"steps ({self.steps}) must be a multiple of bins ({self.bins}): each bin holds whole steps")
         return self
+
+    @property
+    def grid(self) -> int:
+        """A quantile's answer grid: the number of equal steps over its bounds."""
+        return self.steps if self.steps is not None else self.bins * 2**14
 
     @property
     def names(self) -> list[str]:

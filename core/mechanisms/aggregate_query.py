@@ -117,11 +117,12 @@ def _on_grid(column: str, low: float, high: float, unit: float, centre: float = 
     return f"CAST(greatest(least(round({x} / {unit!r}), {hi}), {lo}) AS BIGINT)"
 
 
-def _bin(params: Params, i: int) -> str:
+def _step(params: Params, i: int) -> str:
+    """Quantile measure i's answer-grid step of a value: floor((x - L) / h), h = (U - L) / steps, clipped to [0, steps)."""
     m = params.measures[i]
     low, high = m.bounds
     x = f"CAST({quote_ident(m.column)} AS DOUBLE)"
-    return f"CAST(greatest(least(floor(({x} - {low!r}) / {(high - low) / m.bins!r}), {m.bins - 1}), 0) AS BIGINT)"
+    return f"CAST(greatest(least(floor(({x} - {low!r}) / {(high - low) / m.grid!r}), {m.grid - 1}), 0) AS BIGINT)"
 
 
 def domain_args(params: Params) -> dict:
@@ -138,49 +139,84 @@ def _input(con, rows: pd.DataFrame | Snapshot, params: Params) -> None:
         con.register("source", rows[params.columns])
 
 
-def exact(rows: pd.DataFrame | Snapshot, params: Params, acc: Accounting, key: int) -> tuple[pd.DataFrame, dict[int, np.ndarray]]:
-    """Per present key: the key columns, ``__n`` (rows), and per vector its true values in grid units
-    (``__v<i>`` for measure i's vector); and per quantile measure the (keys x B) histogram. Rows whose key
-    lies outside a declared domain are left out (they belong to no released key)."""
-    keys = ", ".join(quote_ident(c) for c in params.group_by)
-    select = [keys, "count(*) AS __n"]
-    quantiles = [n.vector.measure for n in acc.noised if n.vector.kind == "histogram"]
-    for n in acc.noised:
-        v, i = n.vector, n.vector.measure
-        if v.kind in ("counts", "histogram"):
-            continue
-        m = params.measures[i]
-        if v.kind == "distinct":
-            select.append(f"count(DISTINCT {quote_ident(m.column)}) AS __v{i}")
-        else:
-            low, high = m.bounds
-            centre = (low + high) / 2 if v.kind == "centred" else 0.0
-            select.append(f"CAST(sum({_on_grid(m.column, low, high, n.unit, centre)}) AS BIGINT) AS __v{i}")
-    bins = [f"{_bin(params, i)} AS __b{i}" for i in quantiles]
-    sets = ", ".join(f"({keys}{''.join(f', __b{i}' for i in s)})" for s in [[], *([i] for i in quantiles)])
-    con = scratch()
-    try:
-        _input(con, rows, params)
+class Exact:
+    """A run's exact statistics on one scratch DuckDB connection, closed on leaving the ``with`` block:
+    ``stats`` (one pass over the bounded rows) and, for a quantile, ``steps`` (each key's occupied answer-grid
+    steps inside a range). With a quantile measure the bounded rows are kept in a temporary table
+    (``__bounded``, with each quantile's answer-grid step ``__f<i>``), so both read the same rows."""
+
+    def __init__(self, rows: pd.DataFrame | Snapshot, params: Params, acc: Accounting, key: int):
+        self.params, self.acc = params, acc
+        self.quantiles = [n.vector.measure for n in acc.noised if n.vector.kind == "histogram"]
+        self.con = scratch()
+        _input(self.con, rows, params)
         args = domain_args(params)
         where = " AND ".join(f"list_contains($d{j}, {quote_ident(c)})" for j, c in enumerate(params.group_by) if f"d{j}" in args)
         args |= {"key": key} if params.user_column else {}
-        flags = [f"grouping(__b{i}) AS __g{i}" for i in quantiles]
         rows_in = f"WITH input_rows AS NOT MATERIALIZED (SELECT * FROM source {'WHERE ' + where if where else ''})"
+        steps = [f"{_step(params, i)} AS __f{i}" for i in self.quantiles]
+        self.bounded = f"{rows_in} SELECT {', '.join(['*', *steps])} FROM ({bound_sql(self.con, params, args, rows_in)})"
+        self.args = args
+
+    def __enter__(self) -> Exact:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.con.close()
+
+    def stats(self) -> tuple[pd.DataFrame, dict[int, np.ndarray]]:
+        """Per present key: the key columns, ``__n`` (rows), and per vector its true values in grid units
+        (``__v<i>`` for measure i's vector); and per quantile measure the (keys x B) histogram. Rows whose key
+        lies outside a declared domain are left out (they belong to no released key)."""
+        params = self.params
+        keys = ", ".join(quote_ident(c) for c in params.group_by)
+        select = [keys, "count(*) AS __n"]
+        for n in self.acc.noised:
+            v, i = n.vector, n.vector.measure
+            if v.kind in ("counts", "histogram"):
+                continue
+            m = params.measures[i]
+            if v.kind == "distinct":
+                select.append(f"count(DISTINCT {quote_ident(m.column)}) AS __v{i}")
+            else:
+                low, high = m.bounds
+                centre = (low + high) / 2 if v.kind == "centred" else 0.0
+                select.append(f"CAST(sum({_on_grid(m.column, low, high, n.unit, centre)}) AS BIGINT) AS __v{i}")
+        q = self.quantiles
+        bins = [f"__f{i} // {params.measures[i].grid // params.measures[i].bins} AS __b{i}" for i in q]
+        sets = ", ".join(f"({keys}{''.join(f', __b{i}' for i in s)})" for s in [[], *([i] for i in q)])
+        flags = [f"grouping(__b{i}) AS __g{i}" for i in q]
         out = execute(
-            con,
-            f"""{rows_in}
-                SELECT {", ".join([*select, *(f"__b{i}" for i in quantiles), *flags])}
-                FROM (SELECT {", ".join(["*", *bins])} FROM ({bound_sql(con, params, args, rows_in)}))
+            self.con,
+            f"""WITH bounded AS ({self.bounded})
+                SELECT {", ".join([*select, *(f"__b{i}" for i in q), *flags])}
+                FROM (SELECT {", ".join(["*", *bins])} FROM bounded)
                 GROUP BY GROUPING SETS ({sets}) ORDER BY {keys}""",
-            args,
+            self.args,
         ).df()
-    finally:
-        con.close()
-    whole = np.ones(len(out), dtype=bool)
-    for i in quantiles:
-        whole &= out[f"__g{i}"].to_numpy() == 1
-    stats = out[whole].drop(columns=[c for c in out.columns if c.startswith(("__b", "__g"))]).reset_index(drop=True)
-    return stats, {i: _histogram(out[out[f"__g{i}"] == 0], params, i, stats) for i in quantiles}
+        whole = np.ones(len(out), dtype=bool)
+        for i in q:
+            whole &= out[f"__g{i}"].to_numpy() == 1
+        stats = out[whole].drop(columns=[c for c in out.columns if c.startswith(("__b", "__g"))]).reset_index(drop=True)
+        return stats, {i: _histogram(out[out[f"__g{i}"] == 0], params, i, stats) for i in q}
+
+    def steps(self, i: int, keys: pd.DataFrame, low: np.ndarray, high: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per row of ``keys``: quantile measure i's occupied answer-grid steps in [low, high) (sorted) and their rows."""
+        cols = [quote_ident(c) for c in self.params.group_by]
+        ranges = keys.reset_index(drop=True).assign(__key=np.arange(len(keys)), __lo=low, __hi=high)
+        self.con.register("__ranges", ranges)
+        on = " AND ".join(f"b.{c} IS NOT DISTINCT FROM r.{c}" for c in cols)
+        found = execute(
+            self.con,
+            f"""WITH bounded AS ({self.bounded})
+                SELECT r.__key, b.__f{i} AS f, count(*) AS c FROM bounded b JOIN __ranges r ON {on}
+                WHERE b.__f{i} >= r.__lo AND b.__f{i} < r.__hi GROUP BY ALL ORDER BY 1, 2""",
+            self.args,
+        ).fetchnumpy()
+        self.con.unregister("__ranges")
+        at = np.searchsorted(found["__key"], np.arange(len(keys) + 1))
+        f, c = found["f"].astype(np.int64), found["c"].astype(np.int64)
+        return [(f[at[k] : at[k + 1]], c[at[k] : at[k + 1]]) for k in range(len(keys))]
 
 
 def _histogram(counts: pd.DataFrame, params: Params, i: int, stats: pd.DataFrame) -> np.ndarray:

@@ -10,17 +10,18 @@ Intervals (each covers its cell's true value with probability at least 95%):
 - mean = m + S/C (m the bounds' midpoint, S the centred sum, C the count): S and C each within
   their 97.5% half-widths (a union bound: both hold with probability >= 95%), and the interval is the
   range of m + S'/C' over that box (C' > 0), cut to [L, U]; the whole [L, U] when C' could be 0;
-- quantile, read from the noisy histogram of B bins (no exponential mechanism; every q from the same
-  counts): D_j = C_j - q N, the count of bins 0..j less q times the total, is noised by a linear
-  combination of the bins' noise; with every D_j within its half-width w_j at once (Bonferroni over
-  the B edges at 5%/B), the bin j* holding the ceil(qN)-th smallest value (the first j with D_j >= 0)
-  lies between the first j with D~_j + w_j >= 0 and the first with D~_j - w_j >= 0. The estimate is
-  the middle of the first bin with D~_j >= 0 (kept inside that range).
+- quantile: the interval from the noisy histogram of B bins (every q from the same counts):
+  D_j = C_j - q N, the count of bins 0..j less q times the total, is noised by a linear combination of
+  the bins' noise; with every D_j within its half-width w_j at once (Bonferroni over the B edges at
+  5%/B), the bin j* holding the ceil(qN)-th smallest value (the first j with D_j >= 0) lies between the
+  first j with D~_j + w_j >= 0 and the first with D~_j - w_j >= 0. The estimate is the midpoint of the
+  answer-grid step the exponential mechanism drew inside that interval (``aggregate_quantile``).
 """
 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -53,9 +54,11 @@ def estimates(params: Params, acc: Accounting, keys: pd.DataFrame, noisy: dict) 
         elif m.op == "mean":
             _put(out, m.names[0], *_mean(m.bounds, noisy[("centred", i)], acc.of("centred", i), noisy[("counts", None)], counts))
         else:
-            hist = noisy[("histogram", i)]
+            low, high = m.bounds
+            step, per = (high - low) / m.grid, m.grid // m.bins
             for name, q in zip(m.names, m.q):
-                _put(out, name, *quantile(m.bounds, m.bins, q, hist, acc.of("histogram", i)))
+                lo, hi = interval(q, noisy[("histogram", i)], acc.of("histogram", i))
+                _put(out, name, low + (noisy[("pick", i, q)] + 0.5) * step, low + lo * per * step, low + (hi + 1) * per * step)
     return out
 
 
@@ -91,20 +94,18 @@ def _first(mask: np.ndarray) -> np.ndarray:
     return np.where(mask.any(axis=1), mask.argmax(axis=1), mask.shape[1] - 1)
 
 
-def quantile(bounds, bins: int, q: float, hist: np.ndarray, n: Noised) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    low, high = bounds
-    width = (high - low) / bins
+def interval(q: float, hist: np.ndarray, n: Noised) -> tuple[np.ndarray, np.ndarray]:
+    """Per key, the first and last bin of level q's 95% interval (the band above, from the noisy histogram)."""
     d = np.cumsum(hist, axis=1) - q * hist.sum(axis=1, keepdims=True)
-    w = band(q, bins, n)
-    lo, hi = _first(d + w >= 0), _first(d - w >= 0)
-    est = np.clip(_first(d >= 0), lo, hi)
-    return low + (est + 0.5) * width, low + lo * width, low + (hi + 1) * width
+    w = band(q, hist.shape[1], n)
+    return _first(d + w >= 0), _first(d - w >= 0)
 
 
 def true_quantile(values: np.ndarray, q: float, bounds) -> float:
-    """The ceil(qN)-th smallest of the clipped values: what a quantile's interval covers (tests, bench)."""
+    """The ceil(qN)-th smallest of the clipped values, q the decimal it is written as: what a quantile's
+    interval covers and its exponential mechanism's best step holds (tests, bench)."""
     x = np.sort(np.clip(values, *bounds))
-    return float(x[max(math.ceil(q * len(x)), 1) - 1])
+    return float(x[max(math.ceil(Fraction(str(q)) * len(x)), 1) - 1])
 
 
 # -- the preview and the report ----------------------------------------------------------------------------
@@ -121,6 +122,19 @@ def cells(params: Params, acc: Accounting) -> list[dict]:
             m = params.measures[v.measure]
             row["rank_half_width_95_at_median"] = float(band(0.5, m.bins, n)[m.bins // 2])
         out.append(row)
+    return out
+
+
+def picks(params: Params, acc: Accounting) -> list[dict]:
+    """Per quantile level: its draw's epsilon, its score's sensitivity and a 95% bound on the drawn step's rank error:
+    a draw scores below -(2 Delta / epsilon)(ln(S) + ln 20) with probability at most 5% when the step holding the
+    quantile is among the S steps drawn from (McSherry & Talwar's bound)."""
+    out = []
+    for p in acc.picks:
+        m = params.measures[p.measure]
+        rank = 2 * float(p.sensitivity) / p.leaf.epsilon * (math.log(m.grid) + math.log(1 / MISS))
+        out.append({"draw": p.leaf.part, "epsilon_per_key": p.leaf.epsilon, "sensitivity": float(p.sensitivity),
+                    "rank_error_95": rank, "step": (m.bounds[1] - m.bounds[0]) / m.grid})  # fmt: skip
     return out
 
 
@@ -146,13 +160,26 @@ def lines(params: Params, acc: Accounting, released: int | None = None) -> list[
             else "record (replace one record)"
         )
         + ".",  # fmt: skip
-        "- quantiles: read from a noisy histogram over equal public bins (not the exponential mechanism); "
-        "means: a noisy centred sum over the noisy count.",
+        "- quantiles: each level's interval from a noisy histogram over equal public bins, its estimate drawn by the "
+        "exponential mechanism over the answer grid's steps inside that interval; means: a noisy centred sum over the noisy count.",
         "",
         "| vector | noise | l2 sensitivity | l1 sensitivity | noise std per cell | 95% half-width |",
         "|---|---|---|---|---|---|",
         rows,
+        *pick_lines(picks(params, acc)),
     ]
+
+
+def pick_lines(found: list[dict]) -> list[str]:
+    """The quantile draws' table (none: no lines)."""
+    rows = [f"| {p['draw']} | {p['epsilon_per_key']:.6g} | {p['sensitivity']:.6g} | ±{p['rank_error_95']:.4g} | {p['step']:.6g} |"
+            for p in found]  # fmt: skip
+    head = [
+        "",
+        "| quantile draw | epsilon per key | score sensitivity | rank error (95%) | answer step |",
+        "|---|---|---|---|---|",
+    ]
+    return head + rows if rows else []
 
 
 def report(params: Params, acc: Accounting, guarantee: str, released: int) -> str:

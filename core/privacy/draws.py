@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from core import noise
-from core.privacy.events import DiscreteGaussian, DiscreteLaplace, DistributedDiscreteGaussian, PermuteAndFlip
+from core.noise.exponential import exponential as exponential_mechanism
+from core.privacy.events import DiscreteGaussian, DiscreteLaplace, DistributedDiscreteGaussian, Exponential, PermuteAndFlip
 
 
 def values(rng: np.random.Generator, leaf: DiscreteGaussian | DiscreteLaplace, units: np.ndarray, unit: float) -> np.ndarray:
@@ -47,3 +48,16 @@ def shares(rng: np.random.Generator, leaf: DistributedDiscreteGaussian, size: in
     """One user's share of the leaf's noise: ``size`` exact N_Z(0, ``leaf.share_variance``), as Python
     integers (``noise.integer_gaussian``; the variance passes the vectorized sampler's int64 range)."""
     return noise.integer_gaussian(rng, leaf.share_variance, size)
+
+
+def exponential(rng: np.random.Generator, leaf: Exponential, candidates: list[tuple], sensitivity) -> list[tuple[int, int]]:
+    """Per key, one exponential-mechanism draw at the leaf's epsilon over its candidates ``(weights, a, b,
+    target)``, scored minus the distance from target to [a, b] with that score's ``sensitivity`` (rate
+    epsilon / (2 Delta), ``noise.rate``; ``noise.exponential``), then a uniform one of the chosen
+    candidate's weight: (candidate, offset) per key."""
+    rate = noise.rate(leaf.epsilon, sensitivity)
+    out = []
+    for weights, a, b, target in candidates:
+        k = exponential_mechanism(rng, weights, a, b, target, rate)
+        out.append((k, int(noise.below(rng, np.array([weights[k]]))[0])))
+    return out

@@ -399,6 +399,6 @@ def _permutation(rng: np.random.Generator, n: int) -> np.ndarray:
     return perm
 
 
-def rate(epsilon: float, sensitivity: int) -> Fraction:
-    """epsilon / (2 Delta) rounded down to a multiple of 2^-32 (a smaller rate only adds privacy)."""
-    return Fraction(math.floor(epsilon / (2 * sensitivity) * 2**32), 2**32)
+def rate(epsilon: float, sensitivity: float | Fraction) -> Fraction:
+    """epsilon / (2 Delta) rounded down to a multiple of 2^-32 (a smaller rate only adds privacy), in exact arithmetic."""
+    return Fraction(math.floor(Fraction(epsilon) / (2 * Fraction(sensitivity)) * 2**32), 2**32)

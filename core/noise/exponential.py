@@ -1,0 +1,124 @@
+"""The exponential mechanism over weighted candidates, sampled exactly.
+
+Candidate k has an integer weight w_k (how many public grid points it stands for) and an interval
+[a_k, b_k] of integers; its score is minus the distance from a public rational target t to that
+interval, d_k = max(0, a_k - t, t - b_k). One draw returns k with probability
+
+    P[k] = w_k exp(-r d_k) / sum_j w_j exp(-r d_j),
+
+r a rational rate (epsilon / (2 Delta), ``core.noise.rate``). This is the exponential mechanism with
+a base measure (McSherry & Talwar 2007): epsilon-DP and epsilon-bounded-range, so epsilon^2 / 8 zCDP
+(Cesar & Rogers 2021), when the scores have sensitivity Delta.
+
+Exact sampling by inversion of one uniform U in [0, 1), read lazily as 64-bit words: k is the first
+candidate whose cumulative weight passes U Z. The weights are irrational, so they are bounded, not
+computed:
+
+1. a float pass computes every weight and the cumulative sums, each within a bound E of the true value
+   (below), and decides k when U Z lies farther than 2 E + Z 2^-50 from every cumulative sum; it does
+   not decide with probability at most about (K + 4096) 2^-47 per candidate boundary crossed;
+2. otherwise interval arithmetic in MPFR (``gmpy2``, correctly rounded with directed rounding) bounds
+   each weight and sum from below and above at 128 bits, then at twice as many with 64 more bits of the
+   same U, until the bounds decide k.
+
+Both passes invert the same U, so the law drawn is the exact law above. The float pass's bound E: the
+distance is taken relative to floor(t), so d_k is computed with absolute error at most (1 + d_k) 2^-52;
+each weight's relative error is then at most r (1 + d_k) 2^-51 (under 2^-41 while exp(-r d_k) is a normal
+float; past that the weight is below 2^-1000 of the largest, which is at least 1) plus exp's own (within a
+few units in the last place in glibc and NumPy: taken as 2^-50) and the product's 2^-53; a cumulative
+sum of K positive terms adds K 2^-53 relative. E = Z (K + 4096) 2^-50 holds all of it with room.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import gmpy2
+import numpy as np
+
+from core import noise
+
+FIRST_BITS = 128  # the exact pass's first precision
+MAX_BITS = 1 << 16  # past this the bounds have not met: a draw with probability below 2^-60000
+
+
+def exponential(rng: np.random.Generator, weights, low, high, target: Fraction, rate: Fraction) -> int:
+    """One exact draw of k with probability proportional to ``weights[k] * exp(-rate * d_k)``, d_k the
+    distance from ``target`` to [``low[k]``, ``high[k]``] (integers, low <= high; weights >= 0, one > 0)."""
+    w = np.asarray(weights, dtype=np.int64)
+    low, high = np.asarray(low, dtype=np.int64), np.asarray(high, dtype=np.int64)
+    if w.ndim != 1 or w.shape != low.shape or w.shape != high.shape or not (w >= 0).all() or not (low <= high).all():
+        raise ValueError("exponential: weights, low and high must be 1-D of one length, weights >= 0, low <= high")
+    if not (w > 0).any():
+        raise ValueError("exponential: no candidate has weight")
+    word = int(noise.words(rng, 1)[0])
+    k = _float_pass(w, low, high, target, rate, word)
+    return k if k is not None else _exact_pass(rng, w, low, high, target, rate, word)
+
+
+def _float_pass(w: np.ndarray, low: np.ndarray, high: np.ndarray, target: Fraction, rate: Fraction, word: int) -> int | None:
+    """k when the floats decide it for U in [word 2^-64, (word + 1) 2^-64), else None."""
+    base = math.floor(target)
+    t = float(target - base)  # in [0, 1): the distance is computed near 0, where floats are fine
+    d = np.maximum(0.0, np.maximum((low - base) - t, t - (high - base)))
+    y = float(rate) * d
+    live = w > 0
+    y = y - y[live].min()
+    with np.errstate(under="ignore"):
+        weight = np.where(live, w * np.exp(-y), 0.0)
+    cum = np.cumsum(weight)
+    z = cum[-1]
+    slack = 2 * z * (w.size + 4096) * 2.0**-50 + z * 2.0**-50
+    u = word * 2.0**-64 * z
+    k = int(np.searchsorted(cum, u, side="right"))
+    if k >= w.size:
+        return None
+    before = cum[k - 1] if k else 0.0
+    return k if u - before > slack and cum[k] - u > slack else None
+
+
+def _exact_pass(
+    rng: np.random.Generator, w: np.ndarray, low: np.ndarray, high: np.ndarray, target: Fraction, rate: Fraction, word: int
+) -> int:
+    """k by MPFR interval bounds, refining the precision and U's bits until they decide it."""
+    live = np.flatnonzero(w > 0)
+    gaps = [max(Fraction(0), int(a) - target, target - int(b)) for a, b in zip(low[live], high[live])]
+    exps = [rate * (g - min(gaps)) for g in gaps]
+    bits, u = 64, word  # U in [u, u + 1) / 2^bits
+    prec = FIRST_BITS
+    while prec <= MAX_BITS:
+        lows, highs = _cumulative(w[live], exps, prec)
+        with gmpy2.context(gmpy2.get_context(), precision=prec, round=gmpy2.RoundDown):
+            under = lows[-1] * gmpy2.mpq(u, 2**bits)  # at most U Z
+        with gmpy2.context(gmpy2.get_context(), precision=prec, round=gmpy2.RoundUp):
+            over = highs[-1] * gmpy2.mpq(u + 1, 2**bits)  # at least U Z
+        for i in range(len(live)):  # the first whose sure cumulative passes every U Z in the box
+            if lows[i] > over:
+                if i == 0 or highs[i - 1] <= under:
+                    return int(live[i])
+                break
+            if highs[i] > under:  # U Z may lie below this sum: undecided at this precision
+                break
+        prec *= 2
+        bits += 64
+        u = u * 2**64 + int(noise.words(rng, 1)[0])
+    raise ArithmeticError("exponential: the exact bounds did not meet (probability below 2^-60000)")
+
+
+def _cumulative(w: np.ndarray, exps: list[Fraction], prec: int) -> tuple[list, list]:
+    """Lower and upper bounds of each cumulative weight sum_{j <= i} w_j exp(-x_j), at ``prec`` bits."""
+    lows, highs = [], []
+    lo_sum, hi_sum = gmpy2.mpfr(0), gmpy2.mpfr(0)
+    for wi, x in zip(w, exps):
+        q = gmpy2.mpq(x.numerator, x.denominator)
+        with gmpy2.context(gmpy2.get_context(), precision=prec, round=gmpy2.RoundUp):
+            x_up = gmpy2.mpfr(q)
+        with gmpy2.context(gmpy2.get_context(), precision=prec, round=gmpy2.RoundDown):
+            x_down = gmpy2.mpfr(q)
+            lo_sum = lo_sum + int(wi) * gmpy2.exp(-x_up)
+            lows.append(lo_sum)
+        with gmpy2.context(gmpy2.get_context(), precision=prec, round=gmpy2.RoundUp):
+            hi_sum = hi_sum + int(wi) * gmpy2.exp(-x_down)
+            highs.append(hi_sum)
+    return lows, highs
