@@ -379,6 +379,7 @@ class ColumnQuantiles(ColumnRange):
 
     q: Annotated[list[Annotated[float, Field(gt=0, lt=1)]], Field(min_length=1)] = Field(description="levels, each in (0, 1)")
     bins: bounded(aggregate.Measure, "bins") = 64
+    interval_share: bounded(aggregate.Measure, "interval_share") = 0.25
 
 
 @flow(name="release-aggregate", persist_result=False)
@@ -408,7 +409,8 @@ def aggregate_release(
     measures += [
         {"op": op, "column": r.column, "bounds": [r.low, r.high]} for op, rs in (("sum", sums), ("mean", means)) for r in rs
     ]
-    measures += [{"op": "quantile", "column": r.column, "bounds": [r.low, r.high], "q": r.q, "bins": r.bins} for r in quantiles]
+    measures += [{"op": "quantile", "column": r.column, "bounds": [r.low, r.high], "q": r.q, "bins": r.bins,
+                  "interval_share": r.interval_share} for r in quantiles]  # fmt: skip
     params = {"group_by": group_by, "measures": measures, "epsilon": None if rho else epsilon, "rho": rho, "delta": delta,
               "noise": noise, "max_groups": max_groups, "max_rows": max_rows}  # fmt: skip
     return run_request(release_id, dataset, "aggregate", params, preview)

@@ -149,7 +149,7 @@ def test_the_aggregate_form_releases_the_demo_payroll_table(prefect_server, demo
     import pandas as pd
 
     from core.datasets.demo import GRADES, REGIONS
-    from flows.forms import aggregate_release
+    from flows.forms import ColumnQuantiles, aggregate_release
 
     summary = aggregate_release()
     table = pd.read_csv(Path(summary["folder"]) / "aggregate.csv")
@@ -157,3 +157,9 @@ def test_the_aggregate_form_releases_the_demo_payroll_table(prefect_server, demo
     for measure in ("count", "salary_mean"):
         assert (table[f"{measure}_lo"] <= table[measure]).all() and (table[measure] <= table[f"{measure}_hi"]).all()
     assert _manifest(summary)["mechanism"]["params"]["max_rows"] == 6
+    median = ColumnQuantiles(column="salary", low=0, high=10_000, q=[0.5], interval_share=0.5)
+    summary = aggregate_release(count=False, means=[], quantiles=[median])  # a quantile's interval share reaches the request
+    (measure,) = _manifest(summary)["mechanism"]["params"]["measures"]
+    assert measure["interval_share"] == 0.5 and measure["q"] == [0.5]
+    table = pd.read_csv(Path(summary["folder"]) / "aggregate.csv")
+    assert ((table["salary_q50_lo"] <= table["salary_q50"]) & (table["salary_q50"] <= table["salary_q50_hi"])).all()
