@@ -321,8 +321,8 @@ mechanism:
 """
 
 DEMO_AGGREGATE_REQUEST = """\
-# A DP table of the demo payroll: pay slips and the mean monthly salary by region and grade, each person
-# (all their pay slips) protected. Regions and grades were declared at registration: every key shows.
+# A DP table of the demo payroll: pay slips, the mean and the median monthly salary by region and grade, each
+# person (all their pay slips) protected. Regions and grades were declared at registration: every key shows.
 dataset: payroll-demo
 mechanism:
   name: aggregate
@@ -331,6 +331,7 @@ mechanism:
     measures:
       - {op: count}
       - {op: mean, column: salary, bounds: [0, 10000]}
+      - {op: quantile, column: salary, q: [0.5], bounds: [0, 10000]}   # drawn by the exponential mechanism
     epsilon: 1.0
     delta: 1.0e-6
     max_groups: 1                # a person's slips are all in one region and grade
