@@ -288,3 +288,10 @@ def test_a_budget_past_the_samplers_range_is_refused_before_the_run():
     p = params(epsilon=1e-8, delta=1e-12)
     with pytest.raises(ParameterError, match="past the exact sampler's range: raise epsilon"):
         agg.plan(p)
+
+
+def test_a_quantile_with_no_key_selected_releases_an_empty_table():
+    """Keys selected privately from a table too small for any to pass: no key, no draw, an empty release."""
+    frame = payroll(12, 12, seed=4)
+    result = agg.run(frame, params(), noise.generator(None))
+    assert len(result.data) == 0 and "x_q50" in result.data.columns
