@@ -118,11 +118,13 @@ def _on_grid(column: str, low: float, high: float, unit: float, centre: float = 
 
 
 def _step(params: Params, i: int) -> str:
-    """Quantile measure i's answer-grid step of a value: floor((x - L) / h), h = (U - L) / steps, clipped to [0, steps)."""
+    """Quantile measure i's answer-grid step of a value: floor((x - L) / h), h = (U - L) / steps, clipped to [0, steps);
+    NULL for NULL or NaN (no value: left out of the quantile; greatest and least would read it as the upper bound)."""
     m = params.measures[i]
     low, high = m.bounds
     x = f"CAST({quote_ident(m.column)} AS DOUBLE)"
-    return f"CAST(greatest(least(floor(({x} - {low!r}) / {(high - low) / m.grid!r}), {m.grid - 1}), 0) AS BIGINT)"
+    step = f"CAST(greatest(least(floor(({x} - {low!r}) / {(high - low) / m.grid!r}), {m.grid - 1}), 0) AS BIGINT)"
+    return f"CASE WHEN {x} IS NULL OR isnan({x}) THEN NULL ELSE {step} END"
 
 
 def domain_args(params: Params) -> dict:
@@ -221,6 +223,7 @@ class Exact:
 
 def _histogram(counts: pd.DataFrame, params: Params, i: int, stats: pd.DataFrame) -> np.ndarray:
     """The (keys x B) histogram of quantile measure i from its grouping set's rows (the key's rows per bin)."""
+    counts = counts[counts[f"__b{i}"].notna()]  # the rows of no value (NULL, NaN) are in no bin
     index = pd.MultiIndex.from_frame(stats[params.group_by])
     rows = index.get_indexer(pd.MultiIndex.from_frame(counts[params.group_by]))
     out = np.zeros((len(stats), params.measures[i].bins), dtype=np.int64)
