@@ -83,6 +83,7 @@ def _first_of_two(gap: Fraction, rate: Fraction) -> gmpy2.mpfr:
         ([0, 1], Fraction(2**52) + Fraction(1, 3), Fraction(5, 7)),  # a target with a huge integer part
         ([10**8, 10**8 + 1], Fraction(7, 2), noise.rate(28.0, 1)),  # the largest rate a release draws at, far off
         ([2**61 + 5, 2**61 + 6], Fraction(1, 3), Fraction(1, 3)),  # past int64's safe range: left to the exact pass
+        ([-(2**63), -(2**63) + 1], Fraction(1, 3), Fraction(1, 3)),  # int64's least, whose abs overflows
     ],
 )
 def test_the_float_pass_never_decides_against_exact_inversion(low, target, rate):

@@ -64,7 +64,7 @@ def exponential(rng: np.random.Generator, weights, low, high, target: Fraction, 
 def _float_pass(w: np.ndarray, low: np.ndarray, high: np.ndarray, target: Fraction, rate: Fraction, word: int) -> int | None:
     """k when the floats decide it for U in [word 2^-64, (word + 1) 2^-64), else None."""
     base = math.floor(target)
-    if max(abs(base), int(np.abs(low).max()), int(np.abs(high).max())) >= SMALL:
+    if abs(base) >= SMALL or low.min() <= -SMALL or high.max() >= SMALL:  # (low <= high: their extremes)
         return None  # past int64's safe range: the exact pass decides
     f = target - base  # in [0, 1): d_k = whole_k + side_k f exactly
     right, left = low > base, (high < base) | ((high == base) & (f > 0))
