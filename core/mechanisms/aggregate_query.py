@@ -144,8 +144,9 @@ def _input(con, rows: pd.DataFrame | Snapshot, params: Params) -> None:
 class Exact:
     """A run's exact statistics on one scratch DuckDB connection, closed on leaving the ``with`` block:
     ``stats`` (one pass over the bounded rows) and, for a quantile, ``steps`` (each key's occupied answer-grid
-    steps inside a range). With a quantile measure the bounded rows are kept in a temporary table
-    (``__bounded``, with each quantile's answer-grid step ``__f<i>``), so both read the same rows."""
+    steps inside a range). Both run the one bounding query (``bounded``, with each quantile's answer-grid step
+    ``__f<i>``), whose rows are fixed by the run's hash key and the ``crowded`` table made once here, so both read the
+    same rows."""
 
     def __init__(self, rows: pd.DataFrame | Snapshot, params: Params, acc: Accounting, key: int):
         self.params, self.acc = params, acc
