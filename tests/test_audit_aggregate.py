@@ -8,6 +8,7 @@ fresh seeds each, and an empirical lower bound on epsilon that must stay at or b
   moves the sum by the whole bound (public keys, the sum alone);
 - a median one user moves: two camps of users at 10 and 90, the removed user's rows in one of them
   (the exponential mechanism's draw, with the histogram it draws inside);
+- a 0.99 quantile whose top rows the removed user holds (most of the budget on the draw);
 - the record unit: one record moved from one key to another (replace one record).
 
 The watched output is the first key's published value (nan when the key is not released). A weakened
@@ -54,6 +55,14 @@ def _two_camps() -> pd.DataFrame:
     return pd.DataFrame({"user": np.arange(n) // 3, "g": np.zeros(n, int), "x": np.where(np.arange(n) < 18, 10.0, 90.0)})
 
 
+def _top_user() -> pd.DataFrame:
+    """One key, 100 users of 3 rows: users 0-2 at 90, the rest at 10, so the 0.99 quantile (rank 297 of 300) is at 90
+    and removing user 0 moves q n by 0.99 R and the 10-step's score by the whole sensitivity R max(q, 1 - q)."""
+    n = 300
+    user = np.arange(n) // 3
+    return pd.DataFrame({"user": user, "g": np.zeros(n, int), "x": np.where(user < 3, 90.0, 10.0)})
+
+
 COUNT = [{"op": "count"}]
 CASES = {
     "one-group": (lambda: _users(1, 3, 30), _without_first_user, "count",
@@ -68,6 +77,10 @@ CASES = {
                              {"group_by": ["g"], "measures": [{"op": "quantile", "column": "x", "bounds": [0, 100], "q": [0.5],
                               "bins": 4, "steps": 64, "interval_share": 0.5}], "epsilon": 1.0, "delta": 1e-5,
                               "user_column": "user", "max_rows": 3, "domains": {"g": [0]}}),
+    "quantile-top-user": (_top_user, _without_first_user, "x_q99",
+                          {"group_by": ["g"], "measures": [{"op": "quantile", "column": "x", "bounds": [0, 100], "q": [0.99],
+                           "bins": 4, "steps": 64, "interval_share": 0.1}], "epsilon": 1.0, "delta": 1e-5,
+                           "user_column": "user", "max_rows": 3, "domains": {"g": [0]}}),
     "record-moved": (lambda: _users(2, 10, 1).drop(columns="user"), _moved_record, "count",
                      {"group_by": ["g"], "measures": COUNT, "epsilon": 1.0, "delta": 1e-5, "domains": {"g": [0, 1]}}),
 }  # fmt: skip

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import gmpy2
 import numpy as np
 import pytest
 from scipy import stats
@@ -66,6 +67,38 @@ def test_a_uniform_on_a_boundary_is_decided_by_the_exact_pass():
     assert em._float_pass(w, a, b, Fraction(0), Fraction(1), word) is None
     assert em._exact_pass(noise.Randomness(1), w, a, b, Fraction(0), Fraction(1), word) == 1  # S_0 <= U Z < S_1
     assert em._float_pass(w, a, b, Fraction(0), Fraction(1), 2**62) == 0  # away from the boundary the floats decide
+
+
+def _first_of_two(gap: Fraction, rate: Fraction) -> gmpy2.mpfr:
+    """P[k = 0] for two candidates of weight 1 whose distances differ by ``gap`` (d_1 - d_0), at 256 bits."""
+    with gmpy2.context(gmpy2.get_context(), precision=256):
+        return 1 / (1 + gmpy2.exp(-gmpy2.mpq(gap.numerator, gap.denominator) * gmpy2.mpq(rate.numerator, rate.denominator)))
+
+
+@pytest.mark.parametrize(
+    ("low", "target", "rate"),
+    [
+        ([3 * 2**45 + 1, 3 * 2**45 + 2], Fraction(0), Fraction(1, 3)),  # both far above the target
+        ([-(3 * 2**45 + 1), -(3 * 2**45 + 2)], Fraction(0), Fraction(1, 3)),  # both far below it
+        ([0, 1], Fraction(2**52) + Fraction(1, 3), Fraction(5, 7)),  # a target with a huge integer part
+        ([10**8, 10**8 + 1], Fraction(7, 2), noise.rate(28.0, 1)),  # the largest rate a release draws at, far off
+        ([2**61 + 5, 2**61 + 6], Fraction(1, 3), Fraction(1, 3)),  # past int64's safe range: left to the exact pass
+        ([-(2**63), -(2**63) + 1], Fraction(1, 3), Fraction(1, 3)),  # int64's least, whose abs overflows
+    ],
+)
+def test_the_float_pass_never_decides_against_exact_inversion(low, target, rate):
+    """Far from the target (every distance large, as when the noisy interval misses the quantile) the distances
+    are large floats; their difference must still be exact enough: near the true boundary P[k = 0] 2^64 the
+    float pass either defers or decides as exact inversion does (its old shift, by the least rounded distance,
+    put the boundary 2^53 words off)."""
+    w, low = np.array([1, 1]), np.array(low, dtype=np.int64)
+    d = [max(Fraction(0), int(x) - target, target - int(x)) for x in low]
+    edge = int(gmpy2.floor(_first_of_two(d[1] - d[0], rate) * 2**64))  # U < P[k = 0] draws 0
+    for offset in sorted({s * 2**j for j in range(62) for s in (-1, 1)} | {0}):
+        word = edge + offset
+        if 0 <= word < 2**64:
+            k = em._float_pass(w, low, low, target, rate, word)
+            assert k is None or (word != edge and k == (0 if word < edge else 1)), (offset, k)  # edge's box holds P[k = 0]
 
 
 def test_far_candidates_underflow_without_error_and_huge_weights_still_count():

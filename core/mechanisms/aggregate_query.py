@@ -118,11 +118,13 @@ def _on_grid(column: str, low: float, high: float, unit: float, centre: float = 
 
 
 def _step(params: Params, i: int) -> str:
-    """Quantile measure i's answer-grid step of a value: floor((x - L) / h), h = (U - L) / steps, clipped to [0, steps)."""
+    """Quantile measure i's answer-grid step of a value: floor((x - L) / h), h = (U - L) / steps, clipped to [0, steps);
+    NULL for NULL or NaN (no value: left out of the quantile; greatest and least would read it as the upper bound)."""
     m = params.measures[i]
     low, high = m.bounds
     x = f"CAST({quote_ident(m.column)} AS DOUBLE)"
-    return f"CAST(greatest(least(floor(({x} - {low!r}) / {(high - low) / m.grid!r}), {m.grid - 1}), 0) AS BIGINT)"
+    step = f"CAST(greatest(least(floor(({x} - {low!r}) / {(high - low) / m.grid!r}), {m.grid - 1}), 0) AS BIGINT)"
+    return f"CASE WHEN {x} IS NULL OR isnan({x}) THEN NULL ELSE {step} END"
 
 
 def domain_args(params: Params) -> dict:
@@ -142,8 +144,9 @@ def _input(con, rows: pd.DataFrame | Snapshot, params: Params) -> None:
 class Exact:
     """A run's exact statistics on one scratch DuckDB connection, closed on leaving the ``with`` block:
     ``stats`` (one pass over the bounded rows) and, for a quantile, ``steps`` (each key's occupied answer-grid
-    steps inside a range). With a quantile measure the bounded rows are kept in a temporary table
-    (``__bounded``, with each quantile's answer-grid step ``__f<i>``), so both read the same rows."""
+    steps inside a range). Both run the one bounding query (``bounded``, with each quantile's answer-grid step
+    ``__f<i>``), whose rows are fixed by the run's hash key and the ``crowded`` table made once here, so both read the
+    same rows."""
 
     def __init__(self, rows: pd.DataFrame | Snapshot, params: Params, acc: Accounting, key: int):
         self.params, self.acc = params, acc
@@ -225,6 +228,7 @@ class Exact:
 
 def _histogram(counts: pd.DataFrame, params: Params, i: int, stats: pd.DataFrame) -> np.ndarray:
     """The (keys x B) histogram of quantile measure i from its grouping set's rows (the key's rows per bin)."""
+    counts = counts[counts[f"__b{i}"].notna()]  # the rows of no value (NULL, NaN) are in no bin
     index = pd.MultiIndex.from_frame(stats[params.group_by])
     rows = index.get_indexer(pd.MultiIndex.from_frame(counts[params.group_by]))
     out = np.zeros((len(stats), params.measures[i].bins), dtype=np.int64)

@@ -58,7 +58,8 @@ def estimates(params: Params, acc: Accounting, keys: pd.DataFrame, noisy: dict) 
             step, per = (high - low) / m.grid, m.grid // m.bins
             for name, q in zip(m.names, m.q):
                 lo, hi = interval(q, noisy[("histogram", i)], acc.of("histogram", i))
-                _put(out, name, low + (noisy[("pick", i, q)] + 0.5) * step, low + lo * per * step, low + (hi + 1) * per * step)
+                top = np.minimum(low + (hi + 1) * per * step, high)  # low + S h can round past U
+                _put(out, name, low + (noisy[("pick", i, q)] + 0.5) * step, low + lo * per * step, top)
     return out
 
 

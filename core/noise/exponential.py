@@ -16,17 +16,20 @@ computed:
 
 1. a float pass computes every weight and the cumulative sums, each within a bound E of the true value
    (below), and decides k when U Z lies farther than 2 E + Z 2^-50 from every cumulative sum; it does
-   not decide with probability at most about (K + 4096) 2^-47 per candidate boundary crossed;
+   not decide with probability at most about (K + 4096 + r) 2^-47 per candidate boundary crossed;
 2. otherwise interval arithmetic in MPFR (``gmpy2``, correctly rounded with directed rounding) bounds
    each weight and sum from below and above at 128 bits, then at twice as many with 64 more bits of the
    same U, until the bounds decide k.
 
 Both passes invert the same U, so the law drawn is the exact law above. The float pass's bound E: the
-distance is taken relative to floor(t), so d_k is computed with absolute error at most (1 + d_k) 2^-52;
-each weight's relative error is then at most r (1 + d_k) 2^-51 (under 2^-41 while exp(-r d_k) is a normal
-float; past that the weight is below 2^-1000 of the largest, which is at least 1) plus exp's own (within a
-few units in the last place in glibc and NumPy: taken as 2^-50) and the product's 2^-53; a cumulative
-sum of K positive terms adds K 2^-53 relative. E = Z (K + 4096) 2^-50 holds all of it with room.
+least distance d_min is found exactly (each d_k is an integer plus -1, 0 or 1 times the target's fraction
+f = t - floor(t)), and each e_k = d_k - d_min is computed from an integer difference and at most 2 f, with
+absolute error at most (1 + e_k) 2^-51 (never as a difference of two large rounded distances: targets far
+from every candidate stay exact); each weight's relative error is then at most r (1 + e_k) 2^-50, under
+(745 + r) 2^-50 while exp(-r e_k) is a normal float (past that the weight is below 2^-1000 of the largest,
+which is at least 1), plus exp's own (within a few units in the last place in glibc and NumPy: taken as
+2^-50) and the product's 2^-53; a cumulative sum of K positive terms adds K 2^-53 relative.
+E = Z (K + 4096 + r) 2^-50 holds all of it with room. Integers past 2^61 are left to the exact pass.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import numpy as np
 from core import noise
 
 FIRST_BITS = 128  # the exact pass's first precision
+SMALL = 2**61  # the float pass's integers (targets, ranks) stay below this, so their differences fit int64
 MAX_BITS = 1 << 16  # past this the bounds have not met: a draw with probability below 2^-60000
 
 
@@ -60,16 +64,23 @@ def exponential(rng: np.random.Generator, weights, low, high, target: Fraction, 
 def _float_pass(w: np.ndarray, low: np.ndarray, high: np.ndarray, target: Fraction, rate: Fraction, word: int) -> int | None:
     """k when the floats decide it for U in [word 2^-64, (word + 1) 2^-64), else None."""
     base = math.floor(target)
-    t = float(target - base)  # in [0, 1): the distance is computed near 0, where floats are fine
-    d = np.maximum(0.0, np.maximum((low - base) - t, t - (high - base)))
-    y = float(rate) * d
+    if abs(base) >= SMALL or low.min() <= -SMALL or high.max() >= SMALL:  # (low <= high: their extremes)
+        return None  # past int64's safe range: the exact pass decides
+    f = target - base  # in [0, 1): d_k = whole_k + side_k f exactly
+    right, left = low > base, (high < base) | ((high == base) & (f > 0))
+    whole = np.where(right, low - base, np.where(left, base - high, 0))
+    side = np.where(right, -1, np.where(left, 1, 0))
     live = w > 0
-    y = y - y[live].min()
+    least = min(
+        ((int(whole[live & (side == s)].min()), s) for s in (-1, 0, 1) if (live & (side == s)).any()),
+        key=lambda m: m[0] + m[1] * f,
+    )  # the least live distance, exactly: each d_k - d_min is then computed near 0, never as a difference of large floats
+    y = float(rate) * ((whole - least[0]).astype(float) + (side - least[1]) * float(f))
     with np.errstate(under="ignore"):
         weight = np.where(live, w * np.exp(-y), 0.0)
     cum = np.cumsum(weight)
     z = cum[-1]
-    slack = 2 * z * (w.size + 4096) * 2.0**-50 + z * 2.0**-50
+    slack = 2 * z * (w.size + 4096 + float(rate)) * 2.0**-50 + z * 2.0**-50
     u = word * 2.0**-64 * z
     k = int(np.searchsorted(cum, u, side="right"))
     if k >= w.size:
@@ -84,7 +95,8 @@ def _exact_pass(
     """k by MPFR interval bounds, refining the precision and U's bits until they decide it."""
     live = np.flatnonzero(w > 0)
     gaps = [max(Fraction(0), int(a) - target, target - int(b)) for a, b in zip(low[live], high[live])]
-    exps = [rate * (g - min(gaps)) for g in gaps]
+    least = min(gaps)  # once: K candidates, not K^2 comparisons
+    exps = [rate * (g - least) for g in gaps]
     bits, u = 64, word  # U in [u, u + 1) / 2^bits
     prec = FIRST_BITS
     while prec <= MAX_BITS:
