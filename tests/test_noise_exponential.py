@@ -182,3 +182,27 @@ def test_drawn_steps_fall_within_the_previews_rank_bound():
     rank_error = np.abs(np.searchsorted(x, drawn) - 1000)
     assert (rank_error <= bound).mean() >= 0.95
     assert (rank_error <= bound / 10).mean() < 0.9  # the weakened claim: a tenth of the bound is not one
+
+
+def test_rows_drawn_together_decide_as_each_alone():
+    """The float pass over a batch (rows of many lengths padded into matrices) decides each row exactly as it
+    does alone; the batch's draws follow each row's law."""
+    rng = np.random.default_rng(9)
+    rows, words = [], []
+    for _ in range(300):
+        k = int(rng.integers(1, 300))
+        low = np.sort(rng.integers(-50, 50, k))
+        rows.append(
+            (
+                rng.integers(0, 5, k) + (np.arange(k) == 0),
+                low,
+                low + rng.integers(0, 3, k),
+                Fraction(int(rng.integers(-60, 60)), 7),
+            )
+        )
+        words.append(int(rng.integers(0, 2**63)) * 2 + int(rng.integers(0, 2)))
+    together = em._float_rows(rows, RATE, words)
+    assert together == [em._float_rows([r], RATE, [wd])[0] for r, wd in zip(rows, words)]
+    assert sum(k is not None for k in together) >= 295  # the floats decide nearly every row
+    picks = em.exponentials(noise.Randomness(5), [(W, A, B, T)] * N, RATE)
+    assert chi_square_p(list(picks), W, A, B, T, RATE) > 1e-3

@@ -50,43 +50,92 @@ MAX_BITS = 1 << 16  # past this the bounds have not met: a draw with probability
 def exponential(rng: np.random.Generator, weights, low, high, target: Fraction, rate: Fraction) -> int:
     """One exact draw of k with probability proportional to ``weights[k] * exp(-rate * d_k)``, d_k the
     distance from ``target`` to [``low[k]``, ``high[k]``] (integers, low <= high; weights >= 0, one > 0)."""
+    return int(exponentials(rng, [(weights, low, high, target)], rate)[0])
+
+
+def exponentials(rng: np.random.Generator, rows: list[tuple], rate: Fraction) -> np.ndarray:
+    """One exact draw per row ``(weights, low, high, target)`` (as ``exponential``), all at one ``rate``: the
+    rows' float passes run together, rows of similar length padded into one matrix (a key's draw costs
+    microseconds, not a hundred numpy calls); a row they leave undecided goes to its own exact pass."""
+    checked = [_checked(*row) for row in rows]
+    words = [int(x) for x in noise.words(rng, len(rows))]
+    found = _float_rows(checked, rate, words)
+    return np.array(
+        [k if k is not None else _exact_pass(rng, *row, rate, word) for k, row, word in zip(found, checked, words)], np.int64
+    )
+
+
+def _checked(weights, low, high, target: Fraction) -> tuple[np.ndarray, np.ndarray, np.ndarray, Fraction]:
     w = np.asarray(weights, dtype=np.int64)
     low, high = np.asarray(low, dtype=np.int64), np.asarray(high, dtype=np.int64)
     if w.ndim != 1 or w.shape != low.shape or w.shape != high.shape or not (w >= 0).all() or not (low <= high).all():
         raise ValueError("exponential: weights, low and high must be 1-D of one length, weights >= 0, low <= high")
     if not (w > 0).any():
         raise ValueError("exponential: no candidate has weight")
-    word = int(noise.words(rng, 1)[0])
-    k = _float_pass(w, low, high, target, rate, word)
-    return k if k is not None else _exact_pass(rng, w, low, high, target, rate, word)
+    return w, low, high, Fraction(target)
 
 
 def _float_pass(w: np.ndarray, low: np.ndarray, high: np.ndarray, target: Fraction, rate: Fraction, word: int) -> int | None:
-    """k when the floats decide it for U in [word 2^-64, (word + 1) 2^-64), else None."""
-    base = math.floor(target)
-    if abs(base) >= SMALL or low.min() <= -SMALL or high.max() >= SMALL:  # (low <= high: their extremes)
-        return None  # past int64's safe range: the exact pass decides
-    f = target - base  # in [0, 1): d_k = whole_k + side_k f exactly
-    right, left = low > base, (high < base) | ((high == base) & (f > 0))
-    whole = np.where(right, low - base, np.where(left, base - high, 0))
+    """k when the floats decide it for U in [word 2^-64, (word + 1) 2^-64), else None (one row)."""
+    return _float_rows([(w, low, high, Fraction(target))], rate, [word])[0]
+
+
+def _float_rows(rows: list[tuple], rate: Fraction, words: list[int]) -> list[int | None]:
+    """Each row's k when the floats decide it, else None; rows padded with weight 0 to the next power of two."""
+    out: list[int | None] = [None] * len(rows)
+    width = np.array([max(len(r[0]), 1) for r in rows])
+    shelf = np.ceil(np.log2(width)).astype(int)
+    for b in np.unique(shelf):
+        at = [i for i in np.flatnonzero(shelf == b) if _in_range(rows[i])]  # past int64's safe range: the exact pass
+        if at:
+            for i, k in zip(at, _float_block([rows[i] for i in at], 1 << int(b), rate, [words[i] for i in at])):
+                out[i] = k
+    return out
+
+
+def _in_range(row: tuple) -> bool:
+    w, low, high, target = row
+    return abs(math.floor(target)) < SMALL and low.min() > -SMALL and high.max() < SMALL  # (low <= high: their extremes)
+
+
+def _float_block(rows: list[tuple], width: int, rate: Fraction, words: list[int]) -> list[int | None]:
+    """The float pass over rows of at most ``width`` candidates each, as one matrix."""
+    n = len(rows)
+    w, low, high = np.zeros((n, width), np.int64), np.zeros((n, width), np.int64), np.zeros((n, width), np.int64)
+    size = np.array([len(r[0]) for r in rows])
+    num = [(r[3].numerator, r[3].denominator) for r in rows]
+    base = np.array([a // d for a, d in num], np.int64)
+    frac = [(a - (a // d) * d, d) for a, d in num]  # f = fn / fd in [0, 1): d_k = whole_k + side_k f exactly
+    for j, r in enumerate(rows):
+        w[j, : size[j]], low[j, : size[j]], high[j, : size[j]] = r[0], r[1], r[2]
+    positive = np.array([fn > 0 for fn, _ in frac])[:, None]
+    right = low > base[:, None]
+    left = (high < base[:, None]) | ((high == base[:, None]) & positive)
+    whole = np.where(right, low - base[:, None], np.where(left, base[:, None] - high, 0))
     side = np.where(right, -1, np.where(left, 1, 0))
     live = w > 0
-    least = min(
-        ((int(whole[live & (side == s)].min()), s) for s in (-1, 0, 1) if (live & (side == s)).any()),
-        key=lambda m: m[0] + m[1] * f,
-    )  # the least live distance, exactly: each d_k - d_min is then computed near 0, never as a difference of large floats
-    y = float(rate) * ((whole - least[0]).astype(float) + (side - least[1]) * float(f))
-    with np.errstate(under="ignore"):
+    mins = [np.where(live & (side == s), whole, SMALL).min(axis=1) for s in (-1, 0, 1)]
+    least = [
+        min(
+            ((int(m[j]), s) for m, s in zip(mins, (-1, 0, 1)) if m[j] < SMALL), key=lambda m, f=frac[j]: m[0] * f[1] + m[1] * f[0]
+        )
+        for j in range(n)
+    ]  # the least live distance, exactly (times fd, in integers): each d_k - d_min is then computed near 0, never as a
+    # difference of large floats
+    lw, ls = (np.array(x, np.int64)[:, None] for x in zip(*least))
+    y = float(rate) * ((whole - lw).astype(float) + (side - ls) * np.array([fn / fd for fn, fd in frac])[:, None])
+    with np.errstate(under="ignore", over="ignore"):
         weight = np.where(live, w * np.exp(-y), 0.0)
-    cum = np.cumsum(weight)
-    z = cum[-1]
-    slack = 2 * z * (w.size + 4096 + float(rate)) * 2.0**-50 + z * 2.0**-50
-    u = word * 2.0**-64 * z
-    k = int(np.searchsorted(cum, u, side="right"))
-    if k >= w.size:
-        return None
-    before = cum[k - 1] if k else 0.0
-    return k if u - before > slack and cum[k] - u > slack else None
+    cum = np.cumsum(weight, axis=1)
+    z = cum[:, -1]
+    slack = 2 * z * (size + 4096 + float(rate)) * 2.0**-50 + z * 2.0**-50
+    u = np.array(words, dtype=np.uint64) * 2.0**-64 * z
+    k = (cum <= u[:, None]).sum(axis=1)  # the first cumulative sum past u (searchsorted, side right)
+    rows_ = np.arange(n)
+    after = cum[rows_, np.minimum(k, width - 1)]
+    before = np.where(k > 0, cum[rows_, np.maximum(k - 1, 0)], 0.0)
+    decided = (k < size) & (u - before > slack) & (after - u > slack)
+    return [int(k[j]) if decided[j] else None for j in range(n)]
 
 
 def _exact_pass(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from core import noise
-from core.noise.exponential import exponential as exponential_mechanism
+from core.noise.exponential import exponentials
 from core.privacy.events import DiscreteGaussian, DiscreteLaplace, DistributedDiscreteGaussian, Exponential, PermuteAndFlip
 
 
@@ -56,8 +56,8 @@ def exponential(rng: np.random.Generator, leaf: Exponential, candidates: list[tu
     epsilon / (2 Delta), ``noise.rate``; ``noise.exponential``), then a uniform one of the chosen
     candidate's weight: (candidate, offset) per key."""
     rate = noise.rate(leaf.epsilon, sensitivity)
-    out = []
-    for weights, a, b, target in candidates:
-        k = exponential_mechanism(rng, weights, a, b, target, rate)
-        out.append((k, int(noise.below(rng, np.array([weights[k]]))[0])))
-    return out
+    if not candidates:
+        return []
+    ks = exponentials(rng, candidates, rate)
+    offsets = noise.below(rng, np.array([c[0][k] for c, k in zip(candidates, ks)], dtype=np.int64))
+    return [(int(k), int(o)) for k, o in zip(ks, offsets)]
