@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from core import faults, mechanisms, noise, parallel
+from core import charts, faults, mechanisms, noise, parallel
 from core.datasets import snapshots
 from core.errors import SpecError
 from core.ledger import account
@@ -151,9 +151,11 @@ def load(store: Home, release: Release) -> pd.DataFrame | Snapshot:
 
 
 def privatize(release: Release, frame: pd.DataFrame | Snapshot) -> Result:
-    """Run the mechanism on fresh randomness (a fixed seed only in test mode), then check it."""
+    """Run the mechanism on fresh randomness (a fixed seed only in test mode), then check it; its charts (public
+    values only) are drawn meanwhile, where a drawing process was started (``charts.ahead``)."""
     module = mechanisms.get(release.mechanism)
     result = module.run(frame, release.params, noise.generator(release.seed))
+    charts.start(result.charts)
     module.check(frame, result, release.params)
     return result
 
