@@ -13,7 +13,8 @@ Run: PRIVRELEASE_DATA=... .venv/bin/python bench/bench_dpne_counting.py tokenize
           thread, in fresh processes with glibc's defaults and with MALLOC_TRIM_THRESHOLD_ set:
           seconds, minor page faults and peak resident memory)
      .venv/bin/python bench/bench_dpne_counting.py steps
-         (the cap's keyed choice, min_by against a row_number() window, on 3 M over-cap pairs; and
+         (the cap's keyed choice on 3 M over-cap pairs: DuckDB's row_number() window, its min_by top-n (the
+          choice before dpne_cap) and dpne_cap's numpy (the same pairs kept); and
           merging two shares of 80,000 n-grams, numpy against a DuckDB GROUP BY)
 """
 
@@ -38,7 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.bench_dpne import PARAMS, synthetic  # noqa: E402
 from bench.bench_runner import msnbc_times  # noqa: E402
-from core.mechanisms import dpne, dpne_counts  # noqa: E402
+from core.mechanisms import dpne, dpne_cap, dpne_counts  # noqa: E402
 
 PATTERN = "list_filter(regexp_split_to_array(text, '\\s+'), lambda x: x <> '')"
 
@@ -142,15 +143,25 @@ def steps() -> None:
         "SELECT u, g FROM (SELECT u, g, row_number() OVER (PARTITION BY u ORDER BY hash(h, x, $key::UBIGINT), x) AS rk "
         "FROM over) WHERE rk <= $cap"
     )
-    con.register(
-        "over", pd.DataFrame({"u": users, "h": rng.integers(0, 2**63, len(m)).astype(np.uint64)[users], "g": grams, "x": grams})
-    )
+    top_n = "SELECT u, unnest(min_by(g, (hash(h, x, $key::UBIGINT), x), $cap)) AS g FROM over GROUP BY u"
+    user_hash = rng.integers(0, 2**63, len(m)).astype(np.uint64)
+    con.register("over", pd.DataFrame({"u": users, "h": user_hash[users], "g": grams, "x": grams}))
+
+    def numpy_choice() -> dict:
+        kept = dpne_cap.smallest(users, dpne_cap.keyed(user_hash[users], dpne_cap.murmur(grams), 7), grams, 10)
+        return {"u": users[kept], "g": grams[kept]}
+
     kept, best = {}, {}
-    for name, sql in (("row_number() window", window), ("min_by (dpne_counts.KEEP)", dpne_counts.KEEP)):
+    choices = {
+        "row_number() window": lambda: con.execute(window, {"key": 7, "cap": 10}).fetchnumpy(),
+        "min_by top-n": lambda: con.execute(top_n, {"key": 7, "cap": 10}).fetchnumpy(),
+        "numpy (dpne_cap)": numpy_choice,
+    }
+    for name, choose in choices.items():
         times = []
         for _ in range(3):
             t = time.perf_counter()
-            kept[name] = con.execute(sql, {"key": 7, "cap": 10}).fetchnumpy()
+            kept[name] = choose()
             times.append(time.perf_counter() - t)
         best[name] = min(times)
     same = len({tuple(sorted(zip(k["u"].tolist(), k["g"].tolist()))) for k in kept.values()}) == 1

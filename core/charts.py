@@ -2,13 +2,16 @@
 
 Importing matplotlib is about half a second of a small release's command. ``ahead()`` starts a process
 that imports it at once, while the release reads its data and runs on the other core; the block's charts
-are then drawn there (the same PNG bytes as in process).
+are then drawn there (the same PNG bytes as in process). ``start`` sends charts as soon as they are known
+(a mechanism's, while its output is checked), and ``drawing`` takes the PNGs they became.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -38,7 +41,29 @@ class Chart:
     intervals: list = field(default_factory=list)  # bar charts: (low, high) per label, drawn on the first series
 
 
-_renderer: ContextVar[Connection | None] = ContextVar("privrelease_chart_renderer", default=None)
+class _Drawer:
+    """The release's end of the pipe to the drawing process: each batch of charts it sent, answered in turn, and
+    the charts ``start`` sent before anyone asked for them (their PNGs in a private temporary folder)."""
+
+    def __init__(self, conn: Connection):
+        self.conn, self.sent, self.owed, self.answered = conn, 0, [], {}
+        self.early: dict[int, tuple[Chart, int, int, Path]] = {}  # id(chart) -> (it, kept alive; batch, place, PNG)
+        self.folder: Path | None = None
+
+    def send(self, jobs: list[tuple[Chart, Path]]) -> int:
+        self.conn.send([(chart, str(path)) for chart, path in jobs])
+        self.sent += 1
+        self.owed.append(self.sent)
+        return self.sent
+
+    def answers(self, batch: int) -> list[str | None]:
+        """The answers to ``batch``, reading the pipe's earlier answers on the way (they stay for their askers)."""
+        while batch not in self.answered:
+            self.answered[self.owed.pop(0)] = self.conn.recv()
+        return self.answered[batch]
+
+
+_renderer: ContextVar[_Drawer | None] = ContextVar("privrelease_chart_renderer", default=None)
 
 
 def render_chart(chart: Chart, path: Path) -> None:
@@ -47,24 +72,47 @@ def render_chart(chart: Chart, path: Path) -> None:
         pass
 
 
+def start(charts: Iterable[Chart]) -> None:
+    """Begin drawing ``charts`` now in the process ``ahead()`` started (nothing to do without one); a later
+    ``drawing`` of one of these very charts takes its PNG instead of drawing it again. Charts hold public values
+    only: one started for a release that then fails is simply not used (its folder goes with the block)."""
+    drawer = _renderer.get()
+    charts = [c for c in charts if drawer is not None and id(c) not in drawer.early]
+    if not charts:
+        return
+    if drawer.folder is None:
+        drawer.folder = Path(tempfile.mkdtemp(prefix="privrelease-charts-"))  # mode 700
+    pngs = [drawer.folder / f"{drawer.sent + 1}-{i}.png" for i in range(len(charts))]
+    batch = drawer.send(list(zip(charts, pngs)))
+    drawer.early |= {id(c): (c, batch, i, png) for i, (c, png) in enumerate(zip(charts, pngs))}
+
+
 @contextmanager
 def drawing(jobs: Iterable[tuple[Chart, Path]]) -> Iterator[None]:
     """Draw these charts while the block runs: in the process ``ahead()`` started, within its block (else in this
-    one, before the block). When the block ends every chart is written, or the first failure is raised."""
+    one, before the block); a chart ``start`` sent is not drawn again. When the block ends every chart is written,
+    or the first failure is raised."""
     jobs = list(jobs)
-    conn = _renderer.get()
-    if conn is None:
+    drawer = _renderer.get()
+    if drawer is None:
         with RENDERING:
             for chart, path in jobs:
                 _render(chart, path)
         yield
         return
-    conn.send([(chart, str(path)) for chart, path in jobs])
+    early = [(chart, path) for chart, path in jobs if id(chart) in drawer.early]
+    late = [(chart, path) for chart, path in jobs if id(chart) not in drawer.early]
+    batch = drawer.send(late) if late else None
     try:
         yield
     finally:  # the answers are read, whatever the block did: the next block's answers stay its own
-        answers = conn.recv()
-    failed = [(chart, answer) for (chart, _), answer in zip(jobs, answers, strict=True) if answer is not None]
+        answers = dict(zip((id(c) for c, _ in late), drawer.answers(batch))) if batch is not None else {}
+        for chart, path in early:
+            _, sent, place, png = drawer.early[id(chart)]
+            answers[id(chart)] = drawer.answers(sent)[place]
+            if answers[id(chart)] is None:
+                shutil.copyfile(png, path)
+    failed = [(chart, answers[id(chart)]) for chart, _ in jobs if answers[id(chart)] is not None]
     if failed:
         raise RuntimeError(f"drawing the chart {failed[0][0].filename!r} failed: {failed[0][1]}")
 
@@ -77,7 +125,8 @@ def ahead() -> Iterator[None]:
     process = mp.get_context("fork").Process(target=_serve, args=(child, parent), name="privrelease-charts", daemon=True)
     process.start()
     child.close()
-    token = _renderer.set(parent)
+    drawer = _Drawer(parent)
+    token = _renderer.set(drawer)
     try:
         yield
     finally:
@@ -90,6 +139,8 @@ def ahead() -> Iterator[None]:
         if process.is_alive():
             process.kill()
         parent.close()
+        if drawer.folder is not None:
+            shutil.rmtree(drawer.folder, ignore_errors=True)
 
 
 def _serve(conn: Connection, theirs: Connection) -> None:

@@ -3,12 +3,17 @@
 DuckDB lets one process at a time open a file for writing, so every use opens, works and
 closes; a connection refused by another process's lock is retried until ``timeout``
 (``$PRIVRELEASE_DB_WAIT`` seconds), then refused with ``DatabaseBusy`` naming the process that holds it.
+A use attaches the file to this process's one in-memory database and detaches it after (DuckDB takes and
+lets go of the file's lock as an open and a close do): about a millisecond, where creating a database for
+each use cost 10-20 ms (DuckDB registers its built-in functions in every new database; bench/RESULTS.md).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
+import itertools
 import os
 import random
 import re
@@ -16,6 +21,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -25,12 +31,22 @@ from core.errors import DatabaseBusy
 
 LOCK_TIMEOUT_S = settings.number(settings.DB_WAIT, 120.0)
 # Threads of one process opening one file at the same instant race in DuckDB's database cache ("Unique
-# file handle conflict"; seen in the gate under load): opening and closing are serialized per process
-# (a close lets the file go from that cache), using is not.
+# file handle conflict"; seen in the gate under load), as they would attaching it and counting its users:
+# opening and closing (attaching, detaching and the count) are serialized per process, using is not.
 _OPENING = threading.Lock()
+_BASE: list[_Base] = []  # this process's in-memory database, made at its first use
+_BASE_LOCK = threading.Lock()  # its one connection object is used by one thread at a time (cursors, DETACH)
+_ATTACHED: dict[str, list] = {}  # a file's path -> [its name in _BASE, the connections using it]
+_NAMES = itertools.count()
 # Working memory of a scratch database; past it DuckDB spills to disk (arrays held outside DuckDB, such
 # as DPNE's token positions, are not counted in it).
 SCRATCH_MEMORY = settings.get(settings.DUCKDB_MEMORY, "2GB")
+
+
+@dataclass(frozen=True)
+class _Base:
+    con: duckdb.DuckDBPyConnection
+    pid: int
 
 
 def quote_ident(name: str) -> str:
@@ -62,7 +78,7 @@ def connect(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[duckdb.Duck
         while True:
             try:
                 with _OPENING:
-                    con = duckdb.connect(str(path))
+                    con = _attach(path)
                 break
             except duckdb.IOException as exc:
                 if not _is_lock_error(exc):
@@ -73,11 +89,76 @@ def connect(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[duckdb.Duck
                 delay = min(delay * 1.5, 0.5)
         if path.stat().st_mode & 0o077:  # a database made before files were private
             os.chmod(path, 0o600)
-        handle = _Handle(con)
+        handle = _Handle(con, str(path))
         try:
             yield handle  # type: ignore[misc] - a stand-in that forwards to the connection
         finally:
             handle.release()
+
+
+def _attach(path: Path) -> duckdb.DuckDBPyConnection:
+    """A connection of this process's in-memory database using the file ``path`` (attached now unless another
+    of its connections uses it: threads of one process share it, as they shared DuckDB's cached database).
+    Under ``_OPENING``."""
+    con = _cursor()
+    try:
+        if str(path) not in _ATTACHED:
+            name = f"file{next(_NAMES)}"
+            con.execute(f"ATTACH {quote_literal(str(path))} AS {quote_ident(name)}").fetchall()
+            _ATTACHED[str(path)] = [name, 0]
+        _ATTACHED[str(path)][1] += 1
+    except BaseException:
+        con.close()
+        raise
+    try:
+        con.execute(f"USE {quote_ident(_ATTACHED[str(path)][0])}").fetchall()
+    except BaseException:
+        _detach(con, str(path))
+        raise
+    return con
+
+
+def _cursor() -> duckdb.DuckDBPyConnection:
+    """A new connection of this process's in-memory database (made at the first; a forked child makes its own)."""
+    with _BASE_LOCK:
+        if not _BASE or _BASE[0].pid != os.getpid():
+            _BASE[:] = [_Base(duckdb.connect(), os.getpid())]
+            _ATTACHED.clear()
+        return _BASE[0].con.cursor()
+
+
+@atexit.register
+def _close_base() -> None:
+    """At exit, this process's in-memory database is closed (not a forked child's copy of its parent's)."""
+    if _BASE and _BASE[0].pid == os.getpid():
+        _BASE.pop().con.close()
+
+
+@contextlib.contextmanager
+def memory() -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection of this process's in-memory database (DuckDB's defaults: row order kept), closed after: for
+    short work on rows in memory, without making a database for it."""
+    con = _cursor()
+    try:
+        yield con
+    finally:
+        con.close()
+
+
+def _detach(con: duckdb.DuckDBPyConnection, path: str) -> None:
+    """Close a connection of ``_attach``; the last one using its file detaches it. Under ``_OPENING``."""
+    con.close()
+    entry = _ATTACHED[path]
+    entry[1] -= 1
+    if not entry[1]:
+        del _ATTACHED[path]
+        with _BASE_LOCK:
+            _BASE[0].con.execute(f"DETACH {quote_ident(entry[0])}").fetchall()
+
+
+def quote_literal(text: str) -> str:
+    """A SQL string literal (ATTACH takes no parameters)."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 _UMASK = threading.Lock()
@@ -113,8 +194,9 @@ class _Handle:
     the caller's frame, and with it this handle, but not the closed connection itself.
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection):
+    def __init__(self, con: duckdb.DuckDBPyConnection, path: str):
         self._con: duckdb.DuckDBPyConnection | None = con
+        self._path = path
 
     def __getattr__(self, name: str):
         if self._con is None:
@@ -124,7 +206,7 @@ class _Handle:
     def release(self) -> None:
         if self._con is not None:
             with _OPENING:
-                self._con.close()
+                _detach(self._con, self._path)
             self._con = None
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core import charts
 from core.charts import Chart, ahead, drawing, render_chart
 from tests.conftest import REPO
 
@@ -61,6 +62,33 @@ def test_charts_drawn_while_a_block_runs_are_all_written_when_it_ends(tmp_path: 
             raise KeyError("the block failed")
         render_chart(CHARTS[0], tmp_path / "e.png")
         assert (tmp_path / "e.png").read_bytes() == (tmp_path / "a.png").read_bytes()
+
+
+def test_charts_started_early_are_taken_not_drawn_again(tmp_path: Path):
+    """A mechanism's charts are sent when it returns them (``charts.start``, while its output is checked); the
+    publication's ``drawing`` takes their PNGs (the bytes drawn in process) and sends only the others; a broken
+    one started early is raised there, after its fellows are written; the block's temporary PNGs go with it."""
+    for chart in CHARTS:
+        render_chart(chart, tmp_path / f"here-{chart.filename}")
+    broken = Chart("broken.png", "t", ["a", "b"], {"s": [1.0, 2.0, 3.0]})
+    with ahead():
+        drawer = charts._renderer.get()
+        charts.start(CHARTS[:2])
+        charts.start([CHARTS[0], broken])  # one already sent is not sent again
+        assert drawer.sent == 2 and len(drawer.early) == 3
+        with drawing([(chart, tmp_path / f"early-{chart.filename}") for chart in CHARTS]):
+            assert drawer.sent == 3  # the third chart alone was sent now
+        with pytest.raises(RuntimeError, match="'broken.png' failed: ValueError"), drawing([(broken, tmp_path / "b.png")]):
+            pass
+        assert drawer.sent == 3 and not (tmp_path / "b.png").exists()
+        folder = drawer.folder
+        assert folder is not None and len(list(folder.iterdir())) == 2  # the two that could be drawn
+    assert not folder.exists()
+    for chart in CHARTS:
+        assert (tmp_path / f"early-{chart.filename}").read_bytes() == (tmp_path / f"here-{chart.filename}").read_bytes()
+    charts.start(CHARTS)  # without a drawing process: nothing to do, drawn in process when asked
+    render_chart(CHARTS[1], tmp_path / "after.png")
+    assert (tmp_path / "after.png").read_bytes() == (tmp_path / "here-curve.png").read_bytes()
 
 
 def test_the_release_process_never_imports_matplotlib():

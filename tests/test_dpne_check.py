@@ -1,16 +1,21 @@
 """DPNE's output check finds every released 1-gram among the posts' tokens: the first sixteenth of the posts
-first, the rest for the words still missing (``dpne._unheld``), with the answer of tokenizing every post."""
+first, the rest for the words still missing (``dpne._unheld``), with the answer of tokenizing every post; from
+the rows, and from the snapshot's file (a release's ``Snapshot``: the first posts by their row number in it)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
+import duckdb
 import pandas as pd
 import pytest
 
 from core.errors import InternalError
 from core.mechanisms import dpne
+from core.mechanisms.base import Snapshot
 from tests.test_dpne import params
+
+FORMS = ["rows", "snapshot"]
 
 
 def _posts(n: int = 320) -> pd.DataFrame:
@@ -19,16 +24,28 @@ def _posts(n: int = 320) -> pd.DataFrame:
     return pd.DataFrame({"user": range(len(texts)), "text": texts})
 
 
+def _as(form: str, posts: pd.DataFrame, tmp_path) -> pd.DataFrame | Snapshot:
+    """The posts as ``check`` gets them: the rows, or their Parquet file (row groups of 64 rows, so the first
+    sixteenth and the rest are in several groups, read on both of DuckDB's threads)."""
+    if form == "rows":
+        return posts
+    path = tmp_path / "posts.parquet"
+    with duckdb.connect() as con:
+        con.from_df(posts).write_parquet(str(path), row_group_size=64)
+    return Snapshot(str(path))
+
+
 def _released(*words: str) -> SimpleNamespace:
     return SimpleNamespace(data=pd.DataFrame({"ngram": list(words), "n": [1] * len(words)}))
 
 
-def test_a_word_held_only_past_the_first_posts_is_found():
+@pytest.mark.parametrize("form", FORMS)
+def test_a_word_held_only_past_the_first_posts_is_found(form, tmp_path):
     posts, p = _posts(), params()
     head = posts.iloc[: len(posts) // dpne.HEAD_SHARE]
     assert "rare" not in " ".join(head["text"])  # the weakened variant, the first posts alone, would not find it
-    assert dpne._unheld(posts, p, {"rare", "the", "cat", "mat", "on"}) == set()
-    dpne.check(posts, _released("rare", "the", "on"), p)
+    assert dpne._unheld(_as(form, posts, tmp_path), p, {"rare", "the", "cat", "mat", "on"}) == set()
+    dpne.check(_as(form, posts, tmp_path), _released("rare", "the", "on"), p)
 
 
 @pytest.mark.parametrize(
@@ -38,8 +55,9 @@ def test_a_word_held_only_past_the_first_posts_is_found():
         ("words", {"cat", "hat", "on", "word"}, {"Cat,", "HAT!", "ca", "zz", "the cat"}),
     ],
 )
-def test_only_tokens_are_held_not_substrings_or_other_spellings(tokenizer, held, unheld):
-    posts, p = _posts(), params(tokenizer=tokenizer)
+@pytest.mark.parametrize("form", FORMS)
+def test_only_tokens_are_held_not_substrings_or_other_spellings(tokenizer, held, unheld, form, tmp_path):
+    posts, p = _as(form, _posts(), tmp_path), params(tokenizer=tokenizer)
     assert dpne._unheld(posts, p, held | unheld) == unheld
     dpne.check(posts, _released(*sorted(held)), p)
     for word in unheld - {"the cat", "on\tthe"}:  # one-token words a buggy release could hold
@@ -47,6 +65,8 @@ def test_only_tokens_are_held_not_substrings_or_other_spellings(tokenizer, held,
             dpne.check(posts, _released("on", word), p)
 
 
-def test_an_empty_corpus_holds_no_word():
-    assert dpne._unheld(pd.DataFrame({"user": [], "text": []}), params(), set()) == set()
-    assert dpne._unheld(pd.DataFrame({"user": [], "text": []}), params(), {"a"}) == {"a"}
+@pytest.mark.parametrize("form", FORMS)
+def test_an_empty_corpus_holds_no_word(form, tmp_path):
+    empty = _as(form, pd.DataFrame({"user": pd.Series([], dtype="int64"), "text": pd.Series([], dtype=str)}), tmp_path)
+    assert dpne._unheld(empty, params(), set()) == set()
+    assert dpne._unheld(empty, params(), {"a"}) == {"a"}

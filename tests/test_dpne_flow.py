@@ -6,11 +6,17 @@ import json
 from pathlib import Path
 
 import duckdb
+import pandas as pd
 import pytest
 import yaml
 
+from core import noise
 from core.ledger.ledger import PUBLISHED, RESERVED, Ledger
+from core.mechanisms import dpne
+from core.mechanisms.base import Snapshot
 from core.privacy.budget import Budget
+from core.release import pipeline, spec
+from core.release.home import Home
 from tests.helpers import register
 from tests.test_dpne import phrase_corpus
 from tests.test_release_flow import cli
@@ -74,6 +80,22 @@ def test_dpne_release_charges_then_publishes(prefect_server, home, tmp_path, cap
     assert code == 2 and "needs epsilon=4, delta=1e-07 but dataset 'posts' cannot take it" in last, err
     assert len(list((home / "releases" / "posts").iterdir())) == 1
     assert len([e for e in Ledger(home / "privrelease.duckdb").entries() if e.status == RESERVED]) == 1
+
+
+def test_a_release_reads_the_checked_snapshot_file_and_gets_what_the_rows_give(home, tmp_path, test_mode):
+    """The pipeline hands DPNE the registered snapshot's file (DuckDB reads and tokenizes it; no pandas copy of
+    the posts), and the n-grams are the ones the same run gives on the rows themselves, draw for draw."""
+    request = write_corpus(home, tmp_path / "a", T=3)
+    Ledger(home / "privrelease.duckdb").set_budget("posts", Budget(10.0, 1e-3))
+    store = Home.open()
+    bound, _ = pipeline.prepare(store, spec.load(request))
+    rows = pipeline.load(store, bound)
+    assert isinstance(rows, Snapshot) and Path(rows.path).is_file()
+    by_file = dpne.run(rows, bound.params, noise.generator(11))
+    by_rows = dpne.run(store.registry.load(bound.dataset), bound.params, noise.generator(11))
+    pd.testing.assert_frame_equal(by_file.data, by_rows.data)
+    assert by_file.headline == by_rows.headline and len(by_file.data) > 10
+    dpne.check(rows, by_file, bound.params)
 
 
 @pytest.mark.parametrize(

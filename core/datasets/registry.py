@@ -34,7 +34,7 @@ from core import paths
 from core.datasets import content, ingest, snapshots
 from core.datasets.facts import Dataset, Unit
 from core.datasets.infer import Reading
-from core.db import quote_ident
+from core.db import memory, quote_ident
 from core.errors import NotRegistered, SpecError
 from core.ids import check_id
 from core.ledger.ledger import Ledger
@@ -157,7 +157,7 @@ class Registry:
             _sdc(current)
             policy.check(current.schema, dataset_id)
             if policy.weight is not None:
-                with duckdb.connect() as con:
+                with memory() as con:
                     con.execute(
                         f"CREATE TEMP TABLE snapshot AS SELECT {quote_ident(policy.weight)} FROM read_parquet(?)",
                         [str(self._snapshot(private))],
@@ -219,7 +219,7 @@ class Registry:
     def load(self, dataset: Dataset) -> pd.DataFrame:
         """The stored snapshot, after checking it is the one registered (its digest stays private)."""
         path = self.checked(dataset)
-        with duckdb.connect() as con:  # in memory, default settings (row order kept)
+        with memory() as con:  # in memory, default settings (row order kept)
             frame = con.execute("SELECT * FROM read_parquet(?)", [str(path)]).df()
         frame.attrs["snapshot"] = str(path)  # immutable once written: Dask workers may read their partition from it
         return frame
@@ -245,7 +245,7 @@ class Registry:
         if dataset.id in self._seen:
             return self._seen[dataset.id]
         _, private = self._current(dataset.id)
-        with duckdb.connect() as con:
+        with memory() as con:
             con.execute("CREATE TEMP TABLE stored AS SELECT * FROM read_parquet(?)", [str(self._snapshot(private))])
             return content.identifier_like(con, "stored", list(dataset.schema.columns))
 
@@ -355,7 +355,7 @@ class Registry:
     ) -> Dataset:
         """Read and check the source, then write its snapshot and registration: nothing before the checks passed
         (a failed registration leaves no folder behind), nothing at all in a dry run."""
-        with duckdb.connect() as con:
+        with memory() as con:
             frame, schema, total, parsed = self._read(con, dataset_id, source, unit, schema, policy, warn, may_drop)
             con.register("snapshot_frame", frame)
             self._seen[dataset_id] = content.identifier_like(con, "snapshot_frame", list(schema.columns))

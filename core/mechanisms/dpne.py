@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -42,7 +43,7 @@ from core.charts import Chart
 from core.db import quote_ident, scratch
 from core.errors import InternalError
 from core.mechanisms import dpne_accuracy
-from core.mechanisms.base import DPCost, Plan, Result
+from core.mechanisms.base import DPCost, Plan, Result, Snapshot
 from core.mechanisms.dpne_candidates import Candidates
 from core.mechanisms.dpne_counts import SEP, Encoding, Partition, merge, open_partition, tokens_sql
 from core.normal import ndtri
@@ -53,6 +54,7 @@ from core.privacy.budget import gaussian_sigma
 from core.tables.schema import Needs
 
 NAME = "dpne"
+READS_SNAPSHOT = True  # a release hands ``run`` the checked snapshot's file: DuckDB reads and tokenizes it, no pandas copy
 READS_SNAPSHOT_ON_WORKERS = True  # on Dask, each worker reads its users from the stored snapshot (``extract``)
 MAX_DELTA0 = 100_000  # a user's distinct n-grams per level; the threshold scans every count up to it
 UNIT_PARAM = "user_column"  # filled from the dataset's registered unit
@@ -211,20 +213,22 @@ def threshold(
 
 
 def extract(
-    frame: pd.DataFrame, params: Params, rng: np.random.Generator, snapshot: str | None = None
+    rows: pd.DataFrame | Snapshot, params: Params, rng: np.random.Generator, snapshot: str | None = None
 ) -> tuple[pd.DataFrame, list[Level]]:
     """Run DPNE; returns the released n-grams (ngram, n, noisy_weight) and the per-level accounting.
 
     The users' grams are counted in user partitions (``parallel.partitioned``): one in process, one
     per worker on a Dask cluster, where each worker reads its users from ``snapshot`` (the stored
-    Parquet file ``frame`` was read from) and keeps them across levels. Only the exact per-level
-    counts come back; the key, the noise and every threshold stay in this process.
+    Parquet file the rows were read from; a ``Snapshot``'s own) and keeps them across levels. Only the
+    exact per-level counts come back; the key, the noise and every threshold stay in this process.
     """
     acc = accounting(params)
     noises = events.each(plan(params).cost.event, LEVEL)  # each level's leaf, as the plan declares and charges it
     key = int(noise.words(rng, 1)[0] >> np.uint64(1))
+    source = rows.path if isinstance(rows, Snapshot) else rows
+    snapshot = rows.path if isinstance(rows, Snapshot) else snapshot
     parts = parallel.workers() if snapshot else 1  # rows never travel: without the stored file, in process
-    specs = [(snapshot if parts > 1 else frame, params, parts, i) for i in range(parts)]
+    specs = [(snapshot if parts > 1 else source, params, parts, i) for i in range(parts)]
     levels: list[Level] = []
     released: list[pd.DataFrame] = []
     words: list[str] = []
@@ -263,8 +267,8 @@ def extract(
     return pd.concat(released, ignore_index=True), levels
 
 
-def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result:
-    released, levels = extract(frame, params, rng, frame.attrs.get("snapshot"))
+def run(rows: pd.DataFrame | Snapshot, params: Params, rng: np.random.Generator) -> Result:
+    released, levels = extract(rows, params, rng, None if isinstance(rows, Snapshot) else rows.attrs.get("snapshot"))
     acc = accounting(params)
     counts = {str(lv.k): lv.released for lv in levels}
     table = released if params.publish_weights else released[["ngram", "n"]]
@@ -328,26 +332,41 @@ def _report(params: Params, acc: Accounting, levels: list[Level]) -> str:
 HEAD_SHARE = 16  # ``_unheld`` tokenizes the first 1/16 of the posts first
 
 
-def _unheld(original: pd.DataFrame, params: Params, words: set[str]) -> set[str]:
-    """The ``words`` that no post holds as a token, from the posts themselves. A released word is held by many
-    users, so the first posts almost always hold them all: they are tokenized first, and the rest only for
-    the words still missing (the same answer as tokenizing every post, at a sixteenth of the cost)."""
-    missing, con, head = set(words), scratch(), max(1, len(original) // HEAD_SHARE)
+def _unheld(original: pd.DataFrame | Snapshot, params: Params, words: set[str]) -> set[str]:
+    """The ``words`` that no post holds as a token, from the posts themselves (the rows, or the snapshot's file). A
+    released word is held by many users, so the first posts almost always hold them all: they are tokenized first,
+    and the rest only for the words still missing (the same answer as tokenizing every post, at a sixteenth of the cost)."""
+    missing, con = set(words), scratch()
     tokens = tokens_sql(params.tokenizer, f"CAST({quote_ident(params.text_column)} AS VARCHAR)")
     try:
-        for posts in (original.iloc[:head], original.iloc[head:]):
+        for posts in _halves(con, original):
             if not missing:
                 break
-            con.register("corpus_input", posts)
             con.register("missing", pd.DataFrame({"w": sorted(missing)}, dtype=object))
-            query = f"SELECT DISTINCT t FROM (SELECT unnest({tokens}) AS t FROM corpus_input) WHERE t IN (SELECT w FROM missing)"
+            query = f"SELECT DISTINCT t FROM (SELECT unnest({tokens}) AS t FROM {posts}) WHERE t IN (SELECT w FROM missing)"
             missing -= {w for (w,) in con.execute(query).fetchall()}
     finally:
         con.close()
     return missing
 
 
-def check(original: pd.DataFrame, result: Result, params: Params) -> None:
+def _halves(con, original: pd.DataFrame | Snapshot) -> Iterator[str]:
+    """The first 1/``HEAD_SHARE`` of the posts, then the rest, each as a relation of ``con`` (by row number in
+    the snapshot's file: the scratch database keeps no row order)."""
+    if isinstance(original, Snapshot):
+        con.read_parquet(original.path, file_row_number=True).create_view("corpus_input")
+        ((rows,),) = con.execute("SELECT count(*) FROM corpus_input").fetchall()
+        head = max(1, rows // HEAD_SHARE)
+        yield f"corpus_input WHERE file_row_number < {head}"
+        yield f"corpus_input WHERE file_row_number >= {head}"
+        return
+    head = max(1, len(original) // HEAD_SHARE)
+    for posts in (original.iloc[:head], original.iloc[head:]):
+        con.register("corpus_input", posts)
+        yield "corpus_input"
+
+
+def check(original: pd.DataFrame | Snapshot, result: Result, params: Params) -> None:
     """Invariants: lengths, no duplicates, S_k ⊆ V_k, no spurious 1-grams, downward closure."""
     table = result.data
     grams = table["ngram"].tolist()

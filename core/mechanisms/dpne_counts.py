@@ -4,9 +4,10 @@ into integer grid units. Everything here is exact and noise-free; what leaves a 
 per-level share of the histogram (gram, units), which ``dpne.extract`` merges, noises and thresholds
 in its own process.
 
-Set work (distinct pairs, the cap's keyed ranking, the per-gram sums) runs in DuckDB; the positions
-are numpy arrays, so building a level's candidates is a shift of one array against another instead
-of a join, and a k-gram is one integer (``Encoding``) whatever its length.
+The distinct (user, gram) pairs are one sort of int64 keys, the cap's keyed choice is ``dpne_cap``'s
+(DuckDB's hash, in numpy), the per-gram sums run in DuckDB; the positions are numpy arrays, so building
+a level's candidates is a shift of one array against another instead of a join, and a k-gram is one
+integer (``Encoding``) whatever its length.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pyarrow.compute as pc
 
 from core import parallel
 from core.db import quote_ident, scratch
+from core.mechanisms import dpne_cap
 
 SEP = " "  # tokens never contain whitespace, so joining with a space is unambiguous
 NONE = -1  # in a position array: no token, or no released gram, here
@@ -96,11 +98,6 @@ class Encoding:
 # -- a user's capped contribution, and the histogram ---------------------------------------------------------
 
 
-# A user over the cap keeps the cap smallest of its grams g by (keyed hash, gram name or id x): a top-n
-# aggregate per user (no window's sort); the ranking, ties included, is ORDER BY hash(h, x, key), x.
-KEEP = "SELECT u, unnest(min_by(g, (hash(h, x, $key::UBIGINT), x), $cap)) AS g FROM over GROUP BY u"
-
-
 def contributions(
     con: duckdb.DuckDBPyConnection,
     users: np.ndarray,
@@ -116,24 +113,25 @@ def contributions(
     with ``key`` of (the user, the gram), ties broken by the gram: a choice that depends only on the
     user's own grams. ``user_hash[u]`` is user u's hash; a gram is ranked by its id, or by its name
     ``names[id]`` where ids are this partition's own (level 1's tokens), so that every partition
-    ranks alike."""
+    ranks alike (``dpne_cap``)."""
     u, g = distinct_pairs(users, grams)
     offset = u - u.min() if len(u) else u  # a group's users are a range of indices: count over that range only
     m = np.bincount(offset)[offset]
     over = m > cap
     if not over.any():
         return u, g, m
-    ranked = {"u": u[over], "h": user_hash[u[over]], "g": g[over]}
-    ranked["x"] = g[over] if names is None else names.take(pa.array(g[over]))
-    con.register("over", pa.table(ranked))
-    try:
-        kept = con.execute(KEEP, {"key": key, "cap": cap}).fetchnumpy()
-    finally:
-        con.unregister("over")
+    ranked_u, ranked_g = u[over], g[over]
+    if names is None:
+        item, ties = dpne_cap.murmur(ranked_g), ranked_g
+    else:  # level 1: ranked by the name, each distinct one hashed once
+        ids, at = np.unique(ranked_g, return_inverse=True)
+        named = names.take(pa.array(ids))
+        item, ties = dpne_cap.text_hash(con, named)[at], named.take(pa.array(at))
+    kept = dpne_cap.smallest(ranked_u, dpne_cap.keyed(user_hash[ranked_u], item, key), ties, cap)
     return (
-        np.concatenate([u[~over], kept["u"]]),
-        np.concatenate([g[~over], kept["g"]]),
-        np.concatenate([m[~over], np.full(len(kept["g"]), cap)]),
+        np.concatenate([u[~over], ranked_u[kept]]),
+        np.concatenate([g[~over], ranked_g[kept]]),
+        np.concatenate([m[~over], np.full(int(kept.sum()), cap)]),
     )
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from core import faults, mechanisms, noise, parallel
+from core import charts, faults, mechanisms, noise, parallel
 from core.datasets import snapshots
 from core.errors import SpecError
 from core.ledger import account
@@ -132,25 +132,30 @@ def load(store: Home, release: Release) -> pd.DataFrame | Snapshot:
     For a DP mechanism that reads the snapshot's file itself (``READS_SNAPSHOT``), that file, checked."""
     declared = mechanisms.declared(mechanisms.get(release.mechanism))
     if release.dataset.purpose == "dp" and declared.READS_SNAPSHOT:
-        return Snapshot(str(store.registry.checked(release.dataset)))
-    frame = store.registry.load(release.dataset)
-    if release.dataset.purpose == "sdc":
-        return enforce.prepare(frame, release.dataset.policy, noise.generator(release.seed))
+        rows: pd.DataFrame | Snapshot = Snapshot(str(store.registry.checked(release.dataset)))
+        path = rows.path
+    else:
+        rows = store.registry.load(release.dataset)
+        if release.dataset.purpose == "sdc":
+            return enforce.prepare(rows, release.dataset.policy, noise.generator(release.seed))
+        path = rows.attrs["snapshot"]
     if declared.READS_SNAPSHOT_ON_WORKERS:
-        missing = parallel.unreadable(frame.attrs["snapshot"])
+        missing = parallel.unreadable(path)
         if missing:
             raise snapshots.SnapshotUnreachable(
                 f"dataset {release.dataset.id!r} cannot be read on the Dask workers {', '.join(missing)}: its snapshot "
-                f"{frame.attrs['snapshot']} is not readable there. Mount the snapshot store at the same path on every "
+                f"{path} is not readable there. Mount the snapshot store at the same path on every "
                 "Dask worker's host, or run without Dask. Nothing was charged."
             )
-    return frame
+    return rows
 
 
 def privatize(release: Release, frame: pd.DataFrame | Snapshot) -> Result:
-    """Run the mechanism on fresh randomness (a fixed seed only in test mode), then check it."""
+    """Run the mechanism on fresh randomness (a fixed seed only in test mode), then check it; its charts (public
+    values only) are drawn meanwhile, where a drawing process was started (``charts.ahead``)."""
     module = mechanisms.get(release.mechanism)
     result = module.run(frame, release.params, noise.generator(release.seed))
+    charts.start(result.charts)
     module.check(frame, result, release.params)
     return result
 

@@ -23,6 +23,7 @@ import duckdb
 from core import __version__, faults
 from core.charts import drawing
 from core.datasets.snapshots import sha256
+from core.db import memory
 from core.errors import InternalError, ReleaseConflict
 from core.ledger.chain import Entry
 from core.mechanisms.base import COST_KEYS, DPCost, Plan, Result
@@ -133,7 +134,7 @@ def publish(releases_root: Path, staging_root: Path, record: dict, result: Resul
     tmp.mkdir()
     try:
         names = [f"{result.name}.parquet", f"{result.name}.csv"]  # the CSV for whoever opens it first
-        with drawing((chart, tmp / chart.filename) for chart in result.charts), duckdb.connect() as con:
+        with drawing((chart, tmp / chart.filename) for chart in result.charts), memory() as con:
             relation = con.from_df(result.data)
             relation.write_parquet(str(tmp / names[0]))
             relation.write_csv(str(tmp / names[1]))

@@ -24,11 +24,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
 import pandas as pd
 
 from core import paths
 from core.charts import Chart, drawing
+from core.db import memory
 from core.sdc import measures as m
 
 EXTERNAL_CHART = "sdc_cell_sizes.png"
@@ -109,8 +109,7 @@ def internal(original: pd.DataFrame, released: pd.DataFrame, role: Roles, after:
     released table's disclosure figures when ``external`` has computed them already."""
     numeric_all = [c for c in original.columns if _numeric(original[c]) and _numeric(released[c])]
     paired = len(original) == len(released)
-    con = duckdb.connect()
-    try:
+    with memory() as con:
         con.register("original", original)
         con.register("released", released)
         out = {
@@ -119,8 +118,6 @@ def internal(original: pd.DataFrame, released: pd.DataFrame, role: Roles, after:
             "il1s": m.il1s(con, "original", "released", role.perturbed) if paired else None,
             **m.changes(con, "original", "released", numeric_all),
         }
-    finally:
-        con.close()
     out["linkage"] = m.linkage(original, released, role.perturbed) if paired and role.perturbed else None
     columns = list(dict.fromkeys([*role.perturbed, *role.keys, *original.columns]))  # perturbed first: squared
     recoded = [c for c in original.columns if _numeric(original[c]) != _numeric(released[c])]
@@ -319,7 +316,7 @@ def write_internal(
     chart = internal_chart(figures)
     with drawing([(chart, target / chart.filename)]):
         if records is not None:
-            with duckdb.connect() as con:
+            with memory() as con:
                 con.from_df(records).write_parquet(str(target / "records.parquet"))
         (target / "internal.md").write_text(internal_markdown(release_id, dataset, mechanism, figures))
         (target / "internal.json").write_text(json.dumps(figures, indent=2, default=str) + "\n")
