@@ -35,8 +35,9 @@ def _kinds(error: type) -> set[str]:
 class OneLine(logging.Filter):
     """A user error is one line in a run's log, the flow's own: the task that raised it does not log
     it again (nor its traceback), nor does the engine re-raise the run the flow already failed with
-    it. After the user's Ctrl-C, a task's error lines are its consequences: the run's Cancelled state says
-    what happened (``steps.stopped``). All of them stay with PRIVRELEASE_DEBUG=1."""
+    it. After the user's Ctrl-C, a task's error lines are its consequences, and so is the engine's "Crash
+    detected!" when the signal lands in Prefect's own frames between two steps: the run's Cancelled state
+    says what happened (``steps.stopped``). All of them stay with PRIVRELEASE_DEBUG=1."""
 
     TASK_FAILED = re.compile(rf"Finished in state Failed\('Task run encountered an exception ({'|'.join(_kinds(UserError))}):")
 
@@ -45,7 +46,7 @@ class OneLine(logging.Filter):
             return True
         exc = record.exc_info[1] if record.exc_info else None
         task = record.name == "prefect.task_runs"
-        if task and record.levelno >= logging.WARNING and interrupts.seen():
+        if record.name in ("prefect.task_runs", "prefect.engine") and record.levelno >= logging.WARNING and interrupts.seen():
             return False
         if isinstance(exc, FailedRun) or (task and (isinstance(exc, UserError) or self.TASK_FAILED.match(record.getMessage()))):
             return False
@@ -54,7 +55,7 @@ class OneLine(logging.Filter):
         return True
 
 
-for _name in ("prefect.flow_runs", "prefect.task_runs"):
+for _name in ("prefect.flow_runs", "prefect.task_runs", "prefect.engine"):
     logging.getLogger(_name).addFilter(OneLine())
 
 
