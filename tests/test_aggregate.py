@@ -297,6 +297,10 @@ def test_the_preview_states_each_cells_noise_before_any_row_is_read():
         ({"measures": [{"op": "mean", "column": "x"}]}, "mean needs public bounds [low, high]"),
         ({"measures": [{"op": "sum", "column": "x", "bounds": [5, 1]}]}, "bounds must be finite with low < high"),
         ({"measures": [{"op": "quantile", "column": "x", "bounds": [0, 1], "q": [1.5]}]}, "q must hold distinct levels"),
+        (
+            {"measures": [{"op": "quantile", "column": "x", "bounds": [0, 1], "q": [0.5], "bins": 30, "steps": 1000}]},
+            "steps (1000) must be a multiple of bins (30)",
+        ),
         ({"measures": [{"op": "count"}, {"op": "count"}]}, "two measures give the same output column 'count'"),
         ({"rho": 0.5}, "give the budget as epsilon (with delta) or as rho"),
         ({"delta": 0.0}, "Gaussian noise needs delta > 0"),

@@ -134,7 +134,12 @@ def run(frame: pd.DataFrame | Snapshot, params: Params, rng: np.random.Generator
             true = stats["__n"] if v.kind == "counts" else hists[v.measure] if v.kind == "histogram" else stats[f"__v{v.measure}"]
             noisy[(v.kind, v.measure)] = draws.values(rng, leaf[v.part], _units(n, true), n.unit)
         for p in acc.picks:
-            noisy[("pick", p.measure, p.q)] = _pick(rng, exact, p, params, keys, hists[p.measure], noisy, acc)
+            noisy[("interval", p.measure, p.q)] = show.interval(
+                p.q, noisy[("histogram", p.measure)], acc.of("histogram", p.measure)
+            )
+            noisy[("pick", p.measure, p.q)] = _pick(
+                rng, exact, p, params, keys, hists[p.measure], noisy[("interval", p.measure, p.q)]
+            )
     table = show.estimates(params, acc, keys, noisy)
     privacy = {"keys": len(table), "cells": show.cells(params, acc), "picks": show.picks(params, acc), "selected": params.selects}
     return Result(
@@ -148,11 +153,11 @@ def run(frame: pd.DataFrame | Snapshot, params: Params, rng: np.random.Generator
     )
 
 
-def _pick(rng, exact: query.Exact, p: budget.Pick, params: Params, keys, hist: np.ndarray, noisy: dict, acc) -> np.ndarray:
-    """Level p.q's drawn answer-grid step per key, inside the interval its noisy histogram gives; n, the key's values
+def _pick(rng, exact: query.Exact, p: budget.Pick, params: Params, keys, hist: np.ndarray, bins: tuple) -> np.ndarray:
+    """Level p.q's drawn answer-grid step per key, inside its interval's ``bins`` (first, last); n, the key's values
     the ranks are of, is its histogram's total (rows of no value are in no bin)."""
     per = params.measures[p.measure].grid // params.measures[p.measure].bins
-    lo, hi = show.interval(p.q, noisy[("histogram", p.measure)], acc.of("histogram", p.measure))
+    lo, hi = bins
     below = np.cumsum(hist, axis=1)[np.arange(len(hist)), lo - 1] * (lo > 0)  # the key's rows under bin lo
     found = exact.steps(p.measure, keys, lo * per, (hi + 1) * per)
     return quantile.steps(rng, p, found, lo * per, (hi + 1) * per, below, hist.sum(axis=1))

@@ -119,9 +119,6 @@ class Accounting:
     coordinates: int  # the sampler's slack's (Gaussian)
     picks: tuple[Pick, ...] = ()
 
-    def pick(self, measure: int, q: float) -> Pick:
-        return next(p for p in self.picks if p.measure == measure and p.q == q)
-
     def of(self, kind: str, measure: int | None) -> Noised:
         return next(n for n in self.noised if n.vector.kind == kind and n.vector.measure == measure)
 
@@ -163,7 +160,7 @@ def _picks(params: Params) -> list[tuple[int, float, float, Fraction]]:
     out = []
     for i, m in enumerate(params.measures):
         for q in m.q if m.op == "quantile" else ():
-            exact_q = Fraction(str(q))  # the level as written: the sensitivity exactly, never a float a hair below it
+            exact_q = events.exact(q)  # the level as written: the sensitivity exactly, never a float a hair below it
             delta = max(exact_q, 1 - exact_q) * params.max_rows if params.user_column else Fraction(1)
             out.append((i, q, m.share * (1 - m.interval_share) / len(m.q), delta))
     return out

@@ -18,7 +18,7 @@ from fractions import Fraction
 import numpy as np
 
 from core.mechanisms.aggregate_budget import Pick
-from core.privacy import draws
+from core.privacy import draws, events
 
 
 def candidates(steps: np.ndarray, counts: np.ndarray, lo: int, hi: int, below: int) -> tuple[np.ndarray, ...]:
@@ -37,7 +37,7 @@ def candidates(steps: np.ndarray, counts: np.ndarray, lo: int, hi: int, below: i
 
 def target(q: float, n: int) -> Fraction:
     """q n exactly, q read as the decimal it is written as (0.9 is 9/10, not the binary float nearest it)."""
-    return Fraction(str(q)) * int(n)
+    return events.exact(q) * int(n)
 
 
 def steps(

@@ -21,7 +21,6 @@ Intervals (each covers its cell's true value with probability at least 95%):
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -37,7 +36,9 @@ SHOWN = 40  # keys drawn per chart
 
 def estimates(params: Params, acc: Accounting, keys: pd.DataFrame, noisy: dict) -> pd.DataFrame:
     """The released table: ``keys`` then, per measure output, its estimate and ``_lo``, ``_hi``.
-    ``noisy[(kind, measure)]`` holds each vector's noisy values over ``keys`` (floats, grid applied)."""
+    ``noisy[(kind, measure)]`` holds each vector's noisy values over ``keys`` (floats, grid applied); a quantile
+    level's ``noisy[("interval", measure, q)]`` its interval's first and last bins, ``noisy[("pick", measure, q)]``
+    the step drawn inside them."""
     out = keys.reset_index(drop=True).copy()
     counts = acc.counts
     for i, m in enumerate(params.measures):
@@ -57,7 +58,7 @@ def estimates(params: Params, acc: Accounting, keys: pd.DataFrame, noisy: dict) 
             low, high = m.bounds
             step, per = (high - low) / m.grid, m.grid // m.bins
             for name, q in zip(m.names, m.q):
-                lo, hi = interval(q, noisy[("histogram", i)], acc.of("histogram", i))
+                lo, hi = noisy[("interval", i, q)]
                 top = np.minimum(low + (hi + 1) * per * step, high)  # low + S h can round past U
                 _put(out, name, low + (noisy[("pick", i, q)] + 0.5) * step, low + lo * per * step, top)
     return out
@@ -106,7 +107,7 @@ def true_quantile(values: np.ndarray, q: float, bounds) -> float:
     """The ceil(qN)-th smallest of the clipped values, q the decimal it is written as: what a quantile's
     interval covers and its exponential mechanism's best step holds (tests, bench)."""
     x = np.sort(np.clip(values, *bounds))
-    return float(x[max(math.ceil(Fraction(str(q)) * len(x)), 1) - 1])
+    return float(x[max(math.ceil(events.exact(q) * len(x)), 1) - 1])
 
 
 # -- the preview and the report ----------------------------------------------------------------------------
