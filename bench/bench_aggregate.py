@@ -232,14 +232,19 @@ def main() -> None:
     ap.add_argument("--cli-only", action="store_true", help="only time privrelease's CLI release of payroll")
     ap.add_argument("--warm", type=int, default=3, help="warm CLI releases of payroll timed (their median is reported)")
     ap.add_argument("--opendp-each", action="store_true", help="with --cli-only: OpenDP's query after each warm release")
+    ap.add_argument("--no-cli", action="store_true", help="skip payroll's CLI release (accuracy only)")
+    ap.add_argument("--payroll", help="an earlier run's payroll.parquet (the table is made with a fixed seed: the same rows)")
+    ap.add_argument("--peers-from", help="an earlier run's peers_<case>.json: its repetitions instead of running the peers again")
     args = ap.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench-aggregate-"))
     results = {}
     for name in args.cases.split(","):
         case = CASES[name]
-        path = adult(folder) if name == "adult" else payroll(folder, args.rows)
+        path = adult(folder) if name == "adult" else Path(args.payroll) if args.payroll else payroll(folder, args.rows)
         frame = pd.read_parquet(path)
-        if name == "payroll":  # the whole release through the CLI first (a fresh home; registration not timed)
+        if (
+            name == "payroll" and not args.no_cli
+        ):  # the whole release through the CLI first (a fresh home; registration not timed)
             cli = cli_release(folder, path, frame, case, args.warm, args.peers_python if args.opendp_each else None)
             print(json.dumps({"payroll cli": cli}), flush=True)
             results["payroll cli"] = cli
@@ -251,7 +256,10 @@ def main() -> None:
             e, c, _ = ours(frame, case, user, args.reps, extra)
             results[f"{name}: privrelease {label}"] = {"errors": {k: float(np.median(v)) for k, v in e.items()}, "coverage": c}
             print(json.dumps({label: results[f"{name}: privrelease {label}"]}), flush=True)
-        found = peers(args.peers_python, name, path, args.peer_reps, folder, args.peer_libs)
+        if args.peers_from:
+            found = json.loads(Path(args.peers_from).read_text())
+        else:
+            found = peers(args.peers_python, name, path, args.peer_reps, folder, args.peer_libs)
         row = {
             "privrelease": {k: float(np.median(v)) for k, v in errors.items()},
             "coverage": coverage,

@@ -379,7 +379,7 @@ class ColumnQuantiles(ColumnRange):
 
     q: Annotated[list[Annotated[float, Field(gt=0, lt=1)]], Field(min_length=1)] = Field(description="levels, each in (0, 1)")
     bins: bounded(aggregate.Measure, "bins") = 64
-    interval_share: bounded(aggregate.Measure, "interval_share") = 0.25
+    interval_share: bounded(aggregate.Measure, "interval_share") = aggregate.Measure.model_fields["interval_share"].default
 
 
 @flow(name="release-aggregate", persist_result=False)

@@ -5,7 +5,8 @@ fresh seeds each, and an empirical lower bound on epsilon that must stay at or b
 - one group: every row in one key, the removed user holding max_rows rows of it (selected keys);
 - a user in every group: the removed user holds max_rows rows in each of max_groups keys;
 - bounds that clip everything: every value far above the upper bound, so each of the user's rows
-  moves the sum by the whole bound (public keys, the sum alone);
+  moves the sum by the whole bound (public keys, the sum alone; and a sum beside a mean of the same
+  bounds, read from the mean's centred sum and the count);
 - a median one user moves: two camps of users at 10 and 90, the removed user's rows in one of them
   (the exponential mechanism's draw, with the histogram it draws inside);
 - a 0.99 quantile whose top rows the removed user holds (most of the budget on the draw);
@@ -73,6 +74,10 @@ CASES = {
     "bounds-clip-everything": (lambda: _users(2, 2, 20), _without_first_user, "x_sum",
                                {"group_by": ["g"], "measures": [{"op": "sum", "column": "x", "bounds": [0, 1]}], "epsilon": 1.0,
                                 "delta": 1e-5, "user_column": "user", "max_groups": 2, "max_rows": 2, "domains": {"g": [0, 1]}}),
+    "sum-beside-a-mean-clips-everything": (lambda: _users(2, 2, 20), _without_first_user, "x_sum",
+                                           {"group_by": ["g"], "measures": [{"op": "sum", "column": "x", "bounds": [0, 1]},
+                                            {"op": "mean", "column": "x", "bounds": [0, 1]}], "epsilon": 1.0, "delta": 1e-5,
+                                            "user_column": "user", "max_groups": 2, "max_rows": 2, "domains": {"g": [0, 1]}}),
     "quantile-median-user": (_two_camps, _without_first_user, "x_q50",
                              {"group_by": ["g"], "measures": [{"op": "quantile", "column": "x", "bounds": [0, 100], "q": [0.5],
                               "bins": 4, "steps": 64, "interval_share": 0.5}], "epsilon": 1.0, "delta": 1e-5,

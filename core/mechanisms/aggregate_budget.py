@@ -6,7 +6,11 @@ Vectors. Each is one value per key, noised once: the counts (what ``count`` publ
 denominator of every mean, and the statistic keys are selected on), one per ``count_distinct``,
 one per ``sum`` (the clipped values), one per ``mean`` (the values clipped and centred on the
 bounds' midpoint) and one per ``quantile`` measure (a histogram of B public bins per key, so every
-level q is read from the same noisy counts).
+level q is read from the same noisy counts). A sum of the same column and bounds as a mean has no
+vector: it is the mean's centred sum C plus the midpoint m times the count N, post-processing of
+vectors the mean noises anyway. Alone it would be no better (with a = (U - L)/2 and b = |m|, C + m N
+at the best split of a budget has the variance of a sum vector of sensitivity a + b at all of it),
+but beside the mean it costs nothing, and the budget a sum vector took goes to the other vectors.
 
 Sensitivities. Under ``user:COLUMN`` (add or remove one user) the contribution bounding keeps at
 most G = ``max_groups`` keys and R = ``max_rows`` rows per key of each user, so a cell moves by at most
@@ -141,13 +145,19 @@ def vectors(params: Params) -> list[Vector]:
     if count_share or params.selects or any(m.op == "mean" for m in params.measures):
         out.append(Vector(COUNTS, "counts", None, *_sensitivities(params, 1.0, 0.0), params.groups, (count_share or [1.0])[0]))
     for i, m in enumerate(params.measures):
-        if m.op == "count":
+        if m.op == "count" or params.mean_of(i) is not None:  # a sum a mean's vectors give has none of its own
             continue
         kind, c, same = _kind(m)
         cells = params.groups * (min(params.max_rows, m.bins) if kind == "histogram" else 1)
         out.append(Vector(f"{m.names[0] if m.op != 'quantile' else m.column + ' quantiles'}: {kind}", kind, i,
                           *_sensitivities(params, c, same), cells, m.share))  # fmt: skip
     return out
+
+
+def derived_sum(acc: Accounting, params: Params, i: int) -> tuple[Noised, Noised, float]:
+    """Sum measure i read from a mean's vectors: (the centred sum's, the counts', the bounds' midpoint m); S = C + m N."""
+    low, high = params.measures[i].bounds
+    return acc.of("centred", params.mean_of(i)), acc.counts, (low + high) / 2
 
 
 def _weight(params: Params, v: Vector) -> float:

@@ -36,7 +36,7 @@ class Measure(StrictParams):
     steps: int | None = Field(
         None, ge=2, le=MAX_STEPS, description="quantile: the answer's grid, equal steps over the bounds (default bins x 2^14)"
     )
-    interval_share: float = Field(0.25, gt=0, lt=1, description="quantile: the part of its budget its interval's histogram takes")
+    interval_share: float = Field(0.05, gt=0, lt=1, description="quantile: the part of its budget its interval's histogram takes")
     share: float = Field(1.0, gt=0, le=1000, description="this measure's weight in the budget split (default: equal)")
 
     @model_validator(mode="after")
@@ -116,9 +116,26 @@ class Params(StrictParams):
                 f"keys of {', '.join(self.unknown_domains)} are not declared at registration, so they are selected "
                 "privately (a noisy count above a threshold), which needs delta > 0"
             )
+        for i, m in enumerate(self.measures):
+            if self.mean_of(i) is not None and "share" in m.model_fields_set:
+                raise ValueError(
+                    f"the sum of {m.column!r} is read from the mean of {m.column!r} (same column and bounds: the noisy centred "
+                    "sum and the noisy count), so it has no budget share of its own: drop its share, or set the mean's"
+                )
         if not self.selects and math.prod(len(self.domains[c]) for c in self.group_by) > MAX_KEYS:
             raise ValueError(f"the declared domains make more than {MAX_KEYS:,} keys; group by fewer columns")
         return self
+
+    def mean_of(self, i: int) -> int | None:
+        """For a sum (measure i), the mean of the same column with the same bounds, if the request has one: the sum is
+        then read from that mean's noisy centred sum and the noisy count (S = C + m N, m the bounds' midpoint), with no
+        vector of its own."""
+        m = self.measures[i]
+        if m.op != "sum":
+            return None
+        return next(
+            (j for j, o in enumerate(self.measures) if o.op == "mean" and (o.column, o.bounds) == (m.column, m.bounds)), None
+        )
 
     @property
     def unknown_domains(self) -> list[str]:

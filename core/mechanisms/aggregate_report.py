@@ -6,7 +6,7 @@ Intervals (each covers its cell's true value with probability at least 95%):
 
 - count, count_distinct: y ± h with P[|noise| > h] <= 5%, published as rint(y) clamped to >= 0
   with its interval cut the same way (``accuracy.count_interval``);
-- sum: y ± h;
+- sum: y ± h; a sum read from a mean's vectors, C + m N: h from both noises' laws (``sum_half``);
 - mean = m + S/C (m the bounds' midpoint, S the centred sum, C the count): S and C each within
   their 97.5% half-widths (a union bound: both hold with probability >= 95%), and the interval is the
   range of m + S'/C' over that box (C' > 0), cut to [L, U]; the whole [L, U] when C' could be 0;
@@ -21,12 +21,13 @@ Intervals (each covers its cell's true value with probability at least 95%):
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
 
 from core.charts import Chart
-from core.mechanisms.aggregate_budget import Accounting, Noised
+from core.mechanisms.aggregate_budget import Accounting, Noised, derived_sum
 from core.mechanisms.aggregate_params import Params
 from core.privacy import events
 
@@ -48,6 +49,10 @@ def estimates(params: Params, acc: Accounting, keys: pd.DataFrame, noisy: dict) 
             h = math.ceil(n.half(MISS))
             value = np.maximum(np.rint(y), 0)
             _put(out, m.names[0], value, np.maximum(value - h, 0), value + h)
+        elif m.op == "sum" and params.mean_of(i) is not None:
+            nc, nn, mid = derived_sum(acc, params, i)
+            y, h = noisy[("centred", params.mean_of(i))] + mid * noisy[("counts", None)], sum_half(nc, nn, mid)
+            _put(out, m.names[0], y, y - h, y + h)
         elif m.op == "sum":
             n = acc.of("sum", i)
             y = noisy[("sum", i)]
@@ -79,6 +84,24 @@ def _mean(bounds, s, ns: Noised, c, nc: Noised) -> tuple[np.ndarray, np.ndarray,
     lo = np.where(known, np.clip(mid + corners.min(axis=0), low, high), low)
     hi = np.where(known, np.clip(mid + corners.max(axis=0), low, high), high)
     return value, lo, hi
+
+
+def sum_half(nc: Noised, nn: Noised, mid: float) -> float:
+    """A half-width h with P[|C + m N| > h] <= 5% for a sum read from a mean's vectors, C the centred sum's noise and
+    N the count's. Each is discrete on a grid of at least 2^26 steps per std (``aggregate_budget.grid``), so read as
+    continuous. Gaussian: C + m N is Gaussian of their joint std. Laplace, scales b1 and b2 = |m| times N's: the sum
+    of two Laplaces has P[|Z| > h] = (b1^2 e^(-h/b1) - b2^2 e^(-h/b2)) / (b1^2 - b2^2), solved for h by bisection
+    (rounded up; b1 = b2 is nudged apart by one part in 10^9, which can only widen it)."""
+    if isinstance(nc.leaf, events.DiscreteGaussian):
+        return NormalDist().inv_cdf(1 - MISS / 2) * math.hypot(nc.std, mid * nn.std)
+    b1, b2 = nc.leaf.scale * nc.unit, abs(mid) * nn.leaf.scale * nn.unit
+    b1, b2 = max(b1, b2) * (1 + 1e-9), min(b1, b2)
+    low, high = 0.0, nc.half(MISS / 2) + abs(mid) * nn.half(MISS / 2)  # the union bound: P[miss] <= 5% there
+    for _ in range(100):
+        h = (low + high) / 2
+        missed = (b1 * b1 * math.exp(-h / b1) - b2 * b2 * math.exp(-h / b2)) / (b1 * b1 - b2 * b2)
+        low, high = (low, h) if missed <= MISS else (h, high)
+    return high
 
 
 def band(q: float, bins: int, n: Noised) -> np.ndarray:
@@ -124,6 +147,12 @@ def cells(params: Params, acc: Accounting) -> list[dict]:
             m = params.measures[v.measure]
             row["rank_half_width_95_at_median"] = float(band(0.5, m.bins, n)[m.bins // 2])
         out.append(row)
+    for i, m in enumerate(params.measures):  # a sum read from a mean's vectors: no vector, the noise of C + m N
+        if params.mean_of(i) is not None:
+            nc, nn, mid = derived_sum(acc, params, i)
+            out.append({"vector": f"{m.names[0]}: centred sum + {mid:g} x count", "noise": f"{type(nc.leaf).__name__} (two)",
+                        "l2_sensitivity": None, "l1_sensitivity": None, "noise_std": math.hypot(nc.std, mid * nn.std),
+                        "half_width_95": sum_half(nc, nn, mid)})  # fmt: skip
     return out
 
 
@@ -148,7 +177,7 @@ def lines(params: Params, acc: Accounting, released: int | None = None) -> list[
         else "keys public (the declared domains): every key is released, empty ones with noise"
     )
     rows = "\n".join(
-        f"| {c['vector']} | {c['noise']} | {c['l2_sensitivity']:.6g} | {c['l1_sensitivity']:.6g} | {c['noise_std']:.6g} | "
+        f"| {c['vector']} | {c['noise']} | {_g(c['l2_sensitivity'])} | {_g(c['l1_sensitivity'])} | {c['noise_std']:.6g} | "
         f"{c['half_width_95']:.6g} |"
         for c in cells(params, acc)
     )
@@ -163,13 +192,18 @@ def lines(params: Params, acc: Accounting, released: int | None = None) -> list[
         )
         + ".",  # fmt: skip
         "- quantiles: each level's interval from a noisy histogram over equal public bins, its estimate drawn by the "
-        "exponential mechanism over the answer grid's steps inside that interval; means: a noisy centred sum over the noisy count.",
+        "exponential mechanism over the answer grid's steps inside that interval; means: a noisy centred sum over the noisy count; a sum of a mean's column and "
+        "bounds: that centred sum plus the bounds' midpoint times the noisy count.",
         "",
         "| vector | noise | l2 sensitivity | l1 sensitivity | noise std per cell | 95% half-width |",
         "|---|---|---|---|---|---|",
         rows,
         *pick_lines(picks(params, acc)),
     ]
+
+
+def _g(x: float | None) -> str:
+    return "—" if x is None else f"{x:.6g}"
 
 
 def pick_lines(found: list[dict]) -> list[str]:
