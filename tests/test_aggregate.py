@@ -323,6 +323,36 @@ def test_beside_a_mean_a_sum_costs_nothing():
     assert len(apart.noised) == len(a.noised) + 1  # other bounds: a sum vector of its own
 
 
+def _rho_by_measure(p: agg.Params) -> dict:
+    """Each measure's rho as drawn: a Gaussian vector's (Delta / sigma)^2 / 2 (the counts under None), a draw's
+    groups x epsilon^2 / 8."""
+    acc, out = accounting(p), {}
+    for n in acc.noised:
+        out[n.vector.measure] = out.get(n.vector.measure, 0.0) + (n.vector.l2 / n.leaf.sigma) ** 2 / 2
+    for pick in acc.picks:
+        out[pick.measure] += pick.groups * pick.leaf.epsilon**2 / 8
+    return out
+
+
+@pytest.mark.parametrize("with_count", [False, True])
+def test_each_measure_is_an_equal_part_of_the_budget(with_count):
+    """rho = 0.6 over a mean and a median (and a count): each measure's vectors and draws take an equal part; a mean with
+    no count beside it pays for the counts it reads, half its part; beside a count, the count pays for them."""
+    measures = [
+        {"op": "mean", "column": "x", "bounds": [0, 100]},
+        {"op": "quantile", "column": "x", "bounds": [0, 100], "q": [0.5]},
+    ]
+    p = params(measures=[{"op": "count"}] * with_count + measures, rho=0.6, epsilon=None, domains={"g": ["a"], "h": [1]})
+    rho = _rho_by_measure(p)
+    part = 0.6 / len(p.measures)
+    mean, median = (1, 2) if with_count else (0, 1)
+    assert rho[median] == pytest.approx(part, rel=1e-9)
+    if with_count:
+        assert rho[None] == pytest.approx(part, rel=1e-9) and rho[mean] == pytest.approx(part, rel=1e-9)
+    else:  # the mean's part: its centred sum and the counts, half each (the weakened split, counts at 1, gave it 2/3)
+        assert rho[None] == pytest.approx(part / 2, rel=1e-9) and rho[mean] == pytest.approx(part / 2, rel=1e-9)
+
+
 def test_the_preview_states_each_cells_noise_before_any_row_is_read():
     p = params(domains={"g": ["a", "b", "c"], "h": [1, 2]})
     figures = agg.accuracy(p, agg.plan(p), ())

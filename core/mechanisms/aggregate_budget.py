@@ -19,11 +19,18 @@ R c, where c bounds one row's part of the cell (1 for counts, histograms and dis
 record, N public) a record leaves one key and joins one: l2 <= max(sqrt(2) c, r), l1 <= max(2 c, r),
 r the most a cell moves when both are the same key (U - L for sums, centred sums; counts do not move).
 
+Split. A measure's ``share`` (default 1) is its part of the budget: a count's pays for the counts, a
+distinct count's, a sum's and a quantile's for their own vectors, a mean's for its centred sum, using
+the count's counts, or, with no count asked for, half for its centred sum and half toward the counts
+(so the parts add up to the shares: every measure an equal part by default, as Tumult Analytics
+splits a session's budget between queries). Counts no measure reads (key selection alone) weigh 1.
+A sum read from a mean's vectors takes no part.
+
 Budget. Gaussian noise: the vectors compose as Gaussian DP (mu^2 = sum (Delta_i/sigma_i)^2); an
 epsilon is met at delta less key selection's share through ``noise.continuous_budget`` (the exact
-sampler's slack over the cells a neighbour changes), mu^2 split by the measures' shares; a rho is
+sampler's slack over the cells a neighbour changes), mu^2 split by the vectors' weights; a rho is
 split as is (sigma_i = Delta_i / sqrt(2 rho_i)) and charged at the epsilon its Gaussian DP curve
-gives at delta. Laplace noise: pure epsilon split by shares (a rho as epsilon_i = sqrt(2 rho_i)).
+gives at delta. Laplace noise: pure epsilon split by weights (a rho as epsilon_i = sqrt(2 rho_i)).
 
 Quantiles. A quantile measure's histogram (``interval_share`` of its weight) gives each level's 95%
 interval; each level's estimate is then one exponential-mechanism draw per key over the answer grid's
@@ -142,15 +149,18 @@ def vectors(params: Params) -> list[Vector]:
     """The vectors a release noises, in a fixed order (the counts first)."""
     out = []
     count_share = [m.share for m in params.measures if m.op == "count"]
-    if count_share or params.selects or any(m.op == "mean" for m in params.measures):
-        out.append(Vector(COUNTS, "counts", None, *_sensitivities(params, 1.0, 0.0), params.groups, (count_share or [1.0])[0]))
+    means = [m.share for m in params.measures if m.op == "mean"]
+    if count_share or params.selects or means:  # paid by the count, else by the means (half of each's share), else 1
+        weight = count_share[0] if count_share else sum(means) / 2 if means else 1.0
+        out.append(Vector(COUNTS, "counts", None, *_sensitivities(params, 1.0, 0.0), params.groups, weight))
     for i, m in enumerate(params.measures):
         if m.op == "count" or params.mean_of(i) is not None:  # a sum a mean's vectors give has none of its own
             continue
         kind, c, same = _kind(m)
         cells = params.groups * (min(params.max_rows, m.bins) if kind == "histogram" else 1)
+        weight = m.share / 2 if m.op == "mean" and not count_share else m.share
         out.append(Vector(f"{m.names[0] if m.op != 'quantile' else m.column + ' quantiles'}: {kind}", kind, i,
-                          *_sensitivities(params, c, same), cells, m.share))  # fmt: skip
+                          *_sensitivities(params, c, same), cells, weight))  # fmt: skip
     return out
 
 
