@@ -218,15 +218,16 @@ class Registry:
 
     def load(self, dataset: Dataset) -> pd.DataFrame:
         """The stored snapshot, after checking it is the one registered (its digest stays private)."""
-        path = self.checked(dataset)
+        path, _ = self.checked(dataset)
         with memory() as con:  # in memory, default settings (row order kept)
             frame = con.execute("SELECT * FROM read_parquet(?)", [str(path)]).df()
         frame.attrs["snapshot"] = str(path)  # immutable once written: Dask workers may read their partition from it
         return frame
 
-    def checked(self, dataset: Dataset) -> Path:
-        """The stored snapshot's file, after checking it is the one registered: the registration unchanged since
-        the request was checked, and the file's SHA-256 its registered digest (hashed in full at every call)."""
+    def checked(self, dataset: Dataset) -> tuple[Path, str]:
+        """The stored snapshot's file and its digest, after checking it is the one registered: the registration
+        unchanged since the request was checked, and the file's SHA-256 its registered digest (hashed in full at
+        every call; the digest stays private: a key for caches of what is computed from the file)."""
         current, private = self._current(dataset.id)
         if current.version != dataset.version:  # registered again since the request was checked
             raise snapshots.SnapshotChanged(
@@ -236,7 +237,7 @@ class Registry:
             raise snapshots.SnapshotChanged(
                 f"the disclosure policy of dataset {dataset.id!r} changed since the request was checked; release again."
             )
-        return snapshots.checked(self.home, dataset.id, private.snapshot, private.digest, private.host)
+        return snapshots.checked(self.home, dataset.id, private.snapshot, private.digest, private.host), private.digest
 
     def identifiers(self, dataset: Dataset) -> list[str]:
         """Columns holding a different value in every row: identifier-like, for the steward to drop
