@@ -2,7 +2,7 @@
 positions beside the snapshot and later releases map them back. The released n-grams are the same draw for
 draw with and without it; a cache that is missing, unreadable, truncated, altered or of another key (snapshot,
 tokenizer) is ignored and written again; it is private (mode 600, in the store, never in a release folder);
-a new registration prunes it with its version; Dask's partitions (more than one) do not use it."""
+a new registration prunes it with its version, and dropping the dataset's rows deletes it; Dask's partitions (more than one) do not use it."""
 
 from __future__ import annotations
 
@@ -171,7 +171,7 @@ def test_a_cache_of_another_key_is_not_used(changed, weakened, tmp_path, monkeyp
 DPNE = {"name": "dpne", "params": {"text_column": "text", "epsilon": 2.0, "delta": 1e-6, "T": 3, "delta0": 10}}
 
 
-def test_a_release_keeps_its_cache_private_and_a_new_registration_prunes_it(home, monkeypatch, test_mode):
+def test_a_release_keeps_its_cache_private_and_a_new_registration_or_a_drop_removes_it(home, monkeypatch, test_mode):
     register(home, phrase_corpus(400, seed=2), "ds", "user:user", "dp")
     Ledger(home / "privrelease.duckdb").set_budget("ds", Budget(10.0, 1e-3))
     store = home / "datasets" / "ds"
@@ -196,3 +196,5 @@ def test_a_release_keeps_its_cache_private_and_a_new_registration_prunes_it(home
     (home / "data" / "ds.csv").write_text("user,text\n1,a b\n2,c d\n")
     assert Registry(home).refresh("ds", home / "data").version == 2
     assert sorted(f.name for f in store.iterdir()) == ["v2.derived-kept", "v2.parquet"]
+    Registry(home).drop("ds")  # the rows dropped: what was computed from them too
+    assert not list(store.iterdir())

@@ -197,11 +197,12 @@ class Registry:
             return self.get(dataset_id)
 
     def drop(self, dataset_id: str) -> None:
-        """Delete the stored rows; the registration history and the ledger keep their entries."""
+        """Delete the stored rows (and what was computed from them); the registration history and the ledger keep
+        their entries."""
         with self.store.lock("registry"):
             current, private = self._current(dataset_id)
             if private.snapshot:
-                self._snapshot(private).unlink(missing_ok=True)
+                snapshots.remove(self._snapshot(private))
             with self.store.write() as con:
                 con.execute("UPDATE datasets SET snapshot = NULL, digest = NULL WHERE id = ?", [dataset_id])
 

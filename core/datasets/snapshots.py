@@ -16,6 +16,7 @@ operator's configuration, public values; the digest stays private.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
 import socket
@@ -92,6 +93,12 @@ def prune(target: Path) -> None:
     for old in [*target.parent.glob("v*.parquet"), *target.parent.glob(f"v*{paths.DERIVED}*")]:
         if old.name.partition(".")[0] != target.stem:
             old.unlink(missing_ok=True)
+
+
+def remove(snapshot: Path) -> None:
+    """Delete a snapshot's file and the files computed from it (``paths.derived``): they hold its rows too."""
+    for path in [snapshot, *snapshot.parent.glob(f"{glob.escape(snapshot.stem)}{paths.DERIVED}*")]:
+        path.unlink(missing_ok=True)
 
 
 def checked(home: Path, dataset_id: str, relative: str, digest: str, registered_from: str | None) -> Path:
