@@ -220,9 +220,10 @@ def extract(
 
     The users' grams are counted in user partitions (``parallel.partitioned``): one in process (on a
     registered ``Snapshot``, its positions mapped from the cache beside it once a release has tokenized
-    it: ``dpne_corpus``), one per worker on a Dask cluster, where each worker reads its users from ``snapshot`` (the stored
-    Parquet file the rows were read from; a ``Snapshot``'s own) and keeps them across levels. Only the
-    exact per-level counts come back; the key, the noise and every threshold stay in this process.
+    it: ``dpne_corpus``), one per worker on a Dask cluster, where each worker reads its users from
+    ``snapshot`` (the stored Parquet file the rows were read from; a ``Snapshot``'s own) and keeps them
+    across levels. Only the exact per-level counts come back; the key, the noise and every threshold stay
+    in this process.
     """
     acc = accounting(params)
     noises = events.each(plan(params).cost.event, LEVEL)  # each level's leaf, as the plan declares and charges it

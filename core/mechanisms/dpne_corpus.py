@@ -18,7 +18,8 @@ named after its stem (``paths.derived``): it holds private data, as the snapshot
 a release, a log or a message. There is one per (snapshot version, user column, text column, tokenizer):
 the file's name holds a hash of the columns and tokenizer, and a digest or format that differs rewrites
 that same file. That is bounded: the columns are the dataset's registered ones, the tokenizers two, and a
-new registration of the dataset removes the earlier versions' files with them (``snapshots.prune``).
+new registration of the dataset removes the earlier versions' files with them (``snapshots.prune``), as
+dropping its rows removes them all (``snapshots.remove``).
 Dask workers (more than one partition) read and tokenize their users themselves, as before: no cache.
 """
 
