@@ -55,8 +55,9 @@ def _refuse_tokenizing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dpne_corpus, "tokenize", refuse)
 
 
-def test_a_warm_run_maps_the_cache_read_only_and_draws_alike(tmp_path, monkeypatch, test_mode):
-    snapshot, p = _snapshot(tmp_path, phrase_corpus(600, seed=3)), params(T=4)
+@pytest.mark.parametrize("pruning", ["both", "single"])
+def test_a_warm_run_maps_the_cache_read_only_and_draws_alike(pruning, tmp_path, monkeypatch, test_mode):
+    snapshot, p = _snapshot(tmp_path, phrase_corpus(600, seed=3)), params(T=4, pruning=pruning)
     without, _ = dpne.extract(Snapshot(snapshot.path), p, noise.generator(11))  # no digest: no cache
     assert not list(tmp_path.glob("*.derived-*"))
     cold, _ = dpne.extract(snapshot, p, noise.generator(11))  # tokenizes, and writes the cache
