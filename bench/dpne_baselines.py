@@ -10,7 +10,8 @@ import pandas as pd
 
 from core import noise
 from core.mechanisms.dpne import Params, dpsu_threshold
-from core.mechanisms.dpne_counts import NONE, Partition, histogram, open_partition
+from core.mechanisms.dpne_corpus import open_partition
+from core.mechanisms.dpne_counts import NONE, Partition, histogram
 from core.privacy.budget import gaussian_sigma
 
 

@@ -30,6 +30,16 @@ def database(root: Path) -> Path:
     return root / "privrelease.duckdb"
 
 
+DERIVED = ".derived-"  # between a snapshot's stem and the name of a file computed from it
+
+
+def derived(snapshot: Path, name: str) -> Path:
+    """A private file computed from a registered snapshot's bytes alone (a mechanism's cache), kept beside it in
+    the store's folder (mode 700) and named after its stem, ``v3.derived-<name>``, so that ``snapshots.prune``
+    removes it with its version."""
+    return snapshot.with_name(f"{snapshot.stem}{DERIVED}{name}")
+
+
 def releases(root: Path) -> Path:
     return root / "releases"
 

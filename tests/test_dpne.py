@@ -21,7 +21,7 @@ from scipy.stats import chisquare, norm
 
 from bench import dpne_baselines as baselines
 from core import noise
-from core.mechanisms import dpne, dpne_candidates, dpne_counts
+from core.mechanisms import dpne, dpne_candidates, dpne_corpus, dpne_counts
 from core.privacy.budget import compose_sigmas, gaussian_delta, gaussian_epsilon, gaussian_sigma
 
 Z_LIMIT = 4.5
@@ -166,7 +166,7 @@ def test_whitespace_tokens_are_the_regular_expression_split_on_whitespace():
 
 
 def _partition(frame: pd.DataFrame, p: dpne.Params, parts: int = 1, part: int = 0) -> dpne_counts.Partition:
-    return dpne_counts.open_partition((frame, p, parts, part))
+    return dpne_corpus.open_partition((frame, p, parts, part))
 
 
 def _occurrences(partition: dpne_counts.Partition, encoding: dpne_counts.Encoding | None) -> pd.DataFrame:
@@ -276,8 +276,8 @@ def test_partition_shares_add_up_to_the_histogram_of_all_users():
     frame.loc[len(frame)] = (9999, " ".join(f"w{i}" for i in range(50)))  # a user over every cap
     p = params(pruning="both")
     units, key = [noise.grid(s) for s in dpne.accounting(p).sigmas], 777
-    whole = dpne_counts.open_partition((frame, p, 1, 0))
-    parts = [dpne_counts.open_partition((frame, p, 3, i)) for i in range(3)]
+    whole = dpne_corpus.open_partition((frame, p, 1, 0))
+    parts = [dpne_corpus.open_partition((frame, p, 3, i)) for i in range(3)]
     previous: list[str] = []
     words: list[str] = []
     sent: list[str] | np.ndarray = []

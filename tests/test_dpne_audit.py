@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.mechanisms import dpne, dpne_counts
+from core.mechanisms import dpne, dpne_corpus, dpne_counts
 
 UNIT = 2.0**-12  # w(1) = 4096 grid units: every kept gram weighs at least 1 unit up to the cap
 TOKENS = ["a", "b", "c", "é", "x\u00a0y", "😀", "a\x0bb", "Ω1", "-", "İ"]  # no \t\n\f\r or space inside
@@ -88,7 +88,7 @@ def level_histograms(
 ) -> dict[int, dict[str, int]]:
     """Each level's merged histogram {n-gram: units} from ``parts`` user partitions, walked as
     ``dpne.extract`` walks them, with ``released`` taken as the released sets."""
-    partitions = [dpne_counts.open_partition((frame, p, parts, i)) for i in range(parts)]
+    partitions = [dpne_corpus.open_partition((frame, p, parts, i)) for i in range(parts)]
     words, previous, sent, encoding, out = sorted(released[1]), [], [], None, {}
     try:
         for k in range(1, p.T + 1):

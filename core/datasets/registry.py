@@ -197,11 +197,12 @@ class Registry:
             return self.get(dataset_id)
 
     def drop(self, dataset_id: str) -> None:
-        """Delete the stored rows; the registration history and the ledger keep their entries."""
+        """Delete the stored rows (and what was computed from them); the registration history and the ledger keep
+        their entries."""
         with self.store.lock("registry"):
             current, private = self._current(dataset_id)
             if private.snapshot:
-                self._snapshot(private).unlink(missing_ok=True)
+                snapshots.remove(self._snapshot(private))
             with self.store.write() as con:
                 con.execute("UPDATE datasets SET snapshot = NULL, digest = NULL WHERE id = ?", [dataset_id])
 
@@ -218,15 +219,16 @@ class Registry:
 
     def load(self, dataset: Dataset) -> pd.DataFrame:
         """The stored snapshot, after checking it is the one registered (its digest stays private)."""
-        path = self.checked(dataset)
+        path, _ = self.checked(dataset)
         with memory() as con:  # in memory, default settings (row order kept)
             frame = con.execute("SELECT * FROM read_parquet(?)", [str(path)]).df()
         frame.attrs["snapshot"] = str(path)  # immutable once written: Dask workers may read their partition from it
         return frame
 
-    def checked(self, dataset: Dataset) -> Path:
-        """The stored snapshot's file, after checking it is the one registered: the registration unchanged since
-        the request was checked, and the file's SHA-256 its registered digest (hashed in full at every call)."""
+    def checked(self, dataset: Dataset) -> tuple[Path, str]:
+        """The stored snapshot's file and its digest, after checking it is the one registered: the registration
+        unchanged since the request was checked, and the file's SHA-256 its registered digest (hashed in full at
+        every call; the digest stays private: a key for caches of what is computed from the file)."""
         current, private = self._current(dataset.id)
         if current.version != dataset.version:  # registered again since the request was checked
             raise snapshots.SnapshotChanged(
@@ -236,7 +238,7 @@ class Registry:
             raise snapshots.SnapshotChanged(
                 f"the disclosure policy of dataset {dataset.id!r} changed since the request was checked; release again."
             )
-        return snapshots.checked(self.home, dataset.id, private.snapshot, private.digest, private.host)
+        return snapshots.checked(self.home, dataset.id, private.snapshot, private.digest, private.host), private.digest
 
     def identifiers(self, dataset: Dataset) -> list[str]:
         """Columns holding a different value in every row: identifier-like, for the steward to drop

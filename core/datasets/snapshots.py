@@ -16,12 +16,13 @@ operator's configuration, public values; the digest stays private.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
 import socket
 from pathlib import Path
 
-from core import settings
+from core import paths, settings
 from core.errors import UserError
 
 
@@ -87,10 +88,17 @@ def write(con, table: str, target: Path) -> str:
 
 
 def prune(target: Path) -> None:
-    """Remove the dataset's earlier versions, once ``target`` is the registered one."""
-    for old in target.parent.glob("v*.parquet"):
-        if old != target:
-            old.unlink()
+    """Remove the dataset's earlier versions, once ``target`` is the registered one, and the files computed from
+    them (``paths.derived``: caches and their temporary files, also one a release wrote after its version went)."""
+    for old in [*target.parent.glob("v*.parquet"), *target.parent.glob(f"v*{paths.DERIVED}*")]:
+        if old.name.partition(".")[0] != target.stem:
+            old.unlink(missing_ok=True)
+
+
+def remove(snapshot: Path) -> None:
+    """Delete a snapshot's file and the files computed from it (``paths.derived``): they hold its rows too."""
+    for path in [snapshot, *snapshot.parent.glob(f"{glob.escape(snapshot.stem)}{paths.DERIVED}*")]:
+        path.unlink(missing_ok=True)
 
 
 def checked(home: Path, dataset_id: str, relative: str, digest: str, registered_from: str | None) -> Path:

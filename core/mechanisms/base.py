@@ -73,9 +73,12 @@ class Plan:
 class Snapshot:
     """A registered snapshot's Parquet file, its digest checked against the registration: what ``run`` and
     ``check`` get instead of its rows when the mechanism declares ``READS_SNAPSHOT`` (it reads the file in
-    DuckDB itself, so the rows are never all in this process's memory, nor converted to pandas)."""
+    DuckDB itself, so the rows are never all in this process's memory, nor converted to pandas). ``digest`` is
+    its SHA-256 as checked (private: a key for caches of what is computed from its bytes, never shown; empty
+    when unknown, and then nothing is cached)."""
 
     path: str
+    digest: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,8 @@ from core.errors import InternalError
 from core.mechanisms import dpne_accuracy
 from core.mechanisms.base import DPCost, Plan, Result, Snapshot
 from core.mechanisms.dpne_candidates import Candidates
-from core.mechanisms.dpne_counts import SEP, Encoding, Partition, merge, open_partition, tokens_sql
+from core.mechanisms.dpne_corpus import open_partition
+from core.mechanisms.dpne_counts import SEP, Encoding, Partition, merge, tokens_sql
 from core.normal import ndtri
 from core.params import StrictParams
 from core.privacy import draws, events
@@ -217,18 +218,19 @@ def extract(
 ) -> tuple[pd.DataFrame, list[Level]]:
     """Run DPNE; returns the released n-grams (ngram, n, noisy_weight) and the per-level accounting.
 
-    The users' grams are counted in user partitions (``parallel.partitioned``): one in process, one
-    per worker on a Dask cluster, where each worker reads its users from ``snapshot`` (the stored
-    Parquet file the rows were read from; a ``Snapshot``'s own) and keeps them across levels. Only the
-    exact per-level counts come back; the key, the noise and every threshold stay in this process.
+    The users' grams are counted in user partitions (``parallel.partitioned``): one in process (on a
+    registered ``Snapshot``, its positions mapped from the cache beside it once a release has tokenized
+    it: ``dpne_corpus``), one per worker on a Dask cluster, where each worker reads its users from
+    ``snapshot`` (the stored Parquet file the rows were read from; a ``Snapshot``'s own) and keeps them
+    across levels. Only the exact per-level counts come back; the key, the noise and every threshold stay
+    in this process.
     """
     acc = accounting(params)
     noises = events.each(plan(params).cost.event, LEVEL)  # each level's leaf, as the plan declares and charges it
     key = int(noise.words(rng, 1)[0] >> np.uint64(1))
-    source = rows.path if isinstance(rows, Snapshot) else rows
     snapshot = rows.path if isinstance(rows, Snapshot) else snapshot
     parts = parallel.workers() if snapshot else 1  # rows never travel: without the stored file, in process
-    specs = [(snapshot if parts > 1 else source, params, parts, i) for i in range(parts)]
+    specs = [(snapshot if parts > 1 else rows, params, parts, i) for i in range(parts)]
     levels: list[Level] = []
     released: list[pd.DataFrame] = []
     words: list[str] = []

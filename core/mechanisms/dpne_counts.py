@@ -7,14 +7,14 @@ in its own process.
 The distinct (user, gram) pairs are one sort of int64 keys, the cap's keyed choice is ``dpne_cap``'s
 (DuckDB's hash, in numpy), the per-gram sums run in DuckDB; the positions are numpy arrays, so building
 a level's candidates is a shift of one array against another instead of a join, and a k-gram is one
-integer (``Encoding``) whatever its length.
+integer (``Encoding``) whatever its length. The positions come from ``dpne_corpus`` (read and tokenized,
+or mapped from its cache: read-only arrays, which nothing here writes into).
 """
 
 from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import Protocol
 
 import duckdb
 import numpy as np
@@ -22,8 +22,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from core import parallel
-from core.db import quote_ident, scratch
 from core.mechanisms import dpne_cap
 
 SEP = " "  # tokens never contain whitespace, so joining with a space is unambiguous
@@ -306,52 +304,3 @@ class Partition:
 
     def close(self) -> None:
         self.con.close()
-
-
-class Corpus(Protocol):
-    """What a partition reads of DPNE's parameters (``dpne.Params`` has them)."""
-
-    user_column: str
-    text_column: str
-    tokenizer: str
-
-
-def open_partition(spec: tuple[pd.DataFrame | str, Corpus, int, int]) -> Partition:
-    """One user partition's positions: the users with hash(user) % parts = part (all of a user's posts,
-    so the per-user cap applies within it), read from the frame or, on a Dask worker, from the stored
-    snapshot itself; tokenized in DuckDB."""
-    source, params, parts, part = spec
-    con = scratch()
-    threads = parallel.worker_threads()
-    if threads:  # a worker started with --nthreads 1 keeps DuckDB and Arrow to one core too
-        con.execute(f"SET threads = {threads}")
-        pa.set_cpu_count(threads)
-    if isinstance(source, str):
-        rows = "read_parquet('" + source.replace("'", "''") + "')"
-    else:
-        con.register("corpus_input", source)
-        rows = "corpus_input"
-    user, text = quote_ident(params.user_column), quote_ident(params.text_column)
-    posts = con.sql(
-        f"SELECT {user} AS uid, hash({user}) AS uhash, {tokens_sql(params.tokenizer, f'CAST({text} AS VARCHAR)')} AS toks "
-        f"FROM {rows} WHERE {'TRUE' if parts == 1 else f'hash({user}) % {parts} = {part}'}"
-    ).to_arrow_table()
-    if not isinstance(source, str):
-        con.unregister("corpus_input")
-    toks = posts["toks"].combine_chunks()
-    lengths = pc.fill_null(pc.list_value_length(toks), 0).to_numpy().astype(np.int64)
-    words = pc.dictionary_encode(pc.list_flatten(toks))
-    vocabulary = words.dictionary
-    codes, uniques = pd.factorize(posts["uid"].to_pandas(), use_na_sentinel=False)
-    user_hash = np.zeros(len(uniques), np.uint64)
-    user_hash[codes] = posts["uhash"].to_numpy()
-    ends = np.cumsum(lengths + 1) - 1  # each post is followed by one empty position
-    users = np.repeat(codes.astype(np.int32), lengths + 1)
-    users[ends] = NONE
-    tokens = np.full(len(users), NONE, np.int32)
-    held = np.ones(len(users), bool)
-    held[ends] = False
-    tokens[held] = words.indices.to_numpy()
-    del posts, toks, words
-    pa.default_memory_pool().release_unused()  # the posts' text: Arrow's pool would keep it for reuse
-    return Partition(con, np.asarray(uniques), user_hash, users, tokens, vocabulary)

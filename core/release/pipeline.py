@@ -132,7 +132,8 @@ def load(store: Home, release: Release) -> pd.DataFrame | Snapshot:
     For a DP mechanism that reads the snapshot's file itself (``READS_SNAPSHOT``), that file, checked."""
     declared = mechanisms.declared(mechanisms.get(release.mechanism))
     if release.dataset.purpose == "dp" and declared.READS_SNAPSHOT:
-        rows: pd.DataFrame | Snapshot = Snapshot(str(store.registry.checked(release.dataset)))
+        checked, digest = store.registry.checked(release.dataset)
+        rows: pd.DataFrame | Snapshot = Snapshot(str(checked), digest)
         path = rows.path
     else:
         rows = store.registry.load(release.dataset)
