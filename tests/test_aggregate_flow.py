@@ -57,6 +57,7 @@ REQUEST = {
     "group_by": ["region", "grade"],
     "measures": [
         {"op": "count"},
+        {"op": "sum", "column": "salary", "bounds": [0, 100_000]},  # read from the mean's vectors
         {"op": "mean", "column": "salary", "bounds": [0, 100_000]},
         {"op": "quantile", "column": "salary", "bounds": [0, 100_000], "q": [0.5]},
     ],
@@ -83,11 +84,11 @@ def test_a_release_publishes_every_public_key_with_intervals(prefect_server, hom
     folder = Path(out.split("folder ")[1].split()[0])
     names = sorted(p.name for p in folder.iterdir())
     assert names == sorted(["aggregate.csv", "aggregate.parquet", "count.png", "manifest.json", "report.md",
-                            "salary_mean.png", "salary_q50.png"])  # fmt: skip
+                            "salary_mean.png", "salary_q50.png", "salary_sum.png"])  # fmt: skip
     table = pd.read_csv(folder / "aggregate.csv")
     assert pd.read_parquet(folder / "aggregate.parquet").shape == table.shape
     assert len(table) == 12 and set(table["region"]) == set(DOMAINS["region"])  # every key, the empty west too
-    for name in ("count", "salary_mean", "salary_q50"):
+    for name in ("count", "salary_sum", "salary_mean", "salary_q50"):
         assert ((table[f"{name}_lo"] <= table[name]) & (table[name] <= table[f"{name}_hi"])).all()
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["privacy"]["epsilon"] == 1.0 and manifest["privacy"]["adjacency"].startswith("add or remove one user")
@@ -109,8 +110,12 @@ def test_a_release_publishes_every_public_key_with_intervals(prefect_server, hom
         ("record", True, {"max_groups": 2}, "under the record unit each record is in one key: drop them"),
         ("user:person", True, {"group_by": ["person"]}, "cannot be a group_by column: it would publish users"),
         ("user:person", True, {"epsilon": 1e-9, "delta": 1e-12}, "too small for the exact sampler"),
+        ("user:person", True, {"measures": [{"op": "sum", "column": "salary", "bounds": [0, 9], "share": 2},
+                                            {"op": "mean", "column": "salary", "bounds": [0, 9]}]},
+         "so it has no budget share of its own: drop its share, or set the mean's"),
     ],
-    ids=["non-numeric", "missing-column", "no-bounds", "selection-without-delta", "caps-under-record", "user-key", "tiny-budget"],
+    ids=["non-numeric", "missing-column", "no-bounds", "selection-without-delta", "caps-under-record", "user-key", "tiny-budget",
+         "sum-share-beside-mean"],
 )  # fmt: skip
 def test_bad_request_is_refused_before_the_charge(prefect_server, home, tmp_path, capsys, unit, domains, params, message):
     spec = write(home, tmp_path / "bad", unit, domains, None, **params)

@@ -117,7 +117,7 @@ class Params(StrictParams):
                 "privately (a noisy count above a threshold), which needs delta > 0"
             )
         for i, m in enumerate(self.measures):
-            if self.mean_of(i) is not None and "share" in m.model_fields_set:
+            if self.mean_of(i) is not None and m.share != 1.0:  # (a round trip through model_dump sets every field)
                 raise ValueError(
                     f"the sum of {m.column!r} is read from the mean of {m.column!r} (same column and bounds: the noisy centred "
                     "sum and the noisy count), so it has no budget share of its own: drop its share, or set the mean's"
