@@ -22,8 +22,9 @@ r the most a cell moves when both are the same key (U - L for sums, centred sums
 Split. A measure's ``share`` (default 1) is its part of the budget: a count's pays for the counts, a
 distinct count's, a sum's and a quantile's for their own vectors, a mean's for its centred sum, using
 the count's counts, or, with no count asked for, half for its centred sum and half toward the counts
-(so the parts add up to the shares: every measure an equal part by default, as Tumult Analytics
-splits a session's budget between queries). Counts no measure reads (key selection alone) weigh 1.
+(so the parts add up to the shares: every measure an equal part by default, like a Tumult Analytics
+session's budget divided evenly between one query per measure). Counts no measure reads (key selection
+alone) weigh 1.
 A sum read from a mean's vectors takes no part.
 
 Budget. Gaussian noise: the vectors compose as Gaussian DP (mu^2 = sum (Delta_i/sigma_i)^2); an
