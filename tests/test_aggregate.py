@@ -108,18 +108,22 @@ def _rows(frame: pd.DataFrame) -> list[str]:
 
 @pytest.mark.parametrize("unit", ["record", "user"])
 def test_with_the_noise_off_every_measure_is_its_oracle(monkeypatch, unit):
+    """The user unit's table is large enough that every key clears private key selection's threshold whatever the
+    run's hash key: 9,000 rows of 1,200 users keep 591-651 rows in each of the 6 keys over 40 hash keys against a
+    threshold of 248.7 (3,000 rows of 400 users kept 189-213, so the precondition held for about half the keys);
+    the hash key itself is seeded, so a failure is reproducible."""
     noiseless(monkeypatch)
-    frame = payroll()
+    frame = payroll(9000, 1200) if unit == "user" else payroll()
     p = params(**({"user_column": "user", "max_groups": 2, "max_rows": 3} if unit == "user" else {}))
-    rng = noise.generator(None)
-    key = int(noise.words(noise.generator(None), 1)[0] >> np.uint64(1))
+    rng = noise.generator(None)  # noiseless: every draw is patched out above
+    key = int(np.random.default_rng(58).integers(0, 2**62))
     monkeypatch.setattr(noise, "words", lambda r, n: np.array([key << 1], dtype=np.uint64))  # the run's hash key
     table = agg.run(frame, p, rng).data.sort_values(["g", "h"]).reset_index(drop=True)
     rows = bounded(frame, p, key) if unit == "user" else frame
     acc = accounting(p)
     truth = oracle(rows)
     truth = truth[truth["count"] >= acc.threshold * acc.counts.unit].reset_index(drop=True)  # the keys selection keeps
-    assert 0 < len(truth) and list(table["g"]) == list(truth["g"]) and list(table["h"]) == list(truth["h"])
+    assert len(truth) == 6 and list(table["g"]) == list(truth["g"]) and list(table["h"]) == list(truth["h"])
     for name in ("count", "item_distinct"):
         assert (table[name] == truth[name]).all()
     unit_sum, unit_mean = acc.of("sum", 2).unit, acc.of("centred", 3).unit
