@@ -54,6 +54,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check core flows gate cli tests bench scripts
 	$(VENV)/bin/ruff format --check core flows gate cli tests bench scripts  # formatted; `# fmt: skip` on tables only
 	$(VENV)/bin/python scripts/gendocs.py --check  # the generated pages: CLI, parameters, request schema, policy
+	$(VENV)/bin/python scripts/check_seeds.py  # every generator a test or benchmark makes is seeded, or says why any draw will do
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet  # the site (mkdocs.yml) into build/site: a broken link fails
 
 docs: $(STAMP)  # the documentation site on http://127.0.0.1:8000, rebuilt as pages change

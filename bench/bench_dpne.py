@@ -135,14 +135,16 @@ def main() -> None:
     rows, times = [], []
     for _ in range(args.runs):
         t = time.perf_counter()
-        released, _ = dpne.extract(frame, params, noise.generator())
+        released, _ = dpne.extract(frame, params, noise.generator())  # any draw: the production path's draws, timed
         times.append(time.perf_counter() - t)
         rows.append([int((released["n"] == k).sum()) for k in range(1, 7)])
     print(f"DPNE core: median {statistics.median(times):.1f} s per run")
     print("| method | k=1 | 2 | 3 | 4 | 5 | 6 | total |")
     print(f"| DPNE (ours, {args.runs} runs) | {summarize(rows)} |")
     for variant in ("all", "even", "single"):
-        base = [list(dpne_baselines.baseline(frame, params, noise.generator(), variant).values()) for _ in range(args.runs)]
+        base = [
+            list(dpne_baselines.baseline(frame, params, noise.generator(), variant).values()) for _ in range(args.runs)
+        ]  # any draw: the production path's draws, timed
         print(f"| DPSU-{variant} (ours) | {summarize(base)} |")
     for name, row in TABLE4.items():
         print(f"| {name} (paper) | " + " | ".join(map(str, row)) + f" | {sum(row) if name != 'DPSU-single' else '-'} |")
@@ -150,7 +152,7 @@ def main() -> None:
         big = synthetic(10 * len(frame))
         big_params = dpne.Params(**{**PARAMS, "tokenizer": "whitespace"})
         t = time.perf_counter()
-        released, _ = dpne.extract(big, big_params, noise.generator())
+        released, _ = dpne.extract(big, big_params, noise.generator())  # any draw: the production path's draws, timed
         print(
             f"synthetic Zipf corpus, {len(big)} posts, {big['user'].nunique()} users: DPNE core {time.perf_counter() - t:.1f} s, "
             f"released {len(released)} n-grams; peak RSS of this process {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"

@@ -29,7 +29,7 @@ def rate(label: str, n: int, seconds: float) -> None:
 
 
 def samplers() -> None:
-    rng = noise.generator()  # production: words from os.urandom
+    rng = noise.generator()  # any draw: the production path's draws, timed
     print("| sampler | draws | time | draws/s | per draw |\n|---|---|---|---|---|")
     sigma = 11.78  # DPNE's sigma_k on MSNBC at Table 4 settings
     unit = noise.grid(sigma)
@@ -44,7 +44,7 @@ def samplers() -> None:
     noise.laplace(rng, 3.0, zeros, noise.grid(3.0))
     rate("discrete Laplace, bulk", len(zeros), time.perf_counter() - t)
     t = time.perf_counter()
-    np.random.default_rng().normal(0, sigma, len(zeros))
+    np.random.default_rng().normal(0, sigma, len(zeros))  # any draw: the production path's draws, timed
     rate("for scale: numpy float Gaussian (not used for DP)", len(zeros), time.perf_counter() - t)
     one = np.zeros(1, np.int64)
     t = time.perf_counter()
@@ -90,7 +90,7 @@ def dpne_cost(runs: int) -> None:
     for _ in range(runs):
         spent[0] = 0.0
         t = time.perf_counter()
-        released, _ = dpne.extract(frame, params, noise.generator())
+        released, _ = dpne.extract(frame, params, noise.generator())  # any draw: the production path's draws, timed
         totals.append(time.perf_counter() - t)
         noise_times.append(spent[0])
     print(

@@ -115,7 +115,7 @@ def test_with_the_noise_off_every_measure_is_its_oracle(monkeypatch, unit):
     noiseless(monkeypatch)
     frame = payroll(9000, 1200) if unit == "user" else payroll()
     p = params(**({"user_column": "user", "max_groups": 2, "max_rows": 3} if unit == "user" else {}))
-    rng = noise.generator(None)  # noiseless: every draw is patched out above
+    rng = noise.generator(None)  # any draw: noiseless, every draw is patched out above
     key = int(np.random.default_rng(58).integers(0, 2**62))
     monkeypatch.setattr(noise, "words", lambda r, n: np.array([key << 1], dtype=np.uint64))  # the run's hash key
     table = agg.run(frame, p, rng).data.sort_values(["g", "h"]).reset_index(drop=True)
@@ -146,7 +146,7 @@ def test_a_quantile_leaves_missing_values_out(monkeypatch, missing):
     frame = payroll().astype({"x": object})
     frame.loc[frame.index % 2 == 0, "x"] = missing
     p = params(measures=[MEASURES[0], MEASURES[4]])
-    table = agg.run(frame, p, noise.generator(None)).data.sort_values(["g", "h"]).reset_index(drop=True)
+    table = agg.run(frame, p, noise.generator(None)).data.sort_values(["g", "h"]).reset_index(drop=True)  # any draw: noiseless
     step = 60 / p.measures[1].grid
     for row in table.itertuples(index=False):
         x = frame[(frame["g"] == row.g) & (frame["h"] == row.h)]["x"].dropna().to_numpy(float)
@@ -160,7 +160,7 @@ def test_a_quantile_interval_reaching_the_top_bin_stays_inside_the_bounds(monkey
     noiseless(monkeypatch)
     frame = payroll().assign(x=0.69)
     p = params(measures=[MEASURES[0], {"op": "quantile", "column": "x", "bounds": [0.1, 0.7], "q": [0.5], "bins": 37}])
-    result = agg.run(frame, p, noise.generator(None))
+    result = agg.run(frame, p, noise.generator(None))  # any draw: noiseless
     agg.check(frame, result, p)
     assert (result.data["x_q50_hi"] == 0.7).all() and (result.data["x_q50"] < 0.7).all()
 
@@ -218,7 +218,7 @@ def test_users_left_unranked_keep_what_ranking_every_user_keeps(monkeypatch, cap
         assert _rows(bounded(frame, p, 12345)) != _rows(bounded(frame, p, 12345, ranked=True))
 
 
-def _empty_noise(noise_kind: str, n_keys: int = 3000) -> tuple[np.ndarray, object]:
+def _empty_noise(noise_kind: str, rng: np.random.Generator, n_keys: int = 3000) -> tuple[np.ndarray, object]:
     """The published sums of ``n_keys`` empty public keys (pure noise) and their vector's noise."""
     frame = pd.DataFrame({"g": [0], "x": [1.0]})
     p = agg.Params.model_validate(
@@ -231,7 +231,7 @@ def _empty_noise(noise_kind: str, n_keys: int = 3000) -> tuple[np.ndarray, objec
             "domains": {"g": list(range(n_keys))},
         }  # fmt: skip
     )
-    out = agg.run(frame, p, noise.generator(None)).data
+    out = agg.run(frame, p, rng).data
     return out["x_sum"].to_numpy()[1:], accounting(p).of("sum", 0)
 
 
@@ -242,9 +242,8 @@ def _law_p(values: np.ndarray, noised, noise_kind: str, scale_factor: float = 1.
 
 
 @pytest.mark.parametrize("noise_kind", ["gaussian", "laplace"])
-def test_cell_noise_follows_the_declared_law(test_mode, monkeypatch, noise_kind):
-    monkeypatch.setattr(noise, "generator", lambda seed=None: noise.Randomness(20261126))
-    values, noised = _empty_noise(noise_kind)
+def test_cell_noise_follows_the_declared_law(noise_kind):
+    values, noised = _empty_noise(noise_kind, noise.Randomness(20261126))
     assert _law_p(values, noised, noise_kind) > 1e-3
     assert _law_p(values, noised, noise_kind, 0.75) < 1e-3  # the weakened claim: a std 25% smaller is caught
 
@@ -411,5 +410,5 @@ def test_a_budget_past_the_samplers_range_is_refused_before_the_run():
 def test_a_quantile_with_no_key_selected_releases_an_empty_table():
     """Keys selected privately from a table too small for any to pass: no key, no draw, an empty release."""
     frame = payroll(12, 12, seed=4)
-    result = agg.run(frame, params(), noise.generator(None))
+    result = agg.run(frame, params(), noise.Randomness(4))
     assert len(result.data) == 0 and "x_q50" in result.data.columns

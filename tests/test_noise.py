@@ -141,7 +141,7 @@ def test_production_draws_come_from_the_operating_system(monkeypatch):
     monkeypatch.delenv(settings.TEST_MODE, raising=False)
     with pytest.raises(SpecError, match="only in test mode"):
         noise.generator(3)
-    rng = noise.generator()
+    rng = noise.generator()  # any draw: it asserts where the words come from, not what they are
     calls = []
 
     def urandom(n: int) -> bytes:
