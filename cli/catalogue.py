@@ -87,6 +87,13 @@ def _get(release: Release, args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; name a folder (it is created if missing).")
     files = release.files()
+    missing = [n for n in files if not (release.folder / n).is_file()]
+    if missing:
+        raise UserError(
+            f"release {release.id} lists {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} no longer in its "
+            f"folder {release.folder}; nothing was copied. Tell the operator (privrelease ledger verify --files names "
+            "every release whose files changed)."
+        )
     clash = [n for n, digest in files.items() if (out / n).exists() and sha256(out / n) != digest]
     if clash:
         raise UserError(f"{out} already holds other files named {', '.join(clash)}; choose another --out folder.")

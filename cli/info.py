@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from cli.launch import prefect_api_url
 from core import __version__, paths, settings
+from core.errors import LedgerCorrupt
 
 
 def cmd_info(args: argparse.Namespace, root: Path) -> int:
@@ -17,7 +19,11 @@ def cmd_info(args: argparse.Namespace, root: Path) -> int:
     from core.tables.readers import data_root
 
     ledger = Ledger(paths.database(root))
-    entries = ledger.entries() if ledger.store.exists() else []
+    try:
+        entries = ledger.entries() if ledger.store.exists() else []
+        problem = None
+    except LedgerCorrupt as exc:  # info still says where everything is; the ledger's commands refuse and say why
+        entries, problem = [], str(exc)
     info = {
         "version": __version__,
         "home": str(root),
@@ -27,12 +33,31 @@ def cmd_info(args: argparse.Namespace, root: Path) -> int:
         "snapshot_store": snapshots.describe(root),
         "ledger_store": ledger.store.describe(),
         "ledger_head": {"seq": entries[-1].seq, "hash": entries[-1].hash} if entries else None,
+        "ledger_anchors": ledger.anchors.where(),
         "datasets": [d.id for d in Registry(root).list()],
         "prefect_api_url": prefect_api_url(),
     }
+    info["warnings"] = ([problem] if problem else []) + warnings(root, ledger)
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
     for key, value in info.items():
-        print(f"{key:<15} {value if value not in (None, []) else '-'}")
+        if key != "warnings":
+            print(f"{key:<15} {value if value not in (None, []) else '-'}")
+    for line in info["warnings"]:
+        print(f"warning: {line}", file=sys.stderr)
     return 0
+
+
+def warnings(root: Path, ledger) -> list[str]:
+    """What the operator should fix: anchors a copy of the home would carry, private files others can read."""
+    from core.operations import files
+    from core.operations.upgrade import PRIVATE
+
+    out = [
+        f"the ledger's anchors {path} lie inside the home, so every copy of the home carries them and a restored older "
+        f"copy would bring its own: point ${settings.LEDGER_ANCHORS} outside it"
+        for path in ledger.anchors.files
+        if path.resolve().is_relative_to(root.resolve())
+    ]
+    return out + files.loose([root / name for name in PRIVATE] + [p.parent for p in ledger.anchors.files])

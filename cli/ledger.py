@@ -120,6 +120,13 @@ def _said(e) -> str:
         return f"cap set: epsilon={e.epsilon:g} delta={e.delta:g}{by}"
     if e.status == "policy":  # the whole policy: --json or dataset show
         return f"disclosure policy set{by}: {_policy_line(detail)}"
+    if e.status == "rollback":
+        lost = len(detail.get("lost", []))
+        return f"rollback accepted{by}: the ledger had lost {lost} anchored entries, carried forward after this one"
+    if e.status == "upgrade":
+        return f"upgraded{by}: schema {detail.get('from')} to {detail.get('to')} (privrelease {detail.get('version')})"
+    if e.status == "restore":
+        return f"restored{by} from a backup of {detail.get('taken', '?')} (head #{(detail.get('backup_head') or ['-'])[0]})"
     if e.status == "reserved":
         cost = f"charged epsilon={e.epsilon:g} delta={e.delta:g}" if e.kind == "dp" else "recorded (not DP: no budget)"
         return f"{e.release_id} {e.mechanism}: {cost}{by}"
@@ -193,15 +200,35 @@ def cmd_totals(args: argparse.Namespace, root: Path) -> int:
 def cmd_verify(args: argparse.Namespace, root: Path) -> int:
     from datetime import UTC, datetime
 
+    from core.ledger import anchors
     from core.ledger.ledger import Ledger
+    from core.operations import files
 
     ledger = Ledger(paths.database(root))
     try:
-        n = ledger.verify(paths.releases(root))
+        lines = tuple(anchors.parse_line(line, anchors.key(root, create=False)) for line in args.anchor or ())
+        n = ledger.verify(paths.releases(root), lines)
     except LedgerCorrupt as exc:
         print(f"ledger verification FAILED at entry {exc.seq}: {exc}", file=sys.stderr)
         return 3
-    print(f"ledger ok: {n} entries, hash chain intact, every published release's entry present")
+    print(f"ledger ok: {n} entries, hash chain intact, every anchor and every published release's entry present")
+    if lines:
+        held = ", ".join(f"entry #{m['seq']} of {m['ts']}" for m in lines)
+        print(f"the auditor's anchor lines hold: {held}")
+    if args.files:
+        problems = files.check_releases(paths.releases(root))
+        for line in problems:
+            print(f"release files FAILED: {line}", file=sys.stderr)
+        for folder in files.sealed(paths.staging(root)):
+            release = folder.name.rsplit(".", 1)[0]
+            print(
+                f"sealed: {release} of {folder.parent.name} is drawn and charged, not yet published: privrelease release --resume {release}"
+            )
+        if problems:
+            return 3
+        print(
+            f"release files ok: every published release's files match its manifest ({files.count(paths.releases(root))} releases)"
+        )
     problems = ledger.replay()
     if problems:
         for line in problems:
@@ -225,6 +252,43 @@ def cmd_recover(args: argparse.Namespace, root: Path) -> int:
         print(f"release {e.release_id} of {e.dataset}: interrupted, settled as {e.status} (ledger entry #{e.seq})")
     if not settled:
         print("no interrupted release to settle")
+    return 0
+
+
+def cmd_accept_rollback(args: argparse.Namespace, root: Path) -> int:
+    """Record a rollback on the ledger, every lost entry carried forward (``core.ledger.rollback``)."""
+    from core.ledger.ledger import Ledger
+    from core.people import requester
+
+    done = Ledger(paths.database(root)).accept_rollback(requester(), args.without_anchors)
+    detail = json.loads(done.rollback.detail)
+    heads = [(detail[k] or [0])[0] for k in ("ledger_head", "anchored_head")]
+    said = f"rollback recorded as ledger entry #{done.rollback.seq}: the ledger ended at entry #{heads[0]}, its anchors at #{heads[1]}"
+    if done.carried:
+        print(
+            f"{said}; {len(done.carried)} lost entries carried forward as entries #{done.carried[0].seq}-#{done.carried[-1].seq}"
+        )
+    else:
+        print(f"{said}; none could be carried (the anchors were lost): the ledger is anchored anew from here")
+    spent = sorted({(e.dataset, e.release_id) for e in done.carried if e.status == "reserved" and e.kind == "dp"})
+    for dataset, release in spent:
+        print(f"  carried charge: {release} of {dataset} (its budget stays spent)")
+    return 0
+
+
+def cmd_anchor(args: argparse.Namespace, root: Path) -> int:
+    """The head as one signed line for an auditor to keep, or the key that checks such lines."""
+    from core.ledger import anchors
+    from core.ledger.ledger import Ledger
+
+    chain_key = anchors.key(root, create=False)
+    if args.public_key:
+        print(anchors.public_key(chain_key))
+        return 0
+    head = Ledger(paths.database(root)).anchor()
+    if head is None:
+        raise UserError("the ledger has no entries yet: there is no head to anchor.")
+    print(anchors.line(chain_key, head.seq, head.hash, head.ts))
     return 0
 
 
@@ -298,7 +362,23 @@ def add_parsers(sub) -> None:
     p = lsub.add_parser(
         "verify", help="check the hash chain and replay every admission (exit 3 if either fails); list pending charges"
     )
+    p.add_argument(
+        "--anchor", action="append", metavar="LINE", help="an auditor's line from ledger anchor --print: its entry must be there"
+    )
+    p.add_argument("--files", action="store_true", help="also check every published release's files against its manifest")
     p.set_defaults(func=cmd_verify)
+    p = lsub.add_parser(
+        "accept-rollback",
+        help="record that the ledger lost entries (a restored older copy) and carry each lost entry forward from the anchors",
+    )
+    p.add_argument(
+        "--without-anchors", action="store_true", help="the anchors are lost: record it and anchor the ledger anew from its head"
+    )
+    p.set_defaults(func=cmd_accept_rollback)
+    p = lsub.add_parser("anchor", help="print the ledger's head as a signed line for an auditor to keep")
+    p.add_argument("--print", action="store_true", help="the signed line (the default)")
+    p.add_argument("--public-key", action="store_true", help="the public key that checks the lines instead")
+    p.set_defaults(func=cmd_anchor)
     p = lsub.add_parser("recover", help="settle the charges of interrupted releases (every ledger command does too)")
     p.set_defaults(func=cmd_recover)
     p = lsub.add_parser("migrate", help="copy this home's ledger and registrations into an empty PostgreSQL database")

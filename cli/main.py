@@ -24,11 +24,13 @@ from cli.launch import prefect_api_url, quiet_console
 from cli.ledger import add_parsers as add_ledger_parsers
 from cli.mechanisms import MECHANISMS_EPILOG, ReleaseHelp
 from cli.mechanisms import add_parser as add_mechanisms_parser
+from cli.operations import add_parsers as add_operations_parsers
+from cli.operations import cmd_resume
 from cli.spam import cmd_spam_classify, cmd_spam_split, cmd_spam_train
 from cli.user import add_parsers as add_user_parsers
 from cli.words import error_words
-from core import __version__, interrupts, paths, settings
-from core.errors import LedgerCorrupt, UserError
+from core import __version__, environment, interrupts, paths, settings
+from core.errors import LedgerCorrupt, RolledBack, UserError
 from core.privacy.budget import charge_phrase
 from core.tables.readers import typed_paths
 
@@ -88,6 +90,12 @@ def cmd_preview(args: argparse.Namespace) -> int:
 
 
 def cmd_release(args: argparse.Namespace, root: Path) -> int:
+    if args.resume is not None:
+        if args.request is not None:
+            raise UserError(f"--resume {args.resume} publishes a release already drawn; give no request file with it.")
+        return cmd_resume(args, root)
+    if args.request is None:
+        raise UserError("privrelease release takes a request file (or list, show ID, get ID; or --resume ID).")
     if args.request in ACTIONS:  # release list | show ID | get ID: the published releases (cli/catalogue.py)
         return cmd_release_catalogue(args, root)
     if args.release_id is not None:
@@ -192,12 +200,25 @@ def cmd_demo(args: argparse.Namespace, root: Path) -> int:
     return 0
 
 
-def _recover(root: Path) -> list:
-    """Settle interrupted releases and clear their staging before a command reads the ledger."""
+def _recover(root: Path, strict: bool) -> list:
+    """Settle interrupted releases and clear their staging before a command reads the ledger. Unless ``strict`` (the
+    recover command), a ledger that cannot be written now (read-only, rolled back, of another schema) is left as it
+    is: the command itself reads it and says what is wrong."""
     from core.release.charged import recover
     from core.release.home import Home
 
-    settled = recover(Home(root))
+    try:
+        settled = recover(Home(root))
+    except (LedgerCorrupt, UserError, OSError) as exc:
+        if strict:
+            raise
+        if isinstance(exc, OSError) and environment.cause(exc) is None:
+            raise
+        return []
+    except Exception as exc:  # DuckDB's errors of a database attached read-only
+        if strict or environment.cause(exc) is None:
+            raise
+        return []
     for e in settled:
         print(f"note: release {e.release_id} was interrupted; settled as {e.status}", file=sys.stderr)
     return settled
@@ -229,6 +250,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "request",
+        nargs="?",
         help="release request (YAML or JSON): dataset id, mechanism, parameters; or list, show ID, get ID: the "
         "published releases (a request file named list, show or get: ./list)",
     )
@@ -244,6 +266,12 @@ def parser() -> argparse.ArgumentParser:
         "expected accuracy; charges nothing and reads no row",
     )
     p.add_argument("--verbose", action="store_true", help="with --preview: the accounting behind what would be left")
+    p.add_argument(
+        "--resume",
+        metavar="ID",
+        help="publish a release whose publishing failed after its draw (a full disk, a read-only folder): the same draw, "
+        "no new charge",
+    )
     _dask_options(p)
     p.set_defaults(func=cmd_release, charges=True)
 
@@ -286,6 +314,7 @@ def parser() -> argparse.ArgumentParser:
     add_user_parsers(sub)
 
     add_ledger_parsers(sub)
+    add_operations_parsers(sub)
     _home_everywhere(top)
     return top
 
@@ -307,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ[settings.HOME] = str(root)  # the flows read the home from the environment, never a parameter
     try:
         if args.command in ("ledger", "info") and _has_ledger(root):
-            args.recovered = _recover(root)
+            args.recovered = _recover(root, strict=getattr(args, "ledger_command", None) == "recover")
         with typed_paths():  # the paths a user types are theirs (cli/typed.py)
             return args.func(args, root)
     except interrupts.Interrupted as exc:
@@ -323,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {error_words(exc, args, root)}", file=sys.stderr)
         return 2
+    except RolledBack as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
     except LedgerCorrupt as exc:
         print(f"ledger verification FAILED: {exc}", file=sys.stderr)
         return 3
@@ -330,6 +362,10 @@ def main(argv: list[str] | None = None) -> int:
         if interrupts.caused(exc):  # e.g. DuckDB's RuntimeError('Query interrupted') for a Ctrl-C
             print(interrupted(args, root), file=sys.stderr)
             return 130
+        fault = environment.unwritable(exc, "Nothing was charged by this command.")
+        if fault is not None:  # the machine's, not a bug: a full disk, a read-only folder or database
+            print(f"error: {fault}", file=sys.stderr)
+            return 2
         if settings.flag(settings.DEBUG):
             traceback.print_exc()
         print(f"internal error ({type(exc).__name__}); this is a bug. Set {settings.DEBUG}=1 for the traceback.", file=sys.stderr)

@@ -58,6 +58,16 @@ def _is_lock_error(exc: duckdb.Error) -> bool:
     return "lock" in str(exc).lower()
 
 
+def _is_unwritable(exc: duckdb.Error) -> bool:
+    text = str(exc).lower()
+    return "read-only file system" in text or "permission denied" in text
+
+
+def read_only(con) -> bool:
+    """Whether ``con`` (of ``connect``) reads a file attached read-only."""
+    return bool(con.execute("SELECT readonly FROM duckdb_databases() WHERE database_name = current_database()").fetchone()[0])
+
+
 def _busy(path: Path, exc: duckdb.Error, timeout: float) -> DatabaseBusy:
     """The refusal after ``timeout`` s of another process's lock; DuckDB names the process ("held in PROGRAM (PID N)")."""
     held = re.search(r"held in (\S+) \(PID (\d+)\)", str(exc))
@@ -87,8 +97,9 @@ def connect(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[duckdb.Duck
                     raise _busy(path, exc, timeout) from exc
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 1.5, 0.5)
-        if path.stat().st_mode & 0o077:  # a database made before files were private
-            os.chmod(path, 0o600)
+        if path.stat().st_mode & 0o077 and os.access(path, os.W_OK):  # a database made before files were private
+            with contextlib.suppress(OSError):  # a read-only filesystem: read as it is
+                os.chmod(path, 0o600)
         handle = _Handle(con, str(path))
         try:
             yield handle  # type: ignore[misc] - a stand-in that forwards to the connection
@@ -104,7 +115,14 @@ def _attach(path: Path) -> duckdb.DuckDBPyConnection:
     try:
         if str(path) not in _ATTACHED:
             name = f"file{next(_NAMES)}"
-            con.execute(f"ATTACH {quote_literal(str(path))} AS {quote_ident(name)}").fetchall()
+            try:
+                con.execute(f"ATTACH {quote_literal(str(path))} AS {quote_ident(name)}").fetchall()
+            except duckdb.IOException as exc:
+                if not path.exists() or not _is_unwritable(exc):
+                    raise
+                # a copy on a read-only filesystem, or one this user may only read: read it as it is (a write
+                # is then refused by DuckDB, and said as such: ``core.faults.environment``)
+                con.execute(f"ATTACH {quote_literal(str(path))} AS {quote_ident(name)} (READ_ONLY)").fetchall()
             _ATTACHED[str(path)] = [name, 0]
         _ATTACHED[str(path)][1] += 1
     except BaseException:

@@ -71,6 +71,10 @@ class LedgerCorrupt(Exception):
         self.seq = seq
 
 
+class RolledBack(LedgerCorrupt):
+    """The ledger holds less than its anchors say it once did, or its anchors are lost (``core.ledger.rollback``)."""
+
+
 class InternalError(Exception):
     """A state that should be impossible: this is a bug, not a user error."""
 

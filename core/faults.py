@@ -3,7 +3,8 @@
 ``PRIVRELEASE_FAULT=<step>`` takes effect only in test mode (``PRIVRELEASE_TEST_MODE=1``); outside
 it the variable is refused (``check``), so a production run can never be cut short on purpose.
 ``PRIVRELEASE_FAULT=pause:<step>`` instead says ``paused at <step>`` on stderr and waits there for a
-signal, so a test can interrupt (Ctrl-C) a run at a known step.
+signal, so a test can interrupt (Ctrl-C) a run at a known step, or change the machine under it (fill a disk, make a
+folder read-only) and let it carry on (SIGUSR1).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def point(step: str) -> None:
     if asked == step and noise.test_mode():
         os.kill(os.getpid(), signal.SIGKILL)
     if asked == f"pause:{step}" and noise.test_mode():
+        go_on: list[int] = []
+        signal.signal(signal.SIGUSR1, lambda *_: go_on.append(1))  # SIGUSR1: carry on from here
         print(f"paused at {step}", file=sys.stderr, flush=True)
-        while True:  # not signal.pause(): a signal landing between the print and pause() would leave it waiting for another
+        while not go_on:  # not signal.pause(): a signal landing between the print and pause() would leave it waiting for another
             time.sleep(0.05)  # a signal's handler runs on return from the sleep it interrupts, or at the loop's next turn

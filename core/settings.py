@@ -61,6 +61,7 @@ ACCOUNT_RELEASES = "PRIVRELEASE_ACCOUNT_RELEASES"
 RUN_SECONDS = "PRIVRELEASE_RUN_SECONDS"
 PREVIEW_SECONDS = "PRIVRELEASE_PREVIEW_SECONDS"
 LOG_MB = "PRIVRELEASE_LOG_MB"
+MIN_FREE_MB = "PRIVRELEASE_MIN_FREE_MB"
 
 VARIABLES = (
     Variable(HOME, "the user data folder (platformdirs)", "the state folder: database, snapshots, releases, keys"),
@@ -69,7 +70,9 @@ VARIABLES = (
     Variable(LEDGER_URL, "the home's DuckDB file", "postgresql://... to keep the ledger and registry in PostgreSQL"),
     Variable(LEDGER_KEY_FILE, "<home>/keys/ledger.key", "the ledger's HMAC key"),
     Variable(
-        LEDGER_ANCHORS, "<home>/anchors/ledger.anchors", "the anchor files, separated by the path separator (the first written)"
+        LEDGER_ANCHORS,
+        "one file per ledger in the user's state folder (outside the home)",
+        "the anchor files, separated by the path separator (the first written); keep them where a backup of the home is not",
     ),
     Variable(LEASE_SECONDS, "21600", "how long a charge's holder may be silent before its charge is recovered"),
     Variable(DB_WAIT, "120", "seconds a command or a run waits for the home's database while another process holds it"),
@@ -109,6 +112,9 @@ VARIABLES = (
     Variable(ACCOUNT_RELEASES, "24", "the gate: runs an account starts in a day that publish (every run but a preview)"),
     Variable(RUN_SECONDS, "3600", "the worker: seconds a run may take; past them it is stopped and fails"),
     Variable(PREVIEW_SECONDS, "120", "the worker: seconds a form's preview may take; past them it is stopped and fails"),
+    Variable(
+        MIN_FREE_MB, "64", "MB kept free on the releases' disk beyond a release's estimate; less refuses it before its charge"
+    ),
     Variable(LOG_MB, "64", "make serve: each log's size in MB past which it is rotated (2 older files kept)"),
 )
 

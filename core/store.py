@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from core import settings
-from core.db import connect, exclusive
+from core.db import connect, exclusive, read_only
 from core.errors import UserError
 
 SCHEMA = "privrelease"  # PostgreSQL schema of our tables, apart from Prefect's when they share a database
@@ -39,20 +39,24 @@ CREATE TABLE IF NOT EXISTS datasets (
     id VARCHAR NOT NULL, version INTEGER NOT NULL, unit VARCHAR NOT NULL, purpose VARCHAR NOT NULL,
     format VARCHAR NOT NULL, delimiter VARCHAR NOT NULL, source VARCHAR NOT NULL, schema VARCHAR NOT NULL,
     suite VARCHAR, rows BIGINT, registered VARCHAR NOT NULL, snapshot VARCHAR, digest VARCHAR,
-    source_digest VARCHAR NOT NULL, host VARCHAR, PRIMARY KEY (id, version)
+    source_digest VARCHAR NOT NULL, host VARCHAR, reading VARCHAR, PRIMARY KEY (id, version)
 );
 CREATE TABLE IF NOT EXISTS accounts (
     name VARCHAR PRIMARY KEY, role VARCHAR NOT NULL, created VARCHAR NOT NULL, hash VARCHAR NOT NULL
 );
 """
-# stores from before holders, requesters, registering hosts and reading options were recorded
-_UPGRADE = (
+# The home's schema: 1 is every store from before it was recorded (the columns below added as they came, at
+# every open); 2 records it in ``meta``, keeps the anchors outside the home and the sources relative to the
+# data root. A store at an older schema is read, never written, until ``privrelease upgrade``; a newer one
+# is refused whole (``SchemaMismatch``).
+SCHEMA_VERSION = 2
+_META = "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL);"
+_UPGRADE = (  # schema 1's columns, for a store older than them (``upgrade`` adds any missing)
     "ALTER TABLE ledger ADD COLUMN IF NOT EXISTS holder VARCHAR;"
     "ALTER TABLE ledger ADD COLUMN IF NOT EXISTS requested_by VARCHAR;"
     "ALTER TABLE datasets ADD COLUMN IF NOT EXISTS host VARCHAR;"
     "ALTER TABLE datasets ADD COLUMN IF NOT EXISTS reading VARCHAR;"  # missing-value tokens, decimal separator
 )
-_NEWEST = ("datasets", "reading")  # the last column _UPGRADE adds: a store that has it needs nothing
 # PostgreSQL only: the rows writers lock, and indexes for the per-charge lookups.
 _PG_TABLES = """
 CREATE TABLE IF NOT EXISTS ledger_datasets (dataset VARCHAR PRIMARY KEY);
@@ -71,15 +75,49 @@ class Store(Protocol):
     kind: str
 
     def describe(self) -> str: ...
+    def location(self) -> str: ...
     def exists(self) -> bool: ...
     def read(self) -> contextlib.AbstractContextManager[Con]: ...
-    def write(self, dataset: str | None = None) -> contextlib.AbstractContextManager[Con]: ...
+    def write(self, dataset: str | None = None, upgrading: bool = False) -> contextlib.AbstractContextManager[Con]: ...
     def lock_head(self, con: Con) -> None: ...
     def lock(self, name: str) -> contextlib.AbstractContextManager[None]: ...
+    def schema(self, con: Con) -> int: ...
 
 
 class StoreUnavailable(UserError):
     """The PostgreSQL store could not be reached, or the connection was lost mid-transaction."""
+
+
+class SchemaMismatch(UserError):
+    """The store was written at another schema than this privrelease's: older (read only, until ``privrelease
+    upgrade``) or newer (refused whole)."""
+
+
+def _schema_of(tables: set[str], recorded: str | None) -> int:
+    """0: no tables yet; 1: tables from before the schema was recorded; else the recorded version."""
+    if "ledger" not in tables:
+        return 0
+    return 1 if recorded is None else int(recorded)
+
+
+def refuse_newer(version: int, where: str) -> None:
+    from core import __version__
+
+    if version > SCHEMA_VERSION:
+        raise SchemaMismatch(
+            f"the ledger {where} was written by a newer privrelease (schema {version}); this is privrelease {__version__} "
+            f"(schema {SCHEMA_VERSION}), which cannot read it: run the newer privrelease, or restore the backup taken "
+            "before the upgrade."
+        )
+
+
+def refuse_older(version: int, where: str) -> None:
+    if 0 < version < SCHEMA_VERSION:
+        raise SchemaMismatch(
+            f"the ledger {where} is at schema {version}, from an earlier privrelease; this one writes schema "
+            f"{SCHEMA_VERSION}. Run `privrelease upgrade` once (it takes a backup first and records the upgrade on the "
+            "ledger); until then the ledger can be read and verified, and nothing is written to it."
+        )
 
 
 def redact(url: str) -> str:
@@ -137,19 +175,40 @@ class DuckStore:
     def describe(self) -> str:
         return str(self.path)
 
+    def location(self) -> str:
+        """Where this ledger lives, as its anchors are named after it (``core.ledger.anchors.default_file``)."""
+        return str(self.path.resolve())
+
     def exists(self) -> bool:
         return self.path.exists()
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Con]:
+        """A connection; a new file gets the tables at this schema, an existing one is only read (a newer schema's
+        refused), so a copy on a read-only filesystem can be read and verified."""
         with connect(self.path) as con:
-            con.execute(_TABLES + _UPGRADE)
+            version = self.schema(con)
+            if version == 0 and not read_only(con):
+                con.execute(_TABLES + _META)
+                con.execute("INSERT INTO meta VALUES ('schema', ?) ON CONFLICT DO NOTHING", [str(SCHEMA_VERSION)])
+            refuse_newer(version, self.describe())
             yield con
 
+    def schema(self, con: Con) -> int:
+        tables = {
+            n
+            for (n,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()").fetchall()
+        }
+        recorded = con.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() if "meta" in tables else None
+        return _schema_of(tables, recorded[0] if recorded else None)
+
     @contextlib.contextmanager
-    def write(self, dataset: str | None = None) -> Iterator[Con]:
-        """One transaction under the file lock (which serializes every writer, whatever the dataset)."""
+    def write(self, dataset: str | None = None, upgrading: bool = False) -> Iterator[Con]:
+        """One transaction under the file lock (which serializes every writer, whatever the dataset); refused on a
+        store of an older schema unless ``upgrading``."""
         with exclusive(self.path.with_name(self.path.name + ".ledger.lock")), self.read() as con:
+            if not upgrading:
+                refuse_older(self.schema(con), self.describe())
             con.execute("BEGIN TRANSACTION")
             try:
                 yield con
@@ -211,20 +270,34 @@ class PgStore:
         return pool
 
     def _create_schema(self) -> None:
-        """Create the tables once, under a lock, so workers starting together do not race on it."""
+        """Create the tables, at this schema, in a database that has none; under a lock, so workers starting together
+        do not race on it. A database with tables is left as it is (``write`` checks its schema)."""
         import psycopg
 
         with psycopg.connect(self.url, connect_timeout=10) as con:
-            if con.execute(
-                "SELECT count(*) FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
-                "AND column_name = %s",
-                [SCHEMA, *_NEWEST],
-            ).fetchone()[0]:
+            if self._tables(con):
                 return
             con.execute("SELECT pg_advisory_xact_lock(hashtext('privrelease schema'))")
+            if self._tables(con):
+                return
             con.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
             con.execute(f"SET LOCAL search_path = {SCHEMA}")
-            con.execute(_TABLES.replace(" DOUBLE ", " DOUBLE PRECISION ") + _UPGRADE + _PG_TABLES)
+            con.execute(_TABLES.replace(" DOUBLE ", " DOUBLE PRECISION ") + _META + _PG_TABLES)
+            con.execute("INSERT INTO meta VALUES ('schema', %s) ON CONFLICT DO NOTHING", [str(SCHEMA_VERSION)])
+
+    @staticmethod
+    def _tables(con) -> set[str]:
+        found = con.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s", [SCHEMA]).fetchall()
+        return {n for (n,) in found}
+
+    def location(self) -> str:
+        """Where this ledger lives, as its anchors are named after it: the database without user or password."""
+        return re.sub(r"^([a-z+]+://)[^@/]*@", r"\1", self.url.split("?", 1)[0]) + f"#{SCHEMA}"
+
+    def schema(self, con: Con) -> int:
+        tables = self._tables(con.raw)
+        recorded = con.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() if "meta" in tables else None
+        return _schema_of(tables, recorded[0] if recorded else None)
 
     @contextlib.contextmanager
     def _guard(self, what: str) -> Iterator[None]:
@@ -252,9 +325,14 @@ class PgStore:
             yield _PgCon(raw)
 
     @contextlib.contextmanager
-    def write(self, dataset: str | None = None) -> Iterator[Con]:
-        """One transaction; with a dataset, its row is locked first, so its charges are checked one at a time."""
+    def write(self, dataset: str | None = None, upgrading: bool = False) -> Iterator[Con]:
+        """One transaction; with a dataset, its row is locked first, so its charges are checked one at a time. Refused
+        on a database of another schema (an older one unless ``upgrading``)."""
         with self.read() as con:
+            version = self.schema(con)
+            refuse_newer(version, self.describe())
+            if not upgrading:
+                refuse_older(version, self.describe())
             if dataset is not None:
                 con.execute("INSERT INTO ledger_datasets VALUES (?) ON CONFLICT DO NOTHING", [dataset])
                 con.execute("SELECT dataset FROM ledger_datasets WHERE dataset = ? FOR UPDATE", [dataset])

@@ -99,6 +99,9 @@ printf '$ python -m gate.proxy  # nginx on %s:%s, configuration from deploy/ngin
 start "$PRIVRELEASE_HOME/proxy.log" "$BIN/python" -m gate.proxy
 wait_for "$SCHEME://127.0.0.1:$PORT/api/health" "the proxy" "$PRIVRELEASE_HOME/proxy.log"
 
+# where the ledger's anchors are, and what the operator should fix (anchors inside the home, private files others can read)
+"$BIN/privrelease" --home "$PRIVRELEASE_HOME" info | grep -E '^(home|ledger_anchors) ' || true
+
 # the steward registers the demo datasets the deployments' default requests name, once: a restart keeps them
 if "$BIN/privrelease" --home "$PRIVRELEASE_HOME" dataset list --json | "$BIN/python" -c '
 import json, sys

@@ -8,6 +8,8 @@ import tempfile
 from pathlib import Path
 
 os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="privrelease-prefect-home-")
+# the ledgers' anchors live in the user's state folder, outside every home (core.ledger.anchors): the session's own
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="privrelease-state-")
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ["PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW"] = "ignore"
 os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "120"

@@ -108,3 +108,27 @@ def write_policy(folder: Path, **extra) -> Path:
     path = folder / "census.policy.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
+
+
+def typed(home: Path, *args: str, env: dict | None = None):
+    """``privrelease ARGS`` with ``$PRIVRELEASE_HOME`` set to ``home``, run in this process: ``cli.main.main`` on the
+    argument list as typed (the same parsing, paths, messages and exit codes as the command, without its two seconds
+    of imports). ``env`` is added to the environment for the call only. Returns a ``CompletedProcess``."""
+    import contextlib
+    import io
+    import os
+    import subprocess
+
+    from cli.main import main
+
+    out, err, saved = io.StringIO(), io.StringIO(), dict(os.environ)
+    os.environ.update({"PRIVRELEASE_HOME": str(home)} | (env or {}))
+    for name in [n for n in os.environ if n.startswith("PREFECT_API")]:
+        del os.environ[name]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(list(args))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return subprocess.CompletedProcess(["privrelease", *args], code, out.getvalue(), err.getvalue())

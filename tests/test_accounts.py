@@ -107,7 +107,7 @@ def test_every_entry_names_who_asked_under_the_hash_chain(tmp_path: Path):
     key = anchors.key(tmp_path, create=False)
     assert charge.computed_hash(key) != replace(charge, requested_by="vera").computed_hash(key)
     with pytest.raises(LedgerCorrupt, match="entry 2 was changed"):
-        check_chain([cap, replace(charge, requested_by="vera")], tmp_path)
+        check_chain([cap, replace(charge, requested_by="vera")], tmp_path, [])
     # a row written before requesters were recorded hashes as it did then (no key for requested_by)
     old = replace(charge, requested_by=None)
     before = {k: v for k, v in asdict(old).items() if k not in ("hash", "requested_by")}

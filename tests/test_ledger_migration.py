@@ -37,8 +37,7 @@ def old(request, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ledger:
     key = anchors.key_path(ledger.home)
     key.parent.mkdir(parents=True)
     key.write_text(FIXTURE["key"] + "\n")
-    for mark in FIXTURE["anchors"]:
-        anchors.append(ledger.home, mark["seq"], mark["hash"], mark["why"])
+    ledger.anchors.append([{"seq": m["seq"], "hash": m["hash"], "why": m["why"]} for m in FIXTURE["anchors"]])
     with ledger.store.write(None) as con:
         insert(con, [Entry(**e) for e in FIXTURE["entries"]])
     return ledger

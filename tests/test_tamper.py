@@ -52,7 +52,7 @@ def _fill(ledger: Ledger) -> Ledger:
 def rechain(ledger: Ledger, key: bytes) -> None:
     """Recompute every hash from the first entry on, as a forger holding ``key`` would."""
     prev = GENESIS
-    for entry in ledger.entries():
+    for entry in ledger.entries_unchecked():  # a forger reads the rows as they are
         fixed = dataclasses.replace(entry, prev_hash=prev, hash="")
         fixed = dataclasses.replace(fixed, hash=fixed.computed_hash(key))
         raw_sql(ledger, "UPDATE ledger SET prev_hash = ?, hash = ? WHERE seq = ?", args=[fixed.prev_hash, fixed.hash, entry.seq])
@@ -67,7 +67,7 @@ def verify(capsys) -> tuple[int, str]:
 def test_untouched_ledger_verifies(ledger, capsys):
     code, out = verify(capsys)
     assert code == 0 and "ledger ok: 10 entries" in out
-    assert len(anchors.read(ledger.home)) == 10  # one anchor per entry, cap changes included
+    assert len(ledger.anchors.read()) == 10  # one anchor per entry, cap changes included
 
 
 @pytest.mark.parametrize(
@@ -94,7 +94,7 @@ def test_recompute_after_edit_without_the_key_exits_3(ledger, capsys):
     rechain(ledger, b"a guessed key")
     code, out = verify(capsys)
     assert code == 3 and "FAILED at entry 1: entry 1 was changed" in out
-    anchors.anchors_path(ledger.home).unlink()
+    ledger.anchors.written.write_text("")  # anchors that hold nothing
     assert verify(capsys)[0] == 3  # the key alone catches it
     rechain(ledger, anchors.key(ledger.home, create=False))  # control: with the key, and no anchors, it passes
     assert verify(capsys)[0] == 0
@@ -121,7 +121,7 @@ def test_rollback_of_the_whole_file_exits_3(duck_ledger, capsys, tmp_path):
     shutil.copy(old, duck_ledger.db_path)  # the older copy: a charge forgotten
     code, out = verify(capsys)
     assert code == 3 and "entry 11, anchored at" in out and "rolled back" in out
-    anchors.anchors_path(duck_ledger.home).unlink()  # control: without the anchors the rollback passes
+    duck_ledger.anchors.written.write_text("")  # control: with anchors that hold nothing the rollback passes
     assert verify(capsys)[0] == 0
 
 

@@ -8,6 +8,7 @@ its generator is fixed so every demo shows the same table.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import pandas as pd
 import yaml
 
 from core import paths
+from core.db import private_files
 from core.privacy.budget import Budget
 from core.tables.schema import Column, Schema
 
@@ -189,6 +191,18 @@ _REGISTERED = (
 DATASETS = tuple(r[0] for r in _REGISTERED)
 
 
+def _write_sources(folder: Path, rows: int) -> None:
+    """The demo's raw sources and the users' mail (under ``private_files``: 0600)."""
+    census(rows).to_csv(folder / "census.csv", index=False)
+    posts().to_csv(folder / "posts.csv", index=False)
+    logins().to_csv(folder / "logins.csv", index=False)
+    payroll().to_csv(folder / "payroll.csv", index=False)
+    spam = folder / "mail"
+    spam.mkdir(exist_ok=True, mode=0o700)
+    for name, part in (("user-1", mail(600, 1)), ("user-2", mail(600, 2)), ("test", mail(200, 3))):
+        (spam / f"{name}.jsonl").write_text("".join(json.dumps(m) + "\n" for m in part))
+
+
 def write_demo(home: Path, rows: int = 20_000) -> Path:
     """Act as the data steward: write the sample sources under the data root, register them (DP ones
     with a cap), and write the analyst's release requests. Returns the census request's path."""
@@ -198,15 +212,11 @@ def write_demo(home: Path, rows: int = 20_000) -> Path:
 
     root = data_root(home)
     folder = root / "demo"
-    folder.mkdir(parents=True, exist_ok=True)
-    census(rows).to_csv(folder / "census.csv", index=False)
-    posts().to_csv(folder / "posts.csv", index=False)
-    logins().to_csv(folder / "logins.csv", index=False)
-    payroll().to_csv(folder / "payroll.csv", index=False)
-    spam = folder / "mail"
-    spam.mkdir(exist_ok=True)
-    for name, part in (("user-1", mail(600, 1)), ("user-2", mail(600, 2)), ("test", mail(200, 3))):
-        (spam / f"{name}.jsonl").write_text("".join(json.dumps(m) + "\n" for m in part))
+    for part in (root, folder):  # the raw sources and mail are the steward's only
+        part.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(part, 0o700)
+    with private_files():
+        _write_sources(folder, rows)
     from core.sdc import policy
 
     (folder / "census.policy.yaml").write_text(CENSUS_POLICY)

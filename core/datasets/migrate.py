@@ -15,7 +15,10 @@ from core import paths
 from core.datasets import snapshots
 from core.datasets.registry import COLUMNS
 from core.errors import LedgerCorrupt, UserError
+from core.ledger import rollback
+from core.ledger.anchors import Anchors
 from core.ledger.chain import check_chain, insert, rows
+from core.ledger.ledger import Ledger
 from core.store import DuckStore, PgStore, checked, moved
 
 
@@ -27,9 +30,12 @@ def migrate(home: Path, url: str) -> tuple[int, int]:
         raise UserError(
             f"this home ({home}) has no ledger to migrate; pass --home (or set $PRIVRELEASE_HOME) to the home whose ledger moves."
         )
+    found = Ledger(paths.database(home), source).anchors
     with source.read() as con:
+        rollback.check(con, found, source.describe())  # a rolled-back ledger is not moved
         entries = rows(con, "ORDER BY seq", [])
         registrations = con.execute(f"SELECT {', '.join(COLUMNS)} FROM datasets ORDER BY id, version").fetchall()
+    marks = found.read()
     if not entries and not registrations:
         raise UserError(f"this home ({home}) has no ledger entries and no registrations; nothing to migrate.")
     store = snapshots.root(home)
@@ -45,7 +51,7 @@ def migrate(home: Path, url: str) -> tuple[int, int]:
                 "registrations; migrate into an empty database (e.g. one made with createdb), never on top of "
                 "another ledger."
             )
-        check_chain(entries, home, paths.releases(home))  # a broken ledger is not moved
+        check_chain(entries, home, marks, paths.releases(home))  # a broken ledger is not moved
         insert(con, entries)
         con.executemany(
             f"INSERT INTO datasets ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
@@ -57,7 +63,8 @@ def migrate(home: Path, url: str) -> tuple[int, int]:
                 "the entries read back from PostgreSQL differ from the ones copied; nothing was committed",
                 next((e.seq for e, a in zip(entries, arrived) if e != a), None),
             )
-        check_chain(arrived, home, paths.releases(home))
+        check_chain(arrived, home, marks, paths.releases(home))
+    Anchors.of(target.location()).append([rollback.mark(e, "migrated") for e in entries])  # its anchors, as of now
     moved(source.path).write_text(target.describe() + "\n")
     return len(entries), len(registrations)
 

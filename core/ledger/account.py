@@ -27,6 +27,7 @@ from core.privacy.adjacency import read
 from core.privacy.budget import Budget
 
 CAP, RESERVED, PUBLISHED, FAILED = "cap", "reserved", "published", "failed"
+LEDGER_WIDE = "*"  # the dataset of an entry about the whole ledger (core.ledger.rollback)
 RULE = "filter-1"  # the admission rule recorded with each charge; entries without one were admitted by basic composition
 APPROVED = "filter-2"  # the same, with the steward's approval rule applied under the charge's lock and recorded
 RULES = (RULE, APPROVED)
@@ -187,7 +188,7 @@ def totals(entries: list[Entry], cache_dir: Path | None = None, tight: bool = Tr
     """Per dataset: its kind, cap, dp spend (basic composition), and release counts by status (``tight``:
     as ``account``)."""
     out = []
-    for dataset in sorted({e.dataset for e in entries}):
+    for dataset in sorted({e.dataset for e in entries} - {LEDGER_WIDE}):  # a rollback or an upgrade is in no account
         mine = [e for e in entries if e.dataset == dataset]
         caps = [e.budget for e in mine if e.status == CAP]
         charges = [e for e in mine if e.status == RESERVED]

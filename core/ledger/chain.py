@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 from core import settings
-from core.errors import LedgerCorrupt
+from core.errors import LedgerCorrupt, RolledBack
 from core.ledger import anchors
 from core.privacy.budget import Budget
 
@@ -85,12 +85,8 @@ def insert(con, entries: list[Entry]) -> None:
     )
 
 
-def check_chain(entries: list[Entry], home: Path, releases_root: Path | None = None) -> int:
-    """``verify`` of the given entries, with the key and anchors configured for ``home``."""
-    marks = anchors.read(home)
-    if not entries and not marks:
-        return 0
-    key = anchors.key(home, create=False)
+def check_links(entries: list[Entry], key: bytes) -> None:
+    """The entries in order, each chained to the one before and carrying its own HMAC under ``key``."""
     prev = GENESIS
     for expected_seq, entry in enumerate(entries, start=1):
         if entry.seq != expected_seq:
@@ -103,18 +99,28 @@ def check_chain(entries: list[Entry], home: Path, releases_root: Path | None = N
         if not hmac.compare_digest(entry.computed_hash(key), entry.hash):
             raise LedgerCorrupt(f"entry {entry.seq} was changed after it was written", entry.seq)
         prev = entry.hash
+
+
+def check_chain(entries: list[Entry], home: Path, marks: list[dict], releases_root: Path | None = None) -> int:
+    """``verify`` of the given entries, with the key configured for ``home`` and the anchors ``marks``: every anchor
+    is in the chain, or among the entries a recorded rollback carried forward."""
+    if not entries and not marks:
+        return 0
+    check_links(entries, anchors.key(home, create=False))
     known = {(e.seq, e.hash) for e in entries}
+    accepted = {(seq, h) for e in entries if e.status == "rollback" for seq, h in json.loads(e.detail).get("lost", [])}
     for mark in marks:
-        if (mark["seq"], mark["hash"]) not in known:
-            raise LedgerCorrupt(
-                f"entry {mark['seq']}, anchored at {mark['ts']}, is missing or different: the ledger was cut "
-                "short, rolled back to an older copy or rewritten",
+        if (mark["seq"], mark["hash"]) not in known | accepted:
+            raise RolledBack(
+                f"entry {mark['seq']}, anchored at {mark.get('ts', '?')}, is missing or different: the ledger was cut "
+                "short, rolled back to an older copy or rewritten. Restore the newest copy of the ledger, or accept the "
+                "rollback with `privrelease ledger accept-rollback` (recorded on the ledger; the lost charges stay spent)",
                 mark["seq"],
             )
     if releases_root is not None and releases_root.is_dir():
         for manifest in sorted(releases_root.glob("*/*/manifest.json")):
             ref = json.loads(manifest.read_text()).get("ledger", {})
-            if (ref.get("seq"), ref.get("hash")) not in known:
+            if (ref.get("seq"), ref.get("hash")) not in known | accepted:
                 raise LedgerCorrupt(
                     f"release {manifest.parent.name!r} cites ledger entry {ref.get('seq')} which is "
                     "missing or different: entries were removed or rewritten",

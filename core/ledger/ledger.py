@@ -19,24 +19,23 @@ workers on several hosts never exceed a cap nor lose an entry.
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from core.errors import ApprovalError, BudgetError, BudgetExhausted, ReleaseConflict
-from core.ledger import account, anchors, lease
+from core.ledger import account, lease
 from core.ledger.approval import Approval, Look, Rule, look
-from core.ledger.chain import Entry, canonical, check_chain, insert, link, rows
+from core.ledger.book import Book
+from core.ledger.chain import Entry, canonical, rows
 from core.people import requester
 from core.privacy import events
 from core.privacy.accountant import Filter, Spend
 from core.privacy.adjacency import read
 from core.privacy.budget import Budget
 from core.privacy.cost import DPCost
-from core.store import Con, Store, open_store
+from core.store import Con
 
 CAP, RESERVED, PUBLISHED, FAILED, POLICY = "cap", "reserved", "published", "failed", "policy"
 KINDS = ("dp", "sdc", "mpc")
@@ -56,22 +55,8 @@ class Charge:
     previous_status: str | None  # None: newly charged; else the status of an earlier attempt
 
 
-class Ledger:
-    """The ledger table, in the home's DuckDB file or the configured PostgreSQL database."""
-
-    def __init__(self, db_path: Path, store: Store | None = None):
-        self.db_path = db_path
-        self.home = db_path.parent  # where the key and the anchors live, unless configured elsewhere
-        self.store = store or open_store(db_path)
-
-    @contextlib.contextmanager
-    def _write(self, dataset: str | None = None) -> Iterator[tuple]:
-        """A write transaction; each entry it appended is anchored once it is committed."""
-        written: list[Entry] = []
-        with self.store.write(dataset) as con:
-            yield con, written
-        for entry in written:
-            anchors.append(self.home, entry.seq, entry.hash, entry.status)
+class Ledger(Book):
+    """The budgets' ledger: caps, policies, charges and their outcomes, in its book (``core.ledger.book``)."""
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -114,7 +99,7 @@ class Ledger:
         if con is None:
             if not self.store.exists():
                 return None
-            with self.store.read() as con:
+            with self._read() as con:
                 return self.policy(dataset, con)
         found = rows(con, "WHERE dataset = ? AND status = ? ORDER BY seq DESC LIMIT 1", [dataset, POLICY])
         return found[0] if found else None
@@ -123,14 +108,14 @@ class Ledger:
         """The dataset's cap in force (its ``detail`` holds the steward's approval rule and terms), if any."""
         if not self.store.exists():
             return None
-        with self.store.read() as con:
+        with self._read() as con:
             return self._cap_entry(con, dataset)
 
     def approval(self, dataset: str, cost: DPCost, requested_by: str | None = None) -> Look | None:
         """The steward's rule against a charge of ``cost`` by ``requested_by``, when the charge must wait for
         an approval (``core.ledger.approval``); None when it need not. A look taken before the charge:
         ``reserve`` takes it again under its lock."""
-        with self.store.read() as con:
+        with self._read() as con:
             found = self._look(con, dataset, Spend.of("this release", cost.event), requested_by or requester(), datetime.now(UTC))
         return found if found is not None and found.needed else None
 
@@ -145,12 +130,12 @@ class Ledger:
 
     def admit(self, dataset: str, cost: DPCost) -> None:
         """Refuse, without writing, a dp charge the dataset's cap cannot take (the early check)."""
-        with self.store.read() as con:
+        with self._read() as con:
             self._check_cap(con, dataset, cost)
 
     def admission(self, dataset: str) -> tuple[Filter | None, list[Spend]]:
         """The dataset's admission filter (None: no cap) and its dp history, for what-if questions."""
-        with self.store.read() as con:
+        with self._read() as con:
             cap = self._cap(con, dataset)
             return (None if cap is None else Filter.of(cap)), account.history(
                 rows(con, "WHERE dataset = ? AND status = ? AND kind = 'dp' ORDER BY seq", [dataset, RESERVED])
@@ -330,7 +315,7 @@ class Ledger:
 
     def pending(self) -> list[Entry]:
         """Charges without an outcome yet (their holders are still running, or not yet recovered)."""
-        with self.store.read() as con:
+        with self._read() as con:
             return self._open(con)
 
     @staticmethod
@@ -341,26 +326,6 @@ class Ledger:
             "HAVING count(*) = 1) ORDER BY seq",
             [RESERVED],
         )
-
-    def _append(self, con, written: list, *, ts: datetime | None = None, **fields) -> Entry:
-        """Append one entry (``chain.link``'s fields) at the chain's head, under the head's lock."""
-        self.store.lock_head(con)
-        last = rows(con, "ORDER BY seq DESC LIMIT 1", [])
-        head = last[0] if last else None
-        entry = link(
-            head, anchors.key(self.home, create=head is None), anchors.key_path(self.home), ts or datetime.now(UTC), **fields
-        )
-        insert(con, [entry])
-        written.append(entry)
-        return entry
-
-    def anchor(self) -> Entry | None:
-        """Anchor the current head once more (the audit does, after a clean ``verify``)."""
-        with self.store.read() as con:
-            head = rows(con, "ORDER BY seq DESC LIMIT 1", [])
-        if head:
-            anchors.append(self.home, head[0].seq, head[0].hash, "audit")
-        return head[0] if head else None
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -373,29 +338,10 @@ class Ledger:
         caps = rows(con, "WHERE dataset = ? AND status = ? ORDER BY seq DESC LIMIT 1", [dataset, CAP])
         return caps[0] if caps else None
 
-    def entries(self, dataset: str | None = None) -> list[Entry]:
-        """All entries in chain order, optionally of one dataset."""
-        with self.store.read() as con:
-            if dataset is None:
-                return rows(con, "ORDER BY seq", [])
-            return rows(con, "WHERE dataset = ? ORDER BY seq", [dataset])
-
-    def status(self, release_id: str) -> str | None:
-        with self.store.read() as con:
-            latest = rows(con, "WHERE release_id = ? ORDER BY seq DESC LIMIT 1", [release_id])
-        return latest[0].status if latest else None
-
     def totals(self, tight: bool = True, dataset: str | None = None) -> list[account.Totals]:
         """Per dataset (or of ``dataset`` only): its kind, cap, dp spend (basic composition), and release
         counts by status; ``tight``: with the PLD figure (``account.account``)."""
         return account.totals(self.entries(dataset), self.home, tight)
-
-    def verify(self, releases_root: Path | None = None) -> int:
-        """Check the HMAC chain, that every anchor and every published manifest's entry is in it.
-
-        Returns the number of entries; raises ``LedgerCorrupt`` naming the first bad one.
-        """
-        return check_chain(self.entries(), self.home, releases_root)
 
     def replay(self) -> list[str]:
         """Every recorded admission recomputed from the recorded caps and events: the entries that do not follow."""

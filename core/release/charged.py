@@ -17,18 +17,21 @@ ledger command runs first.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol, TypeVar
 
-from core import faults, interrupts
+from core import environment, faults, interrupts
 from core.errors import ApprovalError, BudgetExhausted, ReleaseConflict, UserError
 from core.ledger import lease
 from core.ledger.approval import Approval, Look
-from core.ledger.chain import Entry
-from core.ledger.ledger import FAILED, PUBLISHED, Charge, published
+from core.ledger.chain import Entry, canonical
+from core.ledger.ledger import FAILED, PUBLISHED, RESERVED, Charge, published
 from core.mechanisms.base import DPCost, Plan
 from core.privacy.budget import charge_phrase
 from core.release import publish as _publish
@@ -71,6 +74,7 @@ class Job(Protocol[T]):
     def check(self, home: Home) -> Claim: ...
     def admit_hint(self, home: Home) -> str: ...  # what a refused request could ask for instead ("" if nothing)
     def load(self, home: Home) -> None: ...
+    def room(self, home: Home) -> tuple[Path, Path, float]: ...  # where it stages, where it publishes, MB it may need
     def work(self, home: Home, charge: Charge, log: Log) -> tuple[T, dict]: ...  # its result, and the ledger's headline
     def earlier(self, home: Home, charge: Charge) -> T: ...  # the result of the run published earlier under this id
     def progress(self) -> dict: ...  # public figures of how far it got, kept with a failed outcome
@@ -134,10 +138,11 @@ def reserve(home: Home, claim: Claim, caller: Caller, approval: Approval | None)
 
 
 def settle(home: Home, dataset: str, run_id: str, status: str, detail: dict, flow_run_id: str | None = None) -> None:
-    """Record a run's outcome and remove any staging it left."""
+    """Record a run's outcome and remove any staging it left, but a sealed draw of a failed one (``resume``)."""
     home.ledger.settle(run_id, status, detail, flow_run_id)
     for folder in _publish.staged(home.staging, dataset, run_id):
-        shutil.rmtree(folder, ignore_errors=True)
+        if status == PUBLISHED or not detail.get("sealed"):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 DIRECT = Ledgering(reserve=reserve, settle=settle)
@@ -149,7 +154,8 @@ def failure(exc: BaseException) -> dict:
 
 
 def recover(home: Home) -> list:
-    """Settle the charges of interrupted runs and remove staging no live run holds."""
+    """Settle the charges of interrupted runs, publish the sealed draws of failed ones where the machine now lets
+    it (``resume``), and remove staging no live run holds and no sealed draw needs."""
     settled = home.ledger.recover(home.releases)
     if home.staging.is_dir():
         # Folders first, then the live charges: a run stages only after its charge is recorded, so every
@@ -157,9 +163,35 @@ def recover(home: Home) -> list:
         folders = list(home.staging.glob("*/*"))
         live = {(e.dataset, e.release_id) for e in home.ledger.pending()}
         for folder in folders:
-            if (folder.parent.name, folder.name.rsplit(".", 1)[0]) not in live:
+            ref = (folder.parent.name, folder.name.lstrip(".").rsplit(".", 1)[0])
+            if ref in live:
+                continue
+            if folder.is_file():  # the disk space a run held before its charge: its own, for a minute at most
+                if time.time() - folder.stat().st_mtime > 60:
+                    folder.unlink(missing_ok=True)
+                continue
+            charge = _sealed_charge(home, folder)
+            if charge is None:
                 shutil.rmtree(folder, ignore_errors=True)
+                continue
+            try:
+                resume(home, charge)
+            except UserError:  # the machine still refuses: the draw stays sealed, said by ledger verify and --resume
+                continue
+            settled.append(home.ledger.entries(charge.dataset)[-1])
     return settled
+
+
+def _sealed_charge(home: Home, folder: Path) -> Entry | None:
+    """The charge whose sealed draw ``folder`` is, while its release is unpublished; None for anything else."""
+    manifest = folder / "manifest.json"
+    if not manifest.is_file():
+        return None
+    ref = json.loads(manifest.read_text()).get("ledger", {})
+    entry = next((e for e in home.ledger.entries(folder.parent.name) if e.seq == ref.get("seq")), None)
+    if entry is None or entry.hash != ref.get("hash") or home.ledger.status(str(entry.release_id)) == PUBLISHED:
+        return None
+    return entry
 
 
 def run(home: Home, job: Job[T], caller: Caller, approver: Approver, log: Log, ledger: Ledgering = DIRECT) -> T:
@@ -176,7 +208,13 @@ def run(home: Home, job: Job[T], caller: Caller, approver: Approver, log: Log, l
             log.info("approved by the data steward %s", approval.by or "(unknown)")
         job.load(home)
         faults.point("load")
+        refuse_a_second_draw(home, claim)
+        staging, target, mb = job.room(home)
+        environment.preflight(staging, target, mb)  # a disk or folder that cannot take the release refuses it now
+        environment.hold(_publish.room(staging, claim.dataset, claim.run_id), mb)
     except BaseException as exc:  # a Ctrl-C before the charge (DuckDB's RuntimeError('Query interrupted') too): none made
+        if "staging" in locals():
+            environment.free(_publish.room(staging, claim.dataset, claim.run_id))
         if interrupts.caused(exc):
             raise interrupts.Interrupted(interrupts.BEFORE) from None
         raise
@@ -186,6 +224,10 @@ def run(home: Home, job: Job[T], caller: Caller, approver: Approver, log: Log, l
         faults.point("charge")
         if charge.previous_status == PUBLISHED:
             log.info("%s was already published; nothing charged or drawn", claim.run_id)
+            return job.earlier(home, charge)
+        if charge.previous_status is not None and resumable(home, charge.entry):  # its draw, sealed: published now
+            log.info("%s was drawn before and kept sealed; publishing that draw, charging nothing more", claim.run_id)
+            resume(home, charge.entry, caller, ledger)
             return job.earlier(home, charge)
         if charge.previous_status is not None:  # one charge, one draw: never a second draw under it
             raise ReleaseConflict(
@@ -199,6 +241,8 @@ def run(home: Home, job: Job[T], caller: Caller, approver: Approver, log: Log, l
         if charge is None or charge.previous_status is None:  # this run's own charge, if it made one
             _stopped(home, claim, caller, ledger, job, exc, charge)
         raise
+    finally:
+        environment.free(_publish.room(staging, claim.dataset, claim.run_id))
     try:
         ledger.settle(home, claim.dataset, claim.run_id, PUBLISHED, headline, caller.flow_run_id)
         faults.point("settle")
@@ -207,6 +251,67 @@ def run(home: Home, job: Job[T], caller: Caller, approver: Approver, log: Log, l
             _stopped(home, claim, caller, ledger, job, exc, charge)
         raise
     return result
+
+
+def _fault_words(entry: Entry, run_id: str, kept: Path | None) -> str:
+    """What became of a charge whose run the machine stopped (a full disk, a read-only folder)."""
+    charge = f"Ledger entry #{entry.seq} ({_phrase(entry)}) stands"
+    if kept is not None:
+        return (
+            f"{charge}: the release was drawn and is kept sealed in {kept} (its owner's only); once that is fixed, "
+            f"`privrelease release --resume {run_id}` publishes that very draw and charges nothing more."
+        )
+    return f"{charge}: the run stopped before its output could be kept, so nothing was published; a new release is a new charge."
+
+
+def resumable(home: Home, entry: Entry) -> bool:
+    """Whether a charge's release is drawn and sealed, and not yet published (``resume`` publishes it)."""
+    kept = _publish.sealed(home.staging, entry.dataset, str(entry.release_id))
+    return kept is not None and json.loads((kept / "manifest.json").read_text()).get("ledger") == {
+        "seq": entry.seq,
+        "hash": entry.hash,
+    }
+
+
+def resume(home: Home, entry: Entry, caller: Caller = Caller(), ledger: Ledgering | None = None) -> dict:
+    """Publish a charge's sealed draw (``privrelease release --resume``, ``ledger recover``, or a retry of the same
+    request): no new charge, no new draw; settled as published. Refused if there is no sealed draw of it."""
+    ledger = ledger or DIRECT
+    if not resumable(home, entry):
+        raise ReleaseConflict(
+            f"release {entry.release_id!r} has no sealed draw to publish (its ledger status is {home.ledger.status(str(entry.release_id))}): "
+            "only a release whose publishing failed after its draw was kept can be resumed."
+        )
+    environment.preflight(
+        home.staging, home.releases, None, f"Its charge (ledger entry #{entry.seq}) stands, its draw still sealed."
+    )
+    kept = _publish.sealed(home.staging, entry.dataset, str(entry.release_id))
+    try:
+        done = _publish.place(kept, home.releases)
+    except OSError as exc:
+        raise environment.unwritable(exc, _fault_words(entry, str(entry.release_id), kept)) or exc from None
+    ledger.settle(
+        home, entry.dataset, str(entry.release_id), PUBLISHED, {"resumed": "published from its sealed draw"}, caller.flow_run_id
+    )
+    return {"manifest": done.manifest, "folder": done.folder}
+
+
+def refuse_a_second_draw(home: Home, claim: Claim) -> None:
+    """A request identical to one whose draw is sealed and unpublished is refused: it would charge again for what
+    ``--resume`` publishes for nothing."""
+    for e in home.ledger.entries(claim.dataset):
+        if (
+            e.status == RESERVED
+            and e.release_id != claim.run_id
+            and e.mechanism == claim.mechanism
+            and e.params == canonical(claim.params)
+        ):
+            if home.ledger.status(str(e.release_id)) == FAILED and resumable(home, e):
+                raise ReleaseConflict(
+                    f"the same request was charged before as release {e.release_id} (ledger entry #{e.seq}), and its draw is "
+                    f"sealed, waiting to be published: `privrelease release --resume {e.release_id}` publishes it and "
+                    "charges nothing more. Nothing was charged."
+                )
 
 
 def said(home: Home) -> str:
@@ -254,8 +359,18 @@ def _stopped(
             home, claim.dataset, claim.run_id, PUBLISHED, {"recovered": "interrupted after publishing"}, caller.flow_run_id
         )
         raise interrupts.Interrupted(interrupts.published(claim.run_id, entry.seq, _phrase(entry)))
-    detail = {"reason": "interrupted by the user (Ctrl-C)"} if stopped else failure(exc)
+    fault = None if stopped else environment.unwritable(exc)
+    kept = _publish.sealed(home.staging, claim.dataset, claim.run_id) if fault is not None else None
+    detail = (
+        {"reason": "interrupted by the user (Ctrl-C)"}
+        if stopped
+        else {"reason": f"Unwritable: {fault}", "sealed": kept is not None}
+        if fault is not None
+        else failure(exc)
+    )
     ledger.settle(home, claim.dataset, claim.run_id, FAILED, detail | job.progress(), caller.flow_run_id)
+    if fault is not None:
+        raise environment.unwritable(exc, _fault_words(entry, claim.run_id, kept)) from None
     if stopped:
         raise interrupts.Interrupted(
             f"stopped (Ctrl-C) after its charge: ledger entry #{entry.seq} charged {claim.dataset} epsilon={entry.epsilon:g} "

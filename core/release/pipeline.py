@@ -125,6 +125,14 @@ def largest_fit(ledger: Ledger, dataset: str, module, params) -> str:
     return f"The largest epsilon of this request that fits is {best:.3g} (same delta and other parameters)."
 
 
+def room_mb(release: Release) -> float:
+    """The most a release's files may take, in MB, from public facts: its dataset's rows and columns where the unit
+    makes the row count public (at most 128 bytes a cell, in CSV and Parquet both), else 32 MB; charts and the
+    report 8 MB."""
+    rows = release.dataset.rows
+    return 8.0 + (32.0 if rows is None else rows * len(release.dataset.schema.columns) * 128 / 2**20)
+
+
 def load(store: Home, release: Release) -> pd.DataFrame | Snapshot:
     """The registered snapshot, checked; for a mechanism whose Dask workers read it themselves, also
     checked to be readable on every worker (before the charge, so an unreachable store costs nothing).
@@ -225,6 +233,9 @@ class ReleaseJob:
 
     def admit_hint(self, home: Home) -> str:
         return largest_fit(home.ledger, self.release.dataset.id, mechanisms.get(self.release.mechanism), self.release.params)
+
+    def room(self, home: Home) -> tuple[Path, Path, float]:
+        return home.staging, home.releases, room_mb(self.release)
 
     def load(self, home: Home) -> None:
         self.frame = self.steps.load(home, self.release)

@@ -123,13 +123,27 @@ def report(record: dict, result: Result) -> str:
 
 
 def publish(releases_root: Path, staging_root: Path, record: dict, result: Result) -> Published:
-    """Write the release to staging, then rename it into place; refuse if the release folder exists."""
+    """Write the release to staging (``stage``: its sealed draw), then rename it into place (``place``)."""
     final = release_folder(releases_root, record["dataset"], record["release_id"])
     if final.exists():
         raise ReleaseConflict(f"release folder {final} already exists; choose a new release_id.")
-    final.parent.mkdir(parents=True, exist_ok=True)
+    return place(stage(staging_root, record, result), releases_root)
+
+
+def room(staging_root: Path, dataset: str, release_id: str) -> Path:
+    """Where the disk space a release may need is held from before its charge until it is staged
+    (``core.environment.hold``)."""
+    return staging_root / dataset / f".{release_id}.room"
+
+
+def stage(staging_root: Path, record: dict, result: Result) -> Path:
+    """The release's folder, complete, in staging (owner-only): its files, then ``report.md``, then the manifest,
+    synced. A folder with its manifest is a sealed draw, published by ``place`` now or, after a fault, by
+    ``privrelease release --resume`` or ``ledger recover``; a folder without one never is (a write failed part-way,
+    and it is removed)."""
     tmp = staging_root / record["dataset"] / f"{record['release_id']}.{secrets.token_hex(4)}"
     tmp.parent.mkdir(parents=True, exist_ok=True)
+    room(staging_root, record["dataset"], record["release_id"]).unlink(missing_ok=True)  # the space held for it, given to it
     os.chmod(staging_root, 0o700)  # staged results are not yet released: readable by their owner only
     tmp.mkdir()
     try:
@@ -143,12 +157,27 @@ def publish(releases_root: Path, staging_root: Path, record: dict, result: Resul
         record = {**record, "files": {**files, "report.md": sha256(tmp / "report.md")}}
         (tmp / "manifest.json").write_text(json.dumps(record, indent=2, sort_keys=False) + "\n")
         _fsync_tree(tmp)
-        faults.point("staged")
-        os.rename(tmp, final)
-        _fsync(final.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    faults.point("staged")
+    return tmp
+
+
+def sealed(staging_root: Path, dataset: str, release_id: str) -> Path | None:
+    """The release's sealed draw in staging (a complete staged folder), if one is there."""
+    return next((f for f in staged(staging_root, dataset, release_id) if (f / "manifest.json").is_file()), None)
+
+
+def place(folder: Path, releases_root: Path) -> Published:
+    """Rename a sealed draw into ``releases/``, whole; refused if the release folder exists."""
+    record = json.loads((folder / "manifest.json").read_text())
+    final = release_folder(releases_root, record["dataset"], record["release_id"])
+    if final.exists():
+        raise ReleaseConflict(f"release folder {final} already exists; choose a new release_id.")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    os.rename(folder, final)
+    _fsync(final.parent)
     return Published(final, record)
 
 

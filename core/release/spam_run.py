@@ -124,6 +124,11 @@ class SpamJob:
     def admit_hint(self, home: Home) -> str:
         return ""
 
+    def room(self, home: Home) -> tuple[Path, Path, float]:
+        """A run's folder is staged beside where it lands (``core.spam.training``): its report, model and transcript."""
+        spam = home.root / "spam"
+        return spam, spam, 16.0
+
     def load(self, home: Home) -> None:
         """Before the charge, after any approval: the messages this run reads are looked up and recorded in the
         index in one step (a run refused after this only makes the index stricter). Each party reads its own
