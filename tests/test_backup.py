@@ -11,13 +11,19 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
+from core.datasets.demo import posts
 from core.ledger.ledger import Ledger
+from core.privacy.budget import Budget
+from tests.helpers import register
 from tests.helpers import typed as run
 from tests.test_cli import EXE
+from tests.test_cli_interrupt import DPNE
 from tests.test_ledger_operations import dp_home, release, spent
 
 
@@ -51,10 +57,14 @@ def test_a_backup_is_private_complete_and_keyless(tmp_path: Path):
 
 
 def test_a_backup_taken_while_releases_run_restores_elsewhere_whole(tmp_path: Path):
-    """Backups taken while releases run back to back: none holds a charge without its outcome, each file checks out,
-    and each restores into a new home at another path (the rollback it is, relative to the still-running ledger,
-    recorded) with the chain, the registrations and every release's files verified."""
-    home, request = dp_home(tmp_path)
+    """Backups taken while DPNE releases run back to back: none holds a charge without its outcome, each file checks
+    out, and each restores into a new home at another path (a drill, with the rollback it is, relative to the
+    still-running ledger, recorded) with the chain, the registrations and every release's files verified."""
+    home, _ = dp_home(tmp_path)
+    register(home, posts(300), "posts", unit="user:user", purpose="dp")
+    Ledger(home / "privrelease.duckdb").set_budget("posts", Budget(100.0, 1e-4))
+    request = tmp_path / "posts.yaml"
+    request.write_text(yaml.safe_dump({"dataset": "posts", "mechanism": {"name": "dpne", "params": DPNE}}))
     stop = threading.Event()
 
     def releases() -> None:  # a worker's releases: processes of their own, as they would be
@@ -68,6 +78,9 @@ def test_a_backup_taken_while_releases_run_restores_elsewhere_whole(tmp_path: Pa
     try:
         taken = []
         for i in range(3):
+            deadline = time.monotonic() + 600
+            while posts_charges(home) < i + 1 and time.monotonic() < deadline:  # each backup while releases go on
+                time.sleep(0.2)
             r = backup(home, tmp_path / f"b{i}")
             assert r.returncode == 0, r.stderr
             taken.append(tmp_path / f"b{i}")
@@ -84,10 +97,23 @@ def test_a_backup_taken_while_releases_run_restores_elsewhere_whole(tmp_path: Pa
         r = run(target, "restore", str(folder), "--key", str(home / "keys" / "ledger.key"), "--accept-rollback", "--drill")
         assert r.returncode == 0, r.stderr
         assert "verified:" in r.stdout and "a drill" in r.stdout
-        assert spent(target) >= len([e for e in entries if e["status"] == "reserved"])
+        charges = [e for e in entries if e["status"] == "reserved" and e["dataset"] == "posts"]
+        assert len(charges) >= i + 1
+        assert posts_spent(target) >= sum(e["epsilon"] for e in charges) - 1e-9
         drilled = release(target, request)
         assert drilled.returncode == 3 and "a restore drill" in drilled.stderr  # a drill's copy never spends
     assert release(home, request).returncode == 0  # the ledger stays where it was
+
+
+def posts_charges(home: Path) -> int:
+    return sum(
+        1 for e in Ledger(home / "privrelease.duckdb").entries_unchecked() if e.dataset == "posts" and e.status == "reserved"
+    )
+
+
+def posts_spent(home: Path) -> float:
+    totals = json.loads(run(home, "ledger", "totals", "--json").stdout)
+    return next((t["spent"]["epsilon"] for t in totals if t["dataset"] == "posts"), 0.0)
 
 
 def test_a_restore_on_another_host_needs_the_anchors_brought_along(tmp_path: Path):
@@ -189,3 +215,30 @@ def test_verify_files_names_a_changed_or_missing_release_file_and_get_says_so(tm
     assert r.returncode == 3 and f"{table.name} is missing" in r.stderr
     got = run(home, "release", "get", folder.name, "--out", str(tmp_path / "out"))
     assert got.returncode == 2 and "no longer in its folder" in got.stderr and "this is a bug" not in got.stderr
+
+
+def test_a_postgresql_ledger_backs_up_with_pg_dump_and_restores_into_an_empty_database(tmp_path, monkeypatch, pg_url):
+    """On PostgreSQL the backup holds pg_dump's copy of privrelease's schema (the password never on a command line);
+    the restore refuses a database that holds entries and restores into an empty one, checked as on DuckDB."""
+    import uuid
+
+    import psycopg
+
+    monkeypatch.setenv("PRIVRELEASE_LEDGER_URL", pg_url)
+    home, request = dp_home(tmp_path)
+    assert release(home, request).returncode == 0
+    r = backup(home, tmp_path / "b")
+    assert r.returncode == 0, r.stderr
+    assert "ledger.pgdump" in json.loads((tmp_path / "b" / "backup.json").read_text())["files"]
+    target = tmp_path / "target"
+    target.mkdir()
+    held = run(target, "restore", str(tmp_path / "b"), "--key", str(home / "keys" / "ledger.key"), "--drill")
+    assert held.returncode == 2 and "already holds" in held.stderr
+    name = f"t{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(pg_url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as con:
+        con.execute(f"CREATE DATABASE {name}")
+    empty = f"{pg_url.rsplit('/', 1)[0]}/{name}"
+    monkeypatch.setenv("PRIVRELEASE_LEDGER_URL", empty)
+    r = run(target, "restore", str(tmp_path / "b"), "--key", str(home / "keys" / "ledger.key"), "--drill")
+    assert r.returncode == 0, r.stderr
+    assert spent(target) == 1.0 and run(target, "ledger", "verify", "--files").returncode == 0

@@ -40,7 +40,7 @@ from core.ids import check_id
 from core.ledger.ledger import Ledger
 from core.sdc.policy import Policy, PolicyMismatch
 from core.store import open_store
-from core.tables.readers import bound, check_weight, resolve_source
+from core.tables.readers import bound, check_weight, data_root, resolve_source
 from core.tables.schema import Schema
 
 FORMATS = ("csv", "parquet", "jsonl")
@@ -184,7 +184,7 @@ class Registry:
             current, private = self._current(dataset_id)
             if policy is not None:
                 _sdc(current)
-            path = resolve_source(private.source, root or bound(self.home))
+            path = resolve_source(self._source_path(private.source), root or bound(self.home))
             source = _Source(path, private.format, private.delimiter, Reading.load(private.reading), private.suite)
             args = (dataset_id, current.version + 1, source, current.unit, current.purpose, schema or current.schema)
             try:
@@ -253,6 +253,16 @@ class Registry:
 
     # -- internals -------------------------------------------------------------------------------
 
+    def _stored_source(self, path: Path) -> str:
+        """A source as recorded: relative to the data root when it lies in it (so a home restored elsewhere reads its
+        own copy), else absolute."""
+        root = data_root(self.home)
+        return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+    def _source_path(self, stored: str) -> str:
+        """A recorded source as a path to read: a relative one lies in this home's data root."""
+        return stored if Path(stored).is_absolute() else str(data_root(self.home) / stored)
+
     def _snapshot(self, private: _Private) -> Path:
         """The snapshot's file: its recorded path in the store (an absolute one, from before snapshots
         were recorded relative to it, stays as it is)."""
@@ -298,8 +308,8 @@ class Registry:
         same table in any row or column order (``core.datasets.content``) under another id, also one that was
         dropped, is refused. ``source_digest`` holds the content digest (bytes for older rows)."""
         other = self._query(
-            "SELECT DISTINCT id FROM datasets WHERE (source = ? OR source_digest IN (?, ?)) AND id <> ?",
-            [str(path), snapshots.sha256(path), parsed or "", dataset_id],
+            "SELECT DISTINCT id FROM datasets WHERE (source IN (?, ?) OR source_digest IN (?, ?)) AND id <> ?",
+            [str(path), self._stored_source(path), snapshots.sha256(path), parsed or "", dataset_id],
         )
         if other:
             raise SpecError(
@@ -378,7 +388,7 @@ class Registry:
                     purpose,
                     source.format,
                     source.delimiter,
-                    str(source.path),
+                    self._stored_source(source.path),
                     schema.model_dump_json(),
                     source.suite,
                     rows,

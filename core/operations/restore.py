@@ -98,6 +98,14 @@ def restore(
             f"the backup holds a {'PostgreSQL' if PG_DUMP in manifest['files'] else 'DuckDB'} ledger, and this home's ledger is "
             f"configured as {store.kind} ($PRIVRELEASE_LEDGER_URL); restore it into the same kind of store."
         )
+    if isinstance(store, PgStore):
+        with store.read() as con:
+            held = con.execute("SELECT count(*) FROM ledger").fetchone()[0]
+        if held:
+            raise UserError(
+                f"the ledger database {store.describe()} already holds {held} entries; restore into an empty database "
+                "(createdb, then $PRIVRELEASE_LEDGER_URL at it). Nothing was restored."
+            )
     found = [Anchors.of(store.location()), Anchors.of(manifest["location"]), Anchors(tuple(more_anchors))]
     marks = [m for a in found for m in a.read()]
     backed = _entries(src)
@@ -185,10 +193,6 @@ def _pg_restore(dump: Path, store: PgStore) -> None:
     if shutil.which("pg_restore") is None:
         raise UserError("pg_restore is not on PATH: install PostgreSQL's client (Debian: postgresql-client).")
     dbname, env = pg_env(store.url)
-    with store.read() as con:
-        held = con.execute("SELECT count(*) FROM ledger").fetchone()[0]
-    if held:
-        raise UserError(f"the ledger database {store.describe()} already holds {held} entries; restore into an empty database.")
     from core.store import close
 
     close(store.url)

@@ -3,7 +3,8 @@
 Schema 1 (every home from before the schema was recorded) kept the anchors inside the home, where every copy
 of the home carried them; schema 2 records its version in the store, keeps the anchors outside the home (each
 line the whole entry, so a rollback can carry the lost charges forward) and keeps the home's private files its
-owner's only. The upgrade takes a backup first, then in one transaction adds what the schema needs, moves the
+owner's only, and records sources in the data root relative to it. The upgrade takes a backup first, then in one
+transaction adds what the schema needs (sources made relative to the data root), moves the
 anchors out (the old file renamed, never read again) with every entry anchored whole, records the upgrade as a
 ledger entry, and tightens the modes of the home's private files. A home at a newer schema than this
 privrelease's is refused by every command (``core.store.refuse_newer``).
@@ -23,6 +24,7 @@ from core.ledger.chain import rows
 from core.ledger.ledger import Ledger
 from core.operations.backup import Taken, backup
 from core.store import _META, _PG_TABLES, _UPGRADE, SCHEMA_VERSION, PgStore, open_store
+from core.tables.readers import data_root
 
 UPGRADE = "upgrade"
 PRIVATE = ("data", "datasets", "sdc-reports", "spam", "keys")  # the home's folders that are its owner's only
@@ -48,6 +50,11 @@ def upgrade(home: Path, backup_to: Path, requested_by: str) -> Upgraded:
         con.execute(_UPGRADE + _META + (_PG_TABLES if isinstance(store, PgStore) else ""))
         con.execute("DELETE FROM meta WHERE key = 'schema'")
         con.execute("INSERT INTO meta VALUES ('schema', ?)", [str(SCHEMA_VERSION)])
+        root = data_root(home)
+        for dataset, version, source in con.execute("SELECT id, version, source FROM datasets").fetchall():
+            if Path(source).is_absolute() and Path(source).is_relative_to(root):  # read from the home's own data root
+                relative = str(Path(source).relative_to(root))
+                con.execute("UPDATE datasets SET source = ? WHERE id = ? AND version = ?", [relative, dataset, version])
         entries = rows(con, "ORDER BY seq", [])
     moved = _move_anchors(home, store.location(), entries)
     Ledger(paths.database(home), store).record(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -107,7 +108,8 @@ def cached_epsilon(events: list[Event], delta: float, cache_dir: Path | None, in
     cache = dict(list(cache.items())[-(_MAX_CACHED - 1) :]) | {key: value}
     try:
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(cache))
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:  # the home's owner's only
+            out.write(json.dumps(cache))
         tmp.replace(path)
     except OSError:
         pass  # a read-only home still gets its figures, only slower
