@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 
 import duckdb
 import pytest
@@ -82,3 +83,18 @@ def test_audit_of_a_tampered_ledger_fails_after_reporting(prefect_server, home):
         state.result()
     artifacts = asyncio.run(_artifacts(state.state_details.flow_run_id))
     assert "**BROKEN**: entry 2" in artifacts["ledger-audit"]
+
+
+def test_audit_of_a_rolled_back_ledger_reports_what_it_lacks(prefect_server, home, tmp_path):
+    """A restored older database: the audit still publishes its history and totals as they are, names the anchored
+    entry the ledger lacks, and fails."""
+    from flows.audit import ledger_audit
+
+    _fill(home)
+    shutil.copy(home / "privrelease.duckdb", tmp_path / "old.duckdb")
+    Ledger(home / "privrelease.duckdb").set_budget("posts", Budget(4.0, 1e-5))  # a later entry the copy lacks
+    shutil.copy(tmp_path / "old.duckdb", home / "privrelease.duckdb")
+    state = ledger_audit(return_state=True)
+    assert state.is_failed()
+    artifacts = asyncio.run(_artifacts(state.state_details.flow_run_id))
+    assert "**BROKEN**" in artifacts["ledger-audit"] and "missing or different" in artifacts["ledger-audit"]
