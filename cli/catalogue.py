@@ -10,18 +10,21 @@ import argparse
 import json
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from core.datasets.snapshots import sha256
 from core.errors import UserError
-from core.privacy.budget import charge_phrase
-from core.release.catalogue import LIST_RELEASES, Catalogue, Release
-from core.release.home import Home
+
+if TYPE_CHECKING:
+    from core.release.catalogue import Catalogue, Release
 
 ACTIONS = ("list", "show", "get")
 
 
 def cmd_release_catalogue(args: argparse.Namespace, root: Path) -> int:
     """``release list``, ``release show ID``, ``release get ID``: what was published."""
+    from core.release.catalogue import LIST_RELEASES, Catalogue
+    from core.release.home import Home
+
     action, release_id = args.request, args.release_id
     if action == "list":
         if release_id is not None:
@@ -34,6 +37,8 @@ def cmd_release_catalogue(args: argparse.Namespace, root: Path) -> int:
 
 
 def _cost(summary: dict) -> str:
+    from core.privacy.budget import charge_phrase
+
     p = summary["privacy"]
     if p["kind"] == "sdc":
         return f"sdc: {' → '.join(p['sdc_methods'])} (not DP, no budget spent)"
@@ -83,6 +88,8 @@ def _show(release: Release, args: argparse.Namespace) -> int:
 
 def _get(release: Release, args: argparse.Namespace) -> int:
     """Copy the release's files into ``--out`` (default ./ID), each checked against its manifest's digest."""
+    from core.datasets.snapshots import sha256
+
     out = Path(args.out or release.id)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; name a folder (it is created if missing).")

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from core import paths, settings
 from core.errors import LedgerCorrupt, UserError
-from core.privacy.budget import Budget
 
 
 def cmd_set_budget(args: argparse.Namespace, root: Path) -> int:
@@ -19,6 +18,7 @@ def cmd_set_budget(args: argparse.Namespace, root: Path) -> int:
     from core.ledger.approval import Rule
     from core.ledger.ledger import Ledger
     from core.people import requester
+    from core.privacy.budget import Budget
     from core.spam.terms import MAIL, Terms
 
     check_id(args.dataset, "dataset id")
@@ -168,7 +168,7 @@ def cmd_totals(args: argparse.Namespace, root: Path) -> int:
         print(json.dumps([t.as_dict() for t in totals], indent=2))
         return 0
 
-    def pair(b: Budget | None) -> str:
+    def pair(b) -> str:  # a Budget, or None
         return "no cap" if b is None else b.show()
 
     print(

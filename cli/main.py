@@ -31,8 +31,6 @@ from cli.user import add_parsers as add_user_parsers
 from cli.words import error_words
 from core import __version__, environment, interrupts, paths, settings
 from core.errors import LedgerCorrupt, RolledBack, UserError
-from core.privacy.budget import charge_phrase
-from core.tables.readers import typed_paths
 
 
 def _runner(args: argparse.Namespace) -> dict:
@@ -90,6 +88,8 @@ def cmd_preview(args: argparse.Namespace) -> int:
 
 
 def cmd_release(args: argparse.Namespace, root: Path) -> int:
+    from core.privacy.budget import charge_phrase
+
     if args.resume is not None:
         if args.request is not None:
             raise UserError(f"--resume {args.resume} publishes a release already drawn; give no request file with it.")
@@ -164,6 +164,7 @@ def cmd_demo(args: argparse.Namespace, root: Path) -> int:
     from core.datasets.demo import DATASETS, write_demo
     from core.datasets.registry import Registry
     from core.ledger.ledger import Ledger
+    from core.privacy.budget import charge_phrase
 
     request = write_demo(root, rows=args.rows)
     caps = {t.dataset: t.cap for t in Ledger(paths.database(root)).totals()}
@@ -337,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command in ("ledger", "info") and _has_ledger(root):
             args.recovered = _recover(root, strict=getattr(args, "ledger_command", None) == "recover")
-        with typed_paths():  # the paths a user types are theirs (cli/typed.py)
+        with paths.typed_paths():  # the paths a user types are theirs (cli/typed.py)
             return args.func(args, root)
     except interrupts.Interrupted as exc:
         print(exc.words, file=sys.stderr)

@@ -10,11 +10,12 @@ from pathlib import Path
 
 from core import paths
 from core.people import ROLES
-from gate.accounts import AccountError, Accounts
 
 
 def _password(args: argparse.Namespace, command: str) -> tuple[str, bool]:
     """The password from standard input (--password-stdin), else a random one (shown once); and whether it was made."""
+    from gate.accounts import AccountError
+
     if not args.password_stdin:
         return secrets.token_urlsafe(18), True
     if sys.stdin is None or sys.stdin.isatty():
@@ -26,6 +27,8 @@ def _password(args: argparse.Namespace, command: str) -> tuple[str, bool]:
 
 
 def cmd_user_add(args: argparse.Namespace, root: Path) -> int:
+    from gate.accounts import Accounts
+
     password, generated = _password(args, "add NAME --role ROLE")
     account = Accounts(paths.database(root)).add(args.name, args.role, password)
     print(f"account {account.name} added with role {account.role}; it signs in to the UI as {account.name}:PASSWORD")
@@ -35,6 +38,8 @@ def cmd_user_add(args: argparse.Namespace, root: Path) -> int:
 
 
 def cmd_user_passwd(args: argparse.Namespace, root: Path) -> int:
+    from gate.accounts import Accounts
+
     password, generated = _password(args, "passwd NAME")
     account = Accounts(paths.database(root)).passwd(args.name, password)
     print(f"account {account.name} ({account.role}) has a new password; the gate refuses the old one within seconds")
@@ -44,6 +49,8 @@ def cmd_user_passwd(args: argparse.Namespace, root: Path) -> int:
 
 
 def cmd_user_list(args: argparse.Namespace, root: Path) -> int:
+    from gate.accounts import Accounts
+
     accounts = Accounts(paths.database(root)).all()
     if args.json:
         print(json.dumps([{"name": a.name, "role": a.role, "created": a.created} for a in accounts], indent=2))
@@ -56,6 +63,8 @@ def cmd_user_list(args: argparse.Namespace, root: Path) -> int:
 
 
 def cmd_user_remove(args: argparse.Namespace, root: Path) -> int:
+    from gate.accounts import Accounts
+
     Accounts(paths.database(root)).remove(args.name)
     print(f"account {args.name} removed; the gate refuses it from now on")
     return 0

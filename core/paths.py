@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import platformdirs
@@ -52,3 +54,25 @@ def staging(root: Path) -> Path:
 def sdc_reports(root: Path) -> Path:
     """The data steward's internal SDC reports: never published, readable by the home's owner only."""
     return root / "sdc-reports"
+
+
+ANYWHERE = Path("/")  # the bound of a path a user typed: their own files, wherever their permissions reach
+_TYPED = [False]
+
+
+@contextlib.contextmanager
+def typed_paths() -> Iterator[None]:
+    """Within it, this process runs a command a user typed (``cli.main``): the paths it names are theirs,
+    relative to their current folder (the command line makes them absolute) and bounded by nothing but their
+    own permissions. A run started through Prefect's worker or the gate never enters it, so a path its
+    parameters name (a person's, through the UI) stays inside the data root."""
+    _TYPED[0] = True
+    try:
+        yield
+    finally:
+        _TYPED[0] = False
+
+
+def typed() -> bool:
+    """Whether this process runs a command a user typed (inside ``typed_paths``)."""
+    return _TYPED[0]

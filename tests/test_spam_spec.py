@@ -99,7 +99,7 @@ def test_only_a_typed_command_reads_outside_the_data_root(home, test_mode, tmp_p
     """A spec and mail outside the data root: refused as a run started through the worker or the gate sees them
     (the worker never enters ``typed_paths``); read when a user types the command (cli.main enters it), which is
     the weakened variant for a UI-named path: a worker inside ``typed_paths`` would train on the outside mail."""
-    from core.tables.readers import typed_paths
+    from core.paths import typed_paths
 
     outside = tmp_path / "outside"
     write_mail(outside)

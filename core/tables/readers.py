@@ -17,17 +17,15 @@ Messages name line numbers and counts, never a cell's content.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import os
 import re
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
 
-from core import settings
+from core import paths, settings
 from core.db import quote_ident
 from core.errors import IngestError, SpecError
 from core.tables.schema import Schema
@@ -218,26 +216,12 @@ def data_root(home: Path) -> Path:
     return Path(settings.get(settings.DATA_ROOT) or home / "data").resolve()
 
 
-ANYWHERE = Path("/")  # the bound of a path a user typed: their own files, wherever their permissions reach
-_TYPED = [False]
-
-
-@contextlib.contextmanager
-def typed_paths() -> Iterator[None]:
-    """Within it, this process runs a command a user typed (``cli.main``): the paths it names are theirs,
-    relative to their current folder (the command line makes them absolute) and bounded by nothing but their
-    own permissions. A run started through Prefect's worker or the gate never enters it, so a path its
-    parameters name (a person's, through the UI) stays inside the data root."""
-    _TYPED[0] = True
-    try:
-        yield
-    finally:
-        _TYPED[0] = False
+ANYWHERE = paths.ANYWHERE
 
 
 def bound(home: Path) -> Path:
     """The folder every file a run reads must lie in: anywhere for a typed command, else the data root."""
-    return ANYWHERE if _TYPED[0] else data_root(home)
+    return ANYWHERE if paths.typed() else data_root(home)
 
 
 def resolve_source(source: str, root: Path, what: str = "--source") -> Path:
