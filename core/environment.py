@@ -4,8 +4,9 @@ the fix; exit 2), never as a bug; ``preflight`` finds them before a charge, so n
 
 ``preflight`` checks what publishing needs, from public facts only: that the staging and release folders can be
 written and lie on one filesystem (a release is renamed from one into the other), and that the disk has room
-for the release's files (a public estimate with a margin, never a figure read from the rows), which ``hold`` then sets aside until the
-release's files are written.
+for the release's files (a public estimate with a margin, never a figure read from the rows), which ``hold``
+then sets aside until the release's files are written. Its refusal never says how much is free: free space
+moves with the size of other datasets' snapshots on that disk, which are not all public.
 """
 
 from __future__ import annotations
@@ -116,8 +117,8 @@ def preflight(staging: Path, releases: Path, needed_mb: float | None, charge: st
             f"{FIXES[errno.EXDEV]}. {charge}"
         )
     free = shutil.disk_usage(releases).free / 2**20
-    if needed_mb is not None and free < needed_mb + room_mb():
+    if needed_mb is not None and free < needed_mb + room_mb():  # how much is free is not said: it moves with others' data
         raise Unwritable(
-            f"the disk holding {releases} has {free:.0f} MB free; a release like this needs up to {needed_mb:.0f} MB and "
-            f"{room_mb():g} MB are kept free (${settings.MIN_FREE_MB}). Free space on that disk, then run it again. {charge}"
+            f"the disk holding {releases} has less free space than a release like this may need ({needed_mb:.0f} MB) and "
+            f"the {room_mb():g} MB kept free (${settings.MIN_FREE_MB}). Free space on that disk, then run it again. {charge}"
         )
