@@ -176,7 +176,7 @@ def recover(home: Home) -> list:
                 continue
             try:
                 resume(home, charge)
-            except UserError:  # the machine still refuses: the draw stays sealed, said by ledger verify and --resume
+            except (UserError, OSError):  # the machine still refuses (or another process published it first): left as it is
                 continue
             settled.append(home.ledger.entries(charge.dataset)[-1])
     return settled
