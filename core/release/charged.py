@@ -166,8 +166,8 @@ def recover(home: Home) -> list:
             ref = (folder.parent.name, folder.name.lstrip(".").rsplit(".", 1)[0])
             if ref in live:
                 continue
-            if folder.is_file():  # the disk space a run held before its charge: its own, for a minute at most
-                if time.time() - folder.stat().st_mtime > 60:
+            if folder.is_file():  # the disk space a run held: gone with its settled charge; before any, a minute at most
+                if home.ledger.status(ref[1]) is not None or time.time() - folder.stat().st_mtime > 60:
                     folder.unlink(missing_ok=True)
                 continue
             charge = _sealed_charge(home, folder)
