@@ -207,13 +207,12 @@ def _recover(root: Path, strict: bool) -> list:
     is: the command itself reads it and says what is wrong."""
     from core.release.charged import recover
     from core.release.home import Home
+    from core.store import SchemaMismatch
 
     try:
         settled = recover(Home(root))
-    except (LedgerCorrupt, UserError, OSError) as exc:
-        if strict:
-            raise
-        if isinstance(exc, OSError) and environment.cause(exc) is None:
+    except (LedgerCorrupt, SchemaMismatch, environment.Unwritable, OSError) as exc:
+        if strict or (isinstance(exc, OSError) and environment.cause(exc) is None):
             raise
         return []
     except Exception as exc:  # DuckDB's errors of a database attached read-only

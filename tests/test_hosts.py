@@ -21,6 +21,7 @@ from core.datasets.registry import Registry, Unit
 from core.errors import BudgetError
 from core.ledger.ledger import Ledger
 from core.mechanisms import dpne
+from core.operations.upgrade import upgrade
 from core.privacy.budget import Budget
 from core.release.home import Home
 from core.release.pipeline import release
@@ -128,10 +129,14 @@ def test_a_postgresql_store_from_before_hosts_were_recorded_gains_the_column(
 
     monkeypatch.setenv("PRIVRELEASE_LEDGER_URL", pg_url)
     register(tmp_path / "home", phrase_corpus(20), "old", "user:user", "dp")
-    with psycopg.connect(pg_url, autocommit=True) as con:  # as the store was before this version (and those after it)
+    with psycopg.connect(pg_url, autocommit=True) as con:  # as the store was before hosts were recorded (schema 1)
         con.execute("ALTER TABLE privrelease.datasets DROP COLUMN reading")
         con.execute("ALTER TABLE privrelease.datasets DROP COLUMN host")
-    store.close(pg_url)  # a worker of the new version starts
+        con.execute("DROP TABLE privrelease.meta")
+    store.close(pg_url)  # a worker of the new version starts: it writes nothing until the store is upgraded
+    with pytest.raises(store.SchemaMismatch, match="privrelease upgrade"):
+        register(tmp_path / "home", phrase_corpus(30, seed=1), "new", "user:user", "dp")
+    upgrade(tmp_path / "home", tmp_path / "backup", "operator")
     dataset = register(tmp_path / "home", phrase_corpus(30, seed=1), "new", "user:user", "dp")
     with psycopg.connect(pg_url) as con:
         hosts = con.execute("SELECT id, host FROM privrelease.datasets ORDER BY id").fetchall()

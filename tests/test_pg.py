@@ -190,7 +190,7 @@ class _Unlocked(PgStore):
     """The weakened store: a charge's check does not lock the dataset's row (the head is still locked)."""
 
     @contextlib.contextmanager
-    def write(self, dataset: str | None = None):
+    def write(self, dataset: str | None = None, upgrading: bool = False):
         with self.read() as con:
             yield con
 
