@@ -28,7 +28,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from core.sdc import measures, methods, policy  # noqa: E402
+from core.sdc import methods, policy, risk  # noqa: E402
 
 ADULT = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "uci" / "adult.data.gz"
 K = 3
@@ -64,7 +64,7 @@ def run(name: str, frame: pd.DataFrame, rules: policy.Policy, recode: methods.Re
     out, said = methods.suppress(data, methods.Suppress(method="suppress", k=K), rules)
     seconds = time.perf_counter() - started
     keys = rules.key_vars.all
-    assert measures.record_cells(out, keys)["fk"].min() >= K
+    assert risk.record_cells(out, keys)["fk"].min() >= K
     return {
         "variant": name,
         "seconds": seconds,
@@ -79,7 +79,7 @@ def main() -> None:
     frame = adult()
     rules = policy.read(str(REPO / "schemas" / "policies" / "adult.policy.yaml"))
     keys = rules.key_vars.all
-    before = measures.record_cells(frame, keys)["fk"]
+    before = risk.record_cells(frame, keys)["fk"]
     print(f"UCI Adult: {len(frame)} records, key {keys}; {int((before < K).sum())} records in cells below k = {K}")
     five = ["age", "native-country", "education", "marital-status", "workclass"]
     variants = [

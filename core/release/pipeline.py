@@ -171,16 +171,15 @@ def assess(store: Home, release: Release, frame: pd.DataFrame, result: Result) -
     module = mechanisms.get(release.mechanism)
     role = sdc_report.roles(release.mechanism, policy, module.protects(release.params), result.privacy, frame, result.data)
     external = sdc_report.external(result.data, role)
-    missing = enforce.missed(external, policy)
-    figures = {k: v for k, v in external.items() if k not in sdc_report.ROLE_FIELDS}  # the released table's, once
-    internal = sdc_report.internal(frame, result.data, role, figures) | {"thresholds_missed": missing}
+    internal = sdc_report.internal(frame, result.data, role, sdc_report.published(external), result.persons)
+    missing = enforce.missed(external, policy, internal["intruder"])  # the published cells' and the intruder's
     sdc_report.write_internal(
         store.root,
         release.dataset.id,
         release.release_id,
         release.mechanism,
-        internal,
-        sdc_report.records(frame, result.data, role),
+        internal | {"thresholds_missed": missing},
+        sdc_report.records(frame, result.data, role, result.persons),
     )
     if missing:
         raise enforce.refuse(release.dataset.id, release.release_id, missing)

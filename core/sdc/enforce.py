@@ -114,7 +114,8 @@ def notes(dataset, module, params) -> list[str]:
     if k is not None and last is not None and last.method == "suppress" and (last.k or k) >= k:
         out.append(
             f"k-anonymity on the key (k ≥ {k}) holds by construction: the last step suppresses key values "
-            "until every key cell holds that many records."
+            "until every released key cell (a suppressed value a value of its own) holds that many records, so "
+            "every person is compatible with at least that many released records given their true key."
         )
     out.append(
         "thresholds the released table must meet: " + "; ".join(named) + ". Whether it does depends on the "
@@ -153,8 +154,16 @@ def prepare(frame: pd.DataFrame, policy: Policy, rng: np.random.Generator) -> pd
     return out
 
 
-def missed(figures: dict, policy: Policy) -> list[str]:
-    """The thresholds the released table misses (their names and the policy's values, never a figure)."""
+def missed(figures: dict, policy: Policy, *more: dict) -> list[str]:
+    """The thresholds the released table misses (their names and the policy's values, never a figure), on its
+    figures and on each of ``more`` (the same figures counted another way: the intruder's)."""
+    out = _missed(figures, policy)
+    for other in more:
+        out += [said for said in _missed(other, policy) if said not in out]
+    return out
+
+
+def _missed(figures: dict, policy: Policy) -> list[str]:
     t = policy.thresholds
     out = []
     said = t.words()

@@ -11,10 +11,10 @@ whole key.
   breaks into intervals, a categorical key mapped up ``level`` levels.
 - ``topcode``: top and bottom coding (sdcMicro's ``topBotCoding``): values above ``top`` become
   ``top``, below ``bottom`` become ``bottom``.
-- ``suppress``: local suppression to k-anonymity on the policy's key (sdcMicro's ``kAnon``): key
-  values of records in cells smaller than k are set to missing, which matches every value, until
-  every record's cell holds k; each round suppresses, per unsafe record, the key whose
-  suppression leaves it the largest cell (ties: the key with more categories first).
+- ``suppress``: local suppression to k-anonymity on the policy's key (sdcMicro's ``kAnon``, counted as ARX
+  and an intruder count): key values of records in cells smaller than k are set to missing until every
+  record's released cell, a suppressed value a value of its own, holds k; fewest suppressed values per
+  record first (``core.sdc.suppression``).
 - ``microaggregate``: MDAV on numeric keys (sdcMicro's ``microaggregation(method = "mdav")``):
   groups of at least k records around the farthest pair, each value replaced by its group's mean.
 - ``pram``: invariant PRAM (sdcMicro's ``pram``; Gouweleeuw et al. 1998): each value is kept with
@@ -34,7 +34,7 @@ from pydantic import Field, model_validator
 
 from core.errors import ParameterError
 from core.params import StrictParams
-from core.sdc import coding, measures
+from core.sdc import coding, suppression
 from core.sdc.groups import meds_bins
 from core.sdc.policy import Breaks, Policy
 
@@ -151,52 +151,24 @@ def topcode(frame: pd.DataFrame, step: TopCode) -> tuple[pd.DataFrame, dict]:
 
 
 def suppress(frame: pd.DataFrame, step: Suppress, policy: Policy) -> tuple[pd.DataFrame, dict]:
-    """Local suppression to k-anonymity on the policy's key (see the module's docstring)."""
+    """Local suppression to k-anonymity on the policy's key, a suppressed value a value of its own
+    (``core.sdc.suppression``). What it publishes is read off the released table: the suppressed cells."""
     k = step.k or policy.thresholds.k or 3
     keys = policy.key_vars.all
     out = frame.copy()
     for c in keys:  # a suppressed cell is missing: integer columns take pandas' nullable type
         if pd.api.types.is_integer_dtype(out[c]):
             out[c] = out[c].astype("Int64")
-    if len(out) < k:  # no suppression reaches k: every key value goes (the threshold check then refuses the table)
-        out[keys] = pd.NA
-        return out, {
-            "method": "suppress",
-            "k": k,
-            "rounds": 1,
-            "suppressed_cells": int(len(out) * len(keys)),
-            "suppressed_by_column": dict.fromkeys(keys, len(out)),
-        }
-    levels = {c: frame[c].nunique() for c in keys}
-    order = sorted(range(len(keys)), key=lambda j: -levels[keys[j]])  # ties: more categories first
-    codes = np.column_stack([coding.codes(out[c]) for c in keys])
-    suppressed = np.zeros(len(keys), dtype=np.int64)
-    rounds = 0
-    while True:
-        f = measures.matches(codes, codes)[0]
-        unsafe = np.flatnonzero(f < k)
-        if not len(unsafe):
-            break
-        rounds += 1
-        gains = np.full((len(unsafe), len(keys)), -1, dtype=np.int64)
-        for j in range(len(keys)):
-            query = codes[unsafe].copy()
-            query[:, j] = -1
-            gains[:, j] = np.where(codes[unsafe, j] >= 0, measures.matches(codes, query)[0], -1)
-        if (gains.max(axis=1) < 0).any():  # every key already missing: cannot happen with len(out) >= k
-            raise ParameterError("suppress: a record with every key suppressed is still below k")
-        choice = np.asarray(order)[gains[:, order].argmax(axis=1)]
-        for j in np.unique(choice):
-            rows = unsafe[choice == j]
-            codes[rows, j] = -1
-            out.iloc[rows, out.columns.get_loc(keys[j])] = pd.NA
-            suppressed[j] += len(rows)
+    codes = np.column_stack([coding.codes(frame[c]) for c in keys])
+    chosen = suppression.masks(codes, k, [int(frame[c].nunique()) for c in keys])
+    hidden = ((chosen[:, None] >> np.arange(len(keys))) & 1).astype(bool)
+    for j, c in enumerate(keys):
+        out.loc[hidden[:, j], c] = pd.NA
     return out, {
         "method": "suppress",
         "k": k,
-        "rounds": rounds,
-        "suppressed_cells": int(suppressed.sum()),
-        "suppressed_by_column": dict(zip(keys, suppressed.tolist())),
+        "suppressed_cells": int(hidden.sum()),
+        "suppressed_by_column": dict(zip(keys, hidden.sum(axis=0).tolist())),
     }
 
 

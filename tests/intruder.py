@@ -1,0 +1,89 @@
+"""The intruder's count, written apart from the product's measures (``core.sdc.risk``) so it can check them: for
+each person, the released records compatible with their true key (every non-missing key value equal to theirs).
+
+- ``compatible``: in DuckDB, one equi-join per pattern of suppressed keys among the released records (a pattern's
+  records are compared on the keys it keeps), summed per person;
+- ``brute``: every person against every released record (numpy, small tables), the oracle of the first;
+- ``coded``: a person's true key as the release codes it, by the auditor's own reading of the policy's
+  hierarchies (an interval's index for a numeric key's breaks, the mapped group for a categorical key), and the
+  released values read back into those codes from the records that kept them (each released label must stand
+  for one code: else the recoding is not a function of the true value, and this fails).
+"""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+
+def _text(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Keys as text (a missing value NULL), named k0, k1, ... so that any column name is safe in SQL."""
+    return pd.DataFrame({f"k{j}": frame[c].astype(object).where(frame[c].notna(), None).map(_str) for j, c in enumerate(keys)})
+
+
+def _str(v: object) -> object:
+    return None if v is None else (repr(float(v)) if isinstance(v, (int, float, np.integer, np.floating)) else str(v))
+
+
+def compatible(persons: pd.DataFrame, released: pd.DataFrame, keys: list[str]) -> np.ndarray:
+    """Per person (row of ``persons``, their true key as the release codes it): how many released records are
+    compatible with it."""
+    people, records = _text(persons, keys), _text(released, keys)
+    people["person"] = np.arange(len(people))
+    names = list(records.columns)
+    records["pattern"] = records[names].isna().to_numpy() @ (1 << np.arange(len(names)))
+    con = duckdb.connect()
+    con.register("people", people)
+    con.register("records", records)
+    total = np.zeros(len(people), dtype=np.int64)
+    for (pattern,) in con.execute("SELECT DISTINCT pattern FROM records").fetchall():
+        kept = [c for j, c in enumerate(names) if not (pattern >> j) & 1]
+        grouped = f"SELECT {', '.join(kept + ['count(*) AS n'])} FROM records WHERE pattern = {pattern} GROUP BY ALL"
+        if kept:
+            on = " AND ".join(f"p.{c} = r.{c}" for c in kept)
+            rows = con.execute(f"SELECT p.person, r.n FROM people p JOIN ({grouped}) r ON {on}").fetchnumpy()
+            np.add.at(total, rows["person"].astype(np.int64), rows["n"].astype(np.int64))
+        else:
+            total += int(con.execute(f"SELECT count(*) FROM records WHERE pattern = {pattern}").fetchone()[0])
+    con.close()
+    return total
+
+
+def brute(persons: pd.DataFrame, released: pd.DataFrame, keys: list[str]) -> np.ndarray:
+    """The same count, every person against every released record."""
+    p, r = _text(persons, keys).to_numpy(), _text(released, keys).to_numpy()
+    missing = pd.isna(r)
+    ok = missing[None, :, :] | (p[:, None, :] == r[None, :, :])
+    return ok.all(axis=2).sum(axis=1)
+
+
+def _code(values: pd.Series, hierarchy: object, level: int) -> pd.Series:
+    """The auditor's own coding of true values: a numeric key's interval index at its breaks, a categorical
+    key's group ``level`` levels up (a value a level does not map stays as it is)."""
+    if isinstance(hierarchy, dict):
+        return pd.Series(np.searchsorted(np.asarray(hierarchy["breaks"], float), values.to_numpy(float), side="right"))
+    out = values.astype(str)
+    for mapping in hierarchy[:level]:
+        out = out.map(lambda v, m=mapping: m.get(v, v))
+    return out.reset_index(drop=True)
+
+
+def coded(
+    true: pd.DataFrame, released: pd.DataFrame, keys: list[str], recoded: dict[str, tuple[object, int]]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Persons' keys and the released keys, in the auditor's codes: row i of ``released`` is person i of ``true``;
+    ``recoded``: a recoded key's hierarchy (as the policy document writes it) and level. Released labels are read
+    back from the records that kept them, each label one code."""
+    persons, records = pd.DataFrame(index=range(len(true))), pd.DataFrame(index=range(len(true)))
+    for c in keys:
+        truth = true[c].reset_index(drop=True)
+        shown = released[c].reset_index(drop=True).astype(object)
+        code = _code(truth, *recoded[c]) if c in recoded else truth.astype(object)
+        kept = shown.notna()
+        pairs = pd.DataFrame({"label": shown[kept].map(str), "code": code[kept].map(str)}).drop_duplicates()
+        assert not pairs["label"].duplicated().any() and not pairs["code"].duplicated().any(), (c, pairs)
+        back = dict(zip(pairs["label"], pairs["code"]))
+        persons[c] = code.map(str)
+        records[c] = shown.map(lambda v, b=back: b.get(str(v))).where(kept, None)
+    return persons, records
