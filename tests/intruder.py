@@ -4,10 +4,10 @@ each person, the released records compatible with their true key (every non-miss
 - ``compatible``: in DuckDB, one equi-join per pattern of suppressed keys among the released records (a pattern's
   records are compared on the keys it keeps), summed per person;
 - ``brute``: every person against every released record (numpy, small tables), the oracle of the first;
-- ``coded``: a person's true key as the release codes it, by the auditor's own reading of the policy's
-  hierarchies (an interval's index for a numeric key's breaks, the mapped group for a categorical key), and the
-  released values read back into those codes from the records that kept them (each released label must stand
-  for one code: else the recoding is not a function of the true value, and this fails).
+- ``true_keys``: a person's true key as the release codes it, by the auditor's own reading of the policy's
+  hierarchies (an interval's index for a numeric key's breaks, the mapped group for a categorical key) and of a
+  top-coding; ``read_back``: the released values read back into those codes from the records that kept them
+  (each released label must stand for one code: else the coding is not a function of the true value).
 """
 
 from __future__ import annotations
@@ -59,31 +59,43 @@ def brute(persons: pd.DataFrame, released: pd.DataFrame, keys: list[str]) -> np.
 
 
 def _code(values: pd.Series, hierarchy: object, level: int) -> pd.Series:
-    """The auditor's own coding of true values: a numeric key's interval index at its breaks, a categorical
-    key's group ``level`` levels up (a value a level does not map stays as it is)."""
+    """The auditor's own recoding of values: a numeric key's interval index at its breaks, a categorical key's
+    group ``level`` levels up (a value a level does not map stays as it is)."""
     if isinstance(hierarchy, dict):
         return pd.Series(np.searchsorted(np.asarray(hierarchy["breaks"], float), values.to_numpy(float), side="right"))
     out = values.astype(str)
     for mapping in hierarchy[:level]:
         out = out.map(lambda v, m=mapping: m.get(v, v))
-    return out.reset_index(drop=True)
+    return out
 
 
-def coded(
-    true: pd.DataFrame, released: pd.DataFrame, keys: list[str], recoded: dict[str, tuple[object, int]]
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Persons' keys and the released keys, in the auditor's codes: row i of ``released`` is person i of ``true``;
-    ``recoded``: a recoded key's hierarchy (as the policy document writes it) and level. Released labels are read
-    back from the records that kept them, each label one code."""
-    persons, records = pd.DataFrame(index=range(len(true))), pd.DataFrame(index=range(len(true)))
+def true_keys(true: pd.DataFrame, keys: list[str], steps: list[dict], hierarchies: dict) -> pd.DataFrame:
+    """Each person's key as the chain's codings give it from their true values, by the auditor's own reading of
+    the steps (``recode`` with the policy document's ``hierarchies``, ``topcode``): the key an intruder who knows
+    the true values and the public parameters holds."""
+    out = true[keys].reset_index(drop=True).astype(object)
+    for step in steps:
+        if step["method"] == "recode":
+            for c in step["columns"]:
+                out[c] = _code(out[c], hierarchies[c], step.get("level", 1)).astype(object)
+        elif step["method"] == "topcode" and step["column"] in keys:
+            out[step["column"]] = out[step["column"]].astype(float).clip(step.get("bottom"), step.get("top")).astype(object)
+        elif step["method"] != "suppress":
+            raise ValueError(f"{step['method']} is not a coding: its persons are the table before local suppression")
+    return out
+
+
+def read_back(persons: pd.DataFrame, released: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """The released keys in the persons' codes (row i of ``released`` is person i): each released label is read
+    back from the records that kept it, and must stand for one code (else the coding is not a function of the
+    true value, and this fails)."""
+    records = pd.DataFrame(index=range(len(persons)))
     for c in keys:
-        truth = true[c].reset_index(drop=True)
+        code = persons[c].reset_index(drop=True).map(str)
         shown = released[c].reset_index(drop=True).astype(object)
-        code = _code(truth, *recoded[c]) if c in recoded else truth.astype(object)
         kept = shown.notna()
-        pairs = pd.DataFrame({"label": shown[kept].map(str), "code": code[kept].map(str)}).drop_duplicates()
+        pairs = pd.DataFrame({"label": shown[kept].map(str), "code": code[kept]}).drop_duplicates()
         assert not pairs["label"].duplicated().any() and not pairs["code"].duplicated().any(), (c, pairs)
         back = dict(zip(pairs["label"], pairs["code"]))
-        persons[c] = code.map(str)
         records[c] = shown.map(lambda v, b=back: b.get(str(v))).where(kept, None)
-    return persons, records
+    return records
