@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from core.errors import ApprovalError, BudgetError, BudgetExhausted, ReleaseConflict
-from core.ledger import account, anchors, lease
+from core.ledger import account, anchors, lease, pinned
 from core.ledger.approval import Approval, Look, Rule, look
 from core.ledger.chain import Entry, canonical, check_chain, insert, link, rows
 from core.people import requester
@@ -214,6 +214,8 @@ class Ledger:
                         )
                     detail["approval"] = seen.record(approval if seen.needed else None)
                     detail["admission"]["rule"] = account.APPROVED
+            if "policy" in params:  # an SDC charge: the disclosure policy it was checked under, still in force
+                pinned.check(self.policy(dataset, con), dataset, params["policy"], "nothing was charged")
             self.store.lock_head(con)
             earlier = self._earlier(con, release_id, dataset, mechanism, params)  # the same id on another dataset
             if earlier is not None:

@@ -26,7 +26,7 @@ import pandas as pd
 from core import charts, faults, mechanisms, noise, parallel
 from core.datasets import snapshots
 from core.errors import SpecError
-from core.ledger import account
+from core.ledger import account, pinned
 from core.ledger.ledger import Charge, Ledger
 from core.mechanisms.base import DPCost, Plan, Result, Snapshot
 from core.privacy.accountant import Spend
@@ -187,8 +187,13 @@ def assess(store: Home, release: Release, frame: pd.DataFrame, result: Result) -
 
 
 def publish(store: Home, release: Release, plan_: Plan, result: Result, charge_: Charge) -> _publish.Published:
+    """Write the release in place; an SDC release's disclosure policy is held for it under the ledger's lock,
+    and one the steward changed since the request was checked fails it (``core.ledger.pinned``)."""
     record = _publish.manifest(release, plan_, result, charge_.entry)
-    return _publish.publish(store.releases, store.staging, record, result)
+    if release.dataset.purpose != "sdc":
+        return _publish.publish(store.releases, store.staging, record, result)
+    with pinned.held(store.ledger, release.dataset.id, release.dataset.policy_entry):
+        return _publish.publish(store.releases, store.staging, record, result)
 
 
 @dataclass(frozen=True)
