@@ -1,5 +1,6 @@
 """The fourth privacy review's SDC findings, through the release pipeline: local suppression's k counted from the
-intruder's side (finding 1), nothing published that the released table does not determine (finding 4).
+intruder's side (finding 1), a step that protects must protect (finding 3), nothing published that the released
+table does not determine (finding 4).
 
 Each published table is checked against tests/intruder.py, which counts, apart from the product's measures, the
 released records compatible with each person's true key; each weakened variant shows the old count (sdcMicro's
@@ -11,6 +12,7 @@ import json
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -18,10 +20,10 @@ import yaml
 from core.datasets.demo import CENSUS_POLICY, census
 from core.errors import UserError
 from core.ledger.ledger import FAILED, RESERVED, Ledger
-from core.release import pipeline
+from core.release import pipeline, preview
 from core.release.home import Home
 from core.release.spec import parse
-from core.sdc import policy, risk
+from core.sdc import methods, policy, risk
 from core.sdc import report as sdc_report
 from tests import intruder
 from tests.helpers import register
@@ -111,3 +113,81 @@ def test_weakened_the_reviewers_table_under_freqcalc_passes_while_a_b1_is_all_do
     assert cells["l_min"] == 1 and cells["k"] == 1
     alone = intruder.compatible(frame, old, ["A", "B"])
     assert alone[3] == 1  # the Nurse: no other released record fits (A1, B9)
+
+
+# -- finding 3: a step that protects must protect -------------------------------------------------------------------
+
+PEOPLE = {"keys": {"categorical": ["sex", "region"], "numeric": ["age"]}, "sensitive": ["disease"], "thresholds": {"k": None}}
+
+
+def _people(n: int = 200) -> pd.DataFrame:
+    rng = np.random.default_rng(8)
+    return pd.DataFrame(
+        {
+            "sex": rng.choice(["F", "M"], n),
+            "region": rng.choice(list("NESW"), n),
+            "age": rng.integers(18, 80, n),
+            "disease": rng.choice(["d1", "d2"], n),
+        }
+    )
+
+
+NOMINAL = {  # the reviewer's requests, each with the words that say what to change
+    "noise": (
+        [{"method": "pram", "columns": ["sex", "region"]}, {"method": "noise", "columns": ["age"], "level": 1e-300}],
+        "noise: level 1e-300 moves no value by more than a rounding, so it protects nothing; a step that protects its "
+        "columns adds noise of at least 0.1 of the column's standard deviation: level at least 0.1",
+    ),
+    "pram": (
+        [{"method": "pram", "columns": ["sex", "region"], "keep": 0.99999999}, {"method": "recode", "columns": ["age"]}],
+        "pram: keep 1 redraws almost no value, so it protects nothing; a step that protects its columns redraws at "
+        "least one value in ten: keep at most 0.9",
+    ),
+    "topcode": (
+        [{"method": "pram", "columns": ["sex", "region"]}, {"method": "topcode", "column": "age", "top": 1000}],
+        "key variables ['age'] of dataset 'p' are protected only by topcode, which changes nothing where its bounds "
+        "lie outside the values (not public, so nothing tells before the rows are read): it protects only under a "
+        "policy with a threshold measured on the key (k, risk, global_risk or household_risk), and this policy sets "
+        "none. Add a step that protects them (recode, suppress, microaggregate, noise, pram), or ask the data steward "
+        "for a threshold.",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(NOMINAL))
+def test_a_step_that_changes_nothing_is_refused_before_the_charge_saying_what_to_change(home, case):
+    """A bound (noise, pram) refuses the request itself; top coding, nominal, is refused under a policy without a
+    threshold measured on the key, by the release and by its preview alike (the reviewer's preview: "admitted")."""
+    steps, said = NOMINAL[case]
+    register(home, _people(), "p", policy=policy.parse(PEOPLE, "test policy"))
+    doc = {"release_id": "r1", "dataset": "p", "mechanism": {"name": "sdc", "params": {"steps": steps}}}
+    with pytest.raises(UserError) as caught:
+        pipeline.release(Home(home), parse(doc))
+    assert said in str(caught.value)
+    assert [e for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id] == []
+    if case == "topcode":  # the preview refuses it as the release does
+        with pytest.raises(UserError) as previewed:
+            preview.preview(Home(home), parse(doc))
+        assert said in str(previewed.value)
+
+
+def test_weakened_those_strengths_release_the_keys_as_they_are(test_mode):
+    """What the bounds keep out: built without them, each step leaves its column exactly as it was."""
+    frame = _people(1000)
+    rng = np.random.default_rng(3)
+    noised, _ = methods.noise(frame, methods.Noise.model_construct(method="noise", columns=["age"], level=1e-300), rng)
+    prammed, _ = methods.pram(frame, methods.Pram.model_construct(method="pram", columns=["sex"], keep=0.99999999), rng)
+    topped, _ = methods.topcode(frame, methods.TopCode(method="topcode", column="age", top=1000))
+    assert (noised["age"] == frame["age"]).all() and (prammed["sex"] == frame["sex"]).all()
+    assert (topped["age"] == frame["age"]).all()
+
+
+def test_under_a_threshold_a_topcode_is_admitted_as_nominal_and_the_preview_says_so(home):
+    register(home, _people(), "p", policy=policy.parse(PEOPLE | {"thresholds": {"k": 3}}, "test policy"))
+    steps = NOMINAL["topcode"][0]
+    found = preview.preview(Home(home), parse({"dataset": "p", "mechanism": {"name": "sdc", "params": {"steps": steps}}}))
+    assert found["verdict"] == "admitted"
+    assert (
+        "['age'] are protected only by topcode, nominally (its bounds may lie outside the values): the thresholds, "
+        "measured on the final table, are what protects them." in found["notes"]
+    )

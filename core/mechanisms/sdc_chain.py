@@ -111,6 +111,19 @@ def protects(params: Params) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def nominal(params: Params) -> list[str]:
+    """The columns only nominal steps protect (``methods.nominal``: top coding), no other step."""
+    real: set[str] = set()
+    named: list[str] = []
+    for s in params.steps:
+        own = PAPERS[s.method].protects(_paper(s)) if s.method in PAPERS else methods.protects(s, params.policy)
+        if s.method not in PAPERS and methods.nominal(s):
+            named += own
+        else:
+            real |= set(own)
+    return [c for c in dict.fromkeys(named) if c not in real]
+
+
 def needs(params: Params, schema: tuple[str, ...]) -> Needs:
     columns: list[str] = []
     numeric: list[str] = []

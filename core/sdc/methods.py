@@ -18,10 +18,14 @@ whole key.
 - ``microaggregate``: MDAV on numeric keys (sdcMicro's ``microaggregation(method = "mdav")``):
   groups of at least k records around the farthest pair, each value replaced by its group's mean.
 - ``pram``: invariant PRAM (sdcMicro's ``pram``; Gouweleeuw et al. 1998): each value is kept with
-  probability ``keep``, else replaced by a draw from the column's marginal, so the transition
-  matrix P = keep·I + (1 − keep)·1π' leaves the marginal π invariant in expectation.
+  probability ``keep`` (at most ``PRAM_CEILING``), else replaced by a draw from the column's marginal, so the
+  transition matrix P = keep·I + (1 − keep)·1π' leaves the marginal π invariant in expectation.
 - ``noise``: additive noise (sdcMicro's ``addNoise(method = "additive")``): normal noise of
-  standard deviation ``level`` times the column's.
+  standard deviation ``level`` (at least ``NOISE_FLOOR``) times the column's.
+
+A step that protects must protect: PRAM's ``keep`` and the noise ``level`` are bounded away from no change; top
+coding, whose bounds may lie outside the (private) values, is ``nominal``: it protects its column only under a
+policy with a threshold measured on the key (``core.sdc.enforce``).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from core.errors import ParameterError
 from core.params import StrictParams
@@ -71,16 +75,45 @@ class Microaggregate(StrictParams):
     k: int = Field(3, ge=2, le=1000, description="least records per group")
 
 
+PRAM_CEILING = 0.9  # PRAM protects a column only if it redraws values: at least one in ten
+NOISE_FLOOR = 0.1  # additive noise protects a column only if it moves values: at least a tenth of its sd
+
+
 class Pram(StrictParams):
     method: Literal["pram"]
     columns: list[str] = Field(min_length=1, description="categorical columns, each randomized on its own")
-    keep: float = Field(0.8, gt=0, lt=1, description="probability a value is kept (else drawn from the marginal)")
+    keep: float = Field(
+        0.8, gt=0, description=f"probability a value is kept (else drawn from the marginal), at most {PRAM_CEILING}"
+    )
+
+    @field_validator("keep")
+    @classmethod
+    def _redraws(cls, keep: float) -> float:
+        if keep > PRAM_CEILING:
+            raise ValueError(
+                f"pram: keep {keep:g} redraws almost no value, so it protects nothing; a step that protects its "
+                f"columns redraws at least one value in ten: keep at most {PRAM_CEILING:g}"
+            )
+        return keep
 
 
 class Noise(StrictParams):
     method: Literal["noise"]
     columns: list[str] = Field(min_length=1, description="numeric columns")
-    level: float = Field(0.1, gt=0, le=10, description="noise standard deviation, in the column's standard deviations")
+    level: float = Field(
+        0.1, le=10, description=f"noise standard deviation, in the column's standard deviations, at least {NOISE_FLOOR}"
+    )
+
+    @field_validator("level")
+    @classmethod
+    def _moves(cls, level: float) -> float:
+        if not level >= NOISE_FLOOR:
+            raise ValueError(
+                f"noise: level {level:g} moves no value by more than a rounding, so it protects nothing; a step that "
+                f"protects its columns adds noise of at least {NOISE_FLOOR:g} of the column's standard deviation: "
+                f"level at least {NOISE_FLOOR:g}"
+            )
+        return level
 
 
 def columns(step: StrictParams) -> list[str]:
@@ -93,6 +126,12 @@ def columns(step: StrictParams) -> list[str]:
 def protects(step: StrictParams, policy: Policy) -> list[str]:
     """The columns a step changes so as to protect them."""
     return policy.key_vars.all if isinstance(step, Suppress) else columns(step)
+
+
+def nominal(step: StrictParams) -> bool:
+    """Whether a step's protection is nominal: top coding changes nothing where its bounds lie outside the column's
+    values, which are not public, so only a threshold measured on the final table can tell it protected."""
+    return isinstance(step, TopCode)
 
 
 def numeric(step: StrictParams) -> list[str]:
