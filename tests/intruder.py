@@ -50,6 +50,13 @@ def compatible(persons: pd.DataFrame, released: pd.DataFrame, keys: list[str]) -
     return total
 
 
+def own(persons: pd.DataFrame, released: pd.DataFrame, keys: list[str]) -> np.ndarray:
+    """Whether each person's own released record (row i) is compatible with their key: it must be, so a False
+    says the two were not coded alike (the auditor's self-check)."""
+    p, r = _text(persons, keys).to_numpy(), _text(released, keys).to_numpy()
+    return (pd.isna(r) | (p == r)).all(axis=1)
+
+
 def brute(persons: pd.DataFrame, released: pd.DataFrame, keys: list[str]) -> np.ndarray:
     """The same count, every person against every released record."""
     p, r = _text(persons, keys).to_numpy(), _text(released, keys).to_numpy()
@@ -91,11 +98,12 @@ def read_back(persons: pd.DataFrame, released: pd.DataFrame, keys: list[str]) ->
     true value, and this fails)."""
     records = pd.DataFrame(index=range(len(persons)))
     for c in keys:
-        code = persons[c].reset_index(drop=True).map(str)
+        code = persons[c].reset_index(drop=True)
         shown = released[c].reset_index(drop=True).astype(object)
         kept = shown.notna()
-        pairs = pd.DataFrame({"label": shown[kept].map(str), "code": code[kept]}).drop_duplicates()
+        pairs = pd.DataFrame({"label": shown[kept].map(str), "code": code[kept].map(_str), "value": code[kept]})
+        pairs = pairs.drop_duplicates(["label", "code"])
         assert not pairs["label"].duplicated().any() and not pairs["code"].duplicated().any(), (c, pairs)
-        back = dict(zip(pairs["label"], pairs["code"]))
-        records[c] = shown.map(lambda v, b=back: b.get(str(v))).where(kept, None)
+        back = dict(zip(pairs["label"], pairs["value"]))  # a label: the person's code object itself
+        records[c] = shown.map(lambda v, b=back: b.get(str(v))).astype(object).where(kept, None)
     return records
