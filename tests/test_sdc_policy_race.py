@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import threading
 from pathlib import Path
 
 import pandas as pd
@@ -88,3 +89,19 @@ def test_weakened_without_the_look_before_publishing_the_old_policy_publishes_l_
     summary = pipeline.release(Home(home), parse(REQUEST), _steps(home, "privatize"))
     manifest = json.loads((Path(summary["folder"]) / "manifest.json").read_text())
     assert manifest["sdc_report"]["l_min"] == 1 and Registry(home).get("t").policy.thresholds.l == 2
+
+
+def test_while_a_release_is_published_a_steward_waits_to_record_a_policy(home):
+    """``held`` keeps the lock a policy is recorded under: a steward's change started meanwhile (another thread,
+    the same lock file) waits until the release is in place, and lands after it."""
+    register(home, _table(), "t", policy=policy.parse(DOC, "test policy"))
+    ledger = Ledger(home / "privrelease.duckdb")
+    pinned_entry = ledger.policy("t").seq
+    done = threading.Event()
+    steward = threading.Thread(target=lambda: (_stricter(home), done.set()))
+    with pinned.held(ledger, "t", pinned_entry):
+        steward.start()
+        assert not done.wait(1.0)  # still waiting for the lock
+        assert ledger.policy("t").seq == pinned_entry
+    steward.join(30)
+    assert done.is_set() and ledger.policy("t").seq > pinned_entry

@@ -3,8 +3,8 @@ seq of the policy entry in force at the check), and looked at again under the le
 
 - at the charge (``Ledger.reserve``, in its write transaction): a steward who recorded another policy since the
   request was checked refuses the charge, nothing charged;
-- while the release is published (``held``): the dataset's write lock is held, so no steward records a policy
-  between the look and the release folder's rename, and a change since the charge fails the release (settled
+- while the release is published (``held``): the lock a policy is recorded under is held, so no steward records
+  one between the look and the release folder's rename, and a change since the charge fails the release (settled
   failed, nothing published).
 """
 
@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 from core.errors import UserError
 from core.ledger.chain import Entry
+from core.store import REGISTRY_LOCK
 
 
 class PolicyChanged(UserError):
@@ -35,7 +36,8 @@ def check(current: Entry | None, dataset: str, pinned: int | None, before: str) 
 @contextlib.contextmanager
 def held(ledger, dataset: str, pinned: int | None) -> Iterator[None]:
     """While the body runs, the dataset's policy is the pinned one and no steward can record another: checked, and
-    held, under the ledger's write lock for the dataset (its entries are written by other processes only after)."""
-    with ledger.store.write(dataset) as con:
-        check(ledger.policy(dataset, con), dataset, pinned, "nothing was published")
+    held, under the lock a policy is recorded under (the registry's: a registration, a policy change, a refresh
+    wait for it), not the ledger's own, so the ledger stays open to every other charge and read meanwhile."""
+    with ledger.store.lock(REGISTRY_LOCK):
+        check(ledger.policy(dataset), dataset, pinned, "nothing was published")
         yield
