@@ -135,13 +135,13 @@ def _people(n: int = 200) -> pd.DataFrame:
 NOMINAL = {  # the reviewer's requests, each with the words that say what to change
     "noise": (
         [{"method": "pram", "columns": ["sex", "region"]}, {"method": "noise", "columns": ["age"], "level": 1e-300}],
-        "noise: level 1e-300 moves no value by more than a rounding, so it protects nothing; a step that protects its "
-        "columns adds noise of at least 0.1 of the column's standard deviation: level at least 0.1",
+        "noise: level 1e-300 adds less than 0.1 of the column's standard deviation, so it does not count as protecting "
+        "its columns (at a tiny level it releases them as they are): level at least 0.1",
     ),
     "pram": (
         [{"method": "pram", "columns": ["sex", "region"], "keep": 0.99999999}, {"method": "recode", "columns": ["age"]}],
-        "pram: keep 1 redraws almost no value, so it protects nothing; a step that protects its columns redraws at "
-        "least one value in ten: keep at most 0.9",
+        "pram: keep 0.99999999 redraws fewer than one value in ten, so it does not count as protecting its columns (at "
+        "keep near 1 it releases them as they are): keep at most 0.9",
     ),
     "topcode": (
         [{"method": "pram", "columns": ["sex", "region"]}, {"method": "topcode", "column": "age", "top": 1000}],

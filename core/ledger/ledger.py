@@ -214,8 +214,8 @@ class Ledger:
                         )
                     detail["approval"] = seen.record(approval if seen.needed else None)
                     detail["admission"]["rule"] = account.APPROVED
-            if "policy" in params:  # an SDC charge: the disclosure policy it was checked under, still in force
-                pinned.check(self.policy(dataset, con), dataset, params["policy"], "nothing was charged")
+            if pinned.of(params) is not None:  # an SDC release's charge: the policy it was checked under, still in force
+                pinned.check(self.policy(dataset, con), dataset, pinned.of(params), "nothing was charged")
             self.store.lock_head(con)
             earlier = self._earlier(con, release_id, dataset, mechanism, params)  # the same id on another dataset
             if earlier is not None:

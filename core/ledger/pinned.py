@@ -22,6 +22,13 @@ class PolicyChanged(UserError):
     """The steward recorded another disclosure policy while a release checked under the earlier one ran."""
 
 
+def of(params: dict) -> int | None:
+    """The policy entry a charge's parameters pin: its seq under ``policy`` (``core.release.pipeline.claim``); None
+    when they pin none (a charge not made by a release: nothing to look at)."""
+    pinned = params.get("policy")
+    return pinned if isinstance(pinned, int) and not isinstance(pinned, bool) else None
+
+
 def check(current: Entry | None, dataset: str, pinned: int | None, before: str) -> None:
     """Refuse unless the dataset's policy in force (``current``) is the entry the request was checked under."""
     seq = None if current is None else current.seq

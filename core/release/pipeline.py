@@ -187,8 +187,8 @@ def assess(store: Home, release: Release, frame: pd.DataFrame, result: Result) -
 
 
 def publish(store: Home, release: Release, plan_: Plan, result: Result, charge_: Charge) -> _publish.Published:
-    """Write the release in place; an SDC release's disclosure policy is held for it under the ledger's lock,
-    and one the steward changed since the request was checked fails it (``core.ledger.pinned``)."""
+    """Write the release in place; an SDC release's disclosure policy is held for it under the lock a policy is
+    recorded under, and one the steward changed since the request was checked fails it (``core.ledger.pinned``)."""
     record = _publish.manifest(release, plan_, result, charge_.entry)
     if release.dataset.purpose != "sdc":
         return _publish.publish(store.releases, store.staging, record, result)

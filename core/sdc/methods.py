@@ -82,17 +82,15 @@ NOISE_FLOOR = 0.1  # additive noise protects a column only if it moves values: a
 class Pram(StrictParams):
     method: Literal["pram"]
     columns: list[str] = Field(min_length=1, description="categorical columns, each randomized on its own")
-    keep: float = Field(
-        0.8, gt=0, description=f"probability a value is kept (else drawn from the marginal), at most {PRAM_CEILING}"
-    )
+    keep: float = Field(0.8, gt=0, le=PRAM_CEILING, description="probability a value is kept (else drawn from the marginal)")
 
-    @field_validator("keep")
+    @field_validator("keep", mode="before")
     @classmethod
-    def _redraws(cls, keep: float) -> float:
-        if keep > PRAM_CEILING:
+    def _redraws(cls, keep: object) -> object:
+        if isinstance(keep, (int, float)) and not isinstance(keep, bool) and keep > PRAM_CEILING:
             raise ValueError(
-                f"pram: keep {keep:g} redraws almost no value, so it protects nothing; a step that protects its "
-                f"columns redraws at least one value in ten: keep at most {PRAM_CEILING:g}"
+                f"pram: keep {keep!r} redraws fewer than one value in ten, so it does not count as protecting its "
+                f"columns (at keep near 1 it releases them as they are): keep at most {PRAM_CEILING:g}"
             )
         return keep
 
@@ -100,18 +98,16 @@ class Pram(StrictParams):
 class Noise(StrictParams):
     method: Literal["noise"]
     columns: list[str] = Field(min_length=1, description="numeric columns")
-    level: float = Field(
-        0.1, le=10, description=f"noise standard deviation, in the column's standard deviations, at least {NOISE_FLOOR}"
-    )
+    level: float = Field(0.1, ge=NOISE_FLOOR, le=10, description="noise standard deviation, in the column's standard deviations")
 
-    @field_validator("level")
+    @field_validator("level", mode="before")
     @classmethod
-    def _moves(cls, level: float) -> float:
-        if not level >= NOISE_FLOOR:
+    def _moves(cls, level: object) -> object:
+        if isinstance(level, (int, float)) and not isinstance(level, bool) and level < NOISE_FLOOR:
             raise ValueError(
-                f"noise: level {level:g} moves no value by more than a rounding, so it protects nothing; a step that "
-                f"protects its columns adds noise of at least {NOISE_FLOOR:g} of the column's standard deviation: "
-                f"level at least {NOISE_FLOOR:g}"
+                f"noise: level {level!r} adds less than {NOISE_FLOOR:g} of the column's standard deviation, so it does "
+                f"not count as protecting its columns (at a tiny level it releases them as they are): level at least "
+                f"{NOISE_FLOOR:g}"
             )
         return level
 
