@@ -23,9 +23,13 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ["PRIVRELEASE_TEST_MODE"] = "1"
 
+from fractions import Fraction
+
 from core import noise
+from core.mechanisms import aggregate as agg
 from core.mechanisms import dpne
 from core.mechanisms import outliers as o
+from core.noise import exponential
 
 
 def seconds(fn) -> float:
@@ -51,6 +55,32 @@ def pairs_dpne(users: int, rng: np.random.Generator):
     posts = [" ".join(rng.choice(words, size=int(rng.integers(2, 9)))) for _ in range(users)]
     d = pd.DataFrame({"user": range(users), "text": posts})
     return d, d.drop(index=int(rng.integers(users))).reset_index(drop=True)
+
+
+def pairs_aggregate(users: int, rng: np.random.Generator, crowded: bool):
+    """A user-unit table of ``users`` users over 20 keys, values in [0, 100]: each user one row in one key, or (not
+    ``crowded``) a neighbour with one random user removed; ``crowded``: the neighbour adds one user with rows in
+    three keys, so the bounding runs another plan (every row kept as it is, against ranking that user's rows)."""
+    d = pd.DataFrame({"user": np.arange(users), "g": rng.integers(0, 20, users), "x": rng.uniform(0, 100, users).round(1)})
+    if crowded:
+        extra = pd.DataFrame({"user": [users] * 3, "g": [0, 1, 2], "x": [50.0, 50.0, 50.0]})
+        return d, pd.concat([d, extra], ignore_index=True)
+    return d, d.drop(index=int(rng.integers(users))).reset_index(drop=True)
+
+
+def exponential_passes(candidates: int, repeats: int = 50) -> None:
+    """One quantile draw's float pass against the exact MPFR pass it falls back to (``core.noise.exponential``),
+    over ``candidates`` candidates of weight 1 (a key's occupied steps in its interval)."""
+    w, low = np.ones(candidates, np.int64), np.arange(candidates, dtype=np.int64)
+    target, rate = Fraction(candidates, 2), Fraction(1, 4)
+    rng = noise.generator(0)
+    fast = [seconds(lambda: exponential._float_pass(w, low, low, target, rate, 2**63)) for _ in range(repeats)]
+    exact = [seconds(lambda: exponential._exact_pass(rng, w, low, low, target, rate, 2**63)) for _ in range(repeats)]
+    print(
+        f"| quantile draw over {candidates:,} candidates: float pass / exact MPFR pass | {repeats} | "
+        f"{statistics.median(fast) * 1e3:.2f} ms / {statistics.median(exact) * 1e3:.2f} ms | "
+        f"{max(fast) * 1e3:.2f} ms / {max(exact) * 1e3:.2f} ms | | |"
+    )
 
 
 def measure(label: str, make, params, run, pairs: int) -> None:
@@ -94,6 +124,26 @@ def main() -> None:
     measure("outliers count, global, N = 1,000, 2-D", lambda rng: pairs_outliers(1000, 2, rng, True), params, o.run, a.pairs)
     params = dpne.Params(user_column="user", text_column="text", epsilon=4, delta=1e-6, T=4, delta0=10)
     measure("DPNE, 2,000 users, T = 4", lambda rng: pairs_dpne(2000, rng), params, dpne.run, a.pairs // 2)
+    params = agg.Params(
+        group_by=["g"],
+        measures=[{"op": "count"}, {"op": "quantile", "column": "x", "bounds": [0, 100], "q": [0.5]}],
+        epsilon=1.0,
+        delta=1e-6,
+        user_column="user",
+        max_groups=3,
+        max_rows=1,
+        domains={"g": list(range(20))},
+    )
+    for crowded in (False, True):
+        measure(
+            f"aggregate count + median, 20,000 users, 20 keys, {'a user in 3 keys added' if crowded else 'a user removed'}",
+            lambda rng, crowded=crowded: pairs_aggregate(20_000, rng, crowded),
+            params,
+            agg.run,
+            a.pairs // 2,
+        )
+    for candidates in (100, 10_000):
+        exponential_passes(candidates)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from core.db import connect, exclusive, read_only
 from core.errors import UserError
 
 SCHEMA = "privrelease"  # PostgreSQL schema of our tables, apart from Prefect's when they share a database
+REGISTRY_LOCK = "registry"  # ``Store.lock``'s name every registration change takes (a disclosure policy recorded under it)
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS ledger (

@@ -303,3 +303,16 @@ def test_release_help_lists_the_mechanisms_and_their_pages():
         assert re.search(rf"^  {re.escape(name)} +{re.escape(describe.page(name))}$", listed, re.M), name
         assert (REPO / describe.page(name)).is_file()
     assert "privrelease mechanisms [NAME]" in listed
+
+
+def test_key_domains_are_said_not_to_depend_on_the_data_and_the_aggregates_timing_is_stated():
+    """The fourth privacy review (findings 5 and 6): a public key domain was described as something the steward edits
+    when the data has a new value, which publishes that value's holder outside any noise; docs/SECURITY.md stated the
+    timing of the outlier count and DPNE only."""
+    for page in ("mechanisms/aggregate.md", "guides/steward.md"):
+        text = " ".join((DOCS / page).read_text().split())
+        assert "must not depend on the data" in text and "selected privately" in text, page
+        assert "never by adding the value seen" in text or "never adding the value seen" in text, page
+    security = " ".join((DOCS / "SECURITY.md").read_text().split())
+    for said in ("three query plans", "occupied steps of its interval", "exact MPFR pass"):
+        assert said in security, said

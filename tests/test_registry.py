@@ -17,6 +17,7 @@ from core.datasets.ingest import read_schema
 from core.datasets.registry import Registry, Unit
 from core.db import quote_ident
 from core.errors import IngestError, SpecError, UserError, ValidationFailed
+from core.tables import readers
 from core.tables.schema import Column, Needs, Schema
 from tests.helpers import register
 
@@ -370,7 +371,8 @@ def test_a_declared_domain_is_checked_and_a_question_mark_in_a_name_is_only_a_na
     ``?`` (SQL's parameter mark, inside a quoted name) is checked like any other."""
     frame = pd.DataFrame({"region": ["north", "south", "east", "north"], "ok?": ["y", "n", "y", "y"]})
     declared = Schema(columns={"region": Column(type="string", domain=["north", "south"]), "ok?": Column(type="string")})
-    with pytest.raises(IngestError, match=r"column 'region': 1 values outside its declared domain \(first at lines \[4\]\)"):
+    with pytest.raises(IngestError, match=r"column 'region': 1 values outside its declared domain \(first at lines \[4\]\)") as e:
         register(home, frame, "regions", purpose="dp", schema=declared)
+    assert str(e.value).endswith(readers.DOMAIN_ADVICE) and "never add a value because a record holds it" in str(e.value)
     widened = Schema(columns={**declared.columns, "region": Column(type="string", domain=["north", "south", "east"])})
     assert register(home, frame, "regions", purpose="dp", schema=widened).schema == widened

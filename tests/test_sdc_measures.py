@@ -13,6 +13,7 @@ import pytest
 from scipy import integrate, stats
 
 from core.sdc import measures as m
+from core.sdc import risk
 from tests.test_swapping import seeded as generator
 
 
@@ -37,15 +38,15 @@ def test_individual_risk_reproduces_sdcmicros_published_figures():
     # (2,3,2): f = 1, F = 17; (3,3,1): f = 2, F = 92 + 8 = 100; (1,4,1): f = 1, F = 123.5
     f = np.array([3, 1, 3, 1, 2, 2, 1, 3])
     big_f = np.array([108, 45.5, 108, 17, 100, 100, 123.5, 108])
-    assert m.nb_risk(f, big_f) == pytest.approx(SDCMICRO_RK, abs=5e-9)
-    cells = m.cells(SDCMICRO, ["A", "B", "C"], weight="weight")
+    assert risk.nb_risk(f, big_f) == pytest.approx(SDCMICRO_RK, abs=5e-9)
+    cells = risk.cells(SDCMICRO, ["A", "B", "C"], weight="weight")
     assert sorted(zip(cells["fk"], cells["pop_fk"])) == [(1, 17), (1, 45.5), (1, 123.5), (2, 100), (3, 108)]
-    figures = m.disclosure(SDCMICRO, ["A", "B", "C"], weight="weight")
+    figures = risk.disclosure(SDCMICRO, ["A", "B", "C"], weight="weight")
     assert figures["expected_reidentifications"] == pytest.approx(sum(SDCMICRO_RK), abs=5e-8)
     assert figures["max_individual_risk"] == pytest.approx(0.17707583, abs=5e-9)
     # unweighted (sdcMicro's survey = FALSE, and its weighted figures where F = f): r_k = 1/f_k
-    assert m.nb_risk(f, f) == pytest.approx(1 / f)
-    assert m.disclosure(SDCMICRO, ["A", "B", "C"])["expected_reidentifications"] == 5
+    assert risk.nb_risk(f, f) == pytest.approx(1 / f)
+    assert risk.disclosure(SDCMICRO, ["A", "B", "C"])["expected_reidentifications"] == 5
 
 
 @pytest.mark.parametrize("f,p", [(1, 0.3), (1, 0.01), (2, 0.5), (2, 0.02), (3, 1 / 36), (5, 0.2), (12, 0.6), (40, 0.9)])
@@ -57,12 +58,12 @@ def test_individual_risk_equals_its_series_and_its_integral(f, p):
     log_terms = stats.nbinom.logpmf(y, f, p) - np.log(f + y)
     series = float(np.exp(log_terms).sum())
     integral, _ = integrate.quad(lambda t: p**f * t ** (f - 1) * (1 - q * t) ** (-f), 0, 1, epsabs=0, epsrel=1e-12)
-    risk = float(m.nb_risk(np.array([f]), np.array([f / p]))[0])
-    assert risk == pytest.approx(series, rel=1e-9) and risk == pytest.approx(integral, rel=1e-9)
+    r = float(risk.nb_risk(np.array([f]), np.array([f / p]))[0])
+    assert r == pytest.approx(series, rel=1e-9) and r == pytest.approx(integral, rel=1e-9)
     if f == 1:  # sdcMicro's closed forms for f = 1 and f = 2
-        assert risk == pytest.approx(p / q * math.log(1 / p), rel=1e-12)
+        assert r == pytest.approx(p / q * math.log(1 / p), rel=1e-12)
     if f == 2:
-        assert risk == pytest.approx(p / q - (p / q) ** 2 * math.log(1 / p), rel=1e-9)
+        assert r == pytest.approx(p / q - (p / q) ** 2 * math.log(1 / p), rel=1e-9)
 
 
 # A small table, by hand: cells (1,x): f = 3, sensitive {p, q}; (1,y): f = 1, {p}; (2,y): f = 2, {q};
@@ -71,7 +72,7 @@ SMALL = pd.DataFrame({"a": [1, 1, 1, 1, 2, 2, 3], "b": list("xxxyyyz"), "s": lis
 
 
 def test_disclosure_figures_of_a_small_table_by_hand():
-    figures = m.disclosure(SMALL, ["a", "b"], "s")
+    figures = risk.disclosure(SMALL, ["a", "b"], "s")
     assert figures == {
         "records": 7,
         "cells": 4,
@@ -87,18 +88,23 @@ def test_disclosure_figures_of_a_small_table_by_hand():
     }
 
 
-def _oracle(frame: pd.DataFrame, keys: list[str], sensitive: str) -> dict:
-    """Brute force, record by record: f_k and distinct l over the records whose keys match (a missing
-    key matches every value, as sdcMicro's freqCalc; a missing sensitive value counts as one value)."""
+def _oracle(frame: pd.DataFrame, keys: list[str], sensitive: str, count: str, persons: pd.DataFrame | None = None) -> dict:
+    """Brute force, record by record: f_k and distinct l over the records in its anonymity set. freqcalc: the
+    records matching it, a missing key matching every value (sdcMicro); released: the records with the same
+    released key, a missing value one value; intruder: the records whose every non-missing key value equals the
+    person's (row i of ``persons``). A missing sensitive value counts as one value."""
     rows = [tuple(None if pd.isna(v) else v for v in r) for r in frame[keys].itertuples(index=False)]
+    people = rows if persons is None else [tuple(r) for r in persons[keys].itertuples(index=False)]
     sens = ["<NA>" if pd.isna(v) else v for v in frame[sensitive]]
     f, ell = [], []
 
-    def match(x, y):
-        return all(a is None or b is None or a == b for a, b in zip(x, y))
+    def match(record, x):
+        if count == "released":
+            return record == x
+        return all(a is None or (b is None and count == "freqcalc") or a == b for a, b in zip(record, x))
 
-    for r in rows:
-        same = [j for j, other in enumerate(rows) if match(other, r)]
+    for x in people:
+        same = [j for j, other in enumerate(rows) if match(other, x)]
         f.append(len(same))
         ell.append(len({sens[j] for j in same}))
     f, ell = np.array(f), np.array(ell)
@@ -114,11 +120,10 @@ def _oracle(frame: pd.DataFrame, keys: list[str], sensitive: str) -> dict:
     }
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_k_anonymity_and_l_diversity_against_a_brute_force_oracle(seed):
+def _suppressed(seed: int, n: int = 150) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A table of true keys and the same with about a tenth of its key values and sensitive values missing."""
     rng = generator(seed)
-    n = 150
-    frame = pd.DataFrame(
+    true = pd.DataFrame(
         {
             "a": rng.integers(0, 8, n).astype(float),
             "b": rng.choice(list("uvw"), n),
@@ -126,12 +131,43 @@ def test_k_anonymity_and_l_diversity_against_a_brute_force_oracle(seed):
             "s": rng.choice(["p", "q", "r", "t"], n),
         }
     )
-    frame.loc[rng.random(n) < 0.1, "a"] = np.nan
-    frame.loc[rng.random(n) < 0.1, "s"] = None
-    found = m.disclosure(frame, ["a", "b", "c"], "s")
-    expected = _oracle(frame, ["a", "b", "c"], "s")
+    released = true.astype({"c": "Int64"}).copy()
+    for column in ("a", "b", "c", "s"):
+        released.loc[rng.random(n) < 0.1, column] = None
+    return true, released
+
+
+@pytest.mark.parametrize("count", ["freqcalc", "released", "intruder"])
+@pytest.mark.parametrize("seed", range(4))
+def test_k_anonymity_and_l_diversity_against_a_brute_force_oracle(seed, count):
+    true, frame = _suppressed(seed)
+    persons = true if count == "intruder" else None
+    found = risk.disclosure(frame, ["a", "b", "c"], "s", count=count, persons=persons)
+    expected = _oracle(frame, ["a", "b", "c"], "s", count, persons)
     assert {k: found[k] for k in expected} == pytest.approx(expected)
     assert found["records_f_below_2"] > 0 and found["records_l_below_2"] > found["records_f_below_2"]  # both exercised
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_released_count_is_at_most_the_intruders_which_is_at_most_freqcalcs(seed):
+    """Per record: the records of its released cell are all compatible with its person's true key, and every
+    record compatible with it matches it under freqCalc; on these tables each inequality is strict somewhere."""
+    true, frame = _suppressed(seed)
+    fk = {c: risk.record_cells(frame, ["a", "b", "c"], count=c, persons=true)["fk"].to_numpy() for c in risk.COUNTS}
+    assert (fk["released"] <= fk["intruder"]).all() and (fk["intruder"] <= fk["freqcalc"]).all()
+    assert (fk["released"] < fk["intruder"]).any() and (fk["intruder"] < fk["freqcalc"]).any()
+
+
+def test_the_released_count_is_pycanons_with_the_suppression_mark_as_a_value():
+    """pyCANON (an independent implementation) on the released table with a missing key value written '*'."""
+    from pycanon import anonymity
+
+    for seed in range(4):
+        _, frame = _suppressed(seed)
+        marked = frame.astype(object).where(frame.notna(), "*")
+        found = risk.disclosure(frame, ["a", "b", "c"], "s")
+        assert found["k"] == anonymity.k_anonymity(marked, ["a", "b", "c"])
+        assert found["l_min"] == anonymity.l_diversity(marked, ["a", "b", "c"], ["s"])
 
 
 def test_rank_linkage_by_hand():

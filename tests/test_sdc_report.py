@@ -17,8 +17,8 @@ from core.datasets.registry import Registry
 from core.release import pipeline
 from core.release.home import Home
 from core.release.spec import parse
-from core.sdc import measures as sdc_measures
 from core.sdc import report as sdc_report
+from core.sdc import risk as sdc_risk
 from tests.helpers import open_policy, register
 from tests.test_swapping import binormal
 
@@ -71,7 +71,7 @@ def test_external_report_is_the_released_tables_and_internal_stays_home(home, te
     assert all(_mode(p) == 0o600 for p in internal.iterdir())
     assert _mode(internal) == _mode(internal.parent) == _mode(home / "sdc-reports") == 0o700
     figures = json.loads((internal / "internal.json").read_text())
-    assert figures["before"] == json.loads(json.dumps(sdc_measures.disclosure(original, role.keys, role.sensitive)))
+    assert figures["before"] == json.loads(json.dumps(sdc_risk.disclosure(original, role.keys, role.sensitive)))
     public = ("keys_from", "keys", "sensitive", "weight", "cluster")
     assert {k: v for k, v in manifest["sdc_report"].items() if k not in public} == figures["after"]
     assert figures["thresholds_missed"] == []

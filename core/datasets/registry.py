@@ -39,7 +39,7 @@ from core.errors import NotRegistered, SpecError
 from core.ids import check_id
 from core.ledger.ledger import Ledger
 from core.sdc.policy import Policy, PolicyMismatch
-from core.store import open_store
+from core.store import REGISTRY_LOCK, open_store
 from core.tables.readers import bound, check_weight, data_root, resolve_source
 from core.tables.schema import Schema
 
@@ -106,7 +106,7 @@ class Registry:
         or anywhere for a command a user typed, which makes it absolute); ``warn`` hears of columns read as
         text because of a few values. With ``dry_run`` everything is read and checked as for a registration
         and nothing is written (no lock, no snapshot, no row): the dataset returned is not registered."""
-        with contextlib.nullcontext() if dry_run else self.store.lock("registry"):
+        with contextlib.nullcontext() if dry_run else self.store.lock(REGISTRY_LOCK):
             path, version = self._admit(dataset_id, source, fmt, unit, purpose, policy, root)
             source_ = _Source(path, fmt, delimiter, reading, suite)
             dataset = self._ingest(dataset_id, version, source_, unit, purpose, schema, policy, warn, dry_run=dry_run)
@@ -152,7 +152,7 @@ class Registry:
 
     def set_policy(self, dataset_id: str, policy: Policy, requested_by: str | None = None) -> Dataset:
         """The steward's new disclosure policy of an sdc dataset, checked against its schema, on the ledger."""
-        with self.store.lock("registry"):
+        with self.store.lock(REGISTRY_LOCK):
             current, private = self._current(dataset_id)
             _sdc(current)
             policy.check(current.schema, dataset_id)
@@ -180,7 +180,7 @@ class Registry:
         the source no longer has (a column dropped from the source leaves the schema). An sdc dataset's ``policy``,
         if given, replaces its disclosure policy with the new rows, checked as at registration (nothing changes if
         it does not fit them) and recorded on the ledger."""
-        with self.store.lock("registry"):
+        with self.store.lock(REGISTRY_LOCK):
             current, private = self._current(dataset_id)
             if policy is not None:
                 _sdc(current)
@@ -199,7 +199,7 @@ class Registry:
     def drop(self, dataset_id: str) -> None:
         """Delete the stored rows (and what was computed from them); the registration history and the ledger keep
         their entries."""
-        with self.store.lock("registry"):
+        with self.store.lock(REGISTRY_LOCK):
             current, private = self._current(dataset_id)
             if private.snapshot:
                 snapshots.remove(self._snapshot(private))

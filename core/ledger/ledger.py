@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from core.errors import ApprovalError, BudgetError, BudgetExhausted, ReleaseConflict
-from core.ledger import account, lease
+from core.ledger import account, lease, pinned
 from core.ledger.approval import Approval, Look, Rule, look
 from core.ledger.book import Book
 from core.ledger.chain import Entry, canonical, rows
@@ -199,6 +199,8 @@ class Ledger(Book):
                         )
                     detail["approval"] = seen.record(approval if seen.needed else None)
                     detail["admission"]["rule"] = account.APPROVED
+            if pinned.of(params) is not None:  # an SDC release's charge: the policy it was checked under, still in force
+                pinned.check(self.policy(dataset, con), dataset, pinned.of(params), "nothing was charged")
             self.store.lock_head(con)
             earlier = self._earlier(con, release_id, dataset, mechanism, params)  # the same id on another dataset
             if earlier is not None:

@@ -92,6 +92,9 @@ class Result:
     headline: dict = field(default_factory=dict)  # the figures the ledger records with the outcome
     name: str = "data"  # the release files' stem: <name>.parquet and <name>.csv
     manifest: dict = field(default_factory=dict)  # extra top-level manifest fields (a mechanism's contract)
+    # an SDC chain's key before local suppression, row by row with ``data``: each released record's person's key as
+    # the release codes it, for the intruder's count in the steward's internal report; never published
+    persons: pd.DataFrame | None = None
 
 
 @runtime_checkable

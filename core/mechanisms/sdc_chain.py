@@ -111,6 +111,19 @@ def protects(params: Params) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def nominal(params: Params) -> list[str]:
+    """The columns only nominal steps protect (``methods.nominal``: top coding), no other step."""
+    real: set[str] = set()
+    named: list[str] = []
+    for s in params.steps:
+        own = PAPERS[s.method].protects(_paper(s)) if s.method in PAPERS else methods.protects(s, params.policy)
+        if s.method not in PAPERS and methods.nominal(s):
+            named += own
+        else:
+            real |= set(own)
+    return [c for c in dict.fromkeys(named) if c not in real]
+
+
 def needs(params: Params, schema: tuple[str, ...]) -> Needs:
     columns: list[str] = []
     numeric: list[str] = []
@@ -148,8 +161,10 @@ def plan(params: Params) -> Plan:
 def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result:
     if params.policy is None:
         raise ParameterError("an sdc chain needs the dataset's disclosure policy")
-    data, done = frame, []
+    data, done, persons = frame, [], None
     for s in params.steps:
+        if isinstance(s, methods.Suppress):  # each record's person's key as the release codes it (recoded, perturbed)
+            persons = data[params.policy.key_vars.all].reset_index(drop=True)
         if s.method in PAPERS:
             # A paper's own figures (Pa, widths, bounds, bin counts, its charts) describe the table its step
             # saw and left, which later steps go on changing: published, they would tell values those steps
@@ -175,7 +190,7 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
         "a table the later steps changed. The release's risk is the policy's, measured on the final table "
         "below.\n\n" + lines + "\n"
     )
-    return Result(data.reset_index(drop=True), privacy, report, [], headline)
+    return Result(data.reset_index(drop=True), privacy, report, [], headline, persons=persons)
 
 
 def check(original: pd.DataFrame, result: Result, params: Params) -> None:

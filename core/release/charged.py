@@ -17,6 +17,7 @@ ledger command runs first.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
@@ -28,7 +29,7 @@ from typing import Protocol, TypeVar
 
 from core import environment, faults, interrupts
 from core.errors import ApprovalError, BudgetExhausted, ReleaseConflict, UserError
-from core.ledger import lease
+from core.ledger import lease, pinned
 from core.ledger.approval import Approval, Look
 from core.ledger.chain import Entry, canonical
 from core.ledger.ledger import FAILED, PUBLISHED, RESERVED, Charge, published
@@ -286,8 +287,13 @@ def resume(home: Home, entry: Entry, caller: Caller = Caller(), ledger: Ledgerin
         home.staging, home.releases, None, f"Its charge (ledger entry #{entry.seq}) stands, its draw still sealed."
     )
     kept = _publish.sealed(home.staging, entry.dataset, str(entry.release_id))
+    pin = pinned.of(json.loads(entry.params))  # an SDC draw: published only under the policy it was measured under
     try:
-        done = _publish.place(kept, home.releases)
+        with pinned.held(home.ledger, entry.dataset, pin) if pin is not None else contextlib.nullcontext():
+            done = _publish.place(kept, home.releases)
+    except pinned.PolicyChanged:
+        shutil.rmtree(kept, ignore_errors=True)  # it can never be published now
+        raise
     except OSError as exc:
         raise environment.unwritable(exc, _fault_words(entry, str(entry.release_id), kept)) or exc from None
     ledger.settle(

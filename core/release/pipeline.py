@@ -26,7 +26,7 @@ import pandas as pd
 from core import charts, faults, mechanisms, noise, parallel
 from core.datasets import snapshots
 from core.errors import SpecError
-from core.ledger import account
+from core.ledger import account, pinned
 from core.ledger.ledger import Charge, Ledger
 from core.mechanisms.base import DPCost, Plan, Result, Snapshot
 from core.privacy.accountant import Spend
@@ -179,16 +179,15 @@ def assess(store: Home, release: Release, frame: pd.DataFrame, result: Result) -
     module = mechanisms.get(release.mechanism)
     role = sdc_report.roles(release.mechanism, policy, module.protects(release.params), result.privacy, frame, result.data)
     external = sdc_report.external(result.data, role)
-    missing = enforce.missed(external, policy)
-    figures = {k: v for k, v in external.items() if k not in sdc_report.ROLE_FIELDS}  # the released table's, once
-    internal = sdc_report.internal(frame, result.data, role, figures) | {"thresholds_missed": missing}
+    internal = sdc_report.internal(frame, result.data, role, sdc_report.published(external), result.persons)
+    missing = enforce.missed(external, policy, internal["intruder"])  # the published cells' and the intruder's
     sdc_report.write_internal(
         store.root,
         release.dataset.id,
         release.release_id,
         release.mechanism,
-        internal,
-        sdc_report.records(frame, result.data, role),
+        internal | {"thresholds_missed": missing},
+        sdc_report.records(frame, result.data, role, result.persons),
     )
     if missing:
         raise enforce.refuse(release.dataset.id, release.release_id, missing)
@@ -196,8 +195,13 @@ def assess(store: Home, release: Release, frame: pd.DataFrame, result: Result) -
 
 
 def publish(store: Home, release: Release, plan_: Plan, result: Result, charge_: Charge) -> _publish.Published:
+    """Write the release in place; an SDC release's disclosure policy is held for it under the lock a policy is
+    recorded under, and one the steward changed since the request was checked fails it (``core.ledger.pinned``)."""
     record = _publish.manifest(release, plan_, result, charge_.entry)
-    return _publish.publish(store.releases, store.staging, record, result)
+    if release.dataset.purpose != "sdc":
+        return _publish.publish(store.releases, store.staging, record, result)
+    with pinned.held(store.ledger, release.dataset.id, release.dataset.policy_entry):
+        return _publish.publish(store.releases, store.staging, record, result)
 
 
 @dataclass(frozen=True)

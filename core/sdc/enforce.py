@@ -3,7 +3,8 @@
 - ``admit`` (with the request's check, before anything is charged or read): the dataset has a
   policy; the request names only columns the policy lets a release hold (never a direct
   identifier nor a column the policy does not name); it protects at least the policy's key
-  variables (naming the ones it leaves out).
+  variables (naming the ones it leaves out), a key protected only nominally (top coding) only
+  under a policy with a threshold measured on the key.
 - ``prepare`` (before the mechanism runs): the table cut to the policy's published columns, its
   rows shuffled with the release's randomness (OS entropy; a seed only in test mode), so no
   released row keeps its input position, and cluster ids replaced by fresh random labels (no step
@@ -65,6 +66,21 @@ def admit(dataset, mechanism: str, module, params) -> None:
             f"policy's key is {policy.key_vars.all}, and a release protects every one of them (more is allowed). "
             f"Add them to {_where(mechanism)}, or add a step that protects them (sdc: recode, suppress, ...)."
         )
+    nominal = [c for c in getattr(module, "nominal", lambda _: [])(params) if c in policy.key_vars.all]
+    if nominal and not identifying(policy):
+        raise SpecError(
+            f"key variables {nominal} of dataset {dataset.id!r} are protected only by topcode, which changes nothing "
+            "where its bounds lie outside the values (not public, so nothing tells before the rows are read): it "
+            "protects only under a policy with a threshold measured on the key (k, risk, global_risk or "
+            "household_risk), and this policy sets none. Add a step that protects them (recode, suppress, "
+            "microaggregate, noise, pram), or ask the data steward for a threshold."
+        )
+
+
+def identifying(policy: Policy) -> list[str]:
+    """The policy's thresholds measured on re-identification through the key (l-diversity is not one), in words."""
+    said = policy.thresholds.words()
+    return [said[k] for k in ("k", "risk", "global_risk", "household_risk") if k in said]
 
 
 def _steps_admitted(dataset, mechanism: str, params, policy: Policy) -> None:
@@ -105,6 +121,12 @@ def notes(dataset, module, params) -> list[str]:
         f"the policy does not name {policy.unnamed(dataset.schema)}; rows shuffled.",
         f"risk is measured on the policy's key {policy.key_vars.all} after the last step.",
     ]
+    nominal = [c for c in getattr(module, "nominal", lambda _: [])(params) if c in policy.key_vars.all]
+    if nominal:
+        out.append(
+            f"{nominal} are protected only by topcode, nominally (its bounds may lie outside the values): the "
+            "thresholds, measured on the final table, are what protects them."
+        )
     named = policy.thresholds.named()
     if not named:
         return [*out, "the policy sets no threshold: the table is published as the methods leave it."]
@@ -114,7 +136,8 @@ def notes(dataset, module, params) -> list[str]:
     if k is not None and last is not None and last.method == "suppress" and (last.k or k) >= k:
         out.append(
             f"k-anonymity on the key (k ≥ {k}) holds by construction: the last step suppresses key values "
-            "until every key cell holds that many records."
+            "until every released key cell (a suppressed value a value of its own) holds that many records, so "
+            "every person is compatible with at least that many released records given their true key."
         )
     out.append(
         "thresholds the released table must meet: " + "; ".join(named) + ". Whether it does depends on the "
@@ -153,8 +176,16 @@ def prepare(frame: pd.DataFrame, policy: Policy, rng: np.random.Generator) -> pd
     return out
 
 
-def missed(figures: dict, policy: Policy) -> list[str]:
-    """The thresholds the released table misses (their names and the policy's values, never a figure)."""
+def missed(figures: dict, policy: Policy, *more: dict) -> list[str]:
+    """The thresholds the released table misses (their names and the policy's values, never a figure), on its
+    figures and on each of ``more`` (the same figures counted another way: the intruder's)."""
+    out = _missed(figures, policy)
+    for other in more:
+        out += [said for said in _missed(other, policy) if said not in out]
+    return out
+
+
+def _missed(figures: dict, policy: Policy) -> list[str]:
     t = policy.thresholds
     out = []
     said = t.words()

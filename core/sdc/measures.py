@@ -1,24 +1,10 @@
-"""Disclosure-risk and utility measures of an SDC release (RA, swapping), as sdcMicro computes them.
+"""Utility measures of an SDC release (the steward's internal report), as sdcMicro computes them; the disclosure
+risk is ``core.sdc.risk``.
 
-IL1s, means and correlations run in DuckDB over the registered frames, so it does not copy them;
-frequencies of the key combination and l-diversity (``matches``: rows hashed by their key codes), the
+IL1s, means and correlations run in DuckDB over the registered frames, so it does not copy them; the
 nearest-neighbour linkage (exact: direct distances to the distinct originals, or scipy's KD-tree when
 they are many) and pMSE (a logistic regression over level codes, ``core.sdc.logistic``) run in numpy.
 
-- k-anonymity: f_k, the number of records sharing record k's combination of key columns; the
-  records in cells with f_k < 2 (sample uniques) and f_k < 3 violate 2- and 3-anonymity.
-- Individual risk (sdcMicro ``measure_risk``/``indivRisk``, Benedetti & Franconi 1998; Franconi &
-  Polettini 2004; Templ, Kowarik & Meindl 2015, JSS 67(4)): with F_k the weighted population
-  frequency and p_k = f_k/F_k, the posterior of F_k − f_k is negative binomial (f_k, p_k) and
-  r_k = E[1/F_k | f_k] = Σ_{y≥0} C(f_k+y−1, y) p_k^{f_k} q_k^y / (f_k+y)
-      = ∫_0^1 p_k^{f_k} t^{f_k−1} (1 − q_k t)^{−f_k} dt = (p_k / f_k) · ₂F₁(1, 1; f_k+1; q_k),
-  q_k = 1 − p_k (the last step is Euler's transformation of p^f/f · ₂F₁(f, f; f+1; q)). Without
-  weights F_k = f_k and r_k = 1/f_k, as sdcMicro. This is ``indivRisk(method = "exact")``, whose
-  published test figures it reproduces; ``measure_risk`` calls the default "approx", which for
-  f_k > 2 with weights uses p_k/(f_k − q_k) instead (the same 1/f_k without weights). The global risk is the expected number of
-  re-identifications Σ_k r_k (sdcMicro's ``global_risk_ER``).
-- Distinct l-diversity: the number of distinct sensitive values in a record's cell (missing
-  counts as one value).
 - Record linkage in rank space: each column is mapped to mid-ranks among the original values;
   a perturbed record is linked when its nearest original record (Euclidean, in rank space) is
   its own (ties shared: 1/ties).
@@ -39,11 +25,10 @@ import math
 import duckdb
 import numpy as np
 import pandas as pd
-import scipy  # submodules load on first use: scipy.special only for weighted risk, scipy.spatial for a large linkage
+import scipy  # submodules load on first use: scipy.spatial only for a large linkage
 
 from core.sdc import coding, logistic
 
-FREQUENCY_BANDS = ((1, 1), (2, 2), (3, 4), (5, 9), (10, None))  # cell-size bands of the risk charts
 MAX_LEVELS = 50  # a categorical column with more levels is left out of pMSE's model (and named)
 MAX_SQUARED = 8  # pMSE's second-order terms: among the first numeric columns of its list
 MAX_PMSE_ROWS = 100_000  # pMSE is fitted on every s-th record of each table, s the smallest stride within this
@@ -51,164 +36,6 @@ MAX_PMSE_ROWS = 100_000  # pMSE is fitted on every s-th record of each table, s 
 
 def ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
-
-
-def nb_risk(f: np.ndarray, F: np.ndarray) -> np.ndarray:
-    """sdcMicro's individual risk r_k = E[1/F_k | f_k] = (p/f)·₂F₁(1, 1; f+1; q), and 1/f where F = f."""
-    f, F = np.asarray(f, dtype=float), np.asarray(F, dtype=float)
-    p = np.minimum(f / F, 1.0)
-    out = 1.0 / f
-    weighted = p < 1.0
-    if weighted.any():  # without weights (F = f) no ₂F₁, and no 0.3 s import of scipy.special
-        out[weighted] = p[weighted] / f[weighted] * scipy.special.hyp2f1(1.0, 1.0, f[weighted] + 1.0, 1.0 - p[weighted])
-    return out
-
-
-def _patterns(codes: np.ndarray) -> np.ndarray:
-    """Each row's set of missing keys, as a bit mask."""
-    return (codes < 0).astype(np.int64) @ (1 << np.arange(codes.shape[1], dtype=np.int64))
-
-
-def matches(
-    codes: np.ndarray, queries: np.ndarray, weights: np.ndarray | None = None, values: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """For each query row of key codes: how many records match it, their summed weights and (given
-    ``values``, one code per record) how many distinct values they hold. A record matches a query
-    where, key by key, the two are equal or either is missing (−1), as sdcMicro's ``freqCalc``.
-
-    Rows are grouped by which keys they miss: a query pattern P and a record pattern Q are compared on
-    the keys outside P ∪ Q only, with one hash of those keys, so the cost is (query patterns + record
-    patterns) × rows, never rows × rows."""
-    w = np.ones(len(codes)) if weights is None else weights
-    n, wsum = np.zeros(len(queries), dtype=np.int64), np.zeros(len(queries))
-    span = int(values.max(initial=0)) + 1 if values is not None else 0
-    found: list[np.ndarray] = []
-    rbits, qbits = _patterns(codes), _patterns(queries)
-    for q_pattern in np.sort(pd.unique(qbits)):
-        qi = np.flatnonzero(qbits == q_pattern)
-        for r_pattern in np.sort(pd.unique(rbits)):
-            ri = np.flatnonzero(rbits == r_pattern)
-            shared = [j for j in range(codes.shape[1]) if not ((q_pattern | r_pattern) >> j) & 1]
-            alike = queries is codes and q_pattern == r_pattern  # the records are the queries
-            rows = codes[ri] if alike else np.vstack([codes[ri], queries[qi]])
-            group, distinct_keys = pd.factorize(coding.combined(rows, shared))
-            rg, qg, size = group[: len(ri)], group if alike else group[len(ri) :], len(distinct_keys)
-            n[qi] += np.bincount(rg, minlength=size)[qg]  # a query's group may hold no record: 0
-            wsum[qi] += np.bincount(rg, weights=w[ri], minlength=size)[qg]
-            if values is not None:  # the distinct (group, value) pairs by group, then each query's group's values
-                pairs = np.sort(pd.unique(rg * span + values[ri]))
-                per_group = np.bincount(pairs // span, minlength=size)
-                start, take = np.cumsum(per_group) - per_group, per_group[qg]
-                at = np.repeat(start[qg] - np.cumsum(take) + take, take) + np.arange(take.sum())
-                found.append(np.repeat(qi, take) * span + pairs[at] % span)
-    distinct = None
-    if values is not None:  # a query's values over every record pattern it matched, each once
-        seen = pd.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
-        distinct = np.bincount(seen // span, minlength=len(queries))
-    return n, wsum, distinct
-
-
-def record_cells(
-    frame: pd.DataFrame,
-    keys: list[str],
-    sensitive: list[str] | str | None = None,
-    weight: str | None = None,
-    cluster: str | None = None,
-) -> pd.DataFrame:
-    """Per record, in the table's order: ``fk`` (records sharing its key combination), ``pop_fk`` (their
-    summed weights, or fk), ``l`` (the fewest distinct values of a sensitive variable among them), ``cell``
-    (its key combination as a number, a missing value one value of its own) and, given, its ``cluster``.
-
-    A missing key value matches every value, as sdcMicro's ``freqCalc`` counts it: a suppressed cell
-    could be anything, so a record with one is counted with every record it could be. A missing
-    sensitive value counts as one value."""
-    sens = [sensitive] if isinstance(sensitive, str) else list(sensitive or [])
-    keyed = np.column_stack([coding.codes(frame[k]) for k in keys]) if len(frame) else np.zeros((0, len(keys)), np.int64)
-    w = frame[weight].to_numpy(dtype=float) if weight else None
-    values = [coding.codes(frame[s]) + 1 for s in sens]  # a missing value: its own value 0
-    fk, pop, ell = matches(keyed, keyed, w, values[0] if values else None)
-    out = {"fk": fk, "pop_fk": pop if weight else fk.astype(float), "cell": coding.combined(keyed, list(range(len(keys))))}
-    if values:
-        out["l"] = np.min([ell, *(matches(keyed, keyed, None, v)[2] for v in values[1:])], axis=0)
-    else:
-        out["l"] = np.full(len(frame), np.nan)
-    if cluster:
-        out["cluster"] = frame[cluster].to_numpy()
-    return pd.DataFrame(out)
-
-
-def cells(
-    frame: pd.DataFrame, keys: list[str], sensitive: list[str] | str | None = None, weight: str | None = None
-) -> pd.DataFrame:
-    """One row per distinct (f_k, F_k, l) of the records (``fk``, ``pop_fk``, ``l``) and how many records have it."""
-    per = record_cells(frame, keys, sensitive, weight)
-    return (
-        per.groupby(["fk", "pop_fk", "l"], dropna=False)
-        .size()
-        .rename("records")
-        .reset_index()
-        .sort_values(["fk", "pop_fk", "l"])
-        .reset_index(drop=True)
-    )
-
-
-def household_risk(risk: np.ndarray, cluster: pd.Series) -> np.ndarray:
-    """sdcMicro's household (hierarchical) risk, per record: the chance that at least one member of its
-    household is re-identified, 1 − Π_{i∈h}(1 − r_i), members taken as independent."""
-    codes = pd.factorize(cluster, use_na_sentinel=True)[0]
-    codes = np.where(codes >= 0, codes, codes.max(initial=-1) + 1 + np.arange(len(codes)))  # no household: alone
-    with np.errstate(divide="ignore"):  # a member at risk 1: log 0 = −inf, and the household's risk is 1
-        log_safe = pd.Series(np.log1p(-np.minimum(risk, 1.0)))
-    return -np.expm1(log_safe.groupby(codes).transform("sum").to_numpy())
-
-
-def disclosure(
-    frame: pd.DataFrame,
-    keys: list[str],
-    sensitive: list[str] | str | None = None,
-    weight: str | None = None,
-    cluster: str | None = None,
-    above: float | None = None,
-) -> dict:
-    """k-anonymity, sdcMicro's individual and global risk (and, with ``cluster``, household risk), and
-    distinct l-diversity of one table, from its records' key cells (``record_cells``). With ``above``,
-    also the records whose individual risk exceeds it."""
-    per = record_cells(frame, keys, sensitive, weight, cluster)
-    f = per["fk"].to_numpy(float)
-    risk = nb_risk(f, per["pop_fk"].to_numpy(float))
-    er = float(risk.sum())
-    n = len(per)
-    combos = len(pd.unique(per["cell"].to_numpy()))
-    out = {
-        "records": n,
-        "cells": int(combos),
-        "k": int(f.min()) if n else 0,
-        "records_f_below_2": int((f < 2).sum()),
-        "records_f_below_3": int((f < 3).sum()),
-        "expected_reidentifications": er,
-        "global_risk": er / n if n else 0.0,
-        "max_individual_risk": float(risk.max(initial=0.0)),
-        "records_by_cell_size": {_band(lo, hi): int(((f >= lo) & (f <= (hi or math.inf))).sum()) for lo, hi in FREQUENCY_BANDS},
-    }
-    if above is not None:
-        out["records_risk_above"] = {"above": above, "records": int((risk > above).sum())}
-    if sensitive:
-        ell = per["l"].to_numpy(float)
-        out |= {"l_min": int(ell.min()) if n else 0, "records_l_below_2": int((ell < 2).sum())}
-    if cluster:
-        hh = household_risk(risk, per["cluster"])
-        out |= {"household_risk_max": float(hh.max(initial=0.0)), "household_expected_reidentifications": float(hh.sum())}
-    return out
-
-
-def record_risks(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Per record, in the table's order: f_k and r_k = 1/f_k (no weights; a missing key matches every value)."""
-    f = record_cells(frame, keys)["fk"].to_numpy(np.int64)
-    return pd.DataFrame({"fk": f, "risk": 1.0 / f})
-
-
-def _band(lo: int, hi: int | None) -> str:
-    return f"{lo}+" if hi is None else (f"{lo}" if lo == hi else f"{lo}-{hi}")
 
 
 def mid_ranks(original: np.ndarray, values: np.ndarray) -> np.ndarray:

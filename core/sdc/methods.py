@@ -11,17 +11,21 @@ whole key.
   breaks into intervals, a categorical key mapped up ``level`` levels.
 - ``topcode``: top and bottom coding (sdcMicro's ``topBotCoding``): values above ``top`` become
   ``top``, below ``bottom`` become ``bottom``.
-- ``suppress``: local suppression to k-anonymity on the policy's key (sdcMicro's ``kAnon``): key
-  values of records in cells smaller than k are set to missing, which matches every value, until
-  every record's cell holds k; each round suppresses, per unsafe record, the key whose
-  suppression leaves it the largest cell (ties: the key with more categories first).
+- ``suppress``: local suppression to k-anonymity on the policy's key (sdcMicro's ``kAnon``, counted as ARX
+  and an intruder count): key values of records in cells smaller than k are set to missing until every
+  record's released cell, a suppressed value a value of its own, holds k; fewest suppressed values per
+  record first (``core.sdc.suppression``).
 - ``microaggregate``: MDAV on numeric keys (sdcMicro's ``microaggregation(method = "mdav")``):
   groups of at least k records around the farthest pair, each value replaced by its group's mean.
 - ``pram``: invariant PRAM (sdcMicro's ``pram``; Gouweleeuw et al. 1998): each value is kept with
-  probability ``keep``, else replaced by a draw from the column's marginal, so the transition
-  matrix P = keep·I + (1 − keep)·1π' leaves the marginal π invariant in expectation.
+  probability ``keep`` (at most ``PRAM_CEILING``), else replaced by a draw from the column's marginal, so the
+  transition matrix P = keep·I + (1 − keep)·1π' leaves the marginal π invariant in expectation.
 - ``noise``: additive noise (sdcMicro's ``addNoise(method = "additive")``): normal noise of
-  standard deviation ``level`` times the column's.
+  standard deviation ``level`` (at least ``NOISE_FLOOR``) times the column's.
+
+A step that protects must protect: PRAM's ``keep`` and the noise ``level`` are bounded away from no change; top
+coding, whose bounds may lie outside the (private) values, is ``nominal``: it protects its column only under a
+policy with a threshold measured on the key (``core.sdc.enforce``).
 """
 
 from __future__ import annotations
@@ -30,11 +34,11 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from core.errors import ParameterError
 from core.params import StrictParams
-from core.sdc import coding, measures
+from core.sdc import coding, suppression
 from core.sdc.groups import meds_bins
 from core.sdc.policy import Breaks, Policy
 
@@ -71,16 +75,41 @@ class Microaggregate(StrictParams):
     k: int = Field(3, ge=2, le=1000, description="least records per group")
 
 
+PRAM_CEILING = 0.9  # PRAM protects a column only if it redraws values: at least one in ten
+NOISE_FLOOR = 0.1  # additive noise protects a column only if it moves values: at least a tenth of its sd
+
+
 class Pram(StrictParams):
     method: Literal["pram"]
     columns: list[str] = Field(min_length=1, description="categorical columns, each randomized on its own")
-    keep: float = Field(0.8, gt=0, lt=1, description="probability a value is kept (else drawn from the marginal)")
+    keep: float = Field(0.8, gt=0, le=PRAM_CEILING, description="probability a value is kept (else drawn from the marginal)")
+
+    @field_validator("keep", mode="before")
+    @classmethod
+    def _redraws(cls, keep: object) -> object:
+        if isinstance(keep, (int, float)) and not isinstance(keep, bool) and keep > PRAM_CEILING:
+            raise ValueError(
+                f"pram: keep {keep!r} redraws fewer than one value in ten, so it does not count as protecting its "
+                f"columns (at keep near 1 it releases them as they are): keep at most {PRAM_CEILING:g}"
+            )
+        return keep
 
 
 class Noise(StrictParams):
     method: Literal["noise"]
     columns: list[str] = Field(min_length=1, description="numeric columns")
-    level: float = Field(0.1, gt=0, le=10, description="noise standard deviation, in the column's standard deviations")
+    level: float = Field(0.1, ge=NOISE_FLOOR, le=10, description="noise standard deviation, in the column's standard deviations")
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _moves(cls, level: object) -> object:
+        if isinstance(level, (int, float)) and not isinstance(level, bool) and level < NOISE_FLOOR:
+            raise ValueError(
+                f"noise: level {level!r} adds less than {NOISE_FLOOR:g} of the column's standard deviation, so it does "
+                f"not count as protecting its columns (at a tiny level it releases them as they are): level at least "
+                f"{NOISE_FLOOR:g}"
+            )
+        return level
 
 
 def columns(step: StrictParams) -> list[str]:
@@ -93,6 +122,12 @@ def columns(step: StrictParams) -> list[str]:
 def protects(step: StrictParams, policy: Policy) -> list[str]:
     """The columns a step changes so as to protect them."""
     return policy.key_vars.all if isinstance(step, Suppress) else columns(step)
+
+
+def nominal(step: StrictParams) -> bool:
+    """Whether a step's protection is nominal: top coding changes nothing where its bounds lie outside the column's
+    values, which are not public, so only a threshold measured on the final table can tell it protected."""
+    return isinstance(step, TopCode)
 
 
 def numeric(step: StrictParams) -> list[str]:
@@ -151,52 +186,24 @@ def topcode(frame: pd.DataFrame, step: TopCode) -> tuple[pd.DataFrame, dict]:
 
 
 def suppress(frame: pd.DataFrame, step: Suppress, policy: Policy) -> tuple[pd.DataFrame, dict]:
-    """Local suppression to k-anonymity on the policy's key (see the module's docstring)."""
+    """Local suppression to k-anonymity on the policy's key, a suppressed value a value of its own
+    (``core.sdc.suppression``). What it publishes is read off the released table: the suppressed cells."""
     k = step.k or policy.thresholds.k or 3
     keys = policy.key_vars.all
     out = frame.copy()
     for c in keys:  # a suppressed cell is missing: integer columns take pandas' nullable type
         if pd.api.types.is_integer_dtype(out[c]):
             out[c] = out[c].astype("Int64")
-    if len(out) < k:  # no suppression reaches k: every key value goes (the threshold check then refuses the table)
-        out[keys] = pd.NA
-        return out, {
-            "method": "suppress",
-            "k": k,
-            "rounds": 1,
-            "suppressed_cells": int(len(out) * len(keys)),
-            "suppressed_by_column": dict.fromkeys(keys, len(out)),
-        }
-    levels = {c: frame[c].nunique() for c in keys}
-    order = sorted(range(len(keys)), key=lambda j: -levels[keys[j]])  # ties: more categories first
-    codes = np.column_stack([coding.codes(out[c]) for c in keys])
-    suppressed = np.zeros(len(keys), dtype=np.int64)
-    rounds = 0
-    while True:
-        f = measures.matches(codes, codes)[0]
-        unsafe = np.flatnonzero(f < k)
-        if not len(unsafe):
-            break
-        rounds += 1
-        gains = np.full((len(unsafe), len(keys)), -1, dtype=np.int64)
-        for j in range(len(keys)):
-            query = codes[unsafe].copy()
-            query[:, j] = -1
-            gains[:, j] = np.where(codes[unsafe, j] >= 0, measures.matches(codes, query)[0], -1)
-        if (gains.max(axis=1) < 0).any():  # every key already missing: cannot happen with len(out) >= k
-            raise ParameterError("suppress: a record with every key suppressed is still below k")
-        choice = np.asarray(order)[gains[:, order].argmax(axis=1)]
-        for j in np.unique(choice):
-            rows = unsafe[choice == j]
-            codes[rows, j] = -1
-            out.iloc[rows, out.columns.get_loc(keys[j])] = pd.NA
-            suppressed[j] += len(rows)
+    codes = np.column_stack([coding.codes(frame[c]) for c in keys])
+    chosen = suppression.masks(codes, k, [int(frame[c].nunique()) for c in keys])
+    hidden = ((chosen[:, None] >> np.arange(len(keys))) & 1).astype(bool)
+    for j, c in enumerate(keys):
+        out.loc[hidden[:, j], c] = pd.NA
     return out, {
         "method": "suppress",
         "k": k,
-        "rounds": rounds,
-        "suppressed_cells": int(suppressed.sum()),
-        "suppressed_by_column": dict(zip(keys, suppressed.tolist())),
+        "suppressed_cells": int(hidden.sum()),
+        "suppressed_by_column": dict(zip(keys, hidden.sum(axis=0).tolist())),
     }
 
 

@@ -199,10 +199,10 @@ class Policy(_Strict):
         if nullable:
             raise PolicyMismatch(
                 f"the disclosure policy of {dataset!r} names key variables {nullable} that may be empty "
-                "(nullable in the registered schema): the risk measures count a missing key value as "
-                "matching every value (as a suppressed one does), so a table with a few missing keys would "
-                "pass any k. Register them with missing values as a category of their own (for example "
-                "'unknown'), or leave them out of the key."
+                "(nullable in the registered schema): a missing key value reads as a suppressed one in the "
+                "release, and sdcMicro's freqCalc (shown beside the published figures) counts it as matching "
+                "every value, so a table with a few missing keys would pass any k there. Register them with "
+                "missing values as a category of their own (for example 'unknown'), or leave them out of the key."
             )
 
     def unnamed(self, schema: Schema) -> list[str]:

@@ -3,12 +3,14 @@
 - **External** (published with the release: report.md, the manifest's ``sdc_report``, a chart):
   only figures that are functions of the released table and the request's public parameters:
   the k-anonymity, the individual and global re-identification risk and the distinct
-  l-diversity of the released key cells. Anyone holding the released table computes the same
-  figures, so publishing them tells nothing the table does not.
+  l-diversity of the released key cells (``core.sdc.risk``'s released count, which it names), and
+  sdcMicro's freqCalc figures beside them for comparison. Anyone holding the released table
+  computes the same figures, so publishing them tells nothing the table does not.
 - **Internal** (for the data steward, under ``<home>/sdc-reports/<dataset>/<release>/``, owner-
   only, never published, never in Prefect): everything, including what compares the release
-  with the original records: the risk before and after, the record-linkage rate, IL1s, the
-  changes of means and correlations, pMSE with its null expectation.
+  with the original records: the risk before and after, the intruder's (each person's true key
+  against the released records), the record-linkage rate, IL1s, the changes of means and
+  correlations, pMSE with its null expectation.
 
 Which columns play which part comes from the steward's disclosure policy, whatever the request
 protected: its key variables are the key, its sensitive variables those of l-diversity, its
@@ -30,6 +32,7 @@ from core import paths
 from core.charts import Chart, drawing
 from core.db import memory
 from core.sdc import measures as m
+from core.sdc import risk
 
 EXTERNAL_CHART = "sdc_cell_sizes.png"
 SECTION = "## Disclosure risk of the released table"
@@ -46,8 +49,10 @@ NOTES = {  # the figures count exact matches on released values, which the mecha
 NOTES |= {
     "meds": NOTES["mews"],
     "eds": NOTES["mews"],
-    "sdc": "A chain's methods moved, coarsened or suppressed key values; a suppressed (missing) key value "
-    "matches every value, as sdcMicro counts it.\n\n",
+    "sdc": "A chain's methods coarsened, moved or suppressed key values. After a recoding the counts are of the "
+    "recoded key, which the policy's public hierarchies give anyone who knows the true value; after a perturbative "
+    "step (RA, PRAM, noise, a swap) they count released combinations, not persons, and that step's own figure "
+    "is its risk statement.\n\n",
 }
 
 
@@ -85,28 +90,46 @@ def _numeric(column: pd.Series) -> bool:
 
 
 ROLE_FIELDS = ("keys_from", "keys", "sensitive", "weight", "cluster")  # what ``external`` puts before the figures
+FREQCALC_FIELDS = ("k", "records_f_below_2", "records_f_below_3", "max_individual_risk", "l_min")  # shown for comparison
 
 
 def external(released: pd.DataFrame, role: Roles) -> dict:
-    """The published figures: a function of the released table and the public parameters only."""
-    figures = _disclosure(released, role)
+    """The published figures: a function of the released table and the public parameters only. The main ones
+    over released cells (``risk.COUNTS["released"]``), sdcMicro's freqCalc figures beside them, for comparison."""
+    freqcalc = _disclosure(released, role, "freqcalc")
     return {
         "keys_from": "policy",
         "keys": role.keys,
         "sensitive": role.sensitive,
         "weight": role.weight,
         "cluster": role.cluster,
-        **figures,
+        "count": "released",
+        **_disclosure(released, role),
+        "sdcmicro_freqcalc": {k: freqcalc[k] for k in FREQCALC_FIELDS if k in freqcalc},
     }
 
 
-def _disclosure(frame: pd.DataFrame, role: Roles) -> dict:
-    return m.disclosure(frame, role.keys, role.sensitive, role.weight, role.cluster, role.above)
+def published(external_figures: dict) -> dict:
+    """The released table's figures of an external report, without the roles it names first."""
+    return {k: v for k, v in external_figures.items() if k not in ROLE_FIELDS}
 
 
-def internal(original: pd.DataFrame, released: pd.DataFrame, role: Roles, after: dict | None = None) -> dict:
-    """Everything the steward reviews: before and after, linkage, information loss, pMSE. ``after``: the
-    released table's disclosure figures when ``external`` has computed them already."""
+def _disclosure(frame: pd.DataFrame, role: Roles, count: risk.Count = "released", persons: pd.DataFrame | None = None) -> dict:
+    return risk.disclosure(frame, role.keys, role.sensitive, role.weight, role.cluster, role.above, count, persons)
+
+
+def intruder(released: pd.DataFrame, role: Roles, persons: pd.DataFrame | None) -> dict:
+    """The figures over each person's anonymity set: the released records compatible with their true key
+    (``persons``: row by row, the key before local suppression; none: the released key)."""
+    return _disclosure(released, role, "intruder", persons)
+
+
+def internal(
+    original: pd.DataFrame, released: pd.DataFrame, role: Roles, after: dict | None = None, persons: pd.DataFrame | None = None
+) -> dict:
+    """Everything the steward reviews: before and after, the intruder's figures, linkage, information loss, pMSE.
+    ``after``: the released table's disclosure figures when ``external`` has computed them already; ``persons``:
+    as ``intruder`` takes them."""
     numeric_all = [c for c in original.columns if _numeric(original[c]) and _numeric(released[c])]
     paired = len(original) == len(released)
     with memory() as con:
@@ -114,7 +137,8 @@ def internal(original: pd.DataFrame, released: pd.DataFrame, role: Roles, after:
         con.register("released", released)
         out = {
             "before": _disclosure(original, role),
-            "after": _disclosure(released, role) if after is None else after,
+            "after": published(external(released, role)) if after is None else after,
+            "intruder": intruder(released, role, persons),
             "il1s": m.il1s(con, "original", "released", role.perturbed) if paired else None,
             **m.changes(con, "original", "released", numeric_all),
         }
@@ -127,24 +151,28 @@ def internal(original: pd.DataFrame, released: pd.DataFrame, role: Roles, after:
     return out
 
 
-def _disclosure_rows(figures: dict) -> list[tuple[str, str]]:
-    rows = [
-        ("records", f"{figures['records']}"),
-        ("key cells (distinct key combinations)", f"{figures['cells']}"),
-        ("k-anonymity: the smallest key cell", f"{figures['k']}"),
-        ("records in cells with f_k < 2 (sample uniques)", f"{figures['records_f_below_2']}"),
-        ("records in cells with f_k < 3", f"{figures['records_f_below_3']}"),
-        ("expected re-identifications Σ r_k", f"{figures['expected_reidentifications']:.2f}"),
-        ("global risk (expected re-identifications / records)", f"{figures['global_risk']:.4f}"),
-        ("highest individual risk r_k", f"{figures['max_individual_risk']:.4f}"),
-    ]
+def _disclosure_rows(figures: dict, partial: bool = False) -> list[tuple[str, str]]:
+    """The figures as (measure, value) rows; ``partial``: only those the figures hold (the freqCalc comparison)."""
+    shown = {
+        "records": ("records", "{}"),
+        "cells": ("key cells (distinct key combinations)", "{}"),
+        "k": ("k-anonymity: the smallest f_k", "{}"),
+        "records_f_below_2": ("records with f_k < 2 (sample uniques)", "{}"),
+        "records_f_below_3": ("records with f_k < 3", "{}"),
+        "expected_reidentifications": ("expected re-identifications Σ r_k", "{:.2f}"),
+        "global_risk": ("global risk (expected re-identifications / records)", "{:.4f}"),
+        "max_individual_risk": ("highest individual risk r_k", "{:.4f}"),
+    }
+    rows = [(name, form.format(figures[key])) for key, (name, form) in shown.items() if key in figures or not partial]
+    if partial:
+        return rows + ([("smallest distinct l of a sensitive variable", f"{figures['l_min']}")] if "l_min" in figures else [])
     if "records_risk_above" in figures:
         above = figures["records_risk_above"]
         rows.append((f"records with individual risk above {above['above']:g}", f"{above['records']}"))
     if "l_min" in figures:
         rows += [
             ("smallest distinct l of a sensitive variable", f"{figures['l_min']}"),
-            ("records in cells with l < 2", f"{figures['records_l_below_2']}"),
+            ("records with l < 2", f"{figures['records_l_below_2']}"),
         ]
     if "household_risk_max" in figures:
         rows += [
@@ -158,16 +186,22 @@ def external_section(figures: dict, mechanism: str) -> str:
     sensitive = f"; sensitive {', '.join(f'`{c}`' for c in figures['sensitive'])}" if figures["sensitive"] else ""
     weight = f"; weights `{figures['weight']}`" if figures.get("weight") else ""
     cluster = f"; households `{figures['cluster']}`" if figures.get("cluster") else ""
-    rows = "\n".join(f"| {name} | {value} |" for name, value in _disclosure_rows(figures))
+    freqcalc = dict(_disclosure_rows(figures["sdcmicro_freqcalc"], partial=True))
+    rows = "\n".join(f"| {name} | {value} | {freqcalc.get(name, '')} |" for name, value in _disclosure_rows(figures))
     return (
         f"{SECTION}\n\n"
         f"Key variables of the data steward's disclosure policy: {', '.join(f'`{k}`' for k in figures['keys'])}"
         f"{sensitive}{weight}{cluster}, whatever the request protected. Every figure here is computed from the released "
-        "table alone, as sdcMicro's `measure_risk` computes it on anonymized keys: f_k is the number of released records "
-        "sharing record k's key combination (a missing key value matches every value), and its re-identification risk "
-        "r_k is sdcMicro's (1/f_k without sampling weights: the released table is taken as the population).\n\n"
+        "table alone. f_k is the number of released records with record k's key combination, a suppressed (missing) "
+        "key value counted as a value of its own (k-anonymity as Samarati and Sweeney define it; ARX counts a suppressed "
+        "record so): each of them is compatible with the true key of the person behind record k, so an intruder who "
+        "knows that key finds at least f_k released records that could be theirs, whatever they know of the method. "
+        "Its re-identification risk r_k is sdcMicro's over those records (1/f_k without sampling weights: the released "
+        "table is taken as the population), and l counts the distinct sensitive values among them. The last column is "
+        "sdcMicro's freqCalc, which counts a missing value as matching every value: shown for comparison only, never as "
+        "the guarantee, since an intruder who knows a person's true value excludes the records that differ from it.\n\n"
         + NOTES.get(mechanism, "")
-        + "| measure | value |\n|---|---|\n"
+        + "| measure | value | sdcMicro freqCalc (comparison) |\n|---|---|---|\n"
         + rows
         + "\n\n"
         "What compares the release with the input (the risk before the release, record linkage, information loss "
@@ -198,12 +232,16 @@ def attach(result, figures: dict, mechanism: str):
     )
 
 
-def records(original: pd.DataFrame, released: pd.DataFrame, role: Roles) -> pd.DataFrame | None:
-    """Each record's f_k and risk in the original and in the released table (rows paired by position; ``row``
-    is the record's row in the registered table, ``released_row`` its row in the release)."""
+def records(
+    original: pd.DataFrame, released: pd.DataFrame, role: Roles, persons: pd.DataFrame | None = None
+) -> pd.DataFrame | None:
+    """Each record's f_k and risk in the original and in the released table, and its person's as the intruder
+    counts them (rows paired by position; ``row`` is the record's row in the registered table, ``released_row``
+    its row in the release)."""
     if len(original) != len(released):
         return None
-    before, after = m.record_risks(original, role.keys), m.record_risks(released, role.keys)
+    before, after = risk.record_risks(original, role.keys), risk.record_risks(released, role.keys)
+    theirs = risk.record_risks(released, role.keys, "intruder", persons)
     rows = original.attrs["input_rows"].order if "input_rows" in original.attrs else range(len(original))
     return pd.DataFrame(
         {
@@ -213,13 +251,16 @@ def records(original: pd.DataFrame, released: pd.DataFrame, role: Roles) -> pd.D
             "risk_original": before["risk"],
             "fk_released": after["fk"],
             "risk_released": after["risk"],
+            "fk_intruder": theirs["fk"],
+            "risk_intruder": theirs["risk"],
         }
     )
 
 
 def internal_markdown(release_id: str, dataset: str, mechanism: str, figures: dict) -> str:
     before, after = dict(_disclosure_rows(figures["before"])), dict(_disclosure_rows(figures["after"]))
-    risk = "\n".join(f"| {k} | {before[k]} | {after[k]} |" for k in before)
+    theirs = dict(_disclosure_rows(figures["intruder"]))
+    table = "\n".join(f"| {k} | {before[k]} | {after[k]} | {theirs[k]} |" for k in before)
     bands = "\n".join(
         f"| {b} | {figures['before']['records_by_cell_size'][b]} | {figures['after']['records_by_cell_size'][b]} |"
         for b in figures["before"]["records_by_cell_size"]
@@ -252,13 +293,15 @@ def internal_markdown(release_id: str, dataset: str, mechanism: str, figures: di
             if figures.get("thresholds_missed")
             else "The released table met every threshold of the disclosure policy.\n\n"
         )
-        + "## Disclosure risk before and after\n\n| measure | original | released |\n|---|---|---|\n"
-        + risk
-        + "\n\n"
+        + "## Disclosure risk before and after\n\n"
+        "Released: over each record's released cell (a suppressed value a value of its own), as published. Intruder: "
+        "over the released records compatible with each person's true key (their record's key before local "
+        "suppression); the thresholds are checked on both.\n\n"
+        "| measure | original | released | intruder |\n|---|---|---|---|\n" + table + "\n\n"
         "| records in cells of size f_k | original | released |\n|---|---|---|\n" + bands + "\n\n"
         "![risk before and after](sdc_risk_before_after.png)\n\n"
         + (
-            "Each record's f_k and r_k, before and after (its row in the registered table and in the release): "
+            "Each record's f_k and r_k, before, after and the intruder's (its row in the registered table and in the release): "
             "`records.parquet`.\n\n"
             if figures["paired"]
             else ""

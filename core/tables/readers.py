@@ -181,7 +181,7 @@ def check_schema(con, schema: Schema, found: list[str], name: str) -> None:
             checks.append((f"isinf(TRY_CAST({q} AS DOUBLE)) OR isnan(TRY_CAST({q} AS DOUBLE))", "infinite or NaN", None))
         if spec.type == "string":
             checks.append((f"regexp_matches(CAST({q} AS VARCHAR), '{CONTROL}')", "holding NUL or control characters", None))
-        if spec.domain is not None:  # the steward's public list of its values: a value outside it is a typo or a new key
+        if spec.domain is not None:  # the steward's public list of its values, which must not depend on the data
             kind = CAST[spec.type]
             checks.append(
                 (f"NOT list_contains(?::{kind}[], TRY_CAST({q} AS {kind}))", "outside its declared domain", [list(spec.domain)])
@@ -195,7 +195,17 @@ def check_schema(con, schema: Schema, found: list[str], name: str) -> None:
             if bad[0]:
                 problems.append(f"column {column!r}: {bad[0]} values {what} (first at lines {bad[1]})")
     if problems:
-        raise IngestError(f"{name!r} does not fit the declared schema: " + "; ".join(problems) + ".")
+        domain = any("outside its declared domain" in p for p in problems)
+        raise IngestError(
+            f"{name!r} does not fit the declared schema: " + "; ".join(problems) + "." + (DOMAIN_ADVICE if domain else "")
+        )
+
+
+DOMAIN_ADVICE = (
+    " A declared domain is published as it is and must not depend on the data: fix a typo in the file, or take the "
+    "domain from outside the data (a code list, a standard), or declare none (its keys are then selected privately); "
+    "never add a value because a record holds it."
+)
 
 
 def check_weight(con, table: str, weight: str | None, name: str) -> None:
