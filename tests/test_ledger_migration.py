@@ -68,8 +68,13 @@ def test_old_entries_read_into_the_typed_values(old: Ledger):
 def test_the_old_figures_are_reported_as_before(old: Ledger, tmp_path: Path):
     for t in old.totals():
         shown, before = t.as_dict(), OLD_TOTALS[t.dataset]
-        for key in ("kind", "adjacency", "cap", "spent", "remaining", "remaining_by", "filter", "pld", "next", "releases"):
+        for key in ("kind", "adjacency", "cap", "spent", "remaining", "remaining_by", "filter", "next", "releases"):
             assert shown[key] == before[key], (t.dataset, key)
+        # the PLD figure is dp-accounting's FFT composition in floating point: its last digits move with the machine's
+        # numpy (it was read as 0.9678202453393967 and as ...3729 on one commit), so it is the same to 12 digits
+        assert shown["pld"] == (
+            before["pld"] and {**before["pld"], "epsilon": pytest.approx(before["pld"]["epsilon"], rel=1e-12)}
+        )
         if t.dataset == "spam-mail":  # a Gaussian-DP release the old figure was kept from (only DPNE's was read)
             (charge,) = [e for e in old.entries() if e.dataset == "spam-mail" and e.status == RESERVED]
             (g,) = spend(charge).events
