@@ -18,7 +18,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from core import paths, settings
+from core import limits, paths, settings
 from core.errors import UserError
 from gate.bounds import MAX_BODY
 from gate.policy import UI_PAGES
@@ -54,6 +54,7 @@ def config(*, host: str, port: int, gate_port: int, ui: Path, state: Path, tls: 
         "deploy": TEMPLATE.parent,
         "state": state,
         "max_body": MAX_BODY,
+        "account_calls": limits.configured().account_calls,  # the gate's own limit of an account's calls at once
         "ui_pages": "|".join(f"{re.escape(name)}(/.*)?" for name in UI_PAGES),  # served by nginx from disk
         "tls": TLS.format(cert=tls[0], key=tls[1]) if tls else "",
         # nginx started by root runs its workers as `nobody` unless told; they run as whoever runs privrelease
