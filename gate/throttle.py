@@ -10,7 +10,7 @@ its name is looked up or its password hashed. A name's full bucket does not lock
 only addresses that have themselves failed a sign-in recently, so a guesser needs a fresh address per
 guess, and the owner (from an address without failures) still signs in.
 
-Each time an address's failure fills its bucket it earns a strike, and it is banned for ``LEAK_S`` seconds
+Each failure that leaves an address throttled earns it a strike, and it is banned for ``LEAK_S`` seconds
 times two to the power of its strikes less one (1, 2, 4, 8 ... minutes), at most ``BAN_MAX_S``; strikes
 are forgotten ``FORGET_S`` seconds after the last one; the address's bucket stays full until its ban ends.
 From one address a guesser therefore gets 3 guesses, then one after a minute, one after two more, four
@@ -80,11 +80,11 @@ class Throttle:
             self._add(key, -1.0, now)
 
     def failed(self, name: str, address: str, now: float | None = None) -> int | None:
-        """The sign-in ``charge`` counted was wrong: if it filled the address's bucket, a strike and a longer ban.
+        """The sign-in ``charge`` counted was wrong: if it leaves the address throttled, a strike and a longer ban.
         The ban's seconds, or None."""
         now = self._now(now)
-        if self._level(("address", address), now) < self.capacity - 1e-9:
-            return None
+        if self._level(("address", address), now) <= self.capacity - 1:
+            return None  # the address may still sign in: no strike
         strikes = self._strikes(address, now)[0] + 1
         ban = min(BAN_MAX_S, self.leak_s * 2 ** min(strikes - 1, 32))
         self._bans[address] = (strikes, now + ban, now)
