@@ -50,6 +50,7 @@ SYSTEM_FILES = {
     "test_proxy_attack7.py",
     "test_signin_served.py",
     "test_owned.py",
+    "test_proxy_attack53.py",
     "test_run_limits.py",
     "test_serve.py",
     "test_server_pg.py",

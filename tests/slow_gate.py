@@ -4,8 +4,8 @@ $PRIVRELEASE_TEST_LEAK_S and $PRIVRELEASE_TEST_WEAKENED changing its sign-in (th
 - ``GET /slow``, open to anyone, answered after SLOW seconds: the stand-in for any call without credentials that
   waits for Prefect (its settings or health read while it is busy, a page it answers), which holds one of the
   proxy's connections to the gate while it waits (tests/test_proxy_attack7.py);
-- ``GET /api/slow-download``, for people: an answer streamed over SLOW seconds after the gate's decision, the
-  stand-in for a file of the catalogue streamed from disk (tests/test_proxy_downloads.py);
+- ``GET /api/slow-download``, for people: an answer streamed over DOWNLOAD_S seconds after the gate's decision, the
+  stand-in for a file of the catalogue streamed from disk (tests/test_proxy_attack53.py);
 - $PRIVRELEASE_TEST_LEAK_S: the throttle's seconds for one failed sign-in to leak out (a test waits them);
 - $PRIVRELEASE_TEST_WEAKENED: one defence of issue #53 taken out, as it was before (``WEAKENED``)."""
 
@@ -23,6 +23,7 @@ from gate.__main__ import main
 from gate.accounts import decoy
 
 SLOW = 2.0
+DOWNLOAD_S = 5.0  # a download's time in the gate (a large file of the catalogue on a busy disk)
 _create_app = gate.app.create_app
 
 
@@ -34,7 +35,7 @@ async def _slow(call) -> bool:
 async def _slow_download(call) -> StreamingResponse:
     async def chunks():
         yield b"x" * 1024
-        await anyio.sleep(SLOW)
+        await anyio.sleep(DOWNLOAD_S)
         yield b"x" * 1024
 
     return StreamingResponse(chunks(), media_type="application/octet-stream")

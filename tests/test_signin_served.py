@@ -16,7 +16,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -36,12 +36,14 @@ TESS, RHEA = "tess", "rhea"  # this file's accounts; rhea signs in only once, du
 
 
 @contextmanager
-def stack(env: dict, root: Path, name: str, weakened: str = "", leak: float = LEAK_S) -> Iterator[str]:
+def stack(
+    env: dict, root: Path, name: str, weakened: str = "", leak: float = LEAK_S, edit: Callable[[str], str] = lambda t: t
+) -> Iterator[str]:
     """tests.slow_gate (``weakened``: one of its WEAKENED, or none) in front of the session's server, and a proxy in
-    front of it; yields the proxy's URL."""
+    front of it (its configuration changed by ``edit``); yields the proxy's URL."""
     extra = {"PRIVRELEASE_TEST_LEAK_S": str(leak), "PRIVRELEASE_TEST_WEAKENED": weakened}
     with started_gate(env | extra, root / f"{name}-gate.log", module="tests.slow_gate") as gate_url:
-        with reconfigured(env, root, name, int(gate_url.rsplit(":", 1)[1])) as url:
+        with reconfigured(env, root, name, int(gate_url.rsplit(":", 1)[1]), edit) as url:
             yield url
 
 
