@@ -82,6 +82,7 @@ class Gate:
         self.redact = Redactor(db_path.parent, paths.repo())
         self.upstream = upstream.rstrip("/")
         self.operator = {"authorization": "Basic " + base64.b64encode(operator_auth.encode()).decode()}
+        self.proof_key = headers.proof_key(operator_auth)
         self.client = httpx.AsyncClient(
             base_url=self.upstream,
             timeout=httpx.Timeout(60.0, connect=10.0),
@@ -180,7 +181,13 @@ class Gate:
         except BaseException:
             self.slots.give(account.name)
             raise
-        return Held(response, lambda: self.slots.give(account.name))
+        held = Held(response, lambda: self.slots.give(account.name))
+        proof = headers.proof(self.proof_key, request.headers["authorization"])
+        if request.cookies.get(headers.PROOF) != proof:  # the proxy lets the next calls in as a person's
+            secure = request.headers.get("x-forwarded-proto") == "https"
+            days = headers.PROOF_DAYS * 86_400
+            held.set_cookie(headers.PROOF, proof, max_age=days, secure=secure, httponly=True, samesite="strict")
+        return held
 
     async def decided(self, request: Request, path: str, account: Account | None) -> Response:
         """The call of ``account`` (None: a caller without credentials) as the policy decides it."""

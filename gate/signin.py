@@ -41,7 +41,7 @@ import anyio.to_thread
 from gate.accounts import Account, Accounts, decoy, matches
 from gate.throttle import Throttle
 
-HASHES_AT_ONCE = 2  # Argon2id checks at once (64 MiB each), in all
+HASHES_AT_ONCE = 1  # Argon2id checks at once (64 MiB each), in all: one already works on 4 threads (its parallelism)
 NAME_WAITING = 2  # sign-ins of one name being checked or waiting for it; more are refused (429) at once
 STRANGERS_WAITING = 32  # sign-ins of names no account has, waiting as long as a check takes; more are refused
 ACCOUNTS_TTL_S = 2.0  # a removed account is refused within this time

@@ -8,7 +8,8 @@ WEAKENED), where it works:
 - guesses sent at once were all checked, and an address that kept failing never waited longer;
 - strangers' sign-ins (names no account has), each hashed, filled the queue of checks, and a real account's
   first sign-in was refused;
-- any Authorization header made its caller a person to the proxy, so its limits for anyone never applied."""
+- any Authorization header made its caller a person to the proxy, so its limits for anyone never applied; and
+  sign-ins that had not succeeded took as many of the proxy's connections to the gate as people's calls."""
 
 from __future__ import annotations
 
@@ -25,9 +26,10 @@ import pytest
 
 from gate.accounts import Accounts
 from gate.app import REFUSED
+from gate.headers import PROOF
 from tests.conftest import PASSWORD
 from tests.test_gate_attack3 import _together
-from tests.test_proxy_attack7 import reconfigured
+from tests.test_proxy_attack7 import reconfigured, without
 from tests.test_server import gate as started_gate
 
 LEAK_S = 5  # the variant gate's seconds for one failed sign-in to leak out (the served gate's: 60)
@@ -97,14 +99,21 @@ def test_a_throttled_address_is_refused_the_right_password_too(stacks):
         assert guesser.get(ROUTE, auth=(TESS, PASSWORD)).status_code == 200  # the wait is over
 
 
+def _by_proxy(answer: httpx.Response) -> bool:
+    """Whether ``answer`` is nginx's refusal (429 without the gate's mark): past its limits, before the gate."""
+    return answer.status_code == 429 and answer.headers.get(REFUSED) is None
+
+
 def test_guesses_sent_at_once_are_checked_three_at_most(stacks):
-    """One address sends 16 guesses at once (16 names: a password spray), as many as the proxy lets it: three are
-    checked, the rest refused before any check."""
-    for variant, checked in (("", 3), ("counted-after", 16)):
+    """One address sends 16 guesses at once (16 names: a password spray), as many as the proxy lets it hold: the
+    proxy passes on 10 (its burst of sign-ins per address), and of those three are checked, the rest refused before
+    any check; without the count of checks in progress, all 10 are checked."""
+    for variant in ("", "counted-after"):
         client = _from(stacks[variant], "127.0.53.10")
         answers = _together(16, lambda i, c=client: c.get(ROUTE, auth=(f"sprayed{i}", "Summer2026!")))
-        assert sorted(a.status_code for a in answers) == [401] * checked + [429] * (16 - checked), variant
-        assert all(_throttled(a) for a in answers if a.status_code == 429)
+        checked = [a for a in answers if a.status_code == 401]
+        assert all(a.status_code == 401 or _by_proxy(a) or _throttled(a) for a in answers), variant
+        assert len(checked) == 3 if not variant else len(checked) > 3, (variant, len(checked))
 
 
 def _retries(client: httpx.Client, rounds: int) -> list[int]:
@@ -169,7 +178,9 @@ def test_strangers_never_take_a_real_accounts_sign_in(stacks):
     strangers = [a for a in answers if a.status_code == 401]
     assert wrong.status_code == 401 and strangers and all(a.content == wrong.content for a in strangers)
     assert {a.status_code for a in answers} <= {401, 429}
-    assert all(_throttled(a) or "too many sign-ins are being checked" in a.text for a in answers if a.status_code == 429)
+    assert all(
+        _by_proxy(a) or _throttled(a) or "too many sign-ins are being checked" in a.text for a in answers if a.status_code == 429
+    )
     # the variant: strangers hashed, and every sign-in waits in one queue of 24: the real account is refused
     rhea, _ = _during_the_flood(stacks["one-queue"])
     assert rhea.status_code == 429 and "too many sign-ins are being checked" in rhea.text
@@ -209,3 +220,27 @@ def test_credentials_that_do_not_decode_are_anyones_to_the_proxy(served, people,
             finally:
                 for s in held:
                     s.close()
+
+
+def test_sign_ins_that_have_not_succeeded_are_few_per_address(served, people, tmp_path: Path):
+    """30 calls from one address with a right credential but no proof that it signed in (a client that keeps no
+    cookie, or a guesser's fresh credentials): past a burst of 10 the proxy refuses them (429, before the gate), and a
+    forged proof is none; the person who signed in, from the same address, is let through with the gate's proof.
+    The proxy without the limit passes every one on."""
+    env, _ = served
+    port = int(env["PRIVRELEASE_GATE_PORT"])
+    for name, edit, limited in (
+        ("proxy", lambda t: t, True),
+        ("proxy-unlimited", lambda t: without(t, "zone=signing_in", 2), False),
+    ):
+        with reconfigured(env, tmp_path, name, port, edit) as url:
+            unproven = [_from(url, "127.0.53.50").get(ROUTE, auth=("alice", PASSWORD)) for _ in range(30)]  # no cookie kept
+            by_proxy = sum(a.status_code == 429 and a.headers.get(REFUSED) is None for a in unproven)
+            assert (by_proxy >= 10 if limited else by_proxy == 0) and {a.status_code for a in unproven} <= {200, 429}, name
+            forged = _from(url, "127.0.53.50").get(ROUTE, auth=("alice", PASSWORD), cookies={PROOF: "forged"})
+            assert forged.status_code == (429 if limited else 200), name
+            elsewhere = _from(url, "127.0.53.51")
+            assert elsewhere.get(ROUTE, auth=("alice", PASSWORD)).status_code == 200 and PROOF in elsewhere.cookies, name
+            person = _from(url, "127.0.53.50")
+            person.cookies.set(PROOF, elsewhere.cookies[PROOF])  # signed in elsewhere, and on this address now
+            assert [person.get(ROUTE, auth=("alice", PASSWORD)).status_code for _ in range(30)] == [200] * 30, name
