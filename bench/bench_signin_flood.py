@@ -1,7 +1,8 @@
 """Issue #53's sign-in flood, measured: 200 source addresses (127.0.60.1-200, all this host's loopback) hammer
 sign-in through the proxy in front of a gate (as `make serve` runs them) before a real Prefect server, for
 ``--seconds`` (default 60), while real accounts that never signed in make their first sign-in, one every
-``--every`` seconds, each from a fresh address; the gate's and nginx's peak RSS over the flood.
+``--every`` seconds, each from a fresh address, and a person who signed in before calls every half second; the
+gate's and nginx's peak RSS over the flood.
 
 The flood (a child process, asyncio, ``--callers`` at once per address, again at once after any answer:
 Retry-After is ignored) signs in with names no account has, and, one call in four, with wrong passwords for the
@@ -31,43 +32,44 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-import httpx  # noqa: E402
-
-from bench.bench_flood import rss_mb  # noqa: E402
-from gate.accounts import Accounts  # noqa: E402
-from tests.conftest import PASSWORD  # noqa: E402
-from tests.test_server import gate, proxy, running_server  # noqa: E402
+import httpx  # noqa: E402  (the flood's child imports nothing more: it starts at once)
 
 ADDRESSES = [f"127.0.60.{i}" for i in range(1, 201)]
 OTHERS = [f"target{i}" for i in range(5)]
 ROUTE = "/api/admin/version"  # answered by the gate: a sign-in and nothing more
+PASSWORD = "correct horse battery"
 
 
 async def _flood(url: str, seconds: float, callers: int, targets: list[str], seed: int) -> dict:
     """The flood itself (in the child process): its answers counted by status, and by whose refusal a 429 was."""
     counts: collections.Counter = collections.Counter()
-    stop = time.monotonic() + seconds
     rng = random.Random(seed)
 
-    async def caller(address: str, k: int) -> None:
-        transport = httpx.AsyncHTTPTransport(local_address=address)
-        async with httpx.AsyncClient(base_url=url, timeout=30, transport=transport) as client:
-            n = 0
-            while time.monotonic() < stop:
-                n += 1
-                if targets and rng.random() < 0.25:
-                    auth = (rng.choice(targets), f"guess-{address}-{k}-{n}")
-                else:
-                    auth = (f"nobody-{address}-{k}-{n}", "guess")
-                try:
-                    answer = await client.get(ROUTE, auth=auth)
-                    whose = "gate" if answer.headers.get("x-privrelease-gate-refused") else "nginx"
-                    counts[f"{answer.status_code} {whose}" if answer.status_code == 429 else str(answer.status_code)] += 1
-                except httpx.HTTPError as error:
-                    counts[type(error).__name__] += 1
-                    await asyncio.sleep(0.1)
+    async def caller(client: httpx.AsyncClient, address: str, k: int, stop: float) -> None:
+        n = 0
+        while time.monotonic() < stop:
+            n += 1
+            if targets and rng.random() < 0.25:
+                auth = (rng.choice(targets), f"guess-{address}-{k}-{n}")
+            else:
+                auth = (f"nobody-{address}-{k}-{n}", "guess")
+            try:
+                answer = await client.get(ROUTE, auth=auth)
+                whose = "gate" if answer.headers.get("x-privrelease-gate-refused") else "nginx"
+                counts[f"{answer.status_code} {whose}" if answer.status_code == 429 else str(answer.status_code)] += 1
+            except httpx.HTTPError as error:
+                counts[type(error).__name__] += 1
+                await asyncio.sleep(0.1)
 
-    await asyncio.gather(*(caller(a, k) for a in ADDRESSES for k in range(callers)))
+    clients = [  # one per address (no TLS: nothing to load per client), made before the clock starts
+        (httpx.AsyncClient(base_url=url, timeout=30, transport=httpx.AsyncHTTPTransport(local_address=a, verify=False)), a)
+        for a in ADDRESSES
+    ]
+    print("flooding", flush=True)  # the parent's clock starts now
+    stop = time.monotonic() + seconds
+    await asyncio.gather(*(caller(client, a, k, stop) for client, a in clients for k in range(callers)))
+    for client, _ in clients:
+        await client.aclose()
     return dict(counts)
 
 
@@ -80,6 +82,10 @@ def first_sign_in(url: str, name: str, address: str) -> tuple[float, int]:
 
 
 def measure(args: argparse.Namespace) -> None:
+    from bench.bench_flood import rss_mb
+    from gate.accounts import Accounts
+    from tests.test_server import gate, proxy, running_server
+
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
     rounds = int(args.seconds // args.every)
@@ -110,12 +116,18 @@ def measure(args: argparse.Namespace) -> None:
                  "--targets", json.dumps(targets)],
                 stdout=subprocess.PIPE, text=True,
             )  # fmt: skip
-            peak, done = dict(at_rest), threading.Event()
+            assert child.stdout.readline().strip() == "flooding"
+            peak, done, bystander = dict(at_rest), threading.Event(), []
+            signed_in = httpx.Client(base_url=url, auth=(measured[0], PASSWORD), timeout=120,
+                                     transport=httpx.HTTPTransport(local_address="127.0.61.1"))  # fmt: skip
+            signed_in.get(ROUTE)  # signed in before the flood (its proof kept in the client, as a browser keeps it)
 
             def watch() -> None:
                 while not done.is_set():
                     for k, p in ports.items():
                         peak[k] = max(peak[k], rss_mb(p))
+                    started = time.perf_counter()
+                    bystander.append((signed_in.get(ROUTE).status_code, time.perf_counter() - started))
                     time.sleep(0.5)
 
             watcher = threading.Thread(target=watch)
@@ -126,7 +138,7 @@ def measure(args: argparse.Namespace) -> None:
                 latency, status = first_sign_in(url, measured[i], f"127.0.61.{i + 1}")
                 signed.append((time.monotonic() - started, latency, status))
                 print(f"  t={signed[-1][0]:5.1f} s: {measured[i]}'s first sign-in {latency:.2f} s ({status})", flush=True)
-            counts = json.loads(child.communicate()[0])
+            counts = json.loads(child.communicate()[0].strip().splitlines()[-1])
             done.set()
             watcher.join()
             total = sum(counts.values())
@@ -134,6 +146,8 @@ def measure(args: argparse.Namespace) -> None:
             print(f"flood: {total} calls ({total / args.seconds:.0f} a second): {counts}")
             print(f"first sign-ins during the flood: {sum(s[2] == 200 for s in signed)}/{len(signed)} answered 200; "
                   f"latency median {sorted(latencies)[len(latencies) // 2]:.2f} s, max {max(latencies):.2f} s")  # fmt: skip
+            print(f"a signed-in person's calls during the flood: {sum(b[0] == 200 for b in bystander)}/{len(bystander)} "
+                  f"answered 200 ({sorted({b[0] for b in bystander})}); max {max(b[1] for b in bystander):.2f} s")  # fmt: skip
             print(f"peak RSS during the flood: gate {peak['gate']:.0f} MB, nginx {peak['nginx']:.0f} MB", flush=True)
 
 

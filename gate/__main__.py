@@ -9,7 +9,7 @@ import sys
 from core import settings
 from core.errors import UserError
 
-CONNECTIONS = 256  # open connections the gate holds; the proxy opens at most max_conns (deploy/nginx.conf) below it
+CONNECTIONS = 384  # open connections the gate holds; the proxy opens at most max_conns (deploy/nginx.conf) below it
 
 
 def main() -> int:

@@ -15,10 +15,11 @@
      like a wrong password (401). At most ``STRANGERS_WAITING`` such calls wait at once; the rest are
      refused at once (429), so strangers hold few of the proxy's connections and none of the checks.
    - A name an account has is hashed (Argon2id, 64 MiB) in its own lane: one check of a name at a time, and
-     one more waiting (past that 429 at once); ``HASHES_AT_ONCE`` checks at once in all, served first come
-     first served between the names waiting. Only the names of accounts take these, so a flood can delay a
-     sign-in by one check per other name at most, and the memory of ``HASHES_AT_ONCE`` hashes is the most
-     the checks take.
+     one more waiting (past that 429 at once), ``NAMES_WAITING`` in all; ``HASHES_AT_ONCE`` checks at once in
+     all (``Turns``), names without failures first, then the others first come first served. Only the names of
+     accounts take these, so a flood delays a sign-in of a name that has not failed by the check in progress
+     (and the few names no one has failed yet), and the memory of ``HASHES_AT_ONCE`` hashes is the most the
+     checks take.
 
 Under a flood of strangers that fills their share, a stranger is refused at once (429) while a real name is
 checked: the same answer and timing for both holds while the share is not full.
@@ -26,6 +27,7 @@ checked: the same answer and timing for both holds while the share is not full.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -43,6 +45,7 @@ from gate.throttle import Throttle
 
 HASHES_AT_ONCE = 1  # Argon2id checks at once (64 MiB each), in all: one already works on 4 threads (its parallelism)
 NAME_WAITING = 2  # sign-ins of one name being checked or waiting for it; more are refused (429) at once
+NAMES_WAITING = 32  # sign-ins of names accounts have, being checked or waiting, in all; more are refused (429) at once
 STRANGERS_WAITING = 32  # sign-ins of names no account has, waiting as long as a check takes; more are refused
 ACCOUNTS_TTL_S = 2.0  # a removed account is refused within this time
 SAMPLES = 16  # the last checks' times a stranger's wait is drawn from
@@ -69,6 +72,42 @@ class _Pending:
         self.answer: Account | Refusal | None = INTERRUPTED
 
 
+class Turns:
+    """Turns to check a password, ``at_once`` at a time; a call waiting for one is served first from the line of
+    names without failures (a real person's first sign-in, most likely), then from the line of names that failed."""
+
+    def __init__(self, at_once: int):
+        self.free = at_once
+        self.lines: tuple[deque[anyio.Event], deque[anyio.Event]] = (deque(), deque())
+
+    def waiting(self) -> int:
+        return len(self.lines[0]) + len(self.lines[1])
+
+    @contextlib.asynccontextmanager
+    async def turn(self, clean: bool):
+        if self.free and not self.waiting():
+            self.free -= 1
+        else:
+            called, line = anyio.Event(), self.lines[0 if clean else 1]
+            line.append(called)
+            try:
+                await called.wait()  # the turn is handed over by the call before (``_next``)
+            except BaseException:
+                line.remove(called) if called in line else self._next()  # gone before its turn, or with it
+                raise
+        try:
+            yield
+        finally:
+            self._next()
+
+    def _next(self) -> None:
+        for line in self.lines:
+            if line:
+                line.popleft().set()
+                return
+        self.free += 1
+
+
 class SignIn:
     def __init__(self, accounts: Accounts):
         self.accounts = accounts
@@ -81,8 +120,8 @@ class SignIn:
         self._pending: dict[bytes, _Pending] = {}  # keyed digest of name and password -> its check in progress
         self._asked: dict[str, int] = {}  # sign-ins of a name being checked or waiting, per name with some
         self._lanes: dict[str, anyio.Lock] = {}  # one check of a name at a time (names of accounts only)
-        self._hashing = anyio.CapacityLimiter(HASHES_AT_ONCE)
-        self._strangers = 0
+        self._turns = Turns(HASHES_AT_ONCE)
+        self._strangers = self._named = 0
         self._times: deque[float] = deque(maxlen=SAMPLES)  # seconds the last checks took, in their thread
         self._timing = anyio.Lock()
 
@@ -117,7 +156,9 @@ class SignIn:
         if pending is not None:
             await pending.done.wait()
             return pending.answer
-        if self._asked.get(name, 0) >= NAME_WAITING or (account is None and self._strangers >= STRANGERS_WAITING):
+        if self._asked.get(name, 0) >= NAME_WAITING or (
+            self._strangers >= STRANGERS_WAITING if account is None else self._named >= NAMES_WAITING
+        ):
             return BUSY
         return await self._checked(name, password, address, account, digest)
 
@@ -151,8 +192,14 @@ class SignIn:
             self._times.append(time.perf_counter() - started)
 
     async def _hashed(self, name: str, password: str, account: Account) -> bool:
-        async with self._lanes.setdefault(name, anyio.Lock()):
-            return await anyio.to_thread.run_sync(self._timed, account.hash, password, limiter=self._hashing)
+        self._named += 1
+        try:
+            async with self._lanes.setdefault(name, anyio.Lock()):
+                clean = self.throttle.failures(name) <= 1  # no failure but this check's own count
+                async with self._turns.turn(clean):
+                    return await anyio.to_thread.run_sync(self._timed, account.hash, password)
+        finally:
+            self._named -= 1
 
     async def _stranger(self) -> bool:
         """A name no account has: refused after about the time a check would take, without one."""
@@ -169,7 +216,7 @@ class SignIn:
         if not self._times:
             async with self._timing:
                 if not self._times:
-                    await anyio.to_thread.run_sync(self._timed, decoy(), "", limiter=self._hashing)
+                    async with self._turns.turn(clean=True):
+                        await anyio.to_thread.run_sync(self._timed, decoy(), "")
         one = secrets.choice(list(self._times))
-        waiting = self._hashing.statistics().tasks_waiting
-        return one + statistics.median(self._times) * waiting / HASHES_AT_ONCE
+        return one + statistics.median(self._times) * self._turns.waiting() / HASHES_AT_ONCE

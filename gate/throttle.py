@@ -67,6 +67,10 @@ class Throttle:
         wait = max(over * self.leak_s, banned)
         return math.ceil(wait) if wait > 0 else None
 
+    def failures(self, name: str, now: float | None = None) -> float:
+        """The failures (and checks in progress) counted against ``name`` now."""
+        return self._level(("name", name), self._now(now))
+
     def charge(self, name: str, address: str, now: float | None = None) -> None:
         """A sign-in of ``name`` from ``address`` is being checked: counted as failed until it is ``cleared``."""
         now = self._now(now)

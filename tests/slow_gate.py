@@ -79,7 +79,8 @@ class OneQueue(signin.SignIn):
         self.queued += 1
         try:
             if account is None:
-                await anyio.to_thread.run_sync(self._timed, decoy(), password, limiter=self._hashing)
+                async with self._turns.turn(clean=True):
+                    await anyio.to_thread.run_sync(self._timed, decoy(), password)
                 self.throttle.charge(name, address)
                 self.throttle.failed(name, address)
                 return None

@@ -240,7 +240,7 @@ def test_the_configuration_is_filled_in():
         host="::", port=443, gate_port=4202, ui=ui, state=Path("/srv/p"), proof_key="k3y", tls=(Path("/c.pem"), Path("/k.pem"))
     )
     assert "{{" not in text and "listen [::]:443 ssl;" in text and "ssl_certificate /c.pem;" in text
-    assert f"client_max_body_size {MAX_BODY};" in text and f"root {ui};" in text and "127.0.0.1:4202 max_conns=168;" in text
+    assert f"client_max_body_size {MAX_BODY};" in text and f"root {ui};" in text and "127.0.0.1:4202 max_conns=192;" in text
     assert "pid /srv/p/nginx.pid;" in text and "proxy_set_header X-Forwarded-For $remote_addr;" in text
     assert 'secure_link_md5 "k3y$http_authorization";' in text
     plain = gate.proxy.config(host="127.0.0.1", port=4200, gate_port=4202, ui=ui, state=Path("/srv/p"), proof_key="k3y")

@@ -20,6 +20,7 @@ def accounts(tmp_path_factory) -> Accounts:
     store = Accounts(tmp_path_factory.mktemp("home") / "privrelease.duckdb")
     store.add("tess", "analyst", PASSWORD)
     store.add("rhea", "steward", PASSWORD)
+    store.add("uma", "auditor", PASSWORD)
     return store
 
 
@@ -102,6 +103,42 @@ def test_a_name_is_checked_one_at_a_time_and_strangers_waiting_are_few(accounts,
     assert answers.count(None) == 4 and answers.count(signin.BUSY) == 6
 
 
+class FirstCome(signin.Turns):
+    """Turns in the order asked, whoever asks (every sign-in waited behind the names under attack)."""
+
+    def turn(self, clean: bool):
+        return super().turn(True)
+
+
+def test_a_name_without_failures_is_checked_before_names_under_attack(accounts, monkeypatch):
+    """uma's and tess's names have failed (under attack); while uma's guess is checked, a guess of tess's waits,
+    then rhea signs in: rhea's password is checked before the guess."""
+    order: list[str] = []
+    real = signin.matches
+    monkeypatch.setattr(signin, "matches", lambda hashed, password: order.append(password) or real(hashed, password))
+
+    def checked(turns: type[signin.Turns]) -> list[str]:
+        gate = signin.SignIn(accounts)
+        gate._turns = turns(signin.HASHES_AT_ONCE)
+        for name in ("uma", "tess"):
+            gate.throttle.charge(name, "10.0.6.1")
+            gate.throttle.failed(name, "10.0.6.1")
+
+        async def main() -> None:
+            async with anyio.create_task_group() as group:
+                for name, password, address in (("uma", "guess-u", "10.0.6.2"), ("tess", "guess-t", "10.0.6.3"),
+                                                ("rhea", PASSWORD, "10.0.6.4")):  # fmt: skip
+                    group.start_soon(gate.check, name, password, address)
+                    await anyio.sleep(0.05)  # each asks after the one before
+
+        order.clear()
+        anyio.run(main)
+        return list(order)
+
+    assert checked(signin.Turns) == ["guess-u", PASSWORD, "guess-t"]
+    assert checked(FirstCome) == ["guess-u", "guess-t", PASSWORD]
+
+
 def test_bans_grow_for_an_address_that_keeps_failing():
     def waits(bucket: throttle.Throttle) -> list[int]:
         now, seen = 0.0, []
@@ -142,6 +179,6 @@ def test_the_throttle_gives_a_right_password_its_count_back_and_holds_bounded_me
 
 
 def test_the_sign_in_module_keeps_its_constants_bounded():
-    assert signin.HASHES_AT_ONCE * 64 < 300 - 100  # MiB: the checks at once, beside the gate's own ~100 MB
+    assert signin.HASHES_AT_ONCE * 64 < 300 - 215  # MiB: the checks at once, beside the gate's own ~210 MB
     assert signin.STRANGERS_WAITING + signin.HASHES_AT_ONCE < 192  # far under the proxy's connections to the gate
     assert Path(signin.__file__).read_text().count("\n") < 400
