@@ -73,12 +73,18 @@ async def _flood(url: str, seconds: float, callers: int, targets: list[str], see
     return dict(counts)
 
 
-def first_sign_in(url: str, name: str, address: str) -> tuple[float, int]:
+def first_sign_in(url: str, name: str, address: str) -> tuple[float, int, str]:
+    """``name``'s first sign-in from ``address``: seconds, status, and who refused it and why (if refused)."""
     transport = httpx.HTTPTransport(local_address=address)
     with httpx.Client(base_url=url, timeout=120, transport=transport) as client:
         started = time.perf_counter()
-        status = client.get(ROUTE, auth=(name, PASSWORD)).status_code
-        return time.perf_counter() - started, status
+        answer = client.get(ROUTE, auth=(name, PASSWORD))
+        why = (
+            ""
+            if answer.status_code == 200
+            else f": {answer.text[:120]}" + ("" if answer.headers.get("x-privrelease-gate-refused") else " (nginx)")
+        )
+        return time.perf_counter() - started, answer.status_code, why
 
 
 def measure(args: argparse.Namespace) -> None:
@@ -106,7 +112,7 @@ def measure(args: argparse.Namespace) -> None:
         ):
             ports = {"gate": int(gate_url.rsplit(":", 1)[1]), "nginx": int(url.rsplit(":", 1)[1])}
             at_rest = {k: rss_mb(p) for k, p in ports.items()}
-            rest_latency, rest_status = first_sign_in(url, measured[0], "127.0.61.1")
+            rest_latency, rest_status, _ = first_sign_in(url, measured[0], "127.0.61.1")
             print(f"checkout {checkout}; flood: {len(ADDRESSES)} addresses x {args.callers} callers, "
                   f"{args.seconds:.0f} s, targets: {args.target}", flush=True)  # fmt: skip
             print(f"at rest: first sign-in {rest_latency:.2f} s ({rest_status}); RSS gate {at_rest['gate']:.0f} MB, "
@@ -135,9 +141,9 @@ def measure(args: argparse.Namespace) -> None:
             started, signed = time.monotonic(), []
             for i in range(1, rounds + 1):
                 time.sleep(max(0.0, started + i * args.every - 2 - time.monotonic()))
-                latency, status = first_sign_in(url, measured[i], f"127.0.61.{i + 1}")
+                latency, status, why = first_sign_in(url, measured[i], f"127.0.61.{i + 1}")
                 signed.append((time.monotonic() - started, latency, status))
-                print(f"  t={signed[-1][0]:5.1f} s: {measured[i]}'s first sign-in {latency:.2f} s ({status})", flush=True)
+                print(f"  t={signed[-1][0]:5.1f} s: {measured[i]}'s first sign-in {latency:.2f} s ({status}{why})", flush=True)
             counts = json.loads(child.communicate()[0].strip().splitlines()[-1])
             done.set()
             watcher.join()

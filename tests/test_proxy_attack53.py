@@ -19,6 +19,7 @@ import httpx
 
 from gate.accounts import Accounts
 from gate.app import REFUSED, Gate
+from gate.headers import PROOF
 from gate.policy import CATALOGUE_PAGES, UI_PAGES
 from tests.conftest import PASSWORD
 from tests.test_gate_abuse import weakened
@@ -35,10 +36,14 @@ def _flood(url: str) -> tuple[list[int], list[httpx.Response]]:
     """FLOODERS download from ADDRESSES addresses, AT_ONCE at a time from each, while BYSTANDER reads READS times;
     the bystander's statuses, and the flood's answers."""
     done, flood = threading.Event(), []
+    proofs = {  # each account signed in once, its proof shared by all its downloads (as a browser's tabs share it)
+        name: httpx.get(f"{url}/api/admin/version", auth=(name, PASSWORD), timeout=60).cookies[PROOF] for name in FLOODERS
+    }
 
     def downloader(name: str, address: str) -> None:
         transport = httpx.HTTPTransport(local_address=address)
-        with httpx.Client(base_url=url, auth=(name, PASSWORD), timeout=60, transport=transport) as client:
+        cookies = {PROOF: proofs[name]}
+        with httpx.Client(base_url=url, auth=(name, PASSWORD), timeout=60, transport=transport, cookies=cookies) as client:
             while not done.is_set():
                 flood.append(client.get("/api/slow-download"))
                 if flood[-1].status_code != 200:
@@ -74,7 +79,7 @@ def test_bystanders_keep_their_share_under_a_download_flood(served, tmp_path: Pa
     for name in (*FLOODERS, BYSTANDER):
         if name not in known:
             accounts.add(name, "analyst", PASSWORD)
-    with stack(env, tmp_path, "downloads") as url:
+    with stack(env, tmp_path, "downloads", edit=lambda text: text) as url:
         statuses, flood = _flood(url)
     assert statuses == [200] * READS, statuses
     by_gate = [a for a in flood if a.status_code == 429 and a.headers.get(REFUSED) == "1"]
