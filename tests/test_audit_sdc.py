@@ -21,6 +21,7 @@ import pandas as pd
 from core import noise
 from core.mechanisms import ra, swapping
 from tests.auditor import ALPHA, audit, record, runs
+from tests.helpers import planned_run
 from tests.test_sdc_policy import _outlier
 
 MEWS = swapping.MEWSParams(swap_set=["x", "y"], widths=3.0, singletons="suppress")
@@ -31,7 +32,7 @@ def _mews(frame: pd.DataFrame, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
     (row 4 once the lone tuple, row 0, is suppressed: the kept rows keep their order), the suppressed count."""
     own, kept, count = [], [], []
     for seed in range(n):
-        result = swapping.MEWS.run(frame, MEWS, noise.generator(10_000 + seed))
+        result = planned_run(swapping.MEWS, frame, MEWS, noise.generator(10_000 + seed))
         assert len(result.data) == len(frame) - 1
         own.append(result.data["x"].max())
         kept.append(result.data["x"].iloc[4])
@@ -52,7 +53,9 @@ def test_mews_suppression_leaves_no_trace_of_the_lone_tuple(test_mode):
         assert found.epsilon_lb <= 0.0, (name, found)
     # control: the auditor sees the count when the neighbour's tuple is not alone (it joins the bulk)
     joined = _outlier((5.0, 8.0))
-    counts = [swapping.MEWS.run(joined, MEWS, noise.generator(10_000 + seed)).privacy["suppressed_tuples"] for seed in range(n)]
+    counts = [
+        planned_run(swapping.MEWS, joined, MEWS, noise.generator(10_000 + seed)).privacy["suppressed_tuples"] for seed in range(n)
+    ]
     assert audit(count, np.array(counts, dtype=float), 0.0, 0.0, ALPHA).epsilon_lb > 2.0  # 300 runs: about 3
 
 
@@ -60,7 +63,7 @@ def _ra(frame: pd.DataFrame, n: int) -> tuple[np.ndarray, np.ndarray]:
     params = ra.Params(qi=["age", "sex", "race", "education"], sensitive="occupation", p="entropy")
     first, cell = [], []
     for seed in range(n):
-        result = ra.run(frame, params, noise.generator(20_000 + seed))
+        result = planned_run(ra, frame, params, noise.generator(20_000 + seed))
         first.append(result.privacy["p"][0])
         cell.append(float(result.data["sex"].iloc[0] == "Male"))
     return np.array(first), np.array(cell)

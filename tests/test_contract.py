@@ -160,13 +160,13 @@ def violations(m: object, example: tuple) -> list[str]:
         return found + (["a mechanism without a table run must not be a TableMechanism"] if isinstance(m, TableMechanism) else [])
     if not isinstance(m, TableMechanism):
         return [*found, "not a TableMechanism (needs, run, check)"]
-    for method, arity in (("needs", 2), ("plan", 1), ("run", 3), ("check", 3)):
+    for method, arity in (("needs", 2), ("plan", 1), ("run", 4), ("check", 3)):
         if len(inspect.signature(getattr(m, method)).parameters) != arity:
             found.append(f"{method} does not take {arity} arguments")
     frame = make()
     if not isinstance(m.needs(params, tuple(frame.columns)), Needs):
         found.append("needs() does not return Needs")
-    result = m.run(frame, params, np.random.default_rng(0))
+    result = m.run(frame, params, planned, np.random.default_rng(0))
     if not isinstance(result, Result):
         return [*found, "run() does not return a Result"]
     restated = sorted(set(result.privacy) & set(COST_KEYS))
@@ -249,8 +249,8 @@ class _Restating:
     def needs(self, params, columns):
         return REGISTRY["ra"].needs(params, columns)
 
-    def run(self, frame, params, rng):
-        result = REGISTRY["ra"].run(frame, params, rng)
+    def run(self, frame, params, plan, rng):
+        result = REGISTRY["ra"].run(frame, params, plan, rng)
         return Result(result.data, {**result.privacy, "epsilon": 0.0, "delta": 0.0}, result.report)
 
 

@@ -17,7 +17,11 @@ Leaves, each with the figures its noise is drawn with and a ``part`` (what it is
   Lap_Z(t) on a public grid, ``scale`` t and ``sensitivity`` in grid units;
 * ``PermuteAndFlip(epsilon)``: one eps-DP selection (McKenna & Sheldon 2020); ``Exponential(epsilon)``:
   one exponential-mechanism draw (bounded range, eps^2/8; kept for entries that record it);
-* ``EpsilonDelta(epsilon, delta)``: a part known only by its (epsilon, delta).
+* ``EpsilonDelta(epsilon, delta)``: a part known only by its (epsilon, delta);
+* ``SmoothGaussian(epsilon, delta, low, high, unit)``: Gaussian noise of a data-dependent std (a smooth
+  upper bound on the local sensitivity over alpha: Nissim, Raskhodnikova & Smith), (epsilon, delta)-DP by
+  its mechanism's proof and accounted as that ``EpsilonDelta`` (``accounted``); the std it may be drawn
+  with is declared as data with its bounds [``low``, ``high``], and drawn exactly on the public grid ``unit``.
 
 Combinators: ``SelfComposed(event, count)`` and ``Composed(events)``; ``Calibrated(event, epsilon,
 delta)`` is the guarantee a mechanism's proof gives the composition it wraps, from its calibration
@@ -197,9 +201,38 @@ class DistributedDiscreteGaussian:
         return self.gaussian().to_dp_event()
 
 
-Leaf = Gaussian | DistributedDiscreteGaussian | Laplace | PermuteAndFlip | Exponential | EpsilonDelta  # and discrete kin
+@dataclass(frozen=True)
+class SmoothGaussian:
+    """Gaussian noise whose std is data: S / alpha with S a beta-smooth upper bound on the local sensitivity,
+    which its mechanism's proof makes (``epsilon``, ``delta``)-DP (accounted as that ``EpsilonDelta``). Declared
+    with the bounds any table's std lies in, [``low``, ``high``] (public), and the public grid ``unit`` it is
+    drawn on (``core.privacy.draws.smooth``: ``core.noise.exact_gaussian``, which refuses a grid too coarse)."""
+
+    epsilon: float
+    delta: float
+    low: float  # the least std any table of the declared size can give
+    high: float  # the largest
+    unit: float  # the public grid (from ``low``)
+    part: str = ""
+    type: ClassVar[str] = "smooth_gaussian"
+    family: ClassVar[str] = "approx"
+
+    def __post_init__(self) -> None:
+        _positive(self, "epsilon", "delta", "low", "high", "unit")
+        if not 0 < self.low <= self.high:
+            raise ValueError(f"a SmoothGaussian event needs 0 < low <= high, got [{self.low}, {self.high}]")
+
+    def approx(self) -> EpsilonDelta:
+        """The (epsilon, delta) part it is accounted as."""
+        return EpsilonDelta(self.epsilon, self.delta, part=self.part)
+
+    def to_dp_event(self) -> object:
+        raise NoDpEvent("dp-accounting has no event for Gaussian noise of a data-dependent std")
+
+
+Leaf = Gaussian | DistributedDiscreteGaussian | Laplace | PermuteAndFlip | Exponential | EpsilonDelta | SmoothGaussian
 LEAVES = {c.type: c for c in (Gaussian, DiscreteGaussian, DistributedDiscreteGaussian, Laplace, DiscreteLaplace)}
-LEAVES |= {c.type: c for c in (PermuteAndFlip, Exponential, EpsilonDelta)}
+LEAVES |= {c.type: c for c in (PermuteAndFlip, Exponential, EpsilonDelta, SmoothGaussian)}
 
 
 @dataclass(frozen=True)
@@ -260,9 +293,12 @@ def leaves(event: Event, count: int = 1) -> list[tuple[Leaf, int]]:
 
 def accounted(event: Event) -> Event:
     """``event`` as the filter counts it and the ledger records it: each distributed discrete Gaussian as
-    the Gaussian it is accounted as (the same curve), every other node as it is."""
+    the Gaussian it is accounted as (the same curve), a smooth-sensitivity Gaussian as its (epsilon, delta)
+    part, every other node as it is."""
     if isinstance(event, DistributedDiscreteGaussian):
         return event.gaussian()
+    if isinstance(event, SmoothGaussian):
+        return event.approx()
     if isinstance(event, SelfComposed):
         return SelfComposed(accounted(event.event), event.count)
     if isinstance(event, Composed):
@@ -272,12 +308,19 @@ def accounted(event: Event) -> Event:
     return event
 
 
-def find(event: Event, part: str) -> Leaf | None:
-    """The leaf of ``event`` named ``part`` (None: none), for a run to draw with what its plan declares."""
+class Undeclared(ValueError):
+    """A run asked its plan's event for a draw it does not declare (there is no fallback: it draws nothing)."""
+
+
+def find(event: Event, part: str) -> Leaf:
+    """The leaf of ``event`` named ``part``, for a run to draw with what its plan declares; ``Undeclared`` if
+    there is none (a run never builds a leaf of its own)."""
     found = {leaf for leaf, _ in leaves(event) if leaf.part == part}
     if len(found) > 1:
         raise ValueError(f"the event has {len(found)} different leaves named {part!r}")
-    return found.pop() if found else None
+    if not found:
+        raise Undeclared(f"the plan declares no draw named {part!r}; a run draws only what its plan declares")
+    return found.pop()
 
 
 def each(event: Event, part: str) -> list[Leaf]:

@@ -68,6 +68,14 @@ class Noise:
     share_variance: int  # s²: each user's per-coordinate N_Z(0, s²), integer slot units
     threshold: int | None = None  # least users a round completes with (None: every user)
 
+    @staticmethod
+    def of(params: DPParams, users: int, rounds: int, threshold: int | None, leaf: events.DistributedDiscreteGaussian) -> Noise:
+        """The noise whose leaf a charged plan declares, for the run that draws it (no second calibration)."""
+        found = Noise(params, users, rounds, leaf.share_variance, threshold)
+        if found.leaf != leaf:
+            raise ParameterError("the plan's noise is not this run's: its users, threshold or bounds differ")
+        return found
+
     @property
     def honest(self) -> int:
         """Users that surely add noise to a round's sum: as few as ``threshold`` users may take part."""
