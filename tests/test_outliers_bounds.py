@@ -123,18 +123,19 @@ def drawn_against_declared(params: o.Params, monkeypatch, handed: ev.Event | Non
     if handed is not None:
         planned = replace(planned, cost=replace(planned.cost, event=ev.charge([handed], params.epsilon, params.delta)))
     result = o.run(planted(params.rows), params, planned, np.random.default_rng(5))
-    events = acc.parts(o.plan(params).cost.event)
+    parts = acc.parts(o.plan(params).cost.event)
     found = [] if result.privacy["noise"] == ["global"] else [f"the counts drew {result.privacy['noise']} noise"]
-    gauss = [e for e in events if e.family == "gaussian"]
+    gauss = [(leaf, n) for leaf, n in parts if isinstance(leaf, ev.Gaussian)]
     if len(gauss) != 1:
         return [*found, f"the plan states {len(gauss)} Gaussian parts"]
-    (g,) = gauss
-    if len(drawn) != g.count or any(sigma != g.sigma for sigma in drawn):
-        found.append(f"drew sigma {drawn} where the plan states {g.count} x {g.sigma!r}")
+    ((g, count),) = gauss
+    if len(drawn) != count or any(sigma != g.sigma for sigma in drawn):
+        found.append(f"drew sigma {drawn} where the plan states {count} x {g.sigma!r}")
     if any(s != g.sensitivity for s in shifts):
         found.append(f"calibrated to sensitivity {shifts} where the plan states {g.sensitivity}")
-    if [e for e in events if e is not g and e.family != "permute_and_flip"] != [acc.sampler_slack(g.count)]:
-        found.append(f"the plan states more than the selection and the sampler's slack beside the Gaussian: {events}")
+    others = [(leaf, n) for leaf, n in parts if leaf is not g and not isinstance(leaf, ev.PermuteAndFlip)]
+    if others != [(ev.sampler_slack(count), 1)]:
+        found.append(f"the plan states more than the selection and the sampler's slack beside the Gaussian: {parts}")
     if laplace:
         found.append(f"drew {len(laplace)} Laplace values (no std is released with noise)")
     return found
@@ -162,9 +163,9 @@ def test_a_global_count_declares_the_gaussian_it_draws(query, epsilon, delta, no
         rows=120,
     )
     assert drawn_against_declared(params, monkeypatch) == []
-    (g,) = [e for e in acc.parts(o.plan(params).cost.event) if e.family == "gaussian"]
+    ((g, count),) = [(leaf, n) for leaf, n in acc.parts(o.plan(params).cost.event) if isinstance(leaf, ev.Gaussian)]
     a = o.allocate(params)  # calibrated to the count's whole share, its (unreleased) std's included
-    assert g.sensitivity == sens.gs_upper(120, 3, 2) and g.count == a.counts
+    assert g.sensitivity == sens.gs_upper(120, 3, 2) and count == a.counts
     assert gaussian_sigma(a.count.epsilon + a.scale, a.count.delta) * g.sensitivity == g.sigma
 
 

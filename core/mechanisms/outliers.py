@@ -34,6 +34,7 @@ from pydantic import Field, model_validator
 
 from core import noise
 from core.errors import InternalError, ParameterError
+from core.ledger import legacy
 from core.mechanisms import outliers_scale
 from core.mechanisms import outliers_sensitivity as sens
 from core.mechanisms.base import DPCost, Plan, Result
@@ -55,7 +56,6 @@ from core.mechanisms.outliers_sensitivity import (
 )
 from core.params import StrictParams
 from core.privacy import draws, events
-from core.privacy.accountant import parts
 from core.privacy.accuracy import Z95
 from core.privacy.adjacency import ReplaceRecord
 from core.privacy.budget import Budget
@@ -366,7 +366,7 @@ def run(frame: pd.DataFrame, params: Params, plan: Plan, rng: np.random.Generato
             clamped(noisy_count(z[:, cols[s]], s, params, a, event, rng, m), params.rows) for s, m in zip(chosen, measured)
         ]
     # the allocation as a release's manifest has always shown it, its parts with their figures
-    shown = {"accountant": "basic", **plan.detail, "events": [e.figures() for e in parts(event)]}
+    shown = {"accountant": "basic", **plan.detail, "events": [legacy.flat(leaf, n) for leaf, n in events.leaves(event)]}
     return describe(params, a, n, scaling, chosen, counted, selection, shown)
 
 

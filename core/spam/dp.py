@@ -37,7 +37,7 @@ from pydantic import Field
 
 from core.errors import ParameterError
 from core.params import StrictParams
-from core.privacy import accountant, events
+from core.privacy import events
 from core.privacy.adjacency import ReplaceMessage
 from core.privacy.budget import gaussian_sigma
 from core.spam.aggregation import W_BITS
@@ -123,10 +123,6 @@ class Noise:
         """The run's privacy event: ``rounds`` distributed discrete Gaussians (``leaf``), each accounted as the
         Gaussian of std sqrt(h s^2) and l2 sensitivity Delta_2."""
         return events.times(self.leaf, self.rounds)
-
-    def events(self) -> tuple[accountant.Event, ...]:
-        """``event`` as the admission filter counts it."""
-        return accountant.parts(self.event())
 
     def public(self) -> dict:
         return {
