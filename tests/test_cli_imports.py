@@ -40,5 +40,5 @@ def test_help_and_version_import_nothing_heavy(argv):
 
 
 def test_the_check_sees_a_heavy_import():
-    """The weakened variant: a command module importing the catalogue at its top would load pandas."""
-    assert "pandas" in heavy_after(["--version"], "import core.release.catalogue")
+    """The weakened variant: a command module importing the demo data at its top would load pandas."""
+    assert "pandas" in heavy_after(["--version"], "import core.datasets.demo")
