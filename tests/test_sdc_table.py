@@ -350,3 +350,59 @@ def test_a_bad_request_is_refused_before_anything_is_charged(home, test_mode, re
             parse({"release_id": "t3", "dataset": "ds", "mechanism": {"name": "sdc_table", "params": request_}, "seed": 5}),
         )
     assert not (home / "releases" / "ds").exists()
+
+
+# -- the real tables of the issue's "done when" ------------------------------------------------------------------------
+
+
+def test_adult_education_occupation_sex_with_margins_resists_the_attack():
+    from tests.conftest import adult_clean
+
+    frame = adult_clean()
+    group_by = ["education", "occupation", "sex"]
+    policy = {"keys": {"categorical": group_by}, "tables": {"min_frequency": 10, "cost": "count"}}
+    params = sdc_table.Params.model_validate({"group_by": group_by, "secondary": "heuristic", "policy": policy})
+    result = _release(frame, params)
+    data = result.data
+    assert len(data) == 17 * 15 * 3 and (data.status == "primary").sum() > 100 and (data.status == "secondary").sum() > 0
+    values = truth(frame, data, group_by, {})
+    primary = np.flatnonzero(data.status == "primary")
+    assert ((values[primary] > 0) & (values[primary] < 10)).all()  # min frequency: persons are the contributors
+    found = attack(data, frame, group_by, {}, "count")
+    for i in primary:  # protection: 30% of the count, at least 1, both ways (at most down to zero)
+        need = max(1.0, 0.3 * values[i])
+        assert found[i][0] <= values[i] - min(need, values[i]) + 1e-6 and found[i][1] >= values[i] + need - 1e-6, i
+
+
+def test_the_payroll_salary_sums_by_region_and_grade_resist_the_attack():
+    """A magnitude table: the demo payroll's salary sums by region × grade, each person (their slips summed) one
+    contributor, under (1, 60)-dominance and the 15%-rule."""
+    from core.datasets.demo import payroll
+
+    frame = payroll(persons=160, seed=56)
+    policy = {"keys": {"categorical": ["region", "grade"]}, "publishable": ["salary", "month"], "cluster": "person",
+              "tables": {"min_frequency": 3, "dominance": {"n": 1, "k": 60}, "p_percent": {"p": 15}}}  # fmt: skip
+    for method in ("exact", "heuristic"):
+        params = sdc_table.Params.model_validate(
+            {"group_by": ["region", "grade"], "measure": "sum", "column": "salary", "secondary": method, "policy": policy}
+        )
+        result = _release(frame, params)
+        data = result.data
+        assert (data.status == "primary").sum() > 0
+        values = truth(frame, data, ["region", "grade"], {}, "salary")
+        found = attack(data, frame, ["region", "grade"], {}, "sum_salary")
+        for i in np.flatnonzero(data.status == "primary"):
+            row = data.iloc[i]
+            mask = np.ones(len(frame), dtype=bool)
+            for d in ("region", "grade"):
+                if row[f"{d}_level"]:
+                    mask &= (frame[d] == row[d]).to_numpy()
+            per = np.sort(frame[mask].groupby("person").salary.sum().to_numpy())[::-1]
+            x1, x2 = per[0], per[1] if per.size > 1 else 0.0
+            need = max(
+                100 / 60 * x1 - values[i] if x1 > 0.6 * values[i] else 0.0,
+                0.15 * x1 - (values[i] - x1 - x2),
+                0.3 * values[i] if per.size < 3 else 0.0,
+            )
+            assert found[i][1] >= values[i] + need - 1e-6 * values[i], (method, i)
+            assert found[i][0] <= values[i] - min(need, values[i]) + 1e-6 * values[i], (method, i)

@@ -160,7 +160,7 @@ def protect(t: _table.Table, params: Params):
     sensitive, lower, upper, failed = _rules.primary(rules, params.measure, t.contributors, t.values, t.top)
     empty = t.contributors == 0
     a = _table.relations(t.shape, t.dims)
-    pattern = secondary.choose(params.secondary, a, t.values, sensitive, lower, upper, empty, rules.cost)
+    pattern = secondary.choose(params.secondary, a, t.values, sensitive, lower, upper, empty, rules.cost, t.dims)
     checked = _audit.audit(a, t.values, pattern.suppressed, sensitive, lower, upper, everything=pattern.suppressed.sum() <= 400)
     status = np.where(empty, "empty", np.where(sensitive, "primary", np.where(pattern.suppressed, "secondary", "published")))
     return status, pattern, checked, (lower, upper, failed)

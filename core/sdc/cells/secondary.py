@@ -30,6 +30,8 @@ from core.errors import ParameterError
 
 EXACT_LIMIT = 400_000  # deviation variables (2 x sensitive cells x cells) the exact method takes
 SMALL = 1e-4  # the heuristic's price of moving a cell already suppressed, against a published one's
+SIBLINGS = 4  # the heuristic's first try: the largest siblings per dimension it may move
+BATCH = 16  # deviation problems the heuristic solves in one LP
 
 
 @dataclass(frozen=True)
@@ -101,41 +103,109 @@ def exact(a: sparse.csr_matrix, values, sensitive, lower, upper, empty, cost: st
     return Pattern(res.x[:n] > 0.5, "exact", res.status == 0)
 
 
-def heuristic(a: sparse.csr_matrix, values, sensitive, lower, upper, empty, cost: str) -> Pattern:
-    """A protecting pattern, one deviation LP per sensitive cell and direction (largest cells first)."""
-    n = len(values)
+def _stages(p: int, dims, shape, suppressed: np.ndarray, values: np.ndarray) -> list[np.ndarray]:
+    """The cells a deviation for ``p`` may move, in growing sets (the last: every cell). Each set is closed under
+    nothing: a relation that leaves it holds its outside cells at zero, so a deviation inside it is one of the whole
+    table. First p's nodes, their ancestors and a few siblings per dimension (those already suppressed on p's line,
+    and the largest); then each dimension's parent's subtree; then everything."""
+    if dims is None:
+        return [np.arange(len(values))]
+    node = np.unravel_index(p, shape)
+    grid = values.reshape(shape)
+    hidden = suppressed.reshape(shape)
+    first, second = [], []
+    for axis, d in enumerate(dims):
+        line = [slice(None) if i == axis else int(node[i]) for i in range(len(dims))]
+        up = d.ancestors(int(node[axis]))
+        parent = up[1] if len(up) > 1 else up[0]
+        siblings = d.children.get(parent, [])
+        free = [c for c in siblings if hidden[tuple(line)][c]]
+        large = sorted(siblings, key=lambda c: -grid[tuple(line)][c])[:SIBLINGS]
+        first.append(sorted(set(up) | set(free) | set(large)))
+        below, todo = [], [parent]
+        while todo:
+            n = todo.pop()
+            below.append(n)
+            todo += d.children.get(n, [])
+        second.append(sorted(set(up) | set(below)))
+    out = []
+    for nodes in (first, second):
+        mesh = np.ix_(*[np.array(n) for n in nodes])
+        out.append(np.ravel_multi_index(tuple(np.broadcast_arrays(*mesh)), shape).ravel())
+    return [*out, np.arange(len(values))]
+
+
+def heuristic(a: sparse.csr_matrix, values, sensitive, lower, upper, empty, cost: str, dims=None) -> Pattern:
+    """A protecting pattern: a cheapest deviation per sensitive cell and direction (largest cells first), each over
+    the smallest of ``_stages`` where one exists, ``BATCH`` of them solved as one LP (they share no variable)."""
     suppressed = sensitive.copy()
     price = weights(values, cost)
     big = _cap(values, upper)
-    a_dev = sparse.hstack([a, -a]).tocsr()
-    zeros = np.zeros(a.shape[0])
-    for p in sorted(np.flatnonzero(sensitive), key=lambda i: -values[i]):
-        for s, need in ((+1, upper[p]), (-1, lower[p])):
-            if need <= 0:
-                continue
-            cost_now = np.where(suppressed, SMALL, price)
-            c = np.concatenate([cost_now, cost_now])
-            up_ub = np.where(empty, 0.0, big)
-            down_ub = np.where(empty, 0.0, values)
-            lb = np.zeros(2 * n)
-            if s > 0:
-                lb[p], down_ub = need, down_ub.copy()
-                down_ub[p] = 0.0
-            else:
-                lb[n + p], up_ub = need, up_ub.copy()
-                up_ub[p] = 0.0
-            bounds = np.stack([lb, np.concatenate([up_ub, down_ub])], axis=1)
-            res = linprog(c, A_eq=a_dev, b_eq=zeros, bounds=bounds, method="highs")
-            if res.status != 0:
-                continue  # no deviation at all (the audit names the cell; the release is refused)
-            moved = (res.x[:n] + res.x[n:]) > 1e-9 * max(1.0, need)
-            suppressed |= moved & ~empty
+    a = a.tocsc()
+    shape = tuple(len(d.labels) for d in dims) if dims is not None else None
+    todo = [(int(p), s, need, 0) for p in sorted(np.flatnonzero(sensitive), key=lambda i: -values[i])
+            for s, need in ((+1, upper[p]), (-1, lower[p])) if need > 0]  # fmt: skip
+    while todo:
+        batch, todo = todo[:BATCH], todo[BATCH:]
+        problems = []
+        for p, s, need, stage in batch:
+            stages = _stages(p, dims, shape, suppressed, values)
+            problems.append((p, s, need, min(stage, len(stages) - 1), stages[min(stage, len(stages) - 1)], len(stages)))
+        moved, short = _deviations(a, problems, values, suppressed, price, empty, big)
+        suppressed[moved] = True
+        todo = [
+            (p, s, need, stage + 1) for (p, s, need, stage, _, n), bad in zip(problems, short) if bad and stage + 1 < n
+        ] + todo
     return Pattern(suppressed, "heuristic", False)
 
 
-def choose(method: str, a, values, sensitive, lower, upper, empty, cost: str) -> Pattern:
+def _deviations(a, problems, values, suppressed, price, empty, big) -> tuple[np.ndarray, list[bool]]:
+    """Cheapest deviations for several problems (p, direction, need, stage, cells) in one LP: the cells they move,
+    and which fell short (a shortfall is allowed at a price no cell reaches, so one problem without a deviation
+    leaves the others solved)."""
+    blocks, costs, lows, highs, rows_ub, offsets = [], [], [], [], [], []
+    at = 0
+    penalty = 1e3 * float(price.max(initial=1.0)) * max(len(values), 1)
+    for p, s, need, _, cells, _ in problems:
+        sub = a[:, cells].tocsr()
+        sub = sub[np.flatnonzero(np.diff(sub.indptr) > 0)]
+        m = len(cells)
+        cost_now = np.where(suppressed[cells], SMALL, price[cells])
+        up_ub = np.where(empty[cells], 0.0, big)
+        down_ub = np.where(empty[cells], 0.0, values[cells])
+        (k,) = np.flatnonzero(cells == p)
+        (down_ub if s > 0 else up_ub)[k] = 0.0
+        blocks.append(sparse.hstack([sub, -sub, sparse.csr_matrix((sub.shape[0], 1))]))
+        costs.append(np.concatenate([cost_now, cost_now, [penalty / max(need, 1e-9)]]))
+        lows.append(np.zeros(2 * m + 1))
+        highs.append(np.concatenate([up_ub, down_ub, [need]]))
+        row = np.zeros(2 * m + 1)
+        row[k if s > 0 else m + k], row[2 * m] = -1.0, -1.0  # own deviation + shortfall >= need
+        rows_ub.append((at, row, -need))
+        offsets.append((at, m))
+        at += 2 * m + 1
+    a_eq = sparse.block_diag(blocks, format="csr")
+    a_ub = sparse.lil_matrix((len(problems), at))
+    for i, (start, row, _) in enumerate(rows_ub):
+        a_ub[i, start : start + len(row)] = row
+    res = linprog(np.concatenate(costs), A_ub=a_ub.tocsr(), b_ub=np.array([r[2] for r in rows_ub]), A_eq=a_eq,
+                  b_eq=np.zeros(a_eq.shape[0]), bounds=np.stack([np.concatenate(lows), np.concatenate(highs)], axis=1),
+                  method="highs")  # fmt: skip
+    if res.status != 0:
+        return np.zeros(0, dtype=np.int64), [True] * len(problems)
+    moved, short = [], []
+    for (start, m), (_p, _s, need, _, cells, _) in zip(offsets, problems):
+        x = res.x[start : start + 2 * m + 1]
+        tol = 1e-9 * max(1.0, need)
+        short.append(bool(x[2 * m] > tol))
+        if not short[-1]:
+            moved.append(cells[((x[:m] + x[m : 2 * m]) > tol) & ~empty[cells]])
+    return (np.concatenate(moved) if moved else np.zeros(0, dtype=np.int64)), short
+
+
+def choose(method: str, a, values, sensitive, lower, upper, empty, cost: str, dims=None) -> Pattern:
     """The request's method; ``auto``: exact where it fits ``EXACT_LIMIT``, else the heuristic."""
     targets = int((sensitive & (upper > 0)).sum() + (sensitive & (lower > 0)).sum())
     if method == "exact" or (method == "auto" and 2 * targets * len(values) <= EXACT_LIMIT):
         return exact(a, values, sensitive, lower, upper, empty, cost)
-    return heuristic(a, values, sensitive, lower, upper, empty, cost)
+    return heuristic(a, values, sensitive, lower, upper, empty, cost, dims)
