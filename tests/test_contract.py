@@ -58,6 +58,9 @@ EXAMPLES: dict[str, tuple] = {  # name -> (table or None, parameters as a reques
                                 {"method": "suppress", "k": 3}],
                       "policy": {"keys": {"categorical": QI}, "sensitive": ["s"],
                                  "hierarchies": {"a": [{"a0": "a01", "a1": "a01"}]}}}),
+    "sdc_table": (_census, {"group_by": ["a", "b"], "subtotals": ["a"],
+                            "policy": {"keys": {"categorical": QI}, "sensitive": ["s"], "tables": {"min_frequency": 12},
+                                       "hierarchies": {"a": [{"a0": "a01", "a1": "a01", "a2": "a23", "a3": "a23"}]}}}),
     "spam-filter-training": (None, {"run_id": "r", "users": ["u1.jsonl", "u2.jsonl"], "test": "t.jsonl"}),
 }  # fmt: skip
 
@@ -233,7 +236,7 @@ def test_events_beyond_their_charge_are_flagged():
 
 
 def test_the_registries_cover_what_requests_and_flows_run():
-    assert set(REGISTRY) == {"ra", "dpne", "outliers", "aggregate", "mews", "meds", "eds", "sdc"}
+    assert set(REGISTRY) == {"ra", "dpne", "outliers", "aggregate", "mews", "meds", "eds", "sdc", "sdc_table"}
     assert set(MECHANISMS) == set(REGISTRY) | {"spam-filter-training"}
     assert all(isinstance(m, TableMechanism) for m in REGISTRY.values())
     assert not isinstance(MECHANISMS["spam-filter-training"], TableMechanism)  # its run is its flow's protocol

@@ -23,7 +23,7 @@ from core.privacy.budget import Budget
 from core.release import pipeline, preview
 from core.release.home import Home
 from core.release.spec import parse
-from tests.helpers import register
+from tests.helpers import open_policy, register
 from tests.test_cli import run
 
 NUMERIC = ["age", "hours-per-week"]  # the census table's numeric columns; the rest are categorical
@@ -36,6 +36,7 @@ BASES = {  # mechanism -> (dataset, a valid request's parameters)
     "meds": ("table", {"swap_set": ["age", "hours-per-week"], "k": 5}),
     "eds": ("table", {"swap_set": ["age"], "k": 5}),
     "sdc": ("table", {"steps": [{"method": "ra", "qi": ["age", "workclass"], "sensitive": "occupation"}, {"method": "suppress"}]}),
+    "sdc_table": ("counts", {"group_by": ["workclass", "sex"], "subtotals": ["workclass"]}),
     "dpne": ("posts", {"text_column": "text", "epsilon": 1.0, "delta": 1e-7, "T": 2, "delta0": 10}),
     "outliers": ("logins", {"query": "top_subspaces", "c": 1, "h": 2, "k": 3, "r": 0.05, "epsilon": 2.0, "delta": 1e-5,
                             "standardize": SCALES}),
@@ -84,6 +85,12 @@ DEFECTS = {  # mechanism -> a strategy of its base parameters with one defect
         st.sampled_from(NUMERIC + WORDS).map(lambda c: {"steps": [{"method": "recode", "columns": [c]}, *b["steps"]]}),
         st.sampled_from(WORDS).map(lambda c: {"steps": [{"method": "mews", "swap_set": ["age", c], "widths": 1}]}),
     ),
+    "sdc_table": lambda b: st.one_of(
+        unknown.map(lambda c: b | {"group_by": [*b["group_by"], c]}),
+        st.sampled_from(NUMERIC).map(lambda c: b | {"measure": "sum", "column": c}),  # the policy has no magnitude rule
+        st.just(b | {"subtotals": ["sex"]}),  # no hierarchy for sex
+        st.just(b | {"group_by": ["sex", "sex"], "subtotals": []}),
+    ),
     "dpne": lambda b: st.one_of(
         not_positive.map(lambda e: b | {"epsilon": e}),
         st.floats(50, 1e6).map(lambda e: b | {"epsilon": e}),  # more than the cap's 10
@@ -116,6 +123,12 @@ def store(tmp_path_factory) -> Home:
     register(home, census(300), "table", keys=["age"])  # an open policy: its one key, age, is what a swap protects
     register(home, posts(300), "posts", unit="user:user", purpose="dp")
     register(home, logins(200), "logins", unit="record", purpose="dp")
+    columns = list(census(5).columns)  # a policy with table rules and a hierarchy of workclass, for sdc_table
+    tables = {
+        "tables": {"min_frequency": 3},
+        "hierarchies": {"workclass": [{"Self-emp-inc": "self", "Self-emp-not-inc": "self"}]},
+    }
+    register(home, census(250), "counts", policy=open_policy(columns, ["age", "workclass"], ("age",), **tables))
     ledger = Ledger(home / "privrelease.duckdb")
     ledger.set_budget("posts", Budget(10.0, 1e-5))
     ledger.set_budget("logins", Budget(40.0, 1e-3))

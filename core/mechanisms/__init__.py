@@ -9,7 +9,7 @@ against the contract of ``core.mechanisms.base`` when registered, what it declar
 from __future__ import annotations
 
 from core.errors import SpecError
-from core.mechanisms import aggregate, dpne, outliers, ra, sdc_chain, spam_training, swapping
+from core.mechanisms import aggregate, dpne, outliers, ra, sdc_chain, sdc_table, spam_training, swapping
 from core.mechanisms.base import Mechanism, TableMechanism, declared
 
 
@@ -28,7 +28,7 @@ def registry(*mechanisms: object, kind: type = Mechanism) -> dict:
 
 
 REGISTRY: dict[str, TableMechanism] = registry(
-    ra, dpne, outliers, aggregate, swapping.MEWS, swapping.MEDS, swapping.EDS, sdc_chain, kind=TableMechanism
+    ra, dpne, outliers, aggregate, swapping.MEWS, swapping.MEDS, swapping.EDS, sdc_chain, sdc_table, kind=TableMechanism
 )
 MECHANISMS: dict[str, Mechanism] = {**REGISTRY, **registry(spam_training)}
 

@@ -98,6 +98,10 @@ class Result:
     # an SDC chain's key before local suppression, row by row with ``data``: each released record's person's key as
     # the release codes it, for the intruder's count in the steward's internal report; never published
     persons: pd.DataFrame | None = None
+    # more tables published beside ``data``, each as <name>.csv (an SDC table's pivoted view, for a person to read)
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    # the steward's internal figures of a mechanism that assesses itself (``Declared.assess``): never published
+    internal: dict | None = None
 
 
 @runtime_checkable
@@ -147,6 +151,9 @@ class Declared:
     accuracy_charts: Callable[[dict], list[Chart]] = _empty  # and drawn
     warnings: Callable[[StrictParams, Plan, tuple[str, ...]], list[str]] = _empty  # a request that would buy mostly noise
     notes: Callable[[StrictParams, Plan, tuple[str, ...]], list[str]] = _empty  # what the analyst must judge before spending
+    # an SDC mechanism's own assessment in place of the microdata risk report (a table's audit): (frame, result,
+    # params) -> (external figures, internal figures, the policy's rules missed in words); None: the microdata's
+    assess: Callable[[pd.DataFrame, Result, StrictParams], tuple[dict, dict, list[str]]] | None = None
 
     @property
     def filled(self) -> tuple[str, ...]:

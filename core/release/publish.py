@@ -152,6 +152,9 @@ def stage(staging_root: Path, record: dict, result: Result) -> Path:
             relation = con.from_df(result.data)
             relation.write_parquet(str(tmp / names[0]))
             relation.write_csv(str(tmp / names[1]))
+            for name, table in result.tables.items():  # more tables, each a CSV (a pivoted view)
+                names.append(f"{name}.csv")
+                con.from_df(table).write_csv(str(tmp / names[-1]))
         files = {name: sha256(tmp / name) for name in [*names, *(c.filename for c in result.charts)]}
         (tmp / "report.md").write_text(report({**record, "files": files}, result))
         record = {**record, "files": {**files, "report.md": sha256(tmp / "report.md")}}

@@ -12,7 +12,9 @@ As sdcMicro's ``createSdcObj`` and ARX's attribute types, the steward decides be
   uses it as sdcMicro's ``hhId``);
 - ``thresholds``: what the released table must meet, else it is not published;
 - ``hierarchies``: generalisation hierarchies of key variables for global recoding (a numeric
-  key's ``breaks``, a categorical key's levels of ``{value: group}`` maps).
+  key's ``breaks``, a categorical key's levels of ``{value: group}`` maps), and a table's sub-totals;
+- ``tables``: the rules a table of counts or totals meets (``core.sdc.cells.rules``: minimum
+  frequency, (n, k)-dominance, the p%-rule, protection, what secondary suppression minimises).
 
 A column the policy does not name is never published. The policy is public (column names and
 thresholds) and is recorded on the ledger, each change an entry under the hash chain.
@@ -26,6 +28,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from core.errors import SpecError
+from core.sdc.cells.rules import TableRules
 from core.tables.readers import steward_file
 from core.tables.schema import Schema
 
@@ -113,6 +116,7 @@ class Policy(_Strict):
     cluster: str | None = None
     thresholds: Thresholds = Field(default_factory=Thresholds)
     hierarchies: dict[str, Hierarchy] = Field(default_factory=dict)
+    tables: TableRules | None = None  # the rules a table of counts or totals meets (``core.sdc.cells.rules``)
 
     @field_validator("hierarchies", mode="before")
     @classmethod

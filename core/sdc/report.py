@@ -366,3 +366,23 @@ def write_internal(
     for name in (chart.filename, "internal.md", "internal.json", *(["records.parquet"] if records is not None else [])):
         _private(target / name)
     return target
+
+
+def write_own(root: Path, dataset: str, release_id: str, figures: dict) -> Path:
+    """The internal report of a mechanism that assesses itself (a table's audit), owner-only: its figures as JSON
+    and, where it gives one, its ``markdown``."""
+    target = folder(root, dataset, release_id)
+    for part in (paths.sdc_reports(root), target.parent, target):
+        part.mkdir(exist_ok=True, mode=0o700)
+        os.chmod(part, 0o700)
+    markdown = figures.pop("markdown", "")
+    (target / "internal.md").write_text(markdown or "```json\n" + json.dumps(figures, indent=2, default=str) + "\n```\n")
+    (target / "internal.json").write_text(json.dumps(figures, indent=2, default=str) + "\n")
+    for name in ("internal.md", "internal.json"):
+        _private(target / name)
+    return target
+
+
+def attach_own(result, figures: dict):
+    """The result with a self-assessed mechanism's external figures in its manifest (its report says them)."""
+    return dataclasses.replace(result, manifest={**result.manifest, "sdc_report": figures})
