@@ -56,6 +56,25 @@ def test_a_backup_is_private_complete_and_keyless(tmp_path: Path):
     assert inside.returncode == 2 and "inside the home" in inside.stderr
 
 
+def test_a_home_moved_aside_restores_as_the_guide_says(tmp_path: Path):
+    """The operator's guide: the damaged home moved aside, then ``restore`` into its place. Without the key (it moved
+    aside with the home) and with a --key that names no file, a clear refusal that restores nothing; with the key,
+    the restored home has the ledger it had."""
+    home, request = dp_home(tmp_path)
+    assert release(home, request).returncode == 0
+    assert backup(home, tmp_path / "b").returncode == 0
+    aside = home.with_name("home.damaged")
+    home.rename(aside)
+    r = run(home, "restore", str(tmp_path / "b"))
+    assert r.returncode == 2 and "Give it with --key FILE" in r.stderr and "Nothing was restored" in r.stderr
+    r = run(home, "restore", str(tmp_path / "b"), "--key", str(tmp_path / "no-such.key"))
+    assert r.returncode == 2 and "no such file" in r.stderr and "this is a bug" not in r.stderr
+    assert not (home / "privrelease.duckdb").exists()
+    r = run(home, "restore", str(tmp_path / "b"), "--key", str(aside / "keys" / "ledger.key"))
+    assert r.returncode == 0, r.stderr
+    assert run(home, "ledger", "verify", "--files").returncode == 0
+
+
 def test_a_backup_taken_while_releases_run_restores_elsewhere_whole(tmp_path: Path):
     """Backups taken while DPNE releases run back to back: none holds a charge without its outcome, each file checks
     out, and each restores into a new home at another path (a drill, with the rollback it is, relative to the

@@ -160,6 +160,8 @@ def _key(home: Path, key_file: Path | None, manifest: dict) -> bytes:
     ledger was written under (``_put`` copies ``key_file`` into place, once everything checked out)."""
     target = anchors.key_path(home)
     source = key_file if key_file is not None else target
+    if key_file is not None and not key_file.is_file():
+        raise UserError(f"--key {key_file}: no such file. Give the ledger key's file (the copy kept apart from the backups).")
     if key_file is not None and target.exists() and target.read_bytes() != key_file.read_bytes():
         raise UserError(f"--key {key_file} differs from the key already at {target}; remove one of them.")
     if not source.exists():
