@@ -49,6 +49,12 @@ class Dataset:
     policy: Policy | None = None  # an sdc dataset's disclosure policy (the steward's; None: no release possible)
     policy_entry: int | None = None  # the ledger entry that recorded it
 
+    def facts(self) -> dict:
+        """What the ledger records of a registration or refresh: public facts only, the row count where the unit
+        makes it public; never the source's path or the snapshot's digest."""
+        return {"version": self.version, "unit": str(self.unit), "purpose": self.purpose,
+                "columns": len(self.schema.columns)} | ({"rows": self.rows} if self.rows is not None else {})  # fmt: skip
+
     def public(self) -> dict:
         return {
             "id": self.id,
