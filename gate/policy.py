@@ -34,7 +34,7 @@ import yaml
 from core import paths
 from core.errors import UserError
 from core.people import ANALYST, AUDITOR, STEWARD
-from gate import catalogue
+from gate import catalogue, forms
 from gate.checks import (
     Answer,
     Condition,
@@ -162,7 +162,9 @@ POLICY: tuple[Rule, ...] = (
     Rule(PEOPLE, "GET", "/privrelease/api/releases/{id}/files/{name}", answer=catalogue.release_file),
     Rule(PEOPLE, "GET", "/privrelease/api/datasets", answer=catalogue.datasets),
     Rule(PEOPLE, "GET", "/privrelease/api/datasets/{id}", answer=catalogue.dataset),
-    # -- reading: deployments and their forms, runs, task runs, logs, artifacts -------------------------
+    # -- reading: deployments and their forms (a release form's fields filled in from the registry: gate.forms), runs,
+    # task runs, logs, artifacts -------------------------------------------------------------------------------------
+    Rule(PEOPLE, "GET", "/api/deployments/{id}", answer=forms.deployment),
     *_reads(
         "POST /api/flows/filter",
         "POST /api/flows/count",
@@ -171,7 +173,6 @@ POLICY: tuple[Rule, ...] = (
         "POST /api/deployments/filter",
         "POST /api/deployments/count",
         "POST /api/deployments/paginate",
-        "GET /api/deployments/{id}",
         "GET /api/deployments/{id}/schedules",
         "POST /api/flow_runs/filter",
         "POST /api/flow_runs/count",
