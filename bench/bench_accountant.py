@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 from core.ledger.ledger import Ledger  # noqa: E402
 from core.mechanisms import dpne, outliers  # noqa: E402
 from core.privacy import accountant as acc  # noqa: E402
-from core.privacy import pld  # noqa: E402
+from core.privacy import events, pld  # noqa: E402
 from core.privacy.budget import Budget  # noqa: E402
 
 CAP = Budget(5.0, 1e-5)
@@ -54,7 +54,7 @@ def histories() -> dict[str, list[acc.Spend]]:
         "outlier count (1, 1e-6), private standardization": [spend(private, "count+std")],
         "top-3 subspaces with counts (1, 1e-6)": [spend(top, "top")],
         "mixed: count (0.5) / top-3 (1) / private count (1)": [spend(count, "c"), spend(top, "t"), spend(private, "p")],
-        "Gaussian mechanism (1, 1e-6), sensitivity 1": [acc.Spend("g", Budget(1.0, 1e-6), (acc.gaussian(acc_sigma(1.0, 1e-6)),))],
+        "Gaussian mechanism (1, 1e-6), sensitivity 1": [acc.Spend("g", Budget(1.0, 1e-6), events.Gaussian(acc_sigma(1.0, 1e-6)))],
     }
     return {name: [s for s, _ in zip(cycle(w), range(400))] for name, w in workloads.items()}
 

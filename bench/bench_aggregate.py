@@ -129,7 +129,7 @@ def ours(frame: pd.DataFrame, case: dict, user: str | None, reps: int, extra: di
     seconds = []
     for _ in range(reps):
         start = time.perf_counter()
-        table = agg.run(frame, p, noise.generator(None)).data  # any draw: the production path's draws, timed
+        table = agg.run(frame, p, agg.plan(p), noise.generator(None)).data  # any draw: the production path's draws, timed
         seconds.append(time.perf_counter() - start)
         keys = ["|".join(map(str, r)) for r in table[case["by"]].itertuples(index=False)]
         for name, true in t.items():

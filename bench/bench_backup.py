@@ -79,11 +79,11 @@ def many_releases(home: Path, n: int, env: dict) -> None:
 
 
 def _cost(entry):
-    from core.privacy import events
+    from core.ledger.account import recorded
     from core.privacy.adjacency import read
     from core.privacy.cost import DPCost
 
-    return DPCost(events.recorded(json.loads(entry.detail)["events"], entry.budget), read(entry.adjacency))
+    return DPCost(recorded(json.loads(entry.detail)["events"], entry.budget), read(entry.adjacency))
 
 
 def measure(label: str, home: Path, work: Path, reps: int, env: dict) -> None:

@@ -135,7 +135,8 @@ def main() -> None:
     rows, times = [], []
     for _ in range(args.runs):
         t = time.perf_counter()
-        released, _ = dpne.extract(frame, params, noise.generator())  # any draw: the production path's draws, timed
+        planned = dpne.plan(params)
+        released, _ = dpne.extract(frame, params, planned, noise.generator())  # any draw: the production path's draws, timed
         times.append(time.perf_counter() - t)
         rows.append([int((released["n"] == k).sum()) for k in range(1, 7)])
     print(f"DPNE core: median {statistics.median(times):.1f} s per run")
@@ -152,7 +153,8 @@ def main() -> None:
         big = synthetic(10 * len(frame))
         big_params = dpne.Params(**{**PARAMS, "tokenizer": "whitespace"})
         t = time.perf_counter()
-        released, _ = dpne.extract(big, big_params, noise.generator())  # any draw: the production path's draws, timed
+        planned = dpne.plan(big_params)
+        released, _ = dpne.extract(big, big_params, planned, noise.generator())  # any draw: the production path's draws, timed
         print(
             f"synthetic Zipf corpus, {len(big)} posts, {big['user'].nunique()} users: DPNE core {time.perf_counter() - t:.1f} s, "
             f"released {len(released)} n-grams; peak RSS of this process {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"

@@ -67,7 +67,7 @@ def groups(copies: int) -> None:
     for power in (19, 20, 21, 22, 23):
         dpne_counts.CHUNK = 1 << power
         t = time.perf_counter()
-        released, _ = dpne.extract(frame, params, np.random.default_rng(1))
+        released, _ = dpne.extract(frame, params, dpne.plan(params), np.random.default_rng(1))
         print(f"groups of 2^{power}: {time.perf_counter() - t:.1f} s ({len(released):,} n-grams)", flush=True)
 
 
@@ -92,7 +92,7 @@ def memory(copies: int, zipf: bool, child: bool = False) -> None:
     loaded = _status("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # resets the peak (VmHWM) to the current resident size
     t = time.perf_counter()
-    released, _ = dpne.extract(frame, params, np.random.default_rng(1))
+    released, _ = dpne.extract(frame, params, dpne.plan(params), np.random.default_rng(1))
     seconds = time.perf_counter() - t
     name = f"Zipf, {len(frame):,} posts" if zipf else f"MSNBC x{copies}"
     print(
@@ -124,7 +124,8 @@ def allocator(copies: int, snapshot: str | None = None) -> None:
     parallel.workers = lambda: 2  # two user partitions, opened and counted in this process one after the other
     parallel.worker_threads = lambda: 1  # DuckDB and Arrow on one thread, as in a single-threaded Dask worker
     t = time.perf_counter()
-    released, _ = dpne.extract(None, dpne.Params(**PARAMS, tokenizer="whitespace"), np.random.default_rng(1), snapshot=snapshot)
+    params = dpne.Params(**PARAMS, tokenizer="whitespace")
+    released, _ = dpne.extract(None, params, dpne.plan(params), np.random.default_rng(1), snapshot=snapshot)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     print(
         f"{time.perf_counter() - t:.1f} s, {usage.ru_minflt:,} minor page faults, peak RSS {usage.ru_maxrss / 1e6:.2f} GB "

@@ -90,7 +90,8 @@ def dpne_cost(runs: int) -> None:
     for _ in range(runs):
         spent[0] = 0.0
         t = time.perf_counter()
-        released, _ = dpne.extract(frame, params, noise.generator())  # any draw: the production path's draws, timed
+        planned = dpne.plan(params)
+        released, _ = dpne.extract(frame, params, planned, noise.generator())  # any draw: the production path's draws, timed
         totals.append(time.perf_counter() - t)
         noise_times.append(spent[0])
     print(

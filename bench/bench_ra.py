@@ -50,10 +50,10 @@ def time_mechanism(frame: pd.DataFrame, params: ra.Params, repeats: int = 5) -> 
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
-        ra.run(frame, params, noise.generator())  # any draw: the production path's draws, timed
+        ra.run(frame, params, ra.plan(params), noise.generator())  # any draw: the production path's draws, timed
         times.append(time.perf_counter() - t)
     tracemalloc.start()
-    ra.run(frame, params, noise.generator())  # any draw: the production path's draws, timed
+    ra.run(frame, params, ra.plan(params), noise.generator())  # any draw: the production path's draws, timed
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     return statistics.median(times), peak / 2**20

@@ -45,17 +45,19 @@ def scaling() -> None:
         times = []
         for s in range(3):
             t = time.perf_counter()
-            r = sw.MEWS.run(frame, p, rng(s))
+            r = sw.MEWS.run(frame, p, sw.MEWS.plan(p), rng(s))
             times.append(time.perf_counter() - t)
         print(f"MEWS n={n:,}: median {np.median(times):.2f} s (d = {r.privacy['partition_degree']})")
     print("## MEDS vs MEWS at equal n (4 attributes; MEDS k = 50)")
     for n in (2000, 4000, 8000, 16000):
         frame = pd.DataFrame(rng(1).normal(size=(n, 4)), columns=list("abcd"))
         t = time.perf_counter()
-        sw.MEDS.run(frame, sw.DepthParams(swap_set=list("abcd"), k=50), rng(0))
+        sw.MEDS.run(frame, depth := sw.DepthParams(swap_set=list("abcd"), k=50), sw.MEDS.plan(depth), rng(0))
         meds = time.perf_counter() - t
         t = time.perf_counter()
-        sw.MEWS.run(frame, sw.MEWSParams(swap_set=list("abcd"), widths=0.5, singletons="merge"), rng(0))
+        sw.MEWS.run(
+            frame, merged := sw.MEWSParams(swap_set=list("abcd"), widths=0.5, singletons="merge"), sw.MEWS.plan(merged), rng(0)
+        )
         mews = time.perf_counter() - t
         print(f"n={n:>6,}: MEDS {meds:7.2f} s   MEWS {mews:5.3f} s   ratio {meds / mews:7.0f}")
 
@@ -67,7 +69,7 @@ def table1() -> list[tuple]:
         frame = binormal(n, rho, seed=n)
         p = sw.MEWSParams(swap_set=["x", "y"], t_range=(0.02, t_ub), width_units="absolute", candidates=100)
         try:
-            priv = sw.MEWS.run(frame, p, rng(0)).privacy
+            priv = sw.MEWS.run(frame, p, sw.MEWS.plan(p), rng(0)).privacy
             rows.append((rho, t_ub, n, priv["q_ew"], priv["p_known"], priv["p_hidden"], priv["p_hidden_given_published"]))
         except Exception as exc:  # noqa: BLE001 - no feasible width is a result here
             rows.append((rho, t_ub, n, 0, float("nan"), float("nan"), float("nan")))
@@ -105,7 +107,9 @@ def width_for_degree(sample: pd.DataFrame, cols: list[str], target: int) -> tupl
     lo, hi, best = 0.05, 20.0, (20.0, 1)
     for _ in range(30):
         mid = (lo * hi) ** 0.5
-        d = sw.MEWS.run(sample, sw.MEWSParams(swap_set=cols, widths=mid, singletons="merge"), rng(0)).privacy["partition_degree"]
+        d = sw.MEWS.run(
+            sample, mp := sw.MEWSParams(swap_set=cols, widths=mid, singletons="merge"), sw.MEWS.plan(mp), rng(0)
+        ).privacy["partition_degree"]
         if abs(d - target) < abs(best[1] - target):
             best = (mid, d)
         lo, hi = (mid, hi) if d > target else (lo, mid)
@@ -123,12 +127,16 @@ def table2(runs: int = 3) -> list[tuple]:
             width, degree = width_for_degree(sample, cols, len(sample) // k)
             mews_dr = [
                 delta_rho(
-                    sample, sw.MEWS.run(sample, sw.MEWSParams(swap_set=cols, widths=width, singletons="merge"), rng(s)).data
+                    sample,
+                    sw.MEWS.run(
+                        sample, wp := sw.MEWSParams(swap_set=cols, widths=width, singletons="merge"), sw.MEWS.plan(wp), rng(s)
+                    ).data,
                 )
                 for s in range(runs)
             ]
             meds_dr = [
-                delta_rho(sample, sw.MEDS.run(sample, sw.DepthParams(swap_set=cols, k=k), rng(s)).data) for s in range(runs)
+                delta_rho(sample, sw.MEDS.run(sample, dp := sw.DepthParams(swap_set=cols, k=k), sw.MEDS.plan(dp), rng(s)).data)
+                for s in range(runs)
             ]
             rows.append(
                 (

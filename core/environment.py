@@ -85,8 +85,14 @@ def hold(path: Path, mb: float, charge: str = "Nothing was charged.") -> None:
     """Set ``mb`` of the disk aside in ``path`` (allocated, not just counted) from before a charge until its output is
     written (``free``), so a disk others fill meanwhile cannot stop a drawn release from being kept."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        for attempt in (1, 2):  # a run that frees its own room removes the folder once empty: made again if so
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                break
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
         try:
             if mb > 0:
                 os.posix_fallocate(fd, 0, int(mb * 2**20))
@@ -98,8 +104,12 @@ def hold(path: Path, mb: float, charge: str = "Nothing was charged.") -> None:
 
 
 def free(path: Path) -> None:
-    """Give back what ``hold`` set aside."""
+    """Give back what ``hold`` set aside, and its folder once empty (nothing of a run is left where people look)."""
     path.unlink(missing_ok=True)
+    try:
+        path.parent.rmdir()
+    except OSError:  # other runs' rooms or files in it, or gone already
+        pass
 
 
 def preflight(staging: Path, releases: Path, needed_mb: float | None, charge: str = "Nothing was charged.") -> None:

@@ -90,7 +90,11 @@ VARIABLES = (
     Variable(TLS_CERT, "unset (plain HTTP)", "the proxy's TLS certificate chain (PEM); with TLS_KEY it serves HTTPS only"),
     Variable(TLS_KEY, "unset", "the private key (PEM) of TLS_CERT"),
     Variable(PREFECT_URL, "required by the gate", "Prefect's server behind the gate"),
-    Variable(PREFECT_AUTH, "required by the gate", "the operator's credential for Prefect's server"),
+    Variable(
+        PREFECT_AUTH,
+        "required by the gate and the proxy",
+        "the operator's credential for Prefect's server (the proxy derives the key of the gate's sign-in proofs from it)",
+    ),
     Variable(
         PREFECT_API, "unset (or a Prefect profile's)", "the Prefect server commands run flows on; none: releases run directly"
     ),

@@ -4,12 +4,25 @@ People reach it through the proxy (``python -m gate.proxy``, nginx), never direc
 
 from __future__ import annotations
 
+import ctypes
 import sys
 
 from core import settings
 from core.errors import UserError
 
-CONNECTIONS = 256  # open connections the gate holds; the proxy opens at most max_conns (deploy/nginx.conf) below it
+CONNECTIONS = 544  # open connections the gate holds; the proxy opens at most max_conns (deploy/nginx.conf) below it
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h)
+
+
+def return_large_buffers() -> None:
+    """Have glibc give every buffer of 128 KiB or more back to the system when it is freed. By default it raises
+    that threshold to the size of the largest buffer freed so far (an Argon2 check frees 64 MiB), after which the
+    256 KiB buffer asyncio reads each connection with comes from the heap, which glibc keeps: under a flood of
+    sign-ins the gate grew by about 30 MB that it never gave back (bench/RESULTS.md). Not glibc: nothing to do."""
+    try:
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, 128 * 1024)
+    except (OSError, AttributeError):
+        pass
 
 
 def main() -> int:
@@ -39,6 +52,7 @@ def main() -> int:
     # requests) is closed after 5 s; the proxy stops reusing them after 4 s.
     # X-Forwarded-For is believed from 127.0.0.1 only: the proxy sets it to the caller's address (overwritten,
     # never appended), so request.client.host is the caller's address, not the proxy's.
+    return_large_buffers()
     try:
         app = create_app()
     except UserError as error:  # a limit set to what is not one (core.limits)

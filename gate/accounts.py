@@ -112,20 +112,23 @@ class Accounts:
                 Account(*row) for row in con.execute("SELECT name, role, created, hash FROM accounts ORDER BY name").fetchall()
             ]
 
-    def verify(self, name: str, password: str, known: dict[str, Account] | None = None) -> Account | None:
+    def verify(self, name: str, password: str) -> Account | None:
         """The account if ``password`` is its password, else None (unknown names cost a hash too)."""
-        from argon2.exceptions import Argon2Error
+        account = {a.name: a for a in self.all()}.get(name)
+        return account if matches(account.hash if account else decoy(), password) and account else None
 
-        accounts = known if known is not None else {a.name: a for a in self.all()}
-        account = accounts.get(name)
-        try:
-            _hasher().verify(account.hash if account else _decoy(), password)
-        except Argon2Error:
-            return None
-        return account
+
+def matches(hashed: str, password: str) -> bool:
+    """Whether ``password`` is the one ``hashed`` (an Argon2id hash) was made of: one hash, 64 MiB."""
+    from argon2.exceptions import Argon2Error
+
+    try:
+        return _hasher().verify(hashed, password)
+    except Argon2Error:
+        return False
 
 
 @functools.cache
-def _decoy() -> str:
-    """A hash of a random password: an unknown name is checked against it, so it takes as long as a known one."""
+def decoy() -> str:
+    """A hash of a random password: what no password matches, hashed as long as a real one."""
     return _hasher().hash(secrets.token_urlsafe(24))

@@ -24,13 +24,10 @@ and process ids (``gate.redact``).
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import ipaddress
 import json
 import logging
 import re
-import secrets
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -55,7 +52,7 @@ from gate.checks import Call, Refused
 from gate.fair import Slots
 from gate.quotas import Quotas
 from gate.redact import Redactor
-from gate.throttle import Throttle
+from gate.signin import Refusal, SignIn
 
 HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding"}  # not passed back
 REFUSED = "x-privrelease-gate-refused"  # on every answer the gate refused itself
@@ -64,9 +61,6 @@ BUSY_RETRIES = 8  # Prefect's 503 "busy" answers retried, about 9 s in all
 ALONE_AT_ONCE = 2  # calls of the rows marked `alone` (Prefect works for them in its event loop) at once, in all
 ALONE_WAITING = 1  # such calls of one account's waiting behind its one in progress; more are refused (429)
 BROKEN = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.ConnectError)  # before any answer
-HASHES_AT_ONCE = 2  # Argon2id checks at once (64 MiB each); a flood of wrong passwords queues here, not in memory
-HASHES_WAITING = 24  # sign-ins in progress or waiting for a check, in all; more are refused (429) at once
-ACCOUNTS_TTL_S = 2.0  # a removed account is refused within this time
 SAFE_PATH = re.compile(r"/[A-Za-z0-9._~/-]*")  # what Prefect's routes and the UI's files use; nothing to re-encode
 PROXIES = frozenset({"127.0.0.1", "::1"})  # peers whose X-Real-IP names the client (nginx on this host)
 JSON = "application/json"
@@ -96,25 +90,20 @@ class Gate:
 
     def __init__(self, db_path: Path, upstream: str, operator_auth: str, rules: tuple[policy.Rule, ...] | None = None):
         self.accounts = Accounts(db_path)
+        self.signin = SignIn(self.accounts)
         self.rules = policy.POLICY if rules is None else rules
-        self.throttle = Throttle()
         self.redact = Redactor(db_path.parent, paths.repo())
         self.upstream = upstream.rstrip("/")
         self.operator = {"authorization": "Basic " + base64.b64encode(operator_auth.encode()).decode()}
+        self.proof_key = headers.proof_key(operator_auth)
         self.client = httpx.AsyncClient(
             base_url=self.upstream,
             timeout=httpx.Timeout(60.0, connect=10.0),
             limits=httpx.Limits(max_connections=UPSTREAM_CONNECTIONS),
         )
-        self._hashing = anyio.Semaphore(HASHES_AT_ONCE)
-        self._to_hash = 0
         self._alone: dict[tuple[str, str], anyio.Lock] = {}  # per account and row
         self._alone_asked: dict[tuple[str, str], int] = {}  # calls in progress or waiting, per account and row
         self._alone_at_once = anyio.Semaphore(ALONE_AT_ONCE)
-        self._known: dict[str, Account] = {}
-        self._loaded = 0.0
-        self._verified: dict[bytes, str] = {}  # keyed digest of (name, password) -> the hash it matched
-        self._key = secrets.token_bytes(32)
         self._told = -60.0  # when a defect's traceback was last logged
         configured = limits.configured()
         self.quotas: Quotas | None = Quotas(configured, self.count)  # None: no limits (tests' weakened gate)
@@ -122,12 +111,6 @@ class Gate:
         self.catalogue = self.CATALOGUE(Home(db_path.parent))
 
     # -- who is asking --------------------------------------------------------------------------
-
-    def _accounts(self) -> dict[str, Account]:
-        if time.monotonic() - self._loaded > ACCOUNTS_TTL_S:
-            self._known = {a.name: a for a in self.accounts.all()}
-            self._loaded = time.monotonic()
-        return self._known
 
     @staticmethod
     def address(request: Request) -> str:
@@ -149,36 +132,10 @@ class Gate:
         named = headers.credentials(header)
         if named is None:
             return False
-        name, password = named
-        known = await anyio.to_thread.run_sync(self._accounts)
-        digest = hmac.new(self._key, f"{name}\0{password}".encode(), hashlib.sha256).digest()
-        account = known.get(name)
-        if account is not None and self._verified.get(digest) == account.hash:
-            return account  # checked before, and the account is unchanged: no second Argon2 hash
-        address = self.address(request)
-        wait = self.throttle.wait(name, address)
-        if wait is not None:
-            return _refuse(
-                429,
-                f"privrelease gate: too many failed sign-ins for this name or from this address; try again in {wait} seconds",
-                {"retry-after": str(wait)},
-            )
-        if self._to_hash >= HASHES_WAITING:  # the rest are refused at once: no queue holds the proxy's connections
-            return _refuse(
-                429, "privrelease gate: too many sign-ins are being checked; try again in a second", {"retry-after": "1"}
-            )
-        self._to_hash += 1
-        try:
-            async with self._hashing:
-                account = await anyio.to_thread.run_sync(self.accounts.verify, name, password, known)
-        finally:
-            self._to_hash -= 1
-        if account is None:
-            self.throttle.failed(name, address)
-            log.warning("failed sign-in: name %r from %s", name[:64], address)
-            return False
-        self._verified[digest] = account.hash
-        return account
+        checked = await self.signin.check(*named, self.address(request))
+        if isinstance(checked, Refusal):
+            return _refuse(429, f"privrelease gate: {checked.message}", {"retry-after": str(checked.wait)})
+        return False if checked is None else checked
 
     # -- what Prefect knows of a deployment or a run (what the rows' conditions read) -----------------------
 
@@ -201,16 +158,19 @@ class Gate:
 
     async def __call__(self, request: Request) -> Response:
         try:
-            return await self.handle(request)
+            response = await self.handle(request)
         except httpx.TransportError:  # Prefect's server did not answer a call the gate made for this one
-            return _refuse(502, "privrelease gate: Prefect's server did not answer this call; try it again")
+            response = _refuse(502, "privrelease gate: Prefect's server did not answer this call; try it again")
         except Exception as exc:  # a defect: answered, so the connection stays usable; its traceback once a minute
             if time.monotonic() - self._told > 60:
                 self._told = time.monotonic()
                 log.exception("internal error on %s %s", request.method, request.url.path[:200])
             else:
                 log.error("internal error on %s %s: %s", request.method, request.url.path[:200], type(exc).__name__)
-            return _refuse(500, "privrelease gate: internal error; the operator's gate log names it")
+            response = _refuse(500, "privrelease gate: internal error; the operator's gate log names it")
+        if "authorization" in request.headers:
+            response.headers["cache-control"] = "no-store"  # an answer to a person: no cache keeps it
+        return response
 
     async def handle(self, request: Request) -> Response:
         path = request.url.path
@@ -230,9 +190,17 @@ class Gate:
         if refusal is not None:
             return _refuse(429, f"privrelease gate: {refusal}", {"retry-after": "1"})
         try:
-            return await self.decided(request, path, account)
-        finally:
+            response = await self.decided(request, path, account)
+        except BaseException:
             self.slots.give(account.name)
+            raise
+        held = Held(response, lambda: self.slots.give(account.name))
+        proof = headers.proof(self.proof_key, request.headers["authorization"])
+        if request.cookies.get(headers.PROOF) != proof:  # the proxy lets the next calls in as a person's
+            secure = request.headers.get("x-forwarded-proto") == "https"
+            days = headers.PROOF_DAYS * 86_400
+            held.set_cookie(headers.PROOF, proof, max_age=days, secure=secure, httponly=True, samesite="strict")
+        return held
 
     async def decided(self, request: Request, path: str, account: Account | None) -> Response:
         """The call of ``account`` (None: a caller without credentials) as the policy decides it."""
@@ -374,6 +342,21 @@ class Gate:
                 break
             await anyio.sleep(0.25 * (attempt + 1))
         return response
+
+
+class Held(Response):
+    """An answer that holds its caller's slot (``gate.fair``) until it is sent: a file of the catalogue, streamed
+    from disk after the gate's decision, counts among the account's calls in progress while it is."""
+
+    def __init__(self, response: Response, give: Callable[[], None]):
+        self.response, self.give = response, give
+        self.status_code, self.raw_headers = response.status_code, response.raw_headers  # the same list: one set of headers
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await self.response(scope, receive, send)
+        finally:
+            self.give()
 
 
 async def _no_websockets(websocket: WebSocket) -> None:

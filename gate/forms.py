@@ -30,6 +30,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 from core.params import ID_PATTERN
 from core.release.catalogue import FORM_FIELD, offered
+from gate import owned
 from gate.catalogue import read_catalogue
 from gate.checks import Call, Refused, says
 
@@ -122,13 +123,15 @@ def _keep_offered(field: dict, definitions: dict, columns: set[str]) -> None:
 
 
 @says(
-    "answered by the gate: the deployment as Prefect has it, its release form's dataset and column fields offering the "
-    "registered datasets and their columns (one dataset's when its run page was opened for it)"
+    "answered by the gate: the deployment as Prefect has it, the operator's settings cleared (gate.owned), its release "
+    "form's dataset and column fields offering the registered datasets and their columns (one dataset's when its run "
+    "page was opened for it)"
 )
 async def deployment(call: Call) -> Any:
     found = await call.prefect.read(f"/api/deployments/{quote(call.params['id'], safe='')}")
     if found is None:
         raise Refused(404, f"privrelease gate: no deployment {call.params['id']!r}")
+    found = owned.cleared(found, call)  # the operator's settings in it: never a person's to read
     schema = found.get("parameter_openapi_schema")
     if isinstance(schema, dict) and purpose(schema) is not None:
         try:

@@ -7,12 +7,19 @@
 - Credentials in one form only, ``Authorization: Basic <base64 of name:password>`` with the base64 as
   encoding writes it: the proxy counts each account's calls by that header, so a second spelling of the
   same credential (``basic``, two spaces, missing padding) would be a second, uncounted account.
+- A credential that signed in is given a proof (the cookie ``PROOF``: a keyed MD5 of the Authorization header,
+  what nginx's ``secure_link_md5`` checks): the proxy lets calls with a proof reach the gate as people's, and
+  limits the others, sign-ins that have not succeeded yet, per address (deploy/nginx.conf). The key is derived from
+  the operator's credential, which the gate and the proxy are both given; the proof says no more than that its
+  holder has signed in with that header, and changes with the password.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import re
 
 # Headers passed on to Prefect; every other one (cookies, Prefect's automation headers that label who created a
@@ -21,6 +28,8 @@ PASSED = frozenset({"accept", "accept-language", "content-type", "user-agent", "
 READ = PASSED | {"authorization", "x-real-ip"}  # the gate's own reading: who asks, and from where
 PRINTABLE = re.compile(rb"[\t\x20-\x7e]*")
 BASIC = re.compile(r"Basic ([A-Za-z0-9+/]+={0,2})")
+PROOF = "privrelease_signed_in"  # the cookie of a credential that signed in
+PROOF_DAYS = 30
 
 
 def unreadable(raw: list[tuple[bytes, bytes]]) -> str | None:
@@ -46,3 +55,14 @@ def credentials(header: str) -> tuple[str, str] | None:
     if not sep or base64.b64encode(raw).decode() != token:
         return None
     return name, password
+
+
+def proof_key(operator_auth: str) -> str:
+    """The key the gate and the proxy share for proofs, derived from the operator's credential."""
+    return hmac.new(operator_auth.encode(), b"privrelease sign-in proof", hashlib.sha256).hexdigest()
+
+
+def proof(key: str, header: str) -> str:
+    """The proof of the Authorization header ``header``: base64url of MD5(key + header), without padding, as nginx's
+    ``secure_link_md5 "KEY$http_authorization"`` computes it."""
+    return base64.urlsafe_b64encode(hashlib.md5((key + header).encode()).digest()).rstrip(b"=").decode()

@@ -34,7 +34,7 @@ import yaml
 from core import paths
 from core.errors import UserError
 from core.people import ANALYST, AUDITOR, STEWARD
-from gate import catalogue, forms
+from gate import catalogue, forms, owned
 from gate.checks import (
     Answer,
     Condition,
@@ -131,11 +131,11 @@ class Rule:
         return self.pattern.match(path).groupdict()
 
 
-def _reads(*routes: str, who: frozenset[str] = PEOPLE) -> list[Rule]:
+def _reads(*routes: str, who: frozenset[str] = PEOPLE, reply: Reply | None = None) -> list[Rule]:
     """Read-only calls: a GET of a resource, or one of Prefect's POST queries (filter, count, ...), its
-    body bounded (``gate.bounds``)."""
+    body bounded (``gate.bounds``), its answer made by ``reply`` if given."""
     return [
-        Rule(who, method, route, body=bounded if method == "POST" else None, reads=True)
+        Rule(who, method, route, body=bounded if method == "POST" else None, reply=reply, reads=True)
         for method, route in (r.split(" ", 1) for r in routes)
     ]
 
@@ -162,23 +162,30 @@ POLICY: tuple[Rule, ...] = (
     Rule(PEOPLE, "GET", "/privrelease/api/releases/{id}/files/{name}", answer=catalogue.release_file),
     Rule(PEOPLE, "GET", "/privrelease/api/datasets", answer=catalogue.datasets),
     Rule(PEOPLE, "GET", "/privrelease/api/datasets/{id}", answer=catalogue.dataset),
-    # -- reading: deployments and their forms (a release form's fields filled in from the registry: gate.forms), runs,
-    # task runs, logs, artifacts -------------------------------------------------------------------------------------
+    # -- reading: deployments and their forms, runs, task runs, logs, artifacts -------------------------
+    # a deployment, a run and a work pool without the operator's settings in them (gate.owned); a deployment's
+    # release form with its fields filled in from the registry (gate.forms, which clears it as gate.owned does)
     Rule(PEOPLE, "GET", "/api/deployments/{id}", answer=forms.deployment),
+    *_reads(
+        "POST /api/deployments/filter",
+        "POST /api/deployments/paginate",
+        "POST /api/flow_runs/filter",
+        "POST /api/flow_runs/paginate",
+        "GET /api/flow_runs/{id}",
+        "POST /api/work_pools/filter",
+        "GET /api/work_pools/{name}",
+        reply=owned.cleared,
+    ),
+    Rule(PEOPLE, "GET", "/api/automations/related-to/{resource}", answer=owned.no_automations),
     *_reads(
         "POST /api/flows/filter",
         "POST /api/flows/count",
         "POST /api/flows/paginate",
         "GET /api/flows/{id}",
-        "POST /api/deployments/filter",
         "POST /api/deployments/count",
-        "POST /api/deployments/paginate",
         "GET /api/deployments/{id}/schedules",
-        "POST /api/flow_runs/filter",
         "POST /api/flow_runs/count",
-        "POST /api/flow_runs/paginate",
         "POST /api/flow_runs/history",
-        "GET /api/flow_runs/{id}",
         "GET /api/flow_runs/{id}/graph-v2",
         "GET /api/flow_runs/{id}/input/{key}",
         "GET /api/flow_run_states/",
@@ -203,11 +210,7 @@ POLICY: tuple[Rule, ...] = (
         "POST /api/ui/task_runs/count",
         "POST /api/flow_runs/lateness",
         "POST /api/saved_searches/filter",
-        "GET /api/automations/related-to/{resource}",
-        # the pool and its queue's health, as the dashboard and a deployment's page show them (no secrets: the
-        # job template fixes the worker's command and takes no variables)
-        "POST /api/work_pools/filter",
-        "GET /api/work_pools/{name}",
+        # the pool's queues and workers, as the dashboard and a deployment's page show their health
         "GET /api/work_pools/{name}/queues/{queue}",
         "POST /api/work_pools/{name}/queues/filter",
         "POST /api/work_pools/{name}/workers/filter",

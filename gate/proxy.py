@@ -18,9 +18,10 @@ import shutil
 import sys
 from pathlib import Path
 
-from core import paths, settings
+from core import limits, paths, settings
 from core.errors import UserError
 from gate.bounds import MAX_BODY
+from gate.headers import proof_key
 from gate.policy import UI_PAGES
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "deploy" / "nginx.conf"
@@ -44,8 +45,11 @@ def ui_folder() -> Path:
     return UI_BUILD
 
 
-def config(*, host: str, port: int, gate_port: int, ui: Path, state: Path, tls: tuple[Path, Path] | None = None) -> str:
-    """deploy/nginx.conf with its values filled in; every ``{{name}}`` in it must be one of them."""
+def config(
+    *, host: str, port: int, gate_port: int, ui: Path, state: Path, proof_key: str, tls: tuple[Path, Path] | None = None
+) -> str:
+    """deploy/nginx.conf with its values filled in; every ``{{name}}`` in it must be one of them. ``proof_key``: the
+    key of the gate's proofs that a credential signed in (``gate.headers.proof_key``)."""
     address = f"[{host}]" if ":" in host else host
     values = {
         "listen": f"{address}:{port}" + (" ssl" if tls else ""),
@@ -54,6 +58,8 @@ def config(*, host: str, port: int, gate_port: int, ui: Path, state: Path, tls: 
         "deploy": TEMPLATE.parent,
         "state": state,
         "max_body": MAX_BODY,
+        "account_calls": limits.configured().account_calls,  # the gate's own limit of an account's calls at once
+        "proof_key": proof_key,
         "ui_pages": "|".join(f"{re.escape(name)}(/.*)?" for name in UI_PAGES),  # served by nginx from disk
         "tls": TLS.format(cert=tls[0], key=tls[1]) if tls else "",
         # nginx started by root runs its workers as `nobody` unless told; they run as whoever runs privrelease
@@ -83,6 +89,11 @@ def main() -> int:
         print("the proxy needs nginx: apt-get install -y nginx (scripts/system-deps.sh)", file=sys.stderr)
         return 2
     state = paths.home() / "proxy"
+    operator_auth = settings.get(settings.PREFECT_AUTH)
+    if not operator_auth:
+        print(f"the proxy needs ${settings.PREFECT_AUTH}, the operator's credential the gate is given (make serve sets it)",
+              file=sys.stderr)  # fmt: skip
+        return 2
     try:
         tls = _tls()
         text = config(
@@ -91,6 +102,7 @@ def main() -> int:
             gate_port=int(settings.number(settings.GATE_PORT, 4202)),
             ui=ui_folder(),
             state=state,
+            proof_key=proof_key(operator_auth),
             tls=tls,
         )
     except UserError as error:
@@ -98,6 +110,8 @@ def main() -> int:
         return 2
     state.mkdir(parents=True, exist_ok=True)
     conf = state / "nginx.conf"
+    conf.touch(mode=0o600)
+    conf.chmod(0o600)  # it holds the proofs' key
     conf.write_text(text)
     # in the foreground, as this process (its signals stop nginx); -e: no log file of the system's is opened
     os.execv(nginx, [nginx, "-p", str(state), "-e", "stderr", "-c", str(conf), "-g", "daemon off;"])

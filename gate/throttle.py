@@ -1,13 +1,21 @@
-"""Failed sign-ins, throttled per name and per address before any password is hashed.
+"""Sign-ins, throttled per name and per address before anything else is looked at, and addresses that keep
+failing banned for longer and longer (fail2ban's escalation).
 
-Each name and each address has a leaky bucket: a failed sign-in adds one, and the bucket leaks one
-every ``LEAK_S`` seconds. A full bucket (``CAPACITY``) refuses the next attempt with 429 and a
-Retry-After before its password is hashed (an Argon2id hash costs 64 MiB and tens of milliseconds of
-a core, so a flood of wrong passwords would otherwise queue the right ones behind it). A name's full
-bucket does not lock its owner out: it refuses only addresses that have themselves failed a sign-in
-recently, so a guesser needs a fresh address per guess, and the owner (from an address without
-failures) still signs in. A sign-in the gate checked before skips the hash and the throttle. At most
-``MAX_KEYS`` buckets are kept, the least recently used dropped first.
+Each name and each address has a leaky bucket: a sign-in that is checked adds one when the check starts
+(``charge``), a right password takes it out again (``cleared``), and the bucket leaks one every
+``LEAK_S`` seconds. So the checks in progress count as failures until they are answered: an address that
+sends a hundred guesses at once has ``CAPACITY`` of them checked, not a hundred. A full bucket refuses the
+next sign-in with 429 and a Retry-After, whatever its password (a right one too, remembered or not), before
+its name is looked up or its password hashed. A name's full bucket does not lock its owner out: it refuses
+only addresses that have themselves failed a sign-in recently, so a guesser needs a fresh address per
+guess, and the owner (from an address without failures) still signs in.
+
+Each failure that leaves an address throttled earns it a strike, and it is banned for ``LEAK_S`` seconds
+times two to the power of its strikes less one (1, 2, 4, 8 ... minutes), at most ``BAN_MAX_S``; strikes
+are forgotten ``FORGET_S`` seconds after the last one; the address's bucket stays full until its ban ends.
+From one address a guesser therefore gets 3 guesses, then one after a minute, one after two more, four
+more, and so on up to one an hour. At most
+``MAX_KEYS`` buckets and as many bans are kept, the least recently used dropped first.
 """
 
 from __future__ import annotations
@@ -16,35 +24,80 @@ import math
 import time
 from collections import OrderedDict
 
-CAPACITY = 3.0  # failed sign-ins before the next one waits
+CAPACITY = 3.0  # sign-ins (failed, or being checked) before the next one waits
 LEAK_S = 60.0  # seconds for one failed sign-in to leak out
-MAX_KEYS = 10_000  # buckets kept (names and addresses); about 100 bytes each
+BAN_MAX_S = 3600.0  # the longest ban an address earns
+FORGET_S = 86_400.0  # an address's strikes are forgotten this long after its last one
+MAX_KEYS = 10_000  # buckets kept (names and addresses), and bans; about 100 bytes each
 
 
 class Throttle:
     def __init__(self, capacity: float = CAPACITY, leak_s: float = LEAK_S, max_keys: int = MAX_KEYS):
         self.capacity, self.leak_s, self.max_keys = capacity, leak_s, max_keys
         self._buckets: OrderedDict[tuple[str, str], tuple[float, float]] = OrderedDict()  # key -> (level, at)
+        self._bans: OrderedDict[str, tuple[int, float, float]] = OrderedDict()  # address -> (strikes, until, at)
+
+    @staticmethod
+    def _now(now: float | None) -> float:
+        return time.monotonic() if now is None else now
 
     def _level(self, key: tuple[str, str], now: float) -> float:
         level, at = self._buckets.get(key, (0.0, now))
         return max(0.0, level - (now - at) / self.leak_s)
 
+    def _add(self, key: tuple[str, str], amount: float, now: float) -> float:
+        level = max(0.0, self._level(key, now) + amount)
+        self._buckets[key] = (level, now)
+        self._buckets.move_to_end(key)
+        while len(self._buckets) > self.max_keys:
+            self._buckets.popitem(last=False)
+        return level
+
+    def _strikes(self, address: str, now: float) -> tuple[int, float]:
+        strikes, until, at = self._bans.get(address, (0, now, now))
+        return (0, now) if now - at > FORGET_S else (strikes, until)
+
     def wait(self, name: str, address: str, now: float | None = None) -> int | None:
-        """Seconds until ``name`` may try again from ``address``, or None: it may try now."""
-        now = time.monotonic() if now is None else now
+        """Seconds until ``name`` may sign in from ``address``, or None: it may now."""
+        now = self._now(now)
         by_address = self._level(("address", address), now)
         by_name = self._level(("name", name), now) if by_address > 0 else 0.0
         over = max(by_address, by_name) - self.capacity + 1
-        return math.ceil(over * self.leak_s) if over > 0 else None
+        banned = self._strikes(address, now)[1] - now
+        wait = max(over * self.leak_s, banned)
+        return math.ceil(wait) if wait > 0 else None
 
-    def failed(self, name: str, address: str, now: float | None = None) -> None:
-        now = time.monotonic() if now is None else now
+    def failures(self, name: str, now: float | None = None) -> float:
+        """The failures (and checks in progress) counted against ``name`` now."""
+        return self._level(("name", name), self._now(now))
+
+    def charge(self, name: str, address: str, now: float | None = None) -> None:
+        """A sign-in of ``name`` from ``address`` is being checked: counted as failed until it is ``cleared``."""
+        now = self._now(now)
         for key in (("address", address), ("name", name)):
-            self._buckets[key] = (self._level(key, now) + 1, now)
-            self._buckets.move_to_end(key)
-        while len(self._buckets) > self.max_keys:
-            self._buckets.popitem(last=False)
+            self._add(key, 1.0, now)
+
+    def cleared(self, name: str, address: str, now: float | None = None) -> None:
+        """The sign-in ``charge`` counted was right: its count is given back."""
+        now = self._now(now)
+        for key in (("address", address), ("name", name)):
+            self._add(key, -1.0, now)
+
+    def failed(self, name: str, address: str, now: float | None = None) -> int | None:
+        """The sign-in ``charge`` counted was wrong: if it leaves the address throttled, a strike and a longer ban.
+        The ban's seconds, or None."""
+        now = self._now(now)
+        if self._level(("address", address), now) <= self.capacity - 1:
+            return None  # the address may still sign in: no strike
+        strikes = self._strikes(address, now)[0] + 1
+        ban = min(BAN_MAX_S, self.leak_s * 2 ** min(strikes - 1, 32))
+        self._bans[address] = (strikes, now + ban, now)
+        self._bans.move_to_end(address)
+        # the bucket full until the ban ends: then one more guess, whose failure earns the next strike
+        self._buckets[("address", address)] = (self.capacity - 1 + ban / self.leak_s, now)
+        while len(self._bans) > self.max_keys:
+            self._bans.popitem(last=False)
+        return math.ceil(ban)
 
     def __len__(self) -> int:
         return len(self._buckets)

@@ -8,6 +8,7 @@ import pandas as pd
 import yaml
 
 from core.datasets.registry import Dataset, Registry, Schema, Unit
+from core.mechanisms import declared
 from core.privacy.adjacency import Adjacency, ReplaceRecord
 from core.privacy.cost import DPCost
 from core.privacy.events import EpsilonDelta
@@ -132,3 +133,17 @@ def typed(home: Path, *args: str, env: dict | None = None):
         os.environ.clear()
         os.environ.update(saved)
     return subprocess.CompletedProcess(["privrelease", *args], code, out.getvalue(), err.getvalue())
+
+
+def planned_run(mechanism, frame, params, rng):
+    """``mechanism``'s run as the release pipeline makes it: its parameters bound as the registry binds them to
+    ``frame`` where a test left them empty (the public row count, the columns: ``Declared``), then handed the
+    plan of those parameters (the plan charged)."""
+    said, filled = declared(mechanism), {}
+    if said.ROWS_PARAM and getattr(params, said.ROWS_PARAM) is None:
+        filled[said.ROWS_PARAM] = len(frame)
+    if said.COLUMNS_PARAM and getattr(params, said.COLUMNS_PARAM) is None and hasattr(frame, "columns"):
+        filled[said.COLUMNS_PARAM] = list(frame.columns)
+    if filled:
+        params = type(params).model_validate({**params.model_dump(), **filled})
+    return mechanism.run(frame, params, mechanism.plan(params), rng)

@@ -63,8 +63,14 @@ def payroll(rows: int = 2802, people: int = 480, seed: int = 55) -> pd.DataFrame
     bonus = rng.normal(300, 100, rows).round(2).astype(object)
     bonus[rng.choice(rows, 200, replace=False)] = ""  # blanks: a nullable column
     return pd.DataFrame(
-        {"person_id": person + 70000, "department": department, "grade": grade, "month": rng.integers(1, 13, rows),
-         "salary": salary, "bonus": bonus}  # fmt: skip
+        {
+            "person_id": person + 70000,
+            "department": department,
+            "grade": grade,
+            "month": rng.integers(1, 13, rows),
+            "salary": salary,
+            "bonus": bonus,
+        }  # fmt: skip
     )
 
 

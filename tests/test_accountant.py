@@ -14,6 +14,7 @@ from scipy import special
 from core import normal
 from core.mechanisms import dpne, outliers
 from core.privacy import accountant as acc
+from core.privacy import events as ev
 from core.privacy import pld
 from core.privacy.budget import Budget, gaussian_epsilon, gaussian_sigma
 
@@ -32,7 +33,7 @@ def dp_accounting_epsilon(event, delta: float) -> float:
 
 @pytest.mark.parametrize("n,expected", [(10, 3.14), (50, 7.40)])
 def test_gaussian_releases_compose_to_the_closed_form(n, expected):
-    events = [acc.gaussian(SIGMA_1)] * n
+    events = [(ev.Gaussian(SIGMA_1), 1)] * n
     delta = n * 1e-6
     tight = pld.epsilon(events, delta)
     exact = gaussian_epsilon(SIGMA_1 / math.sqrt(n), delta)  # GDP: mu^2 adds up, then the exact conversion
@@ -44,7 +45,7 @@ def test_gaussian_releases_compose_to_the_closed_form(n, expected):
 
 def test_laplace_and_gaussian_mixed():
     sigma = gaussian_sigma(0.1, 1e-7)
-    events = [acc.Event("laplace", 25, scale=10.0, sensitivity=1.0), acc.gaussian(sigma, count=25)]
+    events = [(ev.Laplace(10.0, 1.0), 25), (ev.Gaussian(sigma), 25)]
     tight = pld.epsilon(events, 25 * 1e-7)
     assert tight == pytest.approx(2.05, abs=0.005) and tight < 5.0
     reference = ComposedDpEvent([SelfComposedDpEvent(LaplaceDpEvent(10.0), 25), SelfComposedDpEvent(GaussianDpEvent(sigma), 25)])
@@ -53,32 +54,33 @@ def test_laplace_and_gaussian_mixed():
 
 
 def test_releases_known_only_by_epsilon_delta_gain_nothing():
-    tight = pld.epsilon([acc.approx(1.0, 1e-6, count=50)], 50 * 1e-6)
+    tight = pld.epsilon([(ev.EpsilonDelta(1.0, 1e-6), 50)], 50 * 1e-6)
     assert 49.98 <= tight <= 50.0
 
 
 def test_pld_cache_returns_what_it_computed(tmp_path):
-    events = [acc.gaussian(SIGMA_1, count=10)]
+    events = [(ev.Gaussian(SIGMA_1), 10)]
     first = pld.cached_epsilon(events, 1e-5, tmp_path)
     assert (tmp_path / pld.CACHE_NAME).is_file()
     (tmp_path / pld.CACHE_NAME).write_text((tmp_path / pld.CACHE_NAME).read_text().replace(repr(first), "1.5"))
     assert pld.cached_epsilon(events, 1e-5, tmp_path) == 1.5  # read back, not recomputed
     assert first == pld.epsilon(events, 1e-5)
     # the Gaussians are composed exactly as one (GDP), so their grouping does not matter
-    assert pld.epsilon([acc.gaussian(SIGMA_1)] * 10, 1e-5) == pytest.approx(first, abs=1e-9)
+    assert pld.epsilon([(ev.Gaussian(SIGMA_1), 1)] * 10, 1e-5) == pytest.approx(first, abs=1e-9)
 
 
 # -- conversions to zCDP --------------------------------------------------------------------------------
 
 
-def test_rho_of_each_family():
-    assert acc.gaussian(2.0, sensitivity=3.0, count=4).rho() == pytest.approx(4 * 9 / 8)
-    assert acc.Event("laplace", 2, scale=5.0, sensitivity=1.0).rho() == pytest.approx(2 * 0.2**2 / 2)
-    assert acc.Event("permute_and_flip", 3, epsilon=0.3).rho() == pytest.approx(3 * 0.09 / 2)
-    assert acc.Event("exponential", 1, epsilon=0.4).rho() == pytest.approx(0.16 / 8)  # bounded range
-    assert acc.approx(1.0, 1e-6).rho() == 0.0
+def test_rho_of_each_kind_of_leaf():
+    assert ev.Gaussian(2.0, sensitivity=3.0).rho(4) == pytest.approx(4 * 9 / 8)
+    assert ev.DistributedDiscreteGaussian(1, 4, 3.0).rho(4) == pytest.approx(4 * 9 / 8)  # the Gaussian of its sum
+    assert ev.Laplace(5.0, 1.0).rho(2) == pytest.approx(2 * 0.2**2 / 2)
+    assert ev.PermuteAndFlip(0.3).rho(3) == pytest.approx(3 * 0.09 / 2)
+    assert ev.Exponential(0.4).rho() == pytest.approx(0.16 / 8)  # bounded range
+    assert ev.EpsilonDelta(1.0, 1e-6).rho() is None and ev.SmoothGaussian(1.0, 1e-6, 1.0, 2.0, 1e-12).rho() is None
     with pytest.raises(ValueError):
-        acc.Event("gaussian", sigma=0.0, sensitivity=1.0)
+        ev.Gaussian(0.0)
 
 
 def test_renyi_budget_is_dp_accountings_conversion():
@@ -99,7 +101,7 @@ def test_renyi_budget_is_dp_accountings_conversion():
 
 def dpne_spend(eps: float = 1.0, delta: float = 1e-6, i: int = 0) -> acc.Spend:
     plan = dpne.plan(dpne.Params(user_column="u", text_column="t", epsilon=eps, delta=delta))
-    return acc.Spend(f"r{i}", plan.cost.budget, acc.parts(plan.cost.event))
+    return acc.Spend.of(f"r{i}", plan.cost.event)
 
 
 def admitted(f: acc.Filter, spend: acc.Spend) -> int:
@@ -112,19 +114,20 @@ def admitted(f: acc.Filter, spend: acc.Spend) -> int:
 def test_dpne_at_1_and_1e6_fits_more_than_twice_as_often():
     f = acc.Filter.of(Budget(5.0, 1e-5))
     s = dpne_spend()
-    assert [e.family for e in s.parts] == ["gaussian", "approx", "approx"]
+    assert [type(leaf) for leaf, _ in s.parts] == [ev.DiscreteGaussian, ev.EpsilonDelta, ev.EpsilonDelta]
     n = admitted(f, s)
     assert n >= 10 and n == acc.fits_more(f, [], s)
     # closed form: the Rényi budget over one release's cost, and the delta room over its new-item delta
-    sigma_star = s.parts[0].sigma / math.sqrt(s.parts[0].count)
-    cost = f.alpha / (2 * sigma_star**2) + s.parts[2].epsilon
+    (level, levels), _, (slack, _) = s.parts
+    sigma_star = level.sigma / math.sqrt(levels)
+    cost = f.alpha / (2 * sigma_star**2) + slack.epsilon
     assert n == min(math.floor(f.k / (cost * (1 + acc.SLACK))), math.floor(9e-6 / 5e-7 + 1e-9))
     basic = 5  # 5 x epsilon 1
     assert n >= 2 * basic
     # what the filter certifies for the n releases is within the cap, and never below the tight PLD figure
     history = [s] * n
     certified = f.spent_epsilon(history)
-    tight = pld.epsilon([e for x in history for e in x.parts], 1e-5)
+    tight = pld.epsilon([p for x in history for p in x.parts], 1e-5)
     assert tight <= certified <= 5.0
 
 
@@ -133,7 +136,7 @@ def test_filter_refuses_exactly_at_the_cap():
     basic composition of their (1, 1e-7) charges would have admitted 5."""
     f = acc.Filter.of(Budget(5.0, 1e-5))
     rho = f.k / (10 * f.alpha) * (1 - 1e-6)
-    s = acc.Spend("g", Budget(1.0, 1e-7), (acc.gaussian(1 / math.sqrt(2 * rho)),))
+    s = acc.Spend("g", Budget(1.0, 1e-7), ev.Gaussian(1 / math.sqrt(2 * rho)))
     assert admitted(f, s) == 10
     d = f.check([s] * 11)
     assert not d.admitted and d.renyi_used > f.k
@@ -150,10 +153,9 @@ def test_basic_region_keeps_exact_arithmetic_for_pure_caps():
 
 def test_pure_parts_take_the_cheaper_of_linear_and_renyi():
     f = acc.Filter.of(Budget(5.0, 1e-5))
-    small = acc.Event("permute_and_flip", 1, epsilon=0.01)
-    large = acc.Event("permute_and_flip", 1, epsilon=2.0)
-    assert acc.part_cost(small, f.alpha) == pytest.approx(f.alpha * 0.01**2 / 2)
-    assert acc.part_cost(large, f.alpha) == pytest.approx(2.0)
+    small, large = ev.PermuteAndFlip(0.01), ev.PermuteAndFlip(2.0)
+    assert acc.part_cost(small, 1, f.alpha) == pytest.approx(f.alpha * 0.01**2 / 2)
+    assert acc.part_cost(large, 1, f.alpha) == pytest.approx(2.0)
 
 
 def test_outlier_plans_state_their_parts():
@@ -165,20 +167,27 @@ def test_outlier_plans_state_their_parts():
         delta=1e-6,
         h=2,
         c=1,
+        columns=["a", "b"],
         standardize={"bounds": {"a": [0, 1], "b": [0, 1]}, "share": 0.1},
     )
     events = acc.parts(outliers.plan(p).cost.event)
-    families = [e.family for e in events]
-    # N undeclared: global or smooth noise is decided when it runs, so each count is one (eps, delta) part
-    assert families == ["gaussian", "approx", "permute_and_flip", "approx"]
+    kinds = [type(leaf) for leaf, _ in events]
+    # N undeclared: global or smooth noise is open (no run draws it), so each count is one (eps, delta) part
+    assert kinds == [ev.DiscreteGaussian, ev.EpsilonDelta, ev.PermuteAndFlip, ev.EpsilonDelta]
     bound = acc.parts(outliers.plan(p.model_copy(update={"rows": 10_000})).cost.event)  # N declared: global noise
-    assert [e.family for e in bound] == ["gaussian", "approx", "permute_and_flip", "gaussian", "approx"]
-    assert (bound[3].count, bound[3].sensitivity, bound[4]) == (2, outliers.gs_upper(10_000, 5, 1), acc.sampler_slack(2))
-    pure = sum(e.count * e.pure_epsilon for e in events if e.family in acc.PURE)
-    eps = sum(e.count * e.epsilon for e in events if e.family == "approx")
+    assert [type(leaf) for leaf, _ in bound] == [
+        ev.DiscreteGaussian,
+        ev.EpsilonDelta,
+        ev.PermuteAndFlip,
+        ev.DiscreteGaussian,
+        ev.EpsilonDelta,
+    ]
+    assert (bound[3][1], bound[3][0].sensitivity, bound[4]) == (2, outliers.gs_upper(10_000, 5, 1), (ev.sampler_slack(2), 1))
+    pure = sum(n * leaf.pure_epsilon() for leaf, n in events if leaf.pure_epsilon() is not None)
+    eps = sum(n * leaf.epsilon for leaf, n in events if isinstance(leaf, ev.EpsilonDelta))
     assert pure + eps <= 1.0 * 0.9 + 1e-6  # the standardization's Gaussian has the other tenth
-    gauss = events[0]
-    assert gaussian_epsilon(gauss.sigma, 1e-7 - 4 * 2 * 2.8e-87) <= 0.1  # its (eps, delta) is within its share
+    gauss, _ = events[0]
+    assert gaussian_epsilon(gauss.sigma / gauss.sensitivity, 1e-7 - 4 * 2 * 2.8e-87) <= 0.1  # within its share
 
 
 def test_a_release_gaining_little_from_its_curve_is_counted_by_its_charge():
@@ -186,18 +195,18 @@ def test_a_release_gaining_little_from_its_curve_is_counted_by_its_charge():
     take a third of the Rényi budget, by its charge a fifth of the cap, so it is counted by its
     charge and the exact basic region stays open: as many fit as basic composition admits."""
     f = acc.Filter.of(Budget(5.0, 1e-5))
-    p = outliers.Params(k=5, r=1.0, epsilon=1.0, delta=1e-6, standardize={"bounds": {"a": [0, 1]}})
-    s = acc.Spend("c", Budget(1.0, 1e-6), acc.parts(outliers.plan(p).cost.event))
+    p = outliers.Params(columns=["a"], k=5, r=1.0, epsilon=1.0, delta=1e-6, standardize={"bounds": {"a": [0, 1]}})
+    s = acc.Spend.of("c", outliers.plan(p).cost.event)
     assert s.gaussian and f.mode(s) == acc.CHARGE and f.mode(dpne_spend()) == acc.EVENTS
     assert admitted(f, s) == 5
     decision, counted = f.admit([], s)
-    assert decision.region == "basic" and counted.parts == (acc.approx(1.0, 1e-6, part="charge"),)
-    assert counted.curve == s.events  # the reported PLD still uses the mechanism's own curve
+    assert decision.region == "basic" and counted.parts == ((ev.EpsilonDelta(1.0, 1e-6, part="charge"), 1),)
+    assert counted.curve == s.recorded  # the reported PLD still uses the mechanism's own curve
 
 
 def test_a_coarser_grid_for_long_histories_stays_pessimistic():
     assert pld.discretization(10.0) == D and pld.discretization(500.0) == pytest.approx(10 * D)
-    events = [acc.gaussian(SIGMA_1, count=100)]
+    events = [(ev.Gaussian(SIGMA_1), 100)]
     exact = gaussian_epsilon(SIGMA_1 / math.sqrt(100), 1e-4)
     coarse = pld.epsilon(events, 1e-4, pld.discretization(100.0))
     assert exact <= pld.epsilon(events, 1e-4) <= coarse <= exact + 100 * pld.discretization(100.0)
@@ -206,13 +215,13 @@ def test_a_coarser_grid_for_long_histories_stays_pessimistic():
 def _workloads() -> dict[str, acc.Spend]:
     count = outliers.Params(k=5, r=1.0, epsilon=0.5, delta=1e-6, standardize=False)
     top = outliers.Params(query="top_subspaces", k=5, r=1.0, epsilon=1.0, delta=1e-6, h=3, c=1, standardize=False)
-    private = outliers.Params(k=5, r=1.0, epsilon=1.0, delta=1e-6, standardize={"bounds": {"a": [0, 1]}})
+    private = outliers.Params(columns=["a"], k=5, r=1.0, epsilon=1.0, delta=1e-6, standardize={"bounds": {"a": [0, 1]}})
     return {
         "dpne": dpne_spend(),
         "dpne-small": dpne_spend(0.3, 1e-7),
-        "count": acc.Spend("c", Budget(0.5, 1e-6), acc.parts(outliers.plan(count).cost.event)),
-        "top": acc.Spend("t", Budget(1.0, 1e-6), acc.parts(outliers.plan(top).cost.event)),
-        "private": acc.Spend("p", Budget(1.0, 1e-6), acc.parts(outliers.plan(private).cost.event)),
+        "count": acc.Spend.of("c", outliers.plan(count).cost.event),
+        "top": acc.Spend.of("t", outliers.plan(top).cost.event),
+        "private": acc.Spend.of("p", outliers.plan(private).cost.event),
         "legacy": acc.Spend("l", Budget(0.7, 2e-7), None),
     }
 

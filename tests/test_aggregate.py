@@ -29,6 +29,7 @@ from core.mechanisms import aggregate_query as query
 from core.mechanisms import aggregate_report as show
 from core.mechanisms.aggregate_budget import accounting, derived_sum
 from core.privacy import draws
+from tests.helpers import planned_run
 
 MEASURES = [
     {"op": "count"},
@@ -118,7 +119,7 @@ def test_with_the_noise_off_every_measure_is_its_oracle(monkeypatch, unit):
     rng = noise.generator(None)  # any draw: noiseless, every draw is patched out above
     key = int(np.random.default_rng(58).integers(0, 2**62))
     monkeypatch.setattr(noise, "words", lambda r, n: np.array([key << 1], dtype=np.uint64))  # the run's hash key
-    table = agg.run(frame, p, rng).data.sort_values(["g", "h"]).reset_index(drop=True)
+    table = planned_run(agg, frame, p, rng).data.sort_values(["g", "h"]).reset_index(drop=True)
     rows = bounded(frame, p, key) if unit == "user" else frame
     acc = accounting(p)
     truth = oracle(rows)
@@ -146,7 +147,9 @@ def test_a_quantile_leaves_missing_values_out(monkeypatch, missing):
     frame = payroll().astype({"x": object})
     frame.loc[frame.index % 2 == 0, "x"] = missing
     p = params(measures=[MEASURES[0], MEASURES[4]])
-    table = agg.run(frame, p, noise.generator(None)).data.sort_values(["g", "h"]).reset_index(drop=True)  # any draw: noiseless
+    table = (
+        planned_run(agg, frame, p, noise.generator(None)).data.sort_values(["g", "h"]).reset_index(drop=True)
+    )  # any draw: noiseless
     step = 60 / p.measures[1].grid
     for row in table.itertuples(index=False):
         x = frame[(frame["g"] == row.g) & (frame["h"] == row.h)]["x"].dropna().to_numpy(float)
@@ -160,7 +163,7 @@ def test_a_quantile_interval_reaching_the_top_bin_stays_inside_the_bounds(monkey
     noiseless(monkeypatch)
     frame = payroll().assign(x=0.69)
     p = params(measures=[MEASURES[0], {"op": "quantile", "column": "x", "bounds": [0.1, 0.7], "q": [0.5], "bins": 37}])
-    result = agg.run(frame, p, noise.generator(None))  # any draw: noiseless
+    result = planned_run(agg, frame, p, noise.generator(None))  # any draw: noiseless
     agg.check(frame, result, p)
     assert (result.data["x_q50_hi"] == 0.7).all() and (result.data["x_q50"] < 0.7).all()
 
@@ -231,7 +234,7 @@ def _empty_noise(noise_kind: str, rng: np.random.Generator, n_keys: int = 3000) 
             "domains": {"g": list(range(n_keys))},
         }  # fmt: skip
     )
-    out = agg.run(frame, p, rng).data
+    out = planned_run(agg, frame, p, rng).data
     return out["x_sum"].to_numpy()[1:], accounting(p).of("sum", 0)
 
 
@@ -253,7 +256,7 @@ def coverage(p: agg.Params, frame: pd.DataFrame, runs: int, shrink: float = 1.0)
     truth = oracle(frame).set_index(["g", "h"])
     hits: dict[str, list] = {}
     for seed in range(runs):
-        table = agg.run(frame, p, noise.Randomness(seed)).data.set_index(["g", "h"])
+        table = planned_run(agg, frame, p, noise.Randomness(seed)).data.set_index(["g", "h"])
         for name in [n for m in p.measures for n in m.names]:
             mid = table[name]
             lo, hi = mid - (mid - table[f"{name}_lo"]) * shrink, mid + (table[f"{name}_hi"] - mid) * shrink
@@ -410,5 +413,5 @@ def test_a_budget_past_the_samplers_range_is_refused_before_the_run():
 def test_a_quantile_with_no_key_selected_releases_an_empty_table():
     """Keys selected privately from a table too small for any to pass: no key, no draw, an empty release."""
     frame = payroll(12, 12, seed=4)
-    result = agg.run(frame, params(), noise.Randomness(4))
+    result = planned_run(agg, frame, params(), noise.Randomness(4))
     assert len(result.data) == 0 and "x_q50" in result.data.columns

@@ -26,7 +26,7 @@ from core.release import pipeline, spec
 from core.release.home import Home
 from core.tables.schema import Column, Schema
 from tests.conftest import REPO
-from tests.helpers import register
+from tests.helpers import planned_run, register
 from tests.test_release_flow import cli
 
 DOMAINS = {"region": ["north", "south", "east", "west"], "grade": [1, 2, 3]}
@@ -143,8 +143,8 @@ def test_a_release_reads_the_checked_snapshot_file_and_gets_what_the_rows_give(h
     assert isinstance(rows, Snapshot) and Path(rows.path).is_file()
     frame = store.registry.load(bound.dataset)
     assert "west" not in set(frame["region"])
-    by_file = agg.run(rows, bound.params, noise.generator(11)).data
-    by_rows = agg.run(frame, bound.params, noise.generator(11)).data
+    by_file = planned_run(agg, rows, bound.params, noise.generator(11)).data
+    by_rows = planned_run(agg, frame, bound.params, noise.generator(11)).data
     pd.testing.assert_frame_equal(by_file, by_rows)
     assert len(by_file) == (12 if domains else len(by_file)) and len(by_file) > 0
 

@@ -19,9 +19,10 @@ import pytest
 from core.errors import ApprovalError
 from core.ledger import approval
 from core.ledger.ledger import RESERVED, Ledger
-from core.privacy.accountant import Filter, Spend, gaussian
+from core.privacy.accountant import Filter, Spend
 from core.privacy.adjacency import ReplaceRecord
 from core.privacy.budget import Budget, gaussian_sigma
+from core.privacy.events import Gaussian
 from tests.helpers import dp, register, write_request
 from tests.test_cli import EXE, REPO, run
 
@@ -137,8 +138,8 @@ def test_finding_3d_the_share_in_the_stewards_terms_and_an_accounts_window():
     took 24.9% of what the filter leaves and ran unapproved; the epsilon share (87.5%) now holds it and
     both are said. An account's limit over a window holds back the third of a series of small releases."""
     f = Filter.of(Budget(8.0, 1e-5))
-    first = Spend("a", Budget(4.0, 1e-6), (gaussian(gaussian_sigma(4.0, 1e-6)),))
-    candidate = Spend("b", Budget(3.5, 1e-6), (gaussian(gaussian_sigma(3.5, 1e-6)),))
+    first = Spend("a", Budget(4.0, 1e-6), Gaussian(gaussian_sigma(4.0, 1e-6)))
+    candidate = Spend("b", Budget(3.5, 1e-6), Gaussian(gaussian_sigma(3.5, 1e-6)))
     now = datetime(2026, 11, 26, 12, tzinfo=UTC)
     seen = approval.look(approval.Rule(share=0.2), f, [first], candidate, [], now)
     assert seen.filter_share < 0.5 < seen.epsilon_share == pytest.approx(0.875) and seen.needed

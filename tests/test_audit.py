@@ -28,6 +28,7 @@ from core.mechanisms import dpne
 from core.mechanisms.dpne_counts import unit_weights
 from core.privacy import events
 from tests.auditor import ALPHA, audit, record, runs
+from tests.helpers import planned_run
 
 # -- the broken sampler, kept as a test-only variant ---------------------------------------------------
 
@@ -200,7 +201,7 @@ def e2e_outputs(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     n fresh seeds each: the noisy weight of "alpha alpha" in sigma_2 units, nan when not released."""
 
     def weight(frame: pd.DataFrame, s: int) -> float:
-        table = dpne.run(frame, E2E, noise.generator(s)).data
+        table = planned_run(dpne, frame, E2E, noise.generator(s)).data
         hit = table.loc[table["ngram"] == "alpha alpha", "noisy_weight"]
         return float(hit.iloc[0]) / dpne.accounting(E2E).sigmas[1] if len(hit) else math.nan
 

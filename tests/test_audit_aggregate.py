@@ -30,6 +30,7 @@ from core import noise
 from core.mechanisms import aggregate as agg
 from core.privacy import draws
 from tests.auditor import ALPHA, audit, record, runs
+from tests.helpers import planned_run
 
 
 def _users(keys: int, rows_per_key: int, users: int) -> pd.DataFrame:
@@ -98,7 +99,7 @@ def outputs(case: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     d_prime = neighbour(d)
 
     def value(frame: pd.DataFrame, s: int) -> float:
-        table = agg.run(frame, params, noise.generator(s)).data
+        table = planned_run(agg, frame, params, noise.generator(s)).data
         first = table[table["g"] == 0]
         return float(first[column].iloc[0]) if len(first) else math.nan
 

@@ -22,6 +22,7 @@ from core.mechanisms import outliers as o
 from core.mechanisms import outliers_sensitivity as sens
 from core.privacy import events
 from tests.auditor import ALPHA, audit, record, runs
+from tests.helpers import planned_run
 
 N = 15
 
@@ -58,7 +59,7 @@ def outputs(params: o.Params, column: str, n: int, seed: int) -> tuple[np.ndarra
     """One released value per run of ``outliers.run`` (a subspace as its index), on D and on D'."""
 
     def value(frame: pd.DataFrame, s: int) -> float:
-        x = o.run(frame, params, noise.generator(s)).data[column].iloc[0]
+        x = planned_run(o, frame, params, noise.generator(s)).data[column].iloc[0]
         return float(params.columns.index(x)) if column == "subspace" else (math.nan if x is None else float(x))
 
     d, d_prime = _tables()
@@ -81,9 +82,9 @@ def test_auditor_catches_a_count_with_too_little_noise(test_mode, monkeypatch):
     """The auditor can fail here: a weakened count (noise std divided by 20) is caught."""
     real = o.noisy_count
 
-    def weakened(z, s, params, a, rng, m, event=None):  # the count's declared leaf, its sigma divided by 20
-        leaf = events.find(event or o.declared(params), sens.GLOBAL)
-        return real(z, s, params, a, rng, m, replace(leaf, sigma=leaf.sigma / 20))
+    def weakened(z, s, params, a, event, rng, m):  # the count's declared leaf, its sigma divided by 20
+        leaf = events.find(event, sens.GLOBAL)
+        return real(z, s, params, a, events.Composed((replace(leaf, sigma=leaf.sigma / 20),)), rng, m)
 
     monkeypatch.setattr(o, "noisy_count", weakened)
     params = _params(epsilon=0.5, noise="global")

@@ -30,6 +30,7 @@ from core.sdc import enforce, policy, risk
 from core.sdc import report as sdc_report
 from tests import intruder
 from tests.auditor import ALPHA, REPORT_ENV, audit, record, runs
+from tests.helpers import planned_run
 from tests.test_sdc_policy import _outlier
 
 MEWS = swapping.MEWSParams(swap_set=["x", "y"], widths=3.0, singletons="suppress")
@@ -40,7 +41,7 @@ def _mews(frame: pd.DataFrame, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
     (row 4 once the lone tuple, row 0, is suppressed: the kept rows keep their order), the suppressed count."""
     own, kept, count = [], [], []
     for seed in range(n):
-        result = swapping.MEWS.run(frame, MEWS, noise.generator(10_000 + seed))
+        result = planned_run(swapping.MEWS, frame, MEWS, noise.generator(10_000 + seed))
         assert len(result.data) == len(frame) - 1
         own.append(result.data["x"].max())
         kept.append(result.data["x"].iloc[4])
@@ -61,7 +62,9 @@ def test_mews_suppression_leaves_no_trace_of_the_lone_tuple(test_mode):
         assert found.epsilon_lb <= 0.0, (name, found)
     # control: the auditor sees the count when the neighbour's tuple is not alone (it joins the bulk)
     joined = _outlier((5.0, 8.0))
-    counts = [swapping.MEWS.run(joined, MEWS, noise.generator(10_000 + seed)).privacy["suppressed_tuples"] for seed in range(n)]
+    counts = [
+        planned_run(swapping.MEWS, joined, MEWS, noise.generator(10_000 + seed)).privacy["suppressed_tuples"] for seed in range(n)
+    ]
     assert audit(count, np.array(counts, dtype=float), 0.0, 0.0, ALPHA).epsilon_lb > 2.0  # 300 runs: about 3
 
 
@@ -69,7 +72,7 @@ def _ra(frame: pd.DataFrame, n: int) -> tuple[np.ndarray, np.ndarray]:
     params = ra.Params(qi=["age", "sex", "race", "education"], sensitive="occupation", p="entropy")
     first, cell = [], []
     for seed in range(n):
-        result = ra.run(frame, params, noise.generator(20_000 + seed))
+        result = planned_run(ra, frame, params, noise.generator(20_000 + seed))
         first.append(result.privacy["p"][0])
         cell.append(float(result.data["sex"].iloc[0] == "Male"))
     return np.array(first), np.array(cell)
@@ -160,14 +163,14 @@ def _persons(frame: pd.DataFrame, rules: policy.Policy, steps: list[dict], seed:
     if all(s["method"] in CODINGS for s in steps):
         persons = intruder.true_keys(frame, keys, steps, rules.public()["hierarchies"])
         return persons, intruder.read_back(persons, released, keys)
-    before = sdc_chain.run(frame, sdc_chain.Params(steps=steps[:-1], policy=rules), noise.generator(seed)).data
+    before = planned_run(sdc_chain, frame, sdc_chain.Params(steps=steps[:-1], policy=rules), noise.generator(seed)).data
     return before[keys], released[keys]
 
 
 def _audit(frame: pd.DataFrame, rules: policy.Policy, steps: list[dict], seed: int) -> tuple[bool, np.ndarray]:
     """Whether the product would publish the chain's table, and each person's compatible released records."""
     params = sdc_chain.Params(steps=steps, policy=rules)
-    result = sdc_chain.run(frame, params, noise.generator(seed))
+    result = planned_run(sdc_chain, frame, params, noise.generator(seed))
     role = sdc_report.roles("sdc", rules, sdc_chain.protects(params), result.privacy, frame, result.data)
     external = sdc_report.external(result.data, role)
     published = not enforce.missed(external, rules, sdc_report.intruder(result.data, role, result.persons))

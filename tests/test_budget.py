@@ -13,6 +13,7 @@ from core.errors import BudgetError
 from core.ledger import account
 from core.ledger.ledger import RESERVED, Ledger
 from core.privacy import accountant as acc
+from core.privacy import events as ev
 from core.privacy import pld
 from core.privacy.budget import Budget
 from core.release import charged, headroom, pipeline
@@ -89,7 +90,7 @@ def test_totals_show_basic_filter_and_pld_cross_checked(store):
     (t,) = store.ledger.totals()
     a = t.account
     assert t.spent == Budget(4.0, 4e-6)
-    events = [e for x in store.ledger.entries() if x.status == RESERVED for e in account.spend(x).events]
+    events = [e for x in store.ledger.entries() if x.status == RESERVED for e in account.spend(x).recorded]
     assert a.pld_epsilon == pytest.approx(pld.epsilon(events, 1e-5), abs=1e-12)
     assert a.pld_epsilon <= a.filter_epsilon <= 5.0 and a.filter_epsilon < t.spent.epsilon
     # dp-accounting's own accountant on the Gaussians alone, at the cap's delta less the new-item deltas
@@ -97,13 +98,12 @@ def test_totals_show_basic_filter_and_pld_cross_checked(store):
     from dp_accounting import GaussianDpEvent, SelfComposedDpEvent
     from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
 
-    gauss = [e for e in events if e.family == "gaussian"]
+    gauss = [(leaf, n) for leaf, n in events if isinstance(leaf, ev.Gaussian)]
     reference = PLDAccountant(value_discretization_interval=1e-4)
-    reference.compose(SelfComposedDpEvent(GaussianDpEvent(gauss[0].sigma), sum(e.count for e in gauss)))
+    reference.compose(SelfComposedDpEvent(GaussianDpEvent(gauss[0][0].sigma), sum(n for _, n in gauss)))
     assert a.pld_epsilon == pytest.approx(reference.get_epsilon(1e-5 - 4 * 5e-7), abs=2e-3)
-    assert a.like == "dpne" and a.fits == acc.fits_more(
-        a.filter, [acc.Spend("x", Budget(1, 1e-6), events[:3])] * 4, acc.Spend("x", Budget(1, 1e-6), events[:3])
-    )
+    one = acc.Spend("x", Budget(1, 1e-6), ev.Composed(tuple(ev.times(leaf, n) for leaf, n in events[:3])))
+    assert a.like == "dpne" and a.fits == acc.fits_more(a.filter, [one] * 4, one)
     shown = t.as_dict()
     assert shown["pld"] == {"epsilon": a.pld_epsilon, "delta": 1e-5, "discretization": 1e-4}
     assert shown["filter"]["epsilon"] == a.filter_epsilon and shown["next"] == {"like": "dpne", "fits": a.fits}

@@ -15,6 +15,7 @@ from starlette.testclient import TestClient
 from core import db
 from core.store import DuckStore
 from gate import app as gate_app
+from gate import signin
 from gate.accounts import Accounts
 from tests.test_accounts import PASSWORD
 from tests.test_cli import EXE, REPO, run
@@ -53,13 +54,19 @@ def test_user_passwd_as_typed(tmp_path: Path):
     assert accounts.verify("alice", made) is not None  # a refused change changes nothing
 
 
-class StaleGate(gate_app.Gate):
-    """A gate without the defence: it reads the accounts once and keeps them."""
+class StaleSignIn(signin.SignIn):
+    """Sign-in without the defence: it reads the accounts once and keeps them."""
 
-    def _accounts(self):
-        if not self._known:
-            self._known = {a.name: a for a in self.accounts.all()}
-        return self._known
+    async def _accounts(self):
+        if not self._names:
+            self._names = self.load()
+        return self._names
+
+
+class StaleGate(gate_app.Gate):
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.signin = StaleSignIn(self.accounts)
 
 
 @pytest.mark.parametrize("gate_class", [gate_app.Gate, StaleGate], ids=["gate", "stale-gate"])
@@ -67,7 +74,7 @@ def test_the_gate_refuses_the_old_password_after_passwd(gate_class, tmp_path: Pa
     """Through the real gate (its routes, in this process; no upstream is reached): a signed-in analyst is
     refused a route (403) and a wrong password is refused sign-in (401). After passwd the old password is a wrong one,
     because the gate rereads the accounts (its TTL set to 0 here, so no test waits); the stale gate still lets it in."""
-    monkeypatch.setattr(gate_app, "ACCOUNTS_TTL_S", 0.0)
+    monkeypatch.setattr(signin, "ACCOUNTS_TTL_S", 0.0)
     home = tmp_path / "home"
     Accounts(home / "privrelease.duckdb").add("alice", "analyst", PASSWORD)
     app = gate_app.create_app(home, "http://127.0.0.1:9", "operator:x", gate_class)

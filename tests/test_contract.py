@@ -96,23 +96,23 @@ DP_REQUESTS: dict[str, list[dict]] = {  # name -> more requests (as a request bi
 }  # fmt: skip
 
 
-def linear_epsilon(e: acc.Event) -> Fraction:
+def linear_epsilon(leaf: ev.Leaf, count: int) -> Fraction:
     """What a part counted by its epsilon adds over its compositions: its figures as the decimals they
     are recorded as (``accountant.exact``, as the filter sums charges), so 0.9 + 1/10 is 1."""
-    if e.family in ("laplace", "discrete_laplace"):
-        return e.count * acc.exact(e.sensitivity) / acc.exact(e.scale)
-    return e.count * acc.exact(e.epsilon)
+    if isinstance(leaf, ev.Laplace):
+        return count * acc.exact(leaf.sensitivity) / acc.exact(leaf.scale)
+    return count * acc.exact(leaf.epsilon)
 
 
-def composed_epsilon(events: tuple[acc.Event, ...], delta: float) -> float:
-    """All the events together as one (epsilon, delta) at ``delta``, soundly: the Gaussians as the one
-    Gaussian they compose to (GDP, exact), at ``delta`` less the approx parts' deltas, composed
+def composed_epsilon(parts: tuple[acc.Part, ...], delta: float) -> float:
+    """All the parts together as one (epsilon, delta) at ``delta``, soundly: the Gaussians as the one
+    Gaussian they compose to (GDP, exact), at ``delta`` less the (epsilon, delta) parts' deltas, composed
     basically with the other parts at their epsilon (inf: no delta is left for the Gaussians)."""
-    linear = float(sum((linear_epsilon(e) for e in events if e.family != "gaussian"), Fraction(0)))
-    mu2 = sum(e.count * (e.sensitivity / e.sigma) ** 2 for e in events if e.family == "gaussian")
+    linear = float(sum((linear_epsilon(*p) for p in parts if not isinstance(p[0], ev.Gaussian)), Fraction(0)))
+    mu2 = sum(n * (leaf.sensitivity / leaf.sigma) ** 2 for leaf, n in parts if isinstance(leaf, ev.Gaussian))
     if not mu2:
         return linear
-    left = delta - float(sum((e.count * acc.exact(e.delta) for e in events if e.family == "approx"), Fraction(0)))
+    left = delta - float(sum((n * acc.exact(leaf.delta) for leaf, n in parts if isinstance(leaf, ev.EpsilonDelta)), Fraction(0)))
     return gaussian_epsilon(1 / math.sqrt(mu2), left) + linear if left > 0 else math.inf
 
 
@@ -121,21 +121,23 @@ def charge_violations(planned: Plan) -> list[str]:
     linearly within the charge, alone and together, and all events converted at the charge's delta."""
     if not isinstance(planned.cost, DPCost):
         return []
-    events = acc.parts(planned.cost.event)
+    parts = acc.parts(planned.cost.event)
     charge = planned.cost.budget
     eps, delta = acc.exact(charge.epsilon), acc.exact(charge.delta)
-    approx = [e for e in events if e.family == "approx"]
+    approx = [(leaf, n) for leaf, n in parts if isinstance(leaf, ev.EpsilonDelta)]
     found = []
-    if sum((linear_epsilon(e) for e in approx), Fraction(0)) > eps:
+    if sum((linear_epsilon(*p) for p in approx), Fraction(0)) > eps:
         found.append("its approx parts' epsilon exceeds the charge's")
-    if sum((e.count * acc.exact(e.delta) for e in approx), Fraction(0)) > delta:
+    if sum((n * acc.exact(leaf.delta) for leaf, n in approx), Fraction(0)) > delta:
         found.append("its approx parts' delta exceeds the charge's")
     found += [
-        f"its {e.family} part's epsilon exceeds the charge's" for e in events if e.family in acc.PURE and linear_epsilon(e) > eps
+        f"its {leaf.type} part's epsilon exceeds the charge's"
+        for leaf, n in parts
+        if leaf.pure_epsilon() is not None and linear_epsilon(leaf, n) > eps
     ]
-    if sum((linear_epsilon(e) for e in events if e.family != "gaussian"), Fraction(0)) > eps:
+    if sum((linear_epsilon(*p) for p in parts if not isinstance(p[0], ev.Gaussian)), Fraction(0)) > eps:
         found.append("its linearly counted parts' epsilon exceeds the charge's")
-    whole = composed_epsilon(events, charge.delta)
+    whole = composed_epsilon(parts, charge.delta)
     if whole > charge.epsilon:
         found.append(f"its events compose to epsilon {whole:.6g} at delta {charge.delta:g}, above the charge's")
     return found
@@ -160,13 +162,13 @@ def violations(m: object, example: tuple) -> list[str]:
         return found + (["a mechanism without a table run must not be a TableMechanism"] if isinstance(m, TableMechanism) else [])
     if not isinstance(m, TableMechanism):
         return [*found, "not a TableMechanism (needs, run, check)"]
-    for method, arity in (("needs", 2), ("plan", 1), ("run", 3), ("check", 3)):
+    for method, arity in (("needs", 2), ("plan", 1), ("run", 4), ("check", 3)):
         if len(inspect.signature(getattr(m, method)).parameters) != arity:
             found.append(f"{method} does not take {arity} arguments")
     frame = make()
     if not isinstance(m.needs(params, tuple(frame.columns)), Needs):
         found.append("needs() does not return Needs")
-    result = m.run(frame, params, np.random.default_rng(0))
+    result = m.run(frame, params, planned, np.random.default_rng(0))
     if not isinstance(result, Result):
         return [*found, "run() does not return a Result"]
     restated = sorted(set(result.privacy) & set(COST_KEYS))
@@ -203,28 +205,28 @@ def test_events_beyond_their_charge_are_flagged():
     outliers = MECHANISMS["outliers"]
     planned = outliers.plan(outliers.Params.model_validate({**_COUNT, "noise": "global"}))
     charge = planned.cost.budget
-    gauss, slack = acc.parts(planned.cost.event)
-    assert charge_violations(planned) == [] and gauss.family == "gaussian"
+    (gauss, count), (slack, _) = acc.parts(planned.cost.event)
+    assert charge_violations(planned) == [] and isinstance(gauss, ev.Gaussian)
 
-    def doctored(*parts: acc.Event) -> Plan:
-        event = ev.charge([ev.times(e.leaf(), e.count) for e in parts], charge.epsilon, charge.delta)
+    def doctored(*parts: ev.Event) -> Plan:
+        event = ev.charge(list(parts), charge.epsilon, charge.delta)
         return replace(planned, cost=replace(planned.cost, event=event))
 
-    assert charge_violations(doctored(gauss, acc.approx(charge.epsilon * 1.01, slack.delta)))[:2] == [
+    assert charge_violations(doctored(ev.times(gauss, count), ev.EpsilonDelta(charge.epsilon * 1.01, slack.delta)))[:2] == [
         "its approx parts' epsilon exceeds the charge's",
         "its linearly counted parts' epsilon exceeds the charge's",
     ]
-    assert charge_violations(doctored(acc.approx(0.5, charge.delta * 2))) == ["its approx parts' delta exceeds the charge's"]
+    assert charge_violations(doctored(ev.EpsilonDelta(0.5, charge.delta * 2))) == ["its approx parts' delta exceeds the charge's"]
     assert (
-        charge_violations(doctored(acc.approx(0.9, charge.delta), acc.approx(0.2, 0.0)))[0]
+        charge_violations(doctored(ev.EpsilonDelta(0.9, charge.delta), ev.EpsilonDelta(0.2, 0.0)))[0]
         == "its approx parts' epsilon exceeds the charge's"
     )
-    pure = acc.Event("discrete_laplace", 2, scale=10, sensitivity=6)  # 2 x 0.6 > 1
+    pure = ev.times(ev.DiscreteLaplace(10, 6), 2)  # 2 x 0.6 > 1
     assert charge_violations(doctored(pure))[:2] == [
         "its discrete_laplace part's epsilon exceeds the charge's",
         "its linearly counted parts' epsilon exceeds the charge's",
     ]
-    (found,) = charge_violations(doctored(acc.gaussian(gauss.sigma / 2, gauss.sensitivity), slack))
+    (found,) = charge_violations(doctored(ev.times(ev.Gaussian(gauss.sigma / 2, gauss.sensitivity), count), slack))
     assert found.startswith("its events compose to epsilon ") and found.endswith(f"at delta {charge.delta:g}, above the charge's")
     with pytest.raises(TypeError, match="a DP cost needs a privacy event"):  # a DP plan cannot record none
         replace(planned.cost, event=None)
@@ -249,8 +251,8 @@ class _Restating:
     def needs(self, params, columns):
         return REGISTRY["ra"].needs(params, columns)
 
-    def run(self, frame, params, rng):
-        result = REGISTRY["ra"].run(frame, params, rng)
+    def run(self, frame, params, plan, rng):
+        result = REGISTRY["ra"].run(frame, params, plan, rng)
         return Result(result.data, {**result.privacy, "epsilon": 0.0, "delta": 0.0}, result.report)
 
 

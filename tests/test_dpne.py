@@ -23,6 +23,7 @@ from bench import dpne_baselines as baselines
 from core import noise
 from core.mechanisms import dpne, dpne_candidates, dpne_corpus, dpne_counts
 from core.privacy.budget import compose_sigmas, gaussian_delta, gaussian_epsilon, gaussian_sigma
+from tests.helpers import planned_run
 
 Z_LIMIT = 4.5
 
@@ -387,7 +388,7 @@ def test_candidate_positions_match_brute_force(pruning):
 def test_output_invariants_and_reproducibility(pruning):
     frame = phrase_corpus()
     p = params(pruning=pruning, T=6, eta=0.2)
-    first = dpne.run(frame, p, seeded(1))
+    first = planned_run(dpne, frame, p, seeded(1))
     dpne.check(frame, first, p)
     table = first.data
     released = set(table["ngram"])
@@ -400,8 +401,8 @@ def test_output_invariants_and_reproducibility(pruning):
                 assert " ".join(toks[i:j]) in released
     assert {"the cat sat on the mat", "to be or not to be"} <= released
     assert first.manifest["counts_by_length"] == {str(k): int((table["n"] == k).sum()) for k in range(1, 7)}
-    assert dpne.run(frame, p, seeded(1)).data.equals(table)
-    assert not dpne.run(frame, p, seeded(2)).data.equals(table)
+    assert planned_run(dpne, frame, p, seeded(1)).data.equals(table)
+    assert not planned_run(dpne, frame, p, seeded(2)).data.equals(table)
 
 
 def test_planted_ngrams_of_single_users_are_never_released():
@@ -410,7 +411,7 @@ def test_planted_ngrams_of_single_users_are_never_released():
     frame = pd.concat([frame, pd.DataFrame({"user": range(50_000, 50_200), "text": planted})], ignore_index=True)
     p = params(T=9, delta0=300)  # the paper's Reddit settings
     for seed in range(10):
-        out = set(dpne.run(frame, p, seeded(seed)).data["ngram"])
+        out = set(planned_run(dpne, frame, p, seeded(seed)).data["ngram"])
         assert not any(tok in g for g in out for tok in ("secret", "phrase", "here"))
     # At rho_1 = 25.09, sigma_1 = 3.98, one user's word is released with probability < 1e-9;
     # 10 runs x 600 planted words leave a false alarm below 1e-5.
@@ -426,7 +427,7 @@ def test_nonexistent_ngrams_match_the_binomial_expectation():
     rng = seeded(77)
     runs, spurious = 40, []
     for _ in range(runs):
-        out, levels = dpne.extract(frame, p, rng)
+        out, levels = dpne.extract(frame, p, dpne.plan(p), rng)
         bigrams = set(out.loc[out["n"] == 2, "ngram"])
         assert len(out[out["n"] == 1]) == 40  # every word is common enough
         spurious.append(len(bigrams - {"w0 w1"}))
@@ -442,14 +443,14 @@ def test_nonexistent_ngrams_match_the_binomial_expectation():
 
 def test_publish_weights_and_empty_levels():
     frame = pd.DataFrame({"user": range(500), "text": ["alpha"] * 500})
-    out = dpne.run(frame, params(T=3, publish_weights=True), seeded(4))
+    out = planned_run(dpne, frame, params(T=3, publish_weights=True), seeded(4))
     assert list(out.data.columns) == ["ngram", "n", "noisy_weight"]
     assert out.data["noisy_weight"].iloc[0] == pytest.approx(500, abs=6 * dpne.accounting(params(T=3)).sigmas[0])
     spurious = out.data[out.data["n"] > 1]
     assert (spurious["noisy_weight"] > np.array(out.privacy["rho"])[spurious["n"].to_numpy() - 1]).all()
-    hidden = dpne.run(frame, params(T=3), seeded(4))
+    hidden = planned_run(dpne, frame, params(T=3), seeded(4))
     assert list(hidden.data.columns) == ["ngram", "n"]
-    nothing = dpne.run(pd.DataFrame({"user": [1], "text": ["lonely"]}), params(T=3), seeded(4))
+    nothing = planned_run(dpne, pd.DataFrame({"user": [1], "text": ["lonely"]}), params(T=3), seeded(4))
     assert nothing.manifest["counts_by_length"] == {"1": 0, "2": 0, "3": 0}
 
 
@@ -480,11 +481,11 @@ def test_an_empty_release_is_explained_from_public_values():
     """A corpus too small for the threshold: the report says why, with the public rho_1."""
     frame = pd.DataFrame({"user": range(5), "text": ["the same words"] * 5})
     p = params(T=2, epsilon=1.0, delta=1e-7, delta0=3)
-    out = dpne.run(frame, p, seeded(1))
+    out = planned_run(dpne, frame, p, seeded(1))
     acc = dpne.accounting(p)
     assert out.data.empty and "**Nothing was released.**" in out.report
     assert f"passes rho_1 = {acc.rho_1:.4g}" in out.report and f"at least {math.ceil(acc.rho_1)} users" in out.report
-    full = dpne.run(phrase_corpus(3000), params(), seeded(2))
+    full = planned_run(dpne, phrase_corpus(3000), params(), seeded(2))
     assert not full.data.empty and "Nothing was released" not in full.report
 
 
@@ -497,7 +498,7 @@ def test_zero_threshold_level_publishes_weights_on_the_noise_scale(test_mode):
     p = dpne.Params(user_column="user", text_column="text", epsilon=4, delta=1e-6, T=3, delta0=5, eta=0.5, publish_weights=True)
     seen_zero = False
     for seed in range(6):
-        out = dpne.run(frame, p, noise.generator(seed))
+        out = planned_run(dpne, frame, p, noise.generator(seed))
         rho = out.privacy["rho"]
         sigma = dpne.accounting(p).sigmas[2]
         level3 = out.data[out.data["n"] == 3]

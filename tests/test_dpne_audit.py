@@ -217,10 +217,10 @@ def test_a_release_is_the_same_in_process_and_on_partitions(pruning, tmp_path, m
     duckdb.connect().from_df(frame).write_parquet(path)
     stored = duckdb.connect().execute("SELECT * FROM read_parquet(?)", [path]).df()
     p = params(pruning=pruning, epsilon=50, delta=1e-3, T=4, delta0=[4, 3, 2, 1], eta=0.5, publish_weights=True)
-    first, levels = dpne.extract(stored, p, np.random.default_rng(3))
+    first, levels = dpne.extract(stored, p, dpne.plan(p), np.random.default_rng(3))
     assert len(first) > 10 and (first["n"] > 1).any()
     for parts, chunk in ((1, 1), (2, 23), (9, 1), (9, dpne_counts.CHUNK)):
         monkeypatch.setattr(dpne.parallel, "workers", lambda parts=parts: parts)
         monkeypatch.setattr(dpne_counts, "CHUNK", chunk)
-        again, again_levels = dpne.extract(stored, p, np.random.default_rng(3), path if parts > 1 else None)
+        again, again_levels = dpne.extract(stored, p, dpne.plan(p), np.random.default_rng(3), path if parts > 1 else None)
         assert again.equals(first) and again_levels == levels, (parts, chunk)

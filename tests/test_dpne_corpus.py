@@ -58,9 +58,9 @@ def _refuse_tokenizing(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("pruning", ["both", "single"])
 def test_a_warm_run_maps_the_cache_read_only_and_draws_alike(pruning, tmp_path, monkeypatch, test_mode):
     snapshot, p = _snapshot(tmp_path, phrase_corpus(600, seed=3)), params(T=4, pruning=pruning)
-    without, _ = dpne.extract(Snapshot(snapshot.path), p, noise.generator(11))  # no digest: no cache
+    without, _ = dpne.extract(Snapshot(snapshot.path), p, dpne.plan(p), noise.generator(11))  # no digest: no cache
     assert not list(tmp_path.glob("*.derived-*"))
-    cold, _ = dpne.extract(snapshot, p, noise.generator(11))  # tokenizes, and writes the cache
+    cold, _ = dpne.extract(snapshot, p, dpne.plan(p), noise.generator(11))  # tokenizes, and writes the cache
     assert _cache(snapshot, p).is_file()
     _refuse_tokenizing(monkeypatch)
     partition = dpne_corpus.open_partition((snapshot, p, 1, 0))
@@ -68,7 +68,7 @@ def test_a_warm_run_maps_the_cache_read_only_and_draws_alike(pruning, tmp_path, 
     with pytest.raises(ValueError, match="read-only"):
         partition.users[0] = 0  # a view of the mapped file: the levels never write into it (or they would raise)
     partition.close()
-    warm, _ = dpne.extract(snapshot, p, noise.generator(11))
+    warm, _ = dpne.extract(snapshot, p, dpne.plan(p), noise.generator(11))
     assert len(without) > 20 and set(without["n"]) == {1, 2, 3, 4}
     pd.testing.assert_frame_equal(cold, without)
     pd.testing.assert_frame_equal(warm, without)
@@ -76,9 +76,9 @@ def test_a_warm_run_maps_the_cache_read_only_and_draws_alike(pruning, tmp_path, 
 
 def test_dask_partitions_read_the_file_and_keep_no_cache(tmp_path, monkeypatch, test_mode):
     snapshot, p = _snapshot(tmp_path, phrase_corpus(300, seed=4)), params(T=3)
-    whole, _ = dpne.extract(Snapshot(snapshot.path), p, noise.generator(5))
+    whole, _ = dpne.extract(Snapshot(snapshot.path), p, dpne.plan(p), noise.generator(5))
     monkeypatch.setattr(dpne.parallel, "workers", lambda: 3)  # three partitions, each from the file's path
-    parts, _ = dpne.extract(snapshot, p, noise.generator(5))
+    parts, _ = dpne.extract(snapshot, p, dpne.plan(p), noise.generator(5))
     pd.testing.assert_frame_equal(parts, whole)
     assert [f.name for f in tmp_path.iterdir()] == ["v1.parquet"]
 

@@ -17,7 +17,7 @@ from core.mechanisms.base import Snapshot
 from core.privacy.budget import Budget
 from core.release import pipeline, spec
 from core.release.home import Home
-from tests.helpers import register
+from tests.helpers import planned_run, register
 from tests.test_dpne import phrase_corpus
 from tests.test_release_flow import cli
 
@@ -91,8 +91,8 @@ def test_a_release_reads_the_checked_snapshot_file_and_gets_what_the_rows_give(h
     bound, _ = pipeline.prepare(store, spec.load(request))
     rows = pipeline.load(store, bound)
     assert isinstance(rows, Snapshot) and Path(rows.path).is_file()
-    by_file = dpne.run(rows, bound.params, noise.generator(11))
-    by_rows = dpne.run(store.registry.load(bound.dataset), bound.params, noise.generator(11))
+    by_file = planned_run(dpne, rows, bound.params, noise.generator(11))
+    by_rows = planned_run(dpne, store.registry.load(bound.dataset), bound.params, noise.generator(11))
     pd.testing.assert_frame_equal(by_file.data, by_rows.data)
     assert by_file.headline == by_rows.headline and len(by_file.data) > 10
     dpne.check(rows, by_file, bound.params)

@@ -15,6 +15,7 @@ from dp_accounting.dp_event import (
 )
 from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
 
+from core.ledger import account, legacy
 from core.mechanisms import MECHANISMS
 from core.privacy import accountant as acc
 from core.privacy import adjacency as adj
@@ -67,17 +68,24 @@ def test_the_charge_is_derived_from_the_event():
 
 def test_the_filter_counts_each_leaf_with_its_compositions():
     parts = acc.parts(TREE)
-    assert [(p.family, p.count) for p in parts] == [
-        ("gaussian", 3),
-        ("approx", 1),
-        ("approx", 1),
-        ("permute_and_flip", 2),
-        ("discrete_laplace", 2),
-    ]
-    assert parts[0] == acc.gaussian(3.0, 1.0, 3, part="levels") and parts[2] == acc.sampler_slack(20)
-    assert acc.Spend.of("r", TREE) == acc.Spend("r", Budget(2.0, 1e-6), parts)
-    assert acc.Spend.of("r", ev.EpsilonDelta(0.5, 1e-7)).events is None  # known only by its pair: its charge
-    assert [ev.find(TREE, "top"), ev.find(TREE, "absent")] == [ev.PermuteAndFlip(0.25, part="top"), None]
+    kinds = [ev.DiscreteGaussian, ev.EpsilonDelta, ev.EpsilonDelta, ev.PermuteAndFlip, ev.DiscreteLaplace]
+    assert [(type(leaf), n) for leaf, n in parts] == list(zip(kinds, [3, 1, 1, 2, 2]))
+    assert parts[0] == (ev.DiscreteGaussian(3.0, 1.0, part="levels"), 3) and parts[2] == (ev.sampler_slack(20), 1)
+    # each leaf answers for itself (one base): its rho over its compositions, its pure epsilon
+    assert [leaf.rho(n) for leaf, n in parts] == [3 / 18, None, None, 2 * 0.25**2 / 2, 2 * (3 / 40) ** 2 / 2]
+    assert [leaf.pure_epsilon() for leaf, _ in parts] == [None, None, None, 0.25, 3 / 40]
+    assert ev.Exponential(0.4).rho(2) == 2 * 0.4**2 / 8  # bounded range
+    assert acc.part_cost(*parts[0], 3.0) == 3.0 * 3 / 18 and acc.part_cost(*parts[1], 3.0) == 0.0
+    assert acc.part_cost(ev.PermuteAndFlip(2.0), 1, 3.0) == 2.0  # a pure part: the smaller of eps and alpha rho
+    spent = acc.Spend.of("r", TREE)
+    assert spent == acc.Spend("r", Budget(2.0, 1e-6), ev.accounted(TREE)) and spent.recorded == parts == spent.parts
+    assert acc.Spend.of("r", ev.EpsilonDelta(0.5, 1e-7)).event is None  # known only by its pair: its charge
+    # a distributed discrete Gaussian and a smooth-sensitivity Gaussian are counted as what they are accounted as
+    ddg, smooth = ev.DistributedDiscreteGaussian(4, 9, 2.0), ev.SmoothGaussian(0.5, 1e-6, 1.0, 2.0, 2**-40, part="count")
+    assert acc.parts(ev.Composed((ddg, smooth))) == ((ev.Gaussian(6.0, 2.0), 1), (ev.EpsilonDelta(0.5, 1e-6, part="count"), 1))
+    assert ev.find(TREE, "top") == ev.PermuteAndFlip(0.25, part="top")
+    with pytest.raises(ev.Undeclared, match="the plan declares no draw named 'absent'"):  # a run builds no leaf of its own
+        ev.find(TREE, "absent")
     assert ev.each(TREE, "levels") == [ev.DiscreteGaussian(3.0, 1.0, part="levels")] * 3
 
 
@@ -89,7 +97,8 @@ def test_to_dp_event_maps_to_dp_accountings_classes():
     composed = ev.Composed((ev.times(ev.Gaussian(2.0), 4), ev.Laplace(10.0)))
     assert composed.to_dp_event() == ComposedDpEvent([SelfComposedDpEvent(GaussianDpEvent(2.0), 4), LaplaceDpEvent(10.0)])
     assert ev.Calibrated(composed, 9.0, 1e-6).to_dp_event() == composed.to_dp_event()
-    for leaf in (ev.PermuteAndFlip(0.1), ev.Exponential(0.1), ev.EpsilonDelta(0.1, 0.0), ev.DiscreteLaplace(4, 1.5)):
+    smooth = ev.SmoothGaussian(0.1, 1e-6, 1.0, 2.0, 2**-40)
+    for leaf in (ev.PermuteAndFlip(0.1), ev.Exponential(0.1), ev.EpsilonDelta(0.1, 0.0), ev.DiscreteLaplace(4, 1.5), smooth):
         with pytest.raises(ev.NoDpEvent):
             leaf.to_dp_event()
     # the reported PLD figure, built from these events, is dp-accounting's own accountant's on them
@@ -100,7 +109,7 @@ def test_to_dp_event_maps_to_dp_accountings_classes():
 
 def test_the_ledger_form_round_trips_and_reads_old_flat_parts():
     assert ev.load(ev.dump(TREE)) == TREE
-    assert ev.recorded(ev.stored(TREE), Budget(2.0, 1e-6)) == TREE
+    assert account.recorded(ev.stored(TREE), Budget(2.0, 1e-6)) == TREE
     assert ev.stored(ev.EpsilonDelta(1.0, 0.0)) is None
     assert ev.dump(ev.times(ev.Gaussian(2.0, part="x"), 3)) == {
         "type": "self_composed",
@@ -114,7 +123,7 @@ def test_the_ledger_form_round_trips_and_reads_old_flat_parts():
         {"count": 1, "family": "discrete_laplace", "scale": 40, "sensitivity": 3},
         {"count": 1, "epsilon": 0.4, "family": "exponential"},
     ]
-    read = ev.recorded(old, Budget(1.0, 1e-6))
+    read = account.recorded(old, Budget(1.0, 1e-6))  # flat parts, read by core.ledger.legacy
     assert read.event.events == (
         ev.times(ev.Gaussian(7.5, part="n-gram level noise"), 3),
         ev.EpsilonDelta(0.0, 5e-7, part="new items"),
@@ -122,9 +131,11 @@ def test_the_ledger_form_round_trips_and_reads_old_flat_parts():
         ev.DiscreteLaplace(40, 3),
         ev.Exponential(0.4),
     )
-    assert [p.figures() for p in acc.parts(read)] == old  # the same figures, as a manifest shows them
+    assert [legacy.flat(leaf, n) for leaf, n in ev.leaves(read)] == old  # the same figures, as a manifest shows them
     with pytest.raises(ValueError, match="not a privacy event"):
-        ev.load({"family": "cauchy", "count": 1})
+        account.recorded([{"family": "cauchy", "count": 1}], Budget(1.0, 0.0))
+    with pytest.raises(ValueError, match="not a privacy event"):  # the tree's reader knows no family
+        ev.load(old[0])
 
 
 def test_adjacency_is_a_typed_value_stored_as_a_code_and_read_from_old_sentences():

@@ -195,7 +195,7 @@ class Unthrottled(Gate):
 
     def __init__(self, *args):
         super().__init__(*args)
-        self.throttle = throttle.Throttle(capacity=math.inf)
+        self.signin.throttle = throttle.Throttle(capacity=math.inf)
 
 
 def test_wrong_passwords_are_throttled_before_hashing(served, people):
@@ -211,7 +211,7 @@ def test_wrong_passwords_are_throttled_before_hashing(served, people):
     hashed = [a for a in answers if a.status_code == 401]
     throttled = [a for a in answers if a.status_code == 429]
     assert len(hashed) + len(throttled) == 160 and len(hashed) <= 40 + throttle.CAPACITY + leaked, len(hashed)
-    for answer in throttled:  # the throttle's, or the queue of sign-ins to check full (gate.app.HASHES_WAITING)
+    for answer in throttled:  # the throttle's, or the name's checks in progress (gate.signin.NAME_WAITING)
         wait = int(answer.headers["retry-after"])
         busy = "too many sign-ins are being checked" in answer.text
         assert wait > 0 and (busy or f"try again in {wait} seconds" in answer.text) and refused(answer), answer.text
@@ -232,21 +232,6 @@ def test_the_address_is_the_proxys_x_real_ip_only_from_the_proxy():
     assert Gate.address(request("127.0.0.1", "203.0.113.9")) == "203.0.113.9"
     assert Gate.address(request("198.51.100.4", "203.0.113.9")) == "198.51.100.4"  # not the proxy: its own address
     assert Gate.address(request("127.0.0.1", "not-an-address")) == "127.0.0.1"
-
-
-def test_the_throttle_leaks_and_holds_bounded_memory():
-    bucket = throttle.Throttle(capacity=3, leak_s=10, max_keys=100)
-    for _ in range(3):
-        assert bucket.wait("n", "a", now=0) is None
-        bucket.failed("n", "a", now=0)
-    assert bucket.wait("n", "a", now=0) == 10 and bucket.wait("n", "a", now=10) is None
-    assert bucket.wait("n", "fresh", now=0) is None  # the name's owner from a clean address is not locked out
-    bucket.failed("n", "b", now=0)
-    assert bucket.wait("n", "b", now=0) == 20  # the name's bucket (4) refuses an address that failed
-    assert bucket.wait("other", "c", now=0) is None
-    for i in range(1000):
-        bucket.failed(f"name{i}", f"10.0.0.{i}", now=0)
-    assert len(bucket) == 100
 
 
 # -- 5. release ids --------------------------------------------------------------------------------------------

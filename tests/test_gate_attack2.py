@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from core.release.publish import code
-from gate import bounds, checks, events
+from gate import bounds, checks, events, signin
 from gate.__main__ import CONNECTIONS
 from tests.test_gate_abuse import refused, weakened, without
 from tests.test_server import deployment, operator
@@ -108,9 +108,11 @@ def test_parameters_the_form_does_not_name_and_unprintable_run_names_are_refused
 
 def test_the_proxy_opens_fewer_connections_to_the_gate_than_it_holds():
     conf = (REPO / "deploy" / "nginx.conf").read_text()
-    people, anyone = [int(n) for n in re.findall(r"server 127\.0\.0\.1:\{\{gate_port\}\} max_conns=(\d+);", conf)]
+    people, signing_in, anyone = [int(n) for n in re.findall(r"server 127\.0\.0\.1:\{\{gate_port\}\} max_conns=(\d+);", conf)]
     (per_address,) = {int(n) for n in re.findall(r"limit_conn per_address (\d+);", conf)}  # the server's and the gate's location
-    assert people + anyone < CONNECTIONS and per_address < anyone < people
+    idle = sum(int(n) for n in re.findall(r"keepalive (\d+);", conf))  # kept open between calls: counted by the gate too
+    assert people + signing_in + anyone + idle < CONNECTIONS and per_address < anyone < people
+    assert signin.STRANGERS_WAITING + signin.NAMES_WAITING < signing_in  # sign-ins waiting never fill their pool
 
 
 def test_a_parameter_cannot_end_the_reports_code_span():

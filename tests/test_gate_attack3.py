@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import threading
-import time
 from dataclasses import replace
 
 import anyio
@@ -18,7 +17,6 @@ import httpx
 from starlette.requests import Request
 
 from core import limits, settings
-from gate import app as gate_app
 from gate import bounds, checks, policy
 from gate.app import Gate
 from tests.test_gate_abuse import refused, weakened, without
@@ -252,34 +250,6 @@ def test_a_connection_prefect_closed_is_asked_again_not_handed_on(served, people
     assert 502 in _after_a_500(env, Unretried)
 
 
-class SlowHashing(Gate):
-    """The gate, its password checks each taking half a second (Argon2id on a loaded host)."""
-
-    def __init__(self, *args):
-        super().__init__(*args)
-        check = self.accounts.verify
-
-        def slow(*a):
-            time.sleep(0.5)
-            return check(*a)
-
-        self.accounts.verify = slow
-
-
-def _wrong_sign_ins(env: dict, callers: int = 40) -> list[httpx.Response]:
-    with weakened(env, gate_class=SlowHashing) as person:
-        client = person("alice")
-        return _together(callers, lambda i: client.post("/flow_runs/count", json={}, auth=(f"nobody{i}", "wrong")))
-
-
-def test_wrong_sign_ins_wait_in_a_bounded_queue(served, people, monkeypatch):
-    """The fifth attack: wrong sign-ins from fresh addresses waited for the two password checks, each holding one
-    of the proxy's connections to the gate, until nginx answered everyone 502. At most HASHES_WAITING wait; the
-    rest are refused at once (429)."""
-    env, _ = served
-    answers = _wrong_sign_ins(env)
-    busy = [a for a in answers if a.status_code == 429 and "too many sign-ins are being checked" in a.text]
-    assert len(busy) >= 40 - gate_app.HASHES_WAITING and all(a.headers["retry-after"] == "1" for a in busy)
-    assert {a.status_code for a in answers} <= {401, 429}
-    monkeypatch.setattr(gate_app, "HASHES_WAITING", 10**6)  # the weakened gate: every one waits its turn
-    assert [a.status_code for a in _wrong_sign_ins(env)] == [401] * 40
+# The fifth attack's wrong sign-ins from fresh addresses, each waiting for a check and holding one of the proxy's
+# connections to the gate: now strangers never wait for a check and few wait at all (tests/test_signin.py,
+# tests/test_signin_served.py).

@@ -88,9 +88,11 @@ GOLDEN = {  # the SDC digests moved with the disclosure policy (rows shuffled, c
     # the dp cases' ledger entries moved with #38 item 1 (typed privacy events): an entry records its event's
     # parts in the tree's form and no longer the plan's accountant keys; their released files did not move.
     # outliers-top draws global noise: its ledger entry and manifest moved with its events (#37 finding 5: the
-    # Gaussian it draws, not an (eps, delta) count and a Laplace std); its released files did not
-    "outliers-top": {"<ledger>": "76b904a73ee3882d", "manifest.json": "0a43677e4183e974", "outliers.csv": "8bfda1a53db0faa4",
-                     "outliers.parquet": "c2077e9ca9ae9abc", "report.md": "fcdabc9203725cdd"},
+    # Gaussian it draws, not an (eps, delta) count and a Laplace std); its released files did not. And
+    # since #55 the registry fills a request's empty columns with the registered ones (its plan knows the dimension it
+    # draws in): its ledger entry, manifest and report show them among its parameters; its data did not move
+    "outliers-top": {"<ledger>": "1b709e5f0d1029bc", "manifest.json": "c0f3a44bae8c350c", "outliers.csv": "8bfda1a53db0faa4",
+                     "outliers.parquet": "c2077e9ca9ae9abc", "report.md": "a6b912301c3275c2"},
 }  # fmt: skip
 
 

@@ -126,7 +126,6 @@ def test_a_private_standardization_states_its_means_interval(test_mode):
     import pandas as pd
 
     from core.mechanisms import outliers
-    from core.privacy.budget import Budget
 
     x = np.random.default_rng(0).uniform(0, 10, (400, 2))
     frame = pd.DataFrame(x, columns=["a", "b"])
@@ -141,7 +140,7 @@ def test_a_private_standardization_states_its_means_interval(test_mode):
     )
     rng, covered, narrow, runs = noise.generator(6), 0, 0, 1000
     for _ in range(runs):
-        _, scaling = outliers.standardized(frame, ["a", "b"], params, Budget(0.5, 5e-6), rng)
+        _, scaling = outliers.standardized(frame, ["a", "b"], params, outliers.plan(params).cost.event, rng)
         for i, c in enumerate("ab"):
             scale = scaling["scales"][c]
             lo, hi = scale["mean_noise"]["interval"]

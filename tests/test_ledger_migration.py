@@ -15,7 +15,7 @@ import pytest
 
 from core.errors import BudgetError
 from core.ledger import anchors
-from core.ledger.account import spend
+from core.ledger.account import recorded, spend
 from core.ledger.chain import Entry, insert
 from core.ledger.ledger import RESERVED, Ledger
 from core.mechanisms import dpne, outliers
@@ -55,24 +55,30 @@ def test_old_entries_read_into_the_typed_values(old: Ledger):
     assert adj.read(charges["outliers-top"].adjacency) == adj.ReplaceRecord()
     assert adj.read(charges["spam-r"].adjacency) == adj.ReplaceMessage()
     # each old flat part is the leaf it described; the charge is the entry's (epsilon, delta)
-    event = ev.recorded(json.loads(charges["outliers-top"].detail)["events"], charges["outliers-top"].budget)
+    event = recorded(json.loads(charges["outliers-top"].detail)["events"], charges["outliers-top"].budget)
     assert ev.epsilon_delta(event) == Budget(1.0, 1e-5)
     assert ev.find(event, "top-h selection") == ev.PermuteAndFlip(0.25, part="top-h selection")
     assert [type(leaf).__name__ for leaf, _ in ev.leaves(event)] == ["PermuteAndFlip", "Gaussian", "EpsilonDelta"]
-    smooth = ev.recorded(json.loads(charges["outliers-smooth"].detail)["events"], charges["outliers-smooth"].budget)
+    smooth = recorded(json.loads(charges["outliers-smooth"].detail)["events"], charges["outliers-smooth"].budget)
     assert [(type(leaf).__name__, n) for leaf, n in ev.leaves(smooth)] == [("EpsilonDelta", 1), ("DiscreteLaplace", 1)]
-    assert spend(charges["dpne-1"]).events[0].family == "gaussian" and spend(charges["dpne-1"]).mode == "events"
-    assert spend(charges["old-1"]).events is None  # recorded before events: counted by its charge
+    (first, _), *_ = spend(charges["dpne-1"]).recorded
+    assert type(first) is ev.Gaussian and spend(charges["dpne-1"]).mode == "events"
+    assert spend(charges["old-1"]).event is None  # recorded before events: counted by its charge
 
 
 def test_the_old_figures_are_reported_as_before(old: Ledger, tmp_path: Path):
     for t in old.totals():
         shown, before = t.as_dict(), OLD_TOTALS[t.dataset]
-        for key in ("kind", "adjacency", "cap", "spent", "remaining", "remaining_by", "filter", "pld", "next", "releases"):
+        for key in ("kind", "adjacency", "cap", "spent", "remaining", "remaining_by", "filter", "next", "releases"):
             assert shown[key] == before[key], (t.dataset, key)
+        # the PLD figure is dp-accounting's FFT composition in floating point: its last digits move with the machine's
+        # numpy (it was read as 0.9678202453393967 and as ...3729 on one commit), so it is the same to 12 digits
+        assert shown["pld"] == (
+            before["pld"] and {**before["pld"], "epsilon": pytest.approx(before["pld"]["epsilon"], rel=1e-12)}
+        )
         if t.dataset == "spam-mail":  # a Gaussian-DP release the old figure was kept from (only DPNE's was read)
             (charge,) = [e for e in old.entries() if e.dataset == "spam-mail" and e.status == RESERVED]
-            (g,) = spend(charge).events
+            ((g, _),) = spend(charge).recorded
             assert before["gdp"] is None and shown["gdp"]["epsilon"] == gaussian_epsilon(g.sigma / g.sensitivity / 10**0.5, 1e-6)
         elif before["gdp"] is None:
             assert shown["gdp"] is None, t.dataset

@@ -35,7 +35,7 @@ from core.release.spec import parse
 from core.sdc import report as sdc_report
 from core.sdc.report import SECTION
 from flows.artifacts import data_uri, readable
-from tests.helpers import open_policy, register
+from tests.helpers import open_policy, planned_run, register
 from tests.test_aggregate import payroll
 from tests.test_dpne import phrase_corpus
 from tests.test_outliers import planted
@@ -264,7 +264,7 @@ def test_dpne_on_neighbouring_corpora_keeps_a_user_unique_phrase_private():
     runs = 100
 
     def released(frame: pd.DataFrame, p: dpne.Params, seed: int) -> set[str]:
-        return set(dpne.extract(frame, p, np.random.Generator(np.random.PCG64(seed)))[0]["ngram"])
+        return set(dpne.extract(frame, p, dpne.plan(p), np.random.Generator(np.random.PCG64(seed)))[0]["ngram"])
 
     seen_d = [released(d, params, s) for s in range(runs)]
     seen_dp = [released(d_prime, params, 10_000 + s) for s in range(runs)]
@@ -305,7 +305,7 @@ def _neighbours_census() -> tuple[pd.DataFrame, pd.DataFrame]:
     policy = _sdc_policy(d, mechanism)
 
     def figures(frame: pd.DataFrame) -> dict:
-        released = ra.run(enforce.prepare(frame, policy, noise.generator(11)), params, noise.generator(11)).data
+        released = planned_run(ra, enforce.prepare(frame, policy, noise.generator(11)), params, noise.generator(11)).data
         return sdc_report.external(released, _role(frame, mechanism, released))
 
     for j in range(1, 600):

@@ -14,6 +14,7 @@ from scipy.special import ndtr
 from core import noise, settings
 from core.errors import SpecError
 from core.mechanisms import dpne
+from tests.helpers import planned_run
 
 ALARM = 1e-3  # each statistical test below fails by chance with probability 0.001
 
@@ -129,7 +130,7 @@ def test_outputs_carry_no_low_order_bits_of_the_input(test_mode):
 def test_dpne_publishes_weights_on_its_grids(test_mode):
     frame = pd.DataFrame({"user": range(600), "text": ["a b c"] * 400 + ["a b"] * 200})
     p = dpne.Params(user_column="user", text_column="text", epsilon=4.0, delta=1e-7, T=3, delta0=5, publish_weights=True)
-    out = dpne.run(frame, p, noise.generator(8))
+    out = planned_run(dpne, frame, p, noise.generator(8))
     units = dpne.accounting(p).units
     assert len(out.data) >= 3
     for n, weight in zip(out.data["n"], out.data["noisy_weight"]):

@@ -17,9 +17,10 @@ from core.mechanisms import outliers as o
 from core.mechanisms import outliers_geometry as geo
 from core.mechanisms import outliers_scale
 from core.mechanisms import outliers_sensitivity as sens
-from core.privacy.budget import ZERO, gaussian_sigma
-from core.privacy.events import PermuteAndFlip
+from core.privacy.budget import gaussian_sigma
+from core.privacy.events import Composed, PermuteAndFlip
 from core.release.spec import parse
+from tests.helpers import planned_run
 
 
 def brute_degrees(x: np.ndarray, r: float) -> np.ndarray:
@@ -248,9 +249,9 @@ def test_alpha_beta_and_noise_scales_at_the_reference_parameters():
 def test_released_count_noise_has_std_s_over_alpha_and_the_released_scale_is_lognormal_laplace():
     rng = np.random.default_rng(2024)
     z = np.concatenate([rng.normal(0, 1, 60), rng.normal(9, 4, 5)])[:, None]
-    params = o.Params(k=3, r=0.5, epsilon=1.0, delta=0.01, standardize=False, noise="smooth")
-    a = o.allocate(params)
-    draws = [o.noisy_count(z, ("a",), params, a, rng) for _ in range(3000)]
+    params = o.Params(columns=["a"], k=3, r=0.5, epsilon=1.0, delta=0.01, standardize=False, noise="smooth", rows=65)
+    a, event = o.allocate(params), o.plan(params).cost.event
+    draws = [o.noisy_count(z, ("a",), params, a, event, rng) for _ in range(3000)]
     std, q0 = draws[0].noise_std, draws[0].true_count
     assert std == pytest.approx(draws[0].smooth.value / sens.alpha(a.count.epsilon, a.count.delta))
     noise = np.array([d.noisy for d in draws]) - q0
@@ -271,8 +272,9 @@ def test_auto_noise_is_decided_from_public_parameters_only():
     assert o.uses_global(forced, o.allocate(forced), 100_000, 8)
     # the drawn std of a global count is public: it is the same for any table of that size
     rng = np.random.default_rng(4)
-    a = o.allocate(small)
-    stds = {o.noisy_count(rng.normal(0, 1, (50, 2)), ("a", "b"), small, a, rng).noise_std_released for _ in range(3)}
+    small = small.model_copy(update={"columns": ["a", "b"], "rows": 50})
+    a, event = o.allocate(small), o.plan(small).cost.event
+    stds = {o.noisy_count(rng.normal(0, 1, (50, 2)), ("a", "b"), small, a, event, rng).noise_std_released for _ in range(3)}
     assert len(stds) == 1 and stds.pop() == pytest.approx(19 * gaussian_sigma(0.5, 0.01))
 
 
@@ -371,7 +373,7 @@ def planted(n: int = 300, seed: int = 0) -> pd.DataFrame:
 def test_top_subspaces_with_a_large_budget_finds_the_planted_columns():
     frame = planted()
     params = o.Params(query="top_subspaces", k=3, r=0.1, epsilon=100.0, delta=1e-3, h=2, standardize=False)
-    result = o.run(frame, params, np.random.default_rng(0))
+    result = planned_run(o, frame, params, np.random.default_rng(0))
     assert set(result.data["subspace"]) == {"a", "b"}
     o.check(frame, result, params)
     assert [r["subspace"] for r in result.manifest["result"]] == [["a"], ["b"]] or [
@@ -384,13 +386,12 @@ def test_public_and_private_standardization():
     frame = planted(4000, seed=3)
     public = {c: {"mean": 0.0, "std": 2.0} for c in "abcde"}
     z, scaling = o.standardized(
-        frame, list("ab"), o.Params(k=1, r=1, epsilon=1, delta=1e-3, standardize=public), ZERO, np.random.default_rng(0)
+        frame, list("ab"), o.Params(k=1, r=1, epsilon=1, delta=1e-3, standardize=public), Composed(()), np.random.default_rng(0)
     )
     assert z == pytest.approx(frame[["a", "b"]].to_numpy() / 2) and scaling["method"] == "public"
     bounds = {c: (-4.0, 4.0) for c in "cde"}
-    params = o.Params(k=1, r=1, epsilon=1, delta=1e-3, standardize={"bounds": bounds, "share": 0.5})
-    budget = o.allocate(params).standardize
-    z, scaling = o.standardized(frame, list("cde"), params, budget, np.random.default_rng(0))
+    params = o.Params(columns=list("cde"), k=1, r=1, epsilon=1, delta=1e-3, standardize={"bounds": bounds, "share": 0.5})
+    z, scaling = o.standardized(frame, list("cde"), params, o.plan(params).cost.event, np.random.default_rng(0))
     # inliers are N(0, 1): the charged estimate lands close with 4000 records. Noise sd: 4 sigma / n
     # = 0.019 on a mean, 8 sigma / n = 0.039 on a std (sigma = sqrt(15) * 5.01), so the tolerances
     # are >= 5 sd (false alarm < 1e-5 per value)

@@ -19,6 +19,7 @@ from core.mechanisms import outliers_sensitivity as sens
 from core.privacy import accountant as acc
 from core.privacy import events as ev
 from core.privacy.budget import gaussian_sigma
+from tests.helpers import planned_run
 from tests.test_outliers import bounds_by_t, neighbour, planted, q
 
 DELTAS = [1e-2, 1e-4, 1e-7, 1e-12]
@@ -109,27 +110,32 @@ def test_smooth_noise_is_refused_just_outside_the_bound_and_accepted_just_inside
 # -- a global-noise count declares the Gaussian it draws --------------------------------------------
 
 
-def drawn_against_declared(params: o.Params, monkeypatch) -> list[str]:
+def drawn_against_declared(params: o.Params, monkeypatch, handed: ev.Event | None = None) -> list[str]:
     """Run ``params`` on a planted table with ``core.noise``'s samplers spied on, and say where what the
-    counts drew differs from the plan's events (empty: the plan states exactly the Gaussians drawn)."""
+    counts drew differs from the plan's events (empty: the plan states exactly the Gaussians drawn).
+    ``handed``: the event the run is handed instead of its plan's (the weakened variants)."""
     drawn, shifts, laplace = [], [], []
     real_gaussian, real_shift, real_laplace = noise.gaussian, noise.check_shift, noise.laplace
     monkeypatch.setattr(noise, "gaussian", lambda rng, sigma, *a: drawn.append(sigma) or real_gaussian(rng, sigma, *a))
     monkeypatch.setattr(noise, "check_shift", lambda sens_, sigma: shifts.append(sens_) or real_shift(sens_, sigma))
     monkeypatch.setattr(noise, "laplace", lambda *a: laplace.append(a) or real_laplace(*a))
-    result = o.run(planted(params.rows), params, np.random.default_rng(5))
-    events = acc.parts(o.plan(params).cost.event)
+    planned = o.plan(params)
+    if handed is not None:
+        planned = replace(planned, cost=replace(planned.cost, event=ev.charge([handed], params.epsilon, params.delta)))
+    result = o.run(planted(params.rows), params, planned, np.random.default_rng(5))
+    parts = acc.parts(o.plan(params).cost.event)
     found = [] if result.privacy["noise"] == ["global"] else [f"the counts drew {result.privacy['noise']} noise"]
-    gauss = [e for e in events if e.family == "gaussian"]
+    gauss = [(leaf, n) for leaf, n in parts if isinstance(leaf, ev.Gaussian)]
     if len(gauss) != 1:
         return [*found, f"the plan states {len(gauss)} Gaussian parts"]
-    (g,) = gauss
-    if len(drawn) != g.count or any(sigma != g.sigma for sigma in drawn):
-        found.append(f"drew sigma {drawn} where the plan states {g.count} x {g.sigma!r}")
+    ((g, count),) = gauss
+    if len(drawn) != count or any(sigma != g.sigma for sigma in drawn):
+        found.append(f"drew sigma {drawn} where the plan states {count} x {g.sigma!r}")
     if any(s != g.sensitivity for s in shifts):
         found.append(f"calibrated to sensitivity {shifts} where the plan states {g.sensitivity}")
-    if [e for e in events if e is not g and e.family != "permute_and_flip"] != [acc.sampler_slack(g.count)]:
-        found.append(f"the plan states more than the selection and the sampler's slack beside the Gaussian: {events}")
+    others = [(leaf, n) for leaf, n in parts if leaf is not g and not isinstance(leaf, ev.PermuteAndFlip)]
+    if others != [(ev.sampler_slack(count), 1)]:
+        found.append(f"the plan states more than the selection and the sampler's slack beside the Gaussian: {parts}")
     if laplace:
         found.append(f"drew {len(laplace)} Laplace values (no std is released with noise)")
     return found
@@ -157,9 +163,9 @@ def test_a_global_count_declares_the_gaussian_it_draws(query, epsilon, delta, no
         rows=120,
     )
     assert drawn_against_declared(params, monkeypatch) == []
-    (g,) = [e for e in acc.parts(o.plan(params).cost.event) if e.family == "gaussian"]
+    ((g, count),) = [(leaf, n) for leaf, n in acc.parts(o.plan(params).cost.event) if isinstance(leaf, ev.Gaussian)]
     a = o.allocate(params)  # calibrated to the count's whole share, its (unreleased) std's included
-    assert g.sensitivity == sens.gs_upper(120, 3, 2) and g.count == a.counts
+    assert g.sensitivity == sens.gs_upper(120, 3, 2) and count == a.counts
     assert gaussian_sigma(a.count.epsilon + a.scale, a.count.delta) * g.sensitivity == g.sigma
 
 
@@ -167,10 +173,10 @@ def test_a_draw_that_drifts_from_the_plan_is_caught(monkeypatch):
     """The weakened variant: a run that draws with a leaf other than its plan's (its std or sensitivity moved)."""
     params = o.Params(columns=["a", "b"], k=3, r=0.5, epsilon=1.0, delta=1e-4, noise="global", standardize=False, rows=120)
     leaf = sens.global_leaf(120, 3, 2, o.allocate(params))
-    monkeypatch.setattr(o, "declared", lambda p: ev.Composed((replace(leaf, sigma=leaf.sigma * (1 + 1e-12)),)))
-    assert drawn_against_declared(params, monkeypatch)[0].startswith("drew sigma [")
-    monkeypatch.setattr(o, "declared", lambda p: ev.Composed((replace(leaf, sensitivity=leaf.sensitivity - 1),)))
-    assert drawn_against_declared(params, monkeypatch)[0].startswith("calibrated to sensitivity [18]")
+    drifted = replace(leaf, sigma=leaf.sigma * (1 + 1e-12))
+    assert drawn_against_declared(params, monkeypatch, drifted)[0].startswith("drew sigma [")
+    drifted = replace(leaf, sensitivity=leaf.sensitivity - 1)
+    assert drawn_against_declared(params, monkeypatch, drifted)[0].startswith("calibrated to sensitivity [18]")
     smooth = params.model_copy(update={"noise": "smooth"})  # and a plan that states no Gaussian at all
     assert drawn_against_declared(smooth, monkeypatch)[:2] == [
         "the counts drew ['smooth'] noise",
@@ -243,9 +249,9 @@ def test_other_parameters_outside_their_proofs_are_refused(params, message):
 def test_a_table_of_one_record_or_of_another_size_than_declared_is_refused():
     params = o.Params(k=1, r=1, epsilon=1, delta=1e-3, standardize=False, noise="global")
     with pytest.raises(Exception, match="at least 2 records"):
-        o.run(pd.DataFrame({"a": [1.0]}), params, np.random.default_rng(0))
+        o.run(pd.DataFrame({"a": [1.0]}), params, o.plan(params), np.random.default_rng(0))
     with pytest.raises(InternalError, match="number of records declared"):
-        o.run(pd.DataFrame({"a": [1.0, 2.0, 3.0]}), params.model_copy(update={"rows": 4}), np.random.default_rng(0))
+        planned_run(o, pd.DataFrame({"a": [1.0, 2.0, 3.0]}), params.model_copy(update={"rows": 4}), np.random.default_rng(0))
 
 
 # -- clamping and the report -------------------------------------------------------------------------
@@ -263,31 +269,32 @@ def test_counts_are_clamped_to_their_range_as_post_processing():
     # through run(): the released count is the clamp of q + noise drawn from the same seed
     frame = planted(351)
     params = o.Params(columns=["a", "b"], k=3, r=0.1, epsilon=0.05, delta=1e-6, standardize=False, noise="global", rows=351)
-    counts = [o.run(frame, params, np.random.default_rng(seed)).manifest["result"]["count"] for seed in range(40)]
+    counts = [planned_run(o, frame, params, np.random.default_rng(seed)).manifest["result"]["count"] for seed in range(40)]
     assert min(counts) == 0.0 and max(counts) == 351.0 and all(0 <= c <= 351 for c in counts)
     a = o.allocate(params)
-    raw = o.noisy_count(frame[["a", "b"]].to_numpy(), ("a", "b"), params, a, np.random.default_rng(3))
+    raw = o.noisy_count(frame[["a", "b"]].to_numpy(), ("a", "b"), params, a, o.plan(params).cost.event, np.random.default_rng(3))
     assert counts[3] == float(np.clip(raw.noisy, 0, 351))
 
 
 def test_the_report_says_when_the_noise_dwarfs_every_possible_count():
     frame = planted(351)
     swamped = o.Params(columns=["a", "b"], k=3, r=0.1, epsilon=0.05, delta=1e-6, standardize=False, noise="global", rows=351)
-    result = o.run(frame, swamped, np.random.default_rng(0))
+    result = planned_run(o, frame, swamped, np.random.default_rng(0))
     assert "exceeds 351, the whole range of possible counts" in result.report and "clamped to [0, 351]" in result.report
     assert result.privacy["clamped_to"] == [0, 351]
     # the statement uses public values only: the same on a neighbouring table
-    other = o.run(frame.assign(a=frame["a"].where(frame.index != 7, 40.0)), swamped, np.random.default_rng(0))
+    other = planned_run(o, frame.assign(a=frame["a"].where(frame.index != 7, 40.0)), swamped, np.random.default_rng(0))
     assert [ln for ln in other.report.splitlines() if "exceeds" in ln] == [
         ln for ln in result.report.splitlines() if "exceeds" in ln
     ]
-    fine = o.run(frame, swamped.model_copy(update={"epsilon": 50.0}), np.random.default_rng(0))
+    fine = planned_run(o, frame, swamped.model_copy(update={"epsilon": 50.0}), np.random.default_rng(0))
     assert "exceeds" not in fine.report
-    undeclared = o.run(frame, swamped.model_copy(update={"rows": None}), np.random.default_rng(0))
-    assert "clamped at 0" in undeclared.report and "exceeds" not in undeclared.report
+    undeclared = swamped.model_copy(update={"rows": None})
+    with pytest.raises(ev.Undeclared):  # without a public N the plan leaves the count's noise open: nothing is drawn
+        o.run(frame, undeclared, o.plan(undeclared), np.random.default_rng(0))
     # smooth noise with no released std: the public least std for N is what the report may state
     hidden = swamped.model_copy(update={"noise": "smooth", "scale_share": 0.0, "epsilon": 0.5})
-    text = o.run(frame, hidden, np.random.default_rng(0)).report
+    text = planned_run(o, frame, hidden, np.random.default_rng(0)).report
     assert "noise std (at least " in text
 
 
@@ -377,7 +384,7 @@ def test_a_dense_3d_table_completes_and_publishes_nothing_that_depends_on_the_se
     privacy = []
     for x in (dense, neighbour(dense, rng, 2), sparse):
         frame = pd.DataFrame(x, columns=["a", "b", "c"])
-        result = o.run(frame, params, np.random.default_rng(1))
+        result = planned_run(o, frame, params, np.random.default_rng(1))
         o.check(frame, result, params)
         privacy.append(result.privacy)
     assert privacy[0]["cover"] == {"method": "blocks", "steps": 31} and privacy[0] == privacy[1] == privacy[2]

@@ -18,7 +18,7 @@ import yaml
 from core import parallel, settings
 from core.mechanisms import dpne
 from core.mechanisms import outliers as o
-from tests.helpers import register
+from tests.helpers import planned_run, register
 from tests.test_dpne import params, phrase_corpus
 from tests.test_outliers import planted
 from tests.test_release_flow import cli
@@ -136,13 +136,13 @@ def test_dpne_on_dask_reads_its_partitions_from_the_snapshot_and_matches_in_proc
     frame, path = snapshot(tmp_path, phrase_corpus(1200))
     assert frame.groupby("user").size().max() > 1  # users with several posts: the per-user cap spans posts
     p = params(pruning="both", delta0=[7, 5, 3, 2])
-    local, levels = dpne.extract(frame, p, np.random.default_rng(21))
+    local, levels = dpne.extract(frame, p, dpne.plan(p), np.random.default_rng(21))
     with parallel.using("dask", cluster):
-        spread, spread_levels = dpne.extract(frame.iloc[:0], p, np.random.default_rng(21), snapshot=path)
-        unstored = dpne.extract(frame.iloc[:0], p, np.random.default_rng(21))[0]
+        spread, spread_levels = dpne.extract(frame.iloc[:0], p, dpne.plan(p), np.random.default_rng(21), snapshot=path)
+        unstored = dpne.extract(frame.iloc[:0], p, dpne.plan(p), np.random.default_rng(21))[0]
     assert len(local) > 20 and local.equals(spread) and levels == spread_levels
     # the workers read the file (the frame they were not sent is empty); without one, in process
-    assert unstored.empty and dpne.extract(frame.iloc[:0], p, np.random.default_rng(21), snapshot=path)[0].empty
+    assert unstored.empty and dpne.extract(frame.iloc[:0], p, dpne.plan(p), np.random.default_rng(21), snapshot=path)[0].empty
 
 
 def transitions(address: str) -> int:
@@ -185,7 +185,7 @@ def test_other_mechanisms_ignore_the_cluster_and_say_so(cluster, caplog):
     p = o.Params(query="top_subspaces", c=2, h=3, k=3, r=0.1, epsilon=3.0, delta=1e-4, standardize=False, noise="smooth")
     before = transitions(cluster)
     with caplog.at_level(logging.INFO, logger="privrelease"), parallel.using("dask", cluster):
-        spread = o.run(frame, p, np.random.default_rng(11))
+        spread = planned_run(o, frame, p, np.random.default_rng(11))
     assert transitions(cluster) == before  # no task reached the cluster
     assert "every other mechanism runs in this process" in caplog.text
-    assert o.run(frame, p, np.random.default_rng(11)).data.equals(spread.data)
+    assert planned_run(o, frame, p, np.random.default_rng(11)).data.equals(spread.data)

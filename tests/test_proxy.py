@@ -237,12 +237,13 @@ def test_tls_with_the_operators_certificate(served, people, tmp_path: Path):
 def test_the_configuration_is_filled_in():
     ui = Path("/srv/ui")
     text = gate.proxy.config(
-        host="::", port=443, gate_port=4202, ui=ui, state=Path("/srv/p"), tls=(Path("/c.pem"), Path("/k.pem"))
+        host="::", port=443, gate_port=4202, ui=ui, state=Path("/srv/p"), proof_key="k3y", tls=(Path("/c.pem"), Path("/k.pem"))
     )
     assert "{{" not in text and "listen [::]:443 ssl;" in text and "ssl_certificate /c.pem;" in text
     assert f"client_max_body_size {MAX_BODY};" in text and f"root {ui};" in text and "127.0.0.1:4202 max_conns=192;" in text
     assert "pid /srv/p/nginx.pid;" in text and "proxy_set_header X-Forwarded-For $remote_addr;" in text
-    plain = gate.proxy.config(host="127.0.0.1", port=4200, gate_port=4202, ui=ui, state=Path("/srv/p"))
+    assert 'secure_link_md5 "k3y$http_authorization";' in text
+    plain = gate.proxy.config(host="127.0.0.1", port=4200, gate_port=4202, ui=ui, state=Path("/srv/p"), proof_key="k3y")
     assert "listen 127.0.0.1:4200;" in plain and "ssl" not in plain
 
 
@@ -253,6 +254,9 @@ def _start(env: dict) -> subprocess.CompletedProcess:
 def test_the_proxys_errors_say_what_to_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PRIVRELEASE_")}
     env["PRIVRELEASE_HOME"] = str(tmp_path)
+    unkeyed = _start({k: v for k, v in env.items() if k != "PREFECT_API_AUTH_STRING"})
+    assert unkeyed.returncode == 2 and "the proxy needs $PREFECT_API_AUTH_STRING" in unkeyed.stderr
+    env["PREFECT_API_AUTH_STRING"] = "operator:x"
     half = _start(env | {"PRIVRELEASE_TLS_CERT": str(tmp_path / "cert.pem")})
     assert half.returncode == 2 and "TLS needs both $PRIVRELEASE_TLS_CERT and $PRIVRELEASE_TLS_KEY" in half.stderr
     missing = _start(env | {"PRIVRELEASE_TLS_CERT": str(tmp_path / "cert.pem"), "PRIVRELEASE_TLS_KEY": str(tmp_path / "key.pem")})

@@ -31,6 +31,7 @@ import httpx
 import gate.proxy
 from gate import checks, logs
 from gate.checks import Call
+from gate.headers import proof_key
 from tests.conftest import PASSWORD
 from tests.test_server import _free_port, _service
 from tests.test_server import gate as started_gate
@@ -46,7 +47,10 @@ def reconfigured(env: dict, root: Path, name: str, gate_port: int, edit: Callabl
     ``edit`` (a weakened variant), its state in ``root``/``name``; yields its URL."""
     port, state = _free_port(), root / name
     state.mkdir(exist_ok=True)
-    text = gate.proxy.config(host="127.0.0.1", port=port, gate_port=gate_port, ui=gate.proxy.ui_folder(), state=state)
+    key = proof_key(env["PREFECT_API_AUTH_STRING"])
+    text = gate.proxy.config(
+        host="127.0.0.1", port=port, gate_port=gate_port, ui=gate.proxy.ui_folder(), state=state, proof_key=key
+    )
     (state / "nginx.conf").write_text(edit(text))
     nginx = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/usr/local/sbin")
     command = [nginx, "-p", str(state), "-e", "stderr", "-c", str(state / "nginx.conf"), "-g", "daemon off;"]

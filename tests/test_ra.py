@@ -20,6 +20,7 @@ from core import noise
 from core.datasets.demo import census
 from core.mechanisms import ra
 from tests.conftest import ADULT_QI, adult_clean
+from tests.helpers import planned_run
 
 Z_LIMIT = 4.5
 
@@ -60,8 +61,8 @@ def seeded(seed: int) -> np.random.Generator:
 
 def test_fig1_pa_uniform_and_optimal():
     frame = fig1()
-    uniform = ra.run(frame, ra.Params(qi=["age", "job", "country"], sensitive="disease"), seeded(1))
-    best = ra.run(frame, ra.Params(qi=["age", "job", "country"], sensitive="disease", p="entropy"), seeded(1))
+    uniform = planned_run(ra, frame, ra.Params(qi=["age", "job", "country"], sensitive="disease"), seeded(1))
+    best = planned_run(ra, frame, ra.Params(qi=["age", "job", "country"], sensitive="disease", p="entropy"), seeded(1))
     assert uniform.privacy["pa"] == pytest.approx(11.2986, abs=5e-5)
     assert best.privacy["pa"] == pytest.approx(11.4546, abs=5e-5)
     assert best.privacy["pa_max"] == pytest.approx(11.4546, abs=5e-5)
@@ -120,7 +121,7 @@ def test_reported_pa_never_exceeds_pa_max(data):
     frame, qi = (census(), DEMO_QI) if data == "demo" else (adult_clean(), ADULT_QI)
     old_pa_max = float(np.exp(ra.entropies(frame, qi)).sum())
     settings = [*({"k": k} for k in range(1, len(qi) + 1)), {}, {"p": "entropy"}]
-    results = [ra.run(frame, ra.Params(qi=qi, sensitive="occupation", **kw), seeded(0)) for kw in settings]
+    results = [planned_run(ra, frame, ra.Params(qi=qi, sensitive="occupation", **kw), seeded(0)) for kw in settings]
     for kw, result in zip(settings, results):
         pa, pa_max = result.privacy["pa"], result.privacy["pa_max"]
         assert pa <= pa_max, (kw, pa, pa_max)
@@ -140,7 +141,7 @@ def test_report_and_chart_state_only_the_risk_figures():
     other.loc[0, ["A", "B", "C"]] = ["a0", "b0", "c0"]
     assert (frame.loc[0, ["A", "B", "C"]] != other.loc[0, ["A", "B", "C"]]).all()
     for kw in ({}, {"k": 2}):
-        a, b = (ra.run(t, params(**kw), seeded(5)) for t in (frame, other))
+        a, b = (planned_run(ra, t, params(**kw), seeded(5)) for t in (frame, other))
         rate = 2 / 3 if kw else 1 / 3  # k/m, or the uniform p
         assert a.charts == b.charts and a.charts[0].series == {"redrawn": pytest.approx([rate] * 3)}
         assert a.privacy["pa"] != b.privacy["pa"]
@@ -152,7 +153,7 @@ def test_report_and_chart_state_only_the_risk_figures():
 
 def test_pa_of_constant_columns_is_m():
     frame = pd.DataFrame({"x": ["a"] * 5, "y": [1] * 5, "s": list("abcde")})
-    out = ra.run(frame, ra.Params(qi=["x", "y"], sensitive="s"), seeded(0))
+    out = planned_run(ra, frame, ra.Params(qi=["x", "y"], sensitive="s"), seeded(0))
     assert out.privacy["pa"] == pytest.approx(2.0)
     assert out.data.equals(frame)
 
@@ -161,7 +162,7 @@ def test_adult_pa_is_34():
     frame = adult_clean()
     assert len(frame) == 30_162
     p = ra.Params(qi=ADULT_QI, sensitive="occupation")
-    result = ra.run(frame, p, noise.Randomness(34))
+    result = planned_run(ra, frame, p, noise.Randomness(34))
     assert result.privacy["pa"] == pytest.approx(34.0, abs=0.1)
     ra.check(frame, result, p)
 
@@ -173,7 +174,7 @@ def test_adult_pa_is_34():
 def test_structure(kw, limit):
     frame = associated(n=2000)
     p = params(**kw)
-    out = ra.run(frame, p, seeded(11)).data
+    out = planned_run(ra, frame, p, seeded(11)).data
     assert list(out.columns) == list(frame.columns) and len(out) == len(frame)
     assert out["S"].equals(frame["S"]) and out["other"].equals(frame["other"])
     changed = sum((out[c] != frame[c]).to_numpy(dtype=int) for c in p.qi)
@@ -187,14 +188,14 @@ def test_structure(kw, limit):
 
 def test_same_seed_same_output_other_seed_differs():
     frame = associated(n=500)
-    first = ra.run(frame, params(k=2), seeded(5)).data
-    assert first.equals(ra.run(frame, params(k=2), seeded(5)).data)
-    assert not first.equals(ra.run(frame, params(k=2), seeded(6)).data)
+    first = planned_run(ra, frame, params(k=2), seeded(5)).data
+    assert first.equals(planned_run(ra, frame, params(k=2), seeded(5)).data)
+    assert not first.equals(planned_run(ra, frame, params(k=2), seeded(6)).data)
 
 
 def test_numeric_qi_keeps_dtype_and_domain():
     frame = pd.DataFrame({"age": np.arange(100) % 37, "s": ["x"] * 100})
-    out = ra.run(frame, ra.Params(qi=["age"], sensitive="s"), seeded(2)).data
+    out = planned_run(ra, frame, ra.Params(qi=["age"], sensitive="s"), seeded(2)).data
     assert out["age"].dtype == frame["age"].dtype
     assert set(out["age"]) <= set(frame["age"])
 
@@ -202,7 +203,7 @@ def test_numeric_qi_keeps_dtype_and_domain():
 def test_check_rejects_a_broken_output():
     frame = associated(n=200)
     p = params()
-    result = ra.run(frame, p, seeded(1))
+    result = planned_run(ra, frame, p, seeded(1))
     broken = result.data.copy()
     broken.loc[0, "A"] = "never-seen"
     with pytest.raises(Exception, match="outside the original domain"):
@@ -238,7 +239,7 @@ def test_bad_parameters(kw, message):
 
 def _runs(frame: pd.DataFrame, p: ra.Params, runs: int, seed: int) -> list[pd.DataFrame]:
     rng = seeded(seed)
-    return [ra.run(frame, p, rng).data for _ in range(runs)]
+    return [planned_run(ra, frame, p, rng).data for _ in range(runs)]
 
 
 def _selection_rates(p: ra.Params) -> np.ndarray:
@@ -330,7 +331,7 @@ def test_expected_supports_match_closed_form(kw, q, s_value):
 def test_changed_fraction_matches_the_marginals(kw):
     frame, p, runs = associated(), params(**kw), 400
     rng = seeded(303)
-    results = [ra.run(frame, p, rng) for _ in range(runs)]
+    results = [planned_run(ra, frame, p, rng) for _ in range(runs)]
     for i, column in enumerate(p.qi):
         s = _selection_rates(p)[i]
         f = frame[column].map(frame[column].value_counts(normalize=True)).to_numpy()
@@ -343,7 +344,7 @@ def test_the_report_says_what_pa_and_p_tell_of_the_registered_table():
     """Third privacy review, finding 4: Pa and the entropy p are the registered marginals' entropies, to six
     decimals; the report and the RA page (docs/mechanisms/ra.md) say so, and each column's entropy follows from the published p."""
     frame = fig1()
-    best = ra.run(frame, ra.Params(qi=["age", "job", "country"], sensitive="disease", p="entropy"), seeded(1))
+    best = planned_run(ra, frame, ra.Params(qi=["age", "job", "country"], sensitive="disease", p="entropy"), seeded(1))
     h = ra.entropies(frame, ["age", "job", "country"])
     p = np.asarray(best.privacy["p"])
     assert np.log(p / p[0]) == pytest.approx(h - h[0], abs=1e-6)  # the H_i's differences, from p alone
@@ -369,7 +370,7 @@ def test_what_p_entropy_publishes_is_a_function_of_the_qi_entropies_alone(test_m
     other["race"] = other["race"].map({v: f"r{i}" for i, v in enumerate(sorted(d["race"].unique()))})
 
     def published(frame: pd.DataFrame) -> dict:
-        p = ra.run(frame, params, noise.generator(1)).privacy
+        p = planned_run(ra, frame, params, noise.generator(1)).privacy
         return {k: p[k] for k in ("pa", "pa_max", "p")}
 
     assert published(d) == published(other)

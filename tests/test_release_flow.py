@@ -16,7 +16,7 @@ from core import noise
 from core.datasets.demo import SUITES, census
 from core.ledger.ledger import FAILED, POLICY, PUBLISHED, RESERVED, Ledger
 from core.mechanisms import ra
-from tests.helpers import QI, prepared, register, write_request
+from tests.helpers import QI, planned_run, prepared, register, write_request
 
 
 def cli(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
@@ -47,7 +47,7 @@ def test_release_end_to_end(prefect_server, home, test_mode, tmp_path, capsys):
     manifest = json.loads((folder / "manifest.json").read_text())
     assert sorted(manifest["files"]) == ["data.csv", "data.parquet", "ra_columns.png", "report.md", "sdc_cell_sizes.png"]
     original = pd.read_csv(home / "data" / "census.csv")
-    expected = ra.run(prepared(home, original, 42), ra.Params(qi=QI, sensitive="occupation"), noise.generator(42))
+    expected = planned_run(ra, prepared(home, original, 42), ra.Params(qi=QI, sensitive="occupation"), noise.generator(42))
     assert manifest["privacy"]["pa"] == expected.privacy["pa"]
     assert manifest["test_mode"] is True and "seed" not in json.dumps(manifest)
     released = pd.read_csv(folder / "data.csv")

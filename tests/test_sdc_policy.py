@@ -31,7 +31,7 @@ from core.release import pipeline
 from core.release.home import Home
 from core.release.spec import parse
 from core.sdc import methods, policy
-from tests.helpers import open_policy, register
+from tests.helpers import open_policy, planned_run, register
 
 PRIVRELEASE = str(Path(sys.executable).parent / "privrelease")
 
@@ -41,7 +41,11 @@ def cli(home: Path, *args: str, cwd: Path | None = None) -> subprocess.Completed
 
 
 def charges(home: Path) -> list[str]:
-    return [e.status for e in Ledger(home / "privrelease.duckdb").entries() if e.status not in ("cap", POLICY, "registered", "refreshed")]
+    return [
+        e.status
+        for e in Ledger(home / "privrelease.duckdb").entries()
+        if e.status not in ("cap", POLICY, "registered", "refreshed")
+    ]
 
 
 # -- attack 1: an analyst's one-column key ------------------------------------------------------------
@@ -675,7 +679,7 @@ def test_weakened_the_paper_steps_own_figures_give_the_top_coded_value_back(test
 
     frame = people()
     own = swapping.MEWSParams(swap_set=["income"], widths=1e9, width_units="absolute")
-    result = swapping.MEWS.run(frame, own, noise.generator(6))
+    result = planned_run(swapping.MEWS, frame, own, noise.generator(6))
     assert result.privacy["max_change_bound"]["income"] + frame["income"].min() == 999_999.0
 
 
@@ -699,7 +703,7 @@ def test_ra_in_a_chain_publishes_no_pa_and_weakened_pa_gives_an_exact_count(tmp_
     from core.mechanisms import ra
 
     binary = people().assign(age=lambda f: f["age"].clip(59.5, 60))
-    pa = ra.run(binary, ra.Params(qi=["age"], sensitive="disease"), noise.generator(6)).privacy["pa"]
+    pa = planned_run(ra, binary, ra.Params(qi=["age"], sensitive="disease"), noise.generator(6)).privacy["pa"]
     share = [q for q in np.linspace(0.001, 0.5, 200_000) if abs(np.exp(-q * np.log(q) - (1 - q) * np.log(1 - q)) - pa) < 1e-5]
     assert round(min(share) * 300) == int((people()["age"] >= 60).sum()) or round((1 - min(share)) * 300) == int(
         (people()["age"] >= 60).sum()

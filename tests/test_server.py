@@ -98,36 +98,35 @@ def running_server(root: Path, extra: dict | None = None, host: str = "127.0.0.1
 
 
 @contextmanager
-def gate(env: dict, log_path: Path, module: str = "gate"):
+def gate(env: dict, log_path: Path, module: str = "gate", checkout: Path = REPO):
     """privrelease's gate in front of the server (``python -m gate``, as `make serve` starts it, on 127.0.0.1;
-    ``module``: another way to start it); yields its URL. The server's UI was told to call its API where it
-    was loaded from."""
+    ``module``: another way to start it; ``checkout``: the code of another checkout); yields its URL. The server's
+    UI was told to call its API where it was loaded from."""
     port = _free_port()
     genv = env | {"PRIVRELEASE_GATE_PORT": str(port), "PRIVRELEASE_PREFECT_URL": env["PREFECT_API_URL"].removesuffix("/api")}
-    with _service([str(BIN / "python"), "-m", module], genv, log_path, f"http://127.0.0.1:{port}") as url:
+    with _service([str(BIN / "python"), "-m", module], genv, log_path, f"http://127.0.0.1:{port}", cwd=checkout) as url:
         yield url
 
 
 @contextmanager
-def proxy(env: dict, gate_url: str, log_path: Path, tls: tuple[Path, Path] | None = None):
-    """privrelease's proxy (nginx, ``python -m gate.proxy`` as `make serve` starts it) in front of the gate at
-    ``gate_url``, with TLS when ``tls`` names a certificate and its key; yields its URL, where people reach
-    the UI and the API. Its state is in the environment's home."""
+def proxy(env: dict, gate_url: str, log_path: Path, tls: tuple[Path, Path] | None = None, checkout: Path = REPO):
+    """privrelease's proxy (nginx, ``python -m gate.proxy`` as `make serve` starts it; ``checkout``: another
+    checkout's) in front of the gate at ``gate_url``, with TLS when ``tls`` names a certificate and its key; yields
+    its URL, where people reach the UI and the API. Its state is in the environment's home."""
     port = _free_port()
     penv = env | {"PRIVRELEASE_PORT": str(port), "PRIVRELEASE_GATE_PORT": gate_url.rsplit(":", 1)[1]}
     if tls:
         penv |= {"PRIVRELEASE_TLS_CERT": str(tls[0]), "PRIVRELEASE_TLS_KEY": str(tls[1])}
     url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
-    with _service(
-        [str(BIN / "python"), "-m", "gate.proxy"], penv, log_path, url, ssl.create_default_context(cafile=tls[0]) if tls else True
-    ) as url:
+    verify = ssl.create_default_context(cafile=tls[0]) if tls else True
+    with _service([str(BIN / "python"), "-m", "gate.proxy"], penv, log_path, url, verify, checkout) as url:
         yield url
 
 
 @contextmanager
-def _service(command: list[str], env: dict, log_path: Path, url: str, verify: ssl.SSLContext | bool = True):
+def _service(command: list[str], env: dict, log_path: Path, url: str, verify: ssl.SSLContext | bool = True, cwd: Path = REPO):
     log = open(log_path, "w")
-    proc = subprocess.Popen(command, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         _healthy(url, proc, log_path, 60, verify)
         yield url

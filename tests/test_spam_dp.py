@@ -13,8 +13,9 @@ from scipy import stats
 
 from core import noise
 from core.errors import ParameterError
-from core.privacy.accountant import gdp_mu
+from core.privacy.accountant import gdp_mu, parts
 from core.privacy.budget import gaussian_delta, gaussian_sigma
+from core.privacy.events import Gaussian
 from core.spam import dp
 from core.spam import parties as Q
 from core.spam import protocol as P
@@ -40,14 +41,14 @@ def test_noise_calibration_against_closed_forms(epsilon, delta, users, colluders
     target = Fraction(n.l2 * math.sqrt(rounds) * gaussian_sigma(epsilon, delta)) ** 2
     assert n.honest == users - colluders and target <= n.honest * n.share_variance <= target * Fraction(1 + 1e-6) + n.honest
     # the events: rounds Gaussians of std √(h·s²) and sensitivity Δ₂, whose GDP composition meets (ε, δ) tightly
-    (event,) = n.events()
-    assert (event.family, event.count, event.sigma, event.sensitivity) == ("gaussian", rounds, n.sigma, n.l2)
-    mu = gdp_mu(n.events())
+    ((event, count),) = parts(n.event())  # as the filter counts it: the Gaussian its sum is accounted as
+    assert (type(event), count, event.sigma, event.sensitivity) == (Gaussian, rounds, n.sigma, n.l2)
+    mu = gdp_mu(parts(n.event()))
     assert mu == pytest.approx(math.sqrt(rounds) * n.l2 / n.sigma, rel=1e-12)
     assert 0.999 * delta <= gaussian_delta(epsilon, 1 / mu) <= delta
     # KLS: τ vanishes for these share variances, so each round is exactly ρ = Δ₂² / (2·h·s²)
     assert n.share_variance >= dp.MIN_SHARE_VARIANCE and n.tau() == 0.0
-    assert event.rho() == pytest.approx(rounds * n.l2**2 / (2 * n.honest * n.share_variance), rel=1e-12)
+    assert event.rho(count) == pytest.approx(rounds * n.l2**2 / (2 * n.honest * n.share_variance), rel=1e-12)
     room = dp.noise_bits(n.share_variance) - dp.TAIL_SIGMAS_BITS  # slot room: 2^7 std, at least
     assert 2 ** (room - 1) <= math.isqrt(n.share_variance) + 1 < 2**room
 

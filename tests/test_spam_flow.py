@@ -15,6 +15,7 @@ import yaml
 
 from core.datasets.demo import mail
 from core.ledger.ledger import FAILED, PUBLISHED, RESERVED, Ledger
+from core.privacy import events as ev
 from core.spam import decision as D
 from core.spam import features as F
 from core.spam.dp import ADJACENCY, DPParams
@@ -136,7 +137,7 @@ def test_training_flow_end_to_end_and_private_classification(prefect_server, hom
         (PUBLISHED, "dp", 0.0, 0.0),
     ]  # the spend is the reservation
     noise = dp_calibrate(DPParams(**dp), 3, 2, threshold=2)
-    assert json.loads(entries[0].detail)["events"] == [e.as_dict() for e in noise.events()]
+    assert json.loads(entries[0].detail)["events"] == ev.stored(ev.charge([noise.event()], 2.0, 1e-6))
     assert entries[0].adjacency == ADJACENCY.code  # the typed adjacency, stored as its code
     report = json.loads((home / "spam" / "r-dp" / "report.json").read_text())
     assert report["dp"]["share_variance"] == str(noise.share_variance) and report["per_round"][1]["max_gradient_gap"] > 0

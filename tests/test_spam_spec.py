@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -115,11 +116,12 @@ def test_only_a_typed_command_reads_outside_the_data_root(home, test_mode, tmp_p
 
 def test_only_the_command_line_enters_typed_paths():
     """What keeps a UI-named path inside the data root: no flow, gate or worker module enters ``typed_paths``."""
+    entered = re.compile(r"with\s+(?:[\w.]+\.)?typed_paths\(\)")
     users = sorted(
         str(p.relative_to(REPO))
         for top in ("core", "flows", "gate", "cli")
         for p in (REPO / top).rglob("*.py")
-        if "with typed_paths()" in p.read_text()
+        if entered.search(p.read_text())
     )
     assert users == ["cli/main.py"]
 
@@ -283,7 +285,7 @@ def test_outside_test_mode_nothing_is_trained_on_pooled_plaintext(home, tmp_path
     }
     OPENED = []
     try:
-        training = Training.setup(inputs)
+        training = Training.setup(inputs, None)  # no dp: no noise to draw
         try:
             training.run_round()
             report = training.write(home / "spam" / "r1")
@@ -373,14 +375,14 @@ def test_a_folder_swapped_for_a_link_after_the_check_leads_nowhere(home, test_mo
     if weakened:
         assert len(training.load_user("user-1", inputs.users[0], inputs.root, features, None)) == 70  # the outside mail
         with pytest.raises(UserError, match="test.jsonl line 2: each line needs 'text'"):
-            training.Training.setup(inputs)
+            training.Training.setup(inputs, None)
         return
     said = "must be a regular file inside the data root " + repr(str(root.resolve())) + "; nothing outside it is read."
     with pytest.raises(UserError) as refused:
         training.load_user("user-1", inputs.users[0], inputs.root, features, None)
     assert str(refused.value) == "mail file 'user-1.jsonl' " + said
     with pytest.raises(UserError) as refused:
-        training.Training.setup(inputs)
+        training.Training.setup(inputs, None)
     assert str(refused.value) == "mail file 'test.jsonl' " + said
     (root / "mail").unlink()
     (root / "was").rename(root / "mail")  # the folder back: read as checked

@@ -92,8 +92,13 @@ def test_a_policy_change_is_tried_on_the_registered_rows_first(newcomer):
     assert lines[0] == "dataset hospital: the disclosure policy fits the registered rows (registration 1)"
     assert not _warnings(r.stdout)  # the cluster named, the name and the postcode no longer published
     cells = next(x for x in lines if x.startswith("note: on the registered rows, before any release's methods, "))
-    assert cells.endswith("key cells of fewer than k=3 records (key: sex, ward, age): a release's recoding and local suppression must cover them.")
-    assert lines[-1] == "nothing was recorded (a dry run); record it with: privrelease dataset policy hospital --policy clustered.yaml"
+    assert cells.endswith(
+        "key cells of fewer than k=3 records (key: sex, ward, age): a release's recoding and local suppression must cover them."
+    )
+    assert (
+        lines[-1]
+        == "nothing was recorded (a dry run); record it with: privrelease dataset policy hospital --policy clustered.yaml"
+    )
     # the same check refuses what would be refused, naming the line and column of a YAML error
     (work / "broken.yaml").write_text("keys:\n  categorical: [sex, ward\n  numeric: [age]\n")
     r = steward(home, work, "privrelease dataset policy hospital --policy broken.yaml --check")
@@ -133,10 +138,17 @@ def test_refresh_takes_the_delimiter_and_both_are_on_the_history(newcomer):
     assert facts[0] == {"version": 1, "unit": "record", "purpose": "sdc", "columns": 9, "rows": 4985}
     assert all(set(f) == {"version", "unit", "purpose", "columns", "rows"} for f in facts)  # no path, no digest
 
-    r = steward(home, work, "privrelease dataset add payroll --source payroll.csv --format csv --unit user:person_id --purpose dp")
+    r = steward(
+        home, work, "privrelease dataset add payroll --source payroll.csv --format csv --unit user:person_id --purpose dp"
+    )
     assert r.returncode == 0, r.stderr
     (payroll,) = [e for e in Ledger(home / "privrelease.duckdb").entries("payroll") if e.status == "registered"]
-    assert json.loads(payroll.detail) == {"version": 1, "unit": "user:person_id", "purpose": "dp", "columns": 6}  # rows not public
+    assert json.loads(payroll.detail) == {
+        "version": 1,
+        "unit": "user:person_id",
+        "purpose": "dp",
+        "columns": 6,
+    }  # rows not public
     assert "rows not public" in steward(home, work, "privrelease ledger history --dataset payroll").stdout
     assert "registered" not in [t["kind"] for t in json.loads(steward(home, work, "privrelease ledger totals --json").stdout)]
 

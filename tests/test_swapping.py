@@ -11,6 +11,7 @@ from scipy.stats import chisquare
 from core.errors import ParameterError
 from core.mechanisms import swapping as sw
 from core.mechanisms import swapping_bins as sb
+from tests.helpers import planned_run
 
 
 def seeded(seed: int) -> np.random.Generator:
@@ -45,7 +46,7 @@ def cells(frame: pd.DataFrame, widths: np.ndarray) -> np.ndarray:
 def test_mews_value_and_cell_invariance_and_bound(mode):
     frame = binormal(5000)
     p = mews(swap_mode=mode, singletons="suppress")
-    result = sw.MEWS.run(frame, p, seeded(1))
+    result = planned_run(sw.MEWS, frame, p, seeded(1))
     kept = frame[frame.index.isin(np.flatnonzero(_kept_mask(frame, 0.5)))].reset_index(drop=True)
     out = result.data
     assert len(out) == len(kept) == len(frame) - result.privacy["suppressed_tuples"]
@@ -75,10 +76,10 @@ def _kept_mask(frame: pd.DataFrame, t: float) -> np.ndarray:
 def test_values_exactly_on_cell_edges():
     # integers with width 1: every value sits exactly on an edge; half-open cells keep it in [c, c+1)
     frame = pd.DataFrame({"x": np.repeat(np.arange(10.0), 4), "y": np.tile([0.0, 1.0, 0.0, 1.0], 10)})
-    result = sw.MEWS.run(frame, mews(widths=1.0), seeded(3))
+    result = planned_run(sw.MEWS, frame, mews(widths=1.0), seeded(3))
     assert (result.data["x"] == frame["x"]).all()  # each cell holds one x value: nothing can move
     assert result.privacy["partition_degree"] == 20 and result.privacy["minimal_bin_size"] == 2
-    wide = sw.MEWS.run(frame, mews(widths=2.0), seeded(3))
+    wide = planned_run(sw.MEWS, frame, mews(widths=2.0), seeded(3))
     assert (np.abs(wide.data["x"] - frame["x"]) <= 1.0).all()  # cells [0,2), [2,4): change < 2
     assert (np.floor(wide.data["x"] / 2) == np.floor(frame["x"] / 2)).all()
 
@@ -127,11 +128,11 @@ def test_hand_computed_pruning():
 
 def test_risk_known_and_hidden():
     frame = binormal(20_000, rho=0.5, extra=False)
-    fixed = sw.MEWS.run(frame, mews(widths=0.25, singletons="merge"), seeded(2))
+    fixed = planned_run(sw.MEWS, frame, mews(widths=0.25, singletons="merge"), seeded(2))
     nmdb = fixed.privacy["minimal_bin_size"]
     assert fixed.privacy["p_known"] == pytest.approx(1 / (nmdb - 1))
     assert fixed.privacy["p_hidden"] == fixed.privacy["p_known"]
-    hidden = sw.MEWS.run(frame, mews(widths=None, t_range=(0.1, 1.2), candidates=60), seeded(2))
+    hidden = planned_run(sw.MEWS, frame, mews(widths=None, t_range=(0.1, 1.2), candidates=60), seeded(2))
     priv = hidden.privacy
     assert priv["q_ew"] >= 2 and "widths" not in priv  # the width drawn is never reported
     assert 0 < priv["p_hidden"] <= 1 and 0 < priv["p_hidden_given_published"] <= 1
@@ -200,7 +201,7 @@ def test_eds_ranks_and_values():
     frame = binormal(1003, extra=False)
     bins = sw.rank_bins(frame["x"].to_numpy(), 10, seeded(1))
     assert np.bincount(bins).min() >= 10 and np.bincount(bins).max() <= 19
-    out = sw.EDS.run(frame, sw.DepthParams(swap_set=["x"], k=10), seeded(1)).data
+    out = planned_run(sw.EDS, frame, sw.DepthParams(swap_set=["x"], k=10), seeded(1)).data
     assert sorted(out["x"]) == sorted(frame["x"]) and out["y"].equals(frame["y"])
     rank_before = np.argsort(np.argsort(frame["x"].to_numpy()))
     rank_after = np.argsort(np.argsort(out["x"].to_numpy()))
@@ -210,7 +211,7 @@ def test_eds_ranks_and_values():
 
 def test_others_with_eds_and_value_invariance_everywhere():
     frame = binormal(2000)
-    result = sw.MEWS.run(frame, mews(others="eds", k=5), seeded(8))
+    result = planned_run(sw.MEWS, frame, mews(others="eds", k=5), seeded(8))
     assert result.privacy["others_swapped_with_eds"] == ["id", "z"]
     for c in ("x", "y", "z", "id"):
         assert sorted(result.data[c]) == sorted(frame[c])
@@ -224,38 +225,38 @@ def test_others_with_eds_and_value_invariance_everywhere():
 def test_edge_cases():
     one = pd.DataFrame({"x": [1.0], "y": [2.0]})
     with pytest.raises(ParameterError, match="at least 2 rows"):
-        sw.MEWS.run(one, mews(), seeded(0))
+        planned_run(sw.MEWS, one, mews(), seeded(0))
     same = pd.DataFrame({"x": [3.0] * 6, "y": [1.0] * 6})
-    out = sw.MEWS.run(same, mews(widths=1e-9), seeded(0))
+    out = planned_run(sw.MEWS, same, mews(widths=1e-9), seeded(0))
     assert out.data.equals(same) and out.privacy["partition_degree"] == 1  # all identical rows
     const = pd.DataFrame({"x": [5.0] * 8, "y": np.arange(8.0)})
-    result = sw.MEWS.run(const, mews(widths=1.0, width_units="sd"), seeded(0))
+    result = planned_run(sw.MEWS, const, mews(widths=1.0, width_units="sd"), seeded(0))
     assert (result.data["x"] == 5).all()
-    wide = sw.MEWS.run(binormal(300, extra=False), mews(widths=100.0), seeded(0))
+    wide = planned_run(sw.MEWS, binormal(300, extra=False), mews(widths=100.0), seeded(0))
     assert wide.privacy["partition_degree"] == 1  # width >= range: one cell, a global swap
     tiny = binormal(300, extra=False)
     with pytest.raises(ValueError, match="singletons: error is not offered"):
         mews(widths=1e-6, singletons="error")
     with pytest.raises(ParameterError, match="every tuple is alone"):
-        sw.MEWS.run(tiny, mews(widths=1e-6, singletons="merge"), seeded(0))
+        planned_run(sw.MEWS, tiny, mews(widths=1e-6, singletons="merge"), seeded(0))
     with pytest.raises(ParameterError, match="no width in t_range"):
-        sw.MEWS.run(tiny, mews(widths=None, t_range=(1e-6, 2e-6)), seeded(0))
+        planned_run(sw.MEWS, tiny, mews(widths=None, t_range=(1e-6, 2e-6)), seeded(0))
     bad = binormal(50, extra=False)
     bad.loc[3, "x"] = np.nan
     with pytest.raises(ParameterError, match="NaN or infinite"):
-        sw.MEWS.run(bad, mews(), seeded(0))
+        planned_run(sw.MEWS, bad, mews(), seeded(0))
     bad.loc[3, "x"] = np.inf
     with pytest.raises(ParameterError, match="NaN or infinite"):
-        sw.MEWS.run(bad, mews(), seeded(0))
+        planned_run(sw.MEWS, bad, mews(), seeded(0))
 
 
 def test_merged_singletons_bound():
     frame = pd.DataFrame({"x": [0.0, 0.1, 0.2, 0.3, 3.9, 9.0, 9.1], "y": [0.0] * 7})
-    result = sw.MEWS.run(frame, mews(widths=1.0), seeded(0))
+    result = planned_run(sw.MEWS, frame, mews(widths=1.0), seeded(0))
     assert result.privacy["merged_singletons"] == 1
     assert result.privacy["max_change_bound"]["x"] == pytest.approx(4.0)  # 3 cells away: cells 0..3, 4 t
     assert (np.abs(result.data["x"] - frame["x"]) <= 4.0).all()
-    clipped = sw.MEWS.run(frame[:5], mews(widths=1.0), seeded(0))  # the same bin, but x spans only 3.9
+    clipped = planned_run(sw.MEWS, frame[:5], mews(widths=1.0), seeded(0))  # the same bin, but x spans only 3.9
     assert clipped.privacy["max_change_bound"]["x"] == pytest.approx(3.9)
 
 
@@ -279,15 +280,15 @@ def test_bad_parameters(kw, message):
 
 def test_seeds():
     frame = binormal(1000)
-    a = sw.MEWS.run(frame, mews(), seeded(9)).data
-    assert a.equals(sw.MEWS.run(frame, mews(), seeded(9)).data)
-    assert not a.equals(sw.MEWS.run(frame, mews(), seeded(10)).data)
+    a = planned_run(sw.MEWS, frame, mews(), seeded(9)).data
+    assert a.equals(planned_run(sw.MEWS, frame, mews(), seeded(9)).data)
+    assert not a.equals(planned_run(sw.MEWS, frame, mews(), seeded(10)).data)
 
 
 def test_check_catches_a_value_moved_out_of_its_cell():
     frame = binormal(500)
     p = mews()
-    result = sw.MEWS.run(frame, p, seeded(0))
+    result = planned_run(sw.MEWS, frame, p, seeded(0))
     sw.MEWS.check(frame, result, p)
     broken = result.data.copy()
     i, j = broken["x"].idxmin(), broken["x"].idxmax()
@@ -315,7 +316,7 @@ def test_refusals_after_the_rows_are_read_say_nothing_about_them():
         outcomes = []
         for frame in (d, d_prime):
             try:
-                sw.MEWS.run(frame, params, seeded(0))
+                planned_run(sw.MEWS, frame, params, seeded(0))
                 outcomes.append("released")
             except ParameterError as exc:
                 outcomes.append(str(exc))
@@ -326,6 +327,6 @@ def test_refusals_after_the_rows_are_read_say_nothing_about_them():
     texts = []
     for frame in (d, d_prime):
         with pytest.raises(ParameterError, match="missing values") as exc:
-            sw.MEWS.run(frame, mews(others="eds", k=5), seeded(0))
+            planned_run(sw.MEWS, frame, mews(others="eds", k=5), seeded(0))
         texts.append(str(exc.value))
     assert texts[0] == texts[1], texts

@@ -10,6 +10,7 @@ import pytest
 from core.charts import render_chart
 from core.mechanisms import swapping as sw
 from tests.conftest import real_data
+from tests.helpers import planned_run
 from tests.test_swapping import binormal, mews, seeded
 
 MAGIC = ["fLength", "fWidth", "fSize", "fConc", "fConc1", "fAsym", "fM3Long", "fM3Trans", "fAlpha", "fDist"]
@@ -33,7 +34,7 @@ def test_bound_holds_on_magic_over_many_seeds():
         params = [sw.MEWSParams(swap_set=columns, widths=width, singletons="merge", swap_mode=m) for m in MODES]
         for seed in seeds:
             p = params[seed % 3]
-            result = sw.MEWS.run(magic, p, seeded(seed))
+            result = planned_run(sw.MEWS, magic, p, seeded(seed))
             assert result.privacy["merged_singletons"] > 0  # the merge is exercised
             assert_bound_holds(magic, result, columns, f"MAGIC {len(columns)} attrs, width {width} sd, seed {seed}")
             sw.MEWS.check(magic, result, p)  # the release flow's own check agrees
@@ -47,7 +48,7 @@ def test_bound_holds_in_the_constructed_worst_case():
     worst = 0.0
     for seed in range(30):
         p = mews(widths=1.0, swap_mode=MODES[seed % 3])
-        result = sw.MEWS.run(frame, p, seeded(seed))
+        result = planned_run(sw.MEWS, frame, p, seeded(seed))
         assert result.privacy["merged_singletons"] == 2
         assert result.privacy["max_change_bound"] == {"x": 7.0, "y": 7.0}
         assert_bound_holds(frame, result, ["x", "y"], f"worst case, seed {seed}")
@@ -59,7 +60,7 @@ def test_bound_is_capped_at_the_range():
     # a 10-60 column (sd ≈ 14.4) with t_ub = 4.1 sd: uncapped the bound would be ≈ 59, more than the range
     frame = pd.DataFrame({"age": np.linspace(10.0, 60.0, 400), "y": np.tile([0.0, 1.0], 200)})
     p = sw.MEWSParams(swap_set=["age", "y"], t_range=(0.5, 4.1), width_units="sd")
-    result = sw.MEWS.run(frame, p, seeded(1))
+    result = planned_run(sw.MEWS, frame, p, seeded(1))
     assert 4.1 * frame["age"].std() > 50.0
     assert result.privacy["max_change_bound"]["age"] == 50.0
     assert_bound_holds(frame, result, ["age", "y"], "10-60 range")
@@ -78,7 +79,7 @@ def test_bound_is_capped_at_the_range():
 )
 def test_charts_and_report_draw_only_on_released_data(mechanism, params):
     frame = binormal(3000 if mechanism is sw.MEDS else 12_000)  # over 10,000 rows: the charts subsample
-    result = mechanism.run(frame, params, seeded(3))
+    result = planned_run(mechanism, frame, params, seeded(3))
     released = result.data
     for chart in result.charts:
         x, y = chart.axes
@@ -99,7 +100,7 @@ def test_a_suppressed_record_leaves_no_trace(tmp_path):
     other = frame.copy()
     other.loc[len(frame) - 1] = [2.9, 2.6]  # still alone, and the grid's origin (the minima) unchanged
     p = mews(singletons="suppress")
-    a, b = sw.MEWS.run(frame, p, seeded(4)), sw.MEWS.run(other, p, seeded(4))
+    a, b = planned_run(sw.MEWS, frame, p, seeded(4)), planned_run(sw.MEWS, other, p, seeded(4))
     assert a.data.equals(b.data) and a.report == b.report
     for i, result in enumerate((a, b)):
         for chart in result.charts:

@@ -48,20 +48,9 @@ def test_an_upgrade_from_the_previous_main_and_back(tmp_path: Path):
     census(300).to_csv(home / "data" / "census.csv", index=False)
     request = tmp_path / "count.yaml"
     request.write_text(yaml.safe_dump({"dataset": "census", "mechanism": {"name": "aggregate", "params": AGGREGATE}}))
+    source = str(home / "data" / "census.csv")
     for args in (
-        [
-            "dataset",
-            "add",
-            "census",
-            "--source",
-            str(home / "data" / "census.csv"),
-            "--format",
-            "csv",
-            "--unit",
-            "record",
-            "--purpose",
-            "dp",
-        ],
+        ["dataset", "add", "census", "--source", source, *"--format csv --unit record --purpose dp".split()],
         ["ledger", "set-budget", "census", "--epsilon", "10", "--delta", "1e-5"],
         ["release", str(request), "--quiet"],
     ):

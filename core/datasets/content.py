@@ -17,15 +17,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from core.db import quote_ident
+
+if TYPE_CHECKING:  # pandas where a frame is read, not at import: the gate imports this and reads none
+    import pandas as pd
 
 
 def digest(frame: pd.DataFrame, types: dict[str, str]) -> str:
     """SHA-256 over sorted (name, type) and the sorted 64-bit hashes of the rows (columns by name)."""
+    import pandas as pd  # here: the gate imports this module and never reads a frame
+
     names = sorted(frame.columns)
     rows = pd.util.hash_pandas_object(frame[names], index=False).to_numpy(dtype=np.uint64)
     h = hashlib.sha256(json.dumps([[n, types[n]] for n in names]).encode())

@@ -26,9 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
-import pandas as pd
 
 from core import paths
 from core.datasets import advice, content, ingest, snapshots
@@ -42,6 +42,9 @@ from core.sdc.policy import Policy, PolicyMismatch
 from core.store import REGISTRY_LOCK, open_store
 from core.tables.readers import bound, check_weight, data_root, resolve_source
 from core.tables.schema import Schema
+
+if TYPE_CHECKING:  # pandas where a frame is read, not at import: the gate imports this and reads none
+    import pandas as pd
 
 FORMATS = ("csv", "parquet", "jsonl")
 PURPOSES = ("dp", "sdc")

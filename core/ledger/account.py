@@ -18,7 +18,7 @@ from datetime import datetime
 from fractions import Fraction
 from pathlib import Path
 
-from core.ledger import approval
+from core.ledger import approval, legacy
 from core.ledger.chain import Entry
 from core.privacy import events, pld
 from core.privacy.accountant import CHARGE, EVENTS, Filter, Spend, exact, fits_more, gdp_epsilon
@@ -32,16 +32,21 @@ APPROVED = "filter-2"  # the same, with the steward's approval rule applied unde
 RULES = (RULE, APPROVED)
 
 
+def recorded(parts: list[dict], budget: Budget) -> events.Calibrated:
+    """``events.stored``'s inverse, with the entry's charged (epsilon, delta): each part in the tree's form,
+    or, written before the tree, in the flat form ``core.ledger.legacy`` reads."""
+    return events.charge([legacy.read(p) if legacy.is_flat(p) else events.load(p) for p in parts], budget.epsilon, budget.delta)
+
+
 def spend(entry: Entry) -> Spend:
-    """A dp charge as the filter counts it: the privacy event its entry records (``events.recorded``: the
-    parts beside its (epsilon, delta), flat parts from before the typed tree read as their leaves), or,
-    for an entry recorded before events, its (epsilon, delta) alone."""
+    """A dp charge as the filter counts it: the privacy event its entry records (``recorded``), or, for an
+    entry recorded before events, its (epsilon, delta) alone."""
     detail = json.loads(entry.detail)
     mode = (detail.get("admission") or {}).get("mode", CHARGE)  # entries before modes: by their charge
     ref = entry.release_id or f"#{entry.seq}"
     if detail.get("events") is None:
         return Spend(ref, entry.budget, None, mode)
-    return Spend.of(ref, events.recorded(detail["events"], entry.budget), mode)
+    return Spend.of(ref, recorded(detail["events"], entry.budget), mode)
 
 
 def history(entries: list[Entry]) -> list[Spend]:

@@ -20,7 +20,8 @@ def registry(*mechanisms: object, kind: type = Mechanism) -> dict:
             members = ("NAME", "Params", "plan") + (("needs", "run", "check") if kind is TableMechanism else ())
             missing = [a for a in members if not hasattr(m, a)]
             raise TypeError(f"mechanism {getattr(m, 'NAME', m)!r} is not a {kind.__name__}: it lacks {', '.join(missing)}")
-        unknown = [p for p in declared(m).filled if p not in m.Params.model_fields]
+        said = declared(m)
+        unknown = [p for p in (*said.filled, said.COLUMNS_PARAM) if p is not None and p not in m.Params.model_fields]
         if unknown:
             raise TypeError(f"mechanism {m.NAME!r} declares {', '.join(unknown)} filled in, but its Params has no such field")
     return {m.NAME: m for m in mechanisms}

@@ -22,6 +22,7 @@ release is one row per key with one column per measure and its 95% interval.
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -111,10 +112,11 @@ def _units(n: budget.Noised, values: np.ndarray) -> np.ndarray:
     return np.asarray(values, dtype=np.int64) * (int(1 / n.unit) if n.vector.integral else 1)
 
 
-def run(frame: pd.DataFrame | Snapshot, params: Params, rng: np.random.Generator) -> Result:
-    acc = accounting(params)
-    event = plan(params).cost.event
-    leaf = {n.vector.part: events.find(event, n.vector.part) for n in acc.noised}  # drawn as the plan declares
+def run(frame: pd.DataFrame | Snapshot, params: Params, plan: Plan, rng: np.random.Generator) -> Result:
+    acc = accounting(params)  # the vectors, grids and thresholds; every leaf drawn with is the charged plan's
+    event = plan.cost.event
+    leaf = {n.vector.part: events.find(event, n.vector.part) for n in acc.noised}
+    picks = [replace(p, leaf=events.find(event, p.leaf.part)) for p in acc.picks]
     key = int(noise.words(rng, 1)[0] >> np.uint64(1))
     with query.Exact(frame, params, acc, key) as exact:
         stats, hists = exact.stats()
@@ -137,7 +139,7 @@ def run(frame: pd.DataFrame | Snapshot, params: Params, rng: np.random.Generator
                 continue
             true = stats["__n"] if v.kind == "counts" else hists[v.measure] if v.kind == "histogram" else stats[f"__v{v.measure}"]
             noisy[(v.kind, v.measure)] = draws.values(rng, leaf[v.part], _units(n, true), n.unit)
-        for p in acc.picks:
+        for p in picks:
             noisy[("interval", p.measure, p.q)] = show.interval(
                 p.q, noisy[("histogram", p.measure)], acc.of("histogram", p.measure)
             )

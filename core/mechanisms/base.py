@@ -8,8 +8,11 @@ control, with the model it gives instead) or ``MPCCost`` (a secure computation).
 the ledger take it from the plan; a ``Result`` carries only what the run found.
 
 A ``TableMechanism`` releases a table from a registered dataset: ``needs(params, columns)`` (what
-the registered schema must provide), ``run(frame, params, rng)`` and ``check(original, result,
-params)`` (output invariants).
+the registered schema must provide), ``run(frame, params, plan, rng)`` and ``check(original, result,
+params)`` (output invariants). ``run`` is handed the very plan that was charged and draws only with the
+leaves of its event (``core.privacy.draws``): it never plans again, nor builds a leaf of its own, so the
+noise drawn is the noise charged by construction (as OpenDP builds a measurement's sampler and its privacy
+map from one value, and PipelineDP hands a mechanism the ``MechanismSpec`` its accountant filled in).
 
 What a mechanism may declare besides, each with its default, is ``Declared``, and ``declared(m)``
 reads it, the one way anything does: the parameters the registry fills from the dataset's
@@ -112,8 +115,8 @@ class TableMechanism(Mechanism, Protocol):
     """A mechanism that releases a table from a registered dataset, through the release pipeline."""
 
     def needs(self, params: StrictParams, columns: tuple[str, ...]) -> Needs: ...
-    def run(self, frame: pd.DataFrame, params: StrictParams, rng: np.random.Generator) -> Result: ...
-    def check(self, original: pd.DataFrame, result: Result, params: StrictParams) -> None: ...
+    def run(self, frame: pd.DataFrame | Snapshot, params: StrictParams, plan: Plan, rng: np.random.Generator) -> Result: ...
+    def check(self, original: pd.DataFrame | Snapshot, result: Result, params: StrictParams) -> None: ...
 
 
 def _none(*_: object) -> None:
@@ -135,6 +138,7 @@ class Declared:
     ROWS_PARAM: str | None = None  # the parameter filled with the registered, public number of records
     POLICY_PARAM: str | None = None  # the parameter filled with the dataset's disclosure policy
     DOMAINS_PARAM: str | None = None  # the parameter filled with the key domains declared at registration
+    COLUMNS_PARAM: str | None = None  # the parameter filled with the registered column names where a request leaves it empty
     UNIT_OPTIONAL: bool = False  # UNIT_PARAM is left None under the record unit (else such a dataset is refused)
     READS_SNAPSHOT_ON_WORKERS: bool = False  # on Dask, its workers read the stored snapshot (checked before the charge)
     READS_SNAPSHOT: bool = False  # a DP release's run gets the checked snapshot's file (a ``Snapshot``), not its rows

@@ -214,9 +214,10 @@ def threshold(
 
 
 def extract(
-    rows: pd.DataFrame | Snapshot, params: Params, rng: np.random.Generator, snapshot: str | None = None
+    rows: pd.DataFrame | Snapshot, params: Params, plan: Plan, rng: np.random.Generator, snapshot: str | None = None
 ) -> tuple[pd.DataFrame, list[Level]]:
-    """Run DPNE; returns the released n-grams (ngram, n, noisy_weight) and the per-level accounting.
+    """Run DPNE with the leaves of the charged ``plan``; returns the released n-grams (ngram, n, noisy_weight)
+    and the per-level accounting.
 
     The users' grams are counted in user partitions (``parallel.partitioned``): one in process (on a
     registered ``Snapshot``, its positions mapped from the cache beside it once a release has tokenized
@@ -226,7 +227,9 @@ def extract(
     in this process.
     """
     acc = accounting(params)
-    noises = events.each(plan(params).cost.event, LEVEL)  # each level's leaf, as the plan declares and charges it
+    noises = events.each(plan.cost.event, LEVEL)  # each level's leaf, as the charged plan declares it
+    if len(noises) != params.T:
+        raise events.Undeclared(f"the plan declares {len(noises)} levels' noise for T = {params.T}")
     key = int(noise.words(rng, 1)[0] >> np.uint64(1))
     snapshot = rows.path if isinstance(rows, Snapshot) else snapshot
     parts = parallel.workers() if snapshot else 1  # rows never travel: without the stored file, in process
@@ -269,8 +272,8 @@ def extract(
     return pd.concat(released, ignore_index=True), levels
 
 
-def run(rows: pd.DataFrame | Snapshot, params: Params, rng: np.random.Generator) -> Result:
-    released, levels = extract(rows, params, rng, None if isinstance(rows, Snapshot) else rows.attrs.get("snapshot"))
+def run(rows: pd.DataFrame | Snapshot, params: Params, plan: Plan, rng: np.random.Generator) -> Result:
+    released, levels = extract(rows, params, plan, rng, None if isinstance(rows, Snapshot) else rows.attrs.get("snapshot"))
     acc = accounting(params)
     counts = {str(lv.k): lv.released for lv in levels}
     table = released if params.publish_weights else released[["ngram", "n"]]

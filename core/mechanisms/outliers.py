@@ -34,6 +34,7 @@ from pydantic import Field, model_validator
 
 from core import noise
 from core.errors import InternalError, ParameterError
+from core.ledger import legacy
 from core.mechanisms import outliers_scale
 from core.mechanisms import outliers_sensitivity as sens
 from core.mechanisms.base import DPCost, Plan, Result
@@ -51,12 +52,10 @@ from core.mechanisms.outliers_sensitivity import (
     privacy_events,
     smooth_bound,
     smooth_epsilon_max,
-    smooth_floor,
     uses_global,
 )
 from core.params import StrictParams
 from core.privacy import draws, events
-from core.privacy.accountant import parts
 from core.privacy.accuracy import Z95
 from core.privacy.adjacency import ReplaceRecord
 from core.privacy.budget import Budget
@@ -64,6 +63,7 @@ from core.tables.schema import Needs
 
 NAME = "outliers"
 ROWS_PARAM = "rows"  # filled from the dataset's registration (N is public under the record unit)
+COLUMNS_PARAM = "columns"  # left empty, filled with the registered columns: the plan knows the dimension it draws in
 MAX_SUBSPACES = 20_000
 CountDelta = Annotated[float, Field(gt=0, lt=1)]  # a count's delta (Params checks it; the count form's schema states it)
 
@@ -234,19 +234,11 @@ accuracy_lines = expected_lines
 # -- release -------------------------------------------------------------------------------------------
 
 
-def declared(params: Params) -> events.Event:
-    return plan(params).cost.event  # the plan's privacy event: its leaves are what a run draws with
-
-
 def standardized(
-    frame: pd.DataFrame,
-    columns: list[str],
-    params: Params,
-    budget: Budget,
-    rng: np.random.Generator,
-    event: events.Event | None = None,
+    frame: pd.DataFrame, columns: list[str], params: Params, event: events.Event, rng: np.random.Generator
 ) -> tuple[np.ndarray, dict]:
-    """The columns as a float matrix in the units r is given in, and the scales used (public)."""
+    """The columns as a float matrix in the units r is given in, and the scales used (public); a private
+    estimate draws with the plan's leaf (``event``: the charged plan's)."""
     x = frame[columns].to_numpy(dtype=float)
     spec = params.standardize
     if spec is False:
@@ -257,8 +249,7 @@ def standardized(
         method = "public"
     else:
         bounds = np.array([spec.bounds[c] for c in columns])
-        leaf = events.find(event or declared(params), sens.PRIVATE) if params.columns else sens.private_leaf(budget, len(columns))
-        mean, std, sampled = outliers_scale.private_scale(x, bounds, leaf, rng)
+        mean, std, sampled = outliers_scale.private_scale(x, bounds, events.find(event, sens.PRIVATE), rng)
         method = "private (Gaussian mechanism, charged)"
     scales = {c: {"mean": float(m), "std": float(s)} for c, m, s in zip(columns, mean, std)}
     if method != "public":  # each estimated mean's noise and 95% interval (of the clipped values' mean)
@@ -310,33 +301,32 @@ def noisy_count(
     subspace: tuple[str, ...],
     params: Params,
     a: Allocation,
+    event: events.Event,
     rng: np.random.Generator,
     measured: Measured | None = None,
-    event: events.Event | None = None,
 ) -> Counted:
     """q + (S_UB/α)·N(0,1) with ln(S_UB/α) released as ln + Laplace(β/ε_scale), or q + GS·σ·N(0,1), with the
-    plan's leaves (left open, no N stated: built alike at the table's N). The ledger is charged already."""
+    leaves of ``event``, the charged plan's (one it does not declare is never drawn). The ledger is charged already."""
     n = len(z)
-    event = declared(params) if event is None else event
     use_global = uses_global(params, a, n, len(subspace))
     al, be = alpha(a.count.epsilon, a.count.delta), beta(a.count.epsilon, a.count.delta)
     m = measured or measure(z, params, not use_global, be)
     if use_global:
-        leaf = events.find(event, sens.GLOBAL) or sens.global_leaf(n, params.k, len(subspace), a)
+        leaf = events.find(event, sens.GLOBAL)
         noise.check_shift(leaf.sensitivity, leaf.sigma)
         unit = min(1.0, noise.grid(leaf.sigma))  # its std is public, so is its grid
         noisy = float(np.rint(draws.values(rng, leaf, np.array([round(m.q / unit)]), unit)[0]))
         return Counted(subspace, "global", m.q, noisy, leaf.sigma, leaf.sigma, leaf.sigma, None)
     gs, _ = global_noise(n, params.k, len(subspace), a)  # shown beside the smooth std
     std = m.smooth.value / al
-    # std is data: its grid must not be. S_UB >= smooth_floor(N, β) gives a public one; exact
+    # std is data: its grid must not be. S_UB >= smooth_floor(N, β) gives a public one (the leaf's); exact
     # Python-integer sampling covers any std/unit. Published rounded to an integer (post-processing).
-    unit = noise.scalar_grid(smooth_floor(n, be) / al)
-    noisy = float(np.rint(noise.exact_gaussian(rng, std, round(m.q / unit), unit)))
+    leaf = events.find(event, sens.SMOOTH)
+    noisy = float(np.rint(draws.smooth(rng, leaf, std, round(m.q / leaf.unit))))
     released = None
     if a.scale > 0:  # S_UB is β-smooth, so ln S_UB has sensitivity β; on a grid, β + one step
         unit = noise.grid(be / a.scale)  # the grid ``std_leaf``'s steps are on
-        leaf = events.find(event, sens.STD) or sens.std_leaf(a)
+        leaf = events.find(event, sens.STD)
         log = draws.values(rng, leaf, np.array([round(math.log(std) / unit)]), unit)[0]
         released = float(math.exp(log))
     return Counted(subspace, "smooth", m.q, noisy, std, released, gs, m.smooth)
@@ -348,15 +338,15 @@ def clamped(c: Counted, rows: int | None) -> Counted:
     return replace(c, noisy=float(np.clip(c.noisy, 0, np.inf if rows is None else rows)))
 
 
-def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result:
+def run(frame: pd.DataFrame, params: Params, plan: Plan, rng: np.random.Generator) -> Result:
     columns, subspaces = resolve(params, tuple(frame.columns))
     n = len(frame)
     if n < 2:
         raise ParameterError("outliers: the table needs at least 2 records.")
     if params.rows is not None and params.rows != n:
         raise InternalError("outliers: the table does not have the number of records declared with the dataset")
-    a, event = allocate(params), declared(params)  # the plan's leaves: every draw below is made with them
-    z, scaling = standardized(frame, columns, params, a.standardize, rng, event)
+    a, event = allocate(params), plan.cost.event  # the charged plan's leaves: every draw below is made with them
+    z, scaling = standardized(frame, columns, params, event, rng)
     index = {c: i for i, c in enumerate(columns)}
     cols = {s: [index[c] for c in s] for s in subspaces}
     chosen: list[tuple[str, ...]] = subspaces
@@ -373,10 +363,10 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
         b = beta(a.count.epsilon, a.count.delta)
         measured = [measure(z[:, cols[s]], params=params, smooth=smooth, b=b) for s in chosen]
         counted = [
-            clamped(noisy_count(z[:, cols[s]], s, params, a, rng, m, event), params.rows) for s, m in zip(chosen, measured)
+            clamped(noisy_count(z[:, cols[s]], s, params, a, event, rng, m), params.rows) for s, m in zip(chosen, measured)
         ]
-    planned = plan(params)  # the allocation as a release's manifest has always shown it, its parts with their figures
-    shown = {"accountant": "basic", **planned.detail, "events": [e.figures() for e in parts(planned.cost.event)]}
+    # the allocation as a release's manifest has always shown it, its parts with their figures
+    shown = {"accountant": "basic", **plan.detail, "events": [legacy.flat(leaf, n) for leaf, n in events.leaves(event)]}
     return describe(params, a, n, scaling, chosen, counted, selection, shown)
 
 

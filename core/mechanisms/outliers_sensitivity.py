@@ -191,11 +191,12 @@ def global_noise(n: int, k: int, c: int, a: Allocation) -> tuple[float, int]:
     return global_std(n, k, c, a.whole), gs_upper(n, k, c)
 
 
-GLOBAL, PRIVATE, SELECTION, STD = (
+GLOBAL, PRIVATE, SELECTION, STD, SMOOTH = (
     "outlier count (global sensitivity)",
     "private standardization",
     "top-h selection",
     "released noise std (log scale)",
+    "outlier count (smooth or global sensitivity)",  # the label smooth counts have always been recorded with
 )  # the parts a run draws with, by name
 
 
@@ -212,6 +213,16 @@ def private_leaf(budget: Budget, d: int) -> events.DiscreteGaussian:
     return events.DiscreteGaussian(
         root * gaussian_sigma(*noise.continuous_budget(budget.epsilon, budget.delta, 2 * d)), root, part=PRIVATE
     )
+
+
+def smooth_leaf(n: int, a: Allocation, epsilon: float, delta: float) -> events.SmoothGaussian:
+    """A smooth count's noise, S_UB/α N(0, 1) (Theorem 2: (``epsilon``, ``delta``)-DP, its share of the release,
+    calibrated a hair inside at ``a.count``): its std is data, declared with the bounds every table of ``n``
+    records keeps it in: S_UB >= ``smooth_floor`` (B_t >= min(N, t + 1)) and S_UB <= N (B_t <= N); drawn exactly
+    on the public grid of the least std (``noise.scalar_grid``)."""
+    al, be = alpha(a.count.epsilon, a.count.delta), beta(a.count.epsilon, a.count.delta)
+    low = smooth_floor(n, be) / al
+    return events.SmoothGaussian(epsilon, delta, low, n / al, noise.scalar_grid(low), part=SMOOTH)
 
 
 def std_leaf(a: Allocation) -> events.DiscreteLaplace:
@@ -242,31 +253,36 @@ def uses_global(params, a: Allocation, n: int, c: int) -> bool:
 
 def planned_noise(params, a: Allocation) -> str | None:
     """The counts' noise, "global" or "smooth", from the parameters alone; None when it turns on a
-    number they do not state (N undeclared, or the dimension of a count over every column)."""
-    if params.noise == "smooth":
-        return "smooth"
+    number they do not state (N undeclared, or the dimension of a count over every column): the registry
+    states both (``outliers.ROWS_PARAM``, ``outliers.COLUMNS_PARAM``), so only a plan of unbound parameters
+    leaves it open, and a run of such a plan draws no count (``events.Undeclared``)."""
     c = count_dimension(params)
     if params.rows is None or c is None:
         return None
+    if params.noise == "smooth":
+        return "smooth"
     return "global" if uses_global(params, a, params.rows, c) else "smooth"
 
 
 def privacy_events(params, a: Allocation) -> list[events.Event]:
     """An outlier release's privacy event, part by part (``outliers.Params`` and its allocation), as it
-    runs. A private standardization is one discrete Gaussian (``private_leaf``) plus the sampler's slack;
-    the top-h selection h permute-and-flip draws (pure epsilon/h each). Global-noise counts are the
-    Gaussian they draw (``global_leaf``, and the sampler's slack; their std is public, so nothing else is
-    drawn). A smooth-sensitivity count is known only by its (epsilon, delta) (Theorem 2's Gaussian), and
-    its released noise std is a discrete Laplace draw on its grid (``std_leaf``). When the parameters
-    leave the noise open (``planned_noise`` is None), each count and its std are one (epsilon, delta)
-    part at their whole share, which bounds either."""
+    runs. A private standardization is one discrete Gaussian (``private_leaf``, on its d columns) plus the
+    sampler's slack; the top-h selection h permute-and-flip draws (pure epsilon/h each). Global-noise counts
+    are the Gaussian they draw (``global_leaf``, and the sampler's slack; their std is public, so nothing
+    else is drawn). A smooth-sensitivity count is Theorem 2's Gaussian of a data-dependent std
+    (``smooth_leaf``, accounted as its (epsilon, delta)), and its released noise std is a discrete Laplace
+    draw on its grid (``std_leaf``). Where the parameters leave a draw open (columns or N unstated: unbound
+    parameters), its share is one (epsilon, delta) part, which bounds any draw, and no run draws it."""
     out: list[events.Event] = []
     private = getattr(params.standardize, "bounds", None) is not None  # a PrivateScale
     if private:
-        # d columns (all of them have bounds); unknown before the schema when columns is None: the
-        # sigma is stated for the fewest coordinates (the least noise) and the slack for the most
-        d = len(params.columns) if params.columns else None
-        out += [private_leaf(a.standardize, d or 1), events.sampler_slack(2 * max(d or 0, len(params.standardize.bounds)))]
+        if params.columns:  # d columns, all of them with bounds (the slack is stated for every bound given)
+            d = len(params.columns)
+            out += [private_leaf(a.standardize, d), events.sampler_slack(2 * max(d, len(params.standardize.bounds)))]
+        else:
+            out.append(
+                events.EpsilonDelta(a.standardize.epsilon, a.standardize.delta, part=f"{PRIVATE} (columns unstated: never drawn)")
+            )
     if a.select:
         out.append(events.times(events.PermuteAndFlip(a.select / params.h, part=SELECTION), params.h))
     if a.counts:
@@ -289,13 +305,7 @@ def privacy_events(params, a: Allocation) -> list[events.Event]:
                     a.counts,
                 )
             ]
-        # the label smooth counts have always been recorded with
-        out.append(
-            events.times(
-                events.EpsilonDelta(eps * (1 - params.scale_share), delta, part="outlier count (smooth or global sensitivity)"),
-                a.counts,
-            )
-        )
+        out.append(events.times(smooth_leaf(params.rows, a, eps * (1 - params.scale_share), delta), a.counts))
         if a.scale > 0:
             out.append(events.times(std_leaf(a), a.counts))
     return out

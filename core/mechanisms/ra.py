@@ -140,7 +140,7 @@ def _selection(n: int, p: np.ndarray, k: int | None, rng: np.random.Generator) -
     return mask
 
 
-def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result:
+def run(frame: pd.DataFrame, params: Params, plan: Plan, rng: np.random.Generator) -> Result:
     """Redraw the selected QI cells; a new value is the value of a uniformly drawn original row."""
     missing = [c for c in (*params.qi, params.sensitive) if c not in frame.columns]
     if missing:

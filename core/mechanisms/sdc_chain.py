@@ -158,7 +158,7 @@ def plan(params: Params) -> Plan:
     )
 
 
-def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result:
+def run(frame: pd.DataFrame, params: Params, plan: Plan, rng: np.random.Generator) -> Result:
     if params.policy is None:
         raise ParameterError("an sdc chain needs the dataset's disclosure policy")
     data, done, persons = frame, [], None
@@ -171,7 +171,7 @@ def run(frame: pd.DataFrame, params: Params, rng: np.random.Generator) -> Result
             # hide (a top-coded maximum, a suppressed value). In a chain its step states its parameters only;
             # the release's risk statement is the policy's measures on the final table.
             module, own = PAPERS[s.method], _paper(s)
-            result = module.run(data, own, rng)
+            result = module.run(data, own, plan, rng)  # the chain's plan: no step draws DP noise
             module.check(data, result, own)
             data = result.data
             done.append({"method": s.method, **own.model_dump(mode="json")})

@@ -27,6 +27,16 @@ def ledger_dataset(params: SpamSpec) -> str:
     return LEDGER_DATASET if params.dp is None else DP_LEDGER_DATASET
 
 
+def users_noise(plan_: Plan) -> events.DistributedDiscreteGaussian | None:
+    """The users' noise a charged plan declares, each round's (None: a run without ``dp:``), for the run to draw."""
+    if not isinstance(plan_.cost, DPCost):
+        return None
+    (found,) = {leaf for leaf, _ in events.leaves(plan_.cost.event)}
+    if not isinstance(found, events.DistributedDiscreteGaussian):
+        raise events.Undeclared("a dp: training's plan declares the users' distributed discrete Gaussian")
+    return found
+
+
 def plan(params: SpamSpec) -> Plan:
     """No budget without ``dp:`` (what the parties learn is bounded by the protocol); with it, the
     spec's (epsilon, delta) of the round sums the server decrypts, per replaced message."""

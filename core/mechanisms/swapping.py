@@ -278,7 +278,7 @@ class _MEWS:
         return plan_swapping("MEWS")
 
     @staticmethod
-    def run(frame: pd.DataFrame, params: MEWSParams, rng: np.random.Generator) -> Result:
+    def run(frame: pd.DataFrame, params: MEWSParams, plan: Plan, rng: np.random.Generator) -> Result:
         values = matrix(frame, params.swap_set)
         if len(frame) < 2:
             raise ParameterError("swapping needs at least 2 rows")
@@ -374,7 +374,7 @@ class _Depth:
     def plan(self, params: DepthParams) -> Plan:
         return plan_swapping(self.NAME.upper())
 
-    def run(self, frame: pd.DataFrame, params: DepthParams, rng: np.random.Generator) -> Result:
+    def run(self, frame: pd.DataFrame, params: DepthParams, plan: Plan, rng: np.random.Generator) -> Result:
         values = matrix(frame, params.swap_set)
         if len(frame) < 2:
             raise ParameterError("swapping needs at least 2 rows")

@@ -1,9 +1,10 @@
 """``privrelease backup DIR``: a consistent copy of a home, taken while its worker runs.
 
-The copy is taken under the ledger writers' lock, once no charge is half-way (a charge made before the backup
-started is waited for, up to ``wait`` seconds, so a copy never holds a charge without its outcome): the
-database through DuckDB itself (``COPY FROM DATABASE``, a transaction-consistent copy of a file another process
-may be using), or on PostgreSQL by ``pg_dump`` of privrelease's schema, and every other file of the home. What
+The database is copied under the ledger writers' lock, once no charge is half-way (a charge made before the
+backup started is waited for, up to ``wait`` seconds, so a copy never holds a charge without its outcome): through
+DuckDB itself (``COPY FROM DATABASE``, a transaction-consistent copy of a file another process may be using), or on
+PostgreSQL by ``pg_dump`` of privrelease's schema; the home's other files are named under the lock and copied
+after it (releases and snapshots never change once written), so charges wait only for the database's copy. What
 it leaves out, by design: the ledger key (its fingerprint is recorded: whoever holds a copy and the key could
 forge entries, so the key is kept apart), the anchors (outside the home: a restore is checked against them),
 staging but sealed draws, lock files, and Prefect's own folder.
@@ -125,7 +126,9 @@ def backup(home: Path, dest: Path, wait: float = 300.0) -> Taken:
         with quiet(store) as con:
             live = _live(ledger, con)
             if not live:
-                return _take(home, dest, ledger, store, con, started)
+                frozen = _freeze(home, dest, store, con)
+        if not live:
+            return _finish(home, dest, store, frozen, started)
         if time.monotonic() > deadline:
             raise UserError(
                 f"{len(live)} release(s) stayed charged and unsettled for {wait:g} s (the first: {live[0].release_id}); "
@@ -152,9 +155,22 @@ def quiet(store: Store):
     return held()
 
 
-def _take(home: Path, dest: Path, ledger: Ledger, store: Store, con, started: float) -> Taken:
+@dataclass(frozen=True)
+class _Frozen:
+    """What the backup took under the writers' lock: the database, the ledger's listing, and which files to copy."""
+
+    head: list | None
+    version: int
+    listed: dict[str, str]
+    files: list[Path]
+
+
+def _freeze(home: Path, dest: Path, store: Store, con) -> _Frozen:
+    """Under the writers' lock: the database copied (DuckDB's transaction-consistent copy, or pg_dump), every entry
+    listed, and the files of the home named. The files themselves are copied after the lock is let go: releases and
+    snapshots never change once written, and a release published meanwhile has no entry in this copy, nor a name in
+    this list."""
     head = con.execute("SELECT seq, hash FROM ledger ORDER BY seq DESC LIMIT 1").fetchall()
-    version = store.schema(con)
     listed: dict[str, str] = {}
     if isinstance(store, PgStore):
         _pg_dump(store, dest / PG_DUMP)
@@ -175,29 +191,38 @@ def _take(home: Path, dest: Path, ledger: Ledger, store: Store, con, started: fl
         for entry in rows(con, "ORDER BY seq", []):
             out.write(json.dumps(asdict(entry), sort_keys=True) + "\n")
     listed[LEDGER] = sha256(dest / LEDGER)
-    for rel in _home_files(home, databases):
-        target = dest / "home" / rel
-        if rel.suffix == ".duckdb":  # another database of the home (the spam mail index): copied by DuckDB
-            copy_duckdb(home / rel, target)
-            listed[f"home/{rel}"] = sha256(target)
-        else:
-            listed[f"home/{rel}"] = copy_file(home / rel, target)
+    named = _home_files(home, databases)
     for folder in files.sealed(paths.staging(home)):  # drawn and charged, waiting to be published: kept
-        for path in sorted(folder.rglob("*")):
-            if path.is_file():
-                rel = path.relative_to(home)
-                listed[f"home/{rel}"] = copy_file(path, dest / "home" / rel)
-    key_print = hashlib.sha256(anchors.key(home, create=False)).hexdigest() if head else None
+        named += [p.relative_to(home) for p in sorted(folder.rglob("*")) if p.is_file()]
+    return _Frozen(list(head[0]) if head else None, store.schema(con), listed, named)
+
+
+def _finish(home: Path, dest: Path, store: Store, frozen: _Frozen, started: float) -> Taken:
+    """The named files copied (0600), and the backup's manifest written."""
+    listed = dict(frozen.listed)
+    for rel in frozen.files:
+        target = dest / "home" / rel
+        try:
+            if rel.suffix == ".duckdb":  # another database of the home (the spam mail index): copied by DuckDB
+                copy_duckdb(home / rel, target)
+                listed[f"home/{rel}"] = sha256(target)
+            else:
+                listed[f"home/{rel}"] = copy_file(home / rel, target)
+        except FileNotFoundError:
+            raise UserError(
+                f"{home / rel} was removed while the backup was taken (a dataset dropped, say); the folder {dest} is "
+                "incomplete: remove it and take the backup again."
+            ) from None
     manifest = {
         "format": 1,
         "privrelease": __version__,
-        "schema": version or SCHEMA_VERSION,
+        "schema": frozen.version or SCHEMA_VERSION,
         "taken": datetime.now(UTC).isoformat(timespec="seconds"),
         "home": str(home.resolve()),
         "store": store.kind,
         "location": store.location(),
-        "ledger_head": list(head[0]) if head else None,
-        "key_sha256": key_print,
+        "ledger_head": frozen.head,
+        "key_sha256": hashlib.sha256(anchors.key(home, create=False)).hexdigest() if frozen.head else None,
         "snapshot_store": "in the backup"
         if _inside(snapshots.root(home), home)
         else f"not in the backup: {snapshots.root(home)}",

@@ -1,27 +1,29 @@
 """The admission filter: whether a cap can take a DP release, from the release's privacy event.
 
-A release is a typed privacy event (``core.privacy.events``); the filter counts each of its leaves
-with its compositions as one ``Event`` (``parts``): a Gaussian (noise ``sigma``, l2 ``sensitivity``;
-the discrete Gaussian has the same rho), a Laplace or discrete Laplace (``scale``, ``sensitivity``),
-a permute-and-flip or exponential-mechanism draw (``epsilon``), or a part known only by its
-(epsilon, delta) (``approx``: DPNE's new-item event, a smooth-sensitivity count, the exact sampler's
-slack, and every charge written before events were recorded). A charge (``Spend``) is its
-(epsilon, delta), derived from its event, and those parts; the ledger reads both from its entries,
-so every admission can be replayed from the ledger alone.
+A release is a typed privacy event (``core.privacy.events``); the filter walks its tree as the ledger
+records it (``events.accounted``) and counts each leaf with its compositions (``parts``), by its class:
+a Gaussian (noise ``sigma``, l2 ``sensitivity``; the discrete Gaussian has the same rho, a distributed
+one is accounted as its sum's), a pure epsilon-DP leaf (a Laplace or discrete Laplace, a
+permute-and-flip or exponential-mechanism draw: ``pure_epsilon()``), or a part known only by its
+(epsilon, delta) (an ``EpsilonDelta``: DPNE's new-item event, a smooth-sensitivity count, the exact
+sampler's slack, and every charge written before events were recorded). A charge (``Spend``) is its
+(epsilon, delta), derived from its event, and that event; the ledger reads both from its entries
+(old flat ones through ``core.ledger.legacy``), so every admission can be replayed from the ledger alone.
 
 Admission (docs/ACCOUNTING.md gives the argument and its sources) is a privacy *filter*, valid
 when every request is chosen after seeing earlier releases. From the cap (epsilon_c, delta_c) it
 fixes, before any release, a conversion share ``delta_conv`` = delta_c / 10 and one Rényi order
 ``alpha``. Each charge is counted by its events, or (its mode, fixed when it is admitted from its
-own parameters: ``Filter.mode``) as one approx part at its charged (epsilon, delta). A history is
-admitted if it lies in one of two regions:
+own parameters: ``Filter.mode``) as one (epsilon, delta) part at its charged (epsilon, delta). A
+history is admitted if it lies in one of two regions:
 
-* the Rényi region: sum of approx deltas <= delta_c - delta_conv, and
+* the Rényi region: sum of (epsilon, delta)-only parts' deltas <= delta_c - delta_conv, and
   sum over parts of cost_alpha <= K = epsilon_c - (ln(1/delta_conv) + ln c_alpha) / (alpha - 1),
   where cost_alpha is alpha * rho for a Gaussian (rho = count * Delta^2 / (2 sigma^2), which the
-  discrete Gaussian satisfies too), min(eps, alpha * eps^2 / 2) for a pure eps-DP part (eps^2 / 8 for
-  the exponential mechanism, a bounded-range one) and eps for an approx part (its delta above);
-  c_alpha = (1 - 1/alpha)^(alpha - 1) / alpha is Canonne, Kamath & Steinke's conversion constant;
+  discrete Gaussian satisfies too), min(eps, alpha * rho) for a pure eps-DP part (rho = eps^2 / 2;
+  eps^2 / 8 for the exponential mechanism, a bounded-range one) and eps for an (epsilon, delta) part
+  (its delta above); c_alpha = (1 - 1/alpha)^(alpha - 1) / alpha is Canonne, Kamath & Steinke's
+  conversion constant;
 * the basic region, for histories with no part counted as a Gaussian: the charges' epsilons sum to at most
   epsilon_c and their deltas to at most delta_c - delta_conv, summed exactly (``Fraction``).
 
@@ -32,99 +34,33 @@ more spend: every cost is scaled up and K down by ``SLACK``.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Literal
 
 from core.privacy import events
 from core.privacy.budget import Budget, gaussian_epsilon
-from core.privacy.events import exact
+from core.privacy.events import EpsilonDelta, Gaussian, Leaf, exact
 
-Family = Literal["gaussian", "laplace", "discrete_laplace", "permute_and_flip", "exponential", "approx"]
-FAMILIES = ("gaussian", "laplace", "discrete_laplace", "permute_and_flip", "exponential", "approx")
-PURE = ("laplace", "discrete_laplace", "permute_and_flip", "exponential")
 CONVERSION_SHARE = Fraction(1, 10)  # of the cap's delta, for the Rényi region's conversion
 SLACK = 1e-9  # relative rounding towards more spend on every float figure
 EVENTS, CHARGE = "events", "charge"  # a charge's mode: counted by its events, or by its (epsilon, delta)
 
-
-@dataclass(frozen=True)
-class Event:
-    """One part of a release as the filter counts it: ``count`` compositions of one leaf of a privacy
-    event (``core.privacy.events``), flat, by its family; ``parts`` makes them from an event."""
-
-    family: Family
-    count: int = 1
-    sigma: float | None = None  # gaussian: noise std (at least; the sampler's may be larger)
-    scale: float | None = None  # laplace: b; discrete_laplace: t in grid units (P[k] ~ exp(-|k|/t))
-    sensitivity: float | None = None  # gaussian: l2; laplace: l1 (grid units for discrete_laplace)
-    epsilon: float | None = None  # permute_and_flip / exponential: per draw; approx: per part
-    delta: float | None = None  # approx only
-    part: str = ""  # what this part of the release is, in words
-
-    def __post_init__(self) -> None:
-        if self.family not in FAMILIES or self.count < 1:
-            raise ValueError(f"not a privacy event: family {self.family!r}, count {self.count}")
-        self.leaf()  # checks the figures the family needs
-
-    @staticmethod
-    def of(leaf: events.Leaf, count: int = 1) -> Event:
-        leaf = events.accounted(leaf)  # a distributed discrete Gaussian: the Gaussian of its sum
-        figures = {f.name: getattr(leaf, f.name) for f in fields(leaf)}
-        return Event(leaf.family, count, **figures)
-
-    def leaf(self) -> events.Leaf:
-        """The leaf this part composes (a discrete Gaussian's is counted as the Gaussian it is accounted as)."""
-        return events.of_family(
-            self.family,
-            self.part,
-            sigma=self.sigma,
-            scale=self.scale,
-            sensitivity=self.sensitivity,
-            epsilon=self.epsilon,
-            delta=self.delta,
-        )
-
-    @property
-    def pure_epsilon(self) -> float:
-        """The epsilon of one composition of a pure part (a Laplace's sensitivity / scale)."""
-        if self.family in ("laplace", "discrete_laplace"):
-            return self.sensitivity / self.scale
-        return self.epsilon
-
-    def rho(self) -> float:
-        """Its zCDP rho (all ``count`` compositions); ``approx`` parts have none (they count by eps, delta)."""
-        if self.family == "gaussian":
-            return self.count * self.sensitivity**2 / (2 * self.sigma**2)
-        if self.family in PURE:
-            return self.count * self.pure_epsilon**2 / (8 if self.family == "exponential" else 2)
-        return 0.0
-
-    def as_dict(self) -> dict:
-        """Its ledger form: the leaf self-composed ``count`` times (``events.dump``)."""
-        return events.dump(events.times(self.leaf(), self.count))
-
-    def figures(self) -> dict:
-        """Its figures by name, as a release's manifest shows each part (family, count, its noise, words)."""
-        return {k: v for k, v in asdict(self).items() if v is not None and v != ""}
+Part = tuple[Leaf, int]  # a leaf of an event and the number of times it composes
 
 
-def parts(event: events.Event) -> tuple[Event, ...]:
-    """What the filter counts of a privacy event: each leaf with its compositions, in the tree's order."""
-    return tuple(Event.of(leaf, n) for leaf, n in events.leaves(event))
+def parts(event: events.Event) -> tuple[Part, ...]:
+    """What the filter counts of a privacy event: each leaf as the ledger records it (``events.accounted``)
+    with its compositions, in the tree's order."""
+    return tuple(events.leaves(events.accounted(event)))
 
 
-def gaussian(sigma: float, sensitivity: float = 1.0, count: int = 1, part: str = "") -> Event:
-    return Event("gaussian", count, sigma=sigma, sensitivity=sensitivity, part=part)
-
-
-def approx(epsilon: float, delta: float, count: int = 1, part: str = "") -> Event:
-    return Event("approx", count, epsilon=epsilon, delta=delta, part=part)
-
-
-def sampler_slack(coordinates: int) -> Event:
-    """``events.sampler_slack`` as the filter counts it."""
-    return Event.of(events.sampler_slack(coordinates))
+def part_cost(leaf: Leaf, count: int, alpha: float) -> float:
+    """``count`` compositions of ``leaf`` in the Rényi region at order alpha, by its class."""
+    if isinstance(leaf, EpsilonDelta):
+        return count * leaf.epsilon
+    if isinstance(leaf, Gaussian):
+        return alpha * leaf.rho(count)
+    return min(count * leaf.pure_epsilon(), alpha * leaf.rho(count))
 
 
 # -- a release as the accountant sees it ------------------------------------------------------------
@@ -132,39 +68,44 @@ def sampler_slack(coordinates: int) -> Event:
 
 @dataclass(frozen=True)
 class Spend:
-    """One dp charge: its (epsilon, delta) as charged, and its events (None: recorded before events)."""
+    """One dp charge: its (epsilon, delta) as charged, and its event (None: recorded before events)."""
 
     ref: str  # the release id
     budget: Budget
-    events: tuple[Event, ...] | None
+    event: events.Event | None
     mode: str = EVENTS  # how the filter counts it: by its events, or as one (epsilon, delta) part (CHARGE)
+    recorded: tuple[Part, ...] = field(init=False, repr=False, compare=False)  # its event's parts (none: before events)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "recorded", () if self.event is None else parts(self.event))
 
     @staticmethod
     def of(ref: str, event: events.Event, mode: str = EVENTS) -> Spend:
-        """A charge of ``event``: its (epsilon, delta) derived from it, its parts as the filter counts them
-        (an event known only by its (epsilon, delta), a bare ``EpsilonDelta``, has none: it is its charge)."""
-        return Spend(ref, events.epsilon_delta(event), None if isinstance(event, events.EpsilonDelta) else parts(event), mode)
+        """A charge of ``event``: its (epsilon, delta) derived from it, its event as the ledger records it (one
+        known only by its (epsilon, delta), a bare ``EpsilonDelta``, has none: it is its charge)."""
+        counted = None if isinstance(event, EpsilonDelta) else events.accounted(event)
+        return Spend(ref, events.epsilon_delta(event), counted, mode)
 
     @property
-    def parts(self) -> tuple[Event, ...]:
+    def parts(self) -> tuple[Part, ...]:
         """What the filter counts: its events, or one part known only by its (epsilon, delta) as charged."""
-        if self.events is None or self.mode == CHARGE:
-            return (approx(self.budget.epsilon, self.budget.delta, part="charge"),)
-        return self.events
+        if self.event is None or self.mode == CHARGE:
+            return ((EpsilonDelta(self.budget.epsilon, self.budget.delta, part="charge"), 1),)
+        return self.recorded
 
     @property
     def approx_delta(self) -> Fraction:
         """The delta of its (epsilon, delta)-only parts, exactly: what the filter's delta room counts."""
-        return sum((exact(e.delta) * e.count for e in self.parts if e.family == "approx"), Fraction(0))
+        return sum((exact(leaf.delta) * n for leaf, n in self.parts if isinstance(leaf, EpsilonDelta)), Fraction(0))
 
     @property
-    def curve(self) -> tuple[Event, ...]:
+    def curve(self) -> tuple[Part, ...]:
         """Its events when recorded (the reported PLD always uses the mechanism's own curve)."""
-        return self.events if self.events is not None else self.parts
+        return self.recorded if self.event is not None else self.parts
 
     @property
     def gaussian(self) -> bool:
-        return any(e.family == "gaussian" for e in self.parts)
+        return any(isinstance(leaf, Gaussian) for leaf, _ in self.parts)
 
 
 # -- the filter ---------------------------------------------------------------------------------------
@@ -196,14 +137,14 @@ class Filter:
 
     def cost(self, spend: Spend) -> float:
         """A charge's cost in the Rényi region at this filter's order (rounded up)."""
-        return sum(part_cost(e, self.alpha) for e in spend.parts) * (1 + SLACK) if self.alpha else math.inf
+        return sum(part_cost(leaf, n, self.alpha) for leaf, n in spend.parts) * (1 + SLACK) if self.alpha else math.inf
 
     def mode(self, candidate: Spend) -> str:
         """How a new charge is counted, fixed when it is admitted from its own parameters alone: by its
         events when that takes a smaller share of the Rényi budget than its epsilon takes of the cap's
         (a Gaussian release cheap in zCDP), else by its (epsilon, delta), which keeps the exact basic
         region open to the history (a release whose curve gains little, or with no Gaussian part)."""
-        if candidate.events is None:
+        if candidate.event is None:
             return CHARGE
         if self.alpha is None or not candidate.gaussian:
             return EVENTS  # without a Gaussian, its events never cost more than its charge
@@ -276,15 +217,6 @@ class Decision:
     basic_delta: Fraction
 
 
-def part_cost(e: Event, alpha: float) -> float:
-    """A part's cost in the Rényi region at order alpha."""
-    if e.family == "gaussian":
-        return alpha * e.rho()
-    if e.family in PURE:
-        return min(e.count * e.pure_epsilon, alpha * e.rho())
-    return e.count * e.epsilon
-
-
 def renyi_budget(epsilon: float, delta_conv: float, alpha: float) -> float:
     """K: what the costs at order alpha may sum to for (epsilon, delta_conv) (rounded down)."""
     return (epsilon - (math.log(1 / delta_conv) + log_c(alpha)) / (alpha - 1)) * (1 - SLACK)
@@ -322,11 +254,11 @@ def fits_more(f: Filter, history: list[Spend], like: Spend, limit: int = 100_000
 # -- closed forms for all-Gaussian histories (reports and tests) -------------------------------------
 
 
-def gdp_mu(events: list[Event]) -> float | None:
+def gdp_mu(gaussians: list[Part]) -> float | None:
     """mu of the Gaussian-DP composition (mu^2 = sum count * Delta^2 / sigma^2), None unless all are Gaussian."""
-    if not events or any(e.family != "gaussian" for e in events):
+    if not gaussians or not all(isinstance(leaf, Gaussian) for leaf, _ in gaussians):
         return None
-    return math.sqrt(sum(2 * e.rho() for e in events))
+    return math.sqrt(sum(2 * leaf.rho(n) for leaf, n in gaussians))
 
 
 def gdp_epsilon(history: list[Spend]) -> float | None:
@@ -335,11 +267,11 @@ def gdp_epsilon(history: list[Spend]) -> float | None:
     converted at the charges' delta less their (epsilon, delta)-only parts' delta. A comparison of the
     Gaussian noise with basic composition, read from the events alone: the (epsilon, delta)-only parts'
     epsilon (the exact sampler's slack, below 10^-6 a charge) is not added to it."""
-    families = [{e.family for e in s.events or ()} for s in history]
-    if not history or any("gaussian" not in f or f - {"gaussian", "approx"} for f in families):
+    kinds = [{Gaussian if isinstance(leaf, Gaussian) else type(leaf) for leaf, _ in s.recorded} for s in history]
+    if not history or any(Gaussian not in k or k - {Gaussian, EpsilonDelta} for k in kinds):
         return None
-    mu = gdp_mu([e for s in history for e in s.events if e.family == "gaussian"])
+    mu = gdp_mu([(leaf, n) for s in history for leaf, n in s.recorded if isinstance(leaf, Gaussian)])
     left = sum((exact(s.budget.delta) for s in history), Fraction(0)) - sum(
-        (exact(e.delta) * e.count for s in history for e in s.events if e.family == "approx"), Fraction(0)
+        (exact(leaf.delta) * n for s in history for leaf, n in s.recorded if isinstance(leaf, EpsilonDelta)), Fraction(0)
     )
     return gaussian_epsilon(1 / mu, float(left)) if left > 0 else None

@@ -1,9 +1,10 @@
 """Noise drawn from the leaves a plan declares: the one way a mechanism turns its privacy event into draws.
 
-A DP mechanism's ``run`` takes each leaf it draws with from its plan's event (``events.find``) and
-hands it here; each function calls the one exact sampler of ``core.noise`` that draws that leaf's
+A DP mechanism's ``run`` is handed the plan that was charged, takes each leaf it draws with from that
+plan's event (``events.find``: a leaf it does not declare is refused, never built) and hands it here; each function calls the one exact sampler of ``core.noise`` that draws that leaf's
 law, with the leaf's own figures. So what is drawn and what is declared (and charged) cannot drift:
-there is no second copy of a sigma, a scale or an epsilon. ``tests/test_draws.py`` records every call
+there is no second copy of a sigma, a scale or an epsilon. A std that is data (a smooth-sensitivity
+count's) is declared as such, with its bounds (``SmoothGaussian``), and drawn only inside them. ``tests/test_draws.py`` records every call
 during each DP mechanism's run and checks the leaves against the plan's, their number against its
 compositions, and what each function draws against the leaf's law; ``tests/test_draws_spam.py`` does
 the same for the spam users' shares (``shares``) in a ``dp:`` training's rounds.
@@ -15,7 +16,14 @@ import numpy as np
 
 from core import noise
 from core.noise.exponential import exponentials
-from core.privacy.events import DiscreteGaussian, DiscreteLaplace, DistributedDiscreteGaussian, Exponential, PermuteAndFlip
+from core.privacy.events import (
+    DiscreteGaussian,
+    DiscreteLaplace,
+    DistributedDiscreteGaussian,
+    Exponential,
+    PermuteAndFlip,
+    SmoothGaussian,
+)
 
 
 def values(rng: np.random.Generator, leaf: DiscreteGaussian | DiscreteLaplace, units: np.ndarray, unit: float) -> np.ndarray:
@@ -37,6 +45,14 @@ def tail(rng: np.random.Generator, leaf: DiscreteGaussian, unit: float, threshol
 def tail_probability(leaf: DiscreteGaussian, unit: float, threshold: float) -> float:
     """P[the leaf's noise on ``unit`` exceeds ``threshold``] (``noise.tail_probability``)."""
     return noise.tail_probability(leaf.sigma, unit, threshold)
+
+
+def smooth(rng: np.random.Generator, leaf: SmoothGaussian, std: float, units: int) -> float:
+    """``leaf.unit * (units + Z)``: one integer true value on the leaf's public grid plus Gaussian noise of the
+    data-dependent ``std`` (``noise.exact_gaussian``), which must lie in the bounds the leaf declares."""
+    if not leaf.low <= std <= leaf.high:
+        raise ValueError(f"a std of {std!r} is outside the [{leaf.low!r}, {leaf.high!r}] its leaf declares")
+    return noise.exact_gaussian(rng, std, units, leaf.unit)
 
 
 def select(rng: np.random.Generator, leaf: PermuteAndFlip, quality: np.ndarray, sensitivity: int) -> int:

@@ -4,11 +4,9 @@ Leaves, each with the figures its noise is drawn with and a ``part`` (what it is
 
 * ``Gaussian(sigma, sensitivity)``: the Gaussian mechanism's curve, l2 ``sensitivity``; what other
   leaves are accounted as, and what old entries recorded; never drawn;
-* ``DistributedDiscreteGaussian(share_variance, parties, sensitivity)``: each of at least ``parties``
-  honest users draws ``core.noise.integer_gaussian``'s exact N_Z(0, share_variance) per coordinate and
-  only the sum is seen (the spam users' shares: Kairouz, Liu & Steinke 2021, whose tau term
-  ``core.spam.dp`` keeps below any float); accounted as the Gaussian of sigma = sqrt(parties *
-  share_variance) (``accounted``; the same to_dp_event): what the filter counts and the ledger records;
+* ``DistributedDiscreteGaussian(share_variance, parties, sensitivity)``: the spam users' shares, exact
+  N_Z(0, share_variance) each, summed (Kairouz, Liu & Steinke 2021; ``core.spam.dp``); accounted as the
+  Gaussian of sigma = sqrt(parties * share_variance) (``accounted``);
 * ``DiscreteGaussian(sigma, sensitivity)``: ``core.noise.gaussian``'s exact N_Z on the public grid
   ``noise.grid(sigma)``, std at least ``sigma``; accounted as the Gaussian of the same sigma (the
   same zCDP rho: Canonne, Kamath & Steinke 2020) with the sampler's slack as its own
@@ -17,26 +15,26 @@ Leaves, each with the figures its noise is drawn with and a ``part`` (what it is
   Lap_Z(t) on a public grid, ``scale`` t and ``sensitivity`` in grid units;
 * ``PermuteAndFlip(epsilon)``: one eps-DP selection (McKenna & Sheldon 2020); ``Exponential(epsilon)``:
   one exponential-mechanism draw (bounded range, eps^2/8; kept for entries that record it);
-* ``EpsilonDelta(epsilon, delta)``: a part known only by its (epsilon, delta).
+* ``EpsilonDelta(epsilon, delta)``: a part known only by its (epsilon, delta);
+* ``SmoothGaussian(epsilon, delta, low, high, unit)``: Gaussian noise of a data-dependent std, declared
+  with its bounds; (epsilon, delta)-DP by its mechanism's proof, accounted as that ``EpsilonDelta``.
+
+Every leaf is a ``Leaf``: its ``rho(count)`` (zCDP; None for one known only by an (epsilon, delta)),
+``pure_epsilon()`` (None unless pure epsilon-DP) and ``to_dp_event()`` (dp-accounting's event where it
+has the class: ``GaussianDpEvent`` with noise_multiplier sigma / Delta, ``LaplaceDpEvent``,
+``DiscreteLaplaceDpEvent``; else ``NoDpEvent``, and ``core.privacy.pld`` takes the worst pair with its
+guarantee). The admission filter and the reports walk the tree and ask the leaves, by class.
 
 Combinators: ``SelfComposed(event, count)`` and ``Composed(events)``; ``Calibrated(event, epsilon,
 delta)`` is the guarantee a mechanism's proof gives the composition it wraps, from its calibration
 (``tests/test_contract.py`` checks every plan's against its leaves). A DP cost's (epsilon, delta) is
-``event.epsilon_delta()``: a ``Calibrated`` node's, or the basic composition of pure and
-(epsilon, delta) leaves; a Gaussian leaf outside a ``Calibrated`` node has no single pair.
+``epsilon_delta(event)``: a ``Calibrated`` node's, or the basic composition of pure and (epsilon, delta)
+leaves; a Gaussian leaf outside a ``Calibrated`` node has no single pair.
 
-``to_dp_event()`` gives dp-accounting's event where it has the class (``GaussianDpEvent`` with
-noise_multiplier sigma / Delta, ``LaplaceDpEvent``, ``DiscreteLaplaceDpEvent``, ``SelfComposedDpEvent``,
-``ComposedDpEvent``); a ``DiscreteGaussian`` maps to the ``GaussianDpEvent`` of its sigma and Delta,
-sound with its slack part beside it (above). ``PermuteAndFlip``, ``Exponential`` and ``EpsilonDelta``
-have no class there and raise ``NoDpEvent``: ``core.privacy.pld`` takes them as the worst pair with
-their guarantee.
-
-``dump`` and ``load`` are the JSON form (``{"type": ..., figures}``, nested); ``load`` also reads
-the flat parts entries recorded before this tree (``{"family": ..., "count": ...}``), so old entries
-keep replaying. A ledger entry records its event as ``accounted`` (``stored``): a distributed discrete
-Gaussian as its Gaussian, so spam entries read as they did before the leaf, and the share variance (an
-integer past 2^64) stays in the run's report.
+``dump`` and ``load`` are the JSON form (``{"type": ..., figures}``, nested). A ledger entry records its
+event as ``accounted`` (``stored``): a distributed discrete Gaussian as its Gaussian (the share variance,
+an integer past 2^64, stays in the run's report), a smooth-sensitivity Gaussian as its (epsilon, delta).
+Entries written before this tree recorded flat parts: ``core.ledger.legacy`` reads them.
 """
 
 from __future__ import annotations
@@ -68,6 +66,23 @@ def exact(amount: float) -> Fraction:
     return Fraction(repr(float(amount)))
 
 
+class Leaf:
+    """What every leaf has (the module docstring): ``rho``, ``pure_epsilon``, ``to_dp_event``."""
+
+    part: str
+    type: ClassVar[str]
+
+    def rho(self, count: int = 1) -> float | None:
+        pure = self.pure_epsilon()
+        return None if pure is None else count * pure**2 / 2
+
+    def pure_epsilon(self) -> float | None:
+        return None
+
+    def to_dp_event(self) -> object:
+        raise NoDpEvent(f"dp-accounting has no {self.type} event")
+
+
 def _positive(leaf: object, *names: str) -> None:
     for name in names:
         value = getattr(leaf, name)
@@ -77,15 +92,17 @@ def _positive(leaf: object, *names: str) -> None:
 
 
 @dataclass(frozen=True)
-class Gaussian:
+class Gaussian(Leaf):
     sigma: float
     sensitivity: float = 1.0
     part: str = ""
     type: ClassVar[str] = "gaussian"
-    family: ClassVar[str] = "gaussian"
 
     def __post_init__(self) -> None:
         _positive(self, "sigma", "sensitivity")
+
+    def rho(self, count: int = 1) -> float:
+        return count * self.sensitivity**2 / (2 * self.sigma**2)
 
     def to_dp_event(self) -> object:
         return _dp().GaussianDpEvent(noise_multiplier=self.sigma / self.sensitivity)
@@ -97,18 +114,16 @@ class DiscreteGaussian(Gaussian):
 
 
 @dataclass(frozen=True)
-class Laplace:
+class Laplace(Leaf):
     scale: float
     sensitivity: float = 1.0
     part: str = ""
     type: ClassVar[str] = "laplace"
-    family: ClassVar[str] = "laplace"
 
     def __post_init__(self) -> None:
         _positive(self, "scale", "sensitivity")
 
-    @property
-    def epsilon(self) -> float:
+    def pure_epsilon(self) -> float:
         return self.sensitivity / self.scale
 
     def to_dp_event(self) -> object:
@@ -118,7 +133,6 @@ class Laplace:
 @dataclass(frozen=True)
 class DiscreteLaplace(Laplace):
     type: ClassVar[str] = "discrete_laplace"
-    family: ClassVar[str] = "discrete_laplace"
 
     def to_dp_event(self) -> object:
         if not float(self.sensitivity).is_integer():
@@ -127,46 +141,45 @@ class DiscreteLaplace(Laplace):
 
 
 @dataclass(frozen=True)
-class _Selection:
+class _Selection(Leaf):
     epsilon: float  # of one draw
     part: str = ""
 
     def __post_init__(self) -> None:
         _positive(self, "epsilon")
 
-    def to_dp_event(self) -> object:
-        raise NoDpEvent(f"dp-accounting has no {self.type} event")
+    def pure_epsilon(self) -> float:
+        return self.epsilon
 
 
 @dataclass(frozen=True)
 class PermuteAndFlip(_Selection):
     type: ClassVar[str] = "permute_and_flip"
-    family: ClassVar[str] = "permute_and_flip"
 
 
 @dataclass(frozen=True)
 class Exponential(_Selection):
+    """One exponential-mechanism draw: bounded range, so its rho is eps^2 / 8 (Cesar & Rogers)."""
+
     type: ClassVar[str] = "exponential"
-    family: ClassVar[str] = "exponential"
+
+    def rho(self, count: int = 1) -> float:
+        return count * self.epsilon**2 / 8
 
 
 @dataclass(frozen=True)
-class EpsilonDelta:
+class EpsilonDelta(Leaf):
     epsilon: float
     delta: float
     part: str = ""
     type: ClassVar[str] = "epsilon_delta"
-    family: ClassVar[str] = "approx"
 
     def __post_init__(self) -> None:
         _positive(self, "epsilon", "delta")
 
-    def to_dp_event(self) -> object:
-        raise NoDpEvent("dp-accounting has no event for a part known only by its (epsilon, delta)")
-
 
 @dataclass(frozen=True)
-class DistributedDiscreteGaussian:
+class DistributedDiscreteGaussian(Leaf):
     """Each of at least ``parties`` honest users adds N_Z(0, ``share_variance``) per coordinate to a sum
     of l2 ``sensitivity``; accounted as the Gaussian of sigma = sqrt(parties * share_variance)."""
 
@@ -175,7 +188,6 @@ class DistributedDiscreteGaussian:
     sensitivity: float = 1.0
     part: str = ""
     type: ClassVar[str] = "distributed_discrete_gaussian"
-    family: ClassVar[str] = "gaussian"
 
     def __post_init__(self) -> None:
         for name in ("share_variance", "parties"):
@@ -193,13 +205,40 @@ class DistributedDiscreteGaussian:
         """The Gaussian it is accounted as (``accounted``)."""
         return Gaussian(self.sigma, self.sensitivity, part=self.part)
 
+    def rho(self, count: int = 1) -> float:
+        return self.gaussian().rho(count)
+
     def to_dp_event(self) -> object:
         return self.gaussian().to_dp_event()
 
 
-Leaf = Gaussian | DistributedDiscreteGaussian | Laplace | PermuteAndFlip | Exponential | EpsilonDelta  # and discrete kin
+@dataclass(frozen=True)
+class SmoothGaussian(Leaf):
+    """Gaussian noise whose std is data: S / alpha with S a beta-smooth upper bound on the local sensitivity,
+    which its mechanism's proof makes (``epsilon``, ``delta``)-DP (accounted as that ``EpsilonDelta``). Declared
+    with the bounds any table's std lies in, [``low``, ``high``] (public), and the public grid ``unit`` it is
+    drawn on (``core.privacy.draws.smooth``: ``core.noise.exact_gaussian``, which refuses a grid too coarse)."""
+
+    epsilon: float
+    delta: float
+    low: float  # the least std any table of the declared size can give
+    high: float  # the largest
+    unit: float  # the public grid (from ``low``)
+    part: str = ""
+    type: ClassVar[str] = "smooth_gaussian"
+
+    def __post_init__(self) -> None:
+        _positive(self, "epsilon", "delta", "low", "high", "unit")
+        if not 0 < self.low <= self.high:
+            raise ValueError(f"a SmoothGaussian event needs 0 < low <= high, got [{self.low}, {self.high}]")
+
+    def approx(self) -> EpsilonDelta:
+        """The (epsilon, delta) part it is accounted as."""
+        return EpsilonDelta(self.epsilon, self.delta, part=self.part)
+
+
 LEAVES = {c.type: c for c in (Gaussian, DiscreteGaussian, DistributedDiscreteGaussian, Laplace, DiscreteLaplace)}
-LEAVES |= {c.type: c for c in (PermuteAndFlip, Exponential, EpsilonDelta)}
+LEAVES |= {c.type: c for c in (PermuteAndFlip, Exponential, EpsilonDelta, SmoothGaussian)}
 
 
 @dataclass(frozen=True)
@@ -260,9 +299,12 @@ def leaves(event: Event, count: int = 1) -> list[tuple[Leaf, int]]:
 
 def accounted(event: Event) -> Event:
     """``event`` as the filter counts it and the ledger records it: each distributed discrete Gaussian as
-    the Gaussian it is accounted as (the same curve), every other node as it is."""
+    the Gaussian it is accounted as (the same curve), a smooth-sensitivity Gaussian as its (epsilon, delta)
+    part, every other node as it is."""
     if isinstance(event, DistributedDiscreteGaussian):
         return event.gaussian()
+    if isinstance(event, SmoothGaussian):
+        return event.approx()
     if isinstance(event, SelfComposed):
         return SelfComposed(accounted(event.event), event.count)
     if isinstance(event, Composed):
@@ -272,12 +314,19 @@ def accounted(event: Event) -> Event:
     return event
 
 
-def find(event: Event, part: str) -> Leaf | None:
-    """The leaf of ``event`` named ``part`` (None: none), for a run to draw with what its plan declares."""
+class Undeclared(ValueError):
+    """A run asked its plan's event for a draw it does not declare (there is no fallback: it draws nothing)."""
+
+
+def find(event: Event, part: str) -> Leaf:
+    """The leaf of ``event`` named ``part``, for a run to draw with what its plan declares; ``Undeclared`` if
+    there is none (a run never builds a leaf of its own)."""
     found = {leaf for leaf, _ in leaves(event) if leaf.part == part}
     if len(found) > 1:
         raise ValueError(f"the event has {len(found)} different leaves named {part!r}")
-    return found.pop() if found else None
+    if not found:
+        raise Undeclared(f"the plan declares no draw named {part!r}; a run draws only what its plan declares")
+    return found.pop()
 
 
 def each(event: Event, part: str) -> list[Leaf]:
@@ -297,7 +346,7 @@ def epsilon_delta(event: Event) -> Budget:
                 "a Gaussian part has no single (epsilon, delta): its mechanism states the pair it is "
                 "calibrated to with Calibrated(event, epsilon, delta)"
             )
-        eps += n * exact(leaf.epsilon)
+        eps += n * exact(leaf.epsilon if isinstance(leaf, EpsilonDelta) else leaf.pure_epsilon())
         delta += n * (exact(leaf.delta) if isinstance(leaf, EpsilonDelta) else 0)
     return Budget(float(eps), float(delta))
 
@@ -326,10 +375,7 @@ def dump(event: Event) -> dict:
 
 
 def load(doc: dict) -> Event:
-    """``dump``'s inverse; a flat part recorded before this tree (``family``, ``count``) is read as the
-    leaf it described, self-composed ``count`` times."""
-    if "family" in doc:
-        return _legacy(doc)
+    """``dump``'s inverse (a flat part recorded before this tree is read by ``core.ledger.legacy``)."""
     kind, rest = doc.get("type"), {k: v for k, v in doc.items() if k != "type"}
     if kind == "self_composed":
         return SelfComposed(load(rest["event"]), rest["count"])
@@ -340,26 +386,6 @@ def load(doc: dict) -> Event:
     if kind not in LEAVES:
         raise ValueError(f"not a privacy event: {doc!r}")
     return LEAVES[kind](**rest)
-
-
-_FAMILIES = {"gaussian": (Gaussian, ("sigma", "sensitivity")), "laplace": (Laplace, ("scale", "sensitivity")),
-             "discrete_laplace": (DiscreteLaplace, ("scale", "sensitivity")),
-             "permute_and_flip": (PermuteAndFlip, ("epsilon",)), "exponential": (Exponential, ("epsilon",)),
-             "approx": (EpsilonDelta, ("epsilon", "delta"))}  # fmt: skip
-
-
-def of_family(family: str, part: str = "", **figures: float | None) -> Leaf:
-    """The leaf a flat part of ``family`` describes (the filter's view of a leaf, and entries before the
-    tree; a discrete Gaussian's is the Gaussian it is accounted as)."""
-    if family not in _FAMILIES:
-        raise ValueError(f"not a privacy event: family {family!r}")
-    cls, names = _FAMILIES[family]
-    return cls(*(figures.get(n) for n in names), part=part)
-
-
-def _legacy(doc: dict) -> Event:
-    figures = {k: v for k, v in doc.items() if k not in ("family", "count", "part")}
-    return times(of_family(doc["family"], doc.get("part", ""), **figures), doc.get("count", 1))
 
 
 def times(event: Event, count: int) -> Event:
@@ -380,8 +406,3 @@ def stored(event: Event) -> list[dict] | None:
         return None
     inner = accounted(event.event if isinstance(event, Calibrated) else event)
     return [dump(e) for e in (inner.events if isinstance(inner, Composed) else (inner,))]
-
-
-def recorded(parts: list[dict], budget: Budget) -> Calibrated:
-    """``stored``'s inverse, with the entry's charged (epsilon, delta): old flat parts read as their leaves."""
-    return charge([load(p) for p in parts], budget.epsilon, budget.delta)

@@ -25,8 +25,8 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from core.privacy.accountant import Event
-from core.privacy.events import NoDpEvent
+from core.privacy.accountant import Part
+from core.privacy.events import EpsilonDelta, Gaussian, NoDpEvent, dump
 
 DISCRETIZATION = 1e-4  # value_discretization_interval of a PLD, for histories of up to 50 in basic epsilon
 
@@ -41,14 +41,14 @@ CACHE_NAME = "pld-cache.json"
 _MAX_CACHED = 512
 
 
-def _pld(event: Event, count: int, d: float):
-    """The PLD of ``count`` compositions of ``event``'s leaf, from its dp-accounting event where there is one."""
+def _pld(leaf, count: int, d: float):
+    """The PLD of ``count`` compositions of ``leaf``, from its dp-accounting event where there is one."""
     from dp_accounting import dp_event  # seconds to import: only this report needs it
     from dp_accounting.pld import common
     from dp_accounting.pld import privacy_loss_distribution as pl
 
     try:
-        dp = event.leaf().to_dp_event()
+        dp = leaf.to_dp_event()
     except NoDpEvent:  # a selection, or a part known only by (eps, delta): the worst pair with that guarantee
         dp = None
     if isinstance(dp, dp_event.GaussianDpEvent):
@@ -58,44 +58,43 @@ def _pld(event: Event, count: int, d: float):
     elif isinstance(dp, dp_event.DiscreteLaplaceDpEvent):
         one = pl.from_discrete_laplace_mechanism(dp.noise_parameter, sensitivity=dp.sensitivity, value_discretization_interval=d)
     else:
-        eps = event.pure_epsilon if event.family != "approx" else event.epsilon
-        delta = event.delta if event.family == "approx" else 0.0
+        eps, delta = (leaf.epsilon, leaf.delta) if isinstance(leaf, EpsilonDelta) else (leaf.pure_epsilon(), 0.0)
         one = pl.from_privacy_parameters(common.DifferentialPrivacyParameters(eps, delta), value_discretization_interval=d)
     return one.self_compose(count) if count > 1 else one
 
 
-def groups(events: list[Event]) -> list[tuple[Event, int]]:
-    """Equal events (``part`` ignored) merged: one event of count 1 and the total count; all Gaussians
-    merged into one of sensitivity 1 and 1/sigma^2 = sum count Delta^2 / sigma^2, which is exact
-    (their composition is that one Gaussian: Dong, Roth & Su's GDP composition)."""
+def groups(parts: list[Part]) -> list[Part]:
+    """Equal leaves (``part`` ignored) merged, with their total count; all Gaussians merged into one of
+    sensitivity 1 and 1/sigma^2 = sum count Delta^2 / sigma^2, which is exact (their composition is that
+    one Gaussian: Dong, Roth & Su's GDP composition)."""
     total: Counter = Counter()
-    gaussians = [e for e in events if e.family == "gaussian"]
+    gaussians = [(leaf, n) for leaf, n in parts if isinstance(leaf, Gaussian)]
     if gaussians:
-        mu2 = sum(e.count * (e.sensitivity / e.sigma) ** 2 for e in gaussians)
-        events = [e for e in events if e.family != "gaussian"] + [Event("gaussian", sigma=1 / math.sqrt(mu2), sensitivity=1.0)]
-    for e in events:
-        total[replace(e, count=1, part="")] += e.count
-    return sorted(total.items(), key=lambda g: json.dumps(g[0].as_dict(), sort_keys=True))
+        mu2 = sum(n * (leaf.sensitivity / leaf.sigma) ** 2 for leaf, n in gaussians)
+        parts = [(leaf, n) for leaf, n in parts if not isinstance(leaf, Gaussian)] + [(Gaussian(1 / math.sqrt(mu2), 1.0), 1)]
+    for leaf, n in parts:
+        total[replace(leaf, part="")] += n
+    return sorted(total.items(), key=lambda g: json.dumps(dump(g[0]), sort_keys=True))
 
 
-def epsilon(events: list[Event], delta: float, interval: float = DISCRETIZATION) -> float:
-    """The PLD epsilon of all events composed, at ``delta`` (inf when none fits), on a grid of ``interval``."""
-    if not events:
+def epsilon(parts: list[Part], delta: float, interval: float = DISCRETIZATION) -> float:
+    """The PLD epsilon of all parts composed, at ``delta`` (inf when none fits), on a grid of ``interval``."""
+    if not parts:
         return 0.0
     composed = None
-    for event, count in groups(events):
-        one = _pld(event, count, interval)
+    for leaf, count in groups(parts):
+        one = _pld(leaf, count, interval)
         composed = one if composed is None else composed.compose(one)
     eps = composed.get_epsilon_for_delta(delta)
     return float(eps) if math.isfinite(eps) else math.inf
 
 
-def cached_epsilon(events: list[Event], delta: float, cache_dir: Path | None, interval: float = DISCRETIZATION) -> float:
+def cached_epsilon(parts: list[Part], delta: float, cache_dir: Path | None, interval: float = DISCRETIZATION) -> float:
     """``epsilon``, read from and written to the cache file in ``cache_dir`` when given."""
     if cache_dir is None:
-        return epsilon(events, delta, interval)
+        return epsilon(parts, delta, interval)
     key = hashlib.sha256(
-        json.dumps([[e.as_dict(), n] for e, n in groups(events)] + [delta, interval], sort_keys=True).encode()
+        json.dumps([[dump(leaf), n] for leaf, n in groups(parts)] + [delta, interval], sort_keys=True).encode()
     ).hexdigest()
     path = cache_dir / CACHE_NAME
     try:
@@ -104,7 +103,7 @@ def cached_epsilon(events: list[Event], delta: float, cache_dir: Path | None, in
         cache = {}
     if key in cache:
         return float(cache[key])
-    value = epsilon(events, delta, interval)
+    value = epsilon(parts, delta, interval)
     cache = dict(list(cache.items())[-(_MAX_CACHED - 1) :]) | {key: value}
     try:
         tmp = path.with_suffix(".tmp")

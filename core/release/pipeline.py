@@ -151,11 +151,12 @@ def load(store: Home, release: Release) -> pd.DataFrame | Snapshot:
     return rows
 
 
-def privatize(release: Release, frame: pd.DataFrame | Snapshot) -> Result:
-    """Run the mechanism on fresh randomness (a fixed seed only in test mode), then check it; its charts (public
-    values only) are drawn meanwhile, where a drawing process was started (``charts.ahead``)."""
+def privatize(release: Release, plan_: Plan, frame: pd.DataFrame | Snapshot) -> Result:
+    """Run the mechanism with the plan that was charged (``claim``'s: it draws only that plan's noise) on fresh
+    randomness (a fixed seed only in test mode), then check it; its charts (public values only) are drawn
+    meanwhile, where a drawing process was started (``charts.ahead``)."""
     module = mechanisms.get(release.mechanism)
-    result = module.run(frame, release.params, noise.generator(release.seed))
+    result = module.run(frame, release.params, plan_, noise.generator(release.seed))
     charts.start(result.charts)
     module.check(frame, result, release.params)
     return result
@@ -201,7 +202,7 @@ class Steps:
     """The steps of a release that touch its rows, as plain functions (``flows/steps.py`` runs each as a Prefect task)."""
 
     load: Callable[[Home, Release], pd.DataFrame | Snapshot] = load
-    privatize: Callable[[Release, pd.DataFrame | Snapshot], Result] = privatize
+    privatize: Callable[[Release, Plan, pd.DataFrame | Snapshot], Result] = privatize
     assess: Callable[[Home, Release, pd.DataFrame, Result], Result] = assess
     publish: Callable[[Home, Release, Plan, Result, Charge], _publish.Published] = publish
 
@@ -239,7 +240,7 @@ class ReleaseJob:
 
     def work(self, home: Home, charge: Charge, log: Log) -> tuple[dict, dict]:
         r, steps = self.release, self.steps
-        result = steps.privatize(r, self.frame)
+        result = steps.privatize(r, self.plan, self.frame)  # the plan ``check`` made and ``claim`` charged
         log.info("privatize: %s ran and its output checks passed", r.mechanism)
         faults.point("privatize")
         if not isinstance(self.plan.cost, DPCost):

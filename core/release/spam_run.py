@@ -21,6 +21,7 @@ from core.errors import SpecError
 from core.ledger import anchors
 from core.ledger.ledger import Charge
 from core.mechanisms import spam_training
+from core.mechanisms.base import Plan
 from core.release.charged import Claim, Log
 from core.release.home import Home
 from core.spam import features as F
@@ -31,8 +32,9 @@ from core.spam.spec import Inputs, check
 from core.spam.training import RoundReport, Training
 
 
-def setup(inputs: Inputs) -> Training:
-    return Training.setup(inputs)
+def setup(inputs: Inputs, plan: Plan) -> Training:
+    """The parties, started to draw the noise of the charged ``plan`` (with ``dp:``)."""
+    return Training.setup(inputs, spam_training.users_noise(plan))
 
 
 def run_round(training: Training, number: int) -> RoundReport:
@@ -47,7 +49,7 @@ def write(training: Training, folder: Path) -> dict:
 class Steps:
     """The steps of a training run that touch mail (``flows/steps.py`` runs each as a Prefect task)."""
 
-    setup: Callable[[Inputs], Training] = setup
+    setup: Callable[[Inputs, Plan], Training] = setup
     run_round: Callable[[Training, int], RoundReport] = run_round
     write: Callable[[Training, Path], dict] = write
 
@@ -79,6 +81,7 @@ class SpamJob:
     source: str
     steps: Steps = field(default_factory=Steps)
     inputs: Inputs | None = None
+    plan: Plan | None = None  # what ``check`` planned and the charge is of: the run draws its noise
     digests: list[str] = field(default_factory=list)  # the users' messages as keyed digests (``terms.read``)
     evaluation: list[str] = field(default_factory=list)  # the evaluation mail's
     rounds: list[dict] = field(default_factory=list)  # who took part in each round, who left: public names
@@ -112,12 +115,12 @@ class SpamJob:
         self.inputs = replace(
             inputs, protected=terms.capped and not terms.exact_runs, expected=[u.sha256 for u in users], expected_test=test.sha256
         )
-        plan = spam_training.plan(spec)  # calibrates the noise: refuses colluders >= users
+        self.plan = spam_training.plan(spec)  # calibrates the noise: refuses colluders >= users
         return Claim(
             spam_training.ledger_dataset(spec),
             spec.run_id,
             spam_training.NAME,
-            plan,
+            self.plan,
             spec.model_dump(mode="json", exclude={"seed"}),
         )
 
@@ -146,7 +149,7 @@ class SpamJob:
     def work(self, home: Home, charge: Charge, log: Log) -> tuple[dict, dict]:
         spec = self.inputs.spec
         folder = home.root / "spam" / spec.run_id
-        training = self.steps.setup(self.inputs)
+        training = self.steps.setup(self.inputs, self.plan)
         try:
             log.info(
                 "setup: %d users (one process each), %d features, %d-bit key",

@@ -132,6 +132,8 @@ def bind(request: ReleaseRequest, dataset: Dataset) -> Release:
         params[policy] = dataset.policy
     if declared.DOMAINS_PARAM is not None:
         params[declared.DOMAINS_PARAM] = dataset.schema.domains()
+    if declared.COLUMNS_PARAM is not None and params.get(declared.COLUMNS_PARAM) is None:
+        params[declared.COLUMNS_PARAM] = list(dataset.schema.columns)
     try:
         checked = module.Params.model_validate(params)
     except ValidationError as exc:

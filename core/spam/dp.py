@@ -37,7 +37,7 @@ from pydantic import Field
 
 from core.errors import ParameterError
 from core.params import StrictParams
-from core.privacy import accountant, events
+from core.privacy import events
 from core.privacy.adjacency import ReplaceMessage
 from core.privacy.budget import gaussian_sigma
 from core.spam.aggregation import W_BITS
@@ -67,6 +67,14 @@ class Noise:
     rounds: int
     share_variance: int  # s²: each user's per-coordinate N_Z(0, s²), integer slot units
     threshold: int | None = None  # least users a round completes with (None: every user)
+
+    @staticmethod
+    def of(params: DPParams, users: int, rounds: int, threshold: int | None, leaf: events.DistributedDiscreteGaussian) -> Noise:
+        """The noise whose leaf a charged plan declares, for the run that draws it (no second calibration)."""
+        found = Noise(params, users, rounds, leaf.share_variance, threshold)
+        if found.leaf != leaf:
+            raise ParameterError("the plan's noise is not this run's: its users, threshold or bounds differ")
+        return found
 
     @property
     def honest(self) -> int:
@@ -115,10 +123,6 @@ class Noise:
         """The run's privacy event: ``rounds`` distributed discrete Gaussians (``leaf``), each accounted as the
         Gaussian of std sqrt(h s^2) and l2 sensitivity Delta_2."""
         return events.times(self.leaf, self.rounds)
-
-    def events(self) -> tuple[accountant.Event, ...]:
-        """``event`` as the admission filter counts it."""
-        return accountant.parts(self.event())
 
     def public(self) -> dict:
         return {

@@ -25,6 +25,7 @@ from scipy.sparse import csr_matrix
 
 from core import noise
 from core.errors import QuorumLost, SpecError
+from core.privacy import events
 from core.spam import decision, dp, floors, parties, run_report
 from core.spam import features as F
 from core.spam.mail import read_mail
@@ -148,14 +149,19 @@ class Training:
     rounds: list[RoundReport] = field(default_factory=list)
     setup_seconds: float = 0.0
     active: list[parties.Local] = field(default_factory=list)  # the users that have not left
+    noise: dp.Noise | None = None  # with dp:, the noise the charged plan declares (its leaf), which the users draw
 
     def __post_init__(self) -> None:
         self.active = self.active or list(self.users)
 
     @classmethod
-    def setup(cls, inputs: Inputs) -> Training:
+    def setup(cls, inputs: Inputs, leaf: events.DistributedDiscreteGaussian | None) -> Training:
+        """The parties, started; with ``dp:``, each user draws its share of ``leaf``, the charged plan's (never
+        calibrated again here)."""
         t = time.perf_counter()
         spec = inputs.spec
+        if (spec.dp is None) != (leaf is None):
+            raise SpecError("a dp: run draws the users' noise its charged plan declares, and only a dp: run does")
         least = floors.floor(spec.features)
         if spec.features.reduction in F.DATA_DEPENDENT:  # test mode only (``spec.check`` refuses it otherwise)
             pooled = [F.grams(text, spec.features.modulus) for p in inputs.users for text in read_mail(p, root=inputs.root)[0]]
@@ -170,7 +176,7 @@ class Training:
             test_x = [dp.cap(x, spec.dp.max_features, spec.features.seed) for x in test_x]
         twins = Twins.read(inputs, reducer) if noise.test_mode() else None
         d = spec.features.size
-        calibrated = dp.calibrate(spec.dp, len(inputs.users), spec.rounds, spec.quorum) if spec.dp else None
+        calibrated = dp.Noise.of(spec.dp, len(inputs.users), spec.rounds, spec.quorum, leaf) if leaf else None
         share = calibrated.share(spec.features.seed) if calibrated else None
         server = parties.Remote(
             "server",
@@ -229,6 +235,7 @@ class Training:
             channel,
             twins,
             setup_seconds=time.perf_counter() - t,
+            noise=calibrated,
         )
 
     def run_round(self) -> RoundReport:
@@ -310,9 +317,7 @@ class Training:
             "key_bits": self.spec.key_bits,
             "features": {**self.spec.features.model_dump(), "data_dependent": self.spec.features.reduction in F.DATA_DEPENDENT},
             "floor": floors.floor(self.spec.features),
-            "dp": dp.calibrate(self.spec.dp, len(self.sizes), self.spec.rounds, self.spec.quorum).public()
-            if self.spec.dp
-            else None,
+            "dp": self.noise.public() if self.noise else None,
             "threshold": self.spec.quorum,
             "left": [{"round": r.round, "user": name} for r in self.rounds for name in r.left],
             "learning_rate": self.spec.learning_rate,
