@@ -102,7 +102,8 @@ def shown(schema: dict, datasets: list[dict], chosen_id: str | None = None) -> d
     for name, field in list(properties.items()):
         if one and one["unit"] == "record" and _marked(field, USER_UNIT):
             del properties[name]
-            out["required"] = [r for r in out.get("required", []) if r != name]
+            if name in out.get("required", []):
+                out["required"] = [r for r in out["required"] if r != name]
         elif "default" in field:
             _keep_offered(field, definitions, set(columns))
     return out

@@ -119,8 +119,14 @@ def made_of(asked: Any, stored: Iterable[dict]) -> bool:
         same = all(
             _canonical(asked[k], True) in (_canonical(whole[k], True), _canonical(schema.get(k), True))
             for k in asked
-            if k != "properties" and k not in SHOWN
-        )
+            if k not in ("properties", "required") and k not in SHOWN
+        ) and _fewer(asked.get("required", []), whole.get("required", []))
         if same and all(_canonical(p) in allowed for p in asked.get("properties", {}).values()):
             return True
     return False
+
+
+def _fewer(asked: Any, stored: Any) -> bool:
+    """A schema's ``required`` names, some of the stored ones: a form the gate showed without a field (``gate.forms``
+    leaves out the fields a dataset's unit ignores) requires no more than the stored schema."""
+    return isinstance(asked, list) and all(isinstance(x, str) for x in asked) and set(asked) <= set(stored or [])

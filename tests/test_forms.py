@@ -118,6 +118,7 @@ def test_the_gate_offers_the_registered_datasets_and_the_chosen_ones_columns(dem
     from core.release.home import Home
     from flows import forms
     from gate.forms import chosen, shown
+    from gate.schemas import made_of
 
     def stored(form) -> dict:
         return json.loads(json.dumps(parameter_schema(form).model_dump()))
@@ -146,6 +147,9 @@ def test_the_gate_offers_the_registered_datasets_and_the_chosen_ones_columns(dem
     )
     assert logins["properties"]["group_by"]["default"] == [] and logins["properties"]["means"]["default"] == []
     assert "max_groups" not in logins["properties"] and "max_rows" not in logins["properties"]
+    # what the UI sends back to /api/ui/schemas/validate is made of the stored form's pieces, whichever dataset
+    for chosen_id in (None, "logins-demo", "payroll-demo", "posts-demo"):
+        assert made_of(shown(table, datasets, chosen_id), [table]) and made_of(shown(ra, datasets, chosen_id), [ra])
     payroll = shown(table, datasets, "payroll-demo")["properties"]
     assert payroll["max_rows"]["default"] == 6 and payroll["means"]["default"][0]["column"] == "salary"
     assert shown(table, []) == table  # nothing registered: the form as stored
