@@ -29,11 +29,8 @@ def entry_words(e) -> str:
     if e.status == "policy":  # the whole policy: --json or dataset show
         return f"disclosure policy set{by}: {policy_line(detail)}"
     if e.status in ("registered", "refreshed"):  # the rows a release reads: public facts only
-        rows = f", {detail['rows']} rows" if "rows" in detail else ", rows not public"
-        return (
-            f"{e.status}{by}: version {detail.get('version')}, unit {detail.get('unit')}, purpose {detail.get('purpose')}, "
-            f"{detail.get('columns')} columns{rows}"
-        )
+        rows = f", {detail['rows']} rows" if "rows" in detail else ""  # under a user unit the count is not public
+        return f"{e.status}{by}: version {detail.get('version')} ({detail.get('unit')}, {detail.get('purpose')}, {detail.get('columns')} columns{rows})"  # fmt: skip
     if e.status == "rollback":
         lost = len(detail.get("lost", []))
         return f"rollback accepted{by}: the ledger had lost {lost} anchored entries, carried forward after this one"

@@ -42,7 +42,7 @@ def test_history_lines_are_short_and_say_what_happened(tmp_path: Path):
 
     lines = run(home, "ledger", "history").stdout.splitlines()
     assert len(lines) == 5 and max(map(len, lines)) <= 120, lines  # a DPNE charge's detail was 681 characters
-    assert " posts          registered (by " in lines[1] and lines[1].endswith("purpose dp, 2 columns, rows not public")
+    assert lines[1].endswith(" posts          registered: version 1 (user:user, dp, 2 columns)")  # rows not public
     assert lines[3].endswith(f"posts          {release} dpne: charged epsilon=1 delta=1e-07 (by {lines[3].split('(by ')[1]}")
     assert lines[4].endswith(f"{release}: published")
     verbose = run(home, "ledger", "history", "--verbose").stdout
@@ -50,7 +50,7 @@ def test_history_lines_are_short_and_say_what_happened(tmp_path: Path):
     shown = json.loads(run(home, "ledger", "show", "3").stdout)
     assert shown["seq"] == 3 and shown["release_id"] == release and len(shown["detail"]["events"]) == 3
     r = run(home, "ledger", "show", "9")
-    assert r.returncode == 2 and r.stderr == f"error: the ledger of home {home} has no entry #9; it has entries #1 to #3.\n"
+    assert r.returncode == 2 and r.stderr == f"error: the ledger of home {home} has no entry #9; it has entries #1 to #4.\n"
 
 
 def test_a_dataset_that_is_not_there_is_an_error_naming_the_home(tmp_path: Path):

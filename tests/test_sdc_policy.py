@@ -939,4 +939,4 @@ def test_the_policy_commands_refuse_what_a_steward_typed_wrong(tmp_path):
         str(tmp_path / "weighted.yaml"),
     )
     assert r.returncode == 2 and "the weight column 'y' may be empty (nullable); every record needs its weight." in r.stderr
-    assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] == []  # nothing recorded
+    assert [e.dataset for e in Ledger(home / "privrelease.duckdb").entries()] == ["d"]  # only d's registration

@@ -129,10 +129,10 @@ def test_refresh_takes_the_delimiter_and_both_are_on_the_history(newcomer):
 
     history = steward(home, work, "privrelease ledger history --dataset hospital").stdout.splitlines()[1:]
     said = [line.split(None, 4)[4] for line in history]
-    assert said[0].startswith("registered (by ") and said[0].endswith("version 1, unit record, purpose sdc, 9 columns, 4985 rows")
+    assert said[0].startswith("registered (by ") and said[0].endswith("version 1 (record, sdc, 9 columns, 4985 rows)")
     assert said[1].startswith("disclosure policy set")
-    assert said[2].endswith("version 2, unit record, purpose sdc, 9 columns, 4000 rows") and said[2].startswith("refreshed")
-    assert said[3].endswith("version 3, unit record, purpose sdc, 9 columns, 3900 rows")
+    assert said[2].endswith("version 2 (record, sdc, 9 columns, 4000 rows)") and said[2].startswith("refreshed")
+    assert said[3].endswith("version 3 (record, sdc, 9 columns, 3900 rows)")
     entries = Ledger(home / "privrelease.duckdb").entries("hospital")
     facts = [json.loads(e.detail) for e in entries if e.status in ("registered", "refreshed")]
     assert facts[0] == {"version": 1, "unit": "record", "purpose": "sdc", "columns": 9, "rows": 4985}
@@ -149,7 +149,10 @@ def test_refresh_takes_the_delimiter_and_both_are_on_the_history(newcomer):
         "purpose": "dp",
         "columns": 6,
     }  # rows not public
-    assert "rows not public" in steward(home, work, "privrelease ledger history --dataset payroll").stdout
+    said = steward(home, work, "privrelease ledger history --dataset payroll").stdout
+    assert said.splitlines()[1].endswith(
+        "registered (by " + payroll.requested_by + "): version 1 (user:person_id, dp, 6 columns)"
+    )
     assert "registered" not in [t["kind"] for t in json.loads(steward(home, work, "privrelease ledger totals --json").stdout)]
 
 

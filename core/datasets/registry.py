@@ -32,7 +32,7 @@ import duckdb
 
 from core import paths
 from core.datasets import advice, content, ingest, snapshots
-from core.datasets.facts import Dataset, Unit
+from core.datasets.facts import Dataset, Unit, arguments
 from core.datasets.infer import Reading
 from core.db import memory
 from core.errors import NotRegistered, SpecError
@@ -46,8 +46,6 @@ from core.tables.schema import Schema
 if TYPE_CHECKING:  # pandas where a frame is read, not at import: the gate imports this and reads none
     import pandas as pd
 
-FORMATS = ("csv", "parquet", "jsonl")
-PURPOSES = ("dp", "sdc")
 COLUMNS = ("id", "version", "unit", "purpose", "format", "delimiter", "source", "schema", "suite", "rows", "registered",
            "snapshot", "digest", "source_digest", "host", "reading")  # fmt: skip
 Warn = Callable[[str], None]
@@ -124,21 +122,7 @@ class Registry:
         self, dataset_id: str, source: str, fmt: str, unit: Unit, purpose: str, policy: Policy | None, root: Path | None
     ) -> tuple[Path, int]:
         """The arguments of a new registration checked, before any row is read: its source's path and version."""
-        check_id(dataset_id, "dataset id")
-        if fmt not in FORMATS:
-            raise SpecError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}.")
-        if purpose not in PURPOSES:
-            raise SpecError(f"--purpose must be 'dp' (differentially private releases) or 'sdc' (RA, swapping), got {purpose!r}.")
-        if purpose == "sdc" and unit.kind != "record":
-            raise SpecError(
-                "an sdc dataset releases perturbed records: its unit is 'record'. When several records belong to one "
-                f"person or household ({unit.column!r}), register with --unit record and name that column as the "
-                "disclosure policy's cluster: (as sdcMicro's hhId): the household risk counts their records together."
-            )
-        if policy is not None and purpose != "sdc":
-            raise SpecError(
-                "--policy is a disclosure policy for an sdc dataset; a dp dataset is protected by its privacy unit and budget."
-            )
+        arguments(dataset_id, fmt, unit, purpose, policy)
         earlier = self._versions(dataset_id)
         if earlier and earlier[-1][1] is not None:
             raise SpecError(
