@@ -130,11 +130,11 @@ def test_a_running_release_stays_pending_and_verify_reports_it(dp_home, capsys):
     ledger.reserve("sessions", "live", "dp", dp(0.5), "outliers", {}, {})  # this process
     code, out, _ = cli(capsys, "ledger", "verify")
     assert code == 0 and re.search(
-        r"pending: release live of sessions \(entry #2\) charged \d+ s ago, its process still "
+        r"pending: release live of sessions \(entry #3\) charged \d+ s ago, its process still "
         "running",
         out,
     ), out
-    assert [e.status for e in ledger.entries()] == ["cap", RESERVED]
+    assert [e.status for e in ledger.entries()] == ["registered", "cap", RESERVED]
     code, out, _ = cli(capsys, "ledger", "recover")
     assert code == 0 and "no interrupted release to settle" in out
 
