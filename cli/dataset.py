@@ -40,7 +40,7 @@ def _register(args: argparse.Namespace, root: Path, dry_run: bool) -> int:
         args.delimiter,
         policy=rules,
         requested_by=requester(),
-        reading=Reading.parse(args.na, args.decimal, args.delimiter, args.format),
+        reading=Reading.parse(args.na, args.decimal, args.delimiter, args.format, args.normalise),
         warn=warnings.append,
         dry_run=dry_run,
     )
@@ -118,12 +118,23 @@ def _policy_notes(registry, dataset, registered: bool = True) -> None:
 
 
 def cmd_dataset_policy(args: argparse.Namespace, root: Path) -> int:
+    import dataclasses
+
     from core.datasets.registry import Registry
     from core.people import requester
     from core.sdc import policy
 
-    registry = Registry(root)
-    _policy_recorded(registry, registry.set_policy(args.id, policy.read(typed.path(args.policy)), requester()))
+    registry, rules = Registry(root), policy.read(typed.path(args.policy))
+    if args.check:  # the dry run: the same checks against the registered rows, what the steward should know, nothing recorded
+        advice = registry.check_policy(args.id, rules)
+        dataset = dataclasses.replace(registry.get(args.id), policy=rules)
+        print(f"dataset {dataset.id}: the disclosure policy fits the registered rows (registration {dataset.version})")
+        for line in advice:
+            print(f"{'note' if line.startswith('on the registered rows') else 'warning'}: {line}")
+        _policy_notes(registry, dataset, registered=True)
+        print(f"nothing was recorded (a dry run); record it with: privrelease dataset policy {args.id} --policy {args.policy}")
+        return 0
+    _policy_recorded(registry, registry.set_policy(args.id, rules, requester()))
     return 0
 
 
@@ -177,7 +188,9 @@ def cmd_dataset_refresh(args: argparse.Namespace, root: Path) -> int:
     schema = read_schema(typed.path(args.schema)) if args.schema else None
     rules = policy.read(typed.path(args.policy)) if args.policy else None  # a bad file is refused before any row is read
     registry = Registry(root)
-    dataset = registry.refresh(args.id, schema=schema, warn=warnings.append, policy=rules, requested_by=requester())
+    dataset = registry.refresh(
+        args.id, schema=schema, warn=warnings.append, policy=rules, requested_by=requester(), delimiter=args.delimiter
+    )
     _show(dataset)
     for line in warnings:
         print(f"warning: {line}")
@@ -220,6 +233,12 @@ def _registration(p: argparse.ArgumentParser) -> None:
         help='values meaning "missing" in text columns, comma-separated (default: empty and NA), e.g. --na "NA,?"',
     )
     p.add_argument("--decimal", default=".", choices=[".", ","], help="decimal separator of numbers in text (1,5: --decimal ,)")
+    p.add_argument(
+        "--normalise",
+        action="store_true",
+        help="read text values without invisible characters (zero-width spaces, BOM), no-break spaces as spaces, "
+        "trimmed and in Unicode NFC (kept for refresh); registration warns of such values without it",
+    )
 
 
 def add_parsers(sub) -> None:
@@ -240,6 +259,12 @@ def add_parsers(sub) -> None:
     p = dsub.add_parser("policy", help="set an sdc dataset's disclosure policy (recorded on the ledger)")
     p.add_argument("id")
     p.add_argument("--policy", required=True, help="the disclosure policy (YAML)")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="a dry run: check the policy against the registered rows and say what to know of it (identifiers, "
+        "near-unique columns, records in key cells under k); records nothing",
+    )
     p.set_defaults(func=cmd_dataset_policy)
     p = dsub.add_parser("refresh", help="re-ingest and re-check from the registered source")
     p.add_argument("id")
@@ -253,6 +278,7 @@ def add_parsers(sub) -> None:
         help="sdc: a new disclosure policy (YAML) for the source as it is now, checked as at registration and "
         "recorded on the ledger; without it the registered one, which must still fit",
     )
+    p.add_argument("--delimiter", help="a CSV source's delimiter as it is now (kept for the next refresh)")
     p.set_defaults(func=cmd_dataset_refresh)
     p = dsub.add_parser("drop", help="delete the stored rows (the ledger keeps its entries)")
     p.add_argument("id")

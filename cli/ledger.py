@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from cli.words import entry_words
 from core import paths, settings
 from core.errors import LedgerCorrupt, UserError
 
@@ -93,7 +94,7 @@ def cmd_history(args: argparse.Namespace, root: Path) -> int:
         return 0
     print(f"{'seq':>4}  {'time (UTC)':<16}  {'dataset':<14} what (requested by); ledger show SEQ for the whole entry")
     for e in entries:
-        line = f"{e.seq:>4}  {e.ts[:16].replace('T', ' '):<16}  {e.dataset:<14} {_said(e)}"
+        line = f"{e.seq:>4}  {e.ts[:16].replace('T', ' '):<16}  {e.dataset:<14} {entry_words(e)}"
         print(line if args.verbose or len(line) <= WIDTH else line[: WIDTH - 1] + "…")
         if args.verbose and e.detail not in ("{}", ""):
             print(f"{'':>6}detail: {_detail(json.loads(e.detail))}")
@@ -112,31 +113,6 @@ def _no_entries(dataset: str, root: Path, ledger) -> None:
         )
 
 
-def _said(e) -> str:
-    """One ledger entry in words: what happened, to which release, and who asked."""
-    detail = json.loads(e.detail) if e.detail else {}
-    by = f" (by {e.requested_by})" if e.requested_by else ""
-    if e.status == "cap":
-        return f"cap set: epsilon={e.epsilon:g} delta={e.delta:g}{by}"
-    if e.status == "policy":  # the whole policy: --json or dataset show
-        return f"disclosure policy set{by}: {_policy_line(detail)}"
-    if e.status == "rollback":
-        lost = len(detail.get("lost", []))
-        return f"rollback accepted{by}: the ledger had lost {lost} anchored entries, carried forward after this one"
-    if e.status == "upgrade":
-        return f"upgraded{by}: schema {detail.get('from')} to {detail.get('to')} (privrelease {detail.get('version')})"
-    if e.status == "restore":
-        return f"restored{by} from a backup of {detail.get('taken', '?')} (head #{(detail.get('backup_head') or ['-'])[0]})"
-    if e.status == "reserved":
-        cost = f"charged epsilon={e.epsilon:g} delta={e.delta:g}" if e.kind == "dp" else "recorded (not DP: no budget)"
-        return f"{e.release_id} {e.mechanism}: {cost}{by}"
-    if e.status == "failed":
-        kept = "; its charge stands" if e.kind == "dp" else ""
-        return f"{e.release_id}: failed, {detail.get('reason', 'no reason recorded')}{kept}"
-    figures = ", ".join(f"{k}={v}" for k, v in detail.items() if isinstance(v, (int, float, str)))
-    return f"{e.release_id}: {e.status}" + (f": {figures}" if figures else "")
-
-
 def _detail(detail: dict) -> str:
     return " ".join(f"{k}={len(v)} parts" if k == "events" else f"{k}={v}" for k, v in detail.items())  # events in full: --json
 
@@ -153,48 +129,54 @@ def cmd_show(args: argparse.Namespace, root: Path) -> int:
     return 0
 
 
-def _policy_line(policy: dict) -> str:
-    """A disclosure policy in one short line: its key and thresholds."""
-    keys = [*policy["keys"]["categorical"], *policy["keys"]["numeric"]]
-    thresholds = ", ".join(f"{k}={v}" for k, v in policy["thresholds"].items() if v is not None) or "none"
-    return f"key={','.join(keys)} thresholds: {thresholds} identifiers={len(policy['identifiers'])}"
-
-
 def cmd_totals(args: argparse.Namespace, root: Path) -> int:
+    from core.ledger import account
     from core.ledger.ledger import Ledger
+    from core.release import headroom
 
-    totals = Ledger(paths.database(root)).totals()
+    ledger = Ledger(paths.database(root))
+    entries = ledger.entries()
+    totals = account.totals(entries, ledger.home)
+    rooms = {t.dataset: headroom.after_last(entries, t.dataset) for t in totals if t.kind == "dp" and t.account is not None}
     if args.json:
-        print(json.dumps([t.as_dict() for t in totals], indent=2))
+        print(json.dumps([t.as_dict() | {"room": _room(rooms.get(t.dataset))} for t in totals], indent=2))
         return 0
 
     def pair(b) -> str:  # a Budget, or None
         return "no cap" if b is None else b.show()
 
     print(
-        f"{'dataset':<16} {'kind':<4} {'cap eps/delta':>22} {'spent eps/delta':>22} {'remaining':>22} {'filter eps':>10} "
-        f"{'PLD eps':>8} {'GDP eps':>8}  {'next release':<24} releases (published/failed/pending)"
+        f"{'dataset':<16} {'kind':<4} {'cap eps/delta':>22} {'spent':>7} {'by':<6} {'next release like the last':<30} "
+        f"{'charges eps/delta':>22} {'filter eps':>10} {'PLD eps':>8} {'GDP eps':>8}  releases (published/failed/pending)"
     )
     for t in totals:
         gdp = "-" if t.gdp_epsilon is None else f"{t.gdp_epsilon:.4g}"
-        a = t.account
+        a, room = t.account, rooms.get(t.dataset)
         if t.kind == "dp":
             flt = "-" if a is None or a.filter_epsilon is None else f"{a.filter_epsilon:.4g}"
+            share, by = a.spent if a is not None else (None, "-")  # the accountant's, whatever the last release was
+            spent, by = ("-", "-") if share is None else (f"{100 * share:.3g}%", by)
             tight = "-" if a is None or a.pld_epsilon is None else f"{a.pld_epsilon:.4g}"
-            nxt = "-" if a is None or a.like is None else f"{a.like} fits {a.fits} more"
-            left = pair(t.remaining) + ("*" if t.remaining_by == "filter" else "")
-            money = f"{pair(t.cap):>22} {pair(t.spent):>22} {left:>22} {flt:>10} {tight:>8} {gdp:>8}  {nxt:<24}"
+            nxt = "-" if room is None else "none fits" if room.epsilon is None else f"{room.like}: eps ≤ {room.epsilon:.3g}"
+            money = f"{pair(t.cap):>22} {spent:>7} {by:<6} {nxt:<30} {pair(t.spent):>22} {flt:>10} {tight:>8} {gdp:>8}"
         else:  # no epsilon is claimed for sdc and mpc runs, so none is shown
-            money = f"{'not DP: no budget':>22} {'-':>22} {'-':>22} {'-':>10} {'-':>8} {'-':>8}  {'-':<24}"
-        print(f"{t.dataset:<16} {t.kind or '-':<4} {money} {t.releases} ({t.published}/{t.failed}/{t.pending})")
+            money = f"{'not DP: no budget':>22} {'-':>7} {'-':<6} {'-':<30} {'-':>22} {'-':>10} {'-':>8} {'-':>8}"
+        print(f"{t.dataset:<16} {t.kind or '-':<4} {money}  {t.releases} ({t.published}/{t.failed}/{t.pending})")
     if any(t.kind == "dp" for t in totals):
         print(
-            "spent: basic composition of the charges; remaining: the cap less them until a charge has Gaussian noise "
-            "(marked *), then what the admission filter leaves; filter eps: what the admission filter certifies at the cap's "
-            "delta; PLD eps: dp-accounting's tight figure at the cap's delta (reported, not used to admit); next: how "
-            "many more releases like the last one the filter admits (docs/ACCOUNTING.md)"
+            "spent: the share of the cap the accountant that admits has used (by basic: the charges added up, while no "
+            "charge has Gaussian noise; by filter: the Rényi filter's costs over its budget), never above 100%; next "
+            "release like the last: the largest epsilon of the same release (same delta and other parameters) the cap "
+            "still admits; charges: the charges added up, which may pass the cap's epsilon once the Rényi filter admits "
+            "(it counts Gaussian noise together, tighter than a sum); filter eps: what the filter certifies for the whole "
+            "history at the cap's delta; PLD eps: dp-accounting's tight figure there (reported, not used to admit) "
+            "(docs/ACCOUNTING.md)"
         )
     return 0
+
+
+def _room(room) -> dict | None:
+    return None if room is None else room.as_dict()
 
 
 def cmd_verify(args: argparse.Namespace, root: Path) -> int:

@@ -107,7 +107,8 @@ def cmd_release(args: argparse.Namespace, root: Path) -> int:
         return cmd_preview(args)
     summary = _run_release(Path(typed.path(args.request)), _runner(args))
     if args.json:
-        print(json.dumps({**summary, "budget_left": _left(summary["dataset"])}, indent=2))
+        room = _next(summary["dataset"])
+        print(json.dumps({**summary, "budget_next": None if room is None else room.as_dict()}, indent=2))
         return 0
     print(f"release {summary['release_id']}")
     print(f"folder {summary['folder']}")
@@ -116,16 +117,10 @@ def cmd_release(args: argparse.Namespace, root: Path) -> int:
     if summary["already_published"]:
         print("(already published earlier; nothing was charged again)")
     p = summary["privacy"]
-    left = _left(summary["dataset"])
-    print(
-        f"mechanism {summary['mechanism']}; {charge_phrase(p['kind'], p['epsilon'], p['delta'])}"
-        + (
-            f"; left of the cap: epsilon={left['epsilon']:.4g} of {left['cap']['epsilon']:g}, "
-            f"delta={left['delta']:.3g} of {left['cap']['delta']:g}"
-            if left
-            else ""
-        )
-    )
+    print(f"mechanism {summary['mechanism']}; {charge_phrase(p['kind'], p['epsilon'], p['delta'])}")
+    room = _next(summary["dataset"]) if p["kind"] == "dp" else None
+    if room is not None:
+        print(f"budget {room.words()}")
     if summary["headline"]:
         print("result " + ", ".join(f"{k}={_said(k, v)}" for k, v in summary["headline"].items()))
     print(f"home {paths.home()}")
@@ -145,19 +140,12 @@ def _said(key: str, value: object) -> object:
     )
 
 
-def _left(dataset: str) -> dict | None:
+def _next(dataset: str):
+    """What the dataset's budget admits of a release like the one just made (``core.release.headroom``), or None."""
     from core.ledger.ledger import Ledger
+    from core.release import headroom
 
-    totals = next(iter(Ledger(paths.database(paths.home())).totals(tight=False, dataset=dataset)), None)  # others' GDP unread
-    return (
-        None
-        if totals is None or totals.remaining is None
-        else {
-            "epsilon": totals.remaining.epsilon,
-            "delta": totals.remaining.delta,
-            "cap": {"epsilon": totals.cap.epsilon, "delta": totals.cap.delta},
-        }
-    )
+    return headroom.after_last(Ledger(paths.database(paths.home())).entries(dataset), dataset)
 
 
 def cmd_demo(args: argparse.Namespace, root: Path) -> int:

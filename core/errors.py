@@ -81,3 +81,13 @@ class InternalError(Exception):
 
 class QuorumLost(UserError):
     """Fewer parties than the public threshold remain in a multi-party run: it stops, nothing is published."""
+
+
+def yaml_where(exc: Exception) -> str:
+    """Where a YAML parse error is, and what it is, from PyYAML's marks: " at line L, column C: problem" (its lines and
+    columns counted from 1), or "" when it has no mark."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    if mark is None:
+        return ""
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
+    return f" at line {mark.line + 1}, column {mark.column + 1}" + (f": {problem}" if problem else "")

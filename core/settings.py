@@ -33,7 +33,6 @@ DASK_ADDRESS = "PRIVRELEASE_DASK_ADDRESS"
 DASK_WORKERS = "PRIVRELEASE_DASK_WORKERS"
 DUCKDB_MEMORY = "PRIVRELEASE_DUCKDB_MEMORY"
 APPROVAL_TIMEOUT = "PRIVRELEASE_APPROVAL_TIMEOUT"
-FORMS_FROM_REGISTRY = "PRIVRELEASE_FORMS_FROM_REGISTRY"
 REPO = "PRIVRELEASE_REPO"
 HOST = "PRIVRELEASE_HOST"
 PORT = "PRIVRELEASE_PORT"
@@ -84,7 +83,6 @@ VARIABLES = (
     Variable(DASK_WORKERS, "2", "workers of a local Dask cluster"),
     Variable(DUCKDB_MEMORY, "2GB", "the memory limit of a mechanism's scratch DuckDB"),
     Variable(APPROVAL_TIMEOUT, "86400", "seconds a run waits for a steward's approval"),
-    Variable(FORMS_FROM_REGISTRY, "unset", "1: the SDC forms offer the registered datasets' columns"),
     Variable(REPO, "this checkout", "the checkout whose prefect.yaml the worker's guard holds runs to"),
     Variable(HOST, "127.0.0.1", "the address the proxy listens on, where people reach the UI and the API"),
     Variable(PORT, "4200", "the proxy's port, where people reach the UI and the API"),

@@ -63,18 +63,26 @@ def cell(value: object) -> object:
     return value
 
 
+PAIRS = ("cap", "spent", "remaining", "gdp")  # {epsilon, delta} figures of a dataset's totals
+EPSILONS = ("filter", "pld")  # the accountants' figures: their epsilon at the cap's delta
+
+
 def flat(row: dict) -> dict:
-    """One table row: an {epsilon, delta} pair becomes two columns ("cap epsilon", "cap delta")."""
+    """One table row: an {epsilon, delta} pair becomes two columns ("cap epsilon", "cap delta"), whether the row has it
+    or not ("-"): the UI takes a table's columns from its first row, so every row has the same (an sdc dataset's row
+    first had left the dp rows' figures out)."""
     out: dict = {}
     for key, value in row.items():
-        if isinstance(value, dict) and set(value) == {"epsilon", "delta"}:
-            out |= {f"{key} epsilon": cell(value["epsilon"]), f"{key} delta": cell(value["delta"])}
-        elif key in ("kind", "adjacency", "cap", "spent", "remaining", "gdp", "filter", "pld", "next") and value is None:
-            out[key] = "-"
-        elif key in ("filter", "pld"):  # the accountant's figures: their epsilon at the cap's delta
-            out[f"{key} epsilon"] = cell(value["epsilon"])
+        if key in PAIRS or (isinstance(value, dict) and set(value) == {"epsilon", "delta"}):
+            out |= {f"{key} {x}": "-" if value is None else cell(value[x]) for x in ("epsilon", "delta")}
+        elif key in EPSILONS:
+            out[f"{key} epsilon"] = "-" if value is None else cell(value["epsilon"])
         elif key == "next":
-            out[key] = f"{value['like']} fits {value['fits']} more"
+            out[key] = "-" if value is None else f"{value['like']} fits {value['fits']} more"
+        elif key == "spent_share":
+            out["spent share"] = "-" if value is None else f"{100 * value['share']:.3g}% ({value['by']})"
+        elif key == "room":
+            out["next release like the last"] = "-" if value is None else value["says"]
         else:
-            out[key] = cell(value)
+            out[key] = "-" if value is None else cell(value)
     return out

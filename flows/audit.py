@@ -10,8 +10,9 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from core.charts import render_chart
-from core.errors import LedgerCorrupt
+from core.errors import LedgerCorrupt, UserError
 from core.ledger import audit as _audit
+from core.release import headroom
 from core.release.charged import recover
 from core.release.home import Home
 from flows.artifacts import data_uri, flat, readable
@@ -36,6 +37,17 @@ def chart(home: Home, audit: _audit.Audit, stamp: str) -> str | None:
     return str(path)
 
 
+def _rooms(home: Home, audit: _audit.Audit) -> dict:
+    """What the next release like each dp dataset's last can take (``core.release.headroom``); none from a ledger
+    that does not check out (the audit reports it as it is)."""
+    if audit.problem is not None:
+        return {}
+    try:
+        return {t.dataset: headroom.after_last(audit.entries, t.dataset) for t in audit.totals if t.account is not None}
+    except (LedgerCorrupt, UserError):
+        return {}
+
+
 @flow(name="ledger-audit", persist_result=False)
 def ledger_audit() -> list[dict]:
     """Audit the ledger of the worker's home; the run fails (after publishing its artifacts) if the
@@ -45,7 +57,11 @@ def ledger_audit() -> list[dict]:
         audit = read(home)
         chart_path = chart(home, audit, datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"))
     totals = [x.as_dict() for x in audit.totals]
-    create_table_artifact(key="ledger-totals", table=[flat(x) for x in totals], description="per dataset: cap, spent, remaining")
+    rooms = _rooms(home, audit)
+    rows = [x | {"room": None if rooms.get(x["dataset"]) is None else rooms[x["dataset"]].as_dict()} for x in totals]
+    create_table_artifact(
+        key="ledger-totals", table=[flat(x) for x in rows], description="per dataset: cap, spent, what the next release can take"
+    )
     # every entry but its holder (the charging process's host, pid and home: the operator's bookkeeping)
     history = [flat({k: v for k, v in e.as_dict().items() if k != "holder"}) for e in audit.entries]
     create_table_artifact(key="ledger-history", table=history, description="every entry")
@@ -54,4 +70,4 @@ def ledger_audit() -> list[dict]:
     get_run_logger().info("audited %d entries over %d datasets", len(audit.entries), len(totals))
     if audit.problem is not None:
         raise LedgerCorrupt(f"the ledger's hash chain is broken at {audit.problem}", None)
-    return totals
+    return rows  # what `ledger totals --json` prints

@@ -10,125 +10,37 @@ typed items here. No operator setting (home, runner, cluster) is a parameter.
 """
 
 from functools import partial
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from prefect import flow
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from core import paths, settings
-from core.datasets.registry import Registry
 from core.errors import SpecError
-from core.ids import ID_PATTERN
 from core.mechanisms import aggregate, dpne, outliers, outliers_scale, ra, swapping
-from core.mechanisms.base import StrictParams
+from core.sdc import methods
+from flows.fields import (
+    LOGIN_SCALES,
+    PER_USER,
+    RA_QI,
+    RECODE,
+    Column,
+    ColumnCodes,
+    ColumnQuantiles,
+    ColumnRange,
+    ColumnScale,
+    ColumnWidth,
+    DpDataset,
+    ReleaseId,
+    SdcDataset,
+    UserBound,
+    bounded,
+    form,
+    per_user,
+    sdc_request,
+)
 from flows.release import run_request
 
-
-def _registered(purpose: str) -> tuple[list[str], list[str]]:
-    """The datasets of ``purpose`` in the home of the process that deploys the forms (with
-    $PRIVRELEASE_FORMS_FROM_REGISTRY=1), and their public column names (an sdc dataset's: the ones its
-    policy publishes): what the forms offer by name. Elsewhere (a worker running a form, a test) the
-    fields take text: the deployment's stored schema is what the server checks, and the release checks
-    every name anyway. A dataset registered later appears when the forms are deployed again (make serve
-    deploys them at every start)."""
-    home = settings.get(settings.HOME)
-    if not settings.flag(settings.FORMS_FROM_REGISTRY) or not home or not paths.database(Path(home)).exists():
-        return [], []
-    datasets = [d for d in Registry(Path(home)).list() if d.purpose == purpose and (d.policy or purpose == "dp")]
-    names = [list(d.schema.columns) for d in datasets]
-    columns = [c for d, n in zip(datasets, names) for c in (d.policy.published(n) if d.policy else n)]
-    return [d.id for d in datasets], list(dict.fromkeys(columns))
-
-
-def _choice(names: list[str], text: Any) -> Any:
-    return Literal[tuple(names)] if names else text
-
-
-(SDC_DATASETS, SDC_COLUMNS), (DP_DATASETS, DP_COLUMNS) = _registered("sdc"), _registered("dp")
-SdcDataset = _choice(SDC_DATASETS, Annotated[str, Field(pattern=ID_PATTERN)])
-Column = _choice(SDC_COLUMNS, Annotated[str, Field(min_length=1)])
-DpDataset = _choice(DP_DATASETS, Annotated[str, Field(pattern=ID_PATTERN)])
-DpColumn = _choice(DP_COLUMNS, Annotated[str, Field(min_length=1)])
-
-
-def bounded(model: type[BaseModel], name: str, annotation: Any = None) -> Any:
-    """A ``Params`` field's type (or ``annotation``, e.g. its names offered as choices) with its bounds, as a
-    form parameter's annotation: one source for both."""
-    field = model.model_fields[name]
-    annotation = annotation or field.annotation
-    return Annotated[(annotation, *field.metadata)] if field.metadata else annotation
-
-
-ReleaseId = Annotated[str, Field(pattern=f"^$|{ID_PATTERN}")]  # empty: a fresh id
-COMMON = {
-    "dataset": "id of a dataset the data steward registered",
-    "recode": "key variables recoded first with the disclosure policy's hierarchies (global recoding)",
-    "recode_level": "categorical keys: how many hierarchy levels up",
-    "suppress": "after the method: local suppression until every key cell holds the policy's k records",
-    "release_id": "optional; a retry with the same id is charged once (default: a fresh id)",
-    "preview": "only check the request and show its cost, the budget left and its expected accuracy (an artifact); "
-    "nothing is charged or read",
-}
-
-
-def form(*models: type[BaseModel], **extra: str):
-    """Name each parameter in the flow's docstring with its ``Params`` description: what the form
-    shows under the field (Prefect takes descriptions from a Google-style Args section)."""
-
-    def decorate(fn):
-        names = fn.__code__.co_varnames[: fn.__code__.co_argcount]
-        described = {**COMMON, **{n: f.description for m in models for n, f in m.model_fields.items() if f.description}}
-        described |= extra
-        args = "".join(f"\n    {n}: {described[n]}" for n in names if n in described)
-        fn.__doc__ = f"{fn.__doc__}\n\nArgs:{args}\n"
-        return fn
-
-    return decorate
-
-
-class ColumnScale(StrictParams):
-    """One column's public scale: its values are standardized as (x - mean) / std."""
-
-    column: DpColumn = Field(description="column of the registered dataset")
-    mean: bounded(outliers_scale.PublicScale, "mean") = Field(
-        description=outliers_scale.PublicScale.model_fields["mean"].description
-    )
-    std: bounded(outliers_scale.PublicScale, "std") = Field(
-        description=outliers_scale.PublicScale.model_fields["std"].description
-    )
-
-
-class ColumnRange(StrictParams):
-    """One column's public clipping range, for a charged estimate of its scale."""
-
-    column: DpColumn = Field(description="column of the registered dataset")
-    low: float = Field(allow_inf_nan=False, description="public lower end of the column's values")
-    high: float = Field(allow_inf_nan=False, description="public upper end (above low)")
-
-
-class ColumnWidth(StrictParams):
-    """One swapped column's cell width."""
-
-    column: Column = Field(description="column of the swap set")
-    width: float = Field(gt=0, allow_inf_nan=False, description="cell width, in width_units")
-
-
-RA_QI = ["age", "workclass", "education", "marital-status", "relationship", "race", "sex", "native-country", "salary"]
-RECODE = ["age", "education", "native-country"]  # the demo census's policy has hierarchies for these
-
-
-def sdc_request(name: str, params: dict, recode: list[str], recode_level: int, suppress: bool) -> tuple[str, dict]:
-    """An SDC form's mechanism and parameters: the method alone, or, with ``recode`` or ``suppress``, the chain
-    recode → method → local suppression (one release, one report)."""
-    if not recode and not suppress:
-        return name, params
-    steps = ([{"method": "recode", "columns": recode, "level": recode_level}] if recode else []) + [{"method": name, **params}]
-    return "sdc", {"steps": steps + ([{"method": "suppress"}] if suppress else [])}
-
-
-LOGIN_SCALES = [ColumnScale(column="duration_min", mean=30, std=8), ColumnScale(column="mb_sent", mean=50, std=15),
-                ColumnScale(column="hour", mean=13, std=3), ColumnScale(column="failed_logins", mean=1, std=0.5)]  # fmt: skip
+__all__ = ["ColumnCodes", "ColumnQuantiles", "ColumnRange", "ColumnScale", "ColumnWidth"]  # the forms' item types
 
 
 @flow(name="release-ra", persist_result=False)
@@ -234,6 +146,54 @@ meds_release = _depth("meds", ["age", "hours-per-week"], 20)
 eds_release = _depth("eds", ["hours-per-week"], 10)
 
 
+@flow(name="release-sdc", persist_result=False)
+@form(
+    recode="key variables recoded with the disclosure policy's hierarchies (global recoding), the first step",
+    topcode="numeric columns top- and bottom-coded (each code a step of its own)",
+    microaggregate="numeric columns aggregated together in groups of microaggregate_k records (MDAV)",
+    microaggregate_k=methods.Microaggregate.model_fields["k"].description,
+    pram="categorical columns randomized by PRAM, each on its own",
+    pram_keep=methods.Pram.model_fields["keep"].description,
+    noise="numeric columns with additive noise",
+    noise_level=methods.Noise.model_fields["level"].description,
+    suppress="the last step: local suppression until every key cell holds the policy's k records",
+    suppress_k=methods.Suppress.model_fields["k"].description,
+)
+def sdc_release(
+    dataset: SdcDataset = "census-demo",
+    recode: list[Column] = RECODE,
+    recode_level: bounded(methods.Recode, "level") = 1,
+    topcode: list[ColumnCodes] = [],  # noqa: B006
+    microaggregate: list[Column] = [],  # noqa: B006
+    microaggregate_k: bounded(methods.Microaggregate, "k") = 3,
+    pram: list[Column] = [],  # noqa: B006
+    pram_keep: bounded(methods.Pram, "keep") = 0.8,
+    noise: list[Column] = [],  # noqa: B006
+    noise_level: bounded(methods.Noise, "level") = 0.1,
+    suppress: bool = True,
+    suppress_k: bounded(methods.Suppress, "k") = None,
+    release_id: ReleaseId = "",
+    preview: bool = False,
+) -> dict:
+    """Release a registered table through a chain of the steward's SDC methods, in this order: recode, top coding,
+    microaggregation, PRAM, noise, local suppression (each one that is asked for); the disclosure policy's
+    thresholds are measured on its key after the last step (the command line's `sdc` mechanism)."""
+    steps = [{"method": "recode", "columns": recode, "level": recode_level}] if recode else []
+    steps += [{"method": "topcode", "column": c.column, "top": c.top, "bottom": c.bottom} for c in topcode]
+    steps += [{"method": "microaggregate", "columns": microaggregate, "k": microaggregate_k}] if microaggregate else []
+    steps += [{"method": "pram", "columns": pram, "keep": pram_keep}] if pram else []
+    steps += [{"method": "noise", "columns": noise, "level": noise_level}] if noise else []
+    steps += [{"method": "suppress"} | ({"k": suppress_k} if suppress_k else {})] if suppress else []
+
+    def chain() -> dict:
+        if not steps:
+            raise SpecError("the chain has no step: name columns to recode, top-code, microaggregate, PRAM or add noise "
+                            "to, or tick suppress")  # fmt: skip
+        return {"steps": steps}
+
+    return run_request(release_id, dataset, "sdc", chain, preview)
+
+
 @flow(name="release-dpne", persist_result=False)
 @form(
     dpne.Params,
@@ -299,7 +259,7 @@ OUTLIERS = {
 @form(outliers.Params, **OUTLIERS, columns="the subspace: the columns the distance is measured over")
 def outlier_count_release(
     dataset: DpDataset = "logins-demo",
-    columns: Annotated[list[DpColumn], Field(min_length=1)] = ["mb_sent", "hour"],  # noqa: B006
+    columns: Annotated[list[Column], Field(min_length=1)] = ["mb_sent", "hour"],  # noqa: B006
     k: bounded(outliers.Params, "k") = 3,
     r: bounded(outliers.Params, "r") = 0.2,
     epsilon: bounded(outliers.Params, "epsilon") = 0.5,
@@ -334,7 +294,7 @@ def outlier_count_release(
 @form(outliers.Params, **OUTLIERS, columns="the candidate columns (empty: every column)")
 def outlier_top_release(
     dataset: DpDataset = "logins-demo",
-    columns: list[DpColumn] = [],  # noqa: B006
+    columns: list[Column] = [],  # noqa: B006
     c: bounded(outliers.Params, "c") = 1,
     h: bounded(outliers.Params, "h") = 2,
     k: bounded(outliers.Params, "k") = 3,
@@ -374,23 +334,17 @@ def outlier_top_release(
     return run_request(release_id, dataset, "outliers", params, preview)
 
 
-class ColumnQuantiles(ColumnRange):
-    """One column's quantiles within its public range."""
-
-    q: Annotated[list[Annotated[float, Field(gt=0, lt=1)]], Field(min_length=1)] = Field(description="levels, each in (0, 1)")
-    bins: bounded(aggregate.Measure, "bins") = 64
-    interval_share: bounded(aggregate.Measure, "interval_share") = aggregate.Measure.model_fields["interval_share"].default
-
-
 @flow(name="release-aggregate", persist_result=False)
 @form(aggregate.Params, count="release the count per key", distinct="columns whose distinct values are counted per key",
       sums="columns summed per key, each clipped to its public range", means="columns averaged per key, clipped likewise",
-      quantiles="columns whose quantiles are released per key, within their public range")  # fmt: skip
+      quantiles="columns whose quantiles are released per key, within their public range",
+      max_groups=aggregate.Params.model_fields["max_groups"].description + PER_USER,
+      max_rows=aggregate.Params.model_fields["max_rows"].description + PER_USER)  # fmt: skip
 def aggregate_release(
     dataset: DpDataset = "payroll-demo",
-    group_by: bounded(aggregate.Params, "group_by", list[DpColumn]) = ["region", "grade"],  # noqa: B006
+    group_by: bounded(aggregate.Params, "group_by", list[Column]) = ["region", "grade"],  # noqa: B006
     count: bool = True,
-    distinct: list[DpColumn] = [],  # noqa: B006
+    distinct: list[Column] = [],  # noqa: B006
     sums: list[ColumnRange] = [],  # noqa: B006
     means: list[ColumnRange] = [ColumnRange(column="salary", low=0, high=10_000)],  # noqa: B006
     quantiles: list[ColumnQuantiles] = [],  # noqa: B006
@@ -398,8 +352,8 @@ def aggregate_release(
     rho: bounded(aggregate.Params, "rho") = None,
     delta: bounded(aggregate.Params, "delta") = 1e-6,
     noise: Literal["gaussian", "laplace"] = "gaussian",
-    max_groups: bounded(aggregate.Params, "max_groups") = 1,
-    max_rows: bounded(aggregate.Params, "max_rows") = 6,
+    max_groups: UserBound() = 1,
+    max_rows: UserBound() = 6,
     release_id: ReleaseId = "",
     preview: bool = False,
 ) -> dict:
@@ -412,5 +366,6 @@ def aggregate_release(
     measures += [{"op": "quantile", "column": r.column, "bounds": [r.low, r.high], "q": r.q, "bins": r.bins,
                   "interval_share": r.interval_share} for r in quantiles]  # fmt: skip
     params = {"group_by": group_by, "measures": measures, "epsilon": None if rho else epsilon, "rho": rho, "delta": delta,
-              "noise": noise, "max_groups": max_groups, "max_rows": max_rows}  # fmt: skip
-    return run_request(release_id, dataset, "aggregate", params, preview)
+              "noise": noise}  # fmt: skip
+    bounds = partial(per_user, dataset, max_groups=max_groups, max_rows=max_rows)
+    return run_request(release_id, dataset, "aggregate", lambda: params | bounds(), preview)

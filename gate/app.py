@@ -68,8 +68,21 @@ log = logging.getLogger("privrelease.gate")
 
 
 def _refuse(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    # no WWW-Authenticate header: the browser shows Prefect's own sign-in page, not its native dialog
-    return JSONResponse({"exception_message": message}, status_code=status, headers={REFUSED: "1"} | (headers or {}))
+    # no WWW-Authenticate header: the browser shows Prefect's own sign-in page, not its native dialog; the message
+    # twice: Prefect's error field, and `detail`, which the UI's forms show in their toast
+    body = {"exception_message": message, "detail": message}
+    return JSONResponse(body, status_code=status, headers={REFUSED: "1"} | (headers or {}))
+
+
+UI = "x-prefect-ui"  # the header Prefect's UI sends with every call
+
+
+def _refuse_form(request: Request, rule: policy.Rule, status: int, message: str) -> JSONResponse:
+    """A refused start of a run, as its form shows it: to Prefect's UI, 422 (it shows a 401, 403 or 5xx as its generic
+    "Oops. Something went wrong.", and any other answer's `detail` in the form's toast: the role, the bound, the
+    limit); to any other client, ``status``."""
+    shown = 422 if rule.starts and status in (401, 403) and request.headers.get(UI) else status
+    return _refuse(shown, message)
 
 
 class Gate:
@@ -197,7 +210,7 @@ class Gate:
             if account is None and path.startswith(("/api/", "/privrelease/api/")):
                 return _refuse(401, "Unauthorized")  # the API is for people: sign in first
             return _refuse(403, f"privrelease gate: the {role} role may not {request.method} {path}")
-        call = Call(account, rule.params(path), self, dict(request.query_params))
+        call = Call(account, rule.params(path), self, dict(request.query_params), request.headers.get("referer", ""))
         if rule.answer is not None:
             try:
                 answered = await rule.answer(call)
@@ -218,11 +231,14 @@ class Gate:
         """The call checked against the row's condition, its body rewritten, passed on, and its reply made."""
         if rule.when is not None and not await rule.when(call):
             role = call.account.role if call.account else policy.ANONYMOUS
-            return _refuse(403, f"privrelease gate: the {role} role may not {request.method} {path} (only when {rule.when.says})")
+            what = "start a run of this deployment" if rule.starts else f"{request.method} {path}"
+            return _refuse_form(
+                request, rule, 403, f"privrelease gate: the {role} role may not {what} (only when {rule.when.says})"
+            )
         if rule.body is not None:
             rewritten = await rule.body(doc if isinstance(doc, dict) else {}, call)
             if isinstance(rewritten, str):
-                return _refuse(403, f"privrelease gate: {rewritten}")
+                return _refuse_form(request, rule, 403, f"privrelease gate: {rewritten}")
             body = json.dumps(rewritten).encode()
             if self.quotas is not None and rule.starts:
                 started = await self.quotas.start(call.account.name, rewritten, lambda: self.forward(request, path, body, False))

@@ -80,7 +80,7 @@ class Kept(Catalogue):
         return found[0]
 
 
-async def _read(call: Call, fn, *args, listing: str = INDEX) -> Any:
+async def read_catalogue(call: Call, fn, *args, listing: str = INDEX) -> Any:
     """``fn(catalogue, *args)`` in a worker thread; a release, file or dataset it does not hold is a 404
     naming the route that lists them."""
     try:
@@ -103,7 +103,7 @@ async def script(call: Call) -> Response:
 
 @says("answered by the gate: the index of every published release (title, request, guarantee, cost, files, sha256)")
 async def index(call: Call) -> Any:
-    return await _read(call, lambda c: c.index())
+    return await read_catalogue(call, lambda c: c.index())
 
 
 @says("answered by the gate: one published release, with its report")
@@ -112,21 +112,21 @@ async def release(call: Call) -> Any:
         found = c.get(release_id)
         return found.summary() | {"report_markdown": (found.folder / REPORT).read_text()}
 
-    return await _read(call, one, call.params["id"])
+    return await read_catalogue(call, one, call.params["id"])
 
 
 @says("answered by the gate: a file its release's manifest lists, by that name only, as an attachment")
 async def release_file(call: Call) -> Response:
     name = call.params["name"]
-    path = await _read(call, lambda c, i, n: c.file(i, n), call.params["id"], name)
+    path = await read_catalogue(call, lambda c, i, n: c.file(i, n), call.params["id"], name)
     return FileResponse(path, media_type=media_type(name), filename=name, headers=FILE_HEADERS)
 
 
 @says("answered by the gate: every registered dataset's public facts, budget left and what fits next")
 async def datasets(call: Call) -> Any:
-    return await _read(call, lambda c: c.datasets())
+    return await read_catalogue(call, lambda c: c.datasets())
 
 
 @says("answered by the gate: one registered dataset's public facts, budget left and what fits next")
 async def dataset(call: Call) -> Any:
-    return await _read(call, lambda c, i: c.dataset(i), call.params["id"], listing=DATASETS)
+    return await read_catalogue(call, lambda c, i: c.dataset(i), call.params["id"], listing=DATASETS)

@@ -48,6 +48,7 @@ class Call:
     params: Mapping[str, str]  # the route template's parameters, from the path
     prefect: Records
     query: Mapping[str, str] = field(default_factory=dict)  # the URL's query parameters
+    referer: str = ""  # the page the browser made the call from (its Referer header), if it names one
 
 
 class Refused(Exception):

@@ -34,7 +34,7 @@ import yaml
 from core import paths
 from core.errors import UserError
 from core.people import ANALYST, AUDITOR, STEWARD
-from gate import catalogue, owned
+from gate import catalogue, forms, owned
 from gate.checks import (
     Answer,
     Condition,
@@ -163,11 +163,12 @@ POLICY: tuple[Rule, ...] = (
     Rule(PEOPLE, "GET", "/privrelease/api/datasets", answer=catalogue.datasets),
     Rule(PEOPLE, "GET", "/privrelease/api/datasets/{id}", answer=catalogue.dataset),
     # -- reading: deployments and their forms, runs, task runs, logs, artifacts -------------------------
-    # a deployment, a run and a work pool without the operator's settings in them (gate.owned)
+    # a deployment, a run and a work pool without the operator's settings in them (gate.owned); a deployment's
+    # release form with its fields filled in from the registry (gate.forms, which clears it as gate.owned does)
+    Rule(PEOPLE, "GET", "/api/deployments/{id}", answer=forms.deployment),
     *_reads(
         "POST /api/deployments/filter",
         "POST /api/deployments/paginate",
-        "GET /api/deployments/{id}",
         "POST /api/flow_runs/filter",
         "POST /api/flow_runs/paginate",
         "GET /api/flow_runs/{id}",

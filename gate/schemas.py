@@ -15,6 +15,12 @@ stored (mapped) schema has with the same value, its ``definitions`` the stored o
 of its ``properties`` one of the stored schema's nodes (a property, a definition or a node under
 ``items``/``anyOf``/``allOf``/``prefixItems``, at any depth), as stored or as the UI maps it. Every
 regular expression Prefect may then run is one the operator's deployments or flows declared.
+
+The pieces are compared by their shape, not their values (``SHOWN``): a node's ``default`` and
+``example`` are what the form shows first (the UI sends an edited field's value as its default: a
+changed bound in a list of ranges broke Submit, issue #54), and its ``enum`` is the choices the gate
+offers from the registry (``gate.forms``), which follow the datasets registered since the deployment
+was stored. Prefect's check of a value against either is a comparison, never a regular expression.
 """
 
 from __future__ import annotations
@@ -27,22 +33,46 @@ UI_KEYS = ("definitions", "position", "block_type_slug", "$ref", "anyOf", "allOf
            "description", "enum", "format", "items", "prefixItems", "properties", "required", "title", "type",
            "maxItems", "minItems")  # fmt: skip
 NESTED = ("items", "anyOf", "allOf", "prefixItems")
+SHOWN = ("default", "example", "enum")  # what a form shows or offers, not what its fields are: left out of comparisons
 
 
-def _canonical(value: Any) -> str:
-    """``value`` as comparable text: sorted keys, and 1.0 as 1 (the browser writes integral numbers without a
-    fraction)."""
+def _plain(v: Any) -> Any:
+    """1.0 as 1 (the browser writes integral numbers without a fraction), at any depth."""
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    return v
 
-    def plain(v: Any) -> Any:
-        if isinstance(v, float) and v.is_integer():
-            return int(v)
-        if isinstance(v, dict):
-            return {k: plain(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [plain(x) for x in v]
-        return v
 
-    return json.dumps(plain(value), sort_keys=True)
+def _shape(node: Any) -> Any:
+    """A schema node without what it shows (``SHOWN``), in its own keys and its children's: the names under
+    ``properties`` and ``definitions`` are kept whatever they are."""
+    if isinstance(node, list):
+        return [_shape(x) for x in node]
+    if not isinstance(node, dict):
+        return _plain(node)
+    out = {}
+    for key, value in node.items():
+        if key in SHOWN:
+            continue
+        if key in ("properties", "definitions") and isinstance(value, dict):
+            out[key] = {name: _shape(child) for name, child in value.items()}
+        elif key in NESTED:
+            out[key] = _shape(value)
+        else:
+            out[key] = _plain(value)
+    return out
+
+
+def _canonical(value: Any, top_level: bool = False) -> str:
+    """A schema node as comparable text: its shape (``_shape``), sorted keys; ``top_level``: a value of the schema
+    itself (its ``properties`` or ``definitions`` map, its ``required`` list), whose entries are nodes or names."""
+    if top_level and isinstance(value, dict):
+        return json.dumps({k: _shape(v) for k, v in value.items()}, sort_keys=True)
+    return json.dumps(_shape(value) if not top_level else _plain(value), sort_keys=True)
 
 
 def mapped(node: Any, top: bool = False) -> Any:
@@ -84,9 +114,19 @@ def made_of(asked: Any, stored: Iterable[dict]) -> bool:
         return False
     for schema in stored:
         whole, allowed = mapped(schema, top=True), pieces(schema)
-        if not set(asked) <= set(whole) | {"properties"}:
+        if not set(asked) - set(SHOWN) <= set(whole) | {"properties"}:
             continue
-        same = all(_canonical(asked[k]) in (_canonical(whole[k]), _canonical(schema.get(k))) for k in asked if k != "properties")
+        same = all(
+            _canonical(asked[k], True) in (_canonical(whole[k], True), _canonical(schema.get(k), True))
+            for k in asked
+            if k not in ("properties", "required") and k not in SHOWN
+        ) and _fewer(asked.get("required", []), whole.get("required", []))
         if same and all(_canonical(p) in allowed for p in asked.get("properties", {}).values()):
             return True
     return False
+
+
+def _fewer(asked: Any, stored: Any) -> bool:
+    """A schema's ``required`` names, some of the stored ones: a form the gate showed without a field (``gate.forms``
+    leaves out the fields a dataset's unit ignores) requires no more than the stored schema."""
+    return isinstance(asked, list) and all(isinstance(x, str) for x in asked) and set(asked) <= set(stored or [])

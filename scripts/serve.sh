@@ -128,9 +128,9 @@ WORKER_LIMIT=$("$BIN/python" -m core.limits worker) || stop 1
 printf '$ prefect work-pool set-concurrency-limit privrelease %s\n' "$POOL_LIMIT"
 "$BIN/prefect" work-pool set-concurrency-limit privrelease "$POOL_LIMIT" > /dev/null
 printf '\n$ prefect --no-prompt deploy --all\n'
-# the SDC forms offer the registered sdc datasets and their published columns by name (flows/forms.py)
-# (wide lines: Prefect draws its report in boxes wrapped at the terminal's width)
-COLUMNS=240 PRIVRELEASE_FORMS_FROM_REGISTRY=1 "$BIN/prefect" --no-prompt deploy --all > "$PRIVRELEASE_HOME/deploy.log" 2>&1 || { tail -20 "$PRIVRELEASE_HOME/deploy.log"; stop 1; }
+# (wide lines: Prefect draws its report in boxes wrapped at the terminal's width); the forms' dataset and column fields
+# are stored as text: the gate fills in the registered datasets and their columns whenever the UI opens a form (gate/forms.py)
+COLUMNS=240 "$BIN/prefect" --no-prompt deploy --all > "$PRIVRELEASE_HOME/deploy.log" 2>&1 || { tail -20 "$PRIVRELEASE_HOME/deploy.log"; stop 1; }
 deployed=$(grep -oE "Deployment '[^']+' successfully" "$PRIVRELEASE_HOME/deploy.log" | sed -E "s/Deployment '([^']+)' successfully/  \1/" || true)
 if [ -n "$deployed" ]; then echo "deployments:"; echo "$deployed"; else echo "no deployment was reported; see $PRIVRELEASE_HOME/deploy.log"; fi
 

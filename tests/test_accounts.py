@@ -177,6 +177,6 @@ def test_approval_commands_and_a_command_line_release_that_needs_a_steward(tmp_p
         "epsilons: 25.0%) and takes 9.0% of what the admission filter leaves; its data steward lets "
         "a release of dataset 'census' take at most 5.0% without approval. Start it from its form"
     )
-    assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] == ["cap"]  # nothing charged
+    assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] == ["registered", "cap"]  # nothing charged
     history = run(home, "ledger", "history").stdout.splitlines()
-    assert "requested by" in history[0] and getpass.getuser() in history[1]
+    assert "requested by" in history[0] and getpass.getuser() in history[2]

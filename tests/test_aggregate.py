@@ -415,3 +415,31 @@ def test_a_quantile_with_no_key_selected_releases_an_empty_table():
     frame = payroll(12, 12, seed=4)
     result = planned_run(agg, frame, params(), noise.Randomness(4))
     assert len(result.data) == 0 and "x_q50" in result.data.columns
+
+
+def test_the_report_says_what_a_figure_counts_and_warns_where_a_value_is_not_the_figure():
+    """#54 item 7: a person-level count is of capped rows (the report says so), a mean's expected error is given by the
+    number of rows in its key (falling with it, never above the bounds' width), and the released table's keys whose
+    count is smaller than its noise, or whose mean was clipped to a bound, are named in a warning (DP outputs only)."""
+    capped = params(user_column="user", max_rows=2, max_groups=1)
+    assert show.counted(capped).startswith("a count is of rows after capping each `user` at 2 rows per key and 1 key ")
+    assert "not persons" in show.counted(capped) and show.counted(params()).startswith("a count is of records (rows)")
+    errors = {e["measure"]: e["error_95"] for e in show.mean_errors(capped, accounting(capped))}
+    assert set(errors) == {"x_mean", "item_mean"}
+    for name, width in (("x_mean", 40), ("item_mean", 40)):
+        assert all(a >= b for a, b in zip(errors[name], errors[name][1:])) and max(errors[name]) <= width
+        assert errors[name][-1] < 1  # 10,000 rows in a key: well under a unit of the bounds
+    lines = show.mean_error_lines(show.mean_errors(capped, accounting(capped)))
+    assert lines[1].startswith("Expected error of a mean by the number of rows in its key") and "10,000" in lines[3]
+
+    two = agg.Params.model_validate({"group_by": ["g"], "measures": [{"op": "count"}, {"op": "mean", "column": "x",
+                                     "bounds": [0, 40]}], "epsilon": 1.0, "delta": 1e-6})  # fmt: skip
+    table = pd.DataFrame({"g": ["a", "b"], "count": [2.0, 100.0], "count_hi": [10.0, 108.0], "x_mean": [0.0, 20.0],
+                          "x_mean_hi": [30.0, 25.0]})  # fmt: skip
+    small, clipped = show.warnings(two, table)
+    assert (
+        small == "1 of 2 keys' count: the noise (95% ±8) is larger than the released value; read them as small, not as the figure"
+    )
+    assert clipped.startswith("1 of 2 keys' x_mean is at a bound of [0, 40]: the noise pushed it past and it was clipped")
+    quiet = table.assign(count=[50.0, 100.0], count_hi=[58.0, 108.0], x_mean=[5.0, 20.0])
+    assert show.warnings(two, quiet) == []

@@ -244,7 +244,7 @@ def test_a_seed_outside_test_mode_is_refused_before_the_charge(tmp_path, monkeyp
     )
     with pytest.raises(SpecError, match="test mode"):
         pipeline.release(store, request)  # what flows/release.py runs with its `request` parameter
-    assert [e.status for e in Ledger(store.db).entries()] == ["cap"], "the refused request was charged"
+    assert [e.status for e in Ledger(store.db).entries()] == ["registered", "cap"], "the refused request was charged"
 
 
 # -- finding 7: "one source has one budget" holds for one path only ------------------------------------

@@ -20,8 +20,9 @@ def _fill(home) -> None:
     ledger = Ledger(home / "privrelease.duckdb")
     ledger.set_budget("posts", Budget(6.0, 1e-6))
     for i, eps in enumerate((1.0, 2.0)):
-        plan = dpne.plan(dpne.Params(user_column="u", text_column="t", epsilon=eps, delta=1e-7, T=4))
-        ledger.reserve("posts", f"p{i}", "dp", plan.cost, "dpne", {"i": i}, plan.detail)
+        params = dpne.Params(user_column="u", text_column="t", epsilon=eps, delta=1e-7, T=4)
+        plan = dpne.plan(params)
+        ledger.reserve("posts", f"p{i}", "dp", plan.cost, "dpne", {"mechanism": params.model_dump(mode="json")}, plan.detail)
         ledger.settle(f"p{i}", PUBLISHED)
     ledger.reserve("survey", "c0", "sdc", None, "ra", {}, {})
 
@@ -52,9 +53,10 @@ def test_audit_artifacts_match_the_cli(prefect_server, home, capsys):
     assert [r["dataset"] for r in table] == [t["dataset"] for t in cli_totals]
     for row, total in zip(table, cli_totals, strict=True):
         assert not any(isinstance(v, dict | list) for v in row.values())
+        assert set(row) == set(table[0])  # one set of columns (an sdc row first had hidden the dp rows' figures)
         for key in ("cap", "spent", "remaining"):
             if total[key] is None:
-                assert row[key] == "-"
+                assert row[f"{key} epsilon"] == row[f"{key} delta"] == "-"
             else:
                 pair = (total[key]["epsilon"], total[key]["delta"])
                 assert (row[f"{key} epsilon"], row[f"{key} delta"]) == pytest.approx(pair, rel=1e-3)
@@ -64,7 +66,10 @@ def test_audit_artifacts_match_the_cli(prefect_server, home, capsys):
     markdown = artifacts["ledger-audit"]
     assert "Hash chain: **intact** (6 entries)" in markdown and "](data:image/png;base64," in markdown
     # too wide for the UI's view as a table: a list, one item per dataset; no DP total claimed for an sdc one
-    assert "- **survey**: kind: sdc · cap (eps / delta): - · spent: - · remaining: - · GDP eps: -" in markdown
+    assert "- **survey**: kind: sdc · cap (eps / delta): - · spent: - · charges (eps / delta): - · GDP eps: -" in markdown
+    shown = next(r for r in table if r["dataset"] == "posts")
+    assert shown["spent share"].endswith("% (filter)") and float(shown["spent share"].split("%")[0]) <= 100
+    assert shown["next release like the last"].startswith("the next release like this can take epsilon ≤ ")
     posts = next(t for t in cli_totals if t["dataset"] == "posts")
     assert posts["gdp"]["epsilon"] < posts["spent"]["epsilon"] == pytest.approx(3.0)
     assert list((home / "audit").glob("ledger-spend-*.png"))

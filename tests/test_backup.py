@@ -40,7 +40,7 @@ def test_a_backup_is_private_complete_and_keyless(tmp_path: Path):
     assert release(home, request).returncode == 0
     r = backup(home, tmp_path / "b")
     assert r.returncode == 0, r.stderr
-    assert "the ledger at entry #3" in r.stdout and "not in it: the ledger key" in r.stdout
+    assert "the ledger at entry #4" in r.stdout and "not in it: the ledger key" in r.stdout
     manifest = json.loads((tmp_path / "b" / "backup.json").read_text())
     key = (home / "keys" / "ledger.key").read_text().strip()
     for path in [tmp_path / "b", *(tmp_path / "b").rglob("*")]:
@@ -50,7 +50,7 @@ def test_a_backup_is_private_complete_and_keyless(tmp_path: Path):
     assert {"privrelease.duckdb", "ledger.jsonl"} <= set(manifest["files"])
     assert any(name.startswith("home/releases/census/") for name in manifest["files"])
     assert not any(name.startswith(("home/keys", "home/anchors", "home/staging")) for name in manifest["files"])
-    assert manifest["ledger_head"][0] == 3 and len(manifest["key_sha256"]) == 64
+    assert manifest["ledger_head"][0] == 4 and len(manifest["key_sha256"]) == 64
     assert backup(home, tmp_path / "b").returncode == 2  # not into a folder that holds files
     inside = backup(home, home / "backups")
     assert inside.returncode == 2 and "inside the home" in inside.stderr

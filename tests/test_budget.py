@@ -16,7 +16,7 @@ from core.privacy import accountant as acc
 from core.privacy import events as ev
 from core.privacy import pld
 from core.privacy.budget import Budget
-from core.release import charged, pipeline
+from core.release import charged, headroom, pipeline
 from core.release.home import Home
 from core.release.spec import parse
 from tests.helpers import dp, register
@@ -61,7 +61,7 @@ def test_dpne_releases_admitted_by_the_filter_and_refused_with_reasons(store):
     # here the new-item deltas bind: 17 x (5e-7 + the sampler's 5e-84) leave less than 5e-7 of the 9e-6 (shown rounded)
     assert n == 17 and message.split(" Accounting detail.")[0].endswith(
         "No epsilon of this request fits, however small: the delta it needs is more than the delta=5e-07 left of the "
-        "cap. Ask for a smaller delta, or ask the data steward to raise the cap."
+        "cap. Lower the release's epsilon (or delta), or ask the data steward to raise the cap (privrelease ledger set-budget)."
     )
     (t,) = store.ledger.totals()
     assert t.account.fits == 0 and not t.over_cap
@@ -77,7 +77,7 @@ def test_a_refusal_names_the_largest_epsilon_that_fits(store):
     assert 2 < n < 17
     message = str(refused.value)
     assert "What binds: under the admission filter, epsilon (delta has room);" in message
-    largest = float(message.split("The largest epsilon of this request that fits is ")[1].split(" ")[0])
+    largest = float(message.split("The next release like this can take epsilon ≤ ")[1].split(" ")[0])
     assert 0 < largest < 1
     with pytest.raises(BudgetError):
         charge(store, request(epsilon=largest * 1.02))  # a little more does not fit
@@ -163,15 +163,19 @@ def test_totals_command_as_the_steward_types_it(store, home):
     r = run(home, "ledger", "totals")
     assert r.returncode == 0, r.stderr
     header, row = r.stdout.splitlines()[:2]
-    assert "filter eps" in header and "PLD eps" in header and "next release" in header
+    assert "filter eps" in header and "PLD eps" in header and "next release like the last" in header
     (t,) = store.ledger.totals()
-    assert row.startswith("posts            dp") and f"dpne fits {t.account.fits} more" in row
-    assert f"{t.account.pld_epsilon:.4g}" in row and f"{t.account.filter_epsilon:.4g}" in row
+    room = headroom.after_last(store.ledger.entries(), "posts")
+    share, by = t.account.spent
+    assert row.startswith("posts            dp") and f" {100 * share:.3g}% filter dpne: eps ≤ {room.epsilon:.3g} " in row
+    assert f"{t.account.pld_epsilon:.4g}" in row and f"{t.account.filter_epsilon:.4g}" in row and by == "filter"
+    assert 0 < share < 1 and room.epsilon > 0
     history = run(home, "ledger", "history", "--verbose").stdout
     assert "events=3 parts" in history and "'mode': 'events', 'region': 'renyi'" in history  # in full with --json
     shown = json.loads(run(home, "ledger", "totals", "--json").stdout)[0]
     assert shown["spent"] == {"epsilon": 3.0, "delta": 3e-6}
     assert shown["pld"]["epsilon"] == pytest.approx(t.account.pld_epsilon) and shown["next"]["fits"] == t.account.fits
+    assert shown["room"]["epsilon"] == room.epsilon and shown["spent_share"] == {"share": share, "by": "filter"}
 
 
 def test_a_refusal_by_basic_composition_names_what_binds_with_both_figures(tmp_path: Path):
@@ -189,10 +193,11 @@ def test_a_refusal_by_basic_composition_names_what_binds_with_both_figures(tmp_p
 
 
 def test_totals_print_every_digit_spent(tmp_path: Path):
-    """A delta of 1e-6 spent from a cap of 1e-3 shows in what remains (it was printed as 0.0009)."""
+    """A delta of 1e-6 spent from a cap of 1e-3 shows in the charges (the cap less them, printed as 0.0009 once, is no
+    longer shown: it is not what a release can take), and the share spent is the larger of epsilon's and delta's."""
     home = tmp_path / "home"
     ledger = Ledger(home / "privrelease.duckdb")
     ledger.set_budget("d", Budget(10, 1e-3))
     ledger.reserve("d", "r1", "dp", dp(1, 1e-6), "m", {})
     row = run(home, "ledger", "totals").stdout.splitlines()[1].split()
-    assert row[2:11] == ["10", "/", "0.001", "1", "/", "1e-06", "9", "/", "0.000899"], row
+    assert row[2:11] == ["10", "/", "0.001", "10%", "basic", "-", "1", "/", "1e-06"], row

@@ -146,8 +146,14 @@ def test_the_dataset_catalogue_shows_public_facts_and_the_budget(demo):
     assert posts["budget"]["cap"] == {"epsilon": 20.0, "delta": 1e-5}
     assert posts["budget"]["spent"] == {"epsilon": 1.0, "delta": 1e-7}
     assert posts["budget"]["next"]["like"] == "dpne" and posts["budget"]["next"]["fits"] >= 1
-    assert 0 < posts["budget"]["remaining"]["epsilon"] < 20 and "more like the last (dpne) fit" in posts["budget"]["says"]
-    assert logins["budget"]["next"] is None and logins["budget"]["says"].endswith("no DP release charged yet")
+    # the one figure: what the next release like the last can take, beside the cap; spent under the accountant that admits
+    room = posts["budget"]["next"]["room"]
+    assert room["like"] == "dpne" and 0 < room["epsilon"] and room["spent_by"] == "filter" and 0 < room["spent"] < 1
+    assert posts["budget"]["says"].startswith(f"the next release like the last (dpne) can take epsilon ≤ {room['epsilon']:.3g} ")
+    assert "; cap epsilon=20, delta=1e-05; spent " in posts["budget"]["says"]
+    assert logins["budget"]["next"] is None and logins["budget"]["says"].endswith(
+        "nothing spent yet (a preview says what a release can take)"
+    )
     assert census["budget"] is None and census["purpose"] == "sdc" and census["published_releases"] == 1
     text = json.dumps(entries)
     assert "source" not in text and "digest" not in text and str(home.root) not in text
@@ -196,10 +202,10 @@ def test_the_catalogue_commands_as_typed(demo, tmp_path: Path):
     r = run(home.root, "dataset", "list")
     assert r.returncode == 0 and r.stdout.splitlines() == [
         "dataset census-demo: registration 1, unit record, purpose sdc, 11 columns, 2000 rows (public); no budget (SDC)",
-        "dataset logins-demo: registration 1, unit record, purpose dp, 4 columns, 500 rows (public); epsilon=40 "
-        "delta=0.0009 left; no DP release charged yet",
-        "dataset payroll-demo: registration 1, unit user:person, purpose dp, 5 columns; epsilon=20 delta=9e-06 left; "
-        "no DP release charged yet",
+        "dataset logins-demo: registration 1, unit record, purpose dp, 4 columns, 500 rows (public); cap epsilon=40, "
+        "delta=0.001; nothing spent yet (a preview says what a release can take)",
+        "dataset payroll-demo: registration 1, unit user:person, purpose dp, 5 columns; cap epsilon=20, delta=1e-05; "
+        "nothing spent yet (a preview says what a release can take)",
         f"dataset posts-demo: registration 1, unit user:user, purpose dp, 2 columns; "
         f"{Catalogue(home).dataset('posts-demo')['budget']['says']}",
     ]

@@ -101,7 +101,9 @@ def test_dataset_and_ledger_commands(tmp_path: Path):
         r = run(home, "ledger", "set-budget", bad_id, "--epsilon", "1", "--delta", "0")
         assert r.returncode == 2 and r.stderr.startswith("error: dataset"), r.stderr
     history = json.loads(run(home, "ledger", "history", "--json").stdout)
-    assert [(e["seq"], e["status"], e["epsilon"]) for e in history] == [(1, "cap", 2.0)]
+    assert [(e["seq"], e["status"]) for e in history] == [(1, "registered"), (2, "refreshed"), (3, "cap")]
+    assert history[2]["epsilon"] == 2.0 and history[1]["detail"] == {"version": 2, "unit": "record", "purpose": "dp",
+                                                                     "columns": 11, "rows": 300}  # fmt: skip
     totals = json.loads(run(home, "ledger", "totals", "--json").stdout)
     assert totals == [
         {
@@ -120,22 +122,24 @@ def test_dataset_and_ledger_commands(tmp_path: Path):
             "filter": None,
             "pld": None,
             "next": None,
+            "spent_share": None,
+            "room": None,
         }
     ]
     assert run(home, "ledger", "totals").stdout.splitlines()[1].startswith("census           dp")
     assert "cap" in run(home, "ledger", "history", "--dataset", "census").stdout
     ok = run(home, "ledger", "verify")
-    assert ok.returncode == 0 and "1 entries" in ok.stdout
+    assert ok.returncode == 0 and "3 entries" in ok.stdout
     r = run(home, "ledger", "recover")
     assert r.returncode == 0 and r.stdout.splitlines()[0] == "no interrupted release to settle"
     r = run(home, "dataset", "drop", "census")
     assert r.returncode == 0 and r.stdout.startswith("dataset census: stored rows deleted")
     assert run(home, "dataset", "list").stdout.startswith("no datasets registered")
     con = duckdb.connect(str(home / "privrelease.duckdb"))
-    con.execute("UPDATE ledger SET epsilon = 200 WHERE seq = 1")
+    con.execute("UPDATE ledger SET epsilon = 200 WHERE seq = 3")
     con.close()
     bad = run(home, "ledger", "verify")
-    assert bad.returncode == 3 and "FAILED at entry 1" in bad.stderr
+    assert bad.returncode == 3 and "FAILED at entry 3" in bad.stderr
 
 
 def typed(

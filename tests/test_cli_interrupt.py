@@ -63,23 +63,23 @@ def test_ctrl_c_before_the_charge_charges_nothing(tmp_path: Path):
     code, said = _interrupt(home, request, "paused at load", {"PRIVRELEASE_TEST_MODE": "1", "PRIVRELEASE_FAULT": "pause:load"})
     assert code == 130 and "Traceback" not in said and "this is a bug" not in said, said
     assert said.splitlines()[-1] == "stopped (Ctrl-C) before its charge: nothing was charged and nothing published."
-    assert [e["status"] for e in _history(home)] == ["cap"]
+    assert [e["status"] for e in _history(home)] == ["registered", "cap"]
     assert not (home / "releases" / "posts").exists()
 
 
 def test_ctrl_c_during_the_mechanism_keeps_the_charge_and_says_why(tmp_path: Path):
     """Large enough that DPNE runs for seconds after its charge (DuckDB's queries among them): the signal lands there."""
     home, request = _home(tmp_path, 50_000)
-    code, said = _interrupt(home, request, "ledger entry #2")
+    code, said = _interrupt(home, request, "ledger entry #3")
     assert code == 130 and "Traceback" not in said and "this is a bug" not in said and "internal error" not in said, said
     assert said.splitlines()[-1] == (
-        "stopped (Ctrl-C) after its charge: ledger entry #2 charged posts epsilon=1 delta=1e-07, and that charge "
+        "stopped (Ctrl-C) after its charge: ledger entry #3 charged posts epsilon=1 delta=1e-07, and that charge "
         "stands (recorded as failed): the mechanism had started and may already have drawn noise from the data, so "
         "the budget cannot be given back. Nothing was published."
     )
     history = _history(home)
-    assert [(e["seq"], e["status"]) for e in history] == [(1, "cap"), (2, "reserved"), (3, "failed")]
-    assert history[1]["epsilon"] == 1.0 and "interrupted by the user" in json.dumps(history[2])
+    assert [(e["seq"], e["status"]) for e in history] == [(1, "registered"), (2, "cap"), (3, "reserved"), (4, "failed")]
+    assert history[2]["epsilon"] == 1.0 and "interrupted by the user" in json.dumps(history[3])
     totals = json.loads(run(home, "ledger", "totals", "--json").stdout)
     assert totals[0]["spent"]["epsilon"] == 1.0 and totals[0]["failed"] == 1 and totals[0]["pending"] == 0
     assert not any((home / "releases" / "posts").glob("*/manifest.json"))
@@ -95,9 +95,14 @@ def test_ctrl_c_after_an_sdc_record_says_no_budget_was_spent(tmp_path: Path):
     )
     assert code == 130 and "Traceback" not in said, said
     assert said.splitlines()[-1] == (
-        "stopped (Ctrl-C) after its ledger entry #2 (sdc: no budget spent), now recorded as failed. Nothing was published."
+        "stopped (Ctrl-C) after its ledger entry #3 (sdc: no budget spent), now recorded as failed. Nothing was published."
     )
-    assert [e["status"] for e in json.loads(run(home, "ledger", "history", "--json").stdout)] == ["policy", "reserved", "failed"]
+    assert [e["status"] for e in json.loads(run(home, "ledger", "history", "--json").stdout)] == [
+        "registered",
+        "policy",
+        "reserved",
+        "failed",
+    ]
 
 
 def test_ctrl_c_after_the_outcome_is_recorded_says_published(tmp_path: Path):
@@ -108,9 +113,9 @@ def test_ctrl_c_after_the_outcome_is_recorded_says_published(tmp_path: Path):
     )
     assert code == 130 and "Traceback" not in said, said
     history = _history(home)
-    assert [e["status"] for e in history] == ["cap", "reserved", "published"]
+    assert [e["status"] for e in history] == ["registered", "cap", "reserved", "published"]
     assert said.splitlines()[-1] == (
-        f"stopped (Ctrl-C) after publishing: release {history[1]['release_id']} is in place, ledger entry #2 "
+        f"stopped (Ctrl-C) after publishing: release {history[2]['release_id']} is in place, ledger entry #3 "
         "(charged epsilon=1 delta=1e-07) records it as published."
     )
 
@@ -144,7 +149,7 @@ def test_outside_a_charged_run_the_ledger_says_what_became_of_this_process_charg
 # the console, and not left Running.
 
 AFTER = (
-    "stopped (Ctrl-C) after its charge: ledger entry #2 charged posts epsilon=1 delta=1e-07, and that charge "
+    "stopped (Ctrl-C) after its charge: ledger entry #3 charged posts epsilon=1 delta=1e-07, and that charge "
     "stands (recorded as failed): the mechanism had started and may already have drawn noise from the data, so "
     "the budget cannot be given back. Nothing was published."
 )
@@ -190,19 +195,19 @@ def test_served_ctrl_c_before_the_charge_charges_nothing(prefect_server, tmp_pat
     _, _, lines, run_ = _served(home, request, "paused at load", PAUSED | {"PRIVRELEASE_FAULT": "pause:load"})
     assert lines[-1] == "stopped (Ctrl-C) before its charge: nothing was charged and nothing published."
     _cancelled_with(run_, lines[-1])
-    assert [e["status"] for e in _history(home)] == ["cap"]
+    assert [e["status"] for e in _history(home)] == ["registered", "cap"]
     _nothing_published(home)
 
 
 def test_served_ctrl_c_during_the_mechanism_keeps_the_charge(prefect_server, tmp_path: Path):
     """DPNE on 50,000 users runs for seconds after its charge, inside its Prefect task: the signal lands there."""
     home, request = _home(tmp_path, 50_000)
-    _, _, lines, run_ = _served(home, request, "ledger entry #2")
+    _, _, lines, run_ = _served(home, request, "ledger entry #3")
     assert lines[-1] == AFTER
     _cancelled_with(run_, AFTER)
     history = _history(home)
-    assert [(e["seq"], e["status"]) for e in history] == [(1, "cap"), (2, "reserved"), (3, "failed")]
-    assert history[1]["flow_run_id"] == str(run_.id) and "interrupted by the user" in json.dumps(history[2])
+    assert [(e["seq"], e["status"]) for e in history] == [(1, "registered"), (2, "cap"), (3, "reserved"), (4, "failed")]
+    assert history[2]["flow_run_id"] == str(run_.id) and "interrupted by the user" in json.dumps(history[3])
     totals = json.loads(run(home, "ledger", "totals", "--json").stdout)
     assert totals[0]["spent"]["epsilon"] == 1.0 and totals[0]["failed"] == 1 and totals[0]["pending"] == 0
     _nothing_published(home)
@@ -214,7 +219,7 @@ def test_served_ctrl_c_during_publication_keeps_the_charge_and_publishes_nothing
     _, _, lines, run_ = _served(home, request, "paused at staged", PAUSED | {"PRIVRELEASE_FAULT": "pause:staged"})
     assert lines[-1] == AFTER
     _cancelled_with(run_, AFTER)
-    assert [e["status"] for e in _history(home)] == ["cap", "reserved", "failed"]
+    assert [e["status"] for e in _history(home)] == ["registered", "cap", "reserved", "failed"]
     _nothing_published(home)
 
 
@@ -225,11 +230,11 @@ def test_served_ctrl_c_after_publishing_records_the_release(prefect_server, tmp_
     _, _, lines, run_ = _served(home, request, f"paused at {step}", PAUSED | {"PRIVRELEASE_FAULT": f"pause:{step}"})
     release_id = next(e["release_id"] for e in _history(home) if e["status"] == "reserved")
     assert lines[-1] == (
-        f"stopped (Ctrl-C) after publishing: release {release_id} is in place, ledger entry #2 "
+        f"stopped (Ctrl-C) after publishing: release {release_id} is in place, ledger entry #3 "
         "(charged epsilon=1 delta=1e-07) records it as published."
     )
     _cancelled_with(run_, lines[-1])
-    assert [e["status"] for e in _history(home)] == ["cap", "reserved", "published"]
+    assert [e["status"] for e in _history(home)] == ["registered", "cap", "reserved", "published"]
     assert (home / "releases" / "posts" / release_id / "manifest.json").is_file()
 
 

@@ -26,28 +26,31 @@ def test_history_lines_are_short_and_say_what_happened(tmp_path: Path):
     r = run(home, "release", str(request))
     assert r.returncode == 0, r.stderr
     release = r.stdout.split()[1]
-    # what is left, said as a share of the cap (the preview says why the delta left is below the cap less the charge)
-    assert "; left of the cap: epsilon=" in r.stdout and "of 10, delta=8.95e-06 of 1e-05" in r.stdout
+    # what the next release like it can take, beside the cap, and what was spent under the accountant that admits
+    assert "\nbudget the next release like this can take epsilon ≤ " in r.stdout
+    assert "(at delta=1e-07); cap epsilon=10, delta=1e-05; spent " in r.stdout
 
     request.write_text(yaml.safe_dump({"dataset": "posts", "mechanism": {"name": "dpne", "params": DPNE | {"epsilon": 30}}}))
     r = run(home, "release", str(request))  # refused by the cap: plain words; the accounting with --verbose
     assert r.returncode == 2 and r.stderr.startswith(
-        "error: this release needs epsilon=30, delta=1e-07 but dataset 'posts' cannot take it: epsilon="
+        "error: this release needs epsilon=30, delta=1e-07 but dataset 'posts' cannot take it (cap epsilon=10, delta=1e-05; spent "
     )
-    assert r.stderr.endswith(" (--verbose adds the accounting behind it)\n") and "Rényi" not in r.stderr
+    assert r.stderr.endswith(" (--verbose adds the accounting behind it)\n") and "Accounting detail" not in r.stderr
+    assert "as the Rényi filter counts it" in r.stderr and "The next release like this can take epsilon ≤ " in r.stderr
     r = run(home, "release", str(request), "--verbose")
     assert r.returncode == 2 and "Accounting detail. What binds: under the admission filter, epsilon" in r.stderr
 
     lines = run(home, "ledger", "history").stdout.splitlines()
-    assert len(lines) == 4 and max(map(len, lines)) <= 120, lines  # a DPNE charge's detail was 681 characters
-    assert lines[2].endswith(f"posts          {release} dpne: charged epsilon=1 delta=1e-07 (by {lines[2].split('(by ')[1]}")
-    assert lines[3].endswith(f"{release}: published")
+    assert len(lines) == 5 and max(map(len, lines)) <= 120, lines  # a DPNE charge's detail was 681 characters
+    assert lines[1].endswith(" posts          registered: version 1 (user:user, dp, 2 columns)")  # rows not public
+    assert lines[3].endswith(f"posts          {release} dpne: charged epsilon=1 delta=1e-07 (by {lines[3].split('(by ')[1]}")
+    assert lines[4].endswith(f"{release}: published")
     verbose = run(home, "ledger", "history", "--verbose").stdout
     assert "      detail: admission={'mode': 'events'" in verbose and "events=3 parts" in verbose
-    shown = json.loads(run(home, "ledger", "show", "2").stdout)
-    assert shown["seq"] == 2 and shown["release_id"] == release and len(shown["detail"]["events"]) == 3
+    shown = json.loads(run(home, "ledger", "show", "3").stdout)
+    assert shown["seq"] == 3 and shown["release_id"] == release and len(shown["detail"]["events"]) == 3
     r = run(home, "ledger", "show", "9")
-    assert r.returncode == 2 and r.stderr == f"error: the ledger of home {home} has no entry #9; it has entries #1 to #3.\n"
+    assert r.returncode == 2 and r.stderr == f"error: the ledger of home {home} has no entry #9; it has entries #1 to #4.\n"
 
 
 def test_a_dataset_that_is_not_there_is_an_error_naming_the_home(tmp_path: Path):

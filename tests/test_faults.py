@@ -130,11 +130,11 @@ def test_a_running_release_stays_pending_and_verify_reports_it(dp_home, capsys):
     ledger.reserve("sessions", "live", "dp", dp(0.5), "outliers", {}, {})  # this process
     code, out, _ = cli(capsys, "ledger", "verify")
     assert code == 0 and re.search(
-        r"pending: release live of sessions \(entry #2\) charged \d+ s ago, its process still "
+        r"pending: release live of sessions \(entry #3\) charged \d+ s ago, its process still "
         "running",
         out,
     ), out
-    assert [e.status for e in ledger.entries()] == ["cap", RESERVED]
+    assert [e.status for e in ledger.entries()] == ["registered", "cap", RESERVED]
     code, out, _ = cli(capsys, "ledger", "recover")
     assert code == 0 and "no interrupted release to settle" in out
 
@@ -240,7 +240,8 @@ def test_eight_concurrent_releases_settle_only_their_own(dp_home, tmp_path, caps
         codes.append(proc.returncode)
         assert proc.returncode == 0 or (
             proc.returncode == 2
-            and "epsilon=0, delta=0.0004 is left of its cap" in err
+            and "spent 100% of the cap" in err
+            and "No epsilon of this request fits: the cap has no epsilon left." in err
             and "the delta it needs" not in err  # refused at admission, it says no epsilon is left, not that delta binds
         ), err
     # the cap (3.0) holds five charges of 0.6, exactly: smooth counts are (eps, delta) parts, summed exactly

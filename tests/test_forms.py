@@ -77,7 +77,9 @@ def test_refusals_fail_the_run_in_one_line(prefect_server, demo):
         state = getattr(flows.forms, form)(**params, return_state=True)
         assert state.is_failed() and message in state.message and "\n" not in state.message, (form, state.message)
     assert not (demo / "releases").exists()
-    assert all(e.status in ("cap", "policy") for e in Ledger(demo / "privrelease.duckdb").entries())  # nothing charged
+    assert all(
+        e.status in ("registered", "cap", "policy") for e in Ledger(demo / "privrelease.duckdb").entries()
+    )  # nothing charged
 
 
 def test_a_form_previews_without_charging(prefect_server, demo):
@@ -104,43 +106,100 @@ def test_a_form_previews_without_charging(prefect_server, demo):
     assert Ledger(demo / "privrelease.duckdb").entries() == before and not (demo / "releases").exists()
 
 
-def test_the_forms_offer_the_registered_datasets_and_columns_by_name(demo):
-    """Deployed from a home (make serve's), the SDC forms' column fields are enums of the columns the
-    registered sdc datasets' policies publish, and their dataset field an enum of those datasets; the DP
-    forms' (the aggregate table's group_by, measures and dataset) the dp datasets' columns and ids. From
-    a fresh checkout they take text. Computed as `prefect deploy` stores it, in a process of its own."""
-    import os
-    import subprocess
-    import sys
+def test_the_gate_offers_the_registered_datasets_and_the_chosen_ones_columns(demo):
+    """A form's dataset and column fields are stored as text (a dataset registered after the forms were deployed is a
+    valid value); the gate shows them with the registered datasets of the form's purpose and their columns, read
+    when the form is opened: the sdc forms the columns the policies publish, the dp forms every column but the unit's.
+    Opened for one dataset (its page's ?parameters=), the columns are that dataset's, the defaults naming others'
+    columns are left out, and a record-unit dataset's form has no field bounding a user's rows."""
+    from urllib.parse import quote
 
-    code = (
-        "import json, sys; from prefect.utilities.callables import parameter_schema; from flows import forms; "
-        "s = parameter_schema(getattr(forms, sys.argv[1])).model_dump(); print(json.dumps(s))"
-    )
+    from prefect.utilities.callables import parameter_schema
 
-    def schema(home: str | None, form: str) -> dict:
-        env = {k: v for k, v in os.environ.items() if k != "PRIVRELEASE_HOME"} | ({"PRIVRELEASE_HOME": home} if home else {})
-        env["PRIVRELEASE_FORMS_FROM_REGISTRY"] = "1"
-        r = subprocess.run([sys.executable, "-c", code, form], env=env, capture_output=True, text=True, timeout=120, check=True)
-        return json.loads(r.stdout)
+    from core.release.catalogue import Catalogue
+    from core.release.home import Home
+    from flows import forms
+    from gate.forms import chosen, shown
+    from gate.schemas import made_of
 
-    registry = Registry(demo)
-    published = registry.get("census-demo").policy.published(list(registry.get("census-demo").schema.columns))
-    props = schema(str(demo), "ra_release")["properties"]
+    def stored(form) -> dict:
+        return json.loads(json.dumps(parameter_schema(form).model_dump()))
+
+    datasets = Catalogue(Home(demo)).datasets()
+    ra = stored(forms.ra_release)
+    assert "enum" not in ra["properties"]["dataset"] and "enum" not in ra["properties"]["qi"]["items"]
+    census = Registry(demo).get("census-demo")
+    published = census.policy.published(list(census.schema.columns))
+    props = shown(ra, datasets)["properties"]
     assert props["qi"]["items"]["enum"] == published and props["sensitive"]["enum"] == published
-    assert props["recode"]["items"]["enum"] == published and props["dataset"]["const"] == "census-demo"  # one dataset
-    fresh = schema(None, "ra_release")["properties"]
-    assert fresh["qi"]["items"] == {"minLength": 1, "type": "string"} and "const" not in fresh["dataset"]
-    dp = [d for d in registry.list() if d.purpose == "dp"]
-    columns = list(dict.fromkeys(c for d in dp for c in d.schema.columns))
-    table = schema(str(demo), "aggregate_release")
-    props = table["properties"]
-    assert props["dataset"]["enum"] == [d.id for d in dp] and "payroll-demo" in props["dataset"]["enum"]
-    assert props["group_by"]["items"]["enum"] == columns and props["distinct"]["items"]["enum"] == columns
-    assert props["group_by"]["maxItems"] == 8 and props["group_by"]["minItems"] == 1  # the Params' bounds
-    assert table["definitions"]["ColumnRange"]["properties"]["column"]["enum"] == columns
-    fresh = schema(None, "aggregate_release")["properties"]
-    assert fresh["group_by"]["items"] == {"minLength": 1, "type": "string"} and "enum" not in fresh["dataset"]
+    assert props["dataset"]["enum"] == ["census-demo"] and "postcode" not in published
+
+    table = stored(forms.aggregate_release)
+    live = shown(table, datasets)
+    dp = [d for d in Registry(demo).list() if d.purpose == "dp"]
+    assert live["properties"]["dataset"]["enum"] == [d.id for d in dp] == ["logins-demo", "payroll-demo", "posts-demo"]
+    assert "person" not in live["properties"]["group_by"]["items"]["enum"]  # payroll's unit: never offered
+    assert {"region", "grade", "mb_sent", "text"} <= set(live["definitions"]["ColumnRange"]["properties"]["column"]["enum"])
+    assert live["properties"]["group_by"]["maxItems"] == 8 and "max_rows" in live["properties"]
+    logins = shown(table, datasets, "logins-demo")
+    columns = ["duration_min", "mb_sent", "hour", "failed_logins"]
+    assert (
+        logins["properties"]["group_by"]["items"]["enum"] == columns
+        and logins["properties"]["dataset"]["default"] == "logins-demo"
+    )
+    assert logins["properties"]["group_by"]["default"] == [] and logins["properties"]["means"]["default"] == []
+    assert "max_groups" not in logins["properties"] and "max_rows" not in logins["properties"]
+    # what the UI sends back to /api/ui/schemas/validate is made of the stored form's pieces, whichever dataset
+    for chosen_id in (None, "logins-demo", "payroll-demo", "posts-demo"):
+        assert made_of(shown(table, datasets, chosen_id), [table]) and made_of(shown(ra, datasets, chosen_id), [ra])
+    payroll = shown(table, datasets, "payroll-demo")["properties"]
+    assert payroll["max_rows"]["default"] == 6 and payroll["means"]["default"][0]["column"] == "salary"
+    assert shown(table, []) == table  # nothing registered: the form as stored
+
+    page = f"https://gate.example/deployments/deployment/d1/run?parameters={quote(json.dumps({'dataset': 'logins-demo'}))}"
+    assert chosen(page, "d1") == "logins-demo" and chosen(page, "d2") is None
+    assert chosen("https://gate.example/deployments/deployment/d1/run", "d1") is None
+    assert chosen(page.replace("logins-demo", "..%2Fx"), "d1") is None
+
+
+def test_the_aggregate_form_releases_a_record_unit_dataset_with_its_defaults(prefect_server, demo):
+    """The form's user-unit fields (max_groups 1, max_rows 6 pre-filled) are ignored for a dataset of the record unit,
+    which refused them before ("under the record unit ... drop them"); an empty one under the user unit is the
+    mechanism's 1."""
+    from flows.forms import ColumnRange, aggregate_release
+
+    ranges = [ColumnRange(column="mb_sent", low=0, high=800)]
+    summary = aggregate_release(dataset="logins-demo", group_by=["failed_logins"], means=ranges, sums=ranges[:0], count=True)
+    params = _manifest(summary)["mechanism"]["params"]
+    assert (params["max_groups"], params["max_rows"], params["user_column"]) == (1, 1, None)
+    summary = aggregate_release(max_groups=None, max_rows=None)
+    params = _manifest(summary)["mechanism"]["params"]
+    assert (params["max_groups"], params["max_rows"], params["user_column"]) == (1, 1, "person")
+
+
+def test_the_sdc_chain_form(prefect_server, demo):
+    """The SDC chain form (the command line's recode -> suppress, and the steward's other methods in their order):
+    its defaults recode and suppress; every step asked for is in the chain; no step is refused in one line."""
+    from flows.forms import ColumnCodes, sdc_release
+
+    default = _manifest(sdc_release())["mechanism"]["params"]["steps"]
+    assert [s["method"] for s in default] == ["recode", "suppress"] and default[0]["columns"] == RECODE_DEMO
+    chain = sdc_release(
+        recode=["education"],
+        topcode=[ColumnCodes(column="hours-per-week", top=60, bottom=10)],
+        pram=["race"],
+        pram_keep=0.7,
+        noise=["age"],
+        noise_level=0.2,
+        suppress_k=4,
+        preview=True,
+    )
+    assert chain["verdict"] == "admitted"
+    state = sdc_release(recode=[], suppress=False, return_state=True)
+    assert state.is_failed() and "the chain has no step" in state.message and "\n" not in state.message
+
+
+RECODE_DEMO = ["age", "education", "native-country"]
 
 
 def test_the_aggregate_form_releases_the_demo_payroll_table(prefect_server, demo):

@@ -121,7 +121,7 @@ def test_a_publish_the_machine_stops_is_finished_from_its_sealed_draw(tmp_path: 
     assert done.returncode == 0, done.stderr
     assert Ledger(home / "privrelease.duckdb").status("r1") == PUBLISHED and spent(home) == 1.0
     manifest = json.loads((home / "releases" / "census" / "r1" / "manifest.json").read_text())
-    assert manifest["ledger"]["seq"] == 2  # the draw charged by entry #2, published as drawn
+    assert manifest["ledger"]["seq"] == 3  # the draw charged by entry #3 (#1 the registration, #2 the cap), published as drawn
     assert _publish.sealed(home / "staging", "census", "r1") is None
     checked = run(home, "ledger", "verify", "--files")
     assert checked.returncode == 0 and "release files ok" in checked.stdout

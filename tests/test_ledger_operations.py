@@ -82,11 +82,11 @@ def test_a_restored_copy_of_the_home_is_refused_until_the_rollback_is_recorded(t
     for args in (["ledger", "totals"], ["ledger", "history"], ["release", str(request)], ["dataset", "list"]):
         r = run(home, *args)
         assert r.returncode == 3, (args, r.stderr)
-        assert "was rolled back" in r.stderr and "ledger ends at entry #3" in r.stderr and "accept-rollback" in r.stderr
+        assert "was rolled back" in r.stderr and "ledger ends at entry #4" in r.stderr and "accept-rollback" in r.stderr
         assert "this is a bug" not in r.stderr
     assert rows(home) == before  # nothing was charged
     verify = run(home, "ledger", "verify")
-    assert verify.returncode == 3 and "entry 4, anchored at" in verify.stderr
+    assert verify.returncode == 3 and "entry 5, anchored at" in verify.stderr
     accepted = run(home, "ledger", "accept-rollback")
     assert accepted.returncode == 0, accepted.stderr
     assert "2 lost entries carried forward" in accepted.stdout and "its budget stays spent" in accepted.stdout
@@ -95,7 +95,7 @@ def test_a_restored_copy_of_the_home_is_refused_until_the_rollback_is_recorded(t
     assert run(home, "ledger", "verify").returncode == 0
     history = json.loads(run(home, "ledger", "history", "--json").stdout)
     rollback = next(e for e in history if e["status"] == "rollback")
-    assert rollback["dataset"] == "*" and [seq for seq, _ in rollback["detail"]["lost"]] == [4, 5]
+    assert rollback["dataset"] == "*" and [seq for seq, _ in rollback["detail"]["lost"]] == [5, 6]
     assert run(home, "ledger", "accept-rollback").returncode == 2  # nothing more to accept
 
 
@@ -178,7 +178,7 @@ def test_an_auditors_signed_line_catches_a_rollback_when_the_anchors_cannot(tmp_
     shutil.copy(home / "privrelease.duckdb", tmp_path / "old.duckdb")
     assert release(home, req).returncode == 0
     line = run(home, "ledger", "anchor", "--print").stdout.strip()
-    assert line.startswith("privrelease-anchor seq=5 ")
+    assert line.startswith("privrelease-anchor seq=6 ")
     public = run(home, "ledger", "anchor", "--public-key").stdout.strip()
     assert f"key={public} " in line
     shutil.copy(tmp_path / "old.duckdb", home / "privrelease.duckdb")
@@ -186,8 +186,8 @@ def test_an_auditors_signed_line_catches_a_rollback_when_the_anchors_cannot(tmp_
     Ledger(home / "privrelease.duckdb").anchors.written.write_text("")  # and the anchors emptied
     assert run(home, "ledger", "verify").returncode == 0  # weakened: nothing left to catch it
     r = run(home, "ledger", "verify", "--anchor", line)
-    assert r.returncode == 3 and "entry 5" in r.stderr
-    forged = line.replace("seq=5", "seq=4")
+    assert r.returncode == 3 and "entry 6" in r.stderr
+    forged = line.replace("seq=6", "seq=5")
     r = run(home, "ledger", "verify", "--anchor", forged)
     assert r.returncode == 2 and "signature does not check out" in r.stderr
 

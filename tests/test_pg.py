@@ -77,7 +77,7 @@ def test_migrate_a_home_into_postgresql(tmp_path: Path, pg_url: str):
     r = run(home, "release", str(outliers_request(tmp_path / "req")))
     assert r.returncode == 0, r.stderr
     before = json.loads(run(home, "ledger", "history", "--json").stdout)
-    assert [e["status"] for e in before] == ["cap", RESERVED, PUBLISHED]
+    assert [e["status"] for e in before] == ["registered", "cap", RESERVED, PUBLISHED]
 
     with duckdb.connect(str(home / "privrelease.duckdb")) as con:  # as homes from before relative snapshot paths
         con.execute("UPDATE datasets SET snapshot = ?", [str(home / "datasets" / "sessions" / "v1.parquet")])
@@ -89,11 +89,11 @@ def test_migrate_a_home_into_postgresql(tmp_path: Path, pg_url: str):
     assert r.returncode == 0, r.stderr
     with psycopg.connect(pg_url) as con:  # a path any worker resolves under its own snapshot folder
         assert con.execute("SELECT snapshot FROM privrelease.datasets").fetchall() == [("sessions/v1.parquet",)]
-    assert r.stdout.startswith(f"migrated 3 ledger entries and 1 registrations into {pg_url}; the hash chain verifies")
+    assert r.stdout.startswith(f"migrated 4 ledger entries and 1 registrations into {pg_url}; the hash chain verifies")
     on_pg = {"PRIVRELEASE_LEDGER_URL": pg_url}
     assert json.loads(run(home, "ledger", "history", "--json", env=on_pg).stdout) == before  # same JSON, same chain
     r = run(home, "ledger", "verify", env=on_pg)
-    assert r.returncode == 0 and "ledger ok: 3 entries" in r.stdout
+    assert r.returncode == 0 and "ledger ok: 4 entries" in r.stdout
     r = run(home, "release", str(outliers_request(tmp_path / "req2")), env=on_pg)  # the registration arrived too
     assert r.returncode == 0, r.stderr
     totals = json.loads(run(home, "ledger", "totals", "--json", env=on_pg).stdout)
@@ -106,7 +106,7 @@ def test_migrate_a_home_into_postgresql(tmp_path: Path, pg_url: str):
     Ledger(other / "privrelease.duckdb").set_budget("sessions", Budget(5.0, 1e-3))
     r = run(other, "ledger", "migrate", "--to", pg_url)  # another home's ledger is never merged into this one
     assert r.returncode == 2 and r.stderr.startswith("error: the target database")
-    assert "already holds 5 ledger entries and 1 registrations; migrate into an empty database" in r.stderr
+    assert "already holds 6 ledger entries and 1 registrations; migrate into an empty database" in r.stderr
     r = run(other, "ledger", "migrate", "--to", "mysql://root:hunter2@db/x")
     assert r.returncode == 2 and "--to must be a postgresql://" in r.stderr and "hunter2" not in r.stderr
     r = run(tmp_path / "empty", "ledger", "migrate", "--to", pg_url)

@@ -90,11 +90,15 @@ def test_preview_writes_nothing_reads_no_row_and_refuses_as_a_release(tmp_path: 
     # the count is one Gaussian: the basic region closes, and what is left is the filter's (less than 1.5 - 1)
     left = figures["left_after"]
     assert left["by"] == "filter" and left["epsilon"] < 0.5
-    assert f"- left after it: epsilon={left['epsilon']:.4g} of the cap's 1.5, delta={left['delta']:.3g} of 0.001\n" in r.stdout
-    # the delta left is less than the cap less the charges: a tenth of it is set aside, and the line says so
-    assert left["held_back"] == 1e-4 and "  (0.0001 of the cap's delta is set aside to state the total spent" in r.stdout
-    assert "Rényi" not in r.stdout.split("- verdict")[0].replace("Rényi accountant", "")  # its figures: --verbose
+    # the one figure an analyst acts on, now and after it, beside the cap (the cap less the spend: --verbose only)
+    room = figures["room"]
+    assert f"- budget: {room['says']}; cap epsilon=1.5, delta=0.001\n  (nothing spent yet)\n" in r.stdout
+    assert f"- after it: {room['after']['says']}\n" in r.stdout and "the cap less" not in r.stdout
+    assert room["after"]["epsilon"] < room["epsilon"] <= 1.5 * 2
     verbose = run(home, "release", "--preview", "--verbose", str(request)).stdout
+    assert f"- the cap less what would be spent after it: epsilon={left['epsilon']:.4g} of 1.5" in verbose
+    # the delta left is less than the cap less the charges: a tenth of it is set aside, and the line says so
+    assert left["held_back"] == 1e-4 and "  (0.0001 of the cap's delta is set aside to state the total spent" in verbose
     assert "- accounting: admitted by the Rényi filter; the Rényi filter (order " in verbose
     assert "95% interval: the released count ±" in r.stdout
     assert _ledger_bytes(home) == before  # the ledger, registry, anchors and keys: unchanged
@@ -113,7 +117,7 @@ def test_preview_writes_nothing_reads_no_row_and_refuses_as_a_release(tmp_path: 
     )
     r = run(home, "release", "--preview", str(costly))
     assert r.returncode == 2 and "- verdict: **refused: this release needs epsilon=2" in r.stdout
-    assert r.stderr.startswith("error: this release needs epsilon=2") and "largest epsilon" in r.stderr
+    assert r.stderr.startswith("error: this release needs epsilon=2") and f"can take epsilon ≤ {room['epsilon']:.3g}" in r.stderr
     assert _ledger_bytes(home) == before
 
     Registry(home).drop("ds")

@@ -178,7 +178,7 @@ def test_eds_with_two_columns_as_typed(tmp_path: Path):
         r = run(home, "release", str(request), *args)
         assert r.returncode == 2 and r.stderr.startswith("error: the release request is invalid") and r.stdout == "", r
         assert "EDS swaps one attribute at a time: give a single swap_set column, or use MEDS" in r.stderr
-    assert [e["status"] for e in yaml.safe_load(run(home, "ledger", "history", "--json").stdout)] == ["policy"]
+    assert [e["status"] for e in yaml.safe_load(run(home, "ledger", "history", "--json").stdout)] == ["registered", "policy"]
 
 
 @pytest.mark.parametrize("name", ["mews", "meds", "eds"])
@@ -191,4 +191,4 @@ def test_a_swap_of_a_one_record_table_is_refused_before_the_charge(name: str, tm
     for call in (preview.preview, pipeline.release):
         with pytest.raises(UserError, match=f"{name}: swapping needs at least 2 records; dataset 'one' has 1."):
             call(store, request)
-    assert [e.status for e in store.ledger.entries()] == ["policy"]
+    assert [e.status for e in store.ledger.entries()] == ["registered", "policy"]

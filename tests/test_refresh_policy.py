@@ -51,7 +51,8 @@ def test_refresh_changes_the_policy_with_the_rows(tmp_path: Path):
     # a new policy file is checked as at registration: the same words for the same file
     (work / "bad.yaml").write_text("keys: [\n")
     assert _refused(home, work, "privrelease dataset refresh census --policy bad.yaml") == (
-        "error: --policy 'bad.yaml' is not valid YAML or JSON.\n"
+        "error: --policy 'bad.yaml' is not valid YAML or JSON at line 2, column 1: expected the node content, but found "
+        "'<stream end>'.\n"
     )
     (work / "extra.yaml").write_text("keys: {categorical: [sex]}\nkey: [age]\n")
     said = _refused(home, work, "privrelease dataset refresh census --policy extra.yaml")
@@ -66,7 +67,7 @@ def test_refresh_changes_the_policy_with_the_rows(tmp_path: Path):
         f"error: --policy {str(work / 'missing.yaml')!r} is not a file.\n"
     )
     shown = json.loads(_steward(home, work, "privrelease dataset show census").stdout)
-    assert shown["version"] == 1 and "race" in shown["policy"]["keys"]["categorical"] and shown["policy_entry"] == 1
+    assert shown["version"] == 1 and "race" in shown["policy"]["keys"]["categorical"] and shown["policy_entry"] == 2
 
     doc = yaml.safe_load(policy.read_text())
     doc["keys"]["categorical"].remove("race")
@@ -77,14 +78,19 @@ def test_refresh_changes_the_policy_with_the_rows(tmp_path: Path):
     assert r.stdout.splitlines() == [
         "dataset census: registration 2, unit record, purpose sdc, 10 columns, 200 rows (public)",
         "warning: columns ['race'] are no longer in the source: they leave the registered schema (public).",
-        "dataset census: disclosure policy recorded as ledger entry #2",
+        "dataset census: disclosure policy recorded as ledger entry #4",
         "thresholds every release must meet: k-anonymity on the key (k ≥ 2)",
     ]
     shown = json.loads(_steward(home, work, "privrelease dataset show census").stdout)
-    assert shown["version"] == 2 and "race" not in shown["schema"] and shown["policy_entry"] == 2
+    assert shown["version"] == 2 and "race" not in shown["schema"] and shown["policy_entry"] == 4
     assert shown["policy"]["keys"] == doc["keys"] and shown["policy"]["thresholds"]["k"] == 2
     history = json.loads(_steward(home, work, "privrelease ledger history --json").stdout)
-    assert [(e["seq"], e["status"], e["requested_by"] is not None) for e in history] == [(1, "policy", True), (2, "policy", True)]
+    assert [(e["seq"], e["status"], e["requested_by"] is not None) for e in history] == [
+        (1, "registered", True),
+        (2, "policy", True),
+        (3, "refreshed", True),
+        (4, "policy", True),
+    ]
 
 
 def test_refresh_refuses_a_policy_for_a_dp_dataset(tmp_path: Path):

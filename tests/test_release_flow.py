@@ -14,7 +14,7 @@ import pytest
 from cli.main import main
 from core import noise
 from core.datasets.demo import SUITES, census
-from core.ledger.ledger import FAILED, POLICY, PUBLISHED, RESERVED, Ledger
+from core.ledger.ledger import FAILED, POLICY, PUBLISHED, REGISTERED, RESERVED, Ledger
 from core.mechanisms import ra
 from tests.helpers import QI, planned_run, prepared, register, write_request
 
@@ -54,7 +54,8 @@ def test_release_end_to_end(prefect_server, home, test_mode, tmp_path, capsys):
     pd.testing.assert_frame_equal(released, expected.data, check_dtype=False)
     parquet = duckdb.connect().execute("SELECT * FROM read_parquet(?)", [str(folder / "data.parquet")]).df()
     pd.testing.assert_frame_equal(parquet, released, check_dtype=False)
-    policy, *entries = Ledger(home / "privrelease.duckdb").entries()
+    registered, policy, *entries = Ledger(home / "privrelease.duckdb").entries()
+    assert registered.status == REGISTERED
     assert policy.status == POLICY and [e.status for e in entries] == [RESERVED, PUBLISHED]
     assert json.loads(entries[0].params)["policy"] == policy.seq  # the charge names the policy it was checked against
     assert entries[0].epsilon == entries[0].delta == 0 and entries[0].kind == "sdc"
@@ -172,12 +173,12 @@ def test_failure_after_charge_keeps_the_charge_and_publishes_nothing(prefect_ser
     squatter.mkdir(parents=True)
     code, _, err = cli(capsys, "release", str(spec))
     assert code == 2 and "already exists" in err
-    assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] == [POLICY, RESERVED, FAILED]
+    assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] == [REGISTERED, POLICY, RESERVED, FAILED]
     assert list(squatter.iterdir()) == [] and [p.name for p in squatter.parent.iterdir()] == ["taken"]
     squatter.rmdir()
     code, _, err = cli(capsys, "release", str(spec))  # a retry would draw again under the same charge
     assert code == 2 and "was charged before and did not publish (its ledger status is failed)" in err
-    assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] == [POLICY, RESERVED, FAILED]
+    assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] == [REGISTERED, POLICY, RESERVED, FAILED]
     assert not squatter.exists()
 
 
@@ -217,7 +218,7 @@ def test_a_snapshot_this_worker_cannot_reach_is_refused_as_such(prefect_server, 
         f"was registered from host {socket.gethostname()!r}; set $PRIVRELEASE_SNAPSHOT_STORE on this worker to the "
         "store that host wrote to (a folder every worker mounts). Nothing was charged."
     )
-    assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] == [POLICY]  # nothing charged
+    assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] == [REGISTERED, POLICY]  # nothing charged
 
 
 CANARY = "CANARY-5f1e0b7c-raw-row"

@@ -41,7 +41,11 @@ def cli(home: Path, *args: str, cwd: Path | None = None) -> subprocess.Completed
 
 
 def charges(home: Path) -> list[str]:
-    return [e.status for e in Ledger(home / "privrelease.duckdb").entries() if e.status not in ("cap", POLICY)]
+    return [
+        e.status
+        for e in Ledger(home / "privrelease.duckdb").entries()
+        if e.status not in ("cap", POLICY, "registered", "refreshed")
+    ]
 
 
 # -- attack 1: an analyst's one-column key ------------------------------------------------------------
@@ -365,6 +369,10 @@ def test_an_sdc_dataset_without_a_policy_releases_nothing(home, test_mode):
             {"name": "sdc", "params": {"steps": [{"method": "recode", "columns": ["b"]}, {"method": "suppress"}]}},
             "recode: the disclosure policy has no hierarchy for ['b']",
         ),
+        (  # a typo is named as one, not blamed on the hierarchies (issue #54)
+            {"name": "sdc", "params": {"steps": [{"method": "recode", "columns": ["aa"]}, {"method": "suppress"}]}},
+            "recode: the disclosure policy names no column 'aa' (a typo?); recode takes its key variables with a hierarchy",
+        ),
         (
             {"name": "sdc", "params": {"steps": [{"method": "recode", "columns": ["a"], "level": 2}, {"method": "suppress"}]}},
             "recode: 'a' has 1 hierarchy levels, not 2",
@@ -394,7 +402,7 @@ def test_an_sdc_dataset_without_a_policy_releases_nothing(home, test_mode):
         ({"name": "sdc", "params": {"steps": [{"method": "topcode", "column": "x"}]}}, "topcode needs top, bottom or both"),
         ({"name": "sdc", "params": {"steps": []}}, "steps: List should have at least 1 item"),
     ],
-    ids=["identifier", "unnamed", "no-hierarchy", "level", "recoded-then-numeric", "two-papers", "topcode", "empty"],
+    ids=["identifier", "unnamed", "no-hierarchy", "typo", "level", "recoded-then-numeric", "two-papers", "topcode", "empty"],
 )
 def test_requests_the_policy_or_the_chain_refuses_are_refused_before_the_charge(home, mechanism, message):
     register(home, table(), "t", policy=policy.parse(CATEGORICAL, "test policy"))
@@ -502,21 +510,22 @@ def test_the_steward_registers_shows_and_changes_a_policy_each_change_on_the_led
     assert "note: the disclosure policy does not name ['id', 'secret']; no release publishes them." in r.stdout
     assert "thresholds every release must meet: none (any table the methods produce is published)" in r.stdout
     shown = json.loads(cli(home, "dataset", "show", "t").stdout)
-    assert shown["policy"]["keys"] == {"categorical": ["a", "b"], "numeric": ["x"]} and shown["policy_entry"] == 1
+    assert shown["policy"]["keys"] == {"categorical": ["a", "b"], "numeric": ["x"]} and shown["policy_entry"] == 2
     (tmp_path / "p2.yaml").write_text(yaml.safe_dump(doc | {"publishable": ["seq", "y", "id"], "thresholds": {"k": 4}}))
     r = cli(home, "dataset", "policy", "t", "--policy", str(tmp_path / "p2.yaml"))
-    assert r.returncode == 0 and r.stdout.startswith("dataset t: disclosure policy recorded as ledger entry #2")
+    assert r.returncode == 0 and r.stdout.startswith("dataset t: disclosure policy recorded as ledger entry #3")
     assert (
         "warning: column 'id' holds a different value in every row (an identifier?); the policy names it "
         "publishable, so a release publishes it."
     ) in r.stdout
     entries = Ledger(home / "privrelease.duckdb").entries()
-    assert [e.status for e in entries] == [POLICY, POLICY] and entries[1].requested_by
-    assert json.loads(entries[1].detail)["thresholds"]["k"] == 4
+    assert [e.status for e in entries] == ["registered", POLICY, POLICY] and entries[2].requested_by
+    assert json.loads(entries[2].detail)["thresholds"]["k"] == 4
     assert cli(home, "ledger", "verify").returncode == 0
     history = cli(home, "ledger", "history").stdout.splitlines()
-    assert " policy " in history[2] and history[2].endswith("key=a,b,x thresholds: k=4 identifiers=0")
-    assert json.loads(cli(home, "dataset", "show", "t").stdout)["policy_entry"] == 2
+    assert " registered (by " in history[1] and " policy " in history[3]
+    assert history[3].endswith("key=a,b,x thresholds: k=4 identifiers=0")
+    assert json.loads(cli(home, "dataset", "show", "t").stdout)["policy_entry"] == 3
     r = cli(
         home,
         "dataset",
@@ -907,7 +916,7 @@ def test_the_policy_commands_refuse_what_a_steward_typed_wrong(tmp_path):
             "d",
             "--policy",
             str(tmp_path / "bad.yaml"),
-        ): "error: --policy 'bad.yaml' is not valid YAML or JSON.",
+        ): "error: --policy 'bad.yaml' is not valid YAML or JSON at line 2, column 1: expected ',' or ']', but got",
     }
     for args, message in said.items():
         r = cli(home, *args)
@@ -930,4 +939,4 @@ def test_the_policy_commands_refuse_what_a_steward_typed_wrong(tmp_path):
         str(tmp_path / "weighted.yaml"),
     )
     assert r.returncode == 2 and "the weight column 'y' may be empty (nullable); every record needs its weight." in r.stderr
-    assert [e.status for e in Ledger(home / "privrelease.duckdb").entries()] == []  # nothing recorded
+    assert [e.dataset for e in Ledger(home / "privrelease.duckdb").entries()] == ["d"]  # only d's registration

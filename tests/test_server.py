@@ -170,7 +170,7 @@ def deploy(env: dict) -> None:
     write_demo(Path(env["PRIVRELEASE_HOME"]), rows=2000)
     _run(env, "work-pool", "create", "privrelease", "--type", "process", "--base-job-template", "deploy/process-pool.json")
     _run(env, "work-pool", "set-concurrency-limit", "privrelease", str(limits.configured().pool))
-    _run(env | {"PRIVRELEASE_FORMS_FROM_REGISTRY": "1"}, "--no-prompt", "deploy", "--all")
+    _run(env, "--no-prompt", "deploy", "--all")
 
 
 @contextmanager

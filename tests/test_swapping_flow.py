@@ -81,4 +81,4 @@ def test_bad_input(prefect_server, home, tmp_path, capsys, params, message):
     assert not (home / "releases" / "survey").exists()
     statuses = [e.status for e in Ledger(home / "privrelease.duckdb").entries()]
     # feasibility depends on the data, so it is found while privatizing: recorded (at zero cost) as failed
-    assert statuses == [POLICY] + ([RESERVED, "failed"] if "t_range" in params else [])
+    assert statuses == ["registered", POLICY] + ([RESERVED, "failed"] if "t_range" in params else [])

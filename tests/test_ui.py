@@ -5,7 +5,8 @@ gate in front of a real `prefect server` with every deployment and a worker, as 
   release filled in and submitted completes, its report shows its chart and its ledger entry names
   her; a bound the form breaks is refused naming the field; pages of the operator's show Prefect's
   own error, not a broken page; the event feed shows her runs' events and nothing of the operator's;
-- the auditor starts the ledger audit and reads its artifacts; Run on a release form is refused;
+- the auditor starts the ledger audit and reads its artifacts; Run on a release form is refused, the form saying
+  why in the gate's words (Prefect's "Oops" before);
 - a release above the steward's threshold waits until a steward approves it in the UI.
 
 Screenshots go to $PRIVRELEASE_UI_SHOTS (docs/img refreshes the analyst's guide's) or the test's own folder,
@@ -278,8 +279,9 @@ def _as_the_auditor(page: Page, env: dict, root: Path, shots: Path) -> None:
     refused = refusals(page)
     audit, dpne = deployment(api, "ledger-audit"), deployment(api, "dpne")
     before = len(api.post("/flow_runs/filter", json={"deployments": {"id": {"any_": [dpne["id"]]}}}).json())
-    _quick_run(page, ui, dpne["id"])  # a release form: the gate refuses the run, Prefect shows its error
-    page.get_by_text("Oops. Something went wrong.").first.wait_for()
+    _quick_run(page, ui, dpne["id"])  # a release form: the gate refuses the run, the form shows its sentence (#54)
+    page.get_by_text(re.compile("the auditor role may not start a run of this deployment")).first.wait_for()
+    assert page.get_by_text("Oops. Something went wrong.").count() == 0
     assert [r for r in refused if r.endswith("/create_flow_run")] == [f"POST /deployments/{dpne['id']}/create_flow_run"]
     assert len(api.post("/flow_runs/filter", json={"deployments": {"id": {"any_": [dpne["id"]]}}}).json()) == before
     mine = {"deployments": {"id": {"any_": [audit["id"]]}}, "flow_runs": {"tags": {"all_": ["requested-by:ada"]}}}

@@ -6,9 +6,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 from core.errors import SpecError
+from core.ids import check_id
 from core.privacy.adjacency import AddRemoveUser, ReplaceRecord
 from core.sdc.policy import Policy
 from core.tables.schema import Schema
+
+FORMATS = ("csv", "parquet", "jsonl")
+PURPOSES = ("dp", "sdc")
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,12 @@ class Dataset:
     policy: Policy | None = None  # an sdc dataset's disclosure policy (the steward's; None: no release possible)
     policy_entry: int | None = None  # the ledger entry that recorded it
 
+    def facts(self) -> dict:
+        """What the ledger records of a registration or refresh: public facts only, the row count where the unit
+        makes it public; never the source's path or the snapshot's digest."""
+        return {"version": self.version, "unit": str(self.unit), "purpose": self.purpose,
+                "columns": len(self.schema.columns)} | ({"rows": self.rows} if self.rows is not None else {})  # fmt: skip
+
     def public(self) -> dict:
         return {
             "id": self.id,
@@ -65,3 +75,22 @@ class Dataset:
                 else {}
             ),
         }
+
+
+def arguments(dataset_id: str, fmt: str, unit: Unit, purpose: str, policy: Policy | None) -> None:
+    """A registration's arguments checked on their own, before the registry or any row is read."""
+    check_id(dataset_id, "dataset id")
+    if fmt not in FORMATS:
+        raise SpecError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}.")
+    if purpose not in PURPOSES:
+        raise SpecError(f"--purpose must be 'dp' (differentially private releases) or 'sdc' (RA, swapping), got {purpose!r}.")
+    if purpose == "sdc" and unit.kind != "record":
+        raise SpecError(
+            "an sdc dataset releases perturbed records: its unit is 'record'. When several records belong to one "
+            f"person or household ({unit.column!r}), register with --unit record and name that column as the "
+            "disclosure policy's cluster: (as sdcMicro's hhId): the household risk counts their records together."
+        )
+    if policy is not None and purpose != "sdc":
+        raise SpecError(
+            "--policy is a disclosure policy for an sdc dataset; a dp dataset is protected by its privacy unit and budget."
+        )

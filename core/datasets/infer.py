@@ -12,7 +12,9 @@ every present value fits:
 - else ``string``.
 
 The missing-value tokens (``--na``, default empty and ``NA``) are read as missing in every text column
-before anything is typed. A column that stays text because a few of its values are not numbers is
+before anything is typed; with ``--normalise`` every text value is first read without invisible characters
+(zero-width spaces, joiners, a byte-order mark, soft hyphens), with no-break spaces as spaces, trimmed and in
+Unicode NFC (``normalised_sql``), so ``'Ward A\u200b'`` and ``' Ward A'`` are ``'Ward A'``. A column that stays text because a few of its values are not numbers is
 named in a warning, with example values, so the steward can declare them missing or fix them.
 """
 
@@ -28,17 +30,28 @@ from core.tables.schema import Column, Schema
 
 NA = ("", "NA")
 _SEPARATORS = (".", ",")
+INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u00ad"  # zero-width space, non-joiner, joiner, word joiner, BOM, soft hyphen
+SPACES = "\u00a0\u202f"  # no-break spaces, read as a space
+
+
+def normalised_sql(x: str) -> str:
+    """SQL for the text value ``x`` (an SQL expression) without invisible characters, with no-break spaces as spaces,
+    trimmed, in Unicode NFC; NULL when nothing is left (what ``--normalise`` reads)."""
+    gone = f"regexp_replace({x}, '[{INVISIBLE}]', '', 'g')"
+    return f"nullif(trim(nfc_normalize(regexp_replace({gone}, '[{SPACES}]', ' ', 'g'))), '')"
 
 
 @dataclass(frozen=True)
 class Reading:
-    """How a source's text is read: the tokens meaning a missing value and the decimal separator."""
+    """How a source's text is read: the tokens meaning a missing value, the decimal separator, and whether text values
+    are normalised (``normalised_sql``)."""
 
     na: tuple[str, ...] = NA
     decimal: str = "."
+    normalise: bool = False
 
     @classmethod
-    def parse(cls, na: str | None, decimal: str, delimiter: str = ",", fmt: str = "csv") -> Reading:
+    def parse(cls, na: str | None, decimal: str, delimiter: str = ",", fmt: str = "csv", normalise: bool = False) -> Reading:
         """From the command line: ``--na "NA,?"`` (comma-separated; an empty value is always missing)."""
         if decimal not in _SEPARATORS:
             raise SpecError(f"--decimal must be '.' or ',', got {decimal!r}.")
@@ -48,11 +61,11 @@ class Reading:
                 "fields with another character: pass it with --delimiter (such as ';')."
             )
         tokens = NA if na is None else tuple(dict.fromkeys(["", *(t.strip() for t in na.split(","))]))
-        return cls(tokens, decimal)
+        return cls(tokens, decimal, normalise)
 
     def dump(self) -> str:
-        """As the registry keeps it."""
-        return json.dumps({"na": list(self.na), "decimal": self.decimal})
+        """As the registry keeps it (a refresh reads its source the same way)."""
+        return json.dumps({"na": list(self.na), "decimal": self.decimal} | ({"normalise": True} if self.normalise else {}))
 
     @classmethod
     def load(cls, text: str | None) -> Reading:
@@ -61,7 +74,7 @@ class Reading:
         if not text:
             return cls(("",), ".")
         doc = json.loads(text)
-        return cls(tuple(doc["na"]), doc["decimal"])
+        return cls(tuple(doc["na"]), doc["decimal"], bool(doc.get("normalise", False)))
 
 
 def _number(decimal: str) -> str:
@@ -84,12 +97,12 @@ def clean(con, raw: str, table: str, reading: Reading) -> list[tuple[str, str]]:
         [raw],
     ).fetchall()
     tokens = ", ".join("'" + t.replace("'", "''") + "'" for t in reading.na)
-    parts = [
-        f"CASE WHEN trim({quote_ident(n)}) IN ({tokens}) THEN NULL ELSE {quote_ident(n)} END AS {quote_ident(n)}"
-        if dtype == "VARCHAR"
-        else quote_ident(n)
-        for n, dtype in found
-    ]
+
+    def text(n: str) -> str:
+        x = quote_ident(n)
+        return f"CASE WHEN trim({x}) IN ({tokens}) THEN NULL ELSE {normalised_sql(x) if reading.normalise else x} END AS {x}"
+
+    parts = [text(n) if dtype == "VARCHAR" else quote_ident(n) for n, dtype in found]
     con.execute(f"CREATE TEMP VIEW {table} AS SELECT {', '.join(parts)} FROM {raw}")
     return found
 

@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING
 import duckdb
 
 from core import paths
-from core.datasets import content, ingest, snapshots
-from core.datasets.facts import Dataset, Unit
+from core.datasets import advice, content, ingest, snapshots
+from core.datasets.facts import Dataset, Unit, arguments
 from core.datasets.infer import Reading
-from core.db import memory, quote_ident
+from core.db import memory
 from core.errors import NotRegistered, SpecError
 from core.ids import check_id
-from core.ledger.ledger import Ledger
+from core.ledger.ledger import REFRESHED, REGISTERED, Ledger
 from core.sdc.policy import Policy, PolicyMismatch
 from core.store import REGISTRY_LOCK, open_store
 from core.tables.readers import bound, check_weight, data_root, resolve_source
@@ -46,8 +46,6 @@ from core.tables.schema import Schema
 if TYPE_CHECKING:  # pandas where a frame is read, not at import: the gate imports this and reads none
     import pandas as pd
 
-FORMATS = ("csv", "parquet", "jsonl")
-PURPOSES = ("dp", "sdc")
 COLUMNS = ("id", "version", "unit", "purpose", "format", "delimiter", "source", "schema", "suite", "rows", "registered",
            "snapshot", "digest", "source_digest", "host", "reading")  # fmt: skip
 Warn = Callable[[str], None]
@@ -115,6 +113,7 @@ class Registry:
             dataset = self._ingest(dataset_id, version, source_, unit, purpose, schema, policy, warn, dry_run=dry_run)
             if dry_run:
                 return dataclasses.replace(dataset, policy=policy), schema is None
+            self.ledger.registered(dataset_id, REGISTERED, dataset.facts(), requested_by)
             if policy is not None:
                 self.ledger.set_policy(dataset_id, policy.public(), requested_by)
             return self.get(dataset_id), schema is None
@@ -123,17 +122,7 @@ class Registry:
         self, dataset_id: str, source: str, fmt: str, unit: Unit, purpose: str, policy: Policy | None, root: Path | None
     ) -> tuple[Path, int]:
         """The arguments of a new registration checked, before any row is read: its source's path and version."""
-        check_id(dataset_id, "dataset id")
-        if fmt not in FORMATS:
-            raise SpecError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}.")
-        if purpose not in PURPOSES:
-            raise SpecError(f"--purpose must be 'dp' (differentially private releases) or 'sdc' (RA, swapping), got {purpose!r}.")
-        if purpose == "sdc" and unit.kind != "record":
-            raise SpecError("an sdc dataset releases perturbed records: its unit is 'record'.")
-        if policy is not None and purpose != "sdc":
-            raise SpecError(
-                "--policy is a disclosure policy for an sdc dataset; a dp dataset is protected by its privacy unit and budget."
-            )
+        arguments(dataset_id, fmt, unit, purpose, policy)
         earlier = self._versions(dataset_id)
         if earlier and earlier[-1][1] is not None:
             raise SpecError(
@@ -156,18 +145,21 @@ class Registry:
     def set_policy(self, dataset_id: str, policy: Policy, requested_by: str | None = None) -> Dataset:
         """The steward's new disclosure policy of an sdc dataset, checked against its schema, on the ledger."""
         with self.store.lock(REGISTRY_LOCK):
-            current, private = self._current(dataset_id)
-            _sdc(current)
-            policy.check(current.schema, dataset_id)
-            if policy.weight is not None:
-                with memory() as con:
-                    con.execute(
-                        f"CREATE TEMP TABLE snapshot AS SELECT {quote_ident(policy.weight)} FROM read_parquet(?)",
-                        [str(self._snapshot(private))],
-                    )
-                    check_weight(con, "snapshot", policy.weight, f"dataset {dataset_id!r}")
+            self.check_policy(dataset_id, policy, advise=False)
             self.ledger.set_policy(dataset_id, policy.public(), requested_by)
             return self.get(dataset_id)
+
+    def check_policy(self, dataset_id: str, policy: Policy, advise: bool = True) -> list[str]:
+        """``set_policy``'s checks against the registered snapshot, recording nothing (``dataset policy --check``), and
+        with ``advise`` what the steward should know of the policy on those rows (``advice.on_policy``)."""
+        current, private = self._current(dataset_id)
+        _sdc(current)
+        policy.check(current.schema, dataset_id)
+        with memory() as con:
+            con.execute("CREATE TEMP TABLE snapshot AS SELECT * FROM read_parquet(?)", [str(self._snapshot(private))])
+            if policy.weight is not None:
+                check_weight(con, "snapshot", policy.weight, f"dataset {dataset_id!r}")
+            return advice.on_policy(con, "snapshot", current.schema, policy) if advise else []
 
     def refresh(
         self,
@@ -177,8 +169,10 @@ class Registry:
         warn: Warn | None = None,
         policy: Policy | None = None,
         requested_by: str | None = None,
+        delimiter: str | None = None,
     ) -> Dataset:
-        """Re-ingest and re-check a dataset from its registered source, suite and reading options, under
+        """Re-ingest and re-check a dataset from its registered source, suite and reading options (a CSV's ``delimiter``
+        if given: kept for the next refresh), under
         ``schema`` if given (a new one: columns dropped, types changed), else the registered one less the columns
         the source no longer has (a column dropped from the source leaves the schema). An sdc dataset's ``policy``,
         if given, replaces its disclosure policy with the new rows, checked as at registration (nothing changes if
@@ -188,13 +182,19 @@ class Registry:
             if policy is not None:
                 _sdc(current)
             path = resolve_source(self._source_path(private.source), root or bound(self.home))
-            source = _Source(path, private.format, private.delimiter, Reading.load(private.reading), private.suite)
+            reading = Reading.load(private.reading)
+            if delimiter is not None:
+                Reading.parse(",".join(reading.na), reading.decimal, delimiter, private.format)  # checks it against the decimal
+                if private.format != "csv":
+                    raise SpecError(f"--delimiter is a CSV's; dataset {dataset_id!r} is read from {private.format}.")
+            source = _Source(path, private.format, delimiter or private.delimiter, reading, private.suite)
             args = (dataset_id, current.version + 1, source, current.unit, current.purpose, schema or current.schema)
             try:
                 self._ingest(*args, policy or current.policy, warn, may_drop=schema is None)
             except PolicyMismatch as exc:  # nothing was written: the registration and its policy stand
                 fix = "fix the --policy file" if policy else "pass a policy that fits the source as it is now with --policy FILE"
                 raise PolicyMismatch(f"{exc} Nothing was changed; {fix}.") from None
+            self.ledger.registered(dataset_id, REFRESHED, self.get(dataset_id).facts(), requested_by)
             if policy is not None:
                 self.ledger.set_policy(dataset_id, policy.public(), requested_by)
             return self.get(dataset_id)
@@ -374,6 +374,8 @@ class Registry:
             frame, schema, total, parsed = self._read(con, dataset_id, source, unit, schema, policy, warn, may_drop)
             con.register("snapshot_frame", frame)
             self._seen[dataset_id] = content.identifier_like(con, "snapshot_frame", list(schema.columns))
+            for line in advice.warnings(con, "snapshot_frame", schema, unit.column, purpose, policy) if warn else []:
+                warn(line)
             rows = total if unit.kind == "record" else None
             if dry_run:
                 return Dataset(dataset_id, version, unit, purpose, schema, rows, "not registered (a dry run)")

@@ -1,19 +1,18 @@
 """A dataset's account, read from its ledger entries: what the steward and the auditor are shown.
 
 Per dataset: the cap; the spend by basic composition (exact sums of the charges); the spend the
-admission filter certifies (``core.privacy.accountant``); the tight epsilon of the whole history by
-dp-accounting's PLD accountant (``core.privacy.pld``, reported only); how many more releases like the
-last one the filter admits; and, for a refusal, what the request costs, what is left, the largest
-epsilon of the same request that would fit, and which releases spent the most. ``replay``
-recomputes every recorded admission from the recorded events. Everything here is public: caps,
-charges and the events, all from public parameters.
+admission filter certifies (``core.privacy.accountant``) and the history's share of the cap under the
+accountant that admits it (``spent``); the tight epsilon of the whole history by dp-accounting's PLD
+accountant (``core.privacy.pld``, reported only); how many more releases like the last one the filter
+admits. A refusal's words are ``core.ledger.refusal``'s. ``replay`` recomputes every recorded
+admission from the recorded events. Everything here is public: caps, charges and the events, all
+from public parameters.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from fractions import Fraction
@@ -67,6 +66,7 @@ class Account:
     like: str | None  # the mechanism of the last dp charge
     over_cap: bool
     left: tuple[Budget, str]  # what remains and by which rule (``left``)
+    spent: tuple[float | None, str]  # the history's share of the cap, and the accountant that admits it (``spent``)
 
     def as_dict(self) -> dict:
         f = self.filter
@@ -84,6 +84,7 @@ class Account:
             if self.pld_epsilon is None
             else {"epsilon": self.pld_epsilon, "delta": f.cap.delta, "discretization": pld.discretization(self.basic.epsilon)},
             "next": None if self.like is None else {"like": self.like, "fits": self.fits},
+            "spent_share": None if self.spent[0] is None else {"share": self.spent[0], "by": self.spent[1]},
         }
 
 
@@ -112,6 +113,7 @@ def account(entries: list[Entry], cap: Budget, cache_dir: Path | None = None, ti
         charges[-1].mechanism if charges else None,
         over,
         left(f, spends),
+        spent(f, spends)[:2],
     )
 
 
@@ -185,7 +187,11 @@ class Totals:
             "gdp": None
             if self.gdp_epsilon is None or self.spent is None
             else {"epsilon": self.gdp_epsilon, "delta": self.spent.delta},
-            **(self.account.as_dict() if self.account is not None else {"filter": None, "pld": None, "next": None}),
+            **(
+                self.account.as_dict()
+                if self.account is not None
+                else {"filter": None, "pld": None, "next": None, "spent_share": None}
+            ),
         }
 
 
@@ -197,7 +203,8 @@ def totals(entries: list[Entry], cache_dir: Path | None = None, tight: bool = Tr
         mine = [e for e in entries if e.dataset == dataset]
         caps = [e.budget for e in mine if e.status == CAP]
         charges = [e for e in mine if e.status == RESERVED]
-        kind = charges[0].kind if charges else ("dp" if caps else None)
+        rows = [json.loads(e.detail) for e in mine if e.status in ("registered", "refreshed")]
+        kind = charges[0].kind if charges else ("dp" if caps else rows[-1].get("purpose") if rows else None)
         dp = [e for e in charges if e.kind == "dp"]
         spent = (
             Budget(float(sum((exact(e.epsilon) for e in dp), Fraction(0))), float(sum((exact(e.delta) for e in dp), Fraction(0))))
@@ -227,113 +234,23 @@ def totals(entries: list[Entry], cache_dir: Path | None = None, tight: bool = Tr
     return out
 
 
-# -- refusals ------------------------------------------------------------------------------------------
-
-
-def _down(x: float) -> str:
-    """``x`` to 3 significant digits, rounded down: what is left is never shown as more than it is."""
-    if x <= 0:
-        return "0"
-    step = 10 ** (math.floor(math.log10(x)) - 2)
-    return f"{math.floor(x / step * (1 + 1e-12)) * step:.3g}"
-
-
-def top_spenders(f: Filter, spends: list[Spend], n: int = 3) -> list[tuple[str, Budget, float]]:
-    """The releases with the largest filter cost (ties: charged epsilon), as (id, charge, cost)."""
-    ranked = sorted(spends, key=lambda s: (f.cost(s) if f.alpha else 0.0, exact(s.budget.epsilon)), reverse=True)
-    return [(s.ref, s.budget, f.cost(s) if f.alpha else math.nan) for s in ranked[:n]]
-
-
-def refusal(dataset: str, f: Filter, spends: list[Spend], candidate: Spend) -> tuple[str, str]:
-    """Why a charge is refused, in public values: in plain words (its cost, what is left, what to do), and
-    the accounting detail (what binds in which region, the filter's figures, who spent the most)."""
+def spent(f: Filter, spends: list[Spend]) -> tuple[float | None, str, float]:
+    """What a history spent under the accountant that admits it: its share of the cap (basic composition: the
+    charges' epsilon and delta over the cap's, while no charge has Gaussian noise; the Rényi filter: its costs over
+    its budget K and its (epsilon, delta)-only deltas over their room), which accountant that is ("basic" or
+    "filter"), and the charges' epsilons added up. None: nothing charged. A share, not an epsilon: the filter's
+    certified epsilon holds for the whole history (it pays its conversion once), so it does not add to a next
+    release's epsilon, which ``core.release.headroom`` finds by the filter's own test."""
+    basic = float(sum((exact(s.budget.epsilon) for s in spends), Fraction(0)))
+    if not spends:
+        return None, "basic", basic
     d = f.check(spends)
-    cost, (rest, _) = candidate.budget, left(f, spends)
-    plain = (
-        f"this release needs epsilon={cost.epsilon:.6g}, delta={cost.delta:.6g} but dataset {dataset!r} cannot take "
-        f"it: epsilon={rest.epsilon:.4g}, delta={rest.delta:.3g} is left of its cap (epsilon={f.cap.epsilon:g}, "
-        f"delta={f.cap.delta:g}). Lower the release's cost or ask the data steward to raise the cap "
-        "(privrelease ledger set-budget)."
-    )
-    lines = [f"Accounting detail. {_binding(f, d, candidate, spends)}"]
-    if f.alpha is not None:
-        lines.append(
-            f"Admission filter (Rényi order {f.alpha:.3g}): it would cost {f.cost(candidate):.4g} of the "
-            f"{f.k:.4g} budget, of which {_down(f.k - d.renyi_used)} is left, and delta {float(candidate.approx_delta):.3g} "
-            f"of the {float(f.delta_room):.3g} for (epsilon, delta)-only parts, of which "
-            f"{_down(float(f.delta_room - d.approx_delta))} is left."
-        )
-    room_d = f.delta_room if f.alpha is not None else exact(f.cap.delta)
-    lines.append(
-        f"By basic composition it has only epsilon={float(max(exact(f.cap.epsilon) - d.basic_epsilon, 0)):.6g}, "
-        f"delta={float(max(room_d - d.basic_delta, 0)):.6g} left of its cap (epsilon={f.cap.epsilon:.6g}, "
-        f"delta={f.cap.delta:.6g})"
-        + (" (not open to releases with Gaussian noise)." if candidate.gaussian or any(s.gaussian for s in spends) else ".")
-    )
-    top = top_spenders(f, spends)
-    if top:
-        lines.append(
-            "Largest spenders so far: "
-            + "; ".join(
-                f"{ref} (epsilon={b.epsilon:.4g}, delta={b.delta:.3g}" + ("" if math.isnan(c) else f", filter cost {c:.4g}") + ")"
-                for ref, b, c in top
-            )
-            + "."
-        )
-    return plain, " ".join(lines)
-
-
-def _binding(f: Filter, d, candidate: Spend, spends: list[Spend]) -> str:
-    """Which of epsilon and delta binds, in each region that could have admitted the charge."""
-
-    def say(eps: bool, delta: bool) -> str:
-        return (
-            "epsilon and delta"
-            if eps and delta
-            else "epsilon (delta has room)"
-            if eps
-            else "delta (epsilon has room)"
-            if delta
-            else "neither alone"
-        )
-
-    said = []
-    if f.alpha is not None:
-        said.append(
-            "under the admission filter, "
-            + say(f.cost(candidate) > f.k - d.renyi_used, candidate.approx_delta > f.delta_room - d.approx_delta)
-        )
-    if candidate.gaussian or any(s.gaussian for s in spends):
-        said.append("basic composition does not take Gaussian noise")
-    else:
-        room_d = f.delta_room if f.alpha is not None else exact(f.cap.delta)
-        said.append(
-            "by basic composition, "
-            + say(
-                exact(candidate.budget.epsilon) > exact(f.cap.epsilon) - d.basic_epsilon,
-                exact(candidate.budget.delta) > room_d - d.basic_delta,
-            )
-        )
-    return "What binds: " + "; ".join(said) + "."
-
-
-def largest_epsilon(f: Filter, spends: list[Spend], make: Callable[[float], Spend | None], high: float) -> float | None:
-    """The largest epsilon (to 3 significant digits, rounded down) at which ``make(epsilon)``, the same
-    request at another epsilon, is admitted; None if none from high / 10^6 up fits."""
-
-    def ok(eps: float) -> bool:
-        s = make(eps)
-        return s is not None and f.admit(spends, s)[0].admitted
-
-    lo = high / 1e6
-    if not ok(lo):
-        return None
-    hi = high
-    for _ in range(40):
-        mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    digits = 10 ** (math.floor(math.log10(lo)) - 2)
-    return math.floor(lo / digits) * digits
+    room = f.delta_room if f.alpha is not None else exact(f.cap.delta)
+    if d.region == "basic" or f.alpha is None:
+        share = max(d.basic_epsilon / exact(f.cap.epsilon), d.basic_delta / room if room else Fraction(0))
+        return float(share), "basic", basic
+    share = max(d.renyi_used / f.k if f.k > 0 else math.inf, float(d.approx_delta / f.delta_room) if f.delta_room else 0.0)
+    return float(share), "filter", basic
 
 
 # -- replay ----------------------------------------------------------------------------------------------

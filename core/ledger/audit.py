@@ -24,20 +24,23 @@ class Audit:
     def markdown(self, chart: str | None) -> str:
         status = "**intact**" if self.problem is None else f"**BROKEN**: {self.problem}"
         rows = "\n".join(
-            f"| {t.dataset} | {t.kind or '-'} | {_pair(t.cap)} | {_pair(t.spent)} | {_pair(t.remaining)} | "
+            f"| {t.dataset} | {t.kind or '-'} | {_pair(t.cap)} | {_share(t)} | {_pair(t.spent)} | "
             f"{'-' if t.gdp_epsilon is None else f'{t.gdp_epsilon:.4g}'} | {_accountant(t)} | {t.published} / {t.failed} / {t.pending} |"
             for t in self.totals
         )
         picture = f"\n\nBudget spent over time: `{chart}`\n" if chart else ""
         return (
             f"# Ledger audit\n\nHash chain: {status} ({len(self.entries)} entries).\n\n"
-            "| dataset | kind | cap (eps / delta) | spent | remaining | GDP eps | filter eps | PLD eps | next release "
-            "| published / failed / pending |\n|---|---|---|---|---|---|---|---|---|---|\n"
+            "| dataset | kind | cap (eps / delta) | spent | charges (eps / delta) | GDP eps | filter eps | PLD eps | next "
+            "release | published / failed / pending |\n|---|---|---|---|---|---|---|---|---|---|\n"
             + rows
             + picture
-            + "\n\nspent: basic composition; filter eps: what the admission filter certifies at the cap's delta; PLD eps: "
-            "dp-accounting's tight figure at the cap's delta (reported only); next release: how many more like the "
-            "last one the filter admits.\n"
+            + "\n\nspent: the share of the cap the accountant that admits has used (basic: the charges added up, while no "
+            "charge has Gaussian noise; filter: the Rényi filter's costs over its budget), never above 100%; charges: "
+            "the charges added up, which may pass the cap's epsilon once the Rényi filter admits (it counts Gaussian "
+            "noise together, tighter than a sum); filter eps: what the admission filter certifies for the whole history "
+            "at the cap's delta; PLD eps: dp-accounting's tight figure there (reported only); next release: how many "
+            "more like the last one the filter admits.\n"
         )
 
 
@@ -48,6 +51,11 @@ def _accountant(t: Totals) -> str:
     flt = "-" if a.filter_epsilon is None else f"{a.filter_epsilon:.4g}"
     tight = "-" if a.pld_epsilon is None else f"{a.pld_epsilon:.4g}"
     return f"{flt} | {tight} | {'-' if a.like is None else f'{a.like} fits {a.fits} more'}"
+
+
+def _share(t: Totals) -> str:
+    share, by = t.account.spent if t.account is not None else (None, "")
+    return "-" if share is None else f"{100 * share:.3g}% ({by})"
 
 
 def _pair(budget) -> str:

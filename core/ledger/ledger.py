@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from core.errors import ApprovalError, BudgetError, BudgetExhausted, ReleaseConflict
-from core.ledger import account, lease, pinned
+from core.ledger import account, lease, pinned, refusal
 from core.ledger.approval import Approval, Look, Rule, look
 from core.ledger.book import Book
 from core.ledger.chain import Entry, canonical, rows
@@ -38,6 +38,7 @@ from core.privacy.cost import DPCost
 from core.store import Con
 
 CAP, RESERVED, PUBLISHED, FAILED, POLICY = "cap", "reserved", "published", "failed", "policy"
+REGISTERED, REFRESHED = "registered", "refreshed"  # a dataset's rows registered or read again: its public facts
 KINDS = ("dp", "sdc", "mpc")
 
 
@@ -92,6 +93,15 @@ class Ledger(Book):
         """Record an SDC dataset's disclosure policy (the steward's); a later one replaces it, the history keeps both."""
         with self._write(dataset) as (con, written):
             return self._append(con, written, dataset=dataset, status=POLICY, detail=policy, requested_by=requested_by)
+
+    def registered(self, dataset: str, status: str, facts: dict, requested_by: str | None = None) -> Entry:
+        """Record a dataset's registration or refresh (``REGISTERED``, ``REFRESHED``) with its public facts only (its
+        version, unit and purpose, and its row count where the unit makes it public): an auditor sees when the rows
+        a release read changed. Never a source's path or a snapshot's digest."""
+        if status not in (REGISTERED, REFRESHED):
+            raise ValueError(f"a dataset's rows are {REGISTERED!r} or {REFRESHED!r}, not {status!r}")
+        with self._write(dataset) as (con, written):
+            return self._append(con, written, dataset=dataset, status=status, detail=facts, requested_by=requested_by)
 
     def policy(self, dataset: str, con: Con | None = None) -> Entry | None:
         """The dataset's current disclosure policy entry (its ``detail`` holds the policy), if any; read with
@@ -263,7 +273,7 @@ class Ledger(Book):
         spends = account.history(rows(con, "WHERE dataset = ? AND status = ? AND kind = 'dp' ORDER BY seq", [dataset, RESERVED]))
         decision, counted = f.admit(spends, Spend.of("this release", cost.event))
         if not decision.admitted:
-            raise BudgetExhausted(*account.refusal(dataset, f, spends, counted))
+            raise BudgetExhausted(*refusal.refusal(dataset, f, spends, counted))
         return decision, counted
 
     def settle(self, release_id: str, status: str, detail: dict | None = None, flow_run_id: str | None = None) -> Entry:

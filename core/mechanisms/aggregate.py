@@ -49,8 +49,11 @@ DOMAINS_PARAM = "domains"  # the key domains the steward declared at registratio
 
 
 def accuracy(params: Params, plan_: Plan, columns: tuple[str, ...]) -> dict:
-    """Each vector's noise std per cell and 95% half-width, before anything is read."""
-    return {"cells": plan_.detail["cells"], "keys": plan_.detail["keys"], "picks": plan_.detail["picks"]}
+    """Each vector's noise std per cell and 95% half-width, what the figures count, and each mean's expected error by
+    the number of rows in a key, before anything is read."""
+    acc = accounting(params)
+    return {"cells": plan_.detail["cells"], "keys": plan_.detail["keys"], "picks": plan_.detail["picks"],
+            "counted": show.counted(params), "means": show.mean_errors(params, acc)}  # fmt: skip
 
 
 def accuracy_lines(figures: dict) -> list[str]:
@@ -59,8 +62,9 @@ def accuracy_lines(figures: dict) -> list[str]:
         + (f" rank ±{c['rank_half_width_95_at_median']:.4g} at the median |" if "rank_half_width_95_at_median" in c else " |")
         for c in figures["cells"]
     ]
-    head = [f"Keys: {figures['keys']}.", "", "| vector | noise std per cell | 95% half-width | |", "|---|---|---|---|"]
-    return [*head, *rows, *show.pick_lines(figures.get("picks", []))]
+    head = [f"Keys: {figures['keys']}.", "", f"What the figures count: {figures['counted']}.", "",
+            "| vector | noise std per cell | 95% half-width | |", "|---|---|---|---|"]  # fmt: skip
+    return [*head, *rows, *show.pick_lines(figures.get("picks", [])), *show.mean_error_lines(figures.get("means", []))]
 
 
 def needs(params: Params, schema: tuple[str, ...]) -> Needs:
@@ -147,7 +151,7 @@ def run(frame: pd.DataFrame | Snapshot, params: Params, plan: Plan, rng: np.rand
     return Result(
         table,
         privacy,
-        show.report(params, acc, guarantee(params, acc), len(table)),
+        show.report(params, acc, guarantee(params, acc), table),
         show.charts(params, table),
         {"keys": len(table)},
         name="aggregate",

@@ -169,6 +169,81 @@ def picks(params: Params, acc: Accounting) -> list[dict]:
     return out
 
 
+SIZES = (10, 30, 100, 300, 1000, 3000, 10000)  # rows in a key, for a mean's expected error by group size
+
+
+def counted(params: Params) -> str:
+    """What each figure counts, in words: capped rows of each user under the user unit, records under the record unit."""
+    if params.user_column:
+        rows = (
+            f"rows after capping each `{params.user_column}` at {params.max_rows} rows per key and {params.max_groups} "
+            f"key{'s' if params.max_groups > 1 else ''} (a keyed hash picks which): not persons, and not every row"
+        )
+    else:
+        rows = "records (rows)"
+    return (
+        f"a count is of {rows}; a distinct count, of the column's distinct values among those; a sum or a mean, of the "
+        "column's values on those, each clipped to the bounds first"
+    )
+
+
+def mean_errors(params: Params, acc: Accounting) -> list[dict]:
+    """Per mean measure, its 95% error bound for a key of n rows (n in ``SIZES``), from public values: with the centred
+    sum within h_S and the count within h_C (97.5% each), a mean m + S'/C' of a key whose true count is n > h_C lies
+    within (h_S + r h_C) / (n - h_C) of the true one (r half the bounds' width: |S| <= n r); at most the bounds' width."""
+    out = []
+    for i, m in enumerate(params.measures):
+        if m.op != "mean":
+            continue
+        hs, hc = acc.of("centred", i).half(MISS / 2), acc.counts.half(MISS / 2)
+        width = m.bounds[1] - m.bounds[0]
+        errors = [min((hs + width / 2 * hc) / (n - hc), width) if n > hc else width for n in SIZES]
+        out.append({"measure": m.names[0], "bounds": list(m.bounds), "sizes": list(SIZES), "error_95": errors})
+    return out
+
+
+def mean_error_lines(found: list[dict]) -> list[str]:
+    """The means' expected error by the number of rows in a key (none: no lines)."""
+    if not found:
+        return []
+    head = "| rows in the key | " + " | ".join(f"{n:,}" for n in SIZES) + " |"
+    rule = "|---|" + "---|" * len(SIZES)
+    rows = [f"| {e['measure']}: 95% error | " + " | ".join(f"±{x:.4g}" for x in e["error_95"]) + " |" for e in found]
+    return [
+        "",
+        "Expected error of a mean by the number of rows in its key (a key's count is released beside it):",
+        "",
+        head,
+        rule,
+        *rows,
+    ]
+
+
+def warnings(params: Params, table: pd.DataFrame) -> list[str]:
+    """What the released table itself shows an analyst should not read as a figure (from the DP outputs only): keys
+    whose count's noise is larger than the count, and means at a bound (clipped to it: the noisy sum pushed them past)."""
+    out = []
+    for m in params.measures:
+        for name in m.names:
+            value, hi = table[name], table[f"{name}_hi"]
+            if m.op in ("count", "count_distinct"):
+                small = int(((hi - value) > value).sum())
+                if small:
+                    out.append(
+                        f"{small} of {len(table)} keys' {name}: the noise (95% ±{float((hi - value).max()):.4g}) is larger "
+                        "than the released value; read them as small, not as the figure"
+                    )
+            elif m.op == "mean":
+                at = int(((value <= m.bounds[0]) | (value >= m.bounds[1])).sum())
+                if at:
+                    out.append(
+                        f"{at} of {len(table)} keys' {name} is at a bound of [{m.bounds[0]:g}, {m.bounds[1]:g}]: the noise "
+                        "pushed it past and it was clipped (its key has few rows: see the expected error by group size); "
+                        "its interval, not the value, is the figure"
+                    )
+    return out
+
+
 def lines(params: Params, acc: Accounting, released: int | None = None) -> list[str]:
     keys = (
         f"keys selected privately: a key is released when its noisy count reaches {acc.threshold * acc.counts.unit:g} "
@@ -191,6 +266,7 @@ def lines(params: Params, acc: Accounting, released: int | None = None) -> list[
             else "record (replace one record)"
         )
         + ".",  # fmt: skip
+        f"- what the figures count: {counted(params)}.",
         "- quantiles: each level's interval from a noisy histogram over equal public bins, its estimate drawn by the "
         "exponential mechanism over the answer grid's steps inside that interval; means: a noisy centred sum over the noisy count; a sum of a mean's column and "
         "bounds: that centred sum plus the bounds' midpoint times the noisy count.",
@@ -199,6 +275,7 @@ def lines(params: Params, acc: Accounting, released: int | None = None) -> list[
         "|---|---|---|---|---|---|",
         rows,
         *pick_lines(picks(params, acc)),
+        *mean_error_lines(mean_errors(params, acc)),
     ]
 
 
@@ -218,12 +295,14 @@ def pick_lines(found: list[dict]) -> list[str]:
     return head + rows if rows else []
 
 
-def report(params: Params, acc: Accounting, guarantee: str, released: int) -> str:
+def report(params: Params, acc: Accounting, guarantee: str, table: pd.DataFrame) -> str:
+    warned = "".join(f"> warning: {w}\n\n" for w in warnings(params, table))
     return (
         "## Aggregate\n\n"
         + guarantee
         + ".\n\n"
-        + "\n".join(lines(params, acc, released))
+        + warned
+        + "\n".join(lines(params, acc, len(table)))
         + "\n\n"
         + (
             "Each estimate has its 95% interval beside it (`_lo`, `_hi`): a count's cut at 0, a mean's from its sum's and "

@@ -42,6 +42,7 @@ MEDIA = {
 }
 LIST_RELEASES = "privrelease release list"
 WEB = "/privrelease"  # where the gate serves the catalogues' page (gate/catalogue.py)
+FORM_FIELD = "x-privrelease"  # a release form's field the registry fills in (flows/forms.py marks them, gate/forms.py fills them)
 
 
 def page(release_id: str) -> str:
@@ -201,36 +202,54 @@ class Catalogue:
         return self._entries([self.home.registry.get(dataset_id)])[0]
 
     def _entries(self, datasets: list) -> list[dict]:
+        from core.ledger import account
+        from core.release import headroom  # the mechanisms, to plan a release like the last: only where a budget is read
+
         ledger = self.home.ledger
-        totals = {t.dataset: t for t in ledger.totals()} if datasets and ledger.store.exists() else {}
+        entries = ledger.entries() if datasets and ledger.store.exists() else []
+        totals = {t.dataset: t for t in account.totals(entries, ledger.home)} if entries else {}
         published = [r.dataset for r in self.releases()] if datasets else []
-        return [entry(d.public(), totals.get(d.id), published.count(d.id)) for d in datasets]
+        rooms = {d.id: headroom.after_last(entries, d.id) for d in datasets if d.purpose == "dp" and d.id in totals}
+        return [entry(d.public(), totals.get(d.id), published.count(d.id), rooms.get(d.id)) for d in datasets]
 
 
-def entry(public: dict, totals, published: int) -> dict:
+def offered(public: dict) -> list[str]:
+    """The columns a release of a dataset may name, from its public facts: those an sdc dataset's disclosure policy
+    publishes; a dp dataset's every column but its privacy unit's (which no release publishes)."""
+    from core.sdc.policy import Policy
+
+    names = list(public["schema"])
+    if public["purpose"] == "sdc":
+        return Policy.model_validate(public["policy"]).published(names) if public.get("policy") else []
+    unit = public["unit"].removeprefix("user:") if public["unit"].startswith("user:") else None
+    return [c for c in names if c != unit]
+
+
+def entry(public: dict, totals, published: int, room=None) -> dict:
     """A dataset's catalogue entry: its public facts, its budget (dp) and how many releases it published."""
-    return {**public, "budget": budget(public["purpose"], totals), "published_releases": published}
+    return {**public, "budget": budget(public["purpose"], totals, room), "published_releases": published}
 
 
-def budget(purpose: str, totals) -> dict | None:
-    """A dp dataset's cap, what is left and what fits next (None for sdc, which spends no epsilon)."""
+def budget(purpose: str, totals, room=None) -> dict | None:
+    """A dp dataset's cap, what it spent under the accountant that admits, and what the next release like its last can
+    take (``core.release.headroom``: the figure an analyst acts on); None for sdc, which spends no epsilon."""
     if purpose != "dp":
         return None
     figures = totals.as_dict() if totals is not None else {}
-    cap, left, nxt = figures.get("cap"), figures.get("remaining"), figures.get("next")
+    cap, nxt = figures.get("cap"), figures.get("next")
     if cap is None:
         says = "no cap set: no DP release fits until the data steward sets one"
-    elif nxt is None:
-        says = f"epsilon={left['epsilon']:.4g} delta={left['delta']:.3g} left; no DP release charged yet"
+    elif room is not None:
+        says = room.words("like the last (" + room.like + ")")
     else:
         says = (
-            f"epsilon={left['epsilon']:.4g} delta={left['delta']:.3g} left; {nxt['fits']} more like the last ({nxt['like']}) fit"
+            f"cap epsilon={cap['epsilon']:g}, delta={cap['delta']:g}; nothing spent yet (a preview says what a release can take)"
         )
     return {
         "cap": cap,
         "spent": figures.get("spent"),
-        "remaining": left,
+        "remaining": figures.get("remaining"),
         "remaining_by": figures.get("remaining_by"),
-        "next": nxt,
+        "next": nxt if room is None else (nxt or {}) | {"room": room.as_dict()},
         "says": says,
     }

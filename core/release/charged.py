@@ -29,7 +29,7 @@ from typing import Protocol, TypeVar
 
 from core import environment, faults, interrupts
 from core.errors import ApprovalError, BudgetExhausted, ReleaseConflict, UserError
-from core.ledger import lease, pinned
+from core.ledger import lease, pinned, refusal
 from core.ledger.approval import Approval, Look
 from core.ledger.chain import Entry, canonical
 from core.ledger.ledger import FAILED, PUBLISHED, RESERVED, Charge, published
@@ -103,8 +103,9 @@ def admit(home: Home, claim: Claim, hint: Callable[[], str] = str) -> None:
         return
     try:
         home.ledger.admit(claim.dataset, claim.dp)
-    except BudgetExhausted as exc:
-        raise BudgetExhausted(f"{exc.plain} {hint()}".rstrip(), exc.detail) from None
+    except BudgetExhausted as exc:  # what would fit said before what to do
+        stated = exc.plain.removesuffix(refusal.ACTION).rstrip()
+        raise BudgetExhausted(" ".join(x for x in (stated, hint(), refusal.ACTION) if x), exc.detail) from None
 
 
 def look(home: Home, claim: Claim, caller: Caller) -> Look | None:

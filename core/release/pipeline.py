@@ -29,8 +29,7 @@ from core.errors import SpecError
 from core.ledger import account, pinned
 from core.ledger.ledger import Charge, Ledger
 from core.mechanisms.base import DPCost, Plan, Result, Snapshot
-from core.privacy.accountant import Spend
-from core.release import charged
+from core.release import charged, headroom
 from core.release import publish as _publish
 from core.release import spec as _spec
 from core.release.charged import Caller, Claim, Log
@@ -100,29 +99,22 @@ def warnings(release: Release, plan_: Plan) -> list[str]:
 
 
 def largest_fit(ledger: Ledger, dataset: str, module, params) -> str:
-    """What a refused request could ask for instead: the largest epsilon of it (same delta and other
-    parameters) that the dataset's filter would admit, found by planning it at other epsilons."""
-    f, spends = ledger.admission(dataset)
-    if f is None or "epsilon" not in type(params).model_fields:
+    """What a refused request could ask for instead: the largest epsilon of it (same delta and other parameters)
+    that the dataset's filter would admit (``headroom``: the figure the preview and the catalogue show too)."""
+    found = headroom.room(ledger, dataset, module.NAME, params)
+    if found is None:
         return ""
-
-    def make(eps: float) -> Spend | None:
-        try:
-            p = module.plan(type(params).model_validate({**params.model_dump(mode="json"), "epsilon": eps}))
-        except ValueError:  # pydantic's ValidationError too: no such request at this epsilon
-            return None
-        return Spend.of("this release", p.cost.event)
-
-    best = account.largest_epsilon(f, spends, make, params.epsilon)
-    if best is None:
+    if found.epsilon is None:
+        f, spends = ledger.admission(dataset)
         rest, _ = account.left(f, spends)
         if rest.epsilon <= 0:
-            return "No epsilon of this request fits: the cap has no epsilon left. Ask the data steward to raise the cap."
+            return "No epsilon of this request fits: the cap has no epsilon left."
         return (
             f"No epsilon of this request fits, however small: the delta it needs is more than the delta={rest.delta:.3g} "
-            "left of the cap. Ask for a smaller delta, or ask the data steward to raise the cap."
+            "left of the cap."
         )
-    return f"The largest epsilon of this request that fits is {best:.3g} (same delta and other parameters)."
+    said = found.take()
+    return f"{said[0].upper()}{said[1:]}, with the same other parameters."
 
 
 def room_mb(release: Release) -> float:

@@ -17,10 +17,11 @@ from core.charts import Chart
 from core.errors import BudgetError, UserError
 from core.ledger.account import left as budget_left
 from core.ledger.ledger import PUBLISHED
+from core.ledger.refusal import spent_words
 from core.mechanisms.base import Declared, DPCost, Plan
 from core.privacy.accountant import Spend
 from core.privacy.budget import charge_phrase
-from core.release import charged, pipeline
+from core.release import charged, headroom, pipeline
 from core.release.home import Home
 from core.release.spec import Release, ReleaseRequest
 from core.sdc import enforce
@@ -84,6 +85,8 @@ def budget(store: Home, release: Release, plan_: Plan) -> dict:
     f, spends = store.ledger.admission(release.dataset.id)
     after, counted = f.admit(spends, Spend.of("this release", cost.event))
     left, by = budget_left(f, spends + [counted])
+    now, then = (headroom.room(store.ledger, release.dataset.id, release.mechanism, release.params, x) for x in (None, counted))
+    out["room"] = None if now is None else now.as_dict() | {"after": None if then is None else then.as_dict()}
     out["left_after"] = {
         "epsilon": left.epsilon,
         "delta": left.delta,
@@ -136,8 +139,10 @@ def text(p: dict, verbose: bool = False) -> str:
         lines.append(f"- cost: epsilon={p['charge']['epsilon']:g} delta={p['charge']['delta']:g}, from the dataset's budget")
     elif p["kind"] is not None:
         lines.append(f"- cost: none ({p['reason']})")
-    if p["left_after"]:
-        lines += _left_lines(p["left_after"], verbose)
+    if p.get("room"):
+        lines += _room_lines(p["room"], p["left_after"])
+    if p["left_after"] and verbose:
+        lines += _left_lines(p["left_after"])
     verdict = p["verdict"] + (f": {p['reason']}" if p["reason"] and (p["charge"] or p["kind"] is None) else "")
     lines += (
         [f"- verdict: **{verdict}**"]
@@ -151,23 +156,38 @@ def text(p: dict, verbose: bool = False) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _left_lines(left: dict, verbose: bool) -> list[str]:
-    """What would be left, in plain words: of the cap, and why less delta than the cap minus the charges is usable."""
+def _room_lines(room: dict, left: dict | None) -> list[str]:
+    """The one budget figure an analyst acts on (``core.release.headroom``), now and after this release, beside the cap
+    and what was spent under the accountant that admits."""
+    cap = left["cap"] if left else None
+    lines = [f"- budget: {room['says']}" + (f"; cap epsilon={cap['epsilon']:g}, delta={cap['delta']:g}" if cap else "")]
+    if cap:
+        lines.append(f"  ({spent_words(room['spent'], room['spent_by'], room['charged'], cap['epsilon'])})")
+    after = room.get("after")
+    if after is not None:
+        lines.append(f"- after it: {after['says']}")
+    return lines
+
+
+def _left_lines(left: dict) -> list[str]:
+    """The accounting behind the figure (``--verbose``): the cap less what would be spent, the delta set aside, the
+    Rényi filter's own figures."""
     cap, held = left["cap"], left["held_back"]
     lines = [
-        f"- left after it: epsilon={left['epsilon']:.4g} of the cap's {cap['epsilon']:g}, delta={left['delta']:.3g} of {cap['delta']:g}"
+        f"- the cap less what would be spent after it: epsilon={left['epsilon']:.4g} of {cap['epsilon']:g}, "
+        f"delta={left['delta']:.3g} of {cap['delta']:g}"
+        + (
+            " (with Gaussian noise in the history, not what a release can take: the filter admits by its own test)"
+            if left["by"] != "basic"
+            else ""
+        )
     ]
     if held:
         lines.append(
             f"  ({held:.3g} of the cap's delta is set aside to state the total spent as one (epsilon, delta); "
             "releases share the rest)"
         )
-    if left["by"] != "basic":
-        lines.append(
-            "  (with Gaussian noise in the history, what is left is counted by the Rényi accountant: less than the "
-            "cap minus the charges over a few releases, more over many; docs/ACCOUNTING.md)"
-        )
-    if verbose and "renyi" in left:
+    if "renyi" in left:
         r, counted = left["renyi"], {"events": "its noise events", "charge": "its (epsilon, delta) charge"}
         region = "basic composition (the charges add up)" if left["region"] == "basic" else "the Rényi filter"
         lines.append(

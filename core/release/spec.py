@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from core import mechanisms, noise
 from core.datasets.registry import Dataset
-from core.errors import SpecError
+from core.errors import SpecError, yaml_where
 from core.ids import ID_PATTERN
 from core.mechanisms.base import StrictParams
 
@@ -150,9 +150,7 @@ def load(path: str | Path) -> ReleaseRequest:
     try:
         doc = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise SpecError(f"release request {path.name!r} is not valid YAML{where}.") from None
+        raise SpecError(f"release request {path.name!r} is not valid YAML{yaml_where(exc)}.") from None
     return parse(doc)
 
 

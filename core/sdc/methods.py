@@ -142,6 +142,13 @@ def numeric(step: StrictParams) -> list[str]:
 def check(step: StrictParams, policy: Policy) -> None:
     """What a step needs of the policy (public; before any charge or read)."""
     if isinstance(step, Recode):
+        named = {c for cs in policy.roles().values() for c in cs}
+        unknown = [c for c in step.columns if c not in named]
+        if unknown:  # a typo, not a missing hierarchy
+            raise ParameterError(
+                f"recode: the disclosure policy names no column {unknown[0]!r} (a typo?); recode takes its key "
+                f"variables with a hierarchy: {sorted(policy.hierarchies)}"
+            )
         missing = [c for c in step.columns if c not in policy.hierarchies]
         if missing:
             raise ParameterError(

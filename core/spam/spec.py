@@ -15,7 +15,7 @@ import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from core import noise
-from core.errors import ParameterError, SpecError, UserError
+from core.errors import ParameterError, SpecError, UserError, yaml_where
 from core.params import ID_PATTERN, StrictParams
 from core.spam import features as F
 from core.spam import mail
@@ -104,8 +104,8 @@ def load_spec(source: str, root: Path, resolve: Resolver = resolve_source) -> tu
     try:
         doc = yaml.safe_load(path.read_text())
         spec = SpamSpec.model_validate(doc if isinstance(doc, dict) else {})
-    except yaml.YAMLError:
-        raise SpecError(f"spam spec {source!r} is not valid YAML.") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"spam spec {source!r} is not valid YAML{yaml_where(exc)}.") from None
     except ValidationError as exc:
         parts = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors())
         raise SpecError(f"the spam spec is invalid: {parts}.") from None

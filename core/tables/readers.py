@@ -27,7 +27,7 @@ import yaml
 
 from core import paths, settings
 from core.db import quote_ident
-from core.errors import IngestError, SpecError
+from core.errors import IngestError, SpecError, yaml_where
 from core.tables.schema import Schema
 
 _CSV = (
@@ -156,8 +156,8 @@ def steward_file(path: str, option: str) -> object:
         raise SpecError(f"{option} {path!r} is not a file.")
     try:
         return yaml.safe_load(file.read_text())
-    except yaml.YAMLError:
-        raise SpecError(f"{option} {file.name!r} is not valid YAML or JSON.") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{option} {file.name!r} is not valid YAML or JSON{yaml_where(exc)}.") from None
 
 
 def check_schema(con, schema: Schema, found: list[str], name: str) -> None:
@@ -166,10 +166,15 @@ def check_schema(con, schema: Schema, found: list[str], name: str) -> None:
     if declared != found:
         missing = [c for c in declared if c not in found]
         extra = [c for c in found if c not in declared]
+        joined = [sep for sep in ";\t|:, " if len(found) == 1 and found[0].split(sep) == declared]
         raise IngestError(
             f"{name!r} does not match the declared schema: missing columns {missing}, undeclared columns {extra}"
             + ("" if missing or extra else ", columns in another order")
-            + "; fix the file or the schema."
+            + (
+                f"; its header holds the declared columns separated by {joined[0]!r}: pass --delimiter {joined[0]!r}."
+                if joined
+                else "; fix the file or the schema."
+            )
         )
     problems = []
     for column, spec in schema.columns.items():

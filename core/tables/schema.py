@@ -80,8 +80,10 @@ class Needs:
         nullable = [c for c in self.columns if schema.columns[c].nullable]
         if nullable:
             raise SpecError(
-                f"column {nullable[0]!r} of dataset {dataset!r} may hold empty values (its registered "
-                "schema says nullable: true); this mechanism needs a column without them."
+                f"column {nullable[0]!r} of dataset {dataset!r} may hold empty values (its registered schema says "
+                "nullable: true), and this mechanism needs a column without them: an empty value has nothing to count, "
+                "sum, average or rank by. Choose another column, or ask the data steward to register this one without "
+                "empty values (filled in the source, or those rows left out, then privrelease dataset refresh)."
             )
         text = [c for c in self.numeric if not schema.numeric(c)]
         if text:
