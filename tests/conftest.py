@@ -45,6 +45,7 @@ collect_ignore = [] if os.environ.get("PRIVRELEASE_AUDIT") == "1" else ["test_se
 SYSTEM_FILES = {
     "test_server.py",
     "test_ui.py",
+    "test_ui_forms.py",
     "test_proxy.py",
     "test_quotas.py",
     "test_catalogue_served.py",
