@@ -444,7 +444,7 @@ def test_release_summary_json_and_quiet(tmp_path: Path):
     r = run(home, "release", str(write_request(tmp_path / "b")), "--quiet")
     assert r.returncode == 0 and len(r.stdout.splitlines()) == 2
     summary = json.loads(run(home, "release", str(write_request(tmp_path / "c")), "--json").stdout)
-    assert summary["mechanism"] == "ra" and summary["privacy"]["kind"] == "sdc" and summary["budget_left"] is None
+    assert summary["mechanism"] == "ra" and summary["privacy"]["kind"] == "sdc" and summary["budget_next"] is None
     assert set(summary["headline"]) == {"pa", "pa_max", "k"}  # k: the smallest key cell of the released table
 
 
