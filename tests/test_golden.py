@@ -65,34 +65,36 @@ CASES = {  # name -> (table, unit, purpose, mechanism)
 }  # fmt: skip
 
 GOLDEN = {  # the SDC digests moved with the disclosure policy (rows shuffled, columns the policy names); their manifests
-    # and reports with #52 (the figures over released cells, sdcMicro's freqCalc beside them): their data did not move
-    "ra": {"<ledger>": "b7fa79138b2a6ce9", "data.csv": "5d437e2609317229", "data.parquet": "6c630566b30cb785",
-          "manifest.json": "ce6b0ed60d79836d", "report.md": "e8dad652f86bfcb1"},
-    "era": {"<ledger>": "ea141082b2b58421", "data.csv": "7d933ed628c3b658", "data.parquet": "cd3742bdda61ddb3",
-           "manifest.json": "de91a53ef5139f78", "report.md": "8f9c9415a894513f"},
-    "mews": {"<ledger>": "0c14940bfe9ca29f", "data.csv": "56c522fc7d2309ed", "data.parquet": "03fc254125ee26ec",
-            "manifest.json": "4fbf3725717ef8ab", "report.md": "68ddf0d17815b966"},
-    "meds": {"<ledger>": "934efb9b9feb67c8", "data.csv": "996bb7439ae51890", "data.parquet": "9d2f84e1a3d6f10e",
-            "manifest.json": "3f9c51d0ad1776c5", "report.md": "4e8c4156b12a49b4"},
-    "eds": {"<ledger>": "d84f9f9367b5875e", "data.csv": "7b1cbe7493912e5e", "data.parquet": "140f586cfd417c9d",
-           "manifest.json": "6d7d663089f0b982", "report.md": "5420b540dbc64b49"},
-    "sdc-chain": {"<ledger>": "94fe70a55597dd5b", "data.csv": "bd1287809587ecaf", "data.parquet": "32afdc20848d7f97",
-                 "manifest.json": "e304fdc984b9d61c", "report.md": "fd798407e6657ba8"},
-    "dpne": {"<ledger>": "eec64ac6fc09f6f1", "manifest.json": "fb081d6389db94ed", "ngrams.csv": "27a8ead094c3dffb",
-             "ngrams.parquet": "02e1caacbf8f11aa", "report.md": "a84c60f8526be93a"},
+    # and reports with #52 (the figures over released cells, sdcMicro's freqCalc beside them); every case's ledger,
+    # manifest and report with #54 (a dataset's registration is a ledger entry of its own, so the charge's entry
+    # number moved): no data file moved
+    "ra": {"<ledger>": "d13b82ca05e2c08e", "data.csv": "5d437e2609317229", "data.parquet": "6c630566b30cb785",
+          "manifest.json": "1387989d9dcfd9c4", "report.md": "09b3642068e054e3"},
+    "era": {"<ledger>": "8463c4cdc6cf85c7", "data.csv": "7d933ed628c3b658", "data.parquet": "cd3742bdda61ddb3",
+           "manifest.json": "5d5d454316c568b8", "report.md": "b67aa391a3c4e207"},
+    "mews": {"<ledger>": "b06c3452bd589757", "data.csv": "56c522fc7d2309ed", "data.parquet": "03fc254125ee26ec",
+            "manifest.json": "8e0d25802dad9c0c", "report.md": "74fc904777205395"},
+    "meds": {"<ledger>": "f475eb3144213703", "data.csv": "996bb7439ae51890", "data.parquet": "9d2f84e1a3d6f10e",
+            "manifest.json": "0c74e6e9382aa65f", "report.md": "02cf3857832fc87e"},
+    "eds": {"<ledger>": "ed0f1a3d9557373c", "data.csv": "7b1cbe7493912e5e", "data.parquet": "140f586cfd417c9d",
+           "manifest.json": "6bb24bcef4d813e5", "report.md": "21f05429d0d40307"},
+    "sdc-chain": {"<ledger>": "5cea7bfa3793cee4", "data.csv": "bd1287809587ecaf", "data.parquet": "32afdc20848d7f97",
+                 "manifest.json": "1a674f21176e7fa6", "report.md": "aa112b3cd77db616"},
+    "dpne": {"<ledger>": "d654479934a69ae2", "manifest.json": "01f00a6e1676389e", "ngrams.csv": "27a8ead094c3dffb",
+             "ngrams.parquet": "02e1caacbf8f11aa", "report.md": "a327495ececcc04d"},
     # the outlier cases' digests are those of the Gaussian calibration with scipy.special's normal CDF: core.normal
     # computes it bit for bit without scipy (a CDF from the C library's erfc moved sigma by 1e-15 to 4e-14 relative,
     # and the exact sampler's seeded draws with it)
-    "outliers-count": {"<ledger>": "8da978881d81b584", "manifest.json": "dc98247427888b82", "outliers.csv": "196e97da3384c6ed",
-                       "outliers.parquet": "7f537c53750dfce5", "report.md": "da6339a458e968cf"},
+    "outliers-count": {"<ledger>": "babeafabe1049bc2", "manifest.json": "67855d71734894cb", "outliers.csv": "196e97da3384c6ed",
+                       "outliers.parquet": "7f537c53750dfce5", "report.md": "6db1ef5a3789d545"},
     # the dp cases' ledger entries moved with #38 item 1 (typed privacy events): an entry records its event's
     # parts in the tree's form and no longer the plan's accountant keys; their released files did not move.
     # outliers-top draws global noise: its ledger entry and manifest moved with its events (#37 finding 5: the
     # Gaussian it draws, not an (eps, delta) count and a Laplace std); its released files did not. And
     # since #55 the registry fills a request's empty columns with the registered ones (its plan knows the dimension it
     # draws in): its ledger entry, manifest and report show them among its parameters; its data did not move
-    "outliers-top": {"<ledger>": "1b709e5f0d1029bc", "manifest.json": "c0f3a44bae8c350c", "outliers.csv": "8bfda1a53db0faa4",
-                     "outliers.parquet": "c2077e9ca9ae9abc", "report.md": "a6b912301c3275c2"},
+    "outliers-top": {"<ledger>": "288c85a0a27fc55b", "manifest.json": "d9e10285f114ddcb", "outliers.csv": "8bfda1a53db0faa4",
+                     "outliers.parquet": "c2077e9ca9ae9abc", "report.md": "bd3fae8c7837b6b2"},
 }  # fmt: skip
 
 
