@@ -50,8 +50,8 @@ def test_mews_release_end_to_end(prefect_server, home, tmp_path, capsys):
     report = (folder / "report.md").read_text()
     assert "max change bound" in report and "swap_scatter_1.png" in report and "delta_rho" not in json.dumps(manifest)
     assert "Δρ" not in report and "original" not in report.split("## Files")[0].replace("original values", "")
-    policy, reserved, published = [e for e in Ledger(home / "privrelease.duckdb").entries()]
-    assert policy.status == POLICY
+    registered, policy, reserved, published = Ledger(home / "privrelease.duckdb").entries()
+    assert (registered.status, policy.status) == ("registered", POLICY)
     assert (reserved.status, reserved.kind, reserved.epsilon, reserved.delta) == (RESERVED, "sdc", 0.0, 0.0)
     assert published.status == PUBLISHED and json.loads(published.detail)["partition_degree"] == manifest["partition_degree"]
 
