@@ -117,7 +117,7 @@ def test_eight_releases_from_two_homes_against_a_cap_for_five(tmp_path: Path, pg
     for home in homes:
         (t,) = Ledger(home / "privrelease.duckdb").totals()
         assert (t.spent.epsilon, t.published, t.failed, t.pending) == (5.0, 5, 0, 0)
-        assert Ledger(home / "privrelease.duckdb").verify(home / "releases") == 12  # registration + cap + 5 reserved + 5 published
+        assert Ledger(home / "privrelease.duckdb").verify(home / "releases") == 12  # registration, cap, 5 charges, 5 outcomes
 
 
 def test_a_postgresql_store_from_before_hosts_were_recorded_gains_the_column(
