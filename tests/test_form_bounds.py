@@ -14,9 +14,20 @@ import pytest
 from prefect.utilities.callables import parameter_schema
 from prefect.utilities.schema_tools import ValidationError, validate
 
+from pydantic import create_model
+
 from core.mechanisms import aggregate, dpne, outliers, ra, swapping
+from core.sdc import methods
 from flows import forms
 from gate.policy import RELEASE_FORMS
+
+# The SDC chain's form names each step's bounded field after its step (``microaggregate_k`` is ``Microaggregate.k``).
+SDC_STEPS = {"recode_level": (methods.Recode, "level"), "microaggregate_k": (methods.Microaggregate, "k"),
+             "pram_keep": (methods.Pram, "keep"), "noise_level": (methods.Noise, "level"),
+             "suppress_k": (methods.Suppress, "k")}  # fmt: skip
+SdcChain = create_model(
+    "SdcChain", **{name: (m.model_fields[f].annotation, m.model_fields[f]) for name, (m, f) in SDC_STEPS.items()}
+)
 
 FORMS = {
     "ra": (forms.ra_release, ra.Params),
@@ -27,6 +38,7 @@ FORMS = {
     "outlier-count": (forms.outlier_count_release, outliers.Params),
     "outlier-top-subspaces": (forms.outlier_top_release, outliers.Params),
     "aggregate": (forms.aggregate_release, aggregate.Params),
+    "sdc": (forms.sdc_release, SdcChain),
 }
 BOUNDS = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", "minLength", "maxLength", "pattern",
           "minItems", "maxItems", "enum"}  # fmt: skip
@@ -88,6 +100,8 @@ REFUSED = {
     "aggregate": [("epsilon", 0), ("epsilon", 51), ("rho", 0), ("delta", 1), ("max_groups", 0), ("max_rows", 0),
                   ("group_by", []), ("quantiles", [{"column": "a", "low": 0, "high": 1, "q": [1.5]}]),
                   ("quantiles", [{"column": "a", "low": 0, "high": 1, "q": [0.5], "bins": 1}])],
+    "sdc": [("recode_level", 0), ("recode_level", 11), ("microaggregate_k", 1), ("pram_keep", 0.95),
+            ("pram_keep", 0), ("noise_level", 0.05), ("noise_level", 11), ("suppress_k", 1)],
 }  # fmt: skip
 
 
