@@ -103,9 +103,15 @@ def admit(home: Home, claim: Claim, hint: Callable[[], str] = str) -> None:
         return
     try:
         home.ledger.admit(claim.dataset, claim.dp)
-    except BudgetExhausted as exc:  # what would fit said before what to do
-        stated = exc.plain.removesuffix(refusal.ACTION).rstrip()
-        raise BudgetExhausted(" ".join(x for x in (stated, hint(), refusal.ACTION) if x), exc.detail) from None
+    except BudgetExhausted as exc:
+        raise hinted(exc, hint) from None
+
+
+def hinted(exc: BudgetExhausted, hint: Callable[[], str]) -> BudgetExhausted:
+    """A refusal with what would fit instead (``hint``) said before what to do: at admission, and under the lock
+    when a release charged meanwhile took the room."""
+    stated = exc.plain.removesuffix(refusal.ACTION).rstrip()
+    return BudgetExhausted(" ".join(x for x in (stated, hint(), refusal.ACTION) if x), exc.detail)
 
 
 def look(home: Home, claim: Claim, caller: Caller) -> Look | None:
@@ -222,7 +228,10 @@ def run(home: Home, job: Job[T], caller: Caller, approver: Approver, log: Log, l
         raise
     charge = None
     try:
-        charge = ledger.reserve(home, claim, caller, approval)
+        try:
+            charge = ledger.reserve(home, claim, caller, approval)
+        except BudgetExhausted as exc:  # another release took the room since the admission
+            raise hinted(exc, lambda: job.admit_hint(home)) from None
         faults.point("charge")
         if charge.previous_status == PUBLISHED:
             log.info("%s was already published; nothing charged or drawn", claim.run_id)
