@@ -18,7 +18,7 @@ from importlib.resources import files
 from typing import Any
 
 import anyio.to_thread
-from starlette.responses import FileResponse, Response
+from starlette.responses import FileResponse, Response, StreamingResponse
 
 from core.errors import DatabaseBusy, UserError
 from core.ledger.chain import Entry
@@ -120,6 +120,17 @@ async def release_file(call: Call) -> Response:
     name = call.params["name"]
     path = await read_catalogue(call, lambda c, i, n: c.file(i, n), call.params["id"], name)
     return FileResponse(path, media_type=media_type(name), filename=name, headers=FILE_HEADERS)
+
+
+@says("answered by the gate: every file of a published release (those its manifest lists, and the manifest) as one zip")
+async def release_archive(call: Call) -> Response:
+    release_id = call.params["id"]
+    chunks = await read_catalogue(call, lambda c, i: c.archive(i), release_id)  # an unknown release: 404, no byte sent
+    return StreamingResponse(
+        chunks,  # a generator: Starlette reads it in a worker thread, 64 KiB of a file at a time
+        media_type="application/zip",
+        headers=FILE_HEADERS | {"content-disposition": f'attachment; filename="{release_id}.zip"'},
+    )
 
 
 @says("answered by the gate: every registered dataset's public facts, budget left and what fits next")

@@ -90,7 +90,8 @@ RELEASE_FORMS, AUDIT_FORM = declared_forms(paths.repo() / "prefect.yaml")
 UI_PAGES = ("dashboard", "runs", "flows", "deployments", "flow-runs", "artifacts", "automations", "blocks",
             "concurrency-limits", "events", "notifications", "settings", "variables", "work-pools", "work-queues",
             "login")  # fmt: skip
-CATALOGUE_PAGES = ("/privrelease", "/privrelease/releases", "/privrelease/releases/{id}", "/privrelease/datasets")
+CATALOGUE_PAGES = ("/privrelease", "/privrelease/releases", "/privrelease/releases/{id}", "/privrelease/datasets",
+                   "/privrelease/signin")  # fmt: skip
 PARAMETER = re.compile(r"\\\{([a-z_]+)(\\\*)?\\\}")  # "{x}" or "{x*}", as re.escape leaves it
 
 
@@ -160,6 +161,7 @@ POLICY: tuple[Rule, ...] = (
     Rule(PEOPLE, "GET", "/privrelease/api/index.json", answer=catalogue.index),
     Rule(PEOPLE, "GET", "/privrelease/api/releases/{id}", answer=catalogue.release),
     Rule(PEOPLE, "GET", "/privrelease/api/releases/{id}/files/{name}", answer=catalogue.release_file),
+    Rule(PEOPLE, "GET", "/privrelease/api/releases/{id}/all.zip", answer=catalogue.release_archive),
     Rule(PEOPLE, "GET", "/privrelease/api/datasets", answer=catalogue.datasets),
     Rule(PEOPLE, "GET", "/privrelease/api/datasets/{id}", answer=catalogue.dataset),
     # -- reading: deployments and their forms, runs, task runs, logs, artifacts -------------------------

@@ -46,6 +46,7 @@ SYSTEM_FILES = {
     "test_server.py",
     "test_ui.py",
     "test_ui_forms.py",
+    "test_ui_every_field.py",
     "test_proxy.py",
     "test_quotas.py",
     "test_catalogue_served.py",

@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 import re
+import zipfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -172,3 +173,36 @@ def _downloads(page: Page, env: dict, root: Path, shots: Path) -> None:
     caught.value.save_as(saved)
     assert caught.value.suggested_filename == "data.csv" and _sha(saved.read_bytes()) == manifest["files"]["data.csv"]
     tab.screenshot(path=shots / "ui-catalogue.png", full_page=True)
+    # every file at once: one zip of what the manifest lists, each file as published
+    with tab.expect_download() as caught:
+        tab.locator("#download-all").click()
+    zipped = shots / "catalogue-all.zip"
+    caught.value.save_as(zipped)
+    with zipfile.ZipFile(zipped) as archive:
+        got = {name: _sha(archive.read(name)) for name in archive.namelist()}
+    assert caught.value.suggested_filename == f"{rid}.zip"
+    assert got == {f"{rid}/{name}": digest for name, digest in Catalogue(Home(home)).get(rid).files().items()}
+
+    # signing in on the catalogue's own form (a name and a password, not Prefect's one "name:password" field), which
+    # sends her back to the page she asked for, and signs her in to Prefect's pages too
+    tab.evaluate("localStorage.clear()")
+    tab.goto(f"{ui}/privrelease/releases/{rid}")
+    tab.get_by_role("button", name="Sign in").wait_for()  # signed out: the page asks her to sign in, where she is
+    tab.goto(f"{ui}/privrelease/signin?next=/privrelease/releases/{rid}")
+    tab.fill("#name", "nobody-of-ours")  # a name no account has: the same answer as a wrong password
+    tab.fill("#password", "a guess")
+    tab.get_by_role("button", name="Sign in").click()
+    tab.get_by_text("That name and password were not accepted.").wait_for()
+    tab.fill("#name", "alice")
+    tab.fill("#password", PASSWORD)
+    tab.get_by_role("button", name="Sign in").click()
+    tab.wait_for_url(re.compile(rf"/privrelease/releases/{re.escape(rid)}$"))
+    tab.get_by_text(manifest["privacy"]["guarantee"]).first.wait_for()
+    tab.goto(f"{ui}/privrelease/signin?next=//elsewhere.example/")  # only a path of this site is followed
+    tab.fill("#name", "alice")
+    tab.fill("#password", PASSWORD)
+    tab.get_by_role("button", name="Sign in").click()
+    tab.wait_for_url(re.compile(r"/privrelease/releases$"))
+    tab.goto(f"{ui}/dashboard")
+    tab.wait_for_load_state("networkidle")
+    assert "/login" not in tab.url, tab.url

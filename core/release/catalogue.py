@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import re
+import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -171,6 +173,15 @@ class Catalogue:
             raise NotInCatalogue(f"release {release_id!r} has no file {name!r}; its files are {', '.join(release.files())}.")
         return release.folder / name
 
+    def archive(self, release_id: str) -> Iterator[bytes]:
+        """Every file of a published release (``file``'s names: its manifest's files and the manifest) as one zip
+        archive in a folder named after the release, streamed: read and compressed 64 KiB at a time, so what it
+        holds in memory is bounded whatever the release's size. The release is looked up first (an unknown one is
+        refused before the first byte)."""
+        release = self.get(release_id)
+        paths = [(name, self.file(release_id, name)) for name in sorted(release.files())]
+        return _zipped(release_id, paths)
+
     @staticmethod
     def listed(release: Release, name: str) -> bool:
         """Whether ``name`` is a file the release publishes: a plain name its manifest lists, in its folder."""
@@ -253,3 +264,38 @@ def budget(purpose: str, totals, room=None) -> dict | None:
         "next": nxt if room is None else (nxt or {}) | {"room": room.as_dict()},
         "says": says,
     }
+
+
+class _Sink:
+    """A write-only stream the zip archive writes to; ``take`` hands over what was written since."""
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+
+    def write(self, data: bytes) -> int:
+        self._parts.append(bytes(data))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def take(self) -> bytes:
+        out, self._parts = b"".join(self._parts), []
+        return out
+
+
+EPOCH = (1980, 1, 1, 0, 0, 0)  # a zip entry's date: the format's first, not the time of the download
+
+
+def _zipped(folder: str, paths: list[tuple[str, Path]], chunk: int = 1 << 16) -> Iterator[bytes]:
+    sink = _Sink()
+    with zipfile.ZipFile(sink, "w", zipfile.ZIP_DEFLATED) as archive:  # not seekable: zipfile writes data descriptors
+        for name, path in paths:
+            entry = zipfile.ZipInfo(f"{folder}/{name}", date_time=EPOCH)  # the same bytes at every download
+            entry.compress_type = zipfile.ZIP_DEFLATED
+            with path.open("rb") as source, archive.open(entry, "w") as target:
+                while block := source.read(chunk):
+                    target.write(block)
+                    if piece := sink.take():
+                        yield piece
+    yield sink.take()

@@ -4,7 +4,8 @@
 "use strict";
 
 const API = "/privrelease/api";
-const credential = localStorage.getItem("prefect-password");
+const KEPT = "prefect-password"; // where Prefect's sign-in page keeps the credential: one sign-in for both
+const credential = localStorage.getItem(KEPT);
 const main = document.getElementById("main");
 
 function el(tag, text, attrs) {
@@ -99,6 +100,9 @@ async function release(id) {
     ["created", r.created],
   ]));
   main.appendChild(el("h2", "Files"));
+  const all = el("button", "Download all (zip)", { id: "download-all" });
+  all.addEventListener("click", () => download(`/releases/${encodeURIComponent(r.id)}/all.zip`, `${r.id}.zip`).catch(shown));
+  main.appendChild(all);
   main.appendChild(table(["file", "bytes", "sha256", ""], r.files.map((f) => {
     const button = el("button", "Download", { "data-file": f.name });
     button.addEventListener("click", () => download(fileOf(r.id, f.name), f.name).catch(shown));
@@ -131,10 +135,49 @@ async function datasets() {
   }
 }
 
+// The sign-in form: a name and a password, kept as Prefect's own sign-in page keeps them (the base64 of
+// name:password, UTF-8), so that the UI's pages are signed in too. The credential is tried on the index before
+// anything else; then this page is shown again, or the page "next" names (a path of this site only).
+function base64(text) {
+  return btoa(Array.from(new TextEncoder().encode(text), (b) => String.fromCharCode(b)).join(""));
+}
+
+function signInForm(said) {
+  const name = el("input", null, { id: "name", name: "name", autocomplete: "username", required: "" });
+  const password = el("input", null, { id: "password", name: "password", type: "password", autocomplete: "current-password", required: "" });
+  const form = el("form", null, { id: "sign-in" });
+  form.append(
+    el("h1", "Sign in"),
+    el("p", "Your privrelease account: the name and password the operator gave you.", { class: "note" }),
+    el("label", "Name", { for: "name" }), el("br"), name, el("br"),
+    el("label", "Password", { for: "password" }), el("br"), password, el("br"),
+    el("button", "Sign in", { type: "submit" }),
+  );
+  if (said) form.appendChild(el("p", said, { class: "error" }));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    signIn(name.value, password.value).catch(shown);
+  });
+  main.replaceChildren(form);
+  name.focus();
+}
+
+async function signIn(name, password) {
+  const tried = base64(`${name}:${password}`);
+  const response = await fetch(API + "/index.json", { headers: { Authorization: "Basic " + tried } });
+  if (response.status === 401) return signInForm("That name and password were not accepted.");
+  if (response.status === 429) {
+    return signInForm(`Too many sign-ins from here: try again in ${response.headers.get("retry-after") || 60} seconds.`);
+  }
+  localStorage.setItem(KEPT, tried);
+  const next = new URLSearchParams(location.search).get("next") || "";
+  location.assign(/^\/(?![/\\])/.test(next) ? next : location.pathname === "/privrelease/signin" ? "/privrelease/releases" : location.href);
+}
+
 function shown(error) {
   if (error instanceof SignIn) {
-    localStorage.removeItem("prefect-password");
-    main.replaceChildren(el("p", "Sign in first, then come back to this page: "), el("a", "sign in", { href: "/login" }));
+    localStorage.removeItem(KEPT);
+    signInForm(credential ? "Your sign-in has ended or was not accepted: sign in again." : "");
     return;
   }
   main.appendChild(el("p", error.message, { class: "error" }));
@@ -142,4 +185,5 @@ function shown(error) {
 
 const path = location.pathname.replace(/\/+$/, "");
 const one = path.match(/^\/privrelease\/releases\/([^/]+)$/);
-(one ? release(decodeURIComponent(one[1])) : path === "/privrelease/datasets" ? datasets() : releases()).catch(shown);
+if (path === "/privrelease/signin") signInForm("");
+else (one ? release(decodeURIComponent(one[1])) : path === "/privrelease/datasets" ? datasets() : releases()).catch(shown);
