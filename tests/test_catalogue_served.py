@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import re
@@ -58,7 +59,8 @@ def test_people_read_the_catalogues_through_the_proxy_and_anyone_else_nothing(se
     rid = published["release_id"]
     anyone = httpx.Client(base_url=url, timeout=30)
     for path in ("/privrelease/api/index.json", f"/privrelease/api/releases/{rid}", FILES.format(id=rid, name="data.csv"),
-                 "/privrelease/api/datasets", "/privrelease/api/datasets/posts-demo"):  # fmt: skip
+                 f"/privrelease/api/releases/{rid}/all.zip", "/privrelease/api/datasets",
+                 "/privrelease/api/datasets/posts-demo"):  # fmt: skip
         response = anyone.get(path)
         assert response.status_code == 401 and response.headers.get(REFUSED) == "1", path
     page = anyone.get(f"/privrelease/releases/{rid}")  # the page: a shell, no data
@@ -81,6 +83,13 @@ def test_people_read_the_catalogues_through_the_proxy_and_anyone_else_nothing(se
             got = client.get(FILES.format(id=rid, name=f["name"]))
             assert got.status_code == 200 and _sha(got.content) == f["sha256"], f
             assert got.headers["content-disposition"] == f'attachment; filename="{f["name"]}"'
+        zipped = client.get(f"/privrelease/api/releases/{rid}/all.zip")
+        assert zipped.status_code == 200 and zipped.headers["content-type"] == "application/zip"
+        assert zipped.headers["content-disposition"] == f'attachment; filename="{rid}.zip"'
+        with zipfile.ZipFile(io.BytesIO(zipped.content)) as archive:
+            assert {n: _sha(archive.read(n)) for n in archive.namelist()} == {
+                f"{rid}/{f['name']}": f["sha256"] for f in one["files"]
+            }
         assert {f["name"]: f["sha256"] for f in one["files"]} == {
             **manifest["files"],
             "manifest.json": one["files"][-1]["sha256"],
@@ -92,6 +101,8 @@ def test_people_read_the_catalogues_through_the_proxy_and_anyone_else_nothing(se
         and "no published release 'nope'" in missing.text
         and "GET /privrelease/api/index.json" in missing.text
     )
+    missing = alice.get("/privrelease/api/releases/nope/all.zip")
+    assert missing.status_code == 404 and "no published release 'nope'" in missing.text
     missing = alice.get(FILES.format(id=rid, name="secret.csv"))
     assert missing.status_code == 404 and "has no file 'secret.csv'; its files are data.parquet" in missing.text
     datasets = {d["id"]: d for d in alice.get("/privrelease/api/datasets").json()}
