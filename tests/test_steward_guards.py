@@ -168,3 +168,57 @@ def test_an_sdc_unit_of_a_person_is_refused_naming_the_cluster(newcomer):
     assert r.returncode == 0, r.stderr  # a dp table of payslips under the record unit: the person repeats
     (repeated,) = [w for w in _warnings(r.stdout) if "person_id" in w]
     assert repeated.endswith("the record unit protects one row, not a person with several: register with --unit user:person_id.")
+
+
+HOSPITAL_REQUEST = """\
+dataset: hospital
+mechanism:
+  name: sdc
+  params:
+    steps:
+      - {method: recode, columns: [age]}
+      - {method: suppress}
+"""
+PAYROLL_REQUEST = """\
+dataset: payroll
+mechanism:
+  name: aggregate
+  params:
+    group_by: [department]
+    measures:
+      - {op: count}
+      - {op: mean, column: salary, bounds: [0, 10000]}
+    epsilon: 1.0
+    delta: 1.0e-6
+    max_groups: 1
+    max_rows: 6
+"""
+
+
+def test_the_newcomers_two_cases_release_from_the_command_line(newcomer):
+    """The hospital (recode, then local suppression to the policy's k) and the payroll (counts and mean salaries by
+    department, a person's payslips bounded), as the newcomer types them; their UI side is
+    tests/test_ui_every_field.py."""
+    home, work = newcomer
+    assert steward(home, work, ADD).returncode == 0
+    r = steward(
+        home, work, "privrelease dataset add payroll --source payroll.csv --format csv --unit user:person_id --purpose dp"
+    )
+    assert r.returncode == 0, r.stderr
+    assert steward(home, work, "privrelease ledger set-budget payroll --epsilon 4 --delta 1e-5").returncode == 0
+    (work / "hospital.yaml").write_text(HOSPITAL_REQUEST)
+    (work / "payroll.yaml").write_text(PAYROLL_REQUEST)
+    hospital = steward(home, work, "privrelease release hospital.yaml --json")
+    assert hospital.returncode == 0, hospital.stderr
+    released = pd.read_csv(Path(json.loads(hospital.stdout)["folder"]) / "data.csv")
+    keys = released[["sex", "ward", "age"]].astype("string").fillna("*")
+    complete = keys[(keys != "*").all(axis=1)]
+    assert complete.value_counts().min() >= 3  # the policy's k, counted on the released complete keys
+    # the identifier goes; the name the newcomer's policy lists as publishable goes out (registration warned of it)
+    assert "visit_id" not in released.columns and "name" in released.columns
+    payroll = steward(home, work, "privrelease release payroll.yaml --json")
+    assert payroll.returncode == 0, payroll.stderr
+    summary = json.loads(payroll.stdout)
+    assert summary["budget_next"]["says"].startswith("the next release like this can take epsilon ≤ ")
+    table = pd.read_csv(Path(summary["folder"]) / "aggregate.csv")
+    assert set(table["department"]) <= {"Finance", "Fïnance", "Operations", "Research", "Sales", "Legal"}
