@@ -42,3 +42,40 @@ def test_help_and_version_import_nothing_heavy(argv):
 def test_the_check_sees_a_heavy_import():
     """The weakened variant: a command module importing the demo data at its top would load pandas."""
     assert "pandas" in heavy_after(["--version"], "import core.datasets.demo")
+
+
+MECHANISM_MODULES = ("scipy.optimize", "core.mechanisms.aggregate", "core.mechanisms.dpne", "core.mechanisms.sdc_table",
+                     "core.mechanisms.outliers", "core.mechanisms.spam_training", "core.release.spec")  # fmt: skip
+
+
+def loaded_after(argv: list[str], names: tuple[str, ...], extra: str = "") -> list[str]:
+    code = PROBE.format(argv=argv, heavy=names, extra=extra)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    return json.loads(done.stderr.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("argv", [["ledger", "totals"], ["ledger", "history"], ["dataset", "list"], ["release", "list"]])
+def test_a_command_that_runs_no_mechanism_loads_none(argv, tmp_path, monkeypatch):
+    """The mechanisms are loaded by name when a command runs one (``core.mechanisms.Registry``): reading the ledger or
+    the catalogue loads none of them (each cost every command 2.6 s, scipy's optimizers included)."""
+    monkeypatch.setenv("PRIVRELEASE_HOME", str(tmp_path / "home"))
+    assert loaded_after(argv, MECHANISM_MODULES) == []
+
+
+def test_the_registry_check_sees_an_eager_import():
+    """The weakened variant: asking the registry for every mechanism (as an eager registry did) loads them."""
+    extra = "from core import mechanisms; [mechanisms.MECHANISMS[n] for n in mechanisms.MECHANISMS]"
+    assert set(loaded_after(["--version"], MECHANISM_MODULES, extra)) == set(MECHANISM_MODULES) - {"core.release.spec"}
+
+
+def test_the_registry_loads_each_mechanism_checked_and_refuses_an_unknown_name():
+    from core import mechanisms
+    from core.errors import SpecError
+
+    assert {n: mechanisms.MECHANISMS[n].NAME for n in mechanisms.MECHANISMS} == {n: n for n in mechanisms.MECHANISMS}
+    assert set(mechanisms.REGISTRY) == set(mechanisms.MECHANISMS) - {"spam-filter-training"}
+    with pytest.raises(SpecError, match="unknown mechanism 'nope'; available: aggregate, dpne, eds, meds, mews"):
+        mechanisms.get("nope")
+    broken = mechanisms.Registry({"ra": ("dpne", None)}, mechanisms.TableMechanism)
+    with pytest.raises(TypeError, match="mechanism 'dpne' is registered as 'ra'"):
+        broken["ra"]

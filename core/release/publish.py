@@ -17,6 +17,7 @@ import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 
@@ -28,7 +29,9 @@ from core.errors import InternalError, ReleaseConflict
 from core.ledger.chain import Entry
 from core.mechanisms.base import COST_KEYS, DPCost, Plan, Result
 from core.privacy.budget import NOT_DP
-from core.release.spec import Release
+
+if TYPE_CHECKING:  # the request's model imports every mechanism: a command that publishes nothing needs none
+    from core.release.spec import Release
 
 
 @dataclass(frozen=True)
