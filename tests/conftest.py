@@ -60,6 +60,16 @@ SYSTEM_FILES = {
     "test_server_pg.py",
     "test_docs.py",
     "test_spam_flow.py",
+    # the gate's attack tests through the served stack (the session's `served`: Prefect, the gate and the proxy)
+    "test_gate.py",
+    "test_gate_reads.py",
+    "test_gate_abuse.py",
+    "test_gate_attack2.py",
+    "test_gate_attack3.py",
+    "test_gate_attack7.py",
+    "test_gate_fair.py",
+    "test_gate_headers.py",
+    "test_proxy_accounts.py",
 }
 
 
