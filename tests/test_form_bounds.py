@@ -13,7 +13,6 @@ from __future__ import annotations
 import pytest
 from prefect.utilities.callables import parameter_schema
 from prefect.utilities.schema_tools import ValidationError, validate
-
 from pydantic import create_model
 
 from core.mechanisms import aggregate, dpne, outliers, ra, swapping
