@@ -14,7 +14,9 @@ Each failure that leaves an address throttled earns it a strike, and it is banne
 times two to the power of its strikes less one (1, 2, 4, 8 ... minutes), at most ``BAN_MAX_S``; strikes
 are forgotten ``FORGET_S`` seconds after the last one; the address's bucket stays full until its ban ends.
 From one address a guesser therefore gets 3 guesses, then one after a minute, one after two more, four
-more, and so on up to one an hour. At most
+more, and so on up to one an hour. A failure at a name whose own bucket is full earns a strike too, so guessers
+sharing a name over several addresses each climb the same ladder (one address per guess is not enough: each
+address's next guess waits a minute, then two, four ...). At most
 ``MAX_KEYS`` buckets and as many bans are kept, the least recently used dropped first.
 """
 
@@ -87,8 +89,8 @@ class Throttle:
         """The sign-in ``charge`` counted was wrong: if it leaves the address throttled, a strike and a longer ban.
         The ban's seconds, or None."""
         now = self._now(now)
-        if self._level(("address", address), now) <= self.capacity - 1:
-            return None  # the address may still sign in: no strike
+        if not self.strikes_for(name, address, now):
+            return None  # the address may still sign in, and the name was not under attack: no strike
         strikes = self._strikes(address, now)[0] + 1
         ban = min(BAN_MAX_S, self.leak_s * 2 ** min(strikes - 1, 32))
         self._bans[address] = (strikes, now + ban, now)
@@ -98,6 +100,14 @@ class Throttle:
         while len(self._bans) > self.max_keys:
             self._bans.popitem(last=False)
         return math.ceil(ban)
+
+    def strikes_for(self, name: str, address: str, now: float) -> bool:
+        """Whether a failure of ``name`` from ``address`` earns the address a strike: it leaves the address's bucket
+        full, or it was a guess at a name whose bucket is full (a name under attack from several addresses: each of
+        them climbs the ladder, though none fills its own bucket; the independent attack on #53 found two addresses
+        guessing one name once a minute each, for ever, and never banned)."""
+        full = self.capacity - 1
+        return self._level(("address", address), now) > full or self._level(("name", name), now) > full
 
     def __len__(self) -> int:
         return len(self._buckets)

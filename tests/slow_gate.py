@@ -67,6 +67,14 @@ class CountedAfter(throttle.Throttle):
             self._add(key, 1.0, now)
 
 
+class AddressStrikes(throttle.Throttle):
+    """A strike only when the address's own bucket is full (as before the independent attack on #53): addresses that
+    share the guessing of one name never fill their own, and are never banned."""
+
+    def strikes_for(self, name: str, address: str, now: float) -> bool:
+        return self._level(("address", address), now) > self.capacity - 1
+
+
 class OneQueue(signin.SignIn):
     """Every sign-in hashed, a name no account has against the decoy, in one queue of 24 for everyone (as before
     issue #53: strangers filled it, and a real account's sign-in was refused)."""

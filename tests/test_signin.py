@@ -14,7 +14,7 @@ import pytest
 from gate import signin, throttle
 from gate.accounts import Accounts
 from tests.conftest import PASSWORD
-from tests.slow_gate import CacheFirst, CountedAfter, OneQueue
+from tests.slow_gate import AddressStrikes, CacheFirst, CountedAfter, OneQueue
 
 
 @pytest.fixture(scope="module")
@@ -159,6 +159,32 @@ def test_bans_grow_for_an_address_that_keeps_failing():
     assert waits(CountedAfter(leak_s=10)) == [10] * 5  # without bans: one guess every leak, however long it goes on
     capped = throttle.Throttle(leak_s=1000)
     assert waits(capped)[-1] == throttle.BAN_MAX_S
+
+
+def _guesses_in_an_hour(bucket: throttle.Throttle, addresses: int) -> tuple[int, int]:
+    """A guesser sharing one name over ``addresses`` addresses, each guessing whenever it may (checked every second of
+    an hour): the guesses checked, and the addresses banned at least once."""
+    checked, banned = 0, set()
+    for second in range(3600):
+        for i in range(addresses):
+            address = f"10.9.0.{i}"
+            if bucket.wait("alice", address, now=second) is None:
+                bucket.charge("alice", address, now=second)
+                checked += 1
+                if bucket.failed("alice", address, now=second) is not None:
+                    banned.add(address)
+    return checked, len(banned)
+
+
+def test_addresses_sharing_the_guessing_of_one_name_each_climb_the_ladder():
+    """The independent attack on #53 (F1): two addresses guessing one name never filled their own buckets, so neither
+    was banned, and together they had 120 guesses an hour (60 addresses 3,600), where one address has 8."""
+    alone, _ = _guesses_in_an_hour(throttle.Throttle(), 1)
+    two, banned = _guesses_in_an_hour(throttle.Throttle(), 2)
+    ten, _ = _guesses_in_an_hour(throttle.Throttle(), 10)
+    assert alone <= 9 and banned == 2 and two <= 2 * alone and ten <= 10 * alone, (alone, two, ten)
+    weak, never = _guesses_in_an_hour(AddressStrikes(), 2)
+    assert weak >= 100 and never == 0, (weak, never)
 
 
 def test_the_throttle_gives_a_right_password_its_count_back_and_holds_bounded_memory():
