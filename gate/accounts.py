@@ -27,6 +27,7 @@ from core.store import open_store
 
 NAME = re.compile(r"^[a-z][a-z0-9._-]{0,62}$")
 MIN_PASSWORD = 12
+MAX_PASSWORD_BYTES = 512  # its name, a colon and it fit the 768 bytes of a credential nginx and the gate read
 
 
 class AccountError(UserError):
@@ -59,6 +60,8 @@ def check_name(name: str) -> str:
 def check_password(password: str) -> str:
     if len(password) < MIN_PASSWORD:
         raise AccountError(f"the password is too short: use at least {MIN_PASSWORD} characters.")
+    if len(password.encode()) > MAX_PASSWORD_BYTES:
+        raise AccountError(f"the password is too long: use at most {MAX_PASSWORD_BYTES} bytes (characters, in UTF-8).")
     if "\n" in password or "\r" in password:
         raise AccountError("the password may not contain a line break.")
     return password

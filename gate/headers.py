@@ -27,7 +27,11 @@ import re
 PASSED = frozenset({"accept", "accept-language", "content-type", "user-agent", "x-prefect-ui"})
 READ = PASSED | {"authorization", "x-real-ip"}  # the gate's own reading: who asks, and from where
 PRINTABLE = re.compile(rb"[\t\x20-\x7e]*")
-BASIC = re.compile(r"Basic ([A-Za-z0-9+/]+={0,2})")
+# nginx's pattern of a credential (deploy/nginx.conf, `map $http_authorization $account`): base64 as base64 writes it,
+# at most 1,024 characters. A longer header is no one's to the gate too, so that nginx's sign-in limits apply to every
+# sign-in the gate checks (the independent attack on #53, F3: a 3,000-character password was a sign-in to the gate
+# and a call without credentials to nginx, outside its sign-in limits)
+BASIC = re.compile(r"Basic ((?:[A-Za-z0-9+/]{4}){1,256}(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?)")
 PROOF = "privrelease_signed_in"  # the cookie of a credential that signed in
 PROOF_DAYS = 30
 

@@ -4,6 +4,8 @@ same attacks through the real proxy, gate and server: tests/test_signin_served.p
 
 from __future__ import annotations
 
+import base64
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,8 +13,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gate import signin, throttle
-from gate.accounts import Accounts
+from gate import headers, signin, throttle
+from gate.accounts import MAX_PASSWORD_BYTES, AccountError, Accounts, check_password
 from tests.conftest import PASSWORD
 from tests.slow_gate import AddressStrikes, CacheFirst, CountedAfter, OneQueue
 
@@ -217,3 +219,19 @@ def test_the_gates_memory_is_bounded():
     assert signin.HASHES_AT_ONCE * 64 < 300 - 140  # MiB: the checks at once, beside the gate's own ~130 MB
     assert signin.STRANGERS_WAITING + signin.HASHES_AT_ONCE < 192  # far under the proxy's connections to the gate
     assert Path(signin.__file__).read_text().count("\n") < 400
+
+
+def test_a_credential_is_one_to_the_gate_exactly_when_it_is_one_to_nginx():
+    """The independent attack on #53 (F3): past 1,024 base64 characters nginx counted the call as no one's (outside its
+    sign-in limits) while the gate checked it as a sign-in. Both read one pattern now, and no password an account can
+    have makes a longer credential."""
+    conf = (Path(__file__).parents[1] / "deploy" / "nginx.conf").read_text()
+    (nginx,) = re.findall(r'"~\^(Basic [^"]+)\$" \$http_authorization;', conf)
+    for length in (12, 600, 700, 760, 800, 3000):
+        header = "Basic " + base64.b64encode(f"ann:{'x' * length}".encode()).decode()
+        assert (re.fullmatch(nginx, header) is not None) == (headers.credentials(header) is not None), length
+    assert headers.credentials("Basic " + base64.b64encode(b"ann:" + b"x" * 3000).decode()) is None
+    with pytest.raises(AccountError, match="too long: use at most 512 bytes"):
+        check_password("é" * 257)
+    longest = "Basic " + base64.b64encode(("a" * 63 + ":" + "x" * MAX_PASSWORD_BYTES).encode()).decode()
+    assert re.fullmatch(nginx, longest) and headers.credentials(longest) == ("a" * 63, "x" * MAX_PASSWORD_BYTES)
