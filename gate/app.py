@@ -24,6 +24,7 @@ and process ids (``gate.redact``).
 from __future__ import annotations
 
 import base64
+import hmac
 import ipaddress
 import json
 import logging
@@ -132,7 +133,9 @@ class Gate:
         named = headers.credentials(header)
         if named is None:
             return False
-        checked = await self.signin.check(*named, self.address(request))
+        shown = request.cookies.get(headers.PROOF, "").encode()  # bytes: a cookie may hold any character
+        proven = hmac.compare_digest(shown, headers.proof(self.proof_key, header).encode())
+        checked = await self.signin.check(*named, self.address(request), proven)
         if isinstance(checked, Refusal):
             return _refuse(429, f"privrelease gate: {checked.message}", {"retry-after": str(checked.wait)})
         return False if checked is None else checked

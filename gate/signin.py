@@ -141,9 +141,13 @@ class SignIn:
                     self._loaded = time.monotonic()
         return self._names
 
-    async def check(self, name: str, password: str, address: str) -> Account | Refusal | None:
+    async def check(self, name: str, password: str, address: str, proven: bool = False) -> Account | Refusal | None:
         """The account ``name`` signs in to from ``address`` with ``password``; None: a wrong name or password;
-        a Refusal: not checked now."""
+        a Refusal: not checked now. ``proven``: the caller brings this gate's proof that this very credential signed
+        in before (the cookie the proxy checks: OWASP's device cookie), which no guesser has: it has a place of its own
+        in the name's lane and the first line of turns, so a flood of guesses at the name does not lock its owner's
+        browser out (the independent attack on #53, F2: 25-60 addresses kept an account's first sign-in after a
+        restart refused for as long as they went on)."""
         account = (await self._accounts()).get(self._digest(name))
         # from here to the throttle's count of this check (``_checked``), nothing awaits: no other call comes between
         wait = self.throttle.wait(name, address)
@@ -156,18 +160,21 @@ class SignIn:
         if pending is not None:
             await pending.done.wait()
             return pending.answer
-        if self._asked.get(name, 0) >= NAME_WAITING or (
-            self._strangers >= STRANGERS_WAITING if account is None else self._named >= NAMES_WAITING
+        room = int(proven)  # a proven credential's own place, past the guessers' share
+        if self._asked.get(name, 0) >= NAME_WAITING + room or (
+            self._strangers >= STRANGERS_WAITING if account is None else self._named >= NAMES_WAITING + room
         ):
             return BUSY
-        return await self._checked(name, password, address, account, digest)
+        return await self._checked(name, password, address, account, digest, proven)
 
-    async def _checked(self, name: str, password: str, address: str, account: Account | None, digest: bytes):
+    async def _checked(
+        self, name: str, password: str, address: str, account: Account | None, digest: bytes, proven: bool = False
+    ):
         self.throttle.charge(name, address)
         self._asked[name] = self._asked.get(name, 0) + 1
         pending = self._pending[digest] = _Pending()
         try:
-            right = await (self._hashed(name, password, account) if account else self._stranger())
+            right = await (self._hashed(name, password, account, proven) if account else self._stranger())
             pending.answer = account if right else None
         finally:
             self._asked[name] -= 1
@@ -191,11 +198,11 @@ class SignIn:
         finally:
             self._times.append(time.perf_counter() - started)
 
-    async def _hashed(self, name: str, password: str, account: Account) -> bool:
+    async def _hashed(self, name: str, password: str, account: Account, proven: bool = False) -> bool:
         self._named += 1
         try:
             async with self._lanes.setdefault(name, anyio.Lock()):
-                clean = self.throttle.failures(name) <= 1  # no failure but this check's own count
+                clean = proven or self.throttle.failures(name) <= 1  # no failure but this check's own count
                 async with self._turns.turn(clean):
                     return await anyio.to_thread.run_sync(self._timed, account.hash, password)
         finally:

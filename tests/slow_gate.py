@@ -81,7 +81,7 @@ class OneQueue(signin.SignIn):
 
     queued = 0
 
-    async def _checked(self, name, password, address, account, digest):
+    async def _checked(self, name, password, address, account, digest, proven=False):
         if self.queued >= 24:
             return signin.BUSY
         self.queued += 1
@@ -92,7 +92,7 @@ class OneQueue(signin.SignIn):
                 self.throttle.charge(name, address)
                 self.throttle.failed(name, address)
                 return None
-            return await super()._checked(name, password, address, account, digest)
+            return await super()._checked(name, password, address, account, digest, proven)
         finally:
             self.queued -= 1
 

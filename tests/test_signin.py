@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import re
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -105,6 +106,40 @@ def test_a_name_is_checked_one_at_a_time_and_strangers_waiting_are_few(accounts,
     assert answers.count(None) == signin.NAME_WAITING and answers.count(signin.BUSY) == 5 - signin.NAME_WAITING
     answers = _at_once(gate.check, [(f"nobody{i}", "guess", f"10.0.5.{i}") for i in range(10)])
     assert answers.count(None) == 4 and answers.count(signin.BUSY) == 6
+
+
+def test_a_browser_that_signed_in_before_has_a_place_of_its_own_in_a_name_under_attack(accounts, monkeypatch):
+    """The independent attack on #53 (F2): guesses from many addresses kept a name's two places full, and its owner's
+    right password was refused (429) for as long as they went on. A caller with the gate's proof that this credential
+    signed in before (the proxy's cookie, which no guesser has) has a place past the guessers' share."""
+    real = signin.matches
+
+    def slow(hashed: str, password: str) -> bool:
+        time.sleep(0.3)  # a loaded machine's check: the guesses hold the name's places while the owner asks
+        return real(hashed, password)
+
+    monkeypatch.setattr(signin, "matches", slow)
+
+    def owner(proven: bool) -> list:
+        gate = signin.SignIn(accounts)
+        asks = [("uma", f"guess-{i}", f"10.0.8.{i}", False) for i in range(4)] + [("uma", PASSWORD, "10.0.9.1", proven)]
+        answers: list = [None] * len(asks)
+
+        async def main() -> None:
+            async def one(i: int) -> None:
+                answers[i] = await gate.check(*asks[i])
+
+            async with anyio.create_task_group() as group:
+                for i in range(len(asks)):
+                    group.start_soon(one, i)
+                    await anyio.sleep(0.02)  # the guesses first
+
+        anyio.run(main)
+        return answers
+
+    flood_then_owner = owner(proven=True)
+    assert flood_then_owner[:4].count(signin.BUSY) == 2 and flood_then_owner[4].name == "uma"
+    assert owner(proven=False)[4] is signin.BUSY  # without the proof: refused while the guesses hold the places
 
 
 class FirstCome(signin.Turns):
