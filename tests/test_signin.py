@@ -7,8 +7,8 @@ from __future__ import annotations
 import base64
 import re
 import subprocess
-import time
 import sys
+import time
 from pathlib import Path
 
 import anyio
