@@ -5,6 +5,7 @@ same attacks through the real proxy, gate and server: tests/test_signin_served.p
 from __future__ import annotations
 
 import base64
+import os
 import re
 import subprocess
 import sys
@@ -241,6 +242,25 @@ def test_the_throttle_gives_a_right_password_its_count_back_and_holds_bounded_me
         bucket.charge(f"name{i}", f"10.0.0.{i}", now=0)
         bucket.failed(f"name{i}", f"10.0.0.{i}", now=0)
     assert len(bucket) == 100 and len(bucket._bans) <= 100
+
+
+def test_the_gates_answers_of_the_registry_load_no_frame_library(tmp_path):
+    """What the gate reads for its forms and catalogue (every registered dataset, with its budget, and the index) loads
+    no pandas, pyarrow or scipy while no DP release is charged (the independent attack on #53, F4: every mechanism,
+    scipy's optimizers included, was loaded to answer the datasets, and the gate sat at 300 MB; a charged dataset's
+    next-release figure loads that one mechanism)."""
+    from core.datasets.demo import write_demo
+
+    home = tmp_path / "home"
+    write_demo(home, rows=2000)
+    code = (
+        "import sys, gate.app; from core.release.catalogue import Catalogue; from core.release.home import Home; "
+        "c = Catalogue(Home.open()); n = len(c.datasets()); c.index(); "
+        "print(n, sorted({'pandas', 'pyarrow', 'scipy'} & set(sys.modules)))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")} | {"PRIVRELEASE_HOME": str(home)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, timeout=120)
+    assert done.stdout.split(maxsplit=1) == ["4", "[]\n"], done.stdout
 
 
 def test_the_gates_memory_is_bounded():

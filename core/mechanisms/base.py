@@ -31,15 +31,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Literal, Protocol, runtime_checkable
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from core.charts import Chart
 from core.params import StrictParams
 from core.privacy.cost import DPCost
 from core.tables.schema import Needs
+
+if TYPE_CHECKING:  # the frames a run takes: the gate and the ledger's commands read the contract, never a frame
+    import numpy as np
+    import pandas as pd
 
 COST_KEYS = ("kind", "guarantee", "adjacency", "model", "epsilon", "delta")  # the manifest's, from the plan
 
