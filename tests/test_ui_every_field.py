@@ -120,9 +120,10 @@ def _registered(home: Path) -> None:
     visits["length_of_stay"] = pd.to_numeric(visits["length_of_stay"]).fillna(0.0)
     register(home, visits, HOSPITAL, policy=Policy.model_validate(HOSPITAL_UI_POLICY))
     register(home, hospital(), "hospital54", policy=Policy.model_validate(HOSPITAL_POLICY))  # the newcomer's own
-    register(home, payroll(), PAYROLL, unit="user:person_id", purpose="dp")
-    register(home, demo.posts().rename(columns={"text": "body"}), POSTS, unit="user:user", purpose="dp")
-    register(home, demo.logins(), LOGINS, purpose="dp")
+    # tables of their own (a source registered twice is refused: one source, one budget): other draws of the samples
+    register(home, payroll(seed=56), PAYROLL, unit="user:person_id", purpose="dp")
+    register(home, demo.posts(seed=56).rename(columns={"text": "body"}), POSTS, unit="user:user", purpose="dp")
+    register(home, demo.logins(seed=56), LOGINS, purpose="dp")
     ledger = Ledger(home / "privrelease.duckdb")
     for dataset in (PAYROLL, POSTS, LOGINS):
         ledger.set_budget(dataset, Budget(20.0, 1e-3))
