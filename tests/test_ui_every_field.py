@@ -157,6 +157,10 @@ def _as_an_analyst(page: Page, env: dict, root: Path, shots: Path) -> None:
         state = _wait(api, run_id, root / "worker-ui-every-field.log")
         run = api.get(f"/flow_runs/{run_id}").json()
         sent = {k: run["parameters"].get(k) for k in values}
+        if state == "FAILED":  # the sentence on the run's page (its log), as the analyst reads it
+            page.goto(f"{ui}/runs/flow-run/{run_id}")
+            page.get_by_text((run["state"].get("message") or "")[:80]).first.wait_for()
+            page.screenshot(path=shots / f"ui-all-{i}-{form}-refused.png")
         outcomes.append((i, form, state, run["state"].get("message"), sent == values or (sent, values)))
     page.screenshot(path=shots / "ui-all-last.png")
     failed = [o for o in outcomes if o[2] != "COMPLETED" and o[0] not in FAILS or o[4] is not True]
