@@ -150,7 +150,7 @@ class SignIn:
         restart refused for as long as they went on)."""
         account = (await self._accounts()).get(self._digest(name))
         # from here to the throttle's count of this check (``_checked``), nothing awaits: no other call comes between
-        wait = self.throttle.wait(name, address)
+        wait = self.throttle.wait(name, address, proven=proven)
         if wait is not None:
             return Refusal(wait, f"too many failed sign-ins for this name or from this address; try again in {wait} seconds")
         digest = self._digest(name, password)
@@ -184,7 +184,7 @@ class SignIn:
             del self._pending[digest]
             pending.done.set()
         if not right:
-            banned = self.throttle.failed(name, address)
+            banned = self.throttle.failed(name, address, proven=proven)
             log.warning("failed sign-in: name %r from %s%s", name[:64], address, f"; address banned {banned} s" if banned else "")
             return None
         self.throttle.cleared(name, address)

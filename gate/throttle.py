@@ -59,11 +59,13 @@ class Throttle:
         strikes, until, at = self._bans.get(address, (0, now, now))
         return (0, now) if now - at > FORGET_S else (strikes, until)
 
-    def wait(self, name: str, address: str, now: float | None = None) -> int | None:
-        """Seconds until ``name`` may sign in from ``address``, or None: it may now."""
+    def wait(self, name: str, address: str, now: float | None = None, proven: bool = False) -> int | None:
+        """Seconds until ``name`` may sign in from ``address``, or None: it may now. ``proven``: the credential
+        brings the gate's proof that it signed in before, so the name's bucket (guessers elsewhere) does not
+        hold it back, only its own address's."""
         now = self._now(now)
         by_address = self._level(("address", address), now)
-        by_name = self._level(("name", name), now) if by_address > 0 else 0.0
+        by_name = self._level(("name", name), now) if by_address > 0 and not proven else 0.0
         over = max(by_address, by_name) - self.capacity + 1
         banned = self._strikes(address, now)[1] - now
         wait = max(over * self.leak_s, banned)
@@ -85,11 +87,12 @@ class Throttle:
         for key in (("address", address), ("name", name)):
             self._add(key, -1.0, now)
 
-    def failed(self, name: str, address: str, now: float | None = None) -> int | None:
+    def failed(self, name: str, address: str, now: float | None = None, proven: bool = False) -> int | None:
         """The sign-in ``charge`` counted was wrong: if it leaves the address throttled, a strike and a longer ban.
-        The ban's seconds, or None."""
+        The ban's seconds, or None. A ``proven`` caller's typo is judged by its own address only (the owner's
+        browser, mistyping once while the name is under attack, is not banned with the guessers)."""
         now = self._now(now)
-        if not self.strikes_for(name, address, now):
+        if not self.strikes_for(None if proven else name, address, now):
             return None  # the address may still sign in, and the name was not under attack: no strike
         strikes = self._strikes(address, now)[0] + 1
         ban = min(BAN_MAX_S, self.leak_s * 2 ** min(strikes - 1, 32))
@@ -101,13 +104,14 @@ class Throttle:
             self._bans.popitem(last=False)
         return math.ceil(ban)
 
-    def strikes_for(self, name: str, address: str, now: float) -> bool:
+    def strikes_for(self, name: str | None, address: str, now: float) -> bool:
         """Whether a failure of ``name`` from ``address`` earns the address a strike: it leaves the address's bucket
         full, or it was a guess at a name whose bucket is full (a name under attack from several addresses: each of
         them climbs the ladder, though none fills its own bucket; the independent attack on #53 found two addresses
         guessing one name once a minute each, for ever, and never banned)."""
         full = self.capacity - 1
-        return self._level(("address", address), now) > full or self._level(("name", name), now) > full
+        by_name = 0.0 if name is None else self._level(("name", name), now)  # None: the address's own only
+        return self._level(("address", address), now) > full or by_name > full
 
     def __len__(self) -> int:
         return len(self._buckets)

@@ -44,11 +44,11 @@ async def _slow_download(call) -> StreamingResponse:
 class CacheFirst(signin.SignIn):
     """A password checked right before is let in before the throttle is asked (issue #53's first finding)."""
 
-    async def check(self, name: str, password: str, address: str):
+    async def check(self, name: str, password: str, address: str, proven: bool = False):
         account = (await self._accounts()).get(self._digest(name))
         if account is not None and self._verified.get(name) == (self._digest(name, password), account.hash):
             return account
-        return await super().check(name, password, address)
+        return await super().check(name, password, address, proven)
 
 
 class CountedAfter(throttle.Throttle):
@@ -61,7 +61,7 @@ class CountedAfter(throttle.Throttle):
     def cleared(self, name: str, address: str, now: float | None = None) -> None:
         pass
 
-    def failed(self, name: str, address: str, now: float | None = None) -> None:
+    def failed(self, name: str, address: str, now: float | None = None, proven: bool = False) -> None:
         now = self._now(now)
         for key in (("address", address), ("name", name)):
             self._add(key, 1.0, now)
@@ -71,7 +71,7 @@ class AddressStrikes(throttle.Throttle):
     """A strike only when the address's own bucket is full (as before the independent attack on #53): addresses that
     share the guessing of one name never fill their own, and are never banned."""
 
-    def strikes_for(self, name: str, address: str, now: float) -> bool:
+    def strikes_for(self, name: str | None, address: str, now: float) -> bool:
         return self._level(("address", address), now) > self.capacity - 1
 
 

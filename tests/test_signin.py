@@ -143,6 +143,20 @@ def test_a_browser_that_signed_in_before_has_a_place_of_its_own_in_a_name_under_
     assert owner(proven=False)[4] is signin.BUSY  # without the proof: refused while the guesses hold the places
 
 
+def test_the_owners_typo_while_the_name_is_under_attack_bans_only_a_browser_without_the_proof():
+    """The re-attack on #53 (N2): with strikes for failures at a name under attack, the owner's one typo banned her own
+    address with the guessers'. A credential that brings the proof is judged by its own address only."""
+    for proven, banned in ((False, 60), (True, None)):
+        bucket = throttle.Throttle()
+        for i in range(3):  # guessers elsewhere fill the name's bucket
+            bucket.charge("uma", f"10.0.10.{i}", now=0)
+            bucket.failed("uma", f"10.0.10.{i}", now=0)
+        assert bucket.wait("uma", "10.0.11.1", now=1, proven=proven) is None  # a clean address: let in
+        bucket.charge("uma", "10.0.11.1", now=1)
+        assert bucket.failed("uma", "10.0.11.1", now=1, proven=proven) == banned  # her typo
+        assert (bucket.wait("uma", "10.0.11.1", now=2, proven=proven) is None) == proven  # her next try
+
+
 class FirstCome(signin.Turns):
     """Turns in the order asked, whoever asks (every sign-in waited behind the names under attack)."""
 

@@ -170,8 +170,17 @@ async function signIn(name, password) {
     return signInForm(`Too many sign-ins from here: try again in ${response.headers.get("retry-after") || 60} seconds.`);
   }
   localStorage.setItem(KEPT, tried);
-  const next = new URLSearchParams(location.search).get("next") || "";
-  location.assign(/^\/(?![/\\])/.test(next) ? next : location.pathname === "/privrelease/signin" ? "/privrelease/releases" : location.href);
+  // "next" only as a page of this site: resolved as the browser would (it drops tabs and line breaks, so a
+  // pattern on the text let /%09/elsewhere through: the re-attack on #53), then its origin compared
+  const asked = new URLSearchParams(location.search).get("next");
+  let next = null;
+  try {
+    next = asked ? new URL(asked, location.origin) : null;
+  } catch (e) {
+    next = null;
+  }
+  if (next && next.origin === location.origin) location.assign(next.pathname + next.search + next.hash);
+  else location.assign(location.pathname === "/privrelease/signin" ? "/privrelease/releases" : location.href);
 }
 
 function shown(error) {
