@@ -19,11 +19,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from core.ledger.ledger import Ledger  # noqa: E402
-from core.mechanisms import dpne, outliers  # noqa: E402
-from core.privacy import accountant as acc  # noqa: E402
-from core.privacy import events, pld  # noqa: E402
-from core.privacy.budget import Budget  # noqa: E402
+from privrelease.core.ledger.ledger import Ledger  # noqa: E402
+from privrelease.core.mechanisms import dpne, outliers  # noqa: E402
+from privrelease.core.privacy import accountant as acc  # noqa: E402
+from privrelease.core.privacy import events, pld  # noqa: E402
+from privrelease.core.privacy.budget import Budget  # noqa: E402
 
 CAP = Budget(5.0, 1e-5)
 
@@ -60,7 +60,7 @@ def histories() -> dict[str, list[acc.Spend]]:
 
 
 def acc_sigma(eps: float, delta: float) -> float:
-    from core.privacy.budget import gaussian_sigma
+    from privrelease.core.privacy.budget import gaussian_sigma
 
     return gaussian_sigma(eps, delta)
 

@@ -42,17 +42,17 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core import noise
-from core.datasets.registry import Registry, Unit
-from core.ledger.ledger import Ledger
-from core.mechanisms import aggregate as agg
-from core.mechanisms import aggregate_report as show
-from core.privacy.budget import Budget
-from core.tables.schema import Column, Schema
+from privrelease.core import noise
+from privrelease.core.datasets.registry import Registry, Unit
+from privrelease.core.ledger.ledger import Ledger
+from privrelease.core.mechanisms import aggregate as agg
+from privrelease.core.mechanisms.aggregate import report as show
+from privrelease.core.privacy.budget import Budget
+from privrelease.core.tables.schema import Column, Schema
 
 ADULT = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "uci" / "adult.data.gz"
 ROOT = Path(__file__).resolve().parent.parent
-CLI = "from cli.main import command; command()"  # the privrelease command (sys.argv: its arguments)
+CLI = "from privrelease.cli.main import command; command()"  # the privrelease command (sys.argv: its arguments)
 BOUNDS = (0.0, 200_000.0)
 CASES = {
     "adult": {"by": ["education", "sex"], "budget": {"epsilon": 1.0, "delta": 1e-6},

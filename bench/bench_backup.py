@@ -44,9 +44,9 @@ def size(folder: Path) -> int:
 def many_releases(home: Path, n: int, env: dict) -> None:
     """``n`` DP releases of logins-demo: a dozen as typed, the rest charged, settled and filed as the release path does."""
     os.environ.update(env)
-    from core.ledger.ledger import PUBLISHED, Ledger
-    from core.privacy.budget import Budget
-    from core.release.home import Home
+    from privrelease.core.ledger.ledger import PUBLISHED, Ledger
+    from privrelease.core.privacy.budget import Budget
+    from privrelease.core.release.home import Home
 
     request = home / "requests" / "logins-outliers.yaml"
     ledger = Ledger(home / "privrelease.duckdb")
@@ -79,9 +79,9 @@ def many_releases(home: Path, n: int, env: dict) -> None:
 
 
 def _cost(entry):
-    from core.ledger.account import recorded
-    from core.privacy.adjacency import read
-    from core.privacy.cost import DPCost
+    from privrelease.core.ledger.account import recorded
+    from privrelease.core.privacy.adjacency import read
+    from privrelease.core.privacy.cost import DPCost
 
     return DPCost(recorded(json.loads(entry.detail)["events"], entry.budget), read(entry.adjacency))
 

@@ -27,10 +27,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from core.datasets.demo import write_demo  # noqa: E402
-from core.release import pipeline, spec  # noqa: E402
-from core.release.catalogue import Catalogue  # noqa: E402
-from core.release.home import Home  # noqa: E402
+from privrelease.core.datasets.demo import write_demo  # noqa: E402
+from privrelease.core.release import pipeline, spec  # noqa: E402
+from privrelease.core.release.catalogue import Catalogue  # noqa: E402
+from privrelease.core.release.home import Home  # noqa: E402
 
 
 def median_ms(fn, times: int = 5) -> float:
@@ -62,8 +62,8 @@ def main() -> int:
     args = parser.parse_args()
     from starlette.testclient import TestClient
 
-    from gate.accounts import Accounts
-    from gate.app import create_app
+    from privrelease.gate.accounts import Accounts
+    from privrelease.gate.app import create_app
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "home"

@@ -25,8 +25,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench import dpne_baselines  # noqa: E402
-from core import noise  # noqa: E402
-from core.mechanisms import dpne  # noqa: E402
+from privrelease.core import noise  # noqa: E402
+from privrelease.core.mechanisms import dpne  # noqa: E402
 
 MSNBC = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "msnbc" / "msnbc990928.seq.gz"
 TABLE4 = {

@@ -22,9 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_dpne import PARAMS, msnbc
 
-from core.datasets import snapshots
-from core.mechanisms import dpne, dpne_corpus
-from core.mechanisms.base import Snapshot
+from privrelease.core.datasets import snapshots
+from privrelease.core.mechanisms import dpne
+from privrelease.core.mechanisms.base import Snapshot
+from privrelease.core.mechanisms.dpne import corpus as dpne_corpus
 
 
 def main() -> None:

@@ -39,7 +39,9 @@ sys.path.insert(0, str(REPO))
 
 from bench.bench_dpne import PARAMS, synthetic  # noqa: E402
 from bench.bench_runner import msnbc_times  # noqa: E402
-from core.mechanisms import dpne, dpne_cap, dpne_counts  # noqa: E402
+from privrelease.core.mechanisms import dpne  # noqa: E402
+from privrelease.core.mechanisms.dpne import cap as dpne_cap  # noqa: E402
+from privrelease.core.mechanisms.dpne import counts as dpne_counts  # noqa: E402
 
 PATTERN = "list_filter(regexp_split_to_array(text, '\\s+'), lambda x: x <> '')"
 
@@ -119,7 +121,7 @@ def allocator(copies: int, snapshot: str | None = None) -> None:
                 ).stdout.strip()
                 print(f"{name}: {out}", flush=True)
         return
-    from core import parallel
+    from privrelease.core import parallel
 
     parallel.workers = lambda: 2  # two user partitions, opened and counted in this process one after the other
     parallel.worker_threads = lambda: 1  # DuckDB and Arrow on one thread, as in a single-threaded Dask worker

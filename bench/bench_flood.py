@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gate.accounts import Accounts  # noqa: E402
+from privrelease.gate.accounts import Accounts  # noqa: E402
 from tests.conftest import PASSWORD  # noqa: E402
 from tests.test_proxy import analyst_call, flood  # noqa: E402
 from tests.test_server import gate, proxy, running_server  # noqa: E402

@@ -23,21 +23,21 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from core.ledger.ledger import PUBLISHED  # noqa: E402
-from core.privacy.adjacency import ReplaceRecord  # noqa: E402
-from core.privacy.budget import Budget  # noqa: E402
-from core.privacy.cost import DPCost  # noqa: E402
-from core.privacy.events import EpsilonDelta  # noqa: E402
-from core.release import charged  # noqa: E402
-from core.release.home import Home  # noqa: E402
+from privrelease.core.ledger.ledger import PUBLISHED  # noqa: E402
+from privrelease.core.privacy.adjacency import ReplaceRecord  # noqa: E402
+from privrelease.core.privacy.budget import Budget  # noqa: E402
+from privrelease.core.privacy.cost import DPCost  # noqa: E402
+from privrelease.core.privacy.events import EpsilonDelta  # noqa: E402
+from privrelease.core.release import charged  # noqa: E402
+from privrelease.core.release.home import Home  # noqa: E402
 
 CHARGER = """
 import sys, time
 from pathlib import Path
-from core.privacy.adjacency import ReplaceRecord
-from core.privacy.cost import DPCost
-from core.privacy.events import EpsilonDelta
-from core.ledger.ledger import Ledger
+from privrelease.core.privacy.adjacency import ReplaceRecord
+from privrelease.core.privacy.cost import DPCost
+from privrelease.core.privacy.events import EpsilonDelta
+from privrelease.core.ledger.ledger import Ledger
 db, worker, n, start = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
 ledger = Ledger(db)
 ledger.entries()  # connect before the clock starts
@@ -125,7 +125,7 @@ def main() -> None:
         if args.store == "postgresql":  # a fresh schema for the concurrent run
             import psycopg
 
-            from core import store
+            from privrelease.core import store
 
             store.close(args.url)
             with psycopg.connect(args.url, autocommit=True) as con:

@@ -2,7 +2,7 @@
 
 Run: .venv/bin/python bench/bench_noise.py [--runs 3] [--skip-dpne]
 Results are recorded by hand in bench/RESULTS.md. The DPNE part times ``dpne.extract`` and, inside
-it, every call into ``core.noise`` (wrapped here, in the benchmark only); run the same script from
+it, every call into ``privrelease.core.noise`` (wrapped here, in the benchmark only); run the same script from
 an older checkout to get the "before" row.
 """
 
@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from core import noise  # noqa: E402
+from privrelease.core import noise  # noqa: E402
 
 
 def rate(label: str, n: int, seconds: float) -> None:
@@ -70,7 +70,7 @@ def samplers() -> None:
 def dpne_cost(runs: int) -> None:
     from bench_dpne import PARAMS, msnbc
 
-    from core.mechanisms import dpne
+    from privrelease.core.mechanisms import dpne
 
     spent = [0.0]
     for name in ("gaussian", "gaussian_tail"):

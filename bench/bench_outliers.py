@@ -21,12 +21,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.outliers_baselines import gs_lower, paper_global_std  # noqa: E402
-from core.errors import InternalError  # noqa: E402
-from core.mechanisms import outliers as o  # noqa: E402
-from core.mechanisms import outliers_geometry as geo  # noqa: E402
-from core.mechanisms import outliers_sensitivity as sens  # noqa: E402
-from core.privacy import events  # noqa: E402
-from core.privacy.budget import Budget  # noqa: E402
+from privrelease.core.errors import InternalError  # noqa: E402
+from privrelease.core.mechanisms import outliers as o  # noqa: E402
+from privrelease.core.mechanisms.outliers import geometry as geo  # noqa: E402
+from privrelease.core.mechanisms.outliers import sensitivity as sens  # noqa: E402
+from privrelease.core.privacy import events  # noqa: E402
+from privrelease.core.privacy.budget import Budget  # noqa: E402
 
 UCI = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "uci"
 DELTA = 0.01

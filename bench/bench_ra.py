@@ -23,9 +23,9 @@ import pandas as pd
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from core import noise  # noqa: E402
-from core.datasets.demo import census  # noqa: E402
-from core.mechanisms import ra  # noqa: E402
+from privrelease.core import noise  # noqa: E402
+from privrelease.core.datasets.demo import census  # noqa: E402
+from privrelease.core.mechanisms import ra  # noqa: E402
 
 ADULT = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "uci" / "adult.data.gz"
 QI = ["education", "race", "sex", "workclass", "marital-status", "age", "relationship", "native-country", "Salary"]

@@ -2,7 +2,7 @@
 MSNBC at Table 4's settings, each `privrelease release request.yaml` in a fresh process with no Prefect
 server configured, as an analyst types it (full output, with the budget line).
 
-The steward registers both once in a temporary home (Adult with schemas/policies/adult.policy.yaml, its
+The steward registers both once in a temporary home (Adult with privrelease/schemas/policies/adult.policy.yaml, its
 k threshold lifted so that RA alone publishes; MSNBC per user, a cap of ε = 100 for the runs); one
 release of each warms the caches, then ``--runs`` timed releases of each alternate. Each run's report
 and charts are checked to be there. ``--checkout`` times another checkout's code (PYTHONPATH) in the same
@@ -49,7 +49,9 @@ def setup(home: Path, env: dict) -> dict[str, Path]:
     data.mkdir(parents=True)
     adult().to_csv(data / "adult.csv", index=False)
     duckdb.connect().from_df(msnbc()).write_parquet(str(data / "msnbc.parquet"))
-    policy = (REPO / "schemas" / "policies" / "adult.policy.yaml").read_text().replace("\n  k: 3\n", "\n  k: null\n")
+    policy = (
+        (REPO / "privrelease" / "schemas" / "policies" / "adult.policy.yaml").read_text().replace("\n  k: 3\n", "\n  k: null\n")
+    )
     (home / "adult.policy.yaml").write_text(policy)
     exe = str(Path(sys.executable).parent / "privrelease")
     for args in (

@@ -28,7 +28,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from core import parallel  # noqa: E402
+from privrelease.core import parallel  # noqa: E402
 
 
 def rest(runs: int, query_seconds: int) -> None:
@@ -36,7 +36,7 @@ def rest(runs: int, query_seconds: int) -> None:
     split into pickup (submitted → the worker's process starts the run), the run, and the rest."""
     import httpx
 
-    from core.datasets.demo import write_demo
+    from privrelease.core.datasets.demo import write_demo
     from tests.test_server import _create_run, _run, deployment, running_server, worker
 
     with tempfile.TemporaryDirectory() as tmp, running_server(Path(tmp)) as env:
@@ -150,7 +150,7 @@ def dpne(runs: int, copies: int) -> None:
     import duckdb
 
     from bench.bench_dpne import PARAMS
-    from core.mechanisms import dpne as mech
+    from privrelease.core.mechanisms import dpne as mech
 
     params = mech.Params(**PARAMS, tokenizer="whitespace")
     levels = Levels()
@@ -190,7 +190,7 @@ def netns(runs: int, copies: int) -> None:
     import duckdb
 
     from bench.bench_dpne import PARAMS
-    from core.mechanisms import dpne as mech
+    from privrelease.core.mechanisms import dpne as mech
     from tests.netns import A_ADDR, B_ADDR, exec_in, inside, two_hosts
 
     params = mech.Params(**PARAMS, tokenizer="whitespace")

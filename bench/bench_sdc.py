@@ -2,10 +2,10 @@
 
 The key is {age, workclass, education, marital-status, occupation, race, sex, native-country} (the
 one ARX's Adult tutorial marks quasi-identifying), the hierarchies those of
-schemas/policies/adult.policy.yaml. Information loss is reported three ways:
+privrelease/schemas/policies/adult.policy.yaml. Information loss is reported three ways:
 
 - suppressed cells and records with at least one; the people compatible with fewer than k released records
-  given their (recoded) true key (``core.sdc.risk``'s intruder count: 0 by construction);
+  given their (recoded) true key (``privrelease.core.sdc.risk``'s intruder count: 0 by construction);
 - non-uniform entropy (ARX's "non-uniform entropy", in bits per record): Σ over records and keys of
   −log2 P(original value | released value), the probability taken over the original table, a
   suppressed (missing) value released as the whole column;
@@ -29,7 +29,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from core.sdc import methods, policy, risk  # noqa: E402
+from privrelease.core.sdc import methods, policy, risk  # noqa: E402
 
 ADULT = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "uci" / "adult.data.gz"
 K = 3
@@ -80,7 +80,7 @@ def run(name: str, frame: pd.DataFrame, rules: policy.Policy, recode: methods.Re
 
 def main() -> None:
     frame = adult()
-    rules = policy.read(str(REPO / "schemas" / "policies" / "adult.policy.yaml"))
+    rules = policy.read(str(REPO / "privrelease" / "schemas" / "policies" / "adult.policy.yaml"))
     keys = rules.key_vars.all
     before = risk.record_cells(frame, keys)["fk"]
     print(f"UCI Adult: {len(frame)} records, key {keys}; {int((before < K).sum())} records in cells below k = {K}")

@@ -20,7 +20,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.mechanisms import sdc_table
+from privrelease.core.mechanisms import sdc_table
 
 
 def hierarchy(prefix: str, groups: int, members: int) -> tuple[list[str], list[dict[str, str]]]:

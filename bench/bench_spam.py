@@ -31,15 +31,15 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from core.spam import features as F  # noqa: E402
-from core.spam import parties as Q  # noqa: E402
-from core.spam import protocol as P  # noqa: E402
-from core.spam import wire as W  # noqa: E402
-from core.spam.mail import read_mail, split_corpus  # noqa: E402
-from core.spam.paillier import KeyPair  # noqa: E402
-from core.spam.run_report import auc  # noqa: E402
-from core.spam.spec import Inputs  # noqa: E402
-from core.spam.training import SpamSpec, Training, design, exact_gradient  # noqa: E402
+from privrelease.core.spam import features as F  # noqa: E402
+from privrelease.core.spam import parties as Q  # noqa: E402
+from privrelease.core.spam import protocol as P  # noqa: E402
+from privrelease.core.spam import wire as W  # noqa: E402
+from privrelease.core.spam.mail import read_mail, split_corpus  # noqa: E402
+from privrelease.core.spam.paillier import KeyPair  # noqa: E402
+from privrelease.core.spam.run_report import auc  # noqa: E402
+from privrelease.core.spam.spec import Inputs  # noqa: E402
+from privrelease.core.spam.training import SpamSpec, Training, design, exact_gradient  # noqa: E402
 
 CORPUS = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "spamassassin" / "spamassassin.jsonl.gz"
 
@@ -99,7 +99,7 @@ def repro(key_bits: int, rounds: int, users: int, eta: float) -> None:
 def timing(messages: int, users: int, epsilon: float | None = None, leave: bool = False) -> None:
     """Per-message cost of one round; with ``epsilon``, of a dp: round (each user's noise share,
     wider slots; 10 rounds, delta 1e-6, 1 colluder)."""
-    from core.spam import dp
+    from privrelease.core.spam import dp
 
     noise = dp.calibrate(dp.DPParams(epsilon=epsilon, delta=1e-6), users, 10) if epsilon else None
     extra = {"radius": noise.params.radius, "share_variance": noise.share_variance} if noise else {}
@@ -215,8 +215,8 @@ def timing(messages: int, users: int, epsilon: float | None = None, leave: bool 
 
 
 def shares(counts: tuple[int, ...] = (3, 10, 30, 100), m: int = 417) -> None:
-    from core.spam import dropout as R
-    from core.spam.aggregation import Agreement, new_seed, self_mask
+    from privrelease.core.spam import dropout as R
+    from privrelease.core.spam.aggregation import Agreement, new_seed, self_mask
 
     n = int(gmpy2.next_prime(2**2047))
     for users in counts:
@@ -264,7 +264,7 @@ def shares(counts: tuple[int, ...] = (3, 10, 30, 100), m: int = 417) -> None:
 
 
 def _user(name: str, path: Path, share: dict | None = None) -> P.User:
-    from core.spam.training import load_user
+    from privrelease.core.spam.training import load_user
 
     return load_user(
         name,

@@ -21,10 +21,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from core.spam import classify as K  # noqa: E402
-from core.spam import features as F  # noqa: E402
-from core.spam.training import read_mail  # noqa: E402
-from core.spam.wire import Channel  # noqa: E402
+from privrelease.core.spam import classify as K  # noqa: E402
+from privrelease.core.spam import features as F  # noqa: E402
+from privrelease.core.spam.training import read_mail  # noqa: E402
+from privrelease.core.spam.wire import Channel  # noqa: E402
 
 CORPUS = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "spamassassin" / "spamassassin.jsonl.gz"
 

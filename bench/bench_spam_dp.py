@@ -4,8 +4,8 @@ The protocol's decrypted sum is exactly the plaintext first-order rule on the us
 messages (``tests/test_spam.py`` pins the parity to 10^-12) plus the users' integer noise shares,
 and the server then projects the model onto the public ball. So the curve is measured by running
 exactly that in the clear: the same split as ``bench_spam.py repro`` (3 users, 20% test, seed 0),
-10^4 hashed features, batch mode, each user's shares from ``core.privacy.draws.shares`` at the
-share variance ``core.spam.dp.calibrate`` gives (1 of the 3 users assumed colluding, so each adds
+10^4 hashed features, batch mode, each user's shares from ``privrelease.core.privacy.draws.shares`` at the
+share variance ``privrelease.core.spam.dp.calibrate`` gives (1 of the 3 users assumed colluding, so each adds
 half the variance), in the slot units the server decrypts. Beside it: the no-DP protocol with the
 same caps and step, and the plaintext rule without caps (the repro's). Fixed seeds (test mode).
 Usage: python bench/bench_spam_dp.py [--reps 2]
@@ -30,17 +30,17 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ["PRIVRELEASE_TEST_MODE"] = "1"  # fixed seeds for the noise: a reproducible curve
 
-from core import noise
-from core.privacy import draws
-from core.spam import dp
-from core.spam import features as F
-from core.spam import parties as Q
-from core.spam import protocol as P
-from core.spam import wire as W
-from core.spam.aggregation import W_BITS
-from core.spam.mail import read_mail, split_corpus
-from core.spam.run_report import auc
-from core.spam.training import design, plain_gradient
+from privrelease.core import noise
+from privrelease.core.privacy import draws
+from privrelease.core.spam import dp
+from privrelease.core.spam import features as F
+from privrelease.core.spam import parties as Q
+from privrelease.core.spam import protocol as P
+from privrelease.core.spam import wire as W
+from privrelease.core.spam.aggregation import W_BITS
+from privrelease.core.spam.mail import read_mail, split_corpus
+from privrelease.core.spam.run_report import auc
+from privrelease.core.spam.training import design, plain_gradient
 
 CORPUS = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "spamassassin" / "spamassassin.jsonl.gz"
 EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)

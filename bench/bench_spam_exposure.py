@@ -4,7 +4,7 @@ A message that holds a feature no other message of the same sum holds shows its 
 or its margin (later rounds) on that coordinate of what the server decrypts. For each measured
 feature map (hashed byte 4-grams mod 10^6, then ``dimension`` buckets) and each round size, this
 draws ``DRAWS`` random rounds of SpamAssassin messages and prints the largest fraction of a round's
-messages that were exposed. The floors in ``core.spam.floors.MEASURED`` are the smallest measured
+messages that were exposed. The floors in ``privrelease.core.spam.floors.MEASURED`` are the smallest measured
 sizes at which no draw exposed any message. Usage: python bench/bench_spam_exposure.py
 """
 
@@ -18,8 +18,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.spam import features as F
-from core.spam.mail import read_mail
+from privrelease.core.spam import features as F
+from privrelease.core.spam.mail import read_mail
 
 DRAWS = 5
 SIZES = (50, 100, 200, 500, 1000, 2000)

@@ -20,7 +20,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from core.mechanisms import swapping as sw  # noqa: E402
+from privrelease.core.mechanisms import swapping as sw  # noqa: E402
 
 UCI = Path(os.environ.get("PRIVRELEASE_DATA", "data")) / "uci"
 

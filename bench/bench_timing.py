@@ -25,11 +25,11 @@ os.environ["PRIVRELEASE_TEST_MODE"] = "1"
 
 from fractions import Fraction
 
-from core import noise
-from core.mechanisms import aggregate as agg
-from core.mechanisms import dpne
-from core.mechanisms import outliers as o
-from core.noise import exponential
+from privrelease.core import noise
+from privrelease.core.mechanisms import aggregate as agg
+from privrelease.core.mechanisms import dpne
+from privrelease.core.mechanisms import outliers as o
+from privrelease.core.noise import exponential
 
 
 def seconds(fn) -> float:
@@ -69,7 +69,7 @@ def pairs_aggregate(users: int, rng: np.random.Generator, crowded: bool):
 
 
 def exponential_passes(candidates: int, repeats: int = 50) -> None:
-    """One quantile draw's float pass against the exact MPFR pass it falls back to (``core.noise.exponential``),
+    """One quantile draw's float pass against the exact MPFR pass it falls back to (``privrelease.core.noise.exponential``),
     over ``candidates`` candidates of weight 1 (a key's occupied steps in its interval)."""
     w, low = np.ones(candidates, np.int64), np.arange(candidates, dtype=np.int64)
     target, rate = Fraction(candidates, 2), Fraction(1, 4)

@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pandas as pd
 
-from core import noise
-from core.mechanisms.dpne import Params, dpsu_threshold
-from core.mechanisms.dpne_corpus import open_partition
-from core.mechanisms.dpne_counts import NONE, Partition, histogram
-from core.privacy.budget import gaussian_sigma
+from privrelease.core import noise
+from privrelease.core.mechanisms.dpne import Params, dpsu_threshold
+from privrelease.core.mechanisms.dpne.corpus import open_partition
+from privrelease.core.mechanisms.dpne.counts import NONE, Partition, histogram
+from privrelease.core.privacy.budget import gaussian_sigma
 
 
 def all_grams(partition: Partition, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -7,11 +7,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$PWD/.venv/bin
-export PATH="$BIN:$PATH"  # the pool's job command (python -m gate.guard) runs the venv's python
+export PATH="$BIN:$PATH"  # the pool's job command (python -m privrelease.gate.guard) runs the venv's python
 export PRIVRELEASE_REPO=$PWD
-# the command line's home (core/paths.py: --home, else $PRIVRELEASE_HOME, else the per-user data folder), so
+# the command line's home (privrelease/core/paths.py: --home, else $PRIVRELEASE_HOME, else the per-user data folder), so
 # `privrelease ...` typed anywhere reads the ledger this server writes
-PRIVRELEASE_HOME=${PRIVRELEASE_HOME:-$("$BIN/python" -c 'from core import paths; print(paths.home())')}
+PRIVRELEASE_HOME=${PRIVRELEASE_HOME:-$("$BIN/python" -c 'from privrelease.core import paths; print(paths.home())')}
 export PRIVRELEASE_HOME
 export PREFECT_HOME=${PREFECT_HOME:-$PRIVRELEASE_HOME/prefect-server}
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
@@ -72,7 +72,7 @@ stop() {  # stop CODE: every child, then exit CODE (0 when asked to stop)
 }
 trap 'stop 0' INT TERM
 # each child in its own process group (setsid): stop() ends it with all it started
-# each child's output appended (O_APPEND) to its log, which `python -m gate.logs` can then cut in place
+# each child's output appended (O_APPEND) to its log, which `python -m privrelease.gate.logs` can then cut in place
 start() { local log=$1; shift; setsid "$@" >> "$log" 2>&1 & children+=($!); }
 wait_for() {  # -k: a certificate for the host's public name need not name 127.0.0.1
   for _ in $(seq 1 240); do curl -fsk "$1" > /dev/null && return 0; sleep 0.5; done
@@ -80,9 +80,9 @@ wait_for() {  # -k: a certificate for the host's public name need not name 127.0
 }
 
 echo "# every log here kept under \$PRIVRELEASE_LOG_MB MB (default 64), with 2 older files (docs/OPERATING.md)"
-"$BIN/python" -m gate.logs --check || exit 1
-printf '$ python -m gate.logs server.log gate.log proxy.log worker.log logs.log proxy/access.log &\n'
-start "$PRIVRELEASE_HOME/logs.log" "$BIN/python" -m gate.logs "$PRIVRELEASE_HOME"/{server,gate,proxy,worker,logs}.log "$PRIVRELEASE_HOME/proxy/access.log"
+"$BIN/python" -m privrelease.gate.logs --check || exit 1
+printf '$ python -m privrelease.gate.logs server.log gate.log proxy.log worker.log logs.log proxy/access.log &\n'
+start "$PRIVRELEASE_HOME/logs.log" "$BIN/python" -m privrelease.gate.logs "$PRIVRELEASE_HOME"/{server,gate,proxy,worker,logs}.log "$PRIVRELEASE_HOME/proxy/access.log"
 
 echo "# Prefect's server, reachable from this host only, asking for the operator's credential"
 printf '$ PREFECT_SERVER_API_AUTH_STRING=... prefect server start --host 127.0.0.1 --port %s &\n' "$PREFECT_PORT"
@@ -90,13 +90,13 @@ start "$PRIVRELEASE_HOME/server.log" "$BIN/prefect" server start --host 127.0.0.
 wait_for "$PREFECT_API_URL/health" "Prefect's server" "$PRIVRELEASE_HOME/server.log"
 
 echo "# the gate, which decides every call people make with their accounts, on this host only"
-printf '$ python -m gate  # on 127.0.0.1:%s\n' "$GATE_PORT"
-start "$PRIVRELEASE_HOME/gate.log" "$BIN/python" -m gate
+printf '$ python -m privrelease.gate  # on 127.0.0.1:%s\n' "$GATE_PORT"
+start "$PRIVRELEASE_HOME/gate.log" "$BIN/python" -m privrelease.gate
 wait_for "http://127.0.0.1:$GATE_PORT/api/health" "the gate" "$PRIVRELEASE_HOME/gate.log"
 
 echo "# the proxy (nginx) in front of the gate, where people reach the UI and the API"
-printf '$ python -m gate.proxy  # nginx on %s:%s, configuration from deploy/nginx.conf\n' "${PRIVRELEASE_HOST:-127.0.0.1}" "$PORT"
-start "$PRIVRELEASE_HOME/proxy.log" "$BIN/python" -m gate.proxy
+printf '$ python -m privrelease.gate.proxy  # nginx on %s:%s, configuration from deploy/nginx.conf\n' "${PRIVRELEASE_HOST:-127.0.0.1}" "$PORT"
+start "$PRIVRELEASE_HOME/proxy.log" "$BIN/python" -m privrelease.gate.proxy
 wait_for "$SCHEME://127.0.0.1:$PORT/api/health" "the proxy" "$PRIVRELEASE_HOME/proxy.log"
 
 # where the ledger's anchors are, and what the operator should fix (anchors inside the home, private files others can read)
@@ -105,7 +105,7 @@ wait_for "$SCHEME://127.0.0.1:$PORT/api/health" "the proxy" "$PRIVRELEASE_HOME/p
 # the steward registers the demo datasets the deployments' default requests name, once: a restart keeps them
 if "$BIN/privrelease" --home "$PRIVRELEASE_HOME" dataset list --json | "$BIN/python" -c '
 import json, sys
-from core.datasets.demo import DATASETS
+from privrelease.core.datasets.demo import DATASETS
 try:
     registered = {d["id"] for d in json.load(sys.stdin)}
 except ValueError:  # no list to read: register them (that command then says what is wrong)
@@ -122,14 +122,14 @@ if ! "$BIN/prefect" work-pool inspect privrelease > /dev/null 2>&1; then
   printf '\n$ prefect work-pool create privrelease --type process --base-job-template deploy/process-pool.json\n'
   "$BIN/prefect" work-pool create privrelease --type process --base-job-template deploy/process-pool.json
 fi
-# how many runs at once, over all workers and on this one ($PRIVRELEASE_POOL_LIMIT, $PRIVRELEASE_WORKER_LIMIT; core/limits.py)
-POOL_LIMIT=$("$BIN/python" -m core.limits pool) || stop 1
-WORKER_LIMIT=$("$BIN/python" -m core.limits worker) || stop 1
+# how many runs at once, over all workers and on this one ($PRIVRELEASE_POOL_LIMIT, $PRIVRELEASE_WORKER_LIMIT; privrelease/core/limits.py)
+POOL_LIMIT=$("$BIN/python" -m privrelease.core.limits pool) || stop 1
+WORKER_LIMIT=$("$BIN/python" -m privrelease.core.limits worker) || stop 1
 printf '$ prefect work-pool set-concurrency-limit privrelease %s\n' "$POOL_LIMIT"
 "$BIN/prefect" work-pool set-concurrency-limit privrelease "$POOL_LIMIT" > /dev/null
 printf '\n$ prefect --no-prompt deploy --all\n'
 # (wide lines: Prefect draws its report in boxes wrapped at the terminal's width); the forms' dataset and column fields
-# are stored as text: the gate fills in the registered datasets and their columns whenever the UI opens a form (gate/forms.py)
+# are stored as text: the gate fills in the registered datasets and their columns whenever the UI opens a form (privrelease/gate/forms.py)
 COLUMNS=240 "$BIN/prefect" --no-prompt deploy --all > "$PRIVRELEASE_HOME/deploy.log" 2>&1 || { tail -20 "$PRIVRELEASE_HOME/deploy.log"; stop 1; }
 deployed=$(grep -oE "Deployment '[^']+' successfully" "$PRIVRELEASE_HOME/deploy.log" | sed -E "s/Deployment '([^']+)' successfully/  \1/" || true)
 if [ -n "$deployed" ]; then echo "deployments:"; echo "$deployed"; else echo "no deployment was reported; see $PRIVRELEASE_HOME/deploy.log"; fi

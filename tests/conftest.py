@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="privrelease-prefect-home-")
-# the ledgers' anchors live in the user's state folder, outside every home (core.ledger.anchors): the session's own
+# the ledgers' anchors live in the user's state folder, outside every home (privrelease.core.ledger.anchors): the session's own
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="privrelease-state-")
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ["PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW"] = "ignore"
@@ -172,7 +172,7 @@ def pg_url(pg_server: str):
 
     import psycopg
 
-    from core import store
+    from privrelease.core import store
 
     name = f"t{uuid.uuid4().hex[:16]}"
     with psycopg.connect(pg_server, autocommit=True) as con:
@@ -191,7 +191,7 @@ PASSWORD = "correct horse battery"  # the test accounts' (tests/test_gate.py, te
 def people(served):
     """One account per role (and a second analyst), added as the operator does; clients through the gate."""
     env, _ = served
-    from gate.accounts import Accounts
+    from privrelease.gate.accounts import Accounts
 
     accounts = Accounts(Path(env["PRIVRELEASE_HOME"]) / "privrelease.duckdb")
     known = {a.name for a in accounts.all()}

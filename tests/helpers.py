@@ -7,12 +7,12 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from core.datasets.registry import Dataset, Registry, Schema, Unit
-from core.mechanisms import declared
-from core.privacy.adjacency import Adjacency, ReplaceRecord
-from core.privacy.cost import DPCost
-from core.privacy.events import EpsilonDelta
-from core.sdc.policy import Policy
+from privrelease.core.datasets.registry import Dataset, Registry, Schema, Unit
+from privrelease.core.mechanisms import declared
+from privrelease.core.privacy.adjacency import Adjacency, ReplaceRecord
+from privrelease.core.privacy.cost import DPCost
+from privrelease.core.privacy.events import EpsilonDelta
+from privrelease.core.sdc.policy import Policy
 
 QI = ["age", "workclass", "education", "marital-status", "relationship", "race", "sex", "native-country", "salary"]
 
@@ -90,8 +90,8 @@ def write_request(folder: Path, dataset: str = "census", **overrides) -> Path:
 
 def prepared(home: Path, frame: pd.DataFrame, seed: int, dataset_id: str = "census") -> pd.DataFrame:
     """The table an SDC mechanism of a seeded release runs on: the policy's columns, rows shuffled."""
-    from core import noise
-    from core.sdc import enforce
+    from privrelease.core import noise
+    from privrelease.core.sdc import enforce
 
     return enforce.prepare(frame, Registry(home).get(dataset_id).policy, noise.generator(seed))
 
@@ -112,7 +112,7 @@ def write_policy(folder: Path, **extra) -> Path:
 
 
 def typed(home: Path, *args: str, env: dict | None = None):
-    """``privrelease ARGS`` with ``$PRIVRELEASE_HOME`` set to ``home``, run in this process: ``cli.main.main`` on the
+    """``privrelease ARGS`` with ``$PRIVRELEASE_HOME`` set to ``home``, run in this process: ``privrelease.cli.main.main`` on the
     argument list as typed (the same parsing, paths, messages and exit codes as the command, without its two seconds
     of imports). ``env`` is added to the environment for the call only. Returns a ``CompletedProcess``."""
     import contextlib
@@ -120,7 +120,7 @@ def typed(home: Path, *args: str, env: dict | None = None):
     import os
     import subprocess
 
-    from cli.main import main
+    from privrelease.cli.main import main
 
     out, err, saved = io.StringIO(), io.StringIO(), dict(os.environ)
     os.environ.update({"PRIVRELEASE_HOME": str(home)} | (env or {}))

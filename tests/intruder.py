@@ -1,4 +1,4 @@
-"""The intruder's count, written apart from the product's measures (``core.sdc.risk``) so it can check them: for
+"""The intruder's count, written apart from the product's measures (``privrelease.core.sdc.risk``) so it can check them: for
 each person, the released records compatible with their true key (every non-missing key value equal to theirs).
 
 - ``compatible``: in DuckDB, one equi-join per pattern of suppressed keys among the released records (a pattern's

@@ -1,4 +1,4 @@
-"""``python -m tests.slow_gate``: the gate as ``python -m gate`` starts it, with two more rows, and with
+"""``python -m tests.slow_gate``: the gate as ``python -m privrelease.gate`` starts it, with two more rows, and with
 $PRIVRELEASE_TEST_LEAK_S and $PRIVRELEASE_TEST_WEAKENED changing its sign-in (the variants the attack tests run):
 
 - ``GET /slow``, open to anyone, answered after SLOW seconds: the stand-in for any call without credentials that
@@ -17,14 +17,14 @@ import sys
 import anyio
 from starlette.responses import StreamingResponse
 
-import gate.app
-from gate import policy, signin, throttle
-from gate.__main__ import main
-from gate.accounts import decoy
+import privrelease.gate.app
+from privrelease.gate import policy, signin, throttle
+from privrelease.gate.__main__ import main
+from privrelease.gate.accounts import decoy
 
 SLOW = 2.0
 DOWNLOAD_S = 5.0  # a download's time in the gate (a large file of the catalogue on a busy disk)
-_create_app = gate.app.create_app
+_create_app = privrelease.gate.app.create_app
 
 
 async def _slow(call) -> bool:
@@ -97,13 +97,13 @@ class OneQueue(signin.SignIn):
             self.queued -= 1
 
 
-class EarlySlot(gate.app.Gate):
+class EarlySlot(privrelease.gate.app.Gate):
     """An account's slot given back once the gate has decided, before its answer is sent (a file streamed from disk
     then counted nowhere)."""
 
     async def handle(self, request):
         answer = await super().handle(request)
-        if isinstance(answer, gate.app.Held):
+        if isinstance(answer, privrelease.gate.app.Held):
             answer.give()
             return answer.response
         return answer
@@ -118,7 +118,7 @@ def create_app(*args, **kwargs):
         policy.Rule(policy.PEOPLE, "GET", "/api/slow-download", answer=_slow_download),
     )
     weakened = WEAKENED.get(os.environ.get("PRIVRELEASE_TEST_WEAKENED", ""))
-    if isinstance(weakened, type) and issubclass(weakened, gate.app.Gate):
+    if isinstance(weakened, type) and issubclass(weakened, privrelease.gate.app.Gate):
         kwargs["gate_class"] = weakened
     app = _create_app(*args, **kwargs, rules=(*rows, *policy.POLICY))
     the_gate = app.state.gate
@@ -130,7 +130,7 @@ def create_app(*args, **kwargs):
     return app
 
 
-gate.app.create_app = create_app  # what gate.__main__.main imports when it starts
+privrelease.gate.app.create_app = create_app  # what gate.__main__.main imports when it starts
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,4 +1,4 @@
-"""The intruder's attack on a published SDC table, written apart from the product (``core.sdc.cells``).
+"""The intruder's attack on a published SDC table, written apart from the product (``privrelease.core.sdc.cells``).
 
 The intruder's unknowns are the table's innermost cells (one per combination of the data's values), each at
 least zero; every published cell, margin or sub-total, says that the innermost cells it covers add up to its

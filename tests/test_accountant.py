@@ -11,12 +11,12 @@ from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
 from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon as rdp_epsilon
 from scipy import special
 
-from core import normal
-from core.mechanisms import dpne, outliers
-from core.privacy import accountant as acc
-from core.privacy import events as ev
-from core.privacy import pld
-from core.privacy.budget import Budget, gaussian_epsilon, gaussian_sigma
+from privrelease.core import normal
+from privrelease.core.mechanisms import dpne, outliers
+from privrelease.core.privacy import accountant as acc
+from privrelease.core.privacy import events as ev
+from privrelease.core.privacy import pld
+from privrelease.core.privacy.budget import Budget, gaussian_epsilon, gaussian_sigma
 
 SIGMA_1 = gaussian_sigma(1.0, 1e-6)  # one Gaussian release at (1, 1e-6), sensitivity 1
 D = pld.DISCRETIZATION
@@ -255,7 +255,7 @@ def admitted_after(f: acc.Filter, history: list[acc.Spend], spend: acc.Spend) ->
 
 
 def test_the_normal_cdf_without_scipy_matches_scipys_far_into_the_tail():
-    """core.normal's ndtr / log_ndtr (Cephes, then the asymptotic series below -37) against scipy.special, down to
+    """privrelease.core.normal's ndtr / log_ndtr (Cephes, then the asymptotic series below -37) against scipy.special, down to
     x = -1000; Gaussian sigmas and epsilons through them against the same conversion through scipy's (a log Phi
     taken as the log of erfc's value fails below -37, where that underflows)."""
     xs = np.concatenate([np.linspace(-36.9, 0, 3001), -np.logspace(-4, 3, 400), [-37.0, -37.0001, -40.0, -100.0]])

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import LedgerCorrupt
-from core.ledger import anchors
-from core.ledger.approval import Approval
-from core.ledger.chain import canonical, check_chain
-from core.ledger.ledger import Ledger
-from core.people import requester
-from core.privacy.budget import Budget
-from gate.accounts import AccountError, Accounts
+from privrelease.core.errors import LedgerCorrupt
+from privrelease.core.ledger import anchors
+from privrelease.core.ledger.approval import Approval
+from privrelease.core.ledger.chain import canonical, check_chain
+from privrelease.core.ledger.ledger import Ledger
+from privrelease.core.people import requester
+from privrelease.core.privacy.budget import Budget
+from privrelease.gate.accounts import AccountError, Accounts
 from tests.helpers import dp, register, write_request
 from tests.test_cli import EXE, REPO, run
 
@@ -144,7 +144,7 @@ def test_approval_commands_and_a_command_line_release_that_needs_a_steward(tmp_p
     """The steward sets the threshold; a release over it from the command line (where nobody can
     approve) is refused before its charge, naming the share and what to do; history shows who asked."""
     home = tmp_path / "home"
-    from core.datasets.demo import census
+    from privrelease.core.datasets.demo import census
 
     register(home, census(500), "census", purpose="dp")
     r = run(home, "ledger", "set-budget", "census", "--epsilon", "4", "--delta", "1e-5", "--approve-above", "0.05")

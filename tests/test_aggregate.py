@@ -1,6 +1,6 @@
 """The aggregate mechanism against brute-force oracles, its noise law and its intervals' coverage.
 
-- Noise off (every draw of ``core.privacy.draws`` returns the true value): each measure equals a
+- Noise off (every draw of ``privrelease.core.privacy.draws`` returns the true value): each measure equals a
   pandas oracle computed from the rows, under the record unit and after the user unit's bounding.
 - Contribution bounding: at most max_groups keys and max_rows rows per key of each user, a user within
   the caps kept whole, and another user's rows never change what a user keeps (the neighbour property).
@@ -21,14 +21,14 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from core import noise
-from core.errors import ParameterError
-from core.mechanisms import aggregate as agg
-from core.mechanisms import aggregate_quantile as aq
-from core.mechanisms import aggregate_query as query
-from core.mechanisms import aggregate_report as show
-from core.mechanisms.aggregate_budget import accounting, derived_sum
-from core.privacy import draws
+from privrelease.core import noise
+from privrelease.core.errors import ParameterError
+from privrelease.core.mechanisms import aggregate as agg
+from privrelease.core.mechanisms.aggregate import quantile as aq
+from privrelease.core.mechanisms.aggregate import query as query
+from privrelease.core.mechanisms.aggregate import report as show
+from privrelease.core.mechanisms.aggregate.budget import accounting, derived_sum
+from privrelease.core.privacy import draws
 from tests.helpers import planned_run
 
 MEASURES = [

@@ -16,15 +16,15 @@ import pandas as pd
 import pytest
 import yaml
 
-from core import noise
-from core.datasets.snapshots import SnapshotChanged
-from core.ledger.ledger import RESERVED, Ledger
-from core.mechanisms import aggregate as agg
-from core.mechanisms.base import Snapshot
-from core.privacy.budget import Budget
-from core.release import pipeline, spec
-from core.release.home import Home
-from core.tables.schema import Column, Schema
+from privrelease.core import noise
+from privrelease.core.datasets.snapshots import SnapshotChanged
+from privrelease.core.ledger.ledger import RESERVED, Ledger
+from privrelease.core.mechanisms import aggregate as agg
+from privrelease.core.mechanisms.base import Snapshot
+from privrelease.core.privacy.budget import Budget
+from privrelease.core.release import pipeline, spec
+from privrelease.core.release.home import Home
+from privrelease.core.tables.schema import Column, Schema
 from tests.conftest import REPO
 from tests.helpers import planned_run, register
 from tests.test_release_flow import cli
@@ -174,8 +174,8 @@ def _bound(home: Path, tmp_path: Path, unit: str, domains: bool):
 
 RELEASE_ALONE = (
     "import sys\n"
-    "if len(sys.argv) > 2: import flows.release\n"  # the weakened variant: the command loads the flow anyway
-    "from cli.main import main\n"
+    "if len(sys.argv) > 2: import privrelease.flows.release\n"  # the weakened variant: the command loads the flow anyway
+    "from privrelease.cli.main import main\n"
     "code = main(['release', sys.argv[1]])\n"
     "print(code, any(m == 'prefect' or m.startswith('prefect.') for m in sys.modules))\n"
 )

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import main
-from core.datasets.demo import census
-from core.ledger.ledger import Ledger
-from core.privacy.budget import Budget
+from privrelease.cli.main import main
+from privrelease.core.datasets.demo import census
+from privrelease.core.ledger.ledger import Ledger
+from privrelease.core.privacy.budget import Budget
 from tests.helpers import QI, register, write_request
 from tests.test_dpne import phrase_corpus
 
@@ -103,7 +103,7 @@ def test_the_budget_unit_is_bound_to_the_data(prefect_server, home, tmp_path, ca
         "sdc",
     )
     assert code == 2 and "already registered as dataset 'census'" in said
-    # a source path is the steward's, typed on the command line (any file the steward can read, cli/typed.py); a
+    # a source path is the steward's, typed on the command line (any file the steward can read, privrelease/cli/typed.py); a
     # request names a registered id and nothing else (below), and what a run started through the gate names stays
     # inside the data root (tests/test_spam_spec.py)
     for override, message in (

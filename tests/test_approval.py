@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import ApprovalError
-from core.ledger import approval
-from core.ledger.ledger import RESERVED, Ledger
-from core.privacy.accountant import Filter, Spend
-from core.privacy.adjacency import ReplaceRecord
-from core.privacy.budget import Budget, gaussian_sigma
-from core.privacy.events import Gaussian
+from privrelease.core.errors import ApprovalError
+from privrelease.core.ledger import approval
+from privrelease.core.ledger.ledger import RESERVED, Ledger
+from privrelease.core.privacy.accountant import Filter, Spend
+from privrelease.core.privacy.adjacency import ReplaceRecord
+from privrelease.core.privacy.budget import Budget, gaussian_sigma
+from privrelease.core.privacy.events import Gaussian
 from tests.helpers import dp, register, write_request
 from tests.test_cli import EXE, REPO, run
 
@@ -71,7 +71,7 @@ def test_finding_3b_releases_started_together_cannot_race_past_the_approval(tmp_
 
 def test_finding_3b_two_command_line_releases_at_once_charge_once(tmp_path: Path):
     """The attack as the reviewer ran it: two `privrelease release` processes started together."""
-    from core.datasets.demo import census
+    from privrelease.core.datasets.demo import census
 
     home = tmp_path / "home"
     register(home, census(400), "census", purpose="dp")
@@ -156,7 +156,7 @@ def test_finding_3d_the_share_in_the_stewards_terms_and_an_accounts_window():
 
 
 def test_an_accounts_window_is_set_by_the_steward_and_enforced_per_account(tmp_path: Path):
-    from core.datasets.demo import census
+    from privrelease.core.datasets.demo import census
 
     home = tmp_path / "home"
     register(home, census(300), "census", purpose="dp")
@@ -217,7 +217,7 @@ def test_on_the_command_line_the_requester_is_the_real_user_not_what_user_says(t
         for k, v in spoof.items():
             mp.setenv(k, v)
         assert getpass.getuser() == "mallory"  # control: what the requester was read from before
-    from core.datasets.demo import census
+    from privrelease.core.datasets.demo import census
 
     home = tmp_path / "home"
     register(home, census(200), "census", purpose="dp")

@@ -14,16 +14,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cli.main import main
-from core import parallel
-from core.ledger.ledger import Ledger
-from core.mechanisms import outliers as o
-from core.mechanisms import outliers_geometry as geo
-from core.mechanisms import outliers_sensitivity as sens
-from core.privacy.budget import Budget
-from core.release import pipeline
-from core.release.home import Home
-from core.release.spec import parse
+from privrelease.cli.main import main
+from privrelease.core import parallel
+from privrelease.core.ledger.ledger import Ledger
+from privrelease.core.mechanisms import outliers as o
+from privrelease.core.mechanisms.outliers import geometry as geo
+from privrelease.core.mechanisms.outliers import sensitivity as sens
+from privrelease.core.privacy.budget import Budget
+from privrelease.core.release import pipeline
+from privrelease.core.release.home import Home
+from privrelease.core.release.spec import parse
 from tests.helpers import register
 
 
@@ -51,8 +51,8 @@ def test_a_requested_dask_cluster_receives_no_rows(home, tmp_path, monkeypatch):
     parameter is the request, which names no cluster; the control below shows what naming one did."""
     from distributed import LocalCluster
 
-    from core.release.spec import ReleaseRequest
-    from flows.release import release as release_flow
+    from privrelease.core.release.spec import ReleaseRequest
+    from privrelease.flows.release import release as release_flow
 
     assert list(inspect.signature(release_flow.fn).parameters) == ["request"]
     assert not {"runner", "dask_address", "dask_workers"} & set(ReleaseRequest.model_json_schema()["properties"])
@@ -128,7 +128,7 @@ def test_degrees_are_right_or_refused_when_distances_overflow():
     The garbage becomes the 'true' count that is then noised with a sensitivity it does not have
     (neighbouring releases moved by 7 with GS = 3). Now coordinates are clipped to a public box
     before the search (a per-record map), and the search refuses anything outside it."""
-    from core.errors import InternalError
+    from privrelease.core.errors import InternalError
 
     x = np.arange(50.0)[:, None] * 1e153
     with pytest.raises(InternalError, match="clipping limit"):
@@ -216,8 +216,8 @@ def test_a_seed_outside_test_mode_is_refused_before_the_charge(tmp_path, monkeyp
     """The command line calls ``spec.parse`` (which checks the seed); the Prefect flow receives the
     request as a validated model and hands it to ``pipeline.release``, whose first seed check is
     ``noise.generator`` inside ``privatize``: the deployment's Run form charges the ledger, then fails."""
-    from core.errors import SpecError
-    from core.release.spec import ReleaseRequest
+    from privrelease.core.errors import SpecError
+    from privrelease.core.release.spec import ReleaseRequest
 
     monkeypatch.delenv("PRIVRELEASE_TEST_MODE", raising=False)
     home = tmp_path / "home"
@@ -243,7 +243,7 @@ def test_a_seed_outside_test_mode_is_refused_before_the_charge(tmp_path, monkeyp
         }
     )
     with pytest.raises(SpecError, match="test mode"):
-        pipeline.release(store, request)  # what flows/release.py runs with its `request` parameter
+        pipeline.release(store, request)  # what privrelease/flows/release.py runs with its `request` parameter
     assert [e.status for e in Ledger(store.db).entries()] == ["registered", "cap"], "the refused request was charged"
 
 
@@ -254,8 +254,8 @@ def test_one_content_has_one_budget(tmp_path):
     """The registry refuses a second id for the same *path*, but not for the same bytes under
     another name (a copy, a hard link), nor for the same path once the first id was dropped: each
     new id starts a fresh cap, so the same rows can be spent twice."""
-    from core.datasets.registry import Registry, Unit
-    from core.errors import SpecError
+    from privrelease.core.datasets.registry import Registry, Unit
+    from privrelease.core.errors import SpecError
 
     home = tmp_path / "home"
     frame = _ages(60)

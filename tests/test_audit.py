@@ -1,5 +1,5 @@
 """The statistical privacy auditor (tests/auditor.py) on DPNE: neighbouring datasets built to stress
-it, the real noise and thresholding code (``dpne.threshold``, ``core.noise``) run many times with
+it, the real noise and thresholding code (``dpne.threshold``, ``privrelease.core.noise``) run many times with
 fresh seeds, and an empirical lower bound on epsilon that must stay at or below the claimed one.
 
 Finding 1 of the privacy review (the tail sampler's int64 overflow at rho_k = 0) lived in a corner
@@ -23,10 +23,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from core import noise
-from core.mechanisms import dpne
-from core.mechanisms.dpne_counts import unit_weights
-from core.privacy import events
+from privrelease.core import noise
+from privrelease.core.mechanisms import dpne
+from privrelease.core.mechanisms.dpne.counts import unit_weights
+from privrelease.core.privacy import events
 from tests.auditor import ALPHA, audit, record, runs
 from tests.helpers import planned_run
 

@@ -26,9 +26,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from core import noise
-from core.mechanisms import aggregate as agg
-from core.privacy import draws
+from privrelease.core import noise
+from privrelease.core.mechanisms import aggregate as agg
+from privrelease.core.privacy import draws
 from tests.auditor import ALPHA, audit, record, runs
 from tests.helpers import planned_run
 

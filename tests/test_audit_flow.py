@@ -9,11 +9,11 @@ import shutil
 import duckdb
 import pytest
 
-from cli.main import main
-from core.errors import LedgerCorrupt
-from core.ledger.ledger import PUBLISHED, Ledger
-from core.mechanisms import dpne
-from core.privacy.budget import Budget
+from privrelease.cli.main import main
+from privrelease.core.errors import LedgerCorrupt
+from privrelease.core.ledger.ledger import PUBLISHED, Ledger
+from privrelease.core.mechanisms import dpne
+from privrelease.core.privacy.budget import Budget
 
 
 def _fill(home) -> None:
@@ -39,7 +39,7 @@ async def _artifacts(flow_run_id) -> dict:
 
 
 def test_audit_artifacts_match_the_cli(prefect_server, home, capsys):
-    from flows.audit import ledger_audit
+    from privrelease.flows.audit import ledger_audit
 
     _fill(home)
     state = ledger_audit(return_state=True)
@@ -76,7 +76,7 @@ def test_audit_artifacts_match_the_cli(prefect_server, home, capsys):
 
 
 def test_audit_of_a_tampered_ledger_fails_after_reporting(prefect_server, home):
-    from flows.audit import ledger_audit
+    from privrelease.flows.audit import ledger_audit
 
     _fill(home)
     con = duckdb.connect(str(home / "privrelease.duckdb"))
@@ -93,7 +93,7 @@ def test_audit_of_a_tampered_ledger_fails_after_reporting(prefect_server, home):
 def test_audit_of_a_rolled_back_ledger_reports_what_it_lacks(prefect_server, home, tmp_path):
     """A restored older database: the audit still publishes its history and totals as they are, names the anchored
     entry the ledger lacks, and fails."""
-    from flows.audit import ledger_audit
+    from privrelease.flows.audit import ledger_audit
 
     _fill(home)
     shutil.copy(home / "privrelease.duckdb", tmp_path / "old.duckdb")

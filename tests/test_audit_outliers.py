@@ -17,10 +17,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from core import noise
-from core.mechanisms import outliers as o
-from core.mechanisms import outliers_sensitivity as sens
-from core.privacy import events
+from privrelease.core import noise
+from privrelease.core.mechanisms import outliers as o
+from privrelease.core.mechanisms.outliers import sensitivity as sens
+from privrelease.core.privacy import events
 from tests.auditor import ALPHA, audit, record, runs
 from tests.helpers import planned_run
 

@@ -24,10 +24,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from core import noise
-from core.mechanisms import ra, sdc_chain, swapping
-from core.sdc import enforce, policy, risk
-from core.sdc import report as sdc_report
+from privrelease.core import noise
+from privrelease.core.mechanisms import ra, sdc_chain, swapping
+from privrelease.core.sdc import enforce, policy, risk
+from privrelease.core.sdc import report as sdc_report
 from tests import intruder
 from tests.auditor import ALPHA, REPORT_ENV, audit, record, runs
 from tests.helpers import planned_run
@@ -79,7 +79,7 @@ def _ra(frame: pd.DataFrame, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_ra_p_entropy_reveals_the_entropies_and_no_more(test_mode):
-    from core.datasets.demo import census
+    from privrelease.core.datasets.demo import census
 
     n = runs(200, 2000)
     d = census(400)
@@ -208,7 +208,7 @@ CENSUS_CHAINS = {
 def test_on_the_demo_census_no_person_is_compatible_with_fewer_than_k_records(chain, test_mode):
     """The demo census under its own policy (k = 3, no record with risk above 0.34): the reviewer found 1,696
     people the only released record compatible with their true key after [suppress] (3,033 with fewer than 3)."""
-    from core.datasets.demo import CENSUS_POLICY, census
+    from privrelease.core.datasets.demo import CENSUS_POLICY, census
 
     rows = runs(5_000, 20_000)
     rules = policy.parse(yaml.safe_load(CENSUS_POLICY), "the demo census policy")

@@ -4,7 +4,7 @@ Two corpora differing in one message (a message of ``max_features`` features, it
 the worst case when R·√F is small, tests/test_neighbours_spam.py) go once through the real protocol
 (512-bit keys, test mode) without the users' shares: that gives the exact noiseless sums S and S′
 the server would decrypt. Each audited run then adds the honest users' shares exactly as users add
-them, ``core.noise.integer_gaussian`` at the calibrated share variance, one draw per honest user and
+them, ``privrelease.core.noise.integer_gaussian`` at the calibrated share variance, one draw per honest user and
 coordinate (the colluders add nothing), and is reduced to one number, the projection of the noisy
 sum on S′ − S (the most powerful test between the two sums; coordinates where S = S′ carry no
 information and are not drawn). The auditor's lower bound on ε must stay at or below the claim at
@@ -22,8 +22,8 @@ import math
 import numpy as np
 import pytest
 
-from core import noise
-from core.spam import dp
+from privrelease.core import noise
+from privrelease.core.spam import dp
 from tests.auditor import audit, record, runs
 from tests.test_neighbours_spam import protocol_round
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from core.datasets.demo import posts
-from core.ledger.ledger import Ledger
-from core.privacy.budget import Budget
+from privrelease.core.datasets.demo import posts
+from privrelease.core.ledger.ledger import Ledger
+from privrelease.core.privacy.budget import Budget
 from tests.helpers import register
 from tests.helpers import typed as run
 from tests.test_cli import EXE

@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from core.datasets.demo import posts
-from core.errors import BudgetError
-from core.ledger import account
-from core.ledger.ledger import RESERVED, Ledger
-from core.privacy import accountant as acc
-from core.privacy import events as ev
-from core.privacy import pld
-from core.privacy.budget import Budget
-from core.release import charged, headroom, pipeline
-from core.release.home import Home
-from core.release.spec import parse
+from privrelease.core.datasets.demo import posts
+from privrelease.core.errors import BudgetError
+from privrelease.core.ledger import account
+from privrelease.core.ledger.ledger import RESERVED, Ledger
+from privrelease.core.privacy import accountant as acc
+from privrelease.core.privacy import events as ev
+from privrelease.core.privacy import pld
+from privrelease.core.privacy.budget import Budget
+from privrelease.core.release import charged, headroom, pipeline
+from privrelease.core.release.home import Home
+from privrelease.core.release.spec import parse
 from tests.helpers import dp, register
 from tests.test_cli import run
 

@@ -22,14 +22,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.datasets.demo import write_demo
-from core.datasets.snapshots import sha256
-from core.errors import UserError
-from core.ledger import rollback
-from core.ledger.ledger import FAILED, Ledger
-from core.release import pipeline, spec
-from core.release.catalogue import EPOCH, Catalogue, NotInCatalogue, Release, _zipped
-from core.release.home import Home
+from privrelease.core.datasets.demo import write_demo
+from privrelease.core.datasets.snapshots import sha256
+from privrelease.core.errors import UserError
+from privrelease.core.ledger import rollback
+from privrelease.core.ledger.ledger import FAILED, Ledger
+from privrelease.core.release import pipeline, spec
+from privrelease.core.release.catalogue import EPOCH, Catalogue, NotInCatalogue, Release, _zipped
+from privrelease.core.release.home import Home
 from tests.test_cli import run
 
 RAW = "../../../data/demo/census.csv"  # from a census release's folder: the steward's source, the raw microdata
@@ -248,8 +248,8 @@ def test_the_gates_catalogue_opens_the_database_once_for_many_readers(demo, monk
     the weakened one (the catalogue as the command line reads it) opens it for every call."""
     import threading
 
-    from core import store
-    from gate.catalogue import Kept
+    from privrelease.core import store
+    from privrelease.gate.catalogue import Kept
 
     home, sdc, _ = demo
     opened = []

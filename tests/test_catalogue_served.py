@@ -24,11 +24,11 @@ import httpx
 import pytest
 from playwright.sync_api import Page
 
-from core.release import pipeline, spec
-from core.release.catalogue import Catalogue
-from core.release.home import Home
-from gate import policy
-from gate.app import REFUSED, Gate
+from privrelease.core.release import pipeline, spec
+from privrelease.core.release.catalogue import Catalogue
+from privrelease.core.release.home import Home
+from privrelease.gate import policy
+from privrelease.gate.app import REFUSED, Gate
 from tests.conftest import PASSWORD
 from tests.test_catalogue import RAW, Unchecked
 from tests.test_gate_abuse import weakened

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core import charts
-from core.charts import Chart, ahead, drawing, render_chart
+from privrelease.core import charts
+from privrelease.core.charts import Chart, ahead, drawing, render_chart
 from tests.conftest import REPO
 
 CHARTS = [
@@ -95,7 +95,7 @@ def test_the_release_process_never_imports_matplotlib():
     code = (
         "import sys, tempfile, pathlib\n"
         "from tests.test_charts import CHARTS\n"
-        "from core.charts import ahead, render_chart\n"
+        "from privrelease.core.charts import ahead, render_chart\n"
         "from contextlib import nullcontext\n"
         "with (ahead() if sys.argv[1] == 'ahead' else nullcontext()), tempfile.TemporaryDirectory() as tmp:\n"
         "    render_chart(CHARTS[0], pathlib.Path(tmp) / 'c.png')\n"
@@ -114,7 +114,7 @@ def orphan(weakened: bool, folder: Path) -> int:
     file: a pipe would stay open as long as the drawing process holds it)."""
     code = (
         "import os, signal, sys, types, multiprocessing\n"
-        "from core import charts\n"
+        "from privrelease.core import charts\n"
         "if sys.argv[1] == 'weakened':  # the drawing process keeps its copy of the release's end of the pipe\n"
         "    serve = charts._serve\n"
         "    charts._serve = lambda conn, theirs: serve(conn, types.SimpleNamespace(close=lambda: None))\n"

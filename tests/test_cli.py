@@ -11,9 +11,9 @@ import duckdb
 import numpy as np
 import pytest
 
-from core.datasets.demo import census, mail
-from core.spam import decision as D
-from core.spam import features as F
+from privrelease.core.datasets.demo import census, mail
+from privrelease.core.spam import decision as D
+from privrelease.core.spam import features as F
 from tests.conftest import REPO
 from tests.helpers import write_policy, write_request
 from tests.pages import DOCS, blocks, sh_block
@@ -513,7 +513,7 @@ def test_concurrent_first_start_of_prefect_in_a_fresh_home(tmp_path: Path):
     2 and 4 of 8 printed migration tracebacks in two trials here): the first
     migrates it under the lock, the others find it ready; each runs a flow, none shows a traceback."""
     code = (
-        "from cli.launch import prefect_env as _prefect_env, start_prefect as _start_prefect; from pathlib import Path; import sys; "
+        "from privrelease.cli.launch import prefect_env as _prefect_env, start_prefect as _start_prefect; from pathlib import Path; import sys; "
         "_prefect_env(Path(sys.argv[1])); _start_prefect(); from prefect import flow; "
         "print(flow(name='probe')(lambda: 41)() + 1)"
     )

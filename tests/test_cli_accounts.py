@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from core import db
-from core.store import DuckStore
-from gate import app as gate_app
-from gate import signin
-from gate.accounts import Accounts
+from privrelease.core import db
+from privrelease.core.store import DuckStore
+from privrelease.gate import app as gate_app
+from privrelease.gate import signin
+from privrelease.gate.accounts import Accounts
 from tests.test_accounts import PASSWORD
 from tests.test_cli import EXE, REPO, run
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from core import settings
+from privrelease.core import settings
 from tests.test_cli import run
 
 HOLD = "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held', flush=True); time.sleep(600)"

@@ -15,7 +15,7 @@ from tests.conftest import REPO
 HEAVY = ("pandas", "duckdb", "numpy", "scipy", "prefect", "pyarrow", "matplotlib", "pydantic")
 PROBE = """
 import json, sys
-from cli.main import main
+from privrelease.cli.main import main
 try:
     main({argv!r})
 except SystemExit:
@@ -41,11 +41,11 @@ def test_help_and_version_import_nothing_heavy(argv):
 
 def test_the_check_sees_a_heavy_import():
     """The weakened variant: a command module importing the demo data at its top would load pandas."""
-    assert "pandas" in heavy_after(["--version"], "import core.datasets.demo")
+    assert "pandas" in heavy_after(["--version"], "import privrelease.core.datasets.demo")
 
 
-MECHANISM_MODULES = ("scipy.optimize", "core.mechanisms.aggregate", "core.mechanisms.dpne", "core.mechanisms.sdc_table",
-                     "core.mechanisms.outliers", "core.mechanisms.spam_training", "core.release.spec")  # fmt: skip
+MECHANISM_MODULES = ("scipy.optimize", "privrelease.core.mechanisms.aggregate", "privrelease.core.mechanisms.dpne", "privrelease.core.mechanisms.sdc_table",
+                     "privrelease.core.mechanisms.outliers", "privrelease.core.mechanisms.spam_training", "privrelease.core.release.spec")  # fmt: skip
 
 
 def loaded_after(argv: list[str], names: tuple[str, ...], extra: str = "") -> list[str]:
@@ -56,7 +56,7 @@ def loaded_after(argv: list[str], names: tuple[str, ...], extra: str = "") -> li
 
 @pytest.mark.parametrize("argv", [["ledger", "totals"], ["ledger", "history"], ["dataset", "list"], ["release", "list"]])
 def test_a_command_that_runs_no_mechanism_loads_none(argv, tmp_path, monkeypatch):
-    """The mechanisms are loaded by name when a command runs one (``core.mechanisms.Registry``): reading the ledger or
+    """The mechanisms are loaded by name when a command runs one (``privrelease.core.mechanisms.Registry``): reading the ledger or
     the catalogue loads none of them (each cost every command 2.6 s, scipy's optimizers included)."""
     monkeypatch.setenv("PRIVRELEASE_HOME", str(tmp_path / "home"))
     assert loaded_after(argv, MECHANISM_MODULES) == []
@@ -64,13 +64,15 @@ def test_a_command_that_runs_no_mechanism_loads_none(argv, tmp_path, monkeypatch
 
 def test_the_registry_check_sees_an_eager_import():
     """The weakened variant: asking the registry for every mechanism (as an eager registry did) loads them."""
-    extra = "from core import mechanisms; [mechanisms.MECHANISMS[n] for n in mechanisms.MECHANISMS]"
-    assert set(loaded_after(["--version"], MECHANISM_MODULES, extra)) == set(MECHANISM_MODULES) - {"core.release.spec"}
+    extra = "from privrelease.core import mechanisms; [mechanisms.MECHANISMS[n] for n in mechanisms.MECHANISMS]"
+    assert set(loaded_after(["--version"], MECHANISM_MODULES, extra)) == set(MECHANISM_MODULES) - {
+        "privrelease.core.release.spec"
+    }
 
 
 def test_the_registry_loads_each_mechanism_checked_and_refuses_an_unknown_name():
-    from core import mechanisms
-    from core.errors import SpecError
+    from privrelease.core import mechanisms
+    from privrelease.core.errors import SpecError
 
     assert {n: mechanisms.MECHANISMS[n].NAME for n in mechanisms.MECHANISMS} == {n: n for n in mechanisms.MECHANISMS}
     assert set(mechanisms.REGISTRY) == set(mechanisms.MECHANISMS) - {"spam-filter-training"}

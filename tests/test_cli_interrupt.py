@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from core import interrupts
-from core.datasets.demo import census, posts
-from core.ledger.ledger import FAILED, PUBLISHED, Ledger
-from core.privacy.budget import Budget
-from core.release import charged
-from core.release.home import Home
+from privrelease.core import interrupts
+from privrelease.core.datasets.demo import census, posts
+from privrelease.core.ledger.ledger import FAILED, PUBLISHED, Ledger
+from privrelease.core.privacy.budget import Budget
+from privrelease.core.release import charged
+from privrelease.core.release.home import Home
 from tests.conftest import REPO
 from tests.helpers import dp, register, write_request
 from tests.test_cli import EXE, run
@@ -244,7 +244,7 @@ def test_the_engines_crash_line_after_ctrl_c_is_left_to_the_cancelled_state(monk
     Cancelled state says what happened; without a Ctrl-C the same line is kept (the weakened case)."""
     import logging
 
-    from flows.release import OneLine
+    from privrelease.flows.release import OneLine
 
     line = "Crash detected! Execution was aborted by an interrupt signal."
     record = logging.LogRecord("prefect.engine", logging.ERROR, __file__, 1, line, None, None)

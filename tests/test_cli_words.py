@@ -8,9 +8,9 @@ from pathlib import Path
 
 import yaml
 
-from core.datasets.demo import census, posts
-from core.ledger.ledger import Ledger
-from core.privacy.budget import Budget
+from privrelease.core.datasets.demo import census, posts
+from privrelease.core.ledger.ledger import Ledger
+from privrelease.core.privacy.budget import Budget
 from tests.helpers import register
 from tests.test_cli import run
 

@@ -1,4 +1,4 @@
-"""Every registered mechanism honours the contract of ``core.mechanisms.base``; one that does not is refused.
+"""Every registered mechanism honours the contract of ``privrelease.core.mechanisms.base``; one that does not is refused.
 
 The contract: a name, a ``StrictParams`` model, and ``plan`` stating a typed cost from the
 parameters alone; a table mechanism also has ``needs``, ``run`` and ``check``, and its result never
@@ -23,14 +23,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from core.errors import InternalError
-from core.mechanisms import MECHANISMS, REGISTRY, registry
-from core.mechanisms.base import COST_KEYS, DPCost, Mechanism, MPCCost, NoDP, Plan, Result, TableMechanism, declared
-from core.params import StrictParams
-from core.privacy import accountant as acc
-from core.privacy import events as ev
-from core.privacy.budget import gaussian_epsilon
-from core.tables.schema import Needs
+from privrelease.core.errors import InternalError
+from privrelease.core.mechanisms import MECHANISMS, REGISTRY, registry
+from privrelease.core.mechanisms.base import COST_KEYS, DPCost, Mechanism, MPCCost, NoDP, Plan, Result, TableMechanism, declared
+from privrelease.core.params import StrictParams
+from privrelease.core.privacy import accountant as acc
+from privrelease.core.privacy import events as ev
+from privrelease.core.privacy.budget import gaussian_epsilon
+from privrelease.core.tables.schema import Needs
 from tests.test_dpne import phrase_corpus
 from tests.test_outliers import planted
 from tests.test_swapping import binormal

@@ -1,4 +1,4 @@
-"""``core.db.connect`` attaches the file to the process's one in-memory database for each use and detaches it after:
+"""``privrelease.core.db.connect`` attaches the file to the process's one in-memory database for each use and detaches it after:
 while a use lasts, another process cannot open the file (DuckDB's lock, as with an open); after it, it can, and the
 process holds nothing of it. A variant that leaves the file attached keeps the other process out."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from core import db
+from privrelease.core import db
 
 OPEN = "import duckdb, sys\ntry:\n    duckdb.connect(sys.argv[1]).close(); print('opened')\nexcept duckdb.IOException as e:\n    print('locked' if 'lock' in str(e) else e)"
 

@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from core.datasets.demo import CENSUS_POLICY, census, posts
-from core.mechanisms import MECHANISMS, REGISTRY, describe
-from core.release import spec
+from privrelease.core.datasets.demo import CENSUS_POLICY, census, posts
+from privrelease.core.mechanisms import MECHANISMS, REGISTRY
+from privrelease.core.release import describe, spec
 from tests.conftest import REPO
 from tests.pages import DOCS, ELSEWHERE, blocks, commands, fences, sh_block, starts
 
@@ -115,7 +115,8 @@ def test_every_command_on_the_page_runs_as_printed(page, tmp_path):
         assert [d["id"] for d in json.loads(sh("privrelease dataset list --json").stdout)] == ["census"]
     elif page == "guides/operator.md":  # alice added then removed, and the home backed up
         assert [u["name"] for u in listed(sh, "privrelease user list")] == ["sam"]
-        assert "privrelease/privrelease.duckdb" in r.stdout
+        backed = releases.parent.parent / "backups" / "before-upgrade"  # the page's own backup, with the ledger's store
+        assert "backup of " in r.stdout and {p.name for p in backed.iterdir()} >= {"backup.json", "privrelease.duckdb"}
 
 
 MARKED = {"text", "yaml", "json"}  # not commands: output, diagrams and synopses; files and requests

@@ -20,9 +20,12 @@ from pydantic import ValidationError
 from scipy.stats import chisquare, norm
 
 from bench import dpne_baselines as baselines
-from core import noise
-from core.mechanisms import dpne, dpne_candidates, dpne_corpus, dpne_counts
-from core.privacy.budget import compose_sigmas, gaussian_delta, gaussian_epsilon, gaussian_sigma
+from privrelease.core import noise
+from privrelease.core.mechanisms import dpne
+from privrelease.core.mechanisms.dpne import candidates as dpne_candidates
+from privrelease.core.mechanisms.dpne import corpus as dpne_corpus
+from privrelease.core.mechanisms.dpne import counts as dpne_counts
+from privrelease.core.privacy.budget import compose_sigmas, gaussian_delta, gaussian_epsilon, gaussian_sigma
 from tests.helpers import planned_run
 
 Z_LIMIT = 4.5

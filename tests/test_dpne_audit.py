@@ -15,7 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.mechanisms import dpne, dpne_corpus, dpne_counts
+from privrelease.core.mechanisms import dpne
+from privrelease.core.mechanisms.dpne import corpus as dpne_corpus
+from privrelease.core.mechanisms.dpne import counts as dpne_counts
 
 UNIT = 2.0**-12  # w(1) = 4096 grid units: every kept gram weighs at least 1 unit up to the cap
 TOKENS = ["a", "b", "c", "é", "x\u00a0y", "😀", "a\x0bb", "Ω1", "-", "İ"]  # no \t\n\f\r or space inside

@@ -1,4 +1,4 @@
-"""The per-user cap's keyed choice (``core.mechanisms.dpne_cap``): DuckDB's ``hash(h, x, key)`` computed in numpy is
+"""The per-user cap's keyed choice (``privrelease.core.mechanisms.dpne.cap``): DuckDB's ``hash(h, x, key)`` computed in numpy is
 DuckDB's own, bit for bit, for integer grams and for names; the choice of each user's ``cap`` smallest by (hash,
 gram) is a Python oracle's, also where the high bits of the hashes tie (``tests/test_dpne.py`` checks
 ``contributions`` end to end against DuckDB's hash)."""
@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from core.mechanisms import dpne_cap
+from privrelease.core.mechanisms.dpne import cap as dpne_cap
 
 EDGES = [0, 1, -1, 2**31, -(2**31), 2**62 + 12345, 2**63 - 1, -(2**63)]
 

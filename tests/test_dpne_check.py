@@ -10,9 +10,9 @@ import duckdb
 import pandas as pd
 import pytest
 
-from core.errors import InternalError
-from core.mechanisms import dpne
-from core.mechanisms.base import Snapshot
+from privrelease.core.errors import InternalError
+from privrelease.core.mechanisms import dpne
+from privrelease.core.mechanisms.base import Snapshot
 from tests.test_dpne import params
 
 FORMS = ["rows", "snapshot"]

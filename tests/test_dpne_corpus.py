@@ -15,15 +15,16 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from core import noise
-from core.datasets import snapshots
-from core.datasets.registry import Registry
-from core.ledger.ledger import Budget, Ledger
-from core.mechanisms import dpne, dpne_corpus
-from core.mechanisms.base import Snapshot
-from core.release import pipeline
-from core.release.home import Home
-from core.release.spec import parse
+from privrelease.core import noise
+from privrelease.core.datasets import snapshots
+from privrelease.core.datasets.registry import Registry
+from privrelease.core.ledger.ledger import Budget, Ledger
+from privrelease.core.mechanisms import dpne
+from privrelease.core.mechanisms.base import Snapshot
+from privrelease.core.mechanisms.dpne import corpus as dpne_corpus
+from privrelease.core.release import pipeline
+from privrelease.core.release.home import Home
+from privrelease.core.release.spec import parse
 from tests.helpers import register
 from tests.test_dpne import params, phrase_corpus
 

@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from core import noise
-from core.ledger.ledger import PUBLISHED, RESERVED, Ledger
-from core.mechanisms import dpne
-from core.mechanisms.base import Snapshot
-from core.privacy.budget import Budget
-from core.release import pipeline, spec
-from core.release.home import Home
+from privrelease.core import noise
+from privrelease.core.ledger.ledger import PUBLISHED, RESERVED, Ledger
+from privrelease.core.mechanisms import dpne
+from privrelease.core.mechanisms.base import Snapshot
+from privrelease.core.privacy.budget import Budget
+from privrelease.core.release import pipeline, spec
+from privrelease.core.release.home import Home
 from tests.helpers import planned_run, register
 from tests.test_dpne import phrase_corpus
 from tests.test_release_flow import cli
@@ -110,7 +110,7 @@ def test_a_release_reads_the_checked_snapshot_file_and_gets_what_the_rows_give(h
     ids=["no-user-column", "empty-corpus", "not-utf8", "nul-byte", "duplicate-header"],
 )
 def test_bad_corpus_is_refused_at_registration(home, tmp_path, text, unit, message):
-    from core.errors import IngestError
+    from privrelease.core.errors import IngestError
 
     with pytest.raises(IngestError) as info:
         register(home, phrase_corpus(50) if text is None else text, "posts", unit, "dp")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.mechanisms import dpne_counts
+from privrelease.core.mechanisms.dpne import counts as dpne_counts
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """What each DP mechanism draws is what its charged plan declares: the contract test of the noise.
 
-A run is handed the plan that was charged and draws through ``core.privacy.draws`` with its leaves. For
+A run is handed the plan that was charged and draws through ``privrelease.core.privacy.draws`` with its leaves. For
 every DP table mechanism (those whose example plans a DP cost) and each of its requests
 (``tests/test_contract.py``'s example and further requests), bound as the registry binds them (the public
 row count and the columns filled from the table, ``Declared``), the run is made under test mode with a
@@ -31,13 +31,13 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from core import noise
-from core.mechanisms import MECHANISMS, REGISTRY, declared, dpne
-from core.mechanisms import outliers as o
-from core.mechanisms import outliers_sensitivity as sens
-from core.mechanisms.base import DPCost
-from core.privacy import draws
-from core.privacy import events as ev
+from privrelease.core import noise
+from privrelease.core.mechanisms import MECHANISMS, REGISTRY, declared, dpne
+from privrelease.core.mechanisms import outliers as o
+from privrelease.core.mechanisms.base import DPCost
+from privrelease.core.mechanisms.outliers import sensitivity as sens
+from privrelease.core.privacy import draws
+from privrelease.core.privacy import events as ev
 from tests.test_contract import DP_REQUESTS, EXAMPLES
 from tests.test_outliers import _permute_and_flip, planted
 
@@ -69,7 +69,7 @@ def frame_for(name: str, raw: dict) -> pd.DataFrame:
 
 def bound(name: str, raw: dict, frame: pd.DataFrame):
     """The request's parameters as the registry binds them to ``frame``: its row count and, where left empty,
-    its columns (``core.release.spec.bind`` fills them from the registration)."""
+    its columns (``privrelease.core.release.spec.bind`` fills them from the registration)."""
     m, said = MECHANISMS[name], declared(MECHANISMS[name])
     raw = dict(raw)
     if said.ROWS_PARAM:

@@ -3,8 +3,8 @@
 The plan's event is ``rounds`` compositions of one ``DistributedDiscreteGaussian`` (each honest user's
 N_Z(0, s^2) per coordinate, summed), accounted as the Gaussian of its sum: the same filter parts, the same
 dp-accounting event and the same ledger record as the plain Gaussian it declared before. The users get
-that leaf in what ``dp.Noise.share`` hands them (as ``core.spam.training`` hands it to each user's
-process) and draw with it through ``core.privacy.draws.shares``. Driving ``protocol.User`` in this
+that leaf in what ``dp.Noise.share`` hands them (as ``privrelease.core.spam.training`` hands it to each user's
+process) and draw with it through ``privrelease.core.privacy.draws.shares``. Driving ``protocol.User`` in this
 process (``parties.Local``) for a few rounds while every call is recorded:
 
 * every leaf a user draws with is the plan's declared leaf (equal: share variance, parties, sensitivity);
@@ -30,17 +30,17 @@ import pytest
 from dp_accounting.dp_event import GaussianDpEvent
 from scipy import stats
 
-from core import noise
-from core.ledger.account import recorded
-from core.mechanisms import spam_training
-from core.privacy import accountant as acc
-from core.privacy import draws
-from core.privacy import events as ev
-from core.privacy.budget import Budget
-from core.spam import dp
-from core.spam import parties as Q
-from core.spam import protocol as P
-from core.spam import wire as W
+from privrelease.core import noise
+from privrelease.core.ledger.account import recorded
+from privrelease.core.mechanisms import spam_training
+from privrelease.core.privacy import accountant as acc
+from privrelease.core.privacy import draws
+from privrelease.core.privacy import events as ev
+from privrelease.core.privacy.budget import Budget
+from privrelease.core.spam import dp
+from privrelease.core.spam import parties as Q
+from privrelease.core.spam import protocol as P
+from privrelease.core.spam import wire as W
 from tests.test_contract import DP_REQUESTS
 from tests.test_spam_attacks import D, block_of
 

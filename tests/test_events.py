@@ -15,14 +15,14 @@ from dp_accounting.dp_event import (
 )
 from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
 
-from core.ledger import account, legacy
-from core.mechanisms import MECHANISMS
-from core.privacy import accountant as acc
-from core.privacy import adjacency as adj
-from core.privacy import events as ev
-from core.privacy import pld
-from core.privacy.budget import Budget
-from core.privacy.cost import DPCost
+from privrelease.core.ledger import account, legacy
+from privrelease.core.mechanisms import MECHANISMS
+from privrelease.core.privacy import accountant as acc
+from privrelease.core.privacy import adjacency as adj
+from privrelease.core.privacy import events as ev
+from privrelease.core.privacy import pld
+from privrelease.core.privacy.budget import Budget
+from privrelease.core.privacy.cost import DPCost
 from tests.test_contract import DP_REQUESTS, EXAMPLES
 
 TREE = ev.charge(

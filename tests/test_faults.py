@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from core.faults import STEPS
-from core.ledger.ledger import FAILED, PUBLISHED, RESERVED, Ledger
-from core.privacy.budget import Budget
-from core.release import charged
-from core.release.home import Home
+from privrelease.core.faults import STEPS
+from privrelease.core.ledger.ledger import FAILED, PUBLISHED, RESERVED, Ledger
+from privrelease.core.privacy.budget import Budget
+from privrelease.core.release import charged
+from privrelease.core.release.home import Home
 from tests.conftest import REPO
 from tests.helpers import dp, register
 from tests.test_outliers import planted
@@ -40,7 +40,7 @@ def release_process(home: Path, request: Path, fault: str) -> subprocess.Complet
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "PRIVRELEASE_FAULT"))}
     env.update(PRIVRELEASE_HOME=str(home), PRIVRELEASE_TEST_MODE="1", PRIVRELEASE_FAULT=fault, PYTHONPATH=str(REPO))
     return subprocess.run(
-        [sys.executable, "-m", "cli.main", "release", str(request)],
+        [sys.executable, "-m", "privrelease.cli.main", "release", str(request)],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -179,7 +179,7 @@ def test_holder_liveness_by_pid_start_time_and_lease():
     """Alive while its process runs; dead once killed (even unreaped), for a reused pid, or past its lease."""
     from datetime import UTC, datetime, timedelta
 
-    from core.ledger import lease
+    from privrelease.core.ledger import lease
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -226,7 +226,7 @@ def test_eight_concurrent_releases_settle_only_their_own(dp_home, tmp_path, caps
         )
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "cli.main", "release", str(path)],
+                [sys.executable, "-m", "privrelease.cli.main", "release", str(path)],
                 cwd=REPO,
                 env=env,
                 stdout=subprocess.PIPE,
@@ -256,12 +256,12 @@ def test_eight_concurrent_releases_settle_only_their_own(dp_home, tmp_path, caps
 
 def test_charts_render_in_turn_from_concurrent_releases(tmp_path: Path):
     """Releases in threads of one process (the several-homes trial does this) render their charts at
-    once. matplotlib is not thread-safe: without ``core.charts.RENDERING``, 5-7 of these 8 threads failed
+    once. matplotlib is not thread-safe: without ``privrelease.core.charts.RENDERING``, 5-7 of these 8 threads failed
     in mathtext's parser (a log axis's tick labels) in each of three trials. Each chart comes out whole,
     byte for byte the chart drawn alone."""
     import threading
 
-    from core.charts import Chart, render_chart
+    from privrelease.core.charts import Chart, render_chart
 
     chart = Chart(
         "c.png",

@@ -15,10 +15,10 @@ from prefect.utilities.callables import parameter_schema
 from prefect.utilities.schema_tools import ValidationError, validate
 from pydantic import create_model
 
-from core.mechanisms import aggregate, dpne, outliers, ra, swapping
-from core.sdc import methods
-from flows import forms
-from gate.policy import RELEASE_FORMS
+from privrelease.core.mechanisms import aggregate, dpne, outliers, ra, swapping
+from privrelease.core.sdc import methods
+from privrelease.flows import forms
+from privrelease.gate.policy import RELEASE_FORMS
 
 # The SDC chain's form names each step's bounded field after its step (``microaggregate_k`` is ``Microaggregate.k``).
 SDC_STEPS = {"recode_level": (methods.Recode, "level"), "microaggregate_k": (methods.Microaggregate, "k"),

@@ -1,4 +1,4 @@
-"""The UI's forms (flows/forms.py) build the request a request file gives: each alternative a form
+"""The UI's forms (privrelease/flows/forms.py) build the request a request file gives: each alternative a form
 offers in place of a mapping or a union reaches the mechanism as that mechanism's parameter, and a
 refusal fails the run with one line naming what to change."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from core.datasets.demo import write_demo
-from core.datasets.registry import Registry
-from core.ledger.ledger import Ledger
+from privrelease.core.datasets.demo import write_demo
+from privrelease.core.datasets.registry import Registry
+from privrelease.core.ledger.ledger import Ledger
 from tests.helpers import open_policy
 
 
@@ -26,7 +26,7 @@ def _manifest(summary: dict) -> dict:
 
 
 def test_alternatives_reach_the_mechanism(prefect_server, demo):
-    from flows.forms import ColumnRange, dpne_release, outlier_count_release, ra_release
+    from privrelease.flows.forms import ColumnRange, dpne_release, outlier_count_release, ra_release
 
     # by default the form recodes with the policy's hierarchies, runs RA, then suppresses to the policy's k
     chain = _manifest(ra_release(k=2))
@@ -71,10 +71,10 @@ REFUSALS = [
 
 def test_refusals_fail_the_run_in_one_line(prefect_server, demo):
     """k against the QI columns, a column the registration lacks, two scalings at once, the budget."""
-    import flows.forms
+    import privrelease.flows.forms
 
     for form, params, message in REFUSALS:
-        state = getattr(flows.forms, form)(**params, return_state=True)
+        state = getattr(privrelease.flows.forms, form)(**params, return_state=True)
         assert state.is_failed() and message in state.message and "\n" not in state.message, (form, state.message)
     assert not (demo / "releases").exists()
     assert all(
@@ -87,7 +87,7 @@ def test_a_form_previews_without_charging(prefect_server, demo):
     run's artifact; a bad request still fails the run in one line."""
     from prefect.artifacts import Artifact
 
-    from flows.forms import dpne_release, outlier_count_release
+    from privrelease.flows.forms import dpne_release, outlier_count_release
 
     before = Ledger(demo / "privrelease.duckdb").entries()
     found = outlier_count_release(epsilon=0.5, preview=True)
@@ -116,11 +116,11 @@ def test_the_gate_offers_the_registered_datasets_and_the_chosen_ones_columns(dem
 
     from prefect.utilities.callables import parameter_schema
 
-    from core.release.catalogue import Catalogue
-    from core.release.home import Home
-    from flows import forms
-    from gate.forms import chosen, shown
-    from gate.schemas import made_of
+    from privrelease.core.release.catalogue import Catalogue
+    from privrelease.core.release.home import Home
+    from privrelease.flows import forms
+    from privrelease.gate.forms import chosen, shown
+    from privrelease.gate.schemas import made_of
 
     def stored(form) -> dict:
         return json.loads(json.dumps(parameter_schema(form).model_dump()))
@@ -166,7 +166,7 @@ def test_the_aggregate_form_releases_a_record_unit_dataset_with_its_defaults(pre
     """The form's user-unit fields (max_groups 1, max_rows 6 pre-filled) are ignored for a dataset of the record unit,
     which refused them before ("under the record unit ... drop them"); an empty one under the user unit is the
     mechanism's 1."""
-    from flows.forms import ColumnRange, aggregate_release
+    from privrelease.flows.forms import ColumnRange, aggregate_release
 
     ranges = [ColumnRange(column="mb_sent", low=0, high=800)]
     summary = aggregate_release(dataset="logins-demo", group_by=["failed_logins"], means=ranges, sums=ranges[:0], count=True)
@@ -180,7 +180,7 @@ def test_the_aggregate_form_releases_a_record_unit_dataset_with_its_defaults(pre
 def test_the_sdc_chain_form(prefect_server, demo):
     """The SDC chain form (the command line's recode -> suppress, and the steward's other methods in their order):
     its defaults recode and suppress; every step asked for is in the chain; no step is refused in one line."""
-    from flows.forms import ColumnCodes, sdc_release
+    from privrelease.flows.forms import ColumnCodes, sdc_release
 
     default = _manifest(sdc_release())["mechanism"]["params"]["steps"]
     assert [s["method"] for s in default] == ["recode", "suppress"] and default[0]["columns"] == RECODE_DEMO
@@ -207,8 +207,8 @@ def test_the_aggregate_form_releases_the_demo_payroll_table(prefect_server, demo
     every declared key (5 regions x 4 grades) appears once, with each measure's interval around its value."""
     import pandas as pd
 
-    from core.datasets.demo import GRADES, REGIONS
-    from flows.forms import ColumnQuantiles, aggregate_release
+    from privrelease.core.datasets.demo import GRADES, REGIONS
+    from privrelease.flows.forms import ColumnQuantiles, aggregate_release
 
     summary = aggregate_release()
     table = pd.read_csv(Path(summary["folder"]) / "aggregate.csv")

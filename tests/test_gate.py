@@ -19,11 +19,11 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from core.ledger.ledger import Ledger
-from core.privacy.budget import Budget
-from gate import forms, policy
-from gate.app import REFUSED
-from gate.checks import next_events, stored_schema
+from privrelease.core.ledger.ledger import Ledger
+from privrelease.core.privacy.budget import Budget
+from privrelease.gate import forms, policy
+from privrelease.gate.app import REFUSED
+from privrelease.gate.checks import next_events, stored_schema
 from tests.conftest import PASSWORD
 from tests.test_server import _logs, _wait, deployment, operator, run_processes, worker
 
@@ -343,7 +343,7 @@ def _shell_deployment(api: httpx.Client, pool: str, marker: Path) -> str:
         json={
             "name": f"innocent-{pool}",
             "flow_id": flow_id,
-            "entrypoint": "flows/audit.py:ledger_audit",
+            "entrypoint": "privrelease/flows/audit.py:ledger_audit",
             "work_pool_name": pool,
             "pull_steps": [
                 {

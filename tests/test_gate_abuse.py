@@ -26,9 +26,9 @@ import pytest
 from starlette.requests import Request
 from starlette.testclient import TestClient
 
-from gate import bounds, checks, policy, throttle
-from gate.accounts import Accounts
-from gate.app import REFUSED, Gate, create_app
+from privrelease.gate import bounds, checks, policy, throttle
+from privrelease.gate.accounts import Accounts
+from privrelease.gate.app import REFUSED, Gate, create_app
 from tests.conftest import PASSWORD
 from tests.test_server import deployment, operator
 
@@ -82,7 +82,7 @@ def test_only_a_deployments_own_schema_is_validated(served, people):
     assert refused(response) and response.status_code == 403 and "deployment's own parameter schema" in response.text
     # what the run form sends: its deployment's schema, whole (as the UI's model maps it) or one field of it
     schema = deployment(api, "dpne")["parameter_openapi_schema"]
-    from gate.schemas import mapped
+    from privrelease.gate.schemas import mapped
 
     for asked, values in (
         (mapped(schema, top=True), {"epsilon": "many"}),
@@ -211,7 +211,7 @@ def test_wrong_passwords_are_throttled_before_hashing(served, people):
     hashed = [a for a in answers if a.status_code == 401]
     throttled = [a for a in answers if a.status_code == 429]
     assert len(hashed) + len(throttled) == 160 and len(hashed) <= 40 + throttle.CAPACITY + leaked, len(hashed)
-    for answer in throttled:  # the throttle's, or the name's checks in progress (gate.signin.NAME_WAITING)
+    for answer in throttled:  # the throttle's, or the name's checks in progress (privrelease.gate.signin.NAME_WAITING)
         wait = int(answer.headers["retry-after"])
         busy = "too many sign-ins are being checked" in answer.text
         assert wait > 0 and (busy or f"try again in {wait} seconds" in answer.text) and refused(answer), answer.text
@@ -241,7 +241,7 @@ def test_release_ids_are_the_requesters_own(served, people):
     env, _ = served
     api = operator(env)
     ra = deployment(api, "ra")["id"]
-    week = (datetime.now(UTC) + timedelta(days=7)).isoformat()  # within the schedule horizon (gate.quotas)
+    week = (datetime.now(UTC) + timedelta(days=7)).isoformat()  # within the schedule horizon (privrelease.gate.quotas)
     later = {"type": "SCHEDULED", "state_details": {"scheduled_time": week}}
     vera = people["vera"].post(
         f"/deployments/{ra}/create_flow_run", json={"parameters": {"release_id": "monthly"}, "state": later}
@@ -270,8 +270,8 @@ def test_release_ids_are_the_requesters_own(served, people):
 
 def test_a_page_token_is_bounded_like_a_filter():
     """A forged token's filter is rebuilt (unit: the events module), and a token that is not one is refused."""
-    from gate import events
-    from gate.accounts import Account
+    from privrelease.gate import events
+    from privrelease.gate.accounts import Account
 
     alice = Account("alice", "analyst", "", "")
     forged = {"filter": {"event": {"prefix": ["prefect.variable."]}}, "count": 10, "page_size": 50, "offset": 0}

@@ -13,9 +13,9 @@ import asyncio
 import re
 from pathlib import Path
 
-from core.release.publish import code
-from gate import bounds, checks, events, signin
-from gate.__main__ import CONNECTIONS
+from privrelease.core.release.publish import code
+from privrelease.gate import bounds, checks, events, signin
+from privrelease.gate.__main__ import CONNECTIONS
 from tests.test_gate_abuse import refused, weakened, without
 from tests.test_server import deployment, operator
 

@@ -16,9 +16,9 @@ import anyio
 import httpx
 from starlette.requests import Request
 
-from core import limits, settings
-from gate import bounds, checks, policy
-from gate.app import Gate
+from privrelease.core import limits, settings
+from privrelease.gate import bounds, checks, policy
+from privrelease.gate.app import Gate
 from tests.test_gate_abuse import refused, weakened, without
 from tests.test_server import deployment, operator
 

@@ -17,9 +17,9 @@ from datetime import datetime
 
 import httpx
 
-from gate import bounds, checks, policy
-from gate.app import Gate
-from gate.quotas import Quotas
+from privrelease.gate import bounds, checks, policy
+from privrelease.gate.app import Gate
+from privrelease.gate.quotas import Quotas
 from tests.test_gate_abuse import refused, weakened, without
 from tests.test_server import deployment, operator
 

@@ -1,6 +1,6 @@
 """The fifth attack on the served gate (issue #39, M2): several accounts, each at its own limit of calls in
 progress, held every slot of Prefect's and slowed everyone's reads 100-200x. The gate shares a total
-(``gate.fair``) fairly: each active account at most its share, and an account with nothing in progress is
+(``privrelease.gate.fair``) fairly: each active account at most its share, and an account with nothing in progress is
 let in at once. Shown on a gate in this process in front of the served Prefect (calls of the flood held
 in it until the victim's has been answered), and on weakened gates: without a total, and with a total
 served first come first served."""
@@ -14,10 +14,10 @@ import anyio
 import pytest
 from starlette.requests import Request
 
-from core import settings
-from gate import bounds
-from gate.app import Gate
-from gate.fair import Slots
+from privrelease.core import settings
+from privrelease.gate import bounds
+from privrelease.gate.app import Gate
+from privrelease.gate.fair import Slots
 from tests.conftest import PASSWORD
 from tests.test_gate_abuse import refused, weakened
 

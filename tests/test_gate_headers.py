@@ -15,8 +15,8 @@ import base64
 import httpx
 import pytest
 
-from gate import headers
-from gate.app import Gate
+from privrelease.gate import headers
+from privrelease.gate.app import Gate
 from tests.conftest import PASSWORD
 from tests.test_gate_abuse import refused, weakened
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import httpx
 
-from gate import bounds, events, forms, owned, policy
-from gate.app import REFUSED, Gate
-from gate.redact import Redactor
+from privrelease.gate import bounds, events, forms, owned, policy
+from privrelease.gate.app import REFUSED, Gate
+from privrelease.gate.redact import Redactor
 from tests.conftest import REPO
 from tests.test_gate_abuse import weakened, without
 from tests.test_server import _logs, _wait, deployment, operator, worker

@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from core import parallel, settings
-from core.datasets import snapshots
-from core.datasets.registry import Registry, Unit
-from core.errors import BudgetError
-from core.ledger.ledger import Ledger
-from core.mechanisms import dpne
-from core.operations.upgrade import upgrade
-from core.privacy.budget import Budget
-from core.release.home import Home
-from core.release.pipeline import release
-from core.release.spec import ReleaseRequest
+from privrelease.core import parallel, settings
+from privrelease.core.datasets import snapshots
+from privrelease.core.datasets.registry import Registry, Unit
+from privrelease.core.errors import BudgetError
+from privrelease.core.ledger.ledger import Ledger
+from privrelease.core.mechanisms import dpne
+from privrelease.core.operations.upgrade import upgrade
+from privrelease.core.privacy.budget import Budget
+from privrelease.core.release.home import Home
+from privrelease.core.release.pipeline import release
+from privrelease.core.release.spec import ReleaseRequest
 from tests.conftest import REPO
 from tests.helpers import register
 from tests.pages import commands, sh_block
@@ -125,7 +125,7 @@ def test_a_postgresql_store_from_before_hosts_were_recorded_gains_the_column(
 ):
     import psycopg
 
-    from core import store
+    from privrelease.core import store
 
     monkeypatch.setenv("PRIVRELEASE_LEDGER_URL", pg_url)
     register(tmp_path / "home", phrase_corpus(20), "old", "user:user", "dp")

@@ -1,4 +1,4 @@
-"""The accuracy a release states (``core.privacy.accuracy``) against the noise it draws (``core.noise``).
+"""The accuracy a release states (``privrelease.core.privacy.accuracy``) against the noise it draws (``privrelease.core.noise``).
 
 Statistical tests draw from the real samplers, vectorised, under fixed test seeds; each is an exact
 binomial test at level 1e-3 (a correct claim fails it with probability at most 1e-3 per seed, and
@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from core import noise
-from core.mechanisms import dpne, dpne_accuracy
-from core.mechanisms.dpne_counts import unit_weights
-from core.privacy import accuracy, events
+from privrelease.core import noise
+from privrelease.core.mechanisms import dpne
+from privrelease.core.mechanisms.dpne import detection as dpne_accuracy
+from privrelease.core.mechanisms.dpne.counts import unit_weights
+from privrelease.core.privacy import accuracy, events
 
 DRAWS = 20_000
 LEVEL = 1e-3
@@ -125,7 +126,7 @@ def test_a_private_standardization_states_its_means_interval(test_mode):
     of the clipped values at the stated rate (the mechanism's own ``standardized``, 1,000 runs, 2 columns)."""
     import pandas as pd
 
-    from core.mechanisms import outliers
+    from privrelease.core.mechanisms import outliers
 
     x = np.random.default_rng(0).uniform(0, 10, (400, 2))
     frame = pd.DataFrame(x, columns=["a", "b"])

@@ -12,7 +12,7 @@ from tests.conftest import REPO
 
 ASK = (
     "import sys\n"
-    "from cli import launch\n"
+    "from privrelease.cli import launch\n"
     "if len(sys.argv) > 1: launch._maybe_configured = lambda cwd: False\n"  # the weakened variant: no file is read
     "print(launch.prefect_api_url(), 'prefect' in sys.modules)\n"
 )

@@ -9,9 +9,13 @@ from pathlib import Path
 from tests.conftest import REPO
 
 # from the top floor down; a package may import itself and any package after it
-FLOORS = ("cli", "gate", "flows", "core.operations", "core.release", "core.datasets", "core.mechanisms", "core.spam",
-          "core.sdc", "core.ledger", "core.privacy", "core.tables", "core")  # fmt: skip
-SIBLINGS = {frozenset({"core.spam", "core.sdc"}), frozenset({"gate", "flows"})}  # one floor: neither imports the other
+FLOORS = tuple(f"privrelease.{f}" for f in (
+    "cli", "gate", "flows", "core.operations", "core.release", "core.datasets", "core.mechanisms", "core.spam", "core.sdc",
+    "core.ledger", "core.privacy", "core.tables", "core"))  # fmt: skip
+SIBLINGS = {
+    frozenset({"privrelease.core.spam", "privrelease.core.sdc"}),
+    frozenset({"privrelease.gate", "privrelease.flows"}),
+}  # one floor: neither imports the other
 
 
 def package(module: str) -> str:
@@ -24,7 +28,7 @@ def imports(root: Path) -> dict[str, set[str]]:
     paths = {
         ".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
         for top in ("core", "flows", "gate", "cli")
-        for p in (root / top).rglob("*.py")
+        for p in (root / "privrelease" / top).rglob("*.py")
     }
     found = {}
     for module, path in sorted(paths.items()):
@@ -70,7 +74,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_each_package_imports_only_the_packages_below_it():
     graph = imports(REPO)
-    assert len(graph) > 100 and all(m.split(".")[0] in ("core", "flows", "gate", "cli") for m in graph)
+    assert len(graph) > 100 and all(
+        m.split(".")[:2] in (["privrelease", t] for t in ("core", "flows", "gate", "cli")) for m in graph
+    )
     assert violations(graph) == []
     assert cycles(graph) == []
 
@@ -78,14 +84,16 @@ def test_each_package_imports_only_the_packages_below_it():
 def test_the_checks_catch_an_import_back_up_and_a_cycle():
     """The same checks on a weakened house: the ledger importing the release path, and a two-module circle."""
     graph = imports(REPO)
-    graph["core.ledger.ledger"] = graph["core.ledger.ledger"] | {"core.release.charged"}
+    graph["privrelease.core.ledger.ledger"] = graph["privrelease.core.ledger.ledger"] | {"privrelease.core.release.charged"}
     assert violations(graph) == [
-        "core.ledger.ledger (core.ledger) imports core.release.charged (core.release), which is not below it"
+        "privrelease.core.ledger.ledger (privrelease.core.ledger) imports privrelease.core.release.charged (privrelease.core.release), which is not below it"
     ]
     assert cycles(graph)  # charged imports the ledger, which now imports charged
     graph = imports(REPO)
-    graph["core.spam.dp"] = graph["core.spam.dp"] | {"core.sdc.policy"}
-    assert violations(graph) == ["core.spam.dp (core.spam) imports core.sdc.policy (core.sdc), which is not below it"]
+    graph["privrelease.core.spam.dp"] = graph["privrelease.core.spam.dp"] | {"privrelease.core.sdc.policy"}
+    assert violations(graph) == [
+        "privrelease.core.spam.dp (privrelease.core.spam) imports privrelease.core.sdc.policy (privrelease.core.sdc), which is not below it"
+    ]
 
 
 def test_the_architecture_doc_lists_every_package():

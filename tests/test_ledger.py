@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import BudgetError, LedgerCorrupt, ReleaseConflict
-from core.ledger.ledger import FAILED, PUBLISHED, RESERVED, Ledger
-from core.mechanisms import dpne
-from core.privacy.adjacency import AddRemoveUser, Adjacency, ReplaceRecord
-from core.privacy.budget import Budget, compose_sigmas, gaussian_epsilon
+from privrelease.core.errors import BudgetError, LedgerCorrupt, ReleaseConflict
+from privrelease.core.ledger.ledger import FAILED, PUBLISHED, RESERVED, Ledger
+from privrelease.core.mechanisms import dpne
+from privrelease.core.privacy.adjacency import AddRemoveUser, Adjacency, ReplaceRecord
+from privrelease.core.privacy.budget import Budget, compose_sigmas, gaussian_epsilon
 from tests.conftest import REPO
 from tests.helpers import dp
 from tests.pg import raw_sql
@@ -206,11 +206,11 @@ def test_truncation_is_detected_through_manifests(filled, tmp_path):
 WORKER = """
 import json, sys, time
 from pathlib import Path
-from core.ledger import anchors
-from core.privacy.budget import Budget, compose_sigmas, gaussian_epsilon
-from core.mechanisms import dpne
-from core.errors import BudgetError
-from core.ledger.ledger import Ledger
+from privrelease.core.ledger import anchors
+from privrelease.core.privacy.budget import Budget, compose_sigmas, gaussian_epsilon
+from privrelease.core.mechanisms import dpne
+from privrelease.core.errors import BudgetError
+from privrelease.core.ledger.ledger import Ledger
 from tests.helpers import dp
 db, worker, start = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
 while not start.exists():
@@ -302,7 +302,7 @@ def test_threads_opening_the_database_at_once_never_conflict(tmp_path, weakened,
     """The gate answers requests on worker threads that read accounts from the database file; threads
     opening one file at the same instant raced in DuckDB's database cache ("Unique file handle
     conflict", a 500 from the gate in CI), and now would race attaching it to the process's in-memory
-    database and counting its users (``core.db._attach``). 16 threads open and close it together 500 times:
+    database and counting its users (``privrelease.core.db._attach``). 16 threads open and close it together 500 times:
     serialized, they never conflict. Without the lock (weakened) the race showed after 5 to 230 rounds (mean
     65, ten runs, when each use opened a database), so 500 clean rounds would happen by chance with odds near
     e^-7.7 if the lock did nothing; the weakened run stops at its first error, or fails after 3,000 rounds."""
@@ -310,7 +310,7 @@ def test_threads_opening_the_database_at_once_never_conflict(tmp_path, weakened,
 
     import duckdb
 
-    from core import db
+    from privrelease.core import db
 
     if weakened:
         monkeypatch.setattr(db, "_OPENING", contextlib.nullcontext())

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from core.environment import Unwritable
-from core.ledger.ledger import FAILED, PUBLISHED, Ledger
-from core.release import pipeline
-from core.release import publish as _publish
-from core.release.home import Home
-from core.release.spec import load
+from privrelease.core.environment import Unwritable
+from privrelease.core.ledger.ledger import FAILED, PUBLISHED, Ledger
+from privrelease.core.release import pipeline
+from privrelease.core.release import publish as _publish
+from privrelease.core.release.home import Home
+from privrelease.core.release.spec import load
 from tests.conftest import REPO
 from tests.test_cli import EXE, run
 from tests.test_ledger_operations import dp_home, rows, spent

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import BudgetError
-from core.ledger import anchors
-from core.ledger.account import recorded, spend
-from core.ledger.chain import Entry, insert
-from core.ledger.ledger import RESERVED, Ledger
-from core.mechanisms import dpne, outliers
-from core.privacy import adjacency as adj
-from core.privacy import events as ev
-from core.privacy.budget import Budget, gaussian_epsilon
+from privrelease.core.errors import BudgetError
+from privrelease.core.ledger import anchors
+from privrelease.core.ledger.account import recorded, spend
+from privrelease.core.ledger.chain import Entry, insert
+from privrelease.core.ledger.ledger import RESERVED, Ledger
+from privrelease.core.mechanisms import dpne, outliers
+from privrelease.core.privacy import adjacency as adj
+from privrelease.core.privacy import events as ev
+from privrelease.core.privacy.budget import Budget, gaussian_epsilon
 from tests.helpers import dp
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "ledger-898388b.json").read_text())

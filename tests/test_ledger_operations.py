@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from core.datasets.demo import census
-from core.ledger.ledger import Ledger
-from core.privacy.budget import Budget
+from privrelease.core.datasets.demo import census
+from privrelease.core.ledger.ledger import Ledger
+from privrelease.core.privacy.budget import Budget
 from tests.helpers import register
 from tests.helpers import typed as run
 
@@ -122,7 +122,7 @@ def test_a_restored_older_database_charges_nothing(tmp_path, monkeypatch, reques
         shutil.copy(home / "privrelease.duckdb", tmp_path / "old.duckdb")
     assert release(home, req).returncode == 0
     if store == "postgresql":
-        from core import store as stores
+        from privrelease.core import store as stores
 
         stores.close(url)
         _pg_restore(url, tmp_path / "old.dump")
@@ -141,7 +141,7 @@ def test_a_truncated_ledger_is_never_offered_a_fresh_cap(tmp_path):
     once held) is never given; ``set-budget`` itself is refused."""
     home, req = dp_home(tmp_path)
     assert release(home, req).returncode == 0
-    from core.store import open_store
+    from privrelease.core.store import open_store
 
     with open_store(home / "privrelease.duckdb").write() as con:
         con.execute("DELETE FROM ledger")

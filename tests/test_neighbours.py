@@ -26,15 +26,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from core import mechanisms
-from core.datasets.demo import census
-from core.ledger.ledger import Ledger
-from core.privacy.budget import Budget
-from core.release.home import Home
-from core.release.spec import parse
-from core.sdc import report as sdc_report
-from core.sdc.report import SECTION
-from flows.artifacts import data_uri, readable
+from privrelease.core import mechanisms
+from privrelease.core.datasets.demo import census
+from privrelease.core.ledger.ledger import Ledger
+from privrelease.core.privacy.budget import Budget
+from privrelease.core.release.home import Home
+from privrelease.core.release.spec import parse
+from privrelease.core.sdc import report as sdc_report
+from privrelease.core.sdc.report import SECTION
+from privrelease.flows.artifacts import data_uri, readable
 from tests.helpers import open_policy, planned_run, register
 from tests.test_aggregate import payroll
 from tests.test_dpne import phrase_corpus
@@ -171,7 +171,7 @@ async def _prefect_surface(flow_run_id: str) -> dict:
 
 def _release(home: Path, frame: pd.DataFrame, unit: str, mechanism: dict, monkeypatch, purpose: str = "dp") -> dict:
     """Register ``frame`` and release it with a fixed id and seed; returns everything readable."""
-    from flows.release import release
+    from privrelease.flows.release import release
 
     monkeypatch.setenv("PRIVRELEASE_HOME", str(home))
     register(home, frame, "ds", unit, purpose, policy=_sdc_policy(frame, mechanism) if purpose == "sdc" else None)
@@ -257,7 +257,7 @@ def test_dpne_on_neighbouring_corpora_keeps_a_user_unique_phrase_private():
     binomial test at level 1e-3 per word)."""
     from scipy.stats import binomtest
 
-    from core.mechanisms import dpne
+    from privrelease.core.mechanisms import dpne
 
     d, d_prime = _neighbours_posts()
     params = dpne.Params(user_column="user", text_column="text", epsilon=1.0, delta=1e-6, T=1, delta0=10, tokenizer="words")
@@ -295,9 +295,9 @@ def _role(frame: pd.DataFrame, mechanism: dict, released: pd.DataFrame) -> sdc_r
 def _neighbours_census() -> tuple[pd.DataFrame, pd.DataFrame]:
     """Record 0 replaced by a copy of another record: the first whose copy moves the external
     figures of the release (seed 11, as ``_release``: rows shuffled, then RA), so the test's masking is exercised."""
-    from core import noise
-    from core.mechanisms import ra
-    from core.sdc import enforce
+    from privrelease.core import noise
+    from privrelease.core.mechanisms import ra
+    from privrelease.core.sdc import enforce
 
     d = census(600)
     mechanism = SDC_CASES["ra"][1]
@@ -386,7 +386,7 @@ def test_external_sdc_report_differs_only_through_the_released_table(prefect_ser
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_preview_is_the_same_on_neighbours(tmp_path, monkeypatch, case):
     """The preview reads no row: on a dataset and its neighbour it says the same, byte for byte."""
-    from core.release import preview
+    from privrelease.core.release import preview
 
     make, unit, mechanism, _ = CASES[case]
     seen = []

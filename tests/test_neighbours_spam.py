@@ -24,12 +24,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.ledger.ledger import Ledger
-from core.spam import dp
-from core.spam import parties as Q
-from core.spam import protocol as P
-from core.spam import wire as W
-from core.spam.aggregation import W_BITS
+from privrelease.core.ledger.ledger import Ledger
+from privrelease.core.spam import dp
+from privrelease.core.spam import parties as Q
+from privrelease.core.spam import protocol as P
+from privrelease.core.spam import wire as W
+from privrelease.core.spam.aggregation import W_BITS
 from tests.test_spam_attacks import summed
 
 Corpus = list[tuple[list[np.ndarray], np.ndarray]]  # per user: messages (feature index sets) and labels ±1

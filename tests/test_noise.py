@@ -11,9 +11,9 @@ import pytest
 from scipy import stats
 from scipy.special import ndtr
 
-from core import noise, settings
-from core.errors import SpecError
-from core.mechanisms import dpne
+from privrelease.core import noise, settings
+from privrelease.core.errors import SpecError
+from privrelease.core.mechanisms import dpne
 from tests.helpers import planned_run
 
 ALARM = 1e-3  # each statistical test below fails by chance with probability 0.001

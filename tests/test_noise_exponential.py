@@ -1,4 +1,4 @@
-"""The exact exponential-mechanism sampler (``core.noise.exponential``) and an aggregate quantile's use of it.
+"""The exact exponential-mechanism sampler (``privrelease.core.noise.exponential``) and an aggregate quantile's use of it.
 
 - Law: draws against the exact probabilities w_k exp(-r d_k) / Z (chi-square at a false-alarm rate of
   10^-3, fixed seeds), for the whole sampler and for its exact (MPFR) pass alone; zero-weight candidates
@@ -22,11 +22,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from core import noise
-from core.mechanisms import aggregate_quantile as aq
-from core.mechanisms.aggregate_budget import Pick
-from core.noise import exponential as em
-from core.privacy import events
+from privrelease.core import noise
+from privrelease.core.mechanisms.aggregate import quantile as aq
+from privrelease.core.mechanisms.aggregate.budget import Pick
+from privrelease.core.noise import exponential as em
+from privrelease.core.privacy import events
 
 W = np.array([3, 1, 0, 5, 2, 40])
 A = np.array([0, 4, 5, 6, 9, 30])

@@ -1,4 +1,4 @@
-"""core.normal: the normal CDF and its inverse without scipy return scipy.special.ndtr's and ndtri's values bit for
+"""privrelease.core.normal: the normal CDF and its inverse without scipy return scipy.special.ndtr's and ndtri's values bit for
 bit, so DPNE's thresholds and pass probabilities, which a release publishes (its accuracy figures) and its ledger
 entry records, did not move when scipy left. Weakened variants (accurate to 1e-15 but rounded otherwise) fail."""
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy import special
 
-from core import noise, normal
-from core.mechanisms import dpne
+from privrelease.core import noise, normal
+from privrelease.core.mechanisms import dpne
 
 
 def _probabilities() -> np.ndarray:

@@ -11,15 +11,15 @@ import pytest
 from scipy import stats
 
 from bench.outliers_baselines import gs_lower, paper_global_std
-from core import noise
-from core.errors import ParameterError
-from core.mechanisms import outliers as o
-from core.mechanisms import outliers_geometry as geo
-from core.mechanisms import outliers_scale
-from core.mechanisms import outliers_sensitivity as sens
-from core.privacy.budget import gaussian_sigma
-from core.privacy.events import Composed, PermuteAndFlip
-from core.release.spec import parse
+from privrelease.core import noise
+from privrelease.core.errors import ParameterError
+from privrelease.core.mechanisms import outliers as o
+from privrelease.core.mechanisms.outliers import geometry as geo
+from privrelease.core.mechanisms.outliers import scale as outliers_scale
+from privrelease.core.mechanisms.outliers import sensitivity as sens
+from privrelease.core.privacy.budget import gaussian_sigma
+from privrelease.core.privacy.events import Composed, PermuteAndFlip
+from privrelease.core.release.spec import parse
 from tests.helpers import planned_run
 
 
@@ -430,9 +430,9 @@ def test_public_and_private_standardization():
     ids=["no-standardize", "k-0", "r-0", "no-delta", "h-too-large", "duplicate-column", "scale-missing", "bad-bounds"],
 )
 def test_parameter_errors_are_clear(tmp_path, params, message):
-    from core.datasets.registry import Dataset, Unit
-    from core.release.spec import bind
-    from core.tables.schema import Column, Schema
+    from privrelease.core.datasets.registry import Dataset, Unit
+    from privrelease.core.release.spec import bind
+    from privrelease.core.tables.schema import Column, Schema
 
     doc = {"dataset": "t", "mechanism": {"name": "outliers", "params": params}}
     public = Dataset("t", 1, Unit("record"), "dp", Schema(columns={c: Column(type="float") for c in "ab"}), 300, "")

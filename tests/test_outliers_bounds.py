@@ -11,14 +11,14 @@ import pandas as pd
 import pytest
 from scipy.stats import norm
 
-from core import noise
-from core.errors import InternalError
-from core.mechanisms import outliers as o
-from core.mechanisms import outliers_geometry as geo
-from core.mechanisms import outliers_sensitivity as sens
-from core.privacy import accountant as acc
-from core.privacy import events as ev
-from core.privacy.budget import gaussian_sigma
+from privrelease.core import noise
+from privrelease.core.errors import InternalError
+from privrelease.core.mechanisms import outliers as o
+from privrelease.core.mechanisms.outliers import geometry as geo
+from privrelease.core.mechanisms.outliers import sensitivity as sens
+from privrelease.core.privacy import accountant as acc
+from privrelease.core.privacy import events as ev
+from privrelease.core.privacy.budget import gaussian_sigma
 from tests.helpers import planned_run
 from tests.test_outliers import bounds_by_t, neighbour, planted, q
 
@@ -111,7 +111,7 @@ def test_smooth_noise_is_refused_just_outside_the_bound_and_accepted_just_inside
 
 
 def drawn_against_declared(params: o.Params, monkeypatch, handed: ev.Event | None = None) -> list[str]:
-    """Run ``params`` on a planted table with ``core.noise``'s samplers spied on, and say where what the
+    """Run ``params`` on a planted table with ``privrelease.core.noise``'s samplers spied on, and say where what the
     counts drew differs from the plan's events (empty: the plan states exactly the Gaussians drawn).
     ``handed``: the event the run is handed instead of its plan's (the weakened variants)."""
     drawn, shifts, laplace = [], [], []

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from core.ledger.ledger import PUBLISHED, RESERVED, Ledger
+from privrelease.core.ledger.ledger import PUBLISHED, RESERVED, Ledger
 from tests.helpers import register
 from tests.test_outliers import planted
 from tests.test_release_flow import cli
@@ -144,7 +144,7 @@ def test_bad_request_is_refused_before_the_charge(prefect_server, home, tmp_path
 
 
 def test_infinite_values_are_refused_at_registration(home):
-    from core.errors import IngestError
+    from privrelease.core.errors import IngestError
 
     frame = planted(200)
     frame.loc[5, "d"] = np.inf

@@ -17,7 +17,7 @@ from dataclasses import replace
 import httpx
 import pytest
 
-from gate import owned, policy
+from privrelease.gate import owned, policy
 from tests.conftest import PASSWORD
 from tests.test_gate_abuse import weakened
 from tests.test_server import operator

@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from core import parallel, settings
-from core.mechanisms import dpne
-from core.mechanisms import outliers as o
+from privrelease.core import parallel, settings
+from privrelease.core.mechanisms import dpne
+from privrelease.core.mechanisms import outliers as o
 from tests.helpers import planned_run, register
 from tests.test_dpne import params, phrase_corpus
 from tests.test_outliers import planted

@@ -16,11 +16,11 @@ import psycopg
 import pytest
 import yaml
 
-from core.errors import BudgetError, LedgerCorrupt
-from core.ledger.ledger import PUBLISHED, RESERVED, Ledger
-from core.privacy.adjacency import ReplaceRecord
-from core.privacy.budget import Budget
-from core.store import PgStore, StoreUnavailable
+from privrelease.core.errors import BudgetError, LedgerCorrupt
+from privrelease.core.ledger.ledger import PUBLISHED, RESERVED, Ledger
+from privrelease.core.privacy.adjacency import ReplaceRecord
+from privrelease.core.privacy.budget import Budget
+from privrelease.core.store import PgStore, StoreUnavailable
 from tests.helpers import dp, register
 from tests.pages import sh_block
 from tests.test_cli import EXE, run, typed

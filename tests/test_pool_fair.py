@@ -1,6 +1,6 @@
 """The fifth attack on the served gate (issue #39, M3): two accounts, each keeping its two runs going, filled
 the worker's pool of four, and everyone else's run waited behind theirs. Through a real proxy and gate
-(``python -m gate``, the limits set as the operator sets them) in front of the session's Prefect server, the
+(``python -m privrelease.gate``, the limits set as the operator sets them) in front of the session's Prefect server, the
 pool's last slot is kept for an account with no run going; on the same gate with no slot kept
 (``$PRIVRELEASE_POOL_RESERVED=0``, the weakened variant) the two accounts fill it."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import anyio
 
-from core import limits, settings
-from gate.accounts import Accounts
-from gate.quotas import POOL_STATES, SOON, Quotas
+from privrelease.core import limits, settings
+from privrelease.gate.accounts import Accounts
+from privrelease.gate.quotas import POOL_STATES, SOON, Quotas
 from tests.conftest import PASSWORD
 from tests.test_gate import refused
 from tests.test_server import deployment, gate, operator, person, proxy

@@ -1,4 +1,4 @@
-"""The preview (``privrelease release --preview``, ``core.release.preview``): the release's own checks, its
+"""The preview (``privrelease release --preview``, ``privrelease.core.release.preview``): the release's own checks, its
 cost as the ledger then charges it, nothing written, no row read; and the warnings before a charge."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from core.datasets.registry import Registry
-from core.errors import SpecError
-from core.ledger.ledger import Ledger
-from core.privacy import accuracy
-from core.privacy.budget import Budget
-from core.release import charged, pipeline, preview
-from core.release.home import Home
-from core.release.spec import parse
+from privrelease.core.datasets.registry import Registry
+from privrelease.core.errors import SpecError
+from privrelease.core.ledger.ledger import Ledger
+from privrelease.core.privacy import accuracy
+from privrelease.core.privacy.budget import Budget
+from privrelease.core.release import charged, pipeline, preview
+from privrelease.core.release.home import Home
+from privrelease.core.release.spec import parse
 from tests.helpers import register
 from tests.test_cli import run
 from tests.test_dpne import phrase_corpus
@@ -188,7 +188,7 @@ def test_preview_of_an_unknown_dataset_is_the_release_error(home):
 
 
 def test_the_release_line_gives_each_count_its_interval():
-    from cli.main import _said
+    from privrelease.cli.main import _said
 
     error = {"family": "discrete Gaussian (global sensitivity)", "std": 51.4, "interval": [0.0, 148.0]}
     assert _said(

@@ -15,14 +15,14 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core import mechanisms
-from core.datasets.demo import census, logins, posts
-from core.errors import UserError
-from core.ledger.ledger import Ledger
-from core.privacy.budget import Budget
-from core.release import pipeline, preview
-from core.release.home import Home
-from core.release.spec import parse
+from privrelease.core import mechanisms
+from privrelease.core.datasets.demo import census, logins, posts
+from privrelease.core.errors import UserError
+from privrelease.core.ledger.ledger import Ledger
+from privrelease.core.privacy.budget import Budget
+from privrelease.core.release import pipeline, preview
+from privrelease.core.release.home import Home
+from privrelease.core.release.spec import parse
 from tests.helpers import open_policy, register
 from tests.test_cli import run
 

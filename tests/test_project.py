@@ -11,19 +11,21 @@ import jsonschema
 import phe.util
 import yaml
 
-from core.datasets.demo import DEMO_REQUEST
-from core.release import spec as spec_module
-from gate import policy
+from privrelease.core.datasets.demo import DEMO_REQUEST
+from privrelease.core.release import spec as spec_module
+from privrelease.gate import policy
 from tests.conftest import REPO
 
 
 def test_committed_spec_schema_matches_the_models():
-    committed = json.loads((REPO / "schemas" / "release-request.schema.json").read_text())
-    assert committed == spec_module.json_schema(), "regenerate: python -m core.release.spec > schemas/release-request.schema.json"
+    committed = json.loads((REPO / "privrelease" / "schemas" / "release-request.schema.json").read_text())
+    assert committed == spec_module.json_schema(), (
+        "regenerate: python -m privrelease.core.release.spec > privrelease/schemas/release-request.schema.json"
+    )
 
 
 def test_schema_accepts_the_demo_spec_and_rejects_bad_ones():
-    schema = json.loads((REPO / "schemas" / "release-request.schema.json").read_text())
+    schema = json.loads((REPO / "privrelease" / "schemas" / "release-request.schema.json").read_text())
     doc = yaml.safe_load(DEMO_REQUEST)
     jsonschema.validate(doc, schema)
     for bad in (
@@ -41,7 +43,7 @@ def test_gmpy2_accelerates_phe():
 
 
 def test_core_never_imports_prefect():
-    for path in (REPO / "core").rglob("*.py"):
+    for path in (REPO / "privrelease" / "core").rglob("*.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             names = (
@@ -81,13 +83,13 @@ def _is_environ(node: ast.AST) -> bool:
 
 
 def test_one_module_reads_the_environment():
-    """Every environment variable is read in core/settings.py, which lists them (#38): no other product module
+    """Every environment variable is read in privrelease/core/settings.py, which lists them (#38): no other product module
     reads one (the command line may still set variables for the flows it starts)."""
     readers = {}
     for folder in ("core", "flows", "gate"):
-        for path in (REPO / folder).rglob("*.py"):
+        for path in (REPO / "privrelease" / folder).rglob("*.py"):
             found = _environment_reads(ast.parse(path.read_text()))
-            if found and path != REPO / "core" / "settings.py":
+            if found and path != REPO / "privrelease" / "core" / "settings.py":
                 readers[str(path.relative_to(REPO))] = found
     assert readers == {}
     assert _environment_reads(ast.parse("import os\nx = os.environ.get('A')\ny = os.getenv('B')\nz = os.environ['C']\n")) == [
@@ -99,12 +101,12 @@ def test_one_module_reads_the_environment():
 
 
 def test_the_docs_policy_table_is_the_gates_policy():
-    """docs/SECURITY.md shows gate/policy.py's POLICY as markdown() renders it, row for row."""
+    """docs/SECURITY.md shows privrelease/gate/policy.py's POLICY as markdown() renders it, row for row."""
     page = (REPO / "docs" / "SECURITY.md").read_text()
     assert policy.BEGIN in page and policy.END in page
     assert page == policy.spliced(page), (
-        "docs/SECURITY.md's policy table differs from gate/policy.py's POLICY; regenerate it: "
-        ".venv/bin/python -m gate.policy --write docs/SECURITY.md"
+        "docs/SECURITY.md's policy table differs from privrelease/gate/policy.py's POLICY; regenerate it: "
+        ".venv/bin/python -m privrelease.gate.policy --write docs/SECURITY.md"
     )
 
 
@@ -118,7 +120,7 @@ def test_prefect_yaml_entrypoints_import():
 
 
 def test_every_package_the_product_imports_is_pinned_as_the_lock_pins_it():
-    """Each third-party package imported by core/, flows/ or gate/ is a declared dependency in
+    """Each third-party package imported by privrelease/core/, privrelease/flows/ or privrelease/gate/ is a declared dependency in
     pyproject.toml, pinned to the version requirements.lock.txt installs (a package that only came
     along with another could change or vanish with it)."""
     import importlib.metadata as metadata
@@ -138,10 +140,10 @@ def test_every_package_the_product_imports_is_pinned_as_the_lock_pins_it():
             r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?==([^\s#]+)", (REPO / "requirements.lock.txt").read_text(), re.M
         )
     }
-    local = {"core", "flows", "gate", "__future__"}
+    local = {"privrelease", "__future__"}
     modules = set()
     for folder in ("core", "flows", "gate"):
-        for path in (REPO / folder).rglob("*.py"):
+        for path in (REPO / "privrelease" / folder).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, ast.Import):
                     modules |= {alias.name.split(".")[0] for alias in node.names}

@@ -1,4 +1,4 @@
-"""The proxy (nginx with deploy/nginx.conf, ``python -m gate.proxy``) in front of the gate, attacked through
+"""The proxy (nginx with deploy/nginx.conf, ``python -m privrelease.gate.proxy``) in front of the gate, attacked through
 the session's real proxy, gate and Prefect server (`served`); each attack is also run against the bare
 gate (the weakened variant: no proxy), where it works:
 
@@ -28,10 +28,10 @@ import httpx
 import prefect
 import pytest
 
-import gate.proxy
-from core.errors import UserError
-from gate.app import REFUSED
-from gate.bounds import MAX_BODY
+import privrelease.gate.proxy
+from privrelease.core.errors import UserError
+from privrelease.gate.app import REFUSED
+from privrelease.gate.bounds import MAX_BODY
 from tests.conftest import PASSWORD, REPO
 from tests.test_server import gate as bare_gate
 from tests.test_server import proxy
@@ -236,19 +236,23 @@ def test_tls_with_the_operators_certificate(served, people, tmp_path: Path):
 
 def test_the_configuration_is_filled_in():
     ui = Path("/srv/ui")
-    text = gate.proxy.config(
+    text = privrelease.gate.proxy.config(
         host="::", port=443, gate_port=4202, ui=ui, state=Path("/srv/p"), proof_key="k3y", tls=(Path("/c.pem"), Path("/k.pem"))
     )
     assert "{{" not in text and "listen [::]:443 ssl;" in text and "ssl_certificate /c.pem;" in text
     assert f"client_max_body_size {MAX_BODY};" in text and f"root {ui};" in text and "127.0.0.1:4202 max_conns=192;" in text
     assert "pid /srv/p/nginx.pid;" in text and "proxy_set_header X-Forwarded-For $remote_addr;" in text
     assert 'secure_link_md5 "k3y$http_authorization";' in text
-    plain = gate.proxy.config(host="127.0.0.1", port=4200, gate_port=4202, ui=ui, state=Path("/srv/p"), proof_key="k3y")
+    plain = privrelease.gate.proxy.config(
+        host="127.0.0.1", port=4200, gate_port=4202, ui=ui, state=Path("/srv/p"), proof_key="k3y"
+    )
     assert "listen 127.0.0.1:4200;" in plain and "ssl" not in plain
 
 
 def _start(env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gate.proxy"], env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "privrelease.gate.proxy"], env=env, cwd=REPO, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_the_proxys_errors_say_what_to_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys):
@@ -261,9 +265,9 @@ def test_the_proxys_errors_say_what_to_set(tmp_path: Path, monkeypatch: pytest.M
     assert half.returncode == 2 and "TLS needs both $PRIVRELEASE_TLS_CERT and $PRIVRELEASE_TLS_KEY" in half.stderr
     missing = _start(env | {"PRIVRELEASE_TLS_CERT": str(tmp_path / "cert.pem"), "PRIVRELEASE_TLS_KEY": str(tmp_path / "key.pem")})
     assert missing.returncode == 2 and f"the TLS file {tmp_path / 'cert.pem'} does not exist" in missing.stderr
-    monkeypatch.setattr(gate.proxy.shutil, "which", lambda *a, **k: None)
-    assert gate.proxy.main() == 2 and "apt-get install -y nginx" in capsys.readouterr().err
+    monkeypatch.setattr(privrelease.gate.proxy.shutil, "which", lambda *a, **k: None)
+    assert privrelease.gate.proxy.main() == 2 and "apt-get install -y nginx" in capsys.readouterr().err
     monkeypatch.undo()
-    monkeypatch.setattr(gate.proxy, "UI_BUILD", tmp_path)
+    monkeypatch.setattr(privrelease.gate.proxy, "UI_BUILD", tmp_path)
     with pytest.raises(UserError, match="start it .* before the proxy"):
-        gate.proxy.ui_folder()
+        privrelease.gate.proxy.ui_folder()

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import httpx
 
-from gate.accounts import Accounts
-from gate.app import REFUSED
+from privrelease.gate.accounts import Accounts
+from privrelease.gate.app import REFUSED
 from tests.conftest import PASSWORD
 from tests.test_gate_attack3 import _together
 from tests.test_proxy_attack7 import reconfigured, without

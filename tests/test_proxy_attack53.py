@@ -17,10 +17,10 @@ from pathlib import Path
 
 import httpx
 
-from gate.accounts import Accounts
-from gate.app import REFUSED, Gate
-from gate.headers import PROOF
-from gate.policy import CATALOGUE_PAGES, UI_PAGES
+from privrelease.gate.accounts import Accounts
+from privrelease.gate.app import REFUSED, Gate
+from privrelease.gate.headers import PROOF
+from privrelease.gate.policy import CATALOGUE_PAGES, UI_PAGES
 from tests.conftest import PASSWORD
 from tests.test_gate_abuse import weakened
 from tests.test_proxy import largest_script

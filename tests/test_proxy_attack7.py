@@ -1,5 +1,5 @@
 """The seventh independent attack on the served stack (issue #39), H2 and H3, through the real proxy (nginx with
-deploy/nginx.conf as gate/proxy.py renders it), each also run through a proxy whose configuration lacks the one
+deploy/nginx.conf as privrelease/gate/proxy.py renders it), each also run through a proxy whose configuration lacks the one
 defence (the weakened variant), where it works:
 
 - H2: callers without credentials from 13 addresses, 16 calls each at once, held all of the proxy's 192
@@ -8,7 +8,7 @@ defence (the weakened variant), where it works:
   anyone's health check and UI settings are read from Prefect at most every few seconds.
 - H3: one address grew the access log by 63 KB a request (Referer, User-Agent and the request line, up to 8 KB
   each, escaped to 4 bytes a byte). Now a request writes at most about 300 bytes; and every log `make serve`
-  writes is rotated by size (gate.logs), nginx's access log too, in place.
+  writes is rotated by size (privrelease.gate.logs), nginx's access log too, in place.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from pathlib import Path
 import anyio
 import httpx
 
-import gate.proxy
-from gate import checks, logs
-from gate.checks import Call
-from gate.headers import proof_key
+import privrelease.gate.proxy
+from privrelease.gate import checks, logs
+from privrelease.gate.checks import Call
+from privrelease.gate.headers import proof_key
 from tests.conftest import PASSWORD
 from tests.test_server import _free_port, _service
 from tests.test_server import gate as started_gate
@@ -48,8 +48,8 @@ def reconfigured(env: dict, root: Path, name: str, gate_port: int, edit: Callabl
     port, state = _free_port(), root / name
     state.mkdir(exist_ok=True)
     key = proof_key(env["PREFECT_API_AUTH_STRING"])
-    text = gate.proxy.config(
-        host="127.0.0.1", port=port, gate_port=gate_port, ui=gate.proxy.ui_folder(), state=state, proof_key=key
+    text = privrelease.gate.proxy.config(
+        host="127.0.0.1", port=port, gate_port=gate_port, ui=privrelease.gate.proxy.ui_folder(), state=state, proof_key=key
     )
     (state / "nginx.conf").write_text(edit(text))
     nginx = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/usr/local/sbin")
@@ -152,7 +152,7 @@ def test_calls_sending_their_body_slowly_hold_no_connection_to_the_gate(served, 
 def test_the_uis_pages_are_the_proxys_and_anyones_settings_are_read_seldom(served):
     env, _ = served
     url = env["PRIVRELEASE_GATE_URL"]
-    index = (gate.proxy.ui_folder() / "index.html").read_text()
+    index = (privrelease.gate.proxy.ui_folder() / "index.html").read_text()
     for page in ("/", "/flow-runs", "/flow-runs/flow-run/x", "/login"):
         answer = httpx.get(url + page, timeout=30)  # no `Accept: text/html`: Prefect's server answered 404
         assert answer.status_code == 200 and answer.headers["content-type"] == "text/html", page
@@ -274,7 +274,7 @@ def test_the_logs_cap_is_a_size():
     env = {k: v for k, v in os.environ.items() if k != "PRIVRELEASE_LOG_MB"}
     for wrong in ("0", "-3", "lots"):
         r = subprocess.run(
-            [sys.executable, "-m", "gate.logs", "--check"],
+            [sys.executable, "-m", "privrelease.gate.logs", "--check"],
             env=env | {"PRIVRELEASE_LOG_MB": wrong},
             capture_output=True,
             text=True,
@@ -282,4 +282,4 @@ def test_the_logs_cap_is_a_size():
         assert r.returncode == 2 and r.stderr.strip() == (
             f"the logs' rotation cannot start: $PRIVRELEASE_LOG_MB is {wrong!r}: set it to a size in MB above 0 (default 64)"
         ), r.stderr
-    assert subprocess.run([sys.executable, "-m", "gate.logs", "--check"], env=env).returncode == 0
+    assert subprocess.run([sys.executable, "-m", "privrelease.gate.logs", "--check"], env=env).returncode == 0

@@ -1,5 +1,5 @@
 """Issue #39: one account could take the whole worker, or fill Prefect's database, at no budget cost.
-Each attack goes through a real proxy and gate (``python -m gate``, limits set as the operator sets them)
+Each attack goes through a real proxy and gate (``python -m privrelease.gate``, limits set as the operator sets them)
 in front of the session's real `prefect server`, and is run again on the weakened variant, the same gate without
 its per-account limits (``tests/weak_gate.py``), where it succeeds. The pool's limit of runs at once
 is shown on a real worker, and the same runs overlapping without it."""
@@ -21,10 +21,10 @@ import anyio
 import httpx
 import pytest
 
-from core import limits, settings
-from core.errors import UserError
-from gate.accounts import Accounts
-from gate.quotas import Quotas
+from privrelease.core import limits, settings
+from privrelease.core.errors import UserError
+from privrelease.gate.accounts import Accounts
+from privrelease.gate.quotas import Quotas
 from tests.conftest import PASSWORD, REPO
 from tests.test_gate import refused
 from tests.test_server import _wait, deployment, gate, operator, person, proxy, worker
@@ -89,7 +89,7 @@ def _message(response: httpx.Response) -> str:
 
 
 def test_the_limits_defaults_are_the_ones_the_settings_state():
-    """One place states each default (``core.limits``); the settings' table says the same to operators."""
+    """One place states each default (``privrelease.core.limits``); the settings' table says the same to operators."""
     said = {v.name: v.default for v in settings.VARIABLES}
     for f in fields(limits.Limits):
         assert said[limits.VARIABLES[f.name]] == str(f.default), f.name
@@ -107,10 +107,12 @@ def test_a_limit_that_is_not_one_stops_the_gate_and_make_serve_naming_it(tmp_pat
         settings.PREFECT_URL: "http://127.0.0.1:9",
         settings.PREFECT_AUTH: "operator:x",
     }
-    gate_ = subprocess.run([sys.executable, "-m", "gate"], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    gate_ = subprocess.run(
+        [sys.executable, "-m", "privrelease.gate"], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert gate_.returncode == 2 and gate_.stderr == f"the gate cannot start: {said}\n"
     serve = subprocess.run(
-        [sys.executable, "-m", "core.limits", "pool"],
+        [sys.executable, "-m", "privrelease.core.limits", "pool"],
         env=env | {settings.POOL_LIMIT: "two"},
         cwd=REPO,
         capture_output=True,
@@ -312,8 +314,8 @@ def test_a_run_started_again_after_the_answer_is_approved_on_what_the_steward_wa
     it waited (others spent meanwhile) is not covered by it (the ledger then refuses it)."""
     from prefect import flow
 
-    from core.ledger.approval import Approval, Look, Rule
-    from flows import steps
+    from privrelease.core.ledger.approval import Approval, Look, Rule
+    from privrelease.flows import steps
 
     shown = Look(Rule(share=0.1), epsilon=1.0, epsilon_left=10.0, cap_epsilon=10.0, filter_share=0.1, account_epsilon=0.0)
     grown = Look(Rule(share=0.1), epsilon=1.0, epsilon_left=1.0, cap_epsilon=10.0, filter_share=math.inf, account_epsilon=0.0)

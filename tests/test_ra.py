@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from core import noise
-from core.datasets.demo import census
-from core.mechanisms import ra
+from privrelease.core import noise
+from privrelease.core.datasets.demo import census
+from privrelease.core.mechanisms import ra
 from tests.conftest import ADULT_QI, adult_clean
 from tests.helpers import planned_run
 
@@ -359,7 +359,7 @@ def test_what_p_entropy_publishes_is_a_function_of_the_qi_entropies_alone(test_m
     the same marginals up to a relabelling of categories but another joint (each QI column shuffled on its
     own, and one column's categories renamed) publish the same figures; moving one record to another
     category of a QI column moves them, and its entropy is recovered from p exactly (ln of p's ratios)."""
-    from core.datasets.demo import census
+    from privrelease.core.datasets.demo import census
 
     params = ra.Params(qi=["age", "sex", "race", "education"], sensitive="occupation", p="entropy")
     d = census(400)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from core.datasets.demo import census
+from privrelease.core.datasets.demo import census
 from tests.helpers import write_policy
 from tests.test_cli import EXE, _tree, typed
 

@@ -10,15 +10,15 @@ import duckdb
 import pandas as pd
 import pytest
 
-from core import settings
-from core.datasets import snapshots, validate
-from core.datasets.demo import SUITES, census
-from core.datasets.ingest import read_schema
-from core.datasets.registry import Registry, Unit
-from core.db import quote_ident
-from core.errors import IngestError, SpecError, UserError, ValidationFailed
-from core.tables import readers
-from core.tables.schema import Column, Needs, Schema
+from privrelease.core import settings
+from privrelease.core.datasets import snapshots, validate
+from privrelease.core.datasets.demo import SUITES, census
+from privrelease.core.datasets.ingest import read_schema
+from privrelease.core.datasets.registry import Registry, Unit
+from privrelease.core.db import quote_ident
+from privrelease.core.errors import IngestError, SpecError, UserError, ValidationFailed
+from privrelease.core.tables import readers
+from privrelease.core.tables.schema import Column, Needs, Schema
 from tests.helpers import register
 
 HOSTILE = 'we"ird; DROP TABLE ledger; --'
@@ -348,7 +348,7 @@ def test_missing_value_tokens_are_kept_with_the_registration_and_older_ones_refr
     as missing, so its refresh keeps 'NA' (here: North America) a value, as it was registered."""
     import duckdb as db
 
-    from core.datasets.infer import Reading
+    from privrelease.core.datasets.infer import Reading
 
     root = tmp_path / "data"
     root.mkdir()

@@ -11,11 +11,11 @@ import duckdb
 import pandas as pd
 import pytest
 
-from cli.main import main
-from core import noise
-from core.datasets.demo import SUITES, census
-from core.ledger.ledger import FAILED, POLICY, PUBLISHED, REGISTERED, RESERVED, Ledger
-from core.mechanisms import ra
+from privrelease.cli.main import main
+from privrelease.core import noise
+from privrelease.core.datasets.demo import SUITES, census
+from privrelease.core.ledger.ledger import FAILED, POLICY, PUBLISHED, REGISTERED, RESERVED, Ledger
+from privrelease.core.mechanisms import ra
 from tests.helpers import QI, planned_run, prepared, register, write_request
 
 
@@ -70,7 +70,7 @@ def test_release_end_to_end(prefect_server, home, test_mode, tmp_path, capsys):
 
 
 def register_facts(home: Path) -> dict:
-    from core.datasets.registry import Registry
+    from privrelease.core.datasets.registry import Registry
 
     return Registry(home).get("census").public()
 
@@ -183,9 +183,9 @@ def test_failure_after_charge_keeps_the_charge_and_publishes_nothing(prefect_ser
 
 
 def test_flow_itself_rejects_a_bad_request(prefect_server, home, tmp_path):
-    from core.errors import SpecError
-    from core.release.spec import ReleaseRequest
-    from flows.release import release
+    from privrelease.core.errors import SpecError
+    from privrelease.core.release.spec import ReleaseRequest
+    from privrelease.flows.release import release
 
     register(home, census(300))
     request = ReleaseRequest.model_validate(
@@ -254,8 +254,8 @@ def test_canary_never_reaches_prefect(prefect_server, home, test_mode, tmp_path,
 
 
 def test_typed_request(prefect_server, home, tmp_path):
-    from core.release.spec import ReleaseRequest
-    from flows.release import release
+    from privrelease.core.release.spec import ReleaseRequest
+    from privrelease.flows.release import release
 
     register(home, census(400))
     request = ReleaseRequest.model_validate(

@@ -1,6 +1,6 @@
 """Issue #39's sixth attack, M2: a run costs no budget when it is a preview or an SDC release, yet its costliest
 settings held a worker's slot for minutes (MEDS with k=2: 128 s). A run the worker runs is stopped once it has taken
-the operator's limit (``flows.steps.time_limited``), and fails with the one line naming it; on the weakened
+the operator's limit (``privrelease.flows.steps.time_limited``), and fails with the one line naming it; on the weakened
 variant, the same worker with no limit in reach (the defaults' hour), the same run goes on past it."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import time
 import duckdb
 import pytest
 
-from core import interrupts, settings
-from core.errors import TimeLimit
+from privrelease.core import interrupts, settings
+from privrelease.core.errors import TimeLimit
 from tests.test_server import _settle, _wait, deployment, operator, run_processes, worker
 
 COSTLY = {"k": 2}  # MEDS's bins of two: the sixth attack's costliest free settings, form-valid

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from core.sdc.cells import cellkey
-from core.sdc.cells.rules import CellKey
+from privrelease.core.sdc.cells import cellkey
+from privrelease.core.sdc.cells.rules import CellKey
 
 RULE = CellKey(D=3, V=1.5, js=2)
 

@@ -17,14 +17,14 @@ import pandas as pd
 import pytest
 import yaml
 
-from core.datasets.demo import CENSUS_POLICY, census
-from core.errors import UserError
-from core.ledger.ledger import FAILED, RESERVED, Ledger
-from core.release import pipeline, preview
-from core.release.home import Home
-from core.release.spec import parse
-from core.sdc import methods, policy, risk
-from core.sdc import report as sdc_report
+from privrelease.core.datasets.demo import CENSUS_POLICY, census
+from privrelease.core.errors import UserError
+from privrelease.core.ledger.ledger import FAILED, RESERVED, Ledger
+from privrelease.core.release import pipeline, preview
+from privrelease.core.release.home import Home
+from privrelease.core.release.spec import parse
+from privrelease.core.sdc import methods, policy, risk
+from privrelease.core.sdc import report as sdc_report
 from tests import intruder
 from tests.helpers import register
 

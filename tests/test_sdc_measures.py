@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 from scipy import integrate, stats
 
-from core.sdc import measures as m
-from core.sdc import risk
+from privrelease.core.sdc import measures as m
+from privrelease.core.sdc import risk
 from tests.test_swapping import seeded as generator
 
 
@@ -313,11 +313,11 @@ def _loss(p: np.ndarray, y: np.ndarray) -> float:
 
 
 def test_pmse_propensities_are_scikit_learns():
-    """``core.sdc.logistic`` fits the model pMSE fitted with scikit-learn (C = 1e6, Newton–Cholesky): the same
+    """``privrelease.core.sdc.logistic`` fits the model pMSE fitted with scikit-learn (C = 1e6, Newton–Cholesky): the same
     propensities on one-hot designs with numeric terms; where a level is in one table only (separable: its
     coefficient runs off, held only by the penalty) both stop on a flat stretch, ours no higher, and pMSE
     agrees to 5 digits."""
-    from core.sdc import logistic
+    from privrelease.core.sdc import logistic
 
     rng = generator(8)
     for trial in range(4):
@@ -355,7 +355,7 @@ def test_pmse_structured_design_is_the_one_hot_model_with_missing_values_and_one
     Columns: x numeric with missing values (z, its indicator, z²), u numeric ±1 in equal shares (z_u; its
     square is constant and dropped), their product; g text with missing values and a level only the
     release has; b boolean; one a single level (no column); n more than ``MAX_LEVELS`` levels (left out)."""
-    from core.sdc import logistic
+    from privrelease.core.sdc import logistic
 
     rng = generator(11)
     n = 2000
@@ -397,7 +397,7 @@ def test_pmse_fit_starts_a_level_in_one_table_only_near_its_optimum(monkeypatch)
     """A level only the release has is separable: from 0, Newton's steps gain about 1 each on its coefficient,
     whose optimum is near W(m/PENALTY) ≈ 15, and the fit takes 18 steps. Started there it takes a few, and
     gives the same propensities (and scikit-learn's). The weakened variant starts at 0."""
-    from core.sdc import logistic
+    from privrelease.core.sdc import logistic
 
     rng = generator(5)
     n = 3000

@@ -13,8 +13,8 @@ import yaml
 from pycanon import anonymity
 from scipy import stats
 
-from core.noise import generator
-from core.sdc import methods, policy, risk
+from privrelease.core.noise import generator
+from privrelease.core.sdc import methods, policy, risk
 from tests import intruder
 from tests.conftest import REPO, adult_clean
 
@@ -167,13 +167,13 @@ def test_k_anonymity_and_l_diversity_agree_with_pycanon(seed):
 
 def test_on_adult_recoding_then_suppression_reaches_k3_with_fewer_suppressed_values():
     """UCI Adult (30,162 complete rows), key {age, workclass, education, marital-status, occupation, race, sex,
-    native-country} and the hierarchies of schemas/policies/adult.policy.yaml: local suppression alone needs
+    native-country} and the hierarchies of privrelease/schemas/policies/adult.policy.yaml: local suppression alone needs
     25,692 suppressed values for k = 3 as an intruder counts it; recoding five keys two levels up first, 3,183.
     Every person is compatible with at least 3 released records given their (recoded) true key, counted apart
     from the product's measures (tests/intruder.py); sdcMicro's freqCalc count, which the product used before,
     left 4,779 and 863 people with fewer (bench/RESULTS.md)."""
     adult = adult_clean()
-    rules = policy.read(str(REPO / "schemas" / "policies" / "adult.policy.yaml"))
+    rules = policy.read(str(REPO / "privrelease" / "schemas" / "policies" / "adult.policy.yaml"))
     keys = rules.key_vars.all
     plain, plain_said = methods.suppress(adult, methods.Suppress(method="suppress"), rules)
     step = methods.Recode(method="recode", columns=["age", "native-country", "education", "marital-status", "workclass"], level=2)
@@ -182,4 +182,6 @@ def test_on_adult_recoding_then_suppression_reaches_k3_with_fewer_suppressed_val
     for person, out in ((adult, plain), (recoded, chained)):
         assert intruder.compatible(person, out, keys).min() >= 3
     assert (plain_said["suppressed_cells"], chain_said["suppressed_cells"]) == (25_692, 3_183)
-    assert yaml.safe_load(Path(REPO / "schemas" / "policies" / "adult.policy.yaml").read_text())["thresholds"] == {"k": 3}
+    assert yaml.safe_load(Path(REPO / "privrelease" / "schemas" / "policies" / "adult.policy.yaml").read_text())[
+        "thresholds"
+    ] == {"k": 3}

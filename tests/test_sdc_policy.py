@@ -22,15 +22,15 @@ import pandas as pd
 import pytest
 import yaml
 
-from core import noise
-from core.datasets.demo import write_demo
-from core.datasets.registry import Registry, Unit
-from core.errors import SpecError, UserError
-from core.ledger.ledger import FAILED, POLICY, RESERVED, Ledger
-from core.release import pipeline
-from core.release.home import Home
-from core.release.spec import parse
-from core.sdc import methods, policy
+from privrelease.core import noise
+from privrelease.core.datasets.demo import write_demo
+from privrelease.core.datasets.registry import Registry, Unit
+from privrelease.core.errors import SpecError, UserError
+from privrelease.core.ledger.ledger import FAILED, POLICY, RESERVED, Ledger
+from privrelease.core.release import pipeline
+from privrelease.core.release.home import Home
+from privrelease.core.release.spec import parse
+from privrelease.core.sdc import methods, policy
 from tests.helpers import open_policy, planned_run, register
 
 PRIVRELEASE = str(Path(sys.executable).parent / "privrelease")
@@ -547,7 +547,7 @@ def test_the_steward_registers_shows_and_changes_a_policy_each_change_on_the_led
 
 def test_the_preview_says_what_public_values_tell(home):
     register(home, table(), "t", policy=policy.parse(CATEGORICAL | {"thresholds": {"k": 3, "l": 2}}, "test policy"))
-    from core.release import preview
+    from privrelease.core.release import preview
 
     found = preview.preview(Home(home), parse({"dataset": "t", "mechanism": REQUESTS["recode-ra-suppress"][1]}))
     assert found["verdict"] == "admitted" and found["notes"] == [
@@ -667,7 +667,7 @@ def test_a_paper_step_in_a_chain_publishes_its_parameters_only(tmp_path, test_mo
 
 
 def _mews_params(step: dict) -> dict:
-    from core.mechanisms import swapping
+    from privrelease.core.mechanisms import swapping
 
     return swapping.MEWSParams.model_validate({k: v for k, v in step.items() if k != "method"}).model_dump(mode="json")
 
@@ -675,7 +675,7 @@ def _mews_params(step: dict) -> dict:
 def test_weakened_the_paper_steps_own_figures_give_the_top_coded_value_back(test_mode):
     """What the step published before: MEWS's bound on the table before top-coding, capped at that table's
     range, plus the released minimum, is the maximum that top-coding hid."""
-    from core.mechanisms import swapping
+    from privrelease.core.mechanisms import swapping
 
     frame = people()
     own = swapping.MEWSParams(swap_set=["income"], widths=1e9, width_units="absolute")
@@ -700,7 +700,7 @@ def test_ra_in_a_chain_publishes_no_pa_and_weakened_pa_gives_an_exact_count(tmp_
         "k": None,
     }
     assert "pa" not in json.dumps(manifest["privacy"]).replace('"p"', "")
-    from core.mechanisms import ra
+    from privrelease.core.mechanisms import ra
 
     binary = people().assign(age=lambda f: f["age"].clip(59.5, 60))
     pa = planned_run(ra, binary, ra.Params(qi=["age"], sensitive="disease"), noise.generator(6)).privacy["pa"]
@@ -732,7 +732,7 @@ def test_no_step_may_name_the_weight_or_the_cluster(home, column):
 
 
 def test_the_cluster_ids_no_step_sees_are_fresh_labels(home, test_mode):
-    from core.sdc import enforce
+    from privrelease.core.sdc import enforce
 
     frame = people()
     prepared_ = enforce.prepare(frame, policy.parse(PEOPLE, "p"), noise.generator(3))
@@ -781,7 +781,7 @@ def test_a_policy_may_not_key_on_a_column_with_missing_values(home):
     assert Registry(home).list() == []
     # weakened: measured as sdcMicro's freqCalc measures it (a missing value matches every value), the raw table met
     # k = 3 and l = 2
-    from core.sdc import risk
+    from privrelease.core.sdc import risk
 
     said = risk.disclosure(frame, ["zip", "sex", "age"], ["disease"], count="freqcalc")
     assert said["k"] == 3 and said["l_min"] >= 2 and frame["zip"].iloc[2:].is_unique
@@ -798,7 +798,7 @@ def test_a_weight_that_is_not_positive_is_refused_and_unreadable_figures_fail_cl
     register(other, frame, "p", policy=policy.parse(PEOPLE | {"weight": None}, "test policy"))
     with pytest.raises(Exception, match=r"dataset 'p': the weight column 'w' holds 1 values that are not positive"):
         Registry(other).set_policy("p", policy.parse(PEOPLE, "test policy"))
-    from core.sdc import enforce
+    from privrelease.core.sdc import enforce
 
     figures = {"records": 50, "k": 1, "global_risk": -math.inf, "records_risk_above": {"above": 0.2, "records": 0}}
     rules = policy.parse(PEOPLE | {"thresholds": {"k": None, "risk": {"above": 0.2, "max_share": 0}, "global_risk": 0.05}}, "p")
@@ -863,7 +863,7 @@ def test_steps_a_registration_rules_out_are_refused_before_the_charge(home, doc,
 
 
 def test_records_without_a_household_are_their_own():
-    from core.sdc import risk
+    from privrelease.core.sdc import risk
 
     r = np.array([0.5, 0.5, 0.5, 0.5])
     assert list(risk.household_risk(r, pd.Series([1, 1, None, None]))) == pytest.approx([0.75, 0.75, 0.5, 0.5])

@@ -17,13 +17,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from core.datasets.registry import Registry
-from core.ledger import pinned
-from core.ledger.ledger import FAILED, RESERVED, Ledger
-from core.release import pipeline
-from core.release.home import Home
-from core.release.spec import parse
-from core.sdc import policy
+from privrelease.core.datasets.registry import Registry
+from privrelease.core.ledger import pinned
+from privrelease.core.ledger.ledger import FAILED, RESERVED, Ledger
+from privrelease.core.release import pipeline
+from privrelease.core.release.home import Home
+from privrelease.core.release.spec import parse
+from privrelease.core.sdc import policy
 from tests.helpers import register
 
 DOC = {"keys": {"categorical": ["a"]}, "sensitive": ["s"], "thresholds": {"k": 3}}

@@ -12,13 +12,13 @@ import duckdb
 import pandas as pd
 import pytest
 
-from core.datasets.demo import census
-from core.datasets.registry import Registry
-from core.release import pipeline
-from core.release.home import Home
-from core.release.spec import parse
-from core.sdc import report as sdc_report
-from core.sdc import risk as sdc_risk
+from privrelease.core.datasets.demo import census
+from privrelease.core.datasets.registry import Registry
+from privrelease.core.release import pipeline
+from privrelease.core.release.home import Home
+from privrelease.core.release.spec import parse
+from privrelease.core.sdc import report as sdc_report
+from privrelease.core.sdc import risk as sdc_risk
 from tests.helpers import open_policy, register
 from tests.test_swapping import binormal
 
@@ -101,8 +101,8 @@ def test_external_report_is_the_released_tables_and_internal_stays_home(home, te
 
 
 def test_a_dp_release_has_no_sdc_report(home, test_mode):
-    from core.ledger.ledger import Ledger
-    from core.privacy.budget import Budget
+    from privrelease.core.ledger.ledger import Ledger
+    from privrelease.core.privacy.budget import Budget
     from tests.test_golden import CASES
 
     make, unit, purpose, mechanism = CASES["outliers-count"]

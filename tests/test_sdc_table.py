@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from core.errors import ParameterError
-from core.mechanisms import sdc_table
-from core.sdc.cells import audit, rules, secondary, table
-from core.sdc.policy import Policy
+from privrelease.core.errors import ParameterError
+from privrelease.core.mechanisms import sdc_table
+from privrelease.core.sdc.cells import audit, rules, secondary, table
+from privrelease.core.sdc.policy import Policy
 from tests.table_attack import attack, truth
 
 HIER = {"a": [{"a1": "A", "a2": "A", "a3": "B", "a4": "B"}]}
@@ -210,7 +210,7 @@ def test_primary_suppression_alone_is_exposed_and_the_audit_refuses_it():
     weak = audit.audit(a, t.values, sens, sens, lo, up)
     assert not weak.passed
     status = np.where(t.contributors == 0, "empty", np.where(sens, "primary", "published"))
-    from core.mechanisms import sdc_table_report as out
+    from privrelease.core.mechanisms.sdc_table import report as out
 
     data = out.tidy(t, status, params)
     found = attack(data, frame, ["a", "b"], {}, "count")
@@ -267,9 +267,9 @@ def _register(home, frame, tables=None):
 def test_a_table_is_released_with_its_pivot_and_the_stewards_internal_report(home, test_mode):
     import json
 
-    from core.release import pipeline
-    from core.release.home import Home
-    from core.release.spec import parse
+    from privrelease.core.release import pipeline
+    from privrelease.core.release.home import Home
+    from privrelease.core.release.spec import parse
 
     frame = _frame(300, seed=7)
     _register(home, frame)
@@ -297,11 +297,11 @@ def test_a_table_is_released_with_its_pivot_and_the_stewards_internal_report(hom
 
 def test_a_table_whose_audit_fails_is_not_published(home, test_mode, monkeypatch):
     """A weakened secondary suppression (none at all): the audit refuses, the failed entry names the policy's rule."""
-    from core.errors import UserError
-    from core.release import pipeline
-    from core.release.home import Home
-    from core.release.spec import parse
-    from core.sdc.cells import secondary as sec
+    from privrelease.core.errors import UserError
+    from privrelease.core.release import pipeline
+    from privrelease.core.release.home import Home
+    from privrelease.core.release.spec import parse
+    from privrelease.core.sdc.cells import secondary as sec
 
     frame = _frame(300, seed=7)
     _register(home, frame)
@@ -338,10 +338,10 @@ def json_loads_ok(path):
     ],
 )
 def test_a_bad_request_is_refused_before_anything_is_charged(home, test_mode, request_, said):
-    from core.errors import UserError
-    from core.release import pipeline
-    from core.release.home import Home
-    from core.release.spec import parse
+    from privrelease.core.errors import UserError
+    from privrelease.core.release import pipeline
+    from privrelease.core.release.home import Home
+    from privrelease.core.release.spec import parse
 
     _register(home, _frame(100).assign(secret=1), {"min_frequency": 3})
     with pytest.raises(UserError, match=said):
@@ -377,7 +377,7 @@ def test_adult_education_occupation_sex_with_margins_resists_the_attack():
 def test_the_payroll_salary_sums_by_region_and_grade_resist_the_attack():
     """A magnitude table: the demo payroll's salary sums by region × grade, each person (their slips summed) one
     contributor, under (1, 60)-dominance and the 15%-rule."""
-    from core.datasets.demo import payroll
+    from privrelease.core.datasets.demo import payroll
 
     frame = payroll(persons=160, seed=56)
     policy = {"keys": {"categorical": ["region", "grade"]}, "publishable": ["salary", "month"], "cluster": "person",

@@ -113,9 +113,9 @@ def _gone(home: Path) -> list[str]:
 
 
 def _rotated(home: Path, started: list[int]) -> None:
-    """Every log of the services is rotated by `python -m gate.logs`, and written appending (so it can be cut in place)."""
+    """Every log of the services is rotated by `python -m privrelease.gate.logs`, and written appending (so it can be cut in place)."""
     commands = {pid: Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") for pid in started if Path(f"/proc/{pid}").exists()}
-    rotation = [c for c in commands.values() if b"gate.logs" in c]
+    rotation = [c for c in commands.values() if b"privrelease.gate.logs" in c]
     assert len(rotation) == 1, commands
     named = {Path(name.decode()) for name in rotation[0][3:] if name}
     assert named == {home / f"{n}.log" for n in ("server", "gate", "proxy", "worker", "logs")} | {home / "proxy" / "access.log"}

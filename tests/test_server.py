@@ -18,11 +18,11 @@ from pathlib import Path
 import httpx
 import psutil
 
-from core import limits
-from core.datasets.demo import write_demo
-from core.ledger.ledger import PUBLISHED, Ledger
-from core.privacy.budget import Budget
-from gate.policy import RELEASE_FORMS
+from privrelease.core import limits
+from privrelease.core.datasets.demo import write_demo
+from privrelease.core.ledger.ledger import PUBLISHED, Ledger
+from privrelease.core.privacy.budget import Budget
+from privrelease.gate.policy import RELEASE_FORMS
 from tests.conftest import REPO
 
 BIN = Path(sys.executable).parent
@@ -98,8 +98,8 @@ def running_server(root: Path, extra: dict | None = None, host: str = "127.0.0.1
 
 
 @contextmanager
-def gate(env: dict, log_path: Path, module: str = "gate", checkout: Path = REPO):
-    """privrelease's gate in front of the server (``python -m gate``, as `make serve` starts it, on 127.0.0.1;
+def gate(env: dict, log_path: Path, module: str = "privrelease.gate", checkout: Path = REPO):
+    """privrelease's gate in front of the server (``python -m privrelease.gate``, as `make serve` starts it, on 127.0.0.1;
     ``module``: another way to start it; ``checkout``: the code of another checkout); yields its URL. The server's
     UI was told to call its API where it was loaded from."""
     port = _free_port()
@@ -110,7 +110,7 @@ def gate(env: dict, log_path: Path, module: str = "gate", checkout: Path = REPO)
 
 @contextmanager
 def proxy(env: dict, gate_url: str, log_path: Path, tls: tuple[Path, Path] | None = None, checkout: Path = REPO):
-    """privrelease's proxy (nginx, ``python -m gate.proxy`` as `make serve` starts it; ``checkout``: another
+    """privrelease's proxy (nginx, ``python -m privrelease.gate.proxy`` as `make serve` starts it; ``checkout``: another
     checkout's) in front of the gate at ``gate_url``, with TLS when ``tls`` names a certificate and its key; yields
     its URL, where people reach the UI and the API. Its state is in the environment's home."""
     port = _free_port()
@@ -119,7 +119,7 @@ def proxy(env: dict, gate_url: str, log_path: Path, tls: tuple[Path, Path] | Non
         penv |= {"PRIVRELEASE_TLS_CERT": str(tls[0]), "PRIVRELEASE_TLS_KEY": str(tls[1])}
     url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     verify = ssl.create_default_context(cafile=tls[0]) if tls else True
-    with _service([str(BIN / "python"), "-m", "gate.proxy"], penv, log_path, url, verify, checkout) as url:
+    with _service([str(BIN / "python"), "-m", "privrelease.gate.proxy"], penv, log_path, url, verify, checkout) as url:
         yield url
 
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from core import store
-from core.errors import LedgerCorrupt
-from core.ledger.ledger import Ledger
-from core.privacy.budget import Budget
+from privrelease.core import store
+from privrelease.core.errors import LedgerCorrupt
+from privrelease.core.ledger.ledger import Ledger
+from privrelease.core.privacy.budget import Budget
 from tests.conftest import REPO
 from tests.helpers import register
 from tests.netns import A_ADDR, exec_in, inside, two_hosts

@@ -1,4 +1,4 @@
-"""Sign-in (``gate.signin``, ``gate.throttle``) in this process, on a real accounts store and real Argon2id hashes
+"""Sign-in (``privrelease.gate.signin``, ``privrelease.gate.throttle``) in this process, on a real accounts store and real Argon2id hashes
 (issue #53); each defence also shown missing from the variant tests/slow_gate.py runs, where the attack works. The
 same attacks through the real proxy, gate and server: tests/test_signin_served.py."""
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gate import headers, signin, throttle
-from gate.accounts import MAX_PASSWORD_BYTES, AccountError, Accounts, check_password
+from privrelease.gate import headers, signin, throttle
+from privrelease.gate.accounts import MAX_PASSWORD_BYTES, AccountError, Accounts, check_password
 from tests.conftest import PASSWORD
 from tests.slow_gate import AddressStrikes, CacheFirst, CountedAfter, OneQueue
 
@@ -263,12 +263,12 @@ def test_the_gates_answers_of_the_registry_load_no_frame_library(tmp_path):
     no pandas, pyarrow or scipy while no DP release is charged (the independent attack on #53, F4: every mechanism,
     scipy's optimizers included, was loaded to answer the datasets, and the gate sat at 300 MB; a charged dataset's
     next-release figure loads that one mechanism)."""
-    from core.datasets.demo import write_demo
+    from privrelease.core.datasets.demo import write_demo
 
     home = tmp_path / "home"
     write_demo(home, rows=2000)
     code = (
-        "import sys, gate.app; from core.release.catalogue import Catalogue; from core.release.home import Home; "
+        "import sys, privrelease.gate.app; from privrelease.core.release.catalogue import Catalogue; from privrelease.core.release.home import Home; "
         "c = Catalogue(Home.open()); n = len(c.datasets()); c.index(); "
         "print(n, sorted({'pandas', 'pyarrow', 'scipy'} & set(sys.modules)))"
     )
@@ -281,7 +281,7 @@ def test_the_gates_memory_is_bounded():
     """The gate imports no pandas (~80 MB it never uses: the catalogue reads no frame), so one Argon2 check (64 MiB)
     and the calls a flood holds stay under 300 MB (bench/bench_signin_flood.py measures it)."""
     imported = subprocess.run(
-        [sys.executable, "-c", "import sys, gate.__main__, gate.app; print(sorted({'pandas', 'pyarrow'} & set(sys.modules)))"],
+        [sys.executable, "-c", "import sys, privrelease.gate.__main__, privrelease.gate.app; print(sorted({'pandas', 'pyarrow'} & set(sys.modules)))"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert imported.stdout.strip() == "[]"

@@ -1,5 +1,5 @@
 """Issue #53's sign-in findings, attacked through a real proxy (nginx with deploy/nginx.conf), a real gate
-(``python -m tests.slow_gate``: the gate as ``python -m gate`` starts it, its throttle leaking one failure in
+(``python -m tests.slow_gate``: the gate as ``python -m privrelease.gate`` starts it, its throttle leaking one failure in
 LEAK_S seconds so that the tests can wait for it) and the session's Prefect server, from loopback addresses the
 proxy names; each attack also run through the variant without the one defence (``tests/slow_gate.py``
 WEAKENED), where it works:
@@ -24,9 +24,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gate.accounts import Accounts
-from gate.app import REFUSED
-from gate.headers import PROOF
+from privrelease.gate.accounts import Accounts
+from privrelease.gate.app import REFUSED
+from privrelease.gate.headers import PROOF
 from tests.conftest import PASSWORD
 from tests.test_gate_attack3 import _together
 from tests.test_proxy_attack7 import reconfigured

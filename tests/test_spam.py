@@ -11,15 +11,15 @@ import pytest
 from phe import paillier as phe
 from scipy import stats
 
-from core.errors import ParameterError, UserError
-from core.spam import features as F
-from core.spam import floors
-from core.spam import parties as Q
-from core.spam import protocol as P
-from core.spam import wire as W
-from core.spam.aggregation import Agreement, Layout
-from core.spam.paillier import KeyPair, Overflow
-from core.spam.training import load_user, plain_gradient
+from privrelease.core.errors import ParameterError, UserError
+from privrelease.core.spam import features as F
+from privrelease.core.spam import floors
+from privrelease.core.spam import parties as Q
+from privrelease.core.spam import protocol as P
+from privrelease.core.spam import wire as W
+from privrelease.core.spam.aggregation import Agreement, Layout
+from privrelease.core.spam.paillier import KeyPair, Overflow
+from privrelease.core.spam.training import load_user, plain_gradient
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,7 @@ def test_key_sizes_below_2048_bits_are_for_tests_only(monkeypatch):
 def test_a_spec_with_a_small_key_is_refused_outside_test_mode(monkeypatch):
     from pydantic import ValidationError
 
-    from core.spam.training import SpamSpec
+    from privrelease.core.spam.training import SpamSpec
 
     monkeypatch.delenv("PRIVRELEASE_TEST_MODE", raising=False)
     with pytest.raises(ValidationError, match="key_bits must be a multiple of 8 and at least 2048"):
@@ -243,7 +243,7 @@ def test_participation_floors_are_enforced_by_the_users(monkeypatch):
 
 
 def test_parties_run_in_their_own_processes_with_only_their_own_secrets(test_mode, tmp_path):
-    from core.datasets.demo import mail
+    from privrelease.core.datasets.demo import mail
 
     params = F.FeatureParams(modulus=10_000, dimension=64).model_dump()
     paths = []

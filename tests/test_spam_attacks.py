@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from core.errors import ParameterError
-from core.spam import features as F
-from core.spam import floors
-from core.spam import parties as Q
-from core.spam import protocol as P
-from core.spam import wire as W
-from core.spam.aggregation import W_BITS
-from core.spam.training import plain_gradient, read_mail
+from privrelease.core.errors import ParameterError
+from privrelease.core.spam import features as F
+from privrelease.core.spam import floors
+from privrelease.core.spam import parties as Q
+from privrelease.core.spam import protocol as P
+from privrelease.core.spam import wire as W
+from privrelease.core.spam.aggregation import W_BITS
+from privrelease.core.spam.training import plain_gradient, read_mail
 from tests.conftest import real_data
 
 D = 400

@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from core.errors import ParameterError
-from core.spam import classify as K
-from core.spam import compare as C
-from core.spam import decision as D
-from core.spam import service as S
-from core.spam.parties import Local
-from core.spam.wire import Channel
+from privrelease.core.errors import ParameterError
+from privrelease.core.spam import classify as K
+from privrelease.core.spam import compare as C
+from privrelease.core.spam import decision as D
+from privrelease.core.spam import service as S
+from privrelease.core.spam.parties import Local
+from privrelease.core.spam.wire import Channel
 
 ELL, KAPPA, ONE = K.SCORE_BITS, K.KAPPA, 1 << K.SCALE_BITS
 Z = stats.norm.isf(0.5e-6)  # two-sided bands with false-alarm rate 1e-6
@@ -308,7 +308,7 @@ def test_the_server_party_runs_in_its_own_process(tmp_path, test_mode):
     process holds only the pipe and the public bytes, and still gets the sign."""
     import os
 
-    from core.spam.parties import Remote
+    from privrelease.core.spam.parties import Remote
 
     w = np.zeros(16)
     w[[2, 5]] = [0.75, -0.25]

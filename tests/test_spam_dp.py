@@ -1,4 +1,4 @@
-"""Differential privacy of what the spam server decrypts (core.spam.dp): the accounting against
+"""Differential privacy of what the spam server decrypts (privrelease.core.spam.dp): the accounting against
 closed forms, the users' summed noise shares against the exact discrete law, and the collusion
 attack of the review's finding 2 against a dp: run, which must see only noise of the stated scale."""
 
@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from core import noise
-from core.errors import ParameterError
-from core.privacy.accountant import gdp_mu, parts
-from core.privacy.budget import gaussian_delta, gaussian_sigma
-from core.privacy.events import Gaussian
-from core.spam import dp
-from core.spam import parties as Q
-from core.spam import protocol as P
-from core.spam import wire as W
-from core.spam.aggregation import W_BITS
+from privrelease.core import noise
+from privrelease.core.errors import ParameterError
+from privrelease.core.privacy.accountant import gdp_mu, parts
+from privrelease.core.privacy.budget import gaussian_delta, gaussian_sigma
+from privrelease.core.privacy.events import Gaussian
+from privrelease.core.spam import dp
+from privrelease.core.spam import parties as Q
+from privrelease.core.spam import protocol as P
+from privrelease.core.spam import wire as W
+from privrelease.core.spam.aggregation import W_BITS
 from tests.test_spam_attacks import D, Inbox, block_of, contribution, recover, summed
 
 

@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from core.errors import ParameterError
-from core.spam import dp
-from core.spam import dropout as R
-from core.spam import parties as Q
-from core.spam import protocol as P
-from core.spam import wire as W
-from core.spam.aggregation import W_BITS, Agreement, new_seed, self_mask
-from core.spam.spec import SpamSpec
+from privrelease.core.errors import ParameterError
+from privrelease.core.spam import dp
+from privrelease.core.spam import dropout as R
+from privrelease.core.spam import parties as Q
+from privrelease.core.spam import protocol as P
+from privrelease.core.spam import wire as W
+from privrelease.core.spam.aggregation import W_BITS, Agreement, new_seed, self_mask
+from privrelease.core.spam.spec import SpamSpec
 
 D = 40
 

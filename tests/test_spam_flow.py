@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 import yaml
 
-from core.datasets.demo import mail
-from core.ledger.ledger import FAILED, PUBLISHED, RESERVED, Ledger
-from core.privacy import events as ev
-from core.spam import decision as D
-from core.spam import features as F
-from core.spam.dp import ADJACENCY, DPParams
-from core.spam.dp import calibrate as dp_calibrate
-from core.spam.parties import Remote
-from core.spam.run_report import EVALUATION, WITHHELD, markdown
+from privrelease.core.datasets.demo import mail
+from privrelease.core.ledger.ledger import FAILED, PUBLISHED, RESERVED, Ledger
+from privrelease.core.privacy import events as ev
+from privrelease.core.spam import decision as D
+from privrelease.core.spam import features as F
+from privrelease.core.spam.dp import ADJACENCY, DPParams
+from privrelease.core.spam.dp import calibrate as dp_calibrate
+from privrelease.core.spam.parties import Remote
+from privrelease.core.spam.run_report import EVALUATION, WITHHELD, markdown
 from tests.test_release_flow import cli
 
 
@@ -117,7 +117,7 @@ def test_training_flow_end_to_end_and_private_classification(prefect_server, hom
     assert code == 2 and "already exists" in err
     # a run whose folder fails part-way (here its ROC plot) leaves no run folder, and is settled failed
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("core.spam.run_report.roc", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+        mp.setattr("privrelease.core.spam.run_report.roc", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
         code, _, err = cli(capsys, "spam", "train", spec(home / "data" / "mail", run_id="r-broken", rounds=1))
     assert code != 0 and not (home / "spam" / "r-broken").exists() and sorted(p.name for p in (home / "spam").iterdir()) == ["r1"]
     assert [e.status for e in Ledger(home / "privrelease.duckdb").entries() if e.release_id == "r-broken"] == [RESERVED, FAILED]
@@ -280,5 +280,5 @@ def test_a_step_name_with_a_bar_stays_in_its_cell(monkeypatch):
     }
     assert table_widths(markdown(report)) == {9}  # round, total, 2 steps, messages, ciphertexts, MB, and the two ends
     assert "encrypt \\| sum" in markdown(report)
-    monkeypatch.setattr("core.spam.run_report.cell", str)  # weakened: the name as it is
+    monkeypatch.setattr("privrelease.core.spam.run_report.cell", str)  # weakened: the name as it is
     assert table_widths(markdown(report)) == {9, 10}

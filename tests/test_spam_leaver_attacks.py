@@ -13,11 +13,11 @@ import math
 import numpy as np
 import pytest
 
-from core.spam import dropout as R
-from core.spam import parties as Q
-from core.spam import protocol as P
-from core.spam import wire as W
-from core.spam.aggregation import Agreement, self_mask
+from privrelease.core.spam import dropout as R
+from privrelease.core.spam import parties as Q
+from privrelease.core.spam import protocol as P
+from privrelease.core.spam import wire as W
+from privrelease.core.spam.aggregation import Agreement, self_mask
 from tests.test_spam_dropout import Leaver, exact, mail
 
 
@@ -95,7 +95,7 @@ def test_with_dp_the_leaver_unmasked_keeps_only_its_own_share_of_the_noise(test_
     user s² = σ²/3 so that any 3 survivors' noise reaches σ. User-2 leaves in round 1; its round-0
     gradient, unmasked as above, carries its own share only: std σ/√3, not the σ the run's (ε, δ)
     was computed for (ε effectively ×√(t − colluders) for that user's messages in every earlier round)."""
-    from core.spam import dp
+    from privrelease.core.spam import dp
 
     users, t = 5, 3
     calibrated = dp.calibrate(dp.DPParams(epsilon=1, delta=1e-6, colluders=0, max_features=400), users, 2, threshold=t)

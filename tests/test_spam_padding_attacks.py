@@ -20,12 +20,12 @@ import gmpy2
 import numpy as np
 import pytest
 
-from core.errors import ParameterError
-from core.release.charged import failure
-from core.spam import dp
-from core.spam import parties as Q
-from core.spam import protocol as P
-from core.spam import wire as W
+from privrelease.core.errors import ParameterError
+from privrelease.core.release.charged import failure
+from privrelease.core.spam import dp
+from privrelease.core.spam import parties as Q
+from privrelease.core.spam import protocol as P
+from privrelease.core.spam import wire as W
 from tests.test_spam_dropout import mail
 
 

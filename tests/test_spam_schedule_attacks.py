@@ -15,13 +15,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.spam import features as F
-from core.spam import floors
-from core.spam import parties as Q
-from core.spam import protocol as P
-from core.spam import wire as W
-from core.spam.aggregation import W_BITS
-from core.spam.training import plain_gradient
+from privrelease.core.spam import features as F
+from privrelease.core.spam import floors
+from privrelease.core.spam import parties as Q
+from privrelease.core.spam import protocol as P
+from privrelease.core.spam import wire as W
+from privrelease.core.spam.aggregation import W_BITS
+from privrelease.core.spam.training import plain_gradient
 from tests.test_spam_attacks import block_of, spamassassin_round
 
 

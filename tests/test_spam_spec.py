@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import yaml
 
-from core.datasets.demo import mail
-from core.errors import UserError
-from core.spam.spec import check, load_spec
+from privrelease.core.datasets.demo import mail
+from privrelease.core.errors import UserError
+from privrelease.core.spam.spec import check, load_spec
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -75,7 +75,7 @@ def test_finding_3_files_outside_the_data_root_are_neither_probed_nor_read(home,
     (root / "mail" / "link.yaml").symlink_to(outside / "secret.yaml")
     resolve = unconfined if weakened else None
     if weakened:  # and the readers before the fix, which read any path they were given (test below)
-        from core.spam import mail as M
+        from privrelease.core.spam import mail as M
 
         read = M.read_mail
         monkeypatch.setattr(M, "read_mail", lambda path, shown=None, root=None: read(path, shown))
@@ -98,9 +98,9 @@ def test_finding_3_files_outside_the_data_root_are_neither_probed_nor_read(home,
 @pytest.mark.parametrize("typed", [False, True])
 def test_only_a_typed_command_reads_outside_the_data_root(home, test_mode, tmp_path, typed):
     """A spec and mail outside the data root: refused as a run started through the worker or the gate sees them
-    (the worker never enters ``typed_paths``); read when a user types the command (cli.main enters it), which is
+    (the worker never enters ``typed_paths``); read when a user types the command (privrelease.cli.main enters it), which is
     the weakened variant for a UI-named path: a worker inside ``typed_paths`` would train on the outside mail."""
-    from core.paths import typed_paths
+    from privrelease.core.paths import typed_paths
 
     outside = tmp_path / "outside"
     write_mail(outside)
@@ -120,16 +120,16 @@ def test_only_the_command_line_enters_typed_paths():
     users = sorted(
         str(p.relative_to(REPO))
         for top in ("core", "flows", "gate", "cli")
-        for p in (REPO / top).rglob("*.py")
+        for p in (REPO / "privrelease" / top).rglob("*.py")
         if entered.search(p.read_text())
     )
-    assert users == ["cli/main.py"]
+    assert users == ["privrelease/cli/main.py"]
 
 
 def resolved_after_links(source: str, root: Path, what: str) -> Path:
     """Weakened: the confined resolver before the fix, which followed symbolic links
     before taking "..", so where a path landed depended on where a link outside the root points."""
-    from core.errors import SpecError
+    from privrelease.core.errors import SpecError
 
     path = (root / source).resolve()
     if not path.is_relative_to(root):
@@ -208,9 +208,9 @@ def test_every_spec_error_is_refused_before_prefect_starts_once_and_without_a_tr
     script = f"""
 import contextlib, io, json, sys, time
 from pathlib import Path
-from core.ledger.ledger import Ledger
+from privrelease.core.ledger.ledger import Ledger
 Ledger(Path({str(home / "privrelease.duckdb")!r})).reserve("spam-filter", "used", "mpc", None, "spam-filter-training", {{}}, {{}})
-from cli.main import main
+from privrelease.cli.main import main
 out = {{}}
 for name, path in {specs!r}.items():
     err, std = io.StringIO(), io.StringIO()
@@ -261,7 +261,7 @@ def test_outside_test_mode_nothing_is_trained_on_pooled_plaintext(home, tmp_path
     global OPENED
     from dataclasses import fields
 
-    from core.spam.training import Training
+    from privrelease.core.spam.training import Training
 
     root = home / "data"
     write_mail(root / "mail", messages=50)
@@ -315,8 +315,8 @@ def test_one_mail_file_under_two_names_is_refused(home, test_mode, monkeypatch, 
     alias was accepted as another user holding the same file, and every message of it is summed twice
     a round: a dp: run's neighbour (one message's label flipped) then moves the round sum by twice the
     flip, 1.98 times the sensitivity the noise is calibrated for. Now each alias is refused."""
-    from core.spam import dp
-    from core.spam import spec as S
+    from privrelease.core.spam import dp
+    from privrelease.core.spam import spec as S
     from tests.test_neighbours_spam import l2, rule
 
     if weakened:
@@ -358,7 +358,7 @@ def test_a_folder_swapped_for_a_link_after_the_check_leads_nowhere(home, test_mo
     (``load_user``) read and trained on the outside mail, and the flow's reading of the evaluation
     file described the outside file in its error. Now each reader checks the file it opened and
     refuses anything but a regular file inside the data root, with one message naming nothing there."""
-    from core.spam import training
+    from privrelease.core.spam import training
 
     if weakened:  # the readers before the fix: by path, whatever the path now leads to
         read = training.read_mail

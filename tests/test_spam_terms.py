@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.datasets.demo import mail
-from core.errors import SpecError
-from core.ledger.ledger import CAP, RESERVED, Ledger
-from core.release.home import Home
-from core.release.spam_run import SpamJob
-from core.spam import terms
-from core.spam.training import load_user
+from privrelease.core.datasets.demo import mail
+from privrelease.core.errors import SpecError
+from privrelease.core.ledger.ledger import CAP, RESERVED, Ledger
+from privrelease.core.release.home import Home
+from privrelease.core.release.spam_run import SpamJob
+from privrelease.core.spam import terms
+from privrelease.core.spam.training import load_user
 from tests.test_cli import EXE, REPO, run
 from tests.test_release_flow import cli
 from tests.test_spam_flow import corpus, spec
@@ -267,8 +267,8 @@ def test_under_dp_a_near_duplicate_with_the_same_features_is_one_message(home, t
     """Second review, F1: a copy of a victim's message with one character appended, where the feature map does
     not look, is another text but the same vector every round sums: under dp: it is the same message by its
     features, and refused; weakened (messages named by their text only) it passes."""
-    from core.release.spam_run import _features
-    from core.spam.spec import load_spec
+    from privrelease.core.release.spam_run import _features
+    from privrelease.core.spam.spec import load_spec
 
     folder = home / "data" / "mail"
     corpus(folder, capsys)
@@ -281,7 +281,7 @@ def test_under_dp_a_near_duplicate_with_the_same_features_is_one_message(home, t
     with (folder / "user-2.jsonl").open("a") as fh:
         fh.write(json.dumps({"text": twin, "label": doc["label"]}) + "\n")
     if weakened:
-        monkeypatch.setattr("core.release.spam_run._features", lambda spec: None)
+        monkeypatch.setattr("privrelease.core.release.spam_run._features", lambda spec: None)
         assert SpamJob(source).check(Home(home)).dataset == "spam-mail"
         return
     with pytest.raises(SpecError, match="holds one message twice \\('user-1.jsonl' and 'user-2.jsonl'\\)"):
@@ -342,7 +342,7 @@ def test_an_exact_run_on_twins_under_other_feature_settings_is_refused(home, tes
     """Third review, F1: the feature digest depends on a run's settings, so an exact run with dimension 511 on
     texts with the same 4-byte sequences as a dp: run's read the same messages unrefused. Every message is
     now also named by its 4-byte sequences, the same under every feature map; weakened without it, it passes."""
-    from core.spam import features as F
+    from privrelease.core.spam import features as F
 
     folder = home / "data" / "mail"
     corpus(folder, capsys)
@@ -372,7 +372,7 @@ def test_an_exact_run_on_twins_under_other_feature_settings_is_refused(home, tes
 def test_the_evaluation_file_too_is_read_as_checked_and_a_lone_surrogate_is_refused(home, test_mode, capsys):
     """Third review, F2 and F4: the evaluation mail is scored from the bytes the check read (a file swapped after
     it is refused), and a text with a lone surrogate gets a one-line refusal, not a crash."""
-    from core.spam.mail import read_mail
+    from privrelease.core.spam.mail import read_mail
 
     folder = home / "data" / "mail"
     corpus(folder, capsys)

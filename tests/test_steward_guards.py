@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from core.ledger.ledger import Ledger
+from privrelease.core.ledger.ledger import Ledger
 from tests.newcomer import write
 from tests.test_cli import EXE, _tree, typed
 

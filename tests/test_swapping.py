@@ -8,9 +8,9 @@ import pytest
 from pydantic import ValidationError
 from scipy.stats import chisquare
 
-from core.errors import ParameterError
-from core.mechanisms import swapping as sw
-from core.mechanisms import swapping_bins as sb
+from privrelease.core.errors import ParameterError
+from privrelease.core.mechanisms import swapping as sw
+from privrelease.core.mechanisms.swapping import bins as sb
 from tests.helpers import planned_run
 
 

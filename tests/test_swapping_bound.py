@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from core.charts import render_chart
-from core.mechanisms import swapping as sw
+from privrelease.core.charts import render_chart
+from privrelease.core.mechanisms import swapping as sw
 from tests.conftest import real_data
 from tests.helpers import planned_run
 from tests.test_swapping import binormal, mews, seeded

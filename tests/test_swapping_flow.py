@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from core.ledger.ledger import POLICY, PUBLISHED, RESERVED, Ledger
+from privrelease.core.ledger.ledger import POLICY, PUBLISHED, RESERVED, Ledger
 from tests.helpers import register
 from tests.test_release_flow import cli
 from tests.test_swapping import binormal

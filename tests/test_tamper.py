@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from core.ledger import anchors
-from core.ledger.chain import GENESIS
-from core.ledger.ledger import PUBLISHED, Ledger
-from core.privacy.adjacency import ReplaceRecord
-from core.privacy.budget import Budget
+from privrelease.core.ledger import anchors
+from privrelease.core.ledger.chain import GENESIS
+from privrelease.core.ledger.ledger import PUBLISHED, Ledger
+from privrelease.core.privacy.adjacency import ReplaceRecord
+from privrelease.core.privacy.budget import Budget
 from tests.helpers import dp
 from tests.pg import raw_sql
 from tests.test_release_flow import cli

@@ -22,9 +22,9 @@ from pathlib import Path
 from playwright.sync_api import Page, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from core.ledger.ledger import Ledger
-from core.privacy.budget import Budget
-from gate.policy import RELEASE_FORMS
+from privrelease.core.ledger.ledger import Ledger
+from privrelease.core.privacy.budget import Budget
+from privrelease.gate.policy import RELEASE_FORMS
 from tests.conftest import PASSWORD
 from tests.test_server import _logs, _wait, deployment, operator, worker
 

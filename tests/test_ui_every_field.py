@@ -21,12 +21,12 @@ from pathlib import Path
 import pandas as pd
 from playwright.sync_api import Page
 
-from core.datasets import demo
-from core.datasets.registry import Registry
-from core.ledger.ledger import Ledger
-from core.privacy.budget import Budget
-from core.sdc.policy import Policy
-from gate.policy import RELEASE_FORMS
+from privrelease.core.datasets import demo
+from privrelease.core.datasets.registry import Registry
+from privrelease.core.ledger.ledger import Ledger
+from privrelease.core.privacy.budget import Budget
+from privrelease.core.sdc.policy import Policy
+from privrelease.gate.policy import RELEASE_FORMS
 from tests.helpers import register
 from tests.newcomer import HOSPITAL_POLICY, hospital, payroll
 from tests.test_server import _wait, deployment, operator

@@ -18,9 +18,9 @@ from urllib.parse import quote
 
 from playwright.sync_api import Page
 
-from core.datasets.registry import Registry
-from core.ledger.ledger import Ledger
-from core.privacy.budget import Budget
+from privrelease.core.datasets.registry import Registry
+from privrelease.core.ledger.ledger import Ledger
+from privrelease.core.privacy.budget import Budget
 from tests.helpers import register
 from tests.newcomer import payroll
 from tests.test_server import _wait, deployment, operator

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from core.datasets.demo import census
-from core.store import open_store
+from privrelease.core.datasets.demo import census
+from privrelease.core.store import open_store
 from tests.conftest import REPO
 from tests.helpers import typed as run
 from tests.test_ledger_operations import AGGREGATE, spent
@@ -37,7 +37,7 @@ def previous_main(tmp_path: Path) -> Path:
 def old(code: Path, home: Path, *args: str) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
     environ |= {"PRIVRELEASE_HOME": str(home), "PYTHONPATH": str(code)}
-    command = [sys.executable, "-c", "from cli.main import command; command()", *args]
+    command = [sys.executable, "-c", "from cli.main import command; command()", *args]  # its layout: top-level cli
     return subprocess.run(command, env=environ, capture_output=True, text=True, timeout=300, cwd=code)
 
 

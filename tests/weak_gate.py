@@ -1,13 +1,13 @@
-"""The gate without its per-account limits (``gate.quotas``): the weakened variant each attack of
+"""The gate without its per-account limits (``privrelease.gate.quotas``): the weakened variant each attack of
 tests/test_quotas.py is also run on, where it succeeds. Started as ``python -m tests.weak_gate``, with
-the environment ``python -m gate`` takes."""
+the environment ``python -m privrelease.gate`` takes."""
 
 from __future__ import annotations
 
 import uvicorn
 
-from core import settings
-from gate.app import create_app
+from privrelease.core import settings
+from privrelease.gate.app import create_app
 
 if __name__ == "__main__":
     app = create_app()

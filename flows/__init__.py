@@ -1,1 +1,0 @@
-"""Prefect flows, one per workload, and the one place their steps become Prefect tasks (``flows.steps``)."""

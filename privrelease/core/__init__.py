@@ -1,0 +1,1 @@
+"""privrelease core: all release logic, usable and tested without Prefect."""

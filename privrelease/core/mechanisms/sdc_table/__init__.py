@@ -1,0 +1,208 @@
+"""An SDC table: counts or totals by up to four dimensions, with margins and sub-totals, protected by cell suppression.
+
+The request names the dimensions (``group_by``), the measure (``count``, or ``sum`` of a numeric column), the
+dimensions with sub-totals at every level of the policy's hierarchy (``subtotals``) and the secondary method.
+Everything that decides what is sensitive is the steward's (the policy's ``tables`` rules, filled in from the
+registration, never the request's): which rules, their parameters, the protection, what secondary suppression
+minimises, the contributor (the policy's ``cluster`` where it names one).
+
+1. The table (``privrelease.core.sdc.cells.table``): each cell's total, contributors and largest contributions.
+2. Primary suppression (``privrelease.core.sdc.cells.rules``): cells failing a rule, with their protection intervals.
+3. Secondary suppression (``privrelease.core.sdc.cells.secondary``): the exact MIP or the deviation-LP heuristic.
+4. The audit (``privrelease.core.sdc.cells.audit``): the intruder's LPs over the published cells and relations give each
+   sensitive cell's feasible interval; one narrower than its protection stops the release (``assess``: nothing is
+   published, the failed entry names the policy's rules in words).
+
+Released: one row per cell (each dimension's label and level, the value or nothing, the status: published,
+primary, secondary, empty) and the same pivoted (``pivot.csv``). Not differential privacy.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import Field, model_validator
+
+from privrelease.core.errors import InternalError, ParameterError
+from privrelease.core.mechanisms.base import NoDP, Plan, Result
+from privrelease.core.mechanisms.sdc_table import report as out
+from privrelease.core.params import StrictParams
+from privrelease.core.sdc.cells import audit as _audit
+from privrelease.core.sdc.cells import rules as _rules
+from privrelease.core.sdc.cells import secondary
+from privrelease.core.sdc.cells import table as _table
+from privrelease.core.sdc.policy import Breaks, Policy
+from privrelease.core.tables.schema import Needs
+
+NAME = "sdc_table"
+POLICY_PARAM = "policy"
+
+
+class Params(StrictParams):
+    """A table of counts or totals by up to four dimensions; the policy is the dataset's (filled in)."""
+
+    group_by: list[str] = Field(min_length=1, max_length=4, description="the table's dimensions (published columns)")
+    measure: Literal["count", "sum"] = Field("count", description="count the records, or sum a numeric column")
+    column: str | None = Field(None, description="the numeric column a sum adds up (measure: sum only)")
+    subtotals: list[str] = Field(
+        default_factory=list, description="dimensions given sub-totals at every level of the policy's hierarchy"
+    )
+    secondary: Literal["auto", "exact", "heuristic"] = Field(
+        "auto", description="secondary suppression: the exact MIP, the LP heuristic, or exact where it fits"
+    )
+    policy: Policy | None = Field(None, description="the dataset's disclosure policy (from the registration)")
+
+    @model_validator(mode="after")
+    def _shape(self) -> Params:
+        if len(set(self.group_by)) != len(self.group_by):
+            raise ValueError(f"group_by names a column twice: {self.group_by}")
+        if (self.measure == "sum") != (self.column is not None):
+            raise ValueError("measure: sum needs column (the numeric column it adds up); count takes none")
+        if self.column is not None and self.column in self.group_by:
+            raise ValueError(f"column {self.column!r} is also a dimension of the table")
+        stray = [d for d in self.subtotals if d not in self.group_by]
+        if stray:
+            raise ValueError(f"subtotals names {stray}, which are not in group_by {self.group_by}")
+        return self
+
+
+def rules_of(params: Params) -> _rules.TableRules:
+    """The policy's table rules for this request, or the refusal that names what the policy lacks."""
+    policy = params.policy
+    if policy is None:
+        raise ParameterError("an sdc_table needs the dataset's disclosure policy")
+    rules = policy.tables
+    if rules is None:
+        raise ParameterError(
+            "sdc_table: the disclosure policy sets no rules for tables (its tables section); the data steward "
+            "adds one (min_frequency, dominance, p_percent) before a table of this dataset can be released"
+        )
+    if params.measure == "count" and rules.min_frequency is None:
+        raise ParameterError(
+            "sdc_table: a count table is protected by the policy's min_frequency rule, which this policy lacks; "
+            "the data steward sets tables.min_frequency"
+        )
+    if params.measure == "sum" and not rules.magnitude():
+        raise ParameterError(
+            "sdc_table: a magnitude table (measure: sum) is protected by the policy's dominance or p_percent rule, "
+            "and this policy has neither; the data steward sets tables.dominance or tables.p_percent"
+        )
+    for d in params.subtotals:
+        h = policy.hierarchies.get(d)
+        if h is None:
+            raise ParameterError(
+                f"sdc_table: sub-totals of {d!r} need its hierarchy in the disclosure policy, which has none for it "
+                f"(hierarchies: {sorted(policy.hierarchies)}); leave {d!r} out of subtotals (its total is published)"
+            )
+        if isinstance(h, Breaks):
+            raise ParameterError(f"sdc_table: {d!r} has numeric breaks, not a hierarchy of categories: no sub-totals")
+    return rules
+
+
+def needs(params: Params, schema: tuple[str, ...]) -> Needs:
+    if params.policy is not None:
+        rules_of(params)
+    columns = [*params.group_by, *([params.column] if params.column else [])]
+    return Needs(columns=tuple(columns), numeric=(params.column,) if params.column else ())
+
+
+def protects(params: Params) -> list[str]:
+    """Every key variable: the table publishes no record; a key it groups by is protected by the cell rules, the
+    others are summed over."""
+    return list(params.policy.key_vars.all) if params.policy is not None else list(params.group_by)
+
+
+def plan(params: Params) -> Plan:
+    by = " × ".join(params.group_by)
+    what = "counts" if params.measure == "count" else f"sums of {params.column}"
+    return Plan(
+        cost=NoDP("statistical disclosure control (not differential privacy)"),
+        guarantee=f"SDC table of {what} by {by}: cell suppression by the disclosure policy's rules, audited by the "
+        "intruder's linear programs; not differential privacy",
+    )
+
+
+def _contributors(frame: pd.DataFrame, policy: Policy) -> np.ndarray:
+    if policy.cluster is None:
+        return np.arange(len(frame), dtype=np.int64)
+    ids = pd.factorize(frame[policy.cluster], use_na_sentinel=True)[0].astype(np.int64)
+    alone = ids < 0  # a record without a cluster id is a contributor of its own
+    ids[alone] = ids.max(initial=-1) + 1 + np.arange(int(alone.sum()))
+    return ids
+
+
+def tabulate(frame: pd.DataFrame, params: Params) -> _table.Table:
+    """The table of ``frame`` as the request and the policy shape it (no protection yet)."""
+    policy, rules = params.policy, rules_of(params)
+    frame = frame.assign(**{d: frame[d].astype("string").fillna(out.MISSING) for d in params.group_by})
+    dims = [
+        _table.dimension(d, sorted(frame[d].unique()), policy.hierarchies[d] if d in params.subtotals else None)
+        for d in params.group_by
+    ]
+    if params.measure == "sum":
+        value = pd.to_numeric(frame[params.column], errors="coerce").to_numpy(dtype=float)
+        if np.isnan(value).any() or (value < 0).any():
+            raise ParameterError(
+                f"sdc_table: column {params.column!r} has empty or negative values; a magnitude table's rules and "
+                "audit take non-negative contributions"
+            )
+    else:
+        value = np.ones(len(frame))
+    top_n = max(2, rules.dominance.n if rules.dominance else 2)
+    return _table.build(frame, dims, value, _contributors(frame, policy), top_n)
+
+
+def protect(t: _table.Table, params: Params):
+    """Primary and secondary suppression of ``t`` and its audit: (status by cell, pattern, audit, protection)."""
+    rules = rules_of(params)
+    sensitive, lower, upper, failed = _rules.primary(rules, params.measure, t.contributors, t.values, t.top)
+    empty = t.contributors == 0
+    a = _table.relations(t.shape, t.dims)
+    pattern = secondary.choose(params.secondary, a, t.values, sensitive, lower, upper, empty, rules.cost, t.dims)
+    checked = _audit.audit(a, t.values, pattern.suppressed, sensitive, lower, upper, everything=pattern.suppressed.sum() <= 400)
+    status = np.where(empty, "empty", np.where(sensitive, "primary", np.where(pattern.suppressed, "secondary", "published")))
+    return status, pattern, checked, (lower, upper, failed)
+
+
+def run(frame: pd.DataFrame, params: Params, plan: Plan, rng: np.random.Generator) -> Result:
+    rules = rules_of(params)
+    t = tabulate(frame, params)
+    status, pattern, checked, (lower, upper, failed) = protect(t, params)
+    tidy = out.tidy(t, status, params)
+    figures = out.figures(status, t.values, pattern, checked)
+    internal = out.internal(t, status, pattern, checked, lower, upper, failed, rules, params)
+    bits = int(np.bitwise_or.reduce(failed[checked.exposed], initial=0))
+    said = rules.words()
+    exposed = [said[r] for r, bit in _rules.RULE_BITS.items() if bits & bit and r in said]
+    return Result(
+        tidy,
+        {"method": "cell suppression", "rules": list(said.values())} | figures,
+        out.report(figures, params, rules),
+        [],
+        {k: figures[k] for k in ("cells", "primary", "secondary")},
+        name="table",
+        tables={"pivot": out.pivot(tidy, params)},
+        internal=internal | {"exposed": [int(c) for c in checked.exposed], "exposed_rules": exposed},
+    )
+
+
+def check(original: pd.DataFrame, result: Result, params: Params) -> None:
+    """Every cell once; a suppressed or empty cell's value never published as a number it is not."""
+    data = result.data
+    value = out.value_column(params)
+    if data.duplicated([*params.group_by, *(f"{d}_level" for d in params.group_by)]).any():
+        raise InternalError("an sdc_table released a cell twice")
+    hidden = data["status"].isin(["primary", "secondary"])
+    if data.loc[hidden, value].notna().any():
+        raise InternalError("an sdc_table published a suppressed cell's value")
+
+
+def assess(frame: pd.DataFrame, result: Result, params: Params) -> tuple[dict, dict, list[str]]:
+    """The audit's verdict: every sensitive cell's interval at least its protection, else the policy's rules
+    missed, in its words (public: the rules' names and parameters, never a figure of the table)."""
+    internal = dict(result.internal or {})
+    missed = (internal.get("exposed_rules") or list(rules_of(params).words().values())) if internal.get("exposed") else []
+    external = {k: result.privacy[k] for k in out.FIGURES} | {"audit": "failed" if missed else "passed"}
+    return external, internal, missed
