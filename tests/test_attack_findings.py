@@ -32,10 +32,10 @@ def _store(home: Path, monkeypatch: pytest.MonkeyPatch) -> Home:
     return Home.open()
 
 
-def _outcome(store: Home, request: dict) -> tuple[str, str]:
+def _outcome(opened: Home, request: dict) -> tuple[str, str]:
     """What the analyst sees of a release: its outcome and the ledger's recorded reason."""
     try:
-        pipeline.release(store, parse(request))
+        pipeline.release(opened, parse(request))
     except Exception as exc:  # noqa: BLE001 - the outcome is what is compared
         return "failed", type(exc).__name__
     return "published", ""
@@ -66,8 +66,8 @@ def test_a_requested_dask_cluster_receives_no_rows(home, tmp_path, monkeypatch):
     rows = [{"user": i % 40, "text": "the cat sat on the mat"} for i in range(200)]
     rows.append({"user": 999, "text": "canary xq7 secret"})
     register(home, pd.DataFrame(rows), "posts", "user:user", "dp")
-    store = _store(home, monkeypatch)
-    Ledger(store.db).set_budget("posts", Budget(10, 1e-3))
+    opened = _store(home, monkeypatch)
+    Ledger(opened.db).set_budget("posts", Budget(10, 1e-3))
     request = parse(
         {
             "dataset": "posts",
@@ -76,7 +76,7 @@ def test_a_requested_dask_cluster_receives_no_rows(home, tmp_path, monkeypatch):
     )
     attacker = LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None, data=Spy)
     with attacker, parallel.using("dask", attacker.scheduler_address):  # what the old flow did with the parameter
-        pipeline.release(store, request)
+        pipeline.release(opened, request)
     leaked = [v for v in seen if isinstance(v, pd.DataFrame) and v.astype(str).apply(lambda s: s.str.contains("xq7")).any().any()]
     assert leaked, "control: a cluster that the run is pointed at receives the rows"
 
@@ -100,8 +100,8 @@ def test_public_standardization_is_no_threshold_oracle(tmp_path, monkeypatch):
     for last in (60, 95):
         home = tmp_path / f"h{last}"
         register(home, _ages(last), "people", "record", "dp")
-        store = _store(home, monkeypatch)
-        Ledger(store.db).set_budget("people", Budget(10, 1e-3))
+        opened = _store(home, monkeypatch)
+        Ledger(opened.db).set_budget("people", Budget(10, 1e-3))
         request = {
             "dataset": "people",
             "mechanism": {
@@ -118,7 +118,7 @@ def test_public_standardization_is_no_threshold_oracle(tmp_path, monkeypatch):
                 },
             },
         }
-        outcomes.append(_outcome(store, request))
+        outcomes.append(_outcome(opened, request))
     assert outcomes[0] == outcomes[1], outcomes
 
 
@@ -222,8 +222,8 @@ def test_a_seed_outside_test_mode_is_refused_before_the_charge(tmp_path, monkeyp
     monkeypatch.delenv("PRIVRELEASE_TEST_MODE", raising=False)
     home = tmp_path / "home"
     register(home, _ages(60), "people", "record", "dp")
-    store = _store(home, monkeypatch)
-    Ledger(store.db).set_budget("people", Budget(10, 1e-3))
+    opened = _store(home, monkeypatch)
+    Ledger(opened.db).set_budget("people", Budget(10, 1e-3))
     request = ReleaseRequest.model_validate(
         {
             "dataset": "people",
@@ -243,8 +243,8 @@ def test_a_seed_outside_test_mode_is_refused_before_the_charge(tmp_path, monkeyp
         }
     )
     with pytest.raises(SpecError, match="test mode"):
-        pipeline.release(store, request)  # what privrelease/flows/release.py runs with its `request` parameter
-    assert [e.status for e in Ledger(store.db).entries()] == ["registered", "cap"], "the refused request was charged"
+        pipeline.release(opened, request)  # what privrelease/flows/release.py runs with its `request` parameter
+    assert [e.status for e in Ledger(opened.db).entries()] == ["registered", "cap"], "the refused request was charged"
 
 
 # -- finding 7: "one source has one budget" holds for one path only ------------------------------------

@@ -29,27 +29,27 @@ def request(**params):
     return parse({"dataset": "posts", "mechanism": {"name": "dpne", "params": {**DPNE, **params}}})
 
 
-def charge(store: Home, req) -> None:
-    release, plan = pipeline.prepare(store, req)
-    charged.reserve(store, pipeline.claim(release, plan), charged.Caller(), None)
+def charge(opened: Home, req) -> None:
+    release, plan = pipeline.prepare(opened, req)
+    charged.reserve(opened, pipeline.claim(release, plan), charged.Caller(), None)
 
 
 @pytest.fixture
-def store(home: Path) -> Home:
+def opened(home: Path) -> Home:
     register(home, posts(200), "posts", "user:user", "dp")
     s = Home.open()
     s.ledger.set_budget("posts", Budget(5.0, 1e-5))
     return s
 
 
-def test_dpne_releases_admitted_by_the_filter_and_refused_with_reasons(store):
+def test_dpne_releases_admitted_by_the_filter_and_refused_with_reasons(opened):
     n = 0
     with pytest.raises(BudgetError) as refused:
         while n < 100:
-            charge(store, request())
+            charge(opened, request())
             n += 1
     assert n >= 10  # basic composition admits 5 of these against (5, 1e-5)
-    charges = [e for e in store.ledger.entries() if e.status == RESERVED]
+    charges = [e for e in opened.ledger.entries() if e.status == RESERVED]
     assert len(charges) == n and all(json.loads(e.detail)["admission"]["region"] == "renyi" for e in charges)
     message = str(refused.value)
     assert "this release needs epsilon=1, delta=1e-06" in message
@@ -63,16 +63,16 @@ def test_dpne_releases_admitted_by_the_filter_and_refused_with_reasons(store):
         "No epsilon of this request fits, however small: the delta it needs is more than the delta=5e-07 left of the "
         "cap. Lower the release's epsilon (or delta), or ask the data steward to raise the cap (privrelease ledger set-budget)."
     )
-    (t,) = store.ledger.totals()
+    (t,) = opened.ledger.totals()
     assert t.account.fits == 0 and not t.over_cap
 
 
-def test_a_refusal_names_the_largest_epsilon_that_fits(store):
-    store.ledger.set_budget("posts", Budget(2.0, 1e-5))  # the Rényi budget binds before the deltas
+def test_a_refusal_names_the_largest_epsilon_that_fits(opened):
+    opened.ledger.set_budget("posts", Budget(2.0, 1e-5))  # the Rényi budget binds before the deltas
     n = 0
     with pytest.raises(BudgetError) as refused:
         while n < 100:
-            charge(store, request())
+            charge(opened, request())
             n += 1
     assert 2 < n < 17
     message = str(refused.value)
@@ -80,17 +80,17 @@ def test_a_refusal_names_the_largest_epsilon_that_fits(store):
     largest = float(message.split("The next release like this can take epsilon ≤ ")[1].split(" ")[0])
     assert 0 < largest < 1
     with pytest.raises(BudgetError):
-        charge(store, request(epsilon=largest * 1.02))  # a little more does not fit
-    charge(store, request(epsilon=largest))  # it does fit
+        charge(opened, request(epsilon=largest * 1.02))  # a little more does not fit
+    charge(opened, request(epsilon=largest))  # it does fit
 
 
-def test_totals_show_basic_filter_and_pld_cross_checked(store):
+def test_totals_show_basic_filter_and_pld_cross_checked(opened):
     for _ in range(4):
-        charge(store, request())
-    (t,) = store.ledger.totals()
+        charge(opened, request())
+    (t,) = opened.ledger.totals()
     a = t.account
     assert t.spent == Budget(4.0, 4e-6)
-    events = [e for x in store.ledger.entries() if x.status == RESERVED for e in account.spend(x).recorded]
+    events = [e for x in opened.ledger.entries() if x.status == RESERVED for e in account.spend(x).recorded]
     assert a.pld_epsilon == pytest.approx(pld.epsilon(events, 1e-5), abs=1e-12)
     assert a.pld_epsilon <= a.filter_epsilon <= 5.0 and a.filter_epsilon < t.spent.epsilon
     # dp-accounting's own accountant on the Gaussians alone, at the cap's delta less the new-item deltas
@@ -138,18 +138,18 @@ def forge(ledger: Ledger, dataset: str, release: str, cost: Budget, detail: dict
         )
 
 
-def test_verify_replays_every_admission(store, home):
+def test_verify_replays_every_admission(opened, home):
     for _ in range(2):
-        charge(store, request())
-    assert store.ledger.replay() == []
+        charge(opened, request())
+    assert opened.ledger.replay() == []
     r = run(home, "ledger", "verify")
     assert r.returncode == 0 and "admission replay ok: 2 dp charges recomputed" in r.stdout
-    forge(store.ledger, "posts", "legacy", Budget(0.5, 0.0), {})  # an entry from before events: basic, within the cap
-    assert store.ledger.replay() == []
-    forge(store.ledger, "posts", "big", Budget(4.0, 0.0), {"admission": {"rule": "filter-1", "region": "basic"}})
-    store.ledger.verify()  # the chain itself is intact
-    (problem,) = store.ledger.replay()
-    seq = store.ledger.entries()[-1].seq
+    forge(opened.ledger, "posts", "legacy", Budget(0.5, 0.0), {})  # an entry from before events: basic, within the cap
+    assert opened.ledger.replay() == []
+    forge(opened.ledger, "posts", "big", Budget(4.0, 0.0), {"admission": {"rule": "filter-1", "region": "basic"}})
+    opened.ledger.verify()  # the chain itself is intact
+    (problem,) = opened.ledger.replay()
+    seq = opened.ledger.entries()[-1].seq
     assert problem.startswith(
         f"entry {seq} (posts): recorded as admitted (basic, by its None) but the filter of the cap then in force gives refused"
     )
@@ -157,15 +157,15 @@ def test_verify_replays_every_admission(store, home):
     assert r.returncode == 3 and f"admission replay FAILED: entry {seq} (posts)" in r.stderr
 
 
-def test_totals_command_as_the_steward_types_it(store, home):
+def test_totals_command_as_the_steward_types_it(opened, home):
     for _ in range(3):
-        charge(store, request())
+        charge(opened, request())
     r = run(home, "ledger", "totals")
     assert r.returncode == 0, r.stderr
     header, row = r.stdout.splitlines()[:2]
     assert "filter eps" in header and "PLD eps" in header and "next release like the last" in header
-    (t,) = store.ledger.totals()
-    room = headroom.after_last(store.ledger.entries(), "posts")
+    (t,) = opened.ledger.totals()
+    room = headroom.after_last(opened.ledger.entries(), "posts")
     share, by = t.account.spent
     assert row.startswith("posts            dp") and f" {100 * share:.3g}% filter dpne: eps ≤ {room.epsilon:.3g} " in row
     assert f"{t.account.pld_epsilon:.4g}" in row and f"{t.account.filter_epsilon:.4g}" in row and by == "filter"

@@ -28,7 +28,7 @@ from privrelease.core.errors import UserError
 from privrelease.core.ledger import rollback
 from privrelease.core.ledger.ledger import FAILED, Ledger
 from privrelease.core.release import pipeline, spec
-from privrelease.core.release.catalogue import EPOCH, Catalogue, NotInCatalogue, Release, _zipped
+from privrelease.core.release.catalogue import EPOCH, Catalogue, NotInCatalogue, Published, _zipped
 from privrelease.core.release.home import Home
 from tests.test_cli import run
 
@@ -50,7 +50,7 @@ def demo(tmp_path_factory) -> tuple[Home, dict, dict]:
     return home, sdc, dp
 
 
-def _copy(home: Home, release: Release, new_id: str, ledger_cite: dict | None) -> Path:
+def _copy(home: Home, release: Published, new_id: str, ledger_cite: dict | None) -> Path:
     """A copy of ``release``'s folder under another id, its manifest naming that id and citing ``ledger_cite``."""
     folder = release.folder.parent / new_id
     shutil.copytree(release.folder, folder)
@@ -98,7 +98,7 @@ class Unchecked(Catalogue):
     """The weakened catalogue: any name is a file of the release."""
 
     @staticmethod
-    def listed(release: Release, name: str) -> bool:
+    def listed(release: Published, name: str) -> bool:
         return True
 
 

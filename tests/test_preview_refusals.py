@@ -118,7 +118,7 @@ DEFECTS = {  # mechanism -> a strategy of its base parameters with one defect
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory) -> Home:
+def opened(tmp_path_factory) -> Home:
     home = tmp_path_factory.mktemp("refusals") / "home"
     register(home, census(300), "table", keys=["age"])  # an open policy: its one key, age, is what a swap protects
     register(home, posts(300), "posts", unit="user:user", purpose="dp")
@@ -135,33 +135,33 @@ def store(tmp_path_factory) -> Home:
     return Home(home)
 
 
-def test_every_mechanism_is_covered_and_each_base_request_is_admitted(store: Home):
+def test_every_mechanism_is_covered_and_each_base_request_is_admitted(opened: Home):
     assert set(BASES) == set(mechanisms.REGISTRY) == set(DEFECTS)
     for name, (dataset, params) in BASES.items():
-        seen = preview.preview(store, parse({"dataset": dataset, "mechanism": {"name": name, "params": params}}))
+        seen = preview.preview(opened, parse({"dataset": dataset, "mechanism": {"name": name, "params": params}}))
         assert seen["verdict"] == preview.ADMITTED, (name, seen["reason"])
 
 
 @pytest.mark.parametrize("name", sorted(BASES))
-def test_a_refusal_from_parameters_comes_before_the_charge(name: str, store: Home):
+def test_a_refusal_from_parameters_comes_before_the_charge(name: str, opened: Home):
     dataset, base = BASES[name]
 
     @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(DEFECTS[name](base))
     def refused(params: dict) -> None:
         doc = {"dataset": dataset, "mechanism": {"name": name, "params": params}}
-        before = len(store.ledger.entries())
+        before = len(opened.ledger.entries())
         try:
             request = parse(doc)
         except UserError:  # the request's own form: refused as it is read, by the preview and the release alike
             return
         try:
-            assert preview.preview(store, request)["verdict"] == preview.REFUSED, params
+            assert preview.preview(opened, request)["verdict"] == preview.REFUSED, params
         except UserError:
             pass
         with pytest.raises(UserError):
-            pipeline.release(store, request)
-        assert len(store.ledger.entries()) == before, f"{params} was refused after a ledger entry"
+            pipeline.release(opened, request)
+        assert len(opened.ledger.entries()) == before, f"{params} was refused after a ledger entry"
 
     refused()
 
@@ -186,9 +186,9 @@ def test_a_swap_of_a_one_record_table_is_refused_before_the_charge(name: str, tm
     """Its public number of records says it: the swap's own check refuses it, not its run after the charge."""
     home = tmp_path / "home"
     register(home, census(1), "one", keys=["age"])
-    store, (_, params) = Home(home), BASES[name]
+    opened, (_, params) = Home(home), BASES[name]
     request = parse({"dataset": "one", "mechanism": {"name": name, "params": params}})
     for call in (preview.preview, pipeline.release):
         with pytest.raises(UserError, match=f"{name}: swapping needs at least 2 records; dataset 'one' has 1."):
-            call(store, request)
-    assert [e.status for e in store.ledger.entries()] == ["registered", "policy"]
+            call(opened, request)
+    assert [e.status for e in opened.ledger.entries()] == ["registered", "policy"]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from privrelease.core.errors import UserError
 
 if TYPE_CHECKING:
-    from privrelease.core.release.catalogue import Catalogue, Release
+    from privrelease.core.release.catalogue import Catalogue, Published
 
 ACTIONS = ("list", "show", "get")
 
@@ -66,7 +66,7 @@ def _list(catalogue: Catalogue, args: argparse.Namespace) -> int:
     return 0
 
 
-def _show(release: Release, args: argparse.Namespace) -> int:
+def _show(release: Published, args: argparse.Namespace) -> int:
     s = release.summary()
     if args.json:
         print(json.dumps(s, indent=2))
@@ -86,7 +86,7 @@ def _show(release: Release, args: argparse.Namespace) -> int:
     return 0
 
 
-def _get(release: Release, args: argparse.Namespace) -> int:
+def _get(release: Published, args: argparse.Namespace) -> int:
     """Copy the release's files into ``--out`` (default ./ID), each checked against its manifest's digest."""
     from privrelease.core.datasets.snapshots import sha256
 

@@ -57,7 +57,7 @@ class NotInCatalogue(UserError):
 
 
 @dataclass(frozen=True)
-class Release:
+class Published:
     """One published release: its folder and its manifest (as publishing wrote it)."""
 
     folder: Path
@@ -120,12 +120,12 @@ class Catalogue:
 
     # -- releases ------------------------------------------------------------------------------------
 
-    def releases(self, dataset: str | None = None) -> list[Release]:
+    def releases(self, dataset: str | None = None) -> list[Published]:
         """Every published release (of ``dataset``), newest first."""
         found = [r for r in (self._read(*p) for p in self._published(dataset).items()) if r is not None]
         return sorted(found, key=lambda r: (r.manifest["created"], r.id), reverse=True)
 
-    def get(self, release_id: str) -> Release:
+    def get(self, release_id: str) -> Published:
         """The published release ``release_id``; any other id is a user error saying how to list them."""
         settled = self._published().get(release_id)
         found = None if settled is None else self._read(release_id, settled)
@@ -150,7 +150,7 @@ class Catalogue:
                 charges.setdefault(e.release_id, e)  # its first entry: the charge
         return {i: charges[i] for i, status in last.items() if status == PUBLISHED}
 
-    def _read(self, release_id: str, charge: Entry) -> Release | None:
+    def _read(self, release_id: str, charge: Entry) -> Published | None:
         """The release's folder and manifest, if the manifest is whole, names its own folder and cites its charge."""
         folder = self.home.releases / charge.dataset / release_id
         try:
@@ -163,7 +163,7 @@ class Catalogue:
             {"seq": charge.seq, "hash": charge.hash},
         ):
             return None
-        return Release(folder, manifest)
+        return Published(folder, manifest)
 
     def file(self, release_id: str, name: str) -> Path:
         """The file ``name`` of a published release: only a name its manifest lists (or the manifest),
@@ -183,7 +183,7 @@ class Catalogue:
         return _zipped(release_id, paths)
 
     @staticmethod
-    def listed(release: Release, name: str) -> bool:
+    def listed(release: Published, name: str) -> bool:
         """Whether ``name`` is a file the release publishes: a plain name its manifest lists, in its folder."""
         path = release.folder / name
         return (

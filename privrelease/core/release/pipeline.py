@@ -39,18 +39,18 @@ from privrelease.core.sdc import enforce
 from privrelease.core.sdc import report as sdc_report
 
 
-def prepare(store: Home, request: ReleaseRequest) -> tuple[Release, Plan]:
+def prepare(home: Home, request: ReleaseRequest) -> tuple[Release, Plan]:
     """Bind a request to its registered dataset and plan it; refuse what cannot run, from public facts."""
-    release, plan_ = check(store, request)
-    admit(store, release, plan_)
+    release, plan_ = check(home, request)
+    admit(home, release, plan_)
     return release, plan_
 
 
-def check(store: Home, request: ReleaseRequest, dropped: bool = False) -> tuple[Release, Plan]:
+def check(home: Home, request: ReleaseRequest, dropped: bool = False) -> tuple[Release, Plan]:
     """Everything ``prepare`` checks but the budget: the request against the dataset's registration
     (``dropped``: also one whose rows were dropped, for a preview) and the mechanism's bounds."""
     noise.check_seed(request.seed)  # a typed request from a flow run skipped spec.parse
-    dataset = store.registry.get(request.dataset, dropped)
+    dataset = home.registry.get(request.dataset, dropped)
     release = _spec.bind(request, dataset)
     module = mechanisms.get(release.mechanism)
     plan_ = module.plan(release.params)
@@ -72,12 +72,12 @@ def check(store: Home, request: ReleaseRequest, dropped: bool = False) -> tuple[
     return release, plan_
 
 
-def admit(store: Home, release: Release, plan_: Plan) -> None:
+def admit(home: Home, release: Release, plan_: Plan) -> None:
     """Refuse a DP release its dataset's cap cannot take (writes nothing), naming the largest epsilon that fits."""
     charged.admit(
-        store,
+        home,
         claim(release, plan_),
-        lambda: largest_fit(store.ledger, release.dataset.id, mechanisms.get(release.mechanism), release.params),
+        lambda: largest_fit(home.ledger, release.dataset.id, mechanisms.get(release.mechanism), release.params),
     )
 
 
@@ -125,18 +125,18 @@ def room_mb(release: Release) -> float:
     return 8.0 + (32.0 if rows is None else rows * len(release.dataset.schema.columns) * 128 / 2**20)
 
 
-def load(store: Home, release: Release) -> pd.DataFrame | Snapshot:
+def load(home: Home, release: Release) -> pd.DataFrame | Snapshot:
     """The registered snapshot, checked; for a mechanism whose Dask workers read it themselves, also
     checked to be readable on every worker (before the charge, so an unreachable store costs nothing).
     For an SDC release, only the columns its disclosure policy publishes, rows shuffled (``enforce.prepare``).
     For a DP mechanism that reads the snapshot's file itself (``READS_SNAPSHOT``), that file, checked."""
     declared = mechanisms.declared(mechanisms.get(release.mechanism))
     if release.dataset.purpose == "dp" and declared.READS_SNAPSHOT:
-        checked, digest = store.registry.checked(release.dataset)
+        checked, digest = home.registry.checked(release.dataset)
         rows: pd.DataFrame | Snapshot = Snapshot(str(checked), digest)
         path = rows.path
     else:
-        rows = store.registry.load(release.dataset)
+        rows = home.registry.load(release.dataset)
         if release.dataset.purpose == "sdc":
             return enforce.prepare(rows, release.dataset.policy, noise.generator(release.seed))
         path = rows.attrs["snapshot"]
@@ -162,7 +162,7 @@ def privatize(release: Release, plan_: Plan, frame: pd.DataFrame | Snapshot) -> 
     return result
 
 
-def assess(store: Home, release: Release, frame: pd.DataFrame, result: Result) -> Result:
+def assess(home: Home, release: Release, frame: pd.DataFrame, result: Result) -> Result:
     """An SDC release's risk and utility report, on the disclosure policy's key: the internal one written
     for the data steward under the home (never published, never logged), the external one (figures of
     the released table only) attached to the result to be published with it. A released table that
@@ -173,7 +173,7 @@ def assess(store: Home, release: Release, frame: pd.DataFrame, result: Result) -
     own = mechanisms.declared(module).assess
     if own is not None:  # a table's audit: the intruder's intervals, in place of the microdata's risk
         external, internal, missing = own(frame, result, release.params)
-        sdc_report.write_own(store.root, release.dataset.id, release.release_id, internal | {"rules_missed": missing})
+        sdc_report.write_own(home.root, release.dataset.id, release.release_id, internal | {"rules_missed": missing})
         if missing:
             raise enforce.refuse(release.dataset.id, release.release_id, missing)
         return sdc_report.attach_own(result, external)
@@ -182,7 +182,7 @@ def assess(store: Home, release: Release, frame: pd.DataFrame, result: Result) -
     internal = sdc_report.internal(frame, result.data, role, sdc_report.published(external), result.persons)
     missing = enforce.missed(external, policy, internal["intruder"])  # the published cells' and the intruder's
     sdc_report.write_internal(
-        store.root,
+        home.root,
         release.dataset.id,
         release.release_id,
         release.mechanism,
@@ -194,14 +194,14 @@ def assess(store: Home, release: Release, frame: pd.DataFrame, result: Result) -
     return sdc_report.attach(result, external, release.mechanism)
 
 
-def publish(store: Home, release: Release, plan_: Plan, result: Result, charge_: Charge) -> _publish.Published:
+def publish(home: Home, release: Release, plan_: Plan, result: Result, charge_: Charge) -> _publish.Published:
     """Write the release in place; an SDC release's disclosure policy is held for it under the lock a policy is
     recorded under, and one the steward changed since the request was checked fails it (``privrelease.core.ledger.pinned``)."""
     record = _publish.manifest(release, plan_, result, charge_.entry)
     if release.dataset.purpose != "sdc":
-        return _publish.publish(store.releases, store.staging, record, result)
-    with pinned.held(store.ledger, release.dataset.id, release.dataset.policy_entry):
-        return _publish.publish(store.releases, store.staging, record, result)
+        return _publish.publish(home.releases, home.staging, record, result)
+    with pinned.held(home.ledger, release.dataset.id, release.dataset.policy_entry):
+        return _publish.publish(home.releases, home.staging, record, result)
 
 
 @dataclass(frozen=True)

@@ -29,31 +29,31 @@ from privrelease.core.sdc import enforce
 ADMITTED, APPROVAL, REFUSED, PUBLISHED_ALREADY = "admitted", "needs approval", "refused", "already published"
 
 
-def preview(store: Home, request: ReleaseRequest) -> dict:
+def preview(home: Home, request: ReleaseRequest) -> dict:
     """The preview of ``request`` (a user error for a request a release would refuse before its charge,
     except for the budget, which is the verdict, and dropped rows, whose figures are still shown)."""
     try:
-        release, plan_ = pipeline.check(store, request)
-        stopped = used(store, request)
+        release, plan_ = pipeline.check(home, request)
+        stopped = used(home, request)
     except UserError as exc:  # the release's own refusal; raised again below unless it is the dropped rows
-        release, plan_ = pipeline.check(store, request, dropped=True)
+        release, plan_ = pipeline.check(home, request, dropped=True)
         stopped = _verdict(REFUSED, str(exc))
     expected = accuracy_of(release, plan_)
     return {
         "dataset": release.dataset.id,
         "mechanism": release.mechanism,
         "guarantee": plan_.guarantee,
-        **(stopped or budget(store, release, plan_)),
+        **(stopped or budget(home, release, plan_)),
         "accuracy": expected,
         "warnings": pipeline.warnings(release, plan_),
         "notes": notes(release, plan_),
     }
 
 
-def used(store: Home, request: ReleaseRequest) -> dict | None:
+def used(home: Home, request: ReleaseRequest) -> dict | None:
     """What a release of an id the ledger already holds would do before any charge: return the
     published release without charging, or refuse an id charged before that did not publish."""
-    status = store.ledger.status(request.release_id) if request.release_id else None
+    status = home.ledger.status(request.release_id) if request.release_id else None
     if status == PUBLISHED:
         return _verdict(
             PUBLISHED_ALREADY,
@@ -72,20 +72,20 @@ def _verdict(verdict: str, reason: str) -> dict:
     return {"kind": None, "charge": None, "left_after": None, "verdict": verdict, "reason": reason}
 
 
-def budget(store: Home, release: Release, plan_: Plan) -> dict:
+def budget(home: Home, release: Release, plan_: Plan) -> dict:
     """The charge, what would be left after it, and the verdict: admitted, waits for approval, refused."""
     cost = plan_.cost
     if not isinstance(cost, DPCost):
         return {"kind": cost.kind, "charge": None, "left_after": None, "verdict": ADMITTED, "reason": charge_phrase(cost.kind)}
     out = {"kind": "dp", "charge": {"epsilon": cost.budget.epsilon, "delta": cost.budget.delta}, "left_after": None}
     try:
-        pipeline.admit(store, release, plan_)
+        pipeline.admit(home, release, plan_)
     except BudgetError as exc:  # the accounting behind a refusal by the admission filter: --verbose
         return out | {"verdict": REFUSED, "reason": getattr(exc, "plain", str(exc)), "detail": getattr(exc, "detail", "")}
-    f, spends = store.ledger.admission(release.dataset.id)
+    f, spends = home.ledger.admission(release.dataset.id)
     after, counted = f.admit(spends, Spend.of("this release", cost.event))
     left, by = budget_left(f, spends + [counted])
-    now, then = (headroom.room(store.ledger, release.dataset.id, release.mechanism, release.params, x) for x in (None, counted))
+    now, then = (headroom.room(home.ledger, release.dataset.id, release.mechanism, release.params, x) for x in (None, counted))
     out["room"] = None if now is None else now.as_dict() | {"after": None if then is None else then.as_dict()}
     out["left_after"] = {
         "epsilon": left.epsilon,
@@ -101,7 +101,7 @@ def budget(store: Home, release: Release, plan_: Plan) -> dict:
             else {}
         ),
     }
-    held = charged.look(store, pipeline.claim(release, plan_), charged.Caller())
+    held = charged.look(home, pipeline.claim(release, plan_), charged.Caller())
     return out | (
         {"verdict": APPROVAL, "reason": held.words(release.dataset.id)} if held else {"verdict": ADMITTED, "reason": None}
     )

@@ -14,7 +14,6 @@ import os
 import re
 import secrets
 import shutil
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,15 +29,10 @@ from privrelease.core.errors import InternalError, ReleaseConflict
 from privrelease.core.ledger.chain import Entry
 from privrelease.core.mechanisms.base import COST_KEYS, DPCost, Plan, Result
 from privrelease.core.privacy.budget import NOT_DP
+from privrelease.core.release.catalogue import Published
 
 if TYPE_CHECKING:  # the request's model imports every mechanism: a command that publishes nothing needs none
     from privrelease.core.release.spec import Release
-
-
-@dataclass(frozen=True)
-class Published:
-    folder: Path
-    manifest: dict
 
 
 def release_folder(releases_root: Path, dataset: str, release_id: str) -> Path:
