@@ -1,5 +1,5 @@
 """Issue 39's flood, measured: 1,000 sockets that send nothing or part of a header and 200 unread downloads of
-the UI's largest script (tests/test_proxy.py's ``flood``, the downloads first), against the proxy in front of a
+the UI's largest script (tests/system/test_proxy.py's ``flood``, the downloads first), against the proxy in front of a
 gate (as `make serve` runs them) and against a bare gate, both before a real Prefect server.
 
 Run: .venv/bin/python bench/bench_flood.py [--calls 10] [--watch 120]
@@ -25,8 +25,8 @@ sys.path.insert(0, str(REPO))
 
 from privrelease.gate.accounts import Accounts  # noqa: E402
 from tests.conftest import PASSWORD  # noqa: E402
-from tests.test_proxy import analyst_call, flood  # noqa: E402
-from tests.test_server import gate, proxy, running_server  # noqa: E402
+from tests.system.test_proxy import analyst_call, flood  # noqa: E402
+from tests.system.test_server import gate, proxy, running_server  # noqa: E402
 
 
 def rss_mb(port: int) -> float:

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx
 
 from privrelease.gate.accounts import Accounts
-from tests.test_server import gate, operator, running_server
+from tests.system.test_server import gate, operator, running_server
 
 PASSWORD = "correct horse battery"
 

@@ -115,7 +115,7 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         if args.store == "postgresql":
             if args.url is None:
-                from tests.pg import cluster
+                from tests.support.pg import cluster
 
                 args.url = stack.enter_context(cluster())
             os.environ["PRIVRELEASE_LEDGER_URL"] = args.url

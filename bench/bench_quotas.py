@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from privrelease.core.ledger.ledger import Ledger  # noqa: E402
 from privrelease.core.privacy.budget import Budget  # noqa: E402
-from tests.test_server import _wait, deploy, deployment, operator, run_processes, running_server, worker  # noqa: E402
+from tests.system.test_server import _wait, deploy, deployment, operator, run_processes, running_server, worker  # noqa: E402
 
 MiB = 1 << 20
 

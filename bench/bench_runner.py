@@ -37,7 +37,7 @@ def rest(runs: int, query_seconds: int) -> None:
     import httpx
 
     from privrelease.core.datasets.demo import write_demo
-    from tests.test_server import _create_run, _run, deployment, running_server, worker
+    from tests.system.test_server import _create_run, _run, deployment, running_server, worker
 
     with tempfile.TemporaryDirectory() as tmp, running_server(Path(tmp)) as env:
         api = env["PREFECT_API_URL"]
@@ -191,7 +191,7 @@ def netns(runs: int, copies: int) -> None:
 
     from bench.bench_dpne import PARAMS
     from privrelease.core.mechanisms import dpne as mech
-    from tests.netns import A_ADDR, B_ADDR, exec_in, inside, two_hosts
+    from tests.support.netns import A_ADDR, B_ADDR, exec_in, inside, two_hosts
 
     params = mech.Params(**PARAMS, tokenizer="whitespace")
     host_b: list[str] = []  # B's namespace, named when it is made

@@ -90,7 +90,7 @@ def first_sign_in(url: str, name: str, address: str) -> tuple[float, int, str]:
 def measure(args: argparse.Namespace) -> None:
     from bench.bench_flood import rss_mb
     from privrelease.gate.accounts import Accounts
-    from tests.test_server import gate, proxy, running_server
+    from tests.system.test_server import gate, proxy, running_server
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))

@@ -1,7 +1,7 @@
 """AUC against epsilon of dp: spam training on SpamAssassin (docs/REPRODUCTION.md).
 
 The protocol's decrypted sum is exactly the plaintext first-order rule on the users' capped
-messages (``tests/test_spam.py`` pins the parity to 10^-12) plus the users' integer noise shares,
+messages (``tests/spam/test_spam.py`` pins the parity to 10^-12) plus the users' integer noise shares,
 and the server then projects the model onto the public ball. So the curve is measured by running
 exactly that in the clear: the same split as ``bench_spam.py repro`` (3 users, 20% test, seed 0),
 10^4 hashed features, batch mode, each user's shares from ``privrelease.core.privacy.draws.shares`` at the

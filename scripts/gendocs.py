@@ -1,5 +1,5 @@
 """The documentation's generated parts, rendered from the code: ``python scripts/gendocs.py --write``
-rewrites them, ``--check`` exits 1 naming each page that differs (tests/test_docs.py runs it).
+rewrites them, ``--check`` exits 1 naming each page that differs (tests/system/test_docs.py runs it).
 
 - docs/reference/cli.md: the command line, from ``privrelease.cli.main.parser()`` (argparse);
 - docs/reference/request-schema.md: the release request, from privrelease/schemas/release-request.schema.json;

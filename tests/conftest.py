@@ -34,7 +34,7 @@ absl.logging.get_absl_handler().python_handler.stream = sys.__stderr__
 REPO = Path(__file__).resolve().parent.parent
 
 # The audit tier's files, collected by `make audit` (PRIVRELEASE_AUDIT=1) only: whole stacks started as the
-# docs print them, minutes each (tests/test_serve_network.py)
+# docs print them, minutes each (tests/project/test_serve_network.py)
 collect_ignore = [] if os.environ.get("PRIVRELEASE_AUDIT") == "1" else ["test_serve_network.py"]
 
 
@@ -42,35 +42,7 @@ collect_ignore = [] if os.environ.get("PRIVRELEASE_AUDIT") == "1" else ["test_se
 # runs the system tier: whole stacks (the served Prefect with its gate, proxy and worker, the browser, `make serve`,
 # two hosts on PostgreSQL, a fresh home's first start), tens of seconds to minutes each. A file of the tier is named here;
 # a single test of another file is marked `@pytest.mark.system`.
-SYSTEM_FILES = {
-    "test_server.py",
-    "test_ui.py",
-    "test_ui_forms.py",
-    "test_ui_every_field.py",
-    "test_proxy.py",
-    "test_quotas.py",
-    "test_catalogue_served.py",
-    "test_pool_fair.py",
-    "test_proxy_attack7.py",
-    "test_signin_served.py",
-    "test_owned.py",
-    "test_proxy_attack53.py",
-    "test_run_limits.py",
-    "test_serve.py",
-    "test_server_pg.py",
-    "test_docs.py",
-    "test_spam_flow.py",
-    # the gate's attack tests through the served stack (the session's `served`: Prefect, the gate and the proxy)
-    "test_gate.py",
-    "test_gate_reads.py",
-    "test_gate_abuse.py",
-    "test_gate_attack2.py",
-    "test_gate_attack3.py",
-    "test_gate_attack7.py",
-    "test_gate_fair.py",
-    "test_gate_headers.py",
-    "test_proxy_accounts.py",
-}
+SYSTEM = Path(__file__).resolve().parent / "system"  # the system tier: every test under tests/system/
 
 
 def pytest_collection_modifyitems(config, items):
@@ -78,7 +50,7 @@ def pytest_collection_modifyitems(config, items):
     module fixtures and the session's served Prefect are built on each worker that runs one of its tests.
     (pytest-xdist's `loadgroup` cannot group them under pytest 9, which ignores the test ids xdist rewrites.)"""
     for item in items:
-        if item.path.name in SYSTEM_FILES:
+        if item.path.is_relative_to(SYSTEM):
             item.add_marker(pytest.mark.system)
 
 
@@ -134,10 +106,10 @@ def served(tmp_path_factory):
     ($PRIVRELEASE_GATE_URL in the environment yielded; the bare gate's, behind it, is $PRIVRELEASE_GATE_PORT),
     the demo datasets, the pool and every deployment; shared by the server, gate, proxy and browser tests
     (each starts its own worker)."""
-    from tests.test_server import deploy, gate, proxy, running_server
+    from tests.system.test_server import deploy, gate, proxy, running_server
 
     root = tmp_path_factory.mktemp("server")
-    # the per-account limits (tested on gates of their own in tests/test_quotas.py) set out of reach: the
+    # the per-account limits (tested on gates of their own in tests/system/test_quotas.py) set out of reach: the
     # session's accounts start runs in many tests, in whatever order and pace the workers take them
     roomy = {
         "PRIVRELEASE_ACCOUNT_RUNS": "1000",
@@ -145,7 +117,7 @@ def served(tmp_path_factory):
         "PRIVRELEASE_ACCOUNT_PER_MINUTE": "1000",
         "PRIVRELEASE_ACCOUNT_RELEASES": "1000",
         "PRIVRELEASE_POOL_RESERVED": "0",  # the tests' runs that no worker takes fill the pool's queue
-        "PRIVRELEASE_PREVIEW_SECONDS": "1800",  # a loaded machine's preview (tested in tests/test_run_limits.py)
+        "PRIVRELEASE_PREVIEW_SECONDS": "1800",  # a loaded machine's preview (tested in tests/system/test_run_limits.py)
     }
     with (
         running_server(root, roomy) as env,
@@ -159,7 +131,7 @@ def served(tmp_path_factory):
 @pytest.fixture(scope="session")
 def pg_server():
     """One real PostgreSQL 15 server for the session (about a second to start); no skip if it cannot."""
-    from tests.pg import cluster
+    from tests.support.pg import cluster
 
     with cluster() as url:
         yield url
@@ -184,7 +156,7 @@ def pg_url(pg_server: str):
         con.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
-PASSWORD = "correct horse battery"  # the test accounts' (tests/test_gate.py, tests/test_ui.py)
+PASSWORD = "correct horse battery"  # the test accounts' (tests/system/test_gate.py, tests/system/test_ui.py)
 
 
 @pytest.fixture(scope="session")
@@ -198,6 +170,6 @@ def people(served):
     for name, role in (("alice", "analyst"), ("vera", "analyst"), ("ada", "auditor"), ("sam", "steward")):
         if name not in known:
             accounts.add(name, role, PASSWORD)
-    from tests.test_server import person
+    from tests.system.test_server import person
 
     return {name: person(env["PRIVRELEASE_GATE_URL"], name, PASSWORD) for name in ("alice", "vera", "ada", "sam")}

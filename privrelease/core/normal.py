@@ -3,7 +3,7 @@ on every release that needs one of them).
 
 ``ndtr`` and ``ndtri`` evaluate Cephes' rational approximations (S. L. Moshier's Cephes library, which
 ``scipy.special`` runs) with the same coefficients, the same order of floating-point operations and the C
-library's exp and log, so they return scipy's values bit for bit (``tests/test_normal.py`` checks that over
+library's exp and log, so they return scipy's values bit for bit (``tests/privacy/test_normal.py`` checks that over
 their whole range): DPNE's thresholds and pass probabilities, which a release publishes and its ledger records,
 are the ones it computed with scipy, to the last bit; so are the Gaussian calibration's (``privrelease.core.privacy.budget``).
 """

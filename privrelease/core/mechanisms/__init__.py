@@ -3,7 +3,7 @@
 ``REGISTRY`` holds the table mechanisms a release request can name; ``MECHANISMS`` every mechanism
 the command line and the deployments can run, spam-filter training included. Each is imported when first
 asked for and checked against the contract of ``privrelease.core.mechanisms.base`` then, what it declares too
-(``tests/test_contract.py`` checks what a run returns); ``declared`` reads those declarations.
+(``tests/mechanisms/test_contract.py`` checks what a run returns); ``declared`` reads those declarations.
 """
 
 from __future__ import annotations

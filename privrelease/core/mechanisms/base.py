@@ -24,7 +24,7 @@ and knows no mechanism by its own.
 
 A mechanism that reads no registered table (spam-filter training, a protocol between parties) is
 a ``Mechanism`` but not a ``TableMechanism``: its run is its own flow's, and only its plan is shared.
-``tests/test_contract.py`` checks every registered mechanism against these protocols.
+``tests/mechanisms/test_contract.py`` checks every registered mechanism against these protocols.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ A DP mechanism's ``run`` is handed the plan that was charged, takes each leaf it
 plan's event (``events.find``: a leaf it does not declare is refused, never built) and hands it here; each function calls the one exact sampler of ``privrelease.core.noise`` that draws that leaf's
 law, with the leaf's own figures. So what is drawn and what is declared (and charged) cannot drift:
 there is no second copy of a sigma, a scale or an epsilon. A std that is data (a smooth-sensitivity
-count's) is declared as such, with its bounds (``SmoothGaussian``), and drawn only inside them. ``tests/test_draws.py`` records every call
+count's) is declared as such, with its bounds (``SmoothGaussian``), and drawn only inside them. ``tests/privacy/test_draws.py`` records every call
 during each DP mechanism's run and checks the leaves against the plan's, their number against its
-compositions, and what each function draws against the leaf's law; ``tests/test_draws_spam.py`` does
+compositions, and what each function draws against the leaf's law; ``tests/spam/test_draws_spam.py`` does
 the same for the spam users' shares (``shares``) in a ``dp:`` training's rounds.
 """
 

@@ -27,7 +27,7 @@ guarantee). The admission filter and the reports walk the tree and ask the leave
 
 Combinators: ``SelfComposed(event, count)`` and ``Composed(events)``; ``Calibrated(event, epsilon,
 delta)`` is the guarantee a mechanism's proof gives the composition it wraps, from its calibration
-(``tests/test_contract.py`` checks every plan's against its leaves). A DP cost's (epsilon, delta) is
+(``tests/mechanisms/test_contract.py`` checks every plan's against its leaves). A DP cost's (epsilon, delta) is
 ``epsilon_delta(event)``: a ``Calibrated`` node's, or the basic composition of pure and (epsilon, delta)
 leaves; a Gaussian leaf outside a ``Calibrated`` node has no single pair.
 

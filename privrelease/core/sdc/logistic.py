@@ -3,7 +3,7 @@
 The model scikit-learn's ``LogisticRegression(C=1e6, solver="newton-cholesky")`` fits (an L2 penalty of
 1/(2C) on the coefficients, none on the intercept: unpenalized in effect, yet finite when the two tables
 are separable), without importing scikit-learn and scipy (0.6 s of a small release's command).
-``tests/test_sdc_measures.py`` checks the fitted propensities against scikit-learn's on the one-hot matrix.
+``tests/sdc/test_sdc_measures.py`` checks the fitted propensities against scikit-learn's on the one-hot matrix.
 
 The design is kept as it is built (``Design``): each categorical column's level codes, whose one-hot
 columns (the first level dropped) are never formed, and a small dense block of numeric terms. Xβ is a

@@ -15,7 +15,7 @@ they are many) and pMSE (a logistic regression over level codes, ``privrelease.c
   pMSE = mean (p̂_i − c)², c the released share. Snoke et al.'s null, a release drawn from the
   original's own distribution (as RA's and a swap's are made from the original), has expectation
   (k − 1)(1 − c)²c/N for k parameters and N stacked records; two independent samples of one
-  distribution have (k − 1)c(1 − c)/N, 1/(1 − c) times more (tests/test_sdc_measures.py simulates both).
+  distribution have (k − 1)c(1 − c)/N, 1/(1 − c) times more (tests/sdc/test_sdc_measures.py simulates both).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ for its recipient (``RECORD`` bytes each); the server only relays.
   the survivors' gradients only.
 * Both secrets are fresh each round: a revealed s_u,r unmasks nothing of round r' ≠ r, in which
   b_u,r' may have been revealed (with one run-long s_u, a user that survived round r and left in a
-  later round had its round-r gradient unmasked by b_u,r and s_u: tests/test_spam_leaver_attacks.py).
+  later round had its round-r gradient unmasked by b_u,r and s_u: tests/attacks/test_spam_leavers.py).
 * A user that left is out for the rest of the run: participant lists only shrink, and an honest
   user refuses a round naming a user outside the last round's participants (``Holder.begin``).
 

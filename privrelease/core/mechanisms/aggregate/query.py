@@ -21,7 +21,7 @@ within the cap), unranked. None found: the rows are aggregated as they are; a fe
 ranked, the others' kept through an anti join; many (past ``RANK_ALL_ABOVE``): every user's rows are
 ranked. Ranking (``ranked_sql``) groups the rows by (user, key), ranks each user's keys in that small
 table, and ranks rows only in a (user, key) holding more than ``max_rows`` rows. The kept rows are the
-same each way (tests/test_aggregate.py checks them against ``ranked_sql`` over all rows).
+same each way (tests/mechanisms/test_aggregate.py checks them against ``ranked_sql`` over all rows).
 """
 
 from __future__ import annotations

@@ -207,7 +207,7 @@ def threshold(
     """One level's noise, drawn with its leaf of the plan's event: the held candidates' noisy weights (true
     weights ``units`` in grid units; the caller keeps those above ``rho``), and the weights of the ``zero``
     zero-weight candidates that pass rho: Binomial(zero, p) of them (p the tail probability), each from the
-    tail law. The statistical auditor (tests/auditor.py) calls this very function with one candidate per run."""
+    tail law. The statistical auditor (tests/support/auditor.py) calls this very function with one candidate per run."""
     noisy = draws.values(rng, leaf, units, unit)
     passed = int(rng.binomial(zero, draws.tail_probability(leaf, unit, rho))) if zero else 0
     return noisy, draws.tail(rng, leaf, unit, rho, passed)

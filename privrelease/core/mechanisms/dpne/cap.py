@@ -6,7 +6,7 @@ A choice that depends only on the user's own grams keeps each user's l2 bound; t
 DuckDB's hash is computed here in numpy (its 64-bit integer hash, the murmur64 finalizer, and its CombineHash),
 a name's hash is asked of DuckDB once per distinct name, and the choice is one sort of 64-bit keys (the user's
 number in the high bits, the hash's high bits below): the same choice as DuckDB's ``min_by`` top-n over the
-(hash, x) pairs at a quarter of its cost (``bench/RESULTS.md``); ``tests/test_dpne.py`` checks the hash against
+(hash, x) pairs at a quarter of its cost (``bench/RESULTS.md``); ``tests/mechanisms/test_dpne.py`` checks the hash against
 DuckDB's own and the choice against a Python oracle, including ties of the hash's high bits.
 """
 

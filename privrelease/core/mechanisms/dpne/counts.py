@@ -35,7 +35,7 @@ def unit_weights(cap: int, unit: float) -> np.ndarray:
     return np.array([0] + [math.isqrt(int(1 / (u2 * m))) for m in range(1, cap + 1)], dtype=np.int64)
 
 
-WHITESPACE = "\t\n\f\r "  # what the tokenizer splits on: RE2's \\s, exactly (tests/test_dpne.py)
+WHITESPACE = "\t\n\f\r "  # what the tokenizer splits on: RE2's \\s, exactly (tests/mechanisms/test_dpne.py)
 
 
 def tokens_sql(tokenizer: str, text: str) -> str:
