@@ -25,7 +25,7 @@ from privrelease.core.release.home import Home
 from privrelease.core.release.spec import parse
 from privrelease.core.sdc import methods, policy, risk
 from privrelease.core.sdc import report as sdc_report
-from tests import intruder
+from tests.support import intruder
 from tests.support.helpers import register
 
 SUPPRESS = {"name": "sdc", "params": {"steps": [{"method": "suppress"}]}}

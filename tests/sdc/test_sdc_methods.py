@@ -15,7 +15,7 @@ from scipy import stats
 
 from privrelease.core.noise import generator
 from privrelease.core.sdc import methods, policy, risk
-from tests import intruder
+from tests.support import intruder
 from tests.conftest import REPO, adult_clean
 
 POLICY = policy.parse(

@@ -130,7 +130,7 @@ def create_app(*args, **kwargs):
     return app
 
 
-privrelease.gate.app.create_app = create_app  # what gate.__main__.main imports when it starts
-
-if __name__ == "__main__":
+if __name__ == "__main__":  # started as a gate (python -m tests.support.slow_gate): only then is the app replaced,
+    # never in a test process that imports the weakened classes (another test there builds the real gate's app)
+    privrelease.gate.app.create_app = create_app  # what gate.__main__.main imports when it starts
     sys.exit(main())
