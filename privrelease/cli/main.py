@@ -40,6 +40,11 @@ def _runner(args: argparse.Namespace) -> dict:
     return {"runner": "dask" if dask else "local", "dask_address": args.dask_address, "dask_workers": args.dask_workers}
 
 
+_SILENT = logging.getLogger("privrelease.preflight")  # a pre-flight check's log: the run that follows logs the same lines
+_SILENT.addHandler(logging.NullHandler())
+_SILENT.propagate = False
+
+
 def _run_release(request_path: Path, runner: dict) -> dict:
     """Check the request against public facts first (under a second), then release: as a flow
     run on the configured Prefect server, or directly when none is configured (no temporary server)."""
@@ -48,14 +53,11 @@ def _run_release(request_path: Path, runner: dict) -> dict:
     from privrelease.core.release.home import Home
 
     request = spec.load(request_path)
-    store = Home.open()
-    bound, plan_ = pipeline.prepare(store, request)  # fail fast, with the error alone, before anything starts
-    if not prefect_api_url():  # without Prefect no steward can answer: a release needing approval is refused now
-        held = charged.look(store, pipeline.claim(bound, plan_), charged.Caller())
-        if held is not None:
-            charged.refuse(bound.dataset.id, held, logging.getLogger("privrelease"))
-    else:  # the flow's log is quiet on the console: its warnings are printed here, before the charge
-        for line in pipeline.warnings(bound, plan_):
+    home = Home.open()
+    job = pipeline.ReleaseJob(request, log=_SILENT)  # its check's lines are the run's to log, once
+    charged.preflight(home, job, charged.Caller(), bool(prefect_api_url()), logging.getLogger("privrelease"))
+    if prefect_api_url():  # the flow's log is quiet on the console: its warnings are printed here, before the charge
+        for line in pipeline.warnings(job.release, job.plan):
             print(f"warning: {line}", file=sys.stderr)
     os.environ.update({settings.RUNNER: runner["runner"], settings.DASK_WORKERS: str(runner["dask_workers"])})
     if runner["dask_address"]:
@@ -72,7 +74,7 @@ def _run_release(request_path: Path, runner: dict) -> dict:
         log.addHandler(handler)
         log.setLevel(logging.INFO)
     with parallel.configured(), charts.ahead():  # matplotlib loads in another process while the release runs
-        return pipeline.release(store, request, log=log)
+        return pipeline.release(home, request, log=log)
 
 
 def cmd_preview(args: argparse.Namespace) -> int:

@@ -18,12 +18,9 @@ def cmd_spam_train(args: argparse.Namespace, root: Path) -> int:
 
     home = Home(root)
     spec = typed.path(args.spec)
-    claim = SpamJob(spec).check(home)  # the whole spec, its files, floors, terms and run id: before Prefect starts
-    charged.admit(home, claim)
     prefect_env(root)
-    held = charged.look(home, claim, charged.Caller())
-    if held is not None and not prefect_api_url():  # a temporary server has no steward to answer
-        charged.refuse(claim.dataset, held, logging.getLogger("privrelease"))
+    # the whole spec, its files, floors, terms and run id, its admission and approval: before Prefect starts
+    charged.preflight(home, SpamJob(spec), charged.Caller(), bool(prefect_api_url()), logging.getLogger("privrelease"))
     start_prefect()
     from privrelease.flows.spam import spam_filter_training
 

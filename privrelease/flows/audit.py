@@ -2,39 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
 from datetime import UTC, datetime
 from pathlib import Path
 
-from prefect import flow, get_run_logger, task
+from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from privrelease.core.charts import render_chart
 from privrelease.core.errors import LedgerCorrupt, UserError
 from privrelease.core.ledger import audit as _audit
 from privrelease.core.release import headroom
-from privrelease.core.release.charged import recover
 from privrelease.core.release.home import Home
 from privrelease.flows.artifacts import data_uri, flat, readable
-from privrelease.flows.steps import RAW, time_limited
-
-
-@task(name="read-ledger", **RAW)
-def read(home: Home) -> _audit.Audit:
-    with contextlib.suppress(LedgerCorrupt):  # a broken ledger is reported by the audit itself
-        recover(home)  # interrupted runs are settled before the audit reads the ledger
-    return _audit.audit(home.ledger, home.releases)
-
-
-@task(name="chart-spend", **RAW)
-def chart(home: Home, audit: _audit.Audit, stamp: str) -> str | None:
-    spec = _audit.spend_chart(audit.entries)
-    if spec is None:
-        return None
-    path = home.root / "audit" / f"ledger-spend-{stamp}.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    render_chart(spec, path)
-    return str(path)
+from privrelease.flows.steps import chart_spend, read_ledger, time_limited
 
 
 def _rooms(home: Home, audit: _audit.Audit) -> dict:
@@ -54,8 +33,8 @@ def ledger_audit() -> list[dict]:
     chain is broken."""
     home = Home.open()
     with time_limited():
-        audit = read(home)
-        chart_path = chart(home, audit, datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"))
+        audit = read_ledger(home)
+        chart_path = chart_spend(home, audit, datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"))
     totals = [x.as_dict() for x in audit.totals]
     rooms = _rooms(home, audit)
     rows = [x | {"room": None if rooms.get(x["dataset"]) is None else rooms[x["dataset"]].as_dict()} for x in totals]

@@ -8,6 +8,7 @@ place. Tasks carry raw rows or mail: none is ever cached or its result persisted
 
 from __future__ import annotations
 
+import contextlib
 import json
 import traceback
 from collections.abc import Iterator
@@ -26,7 +27,9 @@ from prefect.states import Cancelled, State
 from pydantic import Field
 
 from privrelease.core import interrupts, limits, settings
-from privrelease.core.errors import ApprovalError
+from privrelease.core.charts import render_chart
+from privrelease.core.errors import ApprovalError, LedgerCorrupt
+from privrelease.core.ledger import audit as _audit
 from privrelease.core.ledger.approval import Approval, Look, Rule
 from privrelease.core.people import requester
 from privrelease.core.release import charged, pipeline, spam_run
@@ -149,3 +152,22 @@ def _shown(look: Look) -> tuple[Look, bool]:
         return look, False
     fields_ = json.loads(kept)
     return Look(**fields_ | {"rule": Rule(**fields_["rule"])}), True
+
+
+# the ledger audit's steps (privrelease/flows/audit.py)
+@task(name="read-ledger", **RAW)
+def read_ledger(home: Home) -> _audit.Audit:
+    with contextlib.suppress(LedgerCorrupt):  # a broken ledger is reported by the audit itself
+        charged.recover(home)  # interrupted runs are settled before the audit reads the ledger
+    return _audit.audit(home.ledger, home.releases)
+
+
+@task(name="chart-spend", **RAW)
+def chart_spend(home: Home, audit: _audit.Audit, stamp: str) -> str | None:
+    spec = _audit.spend_chart(audit.entries)
+    if spec is None:
+        return None
+    path = home.root / "audit" / f"ledger-spend-{stamp}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    render_chart(spec, path)
+    return str(path)

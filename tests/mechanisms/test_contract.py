@@ -24,12 +24,13 @@ import pandas as pd
 import pytest
 
 from privrelease.core.errors import InternalError
-from privrelease.core.mechanisms import MECHANISMS, REGISTRY, registry
-from privrelease.core.mechanisms.base import COST_KEYS, DPCost, Mechanism, MPCCost, NoDP, Plan, Result, TableMechanism, declared
+from privrelease.core.mechanisms import MECHANISMS, REGISTRY, SDC, registry
+from privrelease.core.mechanisms.base import COST_KEYS, Mechanism, Plan, Result, SdcMechanism, TableMechanism, declared
 from privrelease.core.params import StrictParams
 from privrelease.core.privacy import accountant as acc
 from privrelease.core.privacy import events as ev
 from privrelease.core.privacy.budget import gaussian_epsilon
+from privrelease.core.privacy.cost import DPCost, MPCCost, NoDP
 from privrelease.core.tables.schema import Needs
 from tests.mechanisms.test_dpne import phrase_corpus
 from tests.mechanisms.test_outliers import planted
@@ -292,3 +293,27 @@ def test_what_a_mechanism_declares_is_read_in_one_place_and_checked_when_registe
 
     with pytest.raises(TypeError, match="mechanism 'restating' declares user filled in, but its Params has no such field"):
         registry(Misnamed(), kind=TableMechanism)
+
+
+@pytest.mark.parametrize("name", sorted(MECHANISMS))
+def test_an_sdc_plan_comes_from_an_sdc_mechanism_which_says_what_it_protects(name):
+    """The contract's SDC part is written (#55): a mechanism whose plan is not DP (``NoDP``) is registered as an
+    ``SdcMechanism`` and the registry checked ``protects`` when it loaded it; no other mechanism is."""
+    m = MECHANISMS[name]
+    sdc = isinstance(m.plan(m.Params.model_validate(EXAMPLES[name][1])).cost, NoDP)
+    assert (name in SDC) == sdc and MECHANISMS.kind(name) is (SdcMechanism if sdc else Mechanism)
+    if sdc:
+        assert isinstance(m, SdcMechanism) and isinstance(m.protects(m.Params.model_validate(EXAMPLES[name][1])), list)
+
+
+def test_an_sdc_mechanism_without_protects_is_refused_when_it_loads():
+    """The weakened variant: RA without ``protects`` is still a TableMechanism, and the SDC registry refuses it."""
+    ra = REGISTRY["ra"]
+
+    class Unprotected:
+        NAME, Params, plan, needs, run, check = ra.NAME, ra.Params, ra.plan, ra.needs, ra.run, ra.check
+
+    assert isinstance(Unprotected(), TableMechanism) and not isinstance(Unprotected(), SdcMechanism)
+    registry(Unprotected(), kind=TableMechanism)  # as a plain table mechanism it would pass
+    with pytest.raises(TypeError, match="mechanism 'ra' is not a SdcMechanism: it lacks protects"):
+        registry(Unprotected(), kind=SdcMechanism)

@@ -34,10 +34,10 @@ from scipy import stats
 from privrelease.core import noise
 from privrelease.core.mechanisms import MECHANISMS, REGISTRY, declared, dpne
 from privrelease.core.mechanisms import outliers as o
-from privrelease.core.mechanisms.base import DPCost
 from privrelease.core.mechanisms.outliers import sensitivity as sens
 from privrelease.core.privacy import draws
 from privrelease.core.privacy import events as ev
+from privrelease.core.privacy.cost import DPCost
 from tests.mechanisms.test_contract import DP_REQUESTS, EXAMPLES
 from tests.mechanisms.test_outliers import _permute_and_flip, planted
 

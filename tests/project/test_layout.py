@@ -109,3 +109,14 @@ def test_tests_live_in_folders_by_subject():
     folders = {p.parent.relative_to(tests).parts[0] for p in tests.rglob("test_*.py")}
     assert {"system", "attacks", "privacy", "ledger", "mechanisms", "release", "sdc", "spam", "gate", "flows", "cli"} <= folders
     assert not list((tests / "support").glob("test_*.py"))
+
+
+def test_every_prefect_task_is_made_in_flows_steps():
+    """Prefect wraps core steps as tasks in one place (#55): no other module makes a task."""
+    made = sorted(
+        str(p.relative_to(REPO))
+        for p in (REPO / "privrelease").rglob("*.py")
+        if any(isinstance(d, ast.Call) and getattr(d.func, "id", None) == "task" or getattr(d, "id", None) == "task"
+               for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.FunctionDef) for d in node.decorator_list)
+    )  # fmt: skip
+    assert made == ["privrelease/flows/steps.py"]

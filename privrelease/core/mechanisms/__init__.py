@@ -12,7 +12,7 @@ import importlib
 from collections.abc import Iterator, Mapping
 
 from privrelease.core.errors import SpecError
-from privrelease.core.mechanisms.base import Mechanism, TableMechanism, declared
+from privrelease.core.mechanisms.base import Mechanism, SdcMechanism, TableMechanism, declared
 
 
 def registry(*mechanisms: object, kind: type = Mechanism) -> dict:
@@ -25,7 +25,8 @@ def registry(*mechanisms: object, kind: type = Mechanism) -> dict:
 def check(m: object, kind: type) -> None:
     """``m`` implements ``kind`` (a protocol of ``base``), and what it declares filled in are fields of its Params."""
     if not isinstance(m, kind):
-        members = ("NAME", "Params", "plan") + (("needs", "run", "check") if kind is TableMechanism else ())
+        members = ("NAME", "Params", "plan") + (("needs", "run", "check") if kind in (TableMechanism, SdcMechanism) else ())
+        members += ("protects",) if kind is SdcMechanism else ()
         missing = [a for a in members if not hasattr(m, a)]
         raise TypeError(f"mechanism {getattr(m, 'NAME', m)!r} is not a {kind.__name__}: it lacks {', '.join(missing)}")
     said = declared(m)
@@ -42,12 +43,16 @@ class Registry(Mapping):
     def __init__(self, where: dict[str, tuple[str, str | None]], kind: type) -> None:
         self._where, self._kind, self._loaded = where, kind, {}
 
+    def kind(self, name: str) -> type:
+        """The protocol the mechanism called ``name`` is checked against: an SDC mechanism's, else the registry's."""
+        return SdcMechanism if name in SDC else self._kind
+
     def __getitem__(self, name: str):
         if name not in self._loaded:
             module, attribute = self._where[name]  # KeyError: no such mechanism
             found = importlib.import_module(f"privrelease.core.mechanisms.{module}")
             m = getattr(found, attribute) if attribute else found
-            check(m, self._kind)
+            check(m, self.kind(name))
             if m.NAME != name:
                 raise TypeError(f"mechanism {m.NAME!r} is registered as {name!r}")
             self._loaded[name] = m
@@ -66,6 +71,7 @@ TABLES = {
     "mews": ("swapping", "MEWS"), "meds": ("swapping", "MEDS"), "eds": ("swapping", "EDS"), "sdc": ("sdc_chain", None),
     "sdc_table": ("sdc_table", None),
 }  # fmt: skip
+SDC = frozenset({"ra", "mews", "meds", "eds", "sdc", "sdc_table"})  # under statistical disclosure control: SdcMechanism
 REGISTRY: Mapping[str, TableMechanism] = Registry(TABLES, TableMechanism)
 MECHANISMS: Mapping[str, Mechanism] = Registry({**TABLES, "spam-filter-training": ("spam_training", None)}, Mechanism)
 

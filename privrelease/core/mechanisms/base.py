@@ -22,7 +22,8 @@ its Dask workers read the stored snapshot themselves, and its views before a rel
 diffprivlib's mechanisms carry their bias and variance. The preview asks for them by these names
 and knows no mechanism by its own.
 
-A mechanism that reads no registered table (spam-filter training, a protocol between parties) is
+An ``SdcMechanism`` is a ``TableMechanism`` under statistical disclosure control that also says which of the
+policy's key variables a request ``protects``. A mechanism that reads no registered table (spam-filter training, a protocol between parties) is
 a ``Mechanism`` but not a ``TableMechanism``: its run is its own flow's, and only its plan is shared.
 ``tests/mechanisms/test_contract.py`` checks every registered mechanism against these protocols.
 """
@@ -31,11 +32,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from privrelease.core.charts import Chart
 from privrelease.core.params import StrictParams
-from privrelease.core.privacy.cost import DPCost
+from privrelease.core.privacy.cost import Cost
 from privrelease.core.tables.schema import Needs
 
 if TYPE_CHECKING:  # the frames a run takes: the gate and the ledger's commands read the contract, never a frame
@@ -43,25 +44,6 @@ if TYPE_CHECKING:  # the frames a run takes: the gate and the ledger's commands 
     import pandas as pd
 
 COST_KEYS = ("kind", "guarantee", "adjacency", "model", "epsilon", "delta")  # the manifest's, from the plan
-
-
-@dataclass(frozen=True)
-class NoDP:
-    """No differential privacy: statistical disclosure control under ``model``, whose risk figures the release states."""
-
-    model: str
-    kind: Literal["sdc"] = "sdc"
-
-
-@dataclass(frozen=True)
-class MPCCost:
-    """No epsilon: a secure computation whose guarantee (``model``) is cryptographic."""
-
-    model: str
-    kind: Literal["mpc"] = "mpc"
-
-
-Cost = DPCost | NoDP | MPCCost
 
 
 @dataclass(frozen=True)
@@ -122,6 +104,15 @@ class TableMechanism(Mechanism, Protocol):
     def needs(self, params: StrictParams, columns: tuple[str, ...]) -> Needs: ...
     def run(self, frame: pd.DataFrame | Snapshot, params: StrictParams, plan: Plan, rng: np.random.Generator) -> Result: ...
     def check(self, original: pd.DataFrame | Snapshot, result: Result, params: StrictParams) -> None: ...
+
+
+@runtime_checkable
+class SdcMechanism(TableMechanism, Protocol):
+    """A table mechanism under statistical disclosure control (its plan's cost is ``NoDP``): ``protects(params)``
+    names the disclosure policy's key variables a request protects, which the policy's check before the charge
+    (``privrelease.core.sdc.enforce``) and the risk report read."""
+
+    def protects(self, params: StrictParams) -> list[str]: ...
 
 
 def _none(*_: object) -> None:

@@ -1,6 +1,6 @@
 """Neighbouring relations as typed values: what a DP guarantee is stated under, stored as a code.
 
-A DP cost holds its adjacency (``privrelease.core.mechanisms.base.DPCost``), and a dataset's charges must all be
+A DP cost holds its adjacency (``privrelease.core.privacy.cost.DPCost``), and a dataset's charges must all be
 under one: the ledger compares the typed values, never the words, so rewording a sentence cannot
 lock a dataset out. Each value has a ``code`` (what the ledger stores), the ``sentence`` the manifest,
 the report and ``ledger totals`` show (exactly the words used before codes), and its privacy

@@ -1,4 +1,6 @@
-"""A DP charge as a value: a privacy event under an adjacency, its (epsilon, delta) derived from the event.
+"""What a run costs, as a value: a DP charge (``DPCost``: a privacy event under an adjacency, its (epsilon, delta)
+derived from the event), ``NoDP`` (statistical disclosure control) or ``MPCCost`` (a secure computation). The one
+module that states a cost's types.
 
 A mechanism's plan states it (``privrelease.core.mechanisms.base``), the ledger charges it (``privrelease.core.ledger``), the
 manifest and the report show it: one value, so the figures charged, shown and drawn with are the
@@ -41,3 +43,22 @@ class DPCost:
     @property
     def model(self) -> str:
         return ("user-level " if self.unit == "user" else "") + "(epsilon, delta)-differential privacy"
+
+
+@dataclass(frozen=True)
+class NoDP:
+    """No differential privacy: statistical disclosure control under ``model``, whose risk figures the release states."""
+
+    model: str
+    kind: Literal["sdc"] = "sdc"
+
+
+@dataclass(frozen=True)
+class MPCCost:
+    """No epsilon: a secure computation whose guarantee (``model``) is cryptographic."""
+
+    model: str
+    kind: Literal["mpc"] = "mpc"
+
+
+Cost = DPCost | NoDP | MPCCost

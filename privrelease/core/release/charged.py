@@ -33,8 +33,9 @@ from privrelease.core.ledger import lease, pinned, refusal
 from privrelease.core.ledger.approval import Approval, Look
 from privrelease.core.ledger.chain import Entry, canonical
 from privrelease.core.ledger.ledger import FAILED, PUBLISHED, RESERVED, Charge, published
-from privrelease.core.mechanisms.base import DPCost, Plan
+from privrelease.core.mechanisms.base import Plan
 from privrelease.core.privacy.budget import charge_phrase
+from privrelease.core.privacy.cost import DPCost
 from privrelease.core.release import publish as _publish
 from privrelease.core.release.home import Home
 
@@ -105,6 +106,18 @@ def admit(home: Home, claim: Claim, hint: Callable[[], str] = str) -> None:
         home.ledger.admit(claim.dataset, claim.dp)
     except BudgetExhausted as exc:
         raise hinted(exc, hint) from None
+
+
+def preflight(home: Home, job: Job, caller: Caller, served: bool, log: Log) -> Claim:
+    """What a command checks before it starts Prefect, the run's own first steps on public facts, so a bad request
+    is refused at once with its error alone and nothing started: the job's check, admission against the cap with
+    what would fit instead, and, where no Prefect server runs (no steward can answer), a charge the approval rule
+    holds back refused now. The one pre-flight: the release and spam-training commands both call it."""
+    claim = job.check(home)
+    admit(home, claim, lambda: job.admit_hint(home))
+    if not served and (held := look(home, claim, caller)) is not None:
+        refuse(claim.dataset, held, log)
+    return claim
 
 
 def hinted(exc: BudgetExhausted, hint: Callable[[], str]) -> BudgetExhausted:

@@ -28,7 +28,8 @@ from privrelease.core.datasets import snapshots
 from privrelease.core.errors import SpecError
 from privrelease.core.ledger import account, pinned
 from privrelease.core.ledger.ledger import Charge, Ledger
-from privrelease.core.mechanisms.base import DPCost, Plan, Result, Snapshot
+from privrelease.core.mechanisms.base import Plan, Result, Snapshot
+from privrelease.core.privacy.cost import DPCost
 from privrelease.core.release import charged, headroom
 from privrelease.core.release import publish as _publish
 from privrelease.core.release import spec as _spec

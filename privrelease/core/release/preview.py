@@ -18,9 +18,10 @@ from privrelease.core.errors import BudgetError, UserError
 from privrelease.core.ledger.account import left as budget_left
 from privrelease.core.ledger.ledger import PUBLISHED
 from privrelease.core.ledger.refusal import spent_words
-from privrelease.core.mechanisms.base import Declared, DPCost, Plan
+from privrelease.core.mechanisms.base import Declared, Plan
 from privrelease.core.privacy.accountant import Spend
 from privrelease.core.privacy.budget import charge_phrase
+from privrelease.core.privacy.cost import DPCost
 from privrelease.core.release import charged, headroom, pipeline
 from privrelease.core.release.home import Home
 from privrelease.core.release.spec import Release, ReleaseRequest

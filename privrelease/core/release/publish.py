@@ -27,8 +27,9 @@ from privrelease.core.datasets.snapshots import sha256
 from privrelease.core.db import memory
 from privrelease.core.errors import InternalError, ReleaseConflict
 from privrelease.core.ledger.chain import Entry
-from privrelease.core.mechanisms.base import COST_KEYS, DPCost, Plan, Result
+from privrelease.core.mechanisms.base import COST_KEYS, Plan, Result
 from privrelease.core.privacy.budget import NOT_DP
+from privrelease.core.privacy.cost import DPCost
 from privrelease.core.release.catalogue import Published
 
 if TYPE_CHECKING:  # the request's model imports every mechanism: a command that publishes nothing needs none

@@ -34,9 +34,10 @@ from privrelease.core.mechanisms.aggregate import quantile as quantile
 from privrelease.core.mechanisms.aggregate import query as query
 from privrelease.core.mechanisms.aggregate import report as show
 from privrelease.core.mechanisms.aggregate.params import Measure, Params
-from privrelease.core.mechanisms.base import DPCost, Plan, Result, Snapshot
+from privrelease.core.mechanisms.base import Plan, Result, Snapshot
 from privrelease.core.privacy import draws, events
 from privrelease.core.privacy.adjacency import AddRemoveUser, ReplaceRecord
+from privrelease.core.privacy.cost import DPCost
 from privrelease.core.tables.schema import Needs
 
 __all__ = ["NAME", "Measure", "Params", "needs", "plan", "run", "check"]

@@ -42,7 +42,7 @@ from privrelease.core import noise, parallel
 from privrelease.core.charts import Chart
 from privrelease.core.db import quote_ident, scratch
 from privrelease.core.errors import InternalError
-from privrelease.core.mechanisms.base import DPCost, Plan, Result, Snapshot
+from privrelease.core.mechanisms.base import Plan, Result, Snapshot
 from privrelease.core.mechanisms.dpne import detection as dpne_accuracy
 from privrelease.core.mechanisms.dpne.candidates import Candidates
 from privrelease.core.mechanisms.dpne.corpus import open_partition
@@ -52,6 +52,7 @@ from privrelease.core.params import StrictParams
 from privrelease.core.privacy import draws, events
 from privrelease.core.privacy.adjacency import AddRemoveUser
 from privrelease.core.privacy.budget import gaussian_sigma
+from privrelease.core.privacy.cost import DPCost
 from privrelease.core.tables.schema import Needs
 
 NAME = "dpne"

@@ -35,7 +35,7 @@ from pydantic import Field, model_validator
 from privrelease.core import noise
 from privrelease.core.errors import InternalError, ParameterError
 from privrelease.core.ledger import legacy
-from privrelease.core.mechanisms.base import DPCost, Plan, Result
+from privrelease.core.mechanisms.base import Plan, Result
 from privrelease.core.mechanisms.outliers import scale as outliers_scale
 from privrelease.core.mechanisms.outliers import sensitivity as sens
 from privrelease.core.mechanisms.outliers.geometry import COORD_LIMIT, Cover, degrees, subspace_points
@@ -59,6 +59,7 @@ from privrelease.core.privacy import draws, events
 from privrelease.core.privacy.accuracy import Z95
 from privrelease.core.privacy.adjacency import ReplaceRecord
 from privrelease.core.privacy.budget import Budget
+from privrelease.core.privacy.cost import DPCost
 from privrelease.core.tables.schema import Needs
 
 NAME = "outliers"

@@ -17,8 +17,9 @@ from pydantic import Field, model_validator
 
 from privrelease.core.charts import Chart
 from privrelease.core.errors import InternalError, ParameterError
-from privrelease.core.mechanisms.base import NoDP, Plan, Result
+from privrelease.core.mechanisms.base import Plan, Result
 from privrelease.core.params import StrictParams
+from privrelease.core.privacy.cost import NoDP
 from privrelease.core.tables.schema import Needs
 
 NAME = "ra"

@@ -19,8 +19,9 @@ from pydantic import Field, model_validator
 
 from privrelease.core.errors import InternalError, ParameterError
 from privrelease.core.mechanisms import ra, swapping
-from privrelease.core.mechanisms.base import NoDP, Plan, Result
+from privrelease.core.mechanisms.base import Plan, Result
 from privrelease.core.params import StrictParams
+from privrelease.core.privacy.cost import NoDP
 from privrelease.core.sdc import methods
 from privrelease.core.sdc.policy import Policy
 from privrelease.core.tables.schema import Needs

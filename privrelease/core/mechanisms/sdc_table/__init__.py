@@ -26,9 +26,10 @@ import pandas as pd
 from pydantic import Field, model_validator
 
 from privrelease.core.errors import InternalError, ParameterError
-from privrelease.core.mechanisms.base import NoDP, Plan, Result
+from privrelease.core.mechanisms.base import Plan, Result
 from privrelease.core.mechanisms.sdc_table import report as out
 from privrelease.core.params import StrictParams
+from privrelease.core.privacy.cost import NoDP
 from privrelease.core.sdc.cells import audit as _audit
 from privrelease.core.sdc.cells import rules as _rules
 from privrelease.core.sdc.cells import secondary

@@ -10,8 +10,9 @@ rounds one distributed discrete Gaussian leaf self-composed (``privrelease.core.
 
 from __future__ import annotations
 
-from privrelease.core.mechanisms.base import DPCost, MPCCost, Plan
+from privrelease.core.mechanisms.base import Plan
 from privrelease.core.privacy import events
+from privrelease.core.privacy.cost import DPCost, MPCCost
 from privrelease.core.spam.dp import ADJACENCY, calibrate
 from privrelease.core.spam.spec import SpamSpec
 from privrelease.core.spam.terms import MAIL

@@ -29,7 +29,7 @@ from pydantic import Field, field_validator, model_validator
 
 from privrelease.core.charts import Chart
 from privrelease.core.errors import InternalError, ParameterError
-from privrelease.core.mechanisms.base import NoDP, Plan, Result
+from privrelease.core.mechanisms.base import Plan, Result
 from privrelease.core.mechanisms.swapping.bins import (
     Partition,
     apply,
@@ -45,6 +45,7 @@ from privrelease.core.mechanisms.swapping.bins import (
     within_range,
 )
 from privrelease.core.params import StrictParams
+from privrelease.core.privacy.cost import NoDP
 from privrelease.core.tables.schema import Needs
 
 SwapMode = Literal["cyclic", "pairs", "block"]
