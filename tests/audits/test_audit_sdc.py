@@ -28,8 +28,8 @@ from privrelease.core import noise
 from privrelease.core.mechanisms import ra, sdc_chain, swapping
 from privrelease.core.sdc import enforce, policy, risk
 from privrelease.core.sdc import report as sdc_report
-from tests.support import intruder
 from tests.sdc.test_sdc_policy import _outlier
+from tests.support import intruder
 from tests.support.auditor import ALPHA, REPORT_ENV, audit, record, runs
 from tests.support.helpers import planned_run
 

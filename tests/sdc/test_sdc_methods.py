@@ -15,8 +15,8 @@ from scipy import stats
 
 from privrelease.core.noise import generator
 from privrelease.core.sdc import methods, policy, risk
-from tests.support import intruder
 from tests.conftest import REPO, adult_clean
+from tests.support import intruder
 
 POLICY = policy.parse(
     {
