@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 # The audit tier's files, collected by `make audit` (PRIVRELEASE_AUDIT=1) only: whole stacks started as the
 # docs print them, minutes each (tests/project/test_serve_network.py)
-collect_ignore = [] if os.environ.get("PRIVRELEASE_AUDIT") == "1" else ["test_serve_network.py"]
+collect_ignore = [] if os.environ.get("PRIVRELEASE_AUDIT") == "1" else ["project/test_serve_network.py"]
 
 
 # Two tiers. `make test` (CI) runs every test but the system tier, on two pytest-xdist workers; `make test-system`

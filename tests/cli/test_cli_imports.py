@@ -78,6 +78,6 @@ def test_the_registry_loads_each_mechanism_checked_and_refuses_an_unknown_name()
     assert set(mechanisms.REGISTRY) == set(mechanisms.MECHANISMS) - {"spam-filter-training"}
     with pytest.raises(SpecError, match="unknown mechanism 'nope'; available: aggregate, dpne, eds, meds, mews"):
         mechanisms.get("nope")
-    broken = mechanisms.Registry({"ra": ("dpne", None)}, mechanisms.TableMechanism)
-    with pytest.raises(TypeError, match="mechanism 'dpne' is registered as 'ra'"):
-        broken["ra"]
+    broken = mechanisms.Registry({"dpne": ("outliers", None)}, mechanisms.TableMechanism)
+    with pytest.raises(TypeError, match="mechanism 'outliers' is registered as 'dpne'"):
+        broken["dpne"]
