@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from privrelease.core.ledger.ledger import Ledger  # noqa: E402
+from privrelease.core.ledger.ledger import ChargeRequest, Ledger  # noqa: E402
 from privrelease.core.mechanisms import dpne, outliers  # noqa: E402
 from privrelease.core.privacy import accountant as acc  # noqa: E402
 from privrelease.core.privacy import events, pld  # noqa: E402
@@ -115,7 +115,7 @@ def fill(home: Path, n: int, distinct: bool) -> Ledger:
     for i in range(n):
         eps = 1.0 + (i * 1e-3 if distinct else 0.0)
         plan = plans.get(eps) or plans.setdefault(eps, dpne_plan(epsilon=eps, delta=1e-6))
-        ledger.reserve("posts", f"r{i}", "dp", plan.cost, "dpne", {"i": i}, plan.detail)
+        ledger.reserve(ChargeRequest("posts", f"r{i}", "dp", plan.cost, "dpne", {"i": i}, plan.detail))
     return ledger
 
 

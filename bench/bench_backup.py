@@ -44,7 +44,7 @@ def size(folder: Path) -> int:
 def many_releases(home: Path, n: int, env: dict) -> None:
     """``n`` DP releases of logins-demo: a dozen as typed, the rest charged, settled and filed as the release path does."""
     os.environ.update(env)
-    from privrelease.core.ledger.ledger import PUBLISHED, Ledger
+    from privrelease.core.ledger.ledger import PUBLISHED, ChargeRequest, Ledger
     from privrelease.core.privacy.budget import Budget
     from privrelease.core.release.home import Home
 
@@ -60,13 +60,15 @@ def many_releases(home: Path, n: int, env: dict) -> None:
     for i in range(12, n):
         rid = f"logins-demo-bench-{i:05d}"
         charge = ledger.reserve(
-            "logins-demo",
-            rid,
-            "dp",
-            cost,
-            first.mechanism,
-            params,
-            {k: v for k, v in detail.items() if k not in ("events", "admission")},
+            ChargeRequest(
+                "logins-demo",
+                rid,
+                "dp",
+                cost,
+                first.mechanism,
+                params,
+                {k: v for k, v in detail.items() if k not in ("events", "admission")},
+            )
         )
         folder = model.parent / rid
         shutil.copytree(model, folder)

@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from privrelease.core.datasets.demo import write_demo  # noqa: E402
+from privrelease.core.ledger.ledger import ChargeRequest  # noqa: E402
 from privrelease.core.release import pipeline, spec  # noqa: E402
 from privrelease.core.release.catalogue import Catalogue  # noqa: E402
 from privrelease.core.release.home import Home  # noqa: E402
@@ -48,7 +49,7 @@ def publish_copies(home: Home, first, upto: int, have: int) -> None:
     params = first.manifest["mechanism"]["params"]
     for i in range(have, upto):
         rid = f"bench-{i:05d}"
-        charge = ledger.reserve("census-demo", rid, "sdc", None, "sdc", params).entry
+        charge = ledger.reserve(ChargeRequest("census-demo", rid, "sdc", None, "sdc", params)).entry
         folder = first.folder.parent / rid
         shutil.copytree(first.folder, folder)
         manifest = dict(first.manifest, release_id=rid, ledger={"seq": charge.seq, "hash": charge.hash})

@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from privrelease.core.ledger.ledger import PUBLISHED  # noqa: E402
+from privrelease.core.ledger.ledger import PUBLISHED, ChargeRequest  # noqa: E402
 from privrelease.core.privacy.adjacency import ReplaceRecord  # noqa: E402
 from privrelease.core.privacy.budget import Budget  # noqa: E402
 from privrelease.core.privacy.cost import DPCost  # noqa: E402
@@ -37,7 +37,7 @@ from pathlib import Path
 from privrelease.core.privacy.adjacency import ReplaceRecord
 from privrelease.core.privacy.cost import DPCost
 from privrelease.core.privacy.events import EpsilonDelta
-from privrelease.core.ledger.ledger import Ledger
+from privrelease.core.ledger.ledger import ChargeRequest, Ledger
 db, worker, n, start = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
 ledger = Ledger(db)
 ledger.entries()  # connect before the clock starts
@@ -45,7 +45,7 @@ while not start.exists():
     time.sleep(0.001)
 for i in range(n):
     began = time.perf_counter()
-    ledger.reserve("shared", f"{worker}-{i}", "dp", DPCost(EpsilonDelta(0.001, 0.0), ReplaceRecord()), "m", {}, {})
+    ledger.reserve(ChargeRequest("shared", f"{worker}-{i}", "dp", DPCost(EpsilonDelta(0.001, 0.0), ReplaceRecord()), "m", {}, {}))
     print(time.perf_counter() - began)
 """
 
@@ -57,7 +57,7 @@ def sequential(root: Path, n: int, approve_above: float | None = None) -> list[s
     latencies = []
     for i in range(n):
         began = time.perf_counter()
-        ledger.reserve("d", f"r{i}", "dp", DPCost(EpsilonDelta(0.5, 1e-9), ReplaceRecord()), "m", {"i": i}, {})
+        ledger.reserve(ChargeRequest("d", f"r{i}", "dp", DPCost(EpsilonDelta(0.5, 1e-9), ReplaceRecord()), "m", {"i": i}, {}))
         ledger.settle(f"r{i}", PUBLISHED, {})
         latencies.append(time.perf_counter() - began)
     started = time.perf_counter()

@@ -25,7 +25,7 @@ from privrelease.core import paths, settings
 from privrelease.core.people import REQUESTED_BY
 
 
-def declared(repo: Path) -> dict[str, dict]:
+def declared_deployments(repo: Path) -> dict[str, dict]:
     """The deployments ``prefect.yaml`` declares, by name: entrypoint, pull steps (with ``{{ $VAR }}``
     filled in from this environment, as ``prefect deploy`` does), job variables, parameter checking."""
     config = yaml.safe_load((repo / "prefect.yaml").read_text())
@@ -83,7 +83,9 @@ def main() -> int:
     with get_client(sync_client=True) as client:
         run = client.read_flow_run(run_id)
         deployment = client.read_deployment(run.deployment_id) if run.deployment_id else None
-        why = problem(run.model_dump(mode="json"), deployment and deployment.model_dump(mode="json"), declared(paths.repo()))
+        why = problem(
+            run.model_dump(mode="json"), deployment and deployment.model_dump(mode="json"), declared_deployments(paths.repo())
+        )
         if why is not None:
             message = f"refused by the worker's guard: {why}; nothing of it was run."
             print(f"privrelease guard: flow run {run_id} {message}", file=sys.stderr, flush=True)

@@ -19,7 +19,7 @@ import yaml
 
 from privrelease.core import interrupts
 from privrelease.core.datasets.demo import census, posts
-from privrelease.core.ledger.ledger import FAILED, PUBLISHED, Ledger
+from privrelease.core.ledger.ledger import FAILED, PUBLISHED, ChargeRequest, Ledger
 from privrelease.core.privacy.budget import Budget
 from privrelease.core.release import charged
 from privrelease.core.release.home import Home
@@ -126,7 +126,7 @@ def test_outside_a_charged_run_the_ledger_says_what_became_of_this_process_charg
     assert charged.said(home) == interrupts.BEFORE  # no ledger yet
     home.ledger.set_budget("d", Budget(2.0, 1e-6))
     assert charged.said(home) == interrupts.BEFORE  # a cap is no charge
-    home.ledger.reserve("d", "r1", "dp", dp(1.0, 1e-7), "m", {})
+    home.ledger.reserve(ChargeRequest("d", "r1", "dp", dp(1.0, 1e-7), "m", {}))
     assert charged.said(home) == (
         "stopped (Ctrl-C) after its charge: ledger entry #2 (charged epsilon=1 delta=1e-07) stands; the next "
         "privrelease command records its outcome (see privrelease ledger history)."
@@ -136,7 +136,7 @@ def test_outside_a_charged_run_the_ledger_says_what_became_of_this_process_charg
         "stopped (Ctrl-C) after publishing: release r1 is in place, ledger entry #2 (charged epsilon=1 delta=1e-07) "
         "records it as published."
     )
-    home.ledger.reserve("d", "r2", "dp", dp(0.5, 0.0), "m", {})
+    home.ledger.reserve(ChargeRequest("d", "r2", "dp", dp(0.5, 0.0), "m", {}))
     home.ledger.settle("r2", FAILED, {})
     assert charged.said(home) == (
         "stopped (Ctrl-C) after its charge: ledger entry #4 (charged epsilon=0.5 delta=0) stands, recorded as failed. "

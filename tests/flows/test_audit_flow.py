@@ -11,7 +11,7 @@ import pytest
 
 from privrelease.cli.main import main
 from privrelease.core.errors import LedgerCorrupt
-from privrelease.core.ledger.ledger import PUBLISHED, Ledger
+from privrelease.core.ledger.ledger import PUBLISHED, ChargeRequest, Ledger
 from privrelease.core.mechanisms import dpne
 from privrelease.core.privacy.budget import Budget
 
@@ -22,9 +22,11 @@ def _fill(home) -> None:
     for i, eps in enumerate((1.0, 2.0)):
         params = dpne.Params(user_column="u", text_column="t", epsilon=eps, delta=1e-7, T=4)
         plan = dpne.plan(params)
-        ledger.reserve("posts", f"p{i}", "dp", plan.cost, "dpne", {"mechanism": params.model_dump(mode="json")}, plan.detail)
+        ledger.reserve(
+            ChargeRequest("posts", f"p{i}", "dp", plan.cost, "dpne", {"mechanism": params.model_dump(mode="json")}, plan.detail)
+        )
         ledger.settle(f"p{i}", PUBLISHED)
-    ledger.reserve("survey", "c0", "sdc", None, "ra", {}, {})
+    ledger.reserve(ChargeRequest("survey", "c0", "sdc", None, "ra", {}, {}))
 
 
 async def _artifacts(flow_run_id) -> dict:

@@ -20,7 +20,7 @@ from privrelease.core.errors import LedgerCorrupt
 from privrelease.core.ledger import anchors
 from privrelease.core.ledger.approval import Approval
 from privrelease.core.ledger.chain import canonical, check_chain
-from privrelease.core.ledger.ledger import Ledger
+from privrelease.core.ledger.ledger import ChargeRequest, Ledger
 from privrelease.core.people import requester
 from privrelease.core.privacy.budget import Budget
 from privrelease.gate.accounts import AccountError, Accounts
@@ -102,7 +102,7 @@ def test_user_commands_as_typed(tmp_path: Path):
 def test_every_entry_names_who_asked_under_the_hash_chain(tmp_path: Path):
     ledger = Ledger(tmp_path / "privrelease.duckdb")
     cap = ledger.set_budget("d", Budget(2.0, 1e-6), requested_by="sam")
-    charge = ledger.reserve("d", "r1", "dp", dp(1.0, 0.0), "m", {}, requested_by="alice").entry
+    charge = ledger.reserve(ChargeRequest("d", "r1", "dp", dp(1.0, 0.0), "m", {}, requested_by="alice")).entry
     assert (cap.requested_by, charge.requested_by) == ("sam", "alice")
     key = anchors.key(tmp_path, create=False)
     assert charge.computed_hash(key) != replace(charge, requested_by="vera").computed_hash(key)
@@ -132,7 +132,7 @@ def test_the_approval_threshold_is_a_share_of_what_remains(tmp_path: Path):
     # the delta share binds: of the 9/10 of delta the admission filter leaves to the releases (docs/ACCOUNTING.md)
     assert _held(ledger.approval("d", dp(0.5, 5e-6))) == (pytest.approx(5 / 9), 0.25)
     approved = Approval.given(ledger.approval("d", dp(2.0, 0.0)), "sam", datetime.now(UTC))  # 50%: a steward's yes
-    ledger.reserve("d", "r1", "dp", dp(2.0, 0.0), "m", {}, approval=approved)
+    ledger.reserve(ChargeRequest("d", "r1", "dp", dp(2.0, 0.0), "m", {}, approval=approved))
     assert _held(ledger.approval("d", dp(1.0, 1e-6))) == (0.5, 0.25)  # a share of what remains, not of the cap
     ledger.set_budget("d", Budget(4.0, 1e-5))  # a new cap without a threshold: none applies
     assert _held(ledger.approval("d", dp(2.0, 1e-6))) is None

@@ -18,7 +18,7 @@ import pytest
 
 from privrelease.core.errors import ApprovalError
 from privrelease.core.ledger import approval
-from privrelease.core.ledger.ledger import RESERVED, Ledger
+from privrelease.core.ledger.ledger import RESERVED, ChargeRequest, Ledger
 from privrelease.core.privacy.accountant import Filter, Spend
 from privrelease.core.privacy.adjacency import ReplaceRecord
 from privrelease.core.privacy.budget import Budget, gaussian_sigma
@@ -44,7 +44,7 @@ class LookedBeforeOnly(Ledger):
 
 
 def _charge(ledger: Ledger, run_id: str, eps: float, who: str = "alice", given: approval.Approval | None = None):
-    return ledger.reserve("d", run_id, "dp", dp(eps, 1e-7), "m", {"r": run_id}, {}, None, who, given)
+    return ledger.reserve(ChargeRequest("d", run_id, "dp", dp(eps, 1e-7), "m", {"r": run_id}, {}, None, who, given))
 
 
 @pytest.mark.parametrize("weakened", [False, True])
@@ -195,10 +195,10 @@ def test_an_accounts_window_is_set_by_the_steward_and_enforced_per_account(tmp_p
     )
     assert r.returncode == 0 and "one bringing its requester past epsilon=1.5 in 24 hours waits for a steward" in r.stdout
     ledger = Ledger(home / "privrelease.duckdb")
-    ledger.reserve("census", "a1", "dp", dp(1.0, 0.0), "m", {}, {}, None, "alice")
-    ledger.reserve("census", "b1", "dp", dp(1.0, 0.0), "m", {}, {}, None, "bob")  # another account's own window
+    ledger.reserve(ChargeRequest("census", "a1", "dp", dp(1.0, 0.0), "m", {}, {}, None, "alice"))
+    ledger.reserve(ChargeRequest("census", "b1", "dp", dp(1.0, 0.0), "m", {}, {}, None, "bob"))  # another account's own window
     with pytest.raises(ApprovalError, match="in the last 24 hours to 2"):
-        ledger.reserve("census", "a2", "dp", dp(1.0, 0.0), "m", {}, {}, None, "alice")
+        ledger.reserve(ChargeRequest("census", "a2", "dp", dp(1.0, 0.0), "m", {}, {}, None, "alice"))
     assert ledger.replay() == []
     # a new cap replaces the old whole: what it drops is said, and a share alone is said not to bound an account
     r = run(home, "ledger", "set-budget", "census", "--epsilon", "10", "--delta", "1e-5", "--approve-above", "0.5")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from privrelease.core.errors import BudgetError, LedgerCorrupt, ReleaseConflict
-from privrelease.core.ledger.ledger import FAILED, PUBLISHED, RESERVED, Ledger
+from privrelease.core.ledger.ledger import FAILED, PUBLISHED, RESERVED, ChargeRequest, Ledger
 from privrelease.core.mechanisms import dpne
 from privrelease.core.privacy.adjacency import AddRemoveUser, Adjacency, ReplaceRecord
 from privrelease.core.privacy.budget import Budget, compose_sigmas, gaussian_epsilon
@@ -36,7 +36,9 @@ ADJ = ReplaceRecord()
 
 
 def charge(ledger: Ledger, release: str, eps: float, delta: float = 0.0, dataset: str = "d", adjacency: Adjacency = ADJ, **kw):
-    return ledger.reserve(dataset, release, "dp", dp(eps, delta, adjacency=adjacency), "m", {"x": 1} | kw, {"sigma": 2.0})
+    return ledger.reserve(
+        ChargeRequest(dataset, release, "dp", dp(eps, delta, adjacency=adjacency), "m", {"x": 1} | kw, {"sigma": 2.0})
+    )
 
 
 def test_dp_release_without_cap_is_refused(ledger):
@@ -48,14 +50,14 @@ def test_dp_release_without_cap_is_refused(ledger):
 
 
 def test_sdc_release_needs_no_cap_and_shows_no_dp_total(ledger):
-    c = ledger.reserve("s", "r1", "sdc", None, "ra", {}, {})
+    c = ledger.reserve(ChargeRequest("s", "r1", "sdc", None, "ra", {}, {}))
     assert c.previous_status is None and c.entry.status == RESERVED and c.entry.kind == "sdc"
     ledger.settle("r1", PUBLISHED, {"pa": 30.0})
     (t,) = ledger.totals()
     assert (t.kind, t.cap, t.spent, t.remaining, t.published) == ("sdc", None, None, None, 1)
     assert t.as_dict()["spent"] is None and t.as_dict()["gdp"] is None
     with pytest.raises(ValueError, match="exactly when it is dp"):
-        ledger.reserve("s", "r2", "sdc", dp(1.0), "ra", {}, {})  # an sdc run cannot carry an epsilon
+        ledger.reserve(ChargeRequest("s", "r2", "sdc", dp(1.0), "ra", {}, {}))  # an sdc run cannot carry an epsilon
     ledger.set_budget("s", Budget(1.0))
     with pytest.raises(BudgetError, match="one kind of release"):
         charge(ledger, "r3", 0.1, dataset="s")
@@ -210,7 +212,7 @@ from privrelease.core.ledger import anchors
 from privrelease.core.privacy.budget import Budget, compose_sigmas, gaussian_epsilon
 from privrelease.core.mechanisms import dpne
 from privrelease.core.errors import BudgetError
-from privrelease.core.ledger.ledger import Ledger
+from privrelease.core.ledger.ledger import ChargeRequest, Ledger
 from tests.support.helpers import dp
 db, worker, start = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
 while not start.exists():
@@ -218,7 +220,7 @@ while not start.exists():
 ledger, ok = Ledger(db), []
 for i in range(4):
     try:
-        ledger.reserve("shared", f"w{worker}-{i}", "dp", dp(0.05, 1e-8), "m", {}, {})
+        ledger.reserve(ChargeRequest("shared", f"w{worker}-{i}", "dp", dp(0.05, 1e-8), "m", {}, {}))
         ok.append(f"w{worker}-{i}")
     except BudgetError:
         pass
@@ -261,7 +263,7 @@ def test_gdp_total_for_gaussian_histories(ledger):
         for eps, T in ((1.0, 6), (2.0, 9), (1.0, 3))
     ]
     for i, plan in enumerate(plans):
-        ledger.reserve("d", f"r{i}", "dp", replace(plan.cost, adjacency=ADJ), "dpne", {"i": i}, plan.detail)
+        ledger.reserve(ChargeRequest("d", f"r{i}", "dp", replace(plan.cost, adjacency=ADJ), "dpne", {"i": i}, plan.detail))
     (t,) = ledger.totals()
     sigmas = [s for p in plans for s in p.detail["sigmas"]]
     expected = gaussian_epsilon(compose_sigmas(sigmas), 3 * 0.5e-7)
@@ -347,7 +349,7 @@ def test_remaining_after_a_gaussian_charge_is_what_the_filter_leaves(ledger):
     epsilons (3, what totals showed before) does not."""
     ledger.set_budget("d", Budget(4.0, 1e-5))
     plan = dpne.plan(dpne.Params(user_column="u", text_column="t", epsilon=1.0, delta=1e-7, T=6))
-    ledger.reserve("d", "g", "dp", replace(plan.cost, adjacency=ADJ), "dpne", {}, plan.detail)
+    ledger.reserve(ChargeRequest("d", "g", "dp", replace(plan.cost, adjacency=ADJ), "dpne", {}, plan.detail))
     (t,) = ledger.totals()
     assert t.as_dict()["remaining_by"] == "filter" and t.spent.epsilon == 1.0
     assert t.remaining.epsilon == pytest.approx(4.0 - t.account.filter_epsilon) and t.remaining.epsilon < 2.5

@@ -17,7 +17,7 @@ from privrelease.core.errors import BudgetError
 from privrelease.core.ledger import anchors
 from privrelease.core.ledger.account import recorded, spend
 from privrelease.core.ledger.chain import Entry, insert
-from privrelease.core.ledger.ledger import RESERVED, Ledger
+from privrelease.core.ledger.ledger import RESERVED, ChargeRequest, Ledger
 from privrelease.core.mechanisms import dpne, outliers
 from privrelease.core.privacy import adjacency as adj
 from privrelease.core.privacy import events as ev
@@ -92,7 +92,7 @@ def test_the_old_figures_are_reported_as_before(old: Ledger, tmp_path: Path):
 
 def test_new_charges_join_the_old_history_under_the_same_adjacency(old: Ledger):
     plan = dpne.plan(dpne.Params(user_column="user", text_column="text", epsilon=0.5, delta=1e-6, T=3))
-    entry = old.reserve("posts", "dpne-new", "dp", plan.cost, "dpne", {"i": 2}, plan.detail).entry
+    entry = old.reserve(ChargeRequest("posts", "dpne-new", "dp", plan.cost, "dpne", {"i": 2}, plan.detail)).entry
     first = next(e for e in old.entries() if e.release_id == "dpne-0")
     assert entry.adjacency == "add-remove-user:user" != first.adjacency  # a code now, a sentence then: one relation
     assert json.loads(entry.detail)["events"] == ev.stored(plan.cost.event) and "accountant" not in json.loads(entry.detail)
@@ -103,5 +103,5 @@ def test_new_charges_join_the_old_history_under_the_same_adjacency(old: Ledger):
     count = outliers.plan(
         outliers.Params.model_validate(json.loads(next(e.params for e in old.entries() if e.release_id == "outliers-smooth")))
     )
-    old.reserve("sessions", "outliers-new", "dp", count.cost, "outliers", {}, count.detail)
+    old.reserve(ChargeRequest("sessions", "outliers-new", "dp", count.cost, "outliers", {}, count.detail))
     assert old.verify() == 18 and old.replay() == []

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from privrelease.core.errors import BudgetError, LedgerCorrupt
-from privrelease.core.ledger.ledger import PUBLISHED, RESERVED, Ledger
+from privrelease.core.ledger.ledger import PUBLISHED, RESERVED, ChargeRequest, Ledger
 from privrelease.core.privacy.adjacency import ReplaceRecord
 from privrelease.core.privacy.budget import Budget
 from privrelease.core.store import PgStore, StoreUnavailable
@@ -145,7 +145,7 @@ def test_a_connection_dropped_mid_charge_writes_nothing(pg_ledger: Ledger, pg_ur
 
     def charge() -> None:
         try:
-            pg_ledger.reserve("d", "r1", "dp", dp(0.4), "m", {}, {})
+            pg_ledger.reserve(ChargeRequest("d", "r1", "dp", dp(0.4), "m", {}, {}))
         except BaseException as exc:  # noqa: BLE001 - handed to the test
             failure.append(exc)
 
@@ -168,7 +168,7 @@ def test_a_connection_dropped_mid_charge_writes_nothing(pg_ledger: Ledger, pg_ur
     assert len(failure) == 1 and isinstance(failure[0], StoreUnavailable)
     assert "so nothing was half-written" in str(failure[0]) and "run the command again" in str(failure[0])
     assert [e.status for e in pg_ledger.entries()] == ["cap"] and pg_ledger.verify() == 1
-    charged = pg_ledger.reserve("d", "r1", "dp", dp(0.4), "m", {}, {})  # the retry charges once
+    charged = pg_ledger.reserve(ChargeRequest("d", "r1", "dp", dp(0.4), "m", {}, {}))  # the retry charges once
     assert charged.previous_status is None and pg_ledger.verify() == 2
     assert pg_ledger.totals()[0].spent == Budget(0.4, 0.0)
     admin.close()
@@ -179,10 +179,10 @@ def test_a_worker_with_another_key_cannot_extend_the_chain(pg_ledger: Ledger, tm
     (tmp_path / "other-home" / "keys").mkdir(parents=True)
     (tmp_path / "other-home" / "keys" / "ledger.key").write_text("11" * 32 + "\n")
     with pytest.raises(LedgerCorrupt, match="does not check out under this process's ledger key"):
-        other.reserve("d", "r1", "dp", dp(0.4), "m", {}, {})
+        other.reserve(ChargeRequest("d", "r1", "dp", dp(0.4), "m", {}, {}))
     assert [e.status for e in pg_ledger.entries()] == ["cap"] and pg_ledger.verify() == 1
     monkeypatch.setenv("PRIVRELEASE_LEDGER_KEY_FILE", str(pg_ledger.home / "keys" / "ledger.key"))  # control
-    other.reserve("d", "r1", "dp", dp(0.4), "m", {}, {})
+    other.reserve(ChargeRequest("d", "r1", "dp", dp(0.4), "m", {}, {}))
     assert pg_ledger.verify() == 2
 
 
@@ -205,7 +205,7 @@ def test_the_dataset_row_lock_is_what_holds_the_cap(pg_ledger: Ledger, pg_url: s
 
     def charge(release: str) -> None:
         try:
-            Ledger(pg_ledger.db_path, store).reserve("d", release, "dp", dp(0.6), "m", {}, {})
+            Ledger(pg_ledger.db_path, store).reserve(ChargeRequest("d", release, "dp", dp(0.6), "m", {}, {}))
             outcomes.append("charged")
         except BudgetError:
             outcomes.append("refused")

@@ -16,7 +16,7 @@ import pytest
 
 from privrelease.core.ledger import anchors
 from privrelease.core.ledger.chain import GENESIS
-from privrelease.core.ledger.ledger import PUBLISHED, Ledger
+from privrelease.core.ledger.ledger import PUBLISHED, ChargeRequest, Ledger
 from privrelease.core.privacy.adjacency import ReplaceRecord
 from privrelease.core.privacy.budget import Budget
 from tests.flows.test_release_flow import cli
@@ -43,7 +43,7 @@ def duck_ledger(home: Path) -> Ledger:
 def _fill(ledger: Ledger) -> Ledger:
     ledger.set_budget("d", Budget(5.0, 1e-5))
     for i in range(4):
-        ledger.reserve("d", f"r{i}", "dp", dp(0.5), "m", {"i": i}, {})
+        ledger.reserve(ChargeRequest("d", f"r{i}", "dp", dp(0.5), "m", {"i": i}, {}))
         ledger.settle(f"r{i}", PUBLISHED)
     ledger.set_budget("d", Budget(2.5, 1e-6))
     return ledger
@@ -116,7 +116,7 @@ def test_edit_last_and_recompute_without_the_key_exits_3(ledger, capsys):
 def test_rollback_of_the_whole_file_exits_3(duck_ledger, capsys, tmp_path):
     old = tmp_path / "old.duckdb"
     shutil.copy(duck_ledger.db_path, old)
-    duck_ledger.reserve("d", "r9", "dp", dp(0.5), "m", {"i": 9}, {})
+    duck_ledger.reserve(ChargeRequest("d", "r9", "dp", dp(0.5), "m", {"i": 9}, {}))
     duck_ledger.settle("r9", PUBLISHED)
     shutil.copy(old, duck_ledger.db_path)  # the older copy: a charge forgotten
     code, out = verify(capsys)

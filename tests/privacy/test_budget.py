@@ -11,7 +11,7 @@ import pytest
 from privrelease.core.datasets.demo import posts
 from privrelease.core.errors import BudgetError
 from privrelease.core.ledger import account
-from privrelease.core.ledger.ledger import RESERVED, Ledger
+from privrelease.core.ledger.ledger import RESERVED, ChargeRequest, Ledger
 from privrelease.core.privacy import accountant as acc
 from privrelease.core.privacy import events as ev
 from privrelease.core.privacy import pld
@@ -111,8 +111,8 @@ def test_totals_show_basic_filter_and_pld_cross_checked(opened):
 
 def test_history_of_sdc_and_mpc_shows_no_epsilon(home):
     ledger = Ledger(home / "privrelease.duckdb")
-    ledger.reserve("survey", "s1", "sdc", None, "ra", {}, {})
-    ledger.reserve("mail", "m1", "mpc", None, "spam-filter-training", {}, {})
+    ledger.reserve(ChargeRequest("survey", "s1", "sdc", None, "ra", {}, {}))
+    ledger.reserve(ChargeRequest("mail", "m1", "mpc", None, "spam-filter-training", {}, {}))
     r = run(home, "ledger", "history", "--json")
     shown = json.loads(r.stdout)
     assert [(e["kind"], e["epsilon"], e["delta"]) for e in shown] == [("sdc", None, None), ("mpc", None, None)]
@@ -181,11 +181,11 @@ def test_totals_command_as_the_steward_types_it(opened, home):
 def test_a_refusal_by_basic_composition_names_what_binds_with_both_figures(tmp_path: Path):
     ledger = Ledger(tmp_path / "privrelease.duckdb")
     ledger.set_budget("d", Budget(1, 1e-6))
-    ledger.reserve("d", "r1", "dp", dp(0.5, 1e-7), "m", {})
+    ledger.reserve(ChargeRequest("d", "r1", "dp", dp(0.5, 1e-7), "m", {}))
     with pytest.raises(BudgetError) as eps:
-        ledger.reserve("d", "r2", "dp", dp(0.6, 1e-7), "m", {})
+        ledger.reserve(ChargeRequest("d", "r2", "dp", dp(0.6, 1e-7), "m", {}))
     with pytest.raises(BudgetError) as delta:
-        ledger.reserve("d", "r3", "dp", dp(0.1, 1e-6), "m", {})
+        ledger.reserve(ChargeRequest("d", "r3", "dp", dp(0.1, 1e-6), "m", {}))
     assert "by basic composition, epsilon (delta has room)." in str(eps.value)
     assert "by basic composition, delta (epsilon has room)." in str(delta.value)
     assert "this release needs epsilon=0.1, delta=1e-06" in str(delta.value)
@@ -198,6 +198,6 @@ def test_totals_print_every_digit_spent(tmp_path: Path):
     home = tmp_path / "home"
     ledger = Ledger(home / "privrelease.duckdb")
     ledger.set_budget("d", Budget(10, 1e-3))
-    ledger.reserve("d", "r1", "dp", dp(1, 1e-6), "m", {})
+    ledger.reserve(ChargeRequest("d", "r1", "dp", dp(1, 1e-6), "m", {}))
     row = run(home, "ledger", "totals").stdout.splitlines()[1].split()
     assert row[2:11] == ["10", "/", "0.001", "10%", "basic", "-", "1", "/", "1e-06"], row

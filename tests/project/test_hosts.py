@@ -19,7 +19,7 @@ from privrelease.core import parallel, settings
 from privrelease.core.datasets import snapshots
 from privrelease.core.datasets.registry import Registry, Unit
 from privrelease.core.errors import BudgetError
-from privrelease.core.ledger.ledger import Ledger
+from privrelease.core.ledger.ledger import ChargeRequest, Ledger
 from privrelease.core.mechanisms import dpne
 from privrelease.core.operations.upgrade import upgrade
 from privrelease.core.privacy.budget import Budget
@@ -56,7 +56,7 @@ def admitted_in_turn(cap: Budget, folder: Path) -> int:
     ledger.set_budget("conc", cap)
     for n in range(20):
         try:
-            ledger.reserve("conc", f"r{n}", "dp", plan.cost, "dpne", {}, plan.detail)
+            ledger.reserve(ChargeRequest("conc", f"r{n}", "dp", plan.cost, "dpne", {}, plan.detail))
         except BudgetError:
             return n
     return 20

@@ -26,7 +26,7 @@ from privrelease.core.datasets.demo import write_demo
 from privrelease.core.datasets.snapshots import sha256
 from privrelease.core.errors import UserError
 from privrelease.core.ledger import rollback
-from privrelease.core.ledger.ledger import FAILED, Ledger
+from privrelease.core.ledger.ledger import FAILED, ChargeRequest, Ledger
 from privrelease.core.release import pipeline, spec
 from privrelease.core.release.catalogue import EPOCH, Catalogue, NotInCatalogue, Published, _zipped
 from privrelease.core.release.home import Home
@@ -73,7 +73,7 @@ def test_only_published_releases_are_listed(demo, tmp_path: Path):
     params = published.manifest["mechanism"]["params"]
 
     def charge(release_id: str) -> dict:
-        c = ledger.reserve("census-demo", release_id, "sdc", None, "sdc", params).entry
+        c = ledger.reserve(ChargeRequest("census-demo", release_id, "sdc", None, "sdc", params)).entry
         return {"seq": c.seq, "hash": c.hash}
 
     _copy(work, published, "pending-one", charge("pending-one"))  # its folder in place, not yet settled

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from privrelease.core.faults import STEPS
-from privrelease.core.ledger.ledger import FAILED, PUBLISHED, RESERVED, Ledger
+from privrelease.core.ledger.ledger import FAILED, PUBLISHED, RESERVED, ChargeRequest, Ledger
 from privrelease.core.privacy.budget import Budget
 from privrelease.core.release import charged
 from privrelease.core.release.home import Home
@@ -127,7 +127,7 @@ def test_a_running_release_stays_pending_and_verify_reports_it(dp_home, capsys):
     """A charge whose process still runs is not settled by another command; verify lists it with its age."""
     home, _ = dp_home
     ledger = Ledger(home / "privrelease.duckdb")
-    ledger.reserve("sessions", "live", "dp", dp(0.5), "outliers", {}, {})  # this process
+    ledger.reserve(ChargeRequest("sessions", "live", "dp", dp(0.5), "outliers", {}, {}))  # this process
     code, out, _ = cli(capsys, "ledger", "verify")
     assert code == 0 and re.search(
         r"pending: release live of sessions \(entry #3\) charged \d+ s ago, its process still "
@@ -149,7 +149,7 @@ def test_recovery_keeps_the_staging_of_a_release_that_charged_while_it_ran(dp_ho
 
     def racing(self):
         live = pending(self)  # the recovery's view of the live charges ...
-        Ledger(store.db).reserve("sessions", "late", "dp", dp(0.5), "outliers", {}, {})
+        Ledger(store.db).reserve(ChargeRequest("sessions", "late", "dp", dp(0.5), "outliers", {}, {}))
         (store.staging / "sessions" / "late.0a1b2c3d").mkdir(parents=True)  # ... then a release charges and stages
         return live
 

@@ -207,8 +207,8 @@ def test_every_spec_error_is_refused_before_prefect_starts_once_and_without_a_tr
     script = f"""
 import contextlib, io, json, sys, time
 from pathlib import Path
-from privrelease.core.ledger.ledger import Ledger
-Ledger(Path({str(home / "privrelease.duckdb")!r})).reserve("spam-filter", "used", "mpc", None, "spam-filter-training", {{}}, {{}})
+from privrelease.core.ledger.ledger import ChargeRequest, Ledger
+Ledger(Path({str(home / "privrelease.duckdb")!r})).reserve(ChargeRequest("spam-filter", "used", "mpc", None, "spam-filter-training", {{}}, {{}}))
 from privrelease.cli.main import main
 out = {{}}
 for name, path in {specs!r}.items():

@@ -55,7 +55,7 @@ def history(entries: list[Entry]) -> list[Spend]:
 
 
 @dataclass(frozen=True)
-class Account:
+class BudgetAccount:
     """One dp dataset's figures (epsilons at the cap's delta, except basic's own delta)."""
 
     filter: Filter
@@ -88,7 +88,7 @@ class Account:
         }
 
 
-def account(entries: list[Entry], cap: Budget, cache_dir: Path | None = None, tight: bool = True) -> Account:
+def account(entries: list[Entry], cap: Budget, cache_dir: Path | None = None, tight: bool = True) -> BudgetAccount:
     """The dataset's account under ``cap``; ``tight=False`` leaves out the PLD figure (``pld_epsilon`` None),
     a second of dp-accounting for each new history that what is left does not depend on."""
     charges = [e for e in entries if e.status == RESERVED and e.kind == "dp"]
@@ -104,7 +104,7 @@ def account(entries: list[Entry], cap: Budget, cache_dir: Path | None = None, ti
             [e for s in spends for e in s.curve], cap.delta, cache_dir, pld.discretization(basic.epsilon)
         )
     over = bool(spends) and not f.check(spends).admitted
-    return Account(
+    return BudgetAccount(
         f,
         basic,
         f.spent_epsilon(spends),
@@ -144,7 +144,7 @@ class Totals:
     failed: int
     pending: int
     gdp_epsilon: float | None = None  # the tighter total when every charge is a Gaussian-DP release
-    account: Account | None = None  # the filter's and the PLD figures (a dp dataset with a cap)
+    account: BudgetAccount | None = None  # the filter's and the PLD figures (a dp dataset with a cap)
 
     @property
     def remaining(self) -> Budget | None:

@@ -49,6 +49,25 @@ def published(releases_root: Path, charge: Entry) -> bool:
 
 
 @dataclass(frozen=True)
+class ChargeRequest:
+    """What a charge asks of the ledger: the release (dataset and id), its kind (``dp``, ``sdc`` or ``mpc``) and, for
+    ``dp``, its cost (a privacy event under an adjacency); the mechanism and its parameters (a retry with the same id
+    and parameters is the same charge); display figures for the entry (``detail``); who asked, from which Prefect run,
+    and a steward's approval where the rule holds the charge back."""
+
+    dataset: str
+    release_id: str
+    kind: str
+    cost: DPCost | None
+    mechanism: str
+    params: dict
+    detail: dict | None = None
+    flow_run_id: str | None = None
+    requested_by: str | None = None
+    approval: Approval | None = None
+
+
+@dataclass(frozen=True)
 class Charge:
     """The result of ``reserve``: the charging entry and the release's status before the call."""
 
@@ -151,20 +170,8 @@ class Ledger(Book):
                 rows(con, "WHERE dataset = ? AND status = ? AND kind = 'dp' ORDER BY seq", [dataset, RESERVED])
             )
 
-    def reserve(
-        self,
-        dataset: str,
-        release_id: str,
-        kind: str,
-        cost: DPCost | None,
-        mechanism: str,
-        params: dict,
-        detail: dict | None = None,
-        flow_run_id: str | None = None,
-        requested_by: str | None = None,
-        approval: Approval | None = None,
-    ) -> Charge:
-        """Charge a release, atomically, once per release id.
+    def reserve(self, request: ChargeRequest) -> Charge:
+        """Charge a release (``request``), atomically, once per release id.
 
         A retry with the same release id and the same ``params`` returns the first charge; the same
         id with other params is refused. A dp charge (its privacy event, whose parts the entry records
@@ -174,6 +181,9 @@ class Ledger(Book):
         an ``approval`` that still covers it, and what was decided is recorded with the charge
         (``privrelease.core.ledger.approval``).
         """
+        r = request
+        dataset, release_id, kind, cost, mechanism, params = r.dataset, r.release_id, r.kind, r.cost, r.mechanism, r.params
+        detail, flow_run_id, requested_by, approval = r.detail, r.flow_run_id, r.requested_by, r.approval
         if kind not in KINDS or (kind == "dp") != (cost is not None):
             raise ValueError(f"a {kind!r} charge takes a DP cost (a privacy event and an adjacency) exactly when it is dp")
         with self._write(dataset) as (con, written):

@@ -32,7 +32,7 @@ from privrelease.core.errors import ApprovalError, BudgetExhausted, ReleaseConfl
 from privrelease.core.ledger import lease, pinned, refusal
 from privrelease.core.ledger.approval import Approval, Look
 from privrelease.core.ledger.chain import Entry, canonical
-from privrelease.core.ledger.ledger import FAILED, PUBLISHED, RESERVED, Charge, published
+from privrelease.core.ledger.ledger import FAILED, PUBLISHED, RESERVED, Charge, ChargeRequest, published
 from privrelease.core.mechanisms.base import Plan
 from privrelease.core.privacy.budget import charge_phrase
 from privrelease.core.privacy.cost import DPCost
@@ -145,16 +145,18 @@ def reserve(home: Home, claim: Claim, caller: Caller, approval: Approval | None)
     DP cost carries a privacy event (its budget derived from it) and an adjacency; the approval is checked
     again under the lock."""
     return home.ledger.reserve(
-        claim.dataset,
-        claim.run_id,
-        claim.plan.cost.kind,
-        claim.dp,
-        claim.mechanism,
-        claim.params,
-        claim.plan.detail,
-        caller.flow_run_id,
-        caller.requested_by,
-        approval,
+        ChargeRequest(
+            claim.dataset,
+            claim.run_id,
+            claim.plan.cost.kind,
+            claim.dp,
+            claim.mechanism,
+            claim.params,
+            claim.plan.detail,
+            caller.flow_run_id,
+            caller.requested_by,
+            approval,
+        )
     )
 
 

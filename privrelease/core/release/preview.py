@@ -110,21 +110,16 @@ def budget(home: Home, release: Release, plan_: Plan) -> dict:
 
 def accuracy_of(release: Release, plan_: Plan) -> dict | None:
     """Each DP output's noise and expected accuracy, as its mechanism states them."""
-    return declared(release.mechanism).accuracy(*_public(release, plan_))
+    return _views(release.mechanism).accuracy(*_public(release, plan_))
 
 
 def notes(release: Release, plan_: Plan) -> list[str]:
     """What the analyst should judge before spending: the mechanism's notes (DPNE: how many users a word
     needs, as the corpus size is not public), after the disclosure policy's for an SDC release."""
-    own = declared(release.mechanism).notes(*_public(release, plan_))
+    own = _views(release.mechanism).notes(*_public(release, plan_))
     if release.dataset.purpose != "sdc":
         return own
     return enforce.notes(release.dataset, mechanisms.get(release.mechanism), release.params) + own
-
-
-def declared(mechanism: str) -> Declared:
-    """What the mechanism called ``mechanism`` declares, its views among them."""
-    return mechanisms.declared(mechanisms.get(mechanism))
 
 
 def _public(release: Release, plan_: Plan) -> tuple:
@@ -153,7 +148,7 @@ def text(p: dict, verbose: bool = False) -> str:
     lines += [f"> warning: {w}" for w in p["warnings"]] + ([""] if p["warnings"] else [])
     lines += [f"> note: {n}" for n in p["notes"]] + ([""] if p["notes"] else [])
     if p["accuracy"]:
-        lines += declared(p["mechanism"]).accuracy_lines(p["accuracy"])
+        lines += _views(p["mechanism"]).accuracy_lines(p["accuracy"])
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -201,4 +196,9 @@ def _left_lines(left: dict) -> list[str]:
 
 def charts(p: dict) -> list[Chart]:
     """The preview's charts (DPNE's detection curves), as its mechanism draws its expected accuracy."""
-    return declared(p["mechanism"]).accuracy_charts(p["accuracy"]) if p["accuracy"] else []
+    return _views(p["mechanism"]).accuracy_charts(p["accuracy"]) if p["accuracy"] else []
+
+
+def _views(name: str) -> Declared:
+    """What the mechanism called ``name`` declares (``privrelease.core.mechanisms.declared``): its views."""
+    return mechanisms.declared(mechanisms.get(name))
