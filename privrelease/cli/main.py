@@ -54,15 +54,16 @@ def _run_release(request_path: Path, runner: dict) -> dict:
 
     request = spec.load(request_path)
     home = Home.open()
+    served = bool(prefect_api_url())
     job = pipeline.ReleaseJob(request, log=_SILENT)  # its check's lines are the run's to log, once
-    charged.preflight(home, job, charged.Caller(), bool(prefect_api_url()), logging.getLogger("privrelease"))
-    if prefect_api_url():  # the flow's log is quiet on the console: its warnings are printed here, before the charge
+    charged.preflight(home, job, charged.Caller(), served, logging.getLogger("privrelease"))
+    if served:  # the flow's log is quiet on the console: its warnings are printed here, before the charge
         for line in pipeline.warnings(job.release, job.plan):
             print(f"warning: {line}", file=sys.stderr)
     os.environ.update({settings.RUNNER: runner["runner"], settings.DASK_WORKERS: str(runner["dask_workers"])})
     if runner["dask_address"]:
         os.environ[settings.DASK_ADDRESS] = runner["dask_address"]
-    if prefect_api_url():
+    if served:
         from privrelease.flows.release import release
 
         quiet_console()
