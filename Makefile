@@ -53,7 +53,7 @@ audit: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check privrelease tests bench scripts
 	$(VENV)/bin/ruff format --check privrelease tests bench scripts  # formatted; `# fmt: skip` on tables only
-	$(VENV)/bin/python scripts/gendocs.py --check  # the generated pages: CLI, parameters, request schema, policy
+	$(VENV)/bin/python scripts/gendocs.py --check  # the generated pages: CLI, parameters, request schema, the gate's access table
 	$(VENV)/bin/python scripts/check_seeds.py  # every generator a test or benchmark makes is seeded, or says why any draw will do
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet  # the site (mkdocs.yml) into build/site: a broken link fails
 

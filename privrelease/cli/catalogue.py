@@ -36,10 +36,10 @@ def cmd_release_catalogue(args: argparse.Namespace, root: Path) -> int:
     return _show(release, args) if action == "show" else _get(release, args)
 
 
-def _cost(summary: dict) -> str:
+def _cost(listing: dict) -> str:
     from privrelease.core.privacy.budget import charge_phrase
 
-    p = summary["privacy"]
+    p = listing["privacy"]
     if p["kind"] == "sdc":
         return f"sdc: {' → '.join(p['sdc_methods'])} (not DP, no budget spent)"
     return charge_phrase(p["kind"], p["epsilon"], p["delta"])
@@ -48,7 +48,7 @@ def _cost(summary: dict) -> str:
 def _list(catalogue: Catalogue, args: argparse.Namespace) -> int:
     releases = catalogue.releases(args.dataset)
     if args.json:
-        print(json.dumps(catalogue.index() | {"releases": [r.summary() for r in releases]}, indent=2))
+        print(json.dumps(catalogue.index() | {"releases": [r.listing() for r in releases]}, indent=2))
         return 0
     if not releases:
         print(
@@ -59,7 +59,7 @@ def _list(catalogue: Catalogue, args: argparse.Namespace) -> int:
         return 0
     print(f"{'release':<44} {'dataset':<16} {'mechanism':<14} {'created (UTC)':<19}  cost")
     for r in releases:
-        s = r.summary()
+        s = r.listing()
         test = " [test release]" if s["test_mode"] else ""
         print(f"{s['id']:<44} {s['dataset']:<16} {s['mechanism']:<14} {s['created'][:19]:<19}  {_cost(s)}{test}")
     print("show one: privrelease release show ID; its files: privrelease release get ID [--out DIR]")
@@ -67,7 +67,7 @@ def _list(catalogue: Catalogue, args: argparse.Namespace) -> int:
 
 
 def _show(release: Published, args: argparse.Namespace) -> int:
-    s = release.summary()
+    s = release.listing()
     if args.json:
         print(json.dumps(s, indent=2))
         return 0

@@ -16,7 +16,7 @@ from privrelease.core.errors import LedgerCorrupt, UserError
 def cmd_set_budget(args: argparse.Namespace, root: Path) -> int:
     from privrelease.core.datasets.registry import Registry
     from privrelease.core.ids import check_id
-    from privrelease.core.ledger.approval import Rule
+    from privrelease.core.ledger.approval import ApprovalRule
     from privrelease.core.ledger.ledger import Ledger
     from privrelease.core.people import requester
     from privrelease.core.privacy.budget import Budget
@@ -47,7 +47,7 @@ def cmd_set_budget(args: argparse.Namespace, root: Path) -> int:
         )
     account = None if args.window is None else (args.approve_account_above, args.window)
     try:
-        rule = Rule(args.approve_above, *(account or (None, None)))
+        rule = ApprovalRule(args.approve_above, *(account or (None, None)))
     except ValueError as exc:
         raise UserError(f"invalid approval rule: {exc}.") from None
     terms = Terms.detail(*spam)

@@ -109,24 +109,24 @@ def cmd_release(args: argparse.Namespace, root: Path) -> int:
         )
     if args.preview:
         return cmd_preview(args)
-    summary = _run_release(Path(typed.path(args.request)), _runner(args))
+    outcome = _run_release(Path(typed.path(args.request)), _runner(args))
     if args.json:
-        room = _next(summary["dataset"])
-        print(json.dumps({**summary, "budget_next": None if room is None else room.as_dict()}, indent=2))
+        room = _next(outcome["dataset"])
+        print(json.dumps({**outcome, "budget_next": None if room is None else room.as_dict()}, indent=2))
         return 0
-    print(f"release {summary['release_id']}")
-    print(f"folder {summary['folder']}")
+    print(f"release {outcome['release_id']}")
+    print(f"folder {outcome['folder']}")
     if args.quiet:
         return 0
-    if summary["already_published"]:
+    if outcome["already_published"]:
         print("(already published earlier; nothing was charged again)")
-    p = summary["privacy"]
-    print(f"mechanism {summary['mechanism']}; {charge_phrase(p['kind'], p['epsilon'], p['delta'])}")
-    room = _next(summary["dataset"]) if p["kind"] == "dp" else None
+    p = outcome["privacy"]
+    print(f"mechanism {outcome['mechanism']}; {charge_phrase(p['kind'], p['epsilon'], p['delta'])}")
+    room = _next(outcome["dataset"]) if p["kind"] == "dp" else None
     if room is not None:
         print(f"budget {room.words()}")
-    if summary["headline"]:
-        print("result " + ", ".join(f"{k}={_said(k, v)}" for k, v in summary["headline"].items()))
+    if outcome["headline"]:
+        print("result " + ", ".join(f"{k}={_said(k, v)}" for k, v in outcome["headline"].items()))
     print(f"home {paths.home()}")
     return 0
 
@@ -178,12 +178,12 @@ def cmd_demo(args: argparse.Namespace, root: Path) -> int:
         print(f"\nNext: {me} release {request}" + (f"\n  {hint}" if hint else ""))
         return 0
     print(f"\nReleasing {request.name} as the analyst:")
-    summary = _run_release(request, {"runner": "local", "dask_address": None, "dask_workers": 2})
-    ledger = summary["ledger"]
-    print(f"release folder: {summary['folder']}")
-    print(f"ledger entry:   #{ledger['seq']} {ledger['hash']} ({charge_phrase(summary['privacy']['kind'])})")
-    print(f"chain:          {summary['headline']['chain']}  ({summary['headline']['suppressed_cells']} key values suppressed)")
-    print(f"risk:           k = {summary['headline']['k']} on the steward's key (the policy asks k >= 3); rows shuffled")
+    outcome = _run_release(request, {"runner": "local", "dask_address": None, "dask_workers": 2})
+    ledger = outcome["ledger"]
+    print(f"release folder: {outcome['folder']}")
+    print(f"ledger entry:   #{ledger['seq']} {ledger['hash']} ({charge_phrase(outcome['privacy']['kind'])})")
+    print(f"chain:          {outcome['headline']['chain']}  ({outcome['headline']['suppressed_cells']} key values suppressed)")
+    print(f"risk:           k = {outcome['headline']['k']} on the steward's key (the policy asks k >= 3); rows shuffled")
     print("\nNext:")
     print(f"  {me} release {request.parent / 'posts-dpne.yaml'}   # a DP release: spends posts-demo's budget")
     print(f"  {me} ledger totals                              # what each dataset has spent and has left")
@@ -249,7 +249,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("release_id", nargs="?", metavar="ID", help="show, get: a published release's id (release list)")
     p.add_argument("--out", metavar="DIR", help="get: the folder its files are written into (default ./ID)")
     p.add_argument("--dataset", help="list: only this dataset's releases")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--json", action="store_true", help="print the outcome as JSON")
     p.add_argument("--quiet", action="store_true", help="print only the release id and folder")
     p.add_argument(
         "--preview",

@@ -84,7 +84,7 @@ def cmd_resume(args: argparse.Namespace, root: Path) -> int:
     from privrelease.core.errors import UserError
     from privrelease.core.release import charged
     from privrelease.core.release.home import Home
-    from privrelease.core.release.pipeline import summary
+    from privrelease.core.release.pipeline import outcome
 
     home = Home(root)
     charge = next((e for e in home.ledger.entries() if e.release_id == args.resume and e.status == "reserved"), None)
@@ -93,7 +93,7 @@ def cmd_resume(args: argparse.Namespace, root: Path) -> int:
             f"no release {args.resume!r} was charged in the ledger of home {root} (privrelease ledger history lists them)."
         )
     done = charged.resume(home, charge)
-    out = summary(done["manifest"], done["folder"], False)
+    out = outcome(done["manifest"], done["folder"], False)
     print(
         json.dumps(out, indent=2)
         if args.json

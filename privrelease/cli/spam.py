@@ -25,11 +25,11 @@ def cmd_spam_train(args: argparse.Namespace, root: Path) -> int:
     from privrelease.flows.spam import spam_filter_training
 
     quiet_console()
-    summary = spam_filter_training(spec_path=spec)
-    plain = f", plaintext twin (test mode) {summary['auc_plain']:.6f}" if "auc_plain" in summary else ""
-    auc = summary["auc_private"]
-    print(f"run {summary['run_id']}: AUC private {auc if isinstance(auc, str) else f'{auc:.6f}'}{plain}")
-    print(f"folder {summary['folder']}")
+    outcome = spam_filter_training(spec_path=spec)
+    plain = f", plaintext twin (test mode) {outcome['auc_plain']:.6f}" if "auc_plain" in outcome else ""
+    auc = outcome["auc_private"]
+    print(f"run {outcome['run_id']}: AUC private {auc if isinstance(auc, str) else f'{auc:.6f}'}{plain}")
+    print(f"folder {outcome['folder']}")
     return 0
 
 

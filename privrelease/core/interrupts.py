@@ -32,7 +32,7 @@ class Interrupted(Exception):
         self.words = words
 
 
-def published(release_id: str, seq: int, phrase: str) -> str:
+def after_publishing(release_id: str, seq: int, phrase: str) -> str:
     """The words for a run stopped once its release was in place: its charge (``phrase``) recorded as published."""
     return (
         f"stopped (Ctrl-C) after publishing: release {release_id} is in place, ledger entry #{seq} ({phrase}) "

@@ -59,15 +59,15 @@ for _name in ("prefect.flow_runs", "prefect.task_runs", "prefect.engine"):
     logging.getLogger(_name).addFilter(OneLine())
 
 
-def _artifact(summary: dict) -> None:
-    folder = Path(summary["folder"])
+def _artifact(outcome: dict) -> None:
+    folder = Path(outcome["folder"])
     create_markdown_artifact(
-        key=re.sub(r"[^a-z0-9-]+", "-", f"release-{summary['dataset']}".lower()),
+        key=re.sub(r"[^a-z0-9-]+", "-", f"release-{outcome['dataset']}".lower()),
         # a link to the gate's page of the release, where who is signed in downloads its files: nothing of the host
-        markdown=f"**[Download this release's files]({catalogue.page(summary['release_id'])})** "
+        markdown=f"**[Download this release's files]({catalogue.page(outcome['release_id'])})** "
         f"(data, report, charts, manifest; every published release: [the catalogue]({catalogue.WEB}/releases))\n\n"
         + readable((folder / "report.md").read_text(), folder),
-        description=f"release {summary['release_id']}",
+        description=f"release {outcome['release_id']}",
     )
 
 
@@ -107,14 +107,14 @@ def release(request: ReleaseRequest) -> dict | State:
     Cancelled and its caller gets the interrupt, saying what became of the charge."""
     try:
         with parallel.configured():
-            summary = _release(request, get_run_logger())
-        if not summary["already_published"]:
-            _artifact(summary)
+            outcome = _release(request, get_run_logger())
+        if not outcome["already_published"]:
+            _artifact(outcome)
     except BaseException as exc:
         if interrupts.caused(exc):  # Ctrl-C at the command line: Cancelled, not a crash (steps.stopped)
             return steps.stopped(exc)
         raise
-    return summary
+    return outcome
 
 
 def run_request(
@@ -133,12 +133,12 @@ def run_request(
             if preview:
                 return _preview(request)
             with parallel.configured():
-                summary = _release(request, log)
+                outcome = _release(request, log)
     except UserError as exc:
         # the form's fields are flat: no mechanism.NAME.params. (nor, for an SDC form's chain, steps.N.METHOD.)
         message = re.sub(r"(mechanism\.[a-z]+\.params|steps\.\d+\.[a-z]+)(\.|: )", "", str(exc))
         log.error("%s", message, exc_info=settings.flag(settings.DEBUG))
         return Failed(message=message)
-    if not summary["already_published"]:
-        _artifact(summary)
-    return summary
+    if not outcome["already_published"]:
+        _artifact(outcome)
+    return outcome

@@ -34,7 +34,7 @@ def spam_filter_training(spec_path: str) -> dict | State:
     job = SpamJob(spec_path, steps.SPAM)
     try:
         with steps.time_limited():
-            summary = charged.run(Home.open(), job, steps.caller(), steps.pause, log, steps.LEDGER)
+            outcome = charged.run(Home.open(), job, steps.caller(), steps.pause, log, steps.LEDGER)
     except BaseException as exc:
         if interrupts.caused(exc):  # Ctrl-C at the command line: Cancelled, not a crash (steps.stopped)
             return steps.stopped(exc)
@@ -42,15 +42,15 @@ def spam_filter_training(spec_path: str) -> dict | State:
     report = job.report
     create_table_artifact(
         key="spam-rounds",
-        description=f"spam run {summary['run_id']}: seconds and traffic per round",
+        description=f"spam run {outcome['run_id']}: seconds and traffic per round",
         table=[
             {"round": r["round"], "seconds": round(r["seconds"], 3), "ciphertexts": r["ciphertexts"], "bytes": r["bytes"]}
             for r in report["per_round"]
         ],
     )
     create_markdown_artifact(
-        key="spam-report", markdown=markdown(report, public=True), description=f"spam run {summary['run_id']}"
+        key="spam-report", markdown=markdown(report, public=True), description=f"spam run {outcome['run_id']}"
     )
-    auc = summary["auc_private"]
-    log.info("AUC of the server's model: %s; run folder %s", auc if isinstance(auc, str) else f"{auc:.6f}", summary["folder"])
-    return summary
+    auc = outcome["auc_private"]
+    log.info("AUC of the server's model: %s; run folder %s", auc if isinstance(auc, str) else f"{auc:.6f}", outcome["folder"])
+    return outcome

@@ -30,7 +30,7 @@ from privrelease.core import interrupts, limits, settings
 from privrelease.core.charts import render_chart
 from privrelease.core.errors import ApprovalError, LedgerCorrupt
 from privrelease.core.ledger import audit as _audit
-from privrelease.core.ledger.approval import Approval, Look, Rule
+from privrelease.core.ledger.approval import Approval, ApprovalRule, Look
 from privrelease.core.people import requester
 from privrelease.core.release import charged, pipeline, spam_run
 from privrelease.core.release.charged import Caller, Log
@@ -151,7 +151,7 @@ def _shown(look: Look) -> tuple[Look, bool]:
         create_flow_run_input(SHOWN, json.dumps(asdict(look)))  # a string: Python's JSON keeps an infinite share
         return look, False
     fields_ = json.loads(kept)
-    return Look(**fields_ | {"rule": Rule(**fields_["rule"])}), True
+    return Look(**fields_ | {"rule": ApprovalRule(**fields_["rule"])}), True
 
 
 # the ledger audit's steps (privrelease/flows/audit.py)

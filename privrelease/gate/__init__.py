@@ -1,1 +1,1 @@
-"""privrelease's security perimeter in front of Prefect's server: people's accounts, one policy table (``privrelease.gate.policy``), and the worker's guard (``privrelease.gate.guard``)."""
+"""privrelease's security perimeter in front of Prefect's server: people's accounts, one access table (``privrelease.gate.access``), and the worker's guard (``privrelease.gate.guard``)."""

@@ -35,7 +35,7 @@ def main() -> int:
 
     try:
         from privrelease.gate.app import create_app
-    except UserError as error:  # the policy's forms could not be read from prefect.yaml
+    except UserError as error:  # the access table's forms could not be read from prefect.yaml
         print(f"the gate cannot start: {error}", file=sys.stderr)
         return 2
 

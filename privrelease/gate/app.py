@@ -2,10 +2,10 @@
 
 Every call carries HTTP Basic credentials (what Prefect's UI sends after its sign-in page, and its
 client with an auth string); the gate checks them against the accounts (``privrelease.gate.accounts``), finds
-the caller's rule in ``privrelease.gate.policy`` and passes the call on to Prefect with the operator's
+the caller's rule in the access table (``privrelease.gate.access``) and passes the call on to Prefect with the operator's
 credential, or refuses it: 401 without valid credentials where the route needs them, 403 naming
 the role and the route otherwise. A row's condition, body rewrite or answer is a callable of
-``privrelease.gate.checks``, given the caller's account, the route's parameters and this gate (to read Prefect's
+``privrelease.gate.rewrites`` or ``privrelease.gate.answers``, given the caller's account, the route's parameters and this gate (to read Prefect's
 records). Three calls are rewritten on the way:
 
 - starting a run (``create_flow_run``): only its parameters, name and scheduled time are kept; the
@@ -46,10 +46,10 @@ from starlette.websockets import WebSocket
 from privrelease.core import limits, paths, settings
 from privrelease.core.release.catalogue import Catalogue
 from privrelease.core.release.home import Home
-from privrelease.gate import bounds, headers, policy
+from privrelease.gate import access, bounds, headers
 from privrelease.gate.accounts import Account, Accounts
+from privrelease.gate.call import Call, Refused
 from privrelease.gate.catalogue import Kept
-from privrelease.gate.checks import Call, Refused
 from privrelease.gate.fair import Slots
 from privrelease.gate.quotas import Quotas
 from privrelease.gate.redact import Redactor
@@ -78,7 +78,7 @@ def _refuse(status: int, message: str, headers: dict[str, str] | None = None) ->
 UI = "x-prefect-ui"  # the header Prefect's UI sends with every call
 
 
-def _refuse_form(request: Request, rule: policy.Rule, status: int, message: str) -> JSONResponse:
+def _refuse_form(request: Request, rule: access.Rule, status: int, message: str) -> JSONResponse:
     """A refused start of a run, as its form shows it: to Prefect's UI, 422 (it shows a 401, 403 or 5xx as its generic
     "Oops. Something went wrong.", and any other answer's `detail` in the form's toast: the role, the bound, the
     limit); to any other client, ``status``."""
@@ -89,10 +89,10 @@ def _refuse_form(request: Request, rule: policy.Rule, status: int, message: str)
 class Gate:
     CATALOGUE: type[Catalogue] = Kept  # the published releases and datasets it answers under /privrelease/
 
-    def __init__(self, db_path: Path, upstream: str, operator_auth: str, rules: tuple[policy.Rule, ...] | None = None):
+    def __init__(self, db_path: Path, upstream: str, operator_auth: str, rules: tuple[access.Rule, ...] | None = None):
         self.accounts = Accounts(db_path)
         self.signin = SignIn(self.accounts)
-        self.rules = policy.POLICY if rules is None else rules
+        self.rules = access.RULES if rules is None else rules
         self.redact = Redactor(db_path.parent, paths.repo())
         self.upstream = upstream.rstrip("/")
         self.operator = {"authorization": "Basic " + base64.b64encode(operator_auth.encode()).decode()}
@@ -206,9 +206,9 @@ class Gate:
         return held
 
     async def decided(self, request: Request, path: str, account: Account | None) -> Response:
-        """The call of ``account`` (None: a caller without credentials) as the policy decides it."""
-        role = account.role if account else policy.ANONYMOUS
-        rule = policy.decide(role, request.method, path, self.rules)
+        """The call of ``account`` (None: a caller without credentials) as the access table decides it."""
+        role = account.role if account else access.ANONYMOUS
+        rule = access.decide(role, request.method, path, self.rules)
         if rule is None:
             if account is None and path.startswith(("/api/", "/privrelease/api/")):
                 return _refuse(401, "Unauthorized")  # the API is for people: sign in first
@@ -230,10 +230,10 @@ class Gate:
             return await self.alone(account, rule, lambda: self.passed_on(request, path, rule, call, doc, body))
         return await self.passed_on(request, path, rule, call, doc, body)
 
-    async def passed_on(self, request: Request, path: str, rule: policy.Rule, call: Call, doc: Any, body: bytes) -> Response:
+    async def passed_on(self, request: Request, path: str, rule: access.Rule, call: Call, doc: Any, body: bytes) -> Response:
         """The call checked against the row's condition, its body rewritten, passed on, and its reply made."""
         if rule.when is not None and not await rule.when(call):
-            role = call.account.role if call.account else policy.ANONYMOUS
+            role = call.account.role if call.account else access.ANONYMOUS
             what = "start a run of this deployment" if rule.starts else f"{request.method} {path}"
             return _refuse_form(
                 request, rule, 403, f"privrelease gate: the {role} role may not {what} (only when {rule.when.says})"
@@ -251,7 +251,7 @@ class Gate:
             return JSONResponse(rule.reply(json.loads(response.body), call))
         return response
 
-    async def alone(self, account: Account, rule: policy.Rule, call: Callable[[], Awaitable[Response]]) -> Response:
+    async def alone(self, account: Account, rule: access.Rule, call: Callable[[], Awaitable[Response]]) -> Response:
         """``call()`` of a row marked ``alone``: the account's one after the other (one more may wait; past that,
         429 at once, so that no queue holds the proxy's connections), and few of anyone's at once."""
         key = (account.name, rule.route)
@@ -372,7 +372,7 @@ def create_app(
     upstream: str | None = None,
     operator_auth: str | None = None,
     gate_class: type[Gate] = Gate,
-    rules: tuple[policy.Rule, ...] | None = None,
+    rules: tuple[access.Rule, ...] | None = None,
 ) -> Starlette:
     """The gate as an ASGI app; ``gate_class`` and ``rules`` let the tests build one without a defence."""
     gate = gate_class(

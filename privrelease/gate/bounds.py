@@ -247,7 +247,7 @@ def query(doc: Any) -> Any:
     return out
 
 
-# The URL query parameters the gate passes on, and what each is read as (the routes the policy passes name no
+# The URL query parameters the gate passes on, and what each is read as (the routes the access table passes name no
 # other: the UI's run graph asks `since`, its state lists a run's id); every other parameter is dropped.
 QUERY = {"since": "time", "flow_run_id": "id", "task_run_id": "id"}
 

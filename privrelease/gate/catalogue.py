@@ -1,7 +1,7 @@
 """The catalogues through the gate: the published releases, their files and the registered datasets, under
 ``/privrelease/``, a path the gate answers itself and never passes on to Prefect.
 
-Two kinds of rows (``privrelease.gate.policy``): the catalogue's page (one HTML shell and its script, no data, like
+Two kinds of rows (``privrelease.gate.access``): the catalogue's page (one HTML shell and its script, no data, like
 the UI's own pages: anyone may load them), and its data under ``/privrelease/api/`` for people signed
 in (the page's script sends the credential Prefect's sign-in page keeps in the browser). Every answer
 is read from the home's ``privrelease.core.release.catalogue.Catalogue``, in a worker thread: only published
@@ -24,7 +24,7 @@ from privrelease.core.errors import DatabaseBusy, UserError
 from privrelease.core.ledger.chain import Entry
 from privrelease.core.release.catalogue import REPORT, Catalogue, media_type
 from privrelease.core.release.home import Home
-from privrelease.gate.checks import Call, Refused, says
+from privrelease.gate.call import Call, Refused, says
 
 STATIC = files("privrelease.gate") / "static"
 PAGE_HEADERS = {
@@ -110,7 +110,7 @@ async def index(call: Call) -> Any:
 async def release(call: Call) -> Any:
     def one(c, release_id: str) -> dict:
         found = c.get(release_id)
-        return found.summary() | {"report_markdown": (found.folder / REPORT).read_text()}
+        return found.listing() | {"report_markdown": (found.folder / REPORT).read_text()}
 
     return await read_catalogue(call, one, call.params["id"])
 

@@ -31,8 +31,8 @@ from urllib.parse import parse_qs, quote, urlsplit
 from privrelease.core.params import ID_PATTERN
 from privrelease.core.release.catalogue import FORM_FIELD, offered
 from privrelease.gate import owned
+from privrelease.gate.call import Call, Refused, says
 from privrelease.gate.catalogue import read_catalogue
-from privrelease.gate.checks import Call, Refused, says
 
 DATASET, COLUMN, USER_UNIT = "dataset", "column", "user-unit"
 RUN_PAGE = re.compile(r"/deployments/deployment/([^/]+)/run$")

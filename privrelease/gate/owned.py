@@ -2,7 +2,7 @@
 templates and concurrency limits, and the settings of theirs that Prefect shows inside a deployment, a flow
 run or a work pool.
 
-No row of ``privrelease.gate.policy`` reads automations, blocks, variables or concurrency limits as such (their routes
+No row of ``privrelease.gate.access`` reads automations, blocks, variables or concurrency limits as such (their routes
 are refused). Three kinds of answer hold some of them all the same, and the gate clears it from them
 (``cleared``): a deployment (its job variables, whose environment may hold a secret or a variable's
 template, its pull steps, its concurrency limit and storage blocks), a flow run (its job variables and
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from privrelease.gate.checks import Call, says
+from privrelease.gate.call import Call, says
 
 EMPTY_TEMPLATE = {"job_configuration": {}, "variables": {"type": "object", "properties": {}}}
 NO_STORAGE = {"bundle_upload_step": None, "bundle_execution_step": None, "default_result_storage_block_id": None}

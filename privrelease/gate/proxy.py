@@ -20,9 +20,9 @@ from pathlib import Path
 
 from privrelease.core import limits, paths, settings
 from privrelease.core.errors import UserError
+from privrelease.gate.access import UI_PAGES
 from privrelease.gate.bounds import MAX_BODY
 from privrelease.gate.headers import proof_key
-from privrelease.gate.policy import UI_PAGES
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "deploy" / "nginx.conf"
 # the UI's files as Prefect's server serves them: the copy it makes at its start of the ones it ships, with its

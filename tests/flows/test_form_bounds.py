@@ -18,7 +18,7 @@ from pydantic import create_model
 from privrelease.core.mechanisms import aggregate, dpne, outliers, ra, swapping
 from privrelease.core.sdc import methods
 from privrelease.flows import forms
-from privrelease.gate.policy import RELEASE_FORMS
+from privrelease.gate.access import RELEASE_FORMS
 
 # The SDC chain's form names each step's bounded field after its step (``microaggregate_k`` is ``Microaggregate.k``).
 SDC_STEPS = {"recode_level": (methods.Recode, "level"), "microaggregate_k": (methods.Microaggregate, "k"),

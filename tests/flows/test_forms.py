@@ -129,7 +129,7 @@ def test_the_gate_offers_the_registered_datasets_and_the_chosen_ones_columns(dem
     ra = stored(forms.ra_release)
     assert "enum" not in ra["properties"]["dataset"] and "enum" not in ra["properties"]["qi"]["items"]
     census = Registry(demo).get("census-demo")
-    published = census.policy.published(list(census.schema.columns))
+    published = census.policy.releasable(list(census.schema.columns))
     props = shown(ra, datasets)["properties"]
     assert props["qi"]["items"]["enum"] == published and props["sensitive"]["enum"] == published
     assert props["dataset"]["enum"] == ["census-demo"] and "postcode" not in published

@@ -141,12 +141,12 @@ def test_finding_3d_the_share_in_the_stewards_terms_and_an_accounts_window():
     first = Spend("a", Budget(4.0, 1e-6), Gaussian(gaussian_sigma(4.0, 1e-6)))
     candidate = Spend("b", Budget(3.5, 1e-6), Gaussian(gaussian_sigma(3.5, 1e-6)))
     now = datetime(2026, 11, 26, 12, tzinfo=UTC)
-    seen = approval.look(approval.Rule(share=0.2), f, [first], candidate, [], now)
+    seen = approval.look(approval.ApprovalRule(share=0.2), f, [first], candidate, [], now)
     assert seen.filter_share < 0.5 < seen.epsilon_share == pytest.approx(0.875) and seen.needed
     words = seen.words("census")
     assert "charges epsilon=3.5 of the cap's epsilon=8 (4 left by the charges' epsilons: 87.5%)" in words
     assert f"takes {seen.filter_share:.1%} of what the admission filter leaves" in words
-    rule = approval.Rule(account_epsilon=2.0, window_hours=24)
+    rule = approval.ApprovalRule(account_epsilon=2.0, window_hours=24)
     small = Spend("c", Budget(0.8, 0.0), None)
     mine = [((now - timedelta(hours=h)).isoformat(), 0.8) for h in (30, 5)]  # one charge outside the window, one in
     assert not approval.look(rule, f, [], small, mine[:1], now).needed  # 0.8 in the window

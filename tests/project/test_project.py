@@ -13,7 +13,7 @@ import yaml
 
 from privrelease.core.datasets.demo import DEMO_REQUEST
 from privrelease.core.release import spec as spec_module
-from privrelease.gate import policy
+from privrelease.gate import access
 from tests.conftest import REPO
 
 
@@ -101,12 +101,12 @@ def test_one_module_reads_the_environment():
 
 
 def test_the_docs_policy_table_is_the_gates_policy():
-    """docs/SECURITY.md shows privrelease/gate/policy.py's POLICY as markdown() renders it, row for row."""
+    """docs/SECURITY.md shows privrelease/gate/access.py's POLICY as markdown() renders it, row for row."""
     page = (REPO / "docs" / "SECURITY.md").read_text()
-    assert policy.BEGIN in page and policy.END in page
-    assert page == policy.spliced(page), (
-        "docs/SECURITY.md's policy table differs from privrelease/gate/policy.py's POLICY; regenerate it: "
-        ".venv/bin/python -m privrelease.gate.policy --write docs/SECURITY.md"
+    assert access.BEGIN in page and access.END in page
+    assert page == access.spliced(page), (
+        "docs/SECURITY.md's policy table differs from privrelease/gate/access.py's POLICY; regenerate it: "
+        ".venv/bin/python -m privrelease.gate.access --write docs/SECURITY.md"
     )
 
 

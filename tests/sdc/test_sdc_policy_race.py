@@ -96,12 +96,12 @@ def test_while_a_release_is_published_a_steward_waits_to_record_a_policy(home):
     the same lock file) waits until the release is in place, and lands after it."""
     register(home, _table(), "t", policy=policy.parse(DOC, "test policy"))
     ledger = Ledger(home / "privrelease.duckdb")
-    pinned_entry = ledger.policy("t").seq
+    pinned_entry = ledger.policy_entry("t").seq
     done = threading.Event()
     steward = threading.Thread(target=lambda: (_stricter(home), done.set()))
     with pinned.held(ledger, "t", pinned_entry):
         steward.start()
         assert not done.wait(1.0)  # still waiting for the lock
-        assert ledger.policy("t").seq == pinned_entry
+        assert ledger.policy_entry("t").seq == pinned_entry
     steward.join(30)
-    assert done.is_set() and ledger.policy("t").seq > pinned_entry
+    assert done.is_set() and ledger.policy_entry("t").seq > pinned_entry

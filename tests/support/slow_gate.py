@@ -18,7 +18,7 @@ import anyio
 from starlette.responses import StreamingResponse
 
 import privrelease.gate.app
-from privrelease.gate import policy, signin, throttle
+from privrelease.gate import access, signin, throttle
 from privrelease.gate.__main__ import main
 from privrelease.gate.accounts import decoy
 
@@ -114,13 +114,13 @@ WEAKENED = {"cache-first": CacheFirst, "counted-after": CountedAfter, "one-queue
 
 def create_app(*args, **kwargs):
     rows = (
-        policy.Rule(policy.ANYONE, "GET", "/slow", answer=_slow),
-        policy.Rule(policy.PEOPLE, "GET", "/api/slow-download", answer=_slow_download),
+        access.Rule(access.ANYONE, "GET", "/slow", answer=_slow),
+        access.Rule(access.PEOPLE, "GET", "/api/slow-download", answer=_slow_download),
     )
     weakened = WEAKENED.get(os.environ.get("PRIVRELEASE_TEST_WEAKENED", ""))
     if isinstance(weakened, type) and issubclass(weakened, privrelease.gate.app.Gate):
         kwargs["gate_class"] = weakened
-    app = _create_app(*args, **kwargs, rules=(*rows, *policy.POLICY))
+    app = _create_app(*args, **kwargs, rules=(*rows, *access.RULES))
     the_gate = app.state.gate
     if isinstance(weakened, type) and issubclass(weakened, signin.SignIn):
         the_gate.signin = weakened(the_gate.accounts)

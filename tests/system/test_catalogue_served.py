@@ -28,7 +28,7 @@ from playwright.sync_api import Page
 from privrelease.core.release import pipeline, spec
 from privrelease.core.release.catalogue import Catalogue
 from privrelease.core.release.home import Home
-from privrelease.gate import policy
+from privrelease.gate import access
 from privrelease.gate.app import REFUSED, Gate
 from privrelease.gate.catalogue import FRESH_S
 from tests.conftest import PASSWORD
@@ -150,7 +150,7 @@ class TraversingUnchecked(Traversing):
 
 
 # the file row taking the rest of the path ({name*}), as a route written for nested names would
-NESTED = tuple(replace(r, route=FILES.replace("{name}", "{name*}")) if r.route == FILES else r for r in policy.POLICY)
+NESTED = tuple(replace(r, route=FILES.replace("{name}", "{name*}")) if r.route == FILES else r for r in access.RULES)
 
 
 def test_traversal_is_refused_by_each_defence_and_works_without_both(served, people, published):

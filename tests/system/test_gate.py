@@ -21,9 +21,10 @@ from websockets.sync.client import connect
 
 from privrelease.core.ledger.ledger import Ledger
 from privrelease.core.privacy.budget import Budget
-from privrelease.gate import forms, policy
+from privrelease.gate import access, forms
+from privrelease.gate.answers import next_events
 from privrelease.gate.app import REFUSED
-from privrelease.gate.checks import next_events, stored_schema
+from privrelease.gate.rewrites import stored_schema
 from tests.conftest import PASSWORD
 from tests.system.test_server import _logs, _wait, deployment, operator, run_processes, worker
 
@@ -70,7 +71,7 @@ def test_every_route_is_decided_by_the_policy(served, people):
     assert len(routes) > 150 and ("DELETE", "/api/flow_runs/{id}") in routes
     # every API row of the policy names a route Prefect has: no stale rows
     named = {(m, p) for m, p in routes}
-    for rule in policy.POLICY:
+    for rule in access.RULES:
         if rule.route.startswith("/api/") and rule.answer is None:
             assert any(rule.pattern.match(_filled(p)) and m == rule.method for m, p in named), rule
     clients = {"anyone": httpx.Client(base_url=gate_url, timeout=10)} | {
@@ -81,7 +82,7 @@ def test_every_route_is_decided_by_the_policy(served, people):
     for method, path in routes:
         target = _filled(path)
         for role, client in clients.items():
-            rule = policy.decide(role, method, target)
+            rule = access.decide(role, method, target)
             # refused too: a conditional row (its resource does not exist), the schema check, the next page
             # of events (an empty body and no page token are not what they take) and the gate's own answer
             # of a deployment (it reads the deployment, which does not exist)

@@ -26,7 +26,7 @@ import pytest
 from starlette.requests import Request
 from starlette.testclient import TestClient
 
-from privrelease.gate import bounds, checks, policy, throttle
+from privrelease.gate import access, bounds, call, rewrites, throttle
 from privrelease.gate.accounts import Accounts
 from privrelease.gate.app import REFUSED, Gate, create_app
 from tests.conftest import PASSWORD
@@ -41,7 +41,7 @@ def refused(response: httpx.Response) -> bool:
 
 
 @contextmanager
-def weakened(env: dict, gate_class: type[Gate] = Gate, rules: tuple[policy.Rule, ...] | None = None):
+def weakened(env: dict, gate_class: type[Gate] = Gate, rules: tuple[access.Rule, ...] | None = None):
     """A gate without one defence (its class or its rules), in this process, in front of the served Prefect;
     yields a function making a person's client of it."""
     roomy = {k: v for k, v in env.items() if k.startswith(("PRIVRELEASE_ACCOUNT_", "PRIVRELEASE_POOL_"))}  # the served gate's
@@ -67,9 +67,9 @@ def weakened(env: dict, gate_class: type[Gate] = Gate, rules: tuple[policy.Rule,
         yield person
 
 
-def without(route: str, method: str = "POST", **fields) -> tuple[policy.Rule, ...]:
+def without(route: str, method: str = "POST", **fields) -> tuple[access.Rule, ...]:
     """POLICY with the row for ``method route`` stripped of ``fields`` (set to None)."""
-    return tuple(replace(r, **fields) if (r.method, r.route) == (method, route) else r for r in policy.POLICY)
+    return tuple(replace(r, **fields) if (r.method, r.route) == (method, route) else r for r in access.RULES)
 
 
 # -- 1. a caller's schema -----------------------------------------------------------------------------------
@@ -256,10 +256,10 @@ def test_release_ids_are_the_requesters_own(served, people):
     assert again.json()["parameters"]["release_id"] == "alice.monthly"  # a retry of her own keeps its id
     created = [vera.json()["id"], own.json()["id"], again.json()["id"]]
 
-    async def as_asked(body: dict, call: checks.Call) -> dict | str:  # the rewrite without the namespace
-        return await checks.start_run(body | {"parameters": {}}, call) | {"parameters": body.get("parameters", {})}
+    async def as_asked(body: dict, call: call.Call) -> dict | str:  # the rewrite without the namespace
+        return await rewrites.start_run(body | {"parameters": {}}, call) | {"parameters": body.get("parameters", {})}
 
-    rules = tuple(replace(r, body=as_asked) if r.body is checks.start_run else r for r in policy.POLICY)
+    rules = tuple(replace(r, body=as_asked) if r.body is rewrites.start_run else r for r in access.RULES)
     with weakened(env, rules=rules) as person:
         stolen = person("alice").post(f"/deployments/{ra}/create_flow_run", json={"parameters": {"release_id": "vera.monthly"}})
         assert stolen.json()["parameters"]["release_id"] == vera.json()["parameters"]["release_id"]  # vera's id, taken first

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from privrelease.gate import bounds, events, forms, owned, policy
+from privrelease.gate import access, bounds, events, forms, owned
 from privrelease.gate.app import REFUSED, Gate
 from privrelease.gate.redact import Redactor
 from tests.conftest import REPO
@@ -167,7 +167,7 @@ def test_nothing_of_the_host_in_what_people_read(served, people):
         else replace(r, answer=None, reads=True)
         if r.answer is forms.deployment
         else r
-        for r in policy.POLICY
+        for r in access.RULES
     )
     with weakened(env, gate_class=Unredacted, rules=as_they_are) as person:
         text = _read(person("alice"), release["id"]) + person("alice").get(f"/deployments/{release['deployment_id']}").text

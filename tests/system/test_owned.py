@@ -17,7 +17,7 @@ from dataclasses import replace
 import httpx
 import pytest
 
-from privrelease.gate import owned, policy
+from privrelease.gate import access, owned
 from tests.conftest import PASSWORD
 from tests.system.test_gate_abuse import weakened
 from tests.system.test_server import operator
@@ -77,9 +77,9 @@ def things(served) -> Iterator[dict[str, str]]:
         api.delete(f"/block_documents/{block['id']}")
 
 
-def _reads(rules: tuple[policy.Rule, ...]) -> list[policy.Rule]:
+def _reads(rules: tuple[access.Rule, ...]) -> list[access.Rule]:
     """The rows people read through: every GET, and every POST that only reads."""
-    return [r for r in rules if r.who & policy.PEOPLE and (r.method == "GET" or r.reads)]
+    return [r for r in rules if r.who & access.PEOPLE and (r.method == "GET" or r.reads)]
 
 
 def _path(route: str, things: dict[str, str]) -> str:
@@ -92,7 +92,7 @@ def _path(route: str, things: dict[str, str]) -> str:
     return re.sub(r"\{([a-z_]+)\*?\}", lambda m: values[m[1]], route)
 
 
-def _leaks(ask, things: dict[str, str], rules: tuple[policy.Rule, ...]) -> set[str]:
+def _leaks(ask, things: dict[str, str], rules: tuple[access.Rule, ...]) -> set[str]:
     """The rows whose answer (``ask(method, path)``) holds the marker or an id of the operator's things."""
     secrets = [MARKER] + [things[k] for k in ("block", "variable", "limit", "deployment-limit", "automation")]
     leaked = set()
@@ -104,7 +104,7 @@ def _leaks(ask, things: dict[str, str], rules: tuple[policy.Rule, ...]) -> set[s
     return leaked
 
 
-def _as_it_was() -> tuple[policy.Rule, ...]:
+def _as_it_was() -> tuple[access.Rule, ...]:
     """The policy before issue #53: related-to passed on, answers passed back uncleared."""
     return tuple(
         replace(r, answer=None, reads=True)
@@ -112,7 +112,7 @@ def _as_it_was() -> tuple[policy.Rule, ...]:
         else replace(r, reply=None)
         if r.reply is owned.cleared
         else r
-        for r in policy.POLICY
+        for r in access.RULES
     )
 
 
@@ -122,11 +122,11 @@ def test_no_role_reads_anything_of_the_operators(served, people, things):
     for name in ROLES:
         with httpx.Client(base_url=url, auth=(name, PASSWORD), timeout=60) as client:
             ask = lambda method, path, c=client: c.request(method, path, json={} if method == "POST" else None)  # noqa: E731
-            assert _leaks(ask, things, policy.POLICY) == set(), name
+            assert _leaks(ask, things, access.RULES) == set(), name
     related = people["alice"].get(f"/automations/related-to/prefect.deployment.{things['deployment']}")
     assert related.status_code == 200 and related.json() == []
     # the policy as it was: the automation through related-to, the rest through the rows that now clear it
-    defended = {f"{r.method} {r.route}" for r in policy.POLICY if r.answer is owned.no_automations or r.reply is owned.cleared}
+    defended = {f"{r.method} {r.route}" for r in access.RULES if r.answer is owned.no_automations or r.reply is owned.cleared}
     with weakened(env, rules=_as_it_was()) as person:
         client = person("alice")
         ask = lambda method, path: client.request(method, f"http://testserver{path}", json={} if method == "POST" else None)  # noqa: E731

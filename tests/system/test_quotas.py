@@ -327,11 +327,13 @@ def test_a_run_started_again_after_the_answer_is_approved_on_what_the_steward_wa
     it waited (others spent meanwhile) is not covered by it (the ledger then refuses it)."""
     from prefect import flow
 
-    from privrelease.core.ledger.approval import Approval, Look, Rule
+    from privrelease.core.ledger.approval import Approval, ApprovalRule, Look
     from privrelease.flows import steps
 
-    shown = Look(Rule(share=0.1), epsilon=1.0, epsilon_left=10.0, cap_epsilon=10.0, filter_share=0.1, account_epsilon=0.0)
-    grown = Look(Rule(share=0.1), epsilon=1.0, epsilon_left=1.0, cap_epsilon=10.0, filter_share=math.inf, account_epsilon=0.0)
+    shown = Look(ApprovalRule(share=0.1), epsilon=1.0, epsilon_left=10.0, cap_epsilon=10.0, filter_share=0.1, account_epsilon=0.0)
+    grown = Look(
+        ApprovalRule(share=0.1), epsilon=1.0, epsilon_left=1.0, cap_epsilon=10.0, filter_share=math.inf, account_epsilon=0.0
+    )
 
     @flow(persist_result=False)
     def asked_twice() -> list:

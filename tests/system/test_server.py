@@ -23,7 +23,7 @@ from privrelease.core.datasets.demo import write_demo
 from privrelease.core.ledger.ledger import PUBLISHED, Ledger
 from privrelease.core.privacy.budget import Budget
 from privrelease.core.release.catalogue import FORM_FIELD
-from privrelease.gate.policy import RELEASE_FORMS
+from privrelease.gate.access import RELEASE_FORMS
 from tests.conftest import REPO
 
 BIN = Path(sys.executable).parent

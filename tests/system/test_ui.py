@@ -24,7 +24,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from privrelease.core.ledger.ledger import Ledger
 from privrelease.core.privacy.budget import Budget
-from privrelease.gate.policy import RELEASE_FORMS
+from privrelease.gate.access import RELEASE_FORMS
 from tests.conftest import PASSWORD
 from tests.system.test_server import _logs, _wait, deployment, operator, worker
 

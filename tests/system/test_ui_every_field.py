@@ -26,7 +26,7 @@ from privrelease.core.datasets.registry import Registry
 from privrelease.core.ledger.ledger import Ledger
 from privrelease.core.privacy.budget import Budget
 from privrelease.core.sdc.policy import Policy
-from privrelease.gate.policy import RELEASE_FORMS
+from privrelease.gate.access import RELEASE_FORMS
 from tests.support.helpers import register
 from tests.support.newcomer import HOSPITAL_POLICY, hospital, payroll
 from tests.system.test_server import _wait, deployment, operator

@@ -42,7 +42,7 @@ def warnings(con, table: str, schema: Schema, unit_column: str | None, purpose: 
     rows = counts.pop("")
     out = [*_repeated(counts, rows, unit_column, purpose, policy)]
     if purpose == "sdc" and policy is not None:
-        out += _published(counts, policy.published(names), policy)
+        out += _published(counts, policy.releasable(names), policy)
     text = [c for c in names if schema.columns[c].type == "string"]
     out += _padded(con, table, text)
     return out
@@ -55,7 +55,7 @@ def on_policy(con, table: str, schema: Schema, policy: Policy) -> list[str]:
     names = list(schema.columns)
     counts = _counts(con, table, names)
     rows = counts.pop("")
-    out = [*_repeated(counts, rows, None, "sdc", policy), *_published(counts, policy.published(names), policy)]
+    out = [*_repeated(counts, rows, None, "sdc", policy), *_published(counts, policy.releasable(names), policy)]
     key, k = policy.key_vars.all, policy.thresholds.k
     if key and k:
         cells = f"SELECT count(*) AS n FROM {table} GROUP BY {', '.join(quote_ident(c) for c in key)}"

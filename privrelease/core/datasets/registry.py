@@ -295,7 +295,7 @@ class Registry:
                     "snapshot, digest, host, reading FROM datasets WHERE id = ? ORDER BY version DESC LIMIT 1",
                     [dataset_id],
                 ).fetchall()
-                entry = self.ledger.policy(dataset_id, con) if rows and rows[0][3] == "sdc" else None
+                entry = self.ledger.policy_entry(dataset_id, con) if rows and rows[0][3] == "sdc" else None
         if not rows or (rows[0][11] is None and not dropped):
             raise NotRegistered(
                 f"dataset {dataset_id!r} is not registered; the data steward registers it with "

@@ -24,9 +24,6 @@ class ValidationReport:
     evaluated: int
     failures: list[dict] = field(default_factory=list)
 
-    def summary(self) -> dict:
-        return {"suite": self.suite, "success": self.success, "evaluated": self.evaluated, "failures": self.failures}
-
 
 def load_suite(suite: str) -> tuple[str, list[dict]]:
     """A steward's expectation suite: a JSON file with an ``expectations`` list."""

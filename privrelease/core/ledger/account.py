@@ -310,7 +310,7 @@ def _approval(
     e: Entry, dataset: str, cap: Entry, f: Filter, spends: list[Spend], counted: Spend, charges: list[Entry]
 ) -> list[str]:
     """The steward's approval rule of ``cap`` applied again to charge ``e``: one it holds back needs a recorded approval."""
-    rule = approval.Rule.of(json.loads(cap.detail))
+    rule = approval.ApprovalRule.of(json.loads(cap.detail))
     record = json.loads(e.detail).get("approval")
     if not rule.any:
         return [] if record is None else [f"entry {e.seq} ({dataset}): records an approval, but no rule was in force"]

@@ -1,6 +1,6 @@
 """A data steward's approval: when a charge must wait for one, and whether the one it got covers it.
 
-With a dataset's cap the steward may set two thresholds (``Rule``, kept in the cap's ledger entry):
+With a dataset's cap the steward may set two thresholds (``ApprovalRule``, kept in the cap's ledger entry):
 
 * ``approve_above`` (a share, 0 to 1): a charge whose share of what remains is larger waits. The
   share is said in the steward's own terms and the filter's: the larger of the charge's epsilon
@@ -32,7 +32,7 @@ TOLERANCE = 1e-9  # an approval covers a recomputed share equal to the one shown
 
 
 @dataclass(frozen=True)
-class Rule:
+class ApprovalRule:
     """The steward's thresholds for one dataset (None: that one does not apply)."""
 
     share: float | None = None
@@ -55,9 +55,9 @@ class Rule:
         return self.share is not None or self.account_epsilon is not None
 
     @staticmethod
-    def of(cap_detail: dict) -> Rule:
+    def of(cap_detail: dict) -> ApprovalRule:
         account = cap_detail.get("approve_account") or {}
-        return Rule(cap_detail.get("approve_above"), account.get("epsilon"), account.get("hours"))
+        return ApprovalRule(cap_detail.get("approve_above"), account.get("epsilon"), account.get("hours"))
 
     def as_detail(self) -> dict:
         return ({} if self.share is None else {"approve_above": float(self.share)}) | (
@@ -77,7 +77,7 @@ class Rule:
 class Look:
     """A charge against its dataset's rule: the shares it takes and where it brings its requester."""
 
-    rule: Rule
+    rule: ApprovalRule
     epsilon: float  # the charge's
     epsilon_left: float  # the cap's epsilon less the charges' epsilons so far (0: none left)
     cap_epsilon: float
@@ -169,7 +169,9 @@ class Approval:
         )
 
 
-def look(rule: Rule, f: Filter, history: list[Spend], candidate: Spend, account: list[tuple[str, float]], now: datetime) -> Look:
+def look(
+    rule: ApprovalRule, f: Filter, history: list[Spend], candidate: Spend, account: list[tuple[str, float]], now: datetime
+) -> Look:
     """The charge ``candidate`` after ``history`` under the cap's filter ``f``; ``account``: the requester's
     earlier dp charges on the dataset as (ISO time, epsilon)."""
     charged = sum((exact(s.budget.epsilon) for s in history), Fraction(0))

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from privrelease.core.errors import ApprovalError, BudgetError, BudgetExhausted, ReleaseConflict
 from privrelease.core.ledger import account, lease, pinned, refusal
-from privrelease.core.ledger.approval import Approval, Look, Rule, look
+from privrelease.core.ledger.approval import Approval, ApprovalRule, Look, look
 from privrelease.core.ledger.book import Book
 from privrelease.core.ledger.chain import Entry, canonical, rows
 from privrelease.core.people import requester
@@ -42,7 +42,7 @@ REGISTERED, REFRESHED = "registered", "refreshed"  # a dataset's rows registered
 KINDS = ("dp", "sdc", "mpc")
 
 
-def published(releases_root: Path, charge: Entry) -> bool:
+def in_place(releases_root: Path, charge: Entry) -> bool:
     """Whether the release folder of ``charge`` is in place and its manifest cites that charge."""
     manifest = releases_root / charge.dataset / str(charge.release_id) / "manifest.json"
     return manifest.is_file() and json.loads(manifest.read_text()).get("ledger") == {"seq": charge.seq, "hash": charge.hash}
@@ -95,7 +95,7 @@ class Ledger(Book):
         approval; ``approve_account``: (epsilon, hours), the most one account may charge in a window
         without it (``privrelease.core.ledger.approval``; None: no approval needed). ``terms``: further conditions the
         steward sets with the cap (the spam mail's trust assumptions, ``privrelease.core.spam.terms``)."""
-        rule = Rule(approve_above, *(approve_account or (None, None)))
+        rule = ApprovalRule(approve_above, *(approve_account or (None, None)))
         with self._write(dataset) as (con, written):
             return self._append(
                 con,
@@ -122,14 +122,14 @@ class Ledger(Book):
         with self._write(dataset) as (con, written):
             return self._append(con, written, dataset=dataset, status=status, detail=facts, requested_by=requested_by)
 
-    def policy(self, dataset: str, con: Con | None = None) -> Entry | None:
+    def policy_entry(self, dataset: str, con: Con | None = None) -> Entry | None:
         """The dataset's current disclosure policy entry (its ``detail`` holds the policy), if any; read with
         ``con`` when given (a reader's connection already open on this store: one open instead of two)."""
         if con is None:
             if not self.store.exists():
                 return None
             with self._read() as con:
-                return self.policy(dataset, con)
+                return self.policy_entry(dataset, con)
         found = rows(con, "WHERE dataset = ? AND status = ? ORDER BY seq DESC LIMIT 1", [dataset, POLICY])
         return found[0] if found else None
 
@@ -150,7 +150,7 @@ class Ledger(Book):
 
     def _look(self, con, dataset: str, candidate: Spend, requested_by: str, now: datetime) -> Look | None:
         cap = self._cap_entry(con, dataset)
-        rule = Rule.of(json.loads(cap.detail)) if cap is not None else Rule()
+        rule = ApprovalRule.of(json.loads(cap.detail)) if cap is not None else ApprovalRule()
         if not rule.any:
             return None
         charges = rows(con, "WHERE dataset = ? AND status = ? AND kind = 'dp' ORDER BY seq", [dataset, RESERVED])
@@ -220,7 +220,7 @@ class Ledger(Book):
                     detail["approval"] = seen.record(approval if seen.needed else None)
                     detail["admission"]["rule"] = account.APPROVED
             if pinned.of(params) is not None:  # an SDC release's charge: the policy it was checked under, still in force
-                pinned.check(self.policy(dataset, con), dataset, pinned.of(params), "nothing was charged")
+                pinned.check(self.policy_entry(dataset, con), dataset, pinned.of(params), "nothing was charged")
             self.store.lock_head(con)
             earlier = self._earlier(con, release_id, dataset, mechanism, params)  # the same id on another dataset
             if earlier is not None:
@@ -325,7 +325,7 @@ class Ledger(Book):
             for charge in self._open(con):
                 if lease.alive(charge.holder, charge.ts) or not lease.ours(charge.holder, charge.ts, self.home):
                     continue
-                if published(releases_root, charge):
+                if in_place(releases_root, charge):
                     out.append(
                         self._settle(
                             con, written, charge.release_id, PUBLISHED, {"recovered": "interrupted after publishing"}, None

@@ -46,5 +46,5 @@ def held(ledger, dataset: str, pinned: int | None) -> Iterator[None]:
     held, under the lock a policy is recorded under (the registry's: a registration, a policy change, a refresh
     wait for it), not the ledger's own, so the ledger stays open to every other charge and read meanwhile."""
     with ledger.store.lock(REGISTRY_LOCK):
-        check(ledger.policy(dataset), dataset, pinned, "nothing was published")
+        check(ledger.policy_entry(dataset), dataset, pinned, "nothing was published")
         yield

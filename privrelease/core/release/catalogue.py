@@ -75,7 +75,7 @@ class Published:
         """Every file of the release by name, with its sha256: those the manifest lists, and the manifest."""
         return {**self.manifest["files"], MANIFEST: sha256(self.folder / MANIFEST)}
 
-    def summary(self) -> dict:
+    def listing(self) -> dict:
         """The release as a data portal indexes it: title, dataset, request, guarantee, cost, date, files."""
         m, p = self.manifest, self.manifest["privacy"]
         steps = [s["method"] for s in p.get("steps") or [] if isinstance(s, dict) and "method" in s]
@@ -199,7 +199,7 @@ class Catalogue:
             "format": INDEX_FORMAT,
             "generated": datetime.now(UTC).isoformat(timespec="seconds"),
             "software": {"privrelease": __version__},
-            "releases": [r.summary() for r in self.releases()],
+            "releases": [r.listing() for r in self.releases()],
         }
 
     # -- datasets ------------------------------------------------------------------------------------
@@ -233,7 +233,7 @@ def offered(public: dict) -> list[str]:
 
     names = list(public["schema"])
     if public["purpose"] == "sdc":
-        return Policy.model_validate(public["policy"]).published(names) if public.get("policy") else []
+        return Policy.model_validate(public["policy"]).releasable(names) if public.get("policy") else []
     unit = public["unit"].removeprefix("user:") if public["unit"].startswith("user:") else None
     return [c for c in names if c != unit]
 

@@ -32,7 +32,7 @@ from privrelease.core.errors import ApprovalError, BudgetExhausted, ReleaseConfl
 from privrelease.core.ledger import lease, pinned, refusal
 from privrelease.core.ledger.approval import Approval, Look
 from privrelease.core.ledger.chain import Entry, canonical
-from privrelease.core.ledger.ledger import FAILED, PUBLISHED, RESERVED, Charge, ChargeRequest, published
+from privrelease.core.ledger.ledger import FAILED, PUBLISHED, RESERVED, Charge, ChargeRequest, in_place
 from privrelease.core.mechanisms.base import Plan
 from privrelease.core.privacy.budget import charge_phrase
 from privrelease.core.privacy.cost import DPCost
@@ -355,7 +355,7 @@ def said(home: Home) -> str:
     e = mine[-1]
     status = ledger.status(e.release_id)
     if status == PUBLISHED:
-        return interrupts.published(e.release_id, e.seq, _phrase(e))
+        return interrupts.after_publishing(e.release_id, e.seq, _phrase(e))
     if status == FAILED:
         return f"stopped (Ctrl-C) after its charge: ledger entry #{e.seq} ({_phrase(e)}) stands, recorded as failed. Nothing was published."
     return (
@@ -385,11 +385,11 @@ def _stopped(
         if stopped:
             raise interrupts.Interrupted(interrupts.BEFORE)
         return
-    if stopped and published(home.releases, entry):
+    if stopped and in_place(home.releases, entry):
         ledger.settle(
             home, claim.dataset, claim.run_id, PUBLISHED, {"recovered": "interrupted after publishing"}, caller.flow_run_id
         )
-        raise interrupts.Interrupted(interrupts.published(claim.run_id, entry.seq, _phrase(entry)))
+        raise interrupts.Interrupted(interrupts.after_publishing(claim.run_id, entry.seq, _phrase(entry)))
     fault = None if stopped else environment.unwritable(exc)
     kept = _publish.sealed(home.staging, claim.dataset, claim.run_id) if fault is not None else None
     detail = (

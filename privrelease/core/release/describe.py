@@ -49,7 +49,7 @@ def page(name: str) -> str:
     return f"{DOCS}/{PAGES.get(name, name)}.md"
 
 
-def summary(name: str) -> str:
+def lead(name: str) -> str:
     """The first paragraph of the docstring of the module that defines mechanism ``name``."""
     m = MECHANISMS[name]
     doc = m.__doc__ if isinstance(m, ModuleType) else sys.modules[type(m).__module__].__doc__
@@ -124,7 +124,7 @@ def models(name: str) -> list[Model]:
 
 def text(name: str) -> str:
     """Mechanism ``name`` and its parameters as plain text for the terminal."""
-    lines = [f"{name}: {summary(name)}", f"  page: {page(name)}"]
+    lines = [f"{name}: {lead(name)}", f"  page: {page(name)}"]
     for model in models(name):
         if model.title:
             lines.append(f"  {model.title}:")

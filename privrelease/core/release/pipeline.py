@@ -180,7 +180,7 @@ def assess(home: Home, release: Release, frame: pd.DataFrame, result: Result) ->
         return sdc_report.attach_own(result, external)
     role = sdc_report.roles(release.mechanism, policy, module.protects(release.params), result.privacy, frame, result.data)
     external = sdc_report.external(result.data, role)
-    internal = sdc_report.internal(frame, result.data, role, sdc_report.published(external), result.persons)
+    internal = sdc_report.internal(frame, result.data, role, sdc_report.table_figures(external), result.persons)
     missing = enforce.missed(external, policy, internal["intruder"])  # the published cells' and the intruder's
     sdc_report.write_internal(
         home.root,
@@ -257,14 +257,14 @@ class ReleaseJob:
         published = steps.publish(home, r, self.plan, result, charge)
         faults.point("publish")
         log.info("publish: %s", published.folder)
-        return summary(published.manifest, published.folder, False), result.headline
+        return outcome(published.manifest, published.folder, False), result.headline
 
     def progress(self) -> dict:
         return {}
 
     def earlier(self, home: Home, charge: Charge) -> dict:
         folder = _publish.release_folder(home.releases, self.release.dataset.id, self.release.release_id)
-        return summary(json.loads((folder / "manifest.json").read_text()), folder, True)
+        return outcome(json.loads((folder / "manifest.json").read_text()), folder, True)
 
 
 def release(
@@ -276,11 +276,11 @@ def release(
     approver: charged.Approver = charged.refuse,
     ledger: charged.Ledgering = charged.DIRECT,
 ) -> dict:
-    """Run one release as a charged run; returns its summary (public values only)."""
+    """Run one release as a charged run; returns its outcome (public values only)."""
     return charged.run(home, ReleaseJob(request, steps, log), caller, approver, log, ledger)
 
 
-def summary(manifest: dict, folder: Path, already: bool) -> dict:
+def outcome(manifest: dict, folder: Path, already: bool) -> dict:
     """What a caller is told of a release: public values only."""
     return {
         "release_id": manifest["release_id"],

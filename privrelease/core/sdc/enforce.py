@@ -50,12 +50,12 @@ def admit(dataset, mechanism: str, module, params) -> None:
             f"{fixed} of dataset {dataset.id!r} is the weight or cluster id of its disclosure policy: it is "
             "published as the policy says, so no release names it."
         )
-    published = set(policy.published(columns))
+    published = set(policy.releasable(columns))
     unnamed = [c for c in named if c not in published]
     if unnamed:
         raise SpecError(
             f"{unnamed} of dataset {dataset.id!r} is not named by its disclosure policy, so it is never "
-            f"published; the columns a release may hold are {policy.published(columns)}."
+            f"published; the columns a release may hold are {policy.releasable(columns)}."
         )
     _steps_admitted(dataset, mechanism, params, policy)
     protected = set(module.protects(params))
@@ -90,7 +90,7 @@ def _steps_admitted(dataset, mechanism: str, params, policy: Policy) -> None:
     for name, step in zip(names, steps):
         if getattr(step, "others", "keep") == "eds":
             outside = [
-                c for c in policy.published(list(dataset.schema.columns)) if c not in step.swap_set and dataset.schema.numeric(c)
+                c for c in policy.releasable(list(dataset.schema.columns)) if c not in step.swap_set and dataset.schema.numeric(c)
             ]
             fixed = [c for c in outside if c in (policy.weight, policy.cluster)]
             if fixed:
@@ -117,7 +117,7 @@ def notes(dataset, module, params) -> list[str]:
     policy: Policy = dataset.policy
     columns = list(dataset.schema.columns)
     out = [
-        f"published columns: {policy.published(columns)}; dropped: identifiers {policy.identifiers}, columns "
+        f"published columns: {policy.releasable(columns)}; dropped: identifiers {policy.identifiers}, columns "
         f"the policy does not name {policy.unnamed(dataset.schema)}; rows shuffled.",
         f"risk is measured on the policy's key {policy.key_vars.all} after the last step.",
     ]
@@ -166,7 +166,7 @@ def prepare(frame: pd.DataFrame, policy: Policy, rng: np.random.Generator) -> pd
     """The policy's published columns only, rows in a random order (the input rows kept in ``attrs``), cluster
     ids as fresh random labels 1..H (households stay together, their ids do not reach any step)."""
     order = rng.permutation(len(frame))
-    out = frame[policy.published(list(frame.columns))].iloc[order].reset_index(drop=True)
+    out = frame[policy.releasable(list(frame.columns))].iloc[order].reset_index(drop=True)
     if policy.cluster is not None:
         codes, uniques = pd.factorize(out[policy.cluster], use_na_sentinel=True)
         labels = rng.permutation(len(uniques)) + 1

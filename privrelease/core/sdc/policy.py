@@ -175,7 +175,7 @@ class Policy(_Strict):
             "cluster": [self.cluster] if self.cluster else [],
         }
 
-    def published(self, columns: list[str]) -> list[str]:
+    def releasable(self, columns: list[str]) -> list[str]:
         """The columns a release may hold, in the registered order: everything named but identifiers."""
         allowed = set(self.key_vars.all) | set(self.sensitive) | set(self.publishable)
         allowed |= {c for c in (self.weight, self.cluster) if c}

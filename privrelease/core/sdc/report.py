@@ -109,7 +109,7 @@ def external(released: pd.DataFrame, role: Roles) -> dict:
     }
 
 
-def published(external_figures: dict) -> dict:
+def table_figures(external_figures: dict) -> dict:
     """The released table's figures of an external report, without the roles it names first."""
     return {k: v for k, v in external_figures.items() if k not in ROLE_FIELDS}
 
@@ -137,7 +137,7 @@ def internal(
         con.register("released", released)
         out = {
             "before": _disclosure(original, role),
-            "after": published(external(released, role)) if after is None else after,
+            "after": table_figures(external(released, role)) if after is None else after,
             "intruder": intruder(released, role, persons),
             "il1s": m.il1s(con, "original", "released", role.perturbed) if paired else None,
             **m.changes(con, "original", "released", numeric_all),

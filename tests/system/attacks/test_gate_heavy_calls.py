@@ -13,7 +13,7 @@ import asyncio
 import re
 
 from privrelease.core.release.publish import code
-from privrelease.gate import bounds, checks, events, signin
+from privrelease.gate import bounds, events, rewrites, signin
 from privrelease.gate.__main__ import CONNECTIONS
 from tests.conftest import REPO
 from tests.system.test_gate_abuse import refused, weakened, without
@@ -27,7 +27,7 @@ def test_a_stored_schemas_values_are_bounded_like_a_runs_parameters(served, peop
     body = {"schema": form["parameter_openapi_schema"], "values": wrong}
     answer = people["alice"].post("/ui/schemas/validate", json=body)
     assert refused(answer) and answer.status_code == 403 and "values and 16 KB, as a run's parameters" in answer.text
-    monkeypatch.setattr(checks.limits, "configured", lambda: checks.limits.Limits(parameters_kb=10**6))
+    monkeypatch.setattr(rewrites.limits, "configured", lambda: rewrites.limits.Limits(parameters_kb=10**6))
     with weakened(env) as person:  # no bound on the values: Prefect validates every one of them
         validated = person("alice").post("/ui/schemas/validate", json=body)
     assert validated.status_code == 200 and not validated.headers.get("x-privrelease-gate-refused")
@@ -64,8 +64,8 @@ def test_a_runs_name_is_short(served, people, monkeypatch):
     ra = deployment(api, "ra")["id"]
     long = {"name": "n-" + "A" * 5000, "parameters": {"preview": True}}
     answer = people["vera"].post(f"/deployments/{ra}/create_flow_run", json=long)
-    assert refused(answer) and answer.status_code == 403 and f"at most {checks.MAX_NAME} characters" in answer.text
-    monkeypatch.setattr(checks, "MAX_NAME", 10**7)
+    assert refused(answer) and answer.status_code == 403 and f"at most {rewrites.MAX_NAME} characters" in answer.text
+    monkeypatch.setattr(rewrites, "MAX_NAME", 10**7)
     with weakened(env) as person:
         created = person("vera").post(f"/deployments/{ra}/create_flow_run", json=long)
     assert created.status_code == 201 and len(created.json()["name"]) == 5002
@@ -89,7 +89,7 @@ def test_parameters_the_form_does_not_name_and_unprintable_run_names_are_refused
     assert plain.status_code == 201, plain.text
     # the weakened gate: without the names' check the extra parameters are stored with the run; with a rewrite
     # passing the name as asked, the name is too
-    monkeypatch.setattr(checks, "unnamed", lambda parameters, call: asyncio.sleep(0, []))
+    monkeypatch.setattr(rewrites, "unnamed", lambda parameters, call: asyncio.sleep(0, []))
     with weakened(env) as person:
         created = person("vera").post(f"/deployments/{ra}/create_flow_run", json=smuggled)
     assert created.status_code == 201 and created.json()["parameters"]["home"] == "/etc", created.text

@@ -17,7 +17,7 @@ import httpx
 from starlette.requests import Request
 
 from privrelease.core import limits, settings
-from privrelease.gate import bounds, checks, policy
+from privrelease.gate import access, bounds, rewrites
 from privrelease.gate.app import Gate
 from tests.system.test_gate_abuse import refused, weakened, without
 from tests.system.test_server import deployment, operator
@@ -95,7 +95,7 @@ def _together(callers: int, ask) -> list:
     return answers
 
 
-def _at_once(env: dict, rules: tuple[policy.Rule, ...] | None, callers: int = 6) -> tuple[int, list[int]]:
+def _at_once(env: dict, rules: tuple[access.Rule, ...] | None, callers: int = 6) -> tuple[int, list[int]]:
     """The most schema checks of one account the gate passed on at once, of ``callers`` sent together, and
     the statuses answered."""
     body = {"schema": _form(env, "outlier-count")["parameter_openapi_schema"], "values": {"standardize": ITEMS[:100]}}
@@ -186,7 +186,7 @@ def test_an_events_count_from_year_one_is_refused(served, people):
         assert refused(answer) and answer.status_code == 403 and "since takes a time between the years" in answer.text
     recent = {"since": "2026-01-01T00:00:00Z", "until": "2026-02-01T00:00:00Z"}
     assert people["alice"].post("/events/count-by/time", json=body | {"filter": {"occurred": recent}}).status_code == 200
-    unscoped = tuple(replace(r, body=None) if r.body is checks.event_count else r for r in policy.POLICY)
+    unscoped = tuple(replace(r, body=None) if r.body is rewrites.event_count else r for r in access.RULES)
     with weakened(env, rules=unscoped) as person:  # the count passed on as asked: Prefect answers 500
         assert person("alice").post("/events/count-by/time", json=body).status_code == 500
 
@@ -211,9 +211,9 @@ def test_offsets_pages_and_the_logs_text_search_never_reach_prefect(served, peop
         assert [person("alice").post(route, json=body).status_code for route, body, _ in asked] == [200, 200, 500, 500]
 
 
-def _unbounded() -> tuple[policy.Rule, ...]:
+def _unbounded() -> tuple[access.Rule, ...]:
     """POLICY with every read query passed on as asked."""
-    return tuple(replace(r, body=None) if r.body is checks.bounded else r for r in policy.POLICY)
+    return tuple(replace(r, body=None) if r.body is rewrites.bounded else r for r in access.RULES)
 
 
 class Unretried(Gate):

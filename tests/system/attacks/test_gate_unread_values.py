@@ -17,7 +17,7 @@ from datetime import datetime
 
 import httpx
 
-from privrelease.gate import bounds, checks, policy
+from privrelease.gate import access, bounds, call, rewrites
 from privrelease.gate.app import Gate
 from privrelease.gate.quotas import Quotas
 from tests.system.test_gate_abuse import refused, weakened, without
@@ -152,11 +152,11 @@ def _failed_starts(env: dict, quotas: type[Quotas], monkeypatch) -> list[int]:
     """Statuses of three runs started by one account whose name Prefect fails on (a lone surrogate, passed on by
     a gate without that bound), two allowed a minute."""
 
-    async def as_asked(body: dict, call: checks.Call) -> dict | str:  # the rewrite, its name as asked
-        return await checks.start_run({k: v for k, v in body.items() if k != "name"}, call) | {"name": body["name"]}
+    async def as_asked(body: dict, call: call.Call) -> dict | str:  # the rewrite, its name as asked
+        return await rewrites.start_run({k: v for k, v in body.items() if k != "name"}, call) | {"name": body["name"]}
 
     form = f"/deployments/{deployment(operator(env), 'ra')['id']}/create_flow_run"
-    rules = tuple(replace(r, body=as_asked) if r.body is checks.start_run else r for r in policy.POLICY)
+    rules = tuple(replace(r, body=as_asked) if r.body is rewrites.start_run else r for r in access.RULES)
     monkeypatch.setattr(bounds, "unfit", lambda doc: None)
     with weakened(env, rules=rules) as person:
         gate = person("vera").app.state.gate

@@ -29,8 +29,8 @@ import anyio
 import httpx
 
 import privrelease.gate.proxy
-from privrelease.gate import checks, logs
-from privrelease.gate.checks import Call
+from privrelease.gate import answers, logs
+from privrelease.gate.call import Call, Refused
 from privrelease.gate.headers import proof_key
 from tests.conftest import PASSWORD
 from tests.system.test_server import _free_port, _service
@@ -177,17 +177,17 @@ def test_anyones_health_and_settings_are_read_from_prefect_once_every_few_second
     call = Call(None, {}, prefect)
 
     async def asked(n: int) -> list:
-        return [await checks.ui_settings(call) for _ in range(n)]
+        return [await answers.ui_settings(call) for _ in range(n)]
 
     assert anyio.run(asked, 50)[0]["default_ui"] == "v1" and prefect.reads == 1
-    monkeypatch.setattr(checks, "RECENT_SECONDS", -1.0)  # the weakened variant: nothing kept
+    monkeypatch.setattr(answers, "RECENT_SECONDS", -1.0)  # the weakened variant: nothing kept
     anyio.run(asked, 50)
     assert prefect.reads == 51
-    assert anyio.run(checks.health, Call(None, {}, _Counted(True))) is True
+    assert anyio.run(answers.health, Call(None, {}, _Counted(True))) is True
     try:
-        anyio.run(checks.health, Call(None, {}, _Counted(None)))
+        anyio.run(answers.health, Call(None, {}, _Counted(None)))
         raise AssertionError("an unhealthy server is reported healthy")
-    except checks.Refused as refusal:
+    except Refused as refusal:
         assert refusal.status == 503 and "server.log" in refusal.message
 
 

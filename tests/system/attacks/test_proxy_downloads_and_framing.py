@@ -17,10 +17,10 @@ from pathlib import Path
 
 import httpx
 
+from privrelease.gate.access import CATALOGUE_PAGES, UI_PAGES
 from privrelease.gate.accounts import Accounts
 from privrelease.gate.app import REFUSED, Gate
 from privrelease.gate.headers import PROOF
-from privrelease.gate.policy import CATALOGUE_PAGES, UI_PAGES
 from tests.conftest import PASSWORD
 from tests.system.attacks.test_proxy_connections_and_logs import reconfigured, without
 from tests.system.test_gate_abuse import weakened

@@ -1,84 +1,24 @@
-"""What the rows of ``privrelease.gate.policy`` call: conditions (``when=``), body rewrites (``body=``) and the
-gate's own answers (``answer=``).
-
-Each gets a ``Call``: the caller's account, the route's parameters (the named parts of the row's
-template, e.g. ``{id}``, as the path filled them in) and Prefect's records, read with the operator's
-credential. A condition is an async test of the call; a rewrite makes the body passed on from the
-body asked (or says, as a string, why it is refused); a reply makes the answer passed back from
-Prefect's; an answer is the JSON the gate returns itself (or raises ``Refused``). Each carries
-``says``: its words in the docs' policy table and in the gate's refusals.
+"""What the gate does to a call it passes on to Prefect (rows of ``privrelease.gate.access`` with ``when=``,
+``body=`` or ``reply=``): conditions checked against Prefect's own records, body rewrites (the body passed on is
+made from the body asked, or refused with the reason) and replies (the answer passed back is made from Prefect's).
+The calls the gate answers itself are in ``privrelease.gate.answers``.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import re
-import time
-import weakref
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable
+from typing import Any
 from urllib.parse import quote
-
-import anyio
 
 from privrelease.core import limits
 from privrelease.core.params import ID_PATTERN
 from privrelease.core.people import PUBLISHES, REQUESTED_BY
 from privrelease.gate import bounds, events, schemas
-from privrelease.gate.accounts import Account
+from privrelease.gate.call import Call, Condition, requester_tag, says
 
 MAX_NAME = 100  # a run's name: shown on every page that lists it, copied into its logs and events
-
-
-class Records(Protocol):
-    catalogue: Any  # the home's published releases and registered datasets (privrelease.core.release.catalogue.Catalogue)
-
-    async def read(self, path: str) -> Any | None:
-        """GET ``path`` of Prefect's server with the operator's credential: its JSON, None unless it is found."""
-
-    async def find(self, path: str, body: dict) -> Any | None:
-        """POST ``body`` (a query) to ``path`` with the operator's credential: its JSON, None unless it is found."""
-
-
-@dataclass(frozen=True)
-class Call:
-    account: Account | None  # None: a caller without credentials (only rows open to "anyone")
-    params: Mapping[str, str]  # the route template's parameters, from the path
-    prefect: Records
-    query: Mapping[str, str] = field(default_factory=dict)  # the URL's query parameters
-    referer: str = ""  # the page the browser made the call from (its Referer header), if it names one
-
-
-class Refused(Exception):
-    """An answer's refusal: the gate answers ``status`` with ``message``."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status, self.message = status, message
-
-
-Condition = Callable[[Call], Awaitable[bool]]
-Rewrite = Callable[[dict, Call], Awaitable[dict | str]]
-Reply = Callable[[Any, Call], Any]
-Answer = Callable[[Call], Awaitable[Any]]
-PUBLIC_SETTINGS = {"server": {"ui": {"show_promotional_content": False}}}
-
-
-def says(words: str):
-    """Give a condition, a rewrite or an answer its words (the docs' table, the gate's refusals)."""
-
-    def mark(fn):
-        fn.says = words
-        return fn
-
-    return mark
-
-
-def _tag(call: Call) -> str:
-    assert call.account is not None  # conditions and rewrites are only on rows for people
-    return f"{REQUESTED_BY}{call.account.name}"
 
 
 # -- conditions: checked against Prefect's own records ------------------------------------------------
@@ -100,7 +40,7 @@ def deployment_in(names: Iterable[str]) -> Condition:
 async def _run(call: Call) -> tuple[dict | None, bool]:
     """The flow run ``{id}``, and whether the caller started it through the gate (its requester tag)."""
     run = await call.prefect.read(f"/api/flow_runs/{call.params['id']}")
-    return run, run is not None and _tag(call) in run.get("tags", [])
+    return run, run is not None and requester_tag(call) in run.get("tags", [])
 
 
 @says(f"the run is the caller's own (tagged `{REQUESTED_BY}<account>`)")
@@ -160,7 +100,7 @@ async def start_run(body: dict, call: Call) -> dict | str:
                 f"(the gate names it {call.account.name}.<release_id>, at most 80 characters in all)"
             )
         parameters = parameters | {"release_id": named}
-    tags = [_tag(call)] + ([] if parameters.get("preview") is True else [PUBLISHES])  # the server takes only a boolean
+    tags = [requester_tag(call)] + ([] if parameters.get("preview") is True else [PUBLISHES])  # the server takes only a boolean
     out: dict = {"parameters": parameters, "tags": tags, "enforce_parameter_schema": True}
     if isinstance(body.get("name"), str):
         if len(body["name"]) > MAX_NAME:
@@ -282,69 +222,3 @@ async def event_count(body: dict, call: Call) -> dict | str:
 def events_shown(answer: Any, call: Call) -> Any:
     assert call.account is not None
     return events.shown(answer, call.account)
-
-
-# -- answers: the gate's own, never passed on as asked ------------------------------------------------------
-
-
-@says("answered by the gate: public values only (Prefect's hold the database URL)")
-async def public_settings(call: Call) -> Any:
-    return PUBLIC_SETTINGS
-
-
-@says("answered by the gate: Prefect's version")
-async def prefect_version(call: Call) -> Any:
-    return importlib.metadata.version("prefect")
-
-
-@says("answered by the gate: the next page of the same events (the token's filter rebuilt as above)")
-async def next_events(call: Call) -> Any:
-    assert call.account is not None
-    try:
-        token = events.page_token(call.query.get("page-token", ""), call.account)
-    except bounds.OutOfBounds as error:
-        raise Refused(403, f"privrelease gate: {error}") from None
-    page = await call.prefect.read(f"/api/events/filter/next?page-token={quote(token, safe='')}")
-    if page is None:
-        raise Refused(403, "privrelease gate: the page token is not one the gate answered")
-    return events.shown(page, call.account)
-
-
-RECENT_SECONDS = 5.0  # how old Prefect's answer to anyone's health check and UI settings may be
-
-
-@dataclass
-class _Kept:
-    lock: anyio.Lock = field(default_factory=anyio.Lock)
-    at: float = float("-inf")
-    answer: Any = None
-
-
-_KEPT: weakref.WeakKeyDictionary[Records, dict[str, _Kept]] = weakref.WeakKeyDictionary()
-
-
-async def recent(call: Call, path: str) -> Any | None:
-    """Prefect's answer to GET ``path`` (None unless found), read at most once every RECENT_SECONDS and kept
-    for every caller: callers without credentials ask these on every page, and each call waiting for
-    Prefect held one of the proxy's connections to the gate (issue #39's seventh attack, H2)."""
-    kept = _KEPT.setdefault(call.prefect, {}).setdefault(path, _Kept())
-    async with kept.lock:  # one read at a time; the callers waiting for it take its answer
-        if time.monotonic() - kept.at > RECENT_SECONDS:
-            kept.answer, kept.at = await call.prefect.read(path), time.monotonic()
-    return kept.answer
-
-
-@says(f"answered by the gate: Prefect's health check, read at most every {RECENT_SECONDS:.0f} s")
-async def health(call: Call) -> Any:
-    answer = await recent(call, "/api/health")
-    if answer is None:
-        raise Refused(503, "privrelease gate: Prefect's server does not answer its health check; see its log (server.log)")
-    return answer
-
-
-@says(
-    f"answered by the gate: Prefect's UI settings (read at most every {RECENT_SECONDS:.0f} s), with its first UI only (no `/v2`)"
-)
-async def ui_settings(call: Call) -> Any:
-    settings = await recent(call, "/ui-settings") or {}
-    return settings | {"available_uis": ["v1"], "default_ui": "v1", "v2_base_url": None}

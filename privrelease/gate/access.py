@@ -7,7 +7,7 @@ closed until a row names it. Websocket routes (events, logs) are named by no row
 reaches them.
 
 The route's parameters (``{id}``, ``{name}``) are taken from the template's match and handed, with
-the caller's account and Prefect's records, to the row's callables (``privrelease.gate.checks``): its condition,
+the caller's account and Prefect's records, to the row's callables (``privrelease.gate.rewrites``): its condition,
 checked against Prefect's own records; its body rewrite (``body=``), which makes the body passed on
 from the one asked (or refuses it): every read query's is bounded (``privrelease.gate.bounds``), the events'
 rebuilt by allow-list (``privrelease.gate.events``); its reply (``reply=``), which makes the answer passed back
@@ -15,11 +15,11 @@ from Prefect's; or its answer (``answer=``), for rows the gate answers itself an
 asked: the next page of events (from a token whose filter the gate rebuilds), and public values: the
 UI asks for its server's settings and version on every page, but Prefect's ``/api/admin`` routes
 (settings hold the database URL; others clear the database) are the operator's alone; and the UI's
-own settings are passed on without Prefect's second UI (v2), which this policy is not written for.
+own settings are passed on without Prefect's second UI (v2), which this table is not written for.
 
 The deployments an analyst and the auditor start are read from ``prefect.yaml`` (its release forms
 run ``privrelease/flows/forms.py``, the audit ``privrelease/flows/audit.py``). ``docs/SECURITY.md`` shows this table as
-``markdown()`` renders it: ``python -m privrelease.gate.policy --write docs/SECURITY.md`` regenerates it.
+``markdown()`` renders it: ``python -m privrelease.gate.access --write docs/SECURITY.md`` regenerates it.
 """
 
 from __future__ import annotations
@@ -35,11 +35,9 @@ from privrelease.core import paths
 from privrelease.core.errors import UserError
 from privrelease.core.people import ANALYST, AUDITOR, STEWARD
 from privrelease.gate import catalogue, forms, owned
-from privrelease.gate.checks import (
-    Answer,
-    Condition,
-    Reply,
-    Rewrite,
+from privrelease.gate.answers import health, next_events, prefect_version, public_settings, ui_settings
+from privrelease.gate.call import Answer, Condition, Reply, Rewrite
+from privrelease.gate.rewrites import (
     answer_approval,
     awaits_approval,
     bounded,
@@ -48,14 +46,9 @@ from privrelease.gate.checks import (
     event_count,
     event_query,
     events_shown,
-    health,
-    next_events,
     own_run,
-    prefect_version,
-    public_settings,
     start_run,
     stored_schema,
-    ui_settings,
 )
 
 ANONYMOUS = "anyone"  # the role of a caller without credentials
@@ -72,7 +65,7 @@ def declared_forms(path: Path) -> tuple[tuple[str, ...], str]:
         deployments = (yaml.safe_load(path.read_text()) or {}).get("deployments") or []
     except FileNotFoundError:
         raise UserError(
-            f"the gate's policy reads the deployments people may start from {path}, which does not exist: "
+            f"the gate's access table reads the deployments people may start from {path}, which does not exist: "
             f"run the gate from a privrelease checkout, or set ${paths.REPO_ENV} to one"
         ) from None
     forms = tuple(d["name"] for d in deployments if d.get("entrypoint", "").startswith(RELEASE_ENTRYPOINTS))
@@ -80,7 +73,7 @@ def declared_forms(path: Path) -> tuple[tuple[str, ...], str]:
     if not forms or len(audits) != 1:
         raise UserError(
             f"{path} declares {len(forms)} release forms ({RELEASE_ENTRYPOINTS}...) and {len(audits)} "
-            f"ledger audits ({AUDIT_ENTRYPOINT}): the gate's policy needs some forms and one audit"
+            f"ledger audits ({AUDIT_ENTRYPOINT}): the gate's access table needs some forms and one audit"
         )
     return forms, audits[0]
 
@@ -141,7 +134,7 @@ def _reads(*routes: str, who: frozenset[str] = PEOPLE, reply: Reply | None = Non
     ]
 
 
-POLICY: tuple[Rule, ...] = (
+RULES: tuple[Rule, ...] = (
     # -- the UI's shell: its pages, scripts, images and its own settings (no data) -------------------
     Rule(ANYONE, "GET", "/"),
     Rule(ANYONE, "GET", "/ui-settings", answer=ui_settings),
@@ -240,8 +233,8 @@ POLICY: tuple[Rule, ...] = (
 
 
 def decide(role: str, method: str, path: str, rules: tuple[Rule, ...] | None = None) -> Rule | None:
-    """The first rule (of ``rules``, else POLICY) that lets ``role`` (or "anyone") call ``method path``; None: refused."""
-    for rule in POLICY if rules is None else rules:
+    """The first rule (of ``rules``, else RULES) that lets ``role`` (or "anyone") call ``method path``; None: refused."""
+    for rule in RULES if rules is None else rules:
         if role in rule.who and rule.method == method and rule.pattern.match(path):
             return rule
     return None
@@ -250,19 +243,19 @@ def decide(role: str, method: str, path: str, rules: tuple[Rule, ...] | None = N
 # -- the table as the docs show it --------------------------------------------------------------------
 
 BEGIN, END = (
-    "<!-- policy: rendered from privrelease/gate/policy.py by `python -m privrelease.gate.policy --write docs/SECURITY.md` -->",
-    "<!-- /policy -->",
+    "<!-- access table: rendered from privrelease/gate/access.py by `python -m privrelease.gate.access --write docs/SECURITY.md` -->",
+    "<!-- /access table -->",
 )
 
 
 def markdown() -> str:
-    """POLICY as a markdown table, one line per row, in its order."""
+    """RULES as a markdown table, one line per row, in its order."""
 
     def who(roles: frozenset[str]) -> str:
         return ANONYMOUS if roles == ANYONE else ", ".join(r for r in (ANALYST, AUDITOR, STEWARD) if r in roles)
 
     lines = ["| who | method | route | when | body passed on, or answer |", "|---|---|---|---|---|"]
-    for rule in POLICY:
+    for rule in RULES:
         does = "; ".join(
             [x.says for x in (rule.body, rule.answer, rule.reply) if x is not None]
             + (["the account's run limits first"] if rule.starts else [])
