@@ -18,30 +18,32 @@ import time
 CASES = {
     "adult": {"by": ["education", "sex"], "budget": {"epsilon": 1.0, "delta": 1e-6}, "unit": None,
               "measures": [("count", None, None), ("mean", "hours_per_week", (0.0, 100.0))]},
-    "payroll": {"by": ["region", "grade"], "budget": {"rho": 0.5}, "unit": ("person", 1, 5),
-                "measures": [("sum", "salary", (0.0, 200_000.0)), ("mean", "salary", (0.0, 200_000.0)),
+    "payroll": {"by": ["region", "grade"], "budget": {"rho": 0.25}, "unit": ("person", 1, 5),
+                "measures": [("count", None, None), ("sum", "salary", (0.0, 200_000.0)), ("mean", "salary", (0.0, 200_000.0)),
                              ("median", "salary", (0.0, 200_000.0))]},
 }  # fmt: skip
 
 
-def opendp_run(case: dict, path: str) -> dict:
+def opendp_run(case: dict, path: str, form: str = "one") -> tuple[dict, dict]:
+    """OpenDP's answer per key, and the noise scale of each measure it released (``summarize``'s ``scale``).
+
+    The unit as OpenDP's docs give one for a table with several rows per person: the person is the identifier
+    and changes as one (``unit_of(contributions=1, identifier=...)``), their rows bounded in the query by
+    ``truncate_per_group`` (5 rows in a key, as privrelease bounds them); every key public (the margin's
+    ``invariant="keys"``). ``form``: ``one``, every measure in one query (one ``release()``); ``each``, one query
+    per measure, the budget split evenly over them by the compositor."""
     import opendp.prelude as dp
     import polars as pl
 
     dp.enable_features("contrib")
     by, measures = case["by"], case["measures"]
-    if case["unit"]:
-        person, groups, rows = case["unit"]
-        unit = dp.unit_of(
-            contributions=[dp.polars.Bound(per_group=rows), dp.polars.Bound(by=by, num_groups=groups)], identifier=person
-        )
-    else:
-        unit = dp.unit_of(contributions=1)
+    unit = dp.unit_of(contributions=1, identifier=pl.col(case["unit"][0])) if case["unit"] else dp.unit_of(contributions=1)
     loss = dp.loss_of(**case["budget"])
     lazy = pl.scan_parquet(path)
-    groups = lazy.select(by).unique().collect().height  # the public keys' number (every key is in the data)
-    margins = [dp.polars.Margin(by=by, invariant="keys", max_length=10_000_000, max_groups=groups)]
-    context = dp.Context.compositor(data=lazy, privacy_unit=unit, privacy_loss=loss, split_evenly_over=1, margins=margins)
+    keys = lazy.select(by).unique().collect()  # the public keys (every key is in the data)
+    margins = [dp.polars.Margin(by=by, invariant="keys", max_length=10_000_000, max_groups=keys.height)]
+    queries = 1 if form == "one" else len(measures)
+    context = dp.Context.compositor(data=lazy, privacy_unit=unit, privacy_loss=loss, split_evenly_over=queries, margins=margins)
     exprs = []
     for op, col, bounds in measures:
         if op == "count":
@@ -55,22 +57,34 @@ def opendp_run(case: dict, path: str) -> dict:
         else:
             cands = [bounds[0] + (bounds[1] - bounds[0]) * (i + 0.5) / 128 for i in range(128)]
             exprs.append(x.dp.median(cands).alias(f"{col}_median"))
-    query = context.query()
-    if case["unit"]:  # a person's contribution bounded as privrelease bounds it: 1 key, 5 rows in it
-        # (truncate_num_groups(1) keeps no row in OpenDP 0.16: it keeps dense ranks < k, which start at 1)
-        query = query.truncate_per_group(case["unit"][1] * case["unit"][2])
-    query = query.group_by(by).agg(*exprs)
-    if case["unit"]:  # truncation drops the margin's public keys: join the released table to them
-        query = query.join(lazy.select(by).unique().collect().lazy(), on=by, how="right")
-    out = query.release().collect()
     names = [e.meta.output_name() for e in exprs]
-    return {tuple(map(str, r[: len(by)])): list(r[len(by) :]) for r in out.select(*by, *names).iter_rows()}
+    answers: dict[tuple, dict] = {}
+    scales: dict[str, list] = {}
+    for chosen in [exprs] if form == "one" else [[e] for e in exprs]:
+        query = context.query()
+        if case["unit"]:  # a person's rows in one key bounded as privrelease bounds them
+            query = query.truncate_per_group(case["unit"][2])
+        query = query.group_by(by).agg(*chosen)
+        if case["unit"]:  # truncation drops the margin's public keys: join the released table to them
+            query = query.join(keys.lazy(), on=by, how="right")
+        for row in query.summarize(alpha=0.05).iter_rows(named=True):
+            scales.setdefault(row["column"], []).append(
+                {"aggregate": row["aggregate"], "distribution": row["distribution"], "scale": row["scale"]}
+            )
+        out = query.release().collect()
+        for r in out.select(*by, *[e.meta.output_name() for e in chosen]).iter_rows():
+            answers.setdefault(tuple(map(str, r[: len(by)])), {}).update(
+                zip([e.meta.output_name() for e in chosen], r[len(by) :])
+            )
+    return {k: [v.get(n) for n in names] for k, v in answers.items()}, scales
 
 
 _SPARK = None
 
 
-def tumult_run(case: dict, path: str) -> dict:
+def tumult_run(case: dict, path: str, form: str = "each") -> tuple[dict, dict]:
+    """Tumult's answer per key, one query per measure as its docs write them (a KeySet of the public keys, the
+    person's rows bounded by ``MaxRowsPerID``), and each query's noise as ``Session._noise_info`` states it."""
     global _SPARK
     from pyspark.sql import SparkSession
     from tmlt.analytics import (
@@ -99,11 +113,11 @@ def tumult_run(case: dict, path: str) -> dict:
     keyset = KeySet.from_dataframe(frame.select(*by).distinct())  # the public keys (every one is in the data)
     share = (RhoZCDPBudget(b["rho"] / len(measures)) if "rho" in b
              else ApproxDPBudget(b["epsilon"] / len(measures), b["delta"] / len(measures)))  # fmt: skip
-    results = {}
+    results, scales = {}, {}
     for op, col, bounds in measures:
         q = QueryBuilder("t")
         if case["unit"]:
-            q = q.enforce(MaxRowsPerID(case["unit"][1] * case["unit"][2]))  # a person's rows (all in one key)
+            q = q.enforce(MaxRowsPerID(case["unit"][2]))  # a person's rows (all in one key)
         g = q.groupby(keyset)
         name = "count" if op == "count" else f"{col}_{op}"
         if op == "count":
@@ -114,24 +128,30 @@ def tumult_run(case: dict, path: str) -> dict:
             g = g.average(col, bounds[0], bounds[1], name)
         else:
             g = g.median(col, bounds[0], bounds[1], name)
+        try:  # the noise Tumult will add (a private helper of its Session; stated where this version has it)
+            scales[name] = [{k: str(v) for k, v in info.items()} for info in session._noise_info(g, share)]
+        except Exception as error:  # noqa: BLE001 (a version without it: the figures stand without a scale)
+            scales[name] = [{"unavailable": repr(error)[:200]}]
         for r in session.evaluate(g, share).collect():
             results.setdefault(tuple(str(r[c]) for c in by), []).append(float(r[name]))
-    return results
+    return results, scales
 
 
 def main() -> None:
     name, path, reps, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-    libs = sys.argv[5].split(",") if len(sys.argv) > 5 else ["opendp", "tumult"]
+    libs = sys.argv[5].split(",") if len(sys.argv) > 5 else ["opendp", "opendp-each", "tumult"]
     case = CASES[name]
     found = {}
-    for lib, fn in ((lib, {"opendp": opendp_run, "tumult": tumult_run}[lib]) for lib in libs):
-        runs, times = [], []
+    for lib in libs:
+        fn = {"opendp": opendp_run, "opendp-each": opendp_run, "tumult": tumult_run}[lib]
+        form = {"opendp": "one", "opendp-each": "each", "tumult": "each"}[lib]
+        runs, times, scales = [], [], {}
         for _ in range(reps):
             start = time.perf_counter()
-            result = fn(case, path)
+            result, scales = fn(case, path, form)
             times.append(time.perf_counter() - start)
             runs.append({"|".join(k): v for k, v in result.items()})
-        found[lib] = {"runs": runs, "seconds": times}
+        found[lib] = {"runs": runs, "seconds": times, "scales": scales}
     with open(out, "w") as f:
         json.dump(found, f)
 

@@ -6,8 +6,14 @@ here; OpenDP's margin ``invariant="keys"``; Tumult's KeySet):
 - Adult (UCI, 30,162 complete records): count and mean hours_per_week (bounds [0, 100]) by
   education x sex, epsilon = 1, delta = 1e-6, one record per individual;
 - payroll (synthetic, ``--rows`` rows, default 10 million: persons with 5 monthly rows each, all in one
-  region x grade key): sum, mean and median of salary (bounds [0, 200000]) by region x grade,
-  rho = 0.5 zCDP, the person as the privacy unit (at most 1 key and 5 rows per person).
+  region x grade key): count, and sum, mean and median of salary (bounds [0, 200000]) by region x grade,
+  rho = 0.25 zCDP split evenly over the four, the person as the privacy unit (at most 1 key and 5 rows per
+  person).
+
+Each peer is specified as its own docs specify such a query (``aggregate_peers.py`` says how), and the noise
+scale it states for each measure is printed beside its figures, so a mis-specified peer shows: OpenDP in its
+one-query form (every measure in one ``release()``) and one query per measure (``opendp-each``), Tumult one query
+per measure.
 
 Accuracy: the median over cells and repetitions of |estimate - true value| (the true value of the
 clipped data), per measure, and privrelease's ratio to each peer's; the share of privrelease's 95%
@@ -58,11 +64,12 @@ CASES = {
     "adult": {"by": ["education", "sex"], "budget": {"epsilon": 1.0, "delta": 1e-6},
               "measures": [{"op": "count"}, {"op": "mean", "column": "hours_per_week", "bounds": [0, 100]}],
               "peer": {"count": "count", "hours_per_week_mean": "hours_per_week_mean"}},
-    "payroll": {"by": ["region", "grade"], "budget": {"rho": 0.5, "delta": 1e-6}, "unit": {"max_groups": 1, "max_rows": 5},
-                "measures": [{"op": "sum", "column": "salary", "bounds": list(BOUNDS)},
+    "payroll": {"by": ["region", "grade"], "budget": {"rho": 0.25, "delta": 1e-6}, "unit": {"max_groups": 1, "max_rows": 5},
+                "measures": [{"op": "count"}, {"op": "sum", "column": "salary", "bounds": list(BOUNDS)},
                              {"op": "mean", "column": "salary", "bounds": list(BOUNDS)},
                              {"op": "quantile", "column": "salary", "bounds": list(BOUNDS), "q": [0.5], "bins": 128}],
-                "peer": {"salary_sum": "salary_sum", "salary_mean": "salary_mean", "salary_q50": "salary_median"}},
+                "peer": {"count": "count", "salary_sum": "salary_sum", "salary_mean": "salary_mean",
+                         "salary_q50": "salary_median"}},
 }  # fmt: skip
 
 
@@ -137,6 +144,12 @@ def ours(frame: pd.DataFrame, case: dict, user: str | None, reps: int, extra: di
             errors.setdefault(name, []).extend(np.abs(table[name].to_numpy() - tv))
             covered.setdefault(name, []).extend((table[f"{name}_lo"] <= tv + 1e-9) & (tv <= table[f"{name}_hi"] + 1e-9))
     return errors, {k: float(np.mean(v)) for k, v in covered.items()}, float(np.median(seconds))
+
+
+def ours_scales(frame: pd.DataFrame, case: dict, user: str | None) -> dict:
+    """privrelease's noise per vector as its plan states it (the accuracy view's std per cell), beside the peers'."""
+    p = agg.Params.model_validate(params(frame, case, user))
+    return {c["vector"]: c["noise_std"] for c in agg.accuracy(p, agg.plan(p), ())["cells"]}
 
 
 def peers(python: str, name: str, path: Path, reps: int, folder: Path, libs: str) -> dict:
@@ -228,7 +241,7 @@ def main() -> None:
     ap.add_argument("--peer-reps", type=int, default=3, help="repetitions per peer and case")
     ap.add_argument("--peers-python", default=str(ROOT / ".peers-venv" / "bin" / "python"))
     ap.add_argument("--cases", default="adult,payroll")
-    ap.add_argument("--peer-libs", default="opendp,tumult")
+    ap.add_argument("--peer-libs", default="opendp,opendp-each,tumult")
     ap.add_argument("--cli-only", action="store_true", help="only time privrelease's CLI release of payroll")
     ap.add_argument("--warm", type=int, default=3, help="warm CLI releases of payroll timed (their median is reported)")
     ap.add_argument("--opendp-each", action="store_true", help="with --cli-only: OpenDP's query after each warm release")
@@ -268,6 +281,8 @@ def main() -> None:
         for lib, got in found.items():
             row[lib] = {k: float(np.median(v)) for k, v in peer_errors(got, case, t).items()}
             row["seconds"][lib] = float(np.min(got["seconds"]))
+            row.setdefault("scales", {})[lib] = got.get("scales", {})
+        row.setdefault("scales", {})["privrelease"] = ours_scales(frame, case, "person" if name == "payroll" else None)
         results[name] = row
         print(json.dumps({name: row}, indent=1), flush=True)
     print(json.dumps(results))

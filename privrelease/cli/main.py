@@ -48,13 +48,22 @@ _SILENT.propagate = False
 def _run_release(request_path: Path, runner: dict) -> dict:
     """Check the request against public facts first (under a second), then release: as a flow
     run on the configured Prefect server, or directly when none is configured (no temporary server)."""
-    from privrelease.core import charts, parallel
+    from privrelease.core import charts
+
+    with contextlib.ExitStack() as stack:
+        served = bool(prefect_api_url())
+        if not served:  # the charts' process starts first: it imports matplotlib on the other core from the start
+            stack.enter_context(charts.ahead())
+        return _release_here(request_path, runner, served)
+
+
+def _release_here(request_path: Path, runner: dict, served: bool) -> dict:
+    from privrelease.core import parallel
     from privrelease.core.release import charged, pipeline, spec
     from privrelease.core.release.home import Home
 
     request = spec.load(request_path)
     home = Home.open()
-    served = bool(prefect_api_url())
     job = pipeline.ReleaseJob(request, log=_SILENT)  # its check's lines are the run's to log, once
     charged.preflight(home, job, charged.Caller(), served, logging.getLogger("privrelease"))
     if served:  # the flow's log is quiet on the console: its warnings are printed here, before the charge
@@ -67,14 +76,14 @@ def _run_release(request_path: Path, runner: dict) -> dict:
         from privrelease.flows.release import release
 
         quiet_console()
-        return release(request=request)
+        return release(request=spec.ReleaseRequest.model_validate(request.model_dump()))  # the flow's typed choice
     log = logging.getLogger("privrelease")
     if not log.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s | %(message)s", "%H:%M:%S"))
         log.addHandler(handler)
         log.setLevel(logging.INFO)
-    with parallel.configured(), charts.ahead():  # matplotlib loads in another process while the release runs
+    with parallel.configured():
         return pipeline.release(home, request, log=log)
 
 

@@ -120,7 +120,8 @@ def drawing(jobs: Iterable[tuple[Chart, Path]]) -> Iterator[None]:
 @contextmanager
 def ahead() -> Iterator[None]:
     """Draw this block's charts (``render_chart`` in this thread) in a process forked now, which imports
-    matplotlib while the block runs. The fork shares the modules already loaded; it only draws."""
+    matplotlib while the block runs. The fork shares the modules already loaded; it only draws. A block that
+    asked it for nothing does not wait for it."""
     parent, child = mp.get_context("fork").Pipe()
     process = mp.get_context("fork").Process(target=_serve, args=(child, parent), name="privrelease-charts", daemon=True)
     process.start()
@@ -131,6 +132,8 @@ def ahead() -> Iterator[None]:
         yield
     finally:
         _renderer.reset(token)
+        if drawer.sent == 0:  # nothing was asked of it (a request refused before its release): not waited for
+            process.kill()
         try:
             parent.send(None)
         except OSError:

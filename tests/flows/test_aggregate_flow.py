@@ -193,3 +193,29 @@ def test_a_release_with_no_server_neither_imports_nor_starts_prefect(home, tmp_p
     done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
     assert done.stdout.split()[-2:] == ["0", str(weakened)], done.stderr[-2000:]
     assert not list(home.rglob("*.db"))  # no Prefect server's SQLite database
+
+
+RELEASE_ONE = (
+    "import sys\n"
+    "from privrelease.core.release import spec\n"
+    "if len(sys.argv) > 2: spec._one = lambda name: spec._every()\n"  # the weakened variant: the request over every mechanism
+    "from privrelease.cli.main import main\n"
+    "code = main(['release', sys.argv[1]])\n"
+    "others = sorted(m for m in sys.modules if m.startswith('privrelease.core.mechanisms.')\n"
+    "                and m.split('.')[3] not in ('base', 'aggregate'))\n"
+    "print(code, bool(others), 'scipy.optimize' in sys.modules)\n"
+)
+
+
+@pytest.mark.parametrize("weakened", [False, True])
+def test_a_release_loads_only_its_own_mechanism(home, tmp_path, weakened):
+    """A command-line aggregate release parses its request with the aggregate's model alone: no other mechanism's
+    module is imported, nor scipy's optimizers the SDC tables' audit needs (about half a second of every release,
+    issue #57); the request built over every mechanism, as Prefect's form needs it, imports them all."""
+    request = write(home, tmp_path / "req", seed=None)
+    Ledger(home / "privrelease.duckdb").set_budget("payroll", Budget(10.0, 1e-2))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env |= {"PYTHONPATH": str(REPO), "PRIVRELEASE_HOME": str(home)}
+    argv = [sys.executable, "-c", RELEASE_ONE, str(request), *(["weakened"] if weakened else [])]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.split()[-3:] == ["0", str(weakened), str(weakened)], done.stderr[-2000:]

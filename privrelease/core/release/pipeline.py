@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -35,9 +36,12 @@ from privrelease.core.release import publish as _publish
 from privrelease.core.release import spec as _spec
 from privrelease.core.release.charged import Caller, Claim, Log
 from privrelease.core.release.home import Home
-from privrelease.core.release.spec import Release, ReleaseRequest
+from privrelease.core.release.spec import Release
 from privrelease.core.sdc import enforce
 from privrelease.core.sdc import report as sdc_report
+
+if TYPE_CHECKING:
+    from privrelease.core.release.spec import ReleaseRequest
 
 
 def prepare(home: Home, request: ReleaseRequest) -> tuple[Release, Plan]:

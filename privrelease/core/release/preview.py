@@ -12,6 +12,8 @@ preview asks for without knowing any mechanism by name.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from privrelease.core import mechanisms
 from privrelease.core.charts import Chart
 from privrelease.core.errors import BudgetError, UserError
@@ -24,8 +26,11 @@ from privrelease.core.privacy.budget import charge_phrase
 from privrelease.core.privacy.cost import DPCost
 from privrelease.core.release import charged, headroom, pipeline
 from privrelease.core.release.home import Home
-from privrelease.core.release.spec import Release, ReleaseRequest
+from privrelease.core.release.spec import Release
 from privrelease.core.sdc import enforce
+
+if TYPE_CHECKING:
+    from privrelease.core.release.spec import ReleaseRequest
 
 ADMITTED, APPROVAL, REFUSED, PUBLISHED_ALREADY = "admitted", "needs approval", "refused", "already published"
 

@@ -6,12 +6,13 @@ The JSON schema in ``privrelease/schemas/release-request.schema.json`` is genera
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Literal, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -42,23 +43,47 @@ def _choice(name: str, params: type[StrictParams]) -> type[BaseModel]:
     )
 
 
-# The mechanism as a typed choice: what a Prefect form renders (a selector, then each
-# mechanism's own fields with their bounds and descriptions).
-MechanismChoice = Annotated[
-    Union[tuple(_choice(n, _request_params(m)) for n, m in sorted(mechanisms.REGISTRY.items()))],  # noqa: UP007
-    Field(discriminator="name"),
-]
+REQUEST_DOC = "A release request: a registered dataset, a mechanism and its public parameters, nothing else."
 
 
-class ReleaseRequest(BaseModel):
-    """A release request: a registered dataset, a mechanism and its public parameters, nothing else."""
+def _request(name: str, mechanism: object) -> type[BaseModel]:
+    return create_model(
+        name,
+        __config__=ConfigDict(extra="forbid", frozen=True),
+        __doc__=REQUEST_DOC,
+        release_id=(
+            str | None,
+            Field(None, pattern=ID_PATTERN, description="optional; a retry with the same id is charged once"),
+        ),
+        dataset=(str, Field(pattern=ID_PATTERN, description="id of a dataset the data steward registered")),
+        mechanism=(mechanism, ...),
+        seed=(int | None, Field(None, ge=0, description="test mode only (PRIVRELEASE_TEST_MODE=1)")),
+    )
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    release_id: str | None = Field(None, pattern=ID_PATTERN, description="optional; a retry with the same id is charged once")
-    dataset: str = Field(pattern=ID_PATTERN, description="id of a dataset the data steward registered")
-    mechanism: MechanismChoice
-    seed: int | None = Field(None, ge=0, description="test mode only (PRIVRELEASE_TEST_MODE=1)")
+@functools.cache
+def _every() -> type[BaseModel]:
+    """The request over every mechanism, the mechanism a typed choice: what a Prefect form renders (a selector, then
+    each mechanism's own fields with their bounds and descriptions) and the request schema states."""
+    choice = Union[tuple(_choice(n, _request_params(m)) for n, m in sorted(mechanisms.REGISTRY.items()))]  # noqa: UP007
+    return _request("ReleaseRequest", Annotated[choice, Field(discriminator="name")])
+
+
+@functools.cache
+def _one(name: str) -> type[BaseModel]:
+    """The same request for mechanism ``name`` alone: a command that releases with one mechanism loads no other."""
+    return _request("ReleaseRequest", _choice(name, _request_params(mechanisms.get(name))))
+
+
+def __getattr__(name: str) -> object:
+    """``ReleaseRequest``: the request over every mechanism, built (every mechanism loaded) when first named."""
+    if name == "ReleaseRequest":
+        return _every()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    ReleaseRequest = BaseModel  # a request of either model: the same fields, read the same way
 
 
 @dataclass(frozen=True)
@@ -79,10 +104,13 @@ class Release:
         return self.request.seed
 
 
-def _describe(exc: ValidationError, prefix: str = "") -> str:
+def _describe(exc: ValidationError, prefix: str = "", tag: str | None = None) -> str:
     parts = []
     for err in exc.errors():
-        loc = ".".join(str(x) for x in (prefix, *err["loc"]) if x != "")
+        where = err["loc"]
+        if tag is not None and where[:1] == ("mechanism",) and where[1:2] != ("name",):
+            where = ("mechanism", tag, *where[1:])  # as the choice over every mechanism names it
+        loc = ".".join(str(x) for x in (prefix, *where) if x != "")
         msg = err["msg"].removeprefix("Value error, ")
         parts.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(parts)
@@ -98,12 +126,13 @@ def parse(doc: object) -> ReleaseRequest:
             "registers sources with 'privrelease dataset add'."
         )
     mechanism = doc.get("mechanism")
-    if isinstance(mechanism, dict) and isinstance(mechanism.get("name"), str):
-        mechanisms.get(mechanism["name"])  # an unknown name gets the list of known ones
-    try:
-        request = ReleaseRequest.model_validate(doc)
+    name = mechanism.get("name") if isinstance(mechanism, dict) else None
+    if isinstance(name, str):
+        mechanisms.get(name)  # an unknown name gets the list of known ones
+    try:  # a named mechanism's own model (no other loaded); its errors placed as the typed choice places them
+        request = _one(name).model_validate(doc) if isinstance(name, str) else _every().model_validate(doc)
     except ValidationError as exc:
-        raise SpecError(f"the release request is invalid: {_describe(exc)}.") from None
+        raise SpecError(f"the release request is invalid: {_describe(exc, tag=name)}.") from None
     noise.check_seed(request.seed)
     return request
 
@@ -156,7 +185,7 @@ def load(path: str | Path) -> ReleaseRequest:
 
 def json_schema() -> dict:
     """The release-request JSON schema: each mechanism's parameters as a tagged alternative."""
-    schema = ReleaseRequest.model_json_schema()
+    schema = _every().model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "privrelease release request"
     return schema
