@@ -1,5 +1,6 @@
-"""Wall time of two small releases from the command line, warm (issue #42): RA on UCI Adult and DPNE on
-MSNBC at Table 4's settings, each `privrelease release request.yaml` in a fresh process with no Prefect
+"""Wall time of small releases from the command line, warm (issues #42, #57): RA on UCI Adult (with the policy's
+publishable columns, and with every numeric column published: the steward's internal report then measures them
+all) and DPNE on MSNBC at Table 4's settings, each `privrelease release request.yaml` in a fresh process with no Prefect
 server configured, as an analyst types it (full output, with the budget line).
 
 The steward registers both once in a temporary home (Adult with privrelease/schemas/policies/adult.policy.yaml, its
@@ -35,6 +36,7 @@ from bench_dpne import PARAMS, msnbc
 from bench_ra import adult
 
 REPO = Path(__file__).resolve().parent.parent
+NUMERIC = ["hours-per-week", "fnlwgt", "education-num", "capital-gain", "capital-loss"]  # Adult's numeric columns but age (a key)
 RA_REQUEST = """dataset: adult
 mechanism:
   name: ra
@@ -53,10 +55,14 @@ def setup(home: Path, env: dict) -> dict[str, Path]:
         (REPO / "privrelease" / "schemas" / "policies" / "adult.policy.yaml").read_text().replace("\n  k: 3\n", "\n  k: null\n")
     )
     (home / "adult.policy.yaml").write_text(policy)
+    every = policy.replace("publishable: [relationship, hours-per-week]", f"publishable: [relationship, {', '.join(NUMERIC)}]")
+    (home / "adult-numeric.policy.yaml").write_text(every)  # issue #57: the internal report over every numeric column
     exe = str(Path(sys.executable).parent / "privrelease")
     for args in (
         ["dataset", "add", "adult", "--source", "adult.csv", "--format", "csv", "--unit", "record", "--purpose", "sdc"],
         ["dataset", "policy", "adult", "--policy", str(home / "adult.policy.yaml")],
+        ["dataset", "add", "adultnum", "--source", "adult.csv", "--format", "csv", "--unit", "record", "--purpose", "sdc"],
+        ["dataset", "policy", "adultnum", "--policy", str(home / "adult-numeric.policy.yaml")],
         ["dataset", "add", "msnbc", "--source", "msnbc.parquet", "--format", "parquet", "--unit", "user:user", "--purpose", "dp"],
         ["ledger", "set-budget", "msnbc", "--epsilon", "100", "--delta", "1e-3"],
     ):
@@ -64,7 +70,9 @@ def setup(home: Path, env: dict) -> dict[str, Path]:
     (home / "ra.yaml").write_text(RA_REQUEST)
     params = ", ".join(f"{k}: {v}" for k, v in PARAMS.items() if k != "user_column")
     (home / "dpne.yaml").write_text(f"dataset: msnbc\nmechanism: {{name: dpne, params: {{{params}}}}}\n")
-    return {"RA on Adult": home / "ra.yaml", "DPNE on MSNBC": home / "dpne.yaml"}
+    (home / "ra-numeric.yaml").write_text(RA_REQUEST.replace("dataset: adult", "dataset: adultnum"))
+    return {"RA on Adult": home / "ra.yaml", "RA on Adult, every numeric column published": home / "ra-numeric.yaml",
+            "DPNE on MSNBC": home / "dpne.yaml"}  # fmt: skip
 
 
 def release(request: Path, env: dict) -> tuple[float, float]:
