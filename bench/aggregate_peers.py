@@ -55,7 +55,8 @@ def opendp_run(case: dict, path: str, form: str = "one") -> tuple[dict, dict]:
         elif op == "mean":
             exprs.append(x.dp.mean(bounds).alias(f"{col}_mean"))
         else:
-            cands = [bounds[0] + (bounds[1] - bounds[0]) * (i + 0.5) / 128 for i in range(128)]
+            many = int(os.environ.get("PEERS_MEDIAN_CANDIDATES", "20001"))  # a grid finer than the noise's error
+            cands = [bounds[0] + (bounds[1] - bounds[0]) * i / (many - 1) for i in range(many)]
             exprs.append(x.dp.median(cands).alias(f"{col}_median"))
     names = [e.meta.output_name() for e in exprs]
     answers: dict[tuple, dict] = {}
