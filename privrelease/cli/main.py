@@ -76,7 +76,7 @@ def _release_here(request_path: Path, runner: dict, served: bool) -> dict:
         from privrelease.flows.release import release
 
         quiet_console()
-        return release(request=spec.ReleaseRequest.model_validate(request.model_dump()))  # the flow's typed choice
+        return release(request=spec.over_every(request))
     log = logging.getLogger("privrelease")
     if not log.handlers:
         handler = logging.StreamHandler(sys.stderr)

@@ -31,7 +31,7 @@ from privrelease.core.datasets.demo import census
 from privrelease.core.ledger.ledger import Ledger
 from privrelease.core.privacy.budget import Budget
 from privrelease.core.release.home import Home
-from privrelease.core.release.spec import parse
+from privrelease.core.release.spec import over_every, parse
 from privrelease.core.sdc import report as sdc_report
 from privrelease.core.sdc.report import SECTION
 from privrelease.flows.artifacts import data_uri, readable
@@ -177,7 +177,7 @@ def _release(home: Path, frame: pd.DataFrame, unit: str, mechanism: dict, monkey
     register(home, frame, "ds", unit, purpose, policy=_sdc_policy(frame, mechanism) if purpose == "sdc" else None)
     if purpose == "dp":
         Ledger(home / "privrelease.duckdb").set_budget("ds", Budget(10.0, 1e-3))
-    summary = release(request=parse({"release_id": "r1", "dataset": "ds", "mechanism": mechanism, "seed": 11}))
+    summary = release(request=over_every(parse({"release_id": "r1", "dataset": "ds", "mechanism": mechanism, "seed": 11})))
     folder = Path(summary["folder"])
     entries = [e.as_dict() for e in Ledger(home / "privrelease.duckdb").entries()]
     entries = json.loads(json.dumps(entries).replace(json.dumps(str(home))[1:-1], "<home>"))  # a holder names its home

@@ -155,3 +155,30 @@ def test_the_drawing_process_ends_with_a_killed_release(tmp_path: Path):
         assert alive(stuck, seconds=3)  # waiting forever on a pipe it holds open itself
     finally:
         os.kill(stuck, signal.SIGKILL)
+
+
+def test_a_block_that_asked_for_nothing_does_not_wait_for_the_drawing_process(monkeypatch):
+    """A request refused before its release asked for no chart: the drawing process (still importing matplotlib,
+    half a second) is killed, not waited for; one that drew is let finish and ends by itself."""
+    processes = []
+    real = charts.mp.get_context
+
+    def kept(method):  # the processes ahead() starts, to look at how they ended
+        context = real(method)
+
+        class Context:
+            Pipe = context.Pipe
+
+            def Process(self, *args, **kwargs):  # multiprocessing's name
+                processes.append(context.Process(*args, **kwargs))
+                return processes[-1]
+
+        return Context()
+
+    monkeypatch.setattr(charts.mp, "get_context", kept)
+    with ahead():
+        pass
+    with ahead(), drawing([(CHARTS[0], Path("/dev/null"))]):
+        pass
+    assert processes[0].exitcode == -9  # killed: nothing was asked of it
+    assert processes[1].exitcode != -9  # asked and drew: told to end, not killed

@@ -75,6 +75,12 @@ def _one(name: str) -> type[BaseModel]:
     return _request("ReleaseRequest", _choice(name, _request_params(mechanisms.get(name))))
 
 
+def over_every(request: BaseModel) -> BaseModel:
+    """``request`` (as ``parse`` gives it, its mechanism's model alone) as a ``ReleaseRequest``: the release flow's
+    parameter, the typed choice over every mechanism (each loaded)."""
+    return _every().model_validate(request.model_dump())
+
+
 def __getattr__(name: str) -> object:
     """``ReleaseRequest``: the request over every mechanism, built (every mechanism loaded) when first named."""
     if name == "ReleaseRequest":
