@@ -172,6 +172,18 @@ def _bound(home: Path, tmp_path: Path, unit: str, domains: bool):
     return bound, store
 
 
+def _release_in_a_process(home: Path, tmp_path: Path, code: str, weakened: bool) -> tuple[list[str], str]:
+    """The demo payroll's aggregate released by ``code`` (a script given the request, and "weakened" for the weakened
+    variant) in a process of its own with no Prefect server configured: the words it printed, its stderr's end."""
+    request = write(home, tmp_path / "req", seed=None)
+    Ledger(home / "privrelease.duckdb").set_budget("payroll", Budget(10.0, 1e-2))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env |= {"PYTHONPATH": str(REPO), "PRIVRELEASE_HOME": str(home)}
+    argv = [sys.executable, "-c", code, str(request), *(["weakened"] if weakened else [])]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+    return done.stdout.split(), done.stderr[-2000:]
+
+
 RELEASE_ALONE = (
     "import sys\n"
     "if len(sys.argv) > 2: import privrelease.flows.release\n"  # the weakened variant: the command loads the flow anyway
@@ -185,13 +197,8 @@ RELEASE_ALONE = (
 def test_a_release_with_no_server_neither_imports_nor_starts_prefect(home, tmp_path, weakened):
     """A command-line aggregate release with no Prefect server configured runs directly: Prefect is never
     imported (about a second) and no temporary server's database is created under the home."""
-    request = write(home, tmp_path / "req", seed=None)
-    Ledger(home / "privrelease.duckdb").set_budget("payroll", Budget(10.0, 1e-2))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env |= {"PYTHONPATH": str(REPO), "PRIVRELEASE_HOME": str(home)}
-    argv = [sys.executable, "-c", RELEASE_ALONE, str(request), *(["weakened"] if weakened else [])]
-    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
-    assert done.stdout.split()[-2:] == ["0", str(weakened)], done.stderr[-2000:]
+    said, stderr = _release_in_a_process(home, tmp_path, RELEASE_ALONE, weakened)
+    assert said[-2:] == ["0", str(weakened)], stderr
     assert not list(home.rglob("*.db"))  # no Prefect server's SQLite database
 
 
@@ -212,10 +219,5 @@ def test_a_release_loads_only_its_own_mechanism(home, tmp_path, weakened):
     """A command-line aggregate release parses its request with the aggregate's model alone: no other mechanism's
     module is imported, nor scipy's optimizers the SDC tables' audit needs (about half a second of every release,
     issue #57); the request built over every mechanism, as Prefect's form needs it, imports them all."""
-    request = write(home, tmp_path / "req", seed=None)
-    Ledger(home / "privrelease.duckdb").set_budget("payroll", Budget(10.0, 1e-2))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env |= {"PYTHONPATH": str(REPO), "PRIVRELEASE_HOME": str(home)}
-    argv = [sys.executable, "-c", RELEASE_ONE, str(request), *(["weakened"] if weakened else [])]
-    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
-    assert done.stdout.split()[-3:] == ["0", str(weakened), str(weakened)], done.stderr[-2000:]
+    said, stderr = _release_in_a_process(home, tmp_path, RELEASE_ONE, weakened)
+    assert said[-3:] == ["0", str(weakened), str(weakened)], stderr
