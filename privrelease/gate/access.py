@@ -7,7 +7,7 @@ closed until a row names it. Websocket routes (events, logs) are named by no row
 reaches them.
 
 The route's parameters (``{id}``, ``{name}``) are taken from the template's match and handed, with
-the caller's account and Prefect's records, to the row's callables (``privrelease.gate.rewrites``): its condition,
+the caller's account and Prefect's records, to the row's callables (``privrelease.gate.rewrites``, ``privrelease.gate.answers``): its condition,
 checked against Prefect's own records; its body rewrite (``body=``), which makes the body passed on
 from the one asked (or refuses it): every read query's is bounded (``privrelease.gate.bounds``), the events'
 rebuilt by allow-list (``privrelease.gate.events``); its reply (``reply=``), which makes the answer passed back

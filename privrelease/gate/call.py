@@ -16,7 +16,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from privrelease.core.people import REQUESTED_BY
 from privrelease.gate.accounts import Account
 
 
@@ -61,9 +60,3 @@ def says(words: str):
         return fn
 
     return mark
-
-
-def requester_tag(call: Call) -> str:
-    """The tag of a run the caller started through the gate."""
-    assert call.account is not None  # conditions and rewrites are only on rows for people
-    return f"{REQUESTED_BY}{call.account.name}"

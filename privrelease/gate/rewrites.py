@@ -16,9 +16,15 @@ from privrelease.core import limits
 from privrelease.core.params import ID_PATTERN
 from privrelease.core.people import PUBLISHES, REQUESTED_BY
 from privrelease.gate import bounds, events, schemas
-from privrelease.gate.call import Call, Condition, requester_tag, says
+from privrelease.gate.call import Call, Condition, says
 
 MAX_NAME = 100  # a run's name: shown on every page that lists it, copied into its logs and events
+
+
+def _tag(call: Call) -> str:
+    """The tag of a run the caller started through the gate."""
+    assert call.account is not None  # conditions and rewrites are only on rows for people
+    return f"{REQUESTED_BY}{call.account.name}"
 
 
 # -- conditions: checked against Prefect's own records ------------------------------------------------
@@ -40,7 +46,7 @@ def deployment_in(names: Iterable[str]) -> Condition:
 async def _run(call: Call) -> tuple[dict | None, bool]:
     """The flow run ``{id}``, and whether the caller started it through the gate (its requester tag)."""
     run = await call.prefect.read(f"/api/flow_runs/{call.params['id']}")
-    return run, run is not None and requester_tag(call) in run.get("tags", [])
+    return run, run is not None and _tag(call) in run.get("tags", [])
 
 
 @says(f"the run is the caller's own (tagged `{REQUESTED_BY}<account>`)")
@@ -100,7 +106,7 @@ async def start_run(body: dict, call: Call) -> dict | str:
                 f"(the gate names it {call.account.name}.<release_id>, at most 80 characters in all)"
             )
         parameters = parameters | {"release_id": named}
-    tags = [requester_tag(call)] + ([] if parameters.get("preview") is True else [PUBLISHES])  # the server takes only a boolean
+    tags = [_tag(call)] + ([] if parameters.get("preview") is True else [PUBLISHES])  # the server takes only a boolean
     out: dict = {"parameters": parameters, "tags": tags, "enforce_parameter_schema": True}
     if isinstance(body.get("name"), str):
         if len(body["name"]) > MAX_NAME:

@@ -177,8 +177,8 @@ def _release(home: Path, frame: pd.DataFrame, unit: str, mechanism: dict, monkey
     register(home, frame, "ds", unit, purpose, policy=_sdc_policy(frame, mechanism) if purpose == "sdc" else None)
     if purpose == "dp":
         Ledger(home / "privrelease.duckdb").set_budget("ds", Budget(10.0, 1e-3))
-    summary = release(request=over_every(parse({"release_id": "r1", "dataset": "ds", "mechanism": mechanism, "seed": 11})))
-    folder = Path(summary["folder"])
+    outcome = release(request=over_every(parse({"release_id": "r1", "dataset": "ds", "mechanism": mechanism, "seed": 11})))
+    folder = Path(outcome["folder"])
     entries = [e.as_dict() for e in Ledger(home / "privrelease.duckdb").entries()]
     entries = json.loads(json.dumps(entries).replace(json.dumps(str(home))[1:-1], "<home>"))  # a holder names its home
     return {

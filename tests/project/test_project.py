@@ -101,11 +101,11 @@ def test_one_module_reads_the_environment():
 
 
 def test_the_docs_policy_table_is_the_gates_policy():
-    """docs/SECURITY.md shows privrelease/gate/access.py's POLICY as markdown() renders it, row for row."""
+    """docs/SECURITY.md shows privrelease/gate/access.py's RULES as markdown() renders it, row for row."""
     page = (REPO / "docs" / "SECURITY.md").read_text()
     assert access.BEGIN in page and access.END in page
     assert page == access.spliced(page), (
-        "docs/SECURITY.md's policy table differs from privrelease/gate/access.py's POLICY; regenerate it: "
+        "docs/SECURITY.md's access table differs from privrelease/gate/access.py's RULES; regenerate it: "
         ".venv/bin/python -m privrelease.gate.access --write docs/SECURITY.md"
     )
 

@@ -159,7 +159,7 @@ def test_the_drawing_process_ends_with_a_killed_release(tmp_path: Path):
 
 def test_a_block_that_asked_for_nothing_does_not_wait_for_the_drawing_process(monkeypatch):
     """A request refused before its release asked for no chart: the drawing process (still importing matplotlib,
-    half a second) is killed, not waited for; one that drew is let finish and ends by itself."""
+    half a second) is killed, not waited for; one that drew is told to end, not killed."""
     processes = []
     real = charts.mp.get_context
 
