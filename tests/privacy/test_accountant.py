@@ -246,6 +246,26 @@ def test_what_fits_is_what_is_admitted_and_never_below_the_tight_figure(name):
     assert tight <= certified + 1e-9 and certified <= 5.0 + 1e-9
 
 
+@pytest.mark.parametrize("cap", [Budget(5.0, 1e-5), Budget(3.0, 0.0)])
+def test_a_histories_sums_decide_as_the_history_itself(cap):
+    """``Filter.sums`` (a history read once, as the budget line's bisection reads it for its 41 candidates): a
+    candidate admitted onto the sums gets the very decision, to the bit, as onto the history, at every length of a
+    mixed history (what the filter admitted, Gaussian and not) until the cap refuses."""
+    f = acc.Filter.of(cap)
+    kinds = list(_workloads().values()) + [acc.Spend("p", Budget(0.4, 0.0), ev.PermuteAndFlip(0.4))]
+    history: list[acc.Spend] = []
+    decisions = []
+    for i in range(40):
+        candidate = kinds[(3 * i + i // 7) % len(kinds)]
+        whole, counted = f.admit(history, candidate)
+        assert f.admit(f.sums(history), candidate) == (whole, counted), i
+        assert f.check(history + [counted]) == whole and f.decide(f.sums(history + [counted])) == whole
+        decisions.append(whole.admitted)
+        if whole.admitted:
+            history.append(counted)
+    assert True in decisions and False in decisions  # the cap was reached on the way
+
+
 def admitted_after(f: acc.Filter, history: list[acc.Spend], spend: acc.Spend) -> int:
     n, history = 0, list(history)
     while (decision := f.admit(history, spend))[0].admitted:

@@ -123,9 +123,11 @@ def largest_epsilon(f: Filter, spends: list[Spend], make: Callable[[float], Spen
     """The largest epsilon (to 3 significant digits, rounded down) at which ``make(epsilon)``, the same
     request at another epsilon, is admitted; None if none from high / 10^6 up fits."""
 
+    before = f.sums(spends)  # the history's totals, read once for the 41 candidates
+
     def ok(eps: float) -> bool:
         s = make(eps)
-        return s is not None and f.admit(spends, s)[0].admitted
+        return s is not None and f.admit(before, s)[0].admitted
 
     lo = high / 1e6
     if not ok(lo):

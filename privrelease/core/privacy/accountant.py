@@ -151,25 +151,40 @@ class Filter:
         by_events = self.cost(candidate) / self.k if self.k > 0 else math.inf
         return EVENTS if by_events < candidate.budget.epsilon / self.cap.epsilon else CHARGE
 
-    def admit(self, history: list[Spend], candidate: Spend) -> tuple[Decision, Spend]:
-        """The decision on ``candidate`` after ``history``, and the candidate in the mode it is counted in."""
+    def admit(self, history: list[Spend] | Sums, candidate: Spend) -> tuple[Decision, Spend]:
+        """The decision on ``candidate`` after ``history`` (or its ``sums``, read once for many candidates), and
+        the candidate in the mode it is counted in."""
         counted = replace(candidate, mode=self.mode(candidate))
-        return self.check(history + [counted]), counted
+        before = history if isinstance(history, Sums) else self.sums(history)
+        return self.decide(before.plus(self, counted)), counted
+
+    def sums(self, history: list[Spend]) -> Sums:
+        """A history's running totals, its charges added in order."""
+        totals = Sums()
+        for spend in history:
+            totals = totals.plus(self, spend)
+        return totals
 
     def check(self, history: list[Spend]) -> Decision:
         """Whether a history (the candidate last) lies in the filter's admissible set."""
-        approx_delta = sum((s.approx_delta for s in history), Fraction(0))
-        used = sum(self.cost(s) for s in history) if self.alpha else math.inf
-        renyi = self.alpha is not None and approx_delta <= self.delta_room and used <= self.k
-        basic_eps = sum((exact(s.budget.epsilon) for s in history), Fraction(0))
-        basic_delta = sum((exact(s.budget.delta) for s in history), Fraction(0))
+        return self.decide(self.sums(history))
+
+    def decide(self, totals: Sums) -> Decision:
+        """Whether a history with these totals lies in the filter's admissible set."""
+        used = totals.used if self.alpha else math.inf
+        renyi = self.alpha is not None and totals.approx_delta <= self.delta_room and used <= self.k
         basic = (
-            not any(s.gaussian for s in history)
-            and basic_eps <= exact(self.cap.epsilon)
-            and basic_delta <= (self.delta_room if self.alpha else exact(self.cap.delta))
+            not totals.gaussian
+            and totals.basic_epsilon <= exact(self.cap.epsilon)
+            and totals.basic_delta <= (self.delta_room if self.alpha else exact(self.cap.delta))
         )
         return Decision(
-            renyi or basic, "basic" if basic else "renyi" if renyi else None, used, approx_delta, basic_eps, basic_delta
+            renyi or basic,
+            "basic" if basic else "renyi" if renyi else None,
+            used,
+            totals.approx_delta,
+            totals.basic_epsilon,
+            totals.basic_delta,
         )
 
     def share(self, history: list[Spend], candidate: Spend) -> float:
@@ -205,6 +220,28 @@ class Filter:
             return basic
         renyi = d.renyi_used + (math.log(1 / float(self.delta_conv)) + log_c(self.alpha)) / (self.alpha - 1)
         return min(basic, renyi * (1 + SLACK))
+
+
+@dataclass(frozen=True)
+class Sums:
+    """A history's totals as the filter adds them, charge after charge (floats in the history's order, so a
+    candidate added to a history's sums gives the very figures of the history with it): its Rényi costs, its
+    (epsilon, delta)-only parts' delta, its charges' epsilon and delta, exactly, and whether any is Gaussian."""
+
+    used: float = 0.0
+    approx_delta: Fraction = Fraction(0)
+    basic_epsilon: Fraction = Fraction(0)
+    basic_delta: Fraction = Fraction(0)
+    gaussian: bool = False
+
+    def plus(self, f: Filter, spend: Spend) -> Sums:
+        return Sums(
+            self.used + f.cost(spend) if f.alpha else math.inf,
+            self.approx_delta + spend.approx_delta,
+            self.basic_epsilon + exact(spend.budget.epsilon),
+            self.basic_delta + exact(spend.budget.delta),
+            self.gaussian or spend.gaussian,
+        )
 
 
 @dataclass(frozen=True)

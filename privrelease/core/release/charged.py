@@ -329,20 +329,25 @@ def resume(home: Home, entry: Entry, caller: Caller = Caller(), ledger: Ledgerin
 
 def refuse_a_second_draw(home: Home, claim: Claim) -> None:
     """A request identical to one whose draw is sealed and unpublished is refused: it would charge again for what
-    ``--resume`` publishes for nothing."""
-    for e in home.ledger.entries(claim.dataset):
+    ``--resume`` publishes for nothing. One read of the dataset's entries, each release's status its latest entry's
+    (a dataset's history of repeats costs one pass, not a ledger read per repeat)."""
+    entries = home.ledger.entries(claim.dataset)
+    latest = {e.release_id: e.status for e in entries}  # chain order: a release's last entry is its status
+    params = canonical(claim.params)
+    for e in entries:
         if (
             e.status == RESERVED
             and e.release_id != claim.run_id
             and e.mechanism == claim.mechanism
-            and e.params == canonical(claim.params)
+            and e.params == params
+            and latest[e.release_id] == FAILED
+            and resumable(home, e)
         ):
-            if home.ledger.status(str(e.release_id)) == FAILED and resumable(home, e):
-                raise ReleaseConflict(
-                    f"the same request was charged before as release {e.release_id} (ledger entry #{e.seq}), and its draw is "
-                    f"sealed, waiting to be published: `privrelease release --resume {e.release_id}` publishes it and "
-                    "charges nothing more. Nothing was charged."
-                )
+            raise ReleaseConflict(
+                f"the same request was charged before as release {e.release_id} (ledger entry #{e.seq}), and its draw is "
+                f"sealed, waiting to be published: `privrelease release --resume {e.release_id}` publishes it and "
+                "charges nothing more. Nothing was charged."
+            )
 
 
 def said(home: Home) -> str:
