@@ -57,7 +57,19 @@ def main() -> None:
 
         exe = str(Path(sys.executable).parent / "privrelease")
         for command in (
-            ["dataset", "add", "adult", "--source", str(data / "adult.csv"), "--format", "csv", "--unit", "record", "--purpose", "dp"],
+            [
+                "dataset",
+                "add",
+                "adult",
+                "--source",
+                str(data / "adult.csv"),
+                "--format",
+                "csv",
+                "--unit",
+                "record",
+                "--purpose",
+                "dp",
+            ],
             ["ledger", "set-budget", "adult", "--epsilon", "1000", "--delta", "1e-6"],
         ):
             subprocess.run([exe, *command], env=env, check=True, capture_output=True)
