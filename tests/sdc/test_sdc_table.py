@@ -1,6 +1,6 @@
 """SDC tables (#56): the table and its relations, the primary rules' closed forms, secondary suppression against a
 brute-force optimum, and every published table against the intruder's LP attack written apart from the product
-(``tests/support/table_attack.py``); refusals before anything runs."""
+(``tests/support/table_attack.py``), alone and linked with the tables published before; refusals before anything runs."""
 
 from __future__ import annotations
 

@@ -48,24 +48,42 @@ def truth(frame: pd.DataFrame, published: pd.DataFrame, group_by: list[str], hie
 
 def attack(published: pd.DataFrame, frame: pd.DataFrame, group_by: list[str], hierarchies: dict, value: str):
     """Each suppressed row's feasible interval (low, high; inf: unbounded), by its position in ``published``."""
-    leaves = {d: sorted(frame[d].astype(str).unique()) for d in group_by}
-    inner = list(itertools.product(*(leaves[d] for d in group_by)))
+    return attack_linked([(published, group_by, hierarchies, value)], frame)[0]
+
+
+def attack_linked(tables: list[tuple[pd.DataFrame, list[str], dict, str]], frame: pd.DataFrame) -> list[dict]:
+    """Linked tables of one data set, each (published, group_by, hierarchies, value column): every table's
+    suppressed rows' intervals given what all of them publish. The unknowns are the innermost cells over every
+    dimension any table has; a row of a table without a dimension covers all of its values."""
+    dims = sorted({d for _, group_by, _, _ in tables for d in group_by})
+    leaves = {d: sorted(frame[d].astype(str).unique()) for d in dims}
+    inner = list(itertools.product(*(leaves[d] for d in dims)))
     index = {c: j for j, c in enumerate(inner)}
-    rows = []
-    for row in published.to_dict("records"):
-        covered = [cover(row[d], row[f"{d}_level"], leaves[d], hierarchies.get(d, [])) for d in group_by]
-        v = np.zeros(len(inner))
-        for c in itertools.product(*covered):
-            v[index[c]] = 1.0
-        rows.append(v)
-    m = np.array(rows)
-    shown = published["status"].isin(["published", "empty"]).to_numpy()
-    known = published[value].astype("Float64").fillna(0).to_numpy(dtype=float)
-    a_eq, b_eq = m[shown], np.where(published["status"].to_numpy()[shown] == "empty", 0.0, known[shown])
-    found = {}
-    for i in np.flatnonzero(~shown):
-        lo = linprog(m[i], A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs")
-        hi = linprog(-m[i], A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs")
-        assert lo.status == 0, lo.message
-        found[int(i)] = (lo.fun, np.inf if hi.status == 3 else -hi.fun)
-    return found
+    matrices, shown, known = [], [], []
+    for published, group_by, hierarchies, value in tables:
+        rows = []
+        for row in published.to_dict("records"):
+            covered = [
+                cover(row[d], row[f"{d}_level"], leaves[d], hierarchies.get(d, [])) if d in group_by else leaves[d] for d in dims
+            ]
+            v = np.zeros(len(inner))
+            for c in itertools.product(*covered):
+                v[index[c]] = 1.0
+            rows.append(v)
+        matrices.append(np.array(rows))
+        status = published["status"].to_numpy()
+        shown.append(np.isin(status, ["published", "empty"]))
+        values = published[value].astype("Float64").fillna(0).to_numpy(dtype=float)
+        known.append(np.where(status == "empty", 0.0, values))
+    a_eq = np.vstack([m[s] for m, s in zip(matrices, shown)])
+    b_eq = np.concatenate([k[s] for k, s in zip(known, shown)])
+    out = []
+    for m, s in zip(matrices, shown):
+        found = {}
+        for i in np.flatnonzero(~s):
+            lo = linprog(m[i], A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs")
+            hi = linprog(-m[i], A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs")
+            assert lo.status == 0, lo.message
+            found[int(i)] = (lo.fun, np.inf if hi.status == 3 else -hi.fun)
+        out.append(found)
+    return out

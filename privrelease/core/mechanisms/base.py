@@ -87,6 +87,17 @@ class Result:
     internal: dict | None = None
 
 
+@dataclass(frozen=True)
+class Earlier:
+    """A release of the same mechanism published before from the same dataset, as a mechanism's own assessment
+    (``Declared.assess``) reads it: an SDC table's linked audit."""
+
+    release_id: str
+    params: dict  # its parameters as published (its manifest's)
+    data: pd.DataFrame  # its published data
+    same_registration: bool  # drawn from the snapshot this release reads (else an earlier registration's)
+
+
 @runtime_checkable
 class Mechanism(Protocol):
     """What every mechanism states: its name, its parameters and, from them alone, its cost."""
@@ -144,8 +155,9 @@ class Declared:
     warnings: Callable[[StrictParams, Plan, tuple[str, ...]], list[str]] = _empty  # a request that would buy mostly noise
     notes: Callable[[StrictParams, Plan, tuple[str, ...]], list[str]] = _empty  # what the analyst must judge before spending
     # an SDC mechanism's own assessment in place of the microdata risk report (a table's audit): (frame, result,
-    # params) -> (external figures, internal figures, the policy's rules missed in words); None: the microdata's
-    assess: Callable[[pd.DataFrame, Result, StrictParams], tuple[dict, dict, list[str]]] | None = None
+    # params, the ``Earlier`` releases of the mechanism from the dataset) -> (external figures, internal figures,
+    # the policy's rules missed in words); None: the microdata's
+    assess: Callable[[pd.DataFrame, Result, StrictParams, list[Earlier]], tuple[dict, dict, list[str]]] | None = None
 
     @property
     def filled(self) -> tuple[str, ...]:

@@ -15,6 +15,7 @@ tasks, and the command line runs them directly when no Prefect server is configu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable
@@ -26,10 +27,11 @@ import pandas as pd
 
 from privrelease.core import charts, faults, mechanisms, noise, parallel
 from privrelease.core.datasets import snapshots
-from privrelease.core.errors import SpecError
+from privrelease.core.errors import InternalError, ReleaseConflict, SpecError
 from privrelease.core.ledger import account, pinned
-from privrelease.core.ledger.ledger import Charge, Ledger
-from privrelease.core.mechanisms.base import Plan, Result, Snapshot
+from privrelease.core.ledger.chain import Entry
+from privrelease.core.ledger.ledger import PUBLISHED, RESERVED, Charge, Ledger
+from privrelease.core.mechanisms.base import Earlier, Plan, Result, Snapshot
 from privrelease.core.privacy.cost import DPCost
 from privrelease.core.release import charged, headroom
 from privrelease.core.release import publish as _publish
@@ -177,11 +179,13 @@ def assess(home: Home, release: Release, frame: pd.DataFrame, result: Result) ->
     module = mechanisms.get(release.mechanism)
     own = mechanisms.declared(module).assess
     if own is not None:  # a table's audit: the intruder's intervals, in place of the microdata's risk
-        external, internal, missing = own(frame, result, release.params)
+        earlier = published_before(home, release)
+        external, internal, missing = own(frame, result, release.params, earlier)
         sdc_report.write_own(home.root, release.dataset.id, release.release_id, internal | {"rules_missed": missing})
         if missing:
             raise enforce.refuse(release.dataset.id, release.release_id, missing)
-        return sdc_report.attach_own(result, external)
+        audited = {**(result.internal or {}), AUDITED_WITH: sorted(e.release_id for e in earlier)}
+        return dataclasses.replace(sdc_report.attach_own(result, external), internal=audited)
     role = sdc_report.roles(release.mechanism, policy, module.protects(release.params), result.privacy, frame, result.data)
     external = sdc_report.external(result.data, role)
     internal = sdc_report.internal(frame, result.data, role, sdc_report.table_figures(external), result.persons)
@@ -199,6 +203,40 @@ def assess(home: Home, release: Release, frame: pd.DataFrame, result: Result) ->
     return sdc_report.attach(result, external, release.mechanism)
 
 
+AUDITED_WITH = "audited_with"  # in an own-assessed result's internal figures: the earlier releases it was audited with
+
+
+def _published(home: Home, release: Release) -> dict[str, Entry]:
+    """The releases of this mechanism published from the dataset, but this one: each one's charge entry, by id."""
+    entries = home.ledger.entries(release.dataset.id)
+    latest = {e.release_id: e.status for e in entries}
+    return {
+        str(e.release_id): e
+        for e in entries
+        if e.status == RESERVED
+        and e.mechanism == release.mechanism
+        and latest[e.release_id] == PUBLISHED
+        and e.release_id != release.release_id
+    }
+
+
+def published_before(home: Home, release: Release) -> list[Earlier]:
+    """The releases of this mechanism published before from the dataset (any registration), each with its
+    parameters and data as published: what a table is audited with (linked tables). Each data file is checked
+    against its manifest's digest; one that does not match fails the release (fail closed). One published while
+    this release is audited fails it at publishing (``publish``, under the lock SDC releases publish under)."""
+    out = []
+    for release_id, e in _published(home, release).items():
+        folder = _publish.release_folder(home.releases, release.dataset.id, release_id)
+        record = json.loads((folder / "manifest.json").read_text())
+        name = next(f for f in record["files"] if f.endswith(".parquet"))
+        if snapshots.sha256(folder / name) != record["files"][name]:
+            raise InternalError(f"release {release_id}'s {name} does not match its manifest: it cannot be audited with")
+        same = json.loads(e.params).get("registration") == release.dataset.version
+        out.append(Earlier(release_id, record["mechanism"]["params"], pd.read_parquet(folder / name), same))
+    return out
+
+
 def publish(home: Home, release: Release, plan_: Plan, result: Result, charge_: Charge) -> _publish.Published:
     """Write the release in place; an SDC release's disclosure policy is held for it under the lock a policy is
     recorded under, and one the steward changed since the request was checked fails it (``privrelease.core.ledger.pinned``)."""
@@ -206,6 +244,14 @@ def publish(home: Home, release: Release, plan_: Plan, result: Result, charge_: 
     if release.dataset.purpose != "sdc":
         return _publish.publish(home.releases, home.staging, record, result)
     with pinned.held(home.ledger, release.dataset.id, release.dataset.policy_entry):
+        if result.internal is not None and AUDITED_WITH in result.internal:  # held: no other SDC release publishes now
+            meanwhile = sorted(set(_published(home, release)) - set(result.internal[AUDITED_WITH]))
+            if meanwhile:
+                raise ReleaseConflict(
+                    f"release {release.release_id!r} was not published: {', '.join(meanwhile)} of dataset "
+                    f"{release.dataset.id!r} was published while it was audited, and it was not audited with them. "
+                    "Release it again under a new release_id: it will be."
+                )
         return _publish.publish(home.releases, home.staging, record, result)
 
 

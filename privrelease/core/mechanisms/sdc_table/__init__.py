@@ -26,13 +26,13 @@ import pandas as pd
 from pydantic import Field, model_validator
 
 from privrelease.core.errors import InternalError, ParameterError
-from privrelease.core.mechanisms.base import Plan, Result
+from privrelease.core.mechanisms.base import Earlier, Plan, Result
 from privrelease.core.mechanisms.sdc_table import report as out
 from privrelease.core.params import StrictParams
 from privrelease.core.privacy.cost import NoDP
 from privrelease.core.sdc.cells import audit as _audit
+from privrelease.core.sdc.cells import linked, secondary
 from privrelease.core.sdc.cells import rules as _rules
-from privrelease.core.sdc.cells import secondary
 from privrelease.core.sdc.cells import table as _table
 from privrelease.core.sdc.policy import Breaks, Policy
 from privrelease.core.tables.schema import Needs
@@ -200,10 +200,74 @@ def check(original: pd.DataFrame, result: Result, params: Params) -> None:
         raise InternalError("an sdc_table published a suppressed cell's value")
 
 
-def assess(frame: pd.DataFrame, result: Result, params: Params) -> tuple[dict, dict, list[str]]:
+def assess(frame: pd.DataFrame, result: Result, params: Params, earlier: list[Earlier] = ()) -> tuple[dict, dict, list[str]]:
     """The audit's verdict: every sensitive cell's interval at least its protection, else the policy's rules
-    missed, in its words (public: the rules' names and parameters, never a figure of the table)."""
+    missed, in its words (public: the rules' names and parameters, never a figure of the table); then the same
+    over this table and every table of the same records and measure published before it (``linked``)."""
     internal = dict(result.internal or {})
     missed = (internal.get("exposed_rules") or list(rules_of(params).words().values())) if internal.get("exposed") else []
+    if not missed:
+        missed = _linked(frame, result, params, earlier, internal)
     external = {k: result.privacy[k] for k in out.FIGURES} | {"audit": "failed" if missed else "passed"}
     return external, internal, missed
+
+
+def _linked(frame: pd.DataFrame, result: Result, params: Params, earlier: list[Earlier], internal: dict) -> list[str]:
+    """The linked audit's verdict (``internal`` gets its figures): the rules missed, naming the earlier tables. An
+    earlier table of the same measure is linked when it is of this snapshot, or of an earlier registration whose
+    published cells this snapshot rebuilds exactly (the same records registered again); one of this snapshot that
+    cannot be rebuilt fails the audit."""
+    rules = rules_of(params)
+    tables = [_linked_table("this table", frame, params, rules, result.data)]
+    apart = []
+    for e in earlier:
+        if e.params.get("measure") != params.measure or e.params.get("column") != params.column:
+            continue
+        then = Params.model_validate(e.params)
+        then = then.model_copy(update={"policy": then.policy.model_copy(update={"tables": rules})})  # today's rules
+        try:
+            tables.append(_linked_table(e.release_id, frame, then, rules, e.data))
+        except InternalError:
+            if e.same_registration:
+                raise
+            apart.append(e.release_id)  # other records: not a linear relation of these
+    if len(tables) == 1 and not apart:
+        return []
+    internal["linked"] = {"with": [t.name for t in tables[1:]], "other_records": apart}
+    if len(tables) == 1:
+        return []
+    words = "; ".join(rules.words().values())
+    try:
+        exposed = linked.audit(tables)
+    except linked.TooLarge as exc:
+        internal["linked"]["verdict"] = str(exc)
+        return [f"{words}, with the tables published before it ({exc}; not audited, so not published)"]
+    internal["linked"]["exposed"] = {t.name: e.tolist() for t, e in zip(tables, exposed)}
+    if not any(e.size for e in exposed):
+        return []
+    others = ", ".join(t.name for t in tables[1:])
+    return [
+        f"{words}, with the tables published before it: together with {others} an intruder's linear programs narrow a protected cell"
+    ]
+
+
+def _linked_table(name: str, frame: pd.DataFrame, params: Params, rules: _rules.TableRules, data: pd.DataFrame) -> linked.Linked:
+    """A table rebuilt from the snapshot as ``params`` shaped it, its cells' statuses as ``data`` published them
+    (matched by each dimension's label and level), sensitive by ``rules``; one that cannot be matched cell for cell,
+    or whose published values differ from the rebuilt ones, fails the audit (``InternalError``: fail closed)."""
+    t = tabulate(frame, params)
+    nodes = t.nodes()
+    keys = [tuple((d.labels[n[i]], d.depth[n[i]]) for i, d in enumerate(t.dims)) for n in nodes]
+    said = {
+        tuple((row[d], int(row[f"{d}_level"])) for d in params.group_by): (row["status"], row[out.value_column(params)])
+        for row in data.to_dict("records")
+    }
+    if len(said) != len(keys) or any(k not in said for k in keys):
+        raise InternalError(f"the table published as {name} cannot be rebuilt cell for cell from its snapshot")
+    status = np.array([said[k][0] for k in keys], dtype=object)
+    shown = np.array([np.nan if pd.isna(said[k][1]) else float(said[k][1]) for k in keys])
+    published = status == "published"
+    if not np.allclose(shown[published], t.values[published], rtol=0, atol=1e-6 * max(1.0, float(np.abs(t.values).max()))):
+        raise InternalError(f"the table published as {name} does not agree with its snapshot")
+    sensitive, lower, upper, _ = _rules.primary(rules, params.measure, t.contributors, t.values, t.top)
+    return linked.Linked(name, t, np.isin(status, ["primary", "secondary"]), sensitive, lower, upper)
