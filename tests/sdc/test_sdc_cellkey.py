@@ -1,14 +1,31 @@
-"""The cell key method (#56): the same cell gets the same perturbed count in two different tables; the perturbation
-table's rows have mean 0 and the steward's variance where they can, never publish 1..js, keep a zero."""
+"""The cell key method (#56): the perturbation table's rows have mean 0 and the steward's variance where they can,
+never publish 1..js, keep a zero; record keys are a keyed function of the record's place, drawn once per dataset; the
+same cell gets the same perturbed count in two different tables (a margin of one, a cell of the other, a sub-total),
+through the release pipeline too; the keys are never published; and a cell key table published after a suppressed
+table of the same records is audited with it, the intruder reading each perturbed cell as within D of the truth."""
 
 from __future__ import annotations
+
+import json
+import os
+import stat
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
+from privrelease.core.errors import UserError
+from privrelease.core.mechanisms import sdc_table
+from privrelease.core.mechanisms.base import Earlier
+from privrelease.core.noise import keys
 from privrelease.core.sdc.cells import cellkey
 from privrelease.core.sdc.cells.rules import CellKey
+from privrelease.core.sdc.enforce import RECORD_KEY
+from tests.sdc.test_sdc_table import HIER, _frame, _params, _policy, _register, _release
+from tests.support.table_attack import attack_linked, truth
 
 RULE = CellKey(D=3, V=1.5, js=2)
 
@@ -23,38 +40,120 @@ def test_the_perturbation_tables_rows():
     assert cellkey.row(0, RULE)[0].tolist() == [0]
 
 
-def _cells(frame: pd.DataFrame, by: list[str]) -> tuple[pd.DataFrame, np.ndarray]:
-    """Every cell of a table by ``by`` with its margins ('*': all), and each record's cells as (record, cell) pairs."""
-    rows, pairs = [], []
-    for mask in range(2 ** len(by)):
-        kept = [d for i, d in enumerate(by) if mask >> i & 1]
-        groups = frame.groupby(kept).indices if kept else {(): np.arange(len(frame))}
-        for key, idx in groups.items():
-            key = key if isinstance(key, tuple) else (key,)
-            label = dict(zip(kept, key))
-            rows.append(tuple(label.get(d, "*") for d in by))
-            pairs += [(r, len(rows) - 1) for r in idx]
-    return pd.DataFrame(rows, columns=by), np.array(pairs)
+def test_record_keys_are_a_keyed_function_of_the_records_place_and_look_uniform():
+    """The same secret gives the same keys (a record's key does not depend on how many are asked); another secret
+    others; 200,000 keys pass a chi-square test of uniformity over 64 bins (error rate 1e-3, fixed secret)."""
+    secret = bytes(range(32))
+    many = keys.record_keys(secret, 200_000)
+    assert (keys.record_keys(secret, 10) == many[:10]).all() and many.min() >= 0 and many.max() < 2**32
+    assert (keys.record_keys(bytes(32), 10) != many[:10]).all()
+    counts = np.bincount(many >> 26, minlength=64)
+    assert stats.chisquare(counts).pvalue > 1e-3
+    with pytest.raises(ValueError, match="32 bytes"):
+        keys.record_keys(b"short", 3)
 
 
-def _perturbed(frame, keys, by):
-    cells, pairs = _cells(frame, by)
-    counts = np.bincount(pairs[:, 1], minlength=len(cells))
-    ck = cellkey.cell_keys(keys[pairs[:, 0]], pairs[:, 1], len(cells))
-    return cells.assign(count=counts, perturbed=cellkey.perturb(counts, ck, RULE))
+def _with_keys(frame: pd.DataFrame, secret: bytes = bytes(32)) -> pd.DataFrame:
+    return frame.assign(**{RECORD_KEY: keys.record_keys(secret, len(frame))})
+
+
+def _cell_key_policy(**rule) -> dict:
+    return _policy(min_frequency=3, cell_key={"D": 3, "V": 1.5, "js": 2} | rule)
 
 
 def test_the_same_cell_gets_the_same_perturbed_count_in_two_tables():
-    rng = np.random.default_rng(56)
-    frame = pd.DataFrame({"a": rng.choice(list("xyz"), 500), "b": rng.choice(list("pq"), 500), "c": rng.choice(list("uvw"), 500)})
-    keys = rng.random(len(frame))  # drawn once per record
-    ab = _perturbed(frame, keys, ["a", "b"])
-    ac = _perturbed(frame, keys, ["a", "c"])
-    left = ab[ab.b == "*"].set_index("a")["perturbed"]  # the cells a = ..., all b: the same records as a = ..., all c
-    right = ac[ac.c == "*"].set_index("a")["perturbed"]
-    assert left.to_dict() == right.to_dict()
-    assert (ab["perturbed"] != ab["count"]).any()  # it does perturb
-    assert not ab["perturbed"].isin([1, 2]).any() and (ab["perturbed"] >= 0).all()
-    # another draw of the keys perturbs the same cell otherwise somewhere: the keys, not the table, decide
-    other = _perturbed(frame, rng.random(len(frame)), ["a", "b"])
-    assert (other["perturbed"] != ab["perturbed"]).any()
+    """a × b with a's sub-totals and a alone: the cells a = a1 (all b) of the first and a1 of the second are the same
+    records, and get the same count; so do the sub-totals A and B against a table of a with sub-totals. Every count
+    is within D of the truth, none 1..js, zeros kept, and the keys (not the table) decide: other keys, other counts."""
+    frame = _with_keys(_frame(seed=3))
+    policy = _cell_key_policy()
+    ab = _release(frame, _params(policy, method="cell_key", subtotals=["a"])).data
+    a = _release(frame, _params(policy, method="cell_key", group_by=["a"], subtotals=["a"])).data
+    margin = ab[ab.b_level == 0].set_index(["a", "a_level"])["count"]
+    assert margin.to_dict() == a.set_index(["a", "a_level"])["count"].to_dict() and len(margin) == 7  # 4 leaves, A, B, Total
+    true = truth(frame, ab, ["a", "b"], {"a": HIER["a"]})
+    shown = ab["count"].to_numpy(dtype=float)
+    assert (np.abs(shown - true) <= 3).all() and not np.isin(shown, [1, 2]).any() and (shown[true == 0] == 0).all()
+    assert (shown != true).any() and RECORD_KEY not in ab.columns and set(ab.status) == {"published"}
+    other = _release(_with_keys(_frame(seed=3), bytes(range(32))), _params(policy, method="cell_key", subtotals=["a"])).data
+    assert (other["count"] != ab["count"]).any()
+
+
+@pytest.mark.parametrize(
+    ("policy", "request_", "said"),
+    [
+        (_policy(min_frequency=3), {"method": "cell_key"}, "which this policy lacks; the data steward sets it"),
+        (_cell_key_policy(), {"method": "cell_key", "measure": "sum", "column": "x"}, "method: cell_key perturbs counts"),
+    ],
+)
+def test_a_cell_key_request_the_policy_or_the_method_does_not_allow_is_refused(policy, request_, said):
+    with pytest.raises((ValueError, UserError), match=said):
+        sdc_table.needs(_params(policy, **request_), ("a", "b", "x"))
+
+
+def test_cell_key_tables_through_the_pipeline_are_consistent_and_keep_their_keys_secret(home, test_mode):
+    """Two tables released by the cell key method: the same cells get the same counts in the published files; the
+    dataset's secret is made once, mode 600, beside its snapshots, and no published file holds a record's key."""
+    from privrelease.core.datasets import snapshots
+    from privrelease.core.release import pipeline
+    from privrelease.core.release.home import Home
+    from privrelease.core.release.spec import parse
+
+    frame = _frame(seed=3)
+    _register(home, frame, _cell_key_policy()["tables"])
+
+    def release(release_id: str, request: dict) -> pd.DataFrame:
+        doc = {"release_id": release_id, "dataset": "ds", "mechanism": {"name": "sdc_table", "params": request}, "seed": 5}
+        folder = pipeline.release(Home(home), parse(doc))["folder"]
+        assert RECORD_KEY not in "".join(p.read_text(errors="replace") for p in Path(folder).glob("*"))
+        return pd.read_parquet(f"{folder}/table.parquet")
+
+    ab = release("k1", {"group_by": ["a", "b"], "method": "cell_key"})
+    a = release("k2", {"group_by": ["a"], "method": "cell_key"})
+    assert ab[ab.b_level == 0].set_index("a")["count"].to_dict() == a.set_index("a")["count"].to_dict()
+    secret = snapshots.folder(home, "ds") / snapshots.SECRET
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600 and len(secret.read_bytes()) == keys.BYTES
+    manifest = json.loads((home / "releases" / "ds" / "k1" / "manifest.json").read_text())
+    assert manifest["sdc_report"]["audit"] == "passed" and manifest["privacy"]["method"] == "cell key"
+
+
+def test_a_cell_key_request_on_a_policy_without_a_perturbation_table_is_refused_before_the_charge(home, test_mode):
+    from privrelease.core.release import pipeline
+    from privrelease.core.release.home import Home
+    from privrelease.core.release.spec import parse
+
+    _register(home, _frame(seed=3), {"min_frequency": 3})
+    doc = {"dataset": "ds", "mechanism": {"name": "sdc_table", "params": {"group_by": ["a"], "method": "cell_key"}}, "seed": 5}
+    with pytest.raises(UserError, match="tables.cell_key: D, V, js"):
+        pipeline.release(Home(home), parse(doc))
+    assert not (home / "releases").exists() or not any((home / "releases").rglob("manifest.json"))
+
+
+def test_the_secret_is_made_once_when_releases_ask_at_once(tmp_path, monkeypatch):
+    from privrelease.core.datasets import snapshots
+
+    monkeypatch.setenv("PRIVRELEASE_SNAPSHOT_STORE", str(tmp_path / "store"))
+    with ThreadPoolExecutor(8) as pool:
+        made = list(pool.map(lambda _: snapshots.record_key_secret(tmp_path, "ds"), range(32)))
+    assert len(set(made)) == 1 and len(made[0]) == keys.BYTES
+    assert sorted(os.listdir(tmp_path / "store" / "ds")) == [snapshots.SECRET]
+
+
+def test_a_cell_key_table_after_a_suppressed_one_is_audited_with_it():
+    """A cell key table (D = 1) of the records an earlier suppressed table was published from: every perturbed cell
+    within 1 of the truth pins the suppressed cells down, as the independent attack (each cell key row within D)
+    finds; the linked audit refuses it exactly then."""
+    frame = _with_keys(_frame(seed=3))
+    policy = _cell_key_policy(D=1, V=0.5, js=0)
+    p1, p2 = _params(policy), _params(policy, method="cell_key")
+    r1, r2 = _release(frame, p1), _release(frame, p2)
+    found = attack_linked([(r1.data, ["a", "b"], {}, "count"), (r2.data, ["a", "b"], {}, "count", 1.0)], frame)
+    values = truth(frame, r1.data, ["a", "b"], {})
+    narrowed = [
+        i for i in np.flatnonzero(r1.data.status == "primary")
+        if not (found[0][i][0] <= values[i] - min(max(1.0, 0.3 * values[i]), values[i]) + 1e-6
+                and found[0][i][1] >= values[i] + max(1.0, 0.3 * values[i]) - 1e-6)
+    ]  # fmt: skip
+    assert narrowed
+    external, internal, missed = sdc_table.assess(frame, r2, p2, [Earlier("t1", p1.model_dump(mode="json"), r1.data, True)])
+    assert missed and "together with t1" in missed[0] and internal["linked"]["exposed"]["t1"]

@@ -51,16 +51,18 @@ def attack(published: pd.DataFrame, frame: pd.DataFrame, group_by: list[str], hi
     return attack_linked([(published, group_by, hierarchies, value)], frame)[0]
 
 
-def attack_linked(tables: list[tuple[pd.DataFrame, list[str], dict, str]], frame: pd.DataFrame) -> list[dict]:
-    """Linked tables of one data set, each (published, group_by, hierarchies, value column): every table's
+def attack_linked(tables: list[tuple], frame: pd.DataFrame) -> list[dict]:
+    """Linked tables of one data set, each (published, group_by, hierarchies, value column[, slack]): every table's
     suppressed rows' intervals given what all of them publish. The unknowns are the innermost cells over every
-    dimension any table has; a row of a table without a dimension covers all of its values."""
-    dims = sorted({d for _, group_by, _, _ in tables for d in group_by})
+    dimension any table has; a row of a table without a dimension covers all of its values. A table with a slack
+    (the cell key method's D) says each of its rows is within the slack of its value (and at least zero)."""
+    dims = sorted({d for table in tables for d in table[1]})
     leaves = {d: sorted(frame[d].astype(str).unique()) for d in dims}
     inner = list(itertools.product(*(leaves[d] for d in dims)))
     index = {c: j for j, c in enumerate(inner)}
-    matrices, shown, known = [], [], []
-    for published, group_by, hierarchies, value in tables:
+    matrices, shown, known, slacks = [], [], [], []
+    for published, group_by, hierarchies, value, *slack in tables:
+        slacks.append(slack[0] if slack else 0.0)
         rows = []
         for row in published.to_dict("records"):
             covered = [
@@ -75,14 +77,22 @@ def attack_linked(tables: list[tuple[pd.DataFrame, list[str], dict, str]], frame
         shown.append(np.isin(status, ["published", "empty"]))
         values = published[value].astype("Float64").fillna(0).to_numpy(dtype=float)
         known.append(np.where(status == "empty", 0.0, values))
-    a_eq = np.vstack([m[s] for m, s in zip(matrices, shown)])
-    b_eq = np.concatenate([k[s] for k, s in zip(known, shown)])
+    exact = [(m[s], k[s]) for m, s, k, d in zip(matrices, shown, known, slacks) if d == 0]
+    near = [(m[s], k[s], d) for m, s, k, d in zip(matrices, shown, known, slacks) if d > 0]
+    given = {}
+    if exact:
+        given |= {"A_eq": np.vstack([m for m, _ in exact]), "b_eq": np.concatenate([k for _, k in exact])}
+    if near:
+        given |= {
+            "A_ub": np.vstack([np.vstack([m, -m]) for m, _, _ in near]),
+            "b_ub": np.concatenate([np.concatenate([k + d, -np.maximum(k - d, 0)]) for _, k, d in near]),
+        }
     out = []
     for m, s in zip(matrices, shown):
         found = {}
         for i in np.flatnonzero(~s):
-            lo = linprog(m[i], A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs")
-            hi = linprog(-m[i], A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs")
+            lo = linprog(m[i], **given, bounds=(0, None), method="highs")
+            hi = linprog(-m[i], **given, bounds=(0, None), method="highs")
             assert lo.status == 0, lo.message
             found[int(i)] = (lo.fun, np.inf if hi.status == 3 else -hi.fun)
         out.append(found)

@@ -19,11 +19,12 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
+import secrets
 import socket
 from pathlib import Path
 
 from privrelease.core import paths, settings
-from privrelease.core.errors import UserError
+from privrelease.core.errors import InternalError, UserError
 
 
 class SnapshotUnreachable(UserError):
@@ -72,10 +73,40 @@ def folder(home: Path, dataset_id: str) -> Path:
     """The dataset's folder in the store, created with mode 700 (the store's root too, if new)."""
     store = root(home)
     if not store.exists():
-        store.mkdir(parents=True, mode=0o700)
+        store.mkdir(parents=True, mode=0o700, exist_ok=True)  # two processes may make it at once
     path = store / dataset_id
     path.mkdir(exist_ok=True, mode=0o700)
     return path
+
+
+SECRET = "cellkey.secret"  # a dataset's record-key secret (``privrelease.core.noise.keys``), beside its snapshots
+
+
+def record_key_secret(home: Path, dataset_id: str, test_seed: int | None = None) -> bytes:
+    """The dataset's record-key secret, made the first time it is asked for: written whole (mode 600) beside it,
+    then linked into place, which fails if another release made it first (then that one is read). Kept beside the
+    dataset's snapshots and not per registration, so the same records registered again get the same keys; a backup
+    holds it with the store. Never published."""
+    from privrelease.core.noise import keys  # only a cell key release asks: the AES it brings is not every command's
+
+    path = folder(home, dataset_id) / SECRET
+    if not path.exists():
+        tmp = path.with_name(f"{SECRET}.{secrets.token_hex(8)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(keys.secret(test_seed))
+            out.flush()
+            os.fsync(out.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another release made it first: that one it is
+        finally:
+            tmp.unlink(missing_ok=True)
+    key = path.read_bytes()
+    if len(key) != keys.BYTES:
+        raise InternalError(f"{path} is not a record-key secret ({len(key)} bytes); restore it from a backup")
+    return key
 
 
 def write(con, table: str, target: Path) -> str:

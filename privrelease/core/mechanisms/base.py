@@ -130,6 +130,10 @@ def _none(*_: object) -> None:
     return None
 
 
+def _no(*_: object) -> bool:
+    return False
+
+
 def _empty(*_: object) -> list:
     return []
 
@@ -149,6 +153,8 @@ class Declared:
     UNIT_OPTIONAL: bool = False  # UNIT_PARAM is left None under the record unit (else such a dataset is refused)
     READS_SNAPSHOT_ON_WORKERS: bool = False  # on Dask, its workers read the stored snapshot (checked before the charge)
     READS_SNAPSHOT: bool = False  # a DP release's run gets the checked snapshot's file (a ``Snapshot``), not its rows
+    # whether an SDC release's run gets each record's key (the cell key method: ``enforce.RECORD_KEY``, never published)
+    record_keys: Callable[[StrictParams], bool] = _no
     accuracy: Callable[[StrictParams, Plan, tuple[str, ...]], dict | None] = _none  # each DP output's noise and interval
     accuracy_lines: Callable[[dict], list[str]] = _empty  # those figures in markdown
     accuracy_charts: Callable[[dict], list[Chart]] = _empty  # and drawn

@@ -145,6 +145,13 @@ def load(home: Home, release: Release) -> pd.DataFrame | Snapshot:
     else:
         rows = home.registry.load(release.dataset)
         if release.dataset.purpose == "sdc":
+            if declared.record_keys(release.params):  # each record's key, by its place in the snapshot
+                from privrelease.core.noise import keys  # AES: a cell key release's only
+
+                if enforce.RECORD_KEY in rows.columns:
+                    raise InternalError(f"dataset {release.dataset.id!r} has a column named {enforce.RECORD_KEY!r}")
+                secret = snapshots.record_key_secret(home.root, release.dataset.id, release.seed)
+                rows = rows.assign(**{enforce.RECORD_KEY: keys.record_keys(secret, len(rows))})
             return enforce.prepare(rows, release.dataset.policy, noise.generator(release.seed))
         path = rows.attrs["snapshot"]
     if declared.READS_SNAPSHOT_ON_WORKERS:

@@ -162,11 +162,16 @@ class Rows:
         return self
 
 
+RECORD_KEY = "__record_key"  # a prepared frame's column of record keys, where the mechanism asks for them (never published)
+
+
 def prepare(frame: pd.DataFrame, policy: Policy, rng: np.random.Generator) -> pd.DataFrame:
-    """The policy's published columns only, rows in a random order (the input rows kept in ``attrs``), cluster
-    ids as fresh random labels 1..H (households stay together, their ids do not reach any step)."""
+    """The policy's published columns only (and the records' keys, where the cell key method asked for them),
+    rows in a random order (the input rows kept in ``attrs``), cluster ids as fresh random labels 1..H (households
+    stay together, their ids do not reach any step)."""
     order = rng.permutation(len(frame))
-    out = frame[policy.releasable(list(frame.columns))].iloc[order].reset_index(drop=True)
+    kept = policy.releasable(list(frame.columns)) + ([RECORD_KEY] if RECORD_KEY in frame.columns else [])
+    out = frame[kept].iloc[order].reset_index(drop=True)
     if policy.cluster is not None:
         codes, uniques = pd.factorize(out[policy.cluster], use_na_sentinel=True)
         labels = rng.permutation(len(uniques)) + 1

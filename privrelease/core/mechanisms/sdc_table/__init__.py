@@ -27,13 +27,16 @@ from pydantic import Field, model_validator
 
 from privrelease.core.errors import InternalError, ParameterError
 from privrelease.core.mechanisms.base import Earlier, Plan, Result
+from privrelease.core.mechanisms.sdc_table import perturbed
 from privrelease.core.mechanisms.sdc_table import report as out
 from privrelease.core.params import StrictParams
 from privrelease.core.privacy.cost import NoDP
+from privrelease.core.sdc import enforce
 from privrelease.core.sdc.cells import audit as _audit
 from privrelease.core.sdc.cells import linked, secondary
 from privrelease.core.sdc.cells import rules as _rules
 from privrelease.core.sdc.cells import table as _table
+from privrelease.core.sdc.cells.table import Table
 from privrelease.core.sdc.policy import Breaks, Policy
 from privrelease.core.tables.schema import Needs
 
@@ -50,6 +53,9 @@ class Params(StrictParams):
     subtotals: list[str] = Field(
         default_factory=list, description="dimensions given sub-totals at every level of the policy's hierarchy"
     )
+    method: Literal["suppression", "cell_key"] = Field(
+        "suppression", description="cell suppression, or every count perturbed by the cell key method (counts only)"
+    )
     secondary: Literal["auto", "exact", "heuristic"] = Field(
         "auto", description="secondary suppression: the exact MIP, the LP heuristic, or exact where it fits"
     )
@@ -63,6 +69,8 @@ class Params(StrictParams):
             raise ValueError("measure: sum needs column (the numeric column it adds up); count takes none")
         if self.column is not None and self.column in self.group_by:
             raise ValueError(f"column {self.column!r} is also a dimension of the table")
+        if self.method == "cell_key" and self.measure != "count":
+            raise ValueError("method: cell_key perturbs counts; a table of sums is protected by cell suppression")
         stray = [d for d in self.subtotals if d not in self.group_by]
         if stray:
             raise ValueError(f"subtotals names {stray}, which are not in group_by {self.group_by}")
@@ -80,7 +88,13 @@ def rules_of(params: Params) -> _rules.TableRules:
             "sdc_table: the disclosure policy sets no rules for tables (its tables section); the data steward "
             "adds one (min_frequency, dominance, p_percent) before a table of this dataset can be released"
         )
-    if params.measure == "count" and rules.min_frequency is None:
+    if params.method == "cell_key":
+        if rules.cell_key is None:
+            raise ParameterError(
+                "sdc_table: the cell key method perturbs counts by the policy's perturbation table (tables.cell_key: "
+                "D, V, js), which this policy lacks; the data steward sets it, or ask for method: suppression"
+            )
+    elif params.measure == "count" and rules.min_frequency is None:
         raise ParameterError(
             "sdc_table: a count table is protected by the policy's min_frequency rule, which this policy lacks; "
             "the data steward sets tables.min_frequency"
@@ -134,14 +148,21 @@ def _contributors(frame: pd.DataFrame, policy: Policy) -> np.ndarray:
     return ids
 
 
-def tabulate(frame: pd.DataFrame, params: Params) -> _table.Table:
-    """The table of ``frame`` as the request and the policy shape it (no protection yet)."""
-    policy, rules = params.policy, rules_of(params)
+def shaped(frame: pd.DataFrame, params: Params) -> tuple[pd.DataFrame, list[_table.Dim]]:
+    """The rows with the table's dimensions as labels (an empty value as ``(missing)``), and the dimensions."""
+    policy = params.policy
     frame = frame.assign(**{d: frame[d].astype("string").fillna(out.MISSING) for d in params.group_by})
     dims = [
         _table.dimension(d, sorted(frame[d].unique()), policy.hierarchies[d] if d in params.subtotals else None)
         for d in params.group_by
     ]
+    return frame, dims
+
+
+def tabulate(frame: pd.DataFrame, params: Params) -> _table.Table:
+    """The table of ``frame`` as the request and the policy shape it (no protection yet)."""
+    policy, rules = params.policy, rules_of(params)
+    frame, dims = shaped(frame, params)
     if params.measure == "sum":
         value = pd.to_numeric(frame[params.column], errors="coerce").to_numpy(dtype=float)
         if np.isnan(value).any() or (value < 0).any():
@@ -167,9 +188,16 @@ def protect(t: _table.Table, params: Params):
     return status, pattern, checked, (lower, upper, failed)
 
 
+def record_keys(params: Params) -> bool:
+    """The cell key method reads each record's key (``enforce.RECORD_KEY``); suppression reads none."""
+    return params.method == "cell_key"
+
+
 def run(frame: pd.DataFrame, params: Params, plan: Plan, rng: np.random.Generator) -> Result:
     rules = rules_of(params)
     t = tabulate(frame, params)
+    if params.method == "cell_key":
+        return perturbed.run(t, shaped(frame, params)[0], params, rules)
     status, pattern, checked, (lower, upper, failed) = protect(t, params)
     tidy = out.tidy(t, status, params)
     figures = out.figures(status, t.values, pattern, checked)
@@ -190,11 +218,17 @@ def run(frame: pd.DataFrame, params: Params, plan: Plan, rng: np.random.Generato
 
 
 def check(original: pd.DataFrame, result: Result, params: Params) -> None:
-    """Every cell once; a suppressed or empty cell's value never published as a number it is not."""
+    """Every cell once; a suppressed or empty cell's value never published as a number it is not; a perturbed
+    count within its perturbation table's reach (``perturbed.check``)."""
     data = result.data
     value = out.value_column(params)
     if data.duplicated([*params.group_by, *(f"{d}_level" for d in params.group_by)]).any():
         raise InternalError("an sdc_table released a cell twice")
+    if enforce.RECORD_KEY in data.columns:
+        raise InternalError("an sdc_table released its records' keys")
+    if params.method == "cell_key":
+        perturbed.check(tabulate(original, params), original, result, params, rules_of(params))
+        return
     hidden = data["status"].isin(["primary", "secondary"])
     if data.loc[hidden, value].notna().any():
         raise InternalError("an sdc_table published a suppressed cell's value")
@@ -208,7 +242,7 @@ def assess(frame: pd.DataFrame, result: Result, params: Params, earlier: list[Ea
     missed = (internal.get("exposed_rules") or list(rules_of(params).words().values())) if internal.get("exposed") else []
     if not missed:
         missed = _linked(frame, result, params, earlier, internal)
-    external = {k: result.privacy[k] for k in out.FIGURES} | {"audit": "failed" if missed else "passed"}
+    external = {k: result.privacy[k] for k in out.FIGURES if k in result.privacy} | {"audit": "failed" if missed else "passed"}
     return external, internal, missed
 
 
@@ -224,7 +258,8 @@ def _linked(frame: pd.DataFrame, result: Result, params: Params, earlier: list[E
         if e.params.get("measure") != params.measure or e.params.get("column") != params.column:
             continue
         then = Params.model_validate(e.params)
-        then = then.model_copy(update={"policy": then.policy.model_copy(update={"tables": rules})})  # today's rules
+        today = rules.model_copy(update={"cell_key": then.policy.tables.cell_key})  # its perturbation was its own
+        then = then.model_copy(update={"policy": then.policy.model_copy(update={"tables": today})})
         try:
             tables.append(_linked_table(e.release_id, frame, then, rules, e.data))
         except InternalError:
@@ -254,7 +289,9 @@ def _linked(frame: pd.DataFrame, result: Result, params: Params, earlier: list[E
 def _linked_table(name: str, frame: pd.DataFrame, params: Params, rules: _rules.TableRules, data: pd.DataFrame) -> linked.Linked:
     """A table rebuilt from the snapshot as ``params`` shaped it, its cells' statuses as ``data`` published them
     (matched by each dimension's label and level), sensitive by ``rules``; one that cannot be matched cell for cell,
-    or whose published values differ from the rebuilt ones, fails the audit (``InternalError``: fail closed)."""
+    or whose published values differ from the rebuilt ones (by more than a cell key table's D), fails the audit
+    (``InternalError``: fail closed). A cell key table's cells are all published, each within its D (``slack``),
+    none sensitive: the perturbation protects them."""
     t = tabulate(frame, params)
     nodes = t.nodes()
     keys = [tuple((d.labels[n[i]], d.depth[n[i]]) for i, d in enumerate(t.dims)) for n in nodes]
@@ -267,7 +304,12 @@ def _linked_table(name: str, frame: pd.DataFrame, params: Params, rules: _rules.
     status = np.array([said[k][0] for k in keys], dtype=object)
     shown = np.array([np.nan if pd.isna(said[k][1]) else float(said[k][1]) for k in keys])
     published = status == "published"
-    if not np.allclose(shown[published], t.values[published], rtol=0, atol=1e-6 * max(1.0, float(np.abs(t.values).max()))):
+    slack = float(params.policy.tables.cell_key.D) if params.method == "cell_key" else 0.0
+    reach = slack + 1e-6 * max(1.0, float(np.abs(t.values).max(initial=0)))
+    if np.abs(shown[published] - t.values[published]).max(initial=0) > reach:
         raise InternalError(f"the table published as {name} does not agree with its snapshot")
+    if slack:
+        none = np.zeros(t.size, dtype=bool)
+        return linked.Linked(name, Table(t.dims, shown, t.contributors, t.top), none, none, shown * 0, shown * 0, slack)
     sensitive, lower, upper, _ = _rules.primary(rules, params.measure, t.contributors, t.values, t.top)
     return linked.Linked(name, t, np.isin(status, ["primary", "secondary"]), sensitive, lower, upper)

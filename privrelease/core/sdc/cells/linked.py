@@ -6,8 +6,10 @@ finest cells being every combination of the leaf values of every dimension any o
 a dimension covers all its values). The intruder knows each table's published cells (an empty cell is a known
 zero), that no finest cell is below zero, and nothing else. For a suppressed sensitive cell of any table, the
 interval [min, max] of its cover's sum over the finest tables that agree with all of that is two linear programs
-(``scipy.optimize.linprog``, HiGHS). Each table's own audit (``audit``) cannot see what a second table adds: two
-tables sharing a margin, each safe alone, can together pin a cell down. A table that would leave a sensitive cell's
+(``scipy.optimize.linprog``, HiGHS). A table by the cell key method publishes every cell, each within D of its
+count: for the intruder, each of its cells lies within D of what it shows (and is at least zero). Each table's own
+audit (``audit``) cannot see what a second table adds: two tables sharing a margin, each safe alone, can together
+pin a cell down. A table that would leave a sensitive cell's
 interval narrower than its protection, with the tables published before it, is not published.
 """
 
@@ -40,6 +42,7 @@ class Linked:
     sensitive: np.ndarray
     lower: np.ndarray
     upper: np.ndarray
+    slack: float = 0.0  # its published values are the truth to within this (a cell key table's D), else exact
 
 
 def leaves_under(d: Dim) -> list[list[str]]:
@@ -89,17 +92,23 @@ def audit(tables: list[Linked]) -> list[np.ndarray]:
     if size > LIMIT:
         raise TooLarge(f"the tables together have {size:,} finest cells, more than the {LIMIT:,} the linked audit takes")
     covers = [cover(t.table, names, leaves) for t in tables]
-    a_eq = sparse.vstack([c[~t.suppressed] for c, t in zip(covers, tables)], format="csr")
-    b_eq = np.concatenate([t.table.values[~t.suppressed] for t in tables])
+    exact = [(c[~t.suppressed], t.table.values[~t.suppressed]) for c, t in zip(covers, tables) if t.slack == 0]
+    a_eq = sparse.vstack([a for a, _ in exact] or [sparse.csr_matrix((0, size))], format="csr")
+    b_eq = np.concatenate([b for _, b in exact] or [np.zeros(0)])
+    near = [(c[~t.suppressed], t.table.values[~t.suppressed], t.slack) for c, t in zip(covers, tables) if t.slack > 0]
+    a_ub = sparse.vstack([m for a, _, _ in near for m in (a, -a)] or [sparse.csr_matrix((0, size))], format="csr")
+    b_ub = np.concatenate([x for _, v, d in near for x in (v + d, -np.maximum(v - d, 0.0))] or [np.zeros(0)])
     cap = CAP * max(1.0, max(float(np.abs(t.table.values).max(initial=0)) for t in tables))
+    given = {"A_eq": a_eq, "b_eq": b_eq} if a_eq.shape[0] else {}
+    given |= {"A_ub": a_ub, "b_ub": b_ub} if a_ub.shape[0] else {}
     exposed = []
     for c, t in zip(covers, tables):
         bad = []
         for cell in np.flatnonzero(t.suppressed & t.sensitive):
             x, tol = float(t.table.values[cell]), TOLERANCE * max(1.0, abs(float(t.table.values[cell])))
             objective = c[cell].toarray().ravel()
-            low = linprog(objective, A_eq=a_eq, b_eq=b_eq, bounds=(0, cap), method="highs")
-            high = linprog(-objective, A_eq=a_eq, b_eq=b_eq, bounds=(0, cap), method="highs")
+            low = linprog(objective, **given, bounds=(0, cap), method="highs")
+            high = linprog(-objective, **given, bounds=(0, cap), method="highs")
             if low.status != 0 or high.status != 0:
                 bad.append(cell)
                 continue
