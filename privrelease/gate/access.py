@@ -18,7 +18,7 @@ UI asks for its server's settings and version on every page, but Prefect's ``/ap
 own settings are passed on without Prefect's second UI (v2), which this table is not written for.
 
 The deployments an analyst and the auditor start are read from ``prefect.yaml`` (its release forms
-run ``privrelease/flows/forms.py``, the audit ``privrelease/flows/audit.py``). ``docs/SECURITY.md`` shows this table as
+run ``privrelease/flows/forms.py`` or ``privrelease/flows/tables.py``, the audit ``privrelease/flows/audit.py``). ``docs/SECURITY.md`` shows this table as
 ``markdown()`` renders it: ``python -m privrelease.gate.access --write docs/SECURITY.md`` regenerates it.
 """
 
@@ -55,7 +55,7 @@ ANONYMOUS = "anyone"  # the role of a caller without credentials
 PEOPLE = frozenset({ANALYST, AUDITOR, STEWARD})
 ANYONE = frozenset({ANONYMOUS, *PEOPLE})
 SPENDERS = frozenset({ANALYST, STEWARD})  # who may start a release
-RELEASE_ENTRYPOINTS = "privrelease/flows/forms.py:"  # a release form: one mechanism's flow
+RELEASE_ENTRYPOINTS = ("privrelease/flows/forms.py:", "privrelease/flows/tables.py:")  # a release form: one mechanism's flow
 AUDIT_ENTRYPOINT = "privrelease/flows/audit.py:ledger_audit"
 
 
@@ -72,7 +72,7 @@ def declared_forms(path: Path) -> tuple[tuple[str, ...], str]:
     audits = [d["name"] for d in deployments if d.get("entrypoint") == AUDIT_ENTRYPOINT]
     if not forms or len(audits) != 1:
         raise UserError(
-            f"{path} declares {len(forms)} release forms ({RELEASE_ENTRYPOINTS}...) and {len(audits)} "
+            f"{path} declares {len(forms)} release forms ({' or '.join(RELEASE_ENTRYPOINTS)}...) and {len(audits)} "
             f"ledger audits ({AUDIT_ENTRYPOINT}): the gate's access table needs some forms and one audit"
         )
     return forms, audits[0]

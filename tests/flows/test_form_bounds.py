@@ -15,9 +15,9 @@ from prefect.utilities.callables import parameter_schema
 from prefect.utilities.schema_tools import ValidationError, validate
 from pydantic import create_model
 
-from privrelease.core.mechanisms import aggregate, dpne, outliers, ra, swapping
+from privrelease.core.mechanisms import aggregate, dpne, outliers, ra, sdc_table, swapping
 from privrelease.core.sdc import methods
-from privrelease.flows import forms
+from privrelease.flows import forms, tables
 from privrelease.gate.access import RELEASE_FORMS
 
 # The SDC chain's form names each step's bounded field after its step (``microaggregate_k`` is ``Microaggregate.k``).
@@ -38,6 +38,7 @@ FORMS = {
     "outlier-top-subspaces": (forms.outlier_top_release, outliers.Params),
     "aggregate": (forms.aggregate_release, aggregate.Params),
     "sdc": (forms.sdc_release, SdcChain),
+    "sdc-table": (tables.sdc_table_release, sdc_table.Params),
 }
 BOUNDS = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", "minLength", "maxLength", "pattern",
           "minItems", "maxItems", "enum"}  # fmt: skip
@@ -101,6 +102,8 @@ REFUSED = {
                   ("quantiles", [{"column": "a", "low": 0, "high": 1, "q": [0.5], "bins": 1}])],
     "sdc": [("recode_level", 0), ("recode_level", 11), ("microaggregate_k", 1), ("pram_keep", 0.95),
             ("pram_keep", 0), ("noise_level", 0.05), ("noise_level", 11), ("suppress_k", 1)],
+    "sdc-table": [("group_by", []), ("group_by", ["a", "b", "c", "d", "e"]), ("measure", "mean"), ("method", "swap"),
+                  ("secondary", "best"), ("column", "")],
 }  # fmt: skip
 
 

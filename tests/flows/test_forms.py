@@ -222,3 +222,23 @@ def test_the_aggregate_form_releases_the_demo_payroll_table(prefect_server, demo
     assert measure["interval_share"] == 0.5 and measure["q"] == [0.5]
     table = pd.read_csv(Path(summary["folder"]) / "aggregate.csv")
     assert ((table["salary_q50_lo"] <= table["salary_q50"]) & (table["salary_q50"] <= table["salary_q50_hi"])).all()
+
+
+def test_the_table_form_releases_by_suppression_and_by_cell_key(prefect_server, demo):
+    """The SDC table form (privrelease/flows/tables.py) on the demo census, whose policy sets table rules: a table by
+    cell suppression (audited), and by the cell key method, whose margin cells equal the same cells of a second
+    table of the form; its request is the one a request file gives."""
+    import pandas as pd
+
+    from privrelease.flows.tables import sdc_table_release
+
+    suppressed = _manifest(sdc_table_release(group_by=["education", "race", "sex"], secondary="heuristic"))
+    assert suppressed["mechanism"]["params"]["group_by"] == ["education", "race", "sex"]
+    assert suppressed["sdc_report"]["audit"] == "passed" and suppressed["sdc_report"]["primary"] > 0
+    both = sdc_table_release(group_by=["race", "sex"], method="cell_key")
+    one = sdc_table_release(group_by=["race"], method="cell_key")
+    both, one = (pd.read_parquet(Path(s["folder"]) / "table.parquet") for s in (both, one))
+    assert both[both.sex_level == 0].set_index("race")["count"].to_dict() == one.set_index("race")["count"].to_dict()
+    state = sdc_table_release(measure="sum", method="cell_key", column="salary", return_state=True)
+    assert state.is_failed() and "method: cell_key perturbs counts" in state.message and "\n" not in state.message
+    assert sdc_table_release(group_by=["race"], preview=True)["verdict"] == "admitted"

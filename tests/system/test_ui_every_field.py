@@ -41,6 +41,7 @@ HOSPITAL_UI_POLICY = {
     "sensitive": ["diagnosis"],
     "publishable": ["postcode", "length_of_stay"],
     "thresholds": {"k": 3},
+    "tables": {"min_frequency": 3, "dominance": {"n": 1, "k": 80}, "p_percent": {"p": 10}, "cell_key": {"D": 2, "V": 1.0, "js": 1}},
     "hierarchies": {
         "age": {"breaks": [18, 30, 45, 60, 75, 95]},
         "ward": [
@@ -108,6 +109,9 @@ RUNS = [
                    "epsilon": None, "rho": 0.5, "delta": 1e-5, "noise": "gaussian", "max_groups": 2, "max_rows": 4}),
     ("aggregate", {"dataset": PAYROLL, "group_by": ["grade"], "epsilon": 0.7, "noise": "laplace", "delta": 1e-5,
                    "max_groups": 2, "max_rows": 4, "preview": True}),
+    ("sdc-table", {"dataset": HOSPITAL, "group_by": ["sex", "ward"], "measure": "sum", "column": "length_of_stay",
+                   "subtotals": ["ward"], "secondary": "exact"}),
+    ("sdc-table", {"dataset": HOSPITAL, "group_by": ["ward"], "method": "cell_key", "preview": True}),
 ]  # fmt: skip
 FAILS = {4: UNPROTECTED, 7: UNPROTECTED, 10: UNPROTECTED}  # a run that fails, by its place in RUNS: its sentence
 

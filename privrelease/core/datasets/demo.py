@@ -274,6 +274,9 @@ hierarchies:                     # for global recoding (the recode step)
        Assoc-acdm: College, Bachelors: Bachelors, Masters: Graduate, Prof-school: Graduate, Doctorate: Graduate}
   native-country:
     - {Mexico: Other, Philippines: Other, Germany: Other, Canada: Other, India: Other}
+tables:                          # what a table of counts (sdc_table) meets
+  min_frequency: 5               # cell suppression: a non-empty cell has at least 5 records
+  cell_key: {D: 3, V: 1.5, js: 2}   # the cell key method: perturbations up to 3, variance 1.5, no count 1 or 2
 """
 
 DEMO_REQUEST = """\
