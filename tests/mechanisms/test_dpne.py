@@ -522,21 +522,6 @@ def test_merging_shares_whose_sum_would_wrap_64_bits_is_refused():
         dpne_counts.merge([share.assign(units=[2**61, 1])] * 2)
 
 
-@pytest.mark.parametrize(("span", "top"), [(50, 2**20), (50, 2**48), (10**12, 2**20)])
-def test_sums_per_gram_are_exact_whether_counted_or_sorted(span, top):
-    """``by_gram`` against a Python oracle: ids of a narrow span with small weights (two ``bincount``s), with
-    weights whose sum passes 2^53 (float64 would round: sorted and summed in int64 instead), and ids spread over
-    10^12 (sorted)."""
-    rng = seeded(3)
-    grams, units = rng.integers(0, span, 5_000), rng.integers(0, top, 5_000)
-    oracle: dict[int, int] = {}
-    for g, u in zip(grams.tolist(), units.tolist()):
-        oracle[g] = oracle.get(g, 0) + u
-    hist = dpne_counts.by_gram(grams, units)
-    assert hist["gram"].tolist() == sorted(oracle) and hist["units"].tolist() == [oracle[g] for g in sorted(oracle)]
-    assert hist["units"].dtype == np.int64
-
-
 @pytest.mark.parametrize("named", [False, True])
 def test_a_user_over_the_cap_keeps_the_cap_smallest_by_keyed_hash_then_gram(named):
     """``contributions`` against an oracle: each user's distinct grams; a user with more than ``cap`` of

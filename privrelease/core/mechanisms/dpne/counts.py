@@ -5,7 +5,7 @@ per-level share of the histogram (gram, units), which ``dpne.extract`` merges, n
 in its own process.
 
 The distinct (user, gram) pairs are one sort of int64 keys, the cap's keyed choice is ``dpne_cap``'s
-(DuckDB's hash, in numpy), the per-gram sums are ``bincount``s; the positions are numpy arrays, so building
+(DuckDB's hash, in numpy), the per-gram sums run in DuckDB; the positions are numpy arrays, so building
 a level's candidates is a shift of one array against another instead of a join, and a k-gram is one
 integer (``Encoding``) whatever its length. The positions come from ``dpne_corpus`` (read and tokenized,
 or mapped from its cache: read-only arrays, which nothing here writes into).
@@ -165,8 +165,7 @@ def distinct_pairs(users: np.ndarray, grams: np.ndarray) -> tuple[np.ndarray, np
     return key, (g if names is None else np.asarray(names)[g]) + g_lo
 
 
-CHUNK = 1 << 21  # occurrences counted per pass: memory bounded
-LEAST = 1 << 16  # grams' ids spanning up to 4 x the occurrences and this many more are summed by ``bincount``
+CHUNK = 1 << 21  # occurrences counted per DuckDB pass: its hash tables stay small (faster), and memory bounded
 
 
 def histogram(
@@ -185,9 +184,15 @@ def histogram(
     partition's. On a partition, its share: exact integers, so ``merge`` adds the shares to the
     histogram of all users, however many partitions there were."""
     weights, shares = unit_weights(cap, unit), []
-    for held in _user_groups(users, CHUNK):
+    for held in _user_groups(users):
         _, g, m = contributions(con, users[held], grams[held], user_hash, cap, key, names)
-        shares.append(by_gram(g, weights[m]))
+        con.register("entries", pd.DataFrame({"g": g, "w": weights[m]}, copy=False))
+        try:
+            shares.append(
+                con.execute("SELECT g AS gram, CAST(sum(w) AS BIGINT) AS units FROM entries GROUP BY g ORDER BY g").df()
+            )
+        finally:
+            con.unregister("entries")
     hist = merge(shares)
     if names is not None:
         hist["gram"] = names.take(pa.array(hist["gram"].to_numpy())).to_pandas()
@@ -195,56 +200,37 @@ def histogram(
     return hist
 
 
-def _user_groups(users: np.ndarray, chunk: int) -> list[slice | np.ndarray]:
-    """The occurrences in groups of whole users, about ``chunk`` occurrences each (users taken in index
+def _user_groups(users: np.ndarray) -> list[slice | np.ndarray]:
+    """The occurrences in groups of whole users, about ``CHUNK`` occurrences each (users taken in index
     order, so each group's users are a range of indices): slices where users come in order, else one
     stable radix sort of the group numbers, never a pass over all occurrences per group. One group of
     all when they fit."""
-    if len(users) <= chunk:
+    if len(users) <= CHUNK:
         return [slice(None)]
     if (users[1:] >= users[:-1]).all():  # users in the order of their posts (one post each, say): slices
-        cuts = np.searchsorted(users, users[chunk::chunk], side="left")  # back to the first occurrence of the user there
+        cuts = np.searchsorted(users, users[CHUNK::CHUNK], side="left")  # back to the first occurrence of the user there
         bounds = np.unique(np.concatenate([[0], cuts, [len(users)]]))
         return [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
     counts = np.bincount(users)
-    group = ((np.cumsum(counts) - counts) // chunk)[users]  # a user's group: where its first occurrence falls
+    group = ((np.cumsum(counts) - counts) // CHUNK)[users]  # a user's group: where its first occurrence falls
     bounds = np.concatenate([[0], np.cumsum(np.bincount(group))])
     order = np.argsort(group.astype(np.int16 if group.max() < 2**15 else np.int32), kind="stable")  # radix for 16 bits
     return [order[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
 
-def by_gram(grams: np.ndarray, units: np.ndarray) -> pd.DataFrame:
-    """(gram, units): ``units`` summed per distinct gram (an id, or at level 1 a name), exactly, sorted by gram.
-    Where ids span few values, two ``bincount``s (which grams occur, and their sums in float64, exact while the weights' absolute
-    sum is below 2^53); else one stable sort and ``reduceat`` in int64. Refused once the weights add up to 2^62
-    or more (short of it no int64 sum can wrap), so it errs, never returns a wrapped histogram."""
-    grams, units = np.asarray(grams), np.asarray(units, np.int64)
-    if not len(grams):
-        return pd.DataFrame({"gram": grams.astype(np.int64), "units": units})
-    size = np.abs(units).sum(dtype=np.float64)
-    if size >= 2.0**62:  # int64 sums would wrap (DuckDB's own sums raise)
-        raise OverflowError("a histogram's weights in grid units overflow 64-bit integers")
-    lo = int(grams.min()) if grams.dtype.kind in "iu" else 0
-    span = int(grams.max()) - lo + 1 if grams.dtype.kind in "iu" else math.inf
-    if span <= 4 * len(grams) + LEAST and size < 2.0**53:
-        at = grams - lo
-        held = np.flatnonzero(np.bincount(at, minlength=span))
-        sums = np.bincount(at, weights=units, minlength=span)[held]
-        return pd.DataFrame({"gram": held + lo, "units": sums.astype(np.int64)})
-    order = np.argsort(grams, kind="stable")
-    grams, units = grams[order], units[order]
-    starts = np.flatnonzero(np.concatenate([[True], grams[1:] != grams[:-1]]))
-    return pd.DataFrame({"gram": grams[starts], "units": np.add.reduceat(units, starts)})
-
-
 def merge(parts: list[pd.DataFrame]) -> pd.DataFrame:
     """The histogram (gram, units), sorted by gram, from partitions' ``histogram``: a gram held in several
-    partitions gets the sum of its shares (``by_gram``: exact); one partition's share is already the histogram."""
+    partitions gets the sum of its shares (exact: int64 sums); one partition's share is already the histogram."""
     if len(parts) == 1:
         return parts[0]
-    return by_gram(
-        np.concatenate([p["gram"].to_numpy() for p in parts]), np.concatenate([p["units"].to_numpy(np.int64) for p in parts])
-    )
+    grams = np.concatenate([p["gram"].to_numpy() for p in parts])
+    units = np.concatenate([p["units"].to_numpy(np.int64) for p in parts])
+    if np.abs(units).sum(dtype=np.float64) >= 2.0**62:  # int64 sums would wrap (DuckDB's own sums raise)
+        raise OverflowError("a histogram's weights in grid units overflow 64-bit integers")
+    order = np.argsort(grams, kind="stable")
+    grams, units = grams[order], units[order]
+    starts = np.flatnonzero(np.concatenate([[True], grams[1:] != grams[:-1]])) if len(grams) else np.empty(0, np.int64)
+    return pd.DataFrame({"gram": grams[starts], "units": np.add.reduceat(units, starts) if len(starts) else units})
 
 
 # -- one user partition --------------------------------------------------------------------------------------
