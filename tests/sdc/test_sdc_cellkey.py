@@ -157,3 +157,21 @@ def test_a_cell_key_table_after_a_suppressed_one_is_audited_with_it():
     assert narrowed
     external, internal, missed = sdc_table.assess(frame, r2, p2, [Earlier("t1", p1.model_dump(mode="json"), r1.data, True)])
     assert missed and "together with t1" in missed[0] and internal["linked"]["exposed"]["t1"]
+
+
+@pytest.mark.parametrize("method", ["suppression", "cell_key"])
+def test_a_tables_preview_says_what_it_can_and_what_it_cannot_know(home, test_mode, method):
+    """From public values only: the policy's rules or perturbation table, and (suppression) that how many cells are
+    suppressed depends on the rows; none of the microdata's notes (k-anonymity on a key) a table does not meet."""
+    from privrelease.core.release import preview
+    from privrelease.core.release.home import Home
+    from privrelease.core.release.spec import parse
+
+    _register(home, _frame(seed=3), _cell_key_policy()["tables"])
+    doc = {"dataset": "ds", "mechanism": {"name": "sdc_table", "params": {"group_by": ["a", "b"], "method": method}}}
+    shown = preview.text(preview.preview(Home(home), parse(doc)))
+    assert "k-anonymity" not in shown and "risk is measured" not in shown and "verdict: **admitted**" in shown
+    if method == "cell_key":
+        assert "perturbed by at most 3 (variance 1.5)" in shown and "the cell key method" in shown
+    else:
+        assert "at least 3 contributors" in shown and "a preview does not read: it cannot say" in shown

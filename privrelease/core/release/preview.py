@@ -120,9 +120,10 @@ def accuracy_of(release: Release, plan_: Plan) -> dict | None:
 
 def notes(release: Release, plan_: Plan) -> list[str]:
     """What the analyst should judge before spending: the mechanism's notes (DPNE: how many users a word
-    needs, as the corpus size is not public), after the disclosure policy's for an SDC release."""
+    needs, as the corpus size is not public), after the disclosure policy's for an SDC release of microdata (a
+    table, which assesses itself, says its own)."""
     own = _views(release.mechanism).notes(*_public(release, plan_))
-    if release.dataset.purpose != "sdc":
+    if release.dataset.purpose != "sdc" or _views(release.mechanism).assess is not None:  # a table says its own
         return own
     return enforce.notes(release.dataset, mechanisms.get(release.mechanism), release.params) + own
 

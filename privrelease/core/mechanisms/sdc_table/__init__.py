@@ -132,11 +132,38 @@ def protects(params: Params) -> list[str]:
 def plan(params: Params) -> Plan:
     by = " × ".join(params.group_by)
     what = "counts" if params.measure == "count" else f"sums of {params.column}"
+    if params.method == "cell_key":
+        how = "the cell key method: every count perturbed by its cell's key, the same cell alike in every table"
+    else:
+        how = "cell suppression by the disclosure policy's rules, audited by the intruder's linear programs"
     return Plan(
         cost=NoDP("statistical disclosure control (not differential privacy)"),
-        guarantee=f"SDC table of {what} by {by}: cell suppression by the disclosure policy's rules, audited by the "
-        "intruder's linear programs; not differential privacy",
+        guarantee=f"SDC table of {what} by {by}: {how}; not differential privacy",
     )
+
+
+def notes(params: Params, plan_: Plan, columns: tuple[str, ...]) -> list[str]:
+    """What a preview can say of a table from public values (the policy's rules and the request), and what it
+    cannot: which cells are sensitive depends on the rows, which it does not read."""
+    rules = params.policy.tables if params.policy is not None else None
+    if rules is None:
+        return []
+    if params.method == "cell_key" and rules.cell_key is not None:
+        return [
+            f"{perturbed.words(rules.cell_key)}; every cell is published, margins perturbed as cells of their own "
+            "(they need not add up); the same cell has the same count in every table of this dataset.",
+            "A cell key table is audited with the suppressed tables of this dataset published before it: if its "
+            "counts, each within the perturbation of the truth, would narrow one of their suppressed cells, it is "
+            "not published.",
+        ]
+    return [
+        f"primary suppression by the policy's rules: {'; '.join(rules.words().values())}; secondary suppression: "
+        f"{params.secondary}, minimising the suppressed {'cells' if rules.cost == 'count' else 'total'}.",
+        "Which cells are sensitive, and so how many are suppressed, depends on the rows, which a preview does not "
+        "read: it cannot say. The release is refused if the intruder's linear programs, over this table and the "
+        "tables of the same measure published before it from this dataset, narrow a sensitive cell below its "
+        "protection.",
+    ]
 
 
 def _contributors(frame: pd.DataFrame, policy: Policy) -> np.ndarray:

@@ -40,7 +40,7 @@ def run(t: Table, frame: pd.DataFrame, params, rules) -> Result:
     }
     return Result(
         tidy,
-        {"method": "cell key", "rules": [_words(rule)]} | figures,
+        {"method": "cell key", "rules": [words(rule)]} | figures,
         _report(figures, params, rule),
         [],
         {"cells": figures["cells"], "method": "cell key"},
@@ -61,7 +61,7 @@ def check(t: Table, frame: pd.DataFrame, result: Result, params, rules) -> None:
         raise InternalError("a cell key table published a small count its perturbation table forbids")
 
 
-def _words(rule) -> str:
+def words(rule) -> str:
     return f"every count perturbed by at most {rule.D} (variance {rule.V:g}) by its cell's key" + (
         f", none published from 1 to {rule.js}" if rule.js else ""
     )
@@ -71,7 +71,7 @@ def _report(figures: dict, params, rule) -> str:
     by = " × ".join(params.group_by)
     return (
         f"## SDC table: counts by {by}, by the cell key method\n\n"
-        f"Every cell is published with its count perturbed (not differential privacy): {_words(rule)}. The "
+        f"Every cell is published with its count perturbed (not differential privacy): {words(rule)}. The "
         "perturbation is picked by the cell's key, the sum of its records' keys, so the same cell has the same count "
         "in every table of this dataset. Margins and sub-totals are perturbed as cells of their own: they need not add "
         f"up. {figures['cells']} cells.\n"
