@@ -6,6 +6,7 @@ exposes a cell, naming the first, and publishes one that does not."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -217,3 +218,25 @@ def test_a_table_published_while_another_is_audited_fails_the_other(home, test_m
     assert (home / "releases" / "ds" / "t1").exists() and not (home / "releases" / "ds" / "t2").exists()
     with pytest.raises(UserError, match="together with t1 an intruder"):
         pipeline.release(Home(home), doc("t3", {"group_by": ["a", "b"], **SECOND}))
+
+
+def test_an_earlier_table_that_cannot_be_read_as_published_fails_the_release(home, test_mode):
+    """Fail closed: t1's published table altered (or its folder gone), t2 cannot be audited with it and is not
+    published; the error says what the operator does."""
+    import shutil
+
+    _register(home, _frame(seed=SEED))
+
+    def release(release_id: str, request: dict):
+        doc = {"release_id": release_id, "dataset": "ds", "mechanism": {"name": "sdc_table", "params": request}, "seed": 5}
+        return pipeline.release(Home(home), parse(doc))
+
+    folder = Path(release("t1", {"group_by": ["a", "b"], **FIRST})["folder"])
+    (folder / "table.parquet").chmod(0o644)
+    (folder / "table.parquet").write_bytes(b"not the table")
+    with pytest.raises(UserError, match="cannot be read as published .* restores that folder from a backup"):
+        release("t2", {"group_by": ["a"]})
+    shutil.rmtree(folder)
+    with pytest.raises(UserError, match="release t1 of dataset 'ds', published before, cannot be read"):
+        release("t3", {"group_by": ["a"]})
+    assert not (home / "releases" / "ds" / "t2").exists() and not (home / "releases" / "ds" / "t3").exists()

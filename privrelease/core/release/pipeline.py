@@ -230,15 +230,23 @@ def _published(home: Home, release: Release) -> dict[str, Entry]:
 def published_before(home: Home, release: Release) -> list[Earlier]:
     """The releases of this mechanism published before from the dataset (any registration), each with its
     parameters and data as published: what a table is audited with (linked tables). Each data file is checked
-    against its manifest's digest; one that does not match fails the release (fail closed). One published while
+    against its manifest's digest; one missing or that does not match fails the release (fail closed). One published while
     this release is audited fails it at publishing (``publish``, under the lock SDC releases publish under)."""
     out = []
     for release_id, e in _published(home, release).items():
         folder = _publish.release_folder(home.releases, release.dataset.id, release_id)
-        record = json.loads((folder / "manifest.json").read_text())
-        name = next(f for f in record["files"] if f.endswith(".parquet"))
-        if snapshots.sha256(folder / name) != record["files"][name]:
-            raise InternalError(f"release {release_id}'s {name} does not match its manifest: it cannot be audited with")
+        try:
+            record = json.loads((folder / "manifest.json").read_text())
+            name = next(f for f in record["files"] if f.endswith(".parquet"))
+            matches = snapshots.sha256(folder / name) == record["files"][name]
+        except (OSError, ValueError, KeyError, StopIteration):
+            matches = False
+        if not matches:
+            raise SpecError(
+                f"release {release_id} of dataset {release.dataset.id!r}, published before, cannot be read as published "
+                f"from {folder} (missing, or not what its manifest says), so this release cannot be audited with it and "
+                "is not published. The operator restores that folder from a backup; then release again."
+            )
         same = json.loads(e.params).get("registration") == release.dataset.version
         out.append(Earlier(release_id, record["mechanism"]["params"], pd.read_parquet(folder / name), same))
     return out
