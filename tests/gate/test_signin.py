@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -166,10 +167,19 @@ class FirstCome(signin.Turns):
 
 def test_a_name_without_failures_is_checked_before_names_under_attack(accounts, monkeypatch):
     """uma's and tess's names have failed (under attack); while uma's guess is checked, a guess of tess's waits,
-    then rhea signs in: rhea's password is checked before the guess."""
+    then rhea signs in: rhea's password is checked before the guess. uma's check is held until all three have asked,
+    so the order does not depend on how long a hash takes on a loaded machine."""
     order: list[str] = []
     real = signin.matches
-    monkeypatch.setattr(signin, "matches", lambda hashed, password: order.append(password) or real(hashed, password))
+    asked = threading.Event()
+
+    def matches(hashed: str, password: str) -> bool:
+        order.append(password)
+        if password == "guess-u":
+            asked.wait(10)  # the check in progress while the others ask (a thread: the event loop goes on)
+        return real(hashed, password)
+
+    monkeypatch.setattr(signin, "matches", matches)
 
     def checked(turns: type[signin.Turns]) -> list[str]:
         gate = signin.SignIn(accounts)
@@ -184,8 +194,10 @@ def test_a_name_without_failures_is_checked_before_names_under_attack(accounts, 
                                                 ("rhea", PASSWORD, "10.0.6.4")):  # fmt: skip
                     group.start_soon(gate.check, name, password, address)
                     await anyio.sleep(0.05)  # each asks after the one before
+                asked.set()
 
         order.clear()
+        asked.clear()
         anyio.run(main)
         return list(order)
 
