@@ -36,6 +36,7 @@ from privrelease.core.ledger.ledger import FAILED, PUBLISHED, RESERVED, Charge, 
 from privrelease.core.mechanisms.base import Plan
 from privrelease.core.privacy.budget import charge_phrase
 from privrelease.core.privacy.cost import DPCost
+from privrelease.core.release import audited
 from privrelease.core.release import publish as _publish
 from privrelease.core.release.home import Home
 
@@ -315,6 +316,7 @@ def resume(home: Home, entry: Entry, caller: Caller = Caller(), ledger: Ledgerin
     pin = pinned.of(json.loads(entry.params))  # an SDC draw: published only under the policy it was measured under
     try:
         with pinned.held(home.ledger, entry.dataset, pin) if pin is not None else contextlib.nullcontext():
+            audited.unaudited_since(home, entry)
             done = _publish.place(kept, home.releases)
     except pinned.PolicyChanged:
         shutil.rmtree(kept, ignore_errors=True)  # it can never be published now

@@ -29,11 +29,10 @@ from privrelease.core import charts, faults, mechanisms, noise, parallel
 from privrelease.core.datasets import snapshots
 from privrelease.core.errors import InternalError, ReleaseConflict, SpecError
 from privrelease.core.ledger import account, pinned
-from privrelease.core.ledger.chain import Entry
-from privrelease.core.ledger.ledger import PUBLISHED, RESERVED, Charge, Ledger
+from privrelease.core.ledger.ledger import Charge, Ledger
 from privrelease.core.mechanisms.base import Earlier, Plan, Result, Snapshot
 from privrelease.core.privacy.cost import DPCost
-from privrelease.core.release import charged, headroom
+from privrelease.core.release import audited, charged, headroom
 from privrelease.core.release import publish as _publish
 from privrelease.core.release import spec as _spec
 from privrelease.core.release.charged import Caller, Claim, Log
@@ -213,27 +212,13 @@ def assess(home: Home, release: Release, frame: pd.DataFrame, result: Result) ->
 AUDITED_WITH = "audited_with"  # in an own-assessed result's internal figures: the earlier releases it was audited with
 
 
-def _published(home: Home, release: Release) -> dict[str, Entry]:
-    """The releases of this mechanism published from the dataset, but this one: each one's charge entry, by id."""
-    entries = home.ledger.entries(release.dataset.id)
-    latest = {e.release_id: e.status for e in entries}
-    return {
-        str(e.release_id): e
-        for e in entries
-        if e.status == RESERVED
-        and e.mechanism == release.mechanism
-        and latest[e.release_id] == PUBLISHED
-        and e.release_id != release.release_id
-    }
-
-
 def published_before(home: Home, release: Release) -> list[Earlier]:
     """The releases of this mechanism published before from the dataset (any registration), each with its
     parameters and data as published: what a table is audited with (linked tables). Each data file is checked
     against its manifest's digest; one missing or that does not match fails the release (fail closed). One published while
     this release is audited fails it at publishing (``publish``, under the lock SDC releases publish under)."""
     out = []
-    for release_id, e in _published(home, release).items():
+    for release_id, (e, _) in audited.published(home, release.dataset.id, release.mechanism, release.release_id).items():
         folder = _publish.release_folder(home.releases, release.dataset.id, release_id)
         try:
             record = json.loads((folder / "manifest.json").read_text())
@@ -260,7 +245,8 @@ def publish(home: Home, release: Release, plan_: Plan, result: Result, charge_: 
         return _publish.publish(home.releases, home.staging, record, result)
     with pinned.held(home.ledger, release.dataset.id, release.dataset.policy_entry):
         if result.internal is not None and AUDITED_WITH in result.internal:  # held: no other SDC release publishes now
-            meanwhile = sorted(set(_published(home, release)) - set(result.internal[AUDITED_WITH]))
+            now = audited.published(home, release.dataset.id, release.mechanism, release.release_id)
+            meanwhile = sorted(set(now) - set(result.internal[AUDITED_WITH]))
             if meanwhile:
                 raise ReleaseConflict(
                     f"release {release.release_id!r} was not published: {', '.join(meanwhile)} of dataset "
