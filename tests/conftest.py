@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -18,6 +20,9 @@ os.environ.pop("PREFECT_API_URL", None)
 import logging
 
 import pytest
+
+for _made in (os.environ["PREFECT_HOME"], os.environ["XDG_STATE_HOME"]):  # not left behind, a pair per test session
+    atexit.register(shutil.rmtree, _made, True)
 
 # Prefect's console handler keeps the stream it first saw; under pytest's capture that stream is
 # closed by later tests. Drop such write errors instead of printing them into the next test's stderr.

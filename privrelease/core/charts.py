@@ -45,10 +45,10 @@ class _Drawer:
     """The release's end of the pipe to the drawing process: each batch of charts it sent, answered in turn, and
     the charts ``start`` sent before anyone asked for them (their PNGs in a private temporary folder)."""
 
-    def __init__(self, conn: Connection):
+    def __init__(self, conn: Connection, folder: Path):
         self.conn, self.sent, self.owed, self.answered = conn, 0, [], {}
         self.early: dict[int, tuple[Chart, int, int, Path]] = {}  # id(chart) -> (it, kept alive; batch, place, PNG)
-        self.folder: Path | None = None
+        self.folder = folder  # the early charts' PNGs: removed by whichever of the two processes ends last
 
     def send(self, jobs: list[tuple[Chart, Path]]) -> int:
         self.conn.send([(chart, str(path)) for chart, path in jobs])
@@ -80,8 +80,6 @@ def start(charts: Iterable[Chart]) -> None:
     charts = [c for c in charts if drawer is not None and id(c) not in drawer.early]
     if not charts:
         return
-    if drawer.folder is None:
-        drawer.folder = Path(tempfile.mkdtemp(prefix="privrelease-charts-"))  # mode 700
     pngs = [drawer.folder / f"{drawer.sent + 1}-{i}.png" for i in range(len(charts))]
     batch = drawer.send(list(zip(charts, pngs)))
     drawer.early |= {id(c): (c, batch, i, png) for i, (c, png) in enumerate(zip(charts, pngs))}
@@ -121,12 +119,15 @@ def drawing(jobs: Iterable[tuple[Chart, Path]]) -> Iterator[None]:
 def ahead() -> Iterator[None]:
     """Draw this block's charts (``render_chart`` in this thread) in a process forked now, which imports
     matplotlib while the block runs. The fork shares the modules already loaded; it only draws. A block that
-    asked it for nothing does not wait for it."""
+    asked it for nothing does not wait for it. The early charts' folder goes when the block ends, or with the
+    drawing process when the release's own process is killed (it would stay behind in the temporary folder,
+    one chart per killed release, outside the home and its retention)."""
+    folder = Path(tempfile.mkdtemp(prefix="privrelease-charts-"))  # mode 700
     parent, child = mp.get_context("fork").Pipe()
-    process = mp.get_context("fork").Process(target=_serve, args=(child, parent), name="privrelease-charts", daemon=True)
+    process = mp.get_context("fork").Process(target=_serve, args=(child, parent, folder), name="privrelease-charts", daemon=True)
     process.start()
     child.close()
-    drawer = _Drawer(parent)
+    drawer = _Drawer(parent, folder)
     token = _renderer.set(drawer)
     try:
         yield
@@ -142,24 +143,34 @@ def ahead() -> Iterator[None]:
         if process.is_alive():
             process.kill()
         parent.close()
-        if drawer.folder is not None:
-            shutil.rmtree(drawer.folder, ignore_errors=True)
+        _remove(folder)
 
 
-def _serve(conn: Connection, theirs: Connection) -> None:
+def _serve(conn: Connection, theirs: Connection, folder: Path) -> None:
     """The drawing process: matplotlib first, then each batch of charts it is sent, answering None or the error
     for each. It closes its copy of the other end, so that it ends when the release's process does, however
-    that ends."""
+    that ends, and removes the early charts' folder as it ends."""
     theirs.close()
-    _pyplot()
-    while True:
-        try:
-            jobs = conn.recv()
-        except EOFError:  # the release's process is gone
-            return
-        if jobs is None:
-            return
-        conn.send(_draw_all(jobs))
+    try:
+        _pyplot()
+        while True:
+            try:
+                jobs = conn.recv()
+            except EOFError:  # the release's process is gone
+                return
+            if jobs is None:
+                return
+            answers = _draw_all(jobs)
+            try:
+                conn.send(answers)
+            except OSError:  # the release's process is gone (killed while these were drawn)
+                return
+    finally:
+        _remove(folder)
+
+
+def _remove(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _draw_all(jobs: list[tuple[Chart, str]]) -> list[str | None]:

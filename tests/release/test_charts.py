@@ -4,8 +4,11 @@ the release's process never imports matplotlib (the half second it saves)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -109,32 +112,42 @@ def test_the_release_process_never_imports_matplotlib():
     assert [s.stdout.strip() for s in said] == ["False", "True"]  # drawn in process (the weakened way), it is imported
 
 
-def orphan(weakened: bool, folder: Path) -> int:
-    """A release process killed outright inside ``ahead()``; returns its drawing process's pid (read from a
-    file: a pipe would stay open as long as the drawing process holds it)."""
+def orphan(weakened: str, folder: Path) -> int:
+    """A release process killed outright inside ``ahead()``, a chart started; returns its drawing process's pid
+    (read from a file: a pipe would stay open as long as the drawing process holds it). Its temporary folder is
+    ``folder / "tmp"``."""
     code = (
         "import os, signal, sys, types, multiprocessing\n"
         "from privrelease.core import charts\n"
-        "if sys.argv[1] == 'weakened':  # the drawing process keeps its copy of the release's end of the pipe\n"
+        "chart = charts.Chart('bars.png', 'counts', ['a', 'b'], {'released': [3.0, 1.0]})\n"
+        "if sys.argv[1] == 'pipe':  # the drawing process keeps its copy of the release's end of the pipe\n"
         "    serve = charts._serve\n"
-        "    charts._serve = lambda conn, theirs: serve(conn, types.SimpleNamespace(close=lambda: None))\n"
+        "    charts._serve = lambda conn, theirs, folder: serve(conn, types.SimpleNamespace(close=lambda: None), folder)\n"
+        "if sys.argv[1] == 'folder':  # the drawing process leaves the early charts' folder behind\n"
+        "    charts._remove = lambda folder: None\n"
         "with charts.ahead():\n"
+        "    charts.start([chart])\n"
         "    print(multiprocessing.active_children()[0].pid, flush=True)\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    argv = [sys.executable, "-c", code, "weakened" if weakened else "sound"]
+    tmp = folder / "tmp"
+    tmp.mkdir(exist_ok=True)
     out = folder / f"pid-{weakened}"
     with out.open("w") as fh:
-        done = subprocess.run(argv, cwd=REPO, stdout=fh, stderr=subprocess.DEVNULL, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", code, weakened],
+            cwd=REPO,
+            stdout=fh,
+            stderr=subprocess.DEVNULL,
+            timeout=120,
+            env={**os.environ, "TMPDIR": str(tmp)},
+        )
     assert done.returncode == -9
     return int(out.read_text().split()[0])
 
 
 def alive(pid: int, seconds: float = 30.0) -> bool:
     """Whether the process is still there after ``seconds`` (polled: it may take a moment to end)."""
-    import os
-    import time
-
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         try:
@@ -146,15 +159,24 @@ def alive(pid: int, seconds: float = 30.0) -> bool:
 
 
 def test_the_drawing_process_ends_with_a_killed_release(tmp_path: Path):
-    import os
-    import signal
-
-    assert not alive(orphan(False, tmp_path))
-    stuck = orphan(True, tmp_path)
+    assert not alive(orphan("sound", tmp_path))
+    stuck = orphan("pipe", tmp_path)
     try:
         assert alive(stuck, seconds=3)  # waiting forever on a pipe it holds open itself
     finally:
         os.kill(stuck, signal.SIGKILL)
+
+
+def test_a_killed_release_leaves_no_chart_in_the_temporary_folder(tmp_path: Path):
+    """The early charts' folder (a chart of a draw that was never published, outside the home) goes with the
+    drawing process when the release's own process is killed; left to the release's process (the weakened way),
+    it stays, one per killed release."""
+    tmp = tmp_path / "tmp"
+    assert not alive(orphan("sound", tmp_path))
+    assert list(tmp.iterdir()) == []
+    assert not alive(orphan("folder", tmp_path))
+    (left,) = tmp.iterdir()
+    assert left.name.startswith("privrelease-charts-")
 
 
 def test_a_block_that_asked_for_nothing_does_not_wait_for_the_drawing_process(monkeypatch):
