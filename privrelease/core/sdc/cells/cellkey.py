@@ -9,6 +9,13 @@ steward's (``CellKey``: the largest perturbation D, the variance V, js): for eac
 (p(d) ∝ exp(a·d + b·d²), as ``ptable`` builds it); counts from D + js on share one row. The cell's key picks d from
 that row's cumulative distribution. A zero stays zero. Margins are perturbed as cells of their own: additivity is
 not restored, as the ABS does not.
+
+Magnitudes (``perturb_sums``, ``cellKey``'s top-contribution variant with simple multipliers): a sum moves by one
+step per largest contribution, the j-th step ``share · weights[j] · x_(j) · v_j``, v_j picked from the table's
+symmetric row (-D..D, mean 0, variance V) by the cell's key turned j + 1 times (never the key itself, which picks
+the count of the same cell), a cell a rule finds sensitive moved ``mu_c`` further on its first step, never below
+zero. So the published sum is within ``share · (D + mu_c) · Σ weights[j] · x_(j)`` of the truth, the same cell
+gets the same sum in every table, and a sensitive cell's value is never the truth.
 """
 
 from __future__ import annotations
@@ -80,3 +87,40 @@ def perturb(counts: np.ndarray, keys: np.ndarray, rule: CellKey) -> np.ndarray:
         d, p = rows[min(int(n), last)]
         out[i] = n + d[min(int(np.searchsorted(np.cumsum(p), k, side="right")), d.size - 1)]
     return out
+
+
+TURN = 11  # the bits a cell's key is rotated by for each further magnitude step (``cellKey`` moves a digit)
+
+
+def turned(keys: np.ndarray, times: int) -> np.ndarray:
+    """The cell keys (in [0, 1)) with their 2^``KEY_BITS`` integers rotated by ``TURN · times`` bits: a bijection
+    of the keys, so each turned key is as uniform as the keys are."""
+    k = np.rint(np.asarray(keys) * (1 << KEY_BITS)).astype(np.uint64)
+    r = np.uint64((TURN * times) % KEY_BITS)
+    mask = np.uint64((1 << KEY_BITS) - 1)
+    return (((k << r) | (k >> (np.uint64(KEY_BITS) - r))) & mask).astype(np.float64) / (1 << KEY_BITS)
+
+
+def reach(top: np.ndarray, rule: CellKey) -> np.ndarray:
+    """How far a cell's sum may move: ``share · (D + mu_c) · Σ weights[j] · x_(j)`` (``top``: cells by rows)."""
+    w = np.asarray(rule.weights)
+    return rule.share * (rule.D + rule.mu_c) * (top[:, : w.size] @ w)
+
+
+def perturb_sums(values: np.ndarray, top: np.ndarray, keys: np.ndarray, rule: CellKey, sensitive: np.ndarray) -> np.ndarray:
+    """Each sum moved by its cell's steps (see the module's text): ``top`` holds each cell's largest contributions,
+    decreasing, zeros past its last (cells by rows, a column per weight at least); ``sensitive`` the cells a rule
+    finds sensitive, moved ``mu_c`` further from the truth on the first step (a step of 0 goes up or down as a bit
+    of the key says)."""
+    d, p = row(rule.D + rule.js + 1, rule)  # room on both sides: the symmetric row
+    cumulative = np.cumsum(p)
+    shown = np.asarray(values, dtype=np.float64).copy()
+    for j, weight in enumerate(rule.weights):
+        picked = np.minimum(np.searchsorted(cumulative, turned(keys, j + 1), side="right"), d.size - 1)
+        v = d[picked].astype(np.float64)
+        if j == 0:
+            bit = (np.rint(np.asarray(keys) * (1 << KEY_BITS)).astype(np.int64) >> 16) & 1
+            away = np.where(v != 0, np.sign(v), np.where(bit == 1, 1.0, -1.0))
+            v = np.where(sensitive, away * (np.abs(v) + rule.mu_c), v)
+        shown = np.maximum(shown + rule.share * weight * top[:, j] * v, 0.0)
+    return shown

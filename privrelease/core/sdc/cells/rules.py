@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Strict(BaseModel):
@@ -41,11 +41,30 @@ class PPercent(_Strict):
 
 
 class CellKey(_Strict):
-    """The cell key method's perturbation (``ptable``'s D and V), the steward's."""
+    """The cell key method's perturbation (``ptable``'s D and V), the steward's; for magnitudes (``cellKey``'s
+    ``ck_params_nums`` with top contributions and simple multipliers), the share of a cell's largest contributions
+    one step of the table moves it, their weights, and the extra step ``mu_c`` of a cell a rule finds sensitive."""
 
     D: int = Field(ge=1, le=10, description="the largest perturbation of a count")
     V: float = Field(gt=0, le=10, description="the perturbation's variance")
     js: int = Field(0, ge=0, le=10, description="counts up to js are never published (perturbed away from them)")
+    share: float | None = Field(
+        None, gt=0, le=1, description="magnitudes: one step of the table moves a sum by this share of its largest contribution"
+    )
+    weights: list[float] = Field(
+        default_factory=lambda: [1.0],
+        min_length=1,
+        max_length=3,
+        description="magnitudes: the steps' weights for the cell's 1-3 largest contributions (the first 1, none rising)",
+    )
+    mu_c: float = Field(0.0, ge=0, le=10, description="magnitudes: extra steps for a cell a rule finds sensitive")
+
+    @model_validator(mode="after")
+    def _weights(self) -> CellKey:
+        w = self.weights
+        if w[0] != 1 or any(b > a for a, b in zip(w, w[1:])) or min(w) <= 0:
+            raise ValueError(f"cell_key.weights {w}: the first is 1, each after it positive and no larger than the one before")
+        return self
 
 
 class TableRules(_Strict):
