@@ -205,3 +205,19 @@ def test_a_cell_key_table_of_sums_through_the_pipeline(home, test_mode):
     assert manifest["privacy"]["perturbation"]["share"] == 0.1 and manifest["sdc_report"]["audit"] == "passed"
     assert "__record_key" not in "".join(p.read_text(errors="replace") for p in folder.glob("*"))
     assert "sums of x by a × b, by the cell key method" in (folder / "report.md").read_text()
+
+
+def test_a_sums_preview_says_the_steps_and_the_one_method_rule(home, test_mode):
+    from privrelease.core.release import preview
+    from privrelease.core.release.home import Home
+    from privrelease.core.release.spec import parse
+    from tests.sdc.test_sdc_table import _register
+
+    _register(home, _frame(seed=3), _sum_policy()["tables"])
+    params = {"group_by": ["a", "b"], "measure": "sum", "column": "x", "method": "cell_key"}
+    shown = preview.text(
+        preview.preview(Home(home), parse({"dataset": "ds", "mechanism": {"name": "sdc_table", "params": params}}))
+    )
+    assert "every sum moved by up to 3 steps (variance 1.5) of 0.1 of its 2 largest contributions" in shown
+    assert "a sensitive cell 5 steps more" in shown and "published from a dataset by one method" in shown
+    assert "verdict: **admitted**" in shown

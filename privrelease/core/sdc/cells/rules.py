@@ -52,7 +52,7 @@ class CellKey(_Strict):
         None, gt=0, le=1, description="magnitudes: one step of the table moves a sum by this share of its largest contribution"
     )
     weights: list[float] = Field(
-        default_factory=lambda: [1.0],
+        [1.0],
         min_length=1,
         max_length=3,
         description="magnitudes: the steps' weights for the cell's 1-3 largest contributions (the first 1, none rising)",
