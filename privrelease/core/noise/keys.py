@@ -1,24 +1,29 @@
-"""Record keys for the cell key method: each record's key, uniform on the integers [0, 2^32), drawn once for a
-dataset and the same at every release.
+"""Record keys for the cell key method: each record's key, uniform on the integers [0, 2^32), the same for the same
+record at every release and in every registration of it.
 
-A dataset holds one secret of 32 bytes from the operating system's entropy (``secret``); record i's key is the
-i-th 32-bit word of AES-256 in counter mode under that secret (``record_keys``): a keyed pseudorandom function of
-the record's position, so the keys are as good as uniform and independent to whoever lacks the secret, and the same
-record gets the same key in every table, which is what makes the method's perturbation consistent. A test run's
-secret comes from its seed (test mode only, as every fixed seed).
+A dataset holds one secret of 32 bytes from the operating system's entropy (``secret``). A record's key is keyed
+BLAKE2b (a pseudorandom function under that secret) of what the record holds, its values in the columns a release
+may use written out as text, and of how many identical records came before it in the table (``record_keys``). So
+the keys are as good as uniform and independent to whoever lacks the secret, and the same records get the same keys
+whatever order they are registered in: a cell is perturbed alike in every table of every registration of the same
+records, and averaging tables does not wear its noise down. (Keys by the record's place, as they were, changed
+whenever a refresh reordered the rows, and two tables of the same cells then gave two draws of its noise.) A test
+run's secret comes from its seed (test mode only, as every fixed seed).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 import numpy as np
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+import pandas as pd
 
 from privrelease.core.noise import check_seed
 
 BYTES = 32
 KEY_BITS = 32  # a key is an integer below 2^KEY_BITS; a cell's key is its records' keys summed modulo 2^KEY_BITS
+UNIT, FIELD = "\x1e", "\x1f"  # between a record's values, and before its place among identical records
 
 
 def secret(test_seed: int | None = None) -> bytes:
@@ -29,9 +34,24 @@ def secret(test_seed: int | None = None) -> bytes:
     return np.random.Generator(np.random.PCG64(test_seed)).bytes(BYTES)
 
 
-def record_keys(key: bytes, n: int) -> np.ndarray:
-    """The keys of records 0 .. n-1 under the dataset's secret ``key``, as int64 in [0, 2^32)."""
+def record_keys(key: bytes, rows: pd.DataFrame) -> np.ndarray:
+    """Each row's key under the dataset's secret ``key``, as int64 in [0, 2^32): BLAKE2b keyed by the secret, of
+    the row's values as text (a missing value as none is written) and of its place among identical rows, in the
+    columns of ``rows`` sorted by name (the caller chooses which: the ones a release may hold)."""
     if len(key) != BYTES:
         raise ValueError(f"a record-key secret is {BYTES} bytes")
-    stream = Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor().update(bytes(4 * n))
-    return np.frombuffer(stream, dtype="<u4").astype(np.int64)
+    columns = sorted(rows.columns)
+    if not len(rows):
+        return np.zeros(0, dtype=np.int64)
+    text = pd.Series([""] * len(rows), index=rows.index, dtype="string") if not columns else None
+    for c in columns:
+        values = rows[c].astype("string").fillna("\x00")
+        text = values if text is None else text.str.cat(values, sep=FIELD)
+    place = text.groupby(text, sort=False).cumcount().astype("string")
+    written = text.str.cat(place, sep=UNIT)
+    out = np.fromiter(
+        (int.from_bytes(hashlib.blake2b(s.encode(), key=key, digest_size=4).digest(), "little") for s in written),
+        dtype=np.int64,
+        count=len(written),
+    )
+    return out

@@ -144,13 +144,14 @@ def load(home: Home, release: Release) -> pd.DataFrame | Snapshot:
     else:
         rows = home.registry.load(release.dataset)
         if release.dataset.purpose == "sdc":
-            if declared.record_keys(release.params):  # each record's key, by its place in the snapshot
-                from privrelease.core.noise import keys  # AES: a cell key release's only
+            if declared.record_keys(release.params):  # each record's key, from what it holds a release may use
+                from privrelease.core.noise import keys  # a cell key release's only
 
                 if enforce.RECORD_KEY in rows.columns:
                     raise InternalError(f"dataset {release.dataset.id!r} has a column named {enforce.RECORD_KEY!r}")
                 secret = snapshots.record_key_secret(home.root, release.dataset.id, release.seed)
-                rows = rows.assign(**{enforce.RECORD_KEY: keys.record_keys(secret, len(rows))})
+                held = rows[release.dataset.policy.releasable(list(rows.columns))]
+                rows = rows.assign(**{enforce.RECORD_KEY: keys.record_keys(secret, held)})
             return enforce.prepare(rows, release.dataset.policy, noise.generator(release.seed))
         path = rows.attrs["snapshot"]
     if declared.READS_SNAPSHOT_ON_WORKERS:
@@ -194,7 +195,10 @@ def assess(home: Home, release: Release, frame: pd.DataFrame, result: Result) ->
         return dataclasses.replace(sdc_report.attach_own(result, external), internal=audited)
     role = sdc_report.roles(release.mechanism, policy, module.protects(release.params), result.privacy, frame, result.data)
     external = sdc_report.external(result.data, role)
-    internal = sdc_report.internal(frame, result.data, role, sdc_report.table_figures(external), result.persons)
+    after, before = sdc_report.table_figures(external), sdc_report.before(frame, role)
+    shown, risk = sdc_report.external_chart(external), sdc_report.internal_chart({"before": before, "after": after})
+    charts.start([shown, risk])  # drawn while the rest of the steward's report is computed
+    internal = sdc_report.internal(frame, result.data, role, after, result.persons, prior=before)
     missing = enforce.missed(external, policy, internal["intruder"])  # the published cells' and the intruder's
     sdc_report.write_internal(
         home.root,
@@ -203,10 +207,11 @@ def assess(home: Home, release: Release, frame: pd.DataFrame, result: Result) ->
         release.mechanism,
         internal | {"thresholds_missed": missing},
         sdc_report.records(frame, result.data, role, result.persons),
+        risk,
     )
     if missing:
         raise enforce.refuse(release.dataset.id, release.release_id, missing)
-    return sdc_report.attach(result, external, release.mechanism)
+    return sdc_report.attach(result, external, release.mechanism, shown)
 
 
 AUDITED_WITH = "audited_with"  # in an own-assessed result's internal figures: the earlier releases it was audited with
