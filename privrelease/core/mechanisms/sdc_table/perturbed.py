@@ -23,9 +23,11 @@ from privrelease.core.sdc.cells.table import Table
 from privrelease.core.sdc.enforce import RECORD_KEY
 
 SHORT = (
-    "the cell key method moved a sensitive cell less than its protection: the data steward raises tables.cell_key.mu_c or share"
+    "the cell key method left a sensitive cell's largest contribution guessable by an intruder who knows the others "
+    "(with a chance above tables.cell_key.max_guess), or moved the cell less than its protection: the data steward "
+    "changes the perturbation (share, D, V, mu_c)"
 )
-TOLERANCE = 1e-6  # relative, on a sum's reach: the published values are rounded to 6 decimals
+TOLERANCE = 1e-9  # relative: a sensitive cell moved less than its protection by more than rounding is refused
 
 
 def run(t: Table, frame: pd.DataFrame, params, rules) -> Result:
@@ -45,11 +47,16 @@ def run(t: Table, frame: pd.DataFrame, params, rules) -> Result:
         shown = np.round(cellkey.perturb_sums(t.values, t.top, keys, rule, sensitive), 6)
         moved = np.abs(shown - truth)
         need = np.where(shown >= truth, upper, lower)
-        short = np.flatnonzero(sensitive & (moved < need - TOLERANCE * np.maximum(need, 1.0)))
+        precision = (rules.p_percent.p if rules.p_percent is not None else rules.frequency_range) / 100
+        chance = {int(c): cellkey.guess(t.values[c], t.top[c], rule, precision) for c in np.flatnonzero(sensitive)}
+        risky = np.array([c for c, q in chance.items() if q > rule.max_guess], dtype=np.int64)
+        short = np.union1d(np.flatnonzero(sensitive & (moved < need * (1 - TOLERANCE))), risky)
         bits = int(np.bitwise_or.reduce(failed[short], initial=0))
         said = rules.words()
         internal |= {
             "sensitive": int(sensitive.sum()),
+            "guess_within": precision,
+            "largest_guess_chance": max(chance.values(), default=0.0),
             "exposed": [int(c) for c in short],
             "exposed_rules": [said[r] for r, bit in _rules.RULE_BITS.items() if bits & bit and r in said]
             + ([SHORT] if short.size else []),
@@ -84,7 +91,7 @@ def check(t: Table, frame: pd.DataFrame, result: Result, params, rules) -> None:
         raise InternalError("a cell key table published a cell it should not have")
     if params.measure == "sum":
         reach = cellkey.reach(t.top, rule)
-        if (np.abs(shown - t.values) > reach * (1 + TOLERANCE) + TOLERANCE).any():
+        if (np.abs(shown - t.values) > reach * (1 + 1e-6) + 1e-6).any():  # the published values keep 6 decimals
             raise InternalError("a cell key table published a sum beyond its perturbation")
         return
     counts = np.rint(t.values)
@@ -107,6 +114,8 @@ def words(rule, measure: str = "count") -> str:
             f"every sum moved by up to {rule.D} steps (variance {rule.V:g}) of {rule.share:g} of its {largest} "
             f"(weights {', '.join(f'{w:g}' for w in rule.weights)}) by its cell's key"
             + (f", a sensitive cell {rule.mu_c:g} steps more" if rule.mu_c else "")
+            + "; an intruder who knows all but a sensitive cell's largest contribution guesses it within the policy's "
+            f"precision with a chance of at most {rule.max_guess:g}"
         )
     return f"every count perturbed by at most {rule.D} (variance {rule.V:g}) by its cell's key" + (
         f", none published from 1 to {rule.js}" if rule.js else ""

@@ -58,12 +58,24 @@ class CellKey(_Strict):
         description="magnitudes: the steps' weights for the cell's 1-3 largest contributions (the first 1, none rising)",
     )
     mu_c: float = Field(0.0, ge=0, le=10, description="magnitudes: extra steps for a cell a rule finds sensitive")
+    max_guess: float = Field(
+        0.1,
+        gt=0,
+        le=1,
+        description="magnitudes: the largest chance that an intruder knowing every other contribution guesses a sensitive "
+        "cell's largest one within the policy's precision",
+    )
 
     @model_validator(mode="after")
     def _weights(self) -> CellKey:
         w = self.weights
         if w[0] != 1 or any(b > a for a, b in zip(w, w[1:])) or min(w) <= 0:
             raise ValueError(f"cell_key.weights {w}: the first is 1, each after it positive and no larger than the one before")
+        if self.share is not None and self.share * (self.D + self.mu_c) >= 1:
+            raise ValueError(
+                f"cell_key: share × (D + mu_c) = {self.share * (self.D + self.mu_c):g} would let a sum's steps take it to "
+                "zero or below; keep it under 1"
+            )
         return self
 
 
