@@ -279,3 +279,12 @@ def test_the_default_chance_refuses_a_table_its_intruder_would_read():
 def test_a_perturbation_that_could_take_a_sum_to_zero_is_refused():
     with pytest.raises(ValueError, match="keep it under 1"):
         CellKey(**(RULE | {"share": 0.2}))
+
+
+def test_a_perturbation_whose_audit_would_not_end_is_refused():
+    """Three weights at D 10: 9,702 ways the steps can fall, every pair weighed by the audit (94 million): refused
+    at the policy, saying what to lower; D 5 (1,452 ways) is allowed."""
+    with pytest.raises(ValueError, match="a smaller D or fewer weights"):
+        CellKey(**(RULE | {"D": 10, "V": 5, "share": 0.05, "mu_c": 1, "weights": [1.0, 0.5, 0.25]}))
+    rule = CellKey(**(RULE | {"D": 5, "V": 3, "share": 0.1, "mu_c": 1, "weights": [1.0, 0.5, 0.25]}))
+    assert 0 < cellkey.guess(900.0, np.array([500.0, 300.0, 100.0]), rule, 0.1) < 1

@@ -40,6 +40,9 @@ class PPercent(_Strict):
     p: float = Field(gt=0, le=100, description="the precision, in percent, within which no contribution may be estimated")
 
 
+MAX_WAYS = 1500  # the audit of sums by the cell key method weighs every pair of the ways steps fall: 2.25 M at most
+
+
 class CellKey(_Strict):
     """The cell key method's perturbation (``ptable``'s D and V), the steward's; for magnitudes (``cellKey``'s
     ``ck_params_nums`` with top contributions and simple multipliers), the share of a cell's largest contributions
@@ -71,6 +74,12 @@ class CellKey(_Strict):
         w = self.weights
         if w[0] != 1 or any(b > a for a, b in zip(w, w[1:])) or min(w) <= 0:
             raise ValueError(f"cell_key.weights {w}: the first is 1, each after it positive and no larger than the one before")
+        ways = (2 * self.D + 2) * (2 * self.D + 1) ** (len(w) - 1)
+        if self.share is not None and ways > MAX_WAYS:
+            raise ValueError(
+                f"cell_key: D {self.D} with {len(w)} weights gives {ways} ways a sensitive sum's steps can fall, which "
+                f"its audit reads one by one; at most {MAX_WAYS}: a smaller D or fewer weights"
+            )
         if self.share is not None and self.share * (self.D + self.mu_c) >= 1:
             raise ValueError(
                 f"cell_key: share × (D + mu_c) = {self.share * (self.D + self.mu_c):g} would let a sum's steps take it to "
