@@ -195,10 +195,7 @@ def assess(home: Home, release: Release, frame: pd.DataFrame, result: Result) ->
         return dataclasses.replace(sdc_report.attach_own(result, external), internal=audited)
     role = sdc_report.roles(release.mechanism, policy, module.protects(release.params), result.privacy, frame, result.data)
     external = sdc_report.external(result.data, role)
-    after, before = sdc_report.table_figures(external), sdc_report.before(frame, role)
-    shown, risk = sdc_report.external_chart(external), sdc_report.internal_chart({"before": before, "after": after})
-    charts.start([shown, risk])  # drawn while the rest of the steward's report is computed
-    internal = sdc_report.internal(frame, result.data, role, after, result.persons, prior=before)
+    internal = sdc_report.internal(frame, result.data, role, sdc_report.table_figures(external), result.persons)
     missing = enforce.missed(external, policy, internal["intruder"])  # the published cells' and the intruder's
     sdc_report.write_internal(
         home.root,
@@ -207,11 +204,10 @@ def assess(home: Home, release: Release, frame: pd.DataFrame, result: Result) ->
         release.mechanism,
         internal | {"thresholds_missed": missing},
         sdc_report.records(frame, result.data, role, result.persons),
-        risk,
     )
     if missing:
         raise enforce.refuse(release.dataset.id, release.release_id, missing)
-    return sdc_report.attach(result, external, release.mechanism, shown)
+    return sdc_report.attach(result, external, release.mechanism)
 
 
 AUDITED_WITH = "audited_with"  # in an own-assessed result's internal figures: the earlier releases it was audited with

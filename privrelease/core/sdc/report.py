@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-from threadpoolctl import threadpool_limits
 
 from privrelease.core import paths
 from privrelease.core.charts import Chart, drawing
@@ -125,45 +124,19 @@ def intruder(released: pd.DataFrame, role: Roles, persons: pd.DataFrame | None) 
     return _disclosure(released, role, "intruder", persons)
 
 
-def before(original: pd.DataFrame, role: Roles) -> dict:
-    """The registered table's disclosure figures (the internal report's "before")."""
-    return _disclosure(original, role)
-
-
 def internal(
-    original: pd.DataFrame,
-    released: pd.DataFrame,
-    role: Roles,
-    after: dict | None = None,
-    persons: pd.DataFrame | None = None,
-    prior: dict | None = None,
+    original: pd.DataFrame, released: pd.DataFrame, role: Roles, after: dict | None = None, persons: pd.DataFrame | None = None
 ) -> dict:
     """Everything the steward reviews: before and after, the intruder's figures, linkage, information loss, pMSE.
     ``after``: the released table's disclosure figures when ``external`` has computed them already; ``persons``:
-    as ``intruder`` takes them; ``prior``: ``before``'s figures, when computed already.
-
-    Its matrices are small (pMSE's Hessian: a parameter per level; linkage's distances by blocks): on one BLAS
-    thread. OpenBLAS's own threads wait spinning, and beside the drawing process on two cores they made pMSE
-    0.16-0.24 s instead of 0.10 s (bench/RESULTS.md)."""
-    with threadpool_limits(limits=1, user_api="blas"):
-        return _internal(original, released, role, after, persons, prior)
-
-
-def _internal(
-    original: pd.DataFrame,
-    released: pd.DataFrame,
-    role: Roles,
-    after: dict | None,
-    persons: pd.DataFrame | None,
-    prior: dict | None,
-) -> dict:
+    as ``intruder`` takes them."""
     numeric_all = [c for c in original.columns if _numeric(original[c]) and _numeric(released[c])]
     paired = len(original) == len(released)
     with memory() as con:
         con.register("original", original)
         con.register("released", released)
         out = {
-            "before": before(original, role) if prior is None else prior,
+            "before": _disclosure(original, role),
             "after": table_figures(external(released, role)) if after is None else after,
             "intruder": intruder(released, role, persons),
             "il1s": m.il1s(con, "original", "released", role.perturbed) if paired else None,
@@ -248,13 +221,13 @@ def external_chart(figures: dict) -> Chart:
     )
 
 
-def attach(result, figures: dict, mechanism: str, chart: Chart | None = None):
+def attach(result, figures: dict, mechanism: str):
     """The result (a mechanism's ``Result``) with the external report: a report section, the manifest's
-    figures and a chart (``external_chart``'s, given when made already)."""
+    figures and a chart."""
     return dataclasses.replace(
         result,
         report=result.report.rstrip("\n") + "\n\n" + external_section(figures, mechanism),
-        charts=[*result.charts, external_chart(figures) if chart is None else chart],
+        charts=[*result.charts, external_chart(figures)],
         manifest={**result.manifest, "sdc_report": figures},
     )
 
@@ -375,21 +348,15 @@ def _private(path: Path) -> None:
 
 
 def write_internal(
-    root: Path,
-    dataset: str,
-    release_id: str,
-    mechanism: str,
-    figures: dict,
-    records: pd.DataFrame | None = None,
-    chart: Chart | None = None,
+    root: Path, dataset: str, release_id: str, mechanism: str, figures: dict, records: pd.DataFrame | None = None
 ) -> Path:
     """Write the internal report (markdown, JSON, chart and, given, the per-record risks), readable by
-    the home's owner only. ``chart``: ``internal_chart``'s of these figures, when made already."""
+    the home's owner only."""
     target = folder(root, dataset, release_id)
     for part in (paths.sdc_reports(root), target.parent, target):
         part.mkdir(exist_ok=True, mode=0o700)
         os.chmod(part, 0o700)
-    chart = internal_chart(figures) if chart is None else chart
+    chart = internal_chart(figures)
     with drawing([(chart, target / chart.filename)]):
         if records is not None:
             with memory() as con:
