@@ -50,7 +50,7 @@ test-system: $(STAMP)  # the system tier: whole stacks (served Prefect, gate, pr
 # install for real in a fresh clone and the operator's serving commands in a network namespace (tests/project/test_serve_network.py)
 audit: $(STAMP)
 	rm -f audit-results.md
-	PRIVRELEASE_AUDIT=1 PRIVRELEASE_AUDIT_REPORT=$(CURDIR)/audit-results.md $(VENV)/bin/python -m pytest tests/audits/test_audit.py tests/audits/test_audit_outliers.py tests/audits/test_audit_spam.py tests/audits/test_audit_sdc.py tests/audits/test_audit_aggregate.py tests/project/test_install.py tests/project/test_serve_network.py -q
+	PRIVRELEASE_AUDIT=1 PRIVRELEASE_AUDIT_REPORT=$(CURDIR)/audit-results.md $(VENV)/bin/python -m pytest tests/audits/test_audit.py tests/audits/test_audit_outliers.py tests/audits/test_audit_spam.py tests/audits/test_audit_sdc.py tests/audits/test_audit_sdc_table.py tests/audits/test_audit_aggregate.py tests/project/test_install.py tests/project/test_serve_network.py -q
 	@echo "results: audit-results.md"
 
 lint: $(STAMP)

@@ -220,3 +220,21 @@ def test_a_refresh_that_reorders_the_records_keeps_every_cells_perturbation(home
     weak = release("k3")
     refresh(frame)
     assert (release("k4")["count"] != weak["count"]).mean() > 0.5
+
+
+@pytest.mark.parametrize(("D", "V", "js"), [(1, 0.01, 0), (5, 0.01, 10), (10, 10.0, 0), (10, 0.5, 10), (1, 1.0, 2)])
+def test_the_perturbation_tables_rows_at_the_policys_bounds(D, V, js):
+    """A variance as small as the policy allows, js as large: every row a distribution; the moments hold where
+    there is room on both sides (the statistical auditor found V 0.01 failing the fit, and js beyond 2 D leaving
+    counts no allowed value)."""
+    rule = CellKey(D=D, V=V, js=js)
+    for n in range(0, D + js + 3):
+        d, p = cellkey.row(n, rule)
+        assert d.size and p.sum() == pytest.approx(1) and not ((n + d >= 1) & (n + d <= js)).any()
+    d, p = cellkey.row(D + js + 1, rule)
+    assert p @ d == pytest.approx(0, abs=1e-6) and p @ d**2 == pytest.approx(min(V, D * D), rel=1e-3)
+
+
+def test_a_js_no_count_could_leave_within_d_is_refused():
+    with pytest.raises(ValueError, match="js is at most 2 × D"):
+        CellKey(D=1, V=1.0, js=10)

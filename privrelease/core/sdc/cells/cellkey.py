@@ -49,7 +49,9 @@ def row(n: int, rule: CellKey) -> tuple[np.ndarray, np.ndarray]:
         p = probabilities(theta)
         return np.array([p @ d, p @ d.astype(float) ** 2 - rule.V])
 
-    fit = least_squares(moments, x0=np.array([0.0, -1.0 / (2 * rule.V)]), bounds=([-20, -20], [20, 20]))
+    steepest = max(20.0, 4.0 / rule.V)  # a small variance needs a steep quadratic: room for it
+    start = -min(1.0 / (2 * rule.V), 8.0)  # a Gaussian's, but not so steep that the moments stop moving
+    fit = least_squares(moments, x0=np.array([0.0, start]), bounds=([-20, -steepest], [20, 20]))
     return d, probabilities(fit.x)
 
 

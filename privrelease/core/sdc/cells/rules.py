@@ -71,6 +71,11 @@ class CellKey(_Strict):
 
     @model_validator(mode="after")
     def _weights(self) -> CellKey:
+        if self.js > 2 * self.D:
+            raise ValueError(
+                f"cell_key: js {self.js} with D {self.D}: a count of {self.D + 1} could reach neither 0 nor {self.js + 1} "
+                f"within D; js is at most 2 × D ({2 * self.D})"
+            )
         w = self.weights
         if w[0] != 1 or any(b > a for a, b in zip(w, w[1:])) or min(w) <= 0:
             raise ValueError(f"cell_key.weights {w}: the first is 1, each after it positive and no larger than the one before")
@@ -113,6 +118,9 @@ class TableRules(_Strict):
         return [r for r in ("dominance", "p_percent") if getattr(self, r) is not None]
 
 
+ROUNDING = 1e-9  # relative to a cell's total: a rule's margin within it is the sums' rounding (k 100: S_n is the total)
+
+
 def primary(rules: TableRules, measure: str, contributors: np.ndarray, values: np.ndarray, top: np.ndarray):
     """Each cell's sensitivity and protection: (sensitive mask, lower, upper, the rules each cell fails).
 
@@ -132,7 +140,7 @@ def primary(rules: TableRules, measure: str, contributors: np.ndarray, values: n
     if measure == "sum" and rules.dominance is not None:
         n, k = rules.dominance.n, rules.dominance.k
         s_n = top[:, :n].sum(axis=1)
-        hit = present & (s_n > k / 100 * values)
+        hit = present & (s_n - k / 100 * values > ROUNDING * values)
         need = 100 / k * s_n - values
         upper = np.where(hit, np.maximum(upper, need), upper)
         failed |= hit.astype(np.int64) << 1
@@ -140,7 +148,7 @@ def primary(rules: TableRules, measure: str, contributors: np.ndarray, values: n
         p = rules.p_percent.p
         x1, x2 = top[:, 0], top[:, 1]
         need = p / 100 * x1 - (values - x1 - x2)
-        hit = present & (need > 0)
+        hit = present & (need > ROUNDING * values)
         upper = np.where(hit, np.maximum(upper, need), upper)
         failed |= hit.astype(np.int64) << 2
     sensitive = failed > 0
