@@ -24,6 +24,7 @@ from privrelease.core.noise import keys
 from privrelease.core.sdc.cells import cellkey
 from privrelease.core.sdc.cells.rules import CellKey
 from privrelease.core.sdc.enforce import RECORD_KEY
+from privrelease.core.sdc.policy import Policy
 from tests.sdc.test_sdc_table import HIER, _frame, _params, _policy, _register, _release
 from tests.support.table_attack import attack_linked, truth
 
@@ -96,7 +97,7 @@ def test_the_same_cell_gets_the_same_perturbed_count_in_two_tables():
     ("policy", "request_", "said"),
     [
         (_policy(min_frequency=3), {"method": "cell_key"}, "which this policy lacks; the data steward sets it"),
-        (_cell_key_policy(), {"method": "cell_key", "measure": "sum", "column": "x"}, "tables.cell_key.share"),
+        (_cell_key_policy(), {"method": "cell_key", "measure": "sum", "column": "x"}, "method: cell_key perturbs counts"),
     ],
 )
 def test_a_cell_key_request_the_policy_or_the_method_does_not_allow_is_refused(policy, request_, said):
@@ -191,8 +192,8 @@ def test_a_tables_preview_says_what_it_can_and_what_it_cannot_know(home, test_mo
 
 
 def test_a_refresh_that_reorders_the_records_keeps_every_cells_perturbation(home, test_mode, monkeypatch):
-    """The same records registered again in reverse order: the cell key table of the refreshed registration is the
-    same, cell for cell. With keys by the record's place (the weakened way) the refresh gives most cells a second,
+    """The same records registered again in reverse order, then the policy changed: the cell key table is the same,
+    cell for cell. With keys by the record's place (the weakened way) the refresh gives most cells a second,
     independent draw of their noise."""
     from privrelease.core.datasets.registry import Registry
     from privrelease.core.release import pipeline
@@ -215,6 +216,9 @@ def test_a_refresh_that_reorders_the_records_keeps_every_cells_perturbation(home
     before = release("k1")
     refresh(frame.iloc[::-1])
     assert release("k2").equals(before)
+    narrower = _cell_key_policy() | {"publishable": [], "thresholds": {"k": None}}
+    Registry(home).set_policy("ds", Policy.model_validate(narrower))  # a column no longer releasable changes no key
+    assert release("k2b").equals(before)
     content = keys.record_keys
     monkeypatch.setattr(keys, "record_keys", lambda key, rows: content(key, pd.DataFrame({"place": range(len(rows))})))
     weak = release("k3")

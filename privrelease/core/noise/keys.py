@@ -2,12 +2,14 @@
 record at every release and in every registration of it.
 
 A dataset holds one secret of 32 bytes from the operating system's entropy (``secret``). A record's key is keyed
-BLAKE2b (a pseudorandom function under that secret) of what the record holds, its values in the columns a release
-may use written out as text, and of how many identical records came before it in the table (``record_keys``). So
+BLAKE2b (a pseudorandom function under that secret) of what the record holds, its values in every registered column
+written out as text, and of how many identical records came before it in the table (``record_keys``). So
 the keys are as good as uniform and independent to whoever lacks the secret, and the same records get the same keys
 whatever order they are registered in: a cell is perturbed alike in every table of every registration of the same
 records, and averaging tables does not wear its noise down. (Keys by the record's place, as they were, changed
-whenever a refresh reordered the rows, and two tables of the same cells then gave two draws of its noise.) A test
+whenever a refresh reordered the rows, and two tables of the same cells then gave two draws of its noise; keys of
+the policy's releasable columns only changed every key when the steward made a column releasable.) A record whose
+values change, in any column, gets a new key: its cells a second draw. A test
 run's secret comes from its seed (test mode only, as every fixed seed).
 """
 
@@ -37,7 +39,7 @@ def secret(test_seed: int | None = None) -> bytes:
 def record_keys(key: bytes, rows: pd.DataFrame) -> np.ndarray:
     """Each row's key under the dataset's secret ``key``, as int64 in [0, 2^32): BLAKE2b keyed by the secret, of
     the row's values as text (a missing value as none is written) and of its place among identical rows, in the
-    columns of ``rows`` sorted by name (the caller chooses which: the ones a release may hold)."""
+    columns of ``rows`` sorted by name (a release gives every registered column)."""
     if len(key) != BYTES:
         raise ValueError(f"a record-key secret is {BYTES} bytes")
     columns = sorted(rows.columns)

@@ -144,14 +144,13 @@ def load(home: Home, release: Release) -> pd.DataFrame | Snapshot:
     else:
         rows = home.registry.load(release.dataset)
         if release.dataset.purpose == "sdc":
-            if declared.record_keys(release.params):  # each record's key, from what it holds a release may use
+            if declared.record_keys(release.params):  # each record's key, from all it holds
                 from privrelease.core.noise import keys  # a cell key release's only
 
                 if enforce.RECORD_KEY in rows.columns:
                     raise InternalError(f"dataset {release.dataset.id!r} has a column named {enforce.RECORD_KEY!r}")
                 secret = snapshots.record_key_secret(home.root, release.dataset.id, release.seed)
-                held = rows[release.dataset.policy.releasable(list(rows.columns))]
-                rows = rows.assign(**{enforce.RECORD_KEY: keys.record_keys(secret, held)})
+                rows = rows.assign(**{enforce.RECORD_KEY: keys.record_keys(secret, rows)})
             return enforce.prepare(rows, release.dataset.policy, noise.generator(release.seed))
         path = rows.attrs["snapshot"]
     if declared.READS_SNAPSHOT_ON_WORKERS:

@@ -54,7 +54,7 @@ class Params(StrictParams):
         default_factory=list, description="dimensions given sub-totals at every level of the policy's hierarchy"
     )
     method: Literal["suppression", "cell_key"] = Field(
-        "suppression", description="cell suppression, or every cell perturbed by the cell key method"
+        "suppression", description="cell suppression, or every count perturbed by the cell key method (counts only)"
     )
     secondary: Literal["auto", "exact", "heuristic"] = Field(
         "auto", description="secondary suppression: the exact MIP, the LP heuristic, or exact where it fits"
@@ -69,6 +69,11 @@ class Params(StrictParams):
             raise ValueError("measure: sum needs column (the numeric column it adds up); count takes none")
         if self.column is not None and self.column in self.group_by:
             raise ValueError(f"column {self.column!r} is also a dimension of the table")
+        if self.method == "cell_key" and self.measure != "count":
+            raise ValueError(
+                "method: cell_key perturbs counts; a table of sums is protected by cell suppression (sums by the cell "
+                "key method are not offered: with its multipliers public, an intruder recovers contributions from them)"
+            )
         stray = [d for d in self.subtotals if d not in self.group_by]
         if stray:
             raise ValueError(f"subtotals names {stray}, which are not in group_by {self.group_by}")
@@ -91,12 +96,6 @@ def rules_of(params: Params) -> _rules.TableRules:
             raise ParameterError(
                 "sdc_table: the cell key method perturbs counts by the policy's perturbation table (tables.cell_key: "
                 "D, V, js), which this policy lacks; the data steward sets it, or ask for method: suppression"
-            )
-        if params.measure == "sum" and rules.cell_key.share is None:
-            raise ParameterError(
-                "sdc_table: the cell key method moves a sum by a share of its largest contributions "
-                "(tables.cell_key.share), which this policy's perturbation table lacks; the data steward sets it, "
-                "or ask for method: suppression"
             )
     elif params.measure == "count" and rules.min_frequency is None:
         raise ParameterError(
@@ -137,7 +136,7 @@ def plan(params: Params) -> Plan:
     by = " × ".join(params.group_by)
     what = "counts" if params.measure == "count" else f"sums of {params.column}"
     if params.method == "cell_key":
-        how = "the cell key method: every cell perturbed by its cell's key, the same cell alike in every table"
+        how = "the cell key method: every count perturbed by its cell's key, the same cell alike in every table"
     else:
         how = "cell suppression by the disclosure policy's rules, audited by the intruder's linear programs"
     return Plan(
@@ -153,14 +152,9 @@ def notes(params: Params, plan_: Plan, columns: tuple[str, ...]) -> list[str]:
     if rules is None:
         return []
     if params.method == "cell_key" and rules.cell_key is not None:
-        first = (
-            f"{perturbed.words(rules.cell_key, params.measure)}; every cell is published, margins perturbed as cells "
-            "of their own (they need not add up); the same cell has the same value in every table of this dataset."
-        )
-        if params.measure == "sum":
-            return [first, MIXED + " A sensitive cell moved less than its protection stops the release."]
         return [
-            first,
+            f"{perturbed.words(rules.cell_key)}; every cell is published, margins perturbed as cells of their own "
+            "(they need not add up); the same cell has the same count in every table of this dataset.",
             "A cell key table is audited with the suppressed tables of this dataset published before it: if its "
             "counts, each within the perturbation of the truth, would narrow one of their suppressed cells, it is "
             "not published.",
@@ -173,12 +167,6 @@ def notes(params: Params, plan_: Plan, columns: tuple[str, ...]) -> list[str]:
         "tables of the same measure published before it from this dataset, narrow a sensitive cell below its "
         "protection.",
     ]
-
-
-MIXED = (
-    "Sums of a column are published from a dataset by one method: a cell's exact sum beside its perturbed one would "
-    "give away the perturbation, and with it the cell's largest contribution."
-)
 
 
 def _contributors(frame: pd.DataFrame, policy: Policy) -> np.ndarray:
@@ -214,8 +202,7 @@ def tabulate(frame: pd.DataFrame, params: Params) -> _table.Table:
             )
     else:
         value = np.ones(len(frame))
-    weights = len(rules.cell_key.weights) if params.method == "cell_key" and rules.cell_key is not None else 0
-    top_n = max(2, rules.dominance.n if rules.dominance else 2, weights)
+    top_n = max(2, rules.dominance.n if rules.dominance else 2)
     return _table.build(frame, dims, value, _contributors(frame, policy), top_n)
 
 
@@ -295,17 +282,11 @@ def _linked(frame: pd.DataFrame, result: Result, params: Params, earlier: list[E
     published cells this snapshot rebuilds exactly (the same records registered again); one of this snapshot that
     cannot be rebuilt fails the audit."""
     rules = rules_of(params)
-    same = [e for e in earlier if e.params.get("measure") == params.measure and e.params.get("column") == params.column]
-    if params.measure == "sum":
-        mixed = [e.release_id for e in same if Params.model_validate(e.params).method != params.method]
-        if mixed:
-            internal["linked"] = {"with": [], "other_method": mixed}
-            return [f"{MIXED} Published before it by the other method: {', '.join(mixed)}"]
-        if params.method == "cell_key":
-            return []  # nothing suppressed; the same cell moved alike in each
     tables = [_linked_table("this table", frame, params, rules, result.data)]
     apart = []
-    for e in same:
+    for e in earlier:
+        if e.params.get("measure") != params.measure or e.params.get("column") != params.column:
+            continue
         then = Params.model_validate(e.params)
         today = rules.model_copy(update={"cell_key": then.policy.tables.cell_key})  # its perturbation was its own
         then = then.model_copy(update={"policy": then.policy.model_copy(update={"tables": today})})

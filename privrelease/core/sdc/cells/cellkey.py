@@ -9,14 +9,6 @@ steward's (``CellKey``: the largest perturbation D, the variance V, js): for eac
 (p(d) ∝ exp(a·d + b·d²), as ``ptable`` builds it); counts from D + js on share one row. The cell's key picks d from
 that row's cumulative distribution. A zero stays zero. Margins are perturbed as cells of their own: additivity is
 not restored, as the ABS does not.
-
-Magnitudes (``perturb_sums``, ``cellKey``'s top-contribution variant with simple multipliers): a sum moves by one
-step per largest contribution, the j-th step ``share · weights[j] · x_(j) · v_j``, v_j picked from the table's
-symmetric row (-D..D, mean 0, variance V) by the cell's key turned j + 1 times (never the key itself, which picks
-the count of the same cell), a cell a rule finds sensitive moved ``mu_c`` further on its first step; the policy
-keeps ``share · (D + mu_c)`` under 1, so no sum reaches zero. So the published sum is within
-``share · (D + mu_c) · Σ weights[j] · x_(j)`` of the truth and the same cell gets the same sum in every table. ``guess`` is the audit's measure: the chance that an intruder who knows all but
-a sensitive cell's largest contribution guesses it within the policy's precision.
 """
 
 from __future__ import annotations
@@ -90,86 +82,3 @@ def perturb(counts: np.ndarray, keys: np.ndarray, rule: CellKey) -> np.ndarray:
         d, p = rows[min(int(n), last)]
         out[i] = n + d[min(int(np.searchsorted(np.cumsum(p), k, side="right")), d.size - 1)]
     return out
-
-
-TURN = 8  # the bits a cell's key is rotated by for each magnitude step: 8, 16, 24, never near the key itself
-
-
-def turned(keys: np.ndarray, times: int) -> np.ndarray:
-    """The cell keys (in [0, 1)) with their 2^``KEY_BITS`` integers rotated by ``TURN · times`` bits: a bijection
-    of the keys, so each turned key is as uniform as the keys are."""
-    k = np.rint(np.asarray(keys) * (1 << KEY_BITS)).astype(np.uint64)
-    r = np.uint64((TURN * times) % KEY_BITS)
-    mask = np.uint64((1 << KEY_BITS) - 1)
-    return (((k << r) | (k >> (np.uint64(KEY_BITS) - r))) & mask).astype(np.float64) / (1 << KEY_BITS)
-
-
-def reach(top: np.ndarray, rule: CellKey) -> np.ndarray:
-    """How far a cell's sum may move: ``share · (D + mu_c) · Σ weights[j] · x_(j)`` (``top``: cells by rows)."""
-    w = np.asarray(rule.weights)
-    return rule.share * (rule.D + rule.mu_c) * (top[:, : w.size] @ w)
-
-
-def perturb_sums(values: np.ndarray, top: np.ndarray, keys: np.ndarray, rule: CellKey, sensitive: np.ndarray) -> np.ndarray:
-    """Each sum moved by its cell's steps (see the module's text): ``top`` holds each cell's largest contributions,
-    decreasing, zeros past its last (cells by rows, a column per weight at least); ``sensitive`` the cells a rule
-    finds sensitive, moved ``mu_c`` further from the truth on the first step (a step of 0 goes up or down as a bit
-    of the key says). The policy keeps ``share · (D + mu_c)`` under 1, so no sum reaches zero."""
-    d, p = row(rule.D + rule.js + 1, rule)  # room on both sides: the symmetric row
-    cumulative = np.cumsum(p)
-    moved = np.zeros(len(values))
-    for j, weight in enumerate(rule.weights):
-        picked = np.minimum(np.searchsorted(cumulative, turned(keys, j + 1), side="right"), d.size - 1)
-        v = d[picked].astype(np.float64)
-        if j == 0:
-            bit = (np.rint(np.asarray(keys) * (1 << KEY_BITS)).astype(np.int64) >> 16) & 1
-            away = np.where(v != 0, np.sign(v), np.where(bit == 1, 1.0, -1.0))
-            v = np.where(sensitive, away * (np.abs(v) + rule.mu_c), v)
-        moved += rule.share * weight * top[:, j] * v
-    return np.maximum(np.asarray(values, dtype=np.float64) + moved, 0.0)
-
-
-def steps(rule: CellKey) -> tuple[np.ndarray, np.ndarray]:
-    """Every combination of a sensitive cell's steps (rows: the first step's signed multiple ±(mu_c + |v|), then
-    each further v) and its probability, from the table's symmetric row."""
-    d, p = row(rule.D + rule.js + 1, rule)
-    zero = p[d == 0].sum()
-    first = np.r_[np.sign(d[d != 0]) * (rule.mu_c + np.abs(d[d != 0])), rule.mu_c, -rule.mu_c]
-    chance = np.r_[p[d != 0], zero / 2, zero / 2]
-    grids = np.meshgrid(first, *([d.astype(float)] * (len(rule.weights) - 1)), indexing="ij")
-    odds = np.meshgrid(chance, *([p] * (len(rule.weights) - 1)), indexing="ij")
-    return np.stack([g.ravel() for g in grids], axis=1), np.prod(np.stack([o.ravel() for o in odds], axis=1), axis=1)
-
-
-def guess(total: float, top: np.ndarray, rule: CellKey, precision: float) -> float:
-    """The chance, over the cell's keys, that an intruder who knows the method, its parameters and every contribution
-    to a sensitive cell but its largest (x1) guesses x1 within ``precision`` (a share) from the published sum.
-
-    For each way the steps can fall, the published sum P gives the intruder every x1 consistent with it (one per way
-    the steps could have fallen, no smaller than the second contribution), each as likely as its steps; the intruder
-    takes the interval of values a guess hits (x1 within [g/(1+precision), g/(1-precision)]) holding the most of
-    them. The chance is that of the ways whose true x1 lies in the intruder's interval."""
-    w = np.asarray(rule.weights)
-    x = np.zeros(w.size)
-    x[: min(w.size, top.size)] = top[: w.size]
-    x1, second = x[0], x[1] if w.size > 1 else (top[1] if top.size > 1 else 0.0)
-    if x1 <= 0:
-        return 0.0
-    ways, chance = steps(rule)
-    first = 1.0 + rule.share * ways[:, 0]  # the largest contribution's factor
-    others = rule.share * (ways[:, 1:] @ (w[1:] * x[1:]))  # the other steps' sum, known to the intruder but for v
-    shown = x1 * first + others  # P − (the rest of the cell), each way
-    candidates = (shown[:, None] - others[None, :]) / first[None, :]  # way r published, way c supposed
-    weight = np.where(candidates >= max(second, 1e-300) * (1 - 1e-12), chance[None, :], 0.0)
-    order = np.argsort(candidates, axis=1)
-    ranked = np.take_along_axis(candidates, order, axis=1)
-    mass = np.cumsum(np.take_along_axis(weight, order, axis=1), axis=1)
-    ratio = (1 + precision) / (1 - precision)
-    hit = 0.0
-    for r in range(len(ways)):
-        ends = np.searchsorted(ranked[r], ranked[r] * ratio * (1 + 1e-12), side="right")
-        held = mass[r, ends - 1] - np.r_[0.0, mass[r, :-1]]
-        start = int(np.argmax(held))
-        low = ranked[r, start]
-        hit += chance[r] * (low * (1 - 1e-12) <= x1 <= low * ratio * (1 + 1e-12))
-    return float(hit)

@@ -40,55 +40,19 @@ class PPercent(_Strict):
     p: float = Field(gt=0, le=100, description="the precision, in percent, within which no contribution may be estimated")
 
 
-MAX_WAYS = 1500  # the audit of sums by the cell key method weighs every pair of the ways steps fall: 2.25 M at most
-
-
 class CellKey(_Strict):
-    """The cell key method's perturbation (``ptable``'s D and V), the steward's; for magnitudes (``cellKey``'s
-    ``ck_params_nums`` with top contributions and simple multipliers), the share of a cell's largest contributions
-    one step of the table moves it, their weights, and the extra step ``mu_c`` of a cell a rule finds sensitive."""
+    """The cell key method's perturbation (``ptable``'s D and V), the steward's."""
 
     D: int = Field(ge=1, le=10, description="the largest perturbation of a count")
     V: float = Field(gt=0, le=10, description="the perturbation's variance")
     js: int = Field(0, ge=0, le=10, description="counts up to js are never published (perturbed away from them)")
-    share: float | None = Field(
-        None, gt=0, le=1, description="magnitudes: one step of the table moves a sum by this share of its largest contribution"
-    )
-    weights: list[float] = Field(
-        [1.0],
-        min_length=1,
-        max_length=3,
-        description="magnitudes: the steps' weights for the cell's 1-3 largest contributions (the first 1, none rising)",
-    )
-    mu_c: float = Field(0.0, ge=0, le=10, description="magnitudes: extra steps for a cell a rule finds sensitive")
-    max_guess: float = Field(
-        0.1,
-        gt=0,
-        le=1,
-        description="magnitudes: the largest chance that an intruder knowing every other contribution guesses a sensitive "
-        "cell's largest one within the policy's precision",
-    )
 
     @model_validator(mode="after")
-    def _weights(self) -> CellKey:
+    def _reach(self) -> CellKey:
         if self.js > 2 * self.D:
             raise ValueError(
                 f"cell_key: js {self.js} with D {self.D}: a count of {self.D + 1} could reach neither 0 nor {self.js + 1} "
                 f"within D; js is at most 2 × D ({2 * self.D})"
-            )
-        w = self.weights
-        if w[0] != 1 or any(b > a for a, b in zip(w, w[1:])) or min(w) <= 0:
-            raise ValueError(f"cell_key.weights {w}: the first is 1, each after it positive and no larger than the one before")
-        ways = (2 * self.D + 2) * (2 * self.D + 1) ** (len(w) - 1)
-        if self.share is not None and ways > MAX_WAYS:
-            raise ValueError(
-                f"cell_key: D {self.D} with {len(w)} weights gives {ways} ways a sensitive sum's steps can fall, which "
-                f"its audit reads one by one; at most {MAX_WAYS}: a smaller D or fewer weights"
-            )
-        if self.share is not None and self.share * (self.D + self.mu_c) >= 1:
-            raise ValueError(
-                f"cell_key: share × (D + mu_c) = {self.share * (self.D + self.mu_c):g} would let a sum's steps take it to "
-                "zero or below; keep it under 1"
             )
         return self
 
