@@ -48,7 +48,7 @@ class _Drawer:
     def __init__(self, conn: Connection, folder: Path):
         self.conn, self.sent, self.owed, self.answered = conn, 0, [], {}
         self.early: dict[int, tuple[Chart, int, int, Path]] = {}  # id(chart) -> (it, kept alive; batch, place, PNG)
-        self.folder = folder  # the early charts' PNGs: removed by whichever of the two processes ends last
+        self.folder = folder  # the early charts' PNGs: removed when the block ends, and by the drawing process as it ends
 
     def send(self, jobs: list[tuple[Chart, Path]]) -> int:
         self.conn.send([(chart, str(path)) for chart, path in jobs])

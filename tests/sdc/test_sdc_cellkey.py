@@ -228,7 +228,7 @@ def test_a_refresh_that_reorders_the_records_keeps_every_cells_perturbation(home
 
 @pytest.mark.parametrize(("D", "V", "js"), [(1, 0.01, 0), (5, 0.01, 10), (10, 10.0, 0), (10, 0.5, 10), (1, 1.0, 2)])
 def test_the_perturbation_tables_rows_at_the_policys_bounds(D, V, js):
-    """A variance as small as the policy allows, js as large: every row a distribution; the moments hold where
+    """A variance of 0.01, js as large as the policy allows: every row a distribution; the moments hold where
     there is room on both sides (the statistical auditor found V 0.01 failing the fit, and js beyond 2 D leaving
     counts no allowed value)."""
     rule = CellKey(D=D, V=V, js=js)

@@ -87,7 +87,7 @@ def record_key_secret(home: Path, dataset_id: str, test_seed: int | None = None)
     then linked into place, which fails if another release made it first (then that one is read). Kept beside the
     dataset's snapshots and not per registration, so the same records registered again get the same keys (keys are
     of what a record holds, ``keys.record_keys``); a backup holds it with the store. Never published."""
-    from privrelease.core.noise import keys  # only a cell key release asks: the AES it brings is not every command's
+    from privrelease.core.noise import keys  # only a cell key release asks for it
 
     path = folder(home, dataset_id) / SECRET
     if not path.exists():

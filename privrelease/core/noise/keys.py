@@ -25,7 +25,7 @@ from privrelease.core.noise import check_seed
 
 BYTES = 32
 KEY_BITS = 32  # a key is an integer below 2^KEY_BITS; a cell's key is its records' keys summed modulo 2^KEY_BITS
-UNIT, FIELD = "\x1e", "\x1f"  # between a record's values, and before its place among identical records
+FIELD, PLACE = "\x1f", "\x1e"  # between a record's values, and before its place among identical records
 
 
 def secret(test_seed: int | None = None) -> bytes:
@@ -38,22 +38,14 @@ def secret(test_seed: int | None = None) -> bytes:
 
 def record_keys(key: bytes, rows: pd.DataFrame) -> np.ndarray:
     """Each row's key under the dataset's secret ``key``, as int64 in [0, 2^32): BLAKE2b keyed by the secret, of
-    the row's values as text (a missing value as none is written) and of its place among identical rows, in the
+    the row's values as text (a missing value as NUL) and of its place among identical rows, in the
     columns of ``rows`` sorted by name (a release gives every registered column)."""
     if len(key) != BYTES:
         raise ValueError(f"a record-key secret is {BYTES} bytes")
-    columns = sorted(rows.columns)
-    if not len(rows):
-        return np.zeros(0, dtype=np.int64)
-    text = pd.Series([""] * len(rows), index=rows.index, dtype="string") if not columns else None
-    for c in columns:
+    text = pd.Series("", index=rows.index, dtype="string")
+    for i, c in enumerate(sorted(rows.columns)):
         values = rows[c].astype("string").fillna("\x00")
-        text = values if text is None else text.str.cat(values, sep=FIELD)
-    place = text.groupby(text, sort=False).cumcount().astype("string")
-    written = text.str.cat(place, sep=UNIT)
-    out = np.fromiter(
-        (int.from_bytes(hashlib.blake2b(s.encode(), key=key, digest_size=4).digest(), "little") for s in written),
-        dtype=np.int64,
-        count=len(written),
-    )
-    return out
+        text = values if i == 0 else text.str.cat(values, sep=FIELD)
+    written = text.str.cat(text.groupby(text, sort=False).cumcount().astype("string"), sep=PLACE)
+    digests = (hashlib.blake2b(s.encode(), key=key, digest_size=4).digest() for s in written)
+    return np.fromiter((int.from_bytes(d, "little") for d in digests), dtype=np.int64, count=len(written))
