@@ -150,17 +150,24 @@ def test_every_level_is_the_sum_of_each_users_own_capped_vector(corpus, pruning,
 
 
 @settings(max_examples=300, deadline=None)
-@given(users=st.lists(st.integers(0, 40), max_size=300), chunk=st.integers(1, 50), ordered=st.booleans())
-def test_user_groups_keep_every_user_whole(users, chunk, ordered):
+@given(
+    users=st.lists(st.integers(0, 40), max_size=300),
+    chunk=st.integers(1, 50),
+    share=st.integers(1, 50),
+    ways=st.integers(1, 4),
+    ordered=st.booleans(),
+)
+def test_user_groups_keep_every_user_whole(users, chunk, share, ways, ordered):
     """``_user_groups``: every occurrence in exactly one group, all of a user's in the same one, and each
-    group's users a range of indices (what ``contributions`` counts over)."""
+    group's users a range of indices (what ``contributions`` counts over), however many threads (``ways``)
+    count them and whatever the groups' bounds."""
     users = np.sort(np.asarray(users, np.int32)) if ordered else np.asarray(users, np.int32)
-    default = dpne_counts.CHUNK
-    dpne_counts.CHUNK = chunk
+    default = dpne_counts.CHUNK, dpne_counts.SHARE
+    dpne_counts.CHUNK, dpne_counts.SHARE = chunk, share
     try:
-        groups = dpne_counts._user_groups(users)
+        groups = dpne_counts._user_groups(users, ways)
     finally:
-        dpne_counts.CHUNK = default
+        dpne_counts.CHUNK, dpne_counts.SHARE = default
     taken = np.concatenate([np.arange(len(users))[g] for g in groups]) if groups else np.empty(0, int)
     assert sorted(taken.tolist()) == list(range(len(users)))
     owner = {}

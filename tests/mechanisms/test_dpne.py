@@ -15,7 +15,10 @@ from collections.abc import Iterator
 import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 from scipy.stats import chisquare, norm
 
@@ -548,6 +551,46 @@ def test_a_user_over_the_cap_keeps_the_cap_smallest_by_keyed_hash_then_gram(name
     assert got == expected
     assert sum(len(r) > cap for r in held.values()) > 40  # most users are over the cap
     assert {int(a): int(b) for a, b in zip(u, m)} == {user: min(len(r), cap) for user, r in held.items()}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ids=st.sets(st.integers(0, 2**40), max_size=60),
+    grams=st.lists(st.integers(0, 2**40), max_size=200),
+    small=st.booleans(),
+)
+def test_index_of_is_the_hash_lookup(ids, grams, small):
+    """``index_of`` (a lookup table over a small range of ids, else a hash lookup) gives each gram's place in
+    the released ids or NONE, as pandas' hash lookup does: over ids of a small range (the table) and a wide one."""
+    ids = np.asarray(sorted(ids, key=lambda x: x % 997), dtype=np.int64)
+    grams = np.asarray(grams + ids[::2].tolist(), dtype=np.int64)
+    if small:
+        ids, grams = ids % 5_000, grams % 5_000
+        ids = pd.unique(ids)
+    expected = pd.Index(ids).get_indexer(grams)
+    found = dpne_counts.index_of(ids, grams)
+    assert found.dtype == np.int32 and found.tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("ways", [1, 2, 3])
+def test_a_levels_histogram_is_the_same_on_any_number_of_threads(ways, monkeypatch):
+    """The histogram counted by one thread, or by several each counting groups of whole users, is the same
+    (exact integer shares, added): on 3,000 users with a cap some exceed, named (level 1) and by id."""
+    rng = seeded(4)
+    users = np.sort(rng.integers(0, 3_000, 40_000)).astype(np.int32)
+    grams = rng.integers(0, 400, len(users))
+    names = pa.array([f"w{i:03d}" for i in range(400)])
+    user_hash = rng.integers(0, 2**63, 3_000).astype(np.uint64)
+    con = duckdb.connect()
+    monkeypatch.setattr(dpne_counts, "threads", lambda: 1)
+    alone = [dpne_counts.histogram(con, users, grams, user_hash, 8, 77, 2.0**-10, n) for n in (None, names)]
+    monkeypatch.setattr(dpne_counts, "threads", lambda: ways)
+    monkeypatch.setattr(dpne_counts, "SHARE", 1_000)
+    assert len(dpne_counts._user_groups(users, ways)) == ways
+    for one, together in zip(
+        alone, (dpne_counts.histogram(con, users, grams, user_hash, 8, 77, 2.0**-10, n) for n in (None, names))
+    ):
+        assert together.equals(one)
 
 
 @pytest.mark.parametrize("wide", [False, True])

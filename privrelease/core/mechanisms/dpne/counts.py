@@ -14,6 +14,8 @@ or mapped from its cache: read-only arrays, which nothing here writes into).
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 
 import duckdb
@@ -22,6 +24,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from privrelease.core import parallel
 from privrelease.core.mechanisms.dpne import cap as dpne_cap
 
 SEP = " "  # tokens never contain whitespace, so joining with a space is unambiguous
@@ -165,7 +168,8 @@ def distinct_pairs(users: np.ndarray, grams: np.ndarray) -> tuple[np.ndarray, np
     return key, (g if names is None else np.asarray(names)[g]) + g_lo
 
 
-CHUNK = 1 << 21  # occurrences counted per DuckDB pass: its hash tables stay small (faster), and memory bounded
+CHUNK = 1 << 21  # occurrences counted per DuckDB pass at most: its hash tables stay small (faster), and memory bounded
+SHARE = 1 << 18  # a level of fewer occurrences is one group: splitting it would cost more than it saves
 
 
 def histogram(
@@ -180,19 +184,27 @@ def histogram(
 ) -> pd.DataFrame:
     """The weighted-Gaussian-policy histogram (gram, units) of the occurrences: each gram's users'
     weights w(m) (``contributions``) summed in grid units, sorted by gram (its name, with ``names``).
-    Users are counted in groups of about ``CHUNK`` occurrences, each group's sums added like a
-    partition's. On a partition, its share: exact integers, so ``merge`` adds the shares to the
-    histogram of all users, however many partitions there were."""
-    weights, shares = unit_weights(cap, unit), []
-    for held in _user_groups(users):
-        _, g, m = contributions(con, users[held], grams[held], user_hash, cap, key, names)
-        con.register("entries", pd.DataFrame({"g": g, "w": weights[m]}, copy=False))
+    Users are counted in groups of whole users (``_user_groups``), on one thread per core (numpy's
+    sorts and DuckDB release the GIL; each thread its own cursor of ``con``), each group's sums added
+    like a partition's. On a partition, its share: exact integers, so ``merge`` adds the shares to the
+    histogram of all users, however many partitions and groups there were."""
+    weights = unit_weights(cap, unit)
+
+    def share(held: slice | np.ndarray) -> pd.DataFrame:
+        cursor = con.cursor()
         try:
-            shares.append(
-                con.execute("SELECT g AS gram, CAST(sum(w) AS BIGINT) AS units FROM entries GROUP BY g ORDER BY g").df()
-            )
+            _, g, m = contributions(cursor, users[held], grams[held], user_hash, cap, key, names)
+            cursor.register("entries", pd.DataFrame({"g": g, "w": weights[m]}, copy=False))
+            return cursor.execute("SELECT g AS gram, CAST(sum(w) AS BIGINT) AS units FROM entries GROUP BY g ORDER BY g").df()
         finally:
-            con.unregister("entries")
+            cursor.close()
+
+    groups = _user_groups(users, threads())
+    if len(groups) == 1:
+        shares = [share(groups[0])]
+    else:
+        with ThreadPoolExecutor(min(threads(), len(groups)), thread_name_prefix="privrelease-dpne") as pool:
+            shares = list(pool.map(share, groups))
     hist = merge(shares)
     if names is not None:
         hist["gram"] = names.take(pa.array(hist["gram"].to_numpy())).to_pandas()
@@ -200,19 +212,25 @@ def histogram(
     return hist
 
 
-def _user_groups(users: np.ndarray) -> list[slice | np.ndarray]:
-    """The occurrences in groups of whole users, about ``CHUNK`` occurrences each (users taken in index
-    order, so each group's users are a range of indices): slices where users come in order, else one
-    stable radix sort of the group numbers, never a pass over all occurrences per group. One group of
-    all when they fit."""
-    if len(users) <= CHUNK:
+def threads() -> int:
+    """The threads a partition counts on: a Dask worker's own (``--nthreads``), else this process's cores."""
+    return parallel.worker_threads() or len(os.sched_getaffinity(0))
+
+
+def _user_groups(users: np.ndarray, ways: int = 1) -> list[slice | np.ndarray]:
+    """The occurrences in groups of whole users, of about ``len(users) / ways`` occurrences each (``ways`` threads
+    count them), never more than ``CHUNK`` and never fewer than ``SHARE`` (users taken in index order, so each
+    group's users are a range of indices): slices where users come in order, else one stable radix sort of the
+    group numbers, never a pass over all occurrences per group. One group of all when they fit."""
+    size = min(CHUNK, max(SHARE, -(-len(users) // max(ways, 1))))
+    if len(users) <= size:
         return [slice(None)]
     if (users[1:] >= users[:-1]).all():  # users in the order of their posts (one post each, say): slices
-        cuts = np.searchsorted(users, users[CHUNK::CHUNK], side="left")  # back to the first occurrence of the user there
+        cuts = np.searchsorted(users, users[size::size], side="left")  # back to the first occurrence of the user there
         bounds = np.unique(np.concatenate([[0], cuts, [len(users)]]))
         return [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
     counts = np.bincount(users)
-    group = ((np.cumsum(counts) - counts) // CHUNK)[users]  # a user's group: where its first occurrence falls
+    group = ((np.cumsum(counts) - counts) // size)[users]  # a user's group: where its first occurrence falls
     bounds = np.concatenate([[0], np.cumsum(np.bincount(group))])
     order = np.argsort(group.astype(np.int16 if group.max() < 2**15 else np.int32), kind="stable")  # radix for 16 bits
     return [order[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
@@ -231,6 +249,19 @@ def merge(parts: list[pd.DataFrame]) -> pd.DataFrame:
     grams, units = grams[order], units[order]
     starts = np.flatnonzero(np.concatenate([[True], grams[1:] != grams[:-1]])) if len(grams) else np.empty(0, np.int64)
     return pd.DataFrame({"gram": grams[starts], "units": np.add.reduceat(units, starts) if len(starts) else units})
+
+
+def index_of(ids: np.ndarray, grams: np.ndarray) -> np.ndarray:
+    """Each of ``grams``' place in ``ids`` (distinct, non-negative), NONE where it is not there: a lookup table over
+    the ids' range where that is no larger than the grams (a gather), else a hash lookup."""
+    if not len(ids) or not len(grams):
+        return np.full(len(grams), NONE, np.int32)
+    top = int(max(ids.max(), grams.max())) + 1
+    if top > max(len(grams), 1 << 16):
+        return pd.Index(ids).get_indexer(grams).astype(np.int32)
+    table = np.full(top, NONE, np.int32)
+    table[ids] = np.arange(len(ids), dtype=np.int32)
+    return table[grams]
 
 
 # -- one user partition --------------------------------------------------------------------------------------
@@ -298,9 +329,8 @@ class Partition:
             self.hits = self.words = lookup[self.tokens]
             self.tokens, self.vocabulary = np.empty(0, np.int32), pa.array([], pa.string())  # level 1 is done
             return
-        found = pd.Index(np.asarray(released, dtype=np.int64)).get_indexer(self.grams).astype(np.int32)
         self.hits = np.full(len(self.users), NONE, np.int32)
-        self.hits[self.pos] = found
+        self.hits[self.pos] = index_of(np.asarray(released, dtype=np.int64), self.grams)
 
     def close(self) -> None:
         self.con.close()
