@@ -9,7 +9,6 @@ are then drawn there (the same PNG bytes as in process). ``start`` sends charts 
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import shutil
 import tempfile
 import threading
@@ -20,6 +19,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
+
+from privrelease.core import parallel
 
 # matplotlib is not thread-safe (pyplot's figure registry; mathtext's parser, which draws a log axis's
 # ticks, fails outright when two threads parse at once): releases in threads of one process render in turn
@@ -176,23 +177,11 @@ def _remove(folder: Path) -> None:
 def _draw_all(jobs: list[tuple[Chart, str]]) -> list[str | None]:
     """Each chart drawn, all at once: the first here, the others in children forked from this process (matplotlib
     loaded, no threads), on the other core while the release waits for them. None, or what failed, for each."""
-    children = []
-    for chart, path in jobs[1:]:
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: draw, say how it went, and end without the parent's exit handlers
-            os.close(read)
-            os.write(write, (_draw(chart, path) or "").encode())
-            os._exit(0)
-        os.close(write)
-        children.append((pid, read))
-    answers = [_draw(*jobs[0])] if jobs else []
-    for pid, read in children:
-        with os.fdopen(read, "rb") as said:
-            failure = said.read().decode(errors="replace")
-        status = os.waitpid(pid, 0)[1]
-        answers.append(failure or (None if status == 0 else f"its drawing process ended with status {status}"))
-    return answers
+    drawn = parallel.forked(lambda job: (_draw(*job) or "").encode(), jobs)
+    return [
+        said.decode(errors="replace") or (None if status == 0 else f"its drawing process ended with status {status}")
+        for said, status in drawn
+    ]
 
 
 def _draw(chart: Chart, path: str) -> str | None:

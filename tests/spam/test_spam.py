@@ -4,6 +4,7 @@ protocol against its plaintext rule, participation floors, classification, proce
 from __future__ import annotations
 
 import json
+import os
 
 import gmpy2
 import numpy as np
@@ -11,9 +12,10 @@ import pytest
 from phe import paillier as phe
 from scipy import stats
 
-from privrelease.core.errors import ParameterError, UserError
+from privrelease.core import parallel
+from privrelease.core.errors import InternalError, ParameterError, UserError
 from privrelease.core.spam import features as F
-from privrelease.core.spam import floors
+from privrelease.core.spam import floors, paillier
 from privrelease.core.spam import parties as Q
 from privrelease.core.spam import protocol as P
 from privrelease.core.spam import wire as W
@@ -89,6 +91,57 @@ def test_the_key_holders_obfuscators_are_fresh_nth_residues(keys512):
     assert all(keys512.raw_decrypt(gmpy2.mpz(o)) == 0 for o in list(obfuscators)[:20])  # r^n encrypts 0
     # uniform over the n-th residues: the low bit of an n-th residue's representative is a fair coin (false alarm 0.001)
     assert stats.binomtest(sum(o & 1 for o in obfuscators), 200).pvalue > 1e-3
+
+
+def test_a_batch_of_obfuscators_is_drawn_on_every_core_and_each_is_fresh(keys512, monkeypatch):
+    """``KeyPair.obfuscators``: a batch spread over forked processes (two here, one per core asked for) gives as many
+    r^n, each an encryption of 0, none repeated across the processes (each draws from the OS: a generator copied by
+    the fork would repeat the other's), their low bits fair (false alarm 0.001); a process that fails fails the
+    batch, which is never returned short."""
+    monkeypatch.setattr(paillier, "BATCH", 50)
+    monkeypatch.setattr(paillier.os, "sched_getaffinity", lambda pid: {0, 1})
+    drawn = keys512.obfuscators(300)
+    assert len(drawn) == 300 and len({int(o) for o in drawn}) == 300
+    assert all(keys512.raw_decrypt(o) == 0 for o in drawn[:20] + drawn[-20:])  # both processes' r^n encrypt 0
+    assert stats.binomtest(sum(int(o) & 1 for o in drawn), 300).pvalue > 1e-3
+    parent = os.getpid()
+
+    def fails_in_a_child() -> gmpy2.mpz:
+        if os.getpid() != parent:
+            raise RuntimeError("the child's draw failed")
+        return gmpy2.mpz(1)
+
+    monkeypatch.setattr(keys512, "obfuscator", fails_in_a_child)
+    with pytest.raises(InternalError, match="encryption randomness failed"):
+        keys512.obfuscators(300)
+
+
+def test_forked_jobs_come_back_in_order_with_their_status():
+    """``parallel.forked``: each job's bytes in the jobs' order, the first run here; a child that raised gives a
+    non-zero status; one the parent fails on is still reaped (no child left)."""
+    said = parallel.forked(lambda job: str(job * os.getpid() // os.getpid()).encode() * 1000, [1, 2, 3])
+    assert [raw for raw, _ in said] == [b"1" * 1000, b"2" * 1000, b"3" * 1000] and [s for _, s in said] == [0, 0, 0]
+    parent = os.getpid()
+
+    def job(n: int) -> bytes:
+        if n == 2:
+            raise ValueError("no")
+        return b"ok"
+
+    assert [s != 0 for _, s in parallel.forked(job, [1, 2])] == [False, True]
+    children, fork = [], os.fork
+
+    def recorded() -> int:
+        children.append(fork())
+        return children[-1]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(parallel.os, "fork", recorded)
+        with pytest.raises(ValueError):
+            parallel.forked(lambda n: b"" if os.getpid() != parent else job(2), [2, 1])
+    assert len(children) == 1
+    with pytest.raises(ChildProcessError):
+        os.waitpid(children[0], os.WNOHANG)  # the child was reaped
 
 
 def test_key_sizes_below_2048_bits_are_for_tests_only(monkeypatch):

@@ -14,17 +14,19 @@ with the same distribution. Keys are checked against ``phe`` in the tests.
 
 from __future__ import annotations
 
+import os
 import secrets
 from dataclasses import dataclass
 from functools import cached_property
 
 import gmpy2
 
-from privrelease.core import noise, settings
-from privrelease.core.errors import ParameterError
+from privrelease.core import noise, parallel, settings
+from privrelease.core.errors import InternalError, ParameterError
 
 MIN_BITS = 2048  # outside test mode
 TEST_MIN_BITS = 512
+BATCH = 256  # fresh r^n a forked process draws at least (``KeyPair.obfuscators``): fewer are drawn here alone
 
 
 class Overflow(ParameterError):
@@ -148,6 +150,17 @@ class KeyPair:
         a = gmpy2.powmod(secrets.randbelow(int(self._p2) - 1) + 1, self._p, self._p2)
         b = gmpy2.powmod(secrets.randbelow(int(self._q2) - 1) + 1, self._q, self._q2)
         return b + self._q2 * ((a - b) * self._q2_inv_p2 % self._p2)
+
+    def obfuscators(self, count: int) -> list[gmpy2.mpz]:
+        """``count`` fresh r^n mod n² (``obfuscator``), on every core of this host: a batch of ``BATCH`` or more
+        per core is drawn in processes forked from this one (the server's own: they hold the key as it does, draw
+        from the OS each, and end with their batch)."""
+        ways = max(1, min(len(os.sched_getaffinity(0)), count // BATCH))
+        sizes = [count // ways + (i < count % ways) for i in range(ways)]
+        drawn = parallel.forked(lambda size: self.public.pack([self.obfuscator() for _ in range(size)]), sizes)
+        if any(status or len(raw) != size * self.public.ciphertext_bytes for (raw, status), size in zip(drawn, sizes)):
+            raise InternalError("a process drawing the server's encryption randomness failed; nothing was encrypted with it")
+        return [r for raw, _ in drawn for r in self.public.unpack(raw)]
 
     def encrypt(self, value: int, what: str) -> gmpy2.mpz:
         return self.public.encrypt(value, what, self.obfuscator())

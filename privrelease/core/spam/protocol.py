@@ -106,8 +106,9 @@ class Server:
 
     def precompute(self) -> None:
         """Offline phase: the next E[w]'s d fresh r^n, which do not depend on w, computed while the
-        server would otherwise wait (during setup, and while the users work on a round)."""
-        self._obfuscators = [self._keys.obfuscator() for _ in range(len(self.w))]
+        server would otherwise wait (during setup, and while the users work on a round), on every core of the
+        server's host (``KeyPair.obfuscators``): once the users are done, their cores are the server's."""
+        self._obfuscators = self._keys.obfuscators(len(self.w))
 
     def encrypted_weights(self, times: StepTimes) -> list[gmpy2.mpz]:
         """E[round(C_w·w)], afresh: precomputed r^n if there are, else CRT encryption now."""
