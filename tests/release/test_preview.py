@@ -182,6 +182,29 @@ def test_a_noisy_outlier_count_is_warned_before_its_charge(home, test_mode, capl
     assert preview.preview(Home(home), parse(doc))["warnings"] == []
 
 
+def test_an_aggregate_whose_user_bounds_are_left_at_their_defaults_is_warned_before_its_charge(home, test_mode, caplog):
+    """Under the user unit, an aggregate that gives neither max_groups nor max_rows counts one row per person: said in
+    the preview and in the release's output before the charge; not when either bound is given (even as 1)."""
+    register(home, phrase_corpus(200, seed=1), "ds", "user:user", "dp")
+    Ledger(home / "privrelease.duckdb").set_budget("ds", Budget(10.0, 1e-3))
+    counts = {"group_by": ["text"], "measures": [{"op": "count"}], "epsilon": 1.0, "delta": 1e-6}
+    doc = {"dataset": "ds", "mechanism": {"name": "aggregate", "params": counts}}
+    said = (
+        "each `user` counts at most 1 row in 1 key (max_rows and max_groups were not given: their defaults are 1): a "
+        "person with more rows is counted once, in a key a keyed hash picks, so the table counts persons' picked rows, "
+        "not rows. Set max_groups and max_rows to what one person contributes (the noise grows with them: preview the "
+        "request first)."
+    )
+    assert preview.preview(Home(home), parse(doc))["warnings"] == [said]
+    with caplog.at_level(logging.INFO, logger="privrelease"):
+        pipeline.release(Home(home), parse({**doc, "seed": 1}), log=logging.getLogger("privrelease"))
+    lines = [r.getMessage() for r in caplog.records if r.name == "privrelease"]
+    assert lines.index(f"warning: {said}") < next(i for i, m in enumerate(lines) if m.startswith("ledger entry #"))
+    for given in ({"max_rows": 1}, {"max_groups": 3, "max_rows": 2}):
+        bounded = {**doc, "mechanism": {"name": "aggregate", "params": {**counts, **given}}}
+        assert preview.preview(Home(home), parse(bounded))["warnings"] == []
+
+
 def test_preview_of_an_unknown_dataset_is_the_release_error(home):
     with pytest.raises(SpecError, match="dataset 'nope' is not registered"):
         preview.preview(Home(home), parse({"dataset": "nope", "mechanism": CASES["dpne"][2]}))

@@ -146,7 +146,7 @@ def parse(doc: object) -> ReleaseRequest:
 def bind(request: ReleaseRequest, dataset: Dataset) -> Release:
     """The request's parameters as the mechanism takes them, with the registered unit filled in."""
     module = mechanisms.get(request.mechanism.name)
-    params = request.mechanism.params.model_dump()
+    params = request.mechanism.params.model_dump(exclude_unset=True)  # what was asked: validated again, defaults as given
     declared = mechanisms.declared(module)
     unit, rows, policy = declared.UNIT_PARAM, declared.ROWS_PARAM, declared.POLICY_PARAM
     if unit is not None:

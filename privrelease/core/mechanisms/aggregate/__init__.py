@@ -68,6 +68,19 @@ def accuracy_lines(figures: dict) -> list[str]:
     return [*head, *rows, *show.pick_lines(figures.get("picks", [])), *show.mean_error_lines(figures.get("means", []))]
 
 
+def warnings(params: Params, plan_: Plan, columns: tuple[str, ...]) -> list[str]:
+    """Under the user unit, neither per-user bound asked for: each person then counts at most one row, said before the
+    charge (``show.counted`` says it in the preview's figures and the report)."""
+    if params.user_column is None or {"max_groups", "max_rows"} & params.model_fields_set:
+        return []
+    return [
+        f"each `{params.user_column}` counts at most {params.max_rows} row in {params.max_groups} key (max_rows and "
+        "max_groups were not given: their defaults are 1): a person with more rows is counted once, in a key a keyed "
+        "hash picks, so the table counts persons' picked rows, not rows. Set max_groups and max_rows to what one person "
+        "contributes (the noise grows with them: preview the request first)."
+    ]
+
+
 def needs(params: Params, schema: tuple[str, ...]) -> Needs:
     numeric = [m.column for m in params.measures if m.op in ("sum", "mean", "quantile")]
     return Needs(columns=tuple(params.columns), numeric=tuple(dict.fromkeys(numeric)))
