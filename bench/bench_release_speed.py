@@ -33,6 +33,7 @@ import duckdb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_dpne import PARAMS, msnbc
+from bench_machine import compute
 from bench_ra import adult
 
 REPO = Path(__file__).resolve().parent.parent
@@ -99,6 +100,13 @@ def release(request: Path, env: dict, name: str = "") -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def machine_pace() -> float:
+    """The seconds one core takes for bench_machine.py's compute-bound loop (the best of three): this machine's cores
+    run at different speeds at different hours (the same release 0.8 s in one hour, 1.2 s in another), so a
+    before/after is only read interleaved, and each table says the pace it ran at."""
+    return min(compute() for _ in range(3))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
@@ -115,12 +123,15 @@ def main() -> None:
             for name, request in requests.items():
                 release(request, env, name)  # warm: page cache, bytecode, the ledger's first entries
         times: dict[tuple[str, str], list[tuple[float, float]]] = {(c, n): [] for c in checkouts for n in requests}
-        load = os.getloadavg()[0]
+        load, pace = os.getloadavg()[0], machine_pace()
         for i in range(args.runs):
             for c in checkouts if i % 2 == 0 else checkouts[::-1]:  # alternate which goes first
                 for name, request in requests.items():
                     times[c, name].append(release(request, envs[c], name))
         print(f"load average {load:.1f} before, {os.getloadavg()[0]:.1f} after")
+        print(
+            f"machine pace (bench_machine.py's compute-bound loop, 20 M steps): {pace:.2f} s before, {machine_pace():.2f} s after"
+        )
         print("| checkout | release | wall, median (min–max) | CPU s, median (min–max) |")
         print("|---|---|---|---|")
         for (checkout, name), runs in times.items():

@@ -48,8 +48,9 @@ _SILENT.propagate = False
 def _run_release(request_path: Path, runner: dict) -> dict:
     """Check the request against public facts first (under a second), then release: as a flow
     run on the configured Prefect server, or directly when none is configured (no temporary server)."""
-    from privrelease.core import charts
+    from privrelease.core import charts, memory
 
+    memory.keep_freed_memory()  # before any thread allocates: this command ends with its release
     with contextlib.ExitStack() as stack:
         served = bool(prefect_api_url())
         if not served:  # the charts' process starts first: it imports matplotlib on the other core from the start
