@@ -12,8 +12,10 @@ every other mechanism runs in process whatever the setting, and the runner says 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -93,31 +95,50 @@ def partitioned(open_fn: Callable[[Any], Any], specs: list[Any], spread: bool = 
 def forked(fn: Callable[[Any], bytes], jobs: list[Any]) -> list[tuple[bytes, int]]:
     """``fn(job)`` for each job at once, on this host's cores: the first in this process, each other in a child
     forked now, which shares this process's memory as it is and ends with its job (without this process's exit
-    handlers). Each job's bytes come back with its exit status (0 for the first; a child that failed gives what
-    it wrote and a non-zero status). For a process that runs no other thread (a fork copies only the caller's)."""
+    handlers; whatever happens in it, it never returns into the caller's code). Each job's bytes come back with its
+    exit status (0 for the first; a child that failed gives what it wrote and a non-zero status). Ctrl-C is held
+    while a child is forked, so none is left unknown; if this process fails or is interrupted, the children still
+    running are killed and reaped before that goes on. For a process that runs no other thread (a fork copies only
+    the caller's)."""
     children: list[tuple[int, int]] = []
     try:
         for job in jobs[1:]:
             read, write = os.pipe()
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
             pid = os.fork()
-            if pid == 0:  # the child: its job, its bytes, and the end
-                os.close(read)
-                code = 0
+            if pid == 0:  # the child: its job, its bytes, and the end, whatever happens
+                code = 1
                 try:
+                    for fd in [read, *(theirs for _, theirs in children)]:  # its siblings' answers are not its to read
+                        os.close(fd)
+                    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
                     with os.fdopen(write, "wb") as out:
                         out.write(fn(job))
-                except BaseException:  # noqa: BLE001 - the status says it failed; the parent raises
-                    code = 1
-                os._exit(code)
-            os.close(write)
+                    code = 0
+                finally:
+                    os._exit(code)
             children.append((pid, read))
+            os.close(write)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         answers = [(fn(jobs[0]), 0)] if jobs else []
-    finally:  # each child is read and reaped, whatever happened here
-        said = []
-        for pid, read in children:
+        for n, (pid, read) in enumerate(children):
             with os.fdopen(read, "rb") as pipe:
-                said.append((pipe.read(), os.waitpid(pid, 0)[1]))
-    return answers + said
+                children[n] = (pid, -1)  # its pipe is this block's to close
+                data = pipe.read()
+            answers.append((data, os.waitpid(pid, 0)[1]))
+            children[n] = (-1, -1)  # collected
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        for pid, read in children:
+            if read >= 0:
+                os.close(read)
+            if pid > 0:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+        raise
+    return answers
 
 
 def worker_threads() -> int | None:

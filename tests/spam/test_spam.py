@@ -295,6 +295,13 @@ def test_participation_floors_are_enforced_by_the_users(monkeypatch):
             floors.floor(F.FeatureParams(reduction=reduction, dimension=10_000))
 
 
+def _core_limit(pid: int) -> tuple[int, int]:
+    """A process's core-file limit (soft, hard), as /proc shows it ("unlimited" as -1)."""
+    line = next(x for x in open(f"/proc/{pid}/limits").read().splitlines() if x.startswith("Max core file size"))
+    soft, hard = line.split()[4:6]
+    return tuple(-1 if v == "unlimited" else int(v) for v in (soft, hard))
+
+
 def test_parties_run_in_their_own_processes_with_only_their_own_secrets(test_mode, tmp_path):
     from privrelease.core.datasets.demo import mail
 
@@ -314,6 +321,8 @@ def test_parties_run_in_their_own_processes_with_only_their_own_secrets(test_mod
         y = np.concatenate([u._y for u in local])
         assert gradient == pytest.approx(plain_gradient([np.array(v) for v in x], y, np.zeros(64)), abs=1e-12)
         assert not any(hasattr(p, "party") for p in [server, *users])  # this process holds pipes, not parties
+        for party in [server, *users]:  # a party that crashes dumps no core (its key, its mail): the limit is 0, for good
+            assert _core_limit(party._process.pid) == (0, 0)
         with pytest.raises(UserError, match="used once"):  # errors cross the process boundary by type and message
             users[0].call("gradient", server.call("weights_message"), 0)
     finally:

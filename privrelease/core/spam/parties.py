@@ -15,6 +15,7 @@ leaving fails the run.
 from __future__ import annotations
 
 import multiprocessing as mp
+import resource
 import time
 from collections.abc import Callable
 from typing import Any
@@ -104,6 +105,7 @@ class Remote(Local):
 
 
 def _serve(conn: Any, factory: Callable[..., Any], args: tuple) -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a party that crashes leaves no core file of its keys or mail
     try:
         party = factory(*args)
         conn.send(("ok", None))

@@ -107,7 +107,8 @@ class Server:
     def precompute(self) -> None:
         """Offline phase: the next E[w]'s d fresh r^n, which do not depend on w, computed while the
         server would otherwise wait (during setup, and while the users work on a round), on every core of the
-        server's host (``KeyPair.obfuscators``): once the users are done, their cores are the server's."""
+        server's host (``KeyPair.obfuscators``): its processes share the cores with the users' while they compute,
+        and have them all once the users are done."""
         self._obfuscators = self._keys.obfuscators(len(self.w))
 
     def encrypted_weights(self, times: StepTimes) -> list[gmpy2.mpz]:
