@@ -7,10 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-PROBE = """
-import ctypes, threading, sys
-from privrelease.core import memory
-applied = memory.keep_freed_memory() if sys.argv[1] == "tuned" else None
+GLIBC = """
+import ctypes
 libc = ctypes.CDLL(None)
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
 libc.free.argtypes = [ctypes.c_void_p]
@@ -20,10 +18,23 @@ class Info(ctypes.Structure):
                 ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
 
 libc.mallinfo2.restype = Info
-block = libc.malloc(20 << 20)
-ctypes.memset(block, 1, 20 << 20)
-libc.free(block)
-kept = libc.mallinfo2().fordblks
+
+
+def kept_after_freeing(size):
+    # the bytes glibc keeps free in its heaps after a block of this size is allocated, written and freed
+    block = libc.malloc(size)
+    ctypes.memset(block, 1, size)
+    libc.free(block)
+    return libc.mallinfo2().fordblks
+"""
+
+PROBE = (
+    GLIBC
+    + """
+import threading, sys
+from privrelease.core import memory
+applied = memory.keep_freed_memory() if sys.argv[1] == "tuned" else None
+kept = kept_after_freeing(20 << 20)
 
 def allocate():
     for _ in range(50):
@@ -45,6 +56,7 @@ heaps = open(path).read().count("<heap nr=")
 os.unlink(path)
 print(applied, kept, heaps)
 """
+)
 
 
 def probe(mode: str) -> tuple[str, int, int]:
@@ -59,26 +71,20 @@ def test_the_release_commands_allocator_keeps_freed_blocks_in_one_arena():
     assert kept < 1 << 20 and heaps > 1
 
 
-RELEASE = """
-import ctypes
+RELEASE = (
+    GLIBC
+    + """
 from pathlib import Path
 from privrelease.cli import main
 
-class Info(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
-
 def release_here(*args):
-    libc = ctypes.CDLL(None)
-    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
-    libc.free.argtypes, libc.mallinfo2.restype = [ctypes.c_void_p], Info
-    libc.free(libc.malloc(20 << 20))
-    print(libc.mallinfo2().fordblks)
+    print(kept_after_freeing(20 << 20))
     return {}
 
 main._release_here = release_here  # what the release itself would do is not the point here
 main._run_release(Path("request.yaml"), {})
 """
+)
 
 
 def test_the_release_command_applies_them_before_it_releases(tmp_path):

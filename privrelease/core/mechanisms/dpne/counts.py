@@ -199,11 +199,12 @@ def histogram(
         finally:
             cursor.close()
 
-    groups = _user_groups(users, threads())
+    ways = threads()
+    groups = _user_groups(users, ways)
     if len(groups) == 1:
         shares = [share(groups[0])]
     else:
-        with ThreadPoolExecutor(min(threads(), len(groups)), thread_name_prefix="privrelease-dpne") as pool:
+        with ThreadPoolExecutor(min(ways, len(groups)), thread_name_prefix="privrelease-dpne") as pool:
             shares = list(pool.map(share, groups))
     hist = merge(shares)
     if names is not None:
@@ -253,7 +254,7 @@ def merge(parts: list[pd.DataFrame]) -> pd.DataFrame:
 
 def index_of(ids: np.ndarray, grams: np.ndarray) -> np.ndarray:
     """Each of ``grams``' place in ``ids`` (distinct, non-negative), NONE where it is not there: a lookup table over
-    the ids' range where that is no larger than the grams (a gather), else a hash lookup."""
+    the ids' range where that range is no larger than the number of grams (or 65,536), else a hash lookup."""
     if not len(ids) or not len(grams):
         return np.full(len(grams), NONE, np.int32)
     top = int(max(ids.max(), grams.max())) + 1
