@@ -27,6 +27,6 @@ def sdc_table_release(
 ) -> dict:
     """Release a table of counts or totals by group from a registered sdc dataset, with its margins (and sub-totals
     where asked), protected as its steward's policy sets: cell suppression audited by the intruder's linear programs,
-    or every count perturbed by the cell key method."""
+    or every cell perturbed by the cell key method (a count by its cell's key, a sum by its contributors' factors)."""
     params = {"group_by": group_by, "measure": measure, "column": column, "subtotals": subtotals, "method": method}
     return run_request(release_id, dataset, "sdc_table", params | {"secondary": secondary}, preview)

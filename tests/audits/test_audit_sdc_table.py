@@ -7,7 +7,11 @@ from outside the product on random tables (``runs``: a few in ``make test``, man
   attack (tests/support/table_attack.py), whatever the rules' parameters (each at its bounds or between), the
   secondary method, the cost, counts or sums, with or without sub-totals;
 - the cell key method (counts): every published count within D of the truth, none in 1..js, zeros kept, for D, V
-  and js at their bounds.
+  and js at their bounds;
+- the cell key method (sums), for low, high and the p%-rule's p at their bounds: every sum within its contributions'
+  smallest and largest factors, empty cells zero, every margin and sub-total the sum of the cells below it, and an
+  intruder who knows every other contribution reading one factor per contributor from every cell (the guarantee's
+  premise: its chance is the factors' alone, tests/sdc/test_sdc_cellkey_sums.py).
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ import pytest
 
 from privrelease.core.mechanisms import sdc_table
 from privrelease.core.noise import keys
-from privrelease.core.sdc.enforce import RECORD_KEY
+from privrelease.core.sdc.cells import factors
+from privrelease.core.sdc.enforce import FACTOR_KEY, RECORD_KEY
 from tests.sdc.test_sdc_table import HIER, _assert_protected, _params, _policy, _release
 from tests.support.auditor import runs
 from tests.support.table_attack import truth
@@ -80,3 +85,27 @@ def test_cell_key_counts_stay_in_their_reach_at_the_extremes(D, V, js, test_mode
         shown = data["count"].to_numpy(dtype=float)
         assert (np.abs(shown - true) <= D).all() and (shown >= 0).all() and (shown[true == 0] == 0).all()
         assert not ((shown >= 1) & (shown <= js)).any()
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "p"), [(0.0, 0.01, 0.5), (0.0, 9.0, 99.0), (1.0, 9.0, 0.5), (0.1, 1.0, 10.0), (1.0, 1.01, 100.0)]
+)
+def test_cell_key_sums_hold_their_premise_at_the_extremes(low, high, p, test_mode):
+    from tests.sdc.test_sdc_cellkey_sums import _one_factor_each
+
+    tables = {"p_percent": {"p": p}, "cell_key_sums": {"low": low, "high": high, "max_guess": 1.0}}
+    for seed in range(runs(2, 20)):
+        frame = _table(seed)
+        record = keys.record_keys(bytes([seed]) * 32, frame)
+        frame = frame.assign(**{FACTOR_KEY: keys.factor_keys(bytes([seed]) * 32, frame, "x", "hh", record), RECORD_KEY: record})
+        params = _params(_policy(**tables), method="cell_key", measure="sum", column="x", subtotals=["a"])
+        data = _release(frame, params).data
+        true = truth(frame, data, ["a", "b"], {"a": HIER["a"]}, "x")
+        shown = data["sum_x"].to_numpy(dtype=float)
+        least, most = factors.reach(low, high)
+        assert (shown >= least * true - 1e-6).all() and (shown <= most * true + 1e-6).all() and (shown[true == 0] == 0).all()
+        total = float(data[(data.a_level == 0) & (data.b_level == 0)].sum_x.iloc[0])
+        for a_level, b_level in ((1, 0), (0, 1)):  # the first level below each total partitions it
+            assert data[(data.a_level == a_level) & (data.b_level == b_level)].sum_x.sum() == pytest.approx(total, rel=1e-9)
+        read = _one_factor_each(frame, [(data, ["a", "b"], HIER)], low, high)
+        assert max(max(v) / min(v) - 1 for v in read.values()) < 1e-4

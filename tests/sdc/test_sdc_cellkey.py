@@ -97,7 +97,7 @@ def test_the_same_cell_gets_the_same_perturbed_count_in_two_tables():
     ("policy", "request_", "said"),
     [
         (_policy(min_frequency=3), {"method": "cell_key"}, "which this policy lacks; the data steward sets it"),
-        (_cell_key_policy(), {"method": "cell_key", "measure": "sum", "column": "x"}, "method: cell_key perturbs counts"),
+        (_cell_key_policy(), {"method": "cell_key", "measure": "sum", "column": "x"}, r"\(tables.cell_key_sums: low, high"),
     ],
 )
 def test_a_cell_key_request_the_policy_or_the_method_does_not_allow_is_refused(policy, request_, said):

@@ -155,6 +155,8 @@ class Declared:
     READS_SNAPSHOT: bool = False  # a DP release's run gets the checked snapshot's file (a ``Snapshot``), not its rows
     # whether an SDC release's run gets each record's key (the cell key method: ``enforce.RECORD_KEY``, never published)
     record_keys: Callable[[StrictParams], bool] = _no
+    # the column whose contributions it also gets a factor key for (sums by the cell key method: ``enforce.FACTOR_KEY``)
+    factor_keys: Callable[[StrictParams], str | None] = _none
     accuracy: Callable[[StrictParams, Plan, tuple[str, ...]], dict | None] = _none  # each DP output's noise and interval
     accuracy_lines: Callable[[dict], list[str]] = _empty  # those figures in markdown
     accuracy_charts: Callable[[dict], list[Chart]] = _empty  # and drawn
@@ -164,6 +166,9 @@ class Declared:
     # params, the ``Earlier`` releases of the mechanism from the dataset) -> (external figures, internal figures,
     # the policy's rules missed in words); None: the microdata's
     assess: Callable[[pd.DataFrame, Result, StrictParams, list[Earlier]], tuple[dict, dict, list[str]]] | None = None
+    # why a release may not follow the mechanism's releases published before from the dataset (their parameters by
+    # release id, a public record), checked before the charge; None: it may
+    follows: Callable[[StrictParams, dict[str, dict]], str | None] = _none
 
     @property
     def filled(self) -> tuple[str, ...]:

@@ -11,6 +11,12 @@ whenever a refresh reordered the rows, and two tables of the same cells then gav
 the policy's releasable columns only changed every key when the steward made a column releasable.) A record whose
 values change, in any column, gets a new key: its cells a second draw. A test
 run's secret comes from its seed (test mode only, as every fixed seed).
+
+Sums by the cell key method take a second key per contributor (``factor_keys``), uniform on [0, 1), from the same
+secret under another BLAKE2b personalisation, so it is independent of the record keys that perturb counts: of its
+cluster id where the policy names a cluster (an enterprise keeps its key whatever its records hold), else of the
+record's value in the summed column and its place among the records of that value. A record whose other values
+change keeps its factor: a table after the refresh shows the same contribution moved by the same factor.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from privrelease.core.noise import check_seed
 BYTES = 32
 KEY_BITS = 32  # a key is an integer below 2^KEY_BITS; a cell's key is its records' keys summed modulo 2^KEY_BITS
 FIELD, PLACE = "\x1f", "\x1e"  # between a record's values, and before its place among identical records
+FACTOR = b"privrelease-sum"  # BLAKE2b's personalisation of factor keys: independent of the record keys
+FACTOR_BITS = 53  # a factor key is an integer below 2^53 over 2^53: every float in [0, 1) it can be is exact
 
 
 def secret(test_seed: int | None = None) -> bytes:
@@ -49,3 +57,22 @@ def record_keys(key: bytes, rows: pd.DataFrame) -> np.ndarray:
     written = text.str.cat(text.groupby(text, sort=False).cumcount().astype("string"), sep=PLACE)
     digests = (hashlib.blake2b(s.encode(), key=key, digest_size=4).digest() for s in written)
     return np.fromiter((int.from_bytes(d, "little") for d in digests), dtype=np.int64, count=len(written))
+
+
+def factor_keys(key: bytes, rows: pd.DataFrame, column: str, cluster: str | None, record: np.ndarray) -> np.ndarray:
+    """Each row's factor key in [0, 1) under the dataset's secret ``key``: of its ``cluster`` id where it has one,
+    else of its value in ``column`` and its place among the rows of that value ordered by their record keys
+    (``record``, from ``record_keys``: the same records in any order get the same places)."""
+    if len(key) != BYTES:
+        raise ValueError(f"a record-key secret is {BYTES} bytes")
+    value = rows[column].astype("string").fillna("\x00").reset_index(drop=True)
+    by = pd.DataFrame({"v": value.to_numpy(dtype=object), "k": np.asarray(record)})
+    place = by.sort_values(["v", "k"], kind="stable").groupby("v", sort=False).cumcount().sort_index()
+    written = ("r" + FIELD + column + FIELD + value + PLACE + place.astype("string").to_numpy()).to_numpy(dtype=object)
+    if cluster is not None:
+        ids = rows[cluster].astype("string").reset_index(drop=True)
+        held = ids.notna().to_numpy()
+        written[held] = ("u" + FIELD + cluster + FIELD + ids[held]).to_numpy(dtype=object)
+    digests = (hashlib.blake2b(s.encode(), key=key, digest_size=8, person=FACTOR).digest() for s in written)
+    ints = np.fromiter((int.from_bytes(d, "little") >> (64 - FACTOR_BITS) for d in digests), dtype=np.int64, count=len(written))
+    return ints / float(1 << FACTOR_BITS)

@@ -75,6 +75,12 @@ def check(home: Home, request: ReleaseRequest, dropped: bool = False) -> tuple[R
     module.needs(release.params, tuple(dataset.schema.columns)).check(dataset.schema, dataset.id)
     if dataset.purpose == "sdc":
         enforce.admit(dataset, release.mechanism, module, release.params)
+        before = audited.published(home, dataset.id, release.mechanism, release.release_id).values()  # public: ids, params
+        why = mechanisms.declared(module).follows(
+            release.params, {e.release_id: json.loads(e.params)["mechanism"] for e, _ in before}
+        )
+        if why:
+            raise SpecError(f"release {release.release_id!r} of dataset {dataset.id!r} is refused: {why}. Nothing was charged.")
     return release, plan_
 
 
@@ -147,10 +153,16 @@ def load(home: Home, release: Release) -> pd.DataFrame | Snapshot:
             if declared.record_keys(release.params):  # each record's key, from all it holds
                 from privrelease.core.noise import keys  # a cell key release's only
 
-                if enforce.RECORD_KEY in rows.columns:
-                    raise InternalError(f"dataset {release.dataset.id!r} has a column named {enforce.RECORD_KEY!r}")
+                taken = [c for c in enforce.KEYS if c in rows.columns]
+                if taken:
+                    raise InternalError(f"dataset {release.dataset.id!r} has a column named {taken[0]!r}")
                 secret = snapshots.record_key_secret(home.root, release.dataset.id, release.seed)
-                rows = rows.assign(**{enforce.RECORD_KEY: keys.record_keys(secret, rows)})
+                record = keys.record_keys(secret, rows)
+                column = declared.factor_keys(release.params)  # sums: each contributor's factor key too
+                if column is not None:
+                    cluster = release.dataset.policy.cluster
+                    rows = rows.assign(**{enforce.FACTOR_KEY: keys.factor_keys(secret, rows, column, cluster, record)})
+                rows = rows.assign(**{enforce.RECORD_KEY: record})
             return enforce.prepare(rows, release.dataset.policy, noise.generator(release.seed))
         path = rows.attrs["snapshot"]
     if declared.READS_SNAPSHOT_ON_WORKERS:

@@ -163,14 +163,16 @@ class Rows:
 
 
 RECORD_KEY = "__record_key"  # a prepared frame's column of record keys, where the mechanism asks for them (never published)
+FACTOR_KEY = "__factor_key"  # and of its contributors' factor keys (sums by the cell key method; never published)
+KEYS = (RECORD_KEY, FACTOR_KEY)
 
 
 def prepare(frame: pd.DataFrame, policy: Policy, rng: np.random.Generator) -> pd.DataFrame:
-    """The policy's published columns only (and the records' keys, where the cell key method asked for them),
+    """The policy's published columns only (and the records' keys, where the cell key method asked for them: ``KEYS``),
     rows in a random order (the input rows kept in ``attrs``), cluster ids as fresh random labels 1..H (households
     stay together, their ids do not reach any step)."""
     order = rng.permutation(len(frame))
-    kept = policy.releasable(list(frame.columns)) + ([RECORD_KEY] if RECORD_KEY in frame.columns else [])
+    kept = policy.releasable(list(frame.columns)) + [k for k in KEYS if k in frame.columns]
     out = frame[kept].iloc[order].reset_index(drop=True)
     if policy.cluster is not None:
         codes, uniques = pd.factorize(out[policy.cluster], use_na_sentinel=True)

@@ -54,7 +54,7 @@ class Params(StrictParams):
         default_factory=list, description="dimensions given sub-totals at every level of the policy's hierarchy"
     )
     method: Literal["suppression", "cell_key"] = Field(
-        "suppression", description="cell suppression, or every count perturbed by the cell key method (counts only)"
+        "suppression", description="cell suppression, or every cell perturbed by the cell key method"
     )
     secondary: Literal["auto", "exact", "heuristic"] = Field(
         "auto", description="secondary suppression: the exact MIP, the LP heuristic, or exact where it fits"
@@ -69,11 +69,6 @@ class Params(StrictParams):
             raise ValueError("measure: sum needs column (the numeric column it adds up); count takes none")
         if self.column is not None and self.column in self.group_by:
             raise ValueError(f"column {self.column!r} is also a dimension of the table")
-        if self.method == "cell_key" and self.measure != "count":
-            raise ValueError(
-                "method: cell_key perturbs counts; a table of sums is protected by cell suppression (sums by the cell "
-                "key method are not offered: with its multipliers public, an intruder recovers contributions from them)"
-            )
         stray = [d for d in self.subtotals if d not in self.group_by]
         if stray:
             raise ValueError(f"subtotals names {stray}, which are not in group_by {self.group_by}")
@@ -92,10 +87,16 @@ def rules_of(params: Params) -> _rules.TableRules:
             "adds one (min_frequency, dominance, p_percent) before a table of this dataset can be released"
         )
     if params.method == "cell_key":
-        if rules.cell_key is None:
+        if params.measure == "count" and rules.cell_key is None:
             raise ParameterError(
                 "sdc_table: the cell key method perturbs counts by the policy's perturbation table (tables.cell_key: "
                 "D, V, js), which this policy lacks; the data steward sets it, or ask for method: suppression"
+            )
+        if params.measure == "sum" and rules.cell_key_sums is None:
+            raise ParameterError(
+                "sdc_table: the cell key method multiplies each contribution to a sum by a factor its contributor's key "
+                "selects (tables.cell_key_sums: low, high, max_guess), which this policy lacks; the data steward sets "
+                "it, or ask for method: suppression"
             )
     elif params.measure == "count" and rules.min_frequency is None:
         raise ParameterError(
@@ -135,7 +136,9 @@ def protects(params: Params) -> list[str]:
 def plan(params: Params) -> Plan:
     by = " × ".join(params.group_by)
     what = "counts" if params.measure == "count" else f"sums of {params.column}"
-    if params.method == "cell_key":
+    if params.method == "cell_key" and params.measure == "sum":
+        how = "the cell key method: every contribution multiplied by its contributor's factor, the same in every table"
+    elif params.method == "cell_key":
         how = "the cell key method: every count perturbed by its cell's key, the same cell alike in every table"
     else:
         how = "cell suppression by the disclosure policy's rules, audited by the intruder's linear programs"
@@ -151,6 +154,13 @@ def notes(params: Params, plan_: Plan, columns: tuple[str, ...]) -> list[str]:
     rules = params.policy.tables if params.policy is not None else None
     if rules is None:
         return []
+    if params.method == "cell_key" and params.measure == "sum" and rules.cell_key_sums is not None:
+        return [
+            f"{perturbed.sum_words(rules)}; every cell is published, and margins are the sums of the cells below them; "
+            "the same cell has the same sum in every table of this dataset.",
+            f"Sums of {params.column} are published by one method: this table is refused after a suppressed table of "
+            "them, or after a cell key table of them under other factors.",
+        ]
     if params.method == "cell_key" and rules.cell_key is not None:
         return [
             f"{perturbed.words(rules.cell_key)}; every cell is published, margins perturbed as cells of their own "
@@ -189,8 +199,9 @@ def shaped(frame: pd.DataFrame, params: Params) -> tuple[pd.DataFrame, list[_tab
     return frame, dims
 
 
-def tabulate(frame: pd.DataFrame, params: Params) -> _table.Table:
-    """The table of ``frame`` as the request and the policy shape it (no protection yet)."""
+def tabulate(frame: pd.DataFrame, params: Params, factors: np.ndarray | None = None) -> _table.Table:
+    """The table of ``frame`` as the request and the policy shape it (no protection yet), each contribution
+    multiplied by its row's factor where ``factors`` are given (sums by the cell key method)."""
     policy, rules = params.policy, rules_of(params)
     frame, dims = shaped(frame, params)
     if params.measure == "sum":
@@ -202,6 +213,8 @@ def tabulate(frame: pd.DataFrame, params: Params) -> _table.Table:
             )
     else:
         value = np.ones(len(frame))
+    if factors is not None:
+        value = value * factors
     top_n = max(2, rules.dominance.n if rules.dominance else 2)
     return _table.build(frame, dims, value, _contributors(frame, policy), top_n)
 
@@ -223,9 +236,29 @@ def record_keys(params: Params) -> bool:
     return params.method == "cell_key"
 
 
+def follows(params: Params, before: dict[str, dict]) -> str | None:
+    """Why this table may not follow the tables published before from the dataset (their parameters by release id):
+    sums of its column by the other method, or the cell key method under another perturbation (``perturbed.conflict``,
+    naming them); None: it may."""
+    said: dict[str, list[str]] = {}
+    for release_id, then in sorted(before.items()):
+        if (then.get("measure"), then.get("column")) == (params.measure, params.column):
+            why = perturbed.conflict(params, Params.model_validate(then))
+            if why:
+                said.setdefault(why, []).append(release_id)
+    return "; ".join(f"{why} (published before: {', '.join(ids)})" for why, ids in said.items()) or None
+
+
+def factor_keys(params: Params) -> str | None:
+    """Sums by the cell key method read each contributor's factor key (``enforce.FACTOR_KEY``) of their column."""
+    return params.column if params.method == "cell_key" and params.measure == "sum" else None
+
+
 def run(frame: pd.DataFrame, params: Params, plan: Plan, rng: np.random.Generator) -> Result:
     rules = rules_of(params)
     t = tabulate(frame, params)
+    if params.method == "cell_key" and params.measure == "sum":
+        return perturbed.sums(t, tabulate(frame, params, perturbed.factors_of(frame, rules.cell_key_sums)), params, rules)
     if params.method == "cell_key":
         return perturbed.run(t, shaped(frame, params)[0], params, rules)
     status, pattern, checked, (lower, upper, failed) = protect(t, params)
@@ -254,8 +287,11 @@ def check(original: pd.DataFrame, result: Result, params: Params) -> None:
     value = out.value_column(params)
     if data.duplicated([*params.group_by, *(f"{d}_level" for d in params.group_by)]).any():
         raise InternalError("an sdc_table released a cell twice")
-    if enforce.RECORD_KEY in data.columns:
+    if set(enforce.KEYS) & set(data.columns):
         raise InternalError("an sdc_table released its records' keys")
+    if params.method == "cell_key" and params.measure == "sum":
+        perturbed.check_sums(tabulate(original, params), result, params, rules_of(params))
+        return
     if params.method == "cell_key":
         perturbed.check(tabulate(original, params), original, result, params, rules_of(params))
         return
@@ -282,12 +318,20 @@ def _linked(frame: pd.DataFrame, result: Result, params: Params, earlier: list[E
     published cells this snapshot rebuilds exactly (the same records registered again); one of this snapshot that
     cannot be rebuilt fails the audit."""
     rules = rules_of(params)
+    same = [
+        (e, Params.model_validate(e.params))
+        for e in earlier
+        if (e.params.get("measure"), e.params.get("column")) == (params.measure, params.column)
+    ]
+    refused = follows(params, {e.release_id: e.params for e, _ in same})
+    if refused:  # one published since this release was checked
+        internal["linked"] = {"with": [], "refused": refused}
+        return [refused]
+    if params.method == "cell_key" and params.measure == "sum":
+        return []  # nothing suppressed, and each contribution moved alike in every table
     tables = [_linked_table("this table", frame, params, rules, result.data)]
     apart = []
-    for e in earlier:
-        if e.params.get("measure") != params.measure or e.params.get("column") != params.column:
-            continue
-        then = Params.model_validate(e.params)
+    for e, then in same:
         today = rules.model_copy(update={"cell_key": then.policy.tables.cell_key})  # its perturbation was its own
         then = then.model_copy(update={"policy": then.policy.model_copy(update={"tables": today})})
         try:

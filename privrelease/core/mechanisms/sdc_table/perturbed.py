@@ -1,5 +1,7 @@
 """An SDC table by the cell key method (``method: cell_key``): every cell published, its count perturbed by the noise
-its own records select (``privrelease.core.sdc.cells.cellkey``), so the same cell gets the same count in every table.
+its own records select (``privrelease.core.sdc.cells.cellkey``), so the same cell gets the same count in every table;
+a sum made of its contributions each multiplied by the factor its contributor's key selects (``sums``,
+``privrelease.core.sdc.cells.factors``), so every cell, a margin too, is a sum of the same perturbed contributions.
 
 Each record's key (``privrelease.core.noise.keys``: an integer below 2^32, the same at every release) comes with the
 prepared rows (``enforce.RECORD_KEY``); a cell's key is its records' keys summed (``cellkey.cell_keys``). The steward's
@@ -15,9 +17,9 @@ import pandas as pd
 from privrelease.core.errors import InternalError
 from privrelease.core.mechanisms.base import Result
 from privrelease.core.mechanisms.sdc_table import report as out
-from privrelease.core.sdc.cells import cellkey
+from privrelease.core.sdc.cells import cellkey, factors
 from privrelease.core.sdc.cells.table import Table
-from privrelease.core.sdc.enforce import RECORD_KEY
+from privrelease.core.sdc.enforce import FACTOR_KEY, RECORD_KEY
 
 
 def run(t: Table, frame: pd.DataFrame, params, rules) -> Result:
@@ -38,10 +40,27 @@ def run(t: Table, frame: pd.DataFrame, params, rules) -> Result:
         "mean_absolute_perturbation": float(np.abs(shown - counts).mean()) if t.size else 0.0,
         "largest_perturbation": int(np.abs(shown - counts).max(initial=0)),
     }
+    how = (
+        "The perturbation is picked by the cell's key, the sum of its records' keys, so the same cell has the same "
+        "count in every table of this dataset. Margins and sub-totals are perturbed as cells of their own: they need "
+        "not add up."
+    )
+    return _published(tidy, params, words(rule), how, figures, internal)
+
+
+def _published(tidy: pd.DataFrame, params, said: str, how: str, figures: dict, internal: dict) -> Result:
+    """A cell key table's result: the tidy table and its pivot, the rule in words, its figures and its report."""
+    what = "counts" if params.measure == "count" else f"sums of {params.column}"
+    empty = f", {figures['empty']} of them empty" if "empty" in figures else ""
+    report = (
+        f"## SDC table: {what} by {' × '.join(params.group_by)}, by the cell key method\n\n"
+        f"Every cell is published with its {params.measure} perturbed (not differential privacy): "
+        f"{said}. {how} {figures['cells']} cells{empty}.\n"
+    )
     return Result(
         tidy,
-        {"method": "cell key", "rules": [words(rule)]} | figures,
-        _report(figures, params, rule),
+        {"method": "cell key", "rules": [said]} | figures,
+        report,
         [],
         {"cells": figures["cells"], "method": "cell key"},
         name="table",
@@ -67,12 +86,88 @@ def words(rule) -> str:
     )
 
 
-def _report(figures: dict, params, rule) -> str:
-    by = " × ".join(params.group_by)
+def factors_of(frame: pd.DataFrame, rule) -> np.ndarray:
+    """Each row's factor, from its contributor's key (``enforce.FACTOR_KEY``) and the steward's ``low`` and ``high``."""
+    if FACTOR_KEY not in frame.columns:
+        raise InternalError("a cell key table of sums came without its contributors' keys")
+    return factors.factor(frame[FACTOR_KEY].to_numpy(dtype=np.float64), rule.low, rule.high)
+
+
+def sums(t: Table, moved: Table, params, rules) -> Result:
+    """The table of perturbed sums (``moved``: ``t`` tabulated from the perturbed contributions), its pivot, its
+    figures and the steward's internal ones (the cells' relative changes)."""
+    rule, p = rules.cell_key_sums, rules.p_percent.p
+    status = np.full(t.size, "published", dtype=object)
+    status[t.contributors == 0] = "empty"
+    tidy = out.tidy(moved, status, params)
+    held = t.values > 0
+    change = np.abs(moved.values[held] / t.values[held] - 1)
+    chance = factors.guess_chance(rule.low, rule.high, p)
+    figures = {
+        "cells": int(t.size),
+        "published": int((status == "published").sum()),
+        "empty": int((status == "empty").sum()),
+        "factors": {"low": rule.low, "high": rule.high, "guess_chance": round(chance, 4), "precision_percent": p},
+    }
+    internal = {
+        "measure": out.value_column(params),
+        "method": "cell key",
+        "median_relative_change": float(np.median(change)) if change.size else 0.0,
+        "largest_relative_change": float(change.max(initial=0)),
+    }
+    how = (
+        "A contributor's factor is the same in every table of this dataset (its mean is 1), so the same cell has the "
+        "same sum in every table, and margins and sub-totals are the sums of the cells below them."
+    )
+    return _published(tidy, params, sum_words(rules), how, figures, internal)
+
+
+def check_sums(t: Table, result: Result, params, rules) -> None:
+    """Every sum within its contributions' smallest and largest factors, an empty cell zero: else the run failed."""
+    rule, value = rules.cell_key_sums, out.value_column(params)
+    shown = result.data[value].to_numpy(dtype=np.float64)
+    least, most = factors.reach(rule.low, rule.high)
+    slack = 1e-6 * np.maximum(1.0, t.values)  # the published rounding
+    if len(shown) != t.size or (shown < least * t.values - slack).any() or (shown > most * t.values + slack).any():
+        raise InternalError("a cell key table published a sum beyond its contributions' factors")
+    if (shown[t.contributors == 0] != 0).any():
+        raise InternalError("a cell key table published an empty cell as other than zero")
+
+
+def setting(params) -> dict:
+    """The perturbation a cell key table is published under (public): the count table's or the sums' factors."""
+    tables = params.policy.tables
+    if params.measure == "count":
+        return tables.cell_key.model_dump(mode="json")
+    return tables.cell_key_sums.model_dump(mode="json", include={"low", "high"})  # max_guess moves no factor
+
+
+def conflict(params, then) -> str | None:
+    """Why a table ``params`` asks may not follow ``then`` (an earlier table of the same measure and column from
+    the dataset), with what to ask instead, or None: sums by both methods, or the cell key method under another
+    perturbation."""
+    if params.measure == "sum" and then.method != params.method:
+        return (
+            f"sums of {params.column} were published from this dataset by method {then.method}, and a column's sums "
+            "are published by one method (a cell's exact sum beside its perturbed one would give the perturbation "
+            f"away, and with it the cell's contributions): ask for method: {then.method}"
+        )
+    if params.method == then.method == "cell_key" and setting(then) != setting(params):
+        field = "cell_key" if params.measure == "count" else "cell_key_sums"
+        return (
+            f"this dataset's {'counts' if params.measure == 'count' else f'sums of {params.column}'} were published by "
+            f"the cell key method under tables.{field} {setting(then)}, and the policy now sets {setting(params)}: the "
+            "same keys through another perturbation would give a second view of every cell, and the two together its "
+            f"value; the data steward restores tables.{field} to what it was"
+        )
+    return None
+
+
+def sum_words(rules) -> str:
+    rule = rules.cell_key_sums
+    chance = factors.guess_chance(rule.low, rule.high, rules.p_percent.p)
     return (
-        f"## SDC table: counts by {by}, by the cell key method\n\n"
-        f"Every cell is published with its count perturbed (not differential privacy): {words(rule)}. The "
-        "perturbation is picked by the cell's key, the sum of its records' keys, so the same cell has the same count "
-        "in every table of this dataset. Margins and sub-totals are perturbed as cells of their own: they need not add "
-        f"up. {figures['cells']} cells.\n"
+        f"every contribution multiplied or divided by 1 + c, c from {rule.low:g} to {rule.high:g}, by its "
+        f"contributor's key; an intruder who knows every other contribution guesses one within "
+        f"{rules.p_percent.p:g}% with chance at most {chance:.3f} (the policy allows {rule.max_guess:g})"
     )

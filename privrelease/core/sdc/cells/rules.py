@@ -26,6 +26,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from privrelease.core.sdc.cells import factors
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -57,6 +59,27 @@ class CellKey(_Strict):
         return self
 
 
+class CellKeySums(_Strict):
+    """Sums by the cell key method (``privrelease.core.sdc.cells.factors``): each contributor's value multiplied by
+    1 + c or divided by it, c between ``low`` and ``high`` as its key selects; the steward's."""
+
+    low: float = Field(ge=0, le=1, description="the smallest change c of a contribution (0.1: by at least 10%)")
+    high: float = Field(gt=0, le=9, description="the largest change c of a contribution (1: doubled or halved at most)")
+    max_guess: float = Field(
+        0.25,
+        gt=0,
+        le=1,
+        description="the largest chance that an intruder who knows every other contribution guesses one within the "
+        "p%-rule's precision",
+    )
+
+    @model_validator(mode="after")
+    def _range(self) -> CellKeySums:
+        if self.high <= self.low:
+            raise ValueError(f"cell_key_sums: high {self.high:g} must be above low {self.low:g}")
+        return self
+
+
 class TableRules(_Strict):
     """What a table of this dataset must meet (None: the rule is not applied)."""
 
@@ -66,6 +89,27 @@ class TableRules(_Strict):
     frequency_range: float = Field(30.0, gt=0, le=100, description="a frequency-sensitive cell's protection, in percent")
     cost: Literal["count", "value"] = Field("value", description="what secondary suppression minimises")
     cell_key: CellKey | None = Field(None, description="the cell key method's perturbation table")
+    cell_key_sums: CellKeySums | None = Field(None, description="the cell key method's factors for sums")
+
+    @model_validator(mode="after")
+    def _sums_protected(self) -> TableRules:
+        """Sums by the cell key method are measured by the p%-rule's precision, and must meet max_guess."""
+        sums = self.cell_key_sums
+        if sums is None:
+            return self
+        if self.p_percent is None:
+            raise ValueError(
+                "cell_key_sums: sums by the cell key method are protected to the p%-rule's precision (an intruder "
+                "may not guess a contribution within p%), and this policy has no p_percent; set tables.p_percent"
+            )
+        chance = factors.guess_chance(sums.low, sums.high, self.p_percent.p)
+        if chance > sums.max_guess:
+            raise ValueError(
+                f"cell_key_sums: with changes from {sums.low:g} to {sums.high:g}, an intruder who knows every other "
+                f"contribution guesses one within {self.p_percent.p:g}% with chance {chance:.3f}, above max_guess "
+                f"{sums.max_guess:g}; raise high (the chance falls about as 1 / log(1 + high)) or max_guess"
+            )
+        return self
 
     def words(self) -> dict[str, str]:
         """Each rule set, in words (public)."""
