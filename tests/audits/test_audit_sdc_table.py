@@ -96,8 +96,8 @@ def test_cell_key_sums_hold_their_premise_at_the_extremes(low, high, p, test_mod
     tables = {"p_percent": {"p": p}, "cell_key_sums": {"low": low, "high": high, "max_guess": 1.0}}
     for seed in range(runs(2, 20)):
         frame = _table(seed)
-        record = keys.record_keys(bytes([seed]) * 32, frame)
-        frame = frame.assign(**{FACTOR_KEY: keys.factor_keys(bytes([seed]) * 32, frame, "x", "hh", record), RECORD_KEY: record})
+        secret = bytes([seed]) * 32
+        frame = frame.assign(**{FACTOR_KEY: keys.factor_keys(secret, frame.hh, "x"), RECORD_KEY: keys.record_keys(secret, frame)})
         params = _params(_policy(**tables), method="cell_key", measure="sum", column="x", subtotals=["a"])
         data = _release(frame, params).data
         true = truth(frame, data, ["a", "b"], {"a": HIER["a"]}, "x")

@@ -257,11 +257,11 @@ def test_policy_tables_section_is_validated():
 # -- through the release pipeline --------------------------------------------------------------------------------------
 
 
-def _register(home, frame, tables=None):
+def _register(home, frame, tables=None, dataset_id: str = "ds"):
     from tests.support.helpers import register
 
     doc = _policy(**(tables or {})) | {"thresholds": {"k": None}}
-    return register(home, frame, "ds", "record", "sdc", policy=Policy.model_validate(doc))
+    return register(home, frame, dataset_id, "record", "sdc", policy=Policy.model_validate(doc))
 
 
 def test_a_table_is_released_with_its_pivot_and_the_stewards_internal_report(home, test_mode):

@@ -278,7 +278,6 @@ tables:                          # what a table of counts or sums (sdc_table) me
   min_frequency: 5               # cell suppression: a non-empty cell has at least 5 records
   p_percent: {p: 10}             # ... and no contribution to a sum can be estimated within 10%
   cell_key: {D: 3, V: 1.5, js: 2}   # the cell key method: perturbations up to 3, variance 1.5, no count 1 or 2
-  cell_key_sums: {low: 0.1, high: 1.0}   # sums by it: each contribution moved by 10% to 100%, guessed within 10% at most 21% of the time
 """
 
 DEMO_REQUEST = """\

@@ -86,9 +86,13 @@ def record_key_secret(home: Path, dataset_id: str, test_seed: int | None = None)
     """The dataset's record-key secret, made the first time it is asked for: written whole (mode 600) beside it,
     then linked into place, which fails if another release made it first (then that one is read). Kept beside the
     dataset's snapshots and not per registration, so the same records registered again get the same keys (keys are
-    of what a record holds, ``keys.record_keys``); a backup holds it with the store. Never published."""
+    of what a record holds, ``keys.record_keys``); a backup holds it with the store. Never published. A test run's
+    secret (``test_seed``: test mode only) comes from its seed and is never stored: a secret from a seed kept here
+    would key every later release of the dataset, and one published cell with its truth finds the seed."""
     from privrelease.core.noise import keys  # only a cell key release asks for it
 
+    if test_seed is not None:
+        return keys.secret(test_seed)
     path = folder(home, dataset_id) / SECRET
     if not path.exists():
         tmp = path.with_name(f"{SECRET}.{secrets.token_hex(8)}.tmp")

@@ -166,9 +166,10 @@ class Declared:
     # params, the ``Earlier`` releases of the mechanism from the dataset) -> (external figures, internal figures,
     # the policy's rules missed in words); None: the microdata's
     assess: Callable[[pd.DataFrame, Result, StrictParams, list[Earlier]], tuple[dict, dict, list[str]]] | None = None
-    # why a release may not follow the mechanism's releases published before from the dataset (their parameters by
-    # release id, a public record), checked before the charge; None: it may
-    follows: Callable[[StrictParams, dict[str, dict]], str | None] = _none
+    # why an SDC release audited by its own ``assess`` may not follow the releases published before from the dataset
+    # (by release id, each one's mechanism and parameters: a public record), checked before the charge; None: it may.
+    # A microdata release is held to ``enforce.after_tables``.
+    follows: Callable[[StrictParams, dict[str, tuple[str, dict]]], str | None] = _none
 
     @property
     def filled(self) -> tuple[str, ...]:

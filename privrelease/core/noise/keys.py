@@ -12,11 +12,12 @@ the policy's releasable columns only changed every key when the steward made a c
 values change, in any column, gets a new key: its cells a second draw. A test
 run's secret comes from its seed (test mode only, as every fixed seed).
 
-Sums by the cell key method take a second key per contributor (``factor_keys``), uniform on [0, 1), from the same
-secret under another BLAKE2b personalisation, so it is independent of the record keys that perturb counts: of its
-cluster id where the policy names a cluster (an enterprise keeps its key whatever its records hold), else of the
-record's value in the summed column and its place among the records of that value. A record whose other values
-change keeps its factor: a table after the refresh shows the same contribution moved by the same factor.
+Sums by the cell key method take a second key per contributor and column (``factor_keys``), uniform on [0, 1),
+from the same secret under another BLAKE2b personalisation, so it is independent of the record keys that perturb
+counts: of the summed column's name and the contributor's id (the policy's cluster: a person, household or
+enterprise id), so a contributor keeps its key whatever its records hold, and a table after a refresh shows its
+contribution moved by the same factor. (Keys of a record's value and place among that value's records, as they
+were, moved whenever records of the same value changed or came and went.)
 """
 
 from __future__ import annotations
@@ -59,20 +60,20 @@ def record_keys(key: bytes, rows: pd.DataFrame) -> np.ndarray:
     return np.fromiter((int.from_bytes(d, "little") for d in digests), dtype=np.int64, count=len(written))
 
 
-def factor_keys(key: bytes, rows: pd.DataFrame, column: str, cluster: str | None, record: np.ndarray) -> np.ndarray:
-    """Each row's factor key in [0, 1) under the dataset's secret ``key``: of its ``cluster`` id where it has one,
-    else of its value in ``column`` and its place among the rows of that value ordered by their record keys
-    (``record``, from ``record_keys``: the same records in any order get the same places)."""
+def factor_keys(key: bytes, ids: pd.Series, column: str) -> np.ndarray:
+    """Each row's factor key for sums of ``column``, in [0, 1), under the dataset's secret ``key``: keyed BLAKE2b
+    (personalised apart from the record keys) of the column's name and the row's contributor id (its cluster's), so
+    every record of a contributor has one key, another column's sums another. An integral number is written as an
+    integer, so a refresh that reads the ids as floats changes no key. Every row has an id (the policy requires
+    its cluster column not nullable)."""
     if len(key) != BYTES:
         raise ValueError(f"a record-key secret is {BYTES} bytes")
-    value = rows[column].astype("string").fillna("\x00").reset_index(drop=True)
-    by = pd.DataFrame({"v": value.to_numpy(dtype=object), "k": np.asarray(record)})
-    place = by.sort_values(["v", "k"], kind="stable").groupby("v", sort=False).cumcount().sort_index()
-    written = ("r" + FIELD + column + FIELD + value + PLACE + place.astype("string").to_numpy()).to_numpy(dtype=object)
-    if cluster is not None:
-        ids = rows[cluster].astype("string").reset_index(drop=True)
-        held = ids.notna().to_numpy()
-        written[held] = ("u" + FIELD + cluster + FIELD + ids[held]).to_numpy(dtype=object)
+    if ids.isna().any():
+        raise ValueError("a factor key needs every row's contributor id")
+    numeric = pd.api.types.is_numeric_dtype(ids) and not pd.api.types.is_bool_dtype(ids)
+    if numeric and bool((ids.astype("Float64") % 1 == 0).all()):
+        ids = ids.astype("Float64").astype("Int64")
+    written = (column + FIELD + ids.astype("string")).to_numpy(dtype=object)
     digests = (hashlib.blake2b(s.encode(), key=key, digest_size=8, person=FACTOR).digest() for s in written)
     ints = np.fromiter((int.from_bytes(d, "little") >> (64 - FACTOR_BITS) for d in digests), dtype=np.int64, count=len(written))
     return ints / float(1 << FACTOR_BITS)

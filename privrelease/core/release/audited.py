@@ -9,15 +9,18 @@ from privrelease.core.ledger.ledger import PUBLISHED, RESERVED
 from privrelease.core.release.home import Home
 
 
-def published(home: Home, dataset: str, mechanism: str, but: str | None = None) -> dict[str, tuple[Entry, int]]:
-    """The releases of ``mechanism`` published from ``dataset`` (but ``but``): by id, each one's charge entry and the
-    place in the chain of the entry that published it. One read of the dataset's entries."""
+def published(home: Home, dataset: str, mechanism: str | None, but: str | None = None) -> dict[str, tuple[Entry, int]]:
+    """The releases of ``mechanism`` (None: of any) published from ``dataset`` (but ``but``): by id, each one's charge
+    entry and the place in the chain of the entry that published it. One read of the dataset's entries."""
     entries = home.ledger.entries(dataset)
     last = {e.release_id: e for e in entries}  # chain order: a release's last entry is its status
     return {
         str(e.release_id): (e, last[e.release_id].seq)
         for e in entries
-        if e.status == RESERVED and e.mechanism == mechanism and last[e.release_id].status == PUBLISHED and e.release_id != but
+        if e.status == RESERVED
+        and mechanism in (None, e.mechanism)
+        and last[e.release_id].status == PUBLISHED
+        and e.release_id != but
     }
 
 

@@ -75,10 +75,10 @@ def check(home: Home, request: ReleaseRequest, dropped: bool = False) -> tuple[R
     module.needs(release.params, tuple(dataset.schema.columns)).check(dataset.schema, dataset.id)
     if dataset.purpose == "sdc":
         enforce.admit(dataset, release.mechanism, module, release.params)
-        before = audited.published(home, dataset.id, release.mechanism, release.release_id).values()  # public: ids, params
-        why = mechanisms.declared(module).follows(
-            release.params, {e.release_id: json.loads(e.params)["mechanism"] for e, _ in before}
-        )
+        found = audited.published(home, dataset.id, None, release.release_id).values()  # public: ids, mechanisms, params
+        before = {e.release_id: (e.mechanism, json.loads(e.params)["mechanism"]) for e, _ in found}
+        declared = mechanisms.declared(module)
+        why = declared.follows(release.params, before) if declared.assess else enforce.after_tables(dataset.policy, before)
         if why:
             raise SpecError(f"release {release.release_id!r} of dataset {dataset.id!r} is refused: {why}. Nothing was charged.")
     return release, plan_
@@ -157,12 +157,11 @@ def load(home: Home, release: Release) -> pd.DataFrame | Snapshot:
                 if taken:
                     raise InternalError(f"dataset {release.dataset.id!r} has a column named {taken[0]!r}")
                 secret = snapshots.record_key_secret(home.root, release.dataset.id, release.seed)
-                record = keys.record_keys(secret, rows)
+                made = {enforce.RECORD_KEY: keys.record_keys(secret, rows)}  # of the registered columns only
                 column = declared.factor_keys(release.params)  # sums: each contributor's factor key too
                 if column is not None:
-                    cluster = release.dataset.policy.cluster
-                    rows = rows.assign(**{enforce.FACTOR_KEY: keys.factor_keys(secret, rows, column, cluster, record)})
-                rows = rows.assign(**{enforce.RECORD_KEY: record})
+                    made[enforce.FACTOR_KEY] = keys.factor_keys(secret, rows[release.dataset.policy.cluster], column)
+                rows = rows.assign(**made)
             return enforce.prepare(rows, release.dataset.policy, noise.generator(release.seed))
         path = rows.attrs["snapshot"]
     if declared.READS_SNAPSHOT_ON_WORKERS:

@@ -167,6 +167,34 @@ FACTOR_KEY = "__factor_key"  # and of its contributors' factor keys (sums by the
 KEYS = (RECORD_KEY, FACTOR_KEY)
 
 
+MICRODATA = (
+    "a microdata release of this dataset published {column} record by record, and a table of its sums (by cell "
+    "suppression or the cell key method) beside it would give its protected cells away: a column's sums are not "
+    "published from a dataset whose microdata holds it"
+)
+TABLES = "sdc_table"  # the mechanism whose tables of sums ``after_tables`` holds a microdata release to
+
+
+def after_tables(policy: Policy, before: dict[str, tuple[str, dict]]) -> str | None:
+    """Why a microdata release (it publishes every column the policy makes releasable, record by record) may not
+    follow the releases published before from the dataset (by release id, each one's mechanism and parameters):
+    tables of sums of a column it would publish. None: it may."""
+    said: dict[str, list[str]] = {}
+    for release_id, (mechanism, params) in sorted(before.items()):
+        column = params.get("column") if mechanism == TABLES and params.get("measure") == "sum" else None
+        if column is not None and policy.releasable([column]):
+            said.setdefault(column, []).append(release_id)
+    return (
+        "; ".join(
+            f"sums of {column} were published by tables of this dataset ({', '.join(ids)}), protected by cell "
+            "suppression or the cell key method, and a microdata release would publish it record by record, which "
+            "gives their protected cells away: this dataset's microdata is not released while it holds that column"
+            for column, ids in said.items()
+        )
+        or None
+    )
+
+
 def prepare(frame: pd.DataFrame, policy: Policy, rng: np.random.Generator) -> pd.DataFrame:
     """The policy's published columns only (and the records' keys, where the cell key method asked for them: ``KEYS``),
     rows in a random order (the input rows kept in ``attrs``), cluster ids as fresh random labels 1..H (households

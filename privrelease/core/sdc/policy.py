@@ -158,6 +158,11 @@ class Policy(_Strict):
                 )
             if isinstance(h, list) and not h:
                 raise ValueError(f"hierarchies: {name!r} has no level")
+        if self.tables is not None and self.tables.cell_key_sums is not None and self.cluster is None:
+            raise ValueError(
+                "tables.cell_key_sums needs cluster: each contributor's factor is keyed by its id, which must stay the "
+                "same across refreshes; name the contributor's id column (a person, household or enterprise id) as cluster"
+            )
         if self.thresholds.household_risk is not None and self.cluster is None:
             raise ValueError("thresholds: household_risk needs cluster (the household id)")
         if self.thresholds.l is not None and not self.sensitive:
@@ -197,6 +202,12 @@ class Policy(_Strict):
                     f"the disclosure policy of {dataset!r} names {text[0]!r} as {role}, but it is "
                     f"registered as {schema.columns[text[0]].type}; {role} must be numeric."
                 )
+        sums = self.tables is not None and self.tables.cell_key_sums is not None
+        if sums and schema.columns[self.cluster].nullable:
+            raise PolicyMismatch(
+                f"the cluster column {self.cluster!r} may be empty (nullable), and sums by the cell key method key each "
+                "contributor's factor by its id: register it with an id on every record, or leave out tables.cell_key_sums."
+            )
         if self.weight and schema.columns[self.weight].nullable:
             raise PolicyMismatch(f"the weight column {self.weight!r} may be empty (nullable); every record needs its weight.")
         nullable = [c for c in self.key_vars.all if schema.columns[c].nullable]

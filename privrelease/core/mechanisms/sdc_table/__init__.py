@@ -236,16 +236,21 @@ def record_keys(params: Params) -> bool:
     return params.method == "cell_key"
 
 
-def follows(params: Params, before: dict[str, dict]) -> str | None:
-    """Why this table may not follow the tables published before from the dataset (their parameters by release id):
-    sums of its column by the other method, or the cell key method under another perturbation (``perturbed.conflict``,
-    naming them); None: it may."""
+def follows(params: Params, before: dict[str, tuple[str, dict]]) -> str | None:
+    """Why this table may not follow the releases published before from the dataset (by release id, each one's
+    mechanism and parameters): sums of its column by the other method, or by the cell key method under another
+    perturbation (``perturbed.conflict``); sums of a column a microdata release published record by record
+    (``enforce.MICRODATA``). None: it may."""
     said: dict[str, list[str]] = {}
-    for release_id, then in sorted(before.items()):
-        if (then.get("measure"), then.get("column")) == (params.measure, params.column):
+    for release_id, (mechanism, then) in sorted(before.items()):
+        if mechanism != NAME:
+            why = enforce.MICRODATA.format(column=params.column) if params.measure == "sum" else None
+        elif (then.get("measure"), then.get("column")) == (params.measure, params.column):
             why = perturbed.conflict(params, Params.model_validate(then))
-            if why:
-                said.setdefault(why, []).append(release_id)
+        else:
+            why = None
+        if why:
+            said.setdefault(why, []).append(release_id)
     return "; ".join(f"{why} (published before: {', '.join(ids)})" for why, ids in said.items()) or None
 
 
@@ -323,7 +328,7 @@ def _linked(frame: pd.DataFrame, result: Result, params: Params, earlier: list[E
         for e in earlier
         if (e.params.get("measure"), e.params.get("column")) == (params.measure, params.column)
     ]
-    refused = follows(params, {e.release_id: e.params for e, _ in same})
+    refused = follows(params, {e.release_id: (NAME, e.params) for e, _ in same})
     if refused:  # one published since this release was checked
         internal["linked"] = {"with": [], "refused": refused}
         return [refused]

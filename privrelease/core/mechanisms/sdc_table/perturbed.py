@@ -139,7 +139,8 @@ def setting(params) -> dict:
     tables = params.policy.tables
     if params.measure == "count":
         return tables.cell_key.model_dump(mode="json")
-    return tables.cell_key_sums.model_dump(mode="json", include={"low", "high"})  # max_guess moves no factor
+    keyed = {"cluster": params.policy.cluster}  # the factors' keys are of its ids: another cluster, other factors
+    return tables.cell_key_sums.model_dump(mode="json", include={"low", "high"}) | keyed  # max_guess moves none
 
 
 def conflict(params, then) -> str | None:
@@ -153,12 +154,15 @@ def conflict(params, then) -> str | None:
             f"away, and with it the cell's contributions): ask for method: {then.method}"
         )
     if params.method == then.method == "cell_key" and setting(then) != setting(params):
-        field = "cell_key" if params.measure == "count" else "cell_key_sums"
+        what, field = (
+            ("counts", "tables.cell_key")
+            if params.measure == "count"
+            else (f"sums of {params.column}", "tables.cell_key_sums and cluster")
+        )
         return (
-            f"this dataset's {'counts' if params.measure == 'count' else f'sums of {params.column}'} were published by "
-            f"the cell key method under tables.{field} {setting(then)}, and the policy now sets {setting(params)}: the "
-            "same keys through another perturbation would give a second view of every cell, and the two together its "
-            f"value; the data steward restores tables.{field} to what it was"
+            f"this dataset's {what} were published by the cell key method under {setting(then)}, and the policy now "
+            f"sets {setting(params)}: the same keys through another perturbation would give a second view of every "
+            f"cell, and the two together its value; the data steward restores the policy's {field} to what they were"
         )
     return None
 

@@ -27,9 +27,9 @@ import numpy as np
 
 def up_share(low: float, high: float) -> float:
     """The probability of an upward factor that makes the factors' mean exactly 1."""
-    a, b = math.log1p(low), math.log1p(high)
-    up = (high - low) / (b - a)  # the mean of exp(u), u uniform on [a, b]
-    down = (1 / (1 + low) - 1 / (1 + high)) / (b - a)  # the mean of exp(-u)
+    width = math.log1p((high - low) / (1 + low))  # log(1 + high) - log(1 + low), exact however close they are
+    up = (high - low) / width  # the mean of exp(u), u uniform on [log(1 + low), log(1 + high)]
+    down = up / ((1 + low) * (1 + high))  # the mean of exp(-u)
     return (1 - down) / (up - down)
 
 
