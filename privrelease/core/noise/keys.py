@@ -63,16 +63,19 @@ def record_keys(key: bytes, rows: pd.DataFrame) -> np.ndarray:
 def factor_keys(key: bytes, ids: pd.Series, column: str) -> np.ndarray:
     """Each row's factor key for sums of ``column``, in [0, 1), under the dataset's secret ``key``: keyed BLAKE2b
     (personalised apart from the record keys) of the column's name and the row's contributor id (its cluster's), so
-    every record of a contributor has one key, another column's sums another. An integral number is written as an
-    integer, so a refresh that reads the ids as floats changes no key. Every row has an id (the policy requires
+    every record of a contributor has one key, another column's sums another. An integer is written as one, whatever
+    its size, and an integral float up to 2^53 as that integer, so a refresh that reads the ids as floats changes no
+    key (a float above 2^53 is written as a float: ids that large are registered as integers or text). Every row has an id (the policy requires
     its cluster column not nullable)."""
     if len(key) != BYTES:
         raise ValueError(f"a record-key secret is {BYTES} bytes")
     if ids.isna().any():
         raise ValueError("a factor key needs every row's contributor id")
-    numeric = pd.api.types.is_numeric_dtype(ids) and not pd.api.types.is_bool_dtype(ids)
-    if numeric and bool((ids.astype("Float64") % 1 == 0).all()):
-        ids = ids.astype("Float64").astype("Int64")
+    if pd.api.types.is_float_dtype(ids):  # integral floats as integers, exactly: only where a float holds one exactly
+        exact = ids.notna() & (ids % 1 == 0) & (ids.abs() <= 2**53)
+        text = ids.astype("string").astype(object)
+        text[exact.to_numpy()] = [str(int(v)) for v in ids[exact]]
+        ids = pd.Series(text, index=ids.index, dtype="string")
     written = (column + FIELD + ids.astype("string")).to_numpy(dtype=object)
     digests = (hashlib.blake2b(s.encode(), key=key, digest_size=8, person=FACTOR).digest() for s in written)
     ints = np.fromiter((int.from_bytes(d, "little") >> (64 - FACTOR_BITS) for d in digests), dtype=np.int64, count=len(written))

@@ -1,7 +1,12 @@
 """Releases audited with the releases of their mechanism published before them from the same dataset (an SDC table's
-linked audit, ``Declared.assess``): which those are, and the refusal of a draw another was published after."""
+linked audit, ``Declared.assess``): which those are, and the refusal of a draw another was published after; and the
+SDC releases one may not follow whatever their mechanism (``follows``: checked before the charge, again under the
+lock a release publishes under, and when a sealed draw is resumed).
+"""
 
 from __future__ import annotations
+
+import json
 
 from privrelease.core.errors import ReleaseConflict
 from privrelease.core.ledger.chain import Entry
@@ -24,12 +29,37 @@ def published(home: Home, dataset: str, mechanism: str | None, but: str | None =
     }
 
 
+def follows(home: Home, dataset: str, mechanism: str, params, policy, release_id: str) -> str | None:
+    """Why an SDC release (``mechanism`` with ``params``, under ``policy``) may not follow the SDC releases published
+    from ``dataset`` so far (public: their ids, mechanisms and parameters): a table's own ``Declared.follows``, a
+    microdata release's ``enforce.after_tables``. None: it may."""
+    from privrelease.core import mechanisms
+    from privrelease.core.sdc import enforce
+
+    found = published(home, dataset, None, release_id).values()
+    before = {str(e.release_id): (e.mechanism, json.loads(e.params)["mechanism"]) for e, _ in found}
+    declared = mechanisms.declared(mechanisms.get(mechanism))
+    return declared.follows(params, before) if declared.assess else enforce.after_tables(policy, before)
+
+
 def unaudited_since(home: Home, entry: Entry) -> None:
     """A sealed draw of a mechanism audited with the releases published before it is refused if another of them was
-    published since its charge (``release --resume`` after a fault): it was not audited with that one."""
+    published since its charge (``release --resume`` after a fault): it was not audited with that one; an SDC draw
+    that may not follow the releases published now (``follows``) is refused."""
     from privrelease.core import mechanisms
 
-    if entry.mechanism not in mechanisms.MECHANISMS or mechanisms.declared(mechanisms.get(entry.mechanism)).assess is None:
+    if entry.mechanism not in mechanisms.MECHANISMS:
+        return
+    held = json.loads(entry.params)
+    if "policy" in held:  # an SDC draw: the releases published since may forbid it, whatever their mechanism
+        module = mechanisms.get(entry.mechanism)
+        params = module.Params.model_validate(held["mechanism"])
+        why = follows(
+            home, entry.dataset, entry.mechanism, params, home.registry.get(entry.dataset, True).policy, str(entry.release_id)
+        )
+        if why:
+            raise ReleaseConflict(f"release {entry.release_id!r} is not published from its sealed draw: {why}.")
+    if mechanisms.declared(mechanisms.get(entry.mechanism)).assess is None:
         return
     since = sorted(
         r for r, (_, at) in published(home, entry.dataset, entry.mechanism, entry.release_id).items() if at > entry.seq

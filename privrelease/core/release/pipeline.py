@@ -75,10 +75,7 @@ def check(home: Home, request: ReleaseRequest, dropped: bool = False) -> tuple[R
     module.needs(release.params, tuple(dataset.schema.columns)).check(dataset.schema, dataset.id)
     if dataset.purpose == "sdc":
         enforce.admit(dataset, release.mechanism, module, release.params)
-        found = audited.published(home, dataset.id, None, release.release_id).values()  # public: ids, mechanisms, params
-        before = {e.release_id: (e.mechanism, json.loads(e.params)["mechanism"]) for e, _ in found}
-        declared = mechanisms.declared(module)
-        why = declared.follows(release.params, before) if declared.assess else enforce.after_tables(dataset.policy, before)
+        why = audited.follows(home, dataset.id, release.mechanism, release.params, dataset.policy, release.release_id)
         if why:
             raise SpecError(f"release {release.release_id!r} of dataset {dataset.id!r} is refused: {why}. Nothing was charged.")
     return release, plan_
@@ -255,6 +252,12 @@ def publish(home: Home, release: Release, plan_: Plan, result: Result, charge_: 
     if release.dataset.purpose != "sdc":
         return _publish.publish(home.releases, home.staging, record, result)
     with pinned.held(home.ledger, release.dataset.id, release.dataset.policy_entry):
+        r = release  # held: no other SDC release publishes now; one published since the check may forbid this one
+        why = audited.follows(home, r.dataset.id, r.mechanism, r.params, r.dataset.policy, r.release_id)
+        if why:
+            raise ReleaseConflict(
+                f"release {r.release_id!r} was not published, as a release published while it ran forbids it: {why}."
+            )
         if result.internal is not None and AUDITED_WITH in result.internal:  # held: no other SDC release publishes now
             now = audited.published(home, release.dataset.id, release.mechanism, release.release_id)
             meanwhile = sorted(set(now) - set(result.internal[AUDITED_WITH]))

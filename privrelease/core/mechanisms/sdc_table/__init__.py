@@ -33,6 +33,7 @@ from privrelease.core.params import StrictParams
 from privrelease.core.privacy.cost import NoDP
 from privrelease.core.sdc import enforce
 from privrelease.core.sdc.cells import audit as _audit
+from privrelease.core.sdc.cells import factors as _factors
 from privrelease.core.sdc.cells import linked, secondary
 from privrelease.core.sdc.cells import rules as _rules
 from privrelease.core.sdc.cells import table as _table
@@ -201,7 +202,7 @@ def shaped(frame: pd.DataFrame, params: Params) -> tuple[pd.DataFrame, list[_tab
 
 def tabulate(frame: pd.DataFrame, params: Params, factors: np.ndarray | None = None) -> _table.Table:
     """The table of ``frame`` as the request and the policy shape it (no protection yet), each contribution
-    multiplied by its row's factor where ``factors`` are given (sums by the cell key method)."""
+    moved by its row's factor where ``factors`` are given (sums by the cell key method: ``factors.moved``)."""
     policy, rules = params.policy, rules_of(params)
     frame, dims = shaped(frame, params)
     if params.measure == "sum":
@@ -214,7 +215,7 @@ def tabulate(frame: pd.DataFrame, params: Params, factors: np.ndarray | None = N
     else:
         value = np.ones(len(frame))
     if factors is not None:
-        value = value * factors
+        value = _factors.moved(value, factors)
     top_n = max(2, rules.dominance.n if rules.dominance else 2)
     return _table.build(frame, dims, value, _contributors(frame, policy), top_n)
 

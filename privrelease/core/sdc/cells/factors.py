@@ -9,6 +9,11 @@ makes its mean exactly 1 (``up_share``), so a total of many contributions is unb
 [0, 1) (``privrelease.core.noise.keys.factor_keys``), picks its factor by the inverse of this distribution
 (``factor``).
 
+Each perturbed contribution is rounded to ``DIGITS`` significant figures (``moved``) before cells add them up, so
+margins stay additive and no two parts of one contributor show their exact ratio: with exact products, x1 · f and
+x2 · f gave x1 / x2 exactly, and integer values back from its lowest terms. Rounding only takes information away, so
+the chance below still bounds the intruder.
+
 The protection (``guess_chance``): an intruder who knows every other contribution, the method and its parameters
 (not the dataset's secret) reads a contribution ``x`` as ``y = x · f``, and no more, from every table of the dataset:
 the same contributor has the same factor in all of them. Guessing ``x`` within p% means ``log f`` falling in a
@@ -23,6 +28,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+DIGITS = 2  # a perturbed contribution's significant figures
+ROUNDED = 0.5 * 10.0 ** (1 - DIGITS)  # the most rounding moves one, relative to itself (5%)
 
 
 def up_share(low: float, high: float) -> float:
@@ -63,3 +71,14 @@ def factor(u: np.ndarray, low: float, high: float) -> np.ndarray:
 def reach(low: float, high: float) -> tuple[float, float]:
     """The smallest and the largest factor."""
     return 1 / (1 + high), 1 + high
+
+
+def moved(x: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """Each contribution times its factor, to ``DIGITS`` significant figures (a zero stays zero)."""
+    y = np.asarray(x, dtype=np.float64) * np.asarray(f, dtype=np.float64)
+    held = y != 0
+    scale = np.zeros_like(y)
+    scale[held] = 10.0 ** (np.floor(np.log10(np.abs(y[held]))) - (DIGITS - 1))
+    out = np.zeros_like(y)
+    out[held] = np.round(y[held] / scale[held]) * scale[held]
+    return out
