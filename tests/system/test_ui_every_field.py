@@ -53,6 +53,7 @@ HOSPITAL_UI_POLICY = {
 }  # fmt: skip
 
 HOSPITAL, PAYROLL, POSTS, LOGINS = "hospital-ui", "payroll-ui", "posts-ui", "logins-ui"
+TABLES = "hospital-tables-ui"  # another draw of the visits for tables of sums only: none beside a microdata release
 SCALES = [{"column": "duration_min", "mean": 31.0, "std": 9.0}, {"column": "hour", "mean": 12.0, "std": 3.5}]
 SDC_DEPTH = {"swap_mode": "pairs", "others": "eds", "recode": ["ward"], "recode_level": 2}
 
@@ -109,7 +110,7 @@ RUNS = [
                    "epsilon": None, "rho": 0.5, "delta": 1e-5, "noise": "gaussian", "max_groups": 2, "max_rows": 4}),
     ("aggregate", {"dataset": PAYROLL, "group_by": ["grade"], "epsilon": 0.7, "noise": "laplace", "delta": 1e-5,
                    "max_groups": 2, "max_rows": 4, "preview": True}),
-    ("sdc-table", {"dataset": HOSPITAL, "group_by": ["sex", "ward"], "measure": "sum", "column": "length_of_stay",
+    ("sdc-table", {"dataset": TABLES, "group_by": ["sex", "ward"], "measure": "sum", "column": "length_of_stay",
                    "subtotals": ["ward"], "secondary": "exact"}),
     ("sdc-table", {"dataset": HOSPITAL, "group_by": ["ward"], "method": "cell_key", "preview": True}),
 ]  # fmt: skip
@@ -123,6 +124,9 @@ def _registered(home: Path) -> None:
     visits = hospital()
     visits["length_of_stay"] = pd.to_numeric(visits["length_of_stay"]).fillna(0.0)
     register(home, visits, HOSPITAL, policy=Policy.model_validate(HOSPITAL_UI_POLICY))
+    other = hospital(seed=57)
+    other["length_of_stay"] = pd.to_numeric(other["length_of_stay"]).fillna(0.0)
+    register(home, other, TABLES, policy=Policy.model_validate(HOSPITAL_UI_POLICY))
     register(home, hospital(), "hospital54", policy=Policy.model_validate(HOSPITAL_POLICY))  # the newcomer's own
     # tables of their own (a source registered twice is refused: one source, one budget): other draws of the samples
     register(home, payroll(seed=56), PAYROLL, unit="user:person_id", purpose="dp")
