@@ -160,7 +160,7 @@ def notes(params: Params, plan_: Plan, columns: tuple[str, ...]) -> list[str]:
             f"{perturbed.sum_words(rules)}; every cell is published, and margins are the sums of the cells below them; "
             "the same cell has the same sum in every table of this dataset.",
             f"Sums of {params.column} are published by one method: this table is refused after a suppressed table of "
-            "them, or after a cell key table of them under other factors.",
+            "them, after a cell key table of them under other factors, or after a microdata release of this dataset.",
         ]
     if params.method == "cell_key" and rules.cell_key is not None:
         return [
@@ -330,7 +330,7 @@ def _linked(frame: pd.DataFrame, result: Result, params: Params, earlier: list[E
         if (e.params.get("measure"), e.params.get("column")) == (params.measure, params.column)
     ]
     refused = follows(params, {e.release_id: (NAME, e.params) for e, _ in same})
-    if refused:  # one published since this release was checked
+    if refused:  # one published since this release was checked, which the linked audit cannot read (publish refuses it too)
         internal["linked"] = {"with": [], "refused": refused}
         return [refused]
     if params.method == "cell_key" and params.measure == "sum":
